@@ -1,0 +1,98 @@
+/* Element-wise math shared by the CUDA kernels (kernels.cu) and the host
+ * backend (src/backend_host.c): GELU, optimizer updates, bf16 rounding and
+ * the synthetic data generator. Written once so both backends compute the
+ * same thing; compiles as C11 and as CUDA C++. */
+#ifndef DPS_ELEMENTWISE_H
+#define DPS_ELEMENTWISE_H
+
+#include <math.h>
+#include <stdint.h>
+
+#ifdef __CUDACC__
+#define DPS_HD __host__ __device__ __forceinline__
+#else
+#define DPS_HD static inline
+#endif
+
+/* GELU as torch.nn.GELU() (the exact erf form). */
+DPS_HD float dps_gelu(float x)
+{
+    return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+}
+
+/* d gelu(x) / dx */
+DPS_HD float dps_gelu_grad(float x)
+{
+    float cdf = 0.5f * (1.0f + erff(x * 0.70710678118654752f));
+    float pdf = expf(-0.5f * x * x) * 0.39894228040143268f;
+    return cdf + x * pdf;
+}
+
+/* Optimizer hyper-parameters, passed by value to kernels. */
+typedef struct dps_opt_hparams {
+    float lr;
+    float momentum;     /* SGD */
+    float beta1, beta2; /* AdamW */
+    float eps;
+    float weight_decay;
+    int step;           /* 1-based step count, for AdamW bias correction */
+} dps_opt_hparams;
+
+/* torch.optim.SGD(momentum=m, dampening=0, nesterov=False) for one element.
+ * On the first step buf is zero, so buf = g as PyTorch's clone(g). */
+DPS_HD void dps_sgd_update(float *p, float g, float *buf, dps_opt_hparams h)
+{
+    if (h.weight_decay != 0.0f) g += h.weight_decay * *p;
+    float b = h.momentum * *buf + g;
+    *buf = b;
+    *p -= h.lr * b;
+}
+
+/* torch.optim.AdamW (amsgrad=False, maximize=False) for one element, in
+ * the order of PyTorch's single-tensor implementation. */
+DPS_HD void dps_adamw_update(float *p, float g, float *m, float *v, dps_opt_hparams h)
+{
+    *p *= 1.0f - h.lr * h.weight_decay;
+    *m = *m + (g - *m) * (1.0f - h.beta1);
+    *v = h.beta2 * *v + (1.0f - h.beta2) * g * g;
+    float bc1 = 1.0f - powf(h.beta1, (float)h.step);
+    float bc2 = 1.0f - powf(h.beta2, (float)h.step);
+    float denom = sqrtf(*v) / sqrtf(bc2) + h.eps;
+    *p -= (h.lr / bc1) * (*m / denom);
+}
+
+/* float -> bfloat16 bits, round to nearest even (NaN kept quiet). */
+DPS_HD uint16_t dps_f32_to_bf16(float f)
+{
+    union { float f; uint32_t u; } x;
+    x.f = f;
+    if ((x.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x.u >> 16) | 0x40u);
+    uint32_t rounding = 0x7fffu + ((x.u >> 16) & 1u);
+    return (uint16_t)((x.u + rounding) >> 16);
+}
+
+DPS_HD float dps_bf16_to_f32(uint16_t b)
+{
+    union { float f; uint32_t u; } x;
+    x.u = (uint32_t)b << 16;
+    return x.f;
+}
+
+/* SplitMix64: the counter-based generator behind initialisation and data,
+ * so any element can be produced independently (and reproduced in Python). */
+DPS_HD uint64_t dps_mix64(uint64_t z)
+{
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [-1, 1) from (seed, stream, index): 24 random bits. */
+DPS_HD float dps_uniform(uint64_t seed, uint64_t stream, uint64_t index)
+{
+    uint64_t r = dps_mix64(seed ^ dps_mix64(stream ^ dps_mix64(index)));
+    return (float)(r >> 40) * (2.0f / 16777216.0f) - 1.0f;
+}
+
+#endif

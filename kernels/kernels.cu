@@ -1,0 +1,187 @@
+/* CUDA kernels for the element-wise parts of the model and the optimizers.
+ * The math is in elementwise.h (shared with the host backend); this file
+ * only maps it onto threads. Launchers follow kernels.h. */
+#include "kernels.h"
+
+static const int kThreads = 256;
+
+static unsigned grid_for(int64_t n)
+{
+    int64_t blocks = (n + kThreads - 1) / kThreads;
+    if (blocks > 65535 * 8) blocks = 65535 * 8; /* grid-stride loops cover the rest */
+    return (unsigned)(blocks > 0 ? blocks : 1);
+}
+
+#define GRID_STRIDE(i, n) \
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); \
+         i += (int64_t)gridDim.x * blockDim.x)
+
+__global__ void bias_act_kernel(int rows, int cols, float *pre, const float *bias, float *out)
+{
+    int64_t n = (int64_t)rows * cols;
+    GRID_STRIDE(i, n) {
+        float x = pre[i] + bias[i % cols];
+        pre[i] = x;
+        if (out) out[i] = dps_gelu(x);
+    }
+}
+
+__global__ void gelu_bwd_kernel(int64_t n, const float *dh, const float *pre, float *dpre)
+{
+    GRID_STRIDE(i, n) dpre[i] = dh[i] * dps_gelu_grad(pre[i]);
+}
+
+/* One thread per column, rows summed in order: deterministic. */
+__global__ void col_sum_kernel(int rows, int cols, const float *x, float *out)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= cols) return;
+    float acc = 0.0f;
+    for (int r = 0; r < rows; r++) acc += x[(int64_t)r * cols + c];
+    out[c] = acc;
+}
+
+__device__ float block_reduce(float v, float (*op)(float, float), float init)
+{
+    __shared__ float shared[32];
+    for (int off = 16; off > 0; off >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, off));
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    __syncthreads();
+    if (lane == 0) shared[warp] = v;
+    __syncthreads();
+    int nwarps = (blockDim.x + 31) >> 5;
+    v = (int)threadIdx.x < nwarps ? shared[threadIdx.x] : init;
+    if (warp == 0)
+        for (int off = 16; off > 0; off >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, off));
+    __shared__ float result;
+    if (threadIdx.x == 0) result = v;
+    __syncthreads();
+    return result;
+}
+
+__device__ float op_max(float a, float b) { return fmaxf(a, b); }
+__device__ float op_add(float a, float b) { return a + b; }
+
+/* One block per row: max, sum of exp, loss, gradient. */
+__global__ void xent_kernel(int classes, const float *logits, const int32_t *labels,
+                            float scale, float *dlogits, float *row_loss)
+{
+    const float *x = logits + (int64_t)blockIdx.x * classes;
+    float *dx = dlogits + (int64_t)blockIdx.x * classes;
+    float mx = -INFINITY;
+    for (int c = threadIdx.x; c < classes; c += blockDim.x) mx = fmaxf(mx, x[c]);
+    mx = block_reduce(mx, op_max, -INFINITY);
+    float sum = 0.0f;
+    for (int c = threadIdx.x; c < classes; c += blockDim.x) sum += expf(x[c] - mx);
+    sum = block_reduce(sum, op_add, 0.0f);
+    int label = labels[blockIdx.x];
+    for (int c = threadIdx.x; c < classes; c += blockDim.x) {
+        float p = expf(x[c] - mx) / sum;
+        dx[c] = (p - (c == label ? 1.0f : 0.0f)) * scale;
+    }
+    if (threadIdx.x == 0) row_loss[blockIdx.x] = logf(sum) + mx - x[label];
+}
+
+__global__ void sum_kernel(int64_t n, const float *x, float *out)
+{
+    float acc = 0.0f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += x[i];
+    acc = block_reduce(acc, op_add, 0.0f);
+    if (threadIdx.x == 0) *out = acc;
+}
+
+__global__ void sgd_kernel(int64_t n, float *p, const float *g, float *buf, dps_opt_hparams h)
+{
+    GRID_STRIDE(i, n) dps_sgd_update(&p[i], g[i], &buf[i], h);
+}
+
+__global__ void adamw_kernel(int64_t n, float *p, const float *g, float *m, float *v,
+                             dps_opt_hparams h)
+{
+    GRID_STRIDE(i, n) dps_adamw_update(&p[i], g[i], &m[i], &v[i], h);
+}
+
+__global__ void cast_bf16_kernel(int64_t n, const float *x, uint16_t *y)
+{
+    GRID_STRIDE(i, n) y[i] = dps_f32_to_bf16(x[i]);
+}
+
+__global__ void scale_kernel(int64_t n, float *x, float a)
+{
+    GRID_STRIDE(i, n) x[i] *= a;
+}
+
+__global__ void add_kernel(int64_t n, float *dst, const float *src)
+{
+    GRID_STRIDE(i, n) dst[i] += src[i];
+}
+
+extern "C" {
+
+cudaError_t dps_k_bias_act(cudaStream_t s, int rows, int cols, float *pre,
+                           const float *bias, float *out)
+{
+    bias_act_kernel<<<grid_for((int64_t)rows * cols), kThreads, 0, s>>>(rows, cols, pre, bias, out);
+    return cudaGetLastError();
+}
+
+cudaError_t dps_k_gelu_bwd(cudaStream_t s, int64_t n, const float *dh, const float *pre,
+                           float *dpre)
+{
+    gelu_bwd_kernel<<<grid_for(n), kThreads, 0, s>>>(n, dh, pre, dpre);
+    return cudaGetLastError();
+}
+
+cudaError_t dps_k_col_sum(cudaStream_t s, int rows, int cols, const float *x, float *out)
+{
+    col_sum_kernel<<<grid_for(cols), kThreads, 0, s>>>(rows, cols, x, out);
+    return cudaGetLastError();
+}
+
+cudaError_t dps_k_xent(cudaStream_t s, int rows, int classes, const float *logits,
+                       const int32_t *labels, float scale, float *dlogits, float *row_loss)
+{
+    if (rows <= 0) return cudaSuccess;
+    xent_kernel<<<rows, kThreads, 0, s>>>(classes, logits, labels, scale, dlogits, row_loss);
+    return cudaGetLastError();
+}
+
+cudaError_t dps_k_sum(cudaStream_t s, int64_t n, const float *x, float *out)
+{
+    sum_kernel<<<1, 1024, 0, s>>>(n, x, out);
+    return cudaGetLastError();
+}
+
+cudaError_t dps_k_sgd(cudaStream_t s, int64_t n, float *p, const float *g, float *buf,
+                      dps_opt_hparams h)
+{
+    sgd_kernel<<<grid_for(n), kThreads, 0, s>>>(n, p, g, buf, h);
+    return cudaGetLastError();
+}
+
+cudaError_t dps_k_adamw(cudaStream_t s, int64_t n, float *p, const float *g, float *m,
+                        float *v, dps_opt_hparams h)
+{
+    adamw_kernel<<<grid_for(n), kThreads, 0, s>>>(n, p, g, m, v, h);
+    return cudaGetLastError();
+}
+
+cudaError_t dps_k_cast_bf16(cudaStream_t s, int64_t n, const float *x, uint16_t *y)
+{
+    cast_bf16_kernel<<<grid_for(n), kThreads, 0, s>>>(n, x, y);
+    return cudaGetLastError();
+}
+
+cudaError_t dps_k_scale(cudaStream_t s, int64_t n, float *x, float a)
+{
+    scale_kernel<<<grid_for(n), kThreads, 0, s>>>(n, x, a);
+    return cudaGetLastError();
+}
+
+cudaError_t dps_k_add(cudaStream_t s, int64_t n, float *dst, const float *src)
+{
+    add_kernel<<<grid_for(n), kThreads, 0, s>>>(n, dst, src);
+    return cudaGetLastError();
+}
+
+} /* extern "C" */

@@ -1,0 +1,40 @@
+/* C interface to the CUDA kernels of kernels.cu, used by the CUDA backend.
+ * Every launcher takes the stream it runs on and returns the launch status
+ * (cudaGetLastError), so the caller's check macro can report it. */
+#ifndef DPS_KERNELS_H
+#define DPS_KERNELS_H
+
+#include <stdint.h>
+#include <cuda_runtime_api.h>
+#include "elementwise.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* pre[r, c] += bias[c]; out = gelu(pre) when out is non-NULL */
+cudaError_t dps_k_bias_act(cudaStream_t s, int rows, int cols, float *pre,
+                           const float *bias, float *out);
+/* dpre = dh * gelu'(pre), n elements */
+cudaError_t dps_k_gelu_bwd(cudaStream_t s, int64_t n, const float *dh,
+                           const float *pre, float *dpre);
+/* out[c] = sum over rows of x[r, c] */
+cudaError_t dps_k_col_sum(cudaStream_t s, int rows, int cols, const float *x, float *out);
+/* row_loss[r] = cross-entropy of row r; dlogits = (softmax - onehot) * scale */
+cudaError_t dps_k_xent(cudaStream_t s, int rows, int classes, const float *logits,
+                       const int32_t *labels, float scale, float *dlogits, float *row_loss);
+/* *out = sum of x[0..n), one block, deterministic order */
+cudaError_t dps_k_sum(cudaStream_t s, int64_t n, const float *x, float *out);
+cudaError_t dps_k_sgd(cudaStream_t s, int64_t n, float *p, const float *g, float *buf,
+                      dps_opt_hparams h);
+cudaError_t dps_k_adamw(cudaStream_t s, int64_t n, float *p, const float *g, float *m,
+                        float *v, dps_opt_hparams h);
+cudaError_t dps_k_cast_bf16(cudaStream_t s, int64_t n, const float *x, uint16_t *y);
+cudaError_t dps_k_scale(cudaStream_t s, int64_t n, float *x, float a);
+/* dst += src (the reduce-add of peer-copy collectives) */
+cudaError_t dps_k_add(cudaStream_t s, int64_t n, float *dst, const float *src);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,131 @@
+/* The one table of device operations that the modes and the model call:
+ * devices, memory with accounting, streams, events, copies, GEMM and the
+ * element-wise kernels. Implemented by backend_host.c (emulated devices on
+ * the CPU) and, where the toolkit is built in, by the CUDA backend.
+ * Operations are issued on a stream and may be asynchronous; events order
+ * work across streams and time it. */
+#ifndef DPS_BACKEND_H
+#define DPS_BACKEND_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+#include "elementwise.h"
+
+#define DPS_MAX_DEVICES 64
+
+typedef struct be_stream be_stream; /* defined by each backend */
+typedef struct be_event be_event;
+typedef struct backend backend;
+
+typedef enum be_kind { BE_AUTO, BE_HOST, BE_CUDA } be_kind;
+
+typedef struct be_device_info {
+    char name[128];
+    char bus_id[32];
+    size_t total_bytes; /* physical memory; host: the capacity, 0 = unlimited */
+} be_device_info;
+
+/* Harness accounting of one device's memory (exact) and the sampled
+ * device-level usage (context, libraries' workspaces included). */
+typedef struct be_mem {
+    size_t in_use, peak;      /* what the harness allocated */
+    size_t capacity;          /* host backend: --device-mem, 0 = unlimited */
+    size_t device_peak;       /* high-water mark of the device's used memory */
+} be_mem;
+
+/* A device allocation: pointer, size and owner, freed through be_buf_free. */
+typedef struct dps_buf {
+    void *ptr;
+    size_t bytes;
+    int dev;
+} dps_buf;
+
+#define DPS_HOST (-1) /* device index of host memory in copies */
+
+typedef struct be_ops {
+    const char *name;
+    dps_status (*set_device)(backend *, int dev);   /* bind the calling thread */
+    dps_status (*raw_alloc)(backend *, int dev, size_t bytes, void **p);
+    void (*raw_free)(backend *, int dev, void *p);
+    dps_status (*host_alloc)(backend *, size_t bytes, void **p); /* pinned */
+    void (*host_free)(backend *, void *p);
+    dps_status (*stream_create)(backend *, int dev, be_stream **s);
+    void (*stream_destroy)(backend *, be_stream *s);
+    dps_status (*stream_sync)(backend *, be_stream *s);
+    dps_status (*event_create)(backend *, int dev, be_event **e);
+    void (*event_destroy)(backend *, be_event *e);
+    dps_status (*event_record)(backend *, be_event *e, be_stream *s);
+    dps_status (*stream_wait)(backend *, be_stream *s, be_event *e);
+    /* elapsed ms between two recorded, completed events */
+    dps_status (*event_ms)(backend *, be_event *start, be_event *end, float *ms);
+    /* dst_dev/src_dev are device indices or DPS_HOST */
+    dps_status (*copy)(backend *, be_stream *s, void *dst, int dst_dev,
+                       const void *src, int src_dev, size_t bytes);
+    dps_status (*memset0)(backend *, be_stream *s, void *p, size_t bytes);
+    /* row-major C[m,n] = alpha * op(A) op(B) + beta * C, fp32 */
+    dps_status (*gemm)(backend *, be_stream *s, int trans_a, int trans_b, int m, int n, int k,
+                       float alpha, const float *a, int lda, const float *b, int ldb,
+                       float beta, float *c, int ldc);
+    /* pre[r,c] += bias[c]; out = gelu(pre) when out != NULL */
+    dps_status (*bias_act)(backend *, be_stream *s, int rows, int cols, float *pre,
+                           const float *bias, float *out);
+    dps_status (*gelu_bwd)(backend *, be_stream *s, int64_t n, const float *dh,
+                           const float *pre, float *dpre);
+    dps_status (*col_sum)(backend *, be_stream *s, int rows, int cols, const float *x,
+                          float *out);
+    dps_status (*xent)(backend *, be_stream *s, int rows, int classes, const float *logits,
+                       const int32_t *labels, float scale, float *dlogits, float *row_loss);
+    dps_status (*sum)(backend *, be_stream *s, int64_t n, const float *x, float *out);
+    dps_status (*sgd)(backend *, be_stream *s, int64_t n, float *p, const float *g,
+                      float *buf, dps_opt_hparams h);
+    dps_status (*adamw)(backend *, be_stream *s, int64_t n, float *p, const float *g,
+                        float *m, float *v, dps_opt_hparams h);
+    dps_status (*scale)(backend *, be_stream *s, int64_t n, float *x, float a);
+    dps_status (*add)(backend *, be_stream *s, int64_t n, float *dst, const float *src);
+    /* the device's used memory now (host backend: the harness's own) */
+    dps_status (*mem_used)(backend *, int dev, size_t *used);
+    void (*destroy)(backend *);
+} be_ops;
+
+struct backend {
+    const be_ops *ops;
+    be_kind kind;
+    int ndev;
+    int emulated;                /* timings describe the CPU, not a GPU */
+    char versions[256];          /* driver / runtime / library versions */
+    be_device_info info[DPS_MAX_DEVICES];
+    be_mem mem[DPS_MAX_DEVICES];
+    pthread_mutex_t mem_lock;
+    void *impl;
+};
+
+typedef struct be_options {
+    be_kind kind;
+    int host_devices;      /* emulated device count */
+    size_t device_mem;     /* host capacity per device, 0 = unlimited */
+    int quiet;             /* no "took the host backend" line */
+} be_options;
+
+/* Opens the backend; for BE_AUTO takes cuda when a GPU is visible, else host,
+ * and says which. */
+dps_status be_open(const be_options *opt, backend **out);
+void be_close(backend *be);
+const char *be_kind_name(be_kind k);
+
+/* Accounted allocation: checks the capacity, records in-use and peak, and on
+ * failure returns DPS_ERR_OOM with the device, the purpose and the sizes. */
+dps_status be_buf_alloc(backend *be, int dev, size_t bytes, const char *what, dps_buf *buf);
+void be_buf_free(backend *be, dps_buf *buf);
+/* Samples the device's used memory into mem[dev].device_peak. */
+dps_status be_sample_mem(backend *be, int dev);
+void be_reset_peaks(backend *be);
+
+dps_status be_host_open(const be_options *opt, backend **out);
+#ifdef DPS_HAVE_CUDA
+int dps_cuda_device_count(char *why, size_t len); /* cuda_probe.c */
+#endif
+
+#endif

@@ -1,0 +1,345 @@
+/* Command-line parsing (see cli.h). The table below is the single source of
+ * the options: getopt_long's array and the usage text are built from it. */
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "util.h"
+
+enum {
+    O_BACKEND = 256, O_MODE, O_GPUS, O_DEVICES, O_MODEL, O_LAYERS, O_WIDTH, O_TOKENS,
+    O_CLASSES, O_BATCH, O_BATCH_PER_GPU, O_PRECISION, O_OPTIMIZER, O_LR, O_STEPS, O_WARMUP,
+    O_SEED, O_DEVICE_MEM, O_HOST_DEVICES, O_CHECK, O_GEMM_REF, O_OUT, O_NAME, O_HELP = 'h',
+    O_VERSION = 'V',
+};
+
+typedef struct cli_opt {
+    const char *name;
+    int id;
+    const char *metavar; /* NULL: a flag */
+    const char *help;
+} cli_opt;
+
+static const cli_opt opts[] = {
+    {"backend", O_BACKEND, "auto|cuda|host", "device backend (auto: cuda when a GPU is visible, else host)"},
+    {"mode", O_MODE, "dp", "strategy: dp = DataParallel (ddp comes in a later version)"},
+    {"gpus", O_GPUS, "N", "number of devices, 1..64 (sweep: a list, e.g. 1,2,4)"},
+    {"devices", O_DEVICES, "LIST", "device indices, e.g. 0,2,3 (implies --gpus)"},
+    {"model", O_MODEL, "PRESET", "model preset (see `dpscale info`; sweep: a list)"},
+    {"layers", O_LAYERS, "N", "override: hidden layers, 0..4096"},
+    {"width", O_WIDTH, "N", "override: hidden width, 1..65536"},
+    {"tokens", O_TOKENS, "N", "override: tokens (rows) per sample, 1..1048576"},
+    {"classes", O_CLASSES, "N", "override: classifier outputs, 2..1048576"},
+    {"batch", O_BATCH, "N", "global batch in samples (default: preset's per-device batch x gpus)"},
+    {"batch-per-gpu", O_BATCH_PER_GPU, "N", "samples per device; global batch = N x gpus"},
+    {"precision", O_PRECISION, "fp32|bf16", "compute precision (bf16 needs the cuda backend)"},
+    {"optimizer", O_OPTIMIZER, "sgd|adamw", "optimizer (SGD momentum 0.9 lr 0.01; AdamW lr 1e-3 wd 0.01)"},
+    {"lr", O_LR, "X", "learning rate (default per optimizer)"},
+    {"steps", O_STEPS, "N", "timed steps, 1..10000000 (default 20)"},
+    {"warmup", O_WARMUP, "N", "untimed warm-up steps, 0..1000000 (default 3)"},
+    {"seed", O_SEED, "N", "seed of initialisation and data (default 1234)"},
+    {"device-mem", O_DEVICE_MEM, "BYTES", "host backend: capacity per device, K/M/G/T suffixes"},
+    {"host-devices", O_HOST_DEVICES, "N", "host backend: number of emulated devices, 1..64 (default 8)"},
+    {"check", O_CHECK, NULL, "compare the final parameters with single-device training"},
+    {"gemm-ref", O_GEMM_REF, NULL, "also time the step's GEMMs alone on device 0 (gemm_ref_tflops)"},
+    {"out", O_OUT, "DIR", "results root (default results)"},
+    {"name", O_NAME, "NAME", "results folder under --out (default <date>-<time>-<host>)"},
+    {"help", O_HELP, NULL, "show this help"},
+    {"version", O_VERSION, NULL, "show the version"},
+};
+#define NOPTS ((int)(sizeof opts / sizeof opts[0]))
+
+void cli_usage(FILE *f)
+{
+    fprintf(f, "usage: dpscale run   [options]   train one configuration\n"
+               "       dpscale sweep [options]   a built-in sweep over --gpus and --model lists\n"
+               "       dpscale info  [options]   backend, devices, presets\n"
+               "       dpscale --help | --version\n\noptions:\n");
+    for (int i = 0; i < NOPTS; i++) {
+        char left[64];
+        snprintf(left, sizeof left, "--%s%s%s", opts[i].name, opts[i].metavar ? " " : "",
+                 opts[i].metavar ? opts[i].metavar : "");
+        fprintf(f, "  %-28s %s\n", left, opts[i].help);
+    }
+    fprintf(f, "\nexit status: 0 ok, 1 a configuration failed (oom, error, timeout), 2 bad input\n");
+}
+
+static const cli_opt *find_opt(int id)
+{
+    for (int i = 0; i < NOPTS; i++)
+        if (opts[i].id == id) return &opts[i];
+    return NULL;
+}
+
+static dps_status bad(int id, const char *val, const char *what)
+{
+    const cli_opt *o = find_opt(id);
+    return dps_fail(DPS_ERR_USAGE, "--%s %s: %s", o ? o->name : "?", val, what);
+}
+
+static dps_status int_arg(int id, const char *val, int64_t lo, int64_t hi, int *out)
+{
+    int64_t v;
+    int rc = dps_parse_i64(val, lo, hi, &v);
+    if (rc) {
+        char what[96];
+        snprintf(what, sizeof what, "expected an integer from %" PRId64 " to %" PRId64 "%s",
+                 lo, hi, rc == -2 ? " (out of range)" : "");
+        return bad(id, val, what);
+    }
+    *out = (int)v;
+    return DPS_OK;
+}
+
+/* Comma-separated integers in [lo, hi]. */
+static dps_status int_list(int id, const char *val, int64_t lo, int64_t hi, int *out, int max,
+                           int *n)
+{
+    char buf[512];
+    if (strlen(val) >= sizeof buf) return bad(id, "...", "list too long");
+    dps_strlcpy(buf, val, sizeof buf);
+    *n = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (*n >= max) return bad(id, val, "too many entries");
+        DPS_TRY(int_arg(id, tok, lo, hi, &out[(*n)++]));
+    }
+    if (*n == 0 || val[0] == ',' || val[strlen(val) - 1] == ',' || strstr(val, ",,"))
+        return bad(id, val, "expected a comma-separated list of integers");
+    return DPS_OK;
+}
+
+static dps_status word_arg(int id, const char *val, const char *const *words, int n, int *out)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(val, words[i]) == 0) {
+            *out = i;
+            return DPS_OK;
+        }
+    char what[128] = "expected one of:";
+    for (int i = 0; i < n; i++) {
+        strncat(what, i ? ", " : " ", sizeof what - strlen(what) - 1);
+        strncat(what, words[i], sizeof what - strlen(what) - 1);
+    }
+    if (id == O_MODE) strncat(what, " (ddp is not available in this version)", sizeof what - strlen(what) - 1);
+    return bad(id, val, what);
+}
+
+static dps_status model_list(cli_args *a, const char *val)
+{
+    char buf[512];
+    if (strlen(val) >= sizeof buf) return bad(O_MODEL, "...", "list too long");
+    dps_strlcpy(buf, val, sizeof buf);
+    a->sweep_models_n = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (!model_find_preset(tok)) {
+            char what[256] = "unknown preset; one of:";
+            for (int i = 0; i < model_npresets; i++) {
+                strncat(what, " ", sizeof what - strlen(what) - 1);
+                strncat(what, model_presets[i].name, sizeof what - strlen(what) - 1);
+            }
+            return bad(O_MODEL, tok, what);
+        }
+        if (a->sweep_models_n >= CLI_MAX_LIST) return bad(O_MODEL, val, "too many presets");
+        dps_strlcpy(a->sweep_models[a->sweep_models_n++], tok, DPS_NAME_MAX);
+    }
+    if (!a->sweep_models_n) return bad(O_MODEL, val, "expected a preset name");
+    return DPS_OK;
+}
+
+static dps_status apply_opt(cli_args *a, int id, const char *val)
+{
+    dps_config *c = &a->cfg;
+    static const char *const backends[] = {"auto", "host", "cuda"};
+    static const char *const modes[] = {"dp"};
+    static const char *const precs[] = {"fp32", "bf16"};
+    static const char *const optims[] = {"sgd", "adamw"};
+    int v = 0;
+    int64_t v64;
+    uint64_t bytes;
+    double d;
+    switch (id) {
+    case O_BACKEND: DPS_TRY(word_arg(id, val, backends, 3, &v)); c->be.kind = (be_kind)v; break;
+    case O_MODE: DPS_TRY(word_arg(id, val, modes, 1, &v)); c->mode = (dps_mode)v; break;
+    case O_GPUS:
+        DPS_TRY(int_list(id, val, 1, DPS_MAX_DEVICES, a->sweep_ngpus, CLI_MAX_LIST, &a->sweep_ngpus_n));
+        if (a->cmd != CMD_SWEEP && a->sweep_ngpus_n > 1)
+            return bad(id, val, "expected one integer from 1 to 64 (lists are for `dpscale sweep`)");
+        c->ngpus = a->sweep_ngpus[0];
+        a->gpus_set = 1;
+        break;
+    case O_DEVICES:
+        DPS_TRY(int_list(id, val, 0, DPS_MAX_DEVICES - 1, c->devices, DPS_MAX_DEVICES, &c->ngpus));
+        a->devices_set = 1;
+        break;
+    case O_MODEL: DPS_TRY(model_list(a, val)); break;
+    case O_LAYERS: DPS_TRY(int_arg(id, val, 0, 4096, &a->shape_values.layers)); a->shape_override[0] = 1; break;
+    case O_WIDTH: DPS_TRY(int_arg(id, val, 1, 65536, &a->shape_values.width)); a->shape_override[1] = 1; break;
+    case O_TOKENS: DPS_TRY(int_arg(id, val, 1, 1 << 20, &a->shape_values.tokens)); a->shape_override[2] = 1; break;
+    case O_CLASSES: DPS_TRY(int_arg(id, val, 2, 1 << 20, &a->shape_values.classes)); a->shape_override[3] = 1; break;
+    case O_BATCH: DPS_TRY(int_arg(id, val, 1, 1 << 24, &c->global_batch)); a->batch_set = 1; a->batch_per_gpu = 0; break;
+    case O_BATCH_PER_GPU: DPS_TRY(int_arg(id, val, 1, 1 << 24, &a->batch_per_gpu)); a->batch_set = 0; break;
+    case O_PRECISION: DPS_TRY(word_arg(id, val, precs, 2, &v)); c->precision = (dps_precision)v; break;
+    case O_OPTIMIZER: DPS_TRY(word_arg(id, val, optims, 2, &v)); c->optimizer = (dps_optimizer)v; break;
+    case O_LR:
+        if (dps_parse_f64(val, &d) || d <= 0.0 || d > 10.0)
+            return bad(id, val, "expected a number in (0, 10]");
+        c->hp.lr = (float)d;
+        a->lr_set = 1;
+        break;
+    case O_STEPS: DPS_TRY(int_arg(id, val, 1, 10000000, &c->steps)); break;
+    case O_WARMUP: DPS_TRY(int_arg(id, val, 0, 1000000, &c->warmup)); break;
+    case O_SEED:
+        if (dps_parse_i64(val, 0, INT64_MAX, &v64))
+            return bad(id, val, "expected an integer from 0 to 9223372036854775807");
+        c->seed = (uint64_t)v64;
+        break;
+    case O_DEVICE_MEM:
+        v = dps_parse_bytes(val, &bytes);
+        if (v == -2 || (v == 0 && bytes > ((uint64_t)1 << 50)))
+            return bad(id, val, "too large (at most 1P)");
+        if (v || bytes == 0)
+            return bad(id, val, "expected a positive byte count with an optional K, M, G or T suffix");
+        c->be.device_mem = (size_t)bytes;
+        break;
+    case O_HOST_DEVICES: DPS_TRY(int_arg(id, val, 1, DPS_MAX_DEVICES, &c->be.host_devices)); break;
+    case O_CHECK: c->check = 1; break;
+    case O_GEMM_REF: c->gemm_ref = 1; break;
+    case O_OUT:
+        if (!*val || strlen(val) >= sizeof c->out_dir) return bad(id, "''", "expected a folder path");
+        dps_strlcpy(c->out_dir, val, sizeof c->out_dir);
+        break;
+    case O_NAME:
+        if (!*val || strlen(val) >= sizeof c->name || strchr(val, '/') || val[0] == '.')
+            return bad(id, val, "expected a folder name without '/' that does not start with '.'");
+        dps_strlcpy(c->name, val, sizeof c->name);
+        a->name_set = 1;
+        break;
+    case O_HELP: a->cmd = CMD_HELP; break;
+    case O_VERSION: a->cmd = CMD_VERSION; break;
+    default: return dps_fail(DPS_ERR_USAGE, "internal: unhandled option %d", id);
+    }
+    return DPS_OK;
+}
+
+static cli_cmd parse_command(const char *s)
+{
+    if (strcmp(s, "run") == 0) return CMD_RUN;
+    if (strcmp(s, "sweep") == 0) return CMD_SWEEP;
+    if (strcmp(s, "info") == 0) return CMD_INFO;
+    return CMD_NONE;
+}
+
+dps_status cli_parse(int argc, char **argv, cli_args *a)
+{
+    memset(a, 0, sizeof *a);
+    config_defaults(&a->cfg);
+    struct option lo[NOPTS + 1];
+    for (int i = 0; i < NOPTS; i++)
+        lo[i] = (struct option){opts[i].name, opts[i].metavar ? required_argument : no_argument,
+                                NULL, opts[i].id};
+    memset(&lo[NOPTS], 0, sizeof lo[NOPTS]);
+    int first = 1;
+    if (argc > 1 && argv[1][0] != '-') {
+        a->cmd = parse_command(argv[1]);
+        if (a->cmd == CMD_NONE)
+            return dps_fail(DPS_ERR_USAGE, "unknown command '%s': expected run, sweep or info "
+                            "(see dpscale --help)", argv[1]);
+        first = 2;
+    }
+    cli_cmd cmd = a->cmd;
+    opterr = 0;
+    optind = first;
+    int id;
+    while ((id = getopt_long(argc, argv, ":hV", lo, NULL)) != -1) {
+        if (id == '?')
+            return dps_fail(DPS_ERR_USAGE, "unknown option '%s' (see dpscale --help)",
+                            argv[optind - 1]);
+        if (id == ':')
+            return dps_fail(DPS_ERR_USAGE, "option '%s' needs a value (see dpscale --help)",
+                            argv[optind - 1]);
+        DPS_TRY(apply_opt(a, id, optarg));
+    }
+    if (optind < argc)
+        return dps_fail(DPS_ERR_USAGE, "unexpected argument '%s' (see dpscale --help)", argv[optind]);
+    if (a->cmd != CMD_HELP && a->cmd != CMD_VERSION) a->cmd = cmd;
+    if (a->cmd == CMD_NONE)
+        return dps_fail(DPS_ERR_USAGE, "no command: expected run, sweep or info (see dpscale --help)");
+    if (a->cmd != CMD_SWEEP && a->sweep_models_n > 1)
+        return bad(O_MODEL, "list", "one preset for `dpscale run` (lists are for `dpscale sweep`)");
+    if (a->gpus_set && a->devices_set && a->cfg.ngpus != a->sweep_ngpus[0])
+        return dps_fail(DPS_ERR_USAGE, "--gpus %d and --devices (%d devices) disagree; give one",
+                        a->sweep_ngpus[0], a->cfg.ngpus);
+    float lr = a->cfg.hp.lr; /* optimizer defaults, then an explicit --lr on top */
+    config_optimizer_defaults(&a->cfg);
+    if (a->lr_set) a->cfg.hp.lr = lr;
+    return DPS_OK;
+}
+
+static dps_status check_devices(const dps_config *c, const backend *be)
+{
+    if (c->ngpus > be->ndev)
+        return dps_fail(DPS_ERR_USAGE, "--gpus %d: the %s backend has %d device%s%s", c->ngpus,
+                        be->ops->name, be->ndev, be->ndev == 1 ? "" : "s",
+                        be->kind == BE_HOST ? " (see --host-devices)" : "");
+    for (int i = 0; i < c->ngpus; i++) {
+        if (c->devices[i] >= be->ndev)
+            return dps_fail(DPS_ERR_USAGE, "--devices: device %d does not exist; the %s backend "
+                            "has devices 0..%d", c->devices[i], be->ops->name, be->ndev - 1);
+        for (int j = 0; j < i; j++)
+            if (c->devices[j] == c->devices[i])
+                return dps_fail(DPS_ERR_USAGE, "--devices: device %d is listed twice",
+                                c->devices[i]);
+    }
+    return DPS_OK;
+}
+
+/* Rows of the global batch and the largest buffer must fit the GEMM's int
+ * dimensions and size_t. */
+static dps_status check_sizes(const dps_config *c)
+{
+    int64_t rows = (int64_t)c->global_batch * c->shape.tokens;
+    int64_t widest = c->shape.width > c->shape.classes ? c->shape.width : c->shape.classes;
+    if (rows > INT_MAX || rows * widest > ((int64_t)1 << 40))
+        return dps_fail(DPS_ERR_USAGE, "--batch %d with %d tokens and width %" PRId64 ": the "
+                        "batch is too large (batch x tokens x width must stay under 2^40)",
+                        c->global_batch, c->shape.tokens, widest);
+    if ((int64_t)c->shape.width * widest > ((int64_t)1 << 34))
+        return dps_fail(DPS_ERR_USAGE, "--width %d --classes %d: the model is too large",
+                        c->shape.width, c->shape.classes);
+    return DPS_OK;
+}
+
+dps_status cli_finish_config(cli_args *a, const char *model, int ngpus, const backend *be,
+                             dps_config *out)
+{
+    dps_config c = a->cfg;
+    const model_preset *p = model_find_preset(model);
+    dps_strlcpy(c.model, p->name, sizeof c.model);
+    c.shape = p->shape;
+    int *sv = &a->shape_values.layers;
+    int *cv = &c.shape.layers;
+    for (int i = 0; i < 4; i++)
+        if (a->shape_override[i]) cv[i] = sv[i];
+    if (a->shape_override[0] || a->shape_override[1] || a->shape_override[2] || a->shape_override[3])
+        snprintf(c.model, sizeof c.model, "%s:%dx%dx%dx%d", p->name, c.shape.layers,
+                 c.shape.width, c.shape.tokens, c.shape.classes);
+    if (!a->devices_set) {
+        c.ngpus = ngpus;
+        for (int i = 0; i < ngpus; i++) c.devices[i] = i;
+    }
+    if (a->batch_per_gpu) c.global_batch = a->batch_per_gpu * c.ngpus;
+    else if (!a->batch_set) c.global_batch = p->batch_per_gpu * c.ngpus;
+    DPS_TRY(check_devices(&c, be));
+    if (c.precision == PREC_BF16 && be->kind == BE_HOST)
+        return dps_fail(DPS_ERR_USAGE, "--precision bf16: the host backend computes in fp32 "
+                        "only; use --precision fp32 or --backend cuda");
+    DPS_TRY(check_sizes(&c));
+    *out = c;
+    return DPS_OK;
+}

@@ -1,0 +1,36 @@
+/* Command line: the option table (one table drives getopt_long and the
+ * usage text), value parsing with one-line errors, and validation of a
+ * configuration against the opened backend. */
+#ifndef DPS_CLI_H
+#define DPS_CLI_H
+
+#include <stdio.h>
+
+#include "backend.h"
+#include "config.h"
+
+typedef enum cli_cmd { CMD_NONE, CMD_RUN, CMD_SWEEP, CMD_INFO, CMD_HELP, CMD_VERSION } cli_cmd;
+
+#define CLI_MAX_LIST 16
+
+typedef struct cli_args {
+    cli_cmd cmd;
+    dps_config cfg;
+    int gpus_set, devices_set, batch_set, batch_per_gpu, lr_set, name_set, warmup_set;
+    int shape_override[4];           /* layers, width, tokens, classes given */
+    model_shape shape_values;
+    /* sweep: lists */
+    int sweep_ngpus[CLI_MAX_LIST], sweep_ngpus_n;
+    char sweep_models[CLI_MAX_LIST][DPS_NAME_MAX];
+    int sweep_models_n;
+} cli_args;
+
+/* Parses argv; DPS_ERR_USAGE with a one-line message on bad input. */
+dps_status cli_parse(int argc, char **argv, cli_args *a);
+/* Applies the preset and overrides and checks the configuration against the
+ * backend (device count, precision, sizes). DPS_ERR_USAGE on bad input. */
+dps_status cli_finish_config(cli_args *a, const char *model, int ngpus, const backend *be,
+                             dps_config *out);
+void cli_usage(FILE *f);
+
+#endif

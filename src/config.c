@@ -1,0 +1,103 @@
+/* Configuration defaults, names and identities, and the result record of a
+ * configuration (see config.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "util.h"
+
+const char *const dps_phase_names[PH_COUNT] = {
+    "load", "replicate", "scatter", "forward", "gather", "loss",
+    "backward", "reduce", "allreduce", "optimizer",
+};
+
+const char *const dps_link_names[LINK_COUNT] = {"h2d", "d2h", "p2p_sent", "p2p_recv"};
+
+const char *dps_mode_name(dps_mode m) { return m == MODE_DDP ? "ddp" : "dp"; }
+const char *dps_precision_name(dps_precision p) { return p == PREC_BF16 ? "bf16" : "fp32"; }
+const char *dps_optimizer_name(dps_optimizer o) { return o == OPT_ADAMW ? "adamw" : "sgd"; }
+
+void config_optimizer_defaults(dps_config *c)
+{
+    c->hp.step = 0;
+    if (c->optimizer == OPT_SGD) {
+        c->hp.lr = 0.01f;
+        c->hp.momentum = 0.9f;
+        c->hp.weight_decay = 0.0f;
+    } else {
+        c->hp.lr = 1e-3f;
+        c->hp.beta1 = 0.9f;
+        c->hp.beta2 = 0.999f;
+        c->hp.eps = 1e-8f;
+        c->hp.weight_decay = 0.01f;
+    }
+}
+
+void config_defaults(dps_config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->be.kind = BE_AUTO;
+    c->be.host_devices = 8;
+    c->mode = MODE_DP;
+    c->ngpus = 1;
+    const model_preset *p = model_find_preset("small");
+    dps_strlcpy(c->model, p->name, sizeof c->model);
+    c->shape = p->shape;
+    c->global_batch = 0; /* from the preset at validation */
+    c->precision = PREC_FP32;
+    c->optimizer = OPT_SGD;
+    config_optimizer_defaults(c);
+    c->steps = 20;
+    c->warmup = 3;
+    c->seed = 1234;
+    c->bucket_mb = 25.0;
+    c->overlap = 1;
+    dps_strlcpy(c->out_dir, "results", sizeof c->out_dir);
+}
+
+int config_batch_per_gpu(const dps_config *c)
+{
+    return (c->global_batch + c->ngpus - 1) / c->ngpus;
+}
+
+void config_id(const dps_config *c, char *buf, size_t len)
+{
+    int n = snprintf(buf, len, "%s-%s-%s-%s-g%d-b%d", dps_mode_name(c->mode), c->model,
+                     dps_precision_name(c->precision), dps_optimizer_name(c->optimizer),
+                     c->ngpus, c->global_batch);
+    if (c->mode == MODE_DDP && n > 0 && (size_t)n < len)
+        snprintf(buf + n, len - (size_t)n, "-bk%g%s", c->bucket_mb, c->overlap ? "" : "-nooverlap");
+}
+
+dps_status train_result_init(train_result *r, const dps_config *c, int nranks)
+{
+    memset(r, 0, sizeof *r);
+    r->nranks = nranks;
+    r->check = -1;
+    r->step_ms = calloc((size_t)c->steps, sizeof *r->step_ms);
+    r->phase_ms = calloc((size_t)c->steps * (size_t)nranks * PH_COUNT, sizeof *r->phase_ms);
+    r->loss = calloc((size_t)(c->steps + c->warmup), sizeof *r->loss);
+    if (!r->step_ms || !r->phase_ms || !r->loss) {
+        train_result_free(r);
+        return dps_fail(DPS_ERR_RUNTIME, "out of host memory for the step records");
+    }
+    return DPS_OK;
+}
+
+void train_result_free(train_result *r)
+{
+    free(r->step_ms);
+    free(r->phase_ms);
+    free(r->loss);
+    free(r->final_params);
+    r->step_ms = NULL;
+    r->phase_ms = NULL;
+    r->loss = NULL;
+    r->final_params = NULL;
+}
+
+float *train_result_phases(train_result *r, int step, int rank)
+{
+    return r->phase_ms + ((size_t)step * (size_t)r->nranks + (size_t)rank) * PH_COUNT;
+}

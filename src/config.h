@@ -1,0 +1,93 @@
+/* What one configuration is (dps_config), what running it produced
+ * (train_result), and the names shared by the modes, metrics and writers:
+ * modes, precisions, optimizers, phases, link kinds. */
+#ifndef DPS_CONFIG_H
+#define DPS_CONFIG_H
+
+#include <stdint.h>
+
+#include "backend.h"
+#include "model.h"
+
+typedef enum dps_mode { MODE_DP, MODE_DDP } dps_mode;
+typedef enum dps_precision { PREC_FP32, PREC_BF16 } dps_precision;
+typedef enum dps_optimizer { OPT_SGD, OPT_ADAMW } dps_optimizer;
+
+typedef enum dps_phase {
+    PH_LOAD, PH_REPLICATE, PH_SCATTER, PH_FORWARD, PH_GATHER, PH_LOSS,
+    PH_BACKWARD, PH_REDUCE, PH_ALLREDUCE, PH_OPTIMIZER, PH_COUNT
+} dps_phase;
+extern const char *const dps_phase_names[PH_COUNT];
+
+/* Bytes a device moved, by the link they crossed. */
+typedef enum dps_link { LINK_H2D, LINK_D2H, LINK_P2P_SENT, LINK_P2P_RECV, LINK_COUNT } dps_link;
+extern const char *const dps_link_names[LINK_COUNT];
+
+const char *dps_mode_name(dps_mode m);
+const char *dps_precision_name(dps_precision p);
+const char *dps_optimizer_name(dps_optimizer o);
+
+#define DPS_PATH_MAX 1024
+#define DPS_NAME_MAX 128
+
+typedef struct dps_config {
+    be_options be;
+    dps_mode mode;
+    int ngpus;
+    int devices[DPS_MAX_DEVICES];
+    char model[DPS_NAME_MAX];
+    model_shape shape;
+    int global_batch;         /* samples per step, all devices together */
+    dps_precision precision;
+    dps_optimizer optimizer;
+    dps_opt_hparams hp;
+    int steps, warmup;
+    uint64_t seed;
+    int check;
+    int gemm_ref;             /* time the step's GEMMs alone for comparison */
+    double bucket_mb;         /* ddp */
+    int overlap;              /* ddp */
+    char out_dir[DPS_PATH_MAX];
+    char name[DPS_NAME_MAX];
+} dps_config;
+
+/* Fills defaults (small preset, dp, 1 device, fp32, SGD, host capacity off). */
+void config_defaults(dps_config *c);
+/* Samples on the most loaded device: ceil(global / ngpus), torch.chunk's size. */
+int config_batch_per_gpu(const dps_config *c);
+/* Stable identity of a configuration, e.g. "dp-tiny-fp32-sgd-g4-b32". */
+void config_id(const dps_config *c, char *buf, size_t len);
+/* Optimizer defaults as PyTorch's (lr per optimizer). */
+void config_optimizer_defaults(dps_config *c);
+
+/* Per device: memory peaks and bytes moved per timed step. */
+typedef struct dev_stats {
+    int dev;                          /* backend device index */
+    char name[128];
+    uint64_t alloc_peak, device_peak, capacity;
+    double phase_bytes[PH_COUNT];     /* per step, sent + received */
+    double link_bytes[LINK_COUNT];    /* per step */
+} dev_stats;
+
+typedef struct train_result {
+    dps_status status;
+    char error[DPS_ERRMSG_MAX];
+    int nranks;            /* devices (dp) or ranks (ddp) with records */
+    int steps_done;        /* timed steps completed */
+    double *step_ms;       /* [steps] slowest rank's step time */
+    float *phase_ms;       /* [steps][nranks][PH_COUNT] */
+    float *loss;           /* [warmup + steps] */
+    int losses_done;
+    dev_stats dev[DPS_MAX_DEVICES];
+    float *final_params;   /* host copy after training, for --check */
+    size_t nparams;
+    int check;             /* -1 not run, 0 failed, 1 passed */
+    double check_max_rel_diff;
+    double gemm_ref_tflops; /* 0 when not measured */
+} train_result;
+
+dps_status train_result_init(train_result *r, const dps_config *c, int nranks);
+void train_result_free(train_result *r);
+float *train_result_phases(train_result *r, int step, int rank);
+
+#endif

@@ -1,0 +1,39 @@
+/* Error codes and messages. Functions return a dps_status; the message
+ * (what failed, where, what to do) is kept per thread and read by the
+ * caller that decides what to do with it. Only main() exits. */
+#ifndef DPS_ERR_H
+#define DPS_ERR_H
+
+typedef enum dps_status {
+    DPS_OK = 0,
+    DPS_ERR_RUNTIME,  /* a library call or the harness failed */
+    DPS_ERR_OOM,      /* a device ran out of memory */
+    DPS_ERR_TIMEOUT,  /* a step or a rank exceeded its time */
+    DPS_ERR_USAGE,    /* bad input from the user: exit 2 */
+} dps_status;
+
+#define DPS_ERRMSG_MAX 1024
+
+/* Sets this thread's message and returns code. printf-style. */
+dps_status dps_fail(dps_status code, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* This thread's last message ("" if none). */
+const char *dps_errmsg(void);
+/* Copies a message (from another thread) into this thread's slot. */
+dps_status dps_fail_copy(dps_status code, const char *msg);
+/* Status name as written in runs.csv. */
+const char *dps_status_name(dps_status code);
+
+/* Returns from the calling function when expr fails. */
+#define DPS_TRY(expr)                        \
+    do {                                     \
+        dps_status dps_try_rc_ = (expr);     \
+        if (dps_try_rc_ != DPS_OK)           \
+            return dps_try_rc_;              \
+    } while (0)
+
+/* Logging to stderr, prefixed "dpscale: ". */
+void dps_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void dps_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#endif

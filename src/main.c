@@ -1,0 +1,165 @@
+/* dpscale: entry point. Parses the command line and dispatches to run,
+ * sweep or info; the only place that exits. Exit status: 0 ok, 1 a
+ * configuration failed, 2 bad input. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dps_config.h"
+#include "version.h"
+#include "cli.h"
+#include "results.h"
+#include "run.h"
+#include "util.h"
+
+static void default_name(char *buf, size_t len)
+{
+    char host[64] = "host";
+    gethostname(host, sizeof host - 1);
+    host[strcspn(host, ".")] = '\0';
+    time_t t = time(NULL);
+    struct tm tm;
+    localtime_r(&t, &tm);
+    char stamp[32];
+    strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+    snprintf(buf, len, "%s-%s", stamp, host);
+}
+
+static int usage_error(void)
+{
+    fprintf(stderr, "dpscale: %s\n", dps_errmsg());
+    return 2;
+}
+
+static void print_info(const backend *be)
+{
+    printf("dpscale %s (%s)\n", DPS_VERSION, DPS_GIT_DESCRIBE);
+#ifdef DPS_HAVE_CUDA
+    printf("built with: CUDA kernels, cuBLAS%s%s\n",
+#ifdef DPS_HAVE_NCCL
+           ", NCCL " DPS_NCCL_BUILD_VERSION,
+#else
+           "",
+#endif
+#ifdef DPS_HAVE_NVTX
+           ", NVTX");
+#else
+           "");
+#endif
+#else
+    printf("built with: host backend only (no CUDA)\n");
+#endif
+    printf("backend: %s%s (%s)\n", be->ops->name,
+           be->emulated ? ", emulated devices: timings describe the CPU, not a GPU" : "",
+           be->versions);
+    for (int d = 0; d < be->ndev; d++) {
+        char cap[32] = "unlimited";
+        if (be->info[d].total_bytes) dps_fmt_bytes(be->info[d].total_bytes, cap, sizeof cap);
+        printf("  device %d: %s, memory %s, bus %s\n", d, be->info[d].name, cap,
+               be->info[d].bus_id);
+    }
+    printf("\npresets:\n  %-11s %6s %6s %6s %6s %12s %16s  %s\n", "name", "layers", "width",
+           "tokens", "classes", "params", "fwd GFLOP/smp", "shaped after");
+    for (int i = 0; i < model_npresets; i++) {
+        const model_preset *p = &model_presets[i];
+        printf("  %-11s %6d %6d %6d %7d %12zu %16.3f  %s\n", p->name, p->shape.layers,
+               p->shape.width, p->shape.tokens, p->shape.classes, model_param_count(p->shape),
+               model_fwd_flops_per_sample(p->shape) / 1e9, p->like);
+    }
+    printf("  (forward GFLOP per sample = 2 x matmul params x tokens; a training step is 3x that)\n");
+}
+
+/* Every configuration of the command, validated before anything runs. */
+static dps_status build_configs(cli_args *a, const backend *be, dps_config **out, int *n)
+{
+    int ng[CLI_MAX_LIST], nng = a->sweep_ngpus_n;
+    memcpy(ng, a->sweep_ngpus, sizeof ng);
+    if (a->cmd == CMD_SWEEP && !a->gpus_set && !a->devices_set) {
+        nng = 0;
+        for (int g = 1; g <= be->ndev && g <= (be->emulated ? 4 : 8); g *= 2) ng[nng++] = g;
+    } else if (!a->gpus_set) {
+        ng[0] = a->cfg.ngpus;
+        nng = 1;
+    }
+    if (a->sweep_models_n == 0) {
+        dps_strlcpy(a->sweep_models[0], a->cfg.model, DPS_NAME_MAX);
+        a->sweep_models_n = 1;
+    }
+    *out = calloc((size_t)(nng * a->sweep_models_n), sizeof **out);
+    if (!*out) return dps_fail(DPS_ERR_RUNTIME, "out of host memory");
+    *n = 0;
+    for (int m = 0; m < a->sweep_models_n; m++)
+        for (int g = 0; g < nng; g++)
+            DPS_TRY(cli_finish_config(a, a->sweep_models[m], ng[g], be, &(*out)[(*n)++]));
+    return DPS_OK;
+}
+
+static int run_all(cli_args *a, int argc, char **argv)
+{
+    backend *be = NULL;
+    dps_status rc = be_open(&a->cfg.be, &be);
+    if (rc) {
+        fprintf(stderr, "dpscale: %s\n", dps_errmsg());
+        return rc == DPS_ERR_USAGE ? 2 : 1;
+    }
+    dps_config *cfgs = NULL;
+    int n = 0, status = 0;
+    results_dir rd;
+    if (!a->name_set) default_name(a->cfg.name, sizeof a->cfg.name);
+    rc = build_configs(a, be, &cfgs, &n);
+    if (!rc) rc = results_open(&rd, a->cfg.out_dir, a->cfg.name);
+    char start[32];
+    dps_utc_iso8601(start, sizeof start);
+    if (!rc) rc = results_write_meta(&rd, be, argc, argv, start, NULL);
+    if (rc) {
+        status = rc == DPS_ERR_USAGE ? usage_error() : (dps_log("%s", dps_errmsg()), 1);
+    } else {
+        printf("# results: %s\n", rd.dir);
+        results_table_header(stdout, be);
+        int failed = 0;
+        for (int i = 0; i < n; i++) {
+            if (run_config(&cfgs[i], be, &rd) != DPS_OK) failed++;
+        }
+        char end[32];
+        dps_utc_iso8601(end, sizeof end);
+        if (results_write_meta(&rd, be, argc, argv, start, end)) dps_log("%s", dps_errmsg());
+        printf("# %d configuration%s, %d failed; results in %s\n", n, n == 1 ? "" : "s",
+               failed, rd.dir);
+        status = failed ? 1 : 0;
+    }
+    free(cfgs);
+    be_close(be);
+    return status;
+}
+
+int main(int argc, char **argv)
+{
+    cli_args *a = calloc(1, sizeof *a);
+    if (!a) {
+        fprintf(stderr, "dpscale: out of memory\n");
+        return 1;
+    }
+    int status = 0;
+    if (cli_parse(argc, argv, a) != DPS_OK) {
+        status = usage_error();
+    } else if (a->cmd == CMD_HELP) {
+        cli_usage(stdout);
+    } else if (a->cmd == CMD_VERSION) {
+        printf("dpscale %s (%s)\n", DPS_VERSION, DPS_GIT_DESCRIBE);
+    } else if (a->cmd == CMD_INFO) {
+        backend *be = NULL;
+        if (be_open(&a->cfg.be, &be) != DPS_OK) {
+            fprintf(stderr, "dpscale: %s\n", dps_errmsg());
+            status = 1;
+        } else {
+            print_info(be);
+            be_close(be);
+        }
+    } else {
+        status = run_all(a, argc, argv);
+    }
+    free(a);
+    return status;
+}

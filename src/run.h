@@ -1,0 +1,27 @@
+/* Runs one configuration end to end: the mode's training loop, the
+ * optional correctness check and GEMM reference, the statistics, the rows
+ * in the results folder and the line on stdout. */
+#ifndef DPS_RUN_H
+#define DPS_RUN_H
+
+#include "backend.h"
+#include "config.h"
+#include "results.h"
+
+/* Tolerance of --check on the normwise relative difference of the final
+ * parameters, max|p - p_ref| / max|p_ref| (fp32: summation order differs
+ * between one and several devices, nothing else). */
+#define DPS_CHECK_TOL_FP32 1e-5
+#define DPS_CHECK_TOL_BF16 2e-2
+
+/* Returns the configuration's status (DPS_OK, DPS_ERR_OOM, ...); a failure
+ * to write the results is returned as DPS_ERR_RUNTIME with its message. */
+dps_status run_config(const dps_config *cfg, backend *be, const results_dir *rd);
+
+/* max|a - b| / max|b| over n values (0 when b is all zeros and a == b). */
+double run_max_rel_diff(const float *a, const float *b, size_t n);
+
+/* Times the GEMMs of one step on `rows` rows of one device: TFLOP/s. */
+dps_status gemm_reference(backend *be, int dev, model_shape s, int rows, double *tflops);
+
+#endif

@@ -1,0 +1,26 @@
+/* NVTX ranges in the "dpscale" domain: one colour per phase, a range per
+ * step carrying its index. Compiled out when NVTX is not built in
+ * (-Dnvtx=disabled or no toolkit headers). */
+#ifndef DPS_TRACE_H
+#define DPS_TRACE_H
+
+#include "dps_config.h"
+#include "config.h"
+
+#ifdef DPS_HAVE_NVTX
+#include <nvtx3/nvToolsExt.h>
+
+void trace_init(void);
+void trace_push_phase(dps_phase ph);
+void trace_push_step(int step);
+void trace_pop(void);
+void trace_name_thread(const char *name);
+#else
+static inline void trace_init(void) {}
+static inline void trace_push_phase(dps_phase ph) { (void)ph; }
+static inline void trace_push_step(int step) { (void)step; }
+static inline void trace_pop(void) {}
+static inline void trace_name_thread(const char *name) { (void)name; }
+#endif
+
+#endif
