@@ -29,7 +29,7 @@ static const cli_opt opts[] = {
     {"mode", O_MODE, "dp", "strategy: dp = DataParallel (ddp comes in a later version)"},
     {"gpus", O_GPUS, "N", "number of devices, 1..64 (sweep: a list, e.g. 1,2,4)"},
     {"devices", O_DEVICES, "LIST", "device indices, e.g. 0,2,3 (implies --gpus)"},
-    {"model", O_MODEL, "PRESET", "model preset (see `dpscale info`; sweep: a list)"},
+    {"model", O_MODEL, "PRESET", "model preset, default small (see `dpscale info`; sweep: a list)"},
     {"layers", O_LAYERS, "N", "override: hidden layers, 0..4096"},
     {"width", O_WIDTH, "N", "override: hidden width, 1..65536"},
     {"tokens", O_TOKENS, "N", "override: tokens (rows) per sample, 1..1048576"},

@@ -324,13 +324,18 @@ void results_table_row(FILE *f, const dps_config *c, const train_result *res,
         if (res->dev[i].alloc_peak > o) o = res->dev[i].alloc_peak;
     if (c->ngpus > 1) dps_fmt_bytes(o, other, sizeof other);
     const char *check = res->check < 0 ? "-" : res->check ? "pass" : "FAIL";
-    fprintf(f, "  %-4s %4d %-10s %-4s %-5s %6d %10.3f %10.3f %10.3f %11.1f %9.4f %10s %10s "
-            "%9.4f %-5s %s\n", dps_mode_name(c->mode), c->ngpus, c->model,
-            dps_precision_name(c->precision), dps_optimizer_name(c->optimizer),
-            c->global_batch, s->step.median, s->step.p10, s->step.p90, s->samples_per_s,
-            s->model_tflops, g0, other,
-            res->losses_done ? res->loss[res->losses_done - 1] : NAN, check,
-            dps_status_name(res->status));
+    char num[6][24];
+    const double v[6] = {s->step.median, s->step.p10, s->step.p90, s->samples_per_s,
+                         s->model_tflops, res->losses_done ? res->loss[res->losses_done - 1] : NAN};
+    static const char *const fmt[6] = {"%.3f", "%.3f", "%.3f", "%.1f", "%.4f", "%.4f"};
+    for (int i = 0; i < 6; i++) {
+        if (isfinite(v[i])) snprintf(num[i], sizeof num[i], fmt[i], v[i]);
+        else dps_strlcpy(num[i], "-", sizeof num[i]);
+    }
+    fprintf(f, "  %-4s %4d %-10s %-4s %-5s %6d %10s %10s %10s %11s %9s %10s %10s %9s %-5s %s\n",
+            dps_mode_name(c->mode), c->ngpus, c->model, dps_precision_name(c->precision),
+            dps_optimizer_name(c->optimizer), c->global_batch, num[0], num[1], num[2], num[3],
+            num[4], g0, other, num[5], check, dps_status_name(res->status));
     if (res->status) fprintf(f, "#   %s: %s\n", dps_status_name(res->status), res->error);
     fflush(f);
 }

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Installs what dpscale needs to build and plot (Debian packages, only those
+# missing) and configures a Meson build folder. Idempotent: a configured
+# folder is left as it is.
+#   scripts/setup.sh                  configure build/
+#   scripts/setup.sh DIR [-Dopt=val]  configure DIR with extra Meson options
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+builddir=${1:-build}
+[ $# -gt 0 ] && shift
+
+missing=()
+command -v cc >/dev/null 2>&1 || missing+=(gcc libc6-dev)
+command -v meson >/dev/null 2>&1 || missing+=(meson)
+command -v ninja >/dev/null 2>&1 || missing+=(ninja-build)
+command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
+command -v git >/dev/null 2>&1 || missing+=(git)
+pkg-config --exists openblas 2>/dev/null || missing+=(libopenblas-dev)
+/usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1 || missing+=(python3-matplotlib)
+
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  sudo=
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null 2>&1 || {
+      echo "setup: need root to install ${missing[*]}: run as root or install them with apt-get" >&2
+      exit 1
+    }
+    sudo=sudo
+  fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+if [ -f "$builddir/build.ninja" ]; then
+  if [ $# -gt 0 ]; then
+    meson configure "$builddir" "$@"
+  fi
+  echo "setup: $builddir is configured (run: ninja -C $builddir)"
+else
+  meson setup "$builddir" "$@"
+fi

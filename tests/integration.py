@@ -1,0 +1,223 @@
+#!/usr/bin/env python3
+"""Integration tests: run the dpscale binary on the host backend and read
+its results folder. Usage: integration.py DPSCALE CASE [ARGS...]; exit 0
+pass, 1 fail, 77 skip (meson's convention). Standard library only."""
+import csv
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+RUNS_REQUIRED = [
+    "config_id", "status", "error", "backend", "mode", "ngpus", "model", "params",
+    "precision", "optimizer", "global_batch", "batch_per_gpu", "bucket_mb", "overlap",
+    "steps", "step_ms_median", "step_ms_p10", "step_ms_p90", "step_ms_mean", "step_ms_stdev",
+    "samples_per_s", "model_tflops", "loss_first", "loss_last", "check",
+]
+PHASES = ["load", "replicate", "scatter", "forward", "gather", "loss", "backward",
+          "reduce", "optimizer"]
+STEPS_REQUIRED = ["config_id", "step", "rank", "step_ms"] + [p + "_ms" for p in PHASES]
+DEVICES_REQUIRED = ["config_id", "device", "alloc_peak_bytes", "device_peak_bytes",
+                    "h2d_bytes_per_step", "p2p_sent_bytes_per_step", "p2p_recv_bytes_per_step"]
+PHASES_REQUIRED = ["config_id", "device", "phase", "median_ms", "share_of_step"]
+META_REQUIRED = ["command_line", "start_time", "end_time", "host", "backend", "devices",
+                 "topology", "versions", "dpscale_version", "git_describe"]
+
+
+class Failure(Exception):
+    pass
+
+
+def expect(cond, what):
+    if not cond:
+        raise Failure(what)
+
+
+def dpscale(binary, *args, out, name="t", check_rc=None):
+    cmd = [binary, *args, "--backend", "host", "--out", out, "--name", name]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if check_rc is not None and p.returncode != check_rc:
+        raise Failure(f"{' '.join(cmd)}: exit {p.returncode}, expected {check_rc}\n"
+                      f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}")
+    return p
+
+
+def read_csv(path, required):
+    expect(os.path.exists(path), f"{path} is missing")
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+        f.seek(0)
+        header = next(csv.reader(f))
+    missing = [c for c in required if c not in header]
+    expect(not missing, f"{path}: missing columns {missing}")
+    for i, r in enumerate(rows):
+        expect(None not in r and None not in r.values(), f"{path}:{i + 2}: wrong field count")
+    return rows
+
+
+def read_folder(folder):
+    """Every file of a results folder, checked for its columns and shape."""
+    runs = read_csv(os.path.join(folder, "runs.csv"), RUNS_REQUIRED)
+    devices = read_csv(os.path.join(folder, "devices.csv"), DEVICES_REQUIRED)
+    steps = read_csv(os.path.join(folder, "steps.csv"), STEPS_REQUIRED) \
+        if os.path.exists(os.path.join(folder, "steps.csv")) else []
+    phases = read_csv(os.path.join(folder, "phases.csv"), PHASES_REQUIRED)
+    with open(os.path.join(folder, "meta.json")) as f:
+        meta = json.load(f)
+    missing = [k for k in META_REQUIRED if k not in meta]
+    expect(not missing, f"meta.json lacks {missing}")
+    expect(meta["end_time"], "meta.json has no end_time")
+    for r in runs:
+        ng = int(r["ngpus"])
+        mine = [d for d in devices if d["config_id"] == r["config_id"]]
+        expect(len(mine) == ng, f"devices.csv: {len(mine)} rows for {r['config_id']}, want {ng}")
+        if r["status"] == "ok":
+            st = [s for s in steps if s["config_id"] == r["config_id"]]
+            expect(len(st) == ng * int(r["steps"]),
+                   f"steps.csv: {len(st)} rows for {r['config_id']}, want {ng * int(r['steps'])}")
+            for s in st:
+                expect(float(s["step_ms"]) > 0, "steps.csv: a step took no time")
+            expect(float(r["step_ms_p10"]) <= float(r["step_ms_median"]) <= float(r["step_ms_p90"]),
+                   "runs.csv: p10 <= median <= p90 does not hold")
+    return runs, devices, steps, phases, meta
+
+
+def case_check(binary, ngpus, optimizer, batch):
+    """dp on N devices trains exactly as one device does (--check)."""
+    with tempfile.TemporaryDirectory() as out:
+        dpscale(binary, "run", "--model", "tiny", "--gpus", ngpus, "--optimizer", optimizer,
+                "--batch", batch, "--steps", "6", "--warmup", "2", "--check", out=out, check_rc=0)
+        runs, devices, steps, phases, _ = read_folder(os.path.join(out, "t"))
+        r = runs[0]
+        expect(r["status"] == "ok", f"status {r['status']}: {r['error']}")
+        expect(r["check"] == "pass", f"check {r['check']} ({r['check_max_rel_diff']})")
+        expect(float(r["check_max_rel_diff"]) <= 1e-5, "max relative difference above 1e-5")
+        # torch.chunk: devices past the last chunk do nothing
+        size = -(-int(batch) // int(ngpus))
+        used = -(-int(batch) // size)
+        for d in devices[used:]:
+            expect(int(d["alloc_peak_bytes"]) == 0, f"idle device {d['device']} allocated")
+
+
+def case_learns(binary, ngpus):
+    """Training works: the loss falls clearly over 40 steps (AdamW)."""
+    with tempfile.TemporaryDirectory() as out:
+        dpscale(binary, "run", "--model", "tiny", "--gpus", ngpus, "--optimizer", "adamw",
+                "--lr", "0.01", "--steps", "40", "--warmup", "0", out=out, check_rc=0)
+        r = read_folder(os.path.join(out, "t"))[0][0]
+        first, last = float(r["loss_first"]), float(r["loss_last"])
+        expect(last < 0.92 * first, f"loss {first} -> {last}: did not fall by 8 %")
+
+
+def case_imbalance(binary):
+    """Device 0 holds the batch, the gathered logits and the optimizer state."""
+    with tempfile.TemporaryDirectory() as out:
+        dpscale(binary, "run", "--model", "small", "--gpus", "4", "--steps", "3",
+                "--optimizer", "adamw", out=out, check_rc=0)
+        _, devices, _, phases, _ = read_folder(os.path.join(out, "t"))
+        peaks = [int(d["alloc_peak_bytes"]) for d in devices]
+        expect(all(peaks[0] > p for p in peaks[1:]), f"device 0 not above the others: {peaks}")
+        expect(all(p > 0 for p in peaks), f"a device allocated nothing: {peaks}")
+        sent = [float(d["p2p_sent_bytes_per_step"]) for d in devices]
+        expect(sent[0] > max(sent[1:]), f"device 0 does not send the most: {sent}")
+        rep = [p for p in phases if p["phase"] == "replicate" and p["device"] == "1"]
+        expect(rep and float(rep[0]["bytes_per_step"]) > 0, "replicate moved no bytes to device 1")
+
+
+def case_oom(binary):
+    """A capacity that fits every device but device 0 gives status oom naming device 0."""
+    with tempfile.TemporaryDirectory() as out:
+        args = ["run", "--model", "small", "--gpus", "3", "--steps", "2"]
+        dpscale(binary, *args, out=out, name="free", check_rc=0)
+        _, devices, _, _, _ = read_folder(os.path.join(out, "free"))
+        peaks = [int(d["alloc_peak_bytes"]) for d in devices]
+        cap = (peaks[0] + max(peaks[1:])) // 2
+        p = dpscale(binary, *args, "--device-mem", str(cap), out=out, name="capped", check_rc=1)
+        runs, devices, steps, _, _ = read_folder(os.path.join(out, "capped"))
+        expect(len(runs) == 1 and runs[0]["status"] == "oom", f"runs.csv: {runs}")
+        expect("device 0" in runs[0]["error"], f"error does not name device 0: {runs[0]['error']}")
+        expect("out of memory" in p.stdout, "the table does not show the out-of-memory")
+        expect(not steps, "steps.csv has rows for a configuration that never stepped")
+        expect(int(devices[0]["alloc_peak_bytes"]) <= cap, "device 0 went past its capacity")
+
+
+BAD_INPUTS = [
+    (["run", "--bogus"], "--bogus"),
+    (["run", "--gpus"], "--gpus"),
+    (["run", "--gpus", "x"], "--gpus"),
+    (["run", "--gpus", "0"], "--gpus"),
+    (["run", "--gpus", "-2"], "--gpus"),
+    (["run", "--gpus", "18446744073709551617"], "--gpus"),
+    (["run", "--gpus", "9"], "--gpus 9"),
+    (["run", "--devices", "0,8"], "--devices"),
+    (["run", "--devices", "1,1"], "--devices"),
+    (["run", "--model", "huge"], "--model"),
+    (["run", "--precision", "bf16"], "--precision bf16"),
+    (["run", "--steps", "99999999999"], "--steps"),
+    (["run", "--batch", "0"], "--batch"),
+    (["run", "--device-mem", "lots"], "--device-mem"),
+    (["run", "--optimizer", "lion"], "--optimizer"),
+    (["run", "--width", "0"], "--width"),
+    (["run", "--batch", "16777216", "--tokens", "1048576"], "--batch"),
+    (["frobnicate"], "frobnicate"),
+]
+
+
+def case_bad_input(binary):
+    """Each bad value: exit 2, one line naming the option, no files written."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "res")
+        for args, needle in BAD_INPUTS:
+            p = dpscale(binary, *args, "--host-devices", "8", out=out)
+            lines = [l for l in p.stderr.splitlines() if not l.startswith("dpscale: backend auto")]
+            expect(p.returncode == 2, f"{args}: exit {p.returncode}, expected 2 ({p.stderr})")
+            expect(len(lines) == 1 and needle in lines[0], f"{args}: stderr {p.stderr!r}")
+            expect("Segmentation" not in p.stderr and p.stdout == "", f"{args}: output {p.stdout!r}")
+            expect(not os.path.exists(out), f"{args}: created {out}")
+        # an output folder that cannot be written
+        blocker = os.path.join(tmp, "file")
+        open(blocker, "w").close()
+        p = dpscale(binary, "run", "--steps", "1", out=os.path.join(blocker, "sub"))
+        expect(p.returncode == 2 and "--out" in p.stderr, f"unwritable --out: {p.returncode} {p.stderr}")
+
+
+def case_cuda_absent(binary):
+    """Without a GPU, --backend cuda fails clearly (exit 1) and auto falls back."""
+    p = subprocess.run([binary, "info", "--backend", "cuda"], capture_output=True, text=True)
+    if p.returncode == 0:
+        return 77  # a GPU and a CUDA backend are present: nothing to test here
+    expect(p.returncode == 1, f"--backend cuda: exit {p.returncode}")
+    expect("--backend cuda" in p.stderr and "host" in p.stderr, f"message: {p.stderr!r}")
+    p = subprocess.run([binary, "info"], capture_output=True, text=True)
+    expect(p.returncode == 0 and "backend: host" in p.stdout, f"auto: {p.stdout!r} {p.stderr!r}")
+    return 0
+
+
+def case_sweep(binary):
+    """The built-in sweep runs every configuration into one folder."""
+    with tempfile.TemporaryDirectory() as out:
+        dpscale(binary, "sweep", "--model", "tiny,small", "--steps", "2", "--warmup", "1",
+                out=out, check_rc=0)
+        runs, _, _, _, _ = read_folder(os.path.join(out, "t"))
+        got = sorted((r["model"], int(r["ngpus"])) for r in runs)
+        want = sorted((m, g) for m in ("tiny", "small") for g in (1, 2, 4))
+        expect(got == want, f"sweep ran {got}")
+
+
+CASES = {"check": case_check, "learns": case_learns, "imbalance": case_imbalance, "oom": case_oom,
+         "bad_input": case_bad_input, "cuda_absent": case_cuda_absent, "sweep": case_sweep}
+
+
+def main():
+    binary, case, args = sys.argv[1], sys.argv[2], sys.argv[3:]
+    try:
+        rc = CASES[case](binary, *args)
+    except Failure as e:
+        print(f"FAIL {case} {' '.join(args)}: {e}", file=sys.stderr)
+        return 1
+    return rc or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

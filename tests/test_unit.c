@@ -1,0 +1,387 @@
+/* Unit tests of the harness pieces that need no device: chunking, statistics,
+ * the CSV writer, CLI errors, presets, number parsing, the shared
+ * element-wise math, and the model's gradients against finite differences.
+ * Usage: test_unit GROUP (one meson test per group). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "cli.h"
+#include "csv.h"
+#include "dp.h"
+#include "metrics.h"
+#include "model.h"
+#include "run.h"
+#include "util.h"
+
+static int failures;
+
+#define EXPECT(cond)                                                        \
+    do {                                                                    \
+        if (!(cond)) {                                                      \
+            fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #cond); \
+            failures++;                                                     \
+        }                                                                   \
+    } while (0)
+
+#define EXPECT_NEAR(a, b, tol)                                              \
+    do {                                                                    \
+        double a_ = (a), b_ = (b);                                          \
+        if (!(fabs(a_ - b_) <= (tol))) {                                    \
+            fprintf(stderr, "%s:%d: %s = %.9g, expected %.9g (tol %g)\n",   \
+                    __FILE__, __LINE__, #a, a_, b_, (double)(tol));         \
+            failures++;                                                     \
+        }                                                                   \
+    } while (0)
+
+static void expect_chunks(int batch, int n, const int *want, int want_chunks)
+{
+    int got[64];
+    int k = dp_chunk_sizes(batch, n, got);
+    EXPECT(k == want_chunks);
+    for (int i = 0; i < n; i++)
+        if (got[i] != want[i]) {
+            fprintf(stderr, "chunk(%d, %d)[%d] = %d, expected %d\n", batch, n, i, got[i], want[i]);
+            failures++;
+        }
+}
+
+static void test_chunk(void)
+{
+    expect_chunks(10, 4, (int[]){3, 3, 3, 1}, 4);
+    expect_chunks(5, 4, (int[]){2, 2, 1, 0}, 3);  /* torch.chunk: only 3 chunks */
+    expect_chunks(8, 4, (int[]){2, 2, 2, 2}, 4);
+    expect_chunks(2, 4, (int[]){1, 1, 0, 0}, 2);
+    expect_chunks(7, 1, (int[]){7}, 1);
+    expect_chunks(9, 2, (int[]){5, 4}, 2);
+    expect_chunks(6, 4, (int[]){2, 2, 2, 0}, 3);
+    expect_chunks(1, 3, (int[]){1, 0, 0}, 1);
+    /* the sizes always add up to the batch */
+    for (int b = 1; b < 70; b++)
+        for (int n = 1; n <= 8; n++) {
+            int got[8], sum = 0;
+            dp_chunk_sizes(b, n, got);
+            for (int i = 0; i < n; i++) sum += got[i];
+            EXPECT(sum == b);
+        }
+}
+
+static void test_stats(void)
+{
+    double x[] = {5, 1, 4, 2, 3}; /* unsorted on purpose */
+    dps_stats s;
+    stats_compute(x, 5, &s);
+    EXPECT_NEAR(s.median, 3.0, 1e-12);
+    EXPECT_NEAR(s.mean, 3.0, 1e-12);
+    EXPECT_NEAR(s.p10, 1.4, 1e-12);     /* numpy.percentile(x, 10) */
+    EXPECT_NEAR(s.p90, 4.6, 1e-12);
+    EXPECT_NEAR(s.stdev, sqrt(2.5), 1e-12);
+    EXPECT_NEAR(s.min, 1.0, 0);
+    EXPECT_NEAR(s.max, 5.0, 0);
+    double y[] = {1, 2, 3, 4};
+    stats_compute(y, 4, &s);
+    EXPECT_NEAR(s.median, 2.5, 1e-12);
+    EXPECT_NEAR(s.p10, 1.3, 1e-12);
+    double one = 7.0;
+    stats_compute(&one, 1, &s);
+    EXPECT(s.median == 7.0 && s.p10 == 7.0 && s.p90 == 7.0 && s.stdev == 0.0);
+    stats_compute(NULL, 0, &s);
+    EXPECT(isnan(s.median));
+    EXPECT_NEAR(busbw_allreduce(10.0, 4), 15.0, 1e-12);
+    EXPECT_NEAR(busbw_allreduce(10.0, 2), 10.0, 1e-12);
+    EXPECT_NEAR(busbw_allreduce(10.0, 1), 0.0, 0);
+}
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    static char buf[8192];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+static void test_csv(void)
+{
+    char dir[] = "/tmp/dpscale-csv-XXXXXX";
+    EXPECT(mkdtemp(dir) != NULL);
+    char path[256];
+    snprintf(path, sizeof path, "%s/t.csv", dir);
+    static const char *const cols[] = {"name", "value_ms", "note"};
+    csv_buf b;
+    csv_init(&b);
+    csv_str(&b, "plain");
+    csv_num(&b, 1.5, 2);
+    csv_str(&b, "has,comma");
+    csv_end_row(&b);
+    csv_str(&b, "quote\"d");
+    csv_num(&b, NAN, 2);
+    csv_str(&b, "line\nbreak");
+    csv_end_row(&b);
+    csv_str(&b, " padded");
+    csv_int(&b, -3);
+    csv_empty(&b);
+    csv_end_row(&b);
+    EXPECT(csv_append(path, cols, 3, &b) == DPS_OK);
+    const char *want = "name,value_ms,note\nplain,1.50,\"has,comma\"\n"
+                       "\"quote\"\"d\",,\"line\nbreak\"\n\" padded\",-3,\n";
+    char *got = slurp(path);
+    EXPECT(got && strcmp(got, want) == 0);
+    /* a second append adds rows without a second header */
+    EXPECT(csv_append(path, cols, 3, &b) == DPS_OK);
+    got = slurp(path);
+    EXPECT(got && strlen(got) == 2 * strlen(want) - strlen("name,value_ms,note\n"));
+    /* a file with other columns is refused and left alone */
+    static const char *const other[] = {"name", "value_s"};
+    EXPECT(csv_append(path, other, 2, &b) == DPS_ERR_USAGE);
+    EXPECT(strstr(dps_errmsg(), "header differs") != NULL);
+    csv_free(&b);
+    unlink(path);
+    rmdir(dir);
+}
+
+static dps_status parse(const char *line, cli_args *a)
+{
+    char buf[512], *argv[32];
+    int argc = 0;
+    snprintf(buf, sizeof buf, "dpscale %s", line);
+    for (char *t = strtok(buf, " "); t && argc < 31; t = strtok(NULL, " ")) argv[argc++] = t;
+    argv[argc] = NULL;
+    return cli_parse(argc, argv, a);
+}
+
+static void expect_usage(const char *line, const char *needle)
+{
+    static cli_args a;
+    dps_status rc = parse(line, &a);
+    if (rc != DPS_ERR_USAGE || !strstr(dps_errmsg(), needle)) {
+        fprintf(stderr, "'%s': rc %d, message '%s', expected '%s'\n", line, rc, dps_errmsg(), needle);
+        failures++;
+    }
+    EXPECT(strchr(dps_errmsg(), '\n') == NULL); /* one line */
+}
+
+static void test_cli(void)
+{
+    static cli_args a;
+    EXPECT(parse("run --gpus 3 --batch 10 --model tiny --optimizer adamw", &a) == DPS_OK);
+    EXPECT(a.cmd == CMD_RUN && a.cfg.ngpus == 3 && a.cfg.global_batch == 10);
+    EXPECT(a.cfg.optimizer == OPT_ADAMW && fabsf(a.cfg.hp.lr - 1e-3f) < 1e-9f);
+    EXPECT(parse("run --optimizer adamw --lr 0.5", &a) == DPS_OK && a.cfg.hp.lr == 0.5f);
+    EXPECT(parse("run --device-mem 1536K", &a) == DPS_OK && a.cfg.be.device_mem == 1536u * 1024);
+    EXPECT(parse("sweep --gpus 1,2,4", &a) == DPS_OK && a.sweep_ngpus_n == 3);
+    EXPECT(parse("--help", &a) == DPS_OK && a.cmd == CMD_HELP);
+    expect_usage("run --bogus", "unknown option '--bogus'");
+    expect_usage("run --gpus", "needs a value");
+    expect_usage("run --gpus abc", "--gpus abc: expected an integer from 1 to 64");
+    expect_usage("run --gpus 0", "--gpus 0:");
+    expect_usage("run --gpus -1", "--gpus -1:");
+    expect_usage("run --gpus 99999999999999999999", "out of range");
+    expect_usage("run --gpus 1,2", "lists are for `dpscale sweep`");
+    expect_usage("run --steps 0", "--steps 0:");
+    expect_usage("run --batch 2.5", "--batch 2.5:");
+    expect_usage("run --model nope", "--model nope: unknown preset");
+    expect_usage("run --precision fp8", "--precision fp8: expected one of: fp32, bf16");
+    expect_usage("run --mode ddp", "--mode ddp:");
+    expect_usage("run --backend gpu", "--backend gpu:");
+    expect_usage("run --device-mem 12Q", "--device-mem 12Q:");
+    expect_usage("run --device-mem 99999999999T", "--device-mem 99999999999T: too large");
+    expect_usage("run --devices 0,,1", "--devices 0,,1:");
+    expect_usage("run --lr -1", "--lr -1:");
+    expect_usage("run --name a/b", "--name a/b:");
+    expect_usage("jump", "unknown command 'jump'");
+    expect_usage("", "no command");
+    expect_usage("run extra", "unexpected argument 'extra'");
+    expect_usage("run --gpus 2 --devices 0,1,2", "disagree");
+}
+
+static void test_parse(void)
+{
+    uint64_t b;
+    EXPECT(dps_parse_bytes("4096", &b) == 0 && b == 4096);
+    EXPECT(dps_parse_bytes("2K", &b) == 0 && b == 2048);
+    EXPECT(dps_parse_bytes("3MiB", &b) == 0 && b == 3u << 20);
+    EXPECT(dps_parse_bytes("1g", &b) == 0 && b == 1u << 30);
+    EXPECT(dps_parse_bytes("5GB", &b) == 0 && b == 5ull << 30);
+    EXPECT(dps_parse_bytes("-1", &b) == -1);
+    EXPECT(dps_parse_bytes("1X", &b) == -1);
+    EXPECT(dps_parse_bytes("", &b) == -1);
+    EXPECT(dps_parse_bytes("99999999999999999999", &b) == -2);
+    EXPECT(dps_parse_bytes("17179869184T", &b) == -2);
+    int64_t v;
+    EXPECT(dps_parse_i64("12", 0, 20, &v) == 0 && v == 12);
+    EXPECT(dps_parse_i64("21", 0, 20, &v) == -2);
+    EXPECT(dps_parse_i64(" 1", 0, 20, &v) == -1);
+    EXPECT(dps_parse_i64("1 ", 0, 20, &v) == -1);
+    EXPECT(dps_parse_i64("0x10", 0, 20, &v) == -1);
+}
+
+static void test_presets(void)
+{
+    /* hand-computed: tiny = 2 * (64*64 + 64) + 64*16 + 16 */
+    const model_preset *t = model_find_preset("tiny");
+    EXPECT(t && model_param_count(t->shape) == 9360);
+    EXPECT(model_matmul_params(t->shape) == 2 * 64 * 64 + 64 * 16);
+    struct { const char *name; double params, fwd_gflop; } want[] = {
+        {"resnet50", 25.6e6, 8.2}, {"bert-large", 335e6, 343.0}, {"gpt2", 124e6, 254.0},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        const model_preset *p = model_find_preset(want[i].name);
+        EXPECT(p != NULL);
+        if (!p) continue;
+        double params = (double)model_param_count(p->shape);
+        double gflop = model_fwd_flops_per_sample(p->shape) / 1e9;
+        EXPECT(fabs(params / want[i].params - 1.0) < 0.02);
+        EXPECT(fabs(gflop / want[i].fwd_gflop - 1.0) < 0.03);
+    }
+    EXPECT(model_find_preset("nope") == NULL);
+    /* the layout tiles the flat buffer exactly */
+    model_shape s = {3, 5, 2, 7};
+    EXPECT(model_weight_offset(s, 1) == 30 && model_bias_offset(s, 0) == 25);
+    EXPECT(model_bias_offset(s, 3) + 7 == model_param_count(s));
+}
+
+static void test_elementwise(void)
+{
+    for (float x = -4.0f; x <= 4.0f; x += 0.37f) {
+        double h = 1e-3;
+        double num = (dps_gelu(x + (float)h) - dps_gelu(x - (float)h)) / (2 * h);
+        EXPECT_NEAR(dps_gelu_grad(x), num, 2e-3);
+    }
+    EXPECT_NEAR(dps_gelu(1.0f), 0.8413447, 1e-6); /* torch.nn.functional.gelu(1.0) */
+    EXPECT(dps_f32_to_bf16(1.0f) == 0x3f80);
+    EXPECT(dps_f32_to_bf16(1.00390625f) == 0x3f80);   /* tie rounds to even */
+    EXPECT(dps_f32_to_bf16(1.01171875f) == 0x3f82);   /* tie rounds up to even */
+    EXPECT(dps_bf16_to_f32(0x4049) == 3.140625f);
+    /* AdamW, one step from zero state: p -= lr * sign(g) (approximately), decay first */
+    dps_opt_hparams h = {.lr = 0.1f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+                         .weight_decay = 0.01f, .step = 1};
+    float p = 1.0f, m = 0.0f, v = 0.0f;
+    dps_adamw_update(&p, 0.5f, &m, &v, h);
+    EXPECT_NEAR(p, 1.0 * (1 - 0.1 * 0.01) - 0.1 * (0.05 / 0.1) / (sqrt(0.00025) / sqrt(0.001) + 1e-8), 1e-6);
+    /* SGD momentum: buf = g, then buf = m*buf + g */
+    dps_opt_hparams s = {.lr = 0.1f, .momentum = 0.9f};
+    float q = 1.0f, buf = 0.0f;
+    dps_sgd_update(&q, 2.0f, &buf, s);
+    dps_sgd_update(&q, 1.0f, &buf, s);
+    EXPECT_NEAR(buf, 2.8, 1e-6);
+    EXPECT_NEAR(q, 1.0 - 0.2 - 0.28, 1e-6);
+    /* the generator is uniform in [-1, 1) and reproducible */
+    double sum = 0;
+    for (int i = 0; i < 10000; i++) {
+        float u = dps_uniform(7, 1, (uint64_t)i);
+        EXPECT(u >= -1.0f && u < 1.0f);
+        sum += u;
+    }
+    EXPECT(fabs(sum / 10000) < 0.03);
+    EXPECT(dps_uniform(7, 1, 42) == dps_uniform(7, 1, 42));
+    EXPECT(dps_uniform(7, 1, 42) != dps_uniform(8, 1, 42));
+}
+
+/* Loss of the model on the host backend, in double for finite differences. */
+static double host_loss(backend *be, model_shape s, float *params, model_acts *a, int rows,
+                        const float *x, const int32_t *labels, float *logits, float *dl, float *rl)
+{
+    model_forward(be, NULL, s, params, a, rows, x, logits);
+    be->ops->xent(be, NULL, rows, s.classes, logits, labels, 1.0f / rows, dl, rl);
+    double sum = 0;
+    for (int r = 0; r < rows; r++) sum += rl[r];
+    return sum / rows;
+}
+
+static void test_gradients(void)
+{
+    be_options o = {.kind = BE_HOST, .host_devices = 1};
+    backend *be = NULL;
+    EXPECT(be_open(&o, &be) == DPS_OK);
+    model_shape s = {2, 6, 3, 5};
+    int rows = 4 * s.tokens;
+    size_t n = model_param_count(s);
+    float *p = malloc(n * 4), *g = malloc(n * 4), *x = malloc((size_t)rows * s.width * 4);
+    float *logits = malloc((size_t)rows * s.classes * 4), *dl = malloc((size_t)rows * s.classes * 4);
+    float *rl = malloc((size_t)rows * 4);
+    int32_t *labels = malloc((size_t)rows * 4);
+    model_init_params(s, 3, p);
+    for (size_t i = 0; i < n; i++) p[i] *= 3.0f; /* larger weights: visible GELU curvature */
+    model_make_batch(s, 3, 0, 0, rows, x, labels);
+    model_acts a;
+    EXPECT(model_acts_alloc(be, 0, s, rows, &a) == DPS_OK);
+    host_loss(be, s, p, &a, rows, x, labels, logits, dl, rl);
+    EXPECT(model_backward(be, NULL, s, p, &a, rows, x, dl, g) == DPS_OK);
+    double worst = 0;
+    for (size_t i = 0; i < n; i += 3) {
+        float keep = p[i];
+        double h = 1e-2;
+        p[i] = keep + (float)h;
+        double up = host_loss(be, s, p, &a, rows, x, labels, logits, dl, rl);
+        p[i] = keep - (float)h;
+        double down = host_loss(be, s, p, &a, rows, x, labels, logits, dl, rl);
+        p[i] = keep;
+        double num = (up - down) / (2 * h);
+        double err = fabs(num - g[i]) / (fabs(num) + fabs(g[i]) + 1e-3);
+        if (err > worst) worst = err;
+    }
+    EXPECT(worst < 2e-2);
+    if (worst >= 2e-2) fprintf(stderr, "worst relative gradient error %.3g\n", worst);
+    model_acts_free(be, &a);
+    EXPECT(be->mem[0].in_use == 0);
+    be_close(be);
+    free(p); free(g); free(x); free(logits); free(dl); free(rl); free(labels);
+}
+
+static void test_rel_diff(void)
+{
+    float a[] = {1.0f, 2.0f, -4.0f}, b[] = {1.0f, 2.0f, -4.0f}, c[] = {1.0f, 2.5f, -4.0f};
+    EXPECT(run_max_rel_diff(a, b, 3) == 0.0);
+    EXPECT_NEAR(run_max_rel_diff(c, b, 3), 0.5 / 4.0, 1e-12);
+    float z[] = {0.0f}, nanv[] = {NAN};
+    EXPECT(run_max_rel_diff(z, z, 1) == 0.0);
+    EXPECT(isinf(run_max_rel_diff(a, z, 1)));
+    EXPECT(isnan(run_max_rel_diff(nanv, b, 1)) || run_max_rel_diff(nanv, b, 1) > 1);
+}
+
+static void test_accounting(void)
+{
+    be_options o = {.kind = BE_HOST, .host_devices = 2, .device_mem = 1000};
+    backend *be = NULL;
+    EXPECT(be_open(&o, &be) == DPS_OK);
+    dps_buf a, b, c;
+    EXPECT(be_buf_alloc(be, 1, 600, "first", &a) == DPS_OK);
+    EXPECT(be_buf_alloc(be, 1, 500, "second", &b) == DPS_ERR_OOM);
+    EXPECT(strstr(dps_errmsg(), "device 1: out of memory allocating 500 B for second") != NULL);
+    EXPECT(be_buf_alloc(be, 0, 500, "other device", &c) == DPS_OK);
+    be_buf_free(be, &a);
+    EXPECT(be_buf_alloc(be, 1, 900, "third", &b) == DPS_OK);
+    EXPECT(be->mem[1].peak == 900 && be->mem[1].in_use == 900 && be->mem[0].peak == 500);
+    be_buf_free(be, &b);
+    be_buf_free(be, &c);
+    EXPECT(be->mem[0].in_use == 0 && be->mem[1].in_use == 0);
+    be_close(be);
+}
+
+int main(int argc, char **argv)
+{
+    static const struct { const char *name; void (*fn)(void); } groups[] = {
+        {"chunk", test_chunk}, {"stats", test_stats}, {"csv", test_csv}, {"cli", test_cli},
+        {"parse", test_parse}, {"presets", test_presets}, {"elementwise", test_elementwise},
+        {"gradients", test_gradients}, {"rel_diff", test_rel_diff},
+        {"accounting", test_accounting},
+    };
+    int ran = 0;
+    for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++)
+        if (argc < 2 || strcmp(argv[1], groups[i].name) == 0) {
+            groups[i].fn();
+            ran++;
+        }
+    if (!ran) {
+        fprintf(stderr, "test_unit: no group named '%s'\n", argc > 1 ? argv[1] : "");
+        return 2;
+    }
+    if (failures) fprintf(stderr, "%d expectation(s) failed\n", failures);
+    return failures ? 1 : 0;
+}
