@@ -126,6 +126,7 @@ void be_reset_peaks(backend *be);
 dps_status be_host_open(const be_options *opt, backend **out);
 #ifdef DPS_HAVE_CUDA
 int dps_cuda_device_count(char *why, size_t len); /* cuda_probe.c */
+void dps_cuda_versions(char *buf, size_t len);
 #endif
 
 #endif

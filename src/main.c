@@ -37,17 +37,15 @@ static void print_info(const backend *be)
 {
     printf("dpscale %s (%s)\n", DPS_VERSION, DPS_GIT_DESCRIBE);
 #ifdef DPS_HAVE_CUDA
-    printf("built with: CUDA kernels, cuBLAS%s%s\n",
-#ifdef DPS_HAVE_NCCL
-           ", NCCL " DPS_NCCL_BUILD_VERSION,
+    char versions[256];
+    dps_cuda_versions(versions, sizeof versions);
+    printf("built with: CUDA kernels%s; %s\n",
+#ifdef DPS_HAVE_NVTX
+           ", NVTX",
 #else
            "",
 #endif
-#ifdef DPS_HAVE_NVTX
-           ", NVTX");
-#else
-           "");
-#endif
+           versions);
 #else
     printf("built with: host backend only (no CUDA)\n");
 #endif
