@@ -152,6 +152,32 @@ static dps_status model_list(cli_args *a, const char *val)
     return DPS_OK;
 }
 
+/* --layers, --width, --tokens, --classes: preset overrides. */
+static dps_status shape_opt(cli_args *a, int id, const char *val)
+{
+    static const struct { int id, lo, hi; } lim[4] = {
+        {O_LAYERS, 0, 4096}, {O_WIDTH, 1, 65536}, {O_TOKENS, 1, 1 << 20}, {O_CLASSES, 2, 1 << 20}};
+    int *dst = &a->shape_values.layers; /* model_shape: layers, width, tokens, classes */
+    for (int i = 0; i < 4; i++)
+        if (lim[i].id == id) {
+            DPS_TRY(int_arg(id, val, lim[i].lo, lim[i].hi, &dst[i]));
+            a->shape_override[i] = 1;
+        }
+    return DPS_OK;
+}
+
+static dps_status device_mem_opt(cli_args *a, int id, const char *val)
+{
+    uint64_t bytes = 0;
+    int v = dps_parse_bytes(val, &bytes);
+    if (v == -2 || (v == 0 && bytes > ((uint64_t)1 << 50)))
+        return bad(id, val, "too large (at most 1P)");
+    if (v || bytes == 0)
+        return bad(id, val, "expected a positive byte count with an optional K, M, G or T suffix");
+    a->cfg.be.device_mem = (size_t)bytes;
+    return DPS_OK;
+}
+
 static dps_status apply_opt(cli_args *a, int id, const char *val)
 {
     dps_config *c = &a->cfg;
@@ -161,7 +187,6 @@ static dps_status apply_opt(cli_args *a, int id, const char *val)
     static const char *const optims[] = {"sgd", "adamw"};
     int v = 0;
     int64_t v64;
-    uint64_t bytes;
     double d;
     switch (id) {
     case O_BACKEND: DPS_TRY(word_arg(id, val, backends, 3, &v)); c->be.kind = (be_kind)v; break;
@@ -178,10 +203,7 @@ static dps_status apply_opt(cli_args *a, int id, const char *val)
         a->devices_set = 1;
         break;
     case O_MODEL: DPS_TRY(model_list(a, val)); break;
-    case O_LAYERS: DPS_TRY(int_arg(id, val, 0, 4096, &a->shape_values.layers)); a->shape_override[0] = 1; break;
-    case O_WIDTH: DPS_TRY(int_arg(id, val, 1, 65536, &a->shape_values.width)); a->shape_override[1] = 1; break;
-    case O_TOKENS: DPS_TRY(int_arg(id, val, 1, 1 << 20, &a->shape_values.tokens)); a->shape_override[2] = 1; break;
-    case O_CLASSES: DPS_TRY(int_arg(id, val, 2, 1 << 20, &a->shape_values.classes)); a->shape_override[3] = 1; break;
+    case O_LAYERS: case O_WIDTH: case O_TOKENS: case O_CLASSES: return shape_opt(a, id, val);
     case O_BATCH: DPS_TRY(int_arg(id, val, 1, 1 << 24, &c->global_batch)); a->batch_set = 1; a->batch_per_gpu = 0; break;
     case O_BATCH_PER_GPU: DPS_TRY(int_arg(id, val, 1, 1 << 24, &a->batch_per_gpu)); a->batch_set = 0; break;
     case O_PRECISION: DPS_TRY(word_arg(id, val, precs, 2, &v)); c->precision = (dps_precision)v; break;
@@ -192,20 +214,13 @@ static dps_status apply_opt(cli_args *a, int id, const char *val)
         c->hp.lr = (float)d;
         a->lr_set = 1;
         break;
+    case O_DEVICE_MEM: return device_mem_opt(a, id, val);
     case O_STEPS: DPS_TRY(int_arg(id, val, 1, 10000000, &c->steps)); break;
     case O_WARMUP: DPS_TRY(int_arg(id, val, 0, 1000000, &c->warmup)); break;
     case O_SEED:
         if (dps_parse_i64(val, 0, INT64_MAX, &v64))
             return bad(id, val, "expected an integer from 0 to 9223372036854775807");
         c->seed = (uint64_t)v64;
-        break;
-    case O_DEVICE_MEM:
-        v = dps_parse_bytes(val, &bytes);
-        if (v == -2 || (v == 0 && bytes > ((uint64_t)1 << 50)))
-            return bad(id, val, "too large (at most 1P)");
-        if (v || bytes == 0)
-            return bad(id, val, "expected a positive byte count with an optional K, M, G or T suffix");
-        c->be.device_mem = (size_t)bytes;
         break;
     case O_HOST_DEVICES: DPS_TRY(int_arg(id, val, 1, DPS_MAX_DEVICES, &c->be.host_devices)); break;
     case O_CHECK: c->check = 1; break;
