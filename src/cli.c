@@ -13,7 +13,8 @@
 enum {
     O_BACKEND = 256, O_MODE, O_GPUS, O_DEVICES, O_MODEL, O_LAYERS, O_WIDTH, O_TOKENS,
     O_CLASSES, O_BATCH, O_BATCH_PER_GPU, O_PRECISION, O_OPTIMIZER, O_LR, O_STEPS, O_WARMUP,
-    O_SEED, O_DEVICE_MEM, O_HOST_DEVICES, O_CHECK, O_GEMM_REF, O_OUT, O_NAME, O_HELP = 'h',
+    O_SEED, O_DEVICE_MEM, O_HOST_DEVICES, O_CHECK, O_GEMM_REF, O_OUT, O_NAME, O_BUCKET_MB,
+    O_FIRST_BUCKET_MB, O_NO_OVERLAP, O_GRAD_VIEW, O_TIMEOUT, O_INJECT_FAULT, O_HELP = 'h',
     O_VERSION = 'V',
 };
 
@@ -26,7 +27,7 @@ typedef struct cli_opt {
 
 static const cli_opt opts[] = {
     {"backend", O_BACKEND, "auto|cuda|host", "device backend (auto: cuda when a GPU is visible, else host)"},
-    {"mode", O_MODE, "dp", "strategy: dp = DataParallel (ddp comes in a later version)"},
+    {"mode", O_MODE, "dp|ddp", "strategy: dp = DataParallel, ddp = DistributedDataParallel"},
     {"gpus", O_GPUS, "N", "number of devices, 1..64 (sweep: a list, e.g. 1,2,4)"},
     {"devices", O_DEVICES, "LIST", "device indices, e.g. 0,2,3 (implies --gpus)"},
     {"model", O_MODEL, "PRESET", "model preset, default small (see `dpscale info`; sweep: a list)"},
@@ -44,6 +45,12 @@ static const cli_opt opts[] = {
     {"seed", O_SEED, "N", "seed of initialisation and data (default 1234)"},
     {"device-mem", O_DEVICE_MEM, "BYTES", "host backend: capacity per device, K/M/G/T suffixes"},
     {"host-devices", O_HOST_DEVICES, "N", "host backend: number of emulated devices, 1..64 (default 8)"},
+    {"bucket-mb", O_BUCKET_MB, "X", "ddp: gradient bucket cap in MiB (default 25)"},
+    {"first-bucket-mb", O_FIRST_BUCKET_MB, "X", "ddp: cap of the first bucket in MiB (default 1)"},
+    {"no-overlap", O_NO_OVERLAP, NULL, "ddp: all-reduce after backward instead of during it"},
+    {"grad-as-bucket-view", O_GRAD_VIEW, NULL, "ddp: gradients are views into the buckets (no copy)"},
+    {"timeout", O_TIMEOUT, "SECONDS", "ddp: end the ranks when a step takes longer (default 300)"},
+    {"inject-fault", O_INJECT_FAULT, "R:S:exit|hang", "ddp: rank R exits or hangs at step S (0-based, warm-up included)"},
     {"check", O_CHECK, NULL, "compare the final parameters with single-device training"},
     {"gemm-ref", O_GEMM_REF, NULL, "also time the step's GEMMs alone on device 0 (gemm_ref_tflops)"},
     {"out", O_OUT, "DIR", "results root (default results)"},
@@ -125,7 +132,6 @@ static dps_status word_arg(int id, const char *val, const char *const *words, in
         strncat(what, i ? ", " : " ", sizeof what - strlen(what) - 1);
         strncat(what, words[i], sizeof what - strlen(what) - 1);
     }
-    if (id == O_MODE) strncat(what, " (ddp is not available in this version)", sizeof what - strlen(what) - 1);
     return bad(id, val, what);
 }
 
@@ -178,11 +184,50 @@ static dps_status device_mem_opt(cli_args *a, int id, const char *val)
     return DPS_OK;
 }
 
+/* --bucket-mb, --first-bucket-mb, --timeout: positive numbers. */
+static dps_status positive_opt(cli_args *a, int id, const char *val)
+{
+    double d;
+    double hi = id == O_TIMEOUT ? 1e6 : 65536.0;
+    if (dps_parse_f64(val, &d) || !(d > 0.0) || d > hi) {
+        char what[64];
+        snprintf(what, sizeof what, "expected a number above 0 and at most %g", hi);
+        return bad(id, val, what);
+    }
+    if (id == O_BUCKET_MB) a->cfg.bucket_mb = d;
+    else if (id == O_FIRST_BUCKET_MB) a->cfg.first_bucket_mb = d;
+    else a->cfg.timeout_s = d;
+    return DPS_OK;
+}
+
+/* --inject-fault RANK:STEP:exit|hang */
+static dps_status fault_opt(cli_args *a, int id, const char *val)
+{
+    char buf[64], kind[16];
+    int64_t rank, step;
+    int n = 0;
+    if (strlen(val) < sizeof buf) dps_strlcpy(buf, val, sizeof buf);
+    else buf[0] = '\0';
+    char *c1 = strchr(buf, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+    if (c1 && c2) {
+        *c1 = *c2 = '\0';
+        n = !dps_parse_i64(buf, 0, DPS_MAX_DEVICES - 1, &rank) &&
+            !dps_parse_i64(c1 + 1, 0, 100000000, &step) && strlen(c2 + 1) < sizeof kind;
+        if (n) dps_strlcpy(kind, c2 + 1, sizeof kind);
+    }
+    if (!n || (strcmp(kind, "exit") && strcmp(kind, "hang")))
+        return bad(id, val, "expected RANK:STEP:exit or RANK:STEP:hang, e.g. 1:3:exit");
+    a->cfg.fault_rank = (int)rank;
+    a->cfg.fault_step = (int)step;
+    a->cfg.fault_kind = strcmp(kind, "exit") == 0 ? FAULT_EXIT : FAULT_HANG;
+    return DPS_OK;
+}
+
 static dps_status apply_opt(cli_args *a, int id, const char *val)
 {
     dps_config *c = &a->cfg;
     static const char *const backends[] = {"auto", "host", "cuda"};
-    static const char *const modes[] = {"dp"};
+    static const char *const modes[] = {"dp", "ddp"};
     static const char *const precs[] = {"fp32", "bf16"};
     static const char *const optims[] = {"sgd", "adamw"};
     int v = 0;
@@ -190,7 +235,7 @@ static dps_status apply_opt(cli_args *a, int id, const char *val)
     double d;
     switch (id) {
     case O_BACKEND: DPS_TRY(word_arg(id, val, backends, 3, &v)); c->be.kind = (be_kind)v; break;
-    case O_MODE: DPS_TRY(word_arg(id, val, modes, 1, &v)); c->mode = (dps_mode)v; break;
+    case O_MODE: DPS_TRY(word_arg(id, val, modes, 2, &v)); c->mode = (dps_mode)v; break;
     case O_GPUS:
         DPS_TRY(int_list(id, val, 1, DPS_MAX_DEVICES, a->sweep_ngpus, CLI_MAX_LIST, &a->sweep_ngpus_n));
         if (a->cmd != CMD_SWEEP && a->sweep_ngpus_n > 1)
@@ -223,6 +268,10 @@ static dps_status apply_opt(cli_args *a, int id, const char *val)
         c->seed = (uint64_t)v64;
         break;
     case O_HOST_DEVICES: DPS_TRY(int_arg(id, val, 1, DPS_MAX_DEVICES, &c->be.host_devices)); break;
+    case O_BUCKET_MB: case O_FIRST_BUCKET_MB: case O_TIMEOUT: return positive_opt(a, id, val);
+    case O_NO_OVERLAP: c->overlap = 0; break;
+    case O_GRAD_VIEW: c->grad_view = 1; break;
+    case O_INJECT_FAULT: return fault_opt(a, id, val);
     case O_CHECK: c->check = 1; break;
     case O_GEMM_REF: c->gemm_ref = 1; break;
     case O_OUT:
@@ -330,6 +379,26 @@ static dps_status check_sizes(const dps_config *c)
     return DPS_OK;
 }
 
+static dps_status check_ddp(const dps_config *c)
+{
+    if (c->mode == MODE_DP) {
+        if (c->fault_rank >= 0)
+            return dps_fail(DPS_ERR_USAGE, "--inject-fault: only the ddp mode has ranks to fail "
+                            "(add --mode ddp)");
+        return DPS_OK;
+    }
+    if (c->global_batch < c->ngpus)
+        return dps_fail(DPS_ERR_USAGE, "--batch %d: ddp gives every one of the %d ranks at least "
+                        "one sample; use a batch of at least %d", c->global_batch, c->ngpus, c->ngpus);
+    if (c->fault_rank >= c->ngpus)
+        return dps_fail(DPS_ERR_USAGE, "--inject-fault %d:...: there are only ranks 0..%d",
+                        c->fault_rank, c->ngpus - 1);
+    if (c->fault_rank >= 0 && c->fault_step >= c->warmup + c->steps)
+        return dps_fail(DPS_ERR_USAGE, "--inject-fault ...:%d:...: the run has steps 0..%d "
+                        "(warm-up included)", c->fault_step, c->warmup + c->steps - 1);
+    return DPS_OK;
+}
+
 dps_status cli_finish_config(cli_args *a, const char *model, int ngpus, const backend *be,
                              dps_config *out)
 {
@@ -355,6 +424,7 @@ dps_status cli_finish_config(cli_args *a, const char *model, int ngpus, const ba
         return dps_fail(DPS_ERR_USAGE, "--precision bf16: the host backend computes in fp32 "
                         "only; use --precision fp32 or --backend cuda");
     DPS_TRY(check_sizes(&c));
+    DPS_TRY(check_ddp(&c));
     *out = c;
     return DPS_OK;
 }

@@ -9,7 +9,7 @@
 
 const char *const dps_phase_names[PH_COUNT] = {
     "load", "replicate", "scatter", "forward", "gather", "loss",
-    "backward", "reduce", "allreduce", "optimizer",
+    "backward", "reduce", "allreduce", "allreduce_exposed", "optimizer",
 };
 
 const char *const dps_link_names[LINK_COUNT] = {"h2d", "d2h", "p2p_sent", "p2p_recv"};
@@ -52,7 +52,10 @@ void config_defaults(dps_config *c)
     c->warmup = 3;
     c->seed = 1234;
     c->bucket_mb = 25.0;
+    c->first_bucket_mb = 1.0;
     c->overlap = 1;
+    c->timeout_s = 300.0;
+    c->fault_rank = -1;
     dps_strlcpy(c->out_dir, "results", sizeof c->out_dir);
 }
 
@@ -67,7 +70,9 @@ void config_id(const dps_config *c, char *buf, size_t len)
                      dps_precision_name(c->precision), dps_optimizer_name(c->optimizer),
                      c->ngpus, c->global_batch);
     if (c->mode == MODE_DDP && n > 0 && (size_t)n < len)
-        snprintf(buf + n, len - (size_t)n, "-bk%g%s", c->bucket_mb, c->overlap ? "" : "-nooverlap");
+        snprintf(buf + n, len - (size_t)n, "-bk%g%s%s%s", c->bucket_mb,
+                 c->first_bucket_mb != 1.0 ? "-fb" : "", c->overlap ? "" : "-nooverlap",
+                 c->grad_view ? "-view" : "");
 }
 
 dps_status train_result_init(train_result *r, const dps_config *c, int nranks)

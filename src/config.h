@@ -15,7 +15,7 @@ typedef enum dps_optimizer { OPT_SGD, OPT_ADAMW } dps_optimizer;
 
 typedef enum dps_phase {
     PH_LOAD, PH_REPLICATE, PH_SCATTER, PH_FORWARD, PH_GATHER, PH_LOSS,
-    PH_BACKWARD, PH_REDUCE, PH_ALLREDUCE, PH_OPTIMIZER, PH_COUNT
+    PH_BACKWARD, PH_REDUCE, PH_ALLREDUCE, PH_ALLREDUCE_EXPOSED, PH_OPTIMIZER, PH_COUNT
 } dps_phase;
 extern const char *const dps_phase_names[PH_COUNT];
 
@@ -26,6 +26,8 @@ extern const char *const dps_link_names[LINK_COUNT];
 const char *dps_mode_name(dps_mode m);
 const char *dps_precision_name(dps_precision p);
 const char *dps_optimizer_name(dps_optimizer o);
+
+typedef enum dps_fault { FAULT_NONE, FAULT_EXIT, FAULT_HANG } dps_fault;
 
 #define DPS_PATH_MAX 1024
 #define DPS_NAME_MAX 128
@@ -45,8 +47,13 @@ typedef struct dps_config {
     uint64_t seed;
     int check;
     int gemm_ref;             /* time the step's GEMMs alone for comparison */
-    double bucket_mb;         /* ddp */
-    int overlap;              /* ddp */
+    double bucket_mb;         /* ddp: bucket cap */
+    double first_bucket_mb;   /* ddp: cap of the first bucket */
+    int overlap;              /* ddp: all-reduce during backward */
+    int grad_view;            /* ddp: gradients are views into the buckets */
+    double timeout_s;         /* ddp: a step (or set-up) longer than this ends the group */
+    int fault_rank, fault_step; /* ddp: --inject-fault, rank -1 = none */
+    dps_fault fault_kind;
     char out_dir[DPS_PATH_MAX];
     char name[DPS_NAME_MAX];
 } dps_config;
@@ -84,6 +91,7 @@ typedef struct train_result {
     int check;             /* -1 not run, 0 failed, 1 passed */
     double check_max_rel_diff;
     double gemm_ref_tflops; /* 0 when not measured */
+    double allreduce_bytes; /* per step and rank (ddp) */
 } train_result;
 
 dps_status train_result_init(train_result *r, const dps_config *c, int nranks);

@@ -195,7 +195,7 @@ static dps_status dp_worker(void *ctx, int slot, int job)
                                         st->s[0].dev, (size_t)s->rows * m.classes * 4);
         }
         if (!rc) rc = model_backward(be, s->st, m, s->params.ptr, &s->acts, s->rows, s->xv,
-                                     s->dlogitsv, s->grads.ptr);
+                                     s->dlogitsv, s->grads.ptr, NULL, NULL);
     }
     if (!rc) rc = ptimer_end(&st->timer, slot, ph);
     trace_pop();
@@ -402,6 +402,9 @@ static dps_status dp_loop(dp_state *st, train_result *res)
     st->pool_up = 1;
     for (int step = 0; step < c->warmup + c->steps; step++) {
         int timed = step >= c->warmup;
+        if (dps_interrupted())
+            return dps_fail(DPS_ERR_RUNTIME, "interrupted by %s before step %d",
+                            dps_signal_name(dps_interrupted()), step);
         if (step == c->warmup) /* count bytes over the timed steps only */
             for (int i = 0; i < st->nslots; i++) {
                 memset(st->traffic[i].phase_bytes, 0, sizeof st->traffic[i].phase_bytes);

@@ -32,6 +32,12 @@ const char *dps_status_name(dps_status code);
             return dps_try_rc_;              \
     } while (0)
 
+/* SIGINT/SIGTERM: the handlers only record the signal; long loops poll it,
+ * end the configuration with status error and the sweep stops. */
+void dps_install_interrupt_handlers(void);
+int dps_interrupted(void); /* the signal number, 0 if none */
+const char *dps_signal_name(int sig); /* "SIGINT", "SIGTERM", ... */
+
 /* Logging to stderr, prefixed "dpscale: ". */
 void dps_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void dps_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -116,16 +116,21 @@ static int run_all(cli_args *a, int argc, char **argv)
     } else {
         printf("# results: %s\n", rd.dir);
         results_table_header(stdout, be);
-        int failed = 0;
-        for (int i = 0; i < n; i++) {
+        int failed = 0, done = 0;
+        dps_install_interrupt_handlers();
+        for (int i = 0; i < n && !dps_interrupted(); i++, done++)
             if (run_config(&cfgs[i], be, &rd) != DPS_OK) failed++;
-        }
         char end[32];
         dps_utc_iso8601(end, sizeof end);
         if (results_write_meta(&rd, be, argc, argv, start, end)) dps_log("%s", dps_errmsg());
-        printf("# %d configuration%s, %d failed; results in %s\n", n, n == 1 ? "" : "s",
+        printf("# %d configuration%s, %d failed; results in %s\n", done, done == 1 ? "" : "s",
                failed, rd.dir);
         status = failed ? 1 : 0;
+        if (dps_interrupted()) {
+            dps_log("interrupted by %s after %d of %d configurations", dps_signal_name(dps_interrupted()),
+                    done, n);
+            status = 128 + dps_interrupted();
+        }
     }
     free(cfgs);
     be_close(be);

@@ -130,7 +130,7 @@ dps_status model_forward(backend *be, be_stream *st, model_shape s, const float 
 
 dps_status model_backward(backend *be, be_stream *st, model_shape s, const float *params,
                           model_acts *a, int rows, const float *x, const float *dlogits,
-                          float *grads)
+                          float *grads, model_grad_hook hook, void *hook_ctx)
 {
     const be_ops *o = be->ops;
     int d = s.width, c = s.classes, L = s.layers;
@@ -140,6 +140,7 @@ dps_status model_backward(backend *be, be_stream *st, model_shape s, const float
     DPS_TRY(o->gemm(be, st, 1, 0, d, c, rows, 1.0f, h_last, d, dlogits, c, 0.0f,
                     grads + model_weight_offset(s, L), c));
     DPS_TRY(o->col_sum(be, st, rows, c, dlogits, grads + model_bias_offset(s, L)));
+    if (hook) DPS_TRY(hook(hook_ctx, L));
     if (L == 0) return DPS_OK;
     DPS_TRY(o->gemm(be, st, 0, 1, rows, d, c, 1.0f, dlogits, c,
                     params + model_weight_offset(s, L), c, 0.0f, dh, d));
@@ -151,6 +152,7 @@ dps_status model_backward(backend *be, be_stream *st, model_shape s, const float
         DPS_TRY(o->gemm(be, st, 1, 0, d, d, rows, 1.0f, h_in, d, dh, d, 0.0f,
                         grads + model_weight_offset(s, l), d));
         DPS_TRY(o->col_sum(be, st, rows, d, dh, grads + model_bias_offset(s, l)));
+        if (hook) DPS_TRY(hook(hook_ctx, l));
         if (l > 0) {
             DPS_TRY(o->gemm(be, st, 0, 1, rows, d, d, 1.0f, dh, d,
                             params + model_weight_offset(s, l), d, 0.0f, dh_next, d));

@@ -57,9 +57,13 @@ void model_acts_free(backend *be, model_acts *a);
 /* logits[rows, classes] = model(x). */
 dps_status model_forward(backend *be, be_stream *st, model_shape s, const float *params,
                          model_acts *a, int rows, const float *x, float *logits);
-/* grads = d loss / d params given dlogits (overwrites grads). */
+/* Called when layer l's gradients (weight and bias) are complete, from the
+ * classifier (l == layers) down to layer 0: where DDP's buckets start. */
+typedef dps_status (*model_grad_hook)(void *ctx, int layer);
+
+/* grads = d loss / d params given dlogits (overwrites grads); hook may be NULL. */
 dps_status model_backward(backend *be, be_stream *st, model_shape s, const float *params,
                           model_acts *a, int rows, const float *x, const float *dlogits,
-                          float *grads);
+                          float *grads, model_grad_hook hook, void *hook_ctx);
 
 #endif

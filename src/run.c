@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ddp.h"
 #include "dp.h"
 #include "metrics.h"
 #include "run.h"
@@ -19,6 +20,12 @@ double run_max_rel_diff(const float *a, const float *b, size_t n)
     }
     if (maxref == 0.0) return maxdiff == 0.0 ? 0.0 : INFINITY;
     return maxdiff / maxref;
+}
+
+double run_check_tolerance(const dps_config *cfg)
+{
+    if (cfg->precision == PREC_BF16) return DPS_CHECK_TOL_BF16;
+    return cfg->optimizer == OPT_ADAMW ? DPS_CHECK_TOL_FP32_ADAMW : DPS_CHECK_TOL_FP32;
 }
 
 /* The same steps on device 0 alone (dp with one device is single-device
@@ -43,8 +50,7 @@ static dps_status run_check(const dps_config *cfg, backend *be, train_result *re
         return r2;
     }
     res->check_max_rel_diff = run_max_rel_diff(res->final_params, rr.final_params, res->nparams);
-    double tol = cfg->precision == PREC_BF16 ? DPS_CHECK_TOL_BF16 : DPS_CHECK_TOL_FP32;
-    res->check = res->check_max_rel_diff <= tol;
+    res->check = res->check_max_rel_diff <= run_check_tolerance(cfg);
     train_result_free(&rr);
     return DPS_OK;
 }
@@ -93,6 +99,31 @@ dps_status gemm_reference(backend *be, int dev, model_shape s, int rows, double 
     return rc;
 }
 
+/* All-reduce time of a step: the slowest rank's; bandwidths from its median. */
+static void allreduce_bandwidth(const dps_config *c, const train_result *res, run_summary *s)
+{
+    int n = res->steps_done;
+    double *t = malloc(((size_t)n + 1) * sizeof *t);
+    if (!t || n == 0 || res->allreduce_bytes <= 0) {
+        free(t);
+        return;
+    }
+    for (int k = 0; k < n; k++) {
+        t[k] = 0.0;
+        for (int r = 0; r < res->nranks; r++) {
+            double ms = train_result_phases((train_result *)res, k, r)[PH_ALLREDUCE];
+            if (ms > t[k]) t[k] = ms;
+        }
+    }
+    dps_stats st;
+    stats_compute(t, n, &st);
+    free(t);
+    if (st.median > 0) {
+        s->algbw_gbps = res->allreduce_bytes / (st.median * 1e-3) / 1e9;
+        s->busbw_gbps = busbw_allreduce(s->algbw_gbps, c->ngpus);
+    }
+}
+
 static void summarize(const dps_config *c, const train_result *res, run_summary *s)
 {
     stats_compute(res->step_ms, res->steps_done, &s->step);
@@ -107,6 +138,18 @@ static void summarize(const dps_config *c, const train_result *res, run_summary 
     if (!res->steps_done) s->comm_bytes_per_step = NAN;
     s->algbw_gbps = NAN;
     s->busbw_gbps = NAN;
+    if (c->mode == MODE_DDP && c->ngpus > 1) allreduce_bandwidth(c, res, s);
+}
+
+/* The mode's training loop; ranks of ddp open the backend the parent chose. */
+static dps_status train(const dps_config *cfg, backend *be, train_result *res)
+{
+    if (cfg->mode == MODE_DP) return dp_train(cfg, be, res);
+    dps_config c = *cfg;
+    c.be.kind = be->kind;
+    dps_status rc = ddp_train(&c, res);
+    if (rc && !res->error[0]) dps_strlcpy(res->error, dps_errmsg(), sizeof res->error);
+    return rc;
 }
 
 dps_status run_config(const dps_config *cfg, backend *be, const results_dir *rd)
@@ -118,7 +161,7 @@ dps_status run_config(const dps_config *cfg, backend *be, const results_dir *rd)
     be_reset_peaks(be);
     train_result res;
     DPS_TRY(train_result_init(&res, cfg, cfg->ngpus));
-    res.status = dp_train(cfg, be, &res);
+    res.status = train(cfg, be, &res);
     if (!res.status && cfg->check) {
         res.status = run_check(cfg, be, &res);
         if (res.status) dps_strlcpy(res.error, dps_errmsg(), sizeof res.error);
@@ -138,7 +181,8 @@ dps_status run_config(const dps_config *cfg, backend *be, const results_dir *rd)
     else dps_log("%s", dps_errmsg());
     if (rc == DPS_OK && res.check == 0)
         rc = dps_fail(DPS_ERR_RUNTIME, "%s: --check failed: max relative difference %.3g "
-                      "above the tolerance", sum.config_id, res.check_max_rel_diff);
+                      "above the tolerance %g", sum.config_id, res.check_max_rel_diff,
+                      run_check_tolerance(cfg));
     else if (res.status) dps_fail_copy(res.status, res.error);
     train_result_free(&res);
     return rc;

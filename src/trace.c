@@ -13,7 +13,7 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static const uint32_t phase_color[PH_COUNT] = {
     0xff9e9e9e, 0xffe53935, 0xfffb8c00, 0xff43a047, 0xff8e24aa,
-    0xfffdd835, 0xff1e88e5, 0xffd81b60, 0xff00897b, 0xff6d4c41,
+    0xfffdd835, 0xff1e88e5, 0xffd81b60, 0xff00897b, 0xff80cbc4, 0xff6d4c41,
 };
 
 static void init_once(void)

@@ -312,7 +312,7 @@ static void test_gradients(void)
     model_acts a;
     EXPECT(model_acts_alloc(be, 0, s, rows, &a) == DPS_OK);
     host_loss(be, s, p, &a, rows, x, labels, logits, dl, rl);
-    EXPECT(model_backward(be, NULL, s, p, &a, rows, x, dl, g) == DPS_OK);
+    EXPECT(model_backward(be, NULL, s, p, &a, rows, x, dl, g, NULL, NULL) == DPS_OK);
     double worst = 0;
     for (size_t i = 0; i < n; i += 3) {
         float keep = p[i];
