@@ -5,9 +5,11 @@ pass, 1 fail, 77 skip (meson's convention). Standard library only."""
 import csv
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 RUNS_REQUIRED = [
     "config_id", "status", "error", "backend", "mode", "ngpus", "model", "params",
@@ -83,21 +85,124 @@ def read_folder(folder):
     return runs, devices, steps, phases, meta
 
 
-def case_check(binary, ngpus, optimizer, batch):
-    """dp on N devices trains exactly as one device does (--check)."""
+def case_check(binary, ngpus, optimizer, batch, *extra, mode="dp"):
+    """N devices train exactly as one device does (--check)."""
     with tempfile.TemporaryDirectory() as out:
-        dpscale(binary, "run", "--model", "tiny", "--gpus", ngpus, "--optimizer", optimizer,
-                "--batch", batch, "--steps", "6", "--warmup", "2", "--check", out=out, check_rc=0)
+        dpscale(binary, "run", "--mode", mode, "--model", "tiny", "--gpus", ngpus,
+                "--optimizer", optimizer, "--batch", batch, "--steps", "6", "--warmup", "2",
+                "--check", *extra, out=out, check_rc=0)
         runs, devices, steps, phases, _ = read_folder(os.path.join(out, "t"))
         r = runs[0]
         expect(r["status"] == "ok", f"status {r['status']}: {r['error']}")
         expect(r["check"] == "pass", f"check {r['check']} ({r['check_max_rel_diff']})")
-        expect(float(r["check_max_rel_diff"]) <= 1e-5, "max relative difference above 1e-5")
-        # torch.chunk: devices past the last chunk do nothing
-        size = -(-int(batch) // int(ngpus))
-        used = -(-int(batch) // size)
-        for d in devices[used:]:
-            expect(int(d["alloc_peak_bytes"]) == 0, f"idle device {d['device']} allocated")
+        tol = 1e-4 if optimizer == "adamw" else 1e-5
+        expect(float(r["check_max_rel_diff"]) <= tol, f"max relative difference above {tol}")
+        if mode == "dp":  # torch.chunk: devices past the last chunk do nothing
+            size = -(-int(batch) // int(ngpus))
+            used = -(-int(batch) // size)
+            for d in devices[used:]:
+                expect(int(d["alloc_peak_bytes"]) == 0, f"idle device {d['device']} allocated")
+        else:
+            expect(len(steps) == 6 * int(ngpus), f"steps.csv: {len(steps)} rows")
+            if int(ngpus) > 1:
+                expect(float(r["busbw_gbps"]) > 0 and float(r["algbw_gbps"]) > 0, "no bandwidth")
+
+
+def case_ddp_check(binary, ngpus, optimizer, batch, *extra):
+    return case_check(binary, ngpus, optimizer, batch, *extra, mode="ddp")
+
+
+def case_ddp_balance(binary):
+    """ddp's ranks hold the same memory; dp's device 0 holds more than ddp's rank 0."""
+    with tempfile.TemporaryDirectory() as out:
+        for mode in ("dp", "ddp"):
+            dpscale(binary, "run", "--mode", mode, "--model", "small", "--gpus", "4",
+                    "--steps", "2", "--optimizer", "adamw", out=out, name=mode, check_rc=0)
+        _, ddp_dev, _, _, _ = read_folder(os.path.join(out, "ddp"))
+        _, dp_dev, _, _, _ = read_folder(os.path.join(out, "dp"))
+        peaks = [int(d["alloc_peak_bytes"]) for d in ddp_dev]
+        expect(max(peaks) == min(peaks) > 0, f"ddp peaks not balanced: {peaks}")
+        expect(int(dp_dev[0]["alloc_peak_bytes"]) > peaks[0], "dp's device 0 not above ddp's")
+        sent = [float(d["p2p_sent_bytes_per_step"]) for d in ddp_dev]
+        # the ring sends 2 (n-1)/n of the gradient bytes per rank
+        params = 296064 * 4
+        for s in sent:
+            expect(abs(s - 2 * 3 / 4 * params) < 64, f"ring bytes {s}, expected {1.5 * params}")
+
+
+def processes_mentioning(text):
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if text.encode() in f.read():
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+def shm_files():
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+def case_fault(binary, kind):
+    """A rank that exits or hangs ends the group: exit 1, status, nothing left behind."""
+    with tempfile.TemporaryDirectory(prefix="dpscale-fault-") as out:
+        before = shm_files()
+        t0 = time.monotonic()
+        p = dpscale(binary, "run", "--mode", "ddp", "--model", "tiny", "--gpus", "4",
+                    "--steps", "20", "--inject-fault", f"1:3:{kind}", "--timeout", "2",
+                    out=out, check_rc=1)
+        took = time.monotonic() - t0
+        expect(took < 20, f"the group took {took:.1f} s to end")
+        runs, _, _, _, _ = read_folder(os.path.join(out, "t"))
+        want = "error" if kind == "exit" else "timeout"
+        r = runs[0]
+        expect(r["status"] == want, f"status {r['status']}, expected {want}: {r['error']}")
+        expect("rank 1" in r["error"] or "1 (forward)" in r["error"], f"error: {r['error']}")
+        expect("step 3" in r["error"], f"error does not name step 3: {r['error']}")
+        time.sleep(0.2)
+        left = processes_mentioning(out)
+        expect(not left, f"processes left behind: {left}")
+        expect(shm_files() <= before, f"shared memory left behind: {shm_files() - before}")
+
+
+def case_interrupt(binary):
+    """SIGINT to the parent: the ranks end, the files hold the interrupted run, exit 130."""
+    with tempfile.TemporaryDirectory(prefix="dpscale-int-") as out:
+        cmd = [binary, "run", "--backend", "host", "--mode", "ddp", "--model", "small",
+               "--gpus", "3", "--steps", "1000000", "--out", out, "--name", "t"]
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 20
+        while len(processes_mentioning(out)) < 4 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.0)
+        p.send_signal(signal.SIGINT)
+        try:
+            stdout, stderr = p.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            raise Failure("dpscale did not end within 15 s of SIGINT")
+        expect(p.returncode == 130, f"exit {p.returncode}, expected 130\n{stderr}")
+        runs, _, steps, _, meta = read_folder(os.path.join(out, "t"))
+        expect(runs[0]["status"] == "error" and "SIGINT" in runs[0]["error"], f"runs: {runs}")
+        expect(int(runs[0]["steps_done"]) > 0 and steps, "no step of the interrupted run was kept")
+        time.sleep(0.2)
+        expect(not processes_mentioning(out), "processes left behind")
+
+
+def case_ddp_oom(binary):
+    """A rank out of memory: status oom naming the rank and its device."""
+    with tempfile.TemporaryDirectory() as out:
+        dpscale(binary, "run", "--mode", "ddp", "--model", "small", "--gpus", "2",
+                "--steps", "2", "--device-mem", "3M", out=out, check_rc=1)
+        runs, devices, _, _, _ = read_folder(os.path.join(out, "t"))
+        err = runs[0]["error"]
+        expect(runs[0]["status"] == "oom", f"status {runs[0]['status']}: {err}")
+        expect("rank" in err and "device" in err and "out of memory" in err, f"error: {err}")
 
 
 def case_learns(binary, ngpus):
@@ -161,6 +266,10 @@ BAD_INPUTS = [
     (["run", "--width", "0"], "--width"),
     (["run", "--batch", "16777216", "--tokens", "1048576"], "--batch"),
     (["frobnicate"], "frobnicate"),
+    (["run", "--mode", "ddp", "--gpus", "4", "--batch", "3"], "--batch 3"),
+    (["run", "--mode", "ddp", "--gpus", "2", "--inject-fault", "2:1:exit"], "--inject-fault"),
+    (["run", "--mode", "ddp", "--inject-fault", "0:99:exit", "--steps", "5"], "--inject-fault"),
+    (["run", "--inject-fault", "0:1:exit"], "--inject-fault"),
 ]
 
 
@@ -205,7 +314,9 @@ def case_sweep(binary):
         expect(got == want, f"sweep ran {got}")
 
 
-CASES = {"check": case_check, "learns": case_learns, "imbalance": case_imbalance, "oom": case_oom,
+CASES = {"check": case_check, "ddp_check": case_ddp_check, "ddp_balance": case_ddp_balance,
+         "fault": case_fault, "interrupt": case_interrupt, "ddp_oom": case_ddp_oom,
+         "learns": case_learns, "imbalance": case_imbalance, "oom": case_oom,
          "bad_input": case_bad_input, "cuda_absent": case_cuda_absent, "sweep": case_sweep}
 
 

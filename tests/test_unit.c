@@ -8,7 +8,14 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+
 #include "backend.h"
+#include "bucket.h"
+#include "comm.h"
+#include "ddp.h"
 #include "cli.h"
 #include "csv.h"
 #include "dp.h"
@@ -187,7 +194,15 @@ static void test_cli(void)
     expect_usage("run --batch 2.5", "--batch 2.5:");
     expect_usage("run --model nope", "--model nope: unknown preset");
     expect_usage("run --precision fp8", "--precision fp8: expected one of: fp32, bf16");
-    expect_usage("run --mode ddp", "--mode ddp:");
+    expect_usage("run --mode fsdp", "--mode fsdp: expected one of: dp, ddp");
+    expect_usage("run --inject-fault 1:3", "--inject-fault 1:3: expected RANK:STEP:exit");
+    expect_usage("run --inject-fault 1:3:crash", "--inject-fault 1:3:crash:");
+    expect_usage("run --inject-fault x:3:exit", "--inject-fault x:3:exit:");
+    expect_usage("run --bucket-mb 0", "--bucket-mb 0: expected a number above 0");
+    expect_usage("run --timeout -5", "--timeout -5:");
+    EXPECT(parse("run --mode ddp --inject-fault 2:7:hang --bucket-mb 0.5 --no-overlap", &a) == DPS_OK);
+    EXPECT(a.cfg.mode == MODE_DDP && a.cfg.fault_rank == 2 && a.cfg.fault_step == 7 &&
+           a.cfg.fault_kind == FAULT_HANG && a.cfg.bucket_mb == 0.5 && !a.cfg.overlap);
     expect_usage("run --backend gpu", "--backend gpu:");
     expect_usage("run --device-mem 12Q", "--device-mem 12Q:");
     expect_usage("run --device-mem 99999999999T", "--device-mem 99999999999T: too large");
@@ -364,13 +379,125 @@ static void test_accounting(void)
     be_close(be);
 }
 
+static void test_buckets(void)
+{
+    /* model order; reverse order is 5, 50, 10, 100, 10, 100 elements (4 bytes) */
+    size_t counts[] = {100, 10, 100, 10, 50, 5};
+    bucket b[16];
+    int n = bucket_assign(counts, 6, 4, 200, 400, b, 16);
+    EXPECT(n == 3);
+    /* first bucket closes at >= 200 bytes: params 5 and 4 */
+    EXPECT(b[0].first_param == 4 && b[0].nparams == 2 && b[0].lo == 220 && b[0].hi == 275);
+    EXPECT(b[1].first_param == 2 && b[1].nparams == 2 && b[1].lo == 110 && b[1].hi == 220);
+    EXPECT(b[2].first_param == 0 && b[2].nparams == 2 && b[2].lo == 0 && b[2].hi == 110);
+    /* a cap above the total: one bucket for all */
+    n = bucket_assign(counts, 6, 4, 1 << 20, 1 << 20, b, 16);
+    EXPECT(n == 1 && b[0].lo == 0 && b[0].hi == 275 && b[0].nparams == 6);
+    /* a cap below every parameter: one bucket per parameter, last parameter first */
+    n = bucket_assign(counts, 6, 4, 1, 1, b, 16);
+    EXPECT(n == 6);
+    for (int i = 0; i < n && n == 6; i++) EXPECT(b[i].first_param == 5 - i && b[i].nparams == 1);
+    /* the first bucket's cap differs from the others' */
+    n = bucket_assign(counts, 6, 4, 1, 100000, b, 16);
+    EXPECT(n == 2 && b[0].nparams == 1 && b[1].nparams == 5);
+    EXPECT(bucket_assign(counts, 6, 4, 1, 1, b, 3) == -1);
+    /* buckets tile the parameters in reverse order for the model too */
+    model_shape s = {3, 300, 4, 1000};
+    size_t mc[16];
+    int np = bucket_model_params(s, mc, 16);
+    EXPECT(np == 8);
+    n = bucket_assign(mc, np, 4, 1 << 20, 1 << 20, b, 16);
+    size_t hi = model_param_count(s);
+    for (int i = 0; i < n; i++) {
+        EXPECT(b[i].hi == hi);
+        hi = b[i].lo;
+    }
+    EXPECT(hi == 0);
+    int sizes[4];
+    ddp_shard_sizes(10, 4, sizes);
+    EXPECT(sizes[0] == 3 && sizes[1] == 3 && sizes[2] == 2 && sizes[3] == 2);
+}
+
+static float ring_value(int rank, size_t i) { return (float)((rank * 7 + (int)(i % 13)) % 19); }
+
+/* Child: all-reduce (or broadcast) n elements and compare with the exact sum. */
+static int ring_child(comm_shared *sh, int rank, int nranks, size_t n, comm_dtype dt, int bcast)
+{
+    comm c;
+    comm_init(&c, sh, rank);
+    c.wait_timeout_ms = 20000;
+    size_t es = dt == COMM_BF16 ? 2 : 4;
+    char *buf = malloc(n * es + 1);
+    for (size_t i = 0; i < n; i++) {
+        float v = bcast ? (rank == 1 ? ring_value(9, i) : -1.0f) : ring_value(rank, i);
+        if (dt == COMM_F32) ((float *)buf)[i] = v;
+        else ((uint16_t *)buf)[i] = dps_f32_to_bf16(v);
+    }
+    dps_status rc = bcast ? comm_broadcast(&c, buf, n * es, 1) : comm_allreduce(&c, buf, n, dt);
+    int bad = rc != DPS_OK;
+    for (size_t i = 0; i < n && !bad; i++) {
+        float want = 0.0f;
+        if (bcast) want = ring_value(9, i);
+        else
+            for (int r = 0; r < nranks; r++) want += ring_value(r, i);
+        float got = dt == COMM_F32 ? ((float *)buf)[i] : dps_bf16_to_f32(((uint16_t *)buf)[i]);
+        if (got != want) {
+            fprintf(stderr, "rank %d/%d n=%zu %s: [%zu] = %g, expected %g\n", rank, nranks, n,
+                    bcast ? "broadcast" : dt == COMM_F32 ? "f32" : "bf16", i, got, want);
+            bad = 1;
+        }
+    }
+    free(buf);
+    return bad;
+}
+
+static void ring_case(int nranks, size_t n, comm_dtype dt, int bcast)
+{
+    size_t bytes = comm_shared_bytes(nranks);
+    comm_shared *sh = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    EXPECT(sh != MAP_FAILED);
+    if (sh == MAP_FAILED) return;
+    comm_shared_init(sh, nranks);
+    pid_t pid[8];
+    fflush(NULL);
+    for (int r = 0; r < nranks; r++) {
+        pid[r] = fork();
+        if (pid[r] == 0) _exit(ring_child(sh, r, nranks, n, dt, bcast));
+    }
+    for (int r = 0; r < nranks; r++) {
+        int ws = 0;
+        waitpid(pid[r], &ws, 0);
+        if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
+            fprintf(stderr, "ring: %d ranks, n=%zu: rank %d failed\n", nranks, n, r);
+            failures++;
+        }
+    }
+    munmap(sh, bytes);
+}
+
+static void test_ring(void)
+{
+    size_t slot = COMM_SLOT_BYTES / 4;
+    size_t counts[] = {0, 1, 2, 3, 5, 7, 1000, 4099, slot - 1, slot + 5, 3 * slot + 1};
+    for (int nr = 1; nr <= 5; nr++)
+        for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
+            ring_case(nr, counts[i], COMM_F32, 0);
+            if (counts[i] < 5000) ring_case(nr, counts[i], COMM_BF16, 0);
+        }
+    ring_case(3, 2 * slot + 3, COMM_BF16, 0); /* bf16 pieces cross slot boundaries */
+    for (int nr = 2; nr <= 4; nr++) {
+        ring_case(nr, 1, COMM_F32, 1);
+        ring_case(nr, 3 * slot + 7, COMM_F32, 1);
+    }
+}
+
 int main(int argc, char **argv)
 {
     static const struct { const char *name; void (*fn)(void); } groups[] = {
         {"chunk", test_chunk}, {"stats", test_stats}, {"csv", test_csv}, {"cli", test_cli},
         {"parse", test_parse}, {"presets", test_presets}, {"elementwise", test_elementwise},
         {"gradients", test_gradients}, {"rel_diff", test_rel_diff},
-        {"accounting", test_accounting},
+        {"accounting", test_accounting}, {"buckets", test_buckets}, {"ring", test_ring},
     };
     int ran = 0;
     for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++)
