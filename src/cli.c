@@ -14,7 +14,8 @@ enum {
     O_BACKEND = 256, O_MODE, O_GPUS, O_DEVICES, O_MODEL, O_LAYERS, O_WIDTH, O_TOKENS,
     O_CLASSES, O_BATCH, O_BATCH_PER_GPU, O_PRECISION, O_OPTIMIZER, O_LR, O_STEPS, O_WARMUP,
     O_SEED, O_DEVICE_MEM, O_HOST_DEVICES, O_CHECK, O_GEMM_REF, O_OUT, O_NAME, O_BUCKET_MB,
-    O_FIRST_BUCKET_MB, O_NO_OVERLAP, O_GRAD_VIEW, O_TIMEOUT, O_INJECT_FAULT, O_HELP = 'h',
+    O_FIRST_BUCKET_MB, O_NO_OVERLAP, O_GRAD_VIEW, O_TIMEOUT, O_INJECT_FAULT, O_SIZES,
+    O_HELP = 'h',
     O_VERSION = 'V',
 };
 
@@ -51,6 +52,7 @@ static const cli_opt opts[] = {
     {"grad-as-bucket-view", O_GRAD_VIEW, NULL, "ddp: gradients are views into the buckets (no copy)"},
     {"timeout", O_TIMEOUT, "SECONDS", "ddp: end the ranks when a step takes longer (default 300)"},
     {"inject-fault", O_INJECT_FAULT, "R:S:exit|hang", "ddp: rank R exits or hangs at step S (0-based, warm-up included)"},
+    {"sizes", O_SIZES, "LIST", "comm-bench: message sizes, e.g. 1M,16M,64M (multiples of 4 bytes)"},
     {"check", O_CHECK, NULL, "compare the final parameters with single-device training"},
     {"gemm-ref", O_GEMM_REF, NULL, "also time the step's GEMMs alone on device 0 (gemm_ref_tflops)"},
     {"out", O_OUT, "DIR", "results root (default results)"},
@@ -65,6 +67,8 @@ void cli_usage(FILE *f)
     fprintf(f, "usage: dpscale run   [options]   train one configuration\n"
                "       dpscale sweep [options]   a built-in sweep over --gpus and --model lists\n"
                "       dpscale info  [options]   backend, devices, presets\n"
+               "       dpscale comm-bench [--gpus LIST] [--sizes LIST] [--steps N]\n"
+               "                                 the host all-reduce alone (busbw)\n"
                "       dpscale --help | --version\n\noptions:\n");
     for (int i = 0; i < NOPTS; i++) {
         char left[64];
@@ -200,6 +204,25 @@ static dps_status positive_opt(cli_args *a, int id, const char *val)
     return DPS_OK;
 }
 
+/* --sizes: byte counts with suffixes, multiples of 4. */
+static dps_status sizes_opt(cli_args *a, int id, const char *val)
+{
+    char buf[512];
+    if (strlen(val) >= sizeof buf) return bad(id, "...", "list too long");
+    dps_strlcpy(buf, val, sizeof buf);
+    a->nsizes = 0;
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        uint64_t v = 0;
+        if (a->nsizes >= CLI_MAX_LIST) return bad(id, val, "at most 16 sizes");
+        if (dps_parse_bytes(t, &v) || v == 0 || v % 4 || v > ((uint64_t)1 << 34))
+            return bad(id, t, "expected a byte count from 4 to 16G, a multiple of 4 (K/M/G suffixes)");
+        a->sizes[a->nsizes++] = v;
+    }
+    if (!a->nsizes) return bad(id, val, "expected a list of sizes");
+    return DPS_OK;
+}
+
 /* --inject-fault RANK:STEP:exit|hang */
 static dps_status fault_opt(cli_args *a, int id, const char *val)
 {
@@ -238,7 +261,7 @@ static dps_status apply_opt(cli_args *a, int id, const char *val)
     case O_MODE: DPS_TRY(word_arg(id, val, modes, 2, &v)); c->mode = (dps_mode)v; break;
     case O_GPUS:
         DPS_TRY(int_list(id, val, 1, DPS_MAX_DEVICES, a->sweep_ngpus, CLI_MAX_LIST, &a->sweep_ngpus_n));
-        if (a->cmd != CMD_SWEEP && a->sweep_ngpus_n > 1)
+        if (a->cmd != CMD_SWEEP && a->cmd != CMD_COMM_BENCH && a->sweep_ngpus_n > 1)
             return bad(id, val, "expected one integer from 1 to 64 (lists are for `dpscale sweep`)");
         c->ngpus = a->sweep_ngpus[0];
         a->gpus_set = 1;
@@ -272,6 +295,7 @@ static dps_status apply_opt(cli_args *a, int id, const char *val)
     case O_NO_OVERLAP: c->overlap = 0; break;
     case O_GRAD_VIEW: c->grad_view = 1; break;
     case O_INJECT_FAULT: return fault_opt(a, id, val);
+    case O_SIZES: return sizes_opt(a, id, val);
     case O_CHECK: c->check = 1; break;
     case O_GEMM_REF: c->gemm_ref = 1; break;
     case O_OUT:
@@ -296,6 +320,7 @@ static cli_cmd parse_command(const char *s)
     if (strcmp(s, "run") == 0) return CMD_RUN;
     if (strcmp(s, "sweep") == 0) return CMD_SWEEP;
     if (strcmp(s, "info") == 0) return CMD_INFO;
+    if (strcmp(s, "comm-bench") == 0) return CMD_COMM_BENCH;
     return CMD_NONE;
 }
 
@@ -312,7 +337,7 @@ dps_status cli_parse(int argc, char **argv, cli_args *a)
     if (argc > 1 && argv[1][0] != '-') {
         a->cmd = parse_command(argv[1]);
         if (a->cmd == CMD_NONE)
-            return dps_fail(DPS_ERR_USAGE, "unknown command '%s': expected run, sweep or info "
+            return dps_fail(DPS_ERR_USAGE, "unknown command '%s': expected run, sweep, info or comm-bench "
                             "(see dpscale --help)", argv[1]);
         first = 2;
     }

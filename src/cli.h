@@ -9,7 +9,9 @@
 #include "backend.h"
 #include "config.h"
 
-typedef enum cli_cmd { CMD_NONE, CMD_RUN, CMD_SWEEP, CMD_INFO, CMD_HELP, CMD_VERSION } cli_cmd;
+typedef enum cli_cmd {
+    CMD_NONE, CMD_RUN, CMD_SWEEP, CMD_INFO, CMD_COMM_BENCH, CMD_HELP, CMD_VERSION
+} cli_cmd;
 
 #define CLI_MAX_LIST 16
 
@@ -23,6 +25,9 @@ typedef struct cli_args {
     int sweep_ngpus[CLI_MAX_LIST], sweep_ngpus_n;
     char sweep_models[CLI_MAX_LIST][DPS_NAME_MAX];
     int sweep_models_n;
+    /* comm-bench: message sizes in bytes */
+    uint64_t sizes[CLI_MAX_LIST];
+    int nsizes;
 } cli_args;
 
 /* Parses argv; DPS_ERR_USAGE with a one-line message on bad input. */

@@ -10,6 +10,7 @@
 #include "dps_config.h"
 #include "version.h"
 #include "cli.h"
+#include "commbench.h"
 #include "results.h"
 #include "run.h"
 #include "util.h"
@@ -137,6 +138,43 @@ static int run_all(cli_args *a, int argc, char **argv)
     return status;
 }
 
+/* comm-bench: every --gpus count over every --sizes, a table and allreduce.csv. */
+static int comm_bench(cli_args *a)
+{
+    static const uint64_t default_sizes[] = {1 << 20, 16 << 20, 64 << 20};
+    int ng[CLI_MAX_LIST] = {2, 4}, nng = a->gpus_set ? a->sweep_ngpus_n : 2;
+    if (a->gpus_set) memcpy(ng, a->sweep_ngpus, sizeof ng);
+    const uint64_t *sizes = a->nsizes ? a->sizes : default_sizes;
+    int nsizes = a->nsizes ? a->nsizes : 3;
+    results_dir rd;
+    if (!a->name_set) default_name(a->cfg.name, sizeof a->cfg.name);
+    if (results_open(&rd, a->cfg.out_dir, a->cfg.name)) return usage_error();
+    printf("# dpscale comm-bench: host ring all-reduce over shared memory, fp32 sum in place\n"
+           "# %6s %12s %12s %11s %11s %6s\n", "ranks", "bytes", "time_us", "algbw_GB/s",
+           "busbw_GB/s", "check");
+    commbench_row rows[COMMBENCH_MAX_SIZES];
+    int status = 0;
+    for (int g = 0; g < nng; g++) {
+        if (commbench_run(ng[g], sizes, nsizes, a->cfg.warmup, a->cfg.steps, rows)) {
+            dps_log("%s", dps_errmsg());
+            status = 1;
+            continue;
+        }
+        for (int s = 0; s < nsizes; s++) {
+            printf("  %6d %12llu %12.1f %11.3f %11.3f %6s\n", rows[s].nranks,
+                   (unsigned long long)rows[s].bytes, rows[s].time_us, rows[s].algbw_gbps,
+                   rows[s].busbw_gbps, rows[s].check_ok ? "pass" : "FAIL");
+            if (!rows[s].check_ok) status = 1;
+        }
+        if (commbench_write(&rd, rows, nsizes)) {
+            dps_log("%s", dps_errmsg());
+            status = 1;
+        }
+    }
+    printf("# results in %s/allreduce.csv\n", rd.dir);
+    return status;
+}
+
 int main(int argc, char **argv)
 {
     cli_args *a = calloc(1, sizeof *a);
@@ -160,6 +198,8 @@ int main(int argc, char **argv)
             print_info(be);
             be_close(be);
         }
+    } else if (a->cmd == CMD_COMM_BENCH) {
+        status = comm_bench(a);
     } else {
         status = run_all(a, argc, argv);
     }

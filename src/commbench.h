@@ -1,0 +1,27 @@
+/* `dpscale comm-bench`: the host all-reduce alone, timed like nccl-tests'
+ * all_reduce_perf (in place, fp32 sum, slowest rank per iteration, median
+ * over iterations), then checked on data whose sum is known exactly. */
+#ifndef DPS_COMMBENCH_H
+#define DPS_COMMBENCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "results.h"
+
+#define COMMBENCH_MAX_SIZES 16
+
+typedef struct commbench_row {
+    int nranks;
+    uint64_t bytes;
+    double time_us, algbw_gbps, busbw_gbps;
+    int check_ok;
+} commbench_row;
+
+/* Runs every size for nranks rank processes; rows[i] for sizes[i]. */
+dps_status commbench_run(int nranks, const uint64_t *sizes, int nsizes, int warmup, int iters,
+                         commbench_row *rows);
+/* Appends rows to DIR/allreduce.csv. */
+dps_status commbench_write(const results_dir *rd, const commbench_row *rows, int n);
+
+#endif
