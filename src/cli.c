@@ -28,7 +28,7 @@ typedef struct cli_opt {
 
 static const cli_opt opts[] = {
     {"backend", O_BACKEND, "auto|cuda|host", "device backend (auto: cuda when a GPU is visible, else host)"},
-    {"mode", O_MODE, "dp|ddp", "strategy: dp = DataParallel, ddp = DistributedDataParallel"},
+    {"mode", O_MODE, "dp|ddp", "strategy: dp = DataParallel, ddp = DistributedDataParallel (sweep: a list)"},
     {"gpus", O_GPUS, "N", "number of devices, 1..64 (sweep: a list, e.g. 1,2,4)"},
     {"devices", O_DEVICES, "LIST", "device indices, e.g. 0,2,3 (implies --gpus)"},
     {"model", O_MODEL, "PRESET", "model preset, default small (see `dpscale info`; sweep: a list)"},
@@ -188,6 +188,28 @@ static dps_status device_mem_opt(cli_args *a, int id, const char *val)
     return DPS_OK;
 }
 
+/* --mode dp|ddp; a list for sweep. */
+static dps_status mode_opt(cli_args *a, int id, const char *val)
+{
+    static const char *const modes[] = {"dp", "ddp"};
+    char buf[64];
+    if (strlen(val) >= sizeof buf) return bad(id, "...", "expected dp, ddp or dp,ddp");
+    dps_strlcpy(buf, val, sizeof buf);
+    a->sweep_modes_n = 0;
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        int v = 0;
+        if (a->sweep_modes_n >= 2) return bad(id, val, "expected dp, ddp or dp,ddp");
+        DPS_TRY(word_arg(id, t, modes, 2, &v));
+        a->sweep_modes[a->sweep_modes_n++] = (dps_mode)v;
+    }
+    if (!a->sweep_modes_n) return bad(id, val, "expected dp, ddp or dp,ddp");
+    if (a->cmd != CMD_SWEEP && a->sweep_modes_n > 1)
+        return bad(id, val, "one mode for `dpscale run` (lists are for `dpscale sweep`)");
+    a->cfg.mode = a->sweep_modes[0];
+    return DPS_OK;
+}
+
 /* --bucket-mb, --first-bucket-mb, --timeout: positive numbers. */
 static dps_status positive_opt(cli_args *a, int id, const char *val)
 {
@@ -250,7 +272,6 @@ static dps_status apply_opt(cli_args *a, int id, const char *val)
 {
     dps_config *c = &a->cfg;
     static const char *const backends[] = {"auto", "host", "cuda"};
-    static const char *const modes[] = {"dp", "ddp"};
     static const char *const precs[] = {"fp32", "bf16"};
     static const char *const optims[] = {"sgd", "adamw"};
     int v = 0;
@@ -258,7 +279,7 @@ static dps_status apply_opt(cli_args *a, int id, const char *val)
     double d;
     switch (id) {
     case O_BACKEND: DPS_TRY(word_arg(id, val, backends, 3, &v)); c->be.kind = (be_kind)v; break;
-    case O_MODE: DPS_TRY(word_arg(id, val, modes, 2, &v)); c->mode = (dps_mode)v; break;
+    case O_MODE: return mode_opt(a, id, val);
     case O_GPUS:
         DPS_TRY(int_list(id, val, 1, DPS_MAX_DEVICES, a->sweep_ngpus, CLI_MAX_LIST, &a->sweep_ngpus_n));
         if (a->cmd != CMD_SWEEP && a->cmd != CMD_COMM_BENCH && a->sweep_ngpus_n > 1)
@@ -424,10 +445,11 @@ static dps_status check_ddp(const dps_config *c)
     return DPS_OK;
 }
 
-dps_status cli_finish_config(cli_args *a, const char *model, int ngpus, const backend *be,
-                             dps_config *out)
+dps_status cli_finish_config(cli_args *a, const char *model, dps_mode mode, int ngpus,
+                             const backend *be, dps_config *out)
 {
     dps_config c = a->cfg;
+    c.mode = mode;
     const model_preset *p = model_find_preset(model);
     dps_strlcpy(c.model, p->name, sizeof c.model);
     c.shape = p->shape;

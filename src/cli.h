@@ -24,6 +24,8 @@ typedef struct cli_args {
     /* sweep: lists */
     int sweep_ngpus[CLI_MAX_LIST], sweep_ngpus_n;
     char sweep_models[CLI_MAX_LIST][DPS_NAME_MAX];
+    dps_mode sweep_modes[2];
+    int sweep_modes_n;
     int sweep_models_n;
     /* comm-bench: message sizes in bytes */
     uint64_t sizes[CLI_MAX_LIST];
@@ -32,10 +34,10 @@ typedef struct cli_args {
 
 /* Parses argv; DPS_ERR_USAGE with a one-line message on bad input. */
 dps_status cli_parse(int argc, char **argv, cli_args *a);
-/* Applies the preset and overrides and checks the configuration against the
- * backend (device count, precision, sizes). DPS_ERR_USAGE on bad input. */
-dps_status cli_finish_config(cli_args *a, const char *model, int ngpus, const backend *be,
-                             dps_config *out);
+/* Applies the preset, mode and overrides and checks the configuration against
+ * the backend (device count, precision, sizes). DPS_ERR_USAGE on bad input. */
+dps_status cli_finish_config(cli_args *a, const char *model, dps_mode mode, int ngpus,
+                             const backend *be, dps_config *out);
 void cli_usage(FILE *f);
 
 #endif

@@ -81,9 +81,10 @@ dps_status train_result_init(train_result *r, const dps_config *c, int nranks)
     r->nranks = nranks;
     r->check = -1;
     r->step_ms = calloc((size_t)c->steps, sizeof *r->step_ms);
+    r->rank_step_ms = calloc((size_t)c->steps * (size_t)nranks, sizeof *r->rank_step_ms);
     r->phase_ms = calloc((size_t)c->steps * (size_t)nranks * PH_COUNT, sizeof *r->phase_ms);
     r->loss = calloc((size_t)(c->steps + c->warmup), sizeof *r->loss);
-    if (!r->step_ms || !r->phase_ms || !r->loss) {
+    if (!r->step_ms || !r->rank_step_ms || !r->phase_ms || !r->loss) {
         train_result_free(r);
         return dps_fail(DPS_ERR_RUNTIME, "out of host memory for the step records");
     }
@@ -93,10 +94,12 @@ dps_status train_result_init(train_result *r, const dps_config *c, int nranks)
 void train_result_free(train_result *r)
 {
     free(r->step_ms);
+    free(r->rank_step_ms);
     free(r->phase_ms);
     free(r->loss);
     free(r->final_params);
     r->step_ms = NULL;
+    r->rank_step_ms = NULL;
     r->phase_ms = NULL;
     r->loss = NULL;
     r->final_params = NULL;

@@ -82,6 +82,7 @@ typedef struct train_result {
     int nranks;            /* devices (dp) or ranks (ddp) with records */
     int steps_done;        /* timed steps completed */
     double *step_ms;       /* [steps] slowest rank's step time */
+    double *rank_step_ms;  /* [steps][nranks] each rank's own (dp: the step's) */
     float *phase_ms;       /* [steps][nranks][PH_COUNT] */
     float *loss;           /* [warmup + steps] */
     int losses_done;

@@ -419,6 +419,7 @@ static dps_status dp_loop(dp_state *st, train_result *res)
         if (!timed) continue;
         int k = step - c->warmup;
         res->step_ms[k] = ms;
+        for (int i = 0; i < c->ngpus; i++) res->rank_step_ms[(size_t)k * res->nranks + i] = ms;
         for (int i = 0; i < st->nslots; i++)
             DPS_TRY(ptimer_read(&st->timer, i, train_result_phases(res, k, i)));
         res->steps_done = k + 1;

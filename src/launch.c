@@ -205,6 +205,7 @@ static void collect(group *g, train_result *res)
         res->step_ms[k] = 0.0;
         for (int r = 0; r < n; r++) {
             double ms = ddp_step_ms(sh, r)[k];
+            res->rank_step_ms[(size_t)k * n + r] = ms;
             if (ms > res->step_ms[k]) res->step_ms[k] = ms;
             memcpy(train_result_phases(res, k, r), ddp_phase_ms(sh, r) + (size_t)k * PH_COUNT,
                    PH_COUNT * sizeof(float));

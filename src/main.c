@@ -86,12 +86,23 @@ static dps_status build_configs(cli_args *a, const backend *be, dps_config **out
         dps_strlcpy(a->sweep_models[0], a->cfg.model, DPS_NAME_MAX);
         a->sweep_models_n = 1;
     }
-    *out = calloc((size_t)(nng * a->sweep_models_n), sizeof **out);
+    dps_mode modes[2] = {a->cfg.mode, MODE_DDP};
+    int nmodes = 1;
+    if (a->sweep_modes_n) {
+        memcpy(modes, a->sweep_modes, sizeof modes);
+        nmodes = a->sweep_modes_n;
+    } else if (a->cmd == CMD_SWEEP) {
+        modes[0] = MODE_DP; /* a sweep compares both strategies */
+        nmodes = 2;
+    }
+    *out = calloc((size_t)(nng * a->sweep_models_n * nmodes), sizeof **out);
     if (!*out) return dps_fail(DPS_ERR_RUNTIME, "out of host memory");
     *n = 0;
     for (int m = 0; m < a->sweep_models_n; m++)
         for (int g = 0; g < nng; g++)
-            DPS_TRY(cli_finish_config(a, a->sweep_models[m], ng[g], be, &(*out)[(*n)++]));
+            for (int k = 0; k < nmodes; k++)
+                DPS_TRY(cli_finish_config(a, a->sweep_models[m], modes[k], ng[g], be,
+                                          &(*out)[(*n)++]));
     return DPS_OK;
 }
 

@@ -221,6 +221,7 @@ static void steps_rows(csv_buf *b, const dps_config *c, const train_result *res,
             csv_int(b, r);
             csv_int(b, c->devices[r]);
             csv_num(b, res->step_ms[k], 4);
+            csv_num(b, res->rank_step_ms[(size_t)k * res->nranks + r], 4);
             csv_num(b, res->loss[c->warmup + k], 6);
             for (int p = 0; p < PH_COUNT; p++) csv_num(b, ph[p], 4);
             csv_end_row(b);
@@ -291,12 +292,12 @@ static dps_status append(const results_dir *r, const char *file, const char *con
 dps_status results_append(const results_dir *r, const dps_config *c, const backend *be,
                           const train_result *res, const run_summary *s)
 {
-    static const char *steps_cols[6 + PH_COUNT] = {
-        "config_id", "step", "rank", "device_index", "step_ms", "loss"};
+    static const char *steps_cols[7 + PH_COUNT] = {
+        "config_id", "step", "rank", "device_index", "step_ms", "rank_step_ms", "loss"};
     for (int p = 0; p < PH_COUNT; p++) {
         static char names[PH_COUNT][32];
         snprintf(names[p], sizeof names[p], "%s_ms", dps_phase_names[p]);
-        steps_cols[6 + p] = names[p];
+        steps_cols[7 + p] = names[p];
     }
     csv_buf b;
     csv_init(&b);

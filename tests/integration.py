@@ -19,7 +19,8 @@ RUNS_REQUIRED = [
 ]
 PHASES = ["load", "replicate", "scatter", "forward", "gather", "loss", "backward",
           "reduce", "optimizer"]
-STEPS_REQUIRED = ["config_id", "step", "rank", "step_ms"] + [p + "_ms" for p in PHASES]
+STEPS_REQUIRED = ["config_id", "step", "rank", "step_ms", "rank_step_ms"] + \
+    [p + "_ms" for p in PHASES]
 DEVICES_REQUIRED = ["config_id", "device", "alloc_peak_bytes", "device_peak_bytes",
                     "h2d_bytes_per_step", "p2p_sent_bytes_per_step", "p2p_recv_bytes_per_step"]
 PHASES_REQUIRED = ["config_id", "device", "phase", "median_ms", "share_of_step"]
@@ -80,6 +81,8 @@ def read_folder(folder):
                    f"steps.csv: {len(st)} rows for {r['config_id']}, want {ng * int(r['steps'])}")
             for s in st:
                 expect(float(s["step_ms"]) > 0, "steps.csv: a step took no time")
+                expect(float(s["rank_step_ms"]) <= float(s["step_ms"]) + 1e-3,
+                       "steps.csv: a rank slower than the step")
             expect(float(r["step_ms_p10"]) <= float(r["step_ms_median"]) <= float(r["step_ms_p90"]),
                    "runs.csv: p10 <= median <= p90 does not hold")
     return runs, devices, steps, phases, meta
@@ -309,12 +312,32 @@ def case_sweep(binary):
         dpscale(binary, "sweep", "--model", "tiny,small", "--steps", "2", "--warmup", "1",
                 out=out, check_rc=0)
         runs, _, _, _, _ = read_folder(os.path.join(out, "t"))
-        got = sorted((r["model"], int(r["ngpus"])) for r in runs)
-        want = sorted((m, g) for m in ("tiny", "small") for g in (1, 2, 4))
+        got = sorted((r["model"], r["mode"], int(r["ngpus"])) for r in runs)
+        want = sorted((m, k, g) for m in ("tiny", "small") for k in ("dp", "ddp") for g in (1, 2, 4))
         expect(got == want, f"sweep ran {got}")
 
 
-CASES = {"check": case_check, "ddp_check": case_ddp_check, "ddp_balance": case_ddp_balance,
+def case_comm_bench(binary):
+    """comm-bench times and checks the host all-reduce for every size and rank count."""
+    with tempfile.TemporaryDirectory() as out:
+        p = subprocess.run([binary, "comm-bench", "--gpus", "2,3", "--sizes", "4,1M", "--steps",
+                            "2", "--warmup", "1", "--out", out, "--name", "t"],
+                           capture_output=True, text=True, timeout=120)
+        expect(p.returncode == 0, f"exit {p.returncode}: {p.stderr}")
+        rows = read_csv(os.path.join(out, "t", "allreduce.csv"),
+                        ["nranks", "bytes", "time_us", "algbw_gbps", "busbw_gbps", "check"])
+        got = sorted((int(r["nranks"]), int(r["bytes"])) for r in rows)
+        expect(got == [(2, 4), (2, 1 << 20), (3, 4), (3, 1 << 20)], f"rows {got}")
+        for r in rows:
+            expect(r["check"] == "pass" and float(r["time_us"]) > 0, f"row {r}")
+            algbw = int(r["bytes"]) / (float(r["time_us"]) * 1e-6) / 1e9
+            expect(abs(float(r["algbw_gbps"]) - algbw) <= 0.01 * algbw + 1e-3, f"algbw {r}")
+            n = int(r["nranks"])
+            expect(abs(float(r["busbw_gbps"]) - float(r["algbw_gbps"]) * 2 * (n - 1) / n) < 2e-3,
+                   f"busbw {r}")
+
+
+CASES = {"check": case_check, "comm_bench": case_comm_bench, "ddp_check": case_ddp_check, "ddp_balance": case_ddp_balance,
          "fault": case_fault, "interrupt": case_interrupt, "ddp_oom": case_ddp_oom,
          "learns": case_learns, "imbalance": case_imbalance, "oom": case_oom,
          "bad_input": case_bad_input, "cuda_absent": case_cuda_absent, "sweep": case_sweep}
