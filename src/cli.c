@@ -14,7 +14,8 @@ enum {
     O_BACKEND = 256, O_MODE, O_GPUS, O_DEVICES, O_MODEL, O_LAYERS, O_WIDTH, O_TOKENS,
     O_CLASSES, O_BATCH, O_BATCH_PER_GPU, O_PRECISION, O_OPTIMIZER, O_LR, O_STEPS, O_WARMUP,
     O_SEED, O_DEVICE_MEM, O_HOST_DEVICES, O_CHECK, O_GEMM_REF, O_OUT, O_NAME, O_BUCKET_MB,
-    O_FIRST_BUCKET_MB, O_NO_OVERLAP, O_GRAD_VIEW, O_TIMEOUT, O_INJECT_FAULT, O_SIZES,
+    O_FIRST_BUCKET_MB, O_NO_OVERLAP, O_GRAD_VIEW, O_TIMEOUT, O_INJECT_FAULT, O_SIZES, O_RESUME,
+    O_FILTER, O_DRY_RUN, O_CONFIG_TIMEOUT,
     O_HELP = 'h',
     O_VERSION = 'V',
 };
@@ -52,6 +53,10 @@ static const cli_opt opts[] = {
     {"grad-as-bucket-view", O_GRAD_VIEW, NULL, "ddp: gradients are views into the buckets (no copy)"},
     {"timeout", O_TIMEOUT, "SECONDS", "ddp: end the ranks when a step takes longer (default 300)"},
     {"inject-fault", O_INJECT_FAULT, "R:S:exit|hang", "ddp: rank R exits or hangs at step S (0-based, warm-up included)"},
+    {"resume", O_RESUME, NULL, "sweep: skip configurations already in the folder (default folder: OUT/latest)"},
+    {"filter", O_FILTER, "PATTERN", "sweep: only configuration ids containing PATTERN (or matching a glob)"},
+    {"dry-run", O_DRY_RUN, NULL, "sweep: list the configurations, run nothing"},
+    {"config-timeout", O_CONFIG_TIMEOUT, "SECONDS", "sweep: kill a configuration running longer (default 3600)"},
     {"sizes", O_SIZES, "LIST", "comm-bench: message sizes, e.g. 1M,16M,64M (multiples of 4 bytes)"},
     {"check", O_CHECK, NULL, "compare the final parameters with single-device training"},
     {"gemm-ref", O_GEMM_REF, NULL, "also time the step's GEMMs alone on device 0 (gemm_ref_tflops)"},
@@ -65,7 +70,10 @@ static const cli_opt opts[] = {
 void cli_usage(FILE *f)
 {
     fprintf(f, "usage: dpscale run   [options]   train one configuration\n"
-               "       dpscale sweep [options]   a built-in sweep over --gpus and --model lists\n"
+               "       dpscale sweep [SUITE] [options]\n"
+               "                                 every configuration of a suite file (or of the\n"
+               "                                 --mode, --gpus and --model lists), each in its\n"
+               "                                 own process\n"
                "       dpscale info  [options]   backend, devices, presets\n"
                "       dpscale comm-bench [--gpus LIST] [--sizes LIST] [--steps N]\n"
                "                                 the host all-reduce alone (busbw)\n"
@@ -214,7 +222,7 @@ static dps_status mode_opt(cli_args *a, int id, const char *val)
 static dps_status positive_opt(cli_args *a, int id, const char *val)
 {
     double d;
-    double hi = id == O_TIMEOUT ? 1e6 : 65536.0;
+    double hi = id == O_TIMEOUT || id == O_CONFIG_TIMEOUT ? 1e6 : 65536.0;
     if (dps_parse_f64(val, &d) || !(d > 0.0) || d > hi) {
         char what[64];
         snprintf(what, sizeof what, "expected a number above 0 and at most %g", hi);
@@ -222,6 +230,7 @@ static dps_status positive_opt(cli_args *a, int id, const char *val)
     }
     if (id == O_BUCKET_MB) a->cfg.bucket_mb = d;
     else if (id == O_FIRST_BUCKET_MB) a->cfg.first_bucket_mb = d;
+    else if (id == O_CONFIG_TIMEOUT) a->config_timeout_s = d;
     else a->cfg.timeout_s = d;
     return DPS_OK;
 }
@@ -304,15 +313,22 @@ static dps_status apply_opt(cli_args *a, int id, const char *val)
         a->lr_set = 1;
         break;
     case O_DEVICE_MEM: return device_mem_opt(a, id, val);
-    case O_STEPS: DPS_TRY(int_arg(id, val, 1, 10000000, &c->steps)); break;
-    case O_WARMUP: DPS_TRY(int_arg(id, val, 0, 1000000, &c->warmup)); break;
+    case O_STEPS: DPS_TRY(int_arg(id, val, 1, 10000000, &c->steps)); a->steps_set = 1; break;
+    case O_WARMUP: DPS_TRY(int_arg(id, val, 0, 1000000, &c->warmup)); a->warmup_set = 1; break;
+    case O_RESUME: a->resume = 1; break;
+    case O_DRY_RUN: a->dry_run = 1; break;
+    case O_FILTER:
+        if (!*val || strlen(val) >= sizeof a->filter) return bad(id, val, "expected a pattern");
+        dps_strlcpy(a->filter, val, sizeof a->filter);
+        break;
     case O_SEED:
         if (dps_parse_i64(val, 0, INT64_MAX, &v64))
             return bad(id, val, "expected an integer from 0 to 9223372036854775807");
         c->seed = (uint64_t)v64;
         break;
     case O_HOST_DEVICES: DPS_TRY(int_arg(id, val, 1, DPS_MAX_DEVICES, &c->be.host_devices)); break;
-    case O_BUCKET_MB: case O_FIRST_BUCKET_MB: case O_TIMEOUT: return positive_opt(a, id, val);
+    case O_BUCKET_MB: case O_FIRST_BUCKET_MB: case O_TIMEOUT: case O_CONFIG_TIMEOUT:
+        return positive_opt(a, id, val);
     case O_NO_OVERLAP: c->overlap = 0; break;
     case O_GRAD_VIEW: c->grad_view = 1; break;
     case O_INJECT_FAULT: return fault_opt(a, id, val);
@@ -375,8 +391,11 @@ dps_status cli_parse(int argc, char **argv, cli_args *a)
                             argv[optind - 1]);
         DPS_TRY(apply_opt(a, id, optarg));
     }
+    if (optind < argc && cmd == CMD_SWEEP && strlen(argv[optind]) < sizeof a->suite_path)
+        dps_strlcpy(a->suite_path, argv[optind++], sizeof a->suite_path);
     if (optind < argc)
         return dps_fail(DPS_ERR_USAGE, "unexpected argument '%s' (see dpscale --help)", argv[optind]);
+    if (!a->config_timeout_s) a->config_timeout_s = 3600.0;
     if (a->cmd != CMD_HELP && a->cmd != CMD_VERSION) a->cmd = cmd;
     if (a->cmd == CMD_NONE)
         return dps_fail(DPS_ERR_USAGE, "no command: expected run, sweep or info (see dpscale --help)");
@@ -388,60 +407,6 @@ dps_status cli_parse(int argc, char **argv, cli_args *a)
     float lr = a->cfg.hp.lr; /* optimizer defaults, then an explicit --lr on top */
     config_optimizer_defaults(&a->cfg);
     if (a->lr_set) a->cfg.hp.lr = lr;
-    return DPS_OK;
-}
-
-static dps_status check_devices(const dps_config *c, const backend *be)
-{
-    if (c->ngpus > be->ndev)
-        return dps_fail(DPS_ERR_USAGE, "--gpus %d: the %s backend has %d device%s%s", c->ngpus,
-                        be->ops->name, be->ndev, be->ndev == 1 ? "" : "s",
-                        be->kind == BE_HOST ? " (see --host-devices)" : "");
-    for (int i = 0; i < c->ngpus; i++) {
-        if (c->devices[i] >= be->ndev)
-            return dps_fail(DPS_ERR_USAGE, "--devices: device %d does not exist; the %s backend "
-                            "has devices 0..%d", c->devices[i], be->ops->name, be->ndev - 1);
-        for (int j = 0; j < i; j++)
-            if (c->devices[j] == c->devices[i])
-                return dps_fail(DPS_ERR_USAGE, "--devices: device %d is listed twice",
-                                c->devices[i]);
-    }
-    return DPS_OK;
-}
-
-/* Rows of the global batch and the largest buffer must fit the GEMM's int
- * dimensions and size_t. */
-static dps_status check_sizes(const dps_config *c)
-{
-    int64_t rows = (int64_t)c->global_batch * c->shape.tokens;
-    int64_t widest = c->shape.width > c->shape.classes ? c->shape.width : c->shape.classes;
-    if (rows > INT_MAX || rows * widest > ((int64_t)1 << 40))
-        return dps_fail(DPS_ERR_USAGE, "--batch %d with %d tokens and width %" PRId64 ": the "
-                        "batch is too large (batch x tokens x width must stay under 2^40)",
-                        c->global_batch, c->shape.tokens, widest);
-    if ((int64_t)c->shape.width * widest > ((int64_t)1 << 34))
-        return dps_fail(DPS_ERR_USAGE, "--width %d --classes %d: the model is too large",
-                        c->shape.width, c->shape.classes);
-    return DPS_OK;
-}
-
-static dps_status check_ddp(const dps_config *c)
-{
-    if (c->mode == MODE_DP) {
-        if (c->fault_rank >= 0)
-            return dps_fail(DPS_ERR_USAGE, "--inject-fault: only the ddp mode has ranks to fail "
-                            "(add --mode ddp)");
-        return DPS_OK;
-    }
-    if (c->global_batch < c->ngpus)
-        return dps_fail(DPS_ERR_USAGE, "--batch %d: ddp gives every one of the %d ranks at least "
-                        "one sample; use a batch of at least %d", c->global_batch, c->ngpus, c->ngpus);
-    if (c->fault_rank >= c->ngpus)
-        return dps_fail(DPS_ERR_USAGE, "--inject-fault %d:...: there are only ranks 0..%d",
-                        c->fault_rank, c->ngpus - 1);
-    if (c->fault_rank >= 0 && c->fault_step >= c->warmup + c->steps)
-        return dps_fail(DPS_ERR_USAGE, "--inject-fault ...:%d:...: the run has steps 0..%d "
-                        "(warm-up included)", c->fault_step, c->warmup + c->steps - 1);
     return DPS_OK;
 }
 
@@ -466,12 +431,7 @@ dps_status cli_finish_config(cli_args *a, const char *model, dps_mode mode, int 
     }
     if (a->batch_per_gpu) c.global_batch = a->batch_per_gpu * c.ngpus;
     else if (!a->batch_set) c.global_batch = p->batch_per_gpu * c.ngpus;
-    DPS_TRY(check_devices(&c, be));
-    if (c.precision == PREC_BF16 && be->kind == BE_HOST)
-        return dps_fail(DPS_ERR_USAGE, "--precision bf16: the host backend computes in fp32 "
-                        "only; use --precision fp32 or --backend cuda");
-    DPS_TRY(check_sizes(&c));
-    DPS_TRY(check_ddp(&c));
+    DPS_TRY(config_check(&c, be));
     *out = c;
     return DPS_OK;
 }

@@ -27,6 +27,11 @@ typedef struct cli_args {
     dps_mode sweep_modes[2];
     int sweep_modes_n;
     int sweep_models_n;
+    /* sweep */
+    char suite_path[DPS_PATH_MAX];
+    int resume, dry_run, steps_set;
+    char filter[128];
+    double config_timeout_s;
     /* comm-bench: message sizes in bytes */
     uint64_t sizes[CLI_MAX_LIST];
     int nsizes;

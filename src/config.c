@@ -1,5 +1,7 @@
 /* Configuration defaults, names and identities, and the result record of a
  * configuration (see config.h). */
+#include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,6 +71,7 @@ void config_id(const dps_config *c, char *buf, size_t len)
     int n = snprintf(buf, len, "%s-%s-%s-%s-g%d-b%d", dps_mode_name(c->mode), c->model,
                      dps_precision_name(c->precision), dps_optimizer_name(c->optimizer),
                      c->ngpus, c->global_batch);
+    if (c->strong && n > 0 && (size_t)n < len) n += snprintf(buf + n, len - (size_t)n, "-strong");
     if (c->mode == MODE_DDP && n > 0 && (size_t)n < len)
         snprintf(buf + n, len - (size_t)n, "-bk%g%s%s%s", c->bucket_mb,
                  c->first_bucket_mb != 1.0 ? "-fb" : "", c->overlap ? "" : "-nooverlap",
@@ -108,4 +111,68 @@ void train_result_free(train_result *r)
 float *train_result_phases(train_result *r, int step, int rank)
 {
     return r->phase_ms + ((size_t)step * (size_t)r->nranks + (size_t)rank) * PH_COUNT;
+}
+
+static dps_status check_devices(const dps_config *c, const backend *be)
+{
+    if (c->ngpus > be->ndev)
+        return dps_fail(DPS_ERR_USAGE, "--gpus %d: the %s backend has %d device%s%s", c->ngpus,
+                        be->ops->name, be->ndev, be->ndev == 1 ? "" : "s",
+                        be->kind == BE_HOST ? " (see --host-devices)" : "");
+    for (int i = 0; i < c->ngpus; i++) {
+        if (c->devices[i] >= be->ndev)
+            return dps_fail(DPS_ERR_USAGE, "--devices: device %d does not exist; the %s backend "
+                            "has devices 0..%d", c->devices[i], be->ops->name, be->ndev - 1);
+        for (int j = 0; j < i; j++)
+            if (c->devices[j] == c->devices[i])
+                return dps_fail(DPS_ERR_USAGE, "--devices: device %d is listed twice",
+                                c->devices[i]);
+    }
+    return DPS_OK;
+}
+
+/* Rows of the global batch and the largest buffer must fit the GEMM's int
+ * dimensions and size_t. */
+static dps_status check_sizes(const dps_config *c)
+{
+    int64_t rows = (int64_t)c->global_batch * c->shape.tokens;
+    int64_t widest = c->shape.width > c->shape.classes ? c->shape.width : c->shape.classes;
+    if (rows > INT_MAX || rows * widest > ((int64_t)1 << 40))
+        return dps_fail(DPS_ERR_USAGE, "--batch %d with %d tokens and width %" PRId64 ": the "
+                        "batch is too large (batch x tokens x width must stay under 2^40)",
+                        c->global_batch, c->shape.tokens, widest);
+    if ((int64_t)c->shape.width * widest > ((int64_t)1 << 34))
+        return dps_fail(DPS_ERR_USAGE, "--width %d --classes %d: the model is too large",
+                        c->shape.width, c->shape.classes);
+    return DPS_OK;
+}
+
+static dps_status check_ddp(const dps_config *c)
+{
+    if (c->mode == MODE_DP) {
+        if (c->fault_rank >= 0)
+            return dps_fail(DPS_ERR_USAGE, "--inject-fault: only the ddp mode has ranks to fail "
+                            "(add --mode ddp)");
+        return DPS_OK;
+    }
+    if (c->global_batch < c->ngpus)
+        return dps_fail(DPS_ERR_USAGE, "--batch %d: ddp gives every one of the %d ranks at least "
+                        "one sample; use a batch of at least %d", c->global_batch, c->ngpus, c->ngpus);
+    if (c->fault_rank >= c->ngpus)
+        return dps_fail(DPS_ERR_USAGE, "--inject-fault %d:...: there are only ranks 0..%d",
+                        c->fault_rank, c->ngpus - 1);
+    if (c->fault_rank >= 0 && c->fault_step >= c->warmup + c->steps)
+        return dps_fail(DPS_ERR_USAGE, "--inject-fault ...:%d:...: the run has steps 0..%d "
+                        "(warm-up included)", c->fault_step, c->warmup + c->steps - 1);
+    return DPS_OK;
+}
+
+dps_status config_check(const dps_config *c, const backend *be)
+{
+    DPS_TRY(check_devices(c, be));
+    if (c->precision == PREC_BF16 && be->kind == BE_HOST)
+        return dps_fail(DPS_ERR_USAGE, "--precision bf16: the host backend computes in fp32 "
+                        "only; use --precision fp32 or --backend cuda");
+    DPS_TRY(check_sizes(c));
+    return check_ddp(c);
 }

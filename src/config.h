@@ -40,6 +40,7 @@ typedef struct dps_config {
     char model[DPS_NAME_MAX];
     model_shape shape;
     int global_batch;         /* samples per step, all devices together */
+    int strong;               /* sweeps: strong scaling (global batch fixed over GPU counts) */
     dps_precision precision;
     dps_optimizer optimizer;
     dps_opt_hparams hp;
@@ -64,6 +65,9 @@ void config_defaults(dps_config *c);
 int config_batch_per_gpu(const dps_config *c);
 /* Stable identity of a configuration, e.g. "dp-tiny-fp32-sgd-g4-b32". */
 void config_id(const dps_config *c, char *buf, size_t len);
+/* Checks a configuration against the backend: device count and indices,
+ * precision, sizes, ddp's constraints. DPS_ERR_USAGE with a one-line message. */
+dps_status config_check(const dps_config *c, const backend *be);
 /* Optimizer defaults as PyTorch's (lr per optimizer). */
 void config_optimizer_defaults(dps_config *c);
 

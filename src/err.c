@@ -62,6 +62,7 @@ const char *dps_status_name(dps_status code)
     case DPS_ERR_OOM: return "oom";
     case DPS_ERR_TIMEOUT: return "timeout";
     case DPS_ERR_USAGE: return "usage";
+    case DPS_SKIPPED: return "skipped";
     case DPS_ERR_RUNTIME: break;
     }
     return "error";

@@ -10,6 +10,7 @@ typedef enum dps_status {
     DPS_ERR_OOM,      /* a device ran out of memory */
     DPS_ERR_TIMEOUT,  /* a step or a rank exceeded its time */
     DPS_ERR_USAGE,    /* bad input from the user: exit 2 */
+    DPS_SKIPPED,      /* a configuration this machine cannot run (sweeps) */
 } dps_status;
 
 #define DPS_ERRMSG_MAX 1024

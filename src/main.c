@@ -9,7 +9,11 @@
 
 #include "dps_config.h"
 #include "version.h"
+#include <signal.h>
+
 #include "cli.h"
+#include "suite.h"
+#include "sweep.h"
 #include "commbench.h"
 #include "results.h"
 #include "run.h"
@@ -70,8 +74,9 @@ static void print_info(const backend *be)
     printf("  (forward GFLOP per sample = 2 x matmul params x tokens; a training step is 3x that)\n");
 }
 
-/* Every configuration of the command, validated before anything runs. */
-static dps_status build_configs(cli_args *a, const backend *be, dps_config **out, int *n)
+/* The configurations of --mode, --gpus and --model lists, every one
+ * validated before anything runs (a bad one is a usage error). */
+static dps_status build_from_lists(cli_args *a, const backend *be, sweep_item **out, int *n)
 {
     int ng[CLI_MAX_LIST], nng = a->sweep_ngpus_n;
     memcpy(ng, a->sweep_ngpus, sizeof ng);
@@ -102,8 +107,80 @@ static dps_status build_configs(cli_args *a, const backend *be, dps_config **out
         for (int g = 0; g < nng; g++)
             for (int k = 0; k < nmodes; k++)
                 DPS_TRY(cli_finish_config(a, a->sweep_models[m], modes[k], ng[g], be,
-                                          &(*out)[(*n)++]));
+                                          &(*out)[(*n)++].cfg));
     return DPS_OK;
+}
+
+/* A suite file's configurations; explicit --steps/--warmup win over the file's. */
+static dps_status build_from_suite(cli_args *a, const backend *be, sweep_item **out, int *n)
+{
+    suite s;
+    DPS_TRY(suite_load(a->suite_path, be->kind, &s));
+    DPS_TRY(suite_expand(&s, &a->cfg, be, a->lr_set ? a->cfg.hp.lr : 0.0, out, n));
+    for (int i = 0; i < *n; i++) {
+        if (a->steps_set) (*out)[i].cfg.steps = a->cfg.steps;
+        if (a->warmup_set) (*out)[i].cfg.warmup = a->cfg.warmup;
+    }
+    return DPS_OK;
+}
+
+static void print_dry_run(const sweep_item *items, int n)
+{
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        if (strcmp(items[i].skip, "-") == 0) continue;
+        char id[192];
+        config_id(&items[i].cfg, id, sizeof id);
+        printf("%4d  %s%s%s\n", ++k, id, items[i].skip[0] ? "  [skipped: " : "",
+               items[i].skip[0] ? items[i].skip : "");
+        if (items[i].skip[0]) printf("]");
+    }
+    printf("# %d configuration%s\n", k, k == 1 ? "" : "s");
+}
+
+/* --resume without --name continues the folder OUT/latest points at. */
+static void resume_name(cli_args *a)
+{
+    char link[DPS_PATH_MAX + 16], target[DPS_NAME_MAX];
+    snprintf(link, sizeof link, "%s/latest", a->cfg.out_dir);
+    ssize_t len = readlink(link, target, sizeof target - 1);
+    if (len > 0) {
+        target[len] = '\0';
+        dps_strlcpy(a->cfg.name, target, sizeof a->cfg.name);
+        a->name_set = 1;
+    }
+}
+
+static int execute(cli_args *a, backend *be, sweep_item *items, int n, int argc, char **argv)
+{
+    results_dir rd;
+    dps_status rc = results_open(&rd, a->cfg.out_dir, a->cfg.name);
+    char start[32];
+    dps_utc_iso8601(start, sizeof start);
+    if (!rc) rc = results_write_meta(&rd, be, argc, argv, start, NULL);
+    if (rc) return rc == DPS_ERR_USAGE ? usage_error() : (dps_log("%s", dps_errmsg()), 1);
+    printf("# results: %s\n", rd.dir);
+    results_table_header(stdout, be);
+    dps_install_interrupt_handlers();
+    int failed = 0, interrupted = 0;
+    if (a->cmd == CMD_RUN) {
+        failed = run_config(&items[0].cfg, be, &rd, NULL) != DPS_OK;
+        interrupted = dps_interrupted() != 0;
+    } else {
+        sweep_opts o = {.resume = a->resume, .filter = a->filter[0] ? a->filter : NULL,
+                        .config_timeout_s = a->config_timeout_s};
+        failed = sweep_run(items, n, be, &rd, &o, &interrupted);
+        if (sweep_link_latest(a->cfg.out_dir, a->cfg.name)) dps_log("%s", dps_errmsg());
+    }
+    char end[32];
+    dps_utc_iso8601(end, sizeof end);
+    if (results_write_meta(&rd, be, argc, argv, start, end)) dps_log("%s", dps_errmsg());
+    printf("# %d failed; results in %s\n", failed, rd.dir);
+    if (interrupted) {
+        dps_log("interrupted by %s", dps_signal_name(dps_interrupted()));
+        return 128 + (dps_interrupted() ? dps_interrupted() : SIGINT);
+    }
+    return failed ? 1 : 0;
 }
 
 static int run_all(cli_args *a, int argc, char **argv)
@@ -114,37 +191,17 @@ static int run_all(cli_args *a, int argc, char **argv)
         fprintf(stderr, "dpscale: %s\n", dps_errmsg());
         return rc == DPS_ERR_USAGE ? 2 : 1;
     }
-    dps_config *cfgs = NULL;
+    sweep_item *items = NULL;
     int n = 0, status = 0;
-    results_dir rd;
+    if (a->resume && !a->name_set) resume_name(a);
     if (!a->name_set) default_name(a->cfg.name, sizeof a->cfg.name);
-    rc = build_configs(a, be, &cfgs, &n);
-    if (!rc) rc = results_open(&rd, a->cfg.out_dir, a->cfg.name);
-    char start[32];
-    dps_utc_iso8601(start, sizeof start);
-    if (!rc) rc = results_write_meta(&rd, be, argc, argv, start, NULL);
-    if (rc) {
-        status = rc == DPS_ERR_USAGE ? usage_error() : (dps_log("%s", dps_errmsg()), 1);
-    } else {
-        printf("# results: %s\n", rd.dir);
-        results_table_header(stdout, be);
-        int failed = 0, done = 0;
-        dps_install_interrupt_handlers();
-        for (int i = 0; i < n && !dps_interrupted(); i++, done++)
-            if (run_config(&cfgs[i], be, &rd) != DPS_OK) failed++;
-        char end[32];
-        dps_utc_iso8601(end, sizeof end);
-        if (results_write_meta(&rd, be, argc, argv, start, end)) dps_log("%s", dps_errmsg());
-        printf("# %d configuration%s, %d failed; results in %s\n", done, done == 1 ? "" : "s",
-               failed, rd.dir);
-        status = failed ? 1 : 0;
-        if (dps_interrupted()) {
-            dps_log("interrupted by %s after %d of %d configurations", dps_signal_name(dps_interrupted()),
-                    done, n);
-            status = 128 + dps_interrupted();
-        }
-    }
-    free(cfgs);
+    rc = a->suite_path[0] ? build_from_suite(a, be, &items, &n) : build_from_lists(a, be, &items, &n);
+    if (!rc && a->cmd == CMD_SWEEP && sweep_filter(items, n, a->filter[0] ? a->filter : NULL) == 0)
+        rc = dps_fail(DPS_ERR_USAGE, "--filter %s: no configuration matches", a->filter);
+    if (rc) status = rc == DPS_ERR_USAGE ? usage_error() : (dps_log("%s", dps_errmsg()), 1);
+    else if (a->dry_run) print_dry_run(items, n);
+    else status = execute(a, be, items, n, argc, argv);
+    free(items);
     be_close(be);
     return status;
 }

@@ -16,7 +16,7 @@
 const char *const results_runs_cols[] = {
     "config_id", "status", "error", "backend", "emulated", "mode", "ngpus", "devices",
     "model", "layers", "width", "tokens", "classes", "params", "precision", "optimizer", "lr",
-    "global_batch", "batch_per_gpu", "bucket_mb", "overlap", "seed", "warmup", "steps",
+    "global_batch", "batch_per_gpu", "scaling", "bucket_mb", "overlap", "seed", "warmup", "steps",
     "steps_done", "step_ms_median", "step_ms_p10", "step_ms_p90", "step_ms_mean",
     "step_ms_stdev", "samples_per_s", "tokens_per_s", "model_tflops", "gemm_ref_tflops",
     "loss_first", "loss_last", "check", "check_max_rel_diff", "gpu0_alloc_peak_bytes",
@@ -166,6 +166,7 @@ static void runs_identity(csv_buf *b, const dps_config *c, const backend *be,
     csv_num(b, c->hp.lr, 6);
     csv_int(b, c->global_batch);
     csv_int(b, config_batch_per_gpu(c));
+    csv_str(b, c->strong ? "strong" : "weak");
     if (c->mode == MODE_DDP) {
         csv_num(b, c->bucket_mb, 3);
         csv_int(b, c->overlap);

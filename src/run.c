@@ -152,7 +152,31 @@ static dps_status train(const dps_config *cfg, backend *be, train_result *res)
     return rc;
 }
 
-dps_status run_config(const dps_config *cfg, backend *be, const results_dir *rd)
+dps_status run_record(const dps_config *cfg, const backend *be, const results_dir *rd,
+                      dps_status status, const char *why)
+{
+    run_summary sum;
+    memset(&sum, 0, sizeof sum);
+    config_id(cfg, sum.config_id, sizeof sum.config_id);
+    dps_utc_iso8601(sum.start_time, sizeof sum.start_time);
+    dps_strlcpy(sum.end_time, sum.start_time, sizeof sum.end_time);
+    train_result res;
+    DPS_TRY(train_result_init(&res, cfg, cfg->ngpus));
+    res.status = status;
+    dps_strlcpy(res.error, why, sizeof res.error);
+    for (int i = 0; i < cfg->ngpus; i++) {
+        res.dev[i].dev = cfg->devices[i];
+        if (cfg->devices[i] < be->ndev)
+            dps_strlcpy(res.dev[i].name, be->info[cfg->devices[i]].name, sizeof res.dev[i].name);
+    }
+    summarize(cfg, &res, &sum);
+    results_table_row(stdout, cfg, &res, &sum);
+    dps_status rc = results_append(rd, cfg, be, &res, &sum);
+    train_result_free(&res);
+    return rc;
+}
+
+dps_status run_config(const dps_config *cfg, backend *be, const results_dir *rd, int *written)
 {
     run_summary sum;
     memset(&sum, 0, sizeof sum);
@@ -177,6 +201,7 @@ dps_status run_config(const dps_config *cfg, backend *be, const results_dir *rd)
     summarize(cfg, &res, &sum);
     results_table_row(stdout, cfg, &res, &sum);
     dps_status rc = results_append(rd, cfg, be, &res, &sum);
+    if (written) *written = rc == DPS_OK;
     if (rc == DPS_OK) rc = res.status;
     else dps_log("%s", dps_errmsg());
     if (rc == DPS_OK && res.check == 0)

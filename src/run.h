@@ -20,8 +20,14 @@
 double run_check_tolerance(const dps_config *cfg);
 
 /* Returns the configuration's status (DPS_OK, DPS_ERR_OOM, ...); a failure
- * to write the results is returned as DPS_ERR_RUNTIME with its message. */
-dps_status run_config(const dps_config *cfg, backend *be, const results_dir *rd);
+ * to write the results is returned as DPS_ERR_RUNTIME with its message.
+ * *written (may be NULL) says whether its rows reached the files. */
+dps_status run_config(const dps_config *cfg, backend *be, const results_dir *rd, int *written);
+
+/* Rows for a configuration that never ran or died without writing them:
+ * status (skipped, error, timeout) and why. */
+dps_status run_record(const dps_config *cfg, const backend *be, const results_dir *rd,
+                      dps_status status, const char *why);
 
 /* max|a - b| / max|b| over n values (0 when b is all zeros and a == b). */
 double run_max_rel_diff(const float *a, const float *b, size_t n);
