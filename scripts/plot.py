@@ -1,0 +1,360 @@
+#!/usr/bin/python3
+"""Charts of a dpscale results folder: scaling, efficiency, GPU-0 imbalance,
+phases, links, and a summary.md that links them.
+
+usage: plot.py RESULTS_DIR [--out DIR]   (default DIR: plots/<folder name>)
+
+Reads columns by name and refuses a file that lacks one (exit 2). Runs under
+Debian's /usr/bin/python3 with python3-matplotlib.
+"""
+import argparse
+import csv
+import json
+import math
+import os
+import sys
+from collections import defaultdict
+
+RUNS_COLS = ["config_id", "status", "backend", "mode", "ngpus", "model", "precision",
+             "optimizer", "global_batch", "scaling", "samples_per_s", "step_ms_median"]
+DEVICES_COLS = ["config_id", "device", "alloc_peak_bytes"]
+PHASES_COLS = ["config_id", "device", "phase", "median_ms"]
+LINKS_COLS = ["src", "dst", "method", "gbps"]
+PHASE_ORDER = ["load", "replicate", "scatter", "forward", "gather", "loss", "backward",
+               "reduce", "allreduce_exposed", "optimizer"]
+MODE_COLOR = {"dp": "#d62728", "ddp": "#1f77b4"}
+
+
+class InputError(Exception):
+    pass
+
+
+def read_csv(path, required):
+    if not os.path.exists(path):
+        raise InputError(f"{path}: no such file (is this a dpscale results folder?)")
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        header = reader.fieldnames or []
+        missing = [c for c in required if c not in header]
+        if missing:
+            raise InputError(f"{path}: missing column(s) {', '.join(missing)}")
+        rows = []
+        for line, row in enumerate(reader, start=2):
+            if None in row or None in row.values():
+                raise InputError(f"{path}:{line}: wrong number of fields")
+            rows.append(row)
+    return rows
+
+
+def number(row, col, path):
+    try:
+        return float(row[col])
+    except ValueError:
+        raise InputError(f"{path}: {row.get('config_id', '?')}: column {col} is not a number: "
+                         f"{row[col]!r}")
+
+
+class Folder:
+    def __init__(self, path):
+        self.path = path
+        self.runs_path = os.path.join(path, "runs.csv")
+        runs = read_csv(self.runs_path, RUNS_COLS)
+        self.runs = [r for r in runs if r["status"] == "ok"]
+        if not self.runs:
+            raise InputError(f"{self.runs_path}: no configuration with status ok to draw")
+        for r in self.runs:
+            r["_n"] = int(number(r, "ngpus", self.runs_path))
+            r["_sps"] = number(r, "samples_per_s", self.runs_path)
+        self.devices = read_csv(os.path.join(path, "devices.csv"), DEVICES_COLS)
+        self.phases = read_csv(os.path.join(path, "phases.csv"), PHASES_COLS)
+        links = os.path.join(path, "links.csv")
+        self.links = read_csv(links, LINKS_COLS) if os.path.exists(links) else None
+        meta_path = os.path.join(path, "meta.json")
+        try:
+            with open(meta_path) as f:
+                self.meta = json.load(f)
+        except (OSError, ValueError) as e:
+            raise InputError(f"{meta_path}: {e}")
+        devs = self.meta.get("devices") or [{}]
+        self.device = devs[0].get("name", "unknown device")
+        self.backend = self.meta.get("backend", self.runs[0]["backend"])
+        self.emulated = bool(self.meta.get("emulated")) or self.backend == "host"
+
+    def label(self):
+        if self.emulated:
+            return f"{self.backend} backend, emulated devices on {self.device.replace('emulated device on ', '')}"
+        return f"{self.device}, {self.backend} backend"
+
+
+def series(folder):
+    """(model, precision, optimizer) -> (mode, scaling) -> sorted [(n, samples/s, row)]."""
+    out = defaultdict(lambda: defaultdict(list))
+    for r in folder.runs:
+        key = (r["model"], r["precision"], r["optimizer"])
+        out[key][(r["mode"], r["scaling"] or "weak")].append((r["_n"], r["_sps"], r))
+    for lines in out.values():
+        for pts in lines.values():
+            pts.sort(key=lambda p: p[0])
+    return out
+
+
+def grid(plt, n, width=5.2, height=4.0):
+    cols = min(n, 3)
+    rows = math.ceil(n / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    return fig, list(axes.flat)
+
+
+def style(scaling):
+    return "-" if scaling == "weak" else "--"
+
+
+def plot_scaling(plt, folder, out, efficiency=False):
+    data = series(folder)
+    fig, axes = grid(plt, len(data))
+    for ax, (key, lines) in zip(axes, sorted(data.items())):
+        model, prec, opt = key
+        top = 1
+        for (mode, scaling), pts in sorted(lines.items()):
+            ns = [p[0] for p in pts]
+            top = max(top, max(ns))
+            base = next((p[1] for p in pts if p[0] == 1), None)
+            if efficiency:
+                if base is None:
+                    continue
+                ys = [p[1] / (p[0] * base) for p in pts]
+            else:
+                ys = [p[1] for p in pts]
+                if base is not None:
+                    ax.plot(ns, [base * n for n in ns], ":", color=MODE_COLOR.get(mode, "gray"),
+                            alpha=0.5, linewidth=1)
+            ax.plot(ns, ys, style(scaling), marker="o", color=MODE_COLOR.get(mode, "gray"),
+                    label=f"{mode} ({scaling} scaling)")
+        if efficiency:
+            ax.axhline(1.0, color="gray", linestyle=":", linewidth=1, label="ideal")
+            ax.set_ylabel("scaling efficiency  throughput(n) / (n · throughput(1))")
+            ax.set_ylim(bottom=0)
+        else:
+            ax.plot([], [], ":", color="gray", label="ideal (linear from 1 GPU)")
+            ax.set_ylabel("throughput (samples/s)")
+        ax.set_xlabel("GPUs (count)")
+        ax.set_xticks(sorted({p[0] for pts in lines.values() for p in pts}))
+        ax.set_title(f"{model}, {prec}, {opt}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    what = "Scaling efficiency" if efficiency else "Throughput"
+    fig.suptitle(f"{what}: DataParallel (dp) vs DistributedDataParallel (ddp)\n{folder.label()}")
+    fig.tight_layout()
+    path = os.path.join(out, "efficiency.png" if efficiency else "scaling.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def peaks_by_config(folder):
+    peaks = defaultdict(dict)
+    for d in folder.devices:
+        peaks[d["config_id"]][int(d["device"])] = number(d, "alloc_peak_bytes", "devices.csv")
+    return peaks
+
+
+def imbalance_rows(folder):
+    """[(model, precision, n, mode, [peaks per device])] for weak-scaling ok runs."""
+    peaks = peaks_by_config(folder)
+    rows = []
+    for r in folder.runs:
+        p = peaks.get(r["config_id"])
+        if p and (r["scaling"] or "weak") == "weak":
+            rows.append((r["model"], r["precision"], r["_n"], r["mode"], [p[k] for k in sorted(p)]))
+    return sorted(rows)
+
+
+def gpu0_ratio(peaks):
+    if len(peaks) < 2:
+        return None
+    others = [p for p in peaks[1:] if p > 0]
+    return peaks[0] / (sum(others) / len(others)) if others else None
+
+
+def plot_imbalance(plt, folder, out):
+    rows = imbalance_rows(folder)
+    models = sorted({(m, p) for m, p, _, _, _ in rows})
+    if not models:
+        raise InputError(f"{folder.runs_path}: no weak-scaling configuration with device rows")
+    fig, axes = plt.subplots(len(models), 2, figsize=(13, 4.2 * len(models)), squeeze=False)
+    for (model, prec), (ax, ax2) in zip(models, axes):
+        mine = [r for r in rows if r[0] == model and r[1] == prec]
+        x = 0.0
+        ticks, labels = [], []
+        for n in sorted({r[2] for r in mine}):
+            for mode in ("dp", "ddp"):
+                for m2, p2, n2, mode2, peaks in mine:
+                    if n2 != n or mode2 != mode:
+                        continue
+                    xs = [x + i * 0.8 / len(peaks) for i in range(len(peaks))]
+                    bars = ax.bar(xs, [p / 2**20 for p in peaks], width=0.8 / len(peaks),
+                                  color=MODE_COLOR[mode], edgecolor="black", linewidth=0.4)
+                    bars[0].set_hatch("//")
+                    ticks.append(x + 0.4 - 0.4 / len(peaks))
+                    labels.append(f"{mode}\n{n} GPU")
+                    x += 1.0
+            x += 0.5
+        ax.set_xticks(ticks)
+        ax.set_xticklabels(labels, fontsize=8)
+        ax.set_ylabel("allocation peak per device (MiB)")
+        ax.set_title(f"{model}, {prec}: memory per device (hatched: device 0)")
+        ax.grid(axis="y", alpha=0.3)
+        for mode in ("dp", "ddp"):
+            pts = [(r[2], gpu0_ratio(r[4])) for r in mine if r[3] == mode and gpu0_ratio(r[4])]
+            if pts:
+                ax2.plot([p[0] for p in pts], [p[1] for p in pts], marker="o",
+                         color=MODE_COLOR[mode], label=mode)
+        ax2.axhline(1.0, color="gray", linestyle=":", linewidth=1, label="balanced")
+        ax2.set_xticks(sorted({r[2] for r in mine if r[2] > 1}) or [1])
+        ax2.set_xlabel("GPUs (count)")
+        ax2.set_ylabel("device 0 peak / mean of the others (ratio)")
+        ax2.set_title(f"{model}, {prec}: GPU-0 imbalance")
+        ax2.grid(alpha=0.3)
+        ax2.legend(fontsize=8)
+    fig.suptitle(f"Per-device memory (harness allocation peaks)\n{folder.label()}")
+    fig.tight_layout()
+    path = os.path.join(out, "gpu0_imbalance.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_phases(plt, folder, out):
+    med = defaultdict(dict)
+    for p in folder.phases:
+        if p["device"] == "0":
+            med[p["config_id"]][p["phase"]] = number(p, "median_ms", "phases.csv")
+    keys = sorted({(r["model"], r["precision"]) for r in folder.runs})
+    fig, axes = grid(plt, len(keys), width=6.0, height=4.4)
+    cmap = plt.get_cmap("tab10")
+    for ax, (model, prec) in zip(axes, keys):
+        runs = sorted((r for r in folder.runs if r["model"] == model and r["precision"] == prec
+                       and (r["scaling"] or "weak") == "weak"),
+                      key=lambda r: (r["_n"], r["mode"] != "dp"))
+        bottoms = [0.0] * len(runs)
+        for i, ph in enumerate(PHASE_ORDER):
+            vals = [med[r["config_id"]].get(ph, 0.0) for r in runs]
+            if any(vals):
+                ax.bar(range(len(runs)), vals, bottom=bottoms, color=cmap(i % 10), label=ph)
+                bottoms = [b + v for b, v in zip(bottoms, vals)]
+        ax.set_xticks(range(len(runs)))
+        ax.set_xticklabels([f"{r['mode']}\n{r['_n']} GPU" for r in runs], fontsize=8)
+        ax.set_ylabel("median time on device 0 (ms)")
+        ax.set_title(f"{model}, {prec}: where a step's time goes")
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(fontsize=7, ncol=2)
+    fig.suptitle(f"Phases of a step (device 0; ddp's all-reduce overlaps backward, "
+                 f"only its exposed part is stacked)\n{folder.label()}")
+    fig.tight_layout()
+    path = os.path.join(out, "phases.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_links(plt, folder, out):
+    rows = [r for r in folder.links if r["gbps"] not in ("", "N/A", "WAIVED")]
+    methods = sorted({r["method"] for r in rows})
+    fig, axes = grid(plt, max(1, len(methods)), width=5.0, height=4.2)
+    for ax, method in zip(axes, methods):
+        mine = [r for r in rows if r["method"] == method]
+        names = sorted({r["src"] for r in mine} | {r["dst"] for r in mine})
+        idx = {n: i for i, n in enumerate(names)}
+        mat = [[float("nan")] * len(names) for _ in names]
+        for r in mine:
+            mat[idx[r["src"]]][idx[r["dst"]]] = float(r["gbps"])
+        im = ax.imshow(mat, cmap="viridis")
+        ax.set_xticks(range(len(names)))
+        ax.set_xticklabels(names, fontsize=7)
+        ax.set_yticks(range(len(names)))
+        ax.set_yticklabels(names, fontsize=7)
+        ax.set_xlabel("destination")
+        ax.set_ylabel("source")
+        ax.set_title(method)
+        fig.colorbar(im, ax=ax, label="bandwidth (GB/s)")
+    fig.suptitle(f"Link bandwidth\n{folder.label()}")
+    fig.tight_layout()
+    path = os.path.join(out, "links.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def summary(folder, out, charts):
+    peaks = peaks_by_config(folder)
+    lines = [f"# dpscale results: {os.path.basename(os.path.abspath(folder.path))}", "",
+             f"{folder.label()}.", ""]
+    if folder.emulated:
+        lines += ["Host backend: devices are emulated on the CPU, so these timings describe "
+                  "the CPU, not a GPU.", ""]
+    lines += ["| model | precision | scaling | GPUs | dp samples/s | ddp samples/s | best | "
+              "dp efficiency | ddp efficiency | dp GPU-0 memory ratio |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for (model, prec, opt), modes in sorted(series(folder).items()):
+        for scaling in ("weak", "strong"):
+            per = {m: {p[0]: p for p in pts} for (m, sc), pts in modes.items() if sc == scaling}
+            ns = sorted({n for d in per.values() for n in d})
+            for n in ns:
+                cells, eff = {}, {}
+                for m in ("dp", "ddp"):
+                    pt = per.get(m, {}).get(n)
+                    base = per.get(m, {}).get(1)
+                    cells[m] = f"{pt[1]:.1f}" if pt else "-"
+                    eff[m] = f"{pt[1] / (n * base[1]):.2f}" if pt and base else "-"
+                best = max(("dp", "ddp"), key=lambda m: per.get(m, {}).get(n, (0, -1))[1])
+                dp_pt = per.get("dp", {}).get(n)
+                ratio = gpu0_ratio([peaks[dp_pt[2]["config_id"]][k]
+                                    for k in sorted(peaks[dp_pt[2]["config_id"]])]) if dp_pt else None
+                lines.append(f"| {model} | {prec} | {scaling} | {n} | {cells['dp']} | {cells['ddp']} "
+                             f"| {best} | {eff['dp']} | {eff['ddp']} | "
+                             f"{f'{ratio:.2f}' if ratio else '-'} |")
+    lines += ["", "Efficiency: throughput(n) / (n · throughput(1)) of the same mode. GPU-0 "
+              "memory ratio: dp's device 0 allocation peak over the mean of the other devices.", ""]
+    lines += [f"![{os.path.splitext(c)[0]}]({c})" for c in charts]
+    path = os.path.join(out, "summary.md")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return path
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("results", help="a results folder (results/<name>)")
+    ap.add_argument("--out", help="where to write the charts (default: plots/<name>)")
+    args = ap.parse_args(argv)
+    try:
+        if not os.path.isdir(args.results):
+            raise InputError(f"{args.results}: not a folder")
+        folder = Folder(args.results)
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        name = os.path.basename(os.path.realpath(args.results))
+        out = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plots", name)
+        os.makedirs(out, exist_ok=True)
+        charts = [plot_scaling(plt, folder, out), plot_scaling(plt, folder, out, efficiency=True),
+                  plot_imbalance(plt, folder, out), plot_phases(plt, folder, out)]
+        if folder.links:
+            charts.append(plot_links(plt, folder, out))
+        charts = [os.path.basename(c) for c in charts]
+        summary(folder, out, charts)
+    except InputError as e:
+        print(f"plot.py: {e}", file=sys.stderr)
+        return 2
+    except ImportError as e:
+        print(f"plot.py: {e}: install python3-matplotlib (scripts/setup.sh does) and run "
+              f"with /usr/bin/python3", file=sys.stderr)
+        return 2
+    print(f"plot.py: charts in {os.path.normpath(out)}: {', '.join(charts)}, summary.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
