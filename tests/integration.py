@@ -337,7 +337,147 @@ def case_comm_bench(binary):
                    f"busbw {r}")
 
 
-CASES = {"check": case_check, "comm_bench": case_comm_bench, "ddp_check": case_ddp_check, "ddp_balance": case_ddp_balance,
+def write(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def case_sweep_failures(binary):
+    """A suite with an out-of-memory and an injected fault finishes and keeps every row."""
+    with tempfile.TemporaryDirectory() as out:
+        suite = write(os.path.join(out, "s.suite"),
+                      "modes = dp, ddp\ngpus = 1, 2, 4\nbatch = strong\nmodels = small\n"
+                      "steps = 2\nwarmup = 1\n")
+        dpscale(binary, "sweep", suite, out=out, name="free", check_rc=0)
+        runs, devices, _, _, _ = read_folder(os.path.join(out, "free"))
+        peak = {}
+        for d in devices:
+            peak[d["config_id"]] = max(peak.get(d["config_id"], 0), int(d["alloc_peak_bytes"]))
+        g1 = min(peak[r["config_id"]] for r in runs if r["ngpus"] == "1")
+        rest = max(peak[r["config_id"]] for r in runs if r["ngpus"] != "1")
+        expect(rest < g1, f"precondition: 1-GPU peaks {g1} not above the others {rest}")
+        cap = (g1 + rest) // 2
+        p = dpscale(binary, "sweep", suite, "--device-mem", str(cap), "--inject-fault", "3:1:exit",
+                    out=out, name="faulty", check_rc=1)
+        runs, _, steps, _, _ = read_folder(os.path.join(out, "faulty"))
+        status = {(r["mode"], r["ngpus"]): r["status"] for r in runs}
+        want = {("dp", "1"): "oom", ("ddp", "1"): "oom", ("dp", "2"): "ok", ("ddp", "2"): "ok",
+                ("dp", "4"): "ok", ("ddp", "4"): "error"}
+        expect(status == want, f"statuses {status}")
+        fault = [r for r in runs if r["status"] == "error"][0]
+        expect("rank 3" in fault["error"] and "step 1" in fault["error"], f"error: {fault['error']}")
+        expect(len(steps) == 2 * (2 + 2 + 4), f"steps.csv kept {len(steps)} rows")  # the ok ones
+
+
+def case_sweep_timeout(binary):
+    """A configuration past --config-timeout is killed, recorded, and the sweep goes on."""
+    with tempfile.TemporaryDirectory() as out:
+        suite = write(os.path.join(out, "s.suite"),
+                      "modes = dp\ngpus = 1\nmodels = medium, tiny\nsteps = 100000\n")
+        t0 = time.monotonic()
+        dpscale(binary, "sweep", suite, "--config-timeout", "2", "--filter", "medium",
+                out=out, check_rc=1)
+        expect(time.monotonic() - t0 < 30, "the sweep did not end soon after the timeout")
+        runs, _, _, _, _ = read_folder(os.path.join(out, "t"))
+        expect(len(runs) == 1 and runs[0]["status"] == "timeout", f"runs {runs}")
+        expect("--config-timeout 2" in runs[0]["error"], f"error {runs[0]['error']}")
+        expect(not processes_mentioning(out), "processes left behind")
+
+
+def case_sweep_resume(binary):
+    """--resume skips configurations already in the folder; --dry-run runs nothing."""
+    with tempfile.TemporaryDirectory() as out:
+        suite = write(os.path.join(out, "s.suite"),
+                      "modes = dp, ddp\ngpus = 1, 2\nmodels = tiny\nsteps = 2\nwarmup = 0\n")
+        p = dpscale(binary, "sweep", suite, "--dry-run", out=out, check_rc=0)
+        expect("4 configurations" in p.stdout and not os.path.exists(os.path.join(out, "t")),
+               f"dry run: {p.stdout}")
+        dpscale(binary, "sweep", suite, "--filter", "g1", out=out, check_rc=0)
+        runs, _, _, _, _ = read_folder(os.path.join(out, "t"))
+        expect(sorted(r["config_id"] for r in runs) == ["ddp-tiny-fp32-sgd-g1-b8-bk25",
+                                                        "dp-tiny-fp32-sgd-g1-b8"], f"{runs}")
+        p = dpscale(binary, "sweep", suite, "--resume", out=out, check_rc=0)
+        expect("2 configurations already in" in p.stderr, f"stderr: {p.stderr}")
+        runs, _, _, _, _ = read_folder(os.path.join(out, "t"))
+        ids = [r["config_id"] for r in runs]
+        expect(len(ids) == 4 and len(set(ids)) == 4, f"runs after --resume: {ids}")
+        # --resume without --name continues OUT/latest
+        cmd = [binary, "sweep", suite, "--backend", "host", "--out", out, "--resume"]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        expect(p.returncode == 0 and "4 configurations already in" in p.stderr, p.stderr)
+
+
+def case_sweep_skipped(binary):
+    """What the host backend cannot run (bf16) is recorded as skipped, not failed."""
+    with tempfile.TemporaryDirectory() as out:
+        suite = write(os.path.join(out, "s.suite"),
+                      "modes = dp\ngpus = 1\nmodels = tiny\nprecisions = fp32, bf16\nsteps = 2\n")
+        dpscale(binary, "sweep", suite, out=out, check_rc=0)
+        runs, _, _, _, _ = read_folder(os.path.join(out, "t"))
+        got = {r["precision"]: r["status"] for r in runs}
+        expect(got == {"fp32": "ok", "bf16": "skipped"}, f"{got}")
+        p = dpscale(binary, "sweep", os.path.join(out, "missing.suite"), out=out, check_rc=2)
+        expect("missing.suite: cannot read" in p.stderr, p.stderr)
+
+
+def png_size(path):
+    with open(path, "rb") as f:
+        head = f.read(24)
+    expect(head[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG")
+    return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+
+
+def plot(folder, out):
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "plot.py")
+    return subprocess.run(["/usr/bin/python3", script, folder, "--out", out],
+                          capture_output=True, text=True, timeout=120)
+
+
+def case_plot(fixture):
+    """plot.py draws every chart from a results folder and refuses malformed ones."""
+    import shutil
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = os.path.join(tmp, "res")
+        shutil.copytree(fixture, folder)
+        write(os.path.join(folder, "links.csv"),  # a links matrix, to draw links.png too
+              "src,dst,method,bytes,gbps,latency_us\nhost,dev0,h2d,1048576,10.5,5.0\n"
+              "dev0,dev1,p2p,1048576,20.1,3.0\ndev1,dev0,p2p,1048576,19.9,3.1\n")
+        p = plot(folder, os.path.join(tmp, "out"))
+        expect(p.returncode == 0, f"plot.py: exit {p.returncode}: {p.stderr}")
+        for name in ("scaling", "efficiency", "gpu0_imbalance", "phases", "links"):
+            path = os.path.join(tmp, "out", name + ".png")
+            expect(os.path.exists(path), f"{name}.png missing")
+            w, h = png_size(path)
+            expect(400 <= w <= 4000 and 300 <= h <= 4000, f"{name}.png is {w}x{h}")
+            expect(os.path.getsize(path) > 15000, f"{name}.png is only {os.path.getsize(path)} B")
+        md = open(os.path.join(tmp, "out", "summary.md")).read()
+        expect("emulated" in md and "![scaling](scaling.png)" in md and "| small | fp32 | weak | 4 |" in md,
+               "summary.md lacks the table, the label or the links")
+        # malformed folders: exit 2 with the file named
+        runs = open(os.path.join(folder, "runs.csv")).read().splitlines()
+        header = runs[0].split(",")
+        col = header.index("samples_per_s")
+        write(os.path.join(folder, "runs.csv"),
+              "\n".join(",".join(c for i, c in enumerate(l.split(",")) if i != col) for l in runs) + "\n")
+        p = plot(folder, os.path.join(tmp, "out2"))
+        expect(p.returncode == 2 and "runs.csv: missing column(s) samples_per_s" in p.stderr, p.stderr)
+        bad = runs[:]
+        cells = bad[1].split(",")
+        cells[col] = "fast"
+        bad[1] = ",".join(cells)
+        write(os.path.join(folder, "runs.csv"), "\n".join(bad) + "\n")
+        p = plot(folder, os.path.join(tmp, "out3"))
+        expect(p.returncode == 2 and "samples_per_s is not a number" in p.stderr, p.stderr)
+        empty = os.path.join(tmp, "empty")
+        os.mkdir(empty)
+        p = plot(empty, os.path.join(tmp, "out4"))
+        expect(p.returncode == 2 and "runs.csv: no such file" in p.stderr, p.stderr)
+
+
+CASES = {"check": case_check, "comm_bench": case_comm_bench, "plot": case_plot,
+         "sweep_failures": case_sweep_failures, "sweep_timeout": case_sweep_timeout,
+         "sweep_resume": case_sweep_resume, "sweep_skipped": case_sweep_skipped, "ddp_check": case_ddp_check, "ddp_balance": case_ddp_balance,
          "fault": case_fault, "interrupt": case_interrupt, "ddp_oom": case_ddp_oom,
          "learns": case_learns, "imbalance": case_imbalance, "oom": case_oom,
          "bad_input": case_bad_input, "cuda_absent": case_cuda_absent, "sweep": case_sweep}

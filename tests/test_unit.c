@@ -22,6 +22,7 @@
 #include "metrics.h"
 #include "model.h"
 #include "run.h"
+#include "suite.h"
 #include "util.h"
 
 static int failures;
@@ -491,6 +492,65 @@ static void test_ring(void)
     }
 }
 
+static const char *write_tmp(const char *name, const void *data, size_t len)
+{
+    static char path[256];
+    snprintf(path, sizeof path, "/tmp/dpscale-suite-%d-%s", (int)getpid(), name);
+    FILE *f = fopen(path, "wb");
+    if (f) {
+        fwrite(data, 1, len, f);
+        fclose(f);
+    }
+    return path;
+}
+
+static void expect_suite_error(const char *text, size_t len, const char *needle)
+{
+    suite s;
+    const char *path = write_tmp("bad", text, len);
+    dps_status rc = suite_load(path, BE_HOST, &s);
+    char want[320];
+    snprintf(want, sizeof want, "%s:%s", path, needle);
+    if (rc != DPS_ERR_USAGE || !strstr(dps_errmsg(), want)) {
+        fprintf(stderr, "suite %.40s...: rc %d, message '%s', expected '%s'\n", text, rc,
+                dps_errmsg(), want);
+        failures++;
+    }
+    unlink(path);
+}
+
+static void test_suite(void)
+{
+    const char *good = "# comment\nmodes = ddp   # trailing comment\ngpus = 1, 2\n"
+                       "batch = weak, strong\n[cuda]\nmodels = resnet50\nprecisions = bf16\n"
+                       "[host]\r\nmodels = tiny, small\r\nsteps = 4\n";
+    suite s;
+    const char *path = write_tmp("good", good, strlen(good));
+    EXPECT(suite_load(path, BE_HOST, &s) == DPS_OK);
+    EXPECT(s.nmodes == 1 && s.modes[0] == MODE_DDP && s.ngpus == 2 && s.gpus[1] == 2);
+    EXPECT(s.nmodels == 2 && strcmp(s.models[1], "small") == 0 && s.steps == 4);
+    EXPECT(s.nprecisions == 1 && s.precisions[0] == PREC_FP32 && s.npolicies == 2);
+    EXPECT(suite_load(path, BE_CUDA, &s) == DPS_OK);
+    EXPECT(s.nmodels == 1 && strcmp(s.models[0], "resnet50") == 0 && s.precisions[0] == PREC_BF16);
+    unlink(path);
+    expect_suite_error("modes = dp\ncolour = blue\n", 23, "2: unknown key");
+    expect_suite_error("gpus = 1, x\n", 12, "1: expected an integer from 1 to 64, got 'x'");
+    expect_suite_error("models = tiny,,small\n", 21, "1: empty entry");
+    expect_suite_error("\n\nmodels =\n", 12, "3: empty value for 'models'");
+    expect_suite_error("models = huge\n", 14, "1: unknown preset");
+    expect_suite_error("modes = dp, dp\n", 15, "1: listed twice");
+    expect_suite_error("[gpu]\n", 6, "1: unknown section");
+    expect_suite_error("steps = 0\n", 10, "1: expected an integer from 1");
+    expect_suite_error("just words\n", 11, "1: expected key = value");
+    expect_suite_error("[cuda]\nmodels = nope\n", 21, "2: unknown preset"); /* checked off-backend too */
+    static const unsigned char garbage[] = {0x7f, 'E', 'L', 'F', 0x02, 0x01, 0x00, 0x00, 0x03};
+    expect_suite_error((const char *)garbage, sizeof garbage, "1: not a text");
+    static const char nul[] = "modes = dp\nmo\0des = ddp\n";
+    expect_suite_error(nul, sizeof nul - 1, "2: not a text file (NUL byte)");
+    EXPECT(suite_load("/nonexistent/x.suite", BE_HOST, &s) == DPS_ERR_USAGE);
+    EXPECT(strstr(dps_errmsg(), "/nonexistent/x.suite: cannot read the suite file") != NULL);
+}
+
 int main(int argc, char **argv)
 {
     static const struct { const char *name; void (*fn)(void); } groups[] = {
@@ -498,6 +558,7 @@ int main(int argc, char **argv)
         {"parse", test_parse}, {"presets", test_presets}, {"elementwise", test_elementwise},
         {"gradients", test_gradients}, {"rel_diff", test_rel_diff},
         {"accounting", test_accounting}, {"buckets", test_buckets}, {"ring", test_ring},
+        {"suite", test_suite},
     };
     int ran = 0;
     for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++)
