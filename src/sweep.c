@@ -109,11 +109,15 @@ static dps_status run_child(const dps_config *cfg, backend *be, const results_di
         fflush(NULL);
         exit(rc == DPS_OK ? 0 : 1);
     }
-    int tty = isatty(STDERR_FILENO);
+    int tty = isatty(STDERR_FILENO), forwarded = 0;
     double begin = dps_now_ms(), last = 0.0;
     for (;;) {
         pid_t r = waitpid(pid, &out->ws, WNOHANG);
         if (r == pid) break;
+        if (dps_interrupted() && !forwarded) { /* the child records what it finished */
+            kill(pid, dps_interrupted());
+            forwarded = 1;
+        }
         double now = dps_now_ms();
         if (!out->timed_out && o->config_timeout_s > 0 && now - begin > o->config_timeout_s * 1e3) {
             out->timed_out = 1;
