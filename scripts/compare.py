@@ -1,0 +1,462 @@
+#!/usr/bin/env python3
+"""Compares two dpscale results and says which differences are regressions
+and which are noise.
+
+usage: compare.py BASELINE CURRENT [--alpha 0.01] [--fail-above 0.10]
+                  [--markdown FILE] [--junit FILE] [--json FILE] [--plot FILE]
+                  [--warn-only] [--force]
+
+BASELINE and CURRENT are results folders (or their runs.csv / steps.csv).
+Per configuration (matched by config_id) and metric: medians of the raw
+per-step samples, noise = IQR / median, an exact two-sided Mann-Whitney U
+test (normal approximation with tie correction for large samples), the
+ratio new / base. Memory (nearly deterministic) uses a static rule instead.
+Exit status: 0 pass or warn, 1 regression, 2 bad input. Standard library
+only (matplotlib for --plot).
+"""
+import argparse
+import csv
+import json
+import math
+import os
+import sys
+from xml.sax.saxutils import escape, quoteattr
+
+LOWER, HIGHER = "lower", "higher"
+METRICS = [("step_ms", LOWER), ("samples_per_s", HIGHER), ("busbw_gbps", HIGHER)]
+MEMORY = ["alloc_peak_bytes", "device_peak_bytes"]
+RUNS_COLS = ["config_id", "status", "mode", "ngpus", "global_batch", "params", "backend",
+             "precision"]
+STEPS_COLS = ["config_id", "step", "rank", "step_ms", "allreduce_ms"]
+DEVICES_COLS = ["config_id", "device", "alloc_peak_bytes", "device_peak_bytes"]
+MEM_REL, MEM_ABS = 0.02, 64 << 20
+NOISY = 0.10
+
+
+class InputError(Exception):
+    pass
+
+
+# ---- statistics -------------------------------------------------------------
+
+def median(xs):
+    s = sorted(xs)
+    n = len(s)
+    return (s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])) if n else float("nan")
+
+
+def quantile(xs, q):
+    """Linear interpolation between closest ranks (numpy's default)."""
+    s = sorted(xs)
+    pos = q * (len(s) - 1)
+    lo = int(math.floor(pos))
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def noise(xs):
+    m = median(xs)
+    return (quantile(xs, 0.75) - quantile(xs, 0.25)) / abs(m) if xs and m else float("nan")
+
+
+def ranks(values):
+    """Mid-ranks (1-based) of values, and the tie groups' sizes."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    r = [0.0] * len(values)
+    ties = []
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            r[order[k]] = (i + j) / 2.0 + 1.0
+        ties.append(j - i + 1)
+        i = j + 1
+    return r, ties
+
+
+def mann_whitney(a, b, exact_limit=20):
+    """Two-sided Mann-Whitney U test: (U of a, p). Exact distribution by
+    enumeration (dynamic programming over rank sums) when both samples are
+    small and untied; otherwise the normal approximation with tie
+    correction and continuity correction."""
+    n1, n2 = len(a), len(b)
+    if n1 == 0 or n2 == 0:
+        return float("nan"), float("nan")
+    r, ties = ranks(list(a) + list(b))
+    r1 = sum(r[:n1])
+    u1 = r1 - n1 * (n1 + 1) / 2.0
+    u = min(u1, n1 * n2 - u1)
+    if n1 <= exact_limit and n2 <= exact_limit and all(t == 1 for t in ties):
+        # count[k] = number of ways n1 of the n1+n2 ranks give U = k
+        counts = exact_u_counts(n1, n2)
+        total = sum(counts)
+        p = 2.0 * sum(counts[: int(u) + 1]) / total
+        return u1, min(1.0, p)
+    n = n1 + n2
+    mu = n1 * n2 / 2.0
+    tie_term = sum(t ** 3 - t for t in ties) / (n * (n - 1)) if n > 1 else 0.0
+    var = n1 * n2 / 12.0 * ((n + 1) - tie_term)
+    if var <= 0:
+        return u1, 1.0
+    z = (abs(u1 - mu) - 0.5) / math.sqrt(var)
+    p = math.erfc(max(z, 0.0) / math.sqrt(2.0))
+    return u1, min(1.0, p)
+
+
+def exact_u_counts(n1, n2):
+    """Number of arrangements giving each U value, by the recurrence
+    f(n1, n2, u) = f(n1 - 1, n2, u - n2) + f(n1, n2 - 1, u)."""
+    table = {}
+
+    def f(i, j):
+        if (i, j) in table:
+            return table[(i, j)]
+        if i == 0 or j == 0:
+            res = [1]
+        else:
+            a = f(i - 1, j)
+            b = f(i, j - 1)
+            res = [0] * (i * j + 1)
+            for u, c in enumerate(b):
+                res[u] += c
+            for u, c in enumerate(a):
+                res[u + j] += c
+        table[(i, j)] = res
+        return res
+
+    return f(n1, n2)
+
+
+# ---- input ------------------------------------------------------------------
+
+def read_csv(path, required):
+    if not os.path.exists(path):
+        raise InputError(f"{path}: no such file")
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        if not reader.fieldnames:
+            raise InputError(f"{path}:1: empty file (no header)")
+        missing = [c for c in required if c not in reader.fieldnames]
+        if missing:
+            raise InputError(f"{path}:1: missing column(s) {', '.join(missing)}")
+        rows = []
+        for line, row in enumerate(reader, start=2):
+            if None in row or None in row.values():
+                raise InputError(f"{path}:{line}: wrong number of fields")
+            row["_line"] = line
+            rows.append(row)
+    return rows
+
+
+def num(row, col, path, allow_empty=False):
+    v = row[col]
+    if v == "" and allow_empty:
+        return None
+    try:
+        x = float(v)
+    except ValueError:
+        raise InputError(f"{path}:{row['_line']}: column {col} is not a number: {v!r}")
+    if math.isnan(x) or math.isinf(x):
+        raise InputError(f"{path}:{row['_line']}: column {col} is not finite: {v!r}")
+    return x
+
+
+class Results:
+    """One side of the comparison: its runs, raw per-step samples and memory."""
+
+    def __init__(self, arg):
+        folder = arg if os.path.isdir(arg) else os.path.dirname(os.path.abspath(arg))
+        if not os.path.isdir(folder):
+            raise InputError(f"{arg}: not a results folder or a file in one")
+        self.folder = folder
+        self.runs_path = os.path.join(folder, "runs.csv")
+        self.steps_path = os.path.join(folder, "steps.csv")
+        self.devices_path = os.path.join(folder, "devices.csv")
+        runs = read_csv(self.runs_path, RUNS_COLS)
+        if not runs:
+            raise InputError(f"{self.runs_path}: no configuration rows")
+        self.runs = {r["config_id"]: r for r in runs}
+        self.steps = {}
+        for s in read_csv(self.steps_path, STEPS_COLS):
+            self.steps.setdefault(s["config_id"], []).append(s)
+        self.devices = {}
+        for d in read_csv(self.devices_path, DEVICES_COLS):
+            self.devices.setdefault(d["config_id"], []).append(d)
+        meta_path = os.path.join(folder, "meta.json")
+        self.meta = {}
+        if os.path.exists(meta_path):
+            try:
+                with open(meta_path) as f:
+                    self.meta = json.load(f)
+            except ValueError as e:
+                raise InputError(f"{meta_path}: not JSON: {e}")
+
+    def machine(self):
+        """What must be equal for two folders to be comparable."""
+        devs = self.meta.get("devices") or []
+        first = next(iter(self.runs.values()))
+        cuda = (self.meta.get("versions") or {}).get("cuda", "")
+        driver = cuda.split(",")[0] if cuda.startswith("CUDA driver") else ""
+        return {"backend": self.meta.get("backend", first["backend"]),
+                "device": devs[0].get("name", "") if devs else "",
+                "device count": len(devs), "driver": driver}
+
+    def samples(self, cid, metric):
+        """Per-step samples of a metric (one per step: the slowest rank's)."""
+        run = self.runs[cid]
+        by_step = {}
+        for s in self.steps.get(cid, []):
+            step = int(num(s, "step", self.steps_path))
+            t = num(s, "step_ms", self.steps_path)
+            ar = num(s, "allreduce_ms", self.steps_path, allow_empty=True) or 0.0
+            prev = by_step.get(step, (0.0, 0.0))
+            by_step[step] = (max(prev[0], t), max(prev[1], ar))
+        vals = [by_step[k] for k in sorted(by_step)]
+        if metric == "step_ms":
+            return [v[0] for v in vals]
+        if metric == "samples_per_s":
+            batch = num(run, "global_batch", self.runs_path)
+            return [batch / (v[0] * 1e-3) for v in vals if v[0] > 0]
+        n = int(num(run, "ngpus", self.runs_path))
+        if run["mode"] != "ddp" or n < 2:
+            return []
+        nbytes = num(run, "params", self.runs_path) * 4
+        return [nbytes / (v[1] * 1e-3) / 1e9 * 2 * (n - 1) / n for v in vals if v[1] > 0]
+
+    def memory(self, cid, col):
+        return {int(num(d, "device", self.devices_path)): num(d, col, self.devices_path)
+                for d in self.devices.get(cid, [])}
+
+
+# ---- judgement --------------------------------------------------------------
+
+def judge_timing(base, new, direction, alpha, fail_above):
+    mb, mn = median(base), median(new)
+    nz = max(noise(base), noise(new))
+    _, p = mann_whitney(base, new)
+    worse = mn / mb if direction == LOWER else mb / mn
+    thresh = max(0.05, 2.0 * nz)
+    if p < alpha and worse > 1.0 + thresh and worse > 1.0 + fail_above:
+        status = "REGRESSION"
+    elif nz > NOISY and not (mb == mn and p >= 0.999):  # identical samples are SAME
+        status = "NOISY"
+    elif p < alpha and worse > 1.0:
+        status = "WARN"
+    elif p < alpha and worse < 1.0 - thresh:
+        status = "IMPROVED"
+    else:
+        status = "SAME"
+    return {"base": mb, "new": mn, "delta_pct": (mn / mb - 1.0) * 100.0, "p": p, "noise": nz,
+            "threshold": thresh, "status": status}
+
+
+def judge_memory(base, new):
+    delta = new - base
+    if delta > MEM_REL * base or delta > MEM_ABS:
+        status = "REGRESSION"
+    elif -delta > MEM_REL * base:
+        status = "IMPROVED"
+    else:
+        status = "SAME"
+    return {"base": base, "new": new, "delta_pct": (new / base - 1.0) * 100.0 if base else 0.0,
+            "p": None, "noise": None, "threshold": MEM_REL, "status": status}
+
+
+def compare(base, cur, alpha, fail_above):
+    rows = []
+
+    def add(cid, metric, **kw):
+        rows.append(dict(config=cid, metric=metric, **kw))
+
+    for cid in sorted(set(base.runs) | set(cur.runs)):
+        if cid not in cur.runs:
+            add(cid, "configuration", base=None, new=None, delta_pct=None, p=None, noise=None,
+                threshold=None, status="MISSING")
+            continue
+        if cid not in base.runs:
+            add(cid, "configuration", base=None, new=None, delta_pct=None, p=None, noise=None,
+                threshold=None, status="NEW")
+            continue
+        if cur.runs[cid]["status"] != "ok":
+            st = "FAILED" if base.runs[cid]["status"] == "ok" else "SAME"
+            add(cid, "status", base=base.runs[cid]["status"], new=cur.runs[cid]["status"],
+                delta_pct=None, p=None, noise=None, threshold=None, status=st,
+                detail=cur.runs[cid].get("error", ""))
+            continue
+        if base.runs[cid]["status"] != "ok":
+            add(cid, "status", base=base.runs[cid]["status"], new="ok", delta_pct=None, p=None,
+                noise=None, threshold=None, status="NEW")
+            continue
+        for metric, direction in METRICS:
+            b, n = base.samples(cid, metric), cur.samples(cid, metric)
+            if not b and not n:
+                continue
+            if not b or not n:
+                add(cid, metric, base=median(b) if b else None, new=median(n) if n else None,
+                    delta_pct=None, p=None, noise=None, threshold=None, status="MISSING")
+                continue
+            add(cid, metric, **judge_timing(b, n, direction, alpha, fail_above))
+        for col in MEMORY:
+            mb, mn = base.memory(cid, col), cur.memory(cid, col)
+            for dev in sorted(set(mb) | set(mn)):
+                name = f"{col}[{dev}]"
+                if dev not in mb or dev not in mn:
+                    add(cid, name, base=mb.get(dev), new=mn.get(dev), delta_pct=None, p=None,
+                        noise=None, threshold=None, status="MISSING")
+                elif mb[dev] > 0 or mn[dev] > 0:
+                    add(cid, name, **judge_memory(mb[dev], mn[dev]))
+    return rows
+
+
+def check_comparable(base, cur, force):
+    why = []
+    mb, mc = base.machine(), cur.machine()
+    for k in mb:
+        if mb[k] != mc[k]:
+            why.append(f"{k} differs: {mb[k]!r} in the baseline, {mc[k]!r} now")
+    pb = {r["precision"] for r in base.runs.values()}
+    pc = {r["precision"] for r in cur.runs.values()}
+    if pb != pc:
+        why.append(f"precisions differ: {sorted(pb)} in the baseline, {sorted(pc)} now")
+    if why and not force:
+        raise InputError("refusing to compare results of different machines or setups: "
+                         + "; ".join(why) + " (use --force to compare anyway)")
+    return why
+
+
+# ---- output -----------------------------------------------------------------
+
+ORDER = {"FAILED": 0, "REGRESSION": 1, "MISSING": 2, "WARN": 3, "NOISY": 4, "NEW": 5,
+         "IMPROVED": 6, "SAME": 7}
+
+
+def fmt(v, digits=4):
+    if v is None:
+        return "-"
+    if isinstance(v, str):
+        return v
+    if abs(v) >= 1e6:
+        return f"{v:.4g}"
+    return f"{v:.{digits}g}"
+
+
+def markdown(rows, base, cur, warned):
+    counts = {}
+    for r in rows:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    out = ["## dpscale performance comparison", "",
+           f"Baseline `{base.folder}`, current `{cur.folder}`.", "",
+           ", ".join(f"{counts[k]} {k.lower()}" for k in sorted(counts, key=ORDER.get)) + ".", ""]
+    out += [f"> warning: {w}" for w in warned]
+    out += ["| configuration | metric | base | new | Δ % | p | noise | status |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in sorted(rows, key=lambda r: (ORDER[r["status"]], r["config"], r["metric"])):
+        d = "-" if r["delta_pct"] is None else f"{r['delta_pct']:+.1f}"
+        p = "-" if r["p"] is None else f"{r['p']:.2g}"
+        nz = "-" if r["noise"] is None else f"{100 * r['noise']:.1f} %"
+        st = f"**{r['status']}**" if r["status"] in ("REGRESSION", "FAILED") else r["status"]
+        out.append(f"| {r['config']} | {r['metric']} | {fmt(r['base'])} | {fmt(r['new'])} | {d} "
+                   f"| {p} | {nz} | {st} |")
+    return "\n".join(out) + "\n"
+
+
+def junit(rows):
+    fails = sum(r["status"] in ("REGRESSION", "FAILED", "MISSING") for r in rows)
+    skips = sum(r["status"] == "NOISY" for r in rows)
+    out = ['<?xml version="1.0" encoding="UTF-8"?>',
+           f'<testsuites><testsuite name="dpscale.compare" tests="{len(rows)}" failures="{fails}" '
+           f'skipped="{skips}">']
+    for r in rows:
+        name = quoteattr(r["metric"])
+        out.append(f'  <testcase classname={quoteattr(r["config"])} name={name}>')
+        msg = (f"{r['status']}: base {fmt(r['base'])}, new {fmt(r['new'])}"
+               + ("" if r["delta_pct"] is None else f" ({r['delta_pct']:+.1f} %)")
+               + ("" if r["p"] is None else f", p = {r['p']:.2g}")
+               + ("" if r["noise"] is None else f", noise {100 * r['noise']:.1f} %")
+               + (f": {r['detail']}" if r.get("detail") else ""))
+        if r["status"] in ("REGRESSION", "FAILED", "MISSING"):
+            out.append(f'    <failure message={quoteattr(msg)}>{escape(msg)}</failure>')
+        elif r["status"] == "NOISY":
+            out.append(f'    <skipped message={quoteattr(msg)}/>')
+        else:
+            out.append(f'    <system-out>{escape(msg)}</system-out>')
+        out.append("  </testcase>")
+    out.append("</testsuite></testsuites>")
+    return "\n".join(out) + "\n"
+
+
+def plot(rows, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    timing = [r for r in rows if r["metric"] == "step_ms" and r["base"] and r["new"]]
+    if not timing:
+        raise InputError("--plot: no configuration with step times on both sides")
+    fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(timing) + 2), 4.5))
+    xs = range(len(timing))
+    ratios = [r["new"] / r["base"] for r in timing]
+    colors = {"REGRESSION": "#d62728", "WARN": "#ff7f0e", "IMPROVED": "#2ca02c",
+              "NOISY": "#9467bd", "SAME": "#1f77b4"}
+    for x, r, ratio in zip(xs, timing, ratios):
+        band = r["threshold"]
+        ax.fill_between([x - 0.35, x + 0.35], 1 - band, 1 + band, color="gray", alpha=0.2)
+        ax.plot([x], [ratio], "o", color=colors.get(r["status"], "black"))
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels([r["config"] for r in timing], rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("median step time, new / base (ratio)")
+    ax.set_title("Step time against the baseline (grey: noise threshold)")
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description="Compare two dpscale results folders.")
+    ap.add_argument("baseline")
+    ap.add_argument("current")
+    ap.add_argument("--alpha", type=float, default=0.01, help="significance level (0.01)")
+    ap.add_argument("--fail-above", type=float, default=0.10,
+                    help="a regression must also be worse than this fraction (0.10)")
+    ap.add_argument("--markdown", help="write the Markdown table here too")
+    ap.add_argument("--junit", help="write JUnit XML here")
+    ap.add_argument("--json", help="write JSON here")
+    ap.add_argument("--plot", help="draw base against new (PNG)")
+    ap.add_argument("--warn-only", action="store_true", help="exit 0 even on a regression")
+    ap.add_argument("--force", action="store_true", help="compare different machines anyway")
+    try:
+        args = ap.parse_args(argv)
+    except SystemExit as e:
+        return 2 if e.code else 0
+    try:
+        if not (0 < args.alpha < 1) or args.fail_above < 0:
+            raise InputError("--alpha must be in (0, 1) and --fail-above at least 0")
+        base, cur = Results(args.baseline), Results(args.current)
+        warned = check_comparable(base, cur, args.force)
+        rows = compare(base, cur, args.alpha, args.fail_above)
+        md = markdown(rows, base, cur, warned)
+        sys.stdout.write(md)
+        for path in filter(None, [args.markdown, os.environ.get("GITHUB_STEP_SUMMARY")]):
+            with open(path, "a" if path == os.environ.get("GITHUB_STEP_SUMMARY") else "w") as f:
+                f.write(md)
+        if args.junit:
+            with open(args.junit, "w") as f:
+                f.write(junit(rows))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"baseline": base.folder, "current": cur.folder, "warnings": warned,
+                           "rows": rows}, f, indent=1, default=str)
+        if args.plot:
+            plot(rows, args.plot)
+    except InputError as e:
+        print(f"compare.py: {e}", file=sys.stderr)
+        return 2
+    bad = any(r["status"] in ("REGRESSION", "FAILED", "MISSING") for r in rows)
+    return 1 if bad and not args.warn_only else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

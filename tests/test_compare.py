@@ -1,0 +1,219 @@
+#!/usr/bin/env python3
+"""Tests of scripts/compare.py on a real host-backend results folder
+(tests/fixtures/ci-host, a bench/ci.suite run) and planted changes of it.
+Usage: test_compare.py CASE; exit 0 pass, 1 fail."""
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FIXTURE = os.path.join(HERE, "fixtures", "ci-host")
+SCRIPT = os.path.join(HERE, "..", "scripts", "compare.py")
+sys.path.insert(0, os.path.join(HERE, "..", "scripts"))
+import compare  # noqa: E402
+
+
+class Failure(Exception):
+    pass
+
+
+def expect(cond, what):
+    if not cond:
+        raise Failure(what)
+
+
+def run(base, cur, *extra):
+    p = subprocess.run([sys.executable, SCRIPT, base, cur, *extra], capture_output=True,
+                       text=True, timeout=120, env={**os.environ, "GITHUB_STEP_SUMMARY": ""})
+    return p
+
+
+def copy(tmp, name="cur"):
+    dst = os.path.join(tmp, name)
+    shutil.copytree(FIXTURE, dst)
+    return dst
+
+
+def rewrite(path, fn):
+    """fn(row) edits a row of a CSV in place (returns nothing)."""
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+        cols = list(rows[0].keys())
+    for i, r in enumerate(rows):
+        fn(i, r)
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols, lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+
+
+def statuses(p):
+    """{(config, metric): status} from the JSON written by --json."""
+    return p
+
+
+def report(base, cur, tmp, *extra):
+    js = os.path.join(tmp, "r.json")
+    p = run(base, cur, "--json", js, *extra)
+    rows = json.load(open(js))["rows"] if os.path.exists(js) else []
+    return p, {(r["config"], r["metric"]): r["status"] for r in rows}
+
+
+def first_config():
+    with open(os.path.join(FIXTURE, "runs.csv"), newline="") as f:
+        return next(csv.DictReader(f))["config_id"]
+
+
+def scale_steps(folder, cid, factor):
+    def fn(i, r):
+        if r["config_id"] == cid:
+            for k in r:
+                if k.endswith("_ms") and r[k]:
+                    r[k] = f"{float(r[k]) * factor:.4f}"
+    rewrite(os.path.join(folder, "steps.csv"), fn)
+
+
+def case_identical():
+    with tempfile.TemporaryDirectory() as tmp:
+        p, st = report(FIXTURE, copy(tmp), tmp)
+        expect(p.returncode == 0, f"exit {p.returncode}: {p.stderr}")
+        expect(st and all(s == "SAME" for s in st.values()),
+               f"not all SAME: {[k for k, s in st.items() if s != 'SAME']}")
+
+
+def case_slowdown_20():
+    with tempfile.TemporaryDirectory() as tmp:
+        cur = copy(tmp)
+        cid = first_config()
+        scale_steps(cur, cid, 1.20)
+        png = os.path.join(tmp, "r.png")
+        p, st = report(FIXTURE, cur, tmp, "--junit", os.path.join(tmp, "j.xml"), "--plot", png)
+        expect(p.returncode == 1, f"exit {p.returncode}, expected 1: {p.stdout}{p.stderr}")
+        with open(png, "rb") as f:
+            expect(f.read(8) == b"\x89PNG\r\n\x1a\n" and os.path.getsize(png) > 10000, "--plot")
+        bad = {k for k, s in st.items() if s == "REGRESSION"}
+        expect((cid, "step_ms") in bad and (cid, "samples_per_s") in bad, f"regressions: {bad}")
+        expect(all(k[0] == cid for k in bad), f"other configurations flagged: {bad}")
+        xml = open(os.path.join(tmp, "j.xml")).read()
+        expect(xml.count("<failure") == len(bad) and "REGRESSION" in xml, "JUnit failures")
+        expect("**REGRESSION**" in p.stdout and "| Δ % |" in p.stdout, "Markdown table")
+
+
+def case_slowdown_3():
+    with tempfile.TemporaryDirectory() as tmp:
+        cur = copy(tmp)
+        scale_steps(cur, first_config(), 1.03)
+        p, st = report(FIXTURE, cur, tmp)
+        expect(p.returncode == 0, f"exit {p.returncode}: {p.stdout}")
+        expect("REGRESSION" not in st.values(), f"statuses {st}")
+
+
+def case_noisy():
+    with tempfile.TemporaryDirectory() as tmp:
+        cur = copy(tmp)
+        cid = first_config()
+        spread = [0.7, 1.3, 0.85, 1.15, 1.0]
+
+        def fn(i, r):
+            if r["config_id"] == cid:
+                f = spread[int(r["step"]) % len(spread)]
+                r["step_ms"] = f"{float(r['step_ms']) * f:.4f}"
+        rewrite(os.path.join(cur, "steps.csv"), fn)
+        p, st = report(FIXTURE, cur, tmp, "--junit", os.path.join(tmp, "j.xml"))
+        expect(st[(cid, "step_ms")] == "NOISY", f"step_ms: {st[(cid, 'step_ms')]}")
+        expect(p.returncode == 0, f"exit {p.returncode}")
+        expect("<skipped" in open(os.path.join(tmp, "j.xml")).read(), "no <skipped> in JUnit")
+
+
+def case_memory():
+    with tempfile.TemporaryDirectory() as tmp:
+        cur = copy(tmp)
+        cid = first_config()
+
+        def fn(i, r):
+            if r["config_id"] == cid and r["device"] == "0":
+                r["alloc_peak_bytes"] = str(int(int(r["alloc_peak_bytes"]) * 1.10))
+        rewrite(os.path.join(cur, "devices.csv"), fn)
+        p, st = report(FIXTURE, cur, tmp)
+        expect(p.returncode == 1 and st[(cid, "alloc_peak_bytes[0]")] == "REGRESSION", f"{st}")
+        p2, _ = report(FIXTURE, cur, tmp, "--warn-only")
+        expect(p2.returncode == 0, "--warn-only did not exit 0")
+
+
+def case_refuse():
+    with tempfile.TemporaryDirectory() as tmp:
+        cur = copy(tmp)
+        meta = json.load(open(os.path.join(cur, "meta.json")))
+        meta["devices"][0]["name"] = "NVIDIA H200"
+        json.dump(meta, open(os.path.join(cur, "meta.json"), "w"))
+        p = run(FIXTURE, cur)
+        expect(p.returncode == 2 and "device differs" in p.stderr and "--force" in p.stderr,
+               f"{p.returncode} {p.stderr}")
+        p = run(FIXTURE, cur, "--force")
+        expect(p.returncode == 0, f"--force: exit {p.returncode} {p.stderr}")
+
+
+def case_bad_input():
+    with tempfile.TemporaryDirectory() as tmp:
+        cur = copy(tmp)
+        runs = os.path.join(cur, "runs.csv")
+        lines = open(runs).read().splitlines()
+        cols = lines[0].split(",")
+        k = cols.index("global_batch")
+        open(runs, "w").write("\n".join(",".join(c for i, c in enumerate(l.split(",")) if i != k)
+                                        for l in lines) + "\n")
+        p = run(FIXTURE, cur)
+        expect(p.returncode == 2 and "runs.csv:1: missing column(s) global_batch" in p.stderr, p.stderr)
+        shutil.copy(os.path.join(FIXTURE, "runs.csv"), runs)
+        open(os.path.join(cur, "steps.csv"), "w").close()
+        p = run(FIXTURE, cur)
+        expect(p.returncode == 2 and "steps.csv:1: empty file" in p.stderr, p.stderr)
+        shutil.copy(os.path.join(FIXTURE, "steps.csv"), os.path.join(cur, "steps.csv"))
+
+        def fn(i, r):
+            if i == 4:
+                r["step_ms"] = "fast"
+        rewrite(os.path.join(cur, "steps.csv"), fn)
+        p = run(FIXTURE, cur)
+        expect(p.returncode == 2 and "steps.csv:6: column step_ms is not a number" in p.stderr,
+               p.stderr)
+        p = run(FIXTURE, os.path.join(tmp, "nowhere"))
+        expect(p.returncode == 2, "a missing folder was accepted")
+
+
+def case_utest():
+    mw = compare.mann_whitney
+    # exact: complete separation of 3 and 3 is 1 of 20 arrangements each side
+    u, p = mw([1, 2, 3], [4, 5, 6])
+    expect(u == 0 and abs(p - 0.1) < 1e-12, f"{u} {p}")
+    u, p = mw([1, 2, 3, 4, 5], [6, 7, 8, 9, 10])
+    expect(abs(p - 2 / 252) < 1e-12, f"{p}")  # 0.0079365..., as scipy's exact method
+    # a textbook pair: U = 17 of 20, exact two-sided p = 14 / 126 = 0.1111
+    u, p = mw([19, 22, 16, 29, 24], [20, 11, 17, 12])
+    expect(u == 17 and abs(p - 14 / 126) < 1e-12, f"{u} {p}")
+    u, p = mw([1, 2, 3], [1, 2, 3])
+    expect(abs(p - 1.0) < 1e-12, f"identical samples: {p}")
+    # large samples: the normal approximation agrees with the exact test
+    a = [float(i) for i in range(0, 40, 2)]
+    b = [float(i) + 3.5 for i in range(0, 40, 2)]
+    _, p_exact = mw(a, b, exact_limit=20)
+    _, p_norm = mw(a, b, exact_limit=0)
+    expect(abs(p_exact - p_norm) < 0.15 * p_exact, f"exact {p_exact} vs normal {p_norm}")
+    # ties: every value tied gives no evidence
+    _, p = mw([5.0] * 10, [5.0] * 12)
+    expect(p == 1.0, f"all ties: {p}")
+    expect(abs(compare.noise([1, 2, 3, 4, 5]) - 2 / 3) < 1e-12, "noise = IQR / median")
+
+
+CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
+
+if __name__ == "__main__":
+    try:
+        CASES[sys.argv[1]]()
+    except Failure as e:
+        print(f"FAIL {sys.argv[1]}: {e}", file=sys.stderr)
+        sys.exit(1)
