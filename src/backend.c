@@ -19,18 +19,12 @@ const char *be_kind_name(be_kind k)
     return "auto";
 }
 
-static dps_status open_cuda(const be_options *opt, backend **out)
+static dps_status open_cuda(const be_options *opt, backend **out, char *why, size_t len)
 {
 #ifdef DPS_HAVE_CUDA
-    char why[256];
-    int n = dps_cuda_device_count(why, sizeof why);
-    if (n <= 0)
-        return dps_fail(DPS_ERR_RUNTIME, "--backend cuda: no CUDA device is visible (%s); "
-                        "use --backend host to run on emulated devices", why);
-    return dps_fail(DPS_ERR_RUNTIME, "--backend cuda: %d CUDA device(s) visible, but this "
-                    "version of dpscale runs the host backend only; use --backend host", n);
+    return be_cuda_open(opt, out, why, len);
 #else
-    (void)opt; (void)out;
+    (void)opt; (void)out; (void)why; (void)len;
     return dps_fail(DPS_ERR_RUNTIME, "--backend cuda: this dpscale was built without CUDA "
                     "(-Dcuda=disabled or no toolkit); rebuild with the CUDA toolkit or use "
                     "--backend host");
@@ -41,16 +35,16 @@ dps_status be_open(const be_options *opt, backend **out)
 {
     *out = NULL;
     if (opt->kind == BE_HOST) return be_host_open(opt, out);
-    if (opt->kind == BE_CUDA) return open_cuda(opt, out);
+    char why[256] = "";
+    if (opt->kind == BE_CUDA) return open_cuda(opt, out, why, sizeof why);
 #ifdef DPS_HAVE_CUDA
-    char why[256];
-    int n = dps_cuda_device_count(why, sizeof why);
-    if (n > 0 && open_cuda(opt, out) == DPS_OK) return DPS_OK;
-    if (!opt->quiet) {
-        if (n > 0) dps_log("backend auto: %s; taking the host backend", dps_errmsg());
-        else dps_log("backend auto: no CUDA device (%s); taking the host backend "
-                     "(emulated devices on the CPU)", why);
+    if (open_cuda(opt, out, why, sizeof why) == DPS_OK) {
+        if (!opt->quiet) dps_log("backend auto: %d CUDA device(s); taking the cuda backend", (*out)->ndev);
+        return DPS_OK;
     }
+    if (!opt->quiet)
+        dps_log("backend auto: no CUDA device (%s); taking the host backend (emulated devices "
+                "on the CPU)", why);
 #else
     if (!opt->quiet)
         dps_log("backend auto: built without CUDA; taking the host backend "

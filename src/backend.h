@@ -95,6 +95,7 @@ struct backend {
     be_kind kind;
     int ndev;
     int emulated;                /* timings describe the CPU, not a GPU */
+    int gemm_bf16;               /* GEMM inputs rounded to bf16, fp32 accumulation (AMP) */
     char versions[256];          /* driver / runtime / library versions */
     be_device_info info[DPS_MAX_DEVICES];
     be_mem mem[DPS_MAX_DEVICES];
@@ -125,7 +126,11 @@ void be_reset_peaks(backend *be);
 
 dps_status be_host_open(const be_options *opt, backend **out);
 #ifdef DPS_HAVE_CUDA
-int dps_cuda_device_count(char *why, size_t len); /* cuda_probe.c */
+/* cuda_probe.c: devices seen by a child process (the caller stays CUDA-free) */
+int dps_cuda_probe(be_device_info *info, char *why, size_t len);
+int dps_cuda_device_count(char *why, size_t len);
+/* backend_cuda.c; why (may be NULL) says why there is no device */
+dps_status be_cuda_open(const be_options *opt, backend **out, char *why, size_t len);
 void dps_cuda_versions(char *buf, size_t len);
 #endif
 

@@ -124,8 +124,9 @@ static dps_status check_devices(const dps_config *c, const backend *be)
             return dps_fail(DPS_ERR_USAGE, "--devices: device %d does not exist; the %s backend "
                             "has devices 0..%d", c->devices[i], be->ops->name, be->ndev - 1);
         for (int j = 0; j < i; j++)
-            if (c->devices[j] == c->devices[i])
-                return dps_fail(DPS_ERR_USAGE, "--devices: device %d is listed twice",
+            if (c->devices[j] == c->devices[i] && !(be->kind == BE_CUDA && c->mode == MODE_DP))
+                return dps_fail(DPS_ERR_USAGE, "--devices: device %d is listed twice (only dp "
+                                "on the cuda backend runs several replicas on one GPU)",
                                 c->devices[i]);
     }
     return DPS_OK;
@@ -170,6 +171,10 @@ static dps_status check_ddp(const dps_config *c)
 dps_status config_check(const dps_config *c, const backend *be)
 {
     DPS_TRY(check_devices(c, be));
+    if (be->kind == BE_CUDA && c->mode == MODE_DDP && c->ngpus > 1)
+        return dps_fail(DPS_ERR_USAGE, "--mode ddp --gpus %d: ddp across GPUs needs the NCCL "
+                        "communicator, which this version does not have yet; use --gpus 1 or "
+                        "--mode dp", c->ngpus);
     if (c->precision == PREC_BF16 && be->kind == BE_HOST)
         return dps_fail(DPS_ERR_USAGE, "--precision bf16: the host backend computes in fp32 "
                         "only; use --precision fp32 or --backend cuda");

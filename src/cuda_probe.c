@@ -1,28 +1,90 @@
-/* Asks the CUDA runtime, cuBLAS and NCCL what is there: the visible device
- * count (for --backend auto) and the library versions (for `dpscale info`
- * and meta.json). Only built when the toolkit is. */
+/* What CUDA devices there are, asked in a short-lived child process so that
+ * the asking process never initialises CUDA (a process that forks rank
+ * processes must not), and the library versions for `info` and meta.json.
+ * Only built when the toolkit is. */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <cuda_runtime_api.h>
 #include <cublas_api.h>
 
 #include "dps_config.h"
 #include "backend.h"
+#include "util.h"
 #ifdef DPS_HAVE_NCCL
 #include <nccl.h>
 #endif
 
-int dps_cuda_device_count(char *why, size_t len)
+typedef struct probe_reply {
+    int count;
+    char why[256];
+    be_device_info info[DPS_MAX_DEVICES];
+} probe_reply;
+
+static void probe_child(int fd)
 {
-    int n = 0;
-    cudaError_t rc = cudaGetDeviceCount(&n);
+    probe_reply r;
+    memset(&r, 0, sizeof r);
+    cudaError_t rc = cudaGetDeviceCount(&r.count);
     if (rc != cudaSuccess) {
-        snprintf(why, len, "cudaGetDeviceCount: %s", cudaGetErrorString(rc));
+        snprintf(r.why, sizeof r.why, "cudaGetDeviceCount: %s", cudaGetErrorString(rc));
+        r.count = 0;
+    } else if (r.count == 0) {
+        snprintf(r.why, sizeof r.why, "cudaGetDeviceCount found 0 devices");
+    }
+    if (r.count > DPS_MAX_DEVICES) r.count = DPS_MAX_DEVICES;
+    for (int d = 0; d < r.count; d++) {
+        struct cudaDeviceProp p;
+        if (cudaGetDeviceProperties(&p, d) == cudaSuccess) {
+            dps_strlcpy(r.info[d].name, p.name, sizeof r.info[d].name);
+            r.info[d].total_bytes = p.totalGlobalMem;
+        }
+        cudaDeviceGetPCIBusId(r.info[d].bus_id, sizeof r.info[d].bus_id, d);
+    }
+    ssize_t w = write(fd, &r, sizeof r);
+    _exit(w == (ssize_t)sizeof r ? 0 : 1);
+}
+
+int dps_cuda_probe(be_device_info *info, char *why, size_t len)
+{
+    int fds[2];
+    if (pipe(fds) != 0) {
+        snprintf(why, len, "cannot probe for CUDA devices: pipe failed");
         return 0;
     }
-    if (n == 0) snprintf(why, len, "cudaGetDeviceCount found 0 devices");
-    else snprintf(why, len, "%d device(s)", n);
-    return n;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        probe_child(fds[1]);
+    }
+    close(fds[1]);
+    probe_reply *r = calloc(1, sizeof *r);
+    size_t got = 0;
+    while (r && pid > 0 && got < sizeof *r) {
+        ssize_t n = read(fds[0], (char *)r + got, sizeof *r - got);
+        if (n <= 0) break;
+        got += (size_t)n;
+    }
+    close(fds[0]);
+    int ws = 0;
+    if (pid > 0) waitpid(pid, &ws, 0);
+    int count = 0;
+    if (!r || got != sizeof *r) {
+        snprintf(why, len, "the CUDA probe process failed (%s)",
+                 pid > 0 && WIFSIGNALED(ws) ? dps_signal_name(WTERMSIG(ws)) : "no reply");
+    } else {
+        count = r->count;
+        snprintf(why, len, "%s", count ? "" : r->why);
+        if (info) memcpy(info, r->info, sizeof r->info);
+    }
+    free(r);
+    return count;
 }
+
+int dps_cuda_device_count(char *why, size_t len) { return dps_cuda_probe(NULL, why, len); }
 
 static void fmt_cuda(char *buf, size_t len, int v)
 {

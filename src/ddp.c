@@ -429,6 +429,7 @@ dps_status ddp_rank_main(const dps_config *cfg, ddp_shared *sh, int rank)
     be_options bo = cfg->be;
     bo.quiet = 1;
     dps_status rc = be_open(&bo, &R->be);
+    if (!rc) R->be->gemm_bf16 = cfg->precision == PREC_BF16;
     if (!rc) rc = rank_setup(R);
     if (!rc) rc = rank_loop(R);
     if (R->be) {

@@ -63,13 +63,13 @@ static void print_info(const backend *be)
         printf("  device %d: %s, memory %s, bus %s\n", d, be->info[d].name, cap,
                be->info[d].bus_id);
     }
-    printf("\npresets:\n  %-11s %6s %6s %6s %6s %12s %16s  %s\n", "name", "layers", "width",
-           "tokens", "classes", "params", "fwd GFLOP/smp", "shaped after");
+    printf("\npresets:\n  %-11s %6s %6s %6s %7s %9s %12s %14s  %s\n", "name", "layers",
+           "width", "tokens", "classes", "batch/gpu", "params", "fwd GFLOP/smp", "shaped after");
     for (int i = 0; i < model_npresets; i++) {
         const model_preset *p = &model_presets[i];
-        printf("  %-11s %6d %6d %6d %7d %12zu %16.3f  %s\n", p->name, p->shape.layers,
-               p->shape.width, p->shape.tokens, p->shape.classes, model_param_count(p->shape),
-               model_fwd_flops_per_sample(p->shape) / 1e9, p->like);
+        printf("  %-11s %6d %6d %6d %7d %9d %12zu %14.3f  %s\n", p->name, p->shape.layers,
+               p->shape.width, p->shape.tokens, p->shape.classes, p->batch_per_gpu,
+               model_param_count(p->shape), model_fwd_flops_per_sample(p->shape) / 1e9, p->like);
     }
     printf("  (forward GFLOP per sample = 2 x matmul params x tokens; a training step is 3x that)\n");
 }

@@ -183,6 +183,12 @@ dps_status run_config(const dps_config *cfg, backend *be, const results_dir *rd,
     config_id(cfg, sum.config_id, sizeof sum.config_id);
     dps_utc_iso8601(sum.start_time, sizeof sum.start_time);
     be_reset_peaks(be);
+    be->gemm_bf16 = cfg->precision == PREC_BF16;
+    for (int i = 1; i < cfg->ngpus; i++)
+        if (cfg->devices[i] == cfg->devices[0] && i == 1)
+            dps_warn("%s: several replicas share GPU %d: the copies between them are local, so "
+                     "the timings say nothing about a multi-GPU machine", sum.config_id,
+                     cfg->devices[0]);
     train_result res;
     DPS_TRY(train_result_init(&res, cfg, cfg->ngpus));
     res.status = train(cfg, be, &res);

@@ -296,6 +296,10 @@ static void test_elementwise(void)
     }
     EXPECT(fabs(sum / 10000) < 0.03);
     EXPECT(dps_uniform(7, 1, 42) == dps_uniform(7, 1, 42));
+    /* golden values, shared with tests/test_torch_reference.py (the numpy copy) */
+    EXPECT(dps_uniform(1234, 1, 0) == -0.651825905f);
+    EXPECT(dps_uniform(1234, 1, 7919) == 0.878929496f);
+    EXPECT(dps_uniform(42, 2 + (5u << 8), 123456789) == 0.278357625f);
     EXPECT(dps_uniform(7, 1, 42) != dps_uniform(8, 1, 42));
 }
 
