@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "trace.h"
 #include "util.h"
 
 enum {
@@ -15,7 +16,7 @@ enum {
     O_CLASSES, O_BATCH, O_BATCH_PER_GPU, O_PRECISION, O_OPTIMIZER, O_LR, O_STEPS, O_WARMUP,
     O_SEED, O_DEVICE_MEM, O_HOST_DEVICES, O_CHECK, O_GEMM_REF, O_OUT, O_NAME, O_BUCKET_MB,
     O_FIRST_BUCKET_MB, O_NO_OVERLAP, O_GRAD_VIEW, O_TIMEOUT, O_INJECT_FAULT, O_SIZES, O_RESUME,
-    O_FILTER, O_DRY_RUN, O_CONFIG_TIMEOUT,
+    O_FILTER, O_DRY_RUN, O_CONFIG_TIMEOUT, O_NO_TRACE,
     O_HELP = 'h',
     O_VERSION = 'V',
 };
@@ -58,6 +59,7 @@ static const cli_opt opts[] = {
     {"dry-run", O_DRY_RUN, NULL, "sweep: list the configurations, run nothing"},
     {"config-timeout", O_CONFIG_TIMEOUT, "SECONDS", "sweep: kill a configuration running longer (default 3600)"},
     {"sizes", O_SIZES, "LIST", "comm-bench: message sizes, e.g. 1M,16M,64M (multiples of 4 bytes)"},
+    {"no-trace", O_NO_TRACE, NULL, "no NVTX ranges (to measure what they cost)"},
     {"check", O_CHECK, NULL, "compare the final parameters with single-device training"},
     {"gemm-ref", O_GEMM_REF, NULL, "also time the step's GEMMs alone on device 0 (gemm_ref_tflops)"},
     {"out", O_OUT, "DIR", "results root (default results)"},
@@ -334,6 +336,7 @@ static dps_status apply_opt(cli_args *a, int id, const char *val)
     case O_INJECT_FAULT: return fault_opt(a, id, val);
     case O_SIZES: return sizes_opt(a, id, val);
     case O_CHECK: c->check = 1; break;
+    case O_NO_TRACE: trace_set_enabled(0); break;
     case O_GEMM_REF: c->gemm_ref = 1; break;
     case O_OUT:
         if (!*val || strlen(val) >= sizeof c->out_dir) return bad(id, "''", "expected a folder path");

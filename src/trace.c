@@ -2,6 +2,10 @@
  * per phase. Built only with NVTX. */
 #include "trace.h"
 
+static int enabled = 1;
+
+void trace_set_enabled(int on) { enabled = on; }
+
 #ifdef DPS_HAVE_NVTX
 #include <pthread.h>
 #include <sys/syscall.h>
@@ -42,8 +46,27 @@ static void push(nvtxStringHandle_t name, uint32_t color, int64_t payload, int h
     nvtxDomainRangePushEx(domain, &a);
 }
 
-void trace_push_phase(dps_phase ph) { trace_init(); push(phase_str[ph], phase_color[ph], 0, 0); }
-void trace_push_step(int step) { trace_init(); push(step_str, 0xff546e7a, step, 1); }
-void trace_pop(void) { nvtxDomainRangePop(domain); }
-void trace_name_thread(const char *name) { nvtxNameOsThreadA((uint32_t)syscall(SYS_gettid), name); }
+void trace_push_phase(dps_phase ph)
+{
+    if (!enabled) return;
+    trace_init();
+    push(phase_str[ph], phase_color[ph], 0, 0);
+}
+
+void trace_push_step(int step)
+{
+    if (!enabled) return;
+    trace_init();
+    push(step_str, 0xff546e7a, step, 1);
+}
+
+void trace_pop(void)
+{
+    if (enabled) nvtxDomainRangePop(domain);
+}
+
+void trace_name_thread(const char *name)
+{
+    if (enabled) nvtxNameOsThreadA((uint32_t)syscall(SYS_gettid), name);
+}
 #endif

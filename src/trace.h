@@ -7,6 +7,9 @@
 #include "dps_config.h"
 #include "config.h"
 
+/* --no-trace: ranges off at run time (to measure what they cost). */
+void trace_set_enabled(int on);
+
 #ifdef DPS_HAVE_NVTX
 #include <nvtx3/nvToolsExt.h>
 
