@@ -306,6 +306,25 @@ def case_cuda_absent(binary):
     return 0
 
 
+def case_gpu(binary, mode, precision, *devices):
+    """On a GPU: dp/ddp train as one device does (--check). Skipped (77) without one."""
+    p = subprocess.run([binary, "info", "--backend", "cuda"], capture_output=True, text=True)
+    if p.returncode != 0:
+        print(f"skipped: no CUDA device ({p.stderr.strip()})")
+        return 77
+    with tempfile.TemporaryDirectory() as out:
+        extra = ["--devices", devices[0]] if devices else []
+        cmd = [binary, "run", "--backend", "cuda", "--mode", mode, "--precision", precision,
+               "--model", "small", "--steps", "6", "--check", *extra, "--out", out, "--name", "t"]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        expect(p.returncode == 0, f"{' '.join(cmd)}: exit {p.returncode}\n{p.stdout}{p.stderr}")
+        runs, devs, _, _, _ = read_folder(os.path.join(out, "t"))
+        expect(runs[0]["check"] == "pass", f"check {runs[0]['check_max_rel_diff']}")
+        expect(int(devs[0]["device_peak_bytes"]) >= int(devs[0]["alloc_peak_bytes"]) > 0,
+               "device_peak_bytes (context included) below the harness's own allocations")
+    return 0
+
+
 def case_sweep(binary):
     """The built-in sweep runs every configuration into one folder."""
     with tempfile.TemporaryDirectory() as out:
@@ -475,7 +494,7 @@ def case_plot(fixture):
         expect(p.returncode == 2 and "runs.csv: no such file" in p.stderr, p.stderr)
 
 
-CASES = {"check": case_check, "comm_bench": case_comm_bench, "plot": case_plot,
+CASES = {"gpu": case_gpu, "check": case_check, "comm_bench": case_comm_bench, "plot": case_plot,
          "sweep_failures": case_sweep_failures, "sweep_timeout": case_sweep_timeout,
          "sweep_resume": case_sweep_resume, "sweep_skipped": case_sweep_skipped, "ddp_check": case_ddp_check, "ddp_balance": case_ddp_balance,
          "fault": case_fault, "interrupt": case_interrupt, "ddp_oom": case_ddp_oom,
