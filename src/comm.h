@@ -27,6 +27,8 @@ typedef struct comm_shared {
         _Atomic int waiting;             /* blocked in a collective (for the watchdog) */
         char pad[52];
     } box[DPS_MAX_DEVICES];
+    _Atomic int nccl_id_ready;           /* rank 0 has written nccl_id */
+    unsigned char nccl_id[128];          /* ncclUniqueId, shared before ncclCommInitRank */
     size_t data_offset;                  /* from this struct to the slots */
 } comm_shared;
 
@@ -40,9 +42,17 @@ typedef struct comm {
     uint32_t sent, received;   /* messages this rank published / consumed */
     double wait_timeout_ms;    /* 0: wait until abort */
     uint64_t bytes_sent, bytes_received;
+    void *nccl;                /* ncclComm_t when the collectives run on GPUs (comm_nccl.c) */
+    void *nccl_stream;         /* its cudaStream_t */
 } comm;
 
 void comm_init(comm *c, comm_shared *sh, int rank);
+/* GPU collectives: one NCCL rank per process on device `dev`, the unique id
+ * from rank 0 through the shared region; buffers are then device pointers. */
+dps_status comm_nccl_init(comm *c, int dev, double timeout_ms);
+void comm_nccl_free(comm *c);
+dps_status comm_nccl_allreduce(comm *c, void *buf, size_t n, comm_dtype dt);
+dps_status comm_nccl_broadcast(comm *c, void *buf, size_t bytes, int root);
 /* Sum over ranks, in place, n elements. */
 dps_status comm_allreduce(comm *c, void *buf, size_t n, comm_dtype dt);
 /* root's bytes to every rank, in place. */

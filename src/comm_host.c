@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dps_config.h"
 #include "comm.h"
 #include "util.h"
 
@@ -171,6 +172,9 @@ dps_status comm_allreduce(comm *c, void *buf, size_t n, comm_dtype dt)
 {
     int N = c->nranks, r = c->rank;
     if (N == 1 || n == 0) return DPS_OK;
+#ifdef DPS_HAVE_NCCL
+    if (c->nccl) return comm_nccl_allreduce(c, buf, n, dt);
+#endif
     for (int s = 0; s < N - 1; s++) /* reduce-scatter */
         DPS_TRY(ring_step(c, buf, n, dt, (r - s + 2 * N) % N, (r - s - 1 + 2 * N) % N, 1));
     for (int s = 0; s < N - 1; s++) /* all-gather */
@@ -183,6 +187,9 @@ dps_status comm_broadcast(comm *c, void *buf, size_t bytes, int root)
 {
     int N = c->nranks;
     if (N == 1 || bytes == 0) return DPS_OK;
+#ifdef DPS_HAVE_NCCL
+    if (c->nccl) return comm_nccl_broadcast(c, buf, bytes, root);
+#endif
     int last = (root + N - 1) % N;
     for (size_t off = 0; off < bytes; off += COMM_SLOT_BYTES) {
         size_t len = bytes - off < COMM_SLOT_BYTES ? bytes - off : COMM_SLOT_BYTES;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dps_config.h"
 #include "config.h"
 #include "util.h"
 
@@ -171,10 +172,12 @@ static dps_status check_ddp(const dps_config *c)
 dps_status config_check(const dps_config *c, const backend *be)
 {
     DPS_TRY(check_devices(c, be));
+#ifndef DPS_HAVE_NCCL
     if (be->kind == BE_CUDA && c->mode == MODE_DDP && c->ngpus > 1)
-        return dps_fail(DPS_ERR_USAGE, "--mode ddp --gpus %d: ddp across GPUs needs the NCCL "
-                        "communicator, which this version does not have yet; use --gpus 1 or "
+        return dps_fail(DPS_ERR_USAGE, "--mode ddp --gpus %d: ddp across GPUs needs NCCL, and "
+                        "this dpscale was built without it (-Dnccl_path=DIR); use --gpus 1 or "
                         "--mode dp", c->ngpus);
+#endif
     if (c->precision == PREC_BF16 && be->kind == BE_HOST)
         return dps_fail(DPS_ERR_USAGE, "--precision bf16: the host backend computes in fp32 "
                         "only; use --precision fp32 or --backend cuda");

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dps_config.h"
 #include "bucket.h"
 #include "ddp.h"
 #include "metrics.h"
@@ -185,7 +186,8 @@ static dps_status make_buckets(ddp_rank *R)
     return DPS_OK;
 }
 
-/* Rank 0 initialises the parameters; DDP's constructor broadcasts them. */
+/* Rank 0 initialises the parameters; DDP's constructor broadcasts them
+ * (device to device: the host collectives' device memory is host memory). */
 static dps_status init_params(ddp_rank *R)
 {
     const be_ops *o = R->be->ops;
@@ -193,8 +195,9 @@ static dps_status init_params(ddp_rank *R)
     float *h = calloc(R->nparams, sizeof(float));
     if (!h) return dps_fail(DPS_ERR_RUNTIME, "out of host memory for %zu parameters", R->nparams);
     if (R->rank == 0) model_init_params(R->cfg->shape, R->cfg->seed, h);
-    dps_status rc = comm_broadcast(&R->comm, h, pbytes, 0);
-    if (!rc) rc = o->copy(R->be, R->st, R->params.ptr, R->dev, h, DPS_HOST, pbytes);
+    dps_status rc = o->copy(R->be, R->st, R->params.ptr, R->dev, h, DPS_HOST, pbytes);
+    if (!rc) rc = o->stream_sync(R->be, R->st);
+    if (!rc) rc = comm_broadcast(&R->comm, R->params.ptr, pbytes, 0);
     for (int k = 0; !rc && k < 2; k++)
         if (R->opt_state[k].ptr) rc = o->memset0(R->be, R->st, R->opt_state[k].ptr, R->opt_state[k].bytes);
     if (!rc) rc = o->stream_sync(R->be, R->st);
@@ -216,6 +219,10 @@ static dps_status rank_setup(ddp_rank *R)
     DPS_TRY(ptimer_init(&R->timer, R->be, 1, &R->dev, &R->st));
     DPS_TRY(make_buckets(R));
     DPS_TRY(alloc_buffers(R));
+#ifdef DPS_HAVE_NCCL
+    if (R->be->kind == BE_CUDA) /* GPU memory: NCCL moves it */
+        DPS_TRY(comm_nccl_init(&R->comm, R->dev, R->cfg->timeout_s * 1e3));
+#endif
     pthread_mutex_init(&R->mu, NULL);
     pthread_cond_init(&R->cv, NULL);
     if (pthread_create(&R->comm_thread, NULL, comm_main, R) != 0)
@@ -236,6 +243,9 @@ static void rank_teardown(ddp_rank *R)
         pthread_mutex_destroy(&R->mu);
         pthread_cond_destroy(&R->cv);
     }
+#ifdef DPS_HAVE_NCCL
+    comm_nccl_free(&R->comm);
+#endif
     ptimer_free(&R->timer);
     model_acts_free(be, &R->acts);
     dps_buf *bufs[] = {&R->params, &R->grads, &R->bucket_buf, &R->opt_state[0], &R->opt_state[1],
