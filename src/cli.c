@@ -198,6 +198,32 @@ static dps_status device_mem_opt(cli_args *a, int id, const char *val)
     return DPS_OK;
 }
 
+/* --out DIR, --name NAME */
+static dps_status output_opt(cli_args *a, int id, const char *val)
+{
+    dps_config *c = &a->cfg;
+    if (id == O_OUT) {
+        if (!*val || strlen(val) >= sizeof c->out_dir) return bad(id, "''", "expected a folder path");
+        dps_strlcpy(c->out_dir, val, sizeof c->out_dir);
+        return DPS_OK;
+    }
+    if (!*val || strlen(val) >= sizeof c->name || strchr(val, '/') || val[0] == '.')
+        return bad(id, val, "expected a folder name without '/' that does not start with '.'");
+    dps_strlcpy(c->name, val, sizeof c->name);
+    a->name_set = 1;
+    return DPS_OK;
+}
+
+/* --resume, --dry-run, --filter PATTERN */
+static dps_status sweep_opt(cli_args *a, int id, const char *val)
+{
+    if (id == O_RESUME) a->resume = 1;
+    else if (id == O_DRY_RUN) a->dry_run = 1;
+    else if (!*val || strlen(val) >= sizeof a->filter) return bad(id, val, "expected a pattern");
+    else dps_strlcpy(a->filter, val, sizeof a->filter);
+    return DPS_OK;
+}
+
 /* --mode dp|ddp; a list for sweep. */
 static dps_status mode_opt(cli_args *a, int id, const char *val)
 {
@@ -317,12 +343,7 @@ static dps_status apply_opt(cli_args *a, int id, const char *val)
     case O_DEVICE_MEM: return device_mem_opt(a, id, val);
     case O_STEPS: DPS_TRY(int_arg(id, val, 1, 10000000, &c->steps)); a->steps_set = 1; break;
     case O_WARMUP: DPS_TRY(int_arg(id, val, 0, 1000000, &c->warmup)); a->warmup_set = 1; break;
-    case O_RESUME: a->resume = 1; break;
-    case O_DRY_RUN: a->dry_run = 1; break;
-    case O_FILTER:
-        if (!*val || strlen(val) >= sizeof a->filter) return bad(id, val, "expected a pattern");
-        dps_strlcpy(a->filter, val, sizeof a->filter);
-        break;
+    case O_RESUME: case O_DRY_RUN: case O_FILTER: return sweep_opt(a, id, val);
     case O_SEED:
         if (dps_parse_i64(val, 0, INT64_MAX, &v64))
             return bad(id, val, "expected an integer from 0 to 9223372036854775807");
@@ -338,16 +359,7 @@ static dps_status apply_opt(cli_args *a, int id, const char *val)
     case O_CHECK: c->check = 1; break;
     case O_NO_TRACE: trace_set_enabled(0); break;
     case O_GEMM_REF: c->gemm_ref = 1; break;
-    case O_OUT:
-        if (!*val || strlen(val) >= sizeof c->out_dir) return bad(id, "''", "expected a folder path");
-        dps_strlcpy(c->out_dir, val, sizeof c->out_dir);
-        break;
-    case O_NAME:
-        if (!*val || strlen(val) >= sizeof c->name || strchr(val, '/') || val[0] == '.')
-            return bad(id, val, "expected a folder name without '/' that does not start with '.'");
-        dps_strlcpy(c->name, val, sizeof c->name);
-        a->name_set = 1;
-        break;
+    case O_OUT: case O_NAME: return output_opt(a, id, val);
     case O_HELP: a->cmd = CMD_HELP; break;
     case O_VERSION: a->cmd = CMD_VERSION; break;
     default: return dps_fail(DPS_ERR_USAGE, "internal: unhandled option %d", id);
