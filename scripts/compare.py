@@ -6,7 +6,9 @@ usage: compare.py BASELINE CURRENT [--alpha 0.01] [--fail-above 0.10]
                   [--markdown FILE] [--junit FILE] [--json FILE] [--plot FILE]
                   [--warn-only] [--force]
 
-BASELINE and CURRENT are results folders (or their runs.csv / steps.csv).
+BASELINE and CURRENT are results folders (or their runs.csv / steps.csv);
+BASELINE may also be a folder of several runs of the same suite, whose
+run-to-run drift then widens the threshold.
 Per configuration (matched by config_id) and metric: medians of the raw
 per-step samples, noise = IQR / median, an exact two-sided Mann-Whitney U
 test (normal approximation with tie correction for large samples), the
@@ -163,13 +165,10 @@ def num(row, col, path, allow_empty=False):
     return x
 
 
-class Results:
-    """One side of the comparison: its runs, raw per-step samples and memory."""
+class RunFolder:
+    """One results folder: its runs, raw per-step samples and memory."""
 
-    def __init__(self, arg):
-        folder = arg if os.path.isdir(arg) else os.path.dirname(os.path.abspath(arg))
-        if not os.path.isdir(folder):
-            raise InputError(f"{arg}: not a results folder or a file in one")
+    def __init__(self, folder):
         self.folder = folder
         self.runs_path = os.path.join(folder, "runs.csv")
         self.steps_path = os.path.join(folder, "steps.csv")
@@ -230,14 +229,60 @@ class Results:
                 for d in self.devices.get(cid, [])}
 
 
+class Results:
+    """One side of the comparison: a results folder, or a folder of several
+    (a baseline recorded more than once). Samples of several runs are
+    pooled, and the spread of their medians measures how much the machine
+    drifts from run to run, which the samples of one run cannot show."""
+
+    def __init__(self, arg):
+        folder = arg if os.path.isdir(arg) else os.path.dirname(os.path.abspath(arg))
+        if not os.path.isdir(folder):
+            raise InputError(f"{arg}: not a results folder or a file in one")
+        self.folder = folder
+        if os.path.exists(os.path.join(folder, "runs.csv")):
+            self.parts = [RunFolder(folder)]
+        else:
+            subs = sorted(d for d in os.listdir(folder)
+                          if os.path.exists(os.path.join(folder, d, "runs.csv")))
+            if not subs:
+                raise InputError(f"{folder}/runs.csv: no such file (nor any run folder inside)")
+            self.parts = [RunFolder(os.path.join(folder, d)) for d in subs]
+        self.newest = self.parts[-1]
+        self.runs = {}
+        for part in self.parts:
+            self.runs.update(part.runs)
+        self.runs_path = self.newest.runs_path
+        self.meta = self.newest.meta
+
+    def machine(self):
+        return self.newest.machine()
+
+    def _ok(self, cid):
+        return [p for p in self.parts if cid in p.runs and p.runs[cid]["status"] == "ok"]
+
+    def samples(self, cid, metric):
+        return [x for p in self._ok(cid) for x in p.samples(cid, metric)]
+
+    def drift(self, cid, metric):
+        """Relative spread of the per-run medians (0 with one run)."""
+        meds = [median(v) for v in (p.samples(cid, metric) for p in self._ok(cid)) if v]
+        if len(meds) < 2:
+            return 0.0
+        return (max(meds) - min(meds)) / median(meds)
+
+    def memory(self, cid, col):
+        return self.newest.memory(cid, col)
+
+
 # ---- judgement --------------------------------------------------------------
 
-def judge_timing(base, new, direction, alpha, fail_above):
+def judge_timing(base, new, direction, alpha, fail_above, drift=0.0):
     mb, mn = median(base), median(new)
     nz = max(noise(base), noise(new))
     _, p = mann_whitney(base, new)
     worse = mn / mb if direction == LOWER else mb / mn
-    thresh = max(0.05, 2.0 * nz)
+    thresh = max(0.05, 2.0 * nz, drift)
     if p < alpha and worse > 1.0 + thresh and worse > 1.0 + fail_above:
         status = "REGRESSION"
     elif nz > NOISY and not (mb == mn and p >= 0.999):  # identical samples are SAME
@@ -297,7 +342,8 @@ def compare(base, cur, alpha, fail_above):
                 add(cid, metric, base=median(b) if b else None, new=median(n) if n else None,
                     delta_pct=None, p=None, noise=None, threshold=None, status="MISSING")
                 continue
-            add(cid, metric, **judge_timing(b, n, direction, alpha, fail_above))
+            add(cid, metric, **judge_timing(b, n, direction, alpha, fail_above,
+                                            base.drift(cid, metric)))
         for col in MEMORY:
             mb, mn = base.memory(cid, col), cur.memory(cid, col)
             for dev in sorted(set(mb) | set(mn)):

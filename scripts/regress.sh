@@ -2,7 +2,8 @@
 # The CI regression job (`ninja -C build regress`): runs bench/ci.suite,
 # then compares it with the baseline of this machine in
 # bench/baselines/<backend>-<device>/ (scripts/compare.py). Without a
-# baseline it says how to make one; --update-baseline makes it from this run.
+# baseline it says how to make one; --update-baseline adds this run to it
+# (the newest three runs are kept: their spread is the machine's drift).
 #   scripts/regress.sh DPSCALE [--update-baseline] [compare.py options...]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -26,12 +27,14 @@ PY
 )
 base="$root/bench/baselines/$key"
 if [ $update -eq 1 ]; then
-  mkdir -p "$base"
-  cp "$out"/runs.csv "$out"/steps.csv "$out"/devices.csv "$out"/meta.json "$base"/
-  echo "regress: baseline for $key written to bench/baselines/$key (commit it)"
+  run="$base/run-$(date +%Y%m%d-%H%M%S)"
+  mkdir -p "$run"
+  cp "$out"/runs.csv "$out"/steps.csv "$out"/devices.csv "$out"/meta.json "$run"/
+  ls -d "$base"/run-* | sort | head -n -3 | xargs -r rm -rf
+  echo "regress: $(ls -d "$base"/run-* | wc -l) baseline run(s) for $key in bench/baselines/$key (commit them)"
   exit 0
 fi
-if [ ! -f "$base/runs.csv" ]; then
+if ! ls "$base"/run-*/runs.csv >/dev/null 2>&1; then
   echo "regress: no baseline for this machine ($key) in bench/baselines/."
   echo "regress: make one from a run you trust with: scripts/regress.sh $dpscale --update-baseline"
   echo "regress: (results of this run: results/$name)"

@@ -185,6 +185,25 @@ def case_bad_input():
         expect(p.returncode == 2, "a missing folder was accepted")
 
 
+def case_drift():
+    """A baseline of two runs 15 % apart: a 12 % slower run is within the
+    machine's drift, though against one baseline run it is a regression."""
+    with tempfile.TemporaryDirectory() as tmp:
+        base = os.path.join(tmp, "baseline")
+        os.mkdir(base)
+        shutil.copytree(FIXTURE, os.path.join(base, "run-1"))
+        shutil.copytree(FIXTURE, os.path.join(base, "run-2"))
+        cid = first_config()
+        scale_steps(os.path.join(base, "run-2"), cid, 1.15)
+        cur = copy(tmp)
+        scale_steps(cur, cid, 1.12)
+        p, st = report(os.path.join(base, "run-1"), cur, tmp)
+        expect(st[(cid, "step_ms")] == "REGRESSION", f"one run: {st[(cid, 'step_ms')]}")
+        p, st = report(base, cur, tmp)
+        expect(st[(cid, "step_ms")] != "REGRESSION" and p.returncode == 0,
+               f"two runs: {st[(cid, 'step_ms')]}, exit {p.returncode}")
+
+
 def case_utest():
     mw = compare.mann_whitney
     # exact: complete separation of 3 and 3 is 1 of 20 arrangements each side
