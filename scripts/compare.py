@@ -196,7 +196,8 @@ class RunFolder:
         """What must be equal for two folders to be comparable."""
         devs = self.meta.get("devices") or []
         first = next(iter(self.runs.values()))
-        cuda = (self.meta.get("versions") or {}).get("cuda", "")
+        versions = self.meta.get("versions") or {}
+        cuda = versions.get("cuda") or versions.get("backend", "")
         driver = cuda.split(",")[0] if cuda.startswith("CUDA driver") else ""
         return {"backend": self.meta.get("backend", first["backend"]),
                 "device": devs[0].get("name", "") if devs else "",

@@ -127,7 +127,8 @@ void be_reset_peaks(backend *be);
 dps_status be_host_open(const be_options *opt, backend **out);
 #ifdef DPS_HAVE_CUDA
 /* cuda_probe.c: devices seen by a child process (the caller stays CUDA-free) */
-int dps_cuda_probe(be_device_info *info, char *why, size_t len);
+/* info: [DPS_MAX_DEVICES]; versions: 256 bytes; either may be NULL */
+int dps_cuda_probe(be_device_info *info, char *versions, char *why, size_t len);
 int dps_cuda_device_count(char *why, size_t len);
 /* backend_cuda.c; why (may be NULL) says why there is no device */
 dps_status be_cuda_open(const be_options *opt, backend **out, char *why, size_t len);

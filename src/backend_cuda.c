@@ -354,7 +354,8 @@ dps_status be_cuda_open(const be_options *opt, backend **out, char *reason, size
     *out = NULL;
     char why[256];
     be_device_info info[DPS_MAX_DEVICES];
-    int n = dps_cuda_probe(info, why, sizeof why);
+    char versions[256] = "";
+    int n = dps_cuda_probe(info, versions, why, sizeof why);
     if (reason) dps_strlcpy(reason, why, len);
     if (n <= 0)
         return dps_fail(DPS_ERR_RUNTIME, "--backend cuda: no CUDA device is visible (%s); "
@@ -373,7 +374,7 @@ dps_status be_cuda_open(const be_options *opt, backend **out, char *reason, size
     pthread_mutex_init(&be->mem_lock, NULL);
     pthread_mutex_init(&im->init_lock, NULL);
     memcpy(be->info, info, sizeof info);
-    dps_cuda_versions(be->versions, sizeof be->versions);
+    dps_strlcpy(be->versions, versions, sizeof be->versions); /* read by the probe process */
     *out = be;
     return DPS_OK;
 }

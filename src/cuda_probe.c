@@ -20,6 +20,7 @@
 typedef struct probe_reply {
     int count;
     char why[256];
+    char versions[256];
     be_device_info info[DPS_MAX_DEVICES];
 } probe_reply;
 
@@ -35,6 +36,7 @@ static void probe_child(int fd)
         snprintf(r.why, sizeof r.why, "cudaGetDeviceCount found 0 devices");
     }
     if (r.count > DPS_MAX_DEVICES) r.count = DPS_MAX_DEVICES;
+    dps_cuda_versions(r.versions, sizeof r.versions);
     for (int d = 0; d < r.count; d++) {
         struct cudaDeviceProp p;
         if (cudaGetDeviceProperties(&p, d) == cudaSuccess) {
@@ -47,7 +49,7 @@ static void probe_child(int fd)
     _exit(w == (ssize_t)sizeof r ? 0 : 1);
 }
 
-int dps_cuda_probe(be_device_info *info, char *why, size_t len)
+int dps_cuda_probe(be_device_info *info, char *versions, char *why, size_t len)
 {
     int fds[2];
     if (pipe(fds) != 0) {
@@ -79,12 +81,13 @@ int dps_cuda_probe(be_device_info *info, char *why, size_t len)
         count = r->count;
         snprintf(why, len, "%s", count ? "" : r->why);
         if (info) memcpy(info, r->info, sizeof r->info);
+        if (versions) dps_strlcpy(versions, r->versions, sizeof r->versions);
     }
     free(r);
     return count;
 }
 
-int dps_cuda_device_count(char *why, size_t len) { return dps_cuda_probe(NULL, why, len); }
+int dps_cuda_device_count(char *why, size_t len) { return dps_cuda_probe(NULL, NULL, why, len); }
 
 static void fmt_cuda(char *buf, size_t len, int v)
 {

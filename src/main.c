@@ -43,7 +43,8 @@ static void print_info(const backend *be)
     printf("dpscale %s (%s)\n", DPS_VERSION, DPS_GIT_DESCRIBE);
 #ifdef DPS_HAVE_CUDA
     char versions[256];
-    dps_cuda_versions(versions, sizeof versions);
+    if (be->kind == BE_CUDA) dps_strlcpy(versions, be->versions, sizeof versions);
+    else dps_cuda_versions(versions, sizeof versions);
     printf("built with: CUDA kernels%s; %s\n",
 #ifdef DPS_HAVE_NVTX
            ", NVTX",

@@ -113,10 +113,12 @@ static void meta_body(FILE *f, const backend *be, int argc, char **argv, const c
     fputs(", \"nccl_build\": ", f);
     json_str(f, DPS_NCCL_BUILD_VERSION);
 #ifdef DPS_HAVE_CUDA
-    char cuda[256];
-    dps_cuda_versions(cuda, sizeof cuda);
-    fputs(", \"cuda\": ", f);
-    json_str(f, cuda);
+    if (be->kind != BE_CUDA) { /* the cuda backend's versions are in "backend" already */
+        char cuda[256];
+        dps_cuda_versions(cuda, sizeof cuda);
+        fputs(", \"cuda\": ", f);
+        json_str(f, cuda);
+    }
 #endif
     fputs("}\n}\n", f);
 }
