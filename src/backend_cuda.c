@@ -5,6 +5,7 @@
  * first use, not at open, so a process that only validates a configuration
  * and forks rank processes never touches it. Every call is checked and its
  * error returned with file:line, the call and the library's message. */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +21,7 @@ struct be_stream { cudaStream_t s; int dev; };
 struct be_event { cudaEvent_t e; int dev; };
 
 typedef struct cuda_dev {
-    int ready;
+    _Atomic int ready;
     cublasHandle_t blas;
     dps_buf scratch[2];     /* bf16 copies of GEMM inputs */
 } cuda_dev;
@@ -70,7 +71,8 @@ static dps_status ensure_device(backend *be, int dev)
             if (peer == dev || cudaDeviceCanAccessPeer(&can, dev, peer) != cudaSuccess || !can)
                 continue;
             cudaError_t e = cudaDeviceEnablePeerAccess(peer, 0);
-            if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled) rc = cuda_fail(e, __FILE__, __LINE__, "cudaDeviceEnablePeerAccess");
+            if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled)
+                rc = cuda_fail(e, __FILE__, __LINE__, "cudaDeviceEnablePeerAccess");
             cudaGetLastError();
         }
         cublasStatus_t b = rc ? CUBLAS_STATUS_SUCCESS : cublasCreate(&im->dev[dev].blas);

@@ -71,7 +71,12 @@ static void *comm_main(void *arg)
     char name[32];
     snprintf(name, sizeof name, "ddp-comm-%d", R->rank);
     trace_name_thread(name);
+    dps_status bound = R->be->ops->set_device(R->be, R->dev); /* NCCL and CUDA calls follow */
     pthread_mutex_lock(&R->mu);
+    if (bound && !R->comm_rc) {
+        R->comm_rc = bound;
+        dps_strlcpy(R->comm_err, dps_errmsg(), sizeof R->comm_err);
+    }
     for (;;) {
         while (!R->stop && R->done == R->queued) pthread_cond_wait(&R->cv, &R->mu);
         if (R->stop) break;
