@@ -19,7 +19,7 @@ RUNS_COLS = ["config_id", "status", "backend", "mode", "ngpus", "model", "precis
              "optimizer", "global_batch", "scaling", "samples_per_s", "step_ms_median"]
 DEVICES_COLS = ["config_id", "device", "alloc_peak_bytes"]
 PHASES_COLS = ["config_id", "device", "phase", "median_ms"]
-LINKS_COLS = ["src", "dst", "method", "gbps"]
+LINKS_COLS = ["src", "dst", "method", "bw_gbps", "status"]
 PHASE_ORDER = ["load", "replicate", "scatter", "forward", "gather", "loss", "backward",
                "reduce", "allreduce_exposed", "optimizer"]
 MODE_COLOR = {"dp": "#d62728", "ddp": "#1f77b4"}
@@ -260,7 +260,7 @@ def plot_phases(plt, folder, out):
 
 
 def plot_links(plt, folder, out):
-    rows = [r for r in folder.links if r["gbps"] not in ("", "N/A", "WAIVED")]
+    rows = [r for r in folder.links if r["status"] == "ok" and r["bw_gbps"] not in ("",)]
     methods = sorted({r["method"] for r in rows})
     fig, axes = grid(plt, max(1, len(methods)), width=5.0, height=4.2)
     for ax, method in zip(axes, methods):
@@ -269,7 +269,7 @@ def plot_links(plt, folder, out):
         idx = {n: i for i, n in enumerate(names)}
         mat = [[float("nan")] * len(names) for _ in names]
         for r in mine:
-            mat[idx[r["src"]]][idx[r["dst"]]] = float(r["gbps"])
+            mat[idx[r["src"]]][idx[r["dst"]]] = number(r, "bw_gbps", "links.csv")
         im = ax.imshow(mat, cmap="viridis")
         ax.set_xticks(range(len(names)))
         ax.set_xticklabels(names, fontsize=7)

@@ -16,7 +16,7 @@ enum {
     O_CLASSES, O_BATCH, O_BATCH_PER_GPU, O_PRECISION, O_OPTIMIZER, O_LR, O_STEPS, O_WARMUP,
     O_SEED, O_DEVICE_MEM, O_HOST_DEVICES, O_CHECK, O_GEMM_REF, O_OUT, O_NAME, O_BUCKET_MB,
     O_FIRST_BUCKET_MB, O_NO_OVERLAP, O_GRAD_VIEW, O_TIMEOUT, O_INJECT_FAULT, O_SIZES, O_RESUME,
-    O_FILTER, O_DRY_RUN, O_CONFIG_TIMEOUT, O_NO_TRACE,
+    O_FILTER, O_DRY_RUN, O_CONFIG_TIMEOUT, O_NO_TRACE, O_NO_LINKS,
     O_HELP = 'h',
     O_VERSION = 'V',
 };
@@ -57,8 +57,9 @@ static const cli_opt opts[] = {
     {"resume", O_RESUME, NULL, "sweep: skip configurations already in the folder (default folder: OUT/latest)"},
     {"filter", O_FILTER, "PATTERN", "sweep: only configuration ids containing PATTERN (or matching a glob)"},
     {"dry-run", O_DRY_RUN, NULL, "sweep: list the configurations, run nothing"},
+    {"no-links", O_NO_LINKS, NULL, "sweep: do not measure the link matrix (links.csv) first"},
     {"config-timeout", O_CONFIG_TIMEOUT, "SECONDS", "sweep: kill a configuration running longer (default 3600)"},
-    {"sizes", O_SIZES, "LIST", "comm-bench: message sizes, e.g. 1M,16M,64M (multiples of 4 bytes)"},
+    {"sizes", O_SIZES, "LIST", "comm-bench: message sizes, e.g. 1M,16M,64M; links: the copy size"},
     {"no-trace", O_NO_TRACE, NULL, "no NVTX ranges (to measure what they cost)"},
     {"check", O_CHECK, NULL, "compare the final parameters with single-device training"},
     {"gemm-ref", O_GEMM_REF, NULL, "also time the step's GEMMs alone on device 0 (gemm_ref_tflops)"},
@@ -79,6 +80,8 @@ void cli_usage(FILE *f)
                "       dpscale info  [options]   backend, devices, presets\n"
                "       dpscale comm-bench [--gpus LIST] [--sizes LIST] [--steps N]\n"
                "                                 the host all-reduce alone (busbw)\n"
+               "       dpscale links [--gpus N] [--sizes BYTES] [--steps SAMPLES]\n"
+               "                                 bandwidth and latency between host and devices\n"
                "       dpscale --help | --version\n\noptions:\n");
     for (int i = 0; i < NOPTS; i++) {
         char left[64];
@@ -219,6 +222,7 @@ static dps_status sweep_opt(cli_args *a, int id, const char *val)
 {
     if (id == O_RESUME) a->resume = 1;
     else if (id == O_DRY_RUN) a->dry_run = 1;
+    else if (id == O_NO_LINKS) a->no_links = 1;
     else if (!*val || strlen(val) >= sizeof a->filter) return bad(id, val, "expected a pattern");
     else dps_strlcpy(a->filter, val, sizeof a->filter);
     return DPS_OK;
@@ -343,7 +347,7 @@ static dps_status apply_opt(cli_args *a, int id, const char *val)
     case O_DEVICE_MEM: return device_mem_opt(a, id, val);
     case O_STEPS: DPS_TRY(int_arg(id, val, 1, 10000000, &c->steps)); a->steps_set = 1; break;
     case O_WARMUP: DPS_TRY(int_arg(id, val, 0, 1000000, &c->warmup)); a->warmup_set = 1; break;
-    case O_RESUME: case O_DRY_RUN: case O_FILTER: return sweep_opt(a, id, val);
+    case O_RESUME: case O_DRY_RUN: case O_FILTER: case O_NO_LINKS: return sweep_opt(a, id, val);
     case O_SEED:
         if (dps_parse_i64(val, 0, INT64_MAX, &v64))
             return bad(id, val, "expected an integer from 0 to 9223372036854775807");
@@ -373,6 +377,7 @@ static cli_cmd parse_command(const char *s)
     if (strcmp(s, "sweep") == 0) return CMD_SWEEP;
     if (strcmp(s, "info") == 0) return CMD_INFO;
     if (strcmp(s, "comm-bench") == 0) return CMD_COMM_BENCH;
+    if (strcmp(s, "links") == 0) return CMD_LINKS;
     return CMD_NONE;
 }
 
@@ -389,7 +394,7 @@ dps_status cli_parse(int argc, char **argv, cli_args *a)
     if (argc > 1 && argv[1][0] != '-') {
         a->cmd = parse_command(argv[1]);
         if (a->cmd == CMD_NONE)
-            return dps_fail(DPS_ERR_USAGE, "unknown command '%s': expected run, sweep, info or comm-bench "
+            return dps_fail(DPS_ERR_USAGE, "unknown command '%s': expected run, sweep, info, links or comm-bench "
                             "(see dpscale --help)", argv[1]);
         first = 2;
     }

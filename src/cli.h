@@ -10,7 +10,7 @@
 #include "config.h"
 
 typedef enum cli_cmd {
-    CMD_NONE, CMD_RUN, CMD_SWEEP, CMD_INFO, CMD_COMM_BENCH, CMD_HELP, CMD_VERSION
+    CMD_NONE, CMD_RUN, CMD_SWEEP, CMD_INFO, CMD_COMM_BENCH, CMD_LINKS, CMD_HELP, CMD_VERSION
 } cli_cmd;
 
 #define CLI_MAX_LIST 16
@@ -29,7 +29,7 @@ typedef struct cli_args {
     int sweep_models_n;
     /* sweep */
     char suite_path[DPS_PATH_MAX];
-    int resume, dry_run, steps_set;
+    int resume, dry_run, steps_set, no_links;
     char filter[128];
     double config_timeout_s;
     /* comm-bench: message sizes in bytes */

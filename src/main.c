@@ -15,6 +15,7 @@
 #include "suite.h"
 #include "sweep.h"
 #include "commbench.h"
+#include "links.h"
 #include "results.h"
 #include "run.h"
 #include "util.h"
@@ -152,6 +153,65 @@ static void resume_name(cli_args *a)
     }
 }
 
+/* The link matrix of ndev devices into the folder; a failure is reported, not fatal. */
+static dps_status measure_links(backend *be, const results_dir *rd, int ndev, uint64_t bytes,
+                                int samples, int print)
+{
+    link_row *rows = calloc((size_t)links_max_rows(ndev), sizeof *rows);
+    int n = 0;
+    if (!rows) return dps_fail(DPS_ERR_RUNTIME, "out of host memory");
+    dps_status rc = links_measure(be, ndev, bytes, samples, rows, &n);
+    if (!rc) rc = links_write(rd, be, rows, n);
+    if (!rc && print) links_print(stdout, be, ndev, rows, n);
+    free(rows);
+    return rc;
+}
+
+static uint64_t links_bytes(const cli_args *a, const backend *be)
+{
+    return a->nsizes ? a->sizes[0] : be->emulated ? (16u << 20) : (256u << 20);
+}
+
+/* A sweep measures the links of the devices it uses once per folder. */
+static void sweep_links(cli_args *a, backend *be, const results_dir *rd, sweep_item *items, int n)
+{
+    char path[DPS_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/links.csv", rd->dir);
+    int most = 1;
+    for (int i = 0; i < n; i++)
+        if (!items[i].skip[0] && items[i].cfg.ngpus > most) most = items[i].cfg.ngpus;
+    if (a->no_links || dps_file_exists(path)) return;
+    if (most > be->ndev) most = be->ndev;
+    if (measure_links(be, rd, most, links_bytes(a, be), 5, 0))
+        dps_warn("link matrix not measured: %s", dps_errmsg());
+}
+
+static int links_cmd(cli_args *a)
+{
+    backend *be = NULL;
+    if (be_open(&a->cfg.be, &be)) {
+        fprintf(stderr, "dpscale: %s\n", dps_errmsg());
+        return 1;
+    }
+    int ndev = a->gpus_set ? a->cfg.ngpus : be->emulated && be->ndev > 4 ? 4 : be->ndev;
+    results_dir rd;
+    int status = 0;
+    if (!a->name_set) default_name(a->cfg.name, sizeof a->cfg.name);
+    if (ndev > be->ndev) {
+        status = (dps_fail(DPS_ERR_USAGE, "--gpus %d: the %s backend has %d devices", ndev,
+                           be->ops->name, be->ndev), usage_error());
+    } else if (results_open(&rd, a->cfg.out_dir, a->cfg.name)) {
+        status = usage_error();
+    } else if (measure_links(be, &rd, ndev, links_bytes(a, be), a->steps_set ? a->cfg.steps : 10, 1)) {
+        dps_log("%s", dps_errmsg());
+        status = 1;
+    } else {
+        printf("# links.csv in %s\n", rd.dir);
+    }
+    be_close(be);
+    return status;
+}
+
 static int execute(cli_args *a, backend *be, sweep_item *items, int n, int argc, char **argv)
 {
     results_dir rd;
@@ -161,6 +221,7 @@ static int execute(cli_args *a, backend *be, sweep_item *items, int n, int argc,
     if (!rc) rc = results_write_meta(&rd, be, argc, argv, start, NULL);
     if (rc) return rc == DPS_ERR_USAGE ? usage_error() : (dps_log("%s", dps_errmsg()), 1);
     printf("# results: %s\n", rd.dir);
+    if (a->cmd == CMD_SWEEP) sweep_links(a, be, &rd, items, n);
     results_table_header(stdout, be);
     dps_install_interrupt_handlers();
     int failed = 0, interrupted = 0;
@@ -269,6 +330,8 @@ int main(int argc, char **argv)
         }
     } else if (a->cmd == CMD_COMM_BENCH) {
         status = comm_bench(a);
+    } else if (a->cmd == CMD_LINKS) {
+        status = links_cmd(a);
     } else {
         status = run_all(a, argc, argv);
     }

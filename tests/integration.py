@@ -362,6 +362,29 @@ def write(path, text):
     return path
 
 
+def case_links(binary):
+    """dpscale links on the host backend: every path measured, verified, in links.csv."""
+    with tempfile.TemporaryDirectory() as out:
+        p = dpscale(binary, "links", "--gpus", "3", "--sizes", "1M", "--steps", "3", out=out,
+                    check_rc=0)
+        expect("d2d_write (GB/s)" in p.stdout and "emulated" in p.stdout, p.stdout)
+        rows = read_csv(os.path.join(out, "t", "links.csv"),
+                        ["src", "dst", "method", "bytes", "bw_gbps", "latency_us", "status"])
+        got = sorted((r["method"], r["src"], r["dst"]) for r in rows)
+        devs = ["dev0", "dev1", "dev2"]
+        want = sorted([("h2d", "host", d) for d in devs] + [("d2h", d, "host") for d in devs] +
+                      [(m, a, b) for m in ("d2d_write", "d2d_read", "latency")
+                       for a in devs for b in devs if a != b] +
+                      [("d2d_bidir", a, b) for i, a in enumerate(devs) for b in devs[i + 1:]])
+        expect(got == want, f"rows {got}")
+        for r in rows:
+            expect(r["status"] == "ok", f"{r}")
+            v = r["latency_us"] if r["method"] == "latency" else r["bw_gbps"]
+            expect(float(v) > 0, f"{r}")
+        p = dpscale(binary, "links", "--gpus", "9", out=out, name="x")
+        expect(p.returncode == 2 and "--gpus 9" in p.stderr, p.stderr)
+
+
 def case_sweep_failures(binary):
     """A suite with an out-of-memory and an injected fault finishes and keeps every row."""
     with tempfile.TemporaryDirectory() as out:
@@ -421,6 +444,9 @@ def case_sweep_resume(binary):
         runs, _, _, _, _ = read_folder(os.path.join(out, "t"))
         ids = [r["config_id"] for r in runs]
         expect(len(ids) == 4 and len(set(ids)) == 4, f"runs after --resume: {ids}")
+        links = read_csv(os.path.join(out, "t", "links.csv"), ["src", "dst", "method", "status"])
+        # measured once, by the first sweep, over the one device its filtered runs used
+        expect(len(links) == 2, f"the sweep's link matrix: {len(links)} rows")
         # --resume without --name continues OUT/latest
         cmd = [binary, "sweep", suite, "--backend", "host", "--out", out, "--resume"]
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
@@ -460,8 +486,9 @@ def case_plot(fixture):
         folder = os.path.join(tmp, "res")
         shutil.copytree(fixture, folder)
         write(os.path.join(folder, "links.csv"),  # a links matrix, to draw links.png too
-              "src,dst,method,bytes,gbps,latency_us\nhost,dev0,h2d,1048576,10.5,5.0\n"
-              "dev0,dev1,p2p,1048576,20.1,3.0\ndev1,dev0,p2p,1048576,19.9,3.1\n")
+              "src,dst,method,bytes,bw_gbps,latency_us,status\nhost,dev0,h2d,1048576,10.5,,ok\n"
+              "dev0,dev1,d2d_write,1048576,20.1,,ok\ndev1,dev0,d2d_write,1048576,19.9,,ok\n"
+              "dev0,dev1,latency,4,,3.0,ok\n")
         p = plot(folder, os.path.join(tmp, "out"))
         expect(p.returncode == 0, f"plot.py: exit {p.returncode}: {p.stderr}")
         for name in ("scaling", "efficiency", "gpu0_imbalance", "phases", "links"):
@@ -494,7 +521,7 @@ def case_plot(fixture):
         expect(p.returncode == 2 and "runs.csv: no such file" in p.stderr, p.stderr)
 
 
-CASES = {"gpu": case_gpu, "check": case_check, "comm_bench": case_comm_bench, "plot": case_plot,
+CASES = {"gpu": case_gpu, "links": case_links, "check": case_check, "comm_bench": case_comm_bench, "plot": case_plot,
          "sweep_failures": case_sweep_failures, "sweep_timeout": case_sweep_timeout,
          "sweep_resume": case_sweep_resume, "sweep_skipped": case_sweep_skipped, "ddp_check": case_ddp_check, "ddp_balance": case_ddp_balance,
          "fault": case_fault, "interrupt": case_interrupt, "ddp_oom": case_ddp_oom,
