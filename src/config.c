@@ -1,6 +1,7 @@
 /* Configuration defaults, names and identities, and the result record of a
  * configuration (see config.h). */
 #include <inttypes.h>
+#include <math.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,6 +85,9 @@ dps_status train_result_init(train_result *r, const dps_config *c, int nranks)
     memset(r, 0, sizeof *r);
     r->nranks = nranks;
     r->check = -1;
+    for (int i = 0; i < DPS_MAX_DEVICES; i++) /* not sampled unless NVML says otherwise */
+        r->dev[i].nvml_pcie_tx = r->dev[i].nvml_pcie_rx = r->dev[i].nvml_nvlink_tx =
+            r->dev[i].nvml_nvlink_rx = NAN;
     r->step_ms = calloc((size_t)c->steps, sizeof *r->step_ms);
     r->rank_step_ms = calloc((size_t)c->steps * (size_t)nranks, sizeof *r->rank_step_ms);
     r->phase_ms = calloc((size_t)c->steps * (size_t)nranks * PH_COUNT, sizeof *r->phase_ms);

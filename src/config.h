@@ -78,6 +78,11 @@ typedef struct dev_stats {
     uint64_t alloc_peak, device_peak, capacity;
     double phase_bytes[PH_COUNT];     /* per step, sent + received */
     double link_bytes[LINK_COUNT];    /* per step */
+    /* NVML over the whole configuration (NaN / 0 where not sampled) */
+    double nvml_pcie_tx, nvml_pcie_rx, nvml_nvlink_tx, nvml_nvlink_rx;
+    unsigned sm_clock_min_mhz, sm_clock_max_mhz;
+    unsigned long long throttle_reasons;
+    int nvml_clock;                   /* the clock fields were sampled */
 } dev_stats;
 
 typedef struct train_result {

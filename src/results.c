@@ -29,7 +29,8 @@ static const char *const devices_cols[] = {
     "config_id", "device", "device_index", "name", "alloc_peak_bytes", "device_peak_bytes",
     "capacity_bytes", "h2d_bytes_per_step", "d2h_bytes_per_step", "p2p_sent_bytes_per_step",
     "p2p_recv_bytes_per_step", "nvml_pcie_tx_bytes", "nvml_pcie_rx_bytes",
-    "nvml_nvlink_tx_bytes", "nvml_nvlink_rx_bytes",
+    "nvml_nvlink_tx_bytes", "nvml_nvlink_rx_bytes", "sm_clock_min_mhz", "sm_clock_max_mhz",
+    "throttle_reasons",
 };
 
 static const char *const phases_cols[] = {
@@ -245,7 +246,21 @@ static void devices_rows(csv_buf *b, const dps_config *c, const train_result *re
         if (d->capacity) csv_u64(b, d->capacity);
         else csv_empty(b);
         for (int l = 0; l < LINK_COUNT; l++) csv_num(b, d->link_bytes[l], 0);
-        for (int k = 0; k < 4; k++) csv_empty(b); /* NVML counters: not sampled here */
+        csv_num(b, d->nvml_pcie_tx, 0);
+        csv_num(b, d->nvml_pcie_rx, 0);
+        csv_num(b, d->nvml_nvlink_tx, 0);
+        csv_num(b, d->nvml_nvlink_rx, 0);
+        if (d->nvml_clock) {
+            char reasons[24];
+            snprintf(reasons, sizeof reasons, "0x%llx", d->throttle_reasons);
+            csv_int(b, d->sm_clock_min_mhz);
+            csv_int(b, d->sm_clock_max_mhz);
+            csv_str(b, reasons);
+        } else {
+            csv_empty(b);
+            csv_empty(b);
+            csv_empty(b);
+        }
         csv_end_row(b);
     }
 }

@@ -7,6 +7,7 @@
 #include "ddp.h"
 #include "dp.h"
 #include "metrics.h"
+#include "nvml.h"
 #include "run.h"
 #include "util.h"
 
@@ -141,6 +142,25 @@ static void summarize(const dps_config *c, const train_result *res, run_summary 
     if (c->mode == MODE_DDP && c->ngpus > 1) allreduce_bandwidth(c, res, s);
 }
 
+/* What the NVML sampler saw, beside the bytes the harness counted. */
+static void record_nvml(nvml_sampler *nv, const dps_config *cfg, train_result *res)
+{
+    nvml_counters c[DPS_MAX_DEVICES];
+    memset(c, 0, sizeof c);
+    nvml_stop(nv, c);
+    for (int i = 0; i < cfg->ngpus; i++) {
+        dev_stats *d = &res->dev[i];
+        d->nvml_pcie_tx = c[i].have_pcie ? c[i].pcie_tx_bytes : NAN;
+        d->nvml_pcie_rx = c[i].have_pcie ? c[i].pcie_rx_bytes : NAN;
+        d->nvml_nvlink_tx = c[i].have_nvlink ? c[i].nvlink_tx_bytes : NAN;
+        d->nvml_nvlink_rx = c[i].have_nvlink ? c[i].nvlink_rx_bytes : NAN;
+        d->nvml_clock = c[i].have_clock;
+        d->sm_clock_min_mhz = c[i].sm_clock_min_mhz;
+        d->sm_clock_max_mhz = c[i].sm_clock_max_mhz;
+        d->throttle_reasons = c[i].throttle_reasons;
+    }
+}
+
 /* The mode's training loop; ranks of ddp open the backend the parent chose. */
 static dps_status train(const dps_config *cfg, backend *be, train_result *res)
 {
@@ -191,7 +211,9 @@ dps_status run_config(const dps_config *cfg, backend *be, const results_dir *rd,
                      cfg->devices[0]);
     train_result res;
     DPS_TRY(train_result_init(&res, cfg, cfg->ngpus));
+    nvml_sampler *nv = nvml_start(be, cfg->devices, cfg->ngpus, 20);
     res.status = train(cfg, be, &res);
+    record_nvml(nv, cfg, &res);
     if (!res.status && cfg->check) {
         res.status = run_check(cfg, be, &res);
         if (res.status) dps_strlcpy(res.error, dps_errmsg(), sizeof res.error);

@@ -21,6 +21,7 @@
 #include "dp.h"
 #include "metrics.h"
 #include "model.h"
+#include "nvml.h"
 #include "run.h"
 #include "suite.h"
 #include "util.h"
@@ -555,6 +556,29 @@ static void test_suite(void)
     EXPECT(strstr(dps_errmsg(), "/nonexistent/x.suite: cannot read the suite file") != NULL);
 }
 
+/* Without libnvidia-ml.so.1 (as on machines without a driver) NVML is
+ * reported absent and the sampler is simply not started. */
+static void test_nvml(void)
+{
+    char why[256];
+    if (nvml_available(why, sizeof why)) {
+        fprintf(stderr, "NVML is present here; only the absent case is tested\n");
+        return;
+    }
+    EXPECT(strstr(why, "libnvidia-ml.so.1") != NULL);
+    be_options o = {.kind = BE_HOST, .host_devices = 2};
+    backend *be = NULL;
+    EXPECT(be_open(&o, &be) == DPS_OK);
+    int devs[2] = {0, 1};
+    nvml_sampler *s = nvml_start(be, devs, 2, 20);
+    EXPECT(s == NULL);
+    nvml_counters c[2];
+    memset(c, 0, sizeof c);
+    nvml_stop(s, c); /* a NULL sampler is a no-op */
+    EXPECT(!c[0].have_pcie && !c[1].have_nvlink);
+    be_close(be);
+}
+
 int main(int argc, char **argv)
 {
     static const struct { const char *name; void (*fn)(void); } groups[] = {
@@ -562,7 +586,7 @@ int main(int argc, char **argv)
         {"parse", test_parse}, {"presets", test_presets}, {"elementwise", test_elementwise},
         {"gradients", test_gradients}, {"rel_diff", test_rel_diff},
         {"accounting", test_accounting}, {"buckets", test_buckets}, {"ring", test_ring},
-        {"suite", test_suite},
+        {"suite", test_suite}, {"nvml", test_nvml},
     };
     int ran = 0;
     for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++)

@@ -1,0 +1,162 @@
+/* NVML through dlopen (see nvml.h). The few types used are declared here
+ * with NVML's layout, so no NVML header is needed to build. */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "nvml.h"
+#include "util.h"
+
+typedef void *nvml_dev;
+typedef struct nvml_field {  /* nvmlFieldValue_t */
+    unsigned field_id, scope_id;
+    long long timestamp, latency_us;
+    unsigned value_type, ret;
+    union { double d; unsigned u; unsigned long ul; unsigned long long ull; long long sll; } value;
+} nvml_field;
+
+enum { FI_NVLINK_TX = 138, FI_NVLINK_RX = 139, PCIE_TX = 0, PCIE_RX = 1, CLOCK_SM = 1 };
+
+static struct {
+    pthread_once_t once;
+    void *lib;
+    char why[256];
+    int (*init)(void);
+    int (*by_bus)(const char *, nvml_dev *);
+    int (*pcie)(nvml_dev, int, unsigned *);
+    int (*fields)(nvml_dev, int, nvml_field *);
+    int (*clock)(nvml_dev, int, unsigned *);
+    int (*reasons)(nvml_dev, unsigned long long *);
+} nv = {.once = PTHREAD_ONCE_INIT};
+
+static void *sym(const char *name) { return nv.lib ? dlsym(nv.lib, name) : NULL; }
+
+static void load(void)
+{
+    nv.lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!nv.lib) {
+        snprintf(nv.why, sizeof nv.why, "libnvidia-ml.so.1 not loaded: %s", dlerror());
+        return;
+    }
+    *(void **)&nv.init = sym("nvmlInit_v2");
+    *(void **)&nv.by_bus = sym("nvmlDeviceGetHandleByPciBusId_v2");
+    *(void **)&nv.pcie = sym("nvmlDeviceGetPcieThroughput");
+    *(void **)&nv.fields = sym("nvmlDeviceGetFieldValues");
+    *(void **)&nv.clock = sym("nvmlDeviceGetClockInfo");
+    *(void **)&nv.reasons = sym("nvmlDeviceGetCurrentClocksEventReasons");
+    if (!nv.reasons) *(void **)&nv.reasons = sym("nvmlDeviceGetCurrentClocksThrottleReasons");
+    if (!nv.init || !nv.by_bus || nv.init() != 0) {
+        snprintf(nv.why, sizeof nv.why, "NVML present but nvmlInit_v2 failed or is missing");
+        dlclose(nv.lib);
+        nv.lib = NULL;
+    }
+}
+
+int nvml_available(char *why, size_t len)
+{
+    pthread_once(&nv.once, load);
+    if (why) dps_strlcpy(why, nv.lib ? "" : nv.why, len);
+    return nv.lib != NULL;
+}
+
+struct nvml_sampler {
+    int n, period_ms, stop;
+    nvml_dev dev[DPS_MAX_DEVICES];
+    nvml_counters c[DPS_MAX_DEVICES];
+    unsigned long long nvlink0[DPS_MAX_DEVICES][2];
+    pthread_t thread;
+    pthread_mutex_t mu;
+};
+
+static int nvlink_kib(nvml_dev d, unsigned long long out[2])
+{
+    nvml_field f[2];
+    memset(f, 0, sizeof f);
+    f[0].field_id = FI_NVLINK_TX;
+    f[1].field_id = FI_NVLINK_RX;
+    if (!nv.fields || nv.fields(d, 2, f) != 0 || f[0].ret != 0 || f[1].ret != 0) return 0;
+    out[0] = f[0].value.ull;
+    out[1] = f[1].value.ull;
+    return 1;
+}
+
+static void sample(nvml_sampler *s, int i, double dt_s)
+{
+    nvml_counters *c = &s->c[i];
+    unsigned tx, rx, mhz;
+    if (nv.pcie && nv.pcie(s->dev[i], PCIE_TX, &tx) == 0 && nv.pcie(s->dev[i], PCIE_RX, &rx) == 0) {
+        c->have_pcie = 1;
+        c->pcie_tx_bytes += tx * 1024.0 * dt_s; /* KB/s over the last 20 ms */
+        c->pcie_rx_bytes += rx * 1024.0 * dt_s;
+    }
+    if (nv.clock && nv.clock(s->dev[i], CLOCK_SM, &mhz) == 0) {
+        if (!c->have_clock || mhz < c->sm_clock_min_mhz) c->sm_clock_min_mhz = mhz;
+        if (mhz > c->sm_clock_max_mhz) c->sm_clock_max_mhz = mhz;
+        c->have_clock = 1;
+    }
+    unsigned long long r;
+    if (nv.reasons && nv.reasons(s->dev[i], &r) == 0) c->throttle_reasons |= r;
+}
+
+static void *sampler_main(void *arg)
+{
+    nvml_sampler *s = arg;
+    double last = dps_now_ms();
+    for (;;) {
+        struct timespec ts = {0, (long)s->period_ms * 1000000L};
+        nanosleep(&ts, NULL);
+        pthread_mutex_lock(&s->mu);
+        int stop = s->stop;
+        double now = dps_now_ms();
+        for (int i = 0; i < s->n; i++) sample(s, i, (now - last) * 1e-3);
+        last = now;
+        pthread_mutex_unlock(&s->mu);
+        if (stop) return NULL;
+    }
+}
+
+nvml_sampler *nvml_start(const backend *be, const int *devs, int n, int period_ms)
+{
+    if (!nvml_available(NULL, 0) || be->kind != BE_CUDA) return NULL;
+    nvml_sampler *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->n = n;
+    s->period_ms = period_ms;
+    for (int i = 0; i < n; i++) {
+        if (nv.by_bus(be->info[devs[i]].bus_id, &s->dev[i]) != 0) {
+            free(s);
+            return NULL;
+        }
+        s->c[i].have_nvlink = nvlink_kib(s->dev[i], s->nvlink0[i]);
+    }
+    pthread_mutex_init(&s->mu, NULL);
+    if (pthread_create(&s->thread, NULL, sampler_main, s) != 0) {
+        pthread_mutex_destroy(&s->mu);
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void nvml_stop(nvml_sampler *s, nvml_counters *out)
+{
+    if (!s) return;
+    pthread_mutex_lock(&s->mu);
+    s->stop = 1;
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->thread, NULL);
+    for (int i = 0; i < s->n; i++) {
+        unsigned long long now[2];
+        if (s->c[i].have_nvlink && nvlink_kib(s->dev[i], now)) {
+            s->c[i].nvlink_tx_bytes = (double)(now[0] - s->nvlink0[i][0]) * 1024.0;
+            s->c[i].nvlink_rx_bytes = (double)(now[1] - s->nvlink0[i][1]) * 1024.0;
+        } else {
+            s->c[i].have_nvlink = 0;
+        }
+        out[i] = s->c[i];
+    }
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
