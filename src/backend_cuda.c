@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cuda_runtime_api.h>
+#include <cuda_profiler_api.h>
 #include <cublas_v2.h>
 
 #include "dps_config.h"
@@ -303,6 +304,14 @@ static dps_status cu_mem_used(backend *be, int dev, size_t *used)
     return DPS_OK;
 }
 
+static dps_status cu_profile(backend *be, int on)
+{
+    (void)be;
+    if (on) CUDA_TRY(cudaProfilerStart());
+    else CUDA_TRY(cudaProfilerStop());
+    return DPS_OK;
+}
+
 static void cu_destroy(backend *be)
 {
     cuda_impl *im = impl_of(be);
@@ -346,6 +355,7 @@ static const be_ops cuda_ops = {
     .adamw = cu_adamw,
     .scale = cu_scale,
     .add = cu_add,
+    .profile = cu_profile,
     .mem_used = cu_mem_used,
     .destroy = cu_destroy,
 };

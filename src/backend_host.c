@@ -239,6 +239,8 @@ static dps_status host_mem_used(backend *be, int dev, size_t *used)
     return DPS_OK;
 }
 
+static dps_status host_profile(backend *be, int on) { (void)be; (void)on; return DPS_OK; }
+
 static void host_destroy(backend *be)
 {
     pthread_mutex_destroy(&be->mem_lock);
@@ -272,6 +274,7 @@ static const be_ops host_ops = {
     .adamw = host_adamw,
     .scale = host_scale,
     .add = host_add,
+    .profile = host_profile,
     .mem_used = host_mem_used,
     .destroy = host_destroy,
 };

@@ -60,7 +60,16 @@ void config_defaults(dps_config *c)
     c->overlap = 1;
     c->timeout_s = 300.0;
     c->fault_rank = -1;
+    c->profile_first = c->profile_last = -1;
     dps_strlcpy(c->out_dir, "results", sizeof c->out_dir);
+}
+
+dps_status config_profile_hook(const dps_config *c, backend *be, int step, int before)
+{
+    if (c->profile_first < 0) return DPS_OK;
+    if (before && step == c->profile_first) return be->ops->profile(be, 1);
+    if (!before && step == c->profile_last) return be->ops->profile(be, 0);
+    return DPS_OK;
 }
 
 int config_batch_per_gpu(const dps_config *c)
@@ -176,6 +185,10 @@ static dps_status check_ddp(const dps_config *c)
 dps_status config_check(const dps_config *c, const backend *be)
 {
     DPS_TRY(check_devices(c, be));
+    if (c->profile_last >= c->warmup + c->steps)
+        return dps_fail(DPS_ERR_USAGE, "--profile-steps %d:%d: the run has steps 0..%d "
+                        "(warm-up included)", c->profile_first, c->profile_last,
+                        c->warmup + c->steps - 1);
 #ifndef DPS_HAVE_NCCL
     if (be->kind == BE_CUDA && c->mode == MODE_DDP && c->ngpus > 1)
         return dps_fail(DPS_ERR_USAGE, "--mode ddp --gpus %d: ddp across GPUs needs NCCL, and "

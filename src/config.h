@@ -54,6 +54,7 @@ typedef struct dps_config {
     int grad_view;            /* ddp: gradients are views into the buckets */
     double timeout_s;         /* ddp: a step (or set-up) longer than this ends the group */
     int fault_rank, fault_step; /* ddp: --inject-fault, rank -1 = none */
+    int profile_first, profile_last; /* --profile-steps A:B, -1 = none */
     dps_fault fault_kind;
     char out_dir[DPS_PATH_MAX];
     char name[DPS_NAME_MAX];
@@ -61,6 +62,9 @@ typedef struct dps_config {
 
 /* Fills defaults (small preset, dp, 1 device, fp32, SGD, host capacity off). */
 void config_defaults(dps_config *c);
+/* Starts or stops the profiler's capture range around step `step` (call
+ * with before = 1 ahead of the step, 0 after it). */
+dps_status config_profile_hook(const dps_config *c, backend *be, int step, int before);
 /* Samples on the most loaded device: ceil(global / ngpus), torch.chunk's size. */
 int config_batch_per_gpu(const dps_config *c);
 /* Stable identity of a configuration, e.g. "dp-tiny-fp32-sgd-g4-b32". */

@@ -391,7 +391,9 @@ static dps_status rank_loop(ddp_rank *R)
         if (step == c->warmup) reset_traffic(R);
         model_make_batch(c->shape, c->seed, step, R->row0, R->rows, R->h_x, R->h_labels);
         double ms = 0.0;
+        DPS_TRY(config_profile_hook(c, R->be, step, 1));
         DPS_TRY(rank_step(R, step, &ms));
+        DPS_TRY(config_profile_hook(c, R->be, step, 0));
         ddp_loss_sum(sh, R->rank)[step] = *R->h_loss;
         R->rep->losses_done = step + 1;
         DPS_TRY(be_sample_mem(R->be, R->dev));

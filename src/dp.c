@@ -412,7 +412,9 @@ static dps_status dp_loop(dp_state *st, train_result *res)
             }
         model_make_batch(c->shape, c->seed, step, 0, st->rows_total, st->h_x, st->h_labels);
         double ms = 0.0;
+        DPS_TRY(config_profile_hook(c, st->be, step, 1));
         DPS_TRY(dp_step(st, step, &ms));
+        DPS_TRY(config_profile_hook(c, st->be, step, 0));
         res->loss[step] = *st->h_loss / (float)st->rows_total;
         res->losses_done = step + 1;
         for (int i = 0; i < st->nslots; i++) DPS_TRY(be_sample_mem(st->be, st->s[i].dev));

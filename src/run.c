@@ -38,6 +38,7 @@ static dps_status run_check(const dps_config *cfg, backend *be, train_result *re
     ref.mode = MODE_DP;
     ref.ngpus = 1;
     ref.check = 0;
+    ref.profile_first = ref.profile_last = -1; /* the reference is not what is profiled */
     int d0 = cfg->devices[0];
     size_t cap = be->mem[d0].capacity;
     be->mem[d0].capacity = 0;

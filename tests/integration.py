@@ -273,6 +273,7 @@ BAD_INPUTS = [
     (["run", "--mode", "ddp", "--gpus", "2", "--inject-fault", "2:1:exit"], "--inject-fault"),
     (["run", "--mode", "ddp", "--inject-fault", "0:99:exit", "--steps", "5"], "--inject-fault"),
     (["run", "--inject-fault", "0:1:exit"], "--inject-fault"),
+    (["run", "--profile-steps", "2:99", "--steps", "5"], "--profile-steps 2:99"),
 ]
 
 
@@ -383,6 +384,17 @@ def case_links(binary):
             expect(float(v) > 0, f"{r}")
         p = dpscale(binary, "links", "--gpus", "9", out=out, name="x")
         expect(p.returncode == 2 and "--gpus 9" in p.stderr, p.stderr)
+
+
+def case_profile_sh(binary):
+    """scripts/profile.sh without Nsight Systems says so and exits 2."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "profile.sh")
+    env = {**os.environ, "PATH": "/usr/bin:/bin", "DPSCALE": binary}
+    if subprocess.run(["sh", "-c", "command -v nsys"], env=env, capture_output=True).returncode == 0:
+        return 77  # nsys is here: nothing to test
+    p = subprocess.run(["bash", script, "--model", "tiny"], env=env, capture_output=True, text=True)
+    expect(p.returncode == 2 and "nsys" in p.stderr and "not installed" in p.stderr, p.stderr)
+    return 0
 
 
 def case_sweep_failures(binary):
@@ -521,7 +533,7 @@ def case_plot(fixture):
         expect(p.returncode == 2 and "runs.csv: no such file" in p.stderr, p.stderr)
 
 
-CASES = {"gpu": case_gpu, "links": case_links, "check": case_check, "comm_bench": case_comm_bench, "plot": case_plot,
+CASES = {"gpu": case_gpu, "links": case_links, "profile_sh": case_profile_sh, "check": case_check, "comm_bench": case_comm_bench, "plot": case_plot,
          "sweep_failures": case_sweep_failures, "sweep_timeout": case_sweep_timeout,
          "sweep_resume": case_sweep_resume, "sweep_skipped": case_sweep_skipped, "ddp_check": case_ddp_check, "ddp_balance": case_ddp_balance,
          "fault": case_fault, "interrupt": case_interrupt, "ddp_oom": case_ddp_oom,

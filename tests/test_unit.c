@@ -202,6 +202,12 @@ static void test_cli(void)
     expect_usage("run --inject-fault x:3:exit", "--inject-fault x:3:exit:");
     expect_usage("run --bucket-mb 0", "--bucket-mb 0: expected a number above 0");
     expect_usage("run --timeout -5", "--timeout -5:");
+    expect_usage("run --profile-steps 5", "--profile-steps 5: expected FIRST:LAST");
+    expect_usage("run --profile-steps 9:5", "--profile-steps 9:5: the last step comes before");
+    expect_usage("run --profile-steps a:5", "--profile-steps a:5: expected FIRST:LAST");
+    expect_usage("run --profile-steps -1:5", "--profile-steps -1:5:");
+    EXPECT(parse("run --profile-steps 4:7", &a) == DPS_OK && a.cfg.profile_first == 4 &&
+           a.cfg.profile_last == 7);
     EXPECT(parse("run --mode ddp --inject-fault 2:7:hang --bucket-mb 0.5 --no-overlap", &a) == DPS_OK);
     EXPECT(a.cfg.mode == MODE_DDP && a.cfg.fault_rank == 2 && a.cfg.fault_step == 7 &&
            a.cfg.fault_kind == FAULT_HANG && a.cfg.bucket_mb == 0.5 && !a.cfg.overlap);
