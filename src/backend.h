@@ -100,6 +100,7 @@ struct backend {
     int gemm_bf16;               /* GEMM inputs rounded to bf16, fp32 accumulation (AMP) */
     char versions[256];          /* driver / runtime / library versions */
     be_device_info info[DPS_MAX_DEVICES];
+    unsigned char peer[DPS_MAX_DEVICES][DPS_MAX_DEVICES]; /* i can access j's memory */
     be_mem mem[DPS_MAX_DEVICES];
     pthread_mutex_t mem_lock;
     void *impl;
@@ -129,8 +130,9 @@ void be_reset_peaks(backend *be);
 dps_status be_host_open(const be_options *opt, backend **out);
 #ifdef DPS_HAVE_CUDA
 /* cuda_probe.c: devices seen by a child process (the caller stays CUDA-free) */
-/* info: [DPS_MAX_DEVICES]; versions: 256 bytes; either may be NULL */
-int dps_cuda_probe(be_device_info *info, char *versions, char *why, size_t len);
+/* info: [DPS_MAX_DEVICES]; versions: 256 bytes; either may be NULL; be (may be
+ * NULL) gets the peer-access matrix */
+int dps_cuda_probe(be_device_info *info, char *versions, backend *be, char *why, size_t len);
 int dps_cuda_device_count(char *why, size_t len);
 /* backend_cuda.c; why (may be NULL) says why there is no device */
 dps_status be_cuda_open(const be_options *opt, backend **out, char *why, size_t len);

@@ -364,14 +364,6 @@ dps_status be_cuda_open(const be_options *opt, backend **out, char *reason, size
 {
     (void)opt;
     *out = NULL;
-    char why[256];
-    be_device_info info[DPS_MAX_DEVICES];
-    char versions[256] = "";
-    int n = dps_cuda_probe(info, versions, why, sizeof why);
-    if (reason) dps_strlcpy(reason, why, len);
-    if (n <= 0)
-        return dps_fail(DPS_ERR_RUNTIME, "--backend cuda: no CUDA device is visible (%s); "
-                        "use --backend host to run on emulated devices", why);
     backend *be = calloc(1, sizeof *be);
     cuda_impl *im = calloc(1, sizeof *im);
     if (!be || !im) {
@@ -379,14 +371,22 @@ dps_status be_cuda_open(const be_options *opt, backend **out, char *reason, size
         free(im);
         return dps_fail(DPS_ERR_RUNTIME, "out of host memory opening the CUDA backend");
     }
+    char why[256];
+    /* devices, versions and peer matrix, read by a child: this process stays CUDA-free */
+    int n = dps_cuda_probe(be->info, be->versions, be, why, sizeof why);
+    if (reason) dps_strlcpy(reason, why, len);
+    if (n <= 0) {
+        free(be);
+        free(im);
+        return dps_fail(DPS_ERR_RUNTIME, "--backend cuda: no CUDA device is visible (%s); "
+                        "use --backend host to run on emulated devices", why);
+    }
     be->ops = &cuda_ops;
     be->kind = BE_CUDA;
     be->ndev = n;
     be->impl = im;
     pthread_mutex_init(&be->mem_lock, NULL);
     pthread_mutex_init(&im->init_lock, NULL);
-    memcpy(be->info, info, sizeof info);
-    dps_strlcpy(be->versions, versions, sizeof be->versions); /* read by the probe process */
     *out = be;
     return DPS_OK;
 }

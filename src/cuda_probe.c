@@ -22,6 +22,7 @@ typedef struct probe_reply {
     char why[256];
     char versions[256];
     be_device_info info[DPS_MAX_DEVICES];
+    unsigned char peer[DPS_MAX_DEVICES][DPS_MAX_DEVICES];
 } probe_reply;
 
 static void probe_child(int fd)
@@ -44,12 +45,16 @@ static void probe_child(int fd)
             r.info[d].total_bytes = p.totalGlobalMem;
         }
         cudaDeviceGetPCIBusId(r.info[d].bus_id, sizeof r.info[d].bus_id, d);
+        for (int e = 0; e < r.count; e++) {
+            int can = 0;
+            if (e != d && cudaDeviceCanAccessPeer(&can, d, e) == cudaSuccess) r.peer[d][e] = can != 0;
+        }
     }
     ssize_t w = write(fd, &r, sizeof r);
     _exit(w == (ssize_t)sizeof r ? 0 : 1);
 }
 
-int dps_cuda_probe(be_device_info *info, char *versions, char *why, size_t len)
+int dps_cuda_probe(be_device_info *info, char *versions, backend *be, char *why, size_t len)
 {
     int fds[2];
     if (pipe(fds) != 0) {
@@ -82,12 +87,13 @@ int dps_cuda_probe(be_device_info *info, char *versions, char *why, size_t len)
         snprintf(why, len, "%s", count ? "" : r->why);
         if (info) memcpy(info, r->info, sizeof r->info);
         if (versions) dps_strlcpy(versions, r->versions, sizeof r->versions);
+        if (be) memcpy(be->peer, r->peer, sizeof r->peer);
     }
     free(r);
     return count;
 }
 
-int dps_cuda_device_count(char *why, size_t len) { return dps_cuda_probe(NULL, NULL, why, len); }
+int dps_cuda_device_count(char *why, size_t len) { return dps_cuda_probe(NULL, NULL, NULL, why, len); }
 
 static void fmt_cuda(char *buf, size_t len, int v)
 {

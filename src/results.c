@@ -108,7 +108,17 @@ static void meta_body(FILE *f, const backend *be, int argc, char **argv, const c
             : "");
     meta_devices(f, be);
     fputs("  \"topology\": ", f);
-    json_str(f, be->emulated ? "emulated devices in host memory (copies are memcpy)" : "");
+    if (be->emulated) {
+        json_str(f, "emulated devices in host memory (copies are memcpy)");
+    } else {
+        fputs("{\"peer_access\": [", f);
+        for (int i = 0; i < be->ndev; i++) {
+            fputs(i ? ", [" : "[", f);
+            for (int j = 0; j < be->ndev; j++) fprintf(f, "%s%d", j ? ", " : "", be->peer[i][j]);
+            fputs("]", f);
+        }
+        fputs("]}", f);
+    }
     fputs(",\n  \"versions\": {\"backend\": ", f);
     json_str(f, be->versions);
     fputs(", \"nccl_build\": ", f);
