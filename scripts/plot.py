@@ -260,31 +260,78 @@ def plot_phases(plt, folder, out):
 
 
 def plot_links(plt, folder, out):
-    rows = [r for r in folder.links if r["status"] == "ok" and r["bw_gbps"] not in ("",)]
-    methods = sorted({r["method"] for r in rows})
-    fig, axes = grid(plt, max(1, len(methods)), width=5.0, height=4.2)
-    for ax, method in zip(axes, methods):
-        mine = [r for r in rows if r["method"] == method]
-        names = sorted({r["src"] for r in mine} | {r["dst"] for r in mine})
-        idx = {n: i for i, n in enumerate(names)}
-        mat = [[float("nan")] * len(names) for _ in names]
-        for r in mine:
-            mat[idx[r["src"]]][idx[r["dst"]]] = number(r, "bw_gbps", "links.csv")
-        im = ax.imshow(mat, cmap="viridis")
-        ax.set_xticks(range(len(names)))
-        ax.set_xticklabels(names, fontsize=7)
-        ax.set_yticks(range(len(names)))
-        ax.set_yticklabels(names, fontsize=7)
-        ax.set_xlabel("destination")
-        ax.set_ylabel("source")
-        ax.set_title(method)
-        fig.colorbar(im, ax=ax, label="bandwidth (GB/s)")
-    fig.suptitle(f"Link bandwidth\n{folder.label()}")
+    """Bandwidth of every measured path, grouped by method, and the small-copy latency."""
+    rows = [r for r in folder.links if r["status"] == "ok"]
+    bw = [r for r in rows if r.get("bw_gbps")]
+    lat = [r for r in rows if r.get("latency_us") and not r.get("bw_gbps")]
+    methods = sorted({r["method"] for r in bw})
+    fig, axes = plt.subplots(1, 2 if lat else 1, figsize=(14 if lat else 9, 4.6), squeeze=False)
+    ax = axes[0][0]
+    cmap = plt.get_cmap("tab10")
+    x = 0
+    ticks, labels = [], []
+    for k, method in enumerate(methods):
+        mine = sorted((r for r in bw if r["method"] == method), key=lambda r: (r["src"], r["dst"]))
+        xs = list(range(x, x + len(mine)))
+        ax.bar(xs, [number(r, "bw_gbps", "links.csv") for r in mine], color=cmap(k % 10),
+               label=method)
+        ticks += xs
+        arrow = "↔" if method.endswith("bidir") else "→"
+        labels += [f"{r['src']}{arrow}{r['dst']}" for r in mine]
+        x += len(mine) + 1
+    ax.set_xticks(ticks)
+    ax.set_xticklabels(labels, rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("bandwidth (GB/s)")
+    ax.set_title("copy bandwidth per path (median of samples)")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    if lat:
+        ax2 = axes[0][1]
+        mine = sorted(lat, key=lambda r: (r["src"], r["dst"]))
+        ax2.bar(range(len(mine)), [number(r, "latency_us", "links.csv") for r in mine], color="gray")
+        ax2.set_xticks(range(len(mine)))
+        ax2.set_xticklabels([f"{r['src']}→{r['dst']}" for r in mine], rotation=60, ha="right",
+                            fontsize=7)
+        ax2.set_ylabel("latency of a 4-byte copy (µs)")
+        ax2.set_title("small-copy latency")
+        ax2.grid(axis="y", alpha=0.3)
+    fig.suptitle(f"Links between host and devices\n{folder.label()}")
     fig.tight_layout()
     path = os.path.join(out, "links.png")
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+PHASE_LINK = {  # phase -> (method, source, destination) of the link it crosses, device i > 0
+    "load": ("h2d", "host", "dev0"), "replicate": ("d2d_write", "dev0", "dev{i}"),
+    "scatter": ("d2d_write", "dev0", "dev{i}"), "gather": ("d2d_write", "dev{i}", "dev0"),
+    "reduce": ("d2d_write", "dev{i}", "dev0"), "allreduce": ("d2d_write", "dev{i}", "dev{j}"),
+}
+
+
+def link_use(folder):
+    """Rows (config, device, phase, achieved GB/s, ceiling GB/s) for phases that move
+    bytes, against the links.csv figure of the path they use."""
+    if not folder.links:
+        return []
+    ceil = {(r["method"], r["src"], r["dst"]): float(r["bw_gbps"]) for r in folder.links
+            if r["status"] == "ok" and r["bw_gbps"]}
+    runs = {r["config_id"]: r for r in folder.runs}
+    rows = []
+    for p in folder.phases:
+        r = runs.get(p["config_id"])
+        if not r or p["phase"] not in PHASE_LINK or not p.get("achieved_gbps"):
+            continue
+        i = int(p["device"])
+        n = r["_n"]
+        if (p["phase"] != "load" and i == 0) or (p["phase"] == "load" and i != 0):
+            continue
+        method, src, dst = PHASE_LINK[p["phase"]]
+        key = (method, src.format(i=i, j=(i + 1) % n), dst.format(i=i, j=(i + 1) % n))
+        if key in ceil:
+            rows.append((p["config_id"], i, p["phase"], float(p["achieved_gbps"]), ceil[key]))
+    return rows
 
 
 def summary(folder, out, charts):
@@ -317,6 +364,16 @@ def summary(folder, out, charts):
                              f"{f'{ratio:.2f}' if ratio else '-'} |")
     lines += ["", "Efficiency: throughput(n) / (n · throughput(1)) of the same mode. GPU-0 "
               "memory ratio: dp's device 0 allocation peak over the mean of the other devices.", ""]
+    use = link_use(folder)
+    if use:
+        lines += ["## Link use", "", "Achieved bandwidth of each phase that moves bytes (bytes "
+                  "counted by dpscale / median phase time) beside the links matrix's figure for "
+                  "the path it crosses.", "",
+                  "| configuration | device | phase | achieved GB/s | link GB/s | share |",
+                  "| --- | --- | --- | --- | --- | --- |"]
+        lines += [f"| {c} | {d} | {ph} | {a:.2f} | {l:.2f} | {100 * a / l:.0f} % |"
+                  for c, d, ph, a, l in use]
+        lines.append("")
     lines += [f"![{os.path.splitext(c)[0]}]({c})" for c in charts]
     path = os.path.join(out, "summary.md")
     with open(path, "w") as f:
