@@ -29,6 +29,11 @@ static struct {
     int (*fields)(nvml_dev, int, nvml_field *);
     int (*clock)(nvml_dev, int, unsigned *);
     int (*reasons)(nvml_dev, unsigned long long *);
+    int (*pcie_gen)(nvml_dev, unsigned *);
+    int (*pcie_width)(nvml_dev, unsigned *);
+    int (*link_state)(nvml_dev, unsigned, int *);
+    int (*link_remote)(nvml_dev, unsigned, int *);
+    int (*ancestor)(nvml_dev, nvml_dev, int *);
 } nv = {.once = PTHREAD_ONCE_INIT};
 
 static void *sym(const char *name) { return nv.lib ? dlsym(nv.lib, name) : NULL; }
@@ -47,6 +52,11 @@ static void load(void)
     *(void **)&nv.clock = sym("nvmlDeviceGetClockInfo");
     *(void **)&nv.reasons = sym("nvmlDeviceGetCurrentClocksEventReasons");
     if (!nv.reasons) *(void **)&nv.reasons = sym("nvmlDeviceGetCurrentClocksThrottleReasons");
+    *(void **)&nv.pcie_gen = sym("nvmlDeviceGetCurrPcieLinkGeneration");
+    *(void **)&nv.pcie_width = sym("nvmlDeviceGetCurrPcieLinkWidth");
+    *(void **)&nv.link_state = sym("nvmlDeviceGetNvLinkState");
+    *(void **)&nv.link_remote = sym("nvmlDeviceGetNvLinkRemoteDeviceType");
+    *(void **)&nv.ancestor = sym("nvmlDeviceGetTopologyCommonAncestor");
     if (!nv.init || !nv.by_bus || nv.init() != 0) {
         snprintf(nv.why, sizeof nv.why, "NVML present but nvmlInit_v2 failed or is missing");
         dlclose(nv.lib);
@@ -159,4 +169,64 @@ void nvml_stop(nvml_sampler *s, nvml_counters *out)
     }
     pthread_mutex_destroy(&s->mu);
     free(s);
+}
+
+/* nvmlGpuTopologyLevel_t as nvidia-smi topo -m prints it. */
+static const char *level_name(int level)
+{
+    switch (level) {
+    case 0: return "X";      /* the same board */
+    case 10: return "PIX";   /* one PCIe switch */
+    case 20: return "PXB";   /* several PCIe switches */
+    case 30: return "PHB";   /* a PCIe host bridge */
+    case 40: return "NODE";  /* host bridges within a NUMA node */
+    case 50: return "SYS";   /* across NUMA nodes */
+    default: return "?";
+    }
+}
+
+static const char *remote_name(int type)
+{
+    return type == 0 ? "gpu" : type == 2 ? "switch" : type == 1 ? "npu" : "unknown";
+}
+
+static void device_json(nvml_dev d, FILE *f)
+{
+    unsigned gen = 0, width = 0;
+    int active = 0, remote = -1;
+    if (nv.pcie_gen) nv.pcie_gen(d, &gen);
+    if (nv.pcie_width) nv.pcie_width(d, &width);
+    for (unsigned link = 0; nv.link_state && link < 18; link++) {
+        int on = 0;
+        if (nv.link_state(d, link, &on) != 0 || !on) continue;
+        active++;
+        if (remote < 0 && nv.link_remote) nv.link_remote(d, link, &remote);
+    }
+    fprintf(f, "{\"pcie_gen\": %u, \"pcie_width\": %u, \"nvlinks_active\": %d, "
+            "\"nvlink_remote\": \"%s\"}", gen, width, active,
+            active ? remote_name(remote) : "none");
+}
+
+void nvml_topology_json(const backend *be, FILE *f)
+{
+    if (!nvml_available(NULL, 0) || be->kind != BE_CUDA) return;
+    nvml_dev dev[DPS_MAX_DEVICES];
+    for (int i = 0; i < be->ndev; i++)
+        if (nv.by_bus(be->info[i].bus_id, &dev[i]) != 0) return;
+    fputs(", \"nvml\": {\"devices\": [", f);
+    for (int i = 0; i < be->ndev; i++) {
+        if (i) fputs(", ", f);
+        device_json(dev[i], f);
+    }
+    fputs("], \"common_ancestor\": [", f);
+    for (int i = 0; i < be->ndev; i++) {
+        fputs(i ? ", [" : "[", f);
+        for (int j = 0; j < be->ndev; j++) {
+            int level = i == j ? 0 : -1;
+            if (i != j && nv.ancestor) nv.ancestor(dev[i], dev[j], &level);
+            fprintf(f, "%s\"%s\"", j ? ", " : "", level_name(level));
+        }
+        fputs("]", f);
+    }
+    fputs("]}", f);
 }

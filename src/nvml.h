@@ -7,6 +7,7 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "backend.h"
 #include "config.h"
@@ -28,5 +29,10 @@ int nvml_available(char *why, size_t len);
 nvml_sampler *nvml_start(const backend *be, const int *devs, int n, int period_ms);
 /* Stops and fills out[0..n). */
 void nvml_stop(nvml_sampler *s, nvml_counters *out);
+
+/* meta.json's NVML topology, as `, "nvml": {...}`: per device the PCIe
+ * generation and width and the active NVLinks with what they reach, per pair
+ * the common ancestor as `nvidia-smi topo -m` names it. Nothing without NVML. */
+void nvml_topology_json(const backend *be, FILE *f);
 
 #endif

@@ -10,6 +10,7 @@
 #include "dps_config.h"
 #include "version.h"
 #include "csv.h"
+#include "nvml.h"
 #include "results.h"
 #include "util.h"
 
@@ -117,7 +118,9 @@ static void meta_body(FILE *f, const backend *be, int argc, char **argv, const c
             for (int j = 0; j < be->ndev; j++) fprintf(f, "%s%d", j ? ", " : "", be->peer[i][j]);
             fputs("]", f);
         }
-        fputs("]}", f);
+        fputs("]", f);
+        nvml_topology_json(be, f);
+        fputs("}", f);
     }
     fputs(",\n  \"versions\": {\"backend\": ", f);
     json_str(f, be->versions);
