@@ -5,8 +5,9 @@
 # nvidia-nccl wheel), then runs: info; dp and ddp on one GPU with --check in
 # fp32 and bf16; dp with two replicas on GPU 0; the largest preset in bf16
 # with its GEMM rate; the same configurations in PyTorch
-# (scripts/torch_reference.py); --no-trace against default; and
-# compute-sanitizer on a short run where the machine supports it.
+# (scripts/torch_reference.py); --no-trace and --no-nvml against default;
+# dpscale links against PyTorch's copies; and compute-sanitizer on a short
+# run where the machine supports it.
 # Everything it prints and writes goes under OUTDIR.
 #   scripts/device-check.sh OUTDIR
 set -uo pipefail
@@ -73,6 +74,26 @@ done
 run "$bin" run --backend cuda --precision bf16 --model bert-large --steps 15 --warmup 3 --no-trace --out "$res" --name dpscale-notrace
 run "$bin" run --backend cuda --mode ddp --precision bf16 --model resnet50 --steps 15 "${common[@]}"
 
+step "links: dpscale's copies against PyTorch's, timed the same way; NVML cost"
+run "$bin" links --backend cuda --gpus 1 --sizes 256M --steps 10 --out "$res" --name links
+python3 - <<'PY' 2>&1 | tee "$res/torch_copies.txt"
+import statistics, torch
+n = 256 << 20
+h = torch.empty(n, dtype=torch.uint8).pin_memory()
+d0 = torch.empty(n, dtype=torch.uint8, device="cuda")
+d1 = torch.empty(n, dtype=torch.uint8, device="cuda")
+def bw(dst, src):
+    dst.copy_(src, non_blocking=True); torch.cuda.synchronize()
+    t = []
+    for _ in range(10):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record(); dst.copy_(src, non_blocking=True); b.record(); b.synchronize()
+        t.append(a.elapsed_time(b))
+    return n / (statistics.median(t) * 1e-3) / 1e9
+print(f"torch h2d {bw(d0, h):.2f} GB/s, d2h {bw(h, d0):.2f} GB/s, d2d {bw(d1, d0):.2f} GB/s")
+PY
+run "$bin" run --backend cuda --precision bf16 --model resnet50 --steps 20 --no-nvml --out "$res" --name dpscale-nonvml
+
 step "PyTorch on the same configurations"
 for cfg in "dp small fp32" "dp small bf16" "dp resnet50 bf16" "dp bert-large bf16" "ddp resnet50 bf16"; do
   set -- $cfg
@@ -112,11 +133,19 @@ for t in torch:
         continue
     print(f"{t['config_id']:42} {float(d['step_ms_median']):11.3f} {float(t['step_ms_median']):9.3f} "
           f"{float(d['step_ms_median']) / float(t['step_ms_median']):6.2f} {d['loss_last']:>9} {t['loss_last']:>10}")
-for n in nt:
-    d = by.get(n["config_id"])
-    if d and d["step_ms_median"]:
-        print(f"\nNVTX cost on {n['config_id']}: default {d['step_ms_median']} ms, --no-trace "
-              f"{n['step_ms_median']} ms ({(float(d['step_ms_median']) / float(n['step_ms_median']) - 1) * 100:+.2f} %)")
+for label, other in (("NVTX", nt), ("NVML sampler", rows("dpscale-nonvml"))):
+    for n in other:
+        d = by.get(n["config_id"])
+        if d and d["step_ms_median"]:
+            print(f"\n{label} cost on {n['config_id']}: with {d['step_ms_median']} ms, without "
+                  f"{n['step_ms_median']} ms ({(float(d['step_ms_median']) / float(n['step_ms_median']) - 1) * 100:+.2f} %)")
+links = os.path.join(res, "links", "links.csv")
+if os.path.exists(links):
+    for r in csv.DictReader(open(links)):
+        print(f"dpscale {r['method']} {r['src']}->{r['dst']}: {r['bw_gbps'] or r['latency_us']} ({r['status']})")
+tc = os.path.join(res, "torch_copies.txt")
+if os.path.exists(tc):
+    print(open(tc).read().strip())
 PY
 tar -czf "$out/results.tar.gz" -C "$out" results && rm -rf "$res"
 echo "device-check: done; log, summary.txt and results.tar.gz in $out"

@@ -16,7 +16,7 @@ enum {
     O_CLASSES, O_BATCH, O_BATCH_PER_GPU, O_PRECISION, O_OPTIMIZER, O_LR, O_STEPS, O_WARMUP,
     O_SEED, O_DEVICE_MEM, O_HOST_DEVICES, O_CHECK, O_GEMM_REF, O_OUT, O_NAME, O_BUCKET_MB,
     O_FIRST_BUCKET_MB, O_NO_OVERLAP, O_GRAD_VIEW, O_TIMEOUT, O_INJECT_FAULT, O_SIZES, O_RESUME,
-    O_FILTER, O_DRY_RUN, O_CONFIG_TIMEOUT, O_NO_TRACE, O_NO_LINKS, O_PROFILE_STEPS,
+    O_FILTER, O_DRY_RUN, O_CONFIG_TIMEOUT, O_NO_TRACE, O_NO_LINKS, O_PROFILE_STEPS, O_NO_NVML,
     O_HELP = 'h',
     O_VERSION = 'V',
 };
@@ -61,6 +61,7 @@ static const cli_opt opts[] = {
     {"config-timeout", O_CONFIG_TIMEOUT, "SECONDS", "sweep: kill a configuration running longer (default 3600)"},
     {"sizes", O_SIZES, "LIST", "comm-bench: message sizes, e.g. 1M,16M,64M; links: the copy size"},
     {"no-trace", O_NO_TRACE, NULL, "no NVTX ranges (to measure what they cost)"},
+    {"no-nvml", O_NO_NVML, NULL, "no NVML sampler thread (to measure what it costs)"},
     {"profile-steps", O_PROFILE_STEPS, "A:B", "profiler capture range: steps A to B (0-based, warm-up included)"},
     {"check", O_CHECK, NULL, "compare the final parameters with single-device training"},
     {"gemm-ref", O_GEMM_REF, NULL, "also time the step's GEMMs alone on device 0 (gemm_ref_tflops)"},
@@ -382,6 +383,7 @@ static dps_status apply_opt(cli_args *a, int id, const char *val)
     case O_PROFILE_STEPS: return profile_opt(a, id, val);
     case O_CHECK: c->check = 1; break;
     case O_NO_TRACE: trace_set_enabled(0); break;
+    case O_NO_NVML: c->no_nvml = 1; break;
     case O_GEMM_REF: c->gemm_ref = 1; break;
     case O_OUT: case O_NAME: return output_opt(a, id, val);
     case O_HELP: a->cmd = CMD_HELP; break;

@@ -55,6 +55,7 @@ typedef struct dps_config {
     double timeout_s;         /* ddp: a step (or set-up) longer than this ends the group */
     int fault_rank, fault_step; /* ddp: --inject-fault, rank -1 = none */
     int profile_first, profile_last; /* --profile-steps A:B, -1 = none */
+    int no_nvml;              /* --no-nvml: no sampler thread */
     dps_fault fault_kind;
     char out_dir[DPS_PATH_MAX];
     char name[DPS_NAME_MAX];

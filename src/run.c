@@ -212,7 +212,7 @@ dps_status run_config(const dps_config *cfg, backend *be, const results_dir *rd,
                      cfg->devices[0]);
     train_result res;
     DPS_TRY(train_result_init(&res, cfg, cfg->ngpus));
-    nvml_sampler *nv = nvml_start(be, cfg->devices, cfg->ngpus, 20);
+    nvml_sampler *nv = cfg->no_nvml ? NULL : nvml_start(be, cfg->devices, cfg->ngpus, 20);
     res.status = train(cfg, be, &res);
     record_nvml(nv, cfg, &res);
     if (!res.status && cfg->check) {
