@@ -134,7 +134,7 @@ def plot_scaling(plt, folder, out, efficiency=False):
                     label=f"{mode} ({scaling} scaling)")
         if efficiency:
             ax.axhline(1.0, color="gray", linestyle=":", linewidth=1, label="ideal")
-            ax.set_ylabel("scaling efficiency  throughput(n) / (n · throughput(1))")
+            ax.set_ylabel("scaling efficiency (ratio)")
             ax.set_ylim(bottom=0)
         else:
             ax.plot([], [], ":", color="gray", label="ideal (linear from 1 GPU)")
@@ -144,7 +144,7 @@ def plot_scaling(plt, folder, out, efficiency=False):
         ax.set_title(f"{model}, {prec}, {opt}")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    what = "Scaling efficiency" if efficiency else "Throughput"
+    what = "Scaling efficiency = throughput(n) / (n · throughput(1))" if efficiency else "Throughput"
     fig.suptitle(f"{what}: DataParallel (dp) vs DistributedDataParallel (ddp)\n{folder.label()}")
     fig.tight_layout()
     path = os.path.join(out, "efficiency.png" if efficiency else "scaling.png")
