@@ -59,6 +59,8 @@ typedef struct be_ops {
     void (*event_destroy)(backend *, be_event *e);
     dps_status (*event_record)(backend *, be_event *e, be_stream *s);
     dps_status (*stream_wait)(backend *, be_stream *s, be_event *e);
+    dps_status (*event_sync)(backend *, be_event *e);   /* the calling thread waits */
+    void (*name_stream)(backend *, be_stream *s, const char *name); /* NVTX */
     /* elapsed ms between two recorded, completed events */
     dps_status (*event_ms)(backend *, be_event *start, be_event *end, float *ms);
     /* dst_dev/src_dev are device indices or DPS_HOST */

@@ -16,6 +16,9 @@
 #include "dps_config.h"
 #include "backend.h"
 #include "kernels.h"
+#ifdef DPS_HAVE_NVTX
+#include <nvtx3/nvToolsExtCudaRt.h>
+#endif
 #include "util.h"
 
 struct be_stream { cudaStream_t s; int dev; };
@@ -170,6 +173,23 @@ static dps_status cu_stream_wait(backend *be, be_stream *s, be_event *e)
     DPS_TRY(ensure_device(be, s->dev));
     CUDA_TRY(cudaStreamWaitEvent(s->s, e->e, 0));
     return DPS_OK;
+}
+
+static dps_status cu_event_sync(backend *be, be_event *e)
+{
+    (void)be;
+    CUDA_TRY(cudaEventSynchronize(e->e));
+    return DPS_OK;
+}
+
+static void cu_name_stream(backend *be, be_stream *s, const char *name)
+{
+    (void)be;
+#ifdef DPS_HAVE_NVTX
+    nvtxNameCudaStreamA(s->s, name);
+#else
+    (void)s; (void)name;
+#endif
 }
 
 static dps_status cu_event_ms(backend *be, be_event *a, be_event *b, float *ms)
@@ -342,6 +362,8 @@ static const be_ops cuda_ops = {
     .event_destroy = cu_event_destroy,
     .event_record = cu_event_record,
     .stream_wait = cu_stream_wait,
+    .event_sync = cu_event_sync,
+    .name_stream = cu_name_stream,
     .event_ms = cu_event_ms,
     .copy = cu_copy,
     .memset0 = cu_memset0,

@@ -77,6 +77,17 @@ static dps_status host_stream_wait(backend *be, be_stream *s, be_event *e)
     return DPS_OK;
 }
 
+static dps_status host_event_sync(backend *be, be_event *e)
+{
+    (void)be; (void)e;
+    return DPS_OK; /* host work is done when it is issued */
+}
+
+static void host_name_stream(backend *be, be_stream *s, const char *name)
+{
+    (void)be; (void)s; (void)name;
+}
+
 static dps_status host_event_ms(backend *be, be_event *a, be_event *b, float *ms)
 {
     (void)be;
@@ -261,6 +272,8 @@ static const be_ops host_ops = {
     .event_destroy = host_event_destroy,
     .event_record = host_event_record,
     .stream_wait = host_stream_wait,
+    .event_sync = host_event_sync,
+    .name_stream = host_name_stream,
     .event_ms = host_event_ms,
     .copy = host_copy,
     .memset0 = host_memset0,

@@ -3,13 +3,18 @@
  * Collectives run on the communicator's own stream; while one runs, the
  * caller polls ncclCommGetAsyncError and the group's abort flag, so a
  * broken communicator or a dead peer ends the wait instead of hanging. */
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include "dps_config.h"
 #include "comm.h"
 #include "util.h"
+#ifdef DPS_HAVE_NVTX
+#include <nvtx3/nvToolsExtCudaRt.h>
+#endif
 
 #define NCCL_TRY(call)                                                            \
     do {                                                                          \
@@ -66,6 +71,11 @@ dps_status comm_nccl_init(comm *c, int dev, double timeout_ms)
     cudaStream_t s;
     CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     c->nccl_stream = s;
+#ifdef DPS_HAVE_NVTX
+    char name[32];
+    snprintf(name, sizeof name, "comm-%d", dev);
+    nvtxNameCudaStreamA(s, name);
+#endif
     ncclComm_t nc;
     NCCL_TRY(ncclCommInitRank(&nc, c->nranks, id, c->rank));
     c->nccl = nc;

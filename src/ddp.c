@@ -35,6 +35,7 @@ typedef struct ddp_rank {
     model_acts acts;
     phase_timer timer;
     bucket bk[DPS_MAX_BUCKETS];
+    be_event **bk_ev;           /* per bucket: its gradients are in place */
     int nbk, next_launch;
     size_t ready_lo;            /* gradients at flat offsets >= this are final */
     /* communication thread: a queue of bucket indices */
@@ -82,10 +83,12 @@ static void *comm_main(void *arg)
         if (R->stop) break;
         int b = R->queue[R->done];
         pthread_mutex_unlock(&R->mu);
-        trace_push_phase(PH_ALLREDUCE);
+        size_t n = R->bk[b].hi - R->bk[b].lo;
+        /* this thread, not backward's, waits for the bucket's gradients */
+        dps_status rc = R->be->ops->event_sync(R->be, R->bk_ev[b]);
+        trace_push_bucket(b, n * sizeof(float));
         double t0 = dps_now_ms();
-        dps_status rc = comm_allreduce(&R->comm, bucket_data(R, b), R->bk[b].hi - R->bk[b].lo,
-                                       COMM_F32);
+        if (!rc) rc = comm_allreduce(&R->comm, bucket_data(R, b), n, COMM_F32);
         double busy = dps_now_ms() - t0;
         trace_pop();
         pthread_mutex_lock(&R->mu);
@@ -112,7 +115,7 @@ static dps_status launch_bucket(ddp_rank *R, int b)
         DPS_TRY(o->copy(R->be, R->st, dst, R->dev, (float *)R->grads.ptr + R->bk[b].lo, R->dev,
                         n * sizeof(float)));
     DPS_TRY(o->scale(R->be, R->st, (int64_t)n, dst, 1.0f / (float)R->nranks));
-    DPS_TRY(o->stream_sync(R->be, R->st)); /* CUDA: an event the comm stream waits on */
+    DPS_TRY(o->event_record(R->be, R->bk_ev[b], R->st)); /* no host synchronisation */
     pthread_mutex_lock(&R->mu);
     R->queue[R->queued++] = b;
     pthread_cond_broadcast(&R->cv);
@@ -188,6 +191,10 @@ static dps_status make_buckets(ddp_rank *R)
     if (R->nbk < 0)
         return dps_fail(DPS_ERR_RUNTIME, "more than %d gradient buckets; raise --bucket-mb",
                         DPS_MAX_BUCKETS);
+    R->bk_ev = calloc((size_t)R->nbk, sizeof *R->bk_ev);
+    if (!R->bk_ev) return dps_fail(DPS_ERR_RUNTIME, "out of host memory for bucket events");
+    for (int b = 0; b < R->nbk; b++)
+        DPS_TRY(R->be->ops->event_create(R->be, R->dev, &R->bk_ev[b]));
     return DPS_OK;
 }
 
@@ -221,6 +228,9 @@ static dps_status rank_setup(ddp_rank *R)
     R->nparams = model_param_count(c->shape);
     DPS_TRY(R->be->ops->set_device(R->be, R->dev));
     DPS_TRY(R->be->ops->stream_create(R->be, R->dev, &R->st));
+    char sname[32];
+    snprintf(sname, sizeof sname, "compute-%d", R->dev);
+    R->be->ops->name_stream(R->be, R->st, sname);
     DPS_TRY(ptimer_init(&R->timer, R->be, 1, &R->dev, &R->st));
     DPS_TRY(make_buckets(R));
     DPS_TRY(alloc_buffers(R));
@@ -251,6 +261,9 @@ static void rank_teardown(ddp_rank *R)
 #ifdef DPS_HAVE_NCCL
     comm_nccl_free(&R->comm);
 #endif
+    for (int b = 0; R->bk_ev && b < R->nbk; b++)
+        if (R->bk_ev[b]) be->ops->event_destroy(be, R->bk_ev[b]);
+    free(R->bk_ev);
     ptimer_free(&R->timer);
     model_acts_free(be, &R->acts);
     dps_buf *bufs[] = {&R->params, &R->grads, &R->bucket_buf, &R->opt_state[0], &R->opt_state[1],

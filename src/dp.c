@@ -3,6 +3,7 @@
  * -> loss on device 0 -> backward -> reduce onto device 0 -> optimizer on
  * device 0. Slot 0 is device 0, the primary, which also holds the master
  * parameters, the whole batch, the gathered logits and the optimizer state. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -135,6 +136,9 @@ static dps_status dp_setup(dp_state *st)
         s->row0 = row0;
         row0 += s->rows;
         DPS_TRY(be->ops->stream_create(be, s->dev, &s->st));
+        char name[32];
+        snprintf(name, sizeof name, "compute-%d", s->dev);
+        be->ops->name_stream(be, s->st, name);
         streams[i] = s->st;
     }
     DPS_TRY(ptimer_init(&st->timer, be, st->nslots, devs, streams));

@@ -30,7 +30,8 @@ static void init_once(void)
 
 void trace_init(void) { pthread_once(&once, init_once); }
 
-static void push(nvtxStringHandle_t name, uint32_t color, int64_t payload, int has_payload)
+static void push(nvtxStringHandle_t name, uint32_t color, int64_t payload, int has_payload,
+                 uint32_t category)
 {
     nvtxEventAttributes_t a = {0};
     a.version = NVTX_VERSION;
@@ -39,6 +40,7 @@ static void push(nvtxStringHandle_t name, uint32_t color, int64_t payload, int h
     a.color = color;
     a.messageType = NVTX_MESSAGE_TYPE_REGISTERED;
     a.message.registered = name;
+    a.category = category;
     if (has_payload) {
         a.payloadType = NVTX_PAYLOAD_TYPE_INT64;
         a.payload.llValue = payload;
@@ -50,14 +52,21 @@ void trace_push_phase(dps_phase ph)
 {
     if (!enabled) return;
     trace_init();
-    push(phase_str[ph], phase_color[ph], 0, 0);
+    push(phase_str[ph], phase_color[ph], 0, 0, 0);
 }
 
 void trace_push_step(int step)
 {
     if (!enabled) return;
     trace_init();
-    push(step_str, 0xff546e7a, step, 1);
+    push(step_str, 0xff546e7a, step, 1, 0);
+}
+
+void trace_push_bucket(int bucket, uint64_t bytes)
+{
+    if (!enabled) return;
+    trace_init();
+    push(phase_str[PH_ALLREDUCE], phase_color[PH_ALLREDUCE], (int64_t)bytes, 1, (uint32_t)bucket);
 }
 
 void trace_pop(void)

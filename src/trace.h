@@ -16,12 +16,15 @@ void trace_set_enabled(int on);
 void trace_init(void);
 void trace_push_phase(dps_phase ph);
 void trace_push_step(int step);
+/* an all-reduce of one bucket: category = bucket index, payload = bytes */
+void trace_push_bucket(int bucket, uint64_t bytes);
 void trace_pop(void);
 void trace_name_thread(const char *name);
 #else
 static inline void trace_init(void) {}
 static inline void trace_push_phase(dps_phase ph) { (void)ph; }
 static inline void trace_push_step(int step) { (void)step; }
+static inline void trace_push_bucket(int bucket, uint64_t bytes) { (void)bucket; (void)bytes; }
 static inline void trace_pop(void) {}
 static inline void trace_name_thread(const char *name) { (void)name; }
 #endif
