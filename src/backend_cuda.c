@@ -192,6 +192,12 @@ static void cu_name_stream(backend *be, be_stream *s, const char *name)
 #endif
 }
 
+static void *cu_native_stream(backend *be, be_stream *s)
+{
+    (void)be;
+    return (void *)s->s;
+}
+
 static dps_status cu_event_ms(backend *be, be_event *a, be_event *b, float *ms)
 {
     (void)be;
@@ -364,6 +370,7 @@ static const be_ops cuda_ops = {
     .stream_wait = cu_stream_wait,
     .event_sync = cu_event_sync,
     .name_stream = cu_name_stream,
+    .native_stream = cu_native_stream,
     .event_ms = cu_event_ms,
     .copy = cu_copy,
     .memset0 = cu_memset0,

@@ -88,6 +88,12 @@ static void host_name_stream(backend *be, be_stream *s, const char *name)
     (void)be; (void)s; (void)name;
 }
 
+static void *host_native_stream(backend *be, be_stream *s)
+{
+    (void)be; (void)s;
+    return NULL;
+}
+
 static dps_status host_event_ms(backend *be, be_event *a, be_event *b, float *ms)
 {
     (void)be;
@@ -274,6 +280,7 @@ static const be_ops host_ops = {
     .stream_wait = host_stream_wait,
     .event_sync = host_event_sync,
     .name_stream = host_name_stream,
+    .native_stream = host_native_stream,
     .event_ms = host_event_ms,
     .copy = host_copy,
     .memset0 = host_memset0,

@@ -17,6 +17,7 @@ enum {
     O_SEED, O_DEVICE_MEM, O_HOST_DEVICES, O_CHECK, O_GEMM_REF, O_OUT, O_NAME, O_BUCKET_MB,
     O_FIRST_BUCKET_MB, O_NO_OVERLAP, O_GRAD_VIEW, O_TIMEOUT, O_INJECT_FAULT, O_SIZES, O_RESUME,
     O_FILTER, O_DRY_RUN, O_CONFIG_TIMEOUT, O_NO_TRACE, O_NO_LINKS, O_PROFILE_STEPS, O_NO_NVML,
+    O_DP_COMM,
     O_HELP = 'h',
     O_VERSION = 'V',
 };
@@ -48,6 +49,7 @@ static const cli_opt opts[] = {
     {"seed", O_SEED, "N", "seed of initialisation and data (default 1234)"},
     {"device-mem", O_DEVICE_MEM, "BYTES", "host backend: capacity per device, K/M/G/T suffixes"},
     {"host-devices", O_HOST_DEVICES, "N", "host backend: number of emulated devices, 1..64 (default 8)"},
+    {"dp-comm", O_DP_COMM, "auto|nccl|p2p", "dp on GPUs: NCCL broadcast/reduce, or peer copies + reduce-add"},
     {"bucket-mb", O_BUCKET_MB, "X", "ddp: gradient bucket cap in MiB (default 25)"},
     {"first-bucket-mb", O_FIRST_BUCKET_MB, "X", "ddp: cap of the first bucket in MiB (default 1)"},
     {"no-overlap", O_NO_OVERLAP, NULL, "ddp: all-reduce after backward instead of during it"},
@@ -335,6 +337,7 @@ static dps_status apply_opt(cli_args *a, int id, const char *val)
     static const char *const backends[] = {"auto", "host", "cuda"};
     static const char *const precs[] = {"fp32", "bf16"};
     static const char *const optims[] = {"sgd", "adamw"};
+    static const char *const dpcomms[] = {"auto", "nccl", "p2p"};
     int v = 0;
     int64_t v64;
     double d;
@@ -358,6 +361,7 @@ static dps_status apply_opt(cli_args *a, int id, const char *val)
     case O_BATCH_PER_GPU: DPS_TRY(int_arg(id, val, 1, 1 << 24, &a->batch_per_gpu)); a->batch_set = 0; break;
     case O_PRECISION: DPS_TRY(word_arg(id, val, precs, 2, &v)); c->precision = (dps_precision)v; break;
     case O_OPTIMIZER: DPS_TRY(word_arg(id, val, optims, 2, &v)); c->optimizer = (dps_optimizer)v; break;
+    case O_DP_COMM: DPS_TRY(word_arg(id, val, dpcomms, 3, &v)); c->dp_comm = (dps_dp_comm)v; break;
     case O_LR:
         if (dps_parse_f64(val, &d) || d <= 0.0 || d > 10.0)
             return bad(id, val, "expected a number in (0, 10]");

@@ -62,4 +62,15 @@ dps_status comm_reduce(comm *c, void *buf, size_t n, comm_dtype dt, int root);
 /* Tells every rank to stop waiting (their collectives return an error). */
 void comm_abort(comm_shared *sh);
 
+/* dp's single-process communicator over several GPUs (ncclCommInitAll):
+ * broadcast from and reduce onto the first device, each device's part on its
+ * own stream (native cudaStream_t handles). */
+typedef struct comm_group comm_group;
+dps_status comm_group_init(comm_group **g, const int *devs, int n);
+void comm_group_free(comm_group *g);
+dps_status comm_group_broadcast(comm_group *g, void *const *bufs, size_t count,
+                                void *const *streams);
+dps_status comm_group_reduce(comm_group *g, void *const *bufs, size_t count,
+                             void *const *streams);
+
 #endif

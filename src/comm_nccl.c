@@ -4,6 +4,7 @@
  * caller polls ncclCommGetAsyncError and the group's abort flag, so a
  * broken communicator or a dead peer ends the wait instead of hanging. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <cuda_runtime_api.h>
@@ -137,4 +138,53 @@ dps_status comm_nccl_broadcast(comm *c, void *buf, size_t bytes, int root)
     NCCL_TRY(ncclBroadcast(buf, buf, bytes, ncclChar, root, (ncclComm_t)c->nccl,
                            (cudaStream_t)c->nccl_stream));
     return wait_done(c, "ncclBroadcast");
+}
+
+struct comm_group {
+    int n;
+    ncclComm_t comm[DPS_MAX_DEVICES];
+};
+
+dps_status comm_group_init(comm_group **out, const int *devs, int n)
+{
+    comm_group *g = calloc(1, sizeof *g);
+    if (!g) return dps_fail(DPS_ERR_RUNTIME, "out of host memory for the NCCL communicator");
+    g->n = n;
+    ncclResult_t rc = ncclCommInitAll(g->comm, n, devs);
+    if (rc != ncclSuccess) {
+        free(g);
+        return dps_fail(DPS_ERR_RUNTIME, "ncclCommInitAll over %d devices failed: %s (%s)", n,
+                        ncclGetErrorString(rc), ncclGetLastError(NULL));
+    }
+    *out = g;
+    return DPS_OK;
+}
+
+void comm_group_free(comm_group *g)
+{
+    if (!g) return;
+    for (int i = 0; i < g->n; i++) ncclCommDestroy(g->comm[i]);
+    free(g);
+}
+
+dps_status comm_group_broadcast(comm_group *g, void *const *bufs, size_t count,
+                                void *const *streams)
+{
+    NCCL_TRY(ncclGroupStart());
+    for (int i = 0; i < g->n; i++)
+        NCCL_TRY(ncclBroadcast(bufs[i], bufs[i], count, ncclFloat32, 0, g->comm[i],
+                               (cudaStream_t)streams[i]));
+    NCCL_TRY(ncclGroupEnd());
+    return DPS_OK;
+}
+
+dps_status comm_group_reduce(comm_group *g, void *const *bufs, size_t count,
+                             void *const *streams)
+{
+    NCCL_TRY(ncclGroupStart());
+    for (int i = 0; i < g->n; i++)
+        NCCL_TRY(ncclReduce(bufs[i], bufs[i], count, ncclFloat32, ncclSum, 0, g->comm[i],
+                            (cudaStream_t)streams[i]));
+    NCCL_TRY(ncclGroupEnd());
+    return DPS_OK;
 }

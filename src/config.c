@@ -79,7 +79,8 @@ int config_batch_per_gpu(const dps_config *c)
 
 void config_id(const dps_config *c, char *buf, size_t len)
 {
-    int n = snprintf(buf, len, "%s-%s-%s-%s-g%d-b%d", dps_mode_name(c->mode), c->model,
+    int n = snprintf(buf, len, "%s%s-%s-%s-%s-g%d-b%d", dps_mode_name(c->mode),
+                     c->mode == MODE_DP && c->dp_comm == DPCOMM_P2P ? "-p2p" : "", c->model,
                      dps_precision_name(c->precision), dps_optimizer_name(c->optimizer),
                      c->ngpus, c->global_batch);
     if (c->strong && n > 0 && (size_t)n < len) n += snprintf(buf + n, len - (size_t)n, "-strong");
@@ -138,10 +139,11 @@ static dps_status check_devices(const dps_config *c, const backend *be)
             return dps_fail(DPS_ERR_USAGE, "--devices: device %d does not exist; the %s backend "
                             "has devices 0..%d", c->devices[i], be->ops->name, be->ndev - 1);
         for (int j = 0; j < i; j++)
-            if (c->devices[j] == c->devices[i] && !(be->kind == BE_CUDA && c->mode == MODE_DP))
+            if (c->devices[j] == c->devices[i] &&
+                !(be->kind == BE_CUDA && c->mode == MODE_DP && c->dp_comm != DPCOMM_NCCL))
                 return dps_fail(DPS_ERR_USAGE, "--devices: device %d is listed twice (only dp "
-                                "on the cuda backend runs several replicas on one GPU)",
-                                c->devices[i]);
+                                "on the cuda backend with --dp-comm p2p runs several replicas "
+                                "on one GPU)", c->devices[i]);
     }
     return DPS_OK;
 }
@@ -189,7 +191,11 @@ dps_status config_check(const dps_config *c, const backend *be)
         return dps_fail(DPS_ERR_USAGE, "--profile-steps %d:%d: the run has steps 0..%d "
                         "(warm-up included)", c->profile_first, c->profile_last,
                         c->warmup + c->steps - 1);
+    if (c->dp_comm == DPCOMM_NCCL && (be->kind != BE_CUDA || c->mode != MODE_DP))
+        return dps_fail(DPS_ERR_USAGE, "--dp-comm nccl: only dp on the cuda backend uses it");
 #ifndef DPS_HAVE_NCCL
+    if (c->dp_comm == DPCOMM_NCCL)
+        return dps_fail(DPS_ERR_USAGE, "--dp-comm nccl: this dpscale was built without NCCL");
     if (be->kind == BE_CUDA && c->mode == MODE_DDP && c->ngpus > 1)
         return dps_fail(DPS_ERR_USAGE, "--mode ddp --gpus %d: ddp across GPUs needs NCCL, and "
                         "this dpscale was built without it (-Dnccl_path=DIR); use --gpus 1 or "

@@ -28,6 +28,8 @@ const char *dps_precision_name(dps_precision p);
 const char *dps_optimizer_name(dps_optimizer o);
 
 typedef enum dps_fault { FAULT_NONE, FAULT_EXIT, FAULT_HANG } dps_fault;
+/* dp's replicate and reduce: NCCL where it can (auto), or peer copies + reduce-add */
+typedef enum dps_dp_comm { DPCOMM_AUTO, DPCOMM_NCCL, DPCOMM_P2P } dps_dp_comm;
 
 #define DPS_PATH_MAX 1024
 #define DPS_NAME_MAX 128
@@ -56,6 +58,7 @@ typedef struct dps_config {
     int fault_rank, fault_step; /* ddp: --inject-fault, rank -1 = none */
     int profile_first, profile_last; /* --profile-steps A:B, -1 = none */
     int no_nvml;              /* --no-nvml: no sampler thread */
+    dps_dp_comm dp_comm;
     dps_fault fault_kind;
     char out_dir[DPS_PATH_MAX];
     char name[DPS_NAME_MAX];

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dps_config.h"
+#include "comm.h"
 #include "dp.h"
 #include "metrics.h"
 #include "model.h"
@@ -40,6 +42,7 @@ typedef struct dp_state {
     phase_timer timer;
     worker_pool pool;
     int pool_up;
+    comm_group *nccl;      /* replicate and reduce through NCCL; NULL: peer copies */
     dev_stats *traffic;  /* res->dev, indexed by slot */
 } dp_state;
 
@@ -117,6 +120,23 @@ static dps_status alloc_primary(dp_state *st, size_t pbytes)
     return DPS_OK;
 }
 
+/* NCCL for replicate and reduce when asked for (or by default) on GPUs that
+ * are all distinct; otherwise peer copies and reduce-add kernels. */
+static dps_status dp_comm_setup(dp_state *st, const int *devs)
+{
+    const dps_config *c = st->cfg;
+    int distinct = 1;
+    for (int i = 0; i < st->nslots; i++)
+        for (int j = 0; j < i; j++) distinct &= devs[i] != devs[j];
+    if (c->dp_comm == DPCOMM_P2P || st->be->kind != BE_CUDA || st->nslots < 2 || !distinct)
+        return DPS_OK;
+#ifdef DPS_HAVE_NCCL
+    return comm_group_init(&st->nccl, devs, st->nslots);
+#else
+    return DPS_OK;
+#endif
+}
+
 static dps_status dp_setup(dp_state *st)
 {
     const dps_config *c = st->cfg;
@@ -146,6 +166,7 @@ static dps_status dp_setup(dp_state *st)
     DPS_TRY(alloc_slot(st, 0, pbytes));
     DPS_TRY(alloc_primary(st, pbytes));
     for (int i = 1; i < st->nslots; i++) DPS_TRY(alloc_slot(st, i, pbytes));
+    DPS_TRY(dp_comm_setup(st, devs));
     size_t n = (size_t)st->rows_total;
     DPS_TRY(be->ops->host_alloc(be, n * (size_t)c->shape.width * 4, (void **)&st->h_x));
     DPS_TRY(be->ops->host_alloc(be, n * 4, (void **)&st->h_labels));
@@ -157,6 +178,9 @@ static void dp_teardown(dp_state *st)
 {
     backend *be = st->be;
     if (st->pool_up) pool_stop(&st->pool);
+#ifdef DPS_HAVE_NCCL
+    comm_group_free(st->nccl);
+#endif
     ptimer_free(&st->timer);
     for (int i = 0; i < st->nslots; i++) {
         dp_slot *s = &st->s[i];
@@ -219,10 +243,40 @@ static dps_status phase_load(dp_state *st)
     return ptimer_end(&st->timer, 0, PH_LOAD);
 }
 
+/* One NCCL collective over every slot: broadcast from or reduce onto slot 0. */
+static dps_status nccl_phase(dp_state *st, dps_phase ph)
+{
+#ifdef DPS_HAVE_NCCL
+    void *bufs[DPS_MAX_DEVICES], *streams[DPS_MAX_DEVICES];
+    size_t bytes = st->nparams * sizeof(float);
+    for (int i = 0; i < st->nslots; i++) {
+        dp_slot *s = &st->s[i];
+        bufs[i] = ph == PH_REPLICATE ? s->params.ptr : s->grads.ptr;
+        streams[i] = st->be->ops->native_stream(st->be, s->st);
+        if (i && ph == PH_REPLICATE)
+            DPS_TRY(st->be->ops->stream_wait(st->be, s->st, st->timer.ev[0][PH_LOAD][1]));
+        DPS_TRY(ptimer_begin(&st->timer, i, ph));
+        if (i) { /* what crosses a link: device 0 sends (replicate) or receives (reduce) */
+            count(st, 0, ph, ph == PH_REPLICATE ? LINK_P2P_SENT : LINK_P2P_RECV, bytes);
+            count(st, i, ph, ph == PH_REPLICATE ? LINK_P2P_RECV : LINK_P2P_SENT, bytes);
+        }
+    }
+    DPS_TRY(ph == PH_REPLICATE
+                ? comm_group_broadcast(st->nccl, bufs, st->nparams, streams)
+                : comm_group_reduce(st->nccl, bufs, st->nparams, streams));
+    for (int i = 0; i < st->nslots; i++) DPS_TRY(ptimer_end(&st->timer, i, ph));
+    return DPS_OK;
+#else
+    (void)ph;
+    return dps_fail(DPS_ERR_RUNTIME, "dp: NCCL is not built in");
+#endif
+}
+
 /* Parameters broadcast from device 0 to every other replica, 10 MiB at a time. */
 static dps_status phase_replicate(dp_state *st)
 {
     size_t total = st->nparams * sizeof(float);
+    if (st->nccl) return nccl_phase(st, PH_REPLICATE);
     DPS_TRY(ptimer_begin(&st->timer, 0, PH_REPLICATE));
     for (int i = 1; i < st->nslots; i++) {
         dp_slot *s = &st->s[i];
@@ -301,6 +355,7 @@ static dps_status phase_reduce(dp_state *st)
     backend *be = st->be;
     dp_slot *s0 = &st->s[0];
     size_t total = st->nparams * sizeof(float);
+    if (st->nccl) return nccl_phase(st, PH_REDUCE);
     DPS_TRY(ptimer_begin(&st->timer, 0, PH_REDUCE));
     for (int i = 1; i < st->nslots; i++) {
         dp_slot *s = &st->s[i];

@@ -274,6 +274,8 @@ BAD_INPUTS = [
     (["run", "--mode", "ddp", "--inject-fault", "0:99:exit", "--steps", "5"], "--inject-fault"),
     (["run", "--inject-fault", "0:1:exit"], "--inject-fault"),
     (["run", "--profile-steps", "2:99", "--steps", "5"], "--profile-steps 2:99"),
+    (["run", "--dp-comm", "nccl"], "--dp-comm nccl"),
+    (["run", "--dp-comm", "mpi"], "--dp-comm mpi"),
 ]
 
 
