@@ -198,6 +198,18 @@ static void *cu_native_stream(backend *be, be_stream *s)
     return (void *)s->s;
 }
 
+static dps_status cu_peer_access(backend *be, int dev, int peer, int on)
+{
+    if (!be->peer[dev][peer])
+        return dps_fail(DPS_SKIPPED, "GPU %d cannot access GPU %d's memory directly", dev, peer);
+    DPS_TRY(ensure_device(be, dev));
+    cudaError_t e = on ? cudaDeviceEnablePeerAccess(peer, 0) : cudaDeviceDisablePeerAccess(peer);
+    if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled && e != cudaErrorPeerAccessNotEnabled)
+        return cuda_fail(e, __FILE__, __LINE__, on ? "cudaDeviceEnablePeerAccess" : "cudaDeviceDisablePeerAccess");
+    cudaGetLastError();
+    return DPS_OK;
+}
+
 static dps_status cu_event_ms(backend *be, be_event *a, be_event *b, float *ms)
 {
     (void)be;
@@ -371,6 +383,7 @@ static const be_ops cuda_ops = {
     .event_sync = cu_event_sync,
     .name_stream = cu_name_stream,
     .native_stream = cu_native_stream,
+    .peer_access = cu_peer_access,
     .event_ms = cu_event_ms,
     .copy = cu_copy,
     .memset0 = cu_memset0,

@@ -94,6 +94,13 @@ static void *host_native_stream(backend *be, be_stream *s)
     return NULL;
 }
 
+static dps_status host_peer_access(backend *be, int dev, int peer, int on)
+{
+    (void)be; (void)dev; (void)peer; (void)on;
+    return dps_fail(DPS_SKIPPED, "host backend: emulated devices share host memory, there is "
+                    "no peer access to switch off");
+}
+
 static dps_status host_event_ms(backend *be, be_event *a, be_event *b, float *ms)
 {
     (void)be;
@@ -281,6 +288,7 @@ static const be_ops host_ops = {
     .event_sync = host_event_sync,
     .name_stream = host_name_stream,
     .native_stream = host_native_stream,
+    .peer_access = host_peer_access,
     .event_ms = host_event_ms,
     .copy = host_copy,
     .memset0 = host_memset0,
