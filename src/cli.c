@@ -143,16 +143,10 @@ static dps_status int_list(int id, const char *val, int64_t lo, int64_t hi, int 
 
 static dps_status word_arg(int id, const char *val, const char *const *words, int n, int *out)
 {
-    for (int i = 0; i < n; i++)
-        if (strcmp(val, words[i]) == 0) {
-            *out = i;
-            return DPS_OK;
-        }
-    char what[128] = "expected one of:";
-    for (int i = 0; i < n; i++) {
-        strncat(what, i ? ", " : " ", sizeof what - strlen(what) - 1);
-        strncat(what, words[i], sizeof what - strlen(what) - 1);
-    }
+    char list[96], what[128];
+    *out = dps_match_word(val, words, n, list, sizeof list);
+    if (*out >= 0) return DPS_OK;
+    snprintf(what, sizeof what, "expected one of: %s", list);
     return bad(id, val, what);
 }
 

@@ -62,17 +62,10 @@ static dps_status parse_int(const parse_ctx *p, const char *v, int64_t lo, int64
 static dps_status word(const parse_ctx *p, const char *v, const char *const *words, int n,
                        int *out)
 {
-    for (int i = 0; i < n; i++)
-        if (strcmp(v, words[i]) == 0) {
-            *out = i;
-            return DPS_OK;
-        }
-    char what[160] = "expected one of";
-    for (int i = 0; i < n; i++) {
-        strncat(what, i ? ", " : " ", sizeof what - strlen(what) - 1);
-        strncat(what, words[i], sizeof what - strlen(what) - 1);
-    }
-    strncat(what, "; got", sizeof what - strlen(what) - 1);
+    char list[128], what[176];
+    *out = dps_match_word(v, words, n, list, sizeof list);
+    if (*out >= 0) return DPS_OK;
+    snprintf(what, sizeof what, "expected one of %s; got", list);
     return perr(p, what, v);
 }
 

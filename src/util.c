@@ -136,3 +136,14 @@ void dps_strlcpy(char *dst, const char *src, size_t len)
     memcpy(dst, src, n);
     dst[n] = '\0';
 }
+
+int dps_match_word(const char *s, const char *const *words, int n, char *expected, size_t len)
+{
+    expected[0] = '\0';
+    for (int i = 0; i < n; i++) {
+        if (strcmp(s, words[i]) == 0) return i;
+        size_t used = strlen(expected);
+        snprintf(expected + used, len - used, "%s%s", i ? ", " : "", words[i]);
+    }
+    return -1;
+}

@@ -26,6 +26,9 @@ void dps_utc_iso8601(char *buf, size_t len); /* now, "2026-11-30T01:02:03Z" */
 dps_status dps_mkdirs(const char *path, const char *option);
 int dps_file_exists(const char *path);
 
+/* Index of s in words[0..n), or -1; `expected` gets "a, b, c" for messages. */
+int dps_match_word(const char *s, const char *const *words, int n, char *expected, size_t len);
+
 /* Bounded string copy that always terminates. */
 void dps_strlcpy(char *dst, const char *src, size_t len);
 
