@@ -244,8 +244,9 @@ class Results:
         if os.path.exists(os.path.join(folder, "runs.csv")):
             self.parts = [RunFolder(folder)]
         else:
-            subs = sorted(d for d in os.listdir(folder)
-                          if os.path.exists(os.path.join(folder, d, "runs.csv")))
+            subs = sorted(d for d in os.listdir(folder)  # run folders, not the `latest` link
+                          if not os.path.islink(os.path.join(folder, d))
+                          and os.path.exists(os.path.join(folder, d, "runs.csv")))
             if not subs:
                 raise InputError(f"{folder}/runs.csv: no such file (nor any run folder inside)")
             self.parts = [RunFolder(os.path.join(folder, d)) for d in subs]

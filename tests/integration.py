@@ -402,6 +402,25 @@ def case_profile_sh(binary):
     return 0
 
 
+def case_ab(binary):
+    """scripts/ab.sh: the same binary against itself, interleaved, shows no regression."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "ab.sh")
+    with tempfile.TemporaryDirectory() as tmp:
+        suite = write(os.path.join(tmp, "s.suite"),
+                      "modes = dp\ngpus = 1\nmodels = tiny\nsteps = 12\nwarmup = 2\n")
+        p = subprocess.run(["bash", script, binary, binary, "2", suite], capture_output=True,
+                           text=True, timeout=300)
+        expect(p.returncode == 0 and "| configuration | metric |" in p.stdout, p.stdout + p.stderr)
+        expect("REGRESSION" not in p.stdout, p.stdout)
+        folder = p.stdout.split("Baseline `")[1].split("`")[0]
+        runs = sorted(d for d in os.listdir(folder) if d.startswith("run-"))
+        expect(runs == ["run-1", "run-2"], f"baseline runs in {folder}: {runs}")
+        import shutil
+        shutil.rmtree(os.path.dirname(folder))
+        p = subprocess.run(["bash", script, binary], capture_output=True, text=True)
+        expect(p.returncode == 2 and "usage" in p.stderr, p.stderr)
+
+
 def case_sweep_failures(binary):
     """A suite with an out-of-memory and an injected fault finishes and keeps every row."""
     with tempfile.TemporaryDirectory() as out:
@@ -538,7 +557,7 @@ def case_plot(fixture):
         expect(p.returncode == 2 and "runs.csv: no such file" in p.stderr, p.stderr)
 
 
-CASES = {"gpu": case_gpu, "links": case_links, "profile_sh": case_profile_sh, "check": case_check, "comm_bench": case_comm_bench, "plot": case_plot,
+CASES = {"gpu": case_gpu, "links": case_links, "profile_sh": case_profile_sh, "ab": case_ab, "check": case_check, "comm_bench": case_comm_bench, "plot": case_plot,
          "sweep_failures": case_sweep_failures, "sweep_timeout": case_sweep_timeout,
          "sweep_resume": case_sweep_resume, "sweep_skipped": case_sweep_skipped, "ddp_check": case_ddp_check, "ddp_balance": case_ddp_balance,
          "fault": case_fault, "interrupt": case_interrupt, "ddp_oom": case_ddp_oom,
