@@ -98,6 +98,15 @@ def series(folder):
     return out
 
 
+def save(plt, fig, out, name):
+    """Lays out, writes out/name and closes the figure; returns the path."""
+    fig.tight_layout()
+    path = os.path.join(out, name)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def grid(plt, n, width=5.2, height=4.0):
     cols = min(n, 3)
     rows = math.ceil(n / cols)
@@ -146,11 +155,7 @@ def plot_scaling(plt, folder, out, efficiency=False):
         ax.legend(fontsize=8)
     what = "Scaling efficiency = throughput(n) / (n · throughput(1))" if efficiency else "Throughput"
     fig.suptitle(f"{what}: DataParallel (dp) vs DistributedDataParallel (ddp)\n{folder.label()}")
-    fig.tight_layout()
-    path = os.path.join(out, "efficiency.png" if efficiency else "scaling.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(plt, fig, out, "efficiency.png" if efficiency else "scaling.png")
 
 
 def peaks_by_config(folder):
@@ -219,11 +224,7 @@ def plot_imbalance(plt, folder, out):
         ax2.grid(alpha=0.3)
         ax2.legend(fontsize=8)
     fig.suptitle(f"Per-device memory (harness allocation peaks)\n{folder.label()}")
-    fig.tight_layout()
-    path = os.path.join(out, "gpu0_imbalance.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(plt, fig, out, "gpu0_imbalance.png")
 
 
 def plot_phases(plt, folder, out):
@@ -252,11 +253,7 @@ def plot_phases(plt, folder, out):
         ax.legend(fontsize=7, ncol=2)
     fig.suptitle(f"Phases of a step (device 0; ddp's all-reduce overlaps backward, "
                  f"only its exposed part is stacked)\n{folder.label()}")
-    fig.tight_layout()
-    path = os.path.join(out, "phases.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(plt, fig, out, "phases.png")
 
 
 def plot_links(plt, folder, out):
@@ -296,11 +293,7 @@ def plot_links(plt, folder, out):
         ax2.set_title("small-copy latency")
         ax2.grid(axis="y", alpha=0.3)
     fig.suptitle(f"Links between host and devices\n{folder.label()}")
-    fig.tight_layout()
-    path = os.path.join(out, "links.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(plt, fig, out, "links.png")
 
 
 PHASE_LINK = {  # phase -> (method, source, destination) of the link it crosses, device i > 0

@@ -37,7 +37,7 @@ typedef struct cuda_impl {
 
 static dps_status cuda_fail(cudaError_t rc, const char *file, int line, const char *call)
 {
-    cudaGetLastError(); /* clear a sticky-free error so later calls are not blamed */
+    cudaGetLastError(); /* reset the runtime's last error, so later calls are not blamed */
     dps_status st = rc == cudaErrorMemoryAllocation ? DPS_ERR_OOM : DPS_ERR_RUNTIME;
     return dps_fail(st, "%s:%d: %s failed: %s (%s)", file, line, call, cudaGetErrorName(rc),
                     cudaGetErrorString(rc));

@@ -72,6 +72,14 @@ dps_status config_profile_hook(const dps_config *c, backend *be, int step, int b
     return DPS_OK;
 }
 
+int config_shares_device(const dps_config *c)
+{
+    for (int i = 0; i < c->ngpus; i++)
+        for (int j = 0; j < i; j++)
+            if (c->devices[i] == c->devices[j]) return 1;
+    return 0;
+}
+
 int config_batch_per_gpu(const dps_config *c)
 {
     return (c->global_batch + c->ngpus - 1) / c->ngpus;

@@ -69,6 +69,8 @@ void config_defaults(dps_config *c);
 /* Starts or stops the profiler's capture range around step `step` (call
  * with before = 1 ahead of the step, 0 after it). */
 dps_status config_profile_hook(const dps_config *c, backend *be, int step, int before);
+/* Whether a device is listed twice (dp replicas sharing one GPU). */
+int config_shares_device(const dps_config *c);
 /* Samples on the most loaded device: ceil(global / ngpus), torch.chunk's size. */
 int config_batch_per_gpu(const dps_config *c);
 /* Stable identity of a configuration, e.g. "dp-tiny-fp32-sgd-g4-b32". */

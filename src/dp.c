@@ -125,10 +125,8 @@ static dps_status alloc_primary(dp_state *st, size_t pbytes)
 static dps_status dp_comm_setup(dp_state *st, const int *devs)
 {
     const dps_config *c = st->cfg;
-    int distinct = 1;
-    for (int i = 0; i < st->nslots; i++)
-        for (int j = 0; j < i; j++) distinct &= devs[i] != devs[j];
-    if (c->dp_comm == DPCOMM_P2P || st->be->kind != BE_CUDA || st->nslots < 2 || !distinct)
+    if (c->dp_comm == DPCOMM_P2P || st->be->kind != BE_CUDA || st->nslots < 2 ||
+        config_shares_device(c))
         return DPS_OK;
 #ifdef DPS_HAVE_NCCL
     return comm_group_init(&st->nccl, devs, st->nslots);

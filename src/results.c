@@ -278,8 +278,7 @@ static void devices_rows(csv_buf *b, const dps_config *c, const train_result *re
     }
 }
 
-static void phases_rows(csv_buf *b, const dps_config *c, const train_result *res,
-                        const run_summary *s)
+static void phases_rows(csv_buf *b, const train_result *res, const run_summary *s)
 {
     int n = res->steps_done;
     double *x = malloc(((size_t)n + 1) * sizeof *x);
@@ -305,7 +304,6 @@ static void phases_rows(csv_buf *b, const dps_config *c, const train_result *res
             csv_end_row(b);
         }
     free(x);
-    (void)c;
 }
 
 static dps_status append(const results_dir *r, const char *file, const char *const *cols,
@@ -336,7 +334,7 @@ dps_status results_append(const results_dir *r, const dps_config *c, const backe
     DPS_TRY(append(r, "steps.csv", steps_cols, NCOLS(steps_cols), &b));
     devices_rows(&b, c, res, s);
     DPS_TRY(append(r, "devices.csv", devices_cols, NCOLS(devices_cols), &b));
-    phases_rows(&b, c, res, s);
+    phases_rows(&b, res, s);
     DPS_TRY(append(r, "phases.csv", phases_cols, NCOLS(phases_cols), &b));
     runs_row(&b, c, be, res, s);
     return append(r, "runs.csv", results_runs_cols, results_runs_ncols, &b);

@@ -113,7 +113,7 @@ static void allreduce_bandwidth(const dps_config *c, const train_result *res, ru
     for (int k = 0; k < n; k++) {
         t[k] = 0.0;
         for (int r = 0; r < res->nranks; r++) {
-            double ms = train_result_phases((train_result *)res, k, r)[PH_ALLREDUCE];
+            double ms = res->phase_ms[((size_t)k * res->nranks + r) * PH_COUNT + PH_ALLREDUCE];
             if (ms > t[k]) t[k] = ms;
         }
     }
@@ -205,11 +205,9 @@ dps_status run_config(const dps_config *cfg, backend *be, const results_dir *rd,
     dps_utc_iso8601(sum.start_time, sizeof sum.start_time);
     be_reset_peaks(be);
     be->gemm_bf16 = cfg->precision == PREC_BF16;
-    for (int i = 1; i < cfg->ngpus; i++)
-        if (cfg->devices[i] == cfg->devices[0] && i == 1)
-            dps_warn("%s: several replicas share GPU %d: the copies between them are local, so "
-                     "the timings say nothing about a multi-GPU machine", sum.config_id,
-                     cfg->devices[0]);
+    if (config_shares_device(cfg))
+        dps_warn("%s: several replicas share a GPU: the copies between them are local, so "
+                 "the timings say nothing about a multi-GPU machine", sum.config_id);
     train_result res;
     DPS_TRY(train_result_init(&res, cfg, cfg->ngpus));
     nvml_sampler *nv = cfg->no_nvml ? NULL : nvml_start(be, cfg->devices, cfg->ngpus, 20);
