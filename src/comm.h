@@ -1,76 +1,91 @@
-/* Collectives between ranks on device buffers: broadcast, reduce and
- * all-reduce (sum). The host implementation (comm_host.c) moves data
- * between rank processes through mailboxes in shared memory, with NCCL's
- * ring algorithm; a GPU build adds an NCCL one behind the same calls. */
+/* Collectives between the ranks of a group, behind one table of operations
+ * (comm_ops), as backend.h does for devices. Each implementation is one
+ * file that fills the table (comm_ring.c: NCCL's ring over shared memory
+ * between processes; comm_nccl.c: one NCCL rank per process on GPUs);
+ * comm_open (comm.c) chooses one. Strategies call the comm_* functions
+ * below only. */
 #ifndef DPS_COMM_H
 #define DPS_COMM_H
 
-#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "backend.h"
+#include "comm_shared.h"
 
 typedef enum comm_dtype { COMM_F32, COMM_BF16 } comm_dtype;
 
-/* Bytes of one mailbox slot; messages larger than this are pipelined. */
-#define COMM_SLOT_BYTES ((size_t)1 << 20)
+/* Bytes of one element of dt. */
+size_t comm_dtype_bytes(comm_dtype dt);
 
-/* Lives in memory shared by every rank (MAP_SHARED, set up before fork):
- * rank r publishes messages into its two slots, rank r + 1 consumes them. */
-typedef struct comm_shared {
-    int nranks;
-    _Atomic int abort;                   /* set by anyone: every wait returns */
-    struct {
-        _Atomic uint32_t seq;            /* messages published by this rank */
-        _Atomic uint32_t ack;            /* of those, consumed by the next rank */
-        _Atomic int waiting;             /* blocked in a collective (for the watchdog) */
-        char pad[52];
-    } box[DPS_MAX_DEVICES];
-    _Atomic int nccl_id_ready;           /* rank 0 has written nccl_id */
-    unsigned char nccl_id[128];          /* ncclUniqueId, shared before ncclCommInitRank */
-    size_t data_offset;                  /* from this struct to the slots */
-} comm_shared;
+typedef struct comm comm;
+typedef struct comm_async comm_async; /* comm_async.c */
 
-/* Bytes to reserve (header included) for nranks. */
-size_t comm_shared_bytes(int nranks);
-void comm_shared_init(comm_shared *sh, int nranks);
+typedef struct comm_ops {
+    const char *name;  /* as results and messages name it: "ring-shm", "nccl" */
+    /* Blocking collectives: the data is in place when they return. */
+    dps_status (*allreduce)(comm *c, void *buf, size_t n, comm_dtype dt);      /* sum */
+    dps_status (*broadcast)(comm *c, void *buf, size_t bytes, int root);
+    dps_status (*reduce)(comm *c, void *buf, size_t n, comm_dtype dt, int root); /* sum onto root */
+    dps_status (*barrier)(comm *c);
+    /* Stream-ordered all-reduce: starts once `after` (an event recorded on
+     * the caller's stream) has completed, after every earlier one, and
+     * returns at once; NULL when the implementation has none, and then
+     * comm_async.c runs the blocking one on a thread. */
+    dps_status (*allreduce_async)(comm *c, void *buf, size_t n, comm_dtype dt, be_event *after);
+    /* Waits for every async collective; adds the milliseconds they ran to *busy_ms. */
+    dps_status (*wait_async)(comm *c, double *busy_ms);
+    void (*destroy)(comm *c); /* frees c->impl; after a failure it aborts, not waits */
+} comm_ops;
 
-typedef struct comm {
-    comm_shared *sh;
+/* One rank's end of a group. */
+struct comm {
+    const comm_ops *ops;
+    comm_shared *sh;            /* the group's shared region */
+    backend *be;                /* buffers are this backend's device memory */
+    int dev;                    /* ... on this device */
     int rank, nranks;
-    uint32_t sent, received;   /* messages this rank published / consumed */
-    double wait_timeout_ms;    /* 0: wait until abort */
+    double timeout_ms;          /* a collective longer than this fails; 0: until the group aborts */
     uint64_t bytes_sent, bytes_received;
-    void *nccl;                /* ncclComm_t when the collectives run on GPUs (comm_nccl.c) */
-    void *nccl_stream;         /* its cudaStream_t */
-} comm;
+    dps_status failed;          /* the first failure: every later collective returns it */
+    int secondary;              /* the group had been aborted before that failure */
+    char failed_msg[DPS_ERRMSG_MAX];
+    void *impl;                 /* the implementation's state */
+    comm_async *async;          /* the thread of implementations without allreduce_async */
+};
 
-void comm_init(comm *c, comm_shared *sh, int rank);
-/* GPU collectives: one NCCL rank per process on device `dev`, the unique id
- * from rank 0 through the shared region; buffers are then device pointers. */
-dps_status comm_nccl_init(comm *c, int dev, double timeout_ms);
-void comm_nccl_free(comm *c);
-dps_status comm_nccl_allreduce(comm *c, void *buf, size_t n, comm_dtype dt);
-dps_status comm_nccl_broadcast(comm *c, void *buf, size_t bytes, int root);
-/* Sum over ranks, in place, n elements. */
-dps_status comm_allreduce(comm *c, void *buf, size_t n, comm_dtype dt);
-/* root's bytes to every rank, in place. */
-dps_status comm_broadcast(comm *c, void *buf, size_t bytes, int root);
-/* Sum onto root (other ranks' buffers hold the sum too afterwards). */
-dps_status comm_reduce(comm *c, void *buf, size_t n, comm_dtype dt, int root);
-/* Tells every rank to stop waiting (their collectives return an error). */
-void comm_abort(comm_shared *sh);
+/* What comm_open needs: the group's region (made before the ranks started)
+ * and where this rank's buffers live. */
+typedef struct comm_params {
+    comm_shared *sh;
+    int rank;
+    backend *be;
+    int dev;
+    double timeout_ms;
+} comm_params;
 
-/* dp's single-process communicator over several GPUs (ncclCommInitAll):
- * broadcast from and reduce onto the first device, each device's part on its
- * own stream (native cudaStream_t handles). */
-typedef struct comm_group comm_group;
-dps_status comm_group_init(comm_group **g, const int *devs, int n);
-void comm_group_free(comm_group *g);
-dps_status comm_group_broadcast(comm_group *g, void *const *bufs, size_t count,
-                                void *const *streams);
-dps_status comm_group_reduce(comm_group *g, void *const *bufs, size_t count,
-                             void *const *streams);
+/* The implementation for this backend (NCCL on GPUs when built in, else the
+ * shared-memory ring), opened; collective with the other ranks. */
+dps_status comm_open(const comm_params *p, comm **out) __attribute__((warn_unused_result));
+/* Ends the async thread and frees the implementation. NULL is a no-op. */
+void comm_close(comm *c);
+
+/* The collectives. After one fails, every later one returns that failure. */
+dps_status comm_allreduce(comm *c, void *buf, size_t n, comm_dtype dt)
+    __attribute__((warn_unused_result));
+dps_status comm_broadcast(comm *c, void *buf, size_t bytes, int root)
+    __attribute__((warn_unused_result));
+dps_status comm_reduce(comm *c, void *buf, size_t n, comm_dtype dt, int root)
+    __attribute__((warn_unused_result));
+dps_status comm_barrier(comm *c) __attribute__((warn_unused_result));
+/* All-reduce after `after` completes, in issue order; returns at once. */
+dps_status comm_allreduce_async(comm *c, void *buf, size_t n, comm_dtype dt, be_event *after)
+    __attribute__((warn_unused_result));
+/* Waits for every async all-reduce issued since the last wait; *busy_ms
+ * gets the milliseconds they spent in the collective. */
+dps_status comm_wait_async(comm *c, double *busy_ms) __attribute__((warn_unused_result));
+
+/* Records a failure of c (first one wins) and tells the other ranks. */
+dps_status comm_fail(comm *c, dps_status code);
 
 #endif

@@ -1,190 +1,208 @@
-/* GPU collectives through NCCL (see comm.h): one rank per process, the
- * unique id made by rank 0 and handed over in the ranks' shared region.
- * Collectives run on the communicator's own stream; while one runs, the
- * caller polls ncclCommGetAsyncError and the group's abort flag, so a
- * broken communicator or a dead peer ends the wait instead of hanging. */
+/* NCCL on GPUs (see comm_impl.h): one rank per process, the unique id made
+ * by rank 0 and handed over in the group's region. Collectives run on the
+ * communicator's own stream. The async all-reduce is stream-ordered, as
+ * PyTorch's reducer does it: the stream waits for the gradients' event on
+ * the device, the all-reduce is enqueued between two timing events, and the
+ * host returns at once; comm_wait_async waits once for all of them. While
+ * the host waits it polls ncclCommGetAsyncError, the group's abort flag and
+ * the timeout, so a broken communicator or a dead peer ends the wait; the
+ * communicator is then aborted, never destroyed with work pending. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <cuda_runtime_api.h>
 #include <nccl.h>
 
 #include "dps_config.h"
-#include "comm.h"
+#include "comm_impl.h"
+#include "cuda_check.h"
 #include "util.h"
-#ifdef DPS_HAVE_NVTX
-#include <nvtx3/nvToolsExtCudaRt.h>
-#endif
 
-#define NCCL_TRY(call)                                                            \
-    do {                                                                          \
-        ncclResult_t nccl_rc_ = (call);                                           \
-        if (nccl_rc_ != ncclSuccess && nccl_rc_ != ncclInProgress)                \
-            return dps_fail(DPS_ERR_RUNTIME, "%s:%d: %s failed: %s (%s)", __FILE__, \
-                            __LINE__, #call, ncclGetErrorString(nccl_rc_),        \
-                            ncclGetLastError(NULL));                              \
-    } while (0)
+_Static_assert(sizeof(ncclUniqueId) <= COMM_ID_BYTES, "ncclUniqueId must fit the region's id slot");
 
-#define CUDA_TRY(call)                                                            \
-    do {                                                                          \
-        cudaError_t cuda_rc_ = (call);                                            \
-        if (cuda_rc_ != cudaSuccess)                                              \
-            return dps_fail(DPS_ERR_RUNTIME, "%s:%d: %s failed: %s", __FILE__,     \
-                            __LINE__, #call, cudaGetErrorString(cuda_rc_));       \
-    } while (0)
+typedef struct nccl_rank {
+    ncclComm_t comm;
+    be_stream *stream;          /* the communicator's stream */
+    be_event **start, **end;    /* [cap]: timing events of the async collectives */
+    int pending, cap;           /* async collectives since the last wait */
+} nccl_rank;
 
-static void nap(void)
+static nccl_rank *nccl_of(comm *c) { return c->impl; }
+static cudaStream_t native(comm *c) { return c->be->ops->native_stream(c->be, nccl_of(c)->stream); }
+static ncclDataType_t nccl_type(comm_dtype dt) { return dt == COMM_BF16 ? ncclBfloat16 : ncclFloat32; }
+
+/* Ring traffic of an all-reduce of `bytes`, each way: 2 (n - 1) / n. */
+static void count_allreduce(comm *c, size_t bytes)
 {
-    struct timespec ts = {0, 200 * 1000};
-    nanosleep(&ts, NULL);
+    uint64_t moved = 2 * (uint64_t)bytes * (uint64_t)(c->nranks - 1) / (uint64_t)c->nranks;
+    c->bytes_sent += moved;
+    c->bytes_received += moved;
 }
 
-/* Rank 0 publishes the unique id; the others wait for it. */
-static dps_status share_id(comm *c, ncclUniqueId *id, double timeout_ms)
+/* Why the wait ends, or NULL to go on waiting. */
+static const char *wait_problem(comm *c, cudaError_t q, ncclResult_t async, double start)
 {
-    comm_shared *sh = c->sh;
-    if (c->rank == 0) {
-        NCCL_TRY(ncclGetUniqueId(id));
-        memcpy(sh->nccl_id, id, sizeof *id);
-        atomic_store(&sh->nccl_id_ready, 1);
-        return DPS_OK;
-    }
-    double start = dps_now_ms();
-    while (!atomic_load(&sh->nccl_id_ready)) {
-        if (atomic_load(&sh->abort))
-            return dps_fail(DPS_ERR_RUNTIME, "rank %d: aborted while waiting for rank 0's NCCL id",
-                            c->rank);
-        if (timeout_ms > 0 && dps_now_ms() - start > timeout_ms)
-            return dps_fail(DPS_ERR_TIMEOUT, "rank %d: no NCCL id from rank 0 within %.0f ms",
-                            c->rank, timeout_ms);
-        nap();
-    }
-    memcpy(id, sh->nccl_id, sizeof *id);
-    return DPS_OK;
-}
-
-dps_status comm_nccl_init(comm *c, int dev, double timeout_ms)
-{
-    ncclUniqueId id;
-    DPS_TRY(share_id(c, &id, timeout_ms));
-    CUDA_TRY(cudaSetDevice(dev));
-    cudaStream_t s;
-    CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    c->nccl_stream = s;
-#ifdef DPS_HAVE_NVTX
-    char name[32];
-    snprintf(name, sizeof name, "comm-%d", dev);
-    nvtxNameCudaStreamA(s, name);
-#endif
-    ncclComm_t nc;
-    NCCL_TRY(ncclCommInitRank(&nc, c->nranks, id, c->rank));
-    c->nccl = nc;
-    c->wait_timeout_ms = timeout_ms;
-    return DPS_OK;
-}
-
-void comm_nccl_free(comm *c)
-{
-    if (c->nccl) ncclCommDestroy((ncclComm_t)c->nccl);
-    if (c->nccl_stream) cudaStreamDestroy((cudaStream_t)c->nccl_stream);
-    c->nccl = NULL;
-    c->nccl_stream = NULL;
+    if (q != cudaSuccess && q != cudaErrorNotReady) return cudaGetErrorString(q);
+    if (dps_nccl_failed(async)) return ncclGetErrorString(async);
+    if (atomic_load(&c->sh->abort)) return "the group was aborted";
+    if (c->timeout_ms > 0 && dps_now_ms() - start > c->timeout_ms) return "timed out";
+    return NULL;
 }
 
 /* Waits for the communicator's stream, polling for asynchronous errors. */
-static dps_status wait_done(comm *c, const char *what)
+static dps_status wait_stream(comm *c, const char *what)
 {
-    ncclComm_t nc = c->nccl;
-    cudaStream_t s = c->nccl_stream;
     double start = dps_now_ms();
-    atomic_store(&c->sh->box[c->rank].waiting, 1);
     dps_status rc = DPS_OK;
+    comm_shared_waiting(c->sh, c->rank, 1);
     for (;;) {
-        cudaError_t q = cudaStreamQuery(s);
+        cudaError_t q = cudaStreamQuery(native(c));
         if (q == cudaSuccess) break;
         ncclResult_t async = ncclSuccess;
-        ncclCommGetAsyncError(nc, &async);
-        if (q != cudaErrorNotReady || (async != ncclSuccess && async != ncclInProgress) ||
-            atomic_load(&c->sh->abort) ||
-            (c->wait_timeout_ms > 0 && dps_now_ms() - start > c->wait_timeout_ms)) {
-            rc = dps_fail(DPS_ERR_RUNTIME, "rank %d: %s did not complete: %s%s%s", c->rank, what,
-                          q != cudaErrorNotReady ? cudaGetErrorString(q) : "",
-                          async != ncclSuccess ? ncclGetErrorString(async) : "",
-                          atomic_load(&c->sh->abort) ? "the group was aborted" : "");
-            ncclCommAbort(nc);
-            c->nccl = NULL;
+        ncclCommGetAsyncError(nccl_of(c)->comm, &async);
+        const char *why = wait_problem(c, q, async, start);
+        if (why) {
+            rc = dps_fail(DPS_ERR_RUNTIME, "rank %d: %s did not complete: %s", c->rank, what, why);
             break;
         }
-        nap();
+        struct timespec ts = {0, 200 * 1000};
+        nanosleep(&ts, NULL);
     }
-    atomic_store(&c->sh->box[c->rank].waiting, 0);
+    comm_shared_waiting(c->sh, c->rank, 0);
     return rc;
 }
 
-dps_status comm_nccl_allreduce(comm *c, void *buf, size_t n, comm_dtype dt)
+static dps_status nccl_allreduce_enqueue(comm *c, void *buf, size_t n, comm_dtype dt)
 {
-    ncclDataType_t t = dt == COMM_BF16 ? ncclBfloat16 : ncclFloat32;
-    NCCL_TRY(ncclAllReduce(buf, buf, n, t, ncclSum, (ncclComm_t)c->nccl,
-                           (cudaStream_t)c->nccl_stream));
-    size_t bytes = n * (dt == COMM_BF16 ? 2 : 4);
-    c->bytes_sent += 2 * bytes * (size_t)(c->nranks - 1) / (size_t)c->nranks;
-    c->bytes_received += 2 * bytes * (size_t)(c->nranks - 1) / (size_t)c->nranks;
-    return wait_done(c, "ncclAllReduce");
+    NCCL_TRY(ncclAllReduce(buf, buf, n, nccl_type(dt), ncclSum, nccl_of(c)->comm, native(c)));
+    count_allreduce(c, n * comm_dtype_bytes(dt));
+    return DPS_OK;
 }
 
-dps_status comm_nccl_broadcast(comm *c, void *buf, size_t bytes, int root)
+static dps_status nccl_allreduce(comm *c, void *buf, size_t n, comm_dtype dt)
 {
-    NCCL_TRY(ncclBroadcast(buf, buf, bytes, ncclChar, root, (ncclComm_t)c->nccl,
-                           (cudaStream_t)c->nccl_stream));
-    return wait_done(c, "ncclBroadcast");
+    DPS_TRY(nccl_allreduce_enqueue(c, buf, n, dt));
+    return wait_stream(c, "ncclAllReduce");
 }
 
-struct comm_group {
-    int n;
-    ncclComm_t comm[DPS_MAX_DEVICES];
+static dps_status nccl_broadcast(comm *c, void *buf, size_t bytes, int root)
+{
+    NCCL_TRY(ncclBroadcast(buf, buf, bytes, ncclChar, root, nccl_of(c)->comm, native(c)));
+    return wait_stream(c, "ncclBroadcast");
+}
+
+static dps_status nccl_reduce(comm *c, void *buf, size_t n, comm_dtype dt, int root)
+{
+    NCCL_TRY(ncclReduce(buf, buf, n, nccl_type(dt), ncclSum, root, nccl_of(c)->comm, native(c)));
+    return wait_stream(c, "ncclReduce");
+}
+
+static dps_status nccl_barrier(comm *c)
+{
+    float *one = NULL;
+    CUDA_TRY(cudaMalloc((void **)&one, sizeof *one));
+    dps_status rc = nccl_allreduce(c, one, 1, COMM_F32);
+    cudaFree(one);
+    return rc;
+}
+
+/* Timing events for the k-th async collective of a step, made once. */
+static dps_status timing_events(comm *c, int k)
+{
+    nccl_rank *nr = nccl_of(c);
+    if (k < nr->cap) return DPS_OK;
+    int cap = nr->cap ? 2 * nr->cap : 64;
+    be_event **s = realloc(nr->start, (size_t)cap * sizeof *s);
+    if (s) nr->start = s;
+    be_event **e = realloc(nr->end, (size_t)cap * sizeof *e);
+    if (e) nr->end = e;
+    if (!s || !e) return dps_fail(DPS_ERR_RUNTIME, "rank %d: out of host memory for events", c->rank);
+    for (; nr->cap < cap; nr->cap++) {
+        nr->start[nr->cap] = nr->end[nr->cap] = NULL;
+        DPS_TRY(c->be->ops->event_create(c->be, c->dev, &nr->start[nr->cap]));
+        DPS_TRY(c->be->ops->event_create(c->be, c->dev, &nr->end[nr->cap]));
+    }
+    return DPS_OK;
+}
+
+static dps_status nccl_allreduce_async(comm *c, void *buf, size_t n, comm_dtype dt, be_event *after)
+{
+    nccl_rank *nr = nccl_of(c);
+    const be_ops *o = c->be->ops;
+    int k = nr->pending;
+    DPS_TRY(timing_events(c, k));
+    DPS_TRY(o->stream_wait(c->be, nr->stream, after)); /* on the device, not the host */
+    DPS_TRY(o->event_record(c->be, nr->start[k], nr->stream));
+    DPS_TRY(nccl_allreduce_enqueue(c, buf, n, dt));
+    DPS_TRY(o->event_record(c->be, nr->end[k], nr->stream));
+    nr->pending++;
+    return DPS_OK;
+}
+
+static dps_status nccl_wait_async(comm *c, double *busy_ms)
+{
+    nccl_rank *nr = nccl_of(c);
+    int n = nr->pending;
+    nr->pending = 0;
+    if (!n) return DPS_OK;
+    DPS_TRY(wait_stream(c, "ncclAllReduce"));
+    for (int k = 0; k < n; k++) {
+        float ms = 0.0f;
+        DPS_TRY(c->be->ops->event_ms(c->be, nr->start[k], nr->end[k], &ms));
+        *busy_ms += ms;
+    }
+    return DPS_OK;
+}
+
+static void nccl_destroy(comm *c)
+{
+    nccl_rank *nr = nccl_of(c);
+    if (!nr) return;
+    if (nr->comm) {
+        if (c->failed) ncclCommAbort(nr->comm); /* pending work must not block the exit */
+        else ncclCommDestroy(nr->comm);
+    }
+    for (int k = 0; k < nr->cap; k++) {
+        if (nr->start[k]) c->be->ops->event_destroy(c->be, nr->start[k]);
+        if (nr->end[k]) c->be->ops->event_destroy(c->be, nr->end[k]);
+    }
+    free(nr->start);
+    free(nr->end);
+    if (nr->stream) c->be->ops->stream_destroy(c->be, nr->stream);
+    free(nr);
+    c->impl = NULL;
+}
+
+static const comm_ops nccl_ops = {
+    .name = "nccl",
+    .allreduce = nccl_allreduce,
+    .broadcast = nccl_broadcast,
+    .reduce = nccl_reduce,
+    .barrier = nccl_barrier,
+    .allreduce_async = nccl_allreduce_async,
+    .wait_async = nccl_wait_async,
+    .destroy = nccl_destroy,
 };
 
-dps_status comm_group_init(comm_group **out, const int *devs, int n)
+static int nccl_suits(const backend *be) { return be->kind == BE_CUDA; }
+
+static dps_status nccl_open(comm *c)
 {
-    comm_group *g = calloc(1, sizeof *g);
-    if (!g) return dps_fail(DPS_ERR_RUNTIME, "out of host memory for the NCCL communicator");
-    g->n = n;
-    ncclResult_t rc = ncclCommInitAll(g->comm, n, devs);
-    if (rc != ncclSuccess) {
-        free(g);
-        return dps_fail(DPS_ERR_RUNTIME, "ncclCommInitAll over %d devices failed: %s (%s)", n,
-                        ncclGetErrorString(rc), ncclGetLastError(NULL));
-    }
-    *out = g;
+    nccl_rank *nr = calloc(1, sizeof *nr);
+    if (!nr) return dps_fail(DPS_ERR_RUNTIME, "rank %d: out of host memory for NCCL", c->rank);
+    c->impl = nr;
+    c->ops = &nccl_ops;
+    ncclUniqueId id;
+    memset(&id, 0, sizeof id);
+    if (c->rank == 0) NCCL_TRY(ncclGetUniqueId(&id));
+    DPS_TRY(comm_shared_exchange_id(c->sh, c->rank, &id, sizeof id, c->timeout_ms));
+    DPS_TRY(c->be->ops->set_device(c->be, c->dev));
+    DPS_TRY(c->be->ops->stream_create(c->be, c->dev, &nr->stream));
+    char name[32];
+    snprintf(name, sizeof name, "comm-%d", c->dev);
+    c->be->ops->name_stream(c->be, nr->stream, name);
+    NCCL_TRY(ncclCommInitRank(&nr->comm, c->nranks, id, c->rank));
     return DPS_OK;
 }
 
-void comm_group_free(comm_group *g)
-{
-    if (!g) return;
-    for (int i = 0; i < g->n; i++) ncclCommDestroy(g->comm[i]);
-    free(g);
-}
-
-dps_status comm_group_broadcast(comm_group *g, void *const *bufs, size_t count,
-                                void *const *streams)
-{
-    NCCL_TRY(ncclGroupStart());
-    for (int i = 0; i < g->n; i++)
-        NCCL_TRY(ncclBroadcast(bufs[i], bufs[i], count, ncclFloat32, 0, g->comm[i],
-                               (cudaStream_t)streams[i]));
-    NCCL_TRY(ncclGroupEnd());
-    return DPS_OK;
-}
-
-dps_status comm_group_reduce(comm_group *g, void *const *bufs, size_t count,
-                             void *const *streams)
-{
-    NCCL_TRY(ncclGroupStart());
-    for (int i = 0; i < g->n; i++)
-        NCCL_TRY(ncclReduce(bufs[i], bufs[i], count, ncclFloat32, ncclSum, 0, g->comm[i],
-                            (cudaStream_t)streams[i]));
-    NCCL_TRY(ncclGroupEnd());
-    return DPS_OK;
-}
+const comm_impl comm_nccl_impl = {"nccl", nccl_suits, nccl_open};

@@ -283,7 +283,8 @@ int cmd_comm_bench(cli_args *a)
     commbench_row rows[COMMBENCH_MAX_SIZES];
     int status = 0;
     for (int g = 0; g < nng; g++) {
-        if (commbench_run(ng[g], sizes, nsizes, a->cfg.warmup, a->cfg.steps, rows)) {
+        commbench_spec spec = {ng[g], sizes, nsizes, a->cfg.warmup, a->cfg.steps, a->cfg.timeout_s};
+        if (commbench_run(&spec, rows)) {
             dps_log("%s", dps_errmsg());
             status = 1;
             continue;

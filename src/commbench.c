@@ -1,24 +1,24 @@
-/* All-reduce benchmark of the host collectives (see commbench.h). */
+/* All-reduce benchmark of the host collectives (see commbench.h): rank
+ * processes from the rank launcher, the shared-memory ring through the
+ * collectives' table. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "comm.h"
 #include "commbench.h"
 #include "csv.h"
 #include "metrics.h"
+#include "ranks.h"
 #include "util.h"
 
 /* Shared by the ranks: per size, per iteration, per rank, microseconds. */
 typedef struct bench_shared {
-    int nranks, nsizes, iters;
+    int nranks, nsizes, iters, warmup;
     int check_failed[COMMBENCH_MAX_SIZES];
+    uint64_t sizes[COMMBENCH_MAX_SIZES];
     size_t off_comm;
 } bench_shared;
 
@@ -28,43 +28,78 @@ static double *times(bench_shared *b, int size, int iter)
     return base + ((size_t)size * b->iters + (size_t)iter) * b->nranks;
 }
 
+static comm_shared *bench_comm(bench_shared *b) { return (comm_shared *)((char *)b + b->off_comm); }
+
 static float value(int rank, size_t i) { return (float)((rank + 3 * (int)(i % 11)) % 17); }
 
-static int bench_rank(bench_shared *b, comm_shared *cs, int rank, const uint64_t *sizes,
-                      int warmup)
+/* Timed all-reduces of n floats, each started together with the others. */
+static dps_status time_size(bench_shared *b, comm *c, int s, float *buf, size_t n, rank_beat *beat)
 {
-    comm c;
-    comm_init(&c, cs, rank);
-    c.wait_timeout_ms = 120000;
+    float sync = 0.0f;
+    for (int it = -b->warmup; it < b->iters; it++) {
+        rank_beat_step(beat, s * (b->warmup + b->iters) + it + b->warmup);
+        DPS_TRY(comm_allreduce(c, &sync, 1, COMM_F32)); /* start together */
+        double t0 = dps_now_ms();
+        DPS_TRY(comm_allreduce(c, buf, n, COMM_F32));
+        if (it >= 0) times(b, s, it)[c->rank] = (dps_now_ms() - t0) * 1e3;
+    }
+    return DPS_OK;
+}
+
+/* One all-reduce of data whose sum is known exactly. */
+static dps_status check_size(bench_shared *b, comm *c, int s, float *buf, size_t n)
+{
+    for (size_t i = 0; i < n; i++) buf[i] = value(c->rank, i);
+    DPS_TRY(comm_allreduce(c, buf, n, COMM_F32));
+    for (size_t i = 0; i < n; i++) {
+        float want = 0.0f;
+        for (int r = 0; r < b->nranks; r++) want += value(r, i);
+        if (buf[i] != want) {
+            b->check_failed[s] = 1;
+            break;
+        }
+    }
+    memset(buf, 0, n * sizeof(float));
+    return DPS_OK;
+}
+
+static dps_status bench_sizes(bench_shared *b, comm *c, rank_beat *beat)
+{
     uint64_t most = 0;
     for (int s = 0; s < b->nsizes; s++)
-        if (sizes[s] > most) most = sizes[s];
-    float *buf = calloc(most / 4 + 1, sizeof(float));
-    float sync = 0.0f;
-    if (!buf) return 1;
-    for (int s = 0; s < b->nsizes; s++) {
-        size_t n = sizes[s] / 4;
-        for (int it = -warmup; it < b->iters; it++) {
-            if (comm_allreduce(&c, &sync, 1, COMM_F32)) return 1; /* start together */
-            double t0 = dps_now_ms();
-            if (comm_allreduce(&c, buf, n, COMM_F32)) return 1;
-            if (it >= 0) times(b, s, it)[rank] = (dps_now_ms() - t0) * 1e3;
-        }
-        for (size_t i = 0; i < n; i++) buf[i] = value(rank, i);
-        if (comm_allreduce(&c, buf, n, COMM_F32)) return 1;
-        for (size_t i = 0; i < n; i++) {
-            float want = 0.0f;
-            for (int r = 0; r < b->nranks; r++) want += value(r, i);
-            if (buf[i] != want) {
-                b->check_failed[s] = 1;
-                break;
-            }
-        }
-        memset(buf, 0, n * sizeof(float));
+        if (b->sizes[s] > most) most = b->sizes[s];
+    float *buf = calloc(most / sizeof(float) + 1, sizeof(float));
+    if (!buf) return dps_fail(DPS_ERR_RUNTIME, "rank %d: out of host memory", c->rank);
+    dps_status rc = DPS_OK;
+    for (int s = 0; !rc && s < b->nsizes; s++) {
+        size_t n = b->sizes[s] / sizeof(float);
+        rc = time_size(b, c, s, buf, n, beat);
+        if (!rc) rc = check_size(b, c, s, buf, n);
     }
     free(buf);
-    return 0;
+    return rc;
 }
+
+static int bench_rank(void *ctx, int rank, rank_beat *beat)
+{
+    bench_shared *b = ctx;
+    backend *be = NULL;
+    be_options bo = {.kind = BE_HOST, .host_devices = b->nranks, .quiet = 1};
+    comm *c = NULL;
+    dps_status rc = be_open(&bo, &be);
+    comm_params cp = {bench_comm(b), rank, be, rank, 0.0};
+    if (!rc) rc = comm_open(&cp, &c);
+    if (!rc) rc = bench_sizes(b, c, beat);
+    if (rc) {
+        dps_log("comm-bench: rank %d: %s", rank, dps_errmsg());
+        comm_shared_abort(bench_comm(b));
+    }
+    comm_close(c);
+    if (be) be_close(be);
+    return rc ? 1 : 0;
+}
+
+static void bench_abort(void *ctx) { comm_shared_abort(bench_comm(ctx)); }
 
 static void summarize(bench_shared *b, int s, uint64_t bytes, commbench_row *row)
 {
@@ -85,40 +120,25 @@ static void summarize(bench_shared *b, int s, uint64_t bytes, commbench_row *row
     row->check_ok = !b->check_failed[s];
 }
 
-dps_status commbench_run(int nranks, const uint64_t *sizes, int nsizes, int warmup, int iters,
-                         commbench_row *rows)
+dps_status commbench_run(const commbench_spec *spec, commbench_row *rows)
 {
+    int nranks = spec->nranks, nsizes = spec->nsizes, iters = spec->iters;
     size_t head = sizeof(bench_shared) + (size_t)nsizes * iters * nranks * sizeof(double);
     size_t off = (head + 63) & ~(size_t)63, total = off + comm_shared_bytes(nranks);
     void *mem = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (mem == MAP_FAILED) return dps_fail(DPS_ERR_RUNTIME, "comm-bench: cannot map shared memory");
     bench_shared *b = mem;
-    b->nranks = nranks;
-    b->nsizes = nsizes;
-    b->iters = iters;
-    b->off_comm = off;
-    comm_shared *cs = (comm_shared *)((char *)mem + off);
-    comm_shared_init(cs, nranks);
-    pid_t pid[DPS_MAX_DEVICES];
-    int bad = 0;
-    fflush(NULL);
-    for (int r = 0; r < nranks; r++) {
-        pid[r] = fork();
-        if (pid[r] == 0) {
-            prctl(PR_SET_PDEATHSIG, SIGKILL);
-            exit(bench_rank(b, cs, r, sizes, warmup));
-        }
-        if (pid[r] < 0) bad = 1;
-    }
-    for (int r = 0; r < nranks; r++) {
-        int ws = 0;
-        if (pid[r] > 0 && (waitpid(pid[r], &ws, 0) != pid[r] || !WIFEXITED(ws) || WEXITSTATUS(ws)))
-            bad = 1;
-        if (bad) comm_abort(cs);
-    }
-    for (int s = 0; !bad && s < nsizes; s++) summarize(b, s, sizes[s], &rows[s]);
+    *b = (bench_shared){.nranks = nranks, .nsizes = nsizes, .iters = iters,
+                        .warmup = spec->warmup, .off_comm = off};
+    memcpy(b->sizes, spec->sizes, (size_t)nsizes * sizeof *b->sizes);
+    comm_shared_init(bench_comm(b), nranks);
+    ranks_spec rs = {.nranks = nranks, .rank_main = bench_rank, .ctx = b,
+                     .timeout_s = spec->timeout_s, .abort = bench_abort};
+    dps_status rc = ranks_run(&rs);
+    if (rc) rc = dps_fail(rc, "comm-bench with %d ranks: %s", nranks, dps_errmsg());
+    for (int s = 0; !rc && s < nsizes; s++) summarize(b, s, spec->sizes[s], &rows[s]);
     munmap(mem, total);
-    return bad ? dps_fail(DPS_ERR_RUNTIME, "comm-bench: a rank of %d failed", nranks) : DPS_OK;
+    return rc;
 }
 
 dps_status commbench_write(const results_dir *rd, const commbench_row *rows, int n)

@@ -18,9 +18,16 @@ typedef struct commbench_row {
     int check_ok;
 } commbench_row;
 
-/* Runs every size for nranks rank processes; rows[i] for sizes[i]. */
-dps_status commbench_run(int nranks, const uint64_t *sizes, int nsizes, int warmup, int iters,
-                         commbench_row *rows);
+typedef struct commbench_spec {
+    int nranks;
+    const uint64_t *sizes;   /* [nsizes] bytes, multiples of 4 */
+    int nsizes, warmup, iters;
+    double timeout_s;        /* an iteration longer than this ends the ranks */
+} commbench_spec;
+
+/* Runs every size with nranks rank processes; rows[i] for sizes[i]. */
+dps_status commbench_run(const commbench_spec *spec, commbench_row *rows)
+    __attribute__((warn_unused_result));
 /* Appends rows to DIR/allreduce.csv. */
 dps_status commbench_write(const results_dir *rd, const commbench_row *rows, int n);
 

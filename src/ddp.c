@@ -1,17 +1,17 @@
 /* A ddp rank (see ddp.h). Every step, as PyTorch 2.x DDP does it: load its
  * own shard -> forward -> loss -> backward, during which each layer's
  * gradients, once computed, are scaled by 1/N into their bucket and a full
- * bucket is all-reduced by the communication thread (the CUDA comm stream's
- * role) in bucket order -> wait for the last bucket -> optimizer, on every
- * rank. Parameters are broadcast from rank 0 once, before the first step. */
-#include <pthread.h>
+ * bucket's all-reduce is issued at once, in bucket order, to start when its
+ * gradients are in place (comm_allreduce_async) -> wait for the buckets ->
+ * optimizer, on every rank. Parameters are broadcast from rank 0 once,
+ * before the first step. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "dps_config.h"
 #include "bucket.h"
+#include "comm.h"
 #include "ddp.h"
 #include "metrics.h"
 #include "model.h"
@@ -23,7 +23,8 @@ typedef struct ddp_rank {
     backend *be;
     ddp_shared *sh;
     ddp_report *rep;
-    comm comm;
+    rank_beat *beat;
+    comm *comm;
     int rank, nranks, dev, rows, rows_total;
     int64_t row0;
     be_stream *st;
@@ -38,26 +39,12 @@ typedef struct ddp_rank {
     be_event **bk_ev;           /* per bucket: its gradients are in place */
     int nbk, next_launch;
     size_t ready_lo;            /* gradients at flat offsets >= this are final */
-    /* communication thread: a queue of bucket indices */
-    pthread_t comm_thread;
-    int comm_started, queue[DPS_MAX_BUCKETS], queued, done, stop;
-    double allreduce_ms;        /* this step: time spent inside all-reduce calls */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    dps_status comm_rc;
-    char comm_err[DPS_ERRMSG_MAX];
+    double allreduce_ms;        /* this step: time the buckets' collectives ran */
 } ddp_rank;
 
 void ddp_shard_sizes(int batch, int n, int *sizes)
 {
     for (int i = 0; i < n; i++) sizes[i] = batch / n + (i < batch % n);
-}
-
-static int64_t now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
 static float *bucket_data(ddp_rank *R, int b)
@@ -66,46 +53,8 @@ static float *bucket_data(ddp_rank *R, int b)
     return base + R->bk[b].lo;
 }
 
-static void *comm_main(void *arg)
-{
-    ddp_rank *R = arg;
-    char name[32];
-    snprintf(name, sizeof name, "ddp-comm-%d", R->rank);
-    trace_name_thread(name);
-    dps_status bound = R->be->ops->set_device(R->be, R->dev); /* NCCL and CUDA calls follow */
-    pthread_mutex_lock(&R->mu);
-    if (bound && !R->comm_rc) {
-        R->comm_rc = bound;
-        dps_strlcpy(R->comm_err, dps_errmsg(), sizeof R->comm_err);
-    }
-    for (;;) {
-        while (!R->stop && R->done == R->queued) pthread_cond_wait(&R->cv, &R->mu);
-        if (R->stop) break;
-        int b = R->queue[R->done];
-        pthread_mutex_unlock(&R->mu);
-        size_t n = R->bk[b].hi - R->bk[b].lo;
-        /* this thread, not backward's, waits for the bucket's gradients */
-        dps_status rc = R->be->ops->event_sync(R->be, R->bk_ev[b]);
-        trace_push_bucket(b, n * sizeof(float));
-        double t0 = dps_now_ms();
-        if (!rc) rc = comm_allreduce(&R->comm, bucket_data(R, b), n, COMM_F32);
-        double busy = dps_now_ms() - t0;
-        trace_pop();
-        pthread_mutex_lock(&R->mu);
-        R->allreduce_ms += busy;
-        if (rc && !R->comm_rc) {
-            R->comm_rc = rc;
-            dps_strlcpy(R->comm_err, dps_errmsg(), sizeof R->comm_err);
-        }
-        R->done++;
-        pthread_cond_broadcast(&R->cv);
-    }
-    pthread_mutex_unlock(&R->mu);
-    return NULL;
-}
-
 /* Bucket b's gradients scaled by 1/N into the bucket (in place when the
- * gradients are bucket views), then handed to the communication thread. */
+ * gradients are bucket views), then its all-reduce issued after them. */
 static dps_status launch_bucket(ddp_rank *R, int b)
 {
     const be_ops *o = R->be->ops;
@@ -116,11 +65,7 @@ static dps_status launch_bucket(ddp_rank *R, int b)
                         n * sizeof(float)));
     DPS_TRY(o->scale(R->be, R->st, (int64_t)n, dst, 1.0f / (float)R->nranks));
     DPS_TRY(o->event_record(R->be, R->bk_ev[b], R->st)); /* no host synchronisation */
-    pthread_mutex_lock(&R->mu);
-    R->queue[R->queued++] = b;
-    pthread_cond_broadcast(&R->cv);
-    pthread_mutex_unlock(&R->mu);
-    return DPS_OK;
+    return comm_allreduce_async(R->comm, dst, n, COMM_F32, R->bk_ev[b]);
 }
 
 /* Launches, in index order, every bucket whose gradients are all final. */
@@ -136,16 +81,6 @@ static dps_status grad_hook(void *ctx, int layer)
     ddp_rank *R = ctx;
     R->ready_lo = model_weight_offset(R->cfg->shape, layer);
     return R->cfg->overlap ? launch_ready(R) : DPS_OK;
-}
-
-static dps_status wait_buckets(ddp_rank *R)
-{
-    pthread_mutex_lock(&R->mu);
-    while (R->done < R->nbk && !R->comm_rc) pthread_cond_wait(&R->cv, &R->mu);
-    dps_status rc = R->comm_rc;
-    pthread_mutex_unlock(&R->mu);
-    if (rc) return dps_fail_copy(rc, R->comm_err);
-    return DPS_OK;
 }
 
 static void set_phase(ddp_rank *R, dps_phase ph) { atomic_store(&R->rep->phase, (int)ph); }
@@ -209,7 +144,7 @@ static dps_status init_params(ddp_rank *R)
     if (R->rank == 0) model_init_params(R->cfg->shape, R->cfg->seed, h);
     dps_status rc = o->copy(R->be, R->st, R->params.ptr, R->dev, h, DPS_HOST, pbytes);
     if (!rc) rc = o->stream_sync(R->be, R->st);
-    if (!rc) rc = comm_broadcast(&R->comm, R->params.ptr, pbytes, 0);
+    if (!rc) rc = comm_broadcast(R->comm, R->params.ptr, pbytes, 0);
     for (int k = 0; !rc && k < 2; k++)
         if (R->opt_state[k].ptr) rc = o->memset0(R->be, R->st, R->opt_state[k].ptr, R->opt_state[k].bytes);
     if (!rc) rc = o->stream_sync(R->be, R->st);
@@ -234,33 +169,15 @@ static dps_status rank_setup(ddp_rank *R)
     DPS_TRY(ptimer_init(&R->timer, R->be, 1, &R->dev, &R->st));
     DPS_TRY(make_buckets(R));
     DPS_TRY(alloc_buffers(R));
-#ifdef DPS_HAVE_NCCL
-    if (R->be->kind == BE_CUDA) /* GPU memory: NCCL moves it */
-        DPS_TRY(comm_nccl_init(&R->comm, R->dev, R->cfg->timeout_s * 1e3));
-#endif
-    pthread_mutex_init(&R->mu, NULL);
-    pthread_cond_init(&R->cv, NULL);
-    if (pthread_create(&R->comm_thread, NULL, comm_main, R) != 0)
-        return dps_fail(DPS_ERR_RUNTIME, "rank %d: cannot start the communication thread", R->rank);
-    R->comm_started = 1;
+    comm_params cp = {ddp_shared_comm(R->sh), R->rank, R->be, R->dev, c->timeout_s * 1e3};
+    DPS_TRY(comm_open(&cp, &R->comm));
     return init_params(R);
 }
 
 static void rank_teardown(ddp_rank *R)
 {
     backend *be = R->be;
-    if (R->comm_started) {
-        pthread_mutex_lock(&R->mu);
-        R->stop = 1;
-        pthread_cond_broadcast(&R->cv);
-        pthread_mutex_unlock(&R->mu);
-        pthread_join(R->comm_thread, NULL);
-        pthread_mutex_destroy(&R->mu);
-        pthread_cond_destroy(&R->cv);
-    }
-#ifdef DPS_HAVE_NCCL
-    comm_nccl_free(&R->comm);
-#endif
+    comm_close(R->comm);
     for (int b = 0; R->bk_ev && b < R->nbk; b++)
         if (R->bk_ev[b]) be->ops->event_destroy(be, R->bk_ev[b]);
     free(R->bk_ev);
@@ -311,10 +228,7 @@ static dps_status phase_forward_loss(ddp_rank *R, int step)
 static dps_status phase_backward(ddp_rank *R)
 {
     set_phase(R, PH_BACKWARD);
-    pthread_mutex_lock(&R->mu);
-    R->queued = R->done = 0;
     R->allreduce_ms = 0.0;
-    pthread_mutex_unlock(&R->mu);
     R->next_launch = 0;
     R->ready_lo = R->nparams;
     DPS_TRY(ptimer_begin(&R->timer, 0, PH_BACKWARD));
@@ -334,7 +248,7 @@ static dps_status phase_exposed(ddp_rank *R)
     DPS_TRY(ptimer_begin(&R->timer, 0, PH_ALLREDUCE_EXPOSED));
     R->ready_lo = 0;
     DPS_TRY(launch_ready(R));
-    DPS_TRY(wait_buckets(R));
+    DPS_TRY(comm_wait_async(R->comm, &R->allreduce_ms));
     if (!R->cfg->grad_view)
         DPS_TRY(R->be->ops->copy(R->be, R->st, R->grads.ptr, R->dev, R->bucket_buf.ptr, R->dev,
                                  R->nparams * sizeof(float)));
@@ -378,7 +292,7 @@ static void reset_traffic(ddp_rank *R)
 {
     memset(R->rep->dev.phase_bytes, 0, sizeof R->rep->dev.phase_bytes);
     memset(R->rep->dev.link_bytes, 0, sizeof R->rep->dev.link_bytes);
-    R->comm.bytes_sent = R->comm.bytes_received = 0;
+    R->comm->bytes_sent = R->comm->bytes_received = 0;
 }
 
 /* Memory peaks into the report, so that a rank that is killed has them too. */
@@ -399,28 +313,27 @@ static dps_status rank_loop(ddp_rank *R)
     const dps_config *c = R->cfg;
     ddp_shared *sh = R->sh;
     for (int step = 0; step < c->warmup + c->steps; step++) {
-        atomic_store(&R->rep->beat_us, now_us());
-        atomic_store(&R->rep->step, step);
+        rank_beat_step(R->beat, step);
         if (step == c->warmup) reset_traffic(R);
         model_make_batch(c->shape, c->seed, step, R->row0, R->rows, R->h_x, R->h_labels);
         double ms = 0.0;
         DPS_TRY(config_profile_hook(c, R->be, step, 1));
         DPS_TRY(rank_step(R, step, &ms));
         DPS_TRY(config_profile_hook(c, R->be, step, 0));
-        ddp_loss_sum(sh, R->rank)[step] = *R->h_loss;
+        ddp_shared_loss_sum(sh, R->rank)[step] = *R->h_loss;
         R->rep->losses_done = step + 1;
         DPS_TRY(be_sample_mem(R->be, R->dev));
         record_peaks(R);
         if (step < c->warmup) continue;
         int k = step - c->warmup;
-        ddp_step_ms(sh, R->rank)[k] = ms;
-        float *ph = ddp_phase_ms(sh, R->rank) + (size_t)k * PH_COUNT;
+        ddp_shared_step_ms(sh, R->rank)[k] = ms;
+        float *ph = ddp_shared_phase_ms(sh, R->rank) + (size_t)k * PH_COUNT;
         DPS_TRY(ptimer_read(&R->timer, 0, ph));
         ph[PH_ALLREDUCE] = (float)R->allreduce_ms; /* the buckets' collectives, summed */
         R->rep->steps_done = k + 1;
     }
     if (R->rank == 0)
-        DPS_TRY(R->be->ops->copy(R->be, R->st, ddp_final_params(sh), DPS_HOST, R->params.ptr,
+        DPS_TRY(R->be->ops->copy(R->be, R->st, ddp_shared_params(sh), DPS_HOST, R->params.ptr,
                                  R->dev, R->nparams * sizeof(float)));
     return R->be->ops->stream_sync(R->be, R->st);
 }
@@ -432,27 +345,32 @@ static void rank_report_final(ddp_rank *R)
     int n = R->rep->steps_done;
     record_peaks(R);
     if (n <= 0) return;
-    d->link_bytes[LINK_P2P_SENT] = (double)R->comm.bytes_sent;
-    d->link_bytes[LINK_P2P_RECV] = (double)R->comm.bytes_received;
-    d->phase_bytes[PH_ALLREDUCE] = (double)(R->comm.bytes_sent + R->comm.bytes_received);
+    if (R->comm) {
+        d->link_bytes[LINK_P2P_SENT] = (double)R->comm->bytes_sent;
+        d->link_bytes[LINK_P2P_RECV] = (double)R->comm->bytes_received;
+        d->phase_bytes[PH_ALLREDUCE] = (double)(R->comm->bytes_sent + R->comm->bytes_received);
+    }
     for (int p = 0; p < PH_COUNT; p++) d->phase_bytes[p] /= n;
     for (int l = 0; l < LINK_COUNT; l++) d->link_bytes[l] /= n;
     R->rep->allreduce_bytes = (double)R->nparams * sizeof(float);
 }
 
-dps_status ddp_rank_main(const dps_config *cfg, ddp_shared *sh, int rank)
+/* This rank's failure into its report; whether another rank failed first
+ * (then this one failed because of it) decides which message the run gives. */
+static void report_failure(ddp_rank *R, dps_status rc)
+{
+    R->rep->status = rc;
+    snprintf(R->rep->error, sizeof R->rep->error, "rank %d: %s", R->rank, dps_errmsg());
+    if (R->comm && R->comm->failed) R->rep->secondary = R->comm->secondary;
+    else R->rep->secondary = comm_shared_abort(ddp_shared_comm(R->sh));
+}
+
+dps_status ddp_rank_main(const dps_config *cfg, ddp_shared *sh, int rank, rank_beat *beat)
 {
     ddp_rank *R = calloc(1, sizeof *R);
     if (!R) return dps_fail(DPS_ERR_RUNTIME, "rank %d: out of host memory", rank);
-    R->cfg = cfg;
-    R->sh = sh;
-    R->rank = rank;
-    R->nranks = sh->nranks;
-    R->dev = cfg->devices[rank];
-    R->rep = &sh->rank[rank];
-    atomic_store(&R->rep->beat_us, now_us());
-    atomic_store(&R->rep->state, RANK_RUNNING);
-    comm_init(&R->comm, ddp_comm(sh), rank);
+    *R = (ddp_rank){.cfg = cfg, .sh = sh, .rank = rank, .nranks = sh->nranks,
+                    .dev = cfg->devices[rank], .rep = &sh->rank[rank], .beat = beat};
     char name[32];
     snprintf(name, sizeof name, "ddp-rank-%d", rank);
     trace_name_thread(name);
@@ -466,17 +384,11 @@ dps_status ddp_rank_main(const dps_config *cfg, ddp_shared *sh, int rank)
         be_sample_mem(R->be, R->dev);
         rank_report_final(R);
     }
-    if (rc) {
-        R->rep->status = rc;
-        snprintf(R->rep->error, sizeof R->rep->error, "rank %d: %s", rank, dps_errmsg());
-        R->rep->secondary = atomic_exchange(&ddp_comm(sh)->abort, 1);
-        comm_abort(ddp_comm(sh)); /* the others would wait for this rank forever */
-    }
+    if (rc) report_failure(R, rc);
     if (R->be) {
         rank_teardown(R);
         be_close(R->be);
     }
-    atomic_store(&R->rep->state, rc ? RANK_FAILED : RANK_DONE);
     free(R);
     return rc;
 }

@@ -7,8 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dps_config.h"
-#include "comm.h"
+#include "comm_group.h"
 #include "dp.h"
 #include "metrics.h"
 #include "model.h"
@@ -128,11 +127,8 @@ static dps_status dp_comm_setup(dp_state *st, const int *devs)
     if (c->dp_comm == DPCOMM_P2P || st->be->kind != BE_CUDA || st->nslots < 2 ||
         config_shares_device(c))
         return DPS_OK;
-#ifdef DPS_HAVE_NCCL
-    return comm_group_init(&st->nccl, devs, st->nslots);
-#else
-    return DPS_OK;
-#endif
+    if (!comm_group_available()) return DPS_OK;
+    return comm_group_open(&st->nccl, devs, st->nslots);
 }
 
 static dps_status dp_setup(dp_state *st)
@@ -176,9 +172,7 @@ static void dp_teardown(dp_state *st)
 {
     backend *be = st->be;
     if (st->pool_up) pool_stop(&st->pool);
-#ifdef DPS_HAVE_NCCL
-    comm_group_free(st->nccl);
-#endif
+    comm_group_close(st->nccl);
     ptimer_free(&st->timer);
     for (int i = 0; i < st->nslots; i++) {
         dp_slot *s = &st->s[i];
@@ -244,7 +238,6 @@ static dps_status phase_load(dp_state *st)
 /* One NCCL collective over every slot: broadcast from or reduce onto slot 0. */
 static dps_status nccl_phase(dp_state *st, dps_phase ph)
 {
-#ifdef DPS_HAVE_NCCL
     void *bufs[DPS_MAX_DEVICES], *streams[DPS_MAX_DEVICES];
     size_t bytes = st->nparams * sizeof(float);
     for (int i = 0; i < st->nslots; i++) {
@@ -264,10 +257,6 @@ static dps_status nccl_phase(dp_state *st, dps_phase ph)
                 : comm_group_reduce(st->nccl, bufs, st->nparams, streams));
     for (int i = 0; i < st->nslots; i++) DPS_TRY(ptimer_end(&st->timer, i, ph));
     return DPS_OK;
-#else
-    (void)ph;
-    return dps_fail(DPS_ERR_RUNTIME, "dp: NCCL is not built in");
-#endif
 }
 
 /* Parameters broadcast from device 0 to every other replica, 10 MiB at a time. */

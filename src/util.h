@@ -20,6 +20,7 @@ int dps_parse_bytes(const char *s, uint64_t *out);
 const char *dps_fmt_bytes(uint64_t bytes, char *buf, size_t len);
 
 double dps_now_ms(void);          /* monotonic clock, ms */
+int64_t dps_now_us(void);         /* monotonic clock, us */
 void dps_utc_iso8601(char *buf, size_t len); /* now, "2026-11-30T01:02:03Z" */
 
 /* mkdir -p; DPS_ERR_USAGE with a message when it cannot be created or written. */

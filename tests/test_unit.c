@@ -16,6 +16,7 @@
 #include "bucket.h"
 #include "comm.h"
 #include "ddp.h"
+#include "ranks.h"
 #include "cli.h"
 #include "csv.h"
 #include "dp.h"
@@ -432,35 +433,73 @@ static void test_buckets(void)
 
 static float ring_value(int rank, size_t i) { return (float)((rank * 7 + (int)(i % 13)) % 19); }
 
-/* Child: all-reduce (or broadcast) n elements and compare with the exact sum. */
-static int ring_child(comm_shared *sh, int rank, int nranks, size_t n, comm_dtype dt, int bcast)
+typedef struct ring_case_args {
+    comm_shared *sh;
+    size_t n;
+    comm_dtype dt;
+    int bcast;
+} ring_case_args;
+
+/* A rank's comm on a host backend of nranks emulated devices. */
+static dps_status open_rank(comm_shared *sh, int rank, backend **be, comm **c)
 {
-    comm c;
-    comm_init(&c, sh, rank);
-    c.wait_timeout_ms = 20000;
-    size_t es = dt == COMM_BF16 ? 2 : 4;
-    char *buf = malloc(n * es + 1);
-    for (size_t i = 0; i < n; i++) {
-        float v = bcast ? (rank == 1 ? ring_value(9, i) : -1.0f) : ring_value(rank, i);
-        if (dt == COMM_F32) ((float *)buf)[i] = v;
-        else ((uint16_t *)buf)[i] = dps_f32_to_bf16(v);
-    }
-    dps_status rc = bcast ? comm_broadcast(&c, buf, n * es, 1) : comm_allreduce(&c, buf, n, dt);
-    int bad = rc != DPS_OK;
-    for (size_t i = 0; i < n && !bad; i++) {
+    be_options bo = {.kind = BE_HOST, .host_devices = sh->nranks, .quiet = 1};
+    DPS_TRY(be_open(&bo, be));
+    comm_params cp = {sh, rank, *be, rank, 20000.0};
+    return comm_open(&cp, c);
+}
+
+static int ring_check(const ring_case_args *a, int rank, const char *buf)
+{
+    for (size_t i = 0; i < a->n; i++) {
         float want = 0.0f;
-        if (bcast) want = ring_value(9, i);
+        if (a->bcast) want = ring_value(9, i);
         else
-            for (int r = 0; r < nranks; r++) want += ring_value(r, i);
-        float got = dt == COMM_F32 ? ((float *)buf)[i] : dps_bf16_to_f32(((uint16_t *)buf)[i]);
+            for (int r = 0; r < a->sh->nranks; r++) want += ring_value(r, i);
+        float got = a->dt == COMM_F32 ? ((const float *)buf)[i]
+                                      : dps_bf16_to_f32(((const uint16_t *)buf)[i]);
         if (got != want) {
-            fprintf(stderr, "rank %d/%d n=%zu %s: [%zu] = %g, expected %g\n", rank, nranks, n,
-                    bcast ? "broadcast" : dt == COMM_F32 ? "f32" : "bf16", i, got, want);
-            bad = 1;
+            fprintf(stderr, "rank %d/%d n=%zu %s: [%zu] = %g, expected %g\n", rank, a->sh->nranks,
+                    a->n, a->bcast ? "broadcast" : a->dt == COMM_F32 ? "f32" : "bf16", i, got, want);
+            return 1;
         }
     }
+    return 0;
+}
+
+/* Rank: all-reduce (or broadcast) n elements and compare with the exact sum. */
+static int ring_rank(void *ctx, int rank, rank_beat *beat)
+{
+    (void)beat;
+    const ring_case_args *a = ctx;
+    backend *be = NULL;
+    comm *c = NULL;
+    char *buf = malloc(a->n * comm_dtype_bytes(a->dt) + 1);
+    int bad = !buf || open_rank(a->sh, rank, &be, &c) != DPS_OK;
+    for (size_t i = 0; !bad && i < a->n; i++) {
+        float v = a->bcast ? (rank == 1 ? ring_value(9, i) : -1.0f) : ring_value(rank, i);
+        if (a->dt == COMM_F32) ((float *)buf)[i] = v;
+        else ((uint16_t *)buf)[i] = dps_f32_to_bf16(v);
+    }
+    if (!bad) {
+        dps_status rc = a->bcast ? comm_broadcast(c, buf, a->n * comm_dtype_bytes(a->dt), 1)
+                                 : comm_allreduce(c, buf, a->n, a->dt);
+        bad = rc != DPS_OK || ring_check(a, rank, buf);
+    }
+    comm_close(c);
+    if (be) be_close(be);
     free(buf);
     return bad;
+}
+
+static void run_ranks(int nranks, int (*rank_main)(void *, int, rank_beat *), void *ctx,
+                      const char *what)
+{
+    ranks_spec spec = {.nranks = nranks, .rank_main = rank_main, .ctx = ctx, .timeout_s = 60};
+    if (ranks_run(&spec) != DPS_OK) {
+        fprintf(stderr, "%s with %d ranks: %s\n", what, nranks, dps_errmsg());
+        failures++;
+    }
 }
 
 static void ring_case(int nranks, size_t n, comm_dtype dt, int bcast)
@@ -470,20 +509,8 @@ static void ring_case(int nranks, size_t n, comm_dtype dt, int bcast)
     EXPECT(sh != MAP_FAILED);
     if (sh == MAP_FAILED) return;
     comm_shared_init(sh, nranks);
-    pid_t pid[8];
-    fflush(NULL);
-    for (int r = 0; r < nranks; r++) {
-        pid[r] = fork();
-        if (pid[r] == 0) _exit(ring_child(sh, r, nranks, n, dt, bcast));
-    }
-    for (int r = 0; r < nranks; r++) {
-        int ws = 0;
-        waitpid(pid[r], &ws, 0);
-        if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
-            fprintf(stderr, "ring: %d ranks, n=%zu: rank %d failed\n", nranks, n, r);
-            failures++;
-        }
-    }
+    ring_case_args a = {sh, n, dt, bcast};
+    run_ranks(nranks, ring_rank, &a, "ring");
     munmap(sh, bytes);
 }
 
@@ -585,6 +612,80 @@ static void test_nvml(void)
     be_close(be);
 }
 
+/* Rank 1 aborts the group; rank 0's collective in flight fails, and so does
+ * every later one (blocking and async), with the same message. */
+static int abort_rank(void *ctx, int rank, rank_beat *beat)
+{
+    (void)beat;
+    comm_shared *sh = ctx;
+    if (rank == 1) {
+        comm_shared_abort(sh);
+        return 0;
+    }
+    backend *be = NULL;
+    comm *c = NULL;
+    float buf[64] = {0};
+    char first[DPS_ERRMSG_MAX];
+    if (open_rank(sh, rank, &be, &c)) return 1;
+    int bad = comm_allreduce(c, buf, 64, COMM_F32) == DPS_OK;
+    dps_strlcpy(first, dps_errmsg(), sizeof first);
+    bad |= strstr(first, "aborted") == NULL;
+    /* the flag cleared, only the comm's own memory of the failure stops the
+     * calls below (without it they would wait and time out differently) */
+    atomic_store(&sh->abort, 0);
+    c->timeout_ms = 100.0;
+    bad |= comm_allreduce(c, buf, 64, COMM_F32) == DPS_OK || strcmp(dps_errmsg(), first) != 0;
+    bad |= comm_broadcast(c, buf, sizeof buf, 0) == DPS_OK || strcmp(dps_errmsg(), first) != 0;
+    bad |= comm_barrier(c) == DPS_OK;
+    be_event *ev = NULL;
+    bad |= be->ops->event_create(be, 0, &ev) != DPS_OK;
+    bad |= comm_allreduce_async(c, buf, 64, COMM_F32, ev) == DPS_OK;
+    double busy = 0.0;
+    bad |= comm_wait_async(c, &busy) == DPS_OK || strcmp(dps_errmsg(), first) != 0;
+    if (bad) fprintf(stderr, "comm_abort: a collective after the abort did not fail with '%s'\n", first);
+    if (ev) be->ops->event_destroy(be, ev);
+    comm_close(c);
+    be_close(be);
+    return bad;
+}
+
+/* Every async all-reduce issued before a wait is done after it, in order. */
+static int async_rank(void *ctx, int rank, rank_beat *beat)
+{
+    (void)beat;
+    comm_shared *sh = ctx;
+    backend *be = NULL;
+    comm *c = NULL;
+    be_event *ev = NULL;
+    float buf[3][100];
+    if (open_rank(sh, rank, &be, &c) || be->ops->event_create(be, rank, &ev)) return 1;
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < 100; i++) buf[k][i] = (float)(rank + k * i);
+    int bad = 0;
+    for (int k = 0; k < 3; k++) bad |= comm_allreduce_async(c, buf[k], 100, COMM_F32, ev) != DPS_OK;
+    double busy = 0.0;
+    bad |= comm_wait_async(c, &busy) != DPS_OK || !(busy >= 0.0);
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < 100; i++) bad |= buf[k][i] != (float)(0 + 1 + 2 * k * i);
+    be->ops->event_destroy(be, ev);
+    comm_close(c);
+    be_close(be);
+    return bad;
+}
+
+static void test_comm_abort(void)
+{
+    size_t bytes = comm_shared_bytes(2);
+    comm_shared *sh = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    EXPECT(sh != MAP_FAILED);
+    if (sh == MAP_FAILED) return;
+    comm_shared_init(sh, 2);
+    run_ranks(2, async_rank, sh, "async all-reduce");
+    comm_shared_init(sh, 2);
+    run_ranks(2, abort_rank, sh, "abort");
+    munmap(sh, bytes);
+}
+
 int main(int argc, char **argv)
 {
     static const struct { const char *name; void (*fn)(void); } groups[] = {
@@ -592,7 +693,7 @@ int main(int argc, char **argv)
         {"parse", test_parse}, {"presets", test_presets}, {"elementwise", test_elementwise},
         {"gradients", test_gradients}, {"rel_diff", test_rel_diff},
         {"accounting", test_accounting}, {"buckets", test_buckets}, {"ring", test_ring},
-        {"suite", test_suite}, {"nvml", test_nvml},
+        {"suite", test_suite}, {"nvml", test_nvml}, {"comm_abort", test_comm_abort},
     };
     int ran = 0;
     for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++)

@@ -1,49 +1,28 @@
-/* Host collectives over shared memory (see comm.h). All-reduce is NCCL's
- * ring: reduce-scatter then all-gather over nranks chunks, each step sending
- * one chunk to the next rank. Messages are at most COMM_SLOT_BYTES and go
- * through two slots per rank (double buffering); a rank waits on a futex
- * for its predecessor's next message or its successor's acknowledgement. */
+/* The shared-memory ring (see comm_impl.h): collectives between rank
+ * processes on one machine through mailboxes in the group's region, with
+ * NCCL's ring algorithm. All-reduce is reduce-scatter then all-gather over
+ * nranks chunks, each step sending one chunk to the next rank. Messages are
+ * at most COMM_SLOT_BYTES and go through two slots per rank (double
+ * buffering); a rank waits on a futex for its predecessor's next message or
+ * its successor's acknowledgement. Buffers are host memory: the host
+ * backend's devices. */
 #include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "dps_config.h"
-#include "comm.h"
+#include "comm_impl.h"
 #include "util.h"
 
-size_t comm_shared_bytes(int nranks)
-{
-    size_t head = (sizeof(comm_shared) + 63) & ~(size_t)63;
-    return head + (size_t)nranks * 2 * COMM_SLOT_BYTES;
-}
+typedef struct ring {
+    uint32_t sent, received;   /* messages this rank published / consumed */
+} ring;
 
-void comm_shared_init(comm_shared *sh, int nranks)
-{
-    memset(sh, 0, sizeof *sh);
-    sh->nranks = nranks;
-    sh->data_offset = (sizeof(comm_shared) + 63) & ~(size_t)63;
-}
-
-void comm_init(comm *c, comm_shared *sh, int rank)
-{
-    memset(c, 0, sizeof *c);
-    c->sh = sh;
-    c->rank = rank;
-    c->nranks = sh->nranks;
-}
-
-void comm_abort(comm_shared *sh)
-{
-    atomic_store(&sh->abort, 1);
-    for (int r = 0; r < sh->nranks; r++) {
-        syscall(SYS_futex, &sh->box[r].seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
-        syscall(SYS_futex, &sh->box[r].ack, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
-    }
-}
+static ring *ring_of(comm *c) { return c->impl; }
 
 static char *slot(comm *c, int rank, uint32_t msg)
 {
@@ -55,7 +34,7 @@ static dps_status wait_ge(comm *c, _Atomic uint32_t *w, uint32_t target, const c
 {
     for (int spin = 0; spin < 256; spin++)
         if ((int32_t)(atomic_load_explicit(w, memory_order_acquire) - target) >= 0) return DPS_OK;
-    atomic_store(&c->sh->box[c->rank].waiting, 1);
+    comm_shared_waiting(c->sh, c->rank, 1);
     double start = dps_now_ms();
     dps_status rc = DPS_OK;
     for (;;) {
@@ -66,15 +45,15 @@ static dps_status wait_ge(comm *c, _Atomic uint32_t *w, uint32_t target, const c
                           c->rank, what);
             break;
         }
-        if (c->wait_timeout_ms > 0 && dps_now_ms() - start > c->wait_timeout_ms) {
+        if (c->timeout_ms > 0 && dps_now_ms() - start > c->timeout_ms) {
             rc = dps_fail(DPS_ERR_TIMEOUT, "rank %d: no %s within %.0f ms", c->rank, what,
-                          c->wait_timeout_ms);
+                          c->timeout_ms);
             break;
         }
         struct timespec ts = {0, 50 * 1000 * 1000};
         syscall(SYS_futex, w, FUTEX_WAIT, cur, &ts, NULL, 0);
     }
-    atomic_store(&c->sh->box[c->rank].waiting, 0);
+    comm_shared_waiting(c->sh, c->rank, 0);
     return rc;
 }
 
@@ -87,7 +66,7 @@ static void publish(_Atomic uint32_t *w, uint32_t value)
 /* Next message slot of this rank, once the successor has freed it. */
 static dps_status send_begin(comm *c, char **dst)
 {
-    uint32_t k = c->sent;
+    uint32_t k = ring_of(c)->sent;
     if (k >= 2) DPS_TRY(wait_ge(c, &c->sh->box[c->rank].ack, k - 1, "acknowledgement from the next rank"));
     *dst = slot(c, c->rank, k);
     return DPS_OK;
@@ -95,28 +74,26 @@ static dps_status send_begin(comm *c, char **dst)
 
 static void send_end(comm *c, size_t bytes)
 {
-    c->sent++;
+    ring_of(c)->sent++;
     c->bytes_sent += bytes;
-    publish(&c->sh->box[c->rank].seq, c->sent);
+    publish(&c->sh->box[c->rank].seq, ring_of(c)->sent);
 }
 
 static dps_status recv_begin(comm *c, const char **src)
 {
     int prev = (c->rank + c->nranks - 1) % c->nranks;
-    DPS_TRY(wait_ge(c, &c->sh->box[prev].seq, c->received + 1, "data from the previous rank"));
-    *src = slot(c, prev, c->received);
+    DPS_TRY(wait_ge(c, &c->sh->box[prev].seq, ring_of(c)->received + 1, "data from the previous rank"));
+    *src = slot(c, prev, ring_of(c)->received);
     return DPS_OK;
 }
 
 static void recv_end(comm *c, size_t bytes)
 {
     int prev = (c->rank + c->nranks - 1) % c->nranks;
-    c->received++;
+    ring_of(c)->received++;
     c->bytes_received += bytes;
-    publish(&c->sh->box[prev].ack, c->received);
+    publish(&c->sh->box[prev].ack, ring_of(c)->received);
 }
-
-static size_t dtype_size(comm_dtype dt) { return dt == COMM_BF16 ? 2 : 4; }
 
 static void add_into(void *dst, const void *src, size_t n, comm_dtype dt)
 {
@@ -145,7 +122,7 @@ static void chunk_range(size_t n, int nranks, int i, size_t *begin, size_t *end)
 static dps_status ring_step(comm *c, char *buf, size_t n, comm_dtype dt, int out, int in,
                             int reduce)
 {
-    size_t es = dtype_size(dt), per = COMM_SLOT_BYTES / es;
+    size_t es = comm_dtype_bytes(dt), per = COMM_SLOT_BYTES / es;
     size_t longest = (n + (size_t)c->nranks - 1) / (size_t)c->nranks;
     size_t pieces = (longest + per - 1) / per;
     size_t ob, oe, ib, ie;
@@ -168,13 +145,10 @@ static dps_status ring_step(comm *c, char *buf, size_t n, comm_dtype dt, int out
     return DPS_OK;
 }
 
-dps_status comm_allreduce(comm *c, void *buf, size_t n, comm_dtype dt)
+static dps_status ring_allreduce(comm *c, void *buf, size_t n, comm_dtype dt)
 {
     int N = c->nranks, r = c->rank;
     if (N == 1 || n == 0) return DPS_OK;
-#ifdef DPS_HAVE_NCCL
-    if (c->nccl) return comm_nccl_allreduce(c, buf, n, dt);
-#endif
     for (int s = 0; s < N - 1; s++) /* reduce-scatter */
         DPS_TRY(ring_step(c, buf, n, dt, (r - s + 2 * N) % N, (r - s - 1 + 2 * N) % N, 1));
     for (int s = 0; s < N - 1; s++) /* all-gather */
@@ -183,13 +157,10 @@ dps_status comm_allreduce(comm *c, void *buf, size_t n, comm_dtype dt)
 }
 
 /* Pipelined ring broadcast: each rank but the last forwards every piece. */
-dps_status comm_broadcast(comm *c, void *buf, size_t bytes, int root)
+static dps_status ring_broadcast(comm *c, void *buf, size_t bytes, int root)
 {
     int N = c->nranks;
     if (N == 1 || bytes == 0) return DPS_OK;
-#ifdef DPS_HAVE_NCCL
-    if (c->nccl) return comm_nccl_broadcast(c, buf, bytes, root);
-#endif
     int last = (root + N - 1) % N;
     for (size_t off = 0; off < bytes; off += COMM_SLOT_BYTES) {
         size_t len = bytes - off < COMM_SLOT_BYTES ? bytes - off : COMM_SLOT_BYTES;
@@ -210,8 +181,42 @@ dps_status comm_broadcast(comm *c, void *buf, size_t bytes, int root)
     return DPS_OK;
 }
 
-dps_status comm_reduce(comm *c, void *buf, size_t n, comm_dtype dt, int root)
+static dps_status ring_reduce(comm *c, void *buf, size_t n, comm_dtype dt, int root)
 {
     (void)root; /* the ring all-reduce leaves the sum on every rank, root included */
-    return comm_allreduce(c, buf, n, dt);
+    return ring_allreduce(c, buf, n, dt);
 }
+
+/* Every rank sends one empty message around the ring and gets one back. */
+static dps_status ring_barrier(comm *c)
+{
+    float token = 0.0f;
+    return ring_allreduce(c, &token, 1, COMM_F32);
+}
+
+static void ring_destroy(comm *c)
+{
+    free(c->impl);
+    c->impl = NULL;
+}
+
+static const comm_ops ring_ops = {
+    .name = "ring-shm",
+    .allreduce = ring_allreduce,
+    .broadcast = ring_broadcast,
+    .reduce = ring_reduce,
+    .barrier = ring_barrier,
+    .destroy = ring_destroy,
+};
+
+static int ring_suits(const backend *be) { return be->kind == BE_HOST; }
+
+static dps_status ring_open(comm *c)
+{
+    c->impl = calloc(1, sizeof(ring));
+    if (!c->impl) return dps_fail(DPS_ERR_RUNTIME, "rank %d: out of host memory for the ring", c->rank);
+    c->ops = &ring_ops;
+    return DPS_OK;
+}
+
+const comm_impl comm_ring_impl = {"ring-shm", ring_suits, ring_open};
