@@ -31,14 +31,15 @@ __global__ void gelu_bwd_kernel(int64_t n, const float *dh, const float *pre, fl
     GRID_STRIDE(i, n) dpre[i] = dh[i] * dps_gelu_grad(pre[i]);
 }
 
-/* One thread per column, rows summed in order: deterministic. */
+/* One thread per column (grid-stride: grid_for caps the grid), rows summed
+ * in order: deterministic. */
 __global__ void col_sum_kernel(int rows, int cols, const float *x, float *out)
 {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= cols) return;
-    float acc = 0.0f;
-    for (int r = 0; r < rows; r++) acc += x[(int64_t)r * cols + c];
-    out[c] = acc;
+    GRID_STRIDE(c, cols) {
+        float acc = 0.0f;
+        for (int r = 0; r < rows; r++) acc += x[(int64_t)r * cols + c];
+        out[c] = acc;
+    }
 }
 
 __device__ float block_reduce(float v, float (*op)(float, float), float init)

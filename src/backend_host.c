@@ -4,6 +4,7 @@
  * thread, so a stream is only a device tag and an event a timestamp.
  * GEMM goes through CBLAS (OpenBLAS, one thread per calling thread). */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,11 +21,28 @@
 struct be_stream { int dev; };
 struct be_event { int dev; double t_ms; int recorded; };
 
-static dps_status host_set_device(backend *be, int dev) { (void)be; (void)dev; return DPS_OK; }
+/* The process whose first device call made the emulated context. As with
+ * CUDA, a child forked after its parent made one cannot use the devices
+ * (CUDA answers cudaErrorInitializationError): emulating the rule makes a
+ * parent that touches devices before forking fail here, not first on a GPU. */
+static _Atomic pid_t context_pid;
+
+static dps_status host_context(int dev)
+{
+    pid_t me = getpid(), owner = 0;
+    if (atomic_compare_exchange_strong(&context_pid, &owner, me) || owner == me) return DPS_OK;
+    return dps_fail(DPS_ERR_RUNTIME, "host backend: device %d used in process %d, forked after "
+                    "process %d had initialised the devices (CUDA forbids this: "
+                    "cudaErrorInitializationError); use devices only in the forked processes",
+                    dev, (int)me, (int)owner);
+}
+
+static dps_status host_set_device(backend *be, int dev) { (void)be; return host_context(dev); }
 
 static dps_status host_raw_alloc(backend *be, int dev, size_t bytes, void **p)
 {
     (void)be;
+    DPS_TRY(host_context(dev));
     size_t rounded = (bytes + 63) & ~(size_t)63;
     *p = aligned_alloc(64, rounded);
     if (!*p) return dps_fail(DPS_ERR_OOM, "host memory exhausted (device %d)", dev);
@@ -43,6 +61,7 @@ static void host_host_free(backend *be, void *p) { (void)be; free(p); }
 static dps_status host_stream_create(backend *be, int dev, be_stream **s)
 {
     (void)be;
+    DPS_TRY(host_context(dev));
     *s = calloc(1, sizeof **s);
     if (!*s) return dps_fail(DPS_ERR_RUNTIME, "out of host memory creating a stream");
     (*s)->dev = dev;
@@ -55,6 +74,7 @@ static dps_status host_stream_sync(backend *be, be_stream *s) { (void)be; (void)
 static dps_status host_event_create(backend *be, int dev, be_event **e)
 {
     (void)be;
+    DPS_TRY(host_context(dev));
     *e = calloc(1, sizeof **e);
     if (!*e) return dps_fail(DPS_ERR_RUNTIME, "out of host memory creating an event");
     (*e)->dev = dev;

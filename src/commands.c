@@ -12,6 +12,7 @@
 #include "version.h"
 #include "commands.h"
 #include "commbench.h"
+#include "ranks.h"
 #include "links.h"
 #include "results.h"
 #include "run.h"
@@ -170,7 +171,26 @@ static uint64_t links_bytes(const cli_args *a, const backend *be)
     return a->nsizes ? a->sizes[0] : be->emulated ? (16u << 20) : (256u << 20);
 }
 
-/* A sweep measures the links of the devices it uses once per folder. */
+typedef struct links_job {
+    backend *be;
+    const results_dir *rd;
+    int ndev;
+    uint64_t bytes;
+} links_job;
+
+static int links_child(void *ctx, int rank, rank_beat *beat)
+{
+    (void)rank;
+    links_job *j = ctx;
+    rank_beat_step(beat, 0);
+    if (!measure_links(j->be, j->rd, j->ndev, j->bytes, 5, 0)) return 0;
+    dps_warn("link matrix not measured: %s", dps_errmsg());
+    return 1;
+}
+
+/* A sweep measures the links of the devices it uses once per folder, in a
+ * child process: the sweep's parent stays free of CUDA, so that the
+ * configurations it forks can use the GPUs. */
 static void sweep_links(cli_args *a, backend *be, const results_dir *rd, sweep_item *items, int n)
 {
     char path[DPS_PATH_MAX + 32];
@@ -179,8 +199,10 @@ static void sweep_links(cli_args *a, backend *be, const results_dir *rd, sweep_i
     for (int i = 0; i < n; i++)
         if (!items[i].skip[0] && items[i].cfg.ngpus > most) most = items[i].cfg.ngpus;
     if (a->no_links || dps_file_exists(path)) return;
-    if (most > be->ndev) most = be->ndev;
-    if (measure_links(be, rd, most, links_bytes(a, be), 5, 0))
+    links_job job = {be, rd, most > be->ndev ? be->ndev : most, links_bytes(a, be)};
+    ranks_spec spec = {.nranks = 1, .rank_main = links_child, .ctx = &job,
+                       .timeout_s = a->config_timeout_s};
+    if (ranks_run(&spec) && !dps_interrupted())
         dps_warn("link matrix not measured: %s", dps_errmsg());
 }
 

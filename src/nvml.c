@@ -1,6 +1,7 @@
 /* NVML through dlopen (see nvml.h). The few types used are declared here
  * with NVML's layout, so no NVML header is needed to build. */
 #include <dlfcn.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,8 @@ typedef struct nvml_field {  /* nvmlFieldValue_t */
 } nvml_field;
 
 enum { FI_NVLINK_TX = 138, FI_NVLINK_RX = 139, PCIE_TX = 0, PCIE_RX = 1, CLOCK_SM = 1 };
+#define NVML_NVLINK_ALL UINT_MAX   /* scope_id of a field summed over every link */
+#define NVML_NVLINK_MAX_LINKS 18   /* NVML_NVLINK_MAX_LINKS in nvml.h */
 
 static struct {
     pthread_once_t once;
@@ -80,16 +83,36 @@ struct nvml_sampler {
     pthread_mutex_t mu;
 };
 
-static int nvlink_kib(nvml_dev d, unsigned long long out[2])
+/* TX and RX KiB of NVLink field reads with scope_id `scope` (a link, or
+ * NVML_NVLINK_ALL for the sum over links). */
+static int nvlink_read(nvml_dev d, unsigned scope, unsigned long long out[2])
 {
     nvml_field f[2];
     memset(f, 0, sizeof f);
     f[0].field_id = FI_NVLINK_TX;
     f[1].field_id = FI_NVLINK_RX;
+    f[0].scope_id = f[1].scope_id = scope;
     if (!nv.fields || nv.fields(d, 2, f) != 0 || f[0].ret != 0 || f[1].ret != 0) return 0;
     out[0] = f[0].value.ull;
     out[1] = f[1].value.ull;
     return 1;
+}
+
+/* Data KiB over every NVLink of the device (an H100 or H200 has 18): the
+ * aggregate scope where the driver has it, else link by link. */
+static int nvlink_kib(nvml_dev d, unsigned long long out[2])
+{
+    if (nvlink_read(d, NVML_NVLINK_ALL, out)) return 1;
+    unsigned long long link[2];
+    int any = 0;
+    out[0] = out[1] = 0;
+    for (unsigned l = 0; l < NVML_NVLINK_MAX_LINKS; l++)
+        if (nvlink_read(d, l, link)) {
+            out[0] += link[0];
+            out[1] += link[1];
+            any = 1;
+        }
+    return any;
 }
 
 static void sample(nvml_sampler *s, int i, double dt_s)

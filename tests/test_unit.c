@@ -686,6 +686,34 @@ static void test_comm_abort(void)
     munmap(sh, bytes);
 }
 
+static int child_uses_device(void *ctx, int rank, rank_beat *beat)
+{
+    (void)rank, (void)beat;
+    backend *be = ctx;
+    be_stream *st = NULL;
+    dps_status rc = be->ops->stream_create(be, 0, &st);
+    if (st) be->ops->stream_destroy(be, st);
+    return rc == DPS_OK ? 0 : 3;
+}
+
+/* The host backend keeps CUDA's rule: devices used by a parent cannot be
+ * used by a child it forks afterwards; a child of a parent that never used
+ * them can. */
+static void test_context(void)
+{
+    backend *be = NULL;
+    be_options bo = {.kind = BE_HOST, .host_devices = 2, .quiet = 1};
+    EXPECT(be_open(&bo, &be) == DPS_OK);
+    if (!be) return;
+    ranks_spec spec = {.nranks = 1, .rank_main = child_uses_device, .ctx = be, .timeout_s = 30};
+    EXPECT(ranks_run(&spec) == DPS_OK);
+    be_stream *st = NULL;
+    EXPECT(be->ops->stream_create(be, 0, &st) == DPS_OK);
+    EXPECT(ranks_run(&spec) != DPS_OK && strstr(dps_errmsg(), "exited with status 3"));
+    be->ops->stream_destroy(be, st);
+    be_close(be);
+}
+
 int main(int argc, char **argv)
 {
     static const struct { const char *name; void (*fn)(void); } groups[] = {
@@ -694,6 +722,7 @@ int main(int argc, char **argv)
         {"gradients", test_gradients}, {"rel_diff", test_rel_diff},
         {"accounting", test_accounting}, {"buckets", test_buckets}, {"ring", test_ring},
         {"suite", test_suite}, {"nvml", test_nvml}, {"comm_abort", test_comm_abort},
+        {"context", test_context},
     };
     int ran = 0;
     for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++)
