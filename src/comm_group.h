@@ -23,4 +23,10 @@ dps_status comm_group_broadcast(comm_group *g, void *const *bufs, size_t count,
 dps_status comm_group_reduce(comm_group *g, void *const *bufs, size_t count,
                              void *const *streams) __attribute__((warn_unused_result));
 
+/* Waits until every device's stream is idle, polling the communicators'
+ * asynchronous errors; a failure or timeout_ms (0: none) aborts them, and
+ * every later call fails with the first message. */
+dps_status comm_group_sync(comm_group *g, void *const *streams, double timeout_ms)
+    __attribute__((warn_unused_result));
+
 #endif

@@ -2,14 +2,18 @@
  * group is issued between ncclGroupStart and ncclGroupEnd; an error inside
  * still closes the group before it is returned. */
 #include <stdlib.h>
+#include <time.h>
 #include <nccl.h>
 
 #include "comm_group.h"
 #include "cuda_check.h"
+#include "util.h"
 
 struct comm_group {
     int n;
     ncclComm_t comm[DPS_MAX_DEVICES];
+    dps_status failed;                 /* after an abort: every call returns it */
+    char failed_msg[DPS_ERRMSG_MAX];
 };
 
 int comm_group_available(void) { return 1; }
@@ -31,8 +35,50 @@ dps_status comm_group_open(comm_group **out, const int *devs, int n)
 void comm_group_close(comm_group *g)
 {
     if (!g) return;
-    for (int i = 0; i < g->n; i++) ncclCommDestroy(g->comm[i]);
+    for (int i = 0; i < g->n; i++) {
+        if (g->failed) ncclCommAbort(g->comm[i]); /* never block on pending work */
+        else ncclCommDestroy(g->comm[i]);
+    }
     free(g);
+}
+
+/* Aborts every communicator and keeps the message for later calls. */
+static dps_status group_abort(comm_group *g, dps_status rc)
+{
+    g->failed = rc;
+    dps_strlcpy(g->failed_msg, dps_errmsg(), sizeof g->failed_msg);
+    return rc;
+}
+
+/* Device i's state: 1 idle, 0 busy, or a failure (message set). */
+static int stream_state(comm_group *g, int i, void *const *streams, dps_status *rc)
+{
+    cudaError_t q = cudaStreamQuery((cudaStream_t)streams[i]);
+    if (q == cudaSuccess) return 1;
+    ncclResult_t async = ncclSuccess;
+    ncclCommGetAsyncError(g->comm[i], &async);
+    if (q != cudaErrorNotReady) *rc = dps_cuda_fail(q, __FILE__, __LINE__, "cudaStreamQuery");
+    else if (dps_nccl_failed(async)) *rc = dps_nccl_fail(async, __FILE__, __LINE__, "NCCL (asynchronous)");
+    return 0;
+}
+
+dps_status comm_group_sync(comm_group *g, void *const *streams, double timeout_ms)
+{
+    if (g->failed) return dps_fail_copy(g->failed, g->failed_msg);
+    double start = dps_now_ms();
+    for (;;) {
+        int idle = 0;
+        dps_status rc = DPS_OK;
+        for (int i = 0; i < g->n && !rc; i++) idle += stream_state(g, i, streams, &rc);
+        if (rc) return group_abort(g, rc);
+        if (idle == g->n) return DPS_OK;
+        if (timeout_ms > 0 && dps_now_ms() - start > timeout_ms)
+            return group_abort(g, dps_fail(DPS_ERR_TIMEOUT, "dp: the devices' work with NCCL "
+                                           "collectives did not end within --timeout %.0f s",
+                                           timeout_ms / 1e3));
+        struct timespec ts = {0, 200 * 1000};
+        nanosleep(&ts, NULL);
+    }
 }
 
 /* One collective per device, grouped; the first error is returned after
@@ -40,6 +86,7 @@ void comm_group_close(comm_group *g)
 static dps_status grouped(comm_group *g, int reduce, void *const *bufs, size_t count,
                           void *const *streams)
 {
+    if (g->failed) return dps_fail_copy(g->failed, g->failed_msg);
     ncclResult_t first = ncclGroupStart();
     if (dps_nccl_failed(first)) return dps_nccl_fail(first, __FILE__, __LINE__, "ncclGroupStart");
     for (int i = 0; i < g->n && !dps_nccl_failed(first); i++)

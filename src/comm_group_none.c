@@ -26,3 +26,9 @@ dps_status comm_group_reduce(comm_group *g, void *const *bufs, size_t count, voi
     (void)g, (void)bufs, (void)count, (void)streams;
     return dps_fail(DPS_ERR_RUNTIME, "dp: NCCL is not built in");
 }
+
+dps_status comm_group_sync(comm_group *g, void *const *streams, double timeout_ms)
+{
+    (void)g, (void)streams, (void)timeout_ms;
+    return dps_fail(DPS_ERR_RUNTIME, "dp: NCCL is not built in");
+}

@@ -302,10 +302,10 @@ static dps_status phase_gather(dp_state *st)
     for (int i = 0; i < st->nslots; i++) {
         dp_slot *s = &st->s[i];
         DPS_TRY(st->be->ops->stream_wait(st->be, s0->st, st->timer.ev[i][PH_FORWARD][1]));
-        if (i) DPS_TRY(ptimer_begin(&st->timer, i, PH_GATHER));
+        if (i) DPS_TRY(ptimer_begin_on(&st->timer, i, PH_GATHER, 0)); /* copies run on slot 0's stream */
         DPS_TRY(p2p(st, PH_GATHER, 0, (float *)st->logits_full.ptr + s->row0 * classes, i,
-                    s->logits.ptr, (size_t)s->rows * classes * 4, s0->st));
-        if (i) DPS_TRY(ptimer_end(&st->timer, i, PH_GATHER));
+                    s->logits.ptr, (size_t)s->rows * classes * sizeof(float), s0->st));
+        if (i) DPS_TRY(ptimer_end_on(&st->timer, i, PH_GATHER, 0));
     }
     return ptimer_end(&st->timer, 0, PH_GATHER);
 }
@@ -347,7 +347,7 @@ static dps_status phase_reduce(dp_state *st)
     for (int i = 1; i < st->nslots; i++) {
         dp_slot *s = &st->s[i];
         DPS_TRY(be->ops->stream_wait(be, s0->st, st->timer.ev[i][PH_BACKWARD][1]));
-        DPS_TRY(ptimer_begin(&st->timer, i, PH_REDUCE));
+        DPS_TRY(ptimer_begin_on(&st->timer, i, PH_REDUCE, 0)); /* copies and adds on slot 0's stream */
         for (size_t off = 0; off < total; off += DP_COALESCE_BYTES) {
             size_t len = total - off < DP_COALESCE_BYTES ? total - off : DP_COALESCE_BYTES;
             DPS_TRY(p2p(st, PH_REDUCE, 0, st->staging.ptr, i, (char *)s->grads.ptr + off,
@@ -355,7 +355,7 @@ static dps_status phase_reduce(dp_state *st)
             DPS_TRY(be->ops->add(be, s0->st, (int64_t)(len / 4),
                                  (float *)((char *)s0->grads.ptr + off), st->staging.ptr));
         }
-        DPS_TRY(ptimer_end(&st->timer, i, PH_REDUCE));
+        DPS_TRY(ptimer_end_on(&st->timer, i, PH_REDUCE, 0));
     }
     return ptimer_end(&st->timer, 0, PH_REDUCE);
 }
@@ -375,6 +375,19 @@ static dps_status phase_optimizer(dp_state *st, int step)
         DPS_TRY(be->ops->adamw(be, s0->st, n, s0->params.ptr, s0->grads.ptr,
                                st->opt_state[0].ptr, st->opt_state[1].ptr, hp));
     return ptimer_end(&st->timer, 0, PH_OPTIMIZER);
+}
+
+/* Every device idle; with NCCL, polling its errors and --timeout (a hung
+ * collective ends the configuration instead of the process). */
+static dps_status dp_sync(dp_state *st)
+{
+    if (st->nccl) {
+        void *streams[DPS_MAX_DEVICES];
+        for (int i = 0; i < st->nslots; i++) streams[i] = st->be->ops->native_stream(st->be, st->s[i].st);
+        return comm_group_sync(st->nccl, streams, st->cfg->timeout_s * 1e3);
+    }
+    for (int i = 0; i < st->nslots; i++) DPS_TRY(st->be->ops->stream_sync(st->be, st->s[i].st));
+    return DPS_OK;
 }
 
 typedef dps_status (*phase_fn)(dp_state *);
@@ -403,7 +416,7 @@ static dps_status dp_step(dp_state *st, int step, double *step_ms)
         rc = phase_optimizer(st, step);
         trace_pop();
     }
-    for (int i = 0; !rc && i < st->nslots; i++) rc = st->be->ops->stream_sync(st->be, st->s[i].st);
+    if (!rc) rc = dp_sync(st);
     *step_ms = dps_now_ms() - t0;
     trace_pop();
     return rc;

@@ -65,6 +65,7 @@ dps_status ptimer_init(phase_timer *t, backend *be, int nslots, const int *devs,
     t->nslots = nslots;
     for (int s = 0; s < nslots; s++) {
         t->stream[s] = streams[s];
+        t->dev[s] = devs[s];
         for (int p = 0; p < PH_COUNT; p++)
             for (int k = 0; k < 2; k++) {
                 dps_status rc = be->ops->event_create(be, devs[s], &t->ev[s][p][k]);
@@ -82,11 +83,19 @@ void ptimer_free(phase_timer *t)
     for (int s = 0; s < t->nslots; s++)
         for (int p = 0; p < PH_COUNT; p++)
             for (int k = 0; k < 2; k++)
-                if (t->ev[s][p][k]) t->be->ops->event_destroy(t->be, t->ev[s][p][k]);
+                for (int on = 0; on < 2; on++) {
+                    be_event *e = on ? t->ev_on[s][p][k] : t->ev[s][p][k];
+                    if (e) t->be->ops->event_destroy(t->be, e);
+                }
     memset(t->ev, 0, sizeof t->ev);
+    memset(t->ev_on, 0, sizeof t->ev_on);
 }
 
-void ptimer_reset(phase_timer *t) { memset(t->used, 0, sizeof t->used); }
+void ptimer_reset(phase_timer *t)
+{
+    memset(t->used, 0, sizeof t->used);
+    memset(t->on_other, 0, sizeof t->on_other);
+}
 
 dps_status ptimer_begin(phase_timer *t, int slot, dps_phase ph)
 {
@@ -99,12 +108,38 @@ dps_status ptimer_end(phase_timer *t, int slot, dps_phase ph)
     return t->be->ops->event_record(t->be, t->ev[slot][ph][1], t->stream[slot]);
 }
 
+/* Events of (slot, ph) on slot `where`'s device: an event is recorded
+ * only on a stream of its own device. Made on first use. */
+static dps_status events_on(phase_timer *t, int slot, dps_phase ph, int where)
+{
+    for (int k = 0; k < 2; k++)
+        if (!t->ev_on[slot][ph][k])
+            DPS_TRY(t->be->ops->event_create(t->be, t->dev[where], &t->ev_on[slot][ph][k]));
+    return DPS_OK;
+}
+
+dps_status ptimer_begin_on(phase_timer *t, int slot, dps_phase ph, int where)
+{
+    if (where == slot) return ptimer_begin(t, slot, ph);
+    DPS_TRY(events_on(t, slot, ph, where));
+    t->used[slot][ph] = 1;
+    t->on_other[slot][ph] = 1;
+    return t->be->ops->event_record(t->be, t->ev_on[slot][ph][0], t->stream[where]);
+}
+
+dps_status ptimer_end_on(phase_timer *t, int slot, dps_phase ph, int where)
+{
+    if (where == slot) return ptimer_end(t, slot, ph);
+    return t->be->ops->event_record(t->be, t->ev_on[slot][ph][1], t->stream[where]);
+}
+
 dps_status ptimer_read(phase_timer *t, int slot, float *ms)
 {
     for (int p = 0; p < PH_COUNT; p++) {
         ms[p] = 0.0f;
-        if (t->used[slot][p])
-            DPS_TRY(t->be->ops->event_ms(t->be, t->ev[slot][p][0], t->ev[slot][p][1], &ms[p]));
+        if (!t->used[slot][p]) continue;
+        be_event *const *ev = t->on_other[slot][p] ? t->ev_on[slot][p] : t->ev[slot][p];
+        DPS_TRY(t->be->ops->event_ms(t->be, ev[0], ev[1], &ms[p]));
     }
     return DPS_OK;
 }
