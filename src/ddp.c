@@ -105,16 +105,16 @@ static dps_status alloc_buffers(ddp_rank *R)
     DPS_TRY(be_buf_alloc(be, d, pbytes, "optimizer state", &R->opt_state[0]));
     if (R->cfg->optimizer == OPT_ADAMW)
         DPS_TRY(be_buf_alloc(be, d, pbytes, "optimizer state", &R->opt_state[1]));
-    DPS_TRY(be_buf_alloc(be, d, rows * (size_t)m.width * 4, "input shard", &R->x));
-    DPS_TRY(be_buf_alloc(be, d, rows * 4, "labels", &R->labels));
-    DPS_TRY(be_buf_alloc(be, d, rows * (size_t)m.classes * 4, "logits", &R->logits));
-    DPS_TRY(be_buf_alloc(be, d, rows * (size_t)m.classes * 4, "logits gradient", &R->dlogits));
-    DPS_TRY(be_buf_alloc(be, d, rows * 4, "per-token loss", &R->row_loss));
-    DPS_TRY(be_buf_alloc(be, d, 4, "loss", &R->loss));
+    DPS_TRY(be_buf_alloc(be, d, rows * (size_t)m.width * sizeof(float), "input shard", &R->x));
+    DPS_TRY(be_buf_alloc(be, d, rows * sizeof(int32_t), "labels", &R->labels));
+    DPS_TRY(be_buf_alloc(be, d, rows * (size_t)m.classes * sizeof(float), "logits", &R->logits));
+    DPS_TRY(be_buf_alloc(be, d, rows * (size_t)m.classes * sizeof(float), "logits gradient", &R->dlogits));
+    DPS_TRY(be_buf_alloc(be, d, rows * sizeof(float), "per-token loss", &R->row_loss));
+    DPS_TRY(be_buf_alloc(be, d, sizeof(float), "loss", &R->loss));
     DPS_TRY(model_acts_alloc(be, d, m, R->rows, &R->acts));
-    DPS_TRY(be->ops->host_alloc(be, rows * (size_t)m.width * 4, (void **)&R->h_x));
-    DPS_TRY(be->ops->host_alloc(be, rows * 4, (void **)&R->h_labels));
-    return be->ops->host_alloc(be, 4, (void **)&R->h_loss);
+    DPS_TRY(be->ops->host_alloc(be, rows * (size_t)m.width * sizeof(float), (void **)&R->h_x));
+    DPS_TRY(be->ops->host_alloc(be, rows * sizeof(int32_t), (void **)&R->h_labels));
+    return be->ops->host_alloc(be, sizeof(float), (void **)&R->h_loss);
 }
 
 static dps_status make_buckets(ddp_rank *R)
@@ -194,7 +194,7 @@ static void rank_teardown(ddp_rank *R)
 
 static dps_status phase_load(ddp_rank *R)
 {
-    size_t xb = (size_t)R->rows * (size_t)R->cfg->shape.width * 4, lb = (size_t)R->rows * 4;
+    size_t xb = (size_t)R->rows * (size_t)R->cfg->shape.width * sizeof(float), lb = (size_t)R->rows * sizeof(int32_t);
     const be_ops *o = R->be->ops;
     DPS_TRY(ptimer_begin(&R->timer, 0, PH_LOAD));
     DPS_TRY(o->copy(R->be, R->st, R->x.ptr, R->dev, R->h_x, DPS_HOST, xb));
@@ -221,7 +221,7 @@ static dps_status phase_forward_loss(ddp_rank *R, int step)
     DPS_TRY(o->xent(R->be, R->st, R->rows, m.classes, R->logits.ptr, R->labels.ptr,
                     (float)R->nranks / (float)R->rows_total, R->dlogits.ptr, R->row_loss.ptr));
     DPS_TRY(o->sum(R->be, R->st, R->rows, R->row_loss.ptr, R->loss.ptr));
-    DPS_TRY(o->copy(R->be, R->st, R->h_loss, DPS_HOST, R->loss.ptr, R->dev, 4));
+    DPS_TRY(o->copy(R->be, R->st, R->h_loss, DPS_HOST, R->loss.ptr, R->dev, sizeof(float)));
     return ptimer_end(&R->timer, 0, PH_LOSS);
 }
 

@@ -83,13 +83,13 @@ static dps_status alloc_slot(dp_state *st, int i, size_t pbytes)
     DPS_TRY(be_buf_alloc(be, s->dev, pbytes, i ? "replica parameters" : "parameters", &s->params));
     DPS_TRY(be_buf_alloc(be, s->dev, pbytes, "gradients", &s->grads));
     if (i) {
-        DPS_TRY(be_buf_alloc(be, s->dev, rows * (size_t)m.width * 4, "input chunk", &s->x));
-        DPS_TRY(be_buf_alloc(be, s->dev, rows * (size_t)m.classes * 4, "logits gradient chunk",
+        DPS_TRY(be_buf_alloc(be, s->dev, rows * (size_t)m.width * sizeof(float), "input chunk", &s->x));
+        DPS_TRY(be_buf_alloc(be, s->dev, rows * (size_t)m.classes * sizeof(float), "logits gradient chunk",
                              &s->dlogits));
         s->xv = s->x.ptr;
         s->dlogitsv = s->dlogits.ptr;
     }
-    DPS_TRY(be_buf_alloc(be, s->dev, rows * (size_t)m.classes * 4, "replica logits", &s->logits));
+    DPS_TRY(be_buf_alloc(be, s->dev, rows * (size_t)m.classes * sizeof(float), "replica logits", &s->logits));
     return model_acts_alloc(be, s->dev, m, s->rows, &s->acts);
 }
 
@@ -104,12 +104,12 @@ static dps_status alloc_primary(dp_state *st, size_t pbytes)
     DPS_TRY(be_buf_alloc(be, d0, pbytes, "optimizer state", &st->opt_state[0]));
     if (st->cfg->optimizer == OPT_ADAMW)
         DPS_TRY(be_buf_alloc(be, d0, pbytes, "optimizer state", &st->opt_state[1]));
-    DPS_TRY(be_buf_alloc(be, d0, n * (size_t)m.width * 4, "input batch", &st->x_full));
-    DPS_TRY(be_buf_alloc(be, d0, n * 4, "labels", &st->labels_full));
-    DPS_TRY(be_buf_alloc(be, d0, n * (size_t)m.classes * 4, "gathered logits", &st->logits_full));
-    DPS_TRY(be_buf_alloc(be, d0, n * (size_t)m.classes * 4, "logits gradient", &st->dlogits_full));
-    DPS_TRY(be_buf_alloc(be, d0, n * 4, "per-token loss", &st->row_loss));
-    DPS_TRY(be_buf_alloc(be, d0, 4, "loss", &st->loss));
+    DPS_TRY(be_buf_alloc(be, d0, n * (size_t)m.width * sizeof(float), "input batch", &st->x_full));
+    DPS_TRY(be_buf_alloc(be, d0, n * sizeof(int32_t), "labels", &st->labels_full));
+    DPS_TRY(be_buf_alloc(be, d0, n * (size_t)m.classes * sizeof(float), "gathered logits", &st->logits_full));
+    DPS_TRY(be_buf_alloc(be, d0, n * (size_t)m.classes * sizeof(float), "logits gradient", &st->dlogits_full));
+    DPS_TRY(be_buf_alloc(be, d0, n * sizeof(float), "per-token loss", &st->row_loss));
+    DPS_TRY(be_buf_alloc(be, d0, sizeof(float), "loss", &st->loss));
     if (st->nslots > 1) {
         size_t stage = pbytes < DP_COALESCE_BYTES ? pbytes : DP_COALESCE_BYTES;
         DPS_TRY(be_buf_alloc(be, d0, stage, "reduce staging buffer", &st->staging));
@@ -162,9 +162,9 @@ static dps_status dp_setup(dp_state *st)
     for (int i = 1; i < st->nslots; i++) DPS_TRY(alloc_slot(st, i, pbytes));
     DPS_TRY(dp_comm_setup(st, devs));
     size_t n = (size_t)st->rows_total;
-    DPS_TRY(be->ops->host_alloc(be, n * (size_t)c->shape.width * 4, (void **)&st->h_x));
-    DPS_TRY(be->ops->host_alloc(be, n * 4, (void **)&st->h_labels));
-    DPS_TRY(be->ops->host_alloc(be, 4, (void **)&st->h_loss));
+    DPS_TRY(be->ops->host_alloc(be, n * (size_t)c->shape.width * sizeof(float), (void **)&st->h_x));
+    DPS_TRY(be->ops->host_alloc(be, n * sizeof(int32_t), (void **)&st->h_labels));
+    DPS_TRY(be->ops->host_alloc(be, sizeof(float), (void **)&st->h_loss));
     return DPS_OK;
 }
 
@@ -212,7 +212,7 @@ static dps_status dp_worker(void *ctx, int slot, int job)
             rc = be->ops->stream_wait(be, s->st, st->timer.ev[0][PH_LOSS][1]);
             if (!rc) rc = be->ops->copy(be, s->st, s->dlogits.ptr, s->dev,
                                         (float *)st->dlogits_full.ptr + s->row0 * m.classes,
-                                        st->s[0].dev, (size_t)s->rows * m.classes * 4);
+                                        st->s[0].dev, (size_t)s->rows * m.classes * sizeof(float));
         }
         if (!rc) rc = model_backward(be, s->st, m, s->params.ptr, &s->acts, s->rows, s->xv,
                                      s->dlogitsv, s->grads.ptr, NULL, NULL);
@@ -227,11 +227,11 @@ static dps_status phase_load(dp_state *st)
     backend *be = st->be;
     dp_slot *s0 = &st->s[0];
     size_t n = (size_t)st->rows_total;
-    size_t xb = n * (size_t)st->cfg->shape.width * 4;
+    size_t xb = n * (size_t)st->cfg->shape.width * sizeof(float);
     DPS_TRY(ptimer_begin(&st->timer, 0, PH_LOAD));
     DPS_TRY(be->ops->copy(be, s0->st, st->x_full.ptr, s0->dev, st->h_x, DPS_HOST, xb));
-    DPS_TRY(be->ops->copy(be, s0->st, st->labels_full.ptr, s0->dev, st->h_labels, DPS_HOST, n * 4));
-    count(st, 0, PH_LOAD, LINK_H2D, xb + n * 4);
+    DPS_TRY(be->ops->copy(be, s0->st, st->labels_full.ptr, s0->dev, st->h_labels, DPS_HOST, n * sizeof(int32_t)));
+    count(st, 0, PH_LOAD, LINK_H2D, xb + n * sizeof(int32_t));
     return ptimer_end(&st->timer, 0, PH_LOAD);
 }
 
@@ -287,7 +287,7 @@ static dps_status phase_scatter(dp_state *st)
         dp_slot *s = &st->s[i];
         DPS_TRY(ptimer_begin(&st->timer, i, PH_SCATTER));
         DPS_TRY(p2p(st, PH_SCATTER, i, s->x.ptr, 0, (float *)st->x_full.ptr + s->row0 * width,
-                    (size_t)s->rows * width * 4, s->st));
+                    (size_t)s->rows * width * sizeof(float), s->st));
         DPS_TRY(ptimer_end(&st->timer, i, PH_SCATTER));
     }
     return ptimer_end(&st->timer, 0, PH_SCATTER);
@@ -320,15 +320,15 @@ static dps_status phase_loss(dp_state *st)
     DPS_TRY(be->ops->xent(be, s0->st, n, classes, st->logits_full.ptr, st->labels_full.ptr,
                           1.0f / (float)n, st->dlogits_full.ptr, st->row_loss.ptr));
     DPS_TRY(be->ops->sum(be, s0->st, n, st->row_loss.ptr, st->loss.ptr));
-    DPS_TRY(be->ops->copy(be, s0->st, st->h_loss, DPS_HOST, st->loss.ptr, s0->dev, 4));
-    count(st, 0, PH_LOSS, LINK_D2H, 4);
+    DPS_TRY(be->ops->copy(be, s0->st, st->h_loss, DPS_HOST, st->loss.ptr, s0->dev, sizeof(float)));
+    count(st, 0, PH_LOSS, LINK_D2H, sizeof(float));
     return ptimer_end(&st->timer, 0, PH_LOSS);
 }
 
 static dps_status phase_backward(dp_state *st)
 {
     DPS_TRY(pool_run(&st->pool, JOB_BACKWARD));
-    size_t row_bytes = (size_t)st->cfg->shape.classes * 4;
+    size_t row_bytes = (size_t)st->cfg->shape.classes * sizeof(float);
     for (int i = 1; i < st->nslots; i++) {
         count(st, 0, PH_BACKWARD, LINK_P2P_SENT, (size_t)st->s[i].rows * row_bytes);
         count(st, i, PH_BACKWARD, LINK_P2P_RECV, (size_t)st->s[i].rows * row_bytes);
@@ -352,7 +352,7 @@ static dps_status phase_reduce(dp_state *st)
             size_t len = total - off < DP_COALESCE_BYTES ? total - off : DP_COALESCE_BYTES;
             DPS_TRY(p2p(st, PH_REDUCE, 0, st->staging.ptr, i, (char *)s->grads.ptr + off,
                         len, s0->st));
-            DPS_TRY(be->ops->add(be, s0->st, (int64_t)(len / 4),
+            DPS_TRY(be->ops->add(be, s0->st, (int64_t)(len / sizeof(float)),
                                  (float *)((char *)s0->grads.ptr + off), st->staging.ptr));
         }
         DPS_TRY(ptimer_end_on(&st->timer, i, PH_REDUCE, 0));

@@ -64,9 +64,9 @@ dps_status gemm_reference(backend *be, int dev, model_shape s, int rows, double 
     dps_buf x = {0}, w = {0}, y = {0};
     be_stream *st = NULL;
     dps_status rc = o->stream_create(be, dev, &st);
-    if (!rc) rc = be_buf_alloc(be, dev, (size_t)rows * big * 4, "GEMM reference", &x);
-    if (!rc) rc = be_buf_alloc(be, dev, (size_t)d * big * 4, "GEMM reference", &w);
-    if (!rc) rc = be_buf_alloc(be, dev, (size_t)rows * big * 4, "GEMM reference", &y);
+    if (!rc) rc = be_buf_alloc(be, dev, (size_t)rows * big * sizeof(float), "GEMM reference", &x);
+    if (!rc) rc = be_buf_alloc(be, dev, (size_t)d * big * sizeof(float), "GEMM reference", &w);
+    if (!rc) rc = be_buf_alloc(be, dev, (size_t)rows * big * sizeof(float), "GEMM reference", &y);
     if (!rc) rc = o->memset0(be, st, x.ptr, x.bytes);
     if (!rc) rc = o->memset0(be, st, w.ptr, w.bytes);
     double times[6];
