@@ -543,7 +543,7 @@ def case_plot(fixture):
         write(os.path.join(folder, "runs.csv"),
               "\n".join(",".join(c for i, c in enumerate(l.split(",")) if i != col) for l in runs) + "\n")
         p = plot(folder, os.path.join(tmp, "out2"))
-        expect(p.returncode == 2 and "runs.csv: missing column(s) samples_per_s" in p.stderr, p.stderr)
+        expect(p.returncode == 2 and "runs.csv:1: missing column(s) samples_per_s" in p.stderr, p.stderr)
         bad = runs[:]
         cells = bad[1].split(",")
         cells[col] = "fast"
