@@ -44,6 +44,9 @@ COLUMNS = {
 # The keys of meta.json (src/results.c).
 META_KEYS = ["dpscale_version", "git_describe", "command_line", "start_time", "end_time", "host",
              "os", "backend", "emulated", "note", "devices", "topology", "versions"]
+# The fields of meta.json's "versions", one per library (be_version_fields in
+# src/backend.c); "" where one does not apply.
+VERSIONS = ["driver", "runtime", "cublas", "nccl", "nccl_build", "blas"]
 
 
 class InputError(Exception):

@@ -77,7 +77,7 @@ def read_table(path):
 
 def read_folder(folder):
     """(runs, devices, steps, phases, meta) of a results folder that dpscale
-    wrote, checked: every column and meta.json key, one devices.csv row per
+    wrote, checked: every column, meta.json key and version field, one devices.csv row per
     device, one steps.csv row per rank and step of each ok configuration
     (steps.csv is absent when none stepped), consistent step times."""
     steps_path = os.path.join(folder, "steps.csv")
@@ -86,6 +86,8 @@ def read_folder(folder):
     steps = read_table(steps_path) if os.path.exists(steps_path) else []
     meta = dpsresults.read_meta(folder, required=dpsresults.META_KEYS)
     expect(meta["end_time"], "meta.json has no end_time")
+    missing = [k for k in dpsresults.VERSIONS if k not in meta["versions"]]
+    expect(not missing, f"meta.json: versions lacks {missing}")
     dev_of, steps_of = dpsresults.by_config(devices), dpsresults.by_config(steps)
     for r in runs:
         ng = int(r["ngpus"])

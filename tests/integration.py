@@ -10,8 +10,8 @@ import sys
 import tempfile
 import time
 
-from helpers import (SCRIPTS, Failure, copy_fixture, dpscale, expect, expect_exit, png_size,
-                     read_folder, read_table, run_case, script, write)
+from helpers import (SCRIPTS, Failure, copy_fixture, dpscale, dpsresults, expect, expect_exit,
+                     png_size, read_folder, read_table, run_case, script, write)
 
 
 def case_check(binary, ngpus, optimizer, batch, *extra, mode="dp"):
@@ -235,6 +235,21 @@ def case_cuda_absent(binary):
     return 0
 
 
+def case_info(binary):
+    """dpscale info lists every version that meta.json records, one field a line."""
+    with tempfile.TemporaryDirectory() as out:
+        dpscale(binary, "run", "--model", "tiny", "--steps", "1", out=out, check_rc=0)
+        meta = read_folder(os.path.join(out, "t"))[4]
+    p = subprocess.run([binary, "info", "--backend", "host"], capture_output=True, text=True)
+    expect_exit(p, 0)
+    lines = p.stdout.split("versions:\n", 1)[-1].splitlines()
+    expect(meta["versions"]["blas"], f"meta.json names no BLAS: {meta['versions']}")
+    for key in dpsresults.VERSIONS:
+        value = meta["versions"][key]
+        expect(not value or any(l.startswith("  ") and l.endswith(" " + value) for l in lines),
+               f"info does not list {key} {value!r}:\n{p.stdout}")
+
+
 def case_gpu(binary, mode, precision, *devices):
     """On a GPU: dp/ddp train as one device does (--check). Skipped (77) without one."""
     p = subprocess.run([binary, "info", "--backend", "cuda"], capture_output=True, text=True)
@@ -456,7 +471,7 @@ def case_plot(fixture):
         expect_exit(p, 2, "runs.csv: no such file")
 
 
-CASES = {"gpu": case_gpu, "links": case_links, "profile_sh": case_profile_sh, "ab": case_ab, "check": case_check, "comm_bench": case_comm_bench, "plot": case_plot,
+CASES = {"gpu": case_gpu, "info": case_info, "links": case_links, "profile_sh": case_profile_sh, "ab": case_ab, "check": case_check, "comm_bench": case_comm_bench, "plot": case_plot,
          "sweep_failures": case_sweep_failures, "sweep_timeout": case_sweep_timeout,
          "sweep_resume": case_sweep_resume, "sweep_skipped": case_sweep_skipped, "ddp_check": case_ddp_check, "ddp_balance": case_ddp_balance,
          "fault": case_fault, "interrupt": case_interrupt, "ddp_oom": case_ddp_oom,
