@@ -25,7 +25,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
 from dpsresults import (InputError, by_config, integer, number, read_folder,  # noqa: E402
-                        read_meta)
+                        read_meta, versions)
 
 LOWER, HIGHER = "lower", "higher"
 METRICS = [("step_ms", LOWER), ("samples_per_s", HIGHER), ("busbw_gbps", HIGHER)]
@@ -151,12 +151,9 @@ class RunFolder:
         """What must be equal for two folders to be comparable."""
         devs = self.meta.get("devices") or []
         first = next(iter(self.runs.values()))
-        versions = self.meta.get("versions") or {}
-        cuda = versions.get("cuda") or versions.get("backend", "")
-        driver = cuda.split(",")[0] if cuda.startswith("CUDA driver") else ""
         return {"backend": self.meta.get("backend", first["backend"]),
                 "device": devs[0].get("name", "") if devs else "",
-                "device count": len(devs), "driver": driver}
+                "device count": len(devs), "driver": versions(self.meta)["driver"]}
 
     def samples(self, cid, metric):
         """Per-step samples of a metric (one per step: the slowest rank's)."""

@@ -7,6 +7,7 @@ import csv
 import json
 import math
 import os
+import re
 
 # The phases of a step, in steps.csv's order (dps_phase_names in src/config.c).
 PHASES = ["load", "replicate", "scatter", "forward", "gather", "loss", "backward", "reduce",
@@ -47,6 +48,8 @@ META_KEYS = ["dpscale_version", "git_describe", "command_line", "start_time", "e
 # The fields of meta.json's "versions", one per library (be_version_fields in
 # src/backend.c); "" where one does not apply.
 VERSIONS = ["driver", "runtime", "cublas", "nccl", "nccl_build", "blas"]
+# The one line that held the CUDA versions before those fields existed.
+OLD_CUDA_LINE = re.compile(r"CUDA driver ([^,]*), runtime ([^,]*), cuBLAS ([^,]*), NCCL (.*)$")
 
 
 class InputError(Exception):
@@ -154,3 +157,22 @@ def read_meta(folder, required=(), missing_ok=False):
     if missing:
         raise InputError(f"{path}: missing key(s) {', '.join(missing)}")
     return meta
+
+
+def versions(meta):
+    """{field: version} of a meta.json for each of VERSIONS: its own fields,
+    or in a folder written before they existed, read from the one-line forms
+    ("cuda", or "backend" on the cuda backend; "backend" names the BLAS of
+    any other)."""
+    v = meta.get("versions") or {}
+    if "driver" in v:
+        return {k: str(v.get(k, "")) for k in VERSIONS}
+    out = dict.fromkeys(VERSIONS, "")
+    out["nccl_build"] = str(v.get("nccl_build", ""))
+    backend = str(v.get("backend", ""))
+    cuda = OLD_CUDA_LINE.match(str(v.get("cuda", "")) or backend)
+    if cuda:
+        out.update(zip(["driver", "runtime", "cublas", "nccl"], cuda.groups()))
+    if not OLD_CUDA_LINE.match(backend):
+        out["blas"] = backend
+    return out

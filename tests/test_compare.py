@@ -179,6 +179,31 @@ def case_drift():
                f"two runs: {st[(cid, 'step_ms')]}, exit {p.returncode}")
 
 
+def case_versions():
+    """A folder with meta.json's version fields compares with one that has only
+    the older one-line forms (the fixture's); a different driver refuses."""
+    old = dpsresults.read_meta(FIXTURE)["versions"]
+    want = {"driver": "none", "runtime": "13.0", "cublas": "13.1.0", "nccl": "2.28.9",
+            "nccl_build": "22809", "blas": old["backend"]}
+    expect(dpsresults.versions({"versions": old}) == want, f"older fields read as "
+           f"{dpsresults.versions({'versions': old})}")
+    on_cuda = {"backend": old["cuda"], "nccl_build": "22809"}
+    expect(dpsresults.versions({"versions": on_cuda}) == {**want, "blas": ""},
+           "the cuda backend's one-line form")
+    with tempfile.TemporaryDirectory() as tmp:
+        cur = copy(tmp)
+        path = os.path.join(cur, "meta.json")
+        meta = json.load(open(path))
+        meta["versions"] = dict(want)
+        json.dump(meta, open(path, "w"))
+        p, st = report(FIXTURE, cur, tmp)
+        expect_exit(p, 0)
+        expect(st and all(s == "SAME" for s in st.values()), f"statuses {st}")
+        meta["versions"]["driver"] = "580.65"
+        json.dump(meta, open(path, "w"))
+        expect_exit(run(FIXTURE, cur), 2, "driver differs: 'none' in the baseline, '580.65' now")
+
+
 def case_utest():
     mw = compare.mann_whitney
     # exact: complete separation of 3 and 3 is 1 of 20 arrangements each side
