@@ -17,12 +17,15 @@ Exit status: 0 pass or warn, 1 regression, 2 bad input. Standard library
 only (matplotlib for --plot).
 """
 import argparse
-import csv
 import json
 import math
 import os
 import sys
 from xml.sax.saxutils import escape, quoteattr
+
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+from dpsresults import (InputError, by_config, integer, number, read_folder,  # noqa: E402
+                        read_meta, versions)
 
 LOWER, HIGHER = "lower", "higher"
 METRICS = [("step_ms", LOWER), ("samples_per_s", HIGHER), ("busbw_gbps", HIGHER)]
@@ -33,10 +36,6 @@ STEPS_COLS = ["config_id", "step", "rank", "step_ms", "allreduce_ms"]
 DEVICES_COLS = ["config_id", "device", "alloc_peak_bytes", "device_peak_bytes"]
 MEM_REL, MEM_ABS = 0.02, 64 << 20
 NOISY = 0.10
-
-
-class InputError(Exception):
-    pass
 
 
 # ---- statistics -------------------------------------------------------------
@@ -133,100 +132,53 @@ def exact_u_counts(n1, n2):
 
 # ---- input ------------------------------------------------------------------
 
-def read_csv(path, required):
-    if not os.path.exists(path):
-        raise InputError(f"{path}: no such file")
-    with open(path, newline="") as f:
-        reader = csv.DictReader(f)
-        if not reader.fieldnames:
-            raise InputError(f"{path}:1: empty file (no header)")
-        missing = [c for c in required if c not in reader.fieldnames]
-        if missing:
-            raise InputError(f"{path}:1: missing column(s) {', '.join(missing)}")
-        rows = []
-        for line, row in enumerate(reader, start=2):
-            if None in row or None in row.values():
-                raise InputError(f"{path}:{line}: wrong number of fields")
-            row["_line"] = line
-            rows.append(row)
-    return rows
-
-
-def num(row, col, path, allow_empty=False):
-    v = row[col]
-    if v == "" and allow_empty:
-        return None
-    try:
-        x = float(v)
-    except ValueError:
-        raise InputError(f"{path}:{row['_line']}: column {col} is not a number: {v!r}")
-    if math.isnan(x) or math.isinf(x):
-        raise InputError(f"{path}:{row['_line']}: column {col} is not finite: {v!r}")
-    return x
-
-
 class RunFolder:
     """One results folder: its runs, raw per-step samples and memory."""
 
     def __init__(self, folder):
         self.folder = folder
-        self.runs_path = os.path.join(folder, "runs.csv")
-        self.steps_path = os.path.join(folder, "steps.csv")
-        self.devices_path = os.path.join(folder, "devices.csv")
-        runs = read_csv(self.runs_path, RUNS_COLS)
+        files = read_folder(folder, {"runs.csv": RUNS_COLS, "steps.csv": STEPS_COLS,
+                                     "devices.csv": DEVICES_COLS})
+        runs = files["runs.csv"]
         if not runs:
-            raise InputError(f"{self.runs_path}: no configuration rows")
+            raise InputError(f"{runs.path}: no configuration rows")
         self.runs = {r["config_id"]: r for r in runs}
-        self.steps = {}
-        for s in read_csv(self.steps_path, STEPS_COLS):
-            self.steps.setdefault(s["config_id"], []).append(s)
-        self.devices = {}
-        for d in read_csv(self.devices_path, DEVICES_COLS):
-            self.devices.setdefault(d["config_id"], []).append(d)
-        meta_path = os.path.join(folder, "meta.json")
-        self.meta = {}
-        if os.path.exists(meta_path):
-            try:
-                with open(meta_path) as f:
-                    self.meta = json.load(f)
-            except ValueError as e:
-                raise InputError(f"{meta_path}: not JSON: {e}")
+        self.steps = by_config(files["steps.csv"])
+        self.devices = by_config(files["devices.csv"])
+        self.meta = read_meta(folder, missing_ok=True)
 
     def machine(self):
         """What must be equal for two folders to be comparable."""
         devs = self.meta.get("devices") or []
         first = next(iter(self.runs.values()))
-        versions = self.meta.get("versions") or {}
-        cuda = versions.get("cuda") or versions.get("backend", "")
-        driver = cuda.split(",")[0] if cuda.startswith("CUDA driver") else ""
         return {"backend": self.meta.get("backend", first["backend"]),
                 "device": devs[0].get("name", "") if devs else "",
-                "device count": len(devs), "driver": driver}
+                "device count": len(devs), "driver": versions(self.meta)["driver"]}
 
     def samples(self, cid, metric):
         """Per-step samples of a metric (one per step: the slowest rank's)."""
         run = self.runs[cid]
         by_step = {}
         for s in self.steps.get(cid, []):
-            step = int(num(s, "step", self.steps_path))
-            t = num(s, "step_ms", self.steps_path)
-            ar = num(s, "allreduce_ms", self.steps_path, allow_empty=True) or 0.0
+            step = integer(s, "step")
+            t = number(s, "step_ms")
+            ar = number(s, "allreduce_ms", allow_empty=True) or 0.0
             prev = by_step.get(step, (0.0, 0.0))
             by_step[step] = (max(prev[0], t), max(prev[1], ar))
         vals = [by_step[k] for k in sorted(by_step)]
         if metric == "step_ms":
             return [v[0] for v in vals]
         if metric == "samples_per_s":
-            batch = num(run, "global_batch", self.runs_path)
+            batch = number(run, "global_batch")
             return [batch / (v[0] * 1e-3) for v in vals if v[0] > 0]
-        n = int(num(run, "ngpus", self.runs_path))
+        n = integer(run, "ngpus")
         if run["mode"] != "ddp" or n < 2:
             return []
-        nbytes = num(run, "params", self.runs_path) * 4
+        nbytes = number(run, "params") * 4
         return [nbytes / (v[1] * 1e-3) / 1e9 * 2 * (n - 1) / n for v in vals if v[1] > 0]
 
     def memory(self, cid, col):
-        return {int(num(d, "device", self.devices_path)): num(d, col, self.devices_path)
+        return {integer(d, "device"): number(d, col)
                 for d in self.devices.get(cid, [])}
 
 
@@ -254,7 +206,6 @@ class Results:
         self.runs = {}
         for part in self.parts:
             self.runs.update(part.runs)
-        self.runs_path = self.newest.runs_path
         self.meta = self.newest.meta
 
     def machine(self):

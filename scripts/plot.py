@@ -8,12 +8,13 @@ Reads columns by name and refuses a file that lacks one (exit 2). Runs under
 Debian's /usr/bin/python3 with python3-matplotlib.
 """
 import argparse
-import csv
-import json
 import math
 import os
 import sys
 from collections import defaultdict
+
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+from dpsresults import InputError, integer, number, read_folder, read_meta  # noqa: E402
 
 RUNS_COLS = ["config_id", "status", "backend", "mode", "ngpus", "model", "precision",
              "optimizer", "global_batch", "scaling", "samples_per_s", "step_ms_median"]
@@ -25,56 +26,23 @@ PHASE_ORDER = ["load", "replicate", "scatter", "forward", "gather", "loss", "bac
 MODE_COLOR = {"dp": "#d62728", "ddp": "#1f77b4"}
 
 
-class InputError(Exception):
-    pass
-
-
-def read_csv(path, required):
-    if not os.path.exists(path):
-        raise InputError(f"{path}: no such file (is this a dpscale results folder?)")
-    with open(path, newline="") as f:
-        reader = csv.DictReader(f)
-        header = reader.fieldnames or []
-        missing = [c for c in required if c not in header]
-        if missing:
-            raise InputError(f"{path}: missing column(s) {', '.join(missing)}")
-        rows = []
-        for line, row in enumerate(reader, start=2):
-            if None in row or None in row.values():
-                raise InputError(f"{path}:{line}: wrong number of fields")
-            rows.append(row)
-    return rows
-
-
-def number(row, col, path):
-    try:
-        return float(row[col])
-    except ValueError:
-        raise InputError(f"{path}: {row.get('config_id', '?')}: column {col} is not a number: "
-                         f"{row[col]!r}")
-
-
 class Folder:
     def __init__(self, path):
         self.path = path
-        self.runs_path = os.path.join(path, "runs.csv")
-        runs = read_csv(self.runs_path, RUNS_COLS)
-        self.runs = [r for r in runs if r["status"] == "ok"]
+        files = read_folder(path, {"runs.csv": RUNS_COLS, "devices.csv": DEVICES_COLS,
+                                   "phases.csv": PHASES_COLS, "links.csv": LINKS_COLS},
+                            optional=("links.csv",))
+        self.runs_path = files["runs.csv"].path
+        self.runs = [r for r in files["runs.csv"] if r["status"] == "ok"]
         if not self.runs:
             raise InputError(f"{self.runs_path}: no configuration with status ok to draw")
         for r in self.runs:
-            r["_n"] = int(number(r, "ngpus", self.runs_path))
-            r["_sps"] = number(r, "samples_per_s", self.runs_path)
-        self.devices = read_csv(os.path.join(path, "devices.csv"), DEVICES_COLS)
-        self.phases = read_csv(os.path.join(path, "phases.csv"), PHASES_COLS)
-        links = os.path.join(path, "links.csv")
-        self.links = read_csv(links, LINKS_COLS) if os.path.exists(links) else None
-        meta_path = os.path.join(path, "meta.json")
-        try:
-            with open(meta_path) as f:
-                self.meta = json.load(f)
-        except (OSError, ValueError) as e:
-            raise InputError(f"{meta_path}: {e}")
+            r["_n"] = integer(r, "ngpus")
+            r["_sps"] = number(r, "samples_per_s")
+        self.devices = files["devices.csv"]
+        self.phases = files["phases.csv"]
+        self.links = files["links.csv"]
+        self.meta = read_meta(path)
         devs = self.meta.get("devices") or [{}]
         self.device = devs[0].get("name", "unknown device")
         self.backend = self.meta.get("backend", self.runs[0]["backend"])
@@ -161,7 +129,7 @@ def plot_scaling(plt, folder, out, efficiency=False):
 def peaks_by_config(folder):
     peaks = defaultdict(dict)
     for d in folder.devices:
-        peaks[d["config_id"]][int(d["device"])] = number(d, "alloc_peak_bytes", "devices.csv")
+        peaks[d["config_id"]][integer(d, "device")] = number(d, "alloc_peak_bytes")
     return peaks
 
 
@@ -231,7 +199,7 @@ def plot_phases(plt, folder, out):
     med = defaultdict(dict)
     for p in folder.phases:
         if p["device"] == "0":
-            med[p["config_id"]][p["phase"]] = number(p, "median_ms", "phases.csv")
+            med[p["config_id"]][p["phase"]] = number(p, "median_ms")
     keys = sorted({(r["model"], r["precision"]) for r in folder.runs})
     fig, axes = grid(plt, len(keys), width=6.0, height=4.4)
     cmap = plt.get_cmap("tab10")
@@ -270,7 +238,7 @@ def plot_links(plt, folder, out):
     for k, method in enumerate(methods):
         mine = sorted((r for r in bw if r["method"] == method), key=lambda r: (r["src"], r["dst"]))
         xs = list(range(x, x + len(mine)))
-        ax.bar(xs, [number(r, "bw_gbps", "links.csv") for r in mine], color=cmap(k % 10),
+        ax.bar(xs, [number(r, "bw_gbps") for r in mine], color=cmap(k % 10),
                label=method)
         ticks += xs
         arrow = "↔" if method.endswith("bidir") else "→"
@@ -285,7 +253,7 @@ def plot_links(plt, folder, out):
     if lat:
         ax2 = axes[0][1]
         mine = sorted(lat, key=lambda r: (r["src"], r["dst"]))
-        ax2.bar(range(len(mine)), [number(r, "latency_us", "links.csv") for r in mine], color="gray")
+        ax2.bar(range(len(mine)), [number(r, "latency_us") for r in mine], color="gray")
         ax2.set_xticks(range(len(mine)))
         ax2.set_xticklabels([f"{r['src']}→{r['dst']}" for r in mine], rotation=60, ha="right",
                             fontsize=7)
@@ -308,7 +276,7 @@ def link_use(folder):
     bytes, against the links.csv figure of the path they use."""
     if not folder.links:
         return []
-    ceil = {(r["method"], r["src"], r["dst"]): float(r["bw_gbps"]) for r in folder.links
+    ceil = {(r["method"], r["src"], r["dst"]): number(r, "bw_gbps") for r in folder.links
             if r["status"] == "ok" and r["bw_gbps"]}
     runs = {r["config_id"]: r for r in folder.runs}
     rows = []
@@ -316,14 +284,14 @@ def link_use(folder):
         r = runs.get(p["config_id"])
         if not r or p["phase"] not in PHASE_LINK or not p.get("achieved_gbps"):
             continue
-        i = int(p["device"])
+        i = integer(p, "device")
         n = r["_n"]
         if (p["phase"] != "load" and i == 0) or (p["phase"] == "load" and i != 0):
             continue
         method, src, dst = PHASE_LINK[p["phase"]]
         key = (method, src.format(i=i, j=(i + 1) % n), dst.format(i=i, j=(i + 1) % n))
         if key in ceil:
-            rows.append((p["config_id"], i, p["phase"], float(p["achieved_gbps"]), ceil[key]))
+            rows.append((p["config_id"], i, p["phase"], number(p, "achieved_gbps"), ceil[key]))
     return rows
 
 

@@ -1,5 +1,5 @@
-/* Backend selection and the accounting shared by every backend: each
- * allocation is counted against its device (in use, peak, capacity) so that
+/* Backend selection, versions, and the accounting shared by every backend:
+ * each allocation counts against its device (in use, peak, capacity), so
  * alloc_peak_bytes is exact and out-of-memory names the device and sizes. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -122,4 +122,27 @@ void be_reset_peaks(backend *be)
         be->mem[d].device_peak = 0;
     }
     pthread_mutex_unlock(&be->mem_lock);
+}
+
+void be_versions(const backend *be, be_version_info *v)
+{
+    memset(v, 0, sizeof *v);
+    dps_strlcpy(v->nccl_build, DPS_NCCL_BUILD_VERSION, sizeof v->nccl_build);
+    be->ops->versions(be, v);
+#ifdef DPS_HAVE_CUDA
+    if (be->kind != BE_CUDA) dps_cuda_probe_versions(&v->cuda);
+#endif
+}
+
+void be_version_fields(const be_version_info *v, be_version_field out[BE_VERSION_NFIELDS])
+{
+    const be_version_field f[BE_VERSION_NFIELDS] = {
+        {"driver", "CUDA driver", v->cuda.driver},
+        {"runtime", "CUDA runtime", v->cuda.runtime},
+        {"cublas", "cuBLAS", v->cuda.cublas},
+        {"nccl", "NCCL", v->cuda.nccl},
+        {"nccl_build", "NCCL headers", v->nccl_build},
+        {"blas", "host BLAS", v->blas},
+    };
+    memcpy(out, f, sizeof f);
 }

@@ -45,6 +45,29 @@ typedef struct dps_buf {
 
 #define DPS_HOST (-1) /* device index of host memory in copies */
 
+/* The machine's CUDA stack, as a child process sees it (the asking process
+ * stays CUDA-free); "" in a build without CUDA. */
+typedef struct be_cuda_versions {
+    char driver[32];   /* CUDA driver API, "none" without a driver */
+    char runtime[32];  /* the CUDA runtime dpscale runs on */
+    char cublas[32];
+    char nccl[32];     /* NCCL loaded at run time, "not built" without it */
+} be_cuda_versions;
+
+/* Versions of what a backend runs on, each a separate field. */
+typedef struct be_version_info {
+    be_cuda_versions cuda; /* every backend of a CUDA build reports the machine's */
+    char nccl_build[32];   /* NCCL_VERSION_CODE of the headers built with, or "not built" */
+    char blas[256];        /* the host backend's GEMM library; "" for the cuda backend */
+} be_version_info;
+
+/* One field of be_version_info: meta.json's key, a label for people, the text. */
+typedef struct be_version_field {
+    const char *key, *label, *value;
+} be_version_field;
+
+#define BE_VERSION_NFIELDS 6
+
 typedef struct be_ops {
     const char *name;
     dps_status (*set_device)(backend *, int dev);   /* bind the calling thread */
@@ -94,6 +117,8 @@ typedef struct be_ops {
     dps_status (*profile)(backend *, int on);
     /* the device's used memory now (host backend: the harness's own) */
     dps_status (*mem_used)(backend *, int dev, size_t *used);
+    /* the backend's own fields of v, which be_versions has zeroed */
+    void (*versions)(const backend *, be_version_info *v);
     void (*destroy)(backend *);
 } be_ops;
 
@@ -103,7 +128,6 @@ struct backend {
     int ndev;
     int emulated;                /* timings describe the CPU, not a GPU */
     int gemm_bf16;               /* GEMM inputs rounded to bf16, fp32 accumulation (AMP) */
-    char versions[256];          /* driver / runtime / library versions */
     be_device_info info[DPS_MAX_DEVICES];
     unsigned char peer[DPS_MAX_DEVICES][DPS_MAX_DEVICES]; /* i can access j's memory */
     be_mem mem[DPS_MAX_DEVICES];
@@ -132,16 +156,23 @@ void be_buf_free(backend *be, dps_buf *buf);
 dps_status be_sample_mem(backend *be, int dev);
 void be_reset_peaks(backend *be);
 
+/* The versions of what be runs on; with CUDA built in, a backend other than
+ * cuda gets the machine's CUDA stack from a short-lived child process. */
+void be_versions(const backend *be, be_version_info *v);
+/* v's fields in a fixed order, driver first; values point into v. */
+void be_version_fields(const be_version_info *v, be_version_field out[BE_VERSION_NFIELDS]);
+
 dps_status be_host_open(const be_options *opt, backend **out);
 #ifdef DPS_HAVE_CUDA
-/* cuda_probe.c: devices seen by a child process (the caller stays CUDA-free) */
-/* info: [DPS_MAX_DEVICES]; versions: 256 bytes; either may be NULL; be (may be
- * NULL) gets the peer-access matrix */
-int dps_cuda_probe(be_device_info *info, char *versions, backend *be, char *why, size_t len);
-int dps_cuda_device_count(char *why, size_t len);
+/* cuda_probe.c: devices and versions seen by a child process (the caller
+ * stays CUDA-free). info: [DPS_MAX_DEVICES]; info and versions may be NULL;
+ * be (may be NULL) gets the peer-access matrix. Returns the device count. */
+int dps_cuda_probe(be_device_info *info, be_cuda_versions *versions, backend *be, char *why,
+                   size_t len);
+/* The versions alone (no device is opened); "unknown" when the child fails. */
+void dps_cuda_probe_versions(be_cuda_versions *versions);
 /* backend_cuda.c; why (may be NULL) says why there is no device */
 dps_status be_cuda_open(const be_options *opt, backend **out, char *why, size_t len);
-void dps_cuda_versions(char *buf, size_t len);
 #endif
 
 #endif

@@ -33,6 +33,7 @@ typedef struct cuda_dev {
 typedef struct cuda_impl {
     pthread_mutex_t init_lock;
     cuda_dev dev[DPS_MAX_DEVICES];
+    be_cuda_versions versions; /* read by the probe at open */
 } cuda_impl;
 
 static dps_status cuda_fail(cudaError_t rc, const char *file, int line, const char *call)
@@ -366,6 +367,11 @@ static void cu_destroy(backend *be)
     free(be);
 }
 
+static void cu_versions(const backend *be, be_version_info *v)
+{
+    v->cuda = ((const cuda_impl *)be->impl)->versions;
+}
+
 static const be_ops cuda_ops = {
     .name = "cuda",
     .set_device = cu_set_device,
@@ -399,6 +405,7 @@ static const be_ops cuda_ops = {
     .add = cu_add,
     .profile = cu_profile,
     .mem_used = cu_mem_used,
+    .versions = cu_versions,
     .destroy = cu_destroy,
 };
 
@@ -415,7 +422,7 @@ dps_status be_cuda_open(const be_options *opt, backend **out, char *reason, size
     }
     char why[256];
     /* devices, versions and peer matrix, read by a child: this process stays CUDA-free */
-    int n = dps_cuda_probe(be->info, be->versions, be, why, sizeof why);
+    int n = dps_cuda_probe(be->info, &im->versions, be, why, sizeof why);
     if (reason) dps_strlcpy(reason, why, len);
     if (n <= 0) {
         free(be);

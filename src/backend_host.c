@@ -291,6 +291,18 @@ static void host_destroy(backend *be)
     free(be);
 }
 
+/* The GEMM library; the CUDA fields are be_versions' to fill. */
+static void host_versions(const backend *be, be_version_info *v)
+{
+#ifdef DPS_HAVE_OPENBLAS
+    dps_strlcpy(v->blas, openblas_get_config(), sizeof v->blas);
+#elif defined(DPS_HAVE_CBLAS)
+    dps_strlcpy(v->blas, "CBLAS", sizeof v->blas);
+#else
+    dps_strlcpy(v->blas, "portable C GEMM (no CBLAS)", sizeof v->blas);
+#endif
+}
+
 static const be_ops host_ops = {
     .name = "host",
     .set_device = host_set_device,
@@ -324,6 +336,7 @@ static const be_ops host_ops = {
     .add = host_add,
     .profile = host_profile,
     .mem_used = host_mem_used,
+    .versions = host_versions,
     .destroy = host_destroy,
 };
 
@@ -357,11 +370,6 @@ dps_status be_host_open(const be_options *opt, backend **out)
     pthread_mutex_init(&be->mem_lock, NULL);
 #ifdef DPS_HAVE_OPENBLAS
     openblas_set_num_threads(1); /* one thread per emulated device */
-    snprintf(be->versions, sizeof be->versions, "%s", openblas_get_config());
-#elif defined(DPS_HAVE_CBLAS)
-    snprintf(be->versions, sizeof be->versions, "CBLAS");
-#else
-    snprintf(be->versions, sizeof be->versions, "portable C GEMM (no CBLAS)");
 #endif
     char cpu[96];
     cpu_model(cpu, sizeof cpu);

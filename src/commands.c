@@ -39,26 +39,33 @@ int cmd_usage_error(void)
     return 2;
 }
 
+static void print_versions(const backend *be)
+{
+    be_version_info v;
+    be_versions(be, &v);
+    be_version_field fields[BE_VERSION_NFIELDS];
+    be_version_fields(&v, fields);
+    printf("versions:\n");
+    for (int i = 0; i < BE_VERSION_NFIELDS; i++)
+        if (fields[i].value[0]) printf("  %-13s %s\n", fields[i].label, fields[i].value);
+}
+
 static void print_info(const backend *be)
 {
     printf("dpscale %s (%s)\n", DPS_VERSION, DPS_GIT_DESCRIBE);
 #ifdef DPS_HAVE_CUDA
-    char versions[256];
-    if (be->kind == BE_CUDA) dps_strlcpy(versions, be->versions, sizeof versions);
-    else dps_cuda_versions(versions, sizeof versions);
-    printf("built with: CUDA kernels%s; %s\n",
+    printf("built with: CUDA kernels%s\n",
 #ifdef DPS_HAVE_NVTX
-           ", NVTX",
+           ", NVTX");
 #else
-           "",
+           "");
 #endif
-           versions);
 #else
     printf("built with: host backend only (no CUDA)\n");
 #endif
-    printf("backend: %s%s (%s)\n", be->ops->name,
-           be->emulated ? ", emulated devices: timings describe the CPU, not a GPU" : "",
-           be->versions);
+    print_versions(be);
+    printf("backend: %s%s\n", be->ops->name,
+           be->emulated ? ", emulated devices: timings describe the CPU, not a GPU" : "");
     for (int d = 0; d < be->ndev; d++) {
         char cap[32] = "unlimited";
         if (be->info[d].total_bytes) dps_fmt_bytes(be->info[d].total_bytes, cap, sizeof cap);

@@ -79,6 +79,32 @@ static void meta_devices(FILE *f, const backend *be)
     fputs("  ],\n", f);
 }
 
+/* "versions": one field each, then the one-line forms that results folders
+ * held before the fields existed ("backend"; "cuda" beside another backend),
+ * for readers of those. */
+static void meta_versions(FILE *f, const backend *be)
+{
+    be_version_info v;
+    be_versions(be, &v);
+    be_version_field fields[BE_VERSION_NFIELDS];
+    be_version_fields(&v, fields);
+    fputs("  \"versions\": {", f);
+    for (int i = 0; i < BE_VERSION_NFIELDS; i++) {
+        fprintf(f, "%s\"%s\": ", i ? ", " : "", fields[i].key);
+        json_str(f, fields[i].value);
+    }
+    char cuda[192];
+    snprintf(cuda, sizeof cuda, "CUDA driver %s, runtime %s, cuBLAS %s, NCCL %s", v.cuda.driver,
+             v.cuda.runtime, v.cuda.cublas, v.cuda.nccl);
+    fputs(", \"backend\": ", f);
+    json_str(f, be->kind == BE_CUDA ? cuda : v.blas);
+    if (be->kind != BE_CUDA && v.cuda.driver[0]) {
+        fputs(", \"cuda\": ", f);
+        json_str(f, cuda);
+    }
+    fputs("}\n", f);
+}
+
 static void meta_body(FILE *f, const backend *be, int argc, char **argv, const char *start,
                       const char *end)
 {
@@ -122,19 +148,9 @@ static void meta_body(FILE *f, const backend *be, int argc, char **argv, const c
         nvml_topology_json(be, f);
         fputs("}", f);
     }
-    fputs(",\n  \"versions\": {\"backend\": ", f);
-    json_str(f, be->versions);
-    fputs(", \"nccl_build\": ", f);
-    json_str(f, DPS_NCCL_BUILD_VERSION);
-#ifdef DPS_HAVE_CUDA
-    if (be->kind != BE_CUDA) { /* the cuda backend's versions are in "backend" already */
-        char cuda[256];
-        dps_cuda_versions(cuda, sizeof cuda);
-        fputs(", \"cuda\": ", f);
-        json_str(f, cuda);
-    }
-#endif
-    fputs("}\n}\n", f);
+    fputs(",\n", f);
+    meta_versions(f, be);
+    fputs("}\n", f);
 }
 
 dps_status results_write_meta(const results_dir *r, const backend *be, int argc, char **argv,

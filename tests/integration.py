@@ -2,90 +2,16 @@
 """Integration tests: run the dpscale binary on the host backend and read
 its results folder. Usage: integration.py DPSCALE CASE [ARGS...]; exit 0
 pass, 1 fail, 77 skip (meson's convention). Standard library only."""
-import csv
-import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
 
-RUNS_REQUIRED = [
-    "config_id", "status", "error", "backend", "mode", "ngpus", "model", "params",
-    "precision", "optimizer", "global_batch", "batch_per_gpu", "bucket_mb", "overlap",
-    "steps", "step_ms_median", "step_ms_p10", "step_ms_p90", "step_ms_mean", "step_ms_stdev",
-    "samples_per_s", "model_tflops", "loss_first", "loss_last", "check",
-]
-PHASES = ["load", "replicate", "scatter", "forward", "gather", "loss", "backward",
-          "reduce", "optimizer"]
-STEPS_REQUIRED = ["config_id", "step", "rank", "step_ms", "rank_step_ms"] + \
-    [p + "_ms" for p in PHASES]
-DEVICES_REQUIRED = ["config_id", "device", "alloc_peak_bytes", "device_peak_bytes",
-                    "h2d_bytes_per_step", "p2p_sent_bytes_per_step", "p2p_recv_bytes_per_step"]
-PHASES_REQUIRED = ["config_id", "device", "phase", "median_ms", "share_of_step"]
-META_REQUIRED = ["command_line", "start_time", "end_time", "host", "backend", "devices",
-                 "topology", "versions", "dpscale_version", "git_describe"]
-
-
-class Failure(Exception):
-    pass
-
-
-def expect(cond, what):
-    if not cond:
-        raise Failure(what)
-
-
-def dpscale(binary, *args, out, name="t", check_rc=None):
-    cmd = [binary, *args, "--backend", "host", "--out", out, "--name", name]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    if check_rc is not None and p.returncode != check_rc:
-        raise Failure(f"{' '.join(cmd)}: exit {p.returncode}, expected {check_rc}\n"
-                      f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}")
-    return p
-
-
-def read_csv(path, required):
-    expect(os.path.exists(path), f"{path} is missing")
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-        f.seek(0)
-        header = next(csv.reader(f))
-    missing = [c for c in required if c not in header]
-    expect(not missing, f"{path}: missing columns {missing}")
-    for i, r in enumerate(rows):
-        expect(None not in r and None not in r.values(), f"{path}:{i + 2}: wrong field count")
-    return rows
-
-
-def read_folder(folder):
-    """Every file of a results folder, checked for its columns and shape."""
-    runs = read_csv(os.path.join(folder, "runs.csv"), RUNS_REQUIRED)
-    devices = read_csv(os.path.join(folder, "devices.csv"), DEVICES_REQUIRED)
-    steps = read_csv(os.path.join(folder, "steps.csv"), STEPS_REQUIRED) \
-        if os.path.exists(os.path.join(folder, "steps.csv")) else []
-    phases = read_csv(os.path.join(folder, "phases.csv"), PHASES_REQUIRED)
-    with open(os.path.join(folder, "meta.json")) as f:
-        meta = json.load(f)
-    missing = [k for k in META_REQUIRED if k not in meta]
-    expect(not missing, f"meta.json lacks {missing}")
-    expect(meta["end_time"], "meta.json has no end_time")
-    for r in runs:
-        ng = int(r["ngpus"])
-        mine = [d for d in devices if d["config_id"] == r["config_id"]]
-        expect(len(mine) == ng, f"devices.csv: {len(mine)} rows for {r['config_id']}, want {ng}")
-        if r["status"] == "ok":
-            st = [s for s in steps if s["config_id"] == r["config_id"]]
-            expect(len(st) == ng * int(r["steps"]),
-                   f"steps.csv: {len(st)} rows for {r['config_id']}, want {ng * int(r['steps'])}")
-            for s in st:
-                expect(float(s["step_ms"]) > 0, "steps.csv: a step took no time")
-                expect(float(s["rank_step_ms"]) <= float(s["step_ms"]) + 1e-3,
-                       "steps.csv: a rank slower than the step")
-            expect(float(r["step_ms_p10"]) <= float(r["step_ms_median"]) <= float(r["step_ms_p90"]),
-                   "runs.csv: p10 <= median <= p90 does not hold")
-    return runs, devices, steps, phases, meta
+from helpers import (SCRIPTS, Failure, copy_fixture, dpscale, dpsresults, expect, expect_exit,
+                     png_size, read_folder, read_table, run_case, script, write)
 
 
 def case_check(binary, ngpus, optimizer, batch, *extra, mode="dp"):
@@ -156,9 +82,9 @@ def case_fault(binary, kind):
     with tempfile.TemporaryDirectory(prefix="dpscale-fault-") as out:
         before = shm_files()
         t0 = time.monotonic()
-        p = dpscale(binary, "run", "--mode", "ddp", "--model", "tiny", "--gpus", "4",
-                    "--steps", "20", "--inject-fault", f"1:3:{kind}", "--timeout", "2",
-                    out=out, check_rc=1)
+        dpscale(binary, "run", "--mode", "ddp", "--model", "tiny", "--gpus", "4",
+                "--steps", "20", "--inject-fault", f"1:3:{kind}", "--timeout", "2",
+                out=out, check_rc=1)
         took = time.monotonic() - t0
         expect(took < 20, f"the group took {took:.1f} s to end")
         runs, _, _, _, _ = read_folder(os.path.join(out, "t"))
@@ -309,6 +235,21 @@ def case_cuda_absent(binary):
     return 0
 
 
+def case_info(binary):
+    """dpscale info lists every version that meta.json records, one field a line."""
+    with tempfile.TemporaryDirectory() as out:
+        dpscale(binary, "run", "--model", "tiny", "--steps", "1", out=out, check_rc=0)
+        meta = read_folder(os.path.join(out, "t"))[4]
+    p = subprocess.run([binary, "info", "--backend", "host"], capture_output=True, text=True)
+    expect_exit(p, 0)
+    lines = p.stdout.split("versions:\n", 1)[-1].splitlines()
+    expect(meta["versions"]["blas"], f"meta.json names no BLAS: {meta['versions']}")
+    for key in dpsresults.VERSIONS:
+        value = meta["versions"][key]
+        expect(not value or any(l.startswith("  ") and l.endswith(" " + value) for l in lines),
+               f"info does not list {key} {value!r}:\n{p.stdout}")
+
+
 def case_gpu(binary, mode, precision, *devices):
     """On a GPU: dp/ddp train as one device does (--check). Skipped (77) without one."""
     p = subprocess.run([binary, "info", "--backend", "cuda"], capture_output=True, text=True)
@@ -317,10 +258,9 @@ def case_gpu(binary, mode, precision, *devices):
         return 77
     with tempfile.TemporaryDirectory() as out:
         extra = ["--devices", devices[0]] if devices else []
-        cmd = [binary, "run", "--backend", "cuda", "--mode", mode, "--precision", precision,
-               "--model", "small", "--steps", "6", "--check", *extra, "--out", out, "--name", "t"]
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-        expect(p.returncode == 0, f"{' '.join(cmd)}: exit {p.returncode}\n{p.stdout}{p.stderr}")
+        dpscale(binary, "run", "--mode", mode, "--precision", precision, "--model", "small",
+                "--steps", "6", "--check", *extra, out=out, backend="cuda", check_rc=0,
+                timeout=600)
         runs, devs, _, _, _ = read_folder(os.path.join(out, "t"))
         expect(runs[0]["check"] == "pass", f"check {runs[0]['check_max_rel_diff']}")
         expect(int(devs[0]["device_peak_bytes"]) >= int(devs[0]["alloc_peak_bytes"]) > 0,
@@ -342,12 +282,9 @@ def case_sweep(binary):
 def case_comm_bench(binary):
     """comm-bench times and checks the host all-reduce for every size and rank count."""
     with tempfile.TemporaryDirectory() as out:
-        p = subprocess.run([binary, "comm-bench", "--gpus", "2,3", "--sizes", "4,1M", "--steps",
-                            "2", "--warmup", "1", "--out", out, "--name", "t"],
-                           capture_output=True, text=True, timeout=120)
-        expect(p.returncode == 0, f"exit {p.returncode}: {p.stderr}")
-        rows = read_csv(os.path.join(out, "t", "allreduce.csv"),
-                        ["nranks", "bytes", "time_us", "algbw_gbps", "busbw_gbps", "check"])
+        dpscale(binary, "comm-bench", "--gpus", "2,3", "--sizes", "4,1M", "--steps", "2",
+                "--warmup", "1", out=out, backend=None, check_rc=0, timeout=120)
+        rows = read_table(os.path.join(out, "t", "allreduce.csv"))
         got = sorted((int(r["nranks"]), int(r["bytes"])) for r in rows)
         expect(got == [(2, 4), (2, 1 << 20), (3, 4), (3, 1 << 20)], f"rows {got}")
         for r in rows:
@@ -359,20 +296,13 @@ def case_comm_bench(binary):
                    f"busbw {r}")
 
 
-def write(path, text):
-    with open(path, "w") as f:
-        f.write(text)
-    return path
-
-
 def case_links(binary):
     """dpscale links on the host backend: every path measured, verified, in links.csv."""
     with tempfile.TemporaryDirectory() as out:
         p = dpscale(binary, "links", "--gpus", "3", "--sizes", "1M", "--steps", "3", out=out,
                     check_rc=0)
         expect("d2d_write (GB/s)" in p.stdout and "emulated" in p.stdout, p.stdout)
-        rows = read_csv(os.path.join(out, "t", "links.csv"),
-                        ["src", "dst", "method", "bytes", "bw_gbps", "latency_us", "status"])
+        rows = read_table(os.path.join(out, "t", "links.csv"))
         got = sorted((r["method"], r["src"], r["dst"]) for r in rows)
         devs = ["dev0", "dev1", "dev2"]
         want = sorted([("h2d", "host", d) for d in devs] + [("d2h", d, "host") for d in devs] +
@@ -388,37 +318,37 @@ def case_links(binary):
             v = r["latency_us"] if r["method"] == "latency" else r["bw_gbps"]
             expect(float(v) > 0, f"{r}")
         p = dpscale(binary, "links", "--gpus", "9", out=out, name="x")
-        expect(p.returncode == 2 and "--gpus 9" in p.stderr, p.stderr)
+        expect_exit(p, 2, "--gpus 9")
 
 
 def case_profile_sh(binary):
     """scripts/profile.sh without Nsight Systems says so and exits 2."""
-    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "profile.sh")
+    profile_sh = os.path.join(SCRIPTS, "profile.sh")
     env = {**os.environ, "PATH": "/usr/bin:/bin", "DPSCALE": binary}
     if subprocess.run(["sh", "-c", "command -v nsys"], env=env, capture_output=True).returncode == 0:
         return 77  # nsys is here: nothing to test
-    p = subprocess.run(["bash", script, "--model", "tiny"], env=env, capture_output=True, text=True)
-    expect(p.returncode == 2 and "nsys" in p.stderr and "not installed" in p.stderr, p.stderr)
+    p = subprocess.run(["bash", profile_sh, "--model", "tiny"], env=env, capture_output=True,
+                       text=True)
+    expect_exit(p, 2, "nsys", "not installed")
     return 0
 
 
 def case_ab(binary):
     """scripts/ab.sh: the same binary against itself, interleaved, shows no regression."""
-    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "ab.sh")
+    ab_sh = os.path.join(SCRIPTS, "ab.sh")
     with tempfile.TemporaryDirectory() as tmp:
         suite = write(os.path.join(tmp, "s.suite"),
                       "modes = dp\ngpus = 1\nmodels = tiny\nsteps = 12\nwarmup = 2\n")
-        p = subprocess.run(["bash", script, binary, binary, "2", suite], capture_output=True,
+        p = subprocess.run(["bash", ab_sh, binary, binary, "2", suite], capture_output=True,
                            text=True, timeout=300)
         expect(p.returncode == 0 and "| configuration | metric |" in p.stdout, p.stdout + p.stderr)
         expect("REGRESSION" not in p.stdout, p.stdout)
         folder = p.stdout.split("Baseline `")[1].split("`")[0]
         runs = sorted(d for d in os.listdir(folder) if d.startswith("run-"))
         expect(runs == ["run-1", "run-2"], f"baseline runs in {folder}: {runs}")
-        import shutil
         shutil.rmtree(os.path.dirname(folder))
-        p = subprocess.run(["bash", script, binary], capture_output=True, text=True)
-        expect(p.returncode == 2 and "usage" in p.stderr, p.stderr)
+        p = subprocess.run(["bash", ab_sh, binary], capture_output=True, text=True)
+        expect_exit(p, 2, "usage")
 
 
 def case_sweep_failures(binary):
@@ -436,8 +366,8 @@ def case_sweep_failures(binary):
         rest = max(peak[r["config_id"]] for r in runs if r["ngpus"] != "1")
         expect(rest < g1, f"precondition: 1-GPU peaks {g1} not above the others {rest}")
         cap = (g1 + rest) // 2
-        p = dpscale(binary, "sweep", suite, "--device-mem", str(cap), "--inject-fault", "3:1:exit",
-                    out=out, name="faulty", check_rc=1)
+        dpscale(binary, "sweep", suite, "--device-mem", str(cap), "--inject-fault", "3:1:exit",
+                out=out, name="faulty", check_rc=1)
         runs, _, steps, _, _ = read_folder(os.path.join(out, "faulty"))
         status = {(r["mode"], r["ngpus"]): r["status"] for r in runs}
         want = {("dp", "1"): "oom", ("ddp", "1"): "oom", ("dp", "2"): "ok", ("ddp", "2"): "ok",
@@ -480,13 +410,12 @@ def case_sweep_resume(binary):
         runs, _, _, _, _ = read_folder(os.path.join(out, "t"))
         ids = [r["config_id"] for r in runs]
         expect(len(ids) == 4 and len(set(ids)) == 4, f"runs after --resume: {ids}")
-        links = read_csv(os.path.join(out, "t", "links.csv"), ["src", "dst", "method", "status"])
+        links = read_table(os.path.join(out, "t", "links.csv"))
         # measured once, by the first sweep, over the one device its filtered runs used
         expect(len(links) == 2, f"the sweep's link matrix: {len(links)} rows")
         # --resume without --name continues OUT/latest
-        cmd = [binary, "sweep", suite, "--backend", "host", "--out", out, "--resume"]
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-        expect(p.returncode == 0 and "4 configurations already in" in p.stderr, p.stderr)
+        p = dpscale(binary, "sweep", suite, "--resume", out=out, name=None, timeout=120)
+        expect_exit(p, 0, "4 configurations already in")
 
 
 def case_sweep_skipped(binary):
@@ -498,35 +427,20 @@ def case_sweep_skipped(binary):
         runs, _, _, _, _ = read_folder(os.path.join(out, "t"))
         got = {r["precision"]: r["status"] for r in runs}
         expect(got == {"fp32": "ok", "bf16": "skipped"}, f"{got}")
-        p = dpscale(binary, "sweep", os.path.join(out, "missing.suite"), out=out, check_rc=2)
-        expect("missing.suite: cannot read" in p.stderr, p.stderr)
-
-
-def png_size(path):
-    with open(path, "rb") as f:
-        head = f.read(24)
-    expect(head[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG")
-    return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
-
-
-def plot(folder, out):
-    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "plot.py")
-    return subprocess.run(["/usr/bin/python3", script, folder, "--out", out],
-                          capture_output=True, text=True, timeout=120)
+        p = dpscale(binary, "sweep", os.path.join(out, "missing.suite"), out=out)
+        expect_exit(p, 2, "missing.suite: cannot read")
 
 
 def case_plot(fixture):
     """plot.py draws every chart from a results folder and refuses malformed ones."""
-    import shutil
     with tempfile.TemporaryDirectory() as tmp:
-        folder = os.path.join(tmp, "res")
-        shutil.copytree(fixture, folder)
+        folder = copy_fixture(fixture, tmp, "res")
         write(os.path.join(folder, "links.csv"),  # a links matrix, to draw links.png too
               "src,dst,method,bytes,bw_gbps,latency_us,status\nhost,dev0,h2d,1048576,10.5,,ok\n"
               "dev0,dev1,d2d_write,1048576,20.1,,ok\ndev1,dev0,d2d_write,1048576,19.9,,ok\n"
               "dev0,dev1,latency,4,,3.0,ok\n")
-        p = plot(folder, os.path.join(tmp, "out"))
-        expect(p.returncode == 0, f"plot.py: exit {p.returncode}: {p.stderr}")
+        p = script("plot.py", folder, "--out", os.path.join(tmp, "out"))
+        expect_exit(p, 0)
         for name in ("scaling", "efficiency", "gpu0_imbalance", "phases", "links"):
             path = os.path.join(tmp, "out", name + ".png")
             expect(os.path.exists(path), f"{name}.png missing")
@@ -542,22 +456,22 @@ def case_plot(fixture):
         col = header.index("samples_per_s")
         write(os.path.join(folder, "runs.csv"),
               "\n".join(",".join(c for i, c in enumerate(l.split(",")) if i != col) for l in runs) + "\n")
-        p = plot(folder, os.path.join(tmp, "out2"))
-        expect(p.returncode == 2 and "runs.csv: missing column(s) samples_per_s" in p.stderr, p.stderr)
+        p = script("plot.py", folder, "--out", os.path.join(tmp, "out2"))
+        expect_exit(p, 2, "runs.csv:1: missing column(s) samples_per_s")
         bad = runs[:]
         cells = bad[1].split(",")
         cells[col] = "fast"
         bad[1] = ",".join(cells)
         write(os.path.join(folder, "runs.csv"), "\n".join(bad) + "\n")
-        p = plot(folder, os.path.join(tmp, "out3"))
-        expect(p.returncode == 2 and "samples_per_s is not a number" in p.stderr, p.stderr)
+        p = script("plot.py", folder, "--out", os.path.join(tmp, "out3"))
+        expect_exit(p, 2, "runs.csv:2: column samples_per_s is not a number")
         empty = os.path.join(tmp, "empty")
         os.mkdir(empty)
-        p = plot(empty, os.path.join(tmp, "out4"))
-        expect(p.returncode == 2 and "runs.csv: no such file" in p.stderr, p.stderr)
+        p = script("plot.py", empty, "--out", os.path.join(tmp, "out4"))
+        expect_exit(p, 2, "runs.csv: no such file")
 
 
-CASES = {"gpu": case_gpu, "links": case_links, "profile_sh": case_profile_sh, "ab": case_ab, "check": case_check, "comm_bench": case_comm_bench, "plot": case_plot,
+CASES = {"gpu": case_gpu, "info": case_info, "links": case_links, "profile_sh": case_profile_sh, "ab": case_ab, "check": case_check, "comm_bench": case_comm_bench, "plot": case_plot,
          "sweep_failures": case_sweep_failures, "sweep_timeout": case_sweep_timeout,
          "sweep_resume": case_sweep_resume, "sweep_skipped": case_sweep_skipped, "ddp_check": case_ddp_check, "ddp_balance": case_ddp_balance,
          "fault": case_fault, "interrupt": case_interrupt, "ddp_oom": case_ddp_oom,
@@ -567,12 +481,7 @@ CASES = {"gpu": case_gpu, "links": case_links, "profile_sh": case_profile_sh, "a
 
 def main():
     binary, case, args = sys.argv[1], sys.argv[2], sys.argv[3:]
-    try:
-        rc = CASES[case](binary, *args)
-    except Failure as e:
-        print(f"FAIL {case} {' '.join(args)}: {e}", file=sys.stderr)
-        return 1
-    return rc or 0
+    return run_case(" ".join([case, *args]), CASES[case], binary, *args)
 
 
 if __name__ == "__main__":

@@ -6,54 +6,33 @@ import csv
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-FIXTURE = os.path.join(HERE, "fixtures", "ci-host")
-SCRIPT = os.path.join(HERE, "..", "scripts", "compare.py")
-sys.path.insert(0, os.path.join(HERE, "..", "scripts"))
-import compare  # noqa: E402
+from helpers import (FIXTURES, copy_fixture, dpsresults, expect, expect_exit, png_size,
+                     run_case, script)
+import compare  # scripts/compare.py: helpers puts scripts/ on sys.path
 
-
-class Failure(Exception):
-    pass
-
-
-def expect(cond, what):
-    if not cond:
-        raise Failure(what)
+FIXTURE = os.path.join(FIXTURES, "ci-host")
 
 
 def run(base, cur, *extra):
-    p = subprocess.run([sys.executable, SCRIPT, base, cur, *extra], capture_output=True,
-                       text=True, timeout=120, env={**os.environ, "GITHUB_STEP_SUMMARY": ""})
-    return p
+    return script("compare.py", base, cur, *extra, env={**os.environ, "GITHUB_STEP_SUMMARY": ""})
 
 
 def copy(tmp, name="cur"):
-    dst = os.path.join(tmp, name)
-    shutil.copytree(FIXTURE, dst)
-    return dst
+    return copy_fixture("ci-host", tmp, name)
 
 
 def rewrite(path, fn):
-    """fn(row) edits a row of a CSV in place (returns nothing)."""
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-        cols = list(rows[0].keys())
-    for i, r in enumerate(rows):
+    """fn(i, row) edits the rows of a CSV file in place."""
+    table = dpsresults.read_csv(path)
+    for i, r in enumerate(table):
         fn(i, r)
     with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=cols, lineterminator="\n")
+        w = csv.DictWriter(f, fieldnames=table.columns, lineterminator="\n", extrasaction="ignore")
         w.writeheader()
-        w.writerows(rows)
-
-
-def statuses(p):
-    """{(config, metric): status} from the JSON written by --json."""
-    return p
+        w.writerows(table)
 
 
 def report(base, cur, tmp, *extra):
@@ -64,8 +43,7 @@ def report(base, cur, tmp, *extra):
 
 
 def first_config():
-    with open(os.path.join(FIXTURE, "runs.csv"), newline="") as f:
-        return next(csv.DictReader(f))["config_id"]
+    return dpsresults.read_csv(os.path.join(FIXTURE, "runs.csv"))[0]["config_id"]
 
 
 def scale_steps(folder, cid, factor):
@@ -80,7 +58,7 @@ def scale_steps(folder, cid, factor):
 def case_identical():
     with tempfile.TemporaryDirectory() as tmp:
         p, st = report(FIXTURE, copy(tmp), tmp)
-        expect(p.returncode == 0, f"exit {p.returncode}: {p.stderr}")
+        expect_exit(p, 0)
         expect(st and all(s == "SAME" for s in st.values()),
                f"not all SAME: {[k for k, s in st.items() if s != 'SAME']}")
 
@@ -93,8 +71,8 @@ def case_slowdown_20():
         png = os.path.join(tmp, "r.png")
         p, st = report(FIXTURE, cur, tmp, "--junit", os.path.join(tmp, "j.xml"), "--plot", png)
         expect(p.returncode == 1, f"exit {p.returncode}, expected 1: {p.stdout}{p.stderr}")
-        with open(png, "rb") as f:
-            expect(f.read(8) == b"\x89PNG\r\n\x1a\n" and os.path.getsize(png) > 10000, "--plot")
+        png_size(png)
+        expect(os.path.getsize(png) > 10000, f"--plot: {png} is only {os.path.getsize(png)} B")
         bad = {k for k, s in st.items() if s == "REGRESSION"}
         expect((cid, "step_ms") in bad and (cid, "samples_per_s") in bad, f"regressions: {bad}")
         expect(all(k[0] == cid for k in bad), f"other configurations flagged: {bad}")
@@ -151,10 +129,8 @@ def case_refuse():
         meta["devices"][0]["name"] = "NVIDIA H200"
         json.dump(meta, open(os.path.join(cur, "meta.json"), "w"))
         p = run(FIXTURE, cur)
-        expect(p.returncode == 2 and "device differs" in p.stderr and "--force" in p.stderr,
-               f"{p.returncode} {p.stderr}")
-        p = run(FIXTURE, cur, "--force")
-        expect(p.returncode == 0, f"--force: exit {p.returncode} {p.stderr}")
+        expect_exit(p, 2, "device differs", "--force")
+        expect_exit(run(FIXTURE, cur, "--force"), 0)
 
 
 def case_bad_input():
@@ -167,11 +143,11 @@ def case_bad_input():
         open(runs, "w").write("\n".join(",".join(c for i, c in enumerate(l.split(",")) if i != k)
                                         for l in lines) + "\n")
         p = run(FIXTURE, cur)
-        expect(p.returncode == 2 and "runs.csv:1: missing column(s) global_batch" in p.stderr, p.stderr)
+        expect_exit(p, 2, "runs.csv:1: missing column(s) global_batch")
         shutil.copy(os.path.join(FIXTURE, "runs.csv"), runs)
         open(os.path.join(cur, "steps.csv"), "w").close()
         p = run(FIXTURE, cur)
-        expect(p.returncode == 2 and "steps.csv:1: empty file" in p.stderr, p.stderr)
+        expect_exit(p, 2, "steps.csv:1: empty file")
         shutil.copy(os.path.join(FIXTURE, "steps.csv"), os.path.join(cur, "steps.csv"))
 
         def fn(i, r):
@@ -179,10 +155,9 @@ def case_bad_input():
                 r["step_ms"] = "fast"
         rewrite(os.path.join(cur, "steps.csv"), fn)
         p = run(FIXTURE, cur)
-        expect(p.returncode == 2 and "steps.csv:6: column step_ms is not a number" in p.stderr,
-               p.stderr)
-        p = run(FIXTURE, os.path.join(tmp, "nowhere"))
-        expect(p.returncode == 2, "a missing folder was accepted")
+        expect_exit(p, 2, "steps.csv:6: column step_ms is not a number")
+        nowhere = os.path.join(tmp, "nowhere", "runs.csv")
+        expect_exit(run(FIXTURE, nowhere), 2, f"{nowhere}: not a results folder")
 
 
 def case_drift():
@@ -202,6 +177,31 @@ def case_drift():
         p, st = report(base, cur, tmp)
         expect(st[(cid, "step_ms")] != "REGRESSION" and p.returncode == 0,
                f"two runs: {st[(cid, 'step_ms')]}, exit {p.returncode}")
+
+
+def case_versions():
+    """A folder with meta.json's version fields compares with one that has only
+    the older one-line forms (the fixture's); a different driver refuses."""
+    old = dpsresults.read_meta(FIXTURE)["versions"]
+    want = {"driver": "none", "runtime": "13.0", "cublas": "13.1.0", "nccl": "2.28.9",
+            "nccl_build": "22809", "blas": old["backend"]}
+    expect(dpsresults.versions({"versions": old}) == want, f"older fields read as "
+           f"{dpsresults.versions({'versions': old})}")
+    on_cuda = {"backend": old["cuda"], "nccl_build": "22809"}
+    expect(dpsresults.versions({"versions": on_cuda}) == {**want, "blas": ""},
+           "the cuda backend's one-line form")
+    with tempfile.TemporaryDirectory() as tmp:
+        cur = copy(tmp)
+        path = os.path.join(cur, "meta.json")
+        meta = json.load(open(path))
+        meta["versions"] = dict(want)
+        json.dump(meta, open(path, "w"))
+        p, st = report(FIXTURE, cur, tmp)
+        expect_exit(p, 0)
+        expect(st and all(s == "SAME" for s in st.values()), f"statuses {st}")
+        meta["versions"]["driver"] = "580.65"
+        json.dump(meta, open(path, "w"))
+        expect_exit(run(FIXTURE, cur), 2, "driver differs: 'none' in the baseline, '580.65' now")
 
 
 def case_utest():
@@ -231,8 +231,4 @@ def case_utest():
 CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
 
 if __name__ == "__main__":
-    try:
-        CASES[sys.argv[1]]()
-    except Failure as e:
-        print(f"FAIL {sys.argv[1]}: {e}", file=sys.stderr)
-        sys.exit(1)
+    sys.exit(run_case(sys.argv[1], CASES[sys.argv[1]]))

@@ -12,6 +12,7 @@
 #include <sys/mman.h>
 #include <sys/wait.h>
 
+#include "dps_config.h"
 #include "backend.h"
 #include "bucket.h"
 #include "comm.h"
@@ -26,6 +27,9 @@
 #include "run.h"
 #include "suite.h"
 #include "util.h"
+#ifdef DPS_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 static int failures;
 
@@ -392,6 +396,32 @@ static void test_accounting(void)
     be_close(be);
 }
 
+static void test_versions(void)
+{
+    be_options o = {.kind = BE_HOST, .host_devices = 1, .quiet = 1};
+    backend *be = NULL;
+    EXPECT(be_open(&o, &be) == DPS_OK);
+    if (!be) return;
+    be_version_info v;
+    be_versions(be, &v);
+    be_version_field f[BE_VERSION_NFIELDS];
+    be_version_fields(&v, f);
+    EXPECT(strcmp(f[0].key, "driver") == 0 && f[0].value == v.cuda.driver);
+    EXPECT(strcmp(f[4].key, "nccl_build") == 0 && f[4].value == v.nccl_build);
+    EXPECT(strcmp(f[5].key, "blas") == 0 && f[5].value == v.blas && v.blas[0]);
+    EXPECT(strcmp(v.nccl_build, DPS_NCCL_BUILD_VERSION) == 0);
+#ifdef DPS_HAVE_CUDA
+    /* from the probe's child process: the runtime this test is linked with */
+    char rt[32];
+    snprintf(rt, sizeof rt, "%d.%d", CUDART_VERSION / 1000, (CUDART_VERSION % 1000) / 10);
+    EXPECT(strcmp(v.cuda.runtime, rt) == 0);
+    EXPECT(v.cuda.driver[0] && v.cuda.cublas[0] && v.cuda.nccl[0]);
+#else
+    EXPECT(!v.cuda.driver[0] && !v.cuda.runtime[0] && !v.cuda.cublas[0] && !v.cuda.nccl[0]);
+#endif
+    be_close(be);
+}
+
 static void test_buckets(void)
 {
     /* model order; reverse order is 5, 50, 10, 100, 10, 100 elements (4 bytes) */
@@ -722,7 +752,7 @@ int main(int argc, char **argv)
         {"gradients", test_gradients}, {"rel_diff", test_rel_diff},
         {"accounting", test_accounting}, {"buckets", test_buckets}, {"ring", test_ring},
         {"suite", test_suite}, {"nvml", test_nvml}, {"comm_abort", test_comm_abort},
-        {"context", test_context},
+        {"context", test_context}, {"versions", test_versions},
     };
     int ran = 0;
     for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++)

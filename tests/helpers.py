@@ -1,0 +1,126 @@
+"""What the Python tests share: the checkout's paths, running the dpscale
+binary and the scripts, fixtures copied to a temporary folder, results
+folders read through scripts/dpsresults.py and checked, and the
+assertions. Importing it puts scripts/ on sys.path."""
+import os
+import shutil
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPTS = os.path.join(HERE, "..", "scripts")
+FIXTURES = os.path.join(HERE, "fixtures")
+PYTHON = "/usr/bin/python3"  # the scripts' interpreter (numpy, matplotlib)
+sys.path.insert(0, SCRIPTS)
+import dpsresults  # noqa: E402
+from dpsresults import COLUMNS  # noqa: E402
+
+
+class Failure(Exception):
+    """An expectation of a test that does not hold."""
+
+
+def expect(cond, what):
+    if not cond:
+        raise Failure(what)
+
+
+def expect_exit(p, rc, *needles):
+    """A finished process exited rc and its stderr holds every needle."""
+    expect(p.returncode == rc and all(n in p.stderr for n in needles),
+           f"exit {p.returncode}, expected {rc} with {list(needles)} in stderr:\n{p.stderr}")
+
+
+def dpscale(binary, *args, out, name="t", backend="host", check_rc=None, timeout=300):
+    """Runs `binary ARGS --backend BACKEND --out OUT --name NAME` (backend
+    and name left out when None); with check_rc, another exit status fails."""
+    cmd = [binary, *args] + (["--backend", backend] if backend else []) + ["--out", out] + \
+        (["--name", name] if name else [])
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if check_rc is not None and p.returncode != check_rc:
+        raise Failure(f"{' '.join(cmd)}: exit {p.returncode}, expected {check_rc}\n"
+                      f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}")
+    return p
+
+
+def script(name, *args, env=None, timeout=120):
+    """Runs scripts/NAME ARGS under the scripts' interpreter."""
+    return subprocess.run([PYTHON, os.path.join(SCRIPTS, name), *args], capture_output=True,
+                          text=True, timeout=timeout, env=env)
+
+
+def copy_fixture(fixture, tmp, name):
+    """A folder of tests/fixtures (or the one an absolute path names) copied
+    to TMP/NAME; returns that path."""
+    dst = os.path.join(tmp, name)
+    shutil.copytree(os.path.join(FIXTURES, fixture), dst)
+    return dst
+
+
+def write(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def read_table(path):
+    """A CSV file dpscale wrote: every column of dpscale's list, in its order."""
+    name = os.path.basename(path)
+    table = dpsresults.read_csv(path, COLUMNS[name])
+    unlisted = [c for c in table.columns if c not in COLUMNS[name]]
+    expect(not unlisted, f"{path}: column(s) {', '.join(unlisted)} missing from "
+           f"dpsresults.COLUMNS[{name!r}] (scripts/dpsresults.py)")
+    expect(table.columns == COLUMNS[name],
+           f"{path}: columns in another order than dpsresults.COLUMNS[{name!r}]: {table.columns}")
+    return table
+
+
+def read_folder(folder):
+    """(runs, devices, steps, phases, meta) of a results folder that dpscale
+    wrote, checked: every column, meta.json key and version field, one devices.csv row per
+    device, one steps.csv row per rank and step of each ok configuration
+    (steps.csv is absent when none stepped), consistent step times."""
+    steps_path = os.path.join(folder, "steps.csv")
+    runs, devices, phases = (read_table(os.path.join(folder, n))
+                             for n in ("runs.csv", "devices.csv", "phases.csv"))
+    steps = read_table(steps_path) if os.path.exists(steps_path) else []
+    meta = dpsresults.read_meta(folder, required=dpsresults.META_KEYS)
+    expect(meta["end_time"], "meta.json has no end_time")
+    missing = [k for k in dpsresults.VERSIONS if k not in meta["versions"]]
+    expect(not missing, f"meta.json: versions lacks {missing}")
+    dev_of, steps_of = dpsresults.by_config(devices), dpsresults.by_config(steps)
+    for r in runs:
+        ng = int(r["ngpus"])
+        mine = dev_of.get(r["config_id"], [])
+        expect(len(mine) == ng, f"devices.csv: {len(mine)} rows for {r['config_id']}, want {ng}")
+        if r["status"] != "ok":
+            continue
+        st = steps_of.get(r["config_id"], [])
+        expect(len(st) == ng * int(r["steps"]),
+               f"steps.csv: {len(st)} rows for {r['config_id']}, want {ng * int(r['steps'])}")
+        for s in st:
+            expect(float(s["step_ms"]) > 0, "steps.csv: a step took no time")
+            expect(float(s["rank_step_ms"]) <= float(s["step_ms"]) + 1e-3,
+                   "steps.csv: a rank slower than the step")
+        expect(float(r["step_ms_p10"]) <= float(r["step_ms_median"]) <= float(r["step_ms_p90"]),
+               "runs.csv: p10 <= median <= p90 does not hold")
+    return runs, devices, steps, phases, meta
+
+
+def png_size(path):
+    """(width, height) of a PNG file; fails when it is not one."""
+    with open(path, "rb") as f:
+        head = f.read(24)
+    expect(head[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG")
+    return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+
+
+def run_case(label, fn, *args):
+    """The exit status of one test case: what it returns (77: skipped) or 0;
+    1, with FAIL and the reason on stderr, when an expectation fails or a
+    results file does not read."""
+    try:
+        return fn(*args) or 0
+    except (Failure, dpsresults.InputError) as e:
+        print(f"FAIL {label}: {e}", file=sys.stderr)
+        return 1
