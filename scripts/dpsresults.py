@@ -33,7 +33,7 @@ COLUMNS = {
         "capacity_bytes", "h2d_bytes_per_step", "d2h_bytes_per_step", "p2p_sent_bytes_per_step",
         "p2p_recv_bytes_per_step", "nvml_pcie_tx_bytes", "nvml_pcie_rx_bytes",
         "nvml_nvlink_tx_bytes", "nvml_nvlink_rx_bytes", "sm_clock_min_mhz", "sm_clock_max_mhz",
-        "throttle_reasons"],
+        "throttle_reasons", "device_base_bytes", "device_peak_over_base_bytes"],
     "phases.csv": ["config_id", "device", "phase", "median_ms", "mean_ms", "share_of_step",
                    "bytes_per_step", "achieved_gbps"],
     "links.csv": ["src", "dst", "method", "bytes", "bw_gbps", "latency_us", "status", "backend",

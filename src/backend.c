@@ -114,6 +114,16 @@ dps_status be_sample_mem(backend *be, int dev)
     return DPS_OK;
 }
 
+dps_status be_mark_baseline(backend *be, int dev)
+{
+    size_t used = 0;
+    DPS_TRY(be->ops->mem_used(be, dev, &used));
+    pthread_mutex_lock(&be->mem_lock);
+    be->mem[dev].device_base = used >= be->mem[dev].in_use ? used - be->mem[dev].in_use : 0;
+    pthread_mutex_unlock(&be->mem_lock);
+    return DPS_OK;
+}
+
 void be_reset_peaks(backend *be)
 {
     pthread_mutex_lock(&be->mem_lock);

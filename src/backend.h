@@ -34,6 +34,8 @@ typedef struct be_mem {
     size_t in_use, peak;      /* what the harness allocated */
     size_t capacity;          /* host backend: --device-mem, 0 = unlimited */
     size_t device_peak;       /* high-water mark of the device's used memory */
+    size_t device_base;       /* its used memory once ready, before the run allocated:
+                               * the context and other processes */
 } be_mem;
 
 /* A device allocation: pointer, size and owner, freed through be_buf_free. */
@@ -152,6 +154,9 @@ const char *be_kind_name(be_kind k);
  * failure returns DPS_ERR_OOM with the device, the purpose and the sizes. */
 dps_status be_buf_alloc(backend *be, int dev, size_t bytes, const char *what, dps_buf *buf);
 void be_buf_free(backend *be, dps_buf *buf);
+/* Samples the device's used memory into mem[dev].device_base: call once a
+ * device is ready (its streams made) and before the run allocates on it. */
+dps_status be_mark_baseline(backend *be, int dev) __attribute__((warn_unused_result));
 /* Samples the device's used memory into mem[dev].device_peak. */
 dps_status be_sample_mem(backend *be, int dev);
 void be_reset_peaks(backend *be);

@@ -5,7 +5,6 @@
  * first use, not at open, so a process that only validates a configuration
  * and forks rank processes never touches it. Every call is checked and its
  * error returned with file:line, the call and the library's message. */
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,75 +18,55 @@
 #ifdef DPS_HAVE_NVTX
 #include <nvtx3/nvToolsExtCudaRt.h>
 #endif
+#include "cuda_check.h"
 #include "util.h"
 
-struct be_stream { cudaStream_t s; int dev; };
-struct be_event { cudaEvent_t e; int dev; };
-
-typedef struct cuda_dev {
-    _Atomic int ready;
-    cublasHandle_t blas;
+/* A stream owns its cuBLAS handle and bf16 scratch: two host threads
+ * issuing GEMMs on two streams of one device never share either. */
+struct be_stream {
+    cudaStream_t s;
+    int dev;
+    cublasHandle_t blas;    /* made on the first GEMM */
     dps_buf scratch[2];     /* bf16 copies of GEMM inputs */
-} cuda_dev;
+};
+struct be_event { cudaEvent_t e; int dev; };
 
 typedef struct cuda_impl {
     pthread_mutex_t init_lock;
-    cuda_dev dev[DPS_MAX_DEVICES];
+    /* peer access switched on from device i to device j, on first use */
+    unsigned char peer_on[DPS_MAX_DEVICES][DPS_MAX_DEVICES];
     be_cuda_versions versions; /* read by the probe at open */
 } cuda_impl;
 
-static dps_status cuda_fail(cudaError_t rc, const char *file, int line, const char *call)
-{
-    cudaGetLastError(); /* reset the runtime's last error, so later calls are not blamed */
-    dps_status st = rc == cudaErrorMemoryAllocation ? DPS_ERR_OOM : DPS_ERR_RUNTIME;
-    return dps_fail(st, "%s:%d: %s failed: %s (%s)", file, line, call, cudaGetErrorName(rc),
-                    cudaGetErrorString(rc));
-}
-
-#define CUDA_TRY(call)                                                      \
-    do {                                                                    \
-        cudaError_t cuda_rc_ = (call);                                      \
-        if (cuda_rc_ != cudaSuccess)                                        \
-            return cuda_fail(cuda_rc_, __FILE__, __LINE__, #call);          \
-    } while (0)
-
-#define CUBLAS_TRY(call)                                                    \
-    do {                                                                    \
-        cublasStatus_t blas_rc_ = (call);                                   \
-        if (blas_rc_ != CUBLAS_STATUS_SUCCESS)                              \
-            return dps_fail(DPS_ERR_RUNTIME, "%s:%d: %s failed: %s", __FILE__, __LINE__, \
-                            #call, cublasGetStatusString(blas_rc_));        \
-    } while (0)
+#define cuda_fail dps_cuda_fail
 
 static cuda_impl *impl_of(backend *be) { return be->impl; }
 
-/* First use of a device: make it current, enable peer access to the
- * others, create its cuBLAS handle. */
+/* Makes dev current for the calling thread. Nothing else happens on first
+ * use: no context on another device, no peer access (a ddp rank touches
+ * only its own GPU). */
 static dps_status ensure_device(backend *be, int dev)
 {
-    cuda_impl *im = impl_of(be);
+    (void)be;
     CUDA_TRY(cudaSetDevice(dev));
-    if (im->dev[dev].ready) return DPS_OK;
+    return DPS_OK;
+}
+
+/* Peer access from dev to peer's memory, switched on the first time a copy
+ * between the two needs it (dp's replicate, scatter, gather and reduce).
+ * dev is current. Pairs without peer access copy through the host. */
+static dps_status ensure_peer(backend *be, int dev, int peer)
+{
+    cuda_impl *im = impl_of(be);
+    if (dev == peer || !be->peer[dev][peer] || im->peer_on[dev][peer]) return DPS_OK;
     pthread_mutex_lock(&im->init_lock);
-    dps_status rc = DPS_OK;
-    if (!im->dev[dev].ready) {
-        for (int peer = 0; peer < be->ndev; peer++) {
-            int can = 0;
-            if (peer == dev || cudaDeviceCanAccessPeer(&can, dev, peer) != cudaSuccess || !can)
-                continue;
-            cudaError_t e = cudaDeviceEnablePeerAccess(peer, 0);
-            if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled)
-                rc = cuda_fail(e, __FILE__, __LINE__, "cudaDeviceEnablePeerAccess");
-            cudaGetLastError();
-        }
-        cublasStatus_t b = rc ? CUBLAS_STATUS_SUCCESS : cublasCreate(&im->dev[dev].blas);
-        if (b != CUBLAS_STATUS_SUCCESS)
-            rc = dps_fail(DPS_ERR_RUNTIME, "device %d: cublasCreate failed: %s", dev,
-                          cublasGetStatusString(b));
-        if (!rc) im->dev[dev].ready = 1;
-    }
+    cudaError_t e = im->peer_on[dev][peer] ? cudaSuccess : cudaDeviceEnablePeerAccess(peer, 0);
+    if (e == cudaErrorPeerAccessAlreadyEnabled) e = cudaSuccess;
+    if (e == cudaSuccess) im->peer_on[dev][peer] = 1;
     pthread_mutex_unlock(&im->init_lock);
-    return rc;
+    if (e != cudaSuccess) return cuda_fail(e, __FILE__, __LINE__, "cudaDeviceEnablePeerAccess");
+    cudaGetLastError();
+    return DPS_OK;
 }
 
 static dps_status cu_set_device(backend *be, int dev) { return ensure_device(be, dev); }
@@ -130,7 +109,12 @@ static dps_status cu_stream_create(backend *be, int dev, be_stream **s)
 
 static void cu_stream_destroy(backend *be, be_stream *s)
 {
-    if (ensure_device(be, s->dev) == DPS_OK) cudaStreamDestroy(s->s);
+    if (ensure_device(be, s->dev) == DPS_OK) {
+        cudaStreamSynchronize(s->s);
+        if (s->blas) cublasDestroy(s->blas);
+        for (int k = 0; k < 2; k++) be_buf_free(be, &s->scratch[k]);
+        cudaStreamDestroy(s->s);
+    }
     free(s);
 }
 
@@ -204,8 +188,13 @@ static dps_status cu_peer_access(backend *be, int dev, int peer, int on)
     if (!be->peer[dev][peer])
         return dps_fail(DPS_SKIPPED, "GPU %d cannot access GPU %d's memory directly", dev, peer);
     DPS_TRY(ensure_device(be, dev));
+    cuda_impl *im = impl_of(be);
+    pthread_mutex_lock(&im->init_lock);
     cudaError_t e = on ? cudaDeviceEnablePeerAccess(peer, 0) : cudaDeviceDisablePeerAccess(peer);
-    if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled && e != cudaErrorPeerAccessNotEnabled)
+    if (e == cudaErrorPeerAccessAlreadyEnabled || e == cudaErrorPeerAccessNotEnabled) e = cudaSuccess;
+    if (e == cudaSuccess) im->peer_on[dev][peer] = (unsigned char)on;
+    pthread_mutex_unlock(&im->init_lock);
+    if (e != cudaSuccess)
         return cuda_fail(e, __FILE__, __LINE__, on ? "cudaDeviceEnablePeerAccess" : "cudaDeviceDisablePeerAccess");
     cudaGetLastError();
     return DPS_OK;
@@ -223,10 +212,12 @@ static dps_status cu_copy(backend *be, be_stream *s, void *dst, int dst_dev, con
 {
     if (!bytes) return DPS_OK;
     DPS_TRY(ensure_device(be, s->dev));
-    if (dst_dev >= 0 && src_dev >= 0 && dst_dev != src_dev)
+    if (dst_dev >= 0 && src_dev >= 0 && dst_dev != src_dev) {
+        DPS_TRY(ensure_peer(be, s->dev, s->dev == dst_dev ? src_dev : dst_dev));
         CUDA_TRY(cudaMemcpyPeerAsync(dst, dst_dev, src, src_dev, bytes, s->s));
-    else
+    } else {
         CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s->s));
+    }
     return DPS_OK;
 }
 
@@ -237,12 +228,11 @@ static dps_status cu_memset0(backend *be, be_stream *s, void *p, size_t bytes)
     return DPS_OK;
 }
 
-/* bf16 copy of a GEMM operand in the device's scratch buffer `slot`. */
+/* bf16 copy of a GEMM operand in the stream's scratch buffer `slot`. */
 static dps_status to_bf16(backend *be, be_stream *s, int slot, const float *x, size_t n,
                           const void **out)
 {
-    cuda_dev *cd = &impl_of(be)->dev[s->dev];
-    dps_buf *b = &cd->scratch[slot];
+    dps_buf *b = &s->scratch[slot];
     if (b->bytes < n * 2) {
         CUDA_TRY(cudaStreamSynchronize(s->s));
         be_buf_free(be, b);
@@ -260,8 +250,11 @@ static dps_status cu_gemm(backend *be, be_stream *s, int ta, int tb, int m, int 
 {
     if (m <= 0 || n <= 0) return DPS_OK;
     DPS_TRY(ensure_device(be, s->dev));
-    cublasHandle_t h = impl_of(be)->dev[s->dev].blas;
-    CUBLAS_TRY(cublasSetStream(h, s->s));
+    if (!s->blas) {
+        CUBLAS_TRY(cublasCreate(&s->blas));
+        CUBLAS_TRY(cublasSetStream(s->blas, s->s));
+    }
+    cublasHandle_t h = s->blas;
     cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     if (!be->gemm_bf16) {
         CUBLAS_TRY(cublasSgemm(h, ob, oa, n, m, k, &alpha, b, ldb, a, lda, &beta, c, ldc));
@@ -354,13 +347,6 @@ static dps_status cu_profile(backend *be, int on)
 static void cu_destroy(backend *be)
 {
     cuda_impl *im = impl_of(be);
-    for (int d = 0; im && d < be->ndev; d++) {
-        if (!im->dev[d].ready) continue;
-        cudaSetDevice(d);
-        be_buf_free(be, &im->dev[d].scratch[0]);
-        be_buf_free(be, &im->dev[d].scratch[1]);
-        cublasDestroy(im->dev[d].blas);
-    }
     if (im) pthread_mutex_destroy(&im->init_lock);
     free(im);
     pthread_mutex_destroy(&be->mem_lock);

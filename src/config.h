@@ -86,6 +86,7 @@ typedef struct dev_stats {
     int dev;                          /* backend device index */
     char name[128];
     uint64_t alloc_peak, device_peak, capacity;
+    uint64_t device_base;             /* device's used memory before the run allocated */
     double phase_bytes[PH_COUNT];     /* per step, sent + received */
     double link_bytes[LINK_COUNT];    /* per step */
     /* NVML over the whole configuration (NaN / 0 where not sampled) */

@@ -54,7 +54,15 @@ static void probe_versions(be_cuda_versions *v)
 static void probe_devices(probe_reply *r)
 {
     cudaError_t rc = cudaGetDeviceCount(&r->count);
-    if (rc != cudaSuccess) {
+    if (rc == cudaErrorInsufficientDriver) {
+        int drv = 0;
+        cudaDriverGetVersion(&drv);
+        snprintf(r->why, sizeof r->why, "the NVIDIA driver supports CUDA %d.%d, older than the "
+                 "CUDA %d.%d runtime dpscale was built with; install driver 580 or newer (CUDA 13), "
+                 "or build against the CUDA toolkit the driver supports (-Dcuda-root=DIR)",
+                 drv / 1000, (drv % 1000) / 10, CUDART_VERSION / 1000, (CUDART_VERSION % 1000) / 10);
+        r->count = 0;
+    } else if (rc != cudaSuccess) {
         snprintf(r->why, sizeof r->why, "cudaGetDeviceCount: %s", cudaGetErrorString(rc));
         r->count = 0;
     } else if (r->count == 0) {

@@ -166,6 +166,7 @@ static dps_status rank_setup(ddp_rank *R)
     char sname[32];
     snprintf(sname, sizeof sname, "compute-%d", R->dev);
     R->be->ops->name_stream(R->be, R->st, sname);
+    DPS_TRY(be_mark_baseline(R->be, R->dev));
     DPS_TRY(ptimer_init(&R->timer, R->be, 1, &R->dev, &R->st));
     DPS_TRY(make_buckets(R));
     DPS_TRY(alloc_buffers(R));
@@ -303,6 +304,7 @@ static void record_peaks(ddp_rank *R)
     dps_strlcpy(d->name, R->be->info[R->dev].name, sizeof d->name);
     d->alloc_peak = R->be->mem[R->dev].peak;
     d->device_peak = R->be->mem[R->dev].device_peak;
+    d->device_base = R->be->mem[R->dev].device_base;
     d->capacity = R->be->mem[R->dev].capacity;
 }
 

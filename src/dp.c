@@ -154,6 +154,7 @@ static dps_status dp_setup(dp_state *st)
         snprintf(name, sizeof name, "compute-%d", s->dev);
         be->ops->name_stream(be, s->st, name);
         streams[i] = s->st;
+        DPS_TRY(be_mark_baseline(be, s->dev));
     }
     DPS_TRY(ptimer_init(&st->timer, be, st->nslots, devs, streams));
     /* device 0 first: its extra memory is what runs out first */
@@ -505,6 +506,7 @@ dps_status dp_train(const dps_config *cfg, backend *be, train_result *res)
         dps_strlcpy(res->dev[i].name, be->info[dev].name, sizeof res->dev[i].name);
         res->dev[i].alloc_peak = be->mem[dev].peak;
         res->dev[i].device_peak = be->mem[dev].device_peak;
+        res->dev[i].device_base = be->mem[dev].device_base;
         res->dev[i].capacity = be->mem[dev].capacity;
         if (rc == DPS_OK && res->steps_done > 0)
             for (int p = 0; p < PH_COUNT; p++) res->dev[i].phase_bytes[p] /= res->steps_done;

@@ -31,7 +31,7 @@ static const char *const devices_cols[] = {
     "capacity_bytes", "h2d_bytes_per_step", "d2h_bytes_per_step", "p2p_sent_bytes_per_step",
     "p2p_recv_bytes_per_step", "nvml_pcie_tx_bytes", "nvml_pcie_rx_bytes",
     "nvml_nvlink_tx_bytes", "nvml_nvlink_rx_bytes", "sm_clock_min_mhz", "sm_clock_max_mhz",
-    "throttle_reasons",
+    "throttle_reasons", "device_base_bytes", "device_peak_over_base_bytes",
 };
 
 static const char *const phases_cols[] = {
@@ -133,6 +133,12 @@ static void meta_body(FILE *f, const backend *be, int argc, char **argv, const c
     fprintf(f, "  \"note\": \"%s\",\n", be->emulated
             ? "host backend: devices are emulated on the CPU; timings describe the CPU, not a GPU"
             : "");
+    fputs("  \"memory\": {\"alloc_peak_bytes\": \"the harness's own allocations, exact\", "
+          "\"device_peak_bytes\": \"the device's used memory (cudaMemGetInfo): context, library "
+          "workspaces (cuBLAS, NCCL) and other processes included\", \"device_base_bytes\": "
+          "\"the device's used memory once ready, before the run allocated\", "
+          "\"device_peak_over_base_bytes\": \"device_peak_bytes - device_base_bytes\", "
+          "\"regressions_judged_on\": \"alloc_peak_bytes\"},\n", f);
     meta_devices(f, be);
     fputs("  \"topology\": ", f);
     if (be->emulated) {
@@ -290,6 +296,9 @@ static void devices_rows(csv_buf *b, const dps_config *c, const train_result *re
             csv_empty(b);
             csv_empty(b);
         }
+        csv_u64(b, d->device_base);
+        if (d->device_peak >= d->device_base) csv_u64(b, d->device_peak - d->device_base);
+        else csv_empty(b);
         csv_end_row(b);
     }
 }
