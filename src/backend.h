@@ -146,19 +146,19 @@ typedef struct be_options {
 
 /* Opens the backend; for BE_AUTO takes cuda when a GPU is visible, else host,
  * and says which. */
-dps_status be_open(const be_options *opt, backend **out);
+dps_status be_open(const be_options *opt, backend **out) DPS_MUST_USE;
 void be_close(backend *be);
 const char *be_kind_name(be_kind k);
 
 /* Accounted allocation: checks the capacity, records in-use and peak, and on
  * failure returns DPS_ERR_OOM with the device, the purpose and the sizes. */
-dps_status be_buf_alloc(backend *be, int dev, size_t bytes, const char *what, dps_buf *buf);
+dps_status be_buf_alloc(backend *be, int dev, size_t bytes, const char *what, dps_buf *buf) DPS_MUST_USE;
 void be_buf_free(backend *be, dps_buf *buf);
 /* Samples the device's used memory into mem[dev].device_base: call once a
  * device is ready (its streams made) and before the run allocates on it. */
-dps_status be_mark_baseline(backend *be, int dev) __attribute__((warn_unused_result));
+dps_status be_mark_baseline(backend *be, int dev) DPS_MUST_USE;
 /* Samples the device's used memory into mem[dev].device_peak. */
-dps_status be_sample_mem(backend *be, int dev);
+dps_status be_sample_mem(backend *be, int dev) DPS_MUST_USE;
 void be_reset_peaks(backend *be);
 
 /* The versions of what be runs on; with CUDA built in, a backend other than
@@ -167,7 +167,7 @@ void be_versions(const backend *be, be_version_info *v);
 /* v's fields in a fixed order, driver first; values point into v. */
 void be_version_fields(const be_version_info *v, be_version_field out[BE_VERSION_NFIELDS]);
 
-dps_status be_host_open(const be_options *opt, backend **out);
+dps_status be_host_open(const be_options *opt, backend **out) DPS_MUST_USE;
 #ifdef DPS_HAVE_CUDA
 /* cuda_probe.c: devices and versions seen by a child process (the caller
  * stays CUDA-free). info: [DPS_MAX_DEVICES]; info and versions may be NULL;
@@ -177,7 +177,7 @@ int dps_cuda_probe(be_device_info *info, be_cuda_versions *versions, backend *be
 /* The versions alone (no device is opened); "unknown" when the child fails. */
 void dps_cuda_probe_versions(be_cuda_versions *versions);
 /* backend_cuda.c; why (may be NULL) says why there is no device */
-dps_status be_cuda_open(const be_options *opt, backend **out, char *why, size_t len);
+dps_status be_cuda_open(const be_options *opt, backend **out, char *why, size_t len) DPS_MUST_USE;
 #endif
 
 #endif

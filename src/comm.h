@@ -66,26 +66,26 @@ typedef struct comm_params {
 
 /* The implementation for this backend (NCCL on GPUs when built in, else the
  * shared-memory ring), opened; collective with the other ranks. */
-dps_status comm_open(const comm_params *p, comm **out) __attribute__((warn_unused_result));
+dps_status comm_open(const comm_params *p, comm **out) DPS_MUST_USE;
 /* Ends the async thread and frees the implementation. NULL is a no-op. */
 void comm_close(comm *c);
 
 /* The collectives. After one fails, every later one returns that failure. */
 dps_status comm_allreduce(comm *c, void *buf, size_t n, comm_dtype dt)
-    __attribute__((warn_unused_result));
+    DPS_MUST_USE;
 dps_status comm_broadcast(comm *c, void *buf, size_t bytes, int root)
-    __attribute__((warn_unused_result));
+    DPS_MUST_USE;
 dps_status comm_reduce(comm *c, void *buf, size_t n, comm_dtype dt, int root)
-    __attribute__((warn_unused_result));
-dps_status comm_barrier(comm *c) __attribute__((warn_unused_result));
+    DPS_MUST_USE;
+dps_status comm_barrier(comm *c) DPS_MUST_USE;
 /* All-reduce after `after` completes, in issue order; returns at once. */
 dps_status comm_allreduce_async(comm *c, void *buf, size_t n, comm_dtype dt, be_event *after)
-    __attribute__((warn_unused_result));
+    DPS_MUST_USE;
 /* Waits for every async all-reduce issued since the last wait; *busy_ms
  * gets the milliseconds they spent in the collective. */
-dps_status comm_wait_async(comm *c, double *busy_ms) __attribute__((warn_unused_result));
+dps_status comm_wait_async(comm *c, double *busy_ms) DPS_MUST_USE;
 
 /* Records a failure of c (first one wins) and tells the other ranks. */
-dps_status comm_fail(comm *c, dps_status code);
+dps_status comm_fail(comm *c, dps_status code) DPS_MUST_USE;
 
 #endif

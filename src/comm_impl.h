@@ -16,8 +16,8 @@ typedef struct comm_impl {
 extern const comm_impl comm_ring_impl;
 /* comm_async.c: the thread that runs a blocking implementation's async
  * all-reduces in issue order (comm.c calls these). */
-dps_status comm_async_push(comm *c, void *buf, size_t n, comm_dtype dt, be_event *after);
-dps_status comm_async_wait(comm *c, double *busy_ms);
+dps_status comm_async_push(comm *c, void *buf, size_t n, comm_dtype dt, be_event *after) DPS_MUST_USE;
+dps_status comm_async_wait(comm *c, double *busy_ms) DPS_MUST_USE;
 void comm_async_stop(comm *c);
 
 extern const comm_impl comm_nccl_impl;

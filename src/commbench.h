@@ -27,8 +27,8 @@ typedef struct commbench_spec {
 
 /* Runs every size with nranks rank processes; rows[i] for sizes[i]. */
 dps_status commbench_run(const commbench_spec *spec, commbench_row *rows)
-    __attribute__((warn_unused_result));
+    DPS_MUST_USE;
 /* Appends rows to DIR/allreduce.csv. */
-dps_status commbench_write(const results_dir *rd, const commbench_row *rows, int n);
+dps_status commbench_write(const results_dir *rd, const commbench_row *rows, int n) DPS_MUST_USE;
 
 #endif

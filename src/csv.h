@@ -30,6 +30,6 @@ void csv_header(csv_buf *b, const char *const *cols, int n);
 /* Appends rows to path: writes the header first into a new or empty file,
  * refuses a file whose header differs, writes everything with one write(2)
  * on an O_APPEND descriptor, then fsync. */
-dps_status csv_append(const char *path, const char *const *cols, int ncols, const csv_buf *rows);
+dps_status csv_append(const char *path, const char *const *cols, int ncols, const csv_buf *rows) DPS_MUST_USE;
 
 #endif

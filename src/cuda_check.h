@@ -9,7 +9,7 @@
 
 #include "err.h"
 
-dps_status dps_cuda_fail(cudaError_t rc, const char *file, int line, const char *call);
+dps_status dps_cuda_fail(cudaError_t rc, const char *file, int line, const char *call) DPS_MUST_USE;
 
 #define CUDA_TRY(call)                                                      \
     do {                                                                    \
@@ -19,7 +19,7 @@ dps_status dps_cuda_fail(cudaError_t rc, const char *file, int line, const char 
     } while (0)
 
 #ifdef CUBLAS_V2_H_
-dps_status dps_cublas_fail(cublasStatus_t rc, const char *file, int line, const char *call);
+dps_status dps_cublas_fail(cublasStatus_t rc, const char *file, int line, const char *call) DPS_MUST_USE;
 #define CUBLAS_TRY(call)                                                    \
     do {                                                                    \
         cublasStatus_t blas_rc_ = (call);                                   \
@@ -31,7 +31,7 @@ dps_status dps_cublas_fail(cublasStatus_t rc, const char *file, int line, const 
 #ifdef NCCL_H_
 /* Failure (ncclInProgress is not one: non-blocking communicators return it). */
 static inline int dps_nccl_failed(ncclResult_t rc) { return rc != ncclSuccess && rc != ncclInProgress; }
-dps_status dps_nccl_fail(ncclResult_t rc, const char *file, int line, const char *call);
+dps_status dps_nccl_fail(ncclResult_t rc, const char *file, int line, const char *call) DPS_MUST_USE;
 #define NCCL_TRY(call)                                                      \
     do {                                                                    \
         ncclResult_t nccl_rc_ = (call);                                     \

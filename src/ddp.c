@@ -310,7 +310,7 @@ static void record_peaks(ddp_rank *R)
 
 static dps_status rank_loop(ddp_rank *R)
 {
-    be_sample_mem(R->be, R->dev);
+    DPS_TRY(be_sample_mem(R->be, R->dev));
     record_peaks(R);
     const dps_config *c = R->cfg;
     ddp_shared *sh = R->sh;
@@ -383,7 +383,8 @@ dps_status ddp_rank_main(const dps_config *cfg, ddp_shared *sh, int rank, rank_b
     if (!rc) rc = rank_setup(R);
     if (!rc) rc = rank_loop(R);
     if (R->be) {
-        be_sample_mem(R->be, R->dev);
+        dps_status sampled = be_sample_mem(R->be, R->dev); /* the peak of a failed run too */
+        if (!rc) rc = sampled;
         rank_report_final(R);
     }
     if (rc) report_failure(R, rc);

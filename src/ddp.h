@@ -14,10 +14,10 @@
 void ddp_shard_sizes(int batch, int n, int *sizes);
 
 /* Runs rank `rank` to the end; fills sh->rank[rank]. In the rank process. */
-dps_status ddp_rank_main(const dps_config *cfg, ddp_shared *sh, int rank, rank_beat *beat);
+dps_status ddp_rank_main(const dps_config *cfg, ddp_shared *sh, int rank, rank_beat *beat) DPS_MUST_USE;
 
 /* Starts the ranks, watches them, fills res. In the parent, which never
  * opens a device. */
-dps_status ddp_train(const dps_config *cfg, train_result *res) __attribute__((warn_unused_result));
+dps_status ddp_train(const dps_config *cfg, train_result *res) DPS_MUST_USE;
 
 #endif

@@ -498,10 +498,10 @@ dps_status dp_train(const dps_config *cfg, backend *be, train_result *res)
     st->traffic = res->dev;
     dps_status rc = dp_setup(st);
     if (!rc) rc = dp_loop(st, res);
-    if (rc) dps_strlcpy(res->error, dps_errmsg(), sizeof res->error);
     for (int i = 0; i < cfg->ngpus; i++) {
         int dev = cfg->devices[i];
-        be_sample_mem(be, dev);
+        dps_status sampled = be_sample_mem(be, dev); /* the peak of a failed run too */
+        if (!rc) rc = sampled;
         res->dev[i].dev = dev;
         dps_strlcpy(res->dev[i].name, be->info[dev].name, sizeof res->dev[i].name);
         res->dev[i].alloc_peak = be->mem[dev].peak;
@@ -513,6 +513,7 @@ dps_status dp_train(const dps_config *cfg, backend *be, train_result *res)
         if (rc == DPS_OK && res->steps_done > 0)
             for (int l = 0; l < LINK_COUNT; l++) res->dev[i].link_bytes[l] /= res->steps_done;
     }
+    if (rc) dps_strlcpy(res->error, dps_errmsg(), sizeof res->error);
     dp_teardown(st);
     free(st);
     return rc;

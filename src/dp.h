@@ -17,6 +17,6 @@ int dp_chunk_sizes(int batch, int n, int *sizes);
 /* Trains cfg->warmup + cfg->steps steps, filling res (timings, losses, memory,
  * bytes moved and the final parameters). Returns the run's status; on
  * failure res->error says what failed. */
-dps_status dp_train(const dps_config *cfg, backend *be, train_result *res);
+dps_status dp_train(const dps_config *cfg, backend *be, train_result *res) DPS_MUST_USE;
 
 #endif

@@ -25,6 +25,9 @@ dps_status dps_fail_copy(dps_status code, const char *msg);
 /* Status name as written in runs.csv. */
 const char *dps_status_name(dps_status code);
 
+/* On a function returning dps_status: the caller must look at it. */
+#define DPS_MUST_USE __attribute__((warn_unused_result))
+
 /* Returns from the calling function when expr fails. */
 #define DPS_TRY(expr)                        \
     do {                                     \

@@ -20,8 +20,8 @@ typedef struct link_row {
  * (at most links_max_rows(ndev)); returns how many. */
 int links_max_rows(int ndev);
 dps_status links_measure(backend *be, int ndev, uint64_t bytes, int samples, link_row *rows,
-                         int *nrows);
-dps_status links_write(const results_dir *rd, const backend *be, const link_row *rows, int n);
+                         int *nrows) DPS_MUST_USE;
+dps_status links_write(const results_dir *rd, const backend *be, const link_row *rows, int n) DPS_MUST_USE;
 void links_print(FILE *f, const backend *be, int ndev, const link_row *rows, int n);
 
 #endif

@@ -35,16 +35,16 @@ typedef struct phase_timer {
 } phase_timer;
 
 dps_status ptimer_init(phase_timer *t, backend *be, int nslots, const int *devs,
-                       be_stream *const *streams);
+                       be_stream *const *streams) DPS_MUST_USE;
 void ptimer_free(phase_timer *t);
 void ptimer_reset(phase_timer *t);
-dps_status ptimer_begin(phase_timer *t, int slot, dps_phase ph);
-dps_status ptimer_end(phase_timer *t, int slot, dps_phase ph);
+dps_status ptimer_begin(phase_timer *t, int slot, dps_phase ph) DPS_MUST_USE;
+dps_status ptimer_end(phase_timer *t, int slot, dps_phase ph) DPS_MUST_USE;
 /* slot's part of ph, run on slot `where`'s stream (the same `where` for
  * begin and end within a step). */
-dps_status ptimer_begin_on(phase_timer *t, int slot, dps_phase ph, int where);
-dps_status ptimer_end_on(phase_timer *t, int slot, dps_phase ph, int where);
+dps_status ptimer_begin_on(phase_timer *t, int slot, dps_phase ph, int where) DPS_MUST_USE;
+dps_status ptimer_end_on(phase_timer *t, int slot, dps_phase ph, int where) DPS_MUST_USE;
 /* After the slot's stream is synchronised: ms per phase. */
-dps_status ptimer_read(phase_timer *t, int slot, float *ms);
+dps_status ptimer_read(phase_timer *t, int slot, float *ms) DPS_MUST_USE;
 
 #endif

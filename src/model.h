@@ -51,12 +51,12 @@ typedef struct model_acts {
     dps_buf dh[2];          /* [max_rows][width] gradient ping-pong */
 } model_acts;
 
-dps_status model_acts_alloc(backend *be, int dev, model_shape s, int max_rows, model_acts *a);
+dps_status model_acts_alloc(backend *be, int dev, model_shape s, int max_rows, model_acts *a) DPS_MUST_USE;
 void model_acts_free(backend *be, model_acts *a);
 
 /* logits[rows, classes] = model(x). */
 dps_status model_forward(backend *be, be_stream *st, model_shape s, const float *params,
-                         model_acts *a, int rows, const float *x, float *logits);
+                         model_acts *a, int rows, const float *x, float *logits) DPS_MUST_USE;
 /* Called when layer l's gradients (weight and bias) are complete, from the
  * classifier (l == layers) down to layer 0: where DDP's buckets start. */
 typedef dps_status (*model_grad_hook)(void *ctx, int layer);
@@ -64,6 +64,6 @@ typedef dps_status (*model_grad_hook)(void *ctx, int layer);
 /* grads = d loss / d params given dlogits (overwrites grads); hook may be NULL. */
 dps_status model_backward(backend *be, be_stream *st, model_shape s, const float *params,
                           model_acts *a, int rows, const float *x, const float *dlogits,
-                          float *grads, model_grad_hook hook, void *hook_ctx);
+                          float *grads, model_grad_hook hook, void *hook_ctx) DPS_MUST_USE;
 
 #endif

@@ -32,9 +32,9 @@ typedef struct worker_pool {
 
 /* Starts n threads named "<prefix><device>" in traces (devs[slot]). */
 dps_status pool_start(worker_pool *p, int n, pool_fn fn, void *ctx, const char *prefix,
-                      const int *devs);
+                      const int *devs) DPS_MUST_USE;
 /* Runs job on every slot and waits; returns the first slot's error. */
-dps_status pool_run(worker_pool *p, int job);
+dps_status pool_run(worker_pool *p, int job) DPS_MUST_USE;
 void pool_stop(worker_pool *p);
 
 #endif

@@ -25,12 +25,12 @@ typedef struct results_dir {
 } results_dir;
 
 /* Creates (or reuses) out_dir/name; DPS_ERR_USAGE when it cannot be written. */
-dps_status results_open(results_dir *r, const char *out_dir, const char *name);
+dps_status results_open(results_dir *r, const char *out_dir, const char *name) DPS_MUST_USE;
 /* Writes meta.json atomically (temporary file, then rename). */
 dps_status results_write_meta(const results_dir *r, const backend *be, int argc, char **argv,
-                              const char *start_time, const char *end_time);
+                              const char *start_time, const char *end_time) DPS_MUST_USE;
 dps_status results_append(const results_dir *r, const dps_config *c, const backend *be,
-                          const train_result *res, const run_summary *s);
+                          const train_result *res, const run_summary *s) DPS_MUST_USE;
 
 void results_table_header(FILE *f, const backend *be);
 void results_table_row(FILE *f, const dps_config *c, const train_result *res,

@@ -22,17 +22,17 @@ double run_check_tolerance(const dps_config *cfg);
 /* Returns the configuration's status (DPS_OK, DPS_ERR_OOM, ...); a failure
  * to write the results is returned as DPS_ERR_RUNTIME with its message.
  * *written (may be NULL) says whether its rows reached the files. */
-dps_status run_config(const dps_config *cfg, backend *be, const results_dir *rd, int *written);
+dps_status run_config(const dps_config *cfg, backend *be, const results_dir *rd, int *written) DPS_MUST_USE;
 
 /* Rows for a configuration that never ran or died without writing them:
  * status (skipped, error, timeout) and why. */
 dps_status run_record(const dps_config *cfg, const backend *be, const results_dir *rd,
-                      dps_status status, const char *why);
+                      dps_status status, const char *why) DPS_MUST_USE;
 
 /* max|a - b| / max|b| over n values (0 when b is all zeros and a == b). */
 double run_max_rel_diff(const float *a, const float *b, size_t n);
 
 /* Times the GEMMs of one step on `rows` rows of one device: TFLOP/s. */
-dps_status gemm_reference(backend *be, int dev, model_shape s, int rows, double *tflops);
+dps_status gemm_reference(backend *be, int dev, model_shape s, int rows, double *tflops) DPS_MUST_USE;
 
 #endif

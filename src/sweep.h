@@ -24,6 +24,6 @@ int sweep_run(sweep_item *items, int n, backend *be, const results_dir *rd,
               const sweep_opts *o, int *interrupted);
 
 /* Points OUT/latest at NAME (a relative symbolic link, replaced atomically). */
-dps_status sweep_link_latest(const char *out_dir, const char *name);
+dps_status sweep_link_latest(const char *out_dir, const char *name) DPS_MUST_USE;
 
 #endif

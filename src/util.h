@@ -24,7 +24,7 @@ int64_t dps_now_us(void);         /* monotonic clock, us */
 void dps_utc_iso8601(char *buf, size_t len); /* now, "2026-11-30T01:02:03Z" */
 
 /* mkdir -p; DPS_ERR_USAGE with a message when it cannot be created or written. */
-dps_status dps_mkdirs(const char *path, const char *option);
+dps_status dps_mkdirs(const char *path, const char *option) DPS_MUST_USE;
 int dps_file_exists(const char *path);
 
 /* Index of s in words[0..n), or -1; `expected` gets "a, b, c" for messages. */

@@ -319,8 +319,8 @@ static void test_elementwise(void)
 static double host_loss(backend *be, model_shape s, float *params, model_acts *a, int rows,
                         const float *x, const int32_t *labels, float *logits, float *dl, float *rl)
 {
-    model_forward(be, NULL, s, params, a, rows, x, logits);
-    be->ops->xent(be, NULL, rows, s.classes, logits, labels, 1.0f / rows, dl, rl);
+    EXPECT(model_forward(be, NULL, s, params, a, rows, x, logits) == DPS_OK);
+    EXPECT(be->ops->xent(be, NULL, rows, s.classes, logits, labels, 1.0f / rows, dl, rl) == DPS_OK);
     double sum = 0;
     for (int r = 0; r < rows; r++) sum += rl[r];
     return sum / rows;
