@@ -229,7 +229,6 @@ static dps_status sweep_opt(cli_args *a, int id, const char *val)
 /* --mode dp|ddp; a list for sweep. */
 static dps_status mode_opt(cli_args *a, int id, const char *val)
 {
-    static const char *const modes[] = {"dp", "ddp"};
     char buf[64];
     if (strlen(val) >= sizeof buf) return bad(id, "...", "expected dp, ddp or dp,ddp");
     dps_strlcpy(buf, val, sizeof buf);
@@ -238,7 +237,7 @@ static dps_status mode_opt(cli_args *a, int id, const char *val)
     for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         int v = 0;
         if (a->sweep_modes_n >= 2) return bad(id, val, "expected dp, ddp or dp,ddp");
-        DPS_TRY(word_arg(id, t, modes, 2, &v));
+        DPS_TRY(word_arg(id, t, dps_mode_names, MODE_COUNT, &v));
         a->sweep_modes[a->sweep_modes_n++] = (dps_mode)v;
     }
     if (!a->sweep_modes_n) return bad(id, val, "expected dp, ddp or dp,ddp");
@@ -317,26 +316,23 @@ static dps_status fault_opt(cli_args *a, int id, const char *val)
             !dps_parse_i64(c1 + 1, 0, 100000000, &step) && strlen(c2 + 1) < sizeof kind;
         if (n) dps_strlcpy(kind, c2 + 1, sizeof kind);
     }
-    if (!n || (strcmp(kind, "exit") && strcmp(kind, "hang")))
-        return bad(id, val, "expected RANK:STEP:exit or RANK:STEP:hang, e.g. 1:3:exit");
+    char list[64];
+    int k = n ? dps_match_word(kind, dps_fault_names, FAULT_COUNT, list, sizeof list) : -1;
+    if (k < 0) return bad(id, val, "expected RANK:STEP:exit or RANK:STEP:hang, e.g. 1:3:exit");
     a->cfg.fault_rank = (int)rank;
     a->cfg.fault_step = (int)step;
-    a->cfg.fault_kind = strcmp(kind, "exit") == 0 ? FAULT_EXIT : FAULT_HANG;
+    a->cfg.fault_kind = (dps_fault)k;
     return DPS_OK;
 }
 
 static dps_status apply_opt(cli_args *a, int id, const char *val)
 {
     dps_config *c = &a->cfg;
-    static const char *const backends[] = {"auto", "host", "cuda"};
-    static const char *const precs[] = {"fp32", "bf16"};
-    static const char *const optims[] = {"sgd", "adamw"};
-    static const char *const dpcomms[] = {"auto", "nccl", "p2p"};
     int v = 0;
     int64_t v64;
     double d;
     switch (id) {
-    case O_BACKEND: DPS_TRY(word_arg(id, val, backends, 3, &v)); c->be.kind = (be_kind)v; break;
+    case O_BACKEND: DPS_TRY(word_arg(id, val, be_kind_names, BE_KIND_COUNT, &v)); c->be.kind = (be_kind)v; break;
     case O_MODE: return mode_opt(a, id, val);
     case O_GPUS:
         DPS_TRY(int_list(id, val, 1, DPS_MAX_DEVICES, a->sweep_ngpus, CLI_MAX_LIST, &a->sweep_ngpus_n));
@@ -353,9 +349,9 @@ static dps_status apply_opt(cli_args *a, int id, const char *val)
     case O_LAYERS: case O_WIDTH: case O_TOKENS: case O_CLASSES: return shape_opt(a, id, val);
     case O_BATCH: DPS_TRY(int_arg(id, val, 1, 1 << 24, &c->global_batch)); a->batch_set = 1; a->batch_per_gpu = 0; break;
     case O_BATCH_PER_GPU: DPS_TRY(int_arg(id, val, 1, 1 << 24, &a->batch_per_gpu)); a->batch_set = 0; break;
-    case O_PRECISION: DPS_TRY(word_arg(id, val, precs, 2, &v)); c->precision = (dps_precision)v; break;
-    case O_OPTIMIZER: DPS_TRY(word_arg(id, val, optims, 2, &v)); c->optimizer = (dps_optimizer)v; break;
-    case O_DP_COMM: DPS_TRY(word_arg(id, val, dpcomms, 3, &v)); c->dp_comm = (dps_dp_comm)v; break;
+    case O_PRECISION: DPS_TRY(word_arg(id, val, dps_precision_names, PREC_COUNT, &v)); c->precision = (dps_precision)v; break;
+    case O_OPTIMIZER: DPS_TRY(word_arg(id, val, dps_optimizer_names, OPT_COUNT, &v)); c->optimizer = (dps_optimizer)v; break;
+    case O_DP_COMM: DPS_TRY(word_arg(id, val, dps_dp_comm_names, DPCOMM_COUNT, &v)); c->dp_comm = (dps_dp_comm)v; break;
     case O_LR:
         if (dps_parse_f64(val, &d) || d <= 0.0 || d > 10.0)
             return bad(id, val, "expected a number in (0, 10]");

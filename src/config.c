@@ -18,9 +18,16 @@ const char *const dps_phase_names[PH_COUNT] = {
 
 const char *const dps_link_names[LINK_COUNT] = {"h2d", "d2h", "p2p_sent", "p2p_recv"};
 
-const char *dps_mode_name(dps_mode m) { return m == MODE_DDP ? "ddp" : "dp"; }
-const char *dps_precision_name(dps_precision p) { return p == PREC_BF16 ? "bf16" : "fp32"; }
-const char *dps_optimizer_name(dps_optimizer o) { return o == OPT_ADAMW ? "adamw" : "sgd"; }
+const char *const dps_mode_names[MODE_COUNT] = {"dp", "ddp"};
+const char *const dps_precision_names[PREC_COUNT] = {"fp32", "bf16"};
+const char *const dps_optimizer_names[OPT_COUNT] = {"sgd", "adamw"};
+const char *const dps_fault_names[FAULT_COUNT] = {"exit", "hang"};
+const char *const dps_dp_comm_names[DPCOMM_COUNT] = {"auto", "nccl", "p2p"};
+const char *const dps_scaling_names[2] = {"weak", "strong"};
+
+const char *dps_mode_name(dps_mode m) { return dps_mode_names[m]; }
+const char *dps_precision_name(dps_precision p) { return dps_precision_names[p]; }
+const char *dps_optimizer_name(dps_optimizer o) { return dps_optimizer_names[o]; }
 
 void config_optimizer_defaults(dps_config *c)
 {

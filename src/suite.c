@@ -102,8 +102,6 @@ static dps_status set_models(parse_ctx *p, char **it, int n)
 
 static dps_status set_key(parse_ctx *p, const char *key, char *val)
 {
-    static const char *const modes[] = {"dp", "ddp"}, *const precs[] = {"fp32", "bf16"};
-    static const char *const optims[] = {"sgd", "adamw"}, *const policies[] = {"weak", "strong"};
     static const char *const onoff[] = {"off", "on"};
     suite *s = p->s;
     char *it[SUITE_MAX_LIST];
@@ -115,23 +113,23 @@ static dps_status set_key(parse_ctx *p, const char *key, char *val)
     if (scalar && n != 1) return perr(p, "expected one value for", key);
     int w[2] = {0, 0};
     if (strcmp(key, "modes") == 0) {
-        DPS_TRY(words(p, it, n, modes, w, &s->nmodes));
+        DPS_TRY(words(p, it, n, dps_mode_names, w, &s->nmodes));
         for (int i = 0; i < n; i++) s->modes[i] = (dps_mode)w[i];
     } else if (strcmp(key, "gpus") == 0) {
         return set_gpus(p, it, n);
     } else if (strcmp(key, "models") == 0) {
         return set_models(p, it, n);
     } else if (strcmp(key, "batch") == 0) {
-        DPS_TRY(words(p, it, n, policies, s->policies, &s->npolicies));
+        DPS_TRY(words(p, it, n, dps_scaling_names, s->policies, &s->npolicies));
     } else if (strcmp(key, "batch_per_gpu") == 0) {
         DPS_TRY(parse_int(p, it[0], 1, 1 << 24, &s->batch_per_gpu));
     } else if (strcmp(key, "global_batch") == 0) {
         DPS_TRY(parse_int(p, it[0], 1, 1 << 24, &s->global_batch));
     } else if (strcmp(key, "precisions") == 0) {
-        DPS_TRY(words(p, it, n, precs, w, &s->nprecisions));
+        DPS_TRY(words(p, it, n, dps_precision_names, w, &s->nprecisions));
         for (int i = 0; i < n; i++) s->precisions[i] = (dps_precision)w[i];
     } else if (strcmp(key, "optimizers") == 0) {
-        DPS_TRY(words(p, it, n, optims, w, &s->noptimizers));
+        DPS_TRY(words(p, it, n, dps_optimizer_names, w, &s->noptimizers));
         for (int i = 0; i < n; i++) s->optimizers[i] = (dps_optimizer)w[i];
     } else if (strcmp(key, "bucket_mb") == 0) {
         for (int i = 0; i < n; i++)
