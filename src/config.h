@@ -12,7 +12,8 @@
 typedef enum dps_mode { MODE_DP, MODE_DDP, MODE_COUNT } dps_mode;
 typedef enum dps_precision { PREC_FP32, PREC_BF16, PREC_COUNT } dps_precision;
 typedef enum dps_optimizer { OPT_SGD, OPT_ADAMW, OPT_COUNT } dps_optimizer;
-/* The words of the command line, suite files and results, by enum value. */
+/* The words of the command line, suite files and results, by enum value
+ * (settings.c's table reads these arrays too). */
 extern const char *const dps_mode_names[MODE_COUNT];
 extern const char *const dps_precision_names[PREC_COUNT];
 extern const char *const dps_optimizer_names[OPT_COUNT];
@@ -74,7 +75,8 @@ typedef struct dps_config {
     char name[DPS_NAME_MAX];
 } dps_config;
 
-/* Fills defaults (small preset, dp, 1 device, fp32, SGD, host capacity off). */
+/* Fills the defaults of settings.c's table (small preset, dp, 1 device, fp32,
+ * SGD, host capacity off). */
 void config_defaults(dps_config *c);
 /* Starts or stops the profiler's capture range around step `step` (call
  * with before = 1 ahead of the step, 0 after it). */
