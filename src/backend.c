@@ -9,15 +9,7 @@
 #include "backend.h"
 #include "util.h"
 
-const char *be_kind_name(be_kind k)
-{
-    switch (k) {
-    case BE_HOST: return "host";
-    case BE_CUDA: return "cuda";
-    case BE_AUTO: break;
-    }
-    return "auto";
-}
+const char *const be_kind_names[BE_KIND_COUNT] = {"auto", "host", "cuda"};
 
 static dps_status open_cuda(const be_options *opt, backend **out, char *why, size_t len)
 {

@@ -20,7 +20,8 @@ typedef struct be_stream be_stream; /* defined by each backend */
 typedef struct be_event be_event;
 typedef struct backend backend;
 
-typedef enum be_kind { BE_AUTO, BE_HOST, BE_CUDA } be_kind;
+typedef enum be_kind { BE_AUTO, BE_HOST, BE_CUDA, BE_KIND_COUNT } be_kind;
+extern const char *const be_kind_names[BE_KIND_COUNT]; /* --backend's words */
 
 typedef struct be_device_info {
     char name[128];
@@ -148,7 +149,6 @@ typedef struct be_options {
  * and says which. */
 dps_status be_open(const be_options *opt, backend **out) DPS_MUST_USE;
 void be_close(backend *be);
-const char *be_kind_name(be_kind k);
 
 /* Accounted allocation: checks the capacity, records in-use and peak, and on
  * failure returns DPS_ERR_OOM with the device, the purpose and the sizes. */

@@ -1,6 +1,6 @@
-/* Command line: the option table (one table drives getopt_long and the
- * usage text), value parsing with one-line errors, and validation of a
- * configuration against the opened backend. */
+/* Command line: options from the settings table (settings.h) into cli_args,
+ * one-line errors, the usage text, and validation of a configuration against
+ * the opened backend. */
 #ifndef DPS_CLI_H
 #define DPS_CLI_H
 
@@ -8,12 +8,13 @@
 
 #include "backend.h"
 #include "config.h"
+#include "settings.h"
 
 typedef enum cli_cmd {
     CMD_NONE, CMD_RUN, CMD_SWEEP, CMD_INFO, CMD_COMM_BENCH, CMD_LINKS, CMD_HELP, CMD_VERSION
 } cli_cmd;
 
-#define CLI_MAX_LIST 16
+#define CLI_MAX_LIST SETTINGS_MAX_LIST
 
 typedef struct cli_args {
     cli_cmd cmd;
@@ -24,13 +25,13 @@ typedef struct cli_args {
     /* sweep: lists */
     int sweep_ngpus[CLI_MAX_LIST], sweep_ngpus_n;
     char sweep_models[CLI_MAX_LIST][DPS_NAME_MAX];
-    dps_mode sweep_modes[2];
+    dps_mode sweep_modes[MODE_COUNT];
     int sweep_modes_n;
     int sweep_models_n;
     /* sweep */
     char suite_path[DPS_PATH_MAX];
     int resume, dry_run, steps_set, no_links;
-    char filter[128];
+    char filter[SETTINGS_PATTERN_MAX];
     double config_timeout_s;
     /* comm-bench: message sizes in bytes */
     uint64_t sizes[CLI_MAX_LIST];

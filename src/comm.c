@@ -32,7 +32,7 @@ dps_status comm_open(const comm_params *p, comm **out)
     if (!impl)
         return dps_fail(DPS_ERR_RUNTIME, "rank %d: no collective implementation moves %s-backend "
                         "buffers in this build (NCCL is needed on GPUs; rebuild with -Dnccl=enabled)",
-                        p->rank, be_kind_name(p->be->kind));
+                        p->rank, p->be->ops->name);
     comm *c = calloc(1, sizeof *c);
     if (!c) return dps_fail(DPS_ERR_RUNTIME, "rank %d: out of host memory", p->rank);
     *c = (comm){.sh = p->sh, .be = p->be, .dev = p->dev, .rank = p->rank,

@@ -9,6 +9,7 @@
 
 #include "dps_config.h"
 #include "config.h"
+#include "settings.h"
 #include "util.h"
 
 const char *const dps_phase_names[PH_COUNT] = {
@@ -18,9 +19,16 @@ const char *const dps_phase_names[PH_COUNT] = {
 
 const char *const dps_link_names[LINK_COUNT] = {"h2d", "d2h", "p2p_sent", "p2p_recv"};
 
-const char *dps_mode_name(dps_mode m) { return m == MODE_DDP ? "ddp" : "dp"; }
-const char *dps_precision_name(dps_precision p) { return p == PREC_BF16 ? "bf16" : "fp32"; }
-const char *dps_optimizer_name(dps_optimizer o) { return o == OPT_ADAMW ? "adamw" : "sgd"; }
+const char *const dps_mode_names[MODE_COUNT] = {"dp", "ddp"};
+const char *const dps_precision_names[PREC_COUNT] = {"fp32", "bf16"};
+const char *const dps_optimizer_names[OPT_COUNT] = {"sgd", "adamw"};
+const char *const dps_fault_names[FAULT_COUNT] = {"exit", "hang"};
+const char *const dps_dp_comm_names[DPCOMM_COUNT] = {"auto", "nccl", "p2p"};
+const char *const dps_scaling_names[2] = {"weak", "strong"};
+
+const char *dps_mode_name(dps_mode m) { return dps_mode_names[m]; }
+const char *dps_precision_name(dps_precision p) { return dps_precision_names[p]; }
+const char *dps_optimizer_name(dps_optimizer o) { return dps_optimizer_names[o]; }
 
 void config_optimizer_defaults(dps_config *c)
 {
@@ -40,28 +48,30 @@ void config_optimizer_defaults(dps_config *c)
 
 void config_defaults(dps_config *c)
 {
+    const settings_entry *t = settings_table;
     memset(c, 0, sizeof *c);
-    c->be.kind = BE_AUTO;
-    c->be.host_devices = 8;
-    c->mode = MODE_DP;
-    c->ngpus = 1;
-    const model_preset *p = model_find_preset("small");
+    c->be.kind = (be_kind)t[SET_BACKEND].def.i;
+    c->be.host_devices = (int)t[SET_HOST_DEVICES].def.i;
+    c->mode = (dps_mode)t[SET_MODE].def.i;
+    c->ngpus = (int)t[SET_GPUS].def.i;
+    const model_preset *p = model_find_preset(t[SET_MODEL].def_text);
     dps_strlcpy(c->model, p->name, sizeof c->model);
     c->shape = p->shape;
     c->global_batch = 0; /* from the preset at validation */
-    c->precision = PREC_FP32;
-    c->optimizer = OPT_SGD;
+    c->precision = (dps_precision)t[SET_PRECISION].def.i;
+    c->optimizer = (dps_optimizer)t[SET_OPTIMIZER].def.i;
     config_optimizer_defaults(c);
-    c->steps = 20;
-    c->warmup = 3;
-    c->seed = 1234;
-    c->bucket_mb = 25.0;
-    c->first_bucket_mb = 1.0;
-    c->overlap = 1;
-    c->timeout_s = 300.0;
+    c->steps = (int)t[SET_STEPS].def.i;
+    c->warmup = (int)t[SET_WARMUP].def.i;
+    c->seed = (uint64_t)t[SET_SEED].def.i;
+    c->bucket_mb = t[SET_BUCKET_MB].def.x;
+    c->first_bucket_mb = t[SET_FIRST_BUCKET_MB].def.x;
+    c->overlap = (int)t[SET_OVERLAP].def.i;
+    c->timeout_s = t[SET_TIMEOUT].def.x;
+    c->dp_comm = (dps_dp_comm)t[SET_DP_COMM].def.i;
     c->fault_rank = -1;
     c->profile_first = c->profile_last = -1;
-    dps_strlcpy(c->out_dir, "results", sizeof c->out_dir);
+    dps_strlcpy(c->out_dir, t[SET_OUT].def_text, sizeof c->out_dir);
 }
 
 dps_status config_profile_hook(const dps_config *c, backend *be, int step, int before)

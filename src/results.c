@@ -204,7 +204,7 @@ static void runs_identity(csv_buf *b, const dps_config *c, const backend *be,
     csv_num(b, c->hp.lr, 6);
     csv_int(b, c->global_batch);
     csv_int(b, config_batch_per_gpu(c));
-    csv_str(b, c->strong ? "strong" : "weak");
+    csv_str(b, dps_scaling_names[c->strong != 0]);
     if (c->mode == MODE_DDP) {
         csv_num(b, c->bucket_mb, 3);
         csv_int(b, c->overlap);

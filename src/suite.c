@@ -1,6 +1,6 @@
-/* Suite files (see suite.h): a strict line parser and the expansion into
- * configurations. Every error names the file and line. */
-#include <ctype.h>
+/* Suite files (see suite.h): a strict line parser whose keys, limits and
+ * words come from the settings table, and the expansion into configurations.
+ * Every error names the file and line. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,136 +21,81 @@ static dps_status perr(const parse_ctx *p, const char *what, const char *val)
                     val ? " '" : "", val ? val : "", val ? "'" : "");
 }
 
-static char *trim(char *t)
+static dps_status unknown_key(const parse_ctx *p, const char *key)
 {
-    while (isspace((unsigned char)*t)) t++;
-    char *e = t + strlen(t);
-    while (e > t && isspace((unsigned char)e[-1])) *--e = '\0';
-    return t;
-}
-
-/* Splits a comma list in place; empty entries are errors. */
-static dps_status split(const parse_ctx *p, char *v, char **items, int max, int *n)
-{
-    *n = 0;
-    for (char *t = v;;) {
-        char *comma = strchr(t, ',');
-        if (comma) *comma = '\0';
-        char *item = trim(t);
-        if (!*item) return perr(p, "empty entry in the list", NULL);
-        if (*n >= max) return perr(p, "too many entries (at most 16)", NULL);
-        items[(*n)++] = item;
-        if (!comma) break;
-        t = comma + 1;
+    char what[320] = "unknown key (";
+    const char *sep = "";
+    for (int id = 0; id < SET_COUNT; id++) {
+        if (!settings_table[id].key) continue;
+        size_t used = strlen(what);
+        snprintf(what + used, sizeof what - used, "%s%s", sep, settings_table[id].key);
+        sep = ", ";
     }
-    return DPS_OK;
+    strncat(what, ")", sizeof what - strlen(what) - 1);
+    return perr(p, what, key);
 }
 
-static dps_status parse_int(const parse_ctx *p, const char *v, int64_t lo, int64_t hi, int *out)
+/* Where a list key's length goes; NULL for a single value. */
+static int *list_count(suite *s, settings_id id)
 {
-    int64_t x;
-    if (dps_parse_i64(v, lo, hi, &x)) {
-        char what[96];
-        snprintf(what, sizeof what, "expected an integer from %lld to %lld, got",
-                 (long long)lo, (long long)hi);
-        return perr(p, what, v);
+    switch (id) {
+    case SET_MODE: return &s->nmodes;
+    case SET_GPUS: return &s->ngpus;
+    case SET_MODEL: return &s->nmodels;
+    case SET_SCALING: return &s->npolicies;
+    case SET_PRECISION: return &s->nprecisions;
+    case SET_OPTIMIZER: return &s->noptimizers;
+    case SET_BUCKET_MB: return &s->nbucket_mb;
+    case SET_OVERLAP: return &s->noverlap;
+    default: return NULL;
     }
-    *out = (int)x;
-    return DPS_OK;
 }
 
-static dps_status word(const parse_ctx *p, const char *v, const char *const *words, int n,
-                       int *out)
+static void store(suite *s, settings_id id, const settings_value *v)
 {
-    char list[128], what[176];
-    *out = dps_match_word(v, words, n, list, sizeof list);
-    if (*out >= 0) return DPS_OK;
-    snprintf(what, sizeof what, "expected one of %s; got", list);
-    return perr(p, what, v);
-}
-
-/* A list of at most two distinct words from a pair (dp/ddp, fp32/bf16, ...). */
-static dps_status words(const parse_ctx *p, char **it, int n, const char *const *choices,
-                        int *out, int *nout)
-{
-    if (n > 2) return perr(p, "at most two values", NULL);
-    for (int i = 0; i < n; i++) DPS_TRY(word(p, it[i], choices, 2, &out[i]));
-    if (n == 2 && out[0] == out[1]) return perr(p, "listed twice:", it[1]);
-    *nout = n;
-    return DPS_OK;
-}
-
-static dps_status set_gpus(parse_ctx *p, char **it, int n)
-{
-    suite *s = p->s;
-    s->gpus_all = n == 1 && strcmp(it[0], "all") == 0;
-    s->ngpus = 0;
-    for (int i = 0; !s->gpus_all && i < n; i++)
-        DPS_TRY(parse_int(p, it[i], 1, DPS_MAX_DEVICES, &s->gpus[s->ngpus++]));
-    return DPS_OK;
-}
-
-static dps_status set_models(parse_ctx *p, char **it, int n)
-{
-    for (int i = 0; i < n; i++) {
-        if (!model_find_preset(it[i])) return perr(p, "unknown preset (see dpscale info)", it[i]);
-        dps_strlcpy(p->s->models[i], it[i], DPS_NAME_MAX);
+    for (int i = 0; i < v->n; i++) {
+        int64_t n = v->v[i].i;
+        switch (id) {
+        case SET_MODE: s->modes[i] = (dps_mode)n; break;
+        case SET_GPUS: s->gpus[i] = (int)n; break;
+        case SET_MODEL: dps_strlcpy(s->models[i], model_presets[n].name, DPS_NAME_MAX); break;
+        case SET_SCALING: s->policies[i] = (int)n; break;
+        case SET_PRECISION: s->precisions[i] = (dps_precision)n; break;
+        case SET_OPTIMIZER: s->optimizers[i] = (dps_optimizer)n; break;
+        case SET_BUCKET_MB: s->bucket_mb[i] = v->v[i].x; break;
+        case SET_OVERLAP: s->overlap[i] = (int)n; break;
+        case SET_BATCH_PER_GPU: s->batch_per_gpu = (int)n; break;
+        case SET_BATCH: s->global_batch = (int)n; break;
+        case SET_STEPS: s->steps = (int)n; break;
+        case SET_WARMUP: s->warmup = (int)n; break;
+        case SET_DEVICE_MEM: s->device_mem = (uint64_t)n; break;
+        default: break;
+        }
     }
-    p->s->nmodels = n;
-    return DPS_OK;
+    int *count = list_count(s, id);
+    if (count) *count = v->n;
+    if (id == SET_GPUS) s->gpus_all = 0;
 }
 
-static dps_status set_key(parse_ctx *p, const char *key, char *val)
+static dps_status set_key(parse_ctx *p, const char *key, const char *val)
 {
-    static const char *const modes[] = {"dp", "ddp"}, *const precs[] = {"fp32", "bf16"};
-    static const char *const optims[] = {"sgd", "adamw"}, *const policies[] = {"weak", "strong"};
-    static const char *const onoff[] = {"off", "on"};
-    suite *s = p->s;
-    char *it[SUITE_MAX_LIST];
-    int n = 0;
-    DPS_TRY(split(p, val, it, SUITE_MAX_LIST, &n));
-    int scalar = strcmp(key, "batch_per_gpu") == 0 ||
-                 strcmp(key, "global_batch") == 0 || strcmp(key, "steps") == 0 ||
-                 strcmp(key, "warmup") == 0 || strcmp(key, "device_mem") == 0;
-    if (scalar && n != 1) return perr(p, "expected one value for", key);
-    int w[2] = {0, 0};
-    if (strcmp(key, "modes") == 0) {
-        DPS_TRY(words(p, it, n, modes, w, &s->nmodes));
-        for (int i = 0; i < n; i++) s->modes[i] = (dps_mode)w[i];
-    } else if (strcmp(key, "gpus") == 0) {
-        return set_gpus(p, it, n);
-    } else if (strcmp(key, "models") == 0) {
-        return set_models(p, it, n);
-    } else if (strcmp(key, "batch") == 0) {
-        DPS_TRY(words(p, it, n, policies, s->policies, &s->npolicies));
-    } else if (strcmp(key, "batch_per_gpu") == 0) {
-        DPS_TRY(parse_int(p, it[0], 1, 1 << 24, &s->batch_per_gpu));
-    } else if (strcmp(key, "global_batch") == 0) {
-        DPS_TRY(parse_int(p, it[0], 1, 1 << 24, &s->global_batch));
-    } else if (strcmp(key, "precisions") == 0) {
-        DPS_TRY(words(p, it, n, precs, w, &s->nprecisions));
-        for (int i = 0; i < n; i++) s->precisions[i] = (dps_precision)w[i];
-    } else if (strcmp(key, "optimizers") == 0) {
-        DPS_TRY(words(p, it, n, optims, w, &s->noptimizers));
-        for (int i = 0; i < n; i++) s->optimizers[i] = (dps_optimizer)w[i];
-    } else if (strcmp(key, "bucket_mb") == 0) {
-        for (int i = 0; i < n; i++)
-            if (dps_parse_f64(it[i], &s->bucket_mb[i]) || !(s->bucket_mb[i] > 0) || s->bucket_mb[i] > 65536)
-                return perr(p, "expected a bucket size in MiB above 0, got", it[i]);
-        s->nbucket_mb = n;
-    } else if (strcmp(key, "overlap") == 0) {
-        DPS_TRY(words(p, it, n, onoff, s->overlap, &s->noverlap));
-    } else if (strcmp(key, "steps") == 0) {
-        DPS_TRY(parse_int(p, it[0], 1, 10000000, &s->steps));
-    } else if (strcmp(key, "warmup") == 0) {
-        DPS_TRY(parse_int(p, it[0], 0, 1000000, &s->warmup));
-    } else if (strcmp(key, "device_mem") == 0) {
-        if (dps_parse_bytes(it[0], &s->device_mem) || !s->device_mem)
-            return perr(p, "expected a byte count (K/M/G suffixes), got", it[0]);
-    } else {
-        return perr(p, "unknown key (modes, gpus, models, batch, batch_per_gpu, global_batch, "
-                    "precisions, optimizers, bucket_mb, overlap, steps, warmup, device_mem)", key);
+    int id = settings_find_key(key);
+    if (id < 0) return unknown_key(p, key);
+    const settings_entry *e = &settings_table[id];
+    if (e->suite_max < 2 && strchr(val, ',')) return perr(p, "expected one value for", key);
+    if (id == SET_GPUS && strcmp(val, "all") == 0) {
+        p->s->gpus_all = 1;
+        p->s->ngpus = 0;
+        return DPS_OK;
     }
+    settings_value v;
+    settings_error err;
+    if (settings_value_parse((settings_id)id, e->suite_max, val, &v, &err)) {
+        if (!err.item[0]) return perr(p, err.what, NULL);
+        strncat(err.what, ", got", sizeof err.what - strlen(err.what) - 1);
+        return perr(p, err.what, err.item);
+    }
+    store(p->s, (settings_id)id, &v);
     return DPS_OK;
 }
 
@@ -163,7 +108,7 @@ static dps_status parse_line(parse_ctx *p, char *line, be_kind kind, int *active
             return perr(p, "not a text line (control characters)", NULL);
     char *hash = strchr(line, '#');
     if (hash) *hash = '\0';
-    char *t = trim(line);
+    char *t = dps_trim(line);
     if (!*t) return DPS_OK;
     if (*t == '[') {
         if (strcmp(t, "[host]") == 0) *active = kind == BE_HOST;
@@ -174,7 +119,7 @@ static dps_status parse_line(parse_ctx *p, char *line, be_kind kind, int *active
     char *eq = strchr(t, '=');
     if (!eq) return perr(p, "expected key = value, got", t);
     *eq = '\0';
-    char *key = trim(t), *val = trim(eq + 1);
+    char *key = dps_trim(t), *val = dps_trim(eq + 1);
     if (!*key) return perr(p, "missing key before '='", NULL);
     if (!*val) return perr(p, "empty value for", key);
     if (!*active) { /* still checked, so a typo in the other section is found here too */
@@ -190,21 +135,21 @@ static void suite_defaults(suite *s, const char *path)
 {
     memset(s, 0, sizeof *s);
     dps_strlcpy(s->path, path, sizeof s->path);
-    s->modes[0] = MODE_DP;
-    s->modes[1] = MODE_DDP;
-    s->nmodes = 2;
+    const settings_entry *t = settings_table;
+    for (int m = 0; m < MODE_COUNT; m++) s->modes[s->nmodes++] = (dps_mode)m; /* every mode */
     s->gpus_all = 1;
-    dps_strlcpy(s->models[0], "small", DPS_NAME_MAX);
+    dps_strlcpy(s->models[0], t[SET_MODEL].def_text, DPS_NAME_MAX);
     s->nmodels = 1;
-    s->precisions[0] = PREC_FP32;
+    s->precisions[0] = (dps_precision)t[SET_PRECISION].def.i;
     s->nprecisions = 1;
-    s->optimizers[0] = OPT_SGD;
+    s->optimizers[0] = (dps_optimizer)t[SET_OPTIMIZER].def.i;
     s->noptimizers = 1;
-    s->bucket_mb[0] = 25.0;
+    s->bucket_mb[0] = t[SET_BUCKET_MB].def.x;
     s->nbucket_mb = 1;
-    s->overlap[0] = 1;
+    s->overlap[0] = (int)t[SET_OVERLAP].def.i;
     s->noverlap = 1;
-    s->npolicies = 1; /* weak */
+    s->policies[0] = (int)t[SET_SCALING].def.i;
+    s->npolicies = 1;
 }
 
 /* The whole file (at most 1 MiB), NUL-terminated. */

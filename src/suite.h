@@ -6,12 +6,13 @@
 
 #include "backend.h"
 #include "config.h"
+#include "settings.h"
 
-#define SUITE_MAX_LIST 16
+#define SUITE_MAX_LIST SETTINGS_MAX_LIST
 
 typedef struct suite {
     char path[DPS_PATH_MAX];
-    dps_mode modes[2];
+    dps_mode modes[MODE_COUNT];
     int nmodes;
     int gpus[SUITE_MAX_LIST], ngpus;   /* gpus_all: 1, 2, 4, ... up to the devices */
     int gpus_all;
@@ -19,9 +20,9 @@ typedef struct suite {
     int nmodels;
     int policies[2], npolicies;        /* batch = weak, strong (1 = strong: global batch fixed) */
     int batch_per_gpu, global_batch;   /* 0: from the preset */
-    dps_precision precisions[2];
+    dps_precision precisions[PREC_COUNT];
     int nprecisions;
-    dps_optimizer optimizers[2];
+    dps_optimizer optimizers[OPT_COUNT];
     int noptimizers;
     double bucket_mb[SUITE_MAX_LIST];
     int nbucket_mb;

@@ -78,6 +78,18 @@ const char *dps_fmt_bytes(uint64_t bytes, char *buf, size_t len)
     return buf;
 }
 
+const char *dps_fmt_bytes_suffix(uint64_t bytes, char *buf, size_t len)
+{
+    static const char suffix[] = "KMGT";
+    int s = 0;
+    while (s < 4 && bytes && bytes % 1024 == 0) {
+        bytes /= 1024;
+        s++;
+    }
+    snprintf(buf, len, "%" PRIu64 "%.*s", bytes, s ? 1 : 0, s ? &suffix[s - 1] : "");
+    return buf;
+}
+
 double dps_now_ms(void)
 {
     struct timespec ts;
@@ -133,6 +145,14 @@ int dps_file_exists(const char *path)
 {
     struct stat st;
     return stat(path, &st) == 0;
+}
+
+char *dps_trim(char *s)
+{
+    while (isspace((unsigned char)*s)) s++;
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1])) *--e = '\0';
+    return s;
 }
 
 void dps_strlcpy(char *dst, const char *src, size_t len)

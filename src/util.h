@@ -18,6 +18,9 @@ int dps_parse_f64(const char *s, double *out);
 int dps_parse_bytes(const char *s, uint64_t *out);
 /* "1.50 GiB" style, into buf. */
 const char *dps_fmt_bytes(uint64_t bytes, char *buf, size_t len);
+/* Exactly, as dps_parse_bytes reads it: the largest of K, M, G, T that
+ * divides the count ("16G", "1536K", "4"). */
+const char *dps_fmt_bytes_suffix(uint64_t bytes, char *buf, size_t len);
 
 double dps_now_ms(void);          /* monotonic clock, ms */
 int64_t dps_now_us(void);         /* monotonic clock, us */
@@ -29,6 +32,9 @@ int dps_file_exists(const char *path);
 
 /* Index of s in words[0..n), or -1; `expected` gets "a, b, c" for messages. */
 int dps_match_word(const char *s, const char *const *words, int n, char *expected, size_t len);
+
+/* Strips leading and trailing blanks in place; returns the first non-blank. */
+char *dps_trim(char *s);
 
 /* Bounded string copy that always terminates. */
 void dps_strlcpy(char *dst, const char *src, size_t len);

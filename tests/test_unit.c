@@ -1,6 +1,7 @@
 /* Unit tests of the harness pieces that need no device: chunking, statistics,
- * the CSV writer, CLI errors, presets, number parsing, the shared
- * element-wise math, and the model's gradients against finite differences.
+ * the CSV writer, CLI errors, the settings table, presets, number parsing,
+ * the shared element-wise math, and the model's gradients against finite
+ * differences.
  * Usage: test_unit GROUP (one meson test per group). */
 #include <math.h>
 #include <stdio.h>
@@ -25,6 +26,7 @@
 #include "model.h"
 #include "nvml.h"
 #include "run.h"
+#include "settings.h"
 #include "suite.h"
 #include "util.h"
 #ifdef DPS_HAVE_CUDA
@@ -619,6 +621,103 @@ static void test_suite(void)
     EXPECT(strstr(dps_errmsg(), "/nonexistent/x.suite: cannot read the suite file") != NULL);
 }
 
+/* Every entry is complete, its default lies in its range and reads back. */
+static void expect_entry_consistent(int id)
+{
+    const settings_entry *e = &settings_table[id];
+    settings_value v;
+    settings_error err;
+    char text[64] = "";
+    if (!e->help || !(e->flag || e->key) || (e->key && settings_find_key(e->key) != id) ||
+        ((e->type == SETTINGS_WORD || e->type == SETTINGS_FAULT) && e->nwords < 2)) {
+        fprintf(stderr, "settings entry %d (--%s, key %s): incomplete\n", id, e->flag, e->key);
+        failures++;
+    }
+    for (int j = 0; e->flag && j < id; j++)
+        EXPECT(!settings_table[j].flag || strcmp(settings_table[j].flag, e->flag) != 0);
+    if (!e->has_default) return;
+    if (e->def_text) snprintf(text, sizeof text, "%s", e->def_text);
+    else if (e->type == SETTINGS_WORD) snprintf(text, sizeof text, "%s", e->words[e->def.i]);
+    else if (e->type == SETTINGS_NUMBER) snprintf(text, sizeof text, "%.17g", e->def.x);
+    else snprintf(text, sizeof text, "%lld", (long long)e->def.i);
+    int back = settings_value_parse((settings_id)id, 1, text, &v, &err) == 0;
+    if (!back || (e->type == SETTINGS_NUMBER ? v.v[0].x != e->def.x : !e->def_text && v.v[0].i != e->def.i)) {
+        fprintf(stderr, "settings entry %d: default '%s' does not read back (%s)\n", id, text, err.what);
+        failures++;
+    }
+}
+
+/* The command line and a suite file refuse the same value with the same words. */
+static void expect_same_refusal(const char *option, const char *suite_line)
+{
+    static cli_args a;
+    char msg[DPS_ERRMSG_MAX];
+    EXPECT(parse(option, &a) == DPS_ERR_USAGE);
+    const char *what = strstr(dps_errmsg(), ": ");
+    snprintf(msg, sizeof msg, "%s", what ? what + 2 : "(no message)");
+    suite s;
+    const char *path = write_tmp("same", suite_line, strlen(suite_line));
+    if (suite_load(path, BE_HOST, &s) != DPS_ERR_USAGE || !strstr(dps_errmsg(), msg)) {
+        fprintf(stderr, "'%s' refused with '%s'; suite '%s': '%s'\n", option, msg, suite_line,
+                dps_errmsg());
+        failures++;
+    }
+    unlink(path);
+}
+
+static void test_settings(void)
+{
+    for (int id = 0; id < SET_COUNT; id++) expect_entry_consistent(id);
+    expect_same_refusal("run --steps 0", "steps = 0\n");
+    expect_same_refusal("run --warmup x", "warmup = x\n");
+    expect_same_refusal("run --gpus 65", "gpus = 65\n");
+    expect_same_refusal("run --batch 0", "global_batch = 0\n");
+    expect_same_refusal("run --batch-per-gpu 16777217", "batch_per_gpu = 16777217\n");
+    expect_same_refusal("run --precision fp8", "precisions = fp8\n");
+    expect_same_refusal("run --optimizer lion", "optimizers = lion\n");
+    expect_same_refusal("sweep --mode fsdp", "modes = fsdp\n");
+    expect_same_refusal("sweep --mode dp,dp", "modes = dp, dp\n");
+    expect_same_refusal("run --model huge", "models = huge\n");
+    expect_same_refusal("run --bucket-mb 65537", "bucket_mb = 65537\n");
+    expect_same_refusal("run --device-mem 0", "device_mem = 0\n");
+    expect_same_refusal("run --device-mem 2048T", "device_mem = 2048T\n");
+
+    settings_value v;
+    settings_error err;
+    EXPECT(settings_value_parse(SET_MODE, 2, "ddp , dp", &v, &err) == 0 && v.n == 2 &&
+           v.v[0].i == MODE_DDP && v.v[1].i == MODE_DP);
+    EXPECT(settings_value_parse(SET_GPUS, 2, "1,2,4", &v, &err) == -1 &&
+           strcmp(err.what, "too many values (at most 2)") == 0 && !err.item[0]);
+    EXPECT(settings_value_parse(SET_GPUS, 16, "1,x,4", &v, &err) == -1 && strcmp(err.item, "x") == 0);
+    EXPECT(settings_value_parse(SET_SIZES, 16, "1K,6", &v, &err) == -1 &&
+           strcmp(err.item, "6") == 0 && strstr(err.what, "from 4 to 16G, a multiple of 4"));
+    EXPECT(settings_value_parse(SET_INJECT_FAULT, 1, "2:7:hang", &v, &err) == 0 &&
+           v.v[0].i == 2 && v.v[1].i == 7 && v.v[2].i == FAULT_HANG);
+    char buf[32];
+    EXPECT(strcmp(dps_fmt_bytes_suffix((uint64_t)1 << 34, buf, sizeof buf), "16G") == 0);
+    EXPECT(strcmp(dps_fmt_bytes_suffix(1536 * 1024, buf, sizeof buf), "1536K") == 0);
+    EXPECT(strcmp(dps_fmt_bytes_suffix(4, buf, sizeof buf), "4") == 0);
+
+    /* --help renders the table's range and default; config_defaults takes them */
+    char *help = NULL, want[96];
+    size_t len = 0;
+    FILE *f = open_memstream(&help, &len);
+    if (f) {
+        settings_print_options(f);
+        fclose(f);
+    }
+    const settings_entry *steps = &settings_table[SET_STEPS];
+    snprintf(want, sizeof want, "timed steps [%lld..%lld; default %lld]\n", (long long)steps->lo,
+             (long long)steps->hi, (long long)steps->def.i);
+    EXPECT(help && strstr(help, "  --steps N ") && strstr(help, want));
+    EXPECT(help && strstr(help, "  --backend auto|host|cuda ") && !strstr(help, "--overlap"));
+    free(help);
+    dps_config c;
+    config_defaults(&c);
+    EXPECT(c.steps == steps->def.i && c.timeout_s == settings_table[SET_TIMEOUT].def.x);
+    EXPECT(strcmp(c.out_dir, settings_table[SET_OUT].def_text) == 0 && c.overlap == 1);
+}
+
 /* Without libnvidia-ml.so.1 (as on machines without a driver) NVML is
  * reported absent and the sampler is simply not started. */
 static void test_nvml(void)
@@ -751,8 +850,8 @@ int main(int argc, char **argv)
         {"parse", test_parse}, {"presets", test_presets}, {"elementwise", test_elementwise},
         {"gradients", test_gradients}, {"rel_diff", test_rel_diff},
         {"accounting", test_accounting}, {"buckets", test_buckets}, {"ring", test_ring},
-        {"suite", test_suite}, {"nvml", test_nvml}, {"comm_abort", test_comm_abort},
-        {"context", test_context}, {"versions", test_versions},
+        {"suite", test_suite}, {"settings", test_settings}, {"nvml", test_nvml},
+        {"comm_abort", test_comm_abort}, {"context", test_context}, {"versions", test_versions},
     };
     int ran = 0;
     for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++)
