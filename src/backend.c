@@ -132,7 +132,7 @@ void be_versions(const backend *be, be_version_info *v)
     dps_strlcpy(v->nccl_build, DPS_NCCL_BUILD_VERSION, sizeof v->nccl_build);
     be->ops->versions(be, v);
 #ifdef DPS_HAVE_CUDA
-    if (be->kind != BE_CUDA) dps_cuda_probe_versions(&v->cuda);
+    if (be->kind != BE_CUDA) cuda_probe_versions(&v->cuda);
 #endif
 }
 

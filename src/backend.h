@@ -172,10 +172,10 @@ dps_status be_host_open(const be_options *opt, backend **out) DPS_MUST_USE;
 /* cuda_probe.c: devices and versions seen by a child process (the caller
  * stays CUDA-free). info: [DPS_MAX_DEVICES]; info and versions may be NULL;
  * be (may be NULL) gets the peer-access matrix. Returns the device count. */
-int dps_cuda_probe(be_device_info *info, be_cuda_versions *versions, backend *be, char *why,
+int cuda_probe_devices(be_device_info *info, be_cuda_versions *versions, backend *be, char *why,
                    size_t len);
 /* The versions alone (no device is opened); "unknown" when the child fails. */
-void dps_cuda_probe_versions(be_cuda_versions *versions);
+void cuda_probe_versions(be_cuda_versions *versions);
 /* backend_cuda.c; why (may be NULL) says why there is no device */
 dps_status be_cuda_open(const be_options *opt, backend **out, char *why, size_t len) DPS_MUST_USE;
 #endif

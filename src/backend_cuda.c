@@ -38,7 +38,7 @@ typedef struct cuda_impl {
     be_cuda_versions versions; /* read by the probe at open */
 } cuda_impl;
 
-#define cuda_fail dps_cuda_fail
+#define cuda_fail cuda_check_fail
 
 static cuda_impl *impl_of(backend *be) { return be->impl; }
 
@@ -408,7 +408,7 @@ dps_status be_cuda_open(const be_options *opt, backend **out, char *reason, size
     }
     char why[256];
     /* devices, versions and peer matrix, read by a child: this process stays CUDA-free */
-    int n = dps_cuda_probe(be->info, &im->versions, be, why, sizeof why);
+    int n = cuda_probe_devices(be->info, &im->versions, be, why, sizeof why);
     if (reason) dps_strlcpy(reason, why, len);
     if (n <= 0) {
         free(be);

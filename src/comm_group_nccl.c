@@ -26,7 +26,7 @@ dps_status comm_group_open(comm_group **out, const int *devs, int n)
     ncclResult_t rc = ncclCommInitAll(g->comm, n, devs);
     if (rc != ncclSuccess) {
         free(g);
-        return dps_nccl_fail(rc, __FILE__, __LINE__, "ncclCommInitAll");
+        return cuda_check_nccl_fail(rc, __FILE__, __LINE__, "ncclCommInitAll");
     }
     *out = g;
     return DPS_OK;
@@ -57,8 +57,8 @@ static int stream_state(comm_group *g, int i, void *const *streams, dps_status *
     if (q == cudaSuccess) return 1;
     ncclResult_t async = ncclSuccess;
     ncclCommGetAsyncError(g->comm[i], &async);
-    if (q != cudaErrorNotReady) *rc = dps_cuda_fail(q, __FILE__, __LINE__, "cudaStreamQuery");
-    else if (dps_nccl_failed(async)) *rc = dps_nccl_fail(async, __FILE__, __LINE__, "NCCL (asynchronous)");
+    if (q != cudaErrorNotReady) *rc = cuda_check_fail(q, __FILE__, __LINE__, "cudaStreamQuery");
+    else if (cuda_check_nccl_failed(async)) *rc = cuda_check_nccl_fail(async, __FILE__, __LINE__, "NCCL (asynchronous)");
     return 0;
 }
 
@@ -88,16 +88,16 @@ static dps_status grouped(comm_group *g, int reduce, void *const *bufs, size_t c
 {
     if (g->failed) return dps_fail_copy(g->failed, g->failed_msg);
     ncclResult_t first = ncclGroupStart();
-    if (dps_nccl_failed(first)) return dps_nccl_fail(first, __FILE__, __LINE__, "ncclGroupStart");
-    for (int i = 0; i < g->n && !dps_nccl_failed(first); i++)
+    if (cuda_check_nccl_failed(first)) return cuda_check_nccl_fail(first, __FILE__, __LINE__, "ncclGroupStart");
+    for (int i = 0; i < g->n && !cuda_check_nccl_failed(first); i++)
         first = reduce ? ncclReduce(bufs[i], bufs[i], count, ncclFloat32, ncclSum, 0, g->comm[i],
                                     (cudaStream_t)streams[i])
                        : ncclBroadcast(bufs[i], bufs[i], count, ncclFloat32, 0, g->comm[i],
                                        (cudaStream_t)streams[i]);
     ncclResult_t end = ncclGroupEnd();
-    if (dps_nccl_failed(first))
-        return dps_nccl_fail(first, __FILE__, __LINE__, reduce ? "ncclReduce" : "ncclBroadcast");
-    if (dps_nccl_failed(end)) return dps_nccl_fail(end, __FILE__, __LINE__, "ncclGroupEnd");
+    if (cuda_check_nccl_failed(first))
+        return cuda_check_nccl_fail(first, __FILE__, __LINE__, reduce ? "ncclReduce" : "ncclBroadcast");
+    if (cuda_check_nccl_failed(end)) return cuda_check_nccl_fail(end, __FILE__, __LINE__, "ncclGroupEnd");
     return DPS_OK;
 }
 

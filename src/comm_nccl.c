@@ -43,7 +43,7 @@ static void count_allreduce(comm *c, size_t bytes)
 static const char *wait_problem(comm *c, cudaError_t q, ncclResult_t async, double start)
 {
     if (q != cudaSuccess && q != cudaErrorNotReady) return cudaGetErrorString(q);
-    if (dps_nccl_failed(async)) return ncclGetErrorString(async);
+    if (cuda_check_nccl_failed(async)) return ncclGetErrorString(async);
     if (atomic_load(&c->sh->abort)) return "the group was aborted";
     if (c->timeout_ms > 0 && dps_now_ms() - start > c->timeout_ms) return "timed out";
     return NULL;

@@ -189,7 +189,7 @@ static int links_child(void *ctx, int rank, rank_beat *beat)
 {
     (void)rank;
     links_job *j = ctx;
-    rank_beat_step(beat, 0);
+    ranks_beat_step(beat, 0);
     if (!measure_links(j->be, j->rd, j->ndev, j->bytes, 5, 0)) return 0;
     dps_warn("link matrix not measured: %s", dps_errmsg());
     return 1;

@@ -37,7 +37,7 @@ static dps_status time_size(bench_shared *b, comm *c, int s, float *buf, size_t 
 {
     float sync = 0.0f;
     for (int it = -b->warmup; it < b->iters; it++) {
-        rank_beat_step(beat, s * (b->warmup + b->iters) + it + b->warmup);
+        ranks_beat_step(beat, s * (b->warmup + b->iters) + it + b->warmup);
         DPS_TRY(comm_allreduce(c, &sync, 1, COMM_F32)); /* start together */
         double t0 = dps_now_ms();
         DPS_TRY(comm_allreduce(c, buf, n, COMM_F32));

@@ -12,13 +12,6 @@
 #include "settings.h"
 #include "util.h"
 
-const char *const dps_phase_names[PH_COUNT] = {
-    "load", "replicate", "scatter", "forward", "gather", "loss",
-    "backward", "reduce", "allreduce", "allreduce_exposed", "optimizer",
-};
-
-const char *const dps_link_names[LINK_COUNT] = {"h2d", "d2h", "p2p_sent", "p2p_recv"};
-
 const char *const dps_mode_names[MODE_COUNT] = {"dp", "ddp"};
 const char *const dps_precision_names[PREC_COUNT] = {"fp32", "bf16"};
 const char *const dps_optimizer_names[OPT_COUNT] = {"sgd", "adamw"};

@@ -1,6 +1,6 @@
 /* What one configuration is (dps_config), what running it produced
- * (train_result), and the names shared by the modes, metrics and writers:
- * modes, precisions, optimizers, phases, link kinds. */
+ * (train_result), and the names of its choices: modes, precisions,
+ * optimizers, faults, dp's collectives, scaling. */
 #ifndef DPS_CONFIG_H
 #define DPS_CONFIG_H
 
@@ -8,6 +8,7 @@
 
 #include "backend.h"
 #include "model.h"
+#include "names.h"
 
 typedef enum dps_mode { MODE_DP, MODE_DDP, MODE_COUNT } dps_mode;
 typedef enum dps_precision { PREC_FP32, PREC_BF16, PREC_COUNT } dps_precision;
@@ -17,16 +18,6 @@ typedef enum dps_optimizer { OPT_SGD, OPT_ADAMW, OPT_COUNT } dps_optimizer;
 extern const char *const dps_mode_names[MODE_COUNT];
 extern const char *const dps_precision_names[PREC_COUNT];
 extern const char *const dps_optimizer_names[OPT_COUNT];
-
-typedef enum dps_phase {
-    PH_LOAD, PH_REPLICATE, PH_SCATTER, PH_FORWARD, PH_GATHER, PH_LOSS,
-    PH_BACKWARD, PH_REDUCE, PH_ALLREDUCE, PH_ALLREDUCE_EXPOSED, PH_OPTIMIZER, PH_COUNT
-} dps_phase;
-extern const char *const dps_phase_names[PH_COUNT];
-
-/* Bytes a device moved, by the link they crossed. */
-typedef enum dps_link { LINK_H2D, LINK_D2H, LINK_P2P_SENT, LINK_P2P_RECV, LINK_COUNT } dps_link;
-extern const char *const dps_link_names[LINK_COUNT];
 
 const char *dps_mode_name(dps_mode m);
 const char *dps_precision_name(dps_precision p);

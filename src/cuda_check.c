@@ -7,7 +7,7 @@
 
 #include "cuda_check.h"
 
-dps_status dps_cuda_fail(cudaError_t rc, const char *file, int line, const char *call)
+dps_status cuda_check_fail(cudaError_t rc, const char *file, int line, const char *call)
 {
     cudaGetLastError(); /* reset the runtime's last error, so later calls are not blamed */
     dps_status st = rc == cudaErrorMemoryAllocation ? DPS_ERR_OOM : DPS_ERR_RUNTIME;
@@ -15,14 +15,14 @@ dps_status dps_cuda_fail(cudaError_t rc, const char *file, int line, const char 
                     cudaGetErrorString(rc));
 }
 
-dps_status dps_cublas_fail(cublasStatus_t rc, const char *file, int line, const char *call)
+dps_status cuda_check_cublas_fail(cublasStatus_t rc, const char *file, int line, const char *call)
 {
     return dps_fail(DPS_ERR_RUNTIME, "%s:%d: %s failed: %s", file, line, call,
                     cublasGetStatusString(rc));
 }
 
 #ifdef DPS_HAVE_NCCL
-dps_status dps_nccl_fail(ncclResult_t rc, const char *file, int line, const char *call)
+dps_status cuda_check_nccl_fail(ncclResult_t rc, const char *file, int line, const char *call)
 {
     const char *last = ncclGetLastError(NULL);
     return dps_fail(DPS_ERR_RUNTIME, "%s:%d: %s failed: %s%s%s%s", file, line, call,

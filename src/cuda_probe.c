@@ -124,7 +124,7 @@ static int probe_run(int devices, probe_reply *r, char *why, size_t len)
     return 0;
 }
 
-int dps_cuda_probe(be_device_info *info, be_cuda_versions *versions, backend *be, char *why,
+int cuda_probe_devices(be_device_info *info, be_cuda_versions *versions, backend *be, char *why,
                    size_t len)
 {
     probe_reply *r = calloc(1, sizeof *r);
@@ -144,7 +144,7 @@ int dps_cuda_probe(be_device_info *info, be_cuda_versions *versions, backend *be
     return count;
 }
 
-void dps_cuda_probe_versions(be_cuda_versions *versions)
+void cuda_probe_versions(be_cuda_versions *versions)
 {
     probe_reply *r = calloc(1, sizeof *r);
     char why[256] = "out of host memory";

@@ -315,7 +315,7 @@ static dps_status rank_loop(ddp_rank *R)
     const dps_config *c = R->cfg;
     ddp_shared *sh = R->sh;
     for (int step = 0; step < c->warmup + c->steps; step++) {
-        rank_beat_step(R->beat, step);
+        ranks_beat_step(R->beat, step);
         if (step == c->warmup) reset_traffic(R);
         model_make_batch(c->shape, c->seed, step, R->row0, R->rows, R->h_x, R->h_labels);
         double ms = 0.0;

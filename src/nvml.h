@@ -10,7 +10,6 @@
 #include <stdio.h>
 
 #include "backend.h"
-#include "config.h"
 
 typedef struct nvml_counters {
     int have_pcie, have_nvlink, have_clock;

@@ -19,7 +19,7 @@
 /* LeakSanitizer's check, present when the build has it. */
 extern void __lsan_do_leak_check(void) __attribute__((weak));
 
-void rank_beat_step(rank_beat *b, int step)
+void ranks_beat_step(rank_beat *b, int step)
 {
     atomic_store(&b->beat_us, dps_now_us());
     atomic_store(&b->step, step);
@@ -172,7 +172,7 @@ dps_status ranks_run(const ranks_spec *spec)
                         bytes, strerror(errno));
     for (int r = 0; r < spec->nranks; r++) {
         atomic_store(&beat[r].state, RANK_NEW);
-        rank_beat_step(&beat[r], -1);
+        ranks_beat_step(&beat[r], -1);
     }
     group g = {.spec = spec, .beat = beat};
     start_ranks(&g);

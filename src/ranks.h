@@ -23,7 +23,7 @@ typedef struct rank_beat {
 } rank_beat;
 
 /* In a rank: step `step` begins now. */
-void rank_beat_step(rank_beat *b, int step);
+void ranks_beat_step(rank_beat *b, int step);
 
 typedef struct ranks_spec {
     int nranks;

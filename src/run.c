@@ -57,7 +57,7 @@ static dps_status run_check(const dps_config *cfg, backend *be, train_result *re
     return DPS_OK;
 }
 
-dps_status gemm_reference(backend *be, int dev, model_shape s, int rows, double *tflops)
+dps_status run_gemm_reference(backend *be, int dev, model_shape s, int rows, double *tflops)
 {
     const be_ops *o = be->ops;
     int d = s.width, c = s.classes, big = d > c ? d : c;
@@ -220,7 +220,7 @@ dps_status run_config(const dps_config *cfg, backend *be, const results_dir *rd,
     if (!res.status && cfg->gemm_ref) {
         int samples[DPS_MAX_DEVICES];
         dp_chunk_sizes(cfg->global_batch, cfg->ngpus, samples);
-        res.status = gemm_reference(be, cfg->devices[0], cfg->shape,
+        res.status = run_gemm_reference(be, cfg->devices[0], cfg->shape,
                                     samples[0] * cfg->shape.tokens, &res.gemm_ref_tflops);
         if (res.status) dps_strlcpy(res.error, dps_errmsg(), sizeof res.error);
     }

@@ -33,6 +33,6 @@ dps_status run_record(const dps_config *cfg, const backend *be, const results_di
 double run_max_rel_diff(const float *a, const float *b, size_t n);
 
 /* Times the GEMMs of one step on `rows` rows of one device: TFLOP/s. */
-dps_status gemm_reference(backend *be, int dev, model_shape s, int rows, double *tflops) DPS_MUST_USE;
+dps_status run_gemm_reference(backend *be, int dev, model_shape s, int rows, double *tflops) DPS_MUST_USE;
 
 #endif

@@ -5,7 +5,7 @@
 #define DPS_TRACE_H
 
 #include "dps_config.h"
-#include "config.h"
+#include "names.h"
 
 /* --no-trace: ranges off at run time (to measure what they cost). */
 void trace_set_enabled(int on);
