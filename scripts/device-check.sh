@@ -1,151 +1,339 @@
 #!/usr/bin/env bash
-# The GPU checks of dpscale, in a few minutes, on a machine with an NVIDIA
-# GPU whose image has nvcc, meson, ninja and PyTorch but no package
-# registry. Builds dpscale there (NCCL from the toolkit or from PyTorch's
-# nvidia-nccl wheel), then runs: info; dp and ddp on one GPU with --check in
-# fp32 and bf16; dp with two replicas on GPU 0; the largest preset in bf16
-# with its GEMM rate; the same configurations in PyTorch
-# (scripts/torch_reference.py); --no-trace and --no-nvml against default;
-# dpscale links against PyTorch's copies; and compute-sanitizer on a short
-# run where the machine supports it.
-# Everything it prints and writes goes under OUTDIR.
+# The GPU checks of dpscale in under 8 minutes, build included, on a machine
+# with NVIDIA GPUs whose image has nvcc, meson, ninja and PyTorch but no
+# package registry. Builds build-gpu/ (NCCL from the toolkit or PyTorch's
+# nvidia-nccl wheel, else without NCCL), then, most important first: dp and
+# ddp --check in fp32 and bf16; dp with two replicas on GPU 0; a sweep with
+# links measured; bf16 model TFLOP/s against the GEMMs alone; step time
+# against PyTorch (scripts/torch_reference.py); what --no-trace and
+# --no-nvml save; dpscale links against PyTorch's copies; compute-sanitizer
+# memcheck on dp and ddp; an Nsight Compute capture filtered to the step
+# ranges. Each result is a figure (name, value, goal, PASS/FAIL/SKIP/INFO)
+# in OUTDIR/summary.txt, written even when a step fails or hangs or the
+# build fails; past the deadline the remaining steps are recorded as
+# 'skipped (deadline)'. Everything printed is in OUTDIR/device-check.log,
+# the results folders in OUTDIR/results.tar.gz. Exit status 1 when a figure
+# failed.
 #   scripts/device-check.sh OUTDIR
+#
+# Steps and their time on one H200 (16 cores), cold: machine 5 s, build
+# 45 s, info 3 s, --check x4 20 s, two replicas on GPU 0 x2 8 s, sweep 15 s,
+# TFLOP/s 10 s, against PyTorch 30 s, --no-trace/--no-nvml x6 20 s, links
+# 12 s, memcheck x2 60 s, ncu 50 s: about 280 s of the 480 s budget.
+# Environment: DC_BUDGET (seconds, default 480) and the other settings of
+# scripts/device-check-lib.sh; DC_BACKEND=host rehearses the steps on a
+# machine without a GPU (dpscale's emulated devices: bf16, PyTorch and the
+# GPU tools then fail or are skipped, so its figures mean nothing).
 set -uo pipefail
-out=${1:?usage: scripts/device-check.sh OUTDIR}
+if [ $# -ne 1 ]; then
+  echo "usage: scripts/device-check.sh OUTDIR" >&2
+  exit 2
+fi
 root=$(cd "$(dirname "$0")/.." && pwd)
-mkdir -p "$out"
-exec > >(tee "$out/device-check.log") 2>&1
-cd "$root"
+mkdir -p "$1" || { echo "device-check: cannot create $1" >&2; exit 2; }
+out=$(cd "$1" && pwd)
+# shellcheck source-path=SCRIPTDIR source=device-check-lib.sh
+. "$root/scripts/device-check-lib.sh"
+dc_init "$out"
+dc_log "$out/device-check.log"
+cd "$root" || exit 2
 res="$out/results"
+rm -rf "$res"
 mkdir -p "$res"
-bin=build-gpu/src/dpscale
-step() { echo; echo "== $*"; }
-run() { echo "+ $*"; timeout "${T:-300}" "$@"; echo "exit $?"; }
+bin="$root/build-gpu/src/dpscale"
+py=python3
+command -v python3 >/dev/null || py=/usr/bin/python3
+summary=("$py" "$root/scripts/device_check_summary.py")
+backend=${DC_BACKEND:-cuda}
 
-step "machine"
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1 | head -3
-nvcc --version | tail -2
-python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1
+# shellcheck disable=SC2317 # called from the EXIT trap
+pack() {
+  if [ -d "$res" ] && tar -czf "$out/results.tar.gz" -C "$out" results; then
+    rm -rf "$res"
+    echo "device-check: results folders packed into $out/results.tar.gz"
+  fi
+}
+dc_at_exit pack
 
-step "NCCL"
-nccl_opt=(-Dnccl=disabled)
-if [ -f /usr/local/cuda/include/nccl.h ]; then
-  nccl_opt=(-Dnccl=enabled)
-else
-  wheel=$(python3 -c 'import importlib.util as u; s = u.find_spec("nvidia.nccl"); print(list(s.submodule_search_locations)[0])' 2>/dev/null || true)
-  if [ -n "$wheel" ] && [ -f "$wheel/include/nccl.h" ]; then
-    shim="$root/build-gpu-nccl"
-    mkdir -p "$shim/lib"
-    ln -sfn "$wheel/include" "$shim/include"
-    so=$(ls "$wheel"/lib/libnccl.so* | head -1)
-    ln -sfn "$so" "$shim/lib/libnccl.so"
-    nccl_opt=(-Dnccl=enabled "-Dnccl_path=$shim")
-    export LD_LIBRARY_PATH="$wheel/lib:${LD_LIBRARY_PATH:-}"
+# The first of: PATH, then the given files (globs allowed); empty if none.
+find_tool() {
+  local name=$1 c
+  shift
+  command -v "$name" 2>/dev/null && return 0
+  for c in "$@"; do
+    [ -x "$c" ] && { echo "$c"; return 0; }
+  done
+  return 1
+}
+
+# A run of dpscale into $res/NAME, then its figure FIG through the parser
+# (KIND and its arguments after the folder).
+dps_figure() {
+  local fig=$1 rc=$2 kind=$3
+  shift 3
+  dc_was_skipped "$fig" "$rc" && return 0
+  dc_figures_from "$fig" "${summary[@]}" "$kind" "$fig" "$@"
+}
+
+ngpu=$(timeout 30 nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+[ "$ngpu" -ge 1 ] || ngpu=1
+checks=()
+for m in dp ddp; do for p in fp32 bf16; do checks+=("check $m $p gpus=$ngpu"); done; done
+lgpus=$((ngpu > 1 ? 2 : 1))
+links_paths=(h2d:host:dev0 d2h:dev0:host)
+[ "$lgpus" -gt 1 ] && links_paths+=(d2d_write:dev0:dev1)
+links_figs=()
+for l in "${links_paths[@]}"; do
+  IFS=: read -r lm ls ld <<<"$l"
+  links_figs+=("links $lm $ls->$ld")
+done
+dc_plan build "dpscale info" "${checks[@]}" "check dp fp32 devices=0,0" "check dp bf16 devices=0,0" \
+  "sweep dp,ddp gpus=1" "bf16 TFLOP/s vs GEMMs" "step time vs torch" "no-trace cost" \
+  "no-nvml cost" "${links_figs[@]}" "memcheck dp" "memcheck ddp" "ncu step kernels" \
+  "ncu step report"
+
+# ~3 s
+dc_step "machine" 0
+gpu=$(timeout 30 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)
+figure gpus "$ngpu x ${gpu:-unknown (nvidia-smi gave nothing)}" "-" INFO
+figure nvcc "$(timeout 30 nvcc --version 2>&1 | tail -1)" "-" INFO
+figure torch "$(timeout 60 "$py" -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, "devices", torch.cuda.device_count())' 2>&1 | tail -1)" "-" INFO
+cuda_root=/usr/local/cuda
+if [ ! -x "$cuda_root/bin/nvcc" ] && command -v nvcc >/dev/null; then
+  cuda_root=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")
+fi
+ncu=$(find_tool ncu "$cuda_root/bin/ncu" /opt/nvidia/nsight-compute/*/ncu "$cuda_root"/nsight-compute*/ncu)
+sanitizer=$(find_tool compute-sanitizer "$cuda_root/bin/compute-sanitizer" \
+  "$cuda_root/compute-sanitizer/compute-sanitizer")
+figure tools "cuda ${cuda_root}; ncu ${ncu:-not found}; compute-sanitizer ${sanitizer:-not found}" "-" INFO
+
+# Build, cold, 16 cores: meson setup ~10 s, ninja ~30 s.
+if dc_step "build" 20 build; then
+  meson=(meson)
+  command -v meson >/dev/null || meson=("$py" -m mesonbuild.mesonmain)
+  if ! command -v ninja >/dev/null; then
+    nbin=$("$py" -c 'import ninja; print(ninja.BIN_DIR)' 2>/dev/null) && PATH="$nbin:$PATH"
+  fi
+  nccl_opt=(-Dnccl=disabled)
+  nccl_from="none found"
+  if [ -f "$cuda_root/include/nccl.h" ] && compgen -G "$cuda_root/lib64/libnccl.so*" >/dev/null; then
+    nccl_opt=(-Dnccl=enabled)
+    nccl_from="the toolkit"
+  elif [ -f /usr/include/nccl.h ] && compgen -G "/usr/lib/*/libnccl.so*" >/dev/null; then
+    nccl_opt=(-Dnccl=enabled)
+    nccl_from="the system (/usr)"
+  else
+    # PyTorch's nvidia-nccl wheel: the folder holding include/nccl.h and lib/libnccl.so*
+    wheel=$("$py" - <<'PY' 2>/dev/null
+import importlib.util, os
+spec = importlib.util.find_spec("nvidia")
+for base in (spec.submodule_search_locations if spec else []):
+    for d, _, files in os.walk(base):
+        lib = os.path.join(os.path.dirname(d), "lib")
+        if "nccl.h" in files and os.path.isdir(lib) and any(
+                f.startswith("libnccl.so") for f in os.listdir(lib)):
+            print(os.path.dirname(d))
+            raise SystemExit
+PY
+)
+    if [ -n "$wheel" ]; then
+      shim="$root/build-gpu-nccl"
+      rm -rf "$shim"
+      mkdir -p "$shim/lib"
+      ln -sfn "$wheel/include" "$shim/include"
+      sos=("$wheel"/lib/libnccl.so*)
+      for so in "${sos[@]}"; do ln -sfn "$so" "$shim/lib/$(basename "$so")"; done
+      [ -e "$shim/lib/libnccl.so" ] || ln -sfn "${sos[0]}" "$shim/lib/libnccl.so"
+      nccl_opt=(-Dnccl=enabled "-Dnccl_path=$shim")
+      nccl_from="PyTorch's wheel ($wheel)"
+      export LD_LIBRARY_PATH="$wheel/lib:${LD_LIBRARY_PATH:-}"
+    fi
+  fi
+  echo "NCCL: $nccl_from; meson options ${nccl_opt[*]}"
+  rm -rf build-gpu
+  setup=("${meson[@]}" setup build-gpu -Dcuda=enabled -Dcuda-arch=90 "-Dcuda-root=$cuda_root")
+  if run -t 120 "${setup[@]}" "${nccl_opt[@]}"; then
+    built="NCCL from $nccl_from"
+    [ "${nccl_opt[0]}" = -Dnccl=disabled ] && built="without NCCL (none found)"
+  elif [ "${nccl_opt[0]}" != -Dnccl=disabled ] && rm -rf build-gpu \
+       && run -t 120 "${setup[@]}" -Dnccl=disabled; then
+    built="without NCCL (setup with NCCL from $nccl_from failed)"
+  else
+    built=""
+  fi
+  if [ -z "$built" ]; then
+    figure build "meson setup failed (see device-check.log)" "built" FAIL
+  elif run -t 300 ninja -C build-gpu -j16; then
+    figure build "ok, $built" "built" PASS
+  else
+    figure build "ninja failed (see device-check.log)" "built" FAIL
   fi
 fi
-echo "meson options for NCCL: ${nccl_opt[*]}"
-
-step "build"
-meson=(meson)
-command -v meson >/dev/null || meson=(python3 -m mesonbuild.mesonmain)
-rm -rf build-gpu
-T=600 run "${meson[@]}" setup build-gpu -Dcuda=enabled -Dcuda-arch=90 "${nccl_opt[@]}" \
-  || T=600 run "${meson[@]}" setup build-gpu -Dcuda=enabled -Dcuda-arch=90 -Dnccl=disabled
-T=600 run ninja -C build-gpu
-[ -x "$bin" ] || { echo "device-check: the build failed"; exit 1; }
-
-step "info"
-run "$bin" info
-common=(--out "$res" --name dpscale)
-
-step "correctness on one GPU (--check)"
-for mode in dp ddp; do
-  for prec in fp32 bf16; do
-    run "$bin" run --backend cuda --mode "$mode" --precision "$prec" --model small --steps 10 --check "${common[@]}"
-  done
-done
-run "$bin" run --backend cuda --mode dp --devices 0,0 --model small --steps 10 --check "${common[@]}"
-run "$bin" run --backend cuda --mode dp --devices 0,0 --precision bf16 --model resnet50 --steps 5 --check "${common[@]}"
-
-step "throughput: model TFLOP/s against the GEMMs alone, and NVTX cost"
-for m in resnet50 gpt2 bert-large; do
-  run "$bin" run --backend cuda --precision bf16 --model "$m" --steps 15 --warmup 3 --gemm-ref "${common[@]}"
-done
-run "$bin" run --backend cuda --precision bf16 --model bert-large --steps 15 --warmup 3 --no-trace --out "$res" --name dpscale-notrace
-run "$bin" run --backend cuda --mode ddp --precision bf16 --model resnet50 --steps 15 "${common[@]}"
-
-step "links: dpscale's copies against PyTorch's, timed the same way; NVML cost"
-run "$bin" links --backend cuda --gpus 1 --sizes 256M --steps 10 --out "$res" --name links
-python3 - <<'PY' 2>&1 | tee "$res/torch_copies.txt"
-import statistics, torch
-n = 256 << 20
-h = torch.empty(n, dtype=torch.uint8).pin_memory()
-d0 = torch.empty(n, dtype=torch.uint8, device="cuda")
-d1 = torch.empty(n, dtype=torch.uint8, device="cuda")
-def bw(dst, src):
-    dst.copy_(src, non_blocking=True); torch.cuda.synchronize()
-    t = []
-    for _ in range(10):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record(); dst.copy_(src, non_blocking=True); b.record(); b.synchronize()
-        t.append(a.elapsed_time(b))
-    return n / (statistics.median(t) * 1e-3) / 1e9
-print(f"torch h2d {bw(d0, h):.2f} GB/s, d2h {bw(h, d0):.2f} GB/s, d2d {bw(d1, d0):.2f} GB/s")
-PY
-run "$bin" run --backend cuda --precision bf16 --model resnet50 --steps 20 --no-nvml --out "$res" --name dpscale-nonvml
-
-step "PyTorch on the same configurations"
-for cfg in "dp small fp32" "dp small bf16" "dp resnet50 bf16" "dp bert-large bf16" "ddp resnet50 bf16"; do
-  set -- $cfg
-  steps=10; [ "$2" = small ] || steps=15
-  run python3 scripts/torch_reference.py --mode "$1" --model "$2" --precision "$3" --steps $steps \
-    --warmup 3 --out "$res" --name torch --dpscale "$bin"
-done
-
-step "compute-sanitizer"
-if command -v compute-sanitizer >/dev/null; then
-  T=240 run compute-sanitizer --tool memcheck --error-exitcode 9 "$bin" run --backend cuda --model tiny --steps 2 --warmup 1 --out "$res" --name sanitizer
-else
-  echo "compute-sanitizer not installed"
+if [ ! -x "$bin" ]; then
+  echo "device-check: no $bin; the remaining steps need it"
+  exit 1
 fi
 
-step "summary"
-python3 - "$res" <<'PY' | tee "$out/summary.txt"
-import csv, os, sys
-res = sys.argv[1]
-def rows(name):
-    p = os.path.join(res, name, "runs.csv")
-    return list(csv.DictReader(open(p))) if os.path.exists(p) else []
-mine, torch, nt = rows("dpscale"), rows("torch"), rows("dpscale-notrace")
-print(f"{'config':42} {'status':7} {'check':6} {'diff':>9} {'step_ms':>9} {'TFLOP/s':>8} {'gemm':>8} {'ratio':>6} {'gpu0 MiB':>9}")
-for r in mine:
-    g = r.get("gemm_ref_tflops") or ""
-    ratio = f"{float(r['model_tflops']) / float(g):.2f}" if g and r["model_tflops"] else "-"
-    print(f"{r['config_id']:42} {r['status']:7} {r['check']:6} {r['check_max_rel_diff'] or '-':>9} "
-          f"{r['step_ms_median'] or '-':>9} {r['model_tflops'] or '-':>8} {g or '-':>8} {ratio:>6} "
-          f"{int(r['gpu0_alloc_peak_bytes'] or 0) / 2**20:9.0f}")
-print()
-print(f"{'config':42} {'dpscale ms':>11} {'torch ms':>9} {'ratio':>6} {'loss dps':>9} {'loss torch':>10}")
-by = {r["config_id"].replace("-strong", ""): r for r in mine}
-for t in torch:
-    d = by.get(t["config_id"])
-    if not d or not d["step_ms_median"]:
-        continue
-    print(f"{t['config_id']:42} {float(d['step_ms_median']):11.3f} {float(t['step_ms_median']):9.3f} "
-          f"{float(d['step_ms_median']) / float(t['step_ms_median']):6.2f} {d['loss_last']:>9} {t['loss_last']:>10}")
-for label, other in (("NVTX", nt), ("NVML sampler", rows("dpscale-nonvml"))):
-    for n in other:
-        d = by.get(n["config_id"])
-        if d and d["step_ms_median"]:
-            print(f"\n{label} cost on {n['config_id']}: with {d['step_ms_median']} ms, without "
-                  f"{n['step_ms_median']} ms ({(float(d['step_ms_median']) / float(n['step_ms_median']) - 1) * 100:+.2f} %)")
-links = os.path.join(res, "links", "links.csv")
-if os.path.exists(links):
-    for r in csv.DictReader(open(links)):
-        print(f"dpscale {r['method']} {r['src']}->{r['dst']}: {r['bw_gbps'] or r['latency_us']} ({r['status']})")
-tc = os.path.join(res, "torch_copies.txt")
-if os.path.exists(tc):
-    print(open(tc).read().strip())
-PY
-tar -czf "$out/results.tar.gz" -C "$out" results && rm -rf "$res"
-echo "device-check: done; log, summary.txt and results.tar.gz in $out"
+# ~3 s
+if dc_step "info" 5 "dpscale info"; then
+  run "$bin" info --backend "$backend"
+  rc=$?
+  if ! dc_was_skipped "dpscale info" "$rc"; then
+    figure "dpscale info" "exit $rc" "exit 0 (the $backend backend opens)" \
+      "$([ "$rc" -eq 0 ] && echo PASS || echo FAIL)"
+  fi
+fi
+
+# 4 runs of ~4 s (ddp forks a rank and sets NCCL up): ~20 s
+if dc_step "correctness on $ngpu GPU(s) (--check)" 20 "${checks[@]}"; then
+  for m in dp ddp; do
+    for p in fp32 bf16; do
+      name="check-$m-$p"
+      run "$bin" run --backend "$backend" --mode "$m" --gpus "$ngpu" --precision "$p" --model small \
+        --steps 10 --check --out "$res" --name "$name"
+      dps_figure "check $m $p gpus=$ngpu" $? check "$res/$name"
+    done
+  done
+fi
+
+# 2 runs of ~4 s
+if dc_step "dp with two replicas on GPU 0" 8 "check dp fp32 devices=0,0"; then
+  run "$bin" run --backend "$backend" --mode dp --devices 0,0 --model small --steps 10 --check \
+    --out "$res" --name check-dp-fp32-00
+  dps_figure "check dp fp32 devices=0,0" $? check "$res/check-dp-fp32-00"
+fi
+if dc_step "dp with two replicas on GPU 0, bf16" 8 "check dp bf16 devices=0,0"; then
+  run "$bin" run --backend "$backend" --mode dp --devices 0,0 --precision bf16 --model small --steps 10 \
+    --check --out "$res" --name check-dp-bf16-00
+  dps_figure "check dp bf16 devices=0,0" $? check "$res/check-dp-bf16-00"
+fi
+
+# The links child (~3 s) and two configurations (~4 s each): ~15 s. Every
+# configuration must end ok: the sweep's parent must not initialise CUDA
+# before it forks them.
+if dc_step "sweep with links measured" 15 "sweep dp,ddp gpus=1"; then
+  run "$bin" sweep --backend "$backend" --mode dp,ddp --gpus 1 --model small --steps 5 --warmup 2 \
+    --config-timeout 60 --out "$res" --name sweep
+  dps_figure "sweep dp,ddp gpus=1" $? sweep "$res/sweep" 2
+fi
+
+# bert-large bf16, 13 steps of ~20 ms and the GEMMs alone: ~10 s per preset tried.
+if dc_step "bf16 model TFLOP/s against the GEMMs alone" 12 "bf16 TFLOP/s vs GEMMs"; then
+  rc=$DC_SKIP_RC
+  for m in bert-large gpt2 resnet50; do
+    name="tflops-$m"
+    run "$bin" run --backend "$backend" --precision bf16 --model "$m" --steps 10 --warmup 3 --gemm-ref \
+      --out "$res" --name "$name"
+    rc=$?
+    [ "$("${summary[@]}" field "$res/$name" status 2>/dev/null)" = oom ] || break
+    echo "device-check: $m does not fit (oom); trying a smaller preset"
+  done
+  dps_figure "bf16 TFLOP/s vs GEMMs" "$rc" gemm "$res/$name" 0.80
+fi
+
+# resnet50 bf16 (batch 32): dpscale ~4 s; PyTorch ~25 s (numpy draws the
+# parameters and each step's batch as dpscale's generator does).
+if dc_step "step time against PyTorch" 35 "step time vs torch"; then
+  run "$bin" run --backend "$backend" --mode dp --gpus 1 --precision bf16 --model resnet50 --steps 10 \
+    --warmup 3 --out "$res" --name vs-torch-dpscale
+  rc=$?
+  if ! dc_was_skipped "step time vs torch" "$rc"; then
+    run "$py" scripts/torch_reference.py --mode dp --gpus 1 --model resnet50 --precision bf16 \
+      --steps 10 --warmup 3 --out "$res" --name vs-torch-torch --dpscale "$bin"
+    dps_figure "step time vs torch" $? torch "$res/vs-torch-dpscale" "$res/vs-torch-torch" 0.85
+  fi
+fi
+
+# 6 runs of ~3 s, interleaved (default, --no-trace, --no-nvml, twice) so
+# that drift reaches all three alike.
+if dc_step "what NVTX ranges and the NVML sampler cost" 20 "no-trace cost" "no-nvml cost"; then
+  cost_args=(run --backend "$backend" --mode dp --gpus 1 --precision bf16 --model resnet50 --steps 50 --warmup 5
+        --out "$res")
+  rc=0
+  for r in 1 2; do
+    run "$bin" "${cost_args[@]}" --name "cost-default-$r" || rc=$?
+    run "$bin" "${cost_args[@]}" --no-trace --name "cost-notrace-$r" || rc=$?
+    run "$bin" "${cost_args[@]}" --no-nvml --name "cost-nonvml-$r" || rc=$?
+  done
+  if ! dc_was_skipped "no-trace cost" "$rc"; then
+    dps_figure "no-trace cost" 0 cost 0.01 "$res/cost-default-1" "$res/cost-default-2" -- \
+      "$res/cost-notrace-1" "$res/cost-notrace-2"
+  fi
+  if ! dc_was_skipped "no-nvml cost" "$rc"; then
+    dps_figure "no-nvml cost" 0 cost 0.01 "$res/cost-default-1" "$res/cost-default-2" -- \
+      "$res/cost-nonvml-1" "$res/cost-nonvml-2"
+  fi
+fi
+
+# dpscale links ~3 s, PyTorch's copies ~8 s (its start included).
+if dc_step "links against PyTorch's copies" 12 "${links_figs[@]}"; then
+  run "$bin" links --backend "$backend" --gpus "$lgpus" --sizes 256M --steps 10 --out "$res" --name links
+  rc=$?
+  if [ "$rc" -ne "$DC_SKIP_RC" ]; then
+    run "$py" scripts/torch_copies.py "$res/torch_copies.csv" --bytes $((256 << 20)) --samples 10
+    rc=$?
+  fi
+  if [ "$rc" -eq "$DC_SKIP_RC" ]; then
+    for f in "${links_figs[@]}"; do figure "$f" "skipped (deadline)" "-" SKIP; done
+  else
+    dc_figures_from links "${summary[@]}" links links "$res/links" "$res/torch_copies.csv" 0.05 \
+      "${links_paths[@]}"
+  fi
+fi
+
+# memcheck on tiny runs: ~30 s each (the tool's start, cuBLAS's kernels
+# loaded under it), at most 100 s each.
+for m in dp ddp; do
+  fig="memcheck $m"
+  dc_step "compute-sanitizer memcheck, $m" 45 "$fig" || continue
+  if [ -z "$sanitizer" ]; then
+    figure "$fig" "compute-sanitizer not found" "0 errors" SKIP
+    continue
+  fi
+  run -t 100 -o "$res/memcheck-$m.log" "$sanitizer" --tool memcheck --target-processes all \
+    --error-exitcode 9 "$bin" run --backend "$backend" --mode "$m" --model tiny --steps 2 --warmup 1 \
+    --out "$res" --name "memcheck-$m"
+  rc=$?
+  dc_was_skipped "$fig" "$rc" || dc_figures_from "$fig" "${summary[@]}" sanitizer "$fig" \
+    "$res/memcheck-$m.log" "$rc"
+done
+
+# ncu on a tiny dp run, 5 kernels inside dpscale's "step" ranges (domain
+# "dpscale", registered string "step": the filter is dpscale@step/), one
+# metric each: ~40 s, at most 120 s; then the report read back twice: ~10 s.
+if dc_step "Nsight Compute, kernels inside the step ranges" 60 "ncu step kernels" "ncu step report"; then
+  if [ -z "$ncu" ]; then
+    figure "ncu step kernels" "ncu not found" ">= 1, no ncu error" SKIP
+    figure "ncu step report" "ncu not found" "range named" SKIP
+  else
+    run -t 120 -o "$res/ncu-capture.log" "$ncu" --nvtx --nvtx-include "dpscale@step/" \
+      --launch-count 5 --clock-control none --metrics gpu__time_duration.sum \
+      --target-processes all -f -o "$res/ncu-step" \
+      "$bin" run --backend "$backend" --mode dp --model tiny --steps 4 --warmup 1 --out "$res" --name ncu
+    rc=$?
+    if [ "$rc" -eq "$DC_SKIP_RC" ]; then
+      figure "ncu step kernels" "skipped (deadline)" ">= 1, no ncu error" SKIP
+      figure "ncu step report" "skipped (deadline)" "range named" SKIP
+    else
+      run -t 60 -o "$res/ncu-import.log" "$ncu" --import "$res/ncu-step.ncu-rep"
+      run -t 60 -o "$res/ncu-import-rename.log" "$ncu" --import "$res/ncu-step.ncu-rep" \
+        --print-nvtx-rename kernel --print-summary per-kernel
+      cat "$res/ncu-import-rename.log" >>"$res/ncu-import.log"
+      dc_figures_from "ncu step kernels" "${summary[@]}" ncu "ncu step" "$res/ncu-capture.log" \
+        "$res/ncu-import.log" step
+      if ! grep -q '==PROF== Profiling ' "$res/ncu-capture.log" && [ "$(dc_left)" -gt 40 ]; then
+        echo "device-check: no kernel matched dpscale@step/; the same run unfiltered, to show the ranges ncu sees:"
+        run -t 60 -o "$res/ncu-unfiltered.log" "$ncu" --nvtx --launch-count 3 --clock-control none \
+          --metrics gpu__time_duration.sum --target-processes all \
+          "$bin" run --backend "$backend" --mode dp --model tiny --steps 2 --warmup 1 --out "$res" \
+          --name ncu-unfiltered
+      fi
+    fi
+  fi
+fi
+
+dc_step "done" 0
+if cut -f4 "$out/summary.tsv" | grep -qx FAIL; then
+  exit 1
+fi
+exit 0

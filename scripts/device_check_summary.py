@@ -1,0 +1,217 @@
+#!/usr/bin/env python3
+"""Figures of scripts/device-check.sh, read from dpscale's results files
+(runs.csv, links.csv) and from tool logs. Each command prints figure lines,
+NAME<TAB>VALUE<TAB>GOAL<TAB>RESULT with RESULT PASS, FAIL or INFO, which
+device-check-lib.sh's dc_figures_from records; a missing or unreadable
+file is a FAIL line naming the file, never a crash.
+
+usage: device_check_summary.py check FIG FOLDER
+       device_check_summary.py sweep FIG FOLDER EXPECTED
+       device_check_summary.py gemm FIG FOLDER MIN_RATIO
+       device_check_summary.py torch FIG DPSCALE_FOLDER TORCH_FOLDER MAX_RATIO
+       device_check_summary.py cost FIG MAX_FRACTION WITH_FOLDER... -- WITHOUT_FOLDER...
+       device_check_summary.py links PREFIX DPSCALE_FOLDER TORCH_CSV MAX_FRACTION METHOD:SRC:DST...
+       device_check_summary.py sanitizer FIG LOG EXIT_STATUS
+       device_check_summary.py ncu FIG CAPTURE_LOG IMPORT_LOG RANGE
+       device_check_summary.py field FOLDER COLUMN    (prints the last run's COLUMN)
+"""
+import csv
+import os
+import re
+import statistics
+import sys
+
+
+class Missing(Exception):
+    """A results file that is absent or lacks what the figure needs."""
+
+
+def line(name, value, goal, result):
+    print(f"{name}\t{value}\t{goal}\t{result}")
+
+
+def rows(path):
+    if not os.path.exists(path):
+        raise Missing(f"no {path} (the run wrote no results: see device-check.log)")
+    with open(path, newline="") as f:
+        out = list(csv.DictReader(f))
+    if not out:
+        raise Missing(f"{path} has no rows")
+    return out
+
+
+def last_run(folder):
+    return rows(os.path.join(folder, "runs.csv"))[-1]
+
+
+def num(row, col, path="runs.csv"):
+    try:
+        v = float(row[col])
+    except (KeyError, TypeError, ValueError):
+        raise Missing(f"{path}: column {col} is '{row.get(col)}', not a number "
+                      f"(status {row.get('status')}: {row.get('error') or 'no error given'})")
+    return v
+
+
+def pos(row, col, path="runs.csv"):
+    """A column that divides: a number above zero."""
+    v = num(row, col, path)
+    if not v > 0:
+        raise Missing(f"{path}: column {col} is {v}, not above zero")
+    return v
+
+
+def verdict(ok):
+    return "PASS" if ok else "FAIL"
+
+
+def cmd_check(fig, folder):
+    r = last_run(folder)
+    diff = r.get("check_max_rel_diff") or "-"
+    ok = r["status"] == "ok" and r["check"] == "pass"
+    err = f" ({r['error']})" if r.get("error") else ""
+    line(fig, f"status={r['status']}{err} check={r['check']} max_rel_diff={diff}",
+         "status ok, check pass", verdict(ok))
+
+
+def cmd_sweep(fig, folder, expected):
+    expected = int(expected)
+    runs = rows(os.path.join(folder, "runs.csv"))
+    ok = sum(r["status"] == "ok" for r in runs)
+    bad = [f"{r['config_id']}: {r['status']}" for r in runs if r["status"] != "ok"]
+    links_path = os.path.join(folder, "links.csv")
+    links = rows(links_path) if os.path.exists(links_path) else []
+    links_ok = bool(links) and all(x["status"] == "ok" for x in links)
+    value = f"{ok}/{max(len(runs), expected)} ok; links.csv {len(links)} rows" + (
+        "" if links_ok else " (missing or not ok)") + (f"; {', '.join(bad)}" if bad else "")
+    line(fig, value, f"{expected}/{expected} ok, links measured",
+         verdict(ok == expected == len(runs) and links_ok))
+
+
+def cmd_gemm(fig, folder, goal):
+    r = last_run(folder)
+    model, gemm = num(r, "model_tflops"), pos(r, "gemm_ref_tflops")
+    ratio = model / gemm
+    line(fig, f"{ratio:.3f} ({r['model']} {r['precision']}: model {model:.4g} / GEMMs alone "
+              f"{gemm:.4g} TFLOP/s)", f">= {goal}", verdict(r["status"] == "ok" and ratio >= float(goal)))
+
+
+def cmd_torch(fig, dps_folder, torch_folder, goal):
+    d, t = last_run(dps_folder), last_run(torch_folder)
+    dm, tm = num(d, "step_ms_median"), pos(t, "step_ms_median")
+    ratio = dm / tm
+    line(fig, f"{ratio:.3f} ({d['model']} {d['precision']} batch {d['global_batch']}: dpscale "
+              f"{dm:.3f} ms, torch {tm:.3f} ms; loss {d['loss_last']} vs {t['loss_last']})",
+         f"<= {goal}", verdict(d["status"] == "ok" and t["status"] == "ok" and ratio <= float(goal)))
+
+
+def cmd_cost(fig, goal, *folders):
+    if "--" not in folders:
+        raise Missing("cost: expected WITH_FOLDER... -- WITHOUT_FOLDER...")
+    k = folders.index("--")
+    with_, without = folders[:k], folders[k + 1:]
+    if not with_ or not without:
+        raise Missing("cost: needs at least one folder on each side of --")
+    w = [num(last_run(f), "step_ms_median") for f in with_]
+    wo = [pos(last_run(f), "step_ms_median") for f in without]
+    a, b = statistics.mean(w), statistics.mean(wo)
+    cost = (a - b) / b
+    each = ", ".join(f"{x:.3f}" for x in w) + " / " + ", ".join(f"{x:.3f}" for x in wo)
+    line(fig, f"{cost * 100:+.2f} % (with {a:.3f} ms, without {b:.3f} ms; runs {each})",
+         f"<= {float(goal) * 100:g} %", verdict(cost <= float(goal)))
+
+
+def cmd_links(prefix, dps_folder, torch_csv, goal, *paths):
+    """One figure per PATH (METHOD:SRC:DST), each FAIL with the reason when
+    a file or its row is missing."""
+    want = f"within {float(goal) * 100:g} %"
+    names = [f"{prefix} {m} {s}->{d}" for m, s, d in (p.split(":") for p in paths)]
+    try:
+        mine = rows(os.path.join(dps_folder, "links.csv"))
+        theirs = rows(torch_csv)
+    except Missing as e:
+        for name in names:
+            line(name, f"no figure: {e}", want, "FAIL")
+        return
+    for name, path in zip(names, paths):
+        key = tuple(path.split(":"))  # method, src, dst
+        d = next((r for r in mine if (r["method"], r["src"], r["dst"]) == key), None)
+        t = next((r for r in theirs if (r["method"], r["src"], r["dst"]) == key), None)
+        if d is None or t is None:
+            line(name, f"no row for {path} in {'links.csv' if d is None else torch_csv}", want,
+                 "FAIL")
+            continue
+        try:
+            a, b = num(d, "bw_gbps", "links.csv"), pos(t, "bw_gbps", torch_csv)
+        except Missing as e:
+            line(name, f"no figure: {e}", want, "FAIL")
+            continue
+        diff = (a - b) / b
+        line(name, f"{diff * 100:+.1f} % (dpscale {a:.2f} GB/s, torch {b:.2f} GB/s)", want,
+             verdict(d["status"] == "ok" and abs(diff) <= float(goal)))
+
+
+def cmd_sanitizer(fig, log, rc):
+    if not os.path.exists(log):
+        raise Missing(f"no {log}")
+    text = open(log, errors="replace").read()
+    counts = [int(x) for x in re.findall(r"ERROR SUMMARY:\s*(\d+) error", text)]
+    total = sum(counts)
+    ok = bool(counts) and total == 0 and int(rc) == 0
+    line(fig, f"{total} errors in {len(counts)} process(es), exit {rc}"
+              + ("" if counts else " (no ERROR SUMMARY: the sanitizer did not report)"),
+         "0 errors, exit 0", verdict(ok))
+
+
+def cmd_ncu(fig, capture_log, import_log, range_name):
+    missing = [p for p in (capture_log, import_log) if not os.path.exists(p)]
+    if missing:
+        line(f"{fig} kernels", f"no figure: no {missing[0]}", ">= 1, no ncu error", "FAIL")
+        line(f"{fig} report", f"no figure: no {missing[0]}", "range named", "FAIL")
+        return
+    cap = open(capture_log, errors="replace").read()
+    imp = open(import_log, errors="replace").read()
+    profiled = len(re.findall(r"==PROF== Profiling ", cap))
+    errors = re.findall(r"==ERROR==.*", cap)
+    named = re.search(rf"\b{re.escape(range_name)}\b", imp) is not None
+    line(f"{fig} kernels", f"{profiled} profiled under the NVTX include filter"
+         + (f"; {len(errors)} ncu error(s), the first: {errors[0]}" if errors else ""),
+         ">= 1, no ncu error", verdict(profiled >= 1 and not errors))
+    line(f"{fig} report", ("the report names range '%s'" if named else
+                           "the report does not name range '%s'") % range_name,
+         "range named", verdict(named))
+
+
+def cmd_field(folder, col):
+    print(last_run(folder).get(col, ""))
+
+
+COMMANDS = {"check": (cmd_check, 2, 2), "sweep": (cmd_sweep, 3, 3), "gemm": (cmd_gemm, 3, 3),
+            "torch": (cmd_torch, 4, 4), "cost": (cmd_cost, 5, None),
+            "links": (cmd_links, 5, None), "sanitizer": (cmd_sanitizer, 3, 3),
+            "ncu": (cmd_ncu, 4, 4), "field": (cmd_field, 2, 2)}
+
+
+def main(argv):
+    if len(argv) < 2 or argv[1] not in COMMANDS:
+        print(__doc__.strip(), file=sys.stderr)
+        return 2
+    fn, lo, hi = COMMANDS[argv[1]]
+    args = argv[2:]
+    if len(args) < lo or (hi is not None and len(args) > hi):
+        want = f"{lo}" if lo == hi else f"at least {lo}"
+        print(f"device_check_summary.py {argv[1]}: expected {want} arguments, got {len(args)}\n"
+              f"{__doc__.strip()}", file=sys.stderr)
+        return 2
+    try:
+        fn(*args)
+    except Missing as e:
+        if argv[1] == "field":
+            print(f"device_check_summary.py field: {e}", file=sys.stderr)
+            return 1
+        line(args[0], f"no figure: {e}", "-", "FAIL")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

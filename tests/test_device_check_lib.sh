@@ -1,0 +1,252 @@
+#!/usr/bin/env bash
+# Tests of the GPU check's pieces that need no GPU: scripts/device-check-lib.sh
+# (run's exit status, timeouts, the deadline, the summary written by the EXIT
+# trap), scripts/device_check_summary.py on dpscale's own results files (host
+# backend), the arguments scripts/profile.sh gives nsys, and the scripts'
+# syntax (bash -n, shellcheck when installed).
+#   tests/test_device_check_lib.sh run|trap|summary|profile|syntax DPSCALE
+set -u
+case_=${1:?usage: test_device_check_lib.sh run|trap|summary|profile|syntax DPSCALE}
+dpscale=${2:?usage: test_device_check_lib.sh CASE DPSCALE}
+here=$(cd "$(dirname "$0")" && pwd)
+scripts="$here/../scripts"
+lib="$scripts/device-check-lib.sh"
+py=/usr/bin/python3
+[ -x "$py" ] || py=python3
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+fail() {
+  echo "FAIL test_device_check_lib.sh $case_: $*" >&2
+  exit 1
+}
+
+# expect DESCRIPTION COMMAND...: the command must succeed.
+expect() {
+  local what=$1
+  shift
+  "$@" || fail "$what"
+}
+
+# The figure line NAME of a summary.tsv, or nothing.
+fig() { awk -F '\t' -v n="$2" '$1 == n' "$1"; }
+
+case_run() {
+  (
+    # shellcheck source-path=SCRIPTDIR source=../scripts/device-check-lib.sh
+    . "$lib"
+    DC_BUDGET=60 DC_RESERVE=0 DC_MIN_RUN=2
+    dc_init "$tmp/out" >/dev/null
+    trap - EXIT
+    run false >/dev/null && fail "run false returned 0"
+    run true >/dev/null || fail "run true returned non-zero"
+    run sh -c 'exit 7' >/dev/null
+    [ $? -eq 7 ] || fail "run did not return the command's own exit status 7"
+    run false >/dev/null || run touch "$tmp/fallback" >/dev/null
+    [ -f "$tmp/fallback" ] || fail "run A || run B: B did not run after A failed"
+    run true >/dev/null || run touch "$tmp/nofallback" >/dev/null
+    [ ! -e "$tmp/nofallback" ] || fail "run A || run B: B ran although A succeeded"
+    t0=$(date +%s)
+    run -t 1 sleep 20 >/dev/null
+    rc=$?
+    [ $rc -eq 124 ] || fail "a command past its 1 s timeout returned $rc, not 124"
+    [ $(($(date +%s) - t0)) -lt 10 ] || fail "a command past its 1 s timeout was not killed promptly"
+    run -o "$tmp/log" sh -c 'echo to-the-file; exit 3' >"$tmp/printed"
+    [ $? -eq 3 ] || fail "run -o lost the exit status"
+    grep -qx to-the-file "$tmp/log" || fail "run -o FILE did not write the output to FILE"
+    # the deadline: a run never outlives it, and past it runs and steps are skipped
+    DC_START=$(($(date +%s) - 57)) # 3 s left of 60
+    t0=$(date +%s)
+    run -t 50 sleep 20 >/dev/null
+    rc=$?
+    [ $rc -eq 124 ] || fail "a run with 3 s left and -t 50 returned $rc, not 124 (killed at the deadline)"
+    [ $(($(date +%s) - t0)) -lt 10 ] || fail "a run outlived the deadline"
+    run touch "$tmp/late" >/dev/null
+    [ $? -eq "$DC_SKIP_RC" ] || fail "a run past the deadline did not return DC_SKIP_RC ($DC_SKIP_RC)"
+    [ ! -e "$tmp/late" ] || fail "a run past the deadline still ran its command"
+    dc_step "late step" 30 "late figure" >/dev/null && fail "dc_step past the deadline returned 0"
+    fig "$DC_FIGS" "late figure" | grep -q $'\tskipped (deadline)\t-\tSKIP$' \
+      || fail "dc_step did not record 'late figure' as skipped (deadline): $(cat "$DC_FIGS")"
+    DC_START=$(date +%s)
+    dc_step "early step" 30 "early figure" >/dev/null || fail "dc_step with time left returned 1"
+    figure "bad" 1 2 MAYBE 2>/dev/null && fail "figure accepted result MAYBE"
+    dc_figures_from fallback printf 'a b\tv1\tg1\tPASS\nnoise\n' >/dev/null \
+      || fail "dc_figures_from rejected a figure line"
+    fig "$DC_FIGS" "a b" | grep -q $'^a b\tv1\tg1\tPASS$' || fail "dc_figures_from lost 'a b'"
+    dc_figures_from fallback sh -c 'echo broken; exit 1' >/dev/null \
+      && fail "dc_figures_from returned 0 for a failing command"
+    fig "$DC_FIGS" fallback | grep -q 'FAIL$' || fail "a failing parser left no FAIL figure"
+    exit 0
+  ) || exit 1
+}
+
+case_trap() {
+  # a check that records a figure, then fails: the summary holds the figure
+  cat >"$tmp/fails.sh" <<EOF
+. "$lib"
+dc_init "$tmp/a"
+dc_plan first second
+figure first 42 ">= 1" PASS
+exit 1
+EOF
+  bash "$tmp/fails.sh" >"$tmp/fails.out" 2>&1
+  rc=$?
+  [ $rc -eq 1 ] || fail "the script's exit status 1 became $rc"
+  [ -f "$tmp/a/summary.txt" ] || fail "no summary.txt after exit 1"
+  grep -Eq '^first +42 +>= 1 +PASS$' "$tmp/a/summary.txt" \
+    || fail "summary.txt lacks figure 'first': $(cat "$tmp/a/summary.txt")"
+  grep -Eq '^second +not run' "$tmp/a/summary.txt" \
+    || fail "the planned figure 'second' is not listed as not run"
+  head -1 "$tmp/a/summary.txt" | grep -Eq '^figure +value +goal +result$' \
+    || fail "summary.txt has no header line"
+  # killed while a run hangs: the run's command dies too, and the summary is written
+  cat >"$tmp/hangs.sh" <<EOF
+. "$lib"
+dc_init "$tmp/b"
+dc_log "$tmp/b/log"
+figure before 1 - INFO
+run -t 120 sh -c 'echo \$\$ >"$tmp/child"; exec sleep 100'
+figure after 1 - INFO
+EOF
+  bash "$tmp/hangs.sh" >/dev/null 2>&1 &
+  pid=$!
+  for _ in $(seq 50); do [ -s "$tmp/child" ] && break; sleep 0.1; done
+  [ -s "$tmp/child" ] || fail "the hanging run did not start"
+  t0=$(date +%s)
+  kill -TERM "$pid"
+  wait "$pid"
+  rc=$?
+  [ $rc -eq 143 ] || fail "a check stopped by SIGTERM exited $rc, not 143"
+  [ $(($(date +%s) - t0)) -lt 15 ] || fail "the check took more than 15 s to stop"
+  sleep 0.5
+  if kill -0 "$(cat "$tmp/child")" 2>/dev/null; then
+    kill "$(cat "$tmp/child")"
+    fail "the hanging run's command outlived the check"
+  fi
+  grep -q '^before ' "$tmp/b/summary.txt" || fail "summary.txt lacks 'before' after SIGTERM"
+  grep -q '^after ' "$tmp/b/summary.txt" && fail "'after' was recorded although the check was stopped"
+  grep -q 'exit 143' "$tmp/b/summary.txt" || fail "summary.txt does not give the exit status"
+  grep -q 'got SIGTERM' "$tmp/b/log" || fail "the log lacks the signal message"
+  grep -q '== summary' "$tmp/b/log" || fail "the log lacks the summary printed at exit"
+}
+
+# The parser on dpscale's real files (host backend), one figure per command.
+case_summary() {
+  local s=("$py" "$scripts/device_check_summary.py") o="$tmp/r" out
+  "$dpscale" run --backend host --model small --steps 3 --check --out "$o" --name check >/dev/null \
+    || fail "dpscale run --check failed on the host backend"
+  "$dpscale" run --backend host --model small --steps 3 --gemm-ref --out "$o" --name gemm >/dev/null \
+    || fail "dpscale run --gemm-ref failed on the host backend"
+  "$dpscale" sweep --backend host --mode dp,ddp --gpus 1 --model tiny --steps 2 --warmup 1 \
+    --out "$o" --name sweep >/dev/null 2>&1 || fail "dpscale sweep failed on the host backend"
+  "$dpscale" links --backend host --gpus 1 --sizes 1M --steps 3 --out "$o" --name links >/dev/null \
+    || fail "dpscale links failed on the host backend"
+  out=$("${s[@]}" check "c" "$o/check")
+  [[ $out == $'c\tstatus=ok check=pass max_rel_diff='*$'\tstatus ok, check pass\tPASS' ]] \
+    || fail "check: $out"
+  out=$("${s[@]}" check "c" "$o/gemm")
+  [[ $out == *"check=off"*$'\tFAIL' ]] || fail "check on a run without --check passed: $out"
+  out=$("${s[@]}" sweep "s" "$o/sweep" 2)
+  [[ $out == $'s\t2/2 ok; links.csv 2 rows\t2/2 ok, links measured\tPASS' ]] || fail "sweep: $out"
+  out=$("${s[@]}" sweep "s" "$o/sweep" 3)
+  [[ $out == *$'\tFAIL' ]] || fail "sweep with a configuration missing passed: $out"
+  out=$("${s[@]}" gemm "g" "$o/gemm" 0)
+  [[ $out == $'g\t'*"(small fp32: model "*$'\t>= 0\tPASS' ]] || fail "gemm: $out"
+  out=$("${s[@]}" gemm "g" "$o/check" 0.8)
+  [[ $out == $'g\tno figure: '*"gemm_ref_tflops"*$'\tFAIL' ]] || fail "gemm without --gemm-ref: $out"
+  out=$("${s[@]}" torch "t" "$o/check" "$o/check" 1.0)
+  [[ $out == $'t\t1.000 ('*$'\t<= 1.0\tPASS' ]] || fail "torch, a run against itself: $out"
+  out=$("${s[@]}" torch "t" "$o/check" "$o/check" 0.85)
+  [[ $out == *$'\tFAIL' ]] || fail "torch, a ratio of 1 passed a goal of 0.85: $out"
+  out=$("${s[@]}" cost "k" 0.01 "$o/check" -- "$o/check")
+  [[ $out == $'k\t+0.00 % (with '*$'\t<= 1 %\tPASS' ]] || fail "cost, a run against itself: $out"
+  printf 'src,dst,method,bytes,bw_gbps\n' >"$tmp/torch.csv"
+  "$py" - "$o/links/links.csv" >>"$tmp/torch.csv" <<'PY' || fail "could not read links.csv"
+import csv, sys
+for r in csv.DictReader(open(sys.argv[1])):
+    if r["method"] in ("h2d", "d2h"):  # 4 % slower than dpscale, then 10 %
+        f = 1.04 if r["method"] == "h2d" else 1.10
+        print(f"{r['src']},{r['dst']},{r['method']},{r['bytes']},{float(r['bw_gbps']) * f:.3f}")
+PY
+  out=$("${s[@]}" links L "$o/links" "$tmp/torch.csv" 0.05 h2d:host:dev0 d2h:dev0:host \
+    d2d_write:dev0:dev1)
+  [[ $(sed -n 1p <<<"$out") == $'L h2d host->dev0\t-3.8 % (dpscale '*$'\twithin 5 %\tPASS' ]] \
+    || fail "links h2d: $out"
+  [[ $(sed -n 2p <<<"$out") == $'L d2h dev0->host\t-9.1 % '*$'\tFAIL' ]] || fail "links d2h: $out"
+  [[ $(sed -n 3p <<<"$out") == $'L d2d_write dev0->dev1\tno row for '*$'\tFAIL' ]] \
+    || fail "links, a path nobody measured: $out"
+  out=$("${s[@]}" links L "$o/nothing" "$tmp/torch.csv" 0.05 h2d:host:dev0 d2h:dev0:host)
+  [ "$(grep -c $'\tno figure: no .*links.csv.*\tFAIL$' <<<"$out")" -eq 2 ] \
+    || fail "links without links.csv: $out"
+  printf '========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n========= ERROR SUMMARY: 0 errors\n' >"$tmp/san0"
+  printf '========= Invalid __global__ write of size 4 bytes\n========= ERROR SUMMARY: 2 errors\n' >"$tmp/san2"
+  out=$("${s[@]}" sanitizer m "$tmp/san0" 0)
+  [[ $out == $'m\t0 errors in 2 process(es), exit 0\t0 errors, exit 0\tPASS' ]] || fail "sanitizer: $out"
+  out=$("${s[@]}" sanitizer m "$tmp/san2" 9)
+  [[ $out == $'m\t2 errors in 1 process(es), exit 9\t'*$'\tFAIL' ]] || fail "sanitizer, 2 errors: $out"
+  out=$("${s[@]}" sanitizer m "$tmp/san0" 1)
+  [[ $out == *$'\tFAIL' ]] || fail "sanitizer, the run failed: $out"
+  printf 'no summary\n' >"$tmp/san-none"
+  out=$("${s[@]}" sanitizer m "$tmp/san-none" 0)
+  [[ $out == *"did not report"*$'\tFAIL' ]] || fail "sanitizer without a report: $out"
+  printf '==PROF== Connected to process 1\n==PROF== Profiling "xent_kernel" - 0: 0%%....50%%....100%% - 1 pass\n==PROF== Profiling "sgd_kernel" - 1: 0%%....100%% - 1 pass\n' >"$tmp/cap"
+  printf '  xent_kernel (16, 1, 1)x(256, 1, 1)\n    NVTX Push/Pop Stack for Thread 7:\n      dpscale\n        <0,step>\n' >"$tmp/imp"
+  out=$("${s[@]}" ncu "n" "$tmp/cap" "$tmp/imp" step)
+  [[ $out == $'n kernels\t2 profiled under the NVTX include filter\t>= 1, no ncu error\tPASS\nn report\tthe report names range \'step\'\trange named\tPASS' ]] \
+    || fail "ncu: $out"
+  printf '==ERROR== ERR_NVGPUCTRPERM - no permission\n' >>"$tmp/cap"
+  out=$("${s[@]}" ncu "n" "$tmp/cap" "$tmp/imp" step)
+  [[ $(sed -n 1p <<<"$out") == *"1 ncu error(s), the first: ==ERROR== ERR_NVGPUCTRPERM"*$'\tFAIL' ]] \
+    || fail "ncu with an error: $out"
+  printf 'steps\n' >"$tmp/imp-none"
+  out=$("${s[@]}" ncu "n" "$tmp/imp-none" "$tmp/imp-none" step)
+  [ "$(grep -c $'\tFAIL$' <<<"$out")" -eq 2 ] || fail "ncu with nothing profiled: $out"
+  [ "$("${s[@]}" field "$o/check" status)" = ok ] || fail "field status"
+  "${s[@]}" gemm only-one-argument >/dev/null 2>&1 && fail "the parser took a short command line"
+  return 0
+}
+
+# profile.sh hands nsys --trace-fork-before-exec=true (ddp's ranks are forked without exec).
+case_profile() {
+  mkdir -p "$tmp/bin"
+  cat >"$tmp/bin/nsys" <<EOF
+#!/bin/sh
+echo "\$*" >>"$tmp/nsys-args"
+EOF
+  chmod +x "$tmp/bin/nsys"
+  PATH="$tmp/bin:$PATH" DPSCALE="$dpscale" bash "$scripts/profile.sh" --model tiny --steps 2 \
+    >"$tmp/profile.out" 2>&1 || fail "profile.sh with a stand-in nsys: $(cat "$tmp/profile.out")"
+  local first name
+  first=$(head -1 "$tmp/nsys-args")
+  name=$(sed -n 's/.*--name \(profile-[^ ]*\).*/\1/p' <<<"$first")
+  [ -n "$name" ] && rm -rf "$here/../results/$name" # the folder profile.sh made
+  [[ $first == profile\ * ]] || fail "the first nsys call is not 'nsys profile': $first"
+  [[ " $first " == *" --trace-fork-before-exec=true "* ]] \
+    || fail "nsys profile lacks --trace-fork-before-exec=true: $first"
+}
+
+case_syntax() {
+  local f
+  for f in "$scripts/device-check.sh" "$lib" "$scripts/profile.sh" "$0"; do
+    bash -n "$f" || fail "bash -n $f"
+  done
+  if command -v shellcheck >/dev/null; then
+    shellcheck -x "$scripts/device-check.sh" "$lib" "$scripts/profile.sh" "$0" \
+      || fail "shellcheck found problems (above)"
+  else
+    echo "shellcheck not installed: only bash -n checked"
+  fi
+  "$py" -c 'import ast, sys; [ast.parse(open(f).read(), f) for f in sys.argv[1:]]' \
+    "$scripts/device_check_summary.py" "$scripts/torch_copies.py" \
+    || fail "python cannot parse the check's scripts"
+}
+
+case $case_ in
+  run) case_run ;;
+  trap) case_trap ;;
+  summary) case_summary ;;
+  profile) case_profile ;;
+  syntax) case_syntax ;;
+  *) fail "unknown case '$case_': expected run, trap, summary, profile or syntax" ;;
+esac
+echo "ok $case_"
