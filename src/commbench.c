@@ -10,7 +10,7 @@
 #include "comm.h"
 #include "commbench.h"
 #include "csv.h"
-#include "metrics.h"
+#include "stats.h"
 #include "ranks.h"
 #include "util.h"
 
@@ -116,7 +116,7 @@ static void summarize(bench_shared *b, int s, uint64_t bytes, commbench_row *row
     row->bytes = bytes;
     row->time_us = st.median;
     row->algbw_gbps = st.median > 0 ? (double)bytes / (st.median * 1e-6) / 1e9 : NAN;
-    row->busbw_gbps = busbw_allreduce(row->algbw_gbps, b->nranks);
+    row->busbw_gbps = stats_busbw_allreduce(row->algbw_gbps, b->nranks);
     row->check_ok = !b->check_failed[s];
 }
 

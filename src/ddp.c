@@ -13,7 +13,7 @@
 #include "bucket.h"
 #include "comm.h"
 #include "ddp.h"
-#include "metrics.h"
+#include "ptimer.h"
 #include "model.h"
 #include "trace.h"
 #include "util.h"

@@ -9,7 +9,7 @@
 
 #include "comm_group.h"
 #include "dp.h"
-#include "metrics.h"
+#include "ptimer.h"
 #include "model.h"
 #include "pool.h"
 #include "trace.h"

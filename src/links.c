@@ -9,7 +9,7 @@
 
 #include "csv.h"
 #include "links.h"
-#include "metrics.h"
+#include "stats.h"
 #include "util.h"
 
 int links_max_rows(int ndev) { return 2 * ndev + 5 * ndev * ndev + 1; }

@@ -9,7 +9,7 @@
 
 #include "backend.h"
 #include "config.h"
-#include "metrics.h"
+#include "stats.h"
 
 typedef struct run_summary {
     char config_id[192];

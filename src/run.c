@@ -6,7 +6,7 @@
 
 #include "ddp.h"
 #include "dp.h"
-#include "metrics.h"
+#include "stats.h"
 #include "nvml.h"
 #include "run.h"
 #include "util.h"
@@ -122,7 +122,7 @@ static void allreduce_bandwidth(const dps_config *c, const train_result *res, ru
     free(t);
     if (st.median > 0) {
         s->algbw_gbps = res->allreduce_bytes / (st.median * 1e-3) / 1e9;
-        s->busbw_gbps = busbw_allreduce(s->algbw_gbps, c->ngpus);
+        s->busbw_gbps = stats_busbw_allreduce(s->algbw_gbps, c->ngpus);
     }
 }
 

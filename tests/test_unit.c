@@ -22,7 +22,7 @@
 #include "cli.h"
 #include "csv.h"
 #include "dp.h"
-#include "metrics.h"
+#include "stats.h"
 #include "model.h"
 #include "nvml.h"
 #include "run.h"
@@ -106,9 +106,9 @@ static void test_stats(void)
     EXPECT(s.median == 7.0 && s.p10 == 7.0 && s.p90 == 7.0 && s.stdev == 0.0);
     stats_compute(NULL, 0, &s);
     EXPECT(isnan(s.median));
-    EXPECT_NEAR(busbw_allreduce(10.0, 4), 15.0, 1e-12);
-    EXPECT_NEAR(busbw_allreduce(10.0, 2), 10.0, 1e-12);
-    EXPECT_NEAR(busbw_allreduce(10.0, 1), 0.0, 0);
+    EXPECT_NEAR(stats_busbw_allreduce(10.0, 4), 15.0, 1e-12);
+    EXPECT_NEAR(stats_busbw_allreduce(10.0, 2), 10.0, 1e-12);
+    EXPECT_NEAR(stats_busbw_allreduce(10.0, 1), 0.0, 0);
 }
 
 static char *slurp(const char *path)

@@ -1,23 +1,10 @@
-/* Measurement: statistics over step samples, per-device phase timers built
- * on backend events, and the bus-bandwidth definition. */
-#ifndef DPS_METRICS_H
-#define DPS_METRICS_H
+/* Per-device phase timers built on backend events: begin and end of each
+ * (slot, phase) of a step, read once the streams are synchronised. */
+#ifndef DPS_PTIMER_H
+#define DPS_PTIMER_H
 
 #include "backend.h"
-#include "config.h"
-
-typedef struct dps_stats {
-    int n;
-    double median, p10, p90, mean, stdev, min, max;
-} dps_stats;
-
-/* Summary of x[0..n); percentiles by linear interpolation between closest
- * ranks (numpy's default); stdev is the sample standard deviation (n - 1). */
-void stats_compute(const double *x, int n, dps_stats *out);
-double stats_percentile_sorted(const double *sorted, int n, double q);
-
-/* nccl-tests' all-reduce bus bandwidth: algbw * 2 (n - 1) / n. */
-double busbw_allreduce(double algbw_gbps, int nranks);
+#include "names.h"
 
 /* Begin/end events per (slot, phase) on the slot's stream, or on the
  * stream where that slot's part of the phase runs (dp's gather and reduce
