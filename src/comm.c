@@ -17,8 +17,6 @@ static const comm_impl *const impls[] = {
     &comm_ring_impl,
 };
 
-size_t comm_dtype_bytes(comm_dtype dt) { return dt == COMM_BF16 ? 2 : sizeof(float); }
-
 static const comm_impl *choose(const backend *be)
 {
     for (size_t i = 0; i < sizeof impls / sizeof impls[0]; i++)

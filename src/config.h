@@ -1,6 +1,5 @@
-/* What one configuration is (dps_config), what running it produced
- * (train_result), and the names of its choices: modes, precisions,
- * optimizers, faults, dp's collectives, scaling. */
+/* What one configuration is (dps_config) and what running it produced
+ * (train_result); the names of its choices are in names.h. */
 #ifndef DPS_CONFIG_H
 #define DPS_CONFIG_H
 
@@ -10,28 +9,8 @@
 #include "model.h"
 #include "names.h"
 
-typedef enum dps_mode { MODE_DP, MODE_DDP, MODE_COUNT } dps_mode;
-typedef enum dps_precision { PREC_FP32, PREC_BF16, PREC_COUNT } dps_precision;
-typedef enum dps_optimizer { OPT_SGD, OPT_ADAMW, OPT_COUNT } dps_optimizer;
-/* The words of the command line, suite files and results, by enum value
- * (settings.c's table reads these arrays too). */
-extern const char *const dps_mode_names[MODE_COUNT];
-extern const char *const dps_precision_names[PREC_COUNT];
-extern const char *const dps_optimizer_names[OPT_COUNT];
 
-const char *dps_mode_name(dps_mode m);
-const char *dps_precision_name(dps_precision p);
-const char *dps_optimizer_name(dps_optimizer o);
 
-/* --inject-fault's kinds (a fault is injected when fault_rank >= 0) */
-typedef enum dps_fault { FAULT_EXIT, FAULT_HANG, FAULT_COUNT } dps_fault;
-extern const char *const dps_fault_names[FAULT_COUNT];
-/* dp's replicate and reduce: NCCL where it can (auto), or peer copies + reduce-add */
-typedef enum dps_dp_comm { DPCOMM_AUTO, DPCOMM_NCCL, DPCOMM_P2P, DPCOMM_COUNT } dps_dp_comm;
-extern const char *const dps_dp_comm_names[DPCOMM_COUNT];
-/* Scaling of a sweep's batch, by dps_config.strong: weak (per-device batch
- * fixed) or strong (global batch fixed). */
-extern const char *const dps_scaling_names[2];
 
 #define DPS_PATH_MAX 1024
 #define DPS_NAME_MAX 128

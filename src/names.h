@@ -1,5 +1,7 @@
-/* The phases of a training step and the links bytes cross: the names every
- * layer shares (timers, NVTX ranges, results columns), with no dependency. */
+/* The words every layer shares, with no dependency: the phases of a
+ * training step and the links bytes cross (timers, NVTX ranges, results
+ * columns), and a configuration's choices as the command line, suite files
+ * and results spell them (the settings table reads these arrays). */
 #ifndef DPS_NAMES_H
 #define DPS_NAMES_H
 
@@ -12,5 +14,29 @@ extern const char *const dps_phase_names[PH_COUNT];
 /* Bytes a device moved, by the link they crossed. */
 typedef enum dps_link { LINK_H2D, LINK_D2H, LINK_P2P_SENT, LINK_P2P_RECV, LINK_COUNT } dps_link;
 extern const char *const dps_link_names[LINK_COUNT];
+
+
+typedef enum dps_mode { MODE_DP, MODE_DDP, MODE_COUNT } dps_mode;
+typedef enum dps_precision { PREC_FP32, PREC_BF16, PREC_COUNT } dps_precision;
+typedef enum dps_optimizer { OPT_SGD, OPT_ADAMW, OPT_COUNT } dps_optimizer;
+/* The words of the command line, suite files and results, by enum value
+ * (settings.c's table reads these arrays too). */
+extern const char *const dps_mode_names[MODE_COUNT];
+extern const char *const dps_precision_names[PREC_COUNT];
+extern const char *const dps_optimizer_names[OPT_COUNT];
+
+const char *dps_mode_name(dps_mode m);
+const char *dps_precision_name(dps_precision p);
+const char *dps_optimizer_name(dps_optimizer o);
+
+/* --inject-fault's kinds (a fault is injected when fault_rank >= 0) */
+typedef enum dps_fault { FAULT_EXIT, FAULT_HANG, FAULT_COUNT } dps_fault;
+extern const char *const dps_fault_names[FAULT_COUNT];
+/* dp's replicate and reduce: NCCL where it can (auto), or peer copies + reduce-add */
+typedef enum dps_dp_comm { DPCOMM_AUTO, DPCOMM_NCCL, DPCOMM_P2P, DPCOMM_COUNT } dps_dp_comm;
+extern const char *const dps_dp_comm_names[DPCOMM_COUNT];
+/* Scaling of a sweep's batch, by dps_config.strong: weak (per-device batch
+ * fixed) or strong (global batch fixed). */
+extern const char *const dps_scaling_names[2];
 
 #endif
