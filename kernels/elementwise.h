@@ -1,5 +1,5 @@
 /* Element-wise math shared by the CUDA kernels (kernels.cu) and the host
- * backend (src/backend_host.c): GELU, optimizer updates, bf16 rounding and
+ * backend (src/backend/backend_host.c): GELU, optimizer updates, bf16 rounding and
  * the synthetic data generator. Written once so both backends compute the
  * same thing; compiles as C11 and as CUDA C++. */
 #ifndef DPS_ELEMENTWISE_H

@@ -9,12 +9,12 @@ import math
 import os
 import re
 
-# The phases of a step, in steps.csv's order (dps_phase_names in src/config.c).
+# The phases of a step, in steps.csv's order (dps_phase_names in src/core/names.c).
 PHASES = ["load", "replicate", "scatter", "forward", "gather", "loss", "backward", "reduce",
           "allreduce", "allreduce_exposed", "optimizer"]
 
-# Every column of each file, in the order dpscale writes them (src/results.c,
-# src/links.c, src/commbench.c). Readers demand only the columns they use, so
+# Every column of each file, in the order dpscale writes them (src/run/results.c,
+# src/run/links.c, src/run/commbench.c). Readers demand only the columns they use, so
 # that older folders and torch_reference.py's files still read.
 COLUMNS = {
     "runs.csv": [
@@ -42,11 +42,11 @@ COLUMNS = {
                       "busbw_gbps", "check"],
 }
 
-# The keys of meta.json (src/results.c).
+# The keys of meta.json (src/run/results.c).
 META_KEYS = ["dpscale_version", "git_describe", "command_line", "start_time", "end_time", "host",
              "os", "backend", "emulated", "note", "devices", "topology", "versions"]
 # The fields of meta.json's "versions", one per library (be_version_fields in
-# src/backend.c); "" where one does not apply.
+# src/backend/backend.c); "" where one does not apply.
 VERSIONS = ["driver", "runtime", "cublas", "nccl", "nccl_build", "blas"]
 # The one line that held the CUDA versions before those fields existed.
 OLD_CUDA_LINE = re.compile(r"CUDA driver ([^,]*), runtime ([^,]*), cuBLAS ([^,]*), NCCL (.*)$")

@@ -1,0 +1,183 @@
+/* The one table of device operations that the modes and the model call:
+ * devices, memory with accounting, streams, events, copies, GEMM and the
+ * element-wise kernels. Implemented by backend_host.c (emulated devices on
+ * the CPU) and, where the toolkit is built in, by the CUDA backend.
+ * Operations are issued on a stream and may be asynchronous; events order
+ * work across streams and time it. */
+#ifndef DPS_BACKEND_H
+#define DPS_BACKEND_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/err.h"
+#include "elementwise.h"
+
+#define DPS_MAX_DEVICES 64
+
+typedef struct be_stream be_stream; /* defined by each backend */
+typedef struct be_event be_event;
+typedef struct backend backend;
+
+typedef enum be_kind { BE_AUTO, BE_HOST, BE_CUDA, BE_KIND_COUNT } be_kind;
+extern const char *const be_kind_names[BE_KIND_COUNT]; /* --backend's words */
+
+typedef struct be_device_info {
+    char name[128];
+    char bus_id[32];
+    size_t total_bytes; /* physical memory; host: the capacity, 0 = unlimited */
+} be_device_info;
+
+/* Harness accounting of one device's memory (exact) and the sampled
+ * device-level usage (context, libraries' workspaces included). */
+typedef struct be_mem {
+    size_t in_use, peak;      /* what the harness allocated */
+    size_t capacity;          /* host backend: --device-mem, 0 = unlimited */
+    size_t device_peak;       /* high-water mark of the device's used memory */
+    size_t device_base;       /* its used memory once ready, before the run allocated:
+                               * the context and other processes */
+} be_mem;
+
+/* A device allocation: pointer, size and owner, freed through be_buf_free. */
+typedef struct dps_buf {
+    void *ptr;
+    size_t bytes;
+    int dev;
+} dps_buf;
+
+#define DPS_HOST (-1) /* device index of host memory in copies */
+
+/* The machine's CUDA stack, as a child process sees it (the asking process
+ * stays CUDA-free); "" in a build without CUDA. */
+typedef struct be_cuda_versions {
+    char driver[32];   /* CUDA driver API, "none" without a driver */
+    char runtime[32];  /* the CUDA runtime dpscale runs on */
+    char cublas[32];
+    char nccl[32];     /* NCCL loaded at run time, "not built" without it */
+} be_cuda_versions;
+
+/* Versions of what a backend runs on, each a separate field. */
+typedef struct be_version_info {
+    be_cuda_versions cuda; /* every backend of a CUDA build reports the machine's */
+    char nccl_build[32];   /* NCCL_VERSION_CODE of the headers built with, or "not built" */
+    char blas[256];        /* the host backend's GEMM library; "" for the cuda backend */
+} be_version_info;
+
+/* One field of be_version_info: meta.json's key, a label for people, the text. */
+typedef struct be_version_field {
+    const char *key, *label, *value;
+} be_version_field;
+
+#define BE_VERSION_NFIELDS 6
+
+typedef struct be_ops {
+    const char *name;
+    dps_status (*set_device)(backend *, int dev);   /* bind the calling thread */
+    dps_status (*raw_alloc)(backend *, int dev, size_t bytes, void **p);
+    void (*raw_free)(backend *, int dev, void *p);
+    dps_status (*host_alloc)(backend *, size_t bytes, void **p); /* pinned */
+    void (*host_free)(backend *, void *p);
+    dps_status (*stream_create)(backend *, int dev, be_stream **s);
+    void (*stream_destroy)(backend *, be_stream *s);
+    dps_status (*stream_sync)(backend *, be_stream *s);
+    dps_status (*event_create)(backend *, int dev, be_event **e);
+    void (*event_destroy)(backend *, be_event *e);
+    dps_status (*event_record)(backend *, be_event *e, be_stream *s);
+    dps_status (*stream_wait)(backend *, be_stream *s, be_event *e);
+    dps_status (*event_sync)(backend *, be_event *e);   /* the calling thread waits */
+    void (*name_stream)(backend *, be_stream *s, const char *name); /* NVTX */
+    void *(*native_stream)(backend *, be_stream *s); /* cudaStream_t; NULL on the host */
+    /* switch dev's access to peer's memory; DPS_SKIPPED (with why) when there is none */
+    dps_status (*peer_access)(backend *, int dev, int peer, int on);
+    /* elapsed ms between two recorded, completed events */
+    dps_status (*event_ms)(backend *, be_event *start, be_event *end, float *ms);
+    /* dst_dev/src_dev are device indices or DPS_HOST */
+    dps_status (*copy)(backend *, be_stream *s, void *dst, int dst_dev,
+                       const void *src, int src_dev, size_t bytes);
+    dps_status (*memset0)(backend *, be_stream *s, void *p, size_t bytes);
+    /* row-major C[m,n] = alpha * op(A) op(B) + beta * C, fp32 */
+    dps_status (*gemm)(backend *, be_stream *s, int trans_a, int trans_b, int m, int n, int k,
+                       float alpha, const float *a, int lda, const float *b, int ldb,
+                       float beta, float *c, int ldc);
+    /* pre[r,c] += bias[c]; out = gelu(pre) when out != NULL */
+    dps_status (*bias_act)(backend *, be_stream *s, int rows, int cols, float *pre,
+                           const float *bias, float *out);
+    dps_status (*gelu_bwd)(backend *, be_stream *s, int64_t n, const float *dh,
+                           const float *pre, float *dpre);
+    dps_status (*col_sum)(backend *, be_stream *s, int rows, int cols, const float *x,
+                          float *out);
+    dps_status (*xent)(backend *, be_stream *s, int rows, int classes, const float *logits,
+                       const int32_t *labels, float scale, float *dlogits, float *row_loss);
+    dps_status (*sum)(backend *, be_stream *s, int64_t n, const float *x, float *out);
+    dps_status (*sgd)(backend *, be_stream *s, int64_t n, float *p, const float *g,
+                      float *buf, dps_opt_hparams h);
+    dps_status (*adamw)(backend *, be_stream *s, int64_t n, float *p, const float *g,
+                        float *m, float *v, dps_opt_hparams h);
+    dps_status (*scale)(backend *, be_stream *s, int64_t n, float *x, float a);
+    dps_status (*add)(backend *, be_stream *s, int64_t n, float *dst, const float *src);
+    /* start (on = 1) or stop the profiler's capture range (cudaProfilerStart/Stop) */
+    dps_status (*profile)(backend *, int on);
+    /* the device's used memory now (host backend: the harness's own) */
+    dps_status (*mem_used)(backend *, int dev, size_t *used);
+    /* the backend's own fields of v, which be_versions has zeroed */
+    void (*versions)(const backend *, be_version_info *v);
+    void (*destroy)(backend *);
+} be_ops;
+
+struct backend {
+    const be_ops *ops;
+    be_kind kind;
+    int ndev;
+    int emulated;                /* timings describe the CPU, not a GPU */
+    int gemm_bf16;               /* GEMM inputs rounded to bf16, fp32 accumulation (AMP) */
+    be_device_info info[DPS_MAX_DEVICES];
+    unsigned char peer[DPS_MAX_DEVICES][DPS_MAX_DEVICES]; /* i can access j's memory */
+    be_mem mem[DPS_MAX_DEVICES];
+    pthread_mutex_t mem_lock;
+    void *impl;
+};
+
+typedef struct be_options {
+    be_kind kind;
+    int host_devices;      /* emulated device count */
+    size_t device_mem;     /* host capacity per device, 0 = unlimited */
+    int quiet;             /* no "took the host backend" line */
+} be_options;
+
+/* Opens the backend; for BE_AUTO takes cuda when a GPU is visible, else host,
+ * and says which. */
+dps_status be_open(const be_options *opt, backend **out) DPS_MUST_USE;
+void be_close(backend *be);
+
+/* Accounted allocation: checks the capacity, records in-use and peak, and on
+ * failure returns DPS_ERR_OOM with the device, the purpose and the sizes. */
+dps_status be_buf_alloc(backend *be, int dev, size_t bytes, const char *what, dps_buf *buf) DPS_MUST_USE;
+void be_buf_free(backend *be, dps_buf *buf);
+/* Samples the device's used memory into mem[dev].device_base: call once a
+ * device is ready (its streams made) and before the run allocates on it. */
+dps_status be_mark_baseline(backend *be, int dev) DPS_MUST_USE;
+/* Samples the device's used memory into mem[dev].device_peak. */
+dps_status be_sample_mem(backend *be, int dev) DPS_MUST_USE;
+void be_reset_peaks(backend *be);
+
+/* The versions of what be runs on; with CUDA built in, a backend other than
+ * cuda gets the machine's CUDA stack from a short-lived child process. */
+void be_versions(const backend *be, be_version_info *v);
+/* v's fields in a fixed order, driver first; values point into v. */
+void be_version_fields(const be_version_info *v, be_version_field out[BE_VERSION_NFIELDS]);
+
+dps_status be_host_open(const be_options *opt, backend **out) DPS_MUST_USE;
+#ifdef DPS_HAVE_CUDA
+/* cuda_probe.c: devices and versions seen by a child process (the caller
+ * stays CUDA-free). info: [DPS_MAX_DEVICES]; info and versions may be NULL;
+ * be (may be NULL) gets the peer-access matrix. Returns the device count. */
+int cuda_probe_devices(be_device_info *info, be_cuda_versions *versions, backend *be, char *why,
+                   size_t len);
+/* The versions alone (no device is opened); "unknown" when the child fails. */
+void cuda_probe_versions(be_cuda_versions *versions);
+/* backend_cuda.c; why (may be NULL) says why there is no device */
+dps_status be_cuda_open(const be_options *opt, backend **out, char *why, size_t len) DPS_MUST_USE;
+#endif
+
+#endif

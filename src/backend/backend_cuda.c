@@ -1,0 +1,427 @@
+/* The CUDA backend: devices are GPUs; memory through cudaMalloc with the
+ * harness's accounting; streams and events are CUDA's; GEMM through cuBLAS
+ * (fp32 without TF32, or bf16 inputs with fp32 accumulation as autocast
+ * does); the element-wise work through kernels/. CUDA is initialised on
+ * first use, not at open, so a process that only validates a configuration
+ * and forks rank processes never touches it. Every call is checked and its
+ * error returned with file:line, the call and the library's message. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cuda_runtime_api.h>
+#include <cuda_profiler_api.h>
+#include <cublas_v2.h>
+
+#include "dps_config.h"
+#include "backend/backend.h"
+#include "kernels.h"
+#ifdef DPS_HAVE_NVTX
+#include <nvtx3/nvToolsExtCudaRt.h>
+#endif
+#include "backend/cuda_check.h"
+#include "core/util.h"
+
+/* A stream owns its cuBLAS handle and bf16 scratch: two host threads
+ * issuing GEMMs on two streams of one device never share either. */
+struct be_stream {
+    cudaStream_t s;
+    int dev;
+    cublasHandle_t blas;    /* made on the first GEMM */
+    dps_buf scratch[2];     /* bf16 copies of GEMM inputs */
+};
+struct be_event { cudaEvent_t e; int dev; };
+
+typedef struct cuda_impl {
+    pthread_mutex_t init_lock;
+    /* peer access switched on from device i to device j, on first use */
+    unsigned char peer_on[DPS_MAX_DEVICES][DPS_MAX_DEVICES];
+    be_cuda_versions versions; /* read by the probe at open */
+} cuda_impl;
+
+#define cuda_fail cuda_check_fail
+
+static cuda_impl *impl_of(backend *be) { return be->impl; }
+
+/* Makes dev current for the calling thread. Nothing else happens on first
+ * use: no context on another device, no peer access (a ddp rank touches
+ * only its own GPU). */
+static dps_status ensure_device(backend *be, int dev)
+{
+    (void)be;
+    CUDA_TRY(cudaSetDevice(dev));
+    return DPS_OK;
+}
+
+/* Peer access from dev to peer's memory, switched on the first time a copy
+ * between the two needs it (dp's replicate, scatter, gather and reduce).
+ * dev is current. Pairs without peer access copy through the host. */
+static dps_status ensure_peer(backend *be, int dev, int peer)
+{
+    cuda_impl *im = impl_of(be);
+    if (dev == peer || !be->peer[dev][peer] || im->peer_on[dev][peer]) return DPS_OK;
+    pthread_mutex_lock(&im->init_lock);
+    cudaError_t e = im->peer_on[dev][peer] ? cudaSuccess : cudaDeviceEnablePeerAccess(peer, 0);
+    if (e == cudaErrorPeerAccessAlreadyEnabled) e = cudaSuccess;
+    if (e == cudaSuccess) im->peer_on[dev][peer] = 1;
+    pthread_mutex_unlock(&im->init_lock);
+    if (e != cudaSuccess) return cuda_fail(e, __FILE__, __LINE__, "cudaDeviceEnablePeerAccess");
+    cudaGetLastError();
+    return DPS_OK;
+}
+
+static dps_status cu_set_device(backend *be, int dev) { return ensure_device(be, dev); }
+
+static dps_status cu_raw_alloc(backend *be, int dev, size_t bytes, void **p)
+{
+    DPS_TRY(ensure_device(be, dev));
+    CUDA_TRY(cudaMalloc(p, bytes));
+    return DPS_OK;
+}
+
+static void cu_raw_free(backend *be, int dev, void *p)
+{
+    if (ensure_device(be, dev) == DPS_OK) cudaFree(p);
+}
+
+static dps_status cu_host_alloc(backend *be, size_t bytes, void **p)
+{
+    (void)be;
+    CUDA_TRY(cudaMallocHost(p, bytes ? bytes : 1));
+    return DPS_OK;
+}
+
+static void cu_host_free(backend *be, void *p) { (void)be; cudaFreeHost(p); }
+
+static dps_status cu_stream_create(backend *be, int dev, be_stream **s)
+{
+    DPS_TRY(ensure_device(be, dev));
+    *s = calloc(1, sizeof **s);
+    if (!*s) return dps_fail(DPS_ERR_RUNTIME, "out of host memory creating a stream");
+    (*s)->dev = dev;
+    cudaError_t rc = cudaStreamCreateWithFlags(&(*s)->s, cudaStreamNonBlocking);
+    if (rc != cudaSuccess) {
+        free(*s);
+        *s = NULL;
+        return cuda_fail(rc, __FILE__, __LINE__, "cudaStreamCreateWithFlags");
+    }
+    return DPS_OK;
+}
+
+static void cu_stream_destroy(backend *be, be_stream *s)
+{
+    if (ensure_device(be, s->dev) == DPS_OK) {
+        cudaStreamSynchronize(s->s);
+        if (s->blas) cublasDestroy(s->blas);
+        for (int k = 0; k < 2; k++) be_buf_free(be, &s->scratch[k]);
+        cudaStreamDestroy(s->s);
+    }
+    free(s);
+}
+
+static dps_status cu_stream_sync(backend *be, be_stream *s)
+{
+    (void)be;
+    CUDA_TRY(cudaStreamSynchronize(s->s));
+    return DPS_OK;
+}
+
+static dps_status cu_event_create(backend *be, int dev, be_event **e)
+{
+    DPS_TRY(ensure_device(be, dev));
+    *e = calloc(1, sizeof **e);
+    if (!*e) return dps_fail(DPS_ERR_RUNTIME, "out of host memory creating an event");
+    (*e)->dev = dev;
+    cudaError_t rc = cudaEventCreate(&(*e)->e);
+    if (rc != cudaSuccess) {
+        free(*e);
+        *e = NULL;
+        return cuda_fail(rc, __FILE__, __LINE__, "cudaEventCreate");
+    }
+    return DPS_OK;
+}
+
+static void cu_event_destroy(backend *be, be_event *e)
+{
+    if (ensure_device(be, e->dev) == DPS_OK) cudaEventDestroy(e->e);
+    free(e);
+}
+
+static dps_status cu_event_record(backend *be, be_event *e, be_stream *s)
+{
+    DPS_TRY(ensure_device(be, s->dev));
+    CUDA_TRY(cudaEventRecord(e->e, s->s));
+    return DPS_OK;
+}
+
+static dps_status cu_stream_wait(backend *be, be_stream *s, be_event *e)
+{
+    DPS_TRY(ensure_device(be, s->dev));
+    CUDA_TRY(cudaStreamWaitEvent(s->s, e->e, 0));
+    return DPS_OK;
+}
+
+static dps_status cu_event_sync(backend *be, be_event *e)
+{
+    (void)be;
+    CUDA_TRY(cudaEventSynchronize(e->e));
+    return DPS_OK;
+}
+
+static void cu_name_stream(backend *be, be_stream *s, const char *name)
+{
+    (void)be;
+#ifdef DPS_HAVE_NVTX
+    nvtxNameCudaStreamA(s->s, name);
+#else
+    (void)s; (void)name;
+#endif
+}
+
+static void *cu_native_stream(backend *be, be_stream *s)
+{
+    (void)be;
+    return (void *)s->s;
+}
+
+static dps_status cu_peer_access(backend *be, int dev, int peer, int on)
+{
+    if (!be->peer[dev][peer])
+        return dps_fail(DPS_SKIPPED, "GPU %d cannot access GPU %d's memory directly", dev, peer);
+    DPS_TRY(ensure_device(be, dev));
+    cuda_impl *im = impl_of(be);
+    pthread_mutex_lock(&im->init_lock);
+    cudaError_t e = on ? cudaDeviceEnablePeerAccess(peer, 0) : cudaDeviceDisablePeerAccess(peer);
+    if (e == cudaErrorPeerAccessAlreadyEnabled || e == cudaErrorPeerAccessNotEnabled) e = cudaSuccess;
+    if (e == cudaSuccess) im->peer_on[dev][peer] = (unsigned char)on;
+    pthread_mutex_unlock(&im->init_lock);
+    if (e != cudaSuccess)
+        return cuda_fail(e, __FILE__, __LINE__, on ? "cudaDeviceEnablePeerAccess" : "cudaDeviceDisablePeerAccess");
+    cudaGetLastError();
+    return DPS_OK;
+}
+
+static dps_status cu_event_ms(backend *be, be_event *a, be_event *b, float *ms)
+{
+    (void)be;
+    CUDA_TRY(cudaEventElapsedTime(ms, a->e, b->e));
+    return DPS_OK;
+}
+
+static dps_status cu_copy(backend *be, be_stream *s, void *dst, int dst_dev, const void *src,
+                          int src_dev, size_t bytes)
+{
+    if (!bytes) return DPS_OK;
+    DPS_TRY(ensure_device(be, s->dev));
+    if (dst_dev >= 0 && src_dev >= 0 && dst_dev != src_dev) {
+        DPS_TRY(ensure_peer(be, s->dev, s->dev == dst_dev ? src_dev : dst_dev));
+        CUDA_TRY(cudaMemcpyPeerAsync(dst, dst_dev, src, src_dev, bytes, s->s));
+    } else {
+        CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s->s));
+    }
+    return DPS_OK;
+}
+
+static dps_status cu_memset0(backend *be, be_stream *s, void *p, size_t bytes)
+{
+    DPS_TRY(ensure_device(be, s->dev));
+    CUDA_TRY(cudaMemsetAsync(p, 0, bytes, s->s));
+    return DPS_OK;
+}
+
+/* bf16 copy of a GEMM operand in the stream's scratch buffer `slot`. */
+static dps_status to_bf16(backend *be, be_stream *s, int slot, const float *x, size_t n,
+                          const void **out)
+{
+    dps_buf *b = &s->scratch[slot];
+    if (b->bytes < n * 2) {
+        CUDA_TRY(cudaStreamSynchronize(s->s));
+        be_buf_free(be, b);
+        DPS_TRY(be_buf_alloc(be, s->dev, n * 2, "bf16 GEMM inputs", b));
+    }
+    CUDA_TRY(dps_k_cast_bf16(s->s, (int64_t)n, x, b->ptr));
+    *out = b->ptr;
+    return DPS_OK;
+}
+
+/* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T. */
+static dps_status cu_gemm(backend *be, be_stream *s, int ta, int tb, int m, int n, int k,
+                          float alpha, const float *a, int lda, const float *b, int ldb,
+                          float beta, float *c, int ldc)
+{
+    if (m <= 0 || n <= 0) return DPS_OK;
+    DPS_TRY(ensure_device(be, s->dev));
+    if (!s->blas) {
+        CUBLAS_TRY(cublasCreate(&s->blas));
+        CUBLAS_TRY(cublasSetStream(s->blas, s->s));
+    }
+    cublasHandle_t h = s->blas;
+    cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (!be->gemm_bf16) {
+        CUBLAS_TRY(cublasSgemm(h, ob, oa, n, m, k, &alpha, b, ldb, a, lda, &beta, c, ldc));
+        return DPS_OK;
+    }
+    const void *a16, *b16;
+    DPS_TRY(to_bf16(be, s, 0, a, (size_t)(ta ? k : m) * (size_t)lda, &a16));
+    DPS_TRY(to_bf16(be, s, 1, b, (size_t)(tb ? n : k) * (size_t)ldb, &b16));
+    CUBLAS_TRY(cublasGemmEx(h, ob, oa, n, m, k, &alpha, b16, CUDA_R_16BF, ldb, a16, CUDA_R_16BF,
+                            lda, &beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return DPS_OK;
+}
+
+#define KERNEL(s, launch)                                                   \
+    do {                                                                    \
+        DPS_TRY(ensure_device(be, (s)->dev));                               \
+        CUDA_TRY(launch);                                                   \
+        return DPS_OK;                                                      \
+    } while (0)
+
+static dps_status cu_bias_act(backend *be, be_stream *s, int rows, int cols, float *pre,
+                              const float *bias, float *out)
+{
+    KERNEL(s, dps_k_bias_act(s->s, rows, cols, pre, bias, out));
+}
+
+static dps_status cu_gelu_bwd(backend *be, be_stream *s, int64_t n, const float *dh,
+                              const float *pre, float *dpre)
+{
+    KERNEL(s, dps_k_gelu_bwd(s->s, n, dh, pre, dpre));
+}
+
+static dps_status cu_col_sum(backend *be, be_stream *s, int rows, int cols, const float *x,
+                             float *out)
+{
+    KERNEL(s, dps_k_col_sum(s->s, rows, cols, x, out));
+}
+
+static dps_status cu_xent(backend *be, be_stream *s, int rows, int classes, const float *logits,
+                          const int32_t *labels, float scale, float *dlogits, float *row_loss)
+{
+    KERNEL(s, dps_k_xent(s->s, rows, classes, logits, labels, scale, dlogits, row_loss));
+}
+
+static dps_status cu_sum(backend *be, be_stream *s, int64_t n, const float *x, float *out)
+{
+    KERNEL(s, dps_k_sum(s->s, n, x, out));
+}
+
+static dps_status cu_sgd(backend *be, be_stream *s, int64_t n, float *p, const float *g,
+                         float *buf, dps_opt_hparams h)
+{
+    KERNEL(s, dps_k_sgd(s->s, n, p, g, buf, h));
+}
+
+static dps_status cu_adamw(backend *be, be_stream *s, int64_t n, float *p, const float *g,
+                           float *m, float *v, dps_opt_hparams h)
+{
+    KERNEL(s, dps_k_adamw(s->s, n, p, g, m, v, h));
+}
+
+static dps_status cu_scale(backend *be, be_stream *s, int64_t n, float *x, float a)
+{
+    KERNEL(s, dps_k_scale(s->s, n, x, a));
+}
+
+static dps_status cu_add(backend *be, be_stream *s, int64_t n, float *dst, const float *src)
+{
+    KERNEL(s, dps_k_add(s->s, n, dst, src));
+}
+
+/* The device's used memory: CUDA context, cuBLAS workspace and NCCL buffers included. */
+static dps_status cu_mem_used(backend *be, int dev, size_t *used)
+{
+    size_t free_b = 0, total = 0;
+    DPS_TRY(ensure_device(be, dev));
+    CUDA_TRY(cudaMemGetInfo(&free_b, &total));
+    *used = total - free_b;
+    return DPS_OK;
+}
+
+static dps_status cu_profile(backend *be, int on)
+{
+    (void)be;
+    if (on) CUDA_TRY(cudaProfilerStart());
+    else CUDA_TRY(cudaProfilerStop());
+    return DPS_OK;
+}
+
+static void cu_destroy(backend *be)
+{
+    cuda_impl *im = impl_of(be);
+    if (im) pthread_mutex_destroy(&im->init_lock);
+    free(im);
+    pthread_mutex_destroy(&be->mem_lock);
+    free(be);
+}
+
+static void cu_versions(const backend *be, be_version_info *v)
+{
+    v->cuda = ((const cuda_impl *)be->impl)->versions;
+}
+
+static const be_ops cuda_ops = {
+    .name = "cuda",
+    .set_device = cu_set_device,
+    .raw_alloc = cu_raw_alloc,
+    .raw_free = cu_raw_free,
+    .host_alloc = cu_host_alloc,
+    .host_free = cu_host_free,
+    .stream_create = cu_stream_create,
+    .stream_destroy = cu_stream_destroy,
+    .stream_sync = cu_stream_sync,
+    .event_create = cu_event_create,
+    .event_destroy = cu_event_destroy,
+    .event_record = cu_event_record,
+    .stream_wait = cu_stream_wait,
+    .event_sync = cu_event_sync,
+    .name_stream = cu_name_stream,
+    .native_stream = cu_native_stream,
+    .peer_access = cu_peer_access,
+    .event_ms = cu_event_ms,
+    .copy = cu_copy,
+    .memset0 = cu_memset0,
+    .gemm = cu_gemm,
+    .bias_act = cu_bias_act,
+    .gelu_bwd = cu_gelu_bwd,
+    .col_sum = cu_col_sum,
+    .xent = cu_xent,
+    .sum = cu_sum,
+    .sgd = cu_sgd,
+    .adamw = cu_adamw,
+    .scale = cu_scale,
+    .add = cu_add,
+    .profile = cu_profile,
+    .mem_used = cu_mem_used,
+    .versions = cu_versions,
+    .destroy = cu_destroy,
+};
+
+dps_status be_cuda_open(const be_options *opt, backend **out, char *reason, size_t len)
+{
+    (void)opt;
+    *out = NULL;
+    backend *be = calloc(1, sizeof *be);
+    cuda_impl *im = calloc(1, sizeof *im);
+    if (!be || !im) {
+        free(be);
+        free(im);
+        return dps_fail(DPS_ERR_RUNTIME, "out of host memory opening the CUDA backend");
+    }
+    char why[256];
+    /* devices, versions and peer matrix, read by a child: this process stays CUDA-free */
+    int n = cuda_probe_devices(be->info, &im->versions, be, why, sizeof why);
+    if (reason) dps_strlcpy(reason, why, len);
+    if (n <= 0) {
+        free(be);
+        free(im);
+        return dps_fail(DPS_ERR_RUNTIME, "--backend cuda: no CUDA device is visible (%s); "
+                        "use --backend host to run on emulated devices", why);
+    }
+    be->ops = &cuda_ops;
+    be->kind = BE_CUDA;
+    be->ndev = n;
+    be->impl = im;
+    pthread_mutex_init(&be->mem_lock, NULL);
+    pthread_mutex_init(&im->init_lock, NULL);
+    *out = be;
+    return DPS_OK;
+}

@@ -1,0 +1,384 @@
+/* The host backend: emulated devices on the CPU for machines without a GPU.
+ * Each device is an allocation arena with accounting and an optional
+ * capacity (--device-mem); operations run synchronously on the calling
+ * thread, so a stream is only a device tag and an event a timestamp.
+ * GEMM goes through CBLAS (OpenBLAS, one thread per calling thread). */
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dps_config.h"
+#include "backend/backend.h"
+#include "core/util.h"
+
+#ifdef DPS_HAVE_CBLAS
+#include <cblas.h>
+#endif
+
+struct be_stream { int dev; };
+struct be_event { int dev; double t_ms; int recorded; };
+
+/* The process whose first device call made the emulated context. As with
+ * CUDA, a child forked after its parent made one cannot use the devices
+ * (CUDA answers cudaErrorInitializationError): emulating the rule makes a
+ * parent that touches devices before forking fail here, not first on a GPU. */
+static _Atomic pid_t context_pid;
+
+static dps_status host_context(int dev)
+{
+    pid_t me = getpid(), owner = 0;
+    if (atomic_compare_exchange_strong(&context_pid, &owner, me) || owner == me) return DPS_OK;
+    return dps_fail(DPS_ERR_RUNTIME, "host backend: device %d used in process %d, forked after "
+                    "process %d had initialised the devices (CUDA forbids this: "
+                    "cudaErrorInitializationError); use devices only in the forked processes",
+                    dev, (int)me, (int)owner);
+}
+
+static dps_status host_set_device(backend *be, int dev) { (void)be; return host_context(dev); }
+
+static dps_status host_raw_alloc(backend *be, int dev, size_t bytes, void **p)
+{
+    (void)be;
+    DPS_TRY(host_context(dev));
+    size_t rounded = (bytes + 63) & ~(size_t)63;
+    *p = aligned_alloc(64, rounded);
+    if (!*p) return dps_fail(DPS_ERR_OOM, "host memory exhausted (device %d)", dev);
+    return DPS_OK;
+}
+
+static void host_raw_free(backend *be, int dev, void *p) { (void)be; (void)dev; free(p); }
+
+static dps_status host_host_alloc(backend *be, size_t bytes, void **p)
+{
+    return host_raw_alloc(be, -1, bytes ? bytes : 1, p);
+}
+
+static void host_host_free(backend *be, void *p) { (void)be; free(p); }
+
+static dps_status host_stream_create(backend *be, int dev, be_stream **s)
+{
+    (void)be;
+    DPS_TRY(host_context(dev));
+    *s = calloc(1, sizeof **s);
+    if (!*s) return dps_fail(DPS_ERR_RUNTIME, "out of host memory creating a stream");
+    (*s)->dev = dev;
+    return DPS_OK;
+}
+
+static void host_stream_destroy(backend *be, be_stream *s) { (void)be; free(s); }
+static dps_status host_stream_sync(backend *be, be_stream *s) { (void)be; (void)s; return DPS_OK; }
+
+static dps_status host_event_create(backend *be, int dev, be_event **e)
+{
+    (void)be;
+    DPS_TRY(host_context(dev));
+    *e = calloc(1, sizeof **e);
+    if (!*e) return dps_fail(DPS_ERR_RUNTIME, "out of host memory creating an event");
+    (*e)->dev = dev;
+    return DPS_OK;
+}
+
+static void host_event_destroy(backend *be, be_event *e) { (void)be; free(e); }
+
+static dps_status host_event_record(backend *be, be_event *e, be_stream *s)
+{
+    (void)be; (void)s;
+    e->t_ms = dps_now_ms();
+    e->recorded = 1;
+    return DPS_OK;
+}
+
+static dps_status host_stream_wait(backend *be, be_stream *s, be_event *e)
+{
+    (void)be; (void)s; (void)e;
+    return DPS_OK;
+}
+
+static dps_status host_event_sync(backend *be, be_event *e)
+{
+    (void)be; (void)e;
+    return DPS_OK; /* host work is done when it is issued */
+}
+
+static void host_name_stream(backend *be, be_stream *s, const char *name)
+{
+    (void)be; (void)s; (void)name;
+}
+
+static void *host_native_stream(backend *be, be_stream *s)
+{
+    (void)be; (void)s;
+    return NULL;
+}
+
+static dps_status host_peer_access(backend *be, int dev, int peer, int on)
+{
+    (void)be; (void)dev; (void)peer; (void)on;
+    return dps_fail(DPS_SKIPPED, "host backend: emulated devices share host memory, there is "
+                    "no peer access to switch off");
+}
+
+static dps_status host_event_ms(backend *be, be_event *a, be_event *b, float *ms)
+{
+    (void)be;
+    if (!a->recorded || !b->recorded)
+        return dps_fail(DPS_ERR_RUNTIME, "host backend: elapsed time of an unrecorded event");
+    *ms = (float)(b->t_ms - a->t_ms);
+    return DPS_OK;
+}
+
+static dps_status host_copy(backend *be, be_stream *s, void *dst, int dst_dev,
+                            const void *src, int src_dev, size_t bytes)
+{
+    (void)be; (void)s; (void)dst_dev; (void)src_dev;
+    if (bytes) memmove(dst, src, bytes);
+    return DPS_OK;
+}
+
+static dps_status host_memset0(backend *be, be_stream *s, void *p, size_t bytes)
+{
+    (void)be; (void)s;
+    if (bytes) memset(p, 0, bytes);
+    return DPS_OK;
+}
+
+#ifndef DPS_HAVE_CBLAS
+/* Portable GEMM for builds without CBLAS: correct, not fast. */
+static void gemm_portable(int ta, int tb, int m, int n, int k, float alpha, const float *a,
+                          int lda, const float *b, int ldb, float beta, float *c, int ldc)
+{
+    for (int i = 0; i < m; i++) {
+        float *crow = c + (size_t)i * ldc;
+        for (int j = 0; j < n; j++) crow[j] = beta == 0.0f ? 0.0f : beta * crow[j];
+        for (int p = 0; p < k; p++) {
+            float av = alpha * (ta ? a[(size_t)p * lda + i] : a[(size_t)i * lda + p]);
+            if (av == 0.0f) continue;
+            if (!tb) {
+                const float *brow = b + (size_t)p * ldb;
+                for (int j = 0; j < n; j++) crow[j] += av * brow[j];
+            } else {
+                for (int j = 0; j < n; j++) crow[j] += av * b[(size_t)j * ldb + p];
+            }
+        }
+    }
+}
+#endif
+
+static dps_status host_gemm(backend *be, be_stream *s, int ta, int tb, int m, int n, int k,
+                            float alpha, const float *a, int lda, const float *b, int ldb,
+                            float beta, float *c, int ldc)
+{
+    (void)be; (void)s;
+    if (m <= 0 || n <= 0) return DPS_OK;
+#ifdef DPS_HAVE_CBLAS
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+#else
+    gemm_portable(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+#endif
+    return DPS_OK;
+}
+
+static dps_status host_bias_act(backend *be, be_stream *s, int rows, int cols, float *pre,
+                                const float *bias, float *out)
+{
+    (void)be; (void)s;
+    for (int r = 0; r < rows; r++) {
+        float *x = pre + (size_t)r * cols;
+        for (int c = 0; c < cols; c++) x[c] += bias[c];
+        if (out) {
+            float *y = out + (size_t)r * cols;
+            for (int c = 0; c < cols; c++) y[c] = dps_gelu(x[c]);
+        }
+    }
+    return DPS_OK;
+}
+
+static dps_status host_gelu_bwd(backend *be, be_stream *s, int64_t n, const float *dh,
+                                const float *pre, float *dpre)
+{
+    (void)be; (void)s;
+    for (int64_t i = 0; i < n; i++) dpre[i] = dh[i] * dps_gelu_grad(pre[i]);
+    return DPS_OK;
+}
+
+static dps_status host_col_sum(backend *be, be_stream *s, int rows, int cols, const float *x,
+                               float *out)
+{
+    (void)be; (void)s;
+    for (int c = 0; c < cols; c++) out[c] = 0.0f;
+    for (int r = 0; r < rows; r++) {
+        const float *row = x + (size_t)r * cols;
+        for (int c = 0; c < cols; c++) out[c] += row[c];
+    }
+    return DPS_OK;
+}
+
+static dps_status host_xent(backend *be, be_stream *s, int rows, int classes,
+                            const float *logits, const int32_t *labels, float scale,
+                            float *dlogits, float *row_loss)
+{
+    (void)be; (void)s;
+    for (int r = 0; r < rows; r++) {
+        const float *x = logits + (size_t)r * classes;
+        float *dx = dlogits + (size_t)r * classes;
+        float mx = -INFINITY, sum = 0.0f;
+        for (int c = 0; c < classes; c++) mx = fmaxf(mx, x[c]);
+        for (int c = 0; c < classes; c++) sum += expf(x[c] - mx);
+        int label = labels[r];
+        for (int c = 0; c < classes; c++)
+            dx[c] = (expf(x[c] - mx) / sum - (c == label ? 1.0f : 0.0f)) * scale;
+        row_loss[r] = logf(sum) + mx - x[label];
+    }
+    return DPS_OK;
+}
+
+static dps_status host_sum(backend *be, be_stream *s, int64_t n, const float *x, float *out)
+{
+    (void)be; (void)s;
+    double acc = 0.0;
+    for (int64_t i = 0; i < n; i++) acc += x[i];
+    *out = (float)acc;
+    return DPS_OK;
+}
+
+static dps_status host_sgd(backend *be, be_stream *s, int64_t n, float *p, const float *g,
+                           float *buf, dps_opt_hparams h)
+{
+    (void)be; (void)s;
+    for (int64_t i = 0; i < n; i++) dps_sgd_update(&p[i], g[i], &buf[i], h);
+    return DPS_OK;
+}
+
+static dps_status host_adamw(backend *be, be_stream *s, int64_t n, float *p, const float *g,
+                             float *m, float *v, dps_opt_hparams h)
+{
+    (void)be; (void)s;
+    for (int64_t i = 0; i < n; i++) dps_adamw_update(&p[i], g[i], &m[i], &v[i], h);
+    return DPS_OK;
+}
+
+static dps_status host_scale(backend *be, be_stream *s, int64_t n, float *x, float a)
+{
+    (void)be; (void)s;
+    for (int64_t i = 0; i < n; i++) x[i] *= a;
+    return DPS_OK;
+}
+
+static dps_status host_add(backend *be, be_stream *s, int64_t n, float *dst, const float *src)
+{
+    (void)be; (void)s;
+    for (int64_t i = 0; i < n; i++) dst[i] += src[i];
+    return DPS_OK;
+}
+
+static dps_status host_mem_used(backend *be, int dev, size_t *used)
+{
+    pthread_mutex_lock(&be->mem_lock);
+    *used = be->mem[dev].in_use;
+    pthread_mutex_unlock(&be->mem_lock);
+    return DPS_OK;
+}
+
+static dps_status host_profile(backend *be, int on) { (void)be; (void)on; return DPS_OK; }
+
+static void host_destroy(backend *be)
+{
+    pthread_mutex_destroy(&be->mem_lock);
+    free(be);
+}
+
+/* The GEMM library; the CUDA fields are be_versions' to fill. */
+static void host_versions(const backend *be, be_version_info *v)
+{
+#ifdef DPS_HAVE_OPENBLAS
+    dps_strlcpy(v->blas, openblas_get_config(), sizeof v->blas);
+#elif defined(DPS_HAVE_CBLAS)
+    dps_strlcpy(v->blas, "CBLAS", sizeof v->blas);
+#else
+    dps_strlcpy(v->blas, "portable C GEMM (no CBLAS)", sizeof v->blas);
+#endif
+}
+
+static const be_ops host_ops = {
+    .name = "host",
+    .set_device = host_set_device,
+    .raw_alloc = host_raw_alloc,
+    .raw_free = host_raw_free,
+    .host_alloc = host_host_alloc,
+    .host_free = host_host_free,
+    .stream_create = host_stream_create,
+    .stream_destroy = host_stream_destroy,
+    .stream_sync = host_stream_sync,
+    .event_create = host_event_create,
+    .event_destroy = host_event_destroy,
+    .event_record = host_event_record,
+    .stream_wait = host_stream_wait,
+    .event_sync = host_event_sync,
+    .name_stream = host_name_stream,
+    .native_stream = host_native_stream,
+    .peer_access = host_peer_access,
+    .event_ms = host_event_ms,
+    .copy = host_copy,
+    .memset0 = host_memset0,
+    .gemm = host_gemm,
+    .bias_act = host_bias_act,
+    .gelu_bwd = host_gelu_bwd,
+    .col_sum = host_col_sum,
+    .xent = host_xent,
+    .sum = host_sum,
+    .sgd = host_sgd,
+    .adamw = host_adamw,
+    .scale = host_scale,
+    .add = host_add,
+    .profile = host_profile,
+    .mem_used = host_mem_used,
+    .versions = host_versions,
+    .destroy = host_destroy,
+};
+
+static void cpu_model(char *buf, size_t len)
+{
+    dps_strlcpy(buf, "CPU", len);
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (strncmp(line, "model name", 10) == 0 && colon) {
+            colon += 1 + (colon[1] == ' ');
+            colon[strcspn(colon, "\n")] = '\0';
+            dps_strlcpy(buf, colon, len);
+            break;
+        }
+    }
+    fclose(f);
+}
+
+dps_status be_host_open(const be_options *opt, backend **out)
+{
+    backend *be = calloc(1, sizeof *be);
+    if (!be) return dps_fail(DPS_ERR_RUNTIME, "out of host memory opening the host backend");
+    be->ops = &host_ops;
+    be->kind = BE_HOST;
+    be->emulated = 1;
+    be->ndev = opt->host_devices > 0 ? opt->host_devices : 8;
+    if (be->ndev > DPS_MAX_DEVICES) be->ndev = DPS_MAX_DEVICES;
+    pthread_mutex_init(&be->mem_lock, NULL);
+#ifdef DPS_HAVE_OPENBLAS
+    openblas_set_num_threads(1); /* one thread per emulated device */
+#endif
+    char cpu[96];
+    cpu_model(cpu, sizeof cpu);
+    for (int d = 0; d < be->ndev; d++) {
+        snprintf(be->info[d].name, sizeof be->info[d].name, "emulated device on %s", cpu);
+        snprintf(be->info[d].bus_id, sizeof be->info[d].bus_id, "host:%d", d);
+        be->info[d].total_bytes = opt->device_mem;
+        be->mem[d].capacity = opt->device_mem;
+    }
+    *out = be;
+    return DPS_OK;
+}

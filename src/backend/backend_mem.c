@@ -1,0 +1,85 @@
+/* The accounting shared by every backend: each allocation counts against
+ * its device (in use, peak, capacity), so alloc_peak_bytes is exact and an
+ * out-of-memory names the device and the sizes; the device's own used
+ * memory is sampled into its peak and its baseline. */
+#include <stdio.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "core/util.h"
+
+dps_status be_buf_alloc(backend *be, int dev, size_t bytes, const char *what, dps_buf *buf)
+{
+    memset(buf, 0, sizeof *buf);
+    buf->dev = dev;
+    if (bytes == 0) return DPS_OK;
+    be_mem *m = &be->mem[dev];
+    pthread_mutex_lock(&be->mem_lock);
+    size_t in_use = m->in_use;
+    int over = m->capacity && (bytes > m->capacity || in_use > m->capacity - bytes);
+    pthread_mutex_unlock(&be->mem_lock);
+    char need[32], used[32], cap[32];
+    if (over) {
+        dps_fmt_bytes(bytes, need, sizeof need);
+        dps_fmt_bytes(in_use, used, sizeof used);
+        dps_fmt_bytes(m->capacity, cap, sizeof cap);
+        return dps_fail(DPS_ERR_OOM, "device %d: out of memory allocating %s for %s "
+                        "(%s in use of %s capacity set by --device-mem)",
+                        dev, need, what, used, cap);
+    }
+    dps_status rc = be->ops->raw_alloc(be, dev, bytes, &buf->ptr);
+    if (rc != DPS_OK) {
+        if (rc != DPS_ERR_OOM) return rc;
+        dps_fmt_bytes(bytes, need, sizeof need);
+        dps_fmt_bytes(in_use, used, sizeof used);
+        return dps_fail(DPS_ERR_OOM, "device %d: out of memory allocating %s for %s "
+                        "(%s allocated by dpscale): %s", dev, need, what, used, dps_errmsg());
+    }
+    buf->bytes = bytes;
+    pthread_mutex_lock(&be->mem_lock);
+    m->in_use += bytes;
+    if (m->in_use > m->peak) m->peak = m->in_use;
+    pthread_mutex_unlock(&be->mem_lock);
+    return DPS_OK;
+}
+
+void be_buf_free(backend *be, dps_buf *buf)
+{
+    if (!buf->ptr) return;
+    be->ops->raw_free(be, buf->dev, buf->ptr);
+    pthread_mutex_lock(&be->mem_lock);
+    be->mem[buf->dev].in_use -= buf->bytes;
+    pthread_mutex_unlock(&be->mem_lock);
+    buf->ptr = NULL;
+    buf->bytes = 0;
+}
+
+dps_status be_sample_mem(backend *be, int dev)
+{
+    size_t used = 0;
+    DPS_TRY(be->ops->mem_used(be, dev, &used));
+    pthread_mutex_lock(&be->mem_lock);
+    if (used > be->mem[dev].device_peak) be->mem[dev].device_peak = used;
+    pthread_mutex_unlock(&be->mem_lock);
+    return DPS_OK;
+}
+
+dps_status be_mark_baseline(backend *be, int dev)
+{
+    size_t used = 0;
+    DPS_TRY(be->ops->mem_used(be, dev, &used));
+    pthread_mutex_lock(&be->mem_lock);
+    be->mem[dev].device_base = used >= be->mem[dev].in_use ? used - be->mem[dev].in_use : 0;
+    pthread_mutex_unlock(&be->mem_lock);
+    return DPS_OK;
+}
+
+void be_reset_peaks(backend *be)
+{
+    pthread_mutex_lock(&be->mem_lock);
+    for (int d = 0; d < be->ndev; d++) {
+        be->mem[d].peak = be->mem[d].in_use;
+        be->mem[d].device_peak = 0;
+    }
+    pthread_mutex_unlock(&be->mem_lock);
+}

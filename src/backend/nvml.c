@@ -1,0 +1,255 @@
+/* NVML through dlopen (see nvml.h). The few types used are declared here
+ * with NVML's layout, so no NVML header is needed to build. */
+#include <dlfcn.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend/nvml.h"
+#include "core/util.h"
+
+typedef void *nvml_dev;
+typedef struct nvml_field {  /* nvmlFieldValue_t */
+    unsigned field_id, scope_id;
+    long long timestamp, latency_us;
+    unsigned value_type, ret;
+    union { double d; unsigned u; unsigned long ul; unsigned long long ull; long long sll; } value;
+} nvml_field;
+
+enum { FI_NVLINK_TX = 138, FI_NVLINK_RX = 139, PCIE_TX = 0, PCIE_RX = 1, CLOCK_SM = 1 };
+#define NVML_NVLINK_ALL UINT_MAX   /* scope_id of a field summed over every link */
+#define NVML_NVLINK_MAX_LINKS 18   /* NVML_NVLINK_MAX_LINKS in nvml.h */
+
+static struct {
+    pthread_once_t once;
+    void *lib;
+    char why[256];
+    int (*init)(void);
+    int (*by_bus)(const char *, nvml_dev *);
+    int (*pcie)(nvml_dev, int, unsigned *);
+    int (*fields)(nvml_dev, int, nvml_field *);
+    int (*clock)(nvml_dev, int, unsigned *);
+    int (*reasons)(nvml_dev, unsigned long long *);
+    int (*pcie_gen)(nvml_dev, unsigned *);
+    int (*pcie_width)(nvml_dev, unsigned *);
+    int (*link_state)(nvml_dev, unsigned, int *);
+    int (*link_remote)(nvml_dev, unsigned, int *);
+    int (*ancestor)(nvml_dev, nvml_dev, int *);
+} nv = {.once = PTHREAD_ONCE_INIT};
+
+static void *sym(const char *name) { return nv.lib ? dlsym(nv.lib, name) : NULL; }
+
+static void load(void)
+{
+    nv.lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!nv.lib) {
+        snprintf(nv.why, sizeof nv.why, "libnvidia-ml.so.1 not loaded: %s", dlerror());
+        return;
+    }
+    *(void **)&nv.init = sym("nvmlInit_v2");
+    *(void **)&nv.by_bus = sym("nvmlDeviceGetHandleByPciBusId_v2");
+    *(void **)&nv.pcie = sym("nvmlDeviceGetPcieThroughput");
+    *(void **)&nv.fields = sym("nvmlDeviceGetFieldValues");
+    *(void **)&nv.clock = sym("nvmlDeviceGetClockInfo");
+    *(void **)&nv.reasons = sym("nvmlDeviceGetCurrentClocksEventReasons");
+    if (!nv.reasons) *(void **)&nv.reasons = sym("nvmlDeviceGetCurrentClocksThrottleReasons");
+    *(void **)&nv.pcie_gen = sym("nvmlDeviceGetCurrPcieLinkGeneration");
+    *(void **)&nv.pcie_width = sym("nvmlDeviceGetCurrPcieLinkWidth");
+    *(void **)&nv.link_state = sym("nvmlDeviceGetNvLinkState");
+    *(void **)&nv.link_remote = sym("nvmlDeviceGetNvLinkRemoteDeviceType");
+    *(void **)&nv.ancestor = sym("nvmlDeviceGetTopologyCommonAncestor");
+    if (!nv.init || !nv.by_bus || nv.init() != 0) {
+        snprintf(nv.why, sizeof nv.why, "NVML present but nvmlInit_v2 failed or is missing");
+        dlclose(nv.lib);
+        nv.lib = NULL;
+    }
+}
+
+int nvml_available(char *why, size_t len)
+{
+    pthread_once(&nv.once, load);
+    if (why) dps_strlcpy(why, nv.lib ? "" : nv.why, len);
+    return nv.lib != NULL;
+}
+
+struct nvml_sampler {
+    int n, period_ms, stop;
+    nvml_dev dev[DPS_MAX_DEVICES];
+    nvml_counters c[DPS_MAX_DEVICES];
+    unsigned long long nvlink0[DPS_MAX_DEVICES][2];
+    pthread_t thread;
+    pthread_mutex_t mu;
+};
+
+/* TX and RX KiB of NVLink field reads with scope_id `scope` (a link, or
+ * NVML_NVLINK_ALL for the sum over links). */
+static int nvlink_read(nvml_dev d, unsigned scope, unsigned long long out[2])
+{
+    nvml_field f[2];
+    memset(f, 0, sizeof f);
+    f[0].field_id = FI_NVLINK_TX;
+    f[1].field_id = FI_NVLINK_RX;
+    f[0].scope_id = f[1].scope_id = scope;
+    if (!nv.fields || nv.fields(d, 2, f) != 0 || f[0].ret != 0 || f[1].ret != 0) return 0;
+    out[0] = f[0].value.ull;
+    out[1] = f[1].value.ull;
+    return 1;
+}
+
+/* Data KiB over every NVLink of the device (an H100 or H200 has 18): the
+ * aggregate scope where the driver has it, else link by link. */
+static int nvlink_kib(nvml_dev d, unsigned long long out[2])
+{
+    if (nvlink_read(d, NVML_NVLINK_ALL, out)) return 1;
+    unsigned long long link[2];
+    int any = 0;
+    out[0] = out[1] = 0;
+    for (unsigned l = 0; l < NVML_NVLINK_MAX_LINKS; l++)
+        if (nvlink_read(d, l, link)) {
+            out[0] += link[0];
+            out[1] += link[1];
+            any = 1;
+        }
+    return any;
+}
+
+static void sample(nvml_sampler *s, int i, double dt_s)
+{
+    nvml_counters *c = &s->c[i];
+    unsigned tx, rx, mhz;
+    if (nv.pcie && nv.pcie(s->dev[i], PCIE_TX, &tx) == 0 && nv.pcie(s->dev[i], PCIE_RX, &rx) == 0) {
+        c->have_pcie = 1;
+        c->pcie_tx_bytes += tx * 1024.0 * dt_s; /* KB/s over the last 20 ms */
+        c->pcie_rx_bytes += rx * 1024.0 * dt_s;
+    }
+    if (nv.clock && nv.clock(s->dev[i], CLOCK_SM, &mhz) == 0) {
+        if (!c->have_clock || mhz < c->sm_clock_min_mhz) c->sm_clock_min_mhz = mhz;
+        if (mhz > c->sm_clock_max_mhz) c->sm_clock_max_mhz = mhz;
+        c->have_clock = 1;
+    }
+    unsigned long long r;
+    if (nv.reasons && nv.reasons(s->dev[i], &r) == 0) c->throttle_reasons |= r;
+}
+
+static void *sampler_main(void *arg)
+{
+    nvml_sampler *s = arg;
+    double last = dps_now_ms();
+    for (;;) {
+        struct timespec ts = {0, (long)s->period_ms * 1000000L};
+        nanosleep(&ts, NULL);
+        pthread_mutex_lock(&s->mu);
+        int stop = s->stop;
+        double now = dps_now_ms();
+        for (int i = 0; i < s->n; i++) sample(s, i, (now - last) * 1e-3);
+        last = now;
+        pthread_mutex_unlock(&s->mu);
+        if (stop) return NULL;
+    }
+}
+
+nvml_sampler *nvml_start(const backend *be, const int *devs, int n, int period_ms)
+{
+    if (!nvml_available(NULL, 0) || be->kind != BE_CUDA) return NULL;
+    nvml_sampler *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->n = n;
+    s->period_ms = period_ms;
+    for (int i = 0; i < n; i++) {
+        if (nv.by_bus(be->info[devs[i]].bus_id, &s->dev[i]) != 0) {
+            free(s);
+            return NULL;
+        }
+        s->c[i].have_nvlink = nvlink_kib(s->dev[i], s->nvlink0[i]);
+    }
+    pthread_mutex_init(&s->mu, NULL);
+    if (pthread_create(&s->thread, NULL, sampler_main, s) != 0) {
+        pthread_mutex_destroy(&s->mu);
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void nvml_stop(nvml_sampler *s, nvml_counters *out)
+{
+    if (!s) return;
+    pthread_mutex_lock(&s->mu);
+    s->stop = 1;
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->thread, NULL);
+    for (int i = 0; i < s->n; i++) {
+        unsigned long long now[2];
+        if (s->c[i].have_nvlink && nvlink_kib(s->dev[i], now)) {
+            s->c[i].nvlink_tx_bytes = (double)(now[0] - s->nvlink0[i][0]) * 1024.0;
+            s->c[i].nvlink_rx_bytes = (double)(now[1] - s->nvlink0[i][1]) * 1024.0;
+        } else {
+            s->c[i].have_nvlink = 0;
+        }
+        out[i] = s->c[i];
+    }
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+/* nvmlGpuTopologyLevel_t as nvidia-smi topo -m prints it. */
+static const char *level_name(int level)
+{
+    switch (level) {
+    case 0: return "X";      /* the same board */
+    case 10: return "PIX";   /* one PCIe switch */
+    case 20: return "PXB";   /* several PCIe switches */
+    case 30: return "PHB";   /* a PCIe host bridge */
+    case 40: return "NODE";  /* host bridges within a NUMA node */
+    case 50: return "SYS";   /* across NUMA nodes */
+    default: return "?";
+    }
+}
+
+static const char *remote_name(int type)
+{
+    return type == 0 ? "gpu" : type == 2 ? "switch" : type == 1 ? "npu" : "unknown";
+}
+
+static void device_json(nvml_dev d, FILE *f)
+{
+    unsigned gen = 0, width = 0;
+    int active = 0, remote = -1;
+    if (nv.pcie_gen) nv.pcie_gen(d, &gen);
+    if (nv.pcie_width) nv.pcie_width(d, &width);
+    for (unsigned link = 0; nv.link_state && link < 18; link++) {
+        int on = 0;
+        if (nv.link_state(d, link, &on) != 0 || !on) continue;
+        active++;
+        if (remote < 0 && nv.link_remote) nv.link_remote(d, link, &remote);
+    }
+    fprintf(f, "{\"pcie_gen\": %u, \"pcie_width\": %u, \"nvlinks_active\": %d, "
+            "\"nvlink_remote\": \"%s\"}", gen, width, active,
+            active ? remote_name(remote) : "none");
+}
+
+void nvml_topology_json(const backend *be, FILE *f)
+{
+    if (!nvml_available(NULL, 0) || be->kind != BE_CUDA) return;
+    nvml_dev dev[DPS_MAX_DEVICES];
+    for (int i = 0; i < be->ndev; i++)
+        if (nv.by_bus(be->info[i].bus_id, &dev[i]) != 0) return;
+    fputs(", \"nvml\": {\"devices\": [", f);
+    for (int i = 0; i < be->ndev; i++) {
+        if (i) fputs(", ", f);
+        device_json(dev[i], f);
+    }
+    fputs("], \"common_ancestor\": [", f);
+    for (int i = 0; i < be->ndev; i++) {
+        fputs(i ? ", [" : "[", f);
+        for (int j = 0; j < be->ndev; j++) {
+            int level = i == j ? 0 : -1;
+            if (i != j && nv.ancestor) nv.ancestor(dev[i], dev[j], &level);
+            fprintf(f, "%s\"%s\"", j ? ", " : "", level_name(level));
+        }
+        fputs("]", f);
+    }
+    fputs("]}", f);
+}

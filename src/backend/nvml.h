@@ -1,0 +1,37 @@
+/* NVML, loaded with dlopen("libnvidia-ml.so.1") so one binary runs with or
+ * without a driver, and a sampler thread that reads PCIe and NVLink traffic,
+ * SM clocks and throttle reasons while a configuration runs. A missing
+ * library or counter leaves its fields empty; it is never an error. */
+#ifndef DPS_NVML_H
+#define DPS_NVML_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "backend/backend.h"
+
+typedef struct nvml_counters {
+    int have_pcie, have_nvlink, have_clock;
+    double pcie_tx_bytes, pcie_rx_bytes;      /* integrated from KB/s samples */
+    double nvlink_tx_bytes, nvlink_rx_bytes;  /* differences of cumulative KiB */
+    unsigned sm_clock_min_mhz, sm_clock_max_mhz;
+    unsigned long long throttle_reasons;      /* OR of every sample */
+} nvml_counters;
+
+typedef struct nvml_sampler nvml_sampler;
+
+/* Loads NVML; returns 0 and says why in `why` when it is not there. */
+int nvml_available(char *why, size_t len);
+/* Starts sampling the devices (by PCI bus id) every period_ms; NULL when
+ * NVML is not there (nothing to stop then). */
+nvml_sampler *nvml_start(const backend *be, const int *devs, int n, int period_ms);
+/* Stops and fills out[0..n). */
+void nvml_stop(nvml_sampler *s, nvml_counters *out);
+
+/* meta.json's NVML topology, as `, "nvml": {...}`: per device the PCIe
+ * generation and width and the active NVLinks with what they reach, per pair
+ * the common ancestor as `nvidia-smi topo -m` names it. Nothing without NVML. */
+void nvml_topology_json(const backend *be, FILE *f);
+
+#endif

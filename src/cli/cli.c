@@ -1,0 +1,259 @@
+/* Command-line parsing (see cli.h): getopt_long's array and the usage text
+ * come from the settings table; each value is read by settings_value_parse
+ * and stored where the command reads it. */
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "core/trace.h"
+#include "core/util.h"
+
+#define CLI_ID_BASE 256 /* getopt_long's value of a long option: CLI_ID_BASE + its settings_id */
+
+void cli_usage(FILE *f)
+{
+    fprintf(f, "usage: dpscale run   [options]   train one configuration\n"
+               "       dpscale sweep [SUITE] [options]\n"
+               "                                 every configuration of a suite file (or of the\n"
+               "                                 --mode, --gpus and --model lists), each in its\n"
+               "                                 own process\n"
+               "       dpscale info  [options]   backend, devices, presets\n"
+               "       dpscale comm-bench [--gpus LIST] [--sizes LIST] [--steps N]\n"
+               "                                 the host all-reduce alone (busbw)\n"
+               "       dpscale links [--gpus N] [--sizes BYTES] [--steps SAMPLES]\n"
+               "                                 bandwidth and latency between host and devices\n"
+               "       dpscale --help | --version\n\noptions:\n");
+    settings_print_options(f);
+    fprintf(f, "\nexit status: 0 ok, 1 a configuration failed (oom, error, timeout), 2 bad input\n");
+}
+
+static dps_status bad(settings_id id, const char *val, const char *what)
+{
+    return dps_fail(DPS_ERR_USAGE, "--%s %s: %s", settings_table[id].flag, *val ? val : "''", what);
+}
+
+/* --mode and --gpus take a list for sweep (and --gpus for comm-bench) only. */
+static dps_status check_single(const cli_args *a, settings_id id, const char *arg, int n)
+{
+    const settings_entry *e = &settings_table[id];
+    char what[128];
+    if (n == 1 || a->cmd == CMD_SWEEP || (id == SET_GPUS && a->cmd == CMD_COMM_BENCH)) return DPS_OK;
+    if (id == SET_MODE)
+        return bad(id, arg, "one mode for `dpscale run` (lists are for `dpscale sweep`)");
+    snprintf(what, sizeof what, "expected one integer from %" PRId64 " to %" PRId64
+             " (lists are for `dpscale sweep`)", e->lo, e->hi);
+    return bad(id, arg, what);
+}
+
+/* --mode, --gpus, --devices, --model (--model is checked in cli_parse). */
+static void store_list(cli_args *a, settings_id id, const settings_value *v)
+{
+    for (int i = 0; i < v->n; i++) {
+        int x = (int)v->v[i].i;
+        switch (id) {
+        case SET_MODE: a->sweep_modes[i] = (dps_mode)x; break;
+        case SET_GPUS: a->sweep_ngpus[i] = x; break;
+        case SET_DEVICES: a->cfg.devices[i] = x; break;
+        default: dps_strlcpy(a->sweep_models[i], model_presets[x].name, DPS_NAME_MAX); break;
+        }
+    }
+    switch (id) {
+    case SET_MODE: a->sweep_modes_n = v->n; a->cfg.mode = a->sweep_modes[0]; break;
+    case SET_GPUS: a->sweep_ngpus_n = v->n; a->cfg.ngpus = a->sweep_ngpus[0]; a->gpus_set = 1; break;
+    case SET_DEVICES: a->cfg.ngpus = v->n; a->devices_set = 1; break;
+    default: a->sweep_models_n = v->n; break;
+    }
+}
+
+/* Options without a value. */
+static void store_flag(cli_args *a, settings_id id)
+{
+    switch (id) {
+    case SET_NO_OVERLAP: a->cfg.overlap = 0; break;
+    case SET_GRAD_VIEW: a->cfg.grad_view = 1; break;
+    case SET_CHECK: a->cfg.check = 1; break;
+    case SET_GEMM_REF: a->cfg.gemm_ref = 1; break;
+    case SET_NO_NVML: a->cfg.no_nvml = 1; break;
+    case SET_NO_TRACE: trace_set_enabled(0); break;
+    case SET_RESUME: a->resume = 1; break;
+    case SET_DRY_RUN: a->dry_run = 1; break;
+    case SET_NO_LINKS: a->no_links = 1; break;
+    case SET_HELP: a->cmd = CMD_HELP; break;
+    case SET_VERSION: a->cmd = CMD_VERSION; break;
+    default: break;
+    }
+}
+
+/* Options with one value (a list for --sizes). */
+static void store_value(cli_args *a, settings_id id, const settings_value *v)
+{
+    dps_config *c = &a->cfg;
+    int64_t i = v->v[0].i;
+    double x = v->v[0].x;
+    switch (id) {
+    case SET_BACKEND: c->be.kind = (be_kind)i; break;
+    case SET_PRECISION: c->precision = (dps_precision)i; break;
+    case SET_OPTIMIZER: c->optimizer = (dps_optimizer)i; break;
+    case SET_DP_COMM: c->dp_comm = (dps_dp_comm)i; break;
+    case SET_LR: c->hp.lr = (float)x; a->lr_set = 1; break;
+    case SET_STEPS: c->steps = (int)i; a->steps_set = 1; break;
+    case SET_WARMUP: c->warmup = (int)i; a->warmup_set = 1; break;
+    case SET_SEED: c->seed = (uint64_t)i; break;
+    case SET_BATCH: c->global_batch = (int)i; a->batch_set = 1; a->batch_per_gpu = 0; break;
+    case SET_BATCH_PER_GPU: a->batch_per_gpu = (int)i; a->batch_set = 0; break;
+    case SET_LAYERS: case SET_WIDTH: case SET_TOKENS: case SET_CLASSES:
+        (&a->shape_values.layers)[id - SET_LAYERS] = (int)i; /* model_shape's order */
+        a->shape_override[id - SET_LAYERS] = 1;
+        break;
+    case SET_DEVICE_MEM: c->be.device_mem = (size_t)i; break;
+    case SET_HOST_DEVICES: c->be.host_devices = (int)i; break;
+    case SET_BUCKET_MB: c->bucket_mb = x; break;
+    case SET_FIRST_BUCKET_MB: c->first_bucket_mb = x; break;
+    case SET_TIMEOUT: c->timeout_s = x; break;
+    case SET_CONFIG_TIMEOUT: a->config_timeout_s = x; break;
+    case SET_INJECT_FAULT:
+        c->fault_rank = (int)i;
+        c->fault_step = (int)v->v[1].i;
+        c->fault_kind = (dps_fault)v->v[2].i;
+        break;
+    case SET_PROFILE_STEPS: c->profile_first = (int)i; c->profile_last = (int)v->v[1].i; break;
+    case SET_SIZES:
+        for (int k = 0; k < v->n; k++) a->sizes[k] = (uint64_t)v->v[k].i;
+        a->nsizes = v->n;
+        break;
+    case SET_OUT: dps_strlcpy(c->out_dir, v->text, sizeof c->out_dir); break;
+    case SET_NAME: dps_strlcpy(c->name, v->text, sizeof c->name); a->name_set = 1; break;
+    case SET_FILTER: dps_strlcpy(a->filter, v->text, sizeof a->filter); break;
+    default: break;
+    }
+}
+
+static dps_status apply_opt(cli_args *a, settings_id id, const char *arg)
+{
+    const settings_entry *e = &settings_table[id];
+    settings_value v;
+    settings_error err;
+    if (e->type == SETTINGS_FLAG) {
+        store_flag(a, id);
+        return DPS_OK;
+    }
+    if (settings_value_parse(id, e->cli_max, arg, &v, &err))
+        return bad(id, err.item[0] ? err.item : arg, err.what);
+    if (id == SET_MODE || id == SET_GPUS) DPS_TRY(check_single(a, id, arg, v.n));
+    if (id == SET_MODE || id == SET_GPUS || id == SET_DEVICES || id == SET_MODEL)
+        store_list(a, id, &v);
+    else
+        store_value(a, id, &v);
+    return DPS_OK;
+}
+
+static cli_cmd parse_command(const char *s)
+{
+    if (strcmp(s, "run") == 0) return CMD_RUN;
+    if (strcmp(s, "sweep") == 0) return CMD_SWEEP;
+    if (strcmp(s, "info") == 0) return CMD_INFO;
+    if (strcmp(s, "comm-bench") == 0) return CMD_COMM_BENCH;
+    if (strcmp(s, "links") == 0) return CMD_LINKS;
+    return CMD_NONE;
+}
+
+/* getopt_long's array (value CLI_ID_BASE + id) and optstring (":hV") from the table. */
+static void long_options(struct option *lo, char *letters)
+{
+    int n = 0, k = 0;
+    letters[k++] = ':';
+    for (int id = 0; id < SET_COUNT; id++) {
+        const settings_entry *e = &settings_table[id];
+        if (!e->flag) continue;
+        int has_arg = e->type == SETTINGS_FLAG ? no_argument : required_argument;
+        lo[n++] = (struct option){e->flag, has_arg, NULL, CLI_ID_BASE + id};
+        if (e->letter) letters[k++] = e->letter;
+        if (e->letter && has_arg == required_argument) letters[k++] = ':';
+    }
+    memset(&lo[n], 0, sizeof lo[n]);
+    letters[k] = '\0';
+}
+
+/* The option of a short letter (getopt_long returns only the table's letters). */
+static settings_id id_of_letter(int letter)
+{
+    int id = 0;
+    while (settings_table[id].letter != letter) id++;
+    return (settings_id)id;
+}
+
+dps_status cli_parse(int argc, char **argv, cli_args *a)
+{
+    memset(a, 0, sizeof *a);
+    config_defaults(&a->cfg);
+    a->config_timeout_s = settings_table[SET_CONFIG_TIMEOUT].def.x;
+    struct option lo[SET_COUNT + 1];
+    char letters[2 * SET_COUNT + 2];
+    long_options(lo, letters);
+    int first = 1;
+    if (argc > 1 && argv[1][0] != '-') {
+        a->cmd = parse_command(argv[1]);
+        if (a->cmd == CMD_NONE)
+            return dps_fail(DPS_ERR_USAGE, "unknown command '%s': expected run, sweep, info, links or comm-bench "
+                            "(see dpscale --help)", argv[1]);
+        first = 2;
+    }
+    cli_cmd cmd = a->cmd;
+    opterr = 0;
+    optind = first;
+    int id;
+    while ((id = getopt_long(argc, argv, letters, lo, NULL)) != -1) {
+        if (id == '?')
+            return dps_fail(DPS_ERR_USAGE, "unknown option '%s' (see dpscale --help)",
+                            argv[optind - 1]);
+        if (id == ':')
+            return dps_fail(DPS_ERR_USAGE, "option '%s' needs a value (see dpscale --help)",
+                            argv[optind - 1]);
+        DPS_TRY(apply_opt(a, id >= CLI_ID_BASE ? (settings_id)(id - CLI_ID_BASE) : id_of_letter(id),
+                          optarg));
+    }
+    if (optind < argc && cmd == CMD_SWEEP && strlen(argv[optind]) < sizeof a->suite_path)
+        dps_strlcpy(a->suite_path, argv[optind++], sizeof a->suite_path);
+    if (optind < argc)
+        return dps_fail(DPS_ERR_USAGE, "unexpected argument '%s' (see dpscale --help)", argv[optind]);
+    if (a->cmd != CMD_HELP && a->cmd != CMD_VERSION) a->cmd = cmd;
+    if (a->cmd == CMD_NONE)
+        return dps_fail(DPS_ERR_USAGE, "no command: expected run, sweep or info (see dpscale --help)");
+    if (a->cmd != CMD_SWEEP && a->sweep_models_n > 1)
+        return bad(SET_MODEL, "list", "one preset for `dpscale run` (lists are for `dpscale sweep`)");
+    if (a->gpus_set && a->devices_set && a->cfg.ngpus != a->sweep_ngpus[0])
+        return dps_fail(DPS_ERR_USAGE, "--gpus %d and --devices (%d devices) disagree; give one",
+                        a->sweep_ngpus[0], a->cfg.ngpus);
+    float lr = a->cfg.hp.lr; /* optimizer defaults, then an explicit --lr on top */
+    config_optimizer_defaults(&a->cfg);
+    if (a->lr_set) a->cfg.hp.lr = lr;
+    return DPS_OK;
+}
+
+dps_status cli_finish_config(cli_args *a, const char *model, dps_mode mode, int ngpus,
+                             const backend *be, dps_config *out)
+{
+    dps_config c = a->cfg;
+    c.mode = mode;
+    const model_preset *p = model_find_preset(model);
+    dps_strlcpy(c.model, p->name, sizeof c.model);
+    c.shape = p->shape;
+    int *sv = &a->shape_values.layers;
+    int *cv = &c.shape.layers;
+    for (int i = 0; i < 4; i++)
+        if (a->shape_override[i]) cv[i] = sv[i];
+    if (a->shape_override[0] || a->shape_override[1] || a->shape_override[2] || a->shape_override[3])
+        snprintf(c.model, sizeof c.model, "%s:%dx%dx%dx%d", p->name, c.shape.layers,
+                 c.shape.width, c.shape.tokens, c.shape.classes);
+    if (!a->devices_set) {
+        c.ngpus = ngpus;
+        for (int i = 0; i < ngpus; i++) c.devices[i] = i;
+    }
+    if (a->batch_per_gpu) c.global_batch = a->batch_per_gpu * c.ngpus;
+    else if (!a->batch_set) c.global_batch = p->batch_per_gpu * c.ngpus;
+    DPS_TRY(config_check(&c, be));
+    *out = c;
+    return DPS_OK;
+}

@@ -1,0 +1,49 @@
+/* Command line: options from the settings table (settings.h) into cli_args,
+ * one-line errors, the usage text, and validation of a configuration against
+ * the opened backend. */
+#ifndef DPS_CLI_H
+#define DPS_CLI_H
+
+#include <stdio.h>
+
+#include "backend/backend.h"
+#include "config/config.h"
+#include "config/settings.h"
+
+typedef enum cli_cmd {
+    CMD_NONE, CMD_RUN, CMD_SWEEP, CMD_INFO, CMD_COMM_BENCH, CMD_LINKS, CMD_HELP, CMD_VERSION
+} cli_cmd;
+
+#define CLI_MAX_LIST SETTINGS_MAX_LIST
+
+typedef struct cli_args {
+    cli_cmd cmd;
+    dps_config cfg;
+    int gpus_set, devices_set, batch_set, batch_per_gpu, lr_set, name_set, warmup_set;
+    int shape_override[4];           /* layers, width, tokens, classes given */
+    model_shape shape_values;
+    /* sweep: lists */
+    int sweep_ngpus[CLI_MAX_LIST], sweep_ngpus_n;
+    char sweep_models[CLI_MAX_LIST][DPS_NAME_MAX];
+    dps_mode sweep_modes[MODE_COUNT];
+    int sweep_modes_n;
+    int sweep_models_n;
+    /* sweep */
+    char suite_path[DPS_PATH_MAX];
+    int resume, dry_run, steps_set, no_links;
+    char filter[SETTINGS_PATTERN_MAX];
+    double config_timeout_s;
+    /* comm-bench: message sizes in bytes */
+    uint64_t sizes[CLI_MAX_LIST];
+    int nsizes;
+} cli_args;
+
+/* Parses argv; DPS_ERR_USAGE with a one-line message on bad input. */
+dps_status cli_parse(int argc, char **argv, cli_args *a);
+/* Applies the preset, mode and overrides and checks the configuration against
+ * the backend (device count, precision, sizes). DPS_ERR_USAGE on bad input. */
+dps_status cli_finish_config(cli_args *a, const char *model, dps_mode mode, int ngpus,
+                             const backend *be, dps_config *out);
+void cli_usage(FILE *f);
+
+#endif

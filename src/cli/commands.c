@@ -1,0 +1,346 @@
+/* The commands behind main(): run and sweep (one configuration in-process,
+ * or a list of them each in its own process), info, links and comm-bench.
+ * Each returns the exit status. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dps_config.h"
+#include "version.h"
+#include "cli/commands.h"
+#include "run/commbench.h"
+#include "launch/ranks.h"
+#include "run/links.h"
+#include "run/results.h"
+#include "run/run.h"
+#include "run/suite.h"
+#include "run/sweep.h"
+#include "core/util.h"
+
+static void default_name(char *buf, size_t len)
+{
+    char host[64] = "host";
+    gethostname(host, sizeof host - 1);
+    host[strcspn(host, ".")] = '\0';
+    time_t t = time(NULL);
+    struct tm tm;
+    localtime_r(&t, &tm);
+    char stamp[32];
+    strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+    snprintf(buf, len, "%s-%s", stamp, host);
+}
+
+int cmd_usage_error(void)
+{
+    fprintf(stderr, "dpscale: %s\n", dps_errmsg());
+    return 2;
+}
+
+static void print_versions(const backend *be)
+{
+    be_version_info v;
+    be_versions(be, &v);
+    be_version_field fields[BE_VERSION_NFIELDS];
+    be_version_fields(&v, fields);
+    printf("versions:\n");
+    for (int i = 0; i < BE_VERSION_NFIELDS; i++)
+        if (fields[i].value[0]) printf("  %-13s %s\n", fields[i].label, fields[i].value);
+}
+
+static void print_info(const backend *be)
+{
+    printf("dpscale %s (%s)\n", DPS_VERSION, DPS_GIT_DESCRIBE);
+#ifdef DPS_HAVE_CUDA
+    printf("built with: CUDA kernels%s\n",
+#ifdef DPS_HAVE_NVTX
+           ", NVTX");
+#else
+           "");
+#endif
+#else
+    printf("built with: host backend only (no CUDA)\n");
+#endif
+    print_versions(be);
+    printf("backend: %s%s\n", be->ops->name,
+           be->emulated ? ", emulated devices: timings describe the CPU, not a GPU" : "");
+    for (int d = 0; d < be->ndev; d++) {
+        char cap[32] = "unlimited";
+        if (be->info[d].total_bytes) dps_fmt_bytes(be->info[d].total_bytes, cap, sizeof cap);
+        printf("  device %d: %s, memory %s, bus %s\n", d, be->info[d].name, cap,
+               be->info[d].bus_id);
+    }
+    printf("\npresets:\n  %-11s %6s %6s %6s %7s %9s %12s %14s  %s\n", "name", "layers",
+           "width", "tokens", "classes", "batch/gpu", "params", "fwd GFLOP/smp", "shaped after");
+    for (int i = 0; i < model_npresets; i++) {
+        const model_preset *p = &model_presets[i];
+        printf("  %-11s %6d %6d %6d %7d %9d %12zu %14.3f  %s\n", p->name, p->shape.layers,
+               p->shape.width, p->shape.tokens, p->shape.classes, p->batch_per_gpu,
+               model_param_count(p->shape), model_fwd_flops_per_sample(p->shape) / 1e9, p->like);
+    }
+    printf("  (forward GFLOP per sample = 2 x matmul params x tokens; a training step is 3x that)\n");
+}
+
+/* The configurations of --mode, --gpus and --model lists, every one
+ * validated before anything runs (a bad one is a usage error). */
+static dps_status build_from_lists(cli_args *a, const backend *be, sweep_item **out, int *n)
+{
+    int ng[CLI_MAX_LIST], nng = a->sweep_ngpus_n;
+    memcpy(ng, a->sweep_ngpus, sizeof ng);
+    if (a->cmd == CMD_SWEEP && !a->gpus_set && !a->devices_set) {
+        nng = 0;
+        for (int g = 1; g <= be->ndev && g <= (be->emulated ? 4 : 8); g *= 2) ng[nng++] = g;
+    } else if (!a->gpus_set) {
+        ng[0] = a->cfg.ngpus;
+        nng = 1;
+    }
+    if (a->sweep_models_n == 0) {
+        dps_strlcpy(a->sweep_models[0], a->cfg.model, DPS_NAME_MAX);
+        a->sweep_models_n = 1;
+    }
+    dps_mode modes[2] = {a->cfg.mode, MODE_DDP};
+    int nmodes = 1;
+    if (a->sweep_modes_n) {
+        memcpy(modes, a->sweep_modes, sizeof modes);
+        nmodes = a->sweep_modes_n;
+    } else if (a->cmd == CMD_SWEEP) {
+        modes[0] = MODE_DP; /* a sweep compares both strategies */
+        nmodes = 2;
+    }
+    *out = calloc((size_t)(nng * a->sweep_models_n * nmodes), sizeof **out);
+    if (!*out) return dps_fail(DPS_ERR_RUNTIME, "out of host memory");
+    *n = 0;
+    for (int m = 0; m < a->sweep_models_n; m++)
+        for (int g = 0; g < nng; g++)
+            for (int k = 0; k < nmodes; k++)
+                DPS_TRY(cli_finish_config(a, a->sweep_models[m], modes[k], ng[g], be,
+                                          &(*out)[(*n)++].cfg));
+    return DPS_OK;
+}
+
+/* A suite file's configurations; explicit --steps/--warmup win over the file's. */
+static dps_status build_from_suite(cli_args *a, const backend *be, sweep_item **out, int *n)
+{
+    suite s;
+    DPS_TRY(suite_load(a->suite_path, be->kind, &s));
+    DPS_TRY(suite_expand(&s, &a->cfg, be, a->lr_set ? a->cfg.hp.lr : 0.0, out, n));
+    for (int i = 0; i < *n; i++) {
+        if (a->steps_set) (*out)[i].cfg.steps = a->cfg.steps;
+        if (a->warmup_set) (*out)[i].cfg.warmup = a->cfg.warmup;
+    }
+    return DPS_OK;
+}
+
+static void print_dry_run(const sweep_item *items, int n)
+{
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        if (strcmp(items[i].skip, "-") == 0) continue;
+        char id[192];
+        config_id(&items[i].cfg, id, sizeof id);
+        if (items[i].skip[0]) printf("%4d  %s  [skipped: %s]\n", ++k, id, items[i].skip);
+        else printf("%4d  %s\n", ++k, id);
+    }
+    printf("# %d configuration%s\n", k, k == 1 ? "" : "s");
+}
+
+/* --resume without --name continues the folder OUT/latest points at. */
+static void resume_name(cli_args *a)
+{
+    char link[DPS_PATH_MAX + 16], target[DPS_NAME_MAX];
+    snprintf(link, sizeof link, "%s/latest", a->cfg.out_dir);
+    ssize_t len = readlink(link, target, sizeof target - 1);
+    if (len > 0) {
+        target[len] = '\0';
+        dps_strlcpy(a->cfg.name, target, sizeof a->cfg.name);
+        a->name_set = 1;
+    }
+}
+
+/* The link matrix of ndev devices into the folder; a failure is reported, not fatal. */
+static dps_status measure_links(backend *be, const results_dir *rd, int ndev, uint64_t bytes,
+                                int samples, int print)
+{
+    link_row *rows = calloc((size_t)links_max_rows(ndev), sizeof *rows);
+    int n = 0;
+    if (!rows) return dps_fail(DPS_ERR_RUNTIME, "out of host memory");
+    dps_status rc = links_measure(be, ndev, bytes, samples, rows, &n);
+    if (!rc) rc = links_write(rd, be, rows, n);
+    if (!rc && print) links_print(stdout, be, ndev, rows, n);
+    free(rows);
+    return rc;
+}
+
+static uint64_t links_bytes(const cli_args *a, const backend *be)
+{
+    return a->nsizes ? a->sizes[0] : be->emulated ? (16u << 20) : (256u << 20);
+}
+
+typedef struct links_job {
+    backend *be;
+    const results_dir *rd;
+    int ndev;
+    uint64_t bytes;
+} links_job;
+
+static int links_child(void *ctx, int rank, rank_beat *beat)
+{
+    (void)rank;
+    links_job *j = ctx;
+    ranks_beat_step(beat, 0);
+    if (!measure_links(j->be, j->rd, j->ndev, j->bytes, 5, 0)) return 0;
+    dps_warn("link matrix not measured: %s", dps_errmsg());
+    return 1;
+}
+
+/* A sweep measures the links of the devices it uses once per folder, in a
+ * child process: the sweep's parent stays free of CUDA, so that the
+ * configurations it forks can use the GPUs. */
+static void sweep_links(cli_args *a, backend *be, const results_dir *rd, sweep_item *items, int n)
+{
+    char path[DPS_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/links.csv", rd->dir);
+    int most = 1;
+    for (int i = 0; i < n; i++)
+        if (!items[i].skip[0] && items[i].cfg.ngpus > most) most = items[i].cfg.ngpus;
+    if (a->no_links || dps_file_exists(path)) return;
+    links_job job = {be, rd, most > be->ndev ? be->ndev : most, links_bytes(a, be)};
+    ranks_spec spec = {.nranks = 1, .rank_main = links_child, .ctx = &job,
+                       .timeout_s = a->config_timeout_s};
+    if (ranks_run(&spec) && !dps_interrupted())
+        dps_warn("link matrix not measured: %s", dps_errmsg());
+}
+
+int cmd_links(cli_args *a)
+{
+    backend *be = NULL;
+    if (be_open(&a->cfg.be, &be)) {
+        fprintf(stderr, "dpscale: %s\n", dps_errmsg());
+        return 1;
+    }
+    int ndev = a->gpus_set ? a->cfg.ngpus : be->emulated && be->ndev > 4 ? 4 : be->ndev;
+    results_dir rd;
+    int status = 0;
+    if (!a->name_set) default_name(a->cfg.name, sizeof a->cfg.name);
+    if (ndev > be->ndev) {
+        status = (dps_fail(DPS_ERR_USAGE, "--gpus %d: the %s backend has %d devices", ndev,
+                           be->ops->name, be->ndev), cmd_usage_error());
+    } else if (results_open(&rd, a->cfg.out_dir, a->cfg.name)) {
+        status = cmd_usage_error();
+    } else if (measure_links(be, &rd, ndev, links_bytes(a, be), a->steps_set ? a->cfg.steps : 10, 1)) {
+        dps_log("%s", dps_errmsg());
+        status = 1;
+    } else {
+        printf("# links.csv in %s\n", rd.dir);
+    }
+    be_close(be);
+    return status;
+}
+
+static int execute(cli_args *a, backend *be, sweep_item *items, int n, int argc, char **argv)
+{
+    results_dir rd;
+    dps_status rc = results_open(&rd, a->cfg.out_dir, a->cfg.name);
+    char start[32];
+    dps_utc_iso8601(start, sizeof start);
+    if (!rc) rc = results_write_meta(&rd, be, argc, argv, start, NULL);
+    if (rc) return rc == DPS_ERR_USAGE ? cmd_usage_error() : (dps_log("%s", dps_errmsg()), 1);
+    printf("# results: %s\n", rd.dir);
+    if (a->cmd == CMD_SWEEP) sweep_links(a, be, &rd, items, n);
+    results_table_header(stdout, be);
+    dps_install_interrupt_handlers();
+    int failed = 0, interrupted = 0;
+    if (a->cmd == CMD_RUN) {
+        failed = run_config(&items[0].cfg, be, &rd, NULL) != DPS_OK;
+        interrupted = dps_interrupted() != 0;
+    } else {
+        sweep_opts o = {.resume = a->resume, .filter = a->filter[0] ? a->filter : NULL,
+                        .config_timeout_s = a->config_timeout_s};
+        failed = sweep_run(items, n, be, &rd, &o, &interrupted);
+        if (sweep_link_latest(a->cfg.out_dir, a->cfg.name)) dps_log("%s", dps_errmsg());
+    }
+    char end[32];
+    dps_utc_iso8601(end, sizeof end);
+    if (results_write_meta(&rd, be, argc, argv, start, end)) dps_log("%s", dps_errmsg());
+    printf("# %d failed; results in %s\n", failed, rd.dir);
+    if (interrupted) {
+        dps_log("interrupted by %s", dps_signal_name(dps_interrupted()));
+        return 128 + (dps_interrupted() ? dps_interrupted() : SIGINT);
+    }
+    return failed ? 1 : 0;
+}
+
+int cmd_run(cli_args *a, int argc, char **argv)
+{
+    backend *be = NULL;
+    dps_status rc = be_open(&a->cfg.be, &be);
+    if (rc) {
+        fprintf(stderr, "dpscale: %s\n", dps_errmsg());
+        return rc == DPS_ERR_USAGE ? 2 : 1;
+    }
+    sweep_item *items = NULL;
+    int n = 0, status = 0;
+    if (a->resume && !a->name_set) resume_name(a);
+    if (!a->name_set) default_name(a->cfg.name, sizeof a->cfg.name);
+    rc = a->suite_path[0] ? build_from_suite(a, be, &items, &n) : build_from_lists(a, be, &items, &n);
+    if (!rc && a->cmd == CMD_SWEEP && sweep_filter(items, n, a->filter[0] ? a->filter : NULL) == 0)
+        rc = dps_fail(DPS_ERR_USAGE, "--filter %s: no configuration matches", a->filter);
+    if (rc) status = rc == DPS_ERR_USAGE ? cmd_usage_error() : (dps_log("%s", dps_errmsg()), 1);
+    else if (a->dry_run) print_dry_run(items, n);
+    else status = execute(a, be, items, n, argc, argv);
+    free(items);
+    be_close(be);
+    return status;
+}
+
+/* comm-bench: every --gpus count over every --sizes, a table and allreduce.csv. */
+int cmd_comm_bench(cli_args *a)
+{
+    static const uint64_t default_sizes[] = {1 << 20, 16 << 20, 64 << 20};
+    int ng[CLI_MAX_LIST] = {2, 4}, nng = a->gpus_set ? a->sweep_ngpus_n : 2;
+    if (a->gpus_set) memcpy(ng, a->sweep_ngpus, sizeof ng);
+    const uint64_t *sizes = a->nsizes ? a->sizes : default_sizes;
+    int nsizes = a->nsizes ? a->nsizes : 3;
+    results_dir rd;
+    if (!a->name_set) default_name(a->cfg.name, sizeof a->cfg.name);
+    if (results_open(&rd, a->cfg.out_dir, a->cfg.name)) return cmd_usage_error();
+    printf("# dpscale comm-bench: host ring all-reduce over shared memory, fp32 sum in place\n"
+           "# %6s %12s %12s %11s %11s %6s\n", "ranks", "bytes", "time_us", "algbw_GB/s",
+           "busbw_GB/s", "check");
+    commbench_row rows[COMMBENCH_MAX_SIZES];
+    int status = 0;
+    for (int g = 0; g < nng; g++) {
+        commbench_spec spec = {ng[g], sizes, nsizes, a->cfg.warmup, a->cfg.steps, a->cfg.timeout_s};
+        if (commbench_run(&spec, rows)) {
+            dps_log("%s", dps_errmsg());
+            status = 1;
+            continue;
+        }
+        for (int s = 0; s < nsizes; s++) {
+            printf("  %6d %12llu %12.1f %11.3f %11.3f %6s\n", rows[s].nranks,
+                   (unsigned long long)rows[s].bytes, rows[s].time_us, rows[s].algbw_gbps,
+                   rows[s].busbw_gbps, rows[s].check_ok ? "pass" : "FAIL");
+            if (!rows[s].check_ok) status = 1;
+        }
+        if (commbench_write(&rd, rows, nsizes)) {
+            dps_log("%s", dps_errmsg());
+            status = 1;
+        }
+    }
+    printf("# results in %s/allreduce.csv\n", rd.dir);
+    return status;
+}
+
+int cmd_info(cli_args *a)
+{
+    backend *be = NULL;
+    if (be_open(&a->cfg.be, &be) != DPS_OK) {
+        fprintf(stderr, "dpscale: %s\n", dps_errmsg());
+        return 1;
+    }
+    print_info(be);
+    be_close(be);
+    return 0;
+}

@@ -1,0 +1,106 @@
+/* The collectives' entry points (see comm.h): the chooser of an
+ * implementation, and the calls every strategy makes, which dispatch to
+ * the table and keep the first failure, so that every later collective
+ * returns it instead of running on a broken group. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dps_config.h"
+#include "comm/comm_impl.h"
+#include "core/util.h"
+
+/* In order of preference; a new implementation is one more line. */
+static const comm_impl *const impls[] = {
+#ifdef DPS_HAVE_NCCL
+    &comm_nccl_impl,
+#endif
+    &comm_ring_impl,
+};
+
+static const comm_impl *choose(const backend *be)
+{
+    for (size_t i = 0; i < sizeof impls / sizeof impls[0]; i++)
+        if (impls[i]->suits(be)) return impls[i];
+    return NULL;
+}
+
+dps_status comm_open(const comm_params *p, comm **out)
+{
+    const comm_impl *impl = choose(p->be);
+    if (!impl)
+        return dps_fail(DPS_ERR_RUNTIME, "rank %d: no collective implementation moves %s-backend "
+                        "buffers in this build (NCCL is needed on GPUs; rebuild with -Dnccl=enabled)",
+                        p->rank, p->be->ops->name);
+    comm *c = calloc(1, sizeof *c);
+    if (!c) return dps_fail(DPS_ERR_RUNTIME, "rank %d: out of host memory", p->rank);
+    *c = (comm){.sh = p->sh, .be = p->be, .dev = p->dev, .rank = p->rank,
+                .nranks = p->sh->nranks, .timeout_ms = p->timeout_ms};
+    *out = c;
+    dps_status rc = impl->open(c);
+    return rc ? comm_fail(c, rc) : DPS_OK;
+}
+
+void comm_close(comm *c)
+{
+    if (!c) return;
+    comm_async_stop(c);
+    if (c->ops) c->ops->destroy(c);
+    free(c);
+}
+
+dps_status comm_fail(comm *c, dps_status code)
+{
+    if (!c->failed) {
+        c->failed = code;
+        dps_strlcpy(c->failed_msg, dps_errmsg(), sizeof c->failed_msg);
+        c->secondary = comm_shared_abort(c->sh); /* the others would wait for this rank forever */
+    }
+    return dps_fail_copy(code, dps_errmsg());
+}
+
+/* The failure every collective returns once one has failed. */
+static dps_status failed(comm *c) { return dps_fail_copy(c->failed, c->failed_msg); }
+
+#define COMM_CALL(c, call)                         \
+    do {                                           \
+        if ((c)->failed) return failed(c);         \
+        dps_status comm_rc_ = (call);              \
+        return comm_rc_ ? comm_fail(c, comm_rc_) : DPS_OK; \
+    } while (0)
+
+dps_status comm_allreduce(comm *c, void *buf, size_t n, comm_dtype dt)
+{
+    if (c->nranks == 1 || n == 0) return c->failed ? failed(c) : DPS_OK;
+    COMM_CALL(c, c->ops->allreduce(c, buf, n, dt));
+}
+
+dps_status comm_broadcast(comm *c, void *buf, size_t bytes, int root)
+{
+    if (c->nranks == 1 || bytes == 0) return c->failed ? failed(c) : DPS_OK;
+    COMM_CALL(c, c->ops->broadcast(c, buf, bytes, root));
+}
+
+dps_status comm_reduce(comm *c, void *buf, size_t n, comm_dtype dt, int root)
+{
+    if (c->nranks == 1 || n == 0) return c->failed ? failed(c) : DPS_OK;
+    COMM_CALL(c, c->ops->reduce(c, buf, n, dt, root));
+}
+
+dps_status comm_barrier(comm *c)
+{
+    if (c->nranks == 1) return c->failed ? failed(c) : DPS_OK;
+    COMM_CALL(c, c->ops->barrier(c));
+}
+
+dps_status comm_allreduce_async(comm *c, void *buf, size_t n, comm_dtype dt, be_event *after)
+{
+    if (c->nranks == 1 || n == 0) return c->failed ? failed(c) : DPS_OK;
+    if (c->ops->allreduce_async) COMM_CALL(c, c->ops->allreduce_async(c, buf, n, dt, after));
+    COMM_CALL(c, comm_async_push(c, buf, n, dt, after));
+}
+
+dps_status comm_wait_async(comm *c, double *busy_ms)
+{
+    if (c->ops->wait_async) COMM_CALL(c, c->ops->wait_async(c, busy_ms));
+    COMM_CALL(c, comm_async_wait(c, busy_ms));
+}

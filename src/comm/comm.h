@@ -1,0 +1,91 @@
+/* Collectives between the ranks of a group, behind one table of operations
+ * (comm_ops), as backend.h does for devices. Each implementation is one
+ * file that fills the table (comm_ring.c: NCCL's ring over shared memory
+ * between processes; comm_nccl.c: one NCCL rank per process on GPUs);
+ * comm_open (comm.c) chooses one. Strategies call the comm_* functions
+ * below only. */
+#ifndef DPS_COMM_H
+#define DPS_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "comm/comm_shared.h"
+
+typedef enum comm_dtype { COMM_F32, COMM_BF16 } comm_dtype;
+
+/* Bytes of one element of dt. */
+static inline size_t comm_dtype_bytes(comm_dtype dt) { return dt == COMM_BF16 ? 2 : sizeof(float); }
+
+typedef struct comm comm;
+typedef struct comm_async comm_async; /* comm_async.c */
+
+typedef struct comm_ops {
+    const char *name;  /* as results and messages name it: "ring-shm", "nccl" */
+    /* Blocking collectives: the data is in place when they return. */
+    dps_status (*allreduce)(comm *c, void *buf, size_t n, comm_dtype dt);      /* sum */
+    dps_status (*broadcast)(comm *c, void *buf, size_t bytes, int root);
+    dps_status (*reduce)(comm *c, void *buf, size_t n, comm_dtype dt, int root); /* sum onto root */
+    dps_status (*barrier)(comm *c);
+    /* Stream-ordered all-reduce: starts once `after` (an event recorded on
+     * the caller's stream) has completed, after every earlier one, and
+     * returns at once; NULL when the implementation has none, and then
+     * comm_async.c runs the blocking one on a thread. */
+    dps_status (*allreduce_async)(comm *c, void *buf, size_t n, comm_dtype dt, be_event *after);
+    /* Waits for every async collective; adds the milliseconds they ran to *busy_ms. */
+    dps_status (*wait_async)(comm *c, double *busy_ms);
+    void (*destroy)(comm *c); /* frees c->impl; after a failure it aborts, not waits */
+} comm_ops;
+
+/* One rank's end of a group. */
+struct comm {
+    const comm_ops *ops;
+    comm_shared *sh;            /* the group's shared region */
+    backend *be;                /* buffers are this backend's device memory */
+    int dev;                    /* ... on this device */
+    int rank, nranks;
+    double timeout_ms;          /* a collective longer than this fails; 0: until the group aborts */
+    uint64_t bytes_sent, bytes_received;
+    dps_status failed;          /* the first failure: every later collective returns it */
+    int secondary;              /* the group had been aborted before that failure */
+    char failed_msg[DPS_ERRMSG_MAX];
+    void *impl;                 /* the implementation's state */
+    comm_async *async;          /* the thread of implementations without allreduce_async */
+};
+
+/* What comm_open needs: the group's region (made before the ranks started)
+ * and where this rank's buffers live. */
+typedef struct comm_params {
+    comm_shared *sh;
+    int rank;
+    backend *be;
+    int dev;
+    double timeout_ms;
+} comm_params;
+
+/* The implementation for this backend (NCCL on GPUs when built in, else the
+ * shared-memory ring), opened; collective with the other ranks. */
+dps_status comm_open(const comm_params *p, comm **out) DPS_MUST_USE;
+/* Ends the async thread and frees the implementation. NULL is a no-op. */
+void comm_close(comm *c);
+
+/* The collectives. After one fails, every later one returns that failure. */
+dps_status comm_allreduce(comm *c, void *buf, size_t n, comm_dtype dt)
+    DPS_MUST_USE;
+dps_status comm_broadcast(comm *c, void *buf, size_t bytes, int root)
+    DPS_MUST_USE;
+dps_status comm_reduce(comm *c, void *buf, size_t n, comm_dtype dt, int root)
+    DPS_MUST_USE;
+dps_status comm_barrier(comm *c) DPS_MUST_USE;
+/* All-reduce after `after` completes, in issue order; returns at once. */
+dps_status comm_allreduce_async(comm *c, void *buf, size_t n, comm_dtype dt, be_event *after)
+    DPS_MUST_USE;
+/* Waits for every async all-reduce issued since the last wait; *busy_ms
+ * gets the milliseconds they spent in the collective. */
+dps_status comm_wait_async(comm *c, double *busy_ms) DPS_MUST_USE;
+
+/* Records a failure of c (first one wins) and tells the other ranks. */
+dps_status comm_fail(comm *c, dps_status code) DPS_MUST_USE;
+
+#endif

@@ -1,0 +1,149 @@
+/* Async all-reduce for implementations whose collectives block the caller
+ * (the shared-memory ring): a thread per comm runs them in issue order,
+ * each once its gradients' event has completed, as the communication
+ * stream does on a GPU. After a failure it skips the rest of the queue. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "comm/comm_impl.h"
+#include "core/trace.h"
+#include "core/util.h"
+
+typedef struct async_item {
+    void *buf;
+    size_t n;
+    comm_dtype dt;
+    be_event *after;
+} async_item;
+
+struct comm_async {
+    comm *c;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    async_item *queue;
+    int cap, queued, done, stop;
+    double busy_ms;          /* time inside collectives since the last wait */
+    dps_status rc;           /* the first failure */
+    char err[DPS_ERRMSG_MAX];
+};
+
+static dps_status run_item(comm_async *a, const async_item *it, int index)
+{
+    comm *c = a->c;
+    DPS_TRY(c->be->ops->event_sync(c->be, it->after));
+    trace_push_bucket(index, it->n * comm_dtype_bytes(it->dt));
+    double t0 = dps_now_ms();
+    dps_status rc = c->ops->allreduce(c, it->buf, it->n, it->dt);
+    double busy = dps_now_ms() - t0;
+    trace_pop();
+    pthread_mutex_lock(&a->mu);
+    a->busy_ms += busy;
+    pthread_mutex_unlock(&a->mu);
+    return rc;
+}
+
+static void *async_main(void *arg)
+{
+    comm_async *a = arg;
+    char name[32];
+    snprintf(name, sizeof name, "comm-rank-%d", a->c->rank);
+    trace_name_thread(name);
+    dps_status bound = a->c->be->ops->set_device(a->c->be, a->c->dev);
+    pthread_mutex_lock(&a->mu);
+    if (bound) {
+        a->rc = bound;
+        dps_strlcpy(a->err, dps_errmsg(), sizeof a->err);
+    }
+    for (;;) {
+        while (!a->stop && a->done == a->queued) pthread_cond_wait(&a->cv, &a->mu);
+        if (a->stop) break;
+        async_item it = a->queue[a->done];
+        int skip = a->rc != DPS_OK, index = a->done;
+        pthread_mutex_unlock(&a->mu);
+        dps_status rc = skip ? DPS_OK : run_item(a, &it, index);
+        pthread_mutex_lock(&a->mu);
+        if (rc && !a->rc) {
+            a->rc = rc;
+            dps_strlcpy(a->err, dps_errmsg(), sizeof a->err);
+        }
+        a->done++;
+        pthread_cond_broadcast(&a->cv);
+    }
+    pthread_mutex_unlock(&a->mu);
+    return NULL;
+}
+
+static dps_status async_start(comm *c)
+{
+    comm_async *a = calloc(1, sizeof *a);
+    if (!a) return dps_fail(DPS_ERR_RUNTIME, "rank %d: out of host memory", c->rank);
+    a->c = c;
+    pthread_mutex_init(&a->mu, NULL);
+    pthread_cond_init(&a->cv, NULL);
+    if (pthread_create(&a->thread, NULL, async_main, a) != 0) {
+        pthread_mutex_destroy(&a->mu);
+        pthread_cond_destroy(&a->cv);
+        free(a);
+        return dps_fail(DPS_ERR_RUNTIME, "rank %d: cannot start the communication thread", c->rank);
+    }
+    c->async = a;
+    return DPS_OK;
+}
+
+/* Room for one more item; called with the lock held. */
+static int grow(comm_async *a)
+{
+    if (a->queued < a->cap) return 1;
+    int cap = a->cap ? 2 * a->cap : 64;
+    async_item *q = realloc(a->queue, (size_t)cap * sizeof *q);
+    if (!q) return 0;
+    a->queue = q;
+    a->cap = cap;
+    return 1;
+}
+
+dps_status comm_async_push(comm *c, void *buf, size_t n, comm_dtype dt, be_event *after)
+{
+    if (!c->async) DPS_TRY(async_start(c));
+    comm_async *a = c->async;
+    pthread_mutex_lock(&a->mu);
+    int ok = grow(a);
+    if (ok) {
+        a->queue[a->queued++] = (async_item){buf, n, dt, after};
+        pthread_cond_broadcast(&a->cv);
+    }
+    pthread_mutex_unlock(&a->mu);
+    return ok ? DPS_OK : dps_fail(DPS_ERR_RUNTIME, "rank %d: out of host memory", c->rank);
+}
+
+dps_status comm_async_wait(comm *c, double *busy_ms)
+{
+    comm_async *a = c->async;
+    if (!a) return DPS_OK;
+    pthread_mutex_lock(&a->mu);
+    while (a->done < a->queued) pthread_cond_wait(&a->cv, &a->mu);
+    dps_status rc = a->rc;
+    *busy_ms += a->busy_ms;
+    a->busy_ms = 0.0;
+    a->queued = a->done = 0;
+    pthread_mutex_unlock(&a->mu);
+    return rc ? dps_fail_copy(rc, a->err) : DPS_OK;
+}
+
+void comm_async_stop(comm *c)
+{
+    comm_async *a = c->async;
+    if (!a) return;
+    pthread_mutex_lock(&a->mu);
+    a->stop = 1;
+    pthread_cond_broadcast(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+    pthread_join(a->thread, NULL);
+    pthread_mutex_destroy(&a->mu);
+    pthread_cond_destroy(&a->cv);
+    free(a->queue);
+    free(a);
+    c->async = NULL;
+}

@@ -1,0 +1,32 @@
+/* dp's collectives: one process drives every GPU through a single-process
+ * NCCL communicator (ncclCommInitAll), broadcasting from and reducing onto
+ * the first device, each device's part on its own stream, as
+ * torch.nn.parallel's replicate and reduce_add_coalesced do. Without NCCL
+ * in the build, opening one fails with a message (comm_group_none.c). */
+#ifndef DPS_COMM_GROUP_H
+#define DPS_COMM_GROUP_H
+
+#include <stddef.h>
+
+#include "backend/backend.h"
+
+typedef struct comm_group comm_group;
+
+/* Whether this build has the group (dp then uses peer copies without it). */
+int comm_group_available(void);
+dps_status comm_group_open(comm_group **g, const int *devs, int n) __attribute__((warn_unused_result));
+void comm_group_close(comm_group *g); /* NULL is a no-op */
+/* count floats from device 0's buffer to every device's; streams: native handles. */
+dps_status comm_group_broadcast(comm_group *g, void *const *bufs, size_t count,
+                                void *const *streams) __attribute__((warn_unused_result));
+/* Sum of every device's count floats onto device 0's buffer. */
+dps_status comm_group_reduce(comm_group *g, void *const *bufs, size_t count,
+                             void *const *streams) __attribute__((warn_unused_result));
+
+/* Waits until every device's stream is idle, polling the communicators'
+ * asynchronous errors; a failure or timeout_ms (0: none) aborts them, and
+ * every later call fails with the first message. */
+dps_status comm_group_sync(comm_group *g, void *const *streams, double timeout_ms)
+    __attribute__((warn_unused_result));
+
+#endif

@@ -1,0 +1,113 @@
+/* dp's collective group through NCCL (see comm_group.h). Every call of a
+ * group is issued between ncclGroupStart and ncclGroupEnd; an error inside
+ * still closes the group before it is returned. */
+#include <stdlib.h>
+#include <time.h>
+#include <nccl.h>
+
+#include "comm/comm_group.h"
+#include "backend/cuda_check.h"
+#include "core/util.h"
+
+struct comm_group {
+    int n;
+    ncclComm_t comm[DPS_MAX_DEVICES];
+    dps_status failed;                 /* after an abort: every call returns it */
+    char failed_msg[DPS_ERRMSG_MAX];
+};
+
+int comm_group_available(void) { return 1; }
+
+dps_status comm_group_open(comm_group **out, const int *devs, int n)
+{
+    comm_group *g = calloc(1, sizeof *g);
+    if (!g) return dps_fail(DPS_ERR_RUNTIME, "out of host memory for the NCCL communicator");
+    g->n = n;
+    ncclResult_t rc = ncclCommInitAll(g->comm, n, devs);
+    if (rc != ncclSuccess) {
+        free(g);
+        return cuda_check_nccl_fail(rc, __FILE__, __LINE__, "ncclCommInitAll");
+    }
+    *out = g;
+    return DPS_OK;
+}
+
+void comm_group_close(comm_group *g)
+{
+    if (!g) return;
+    for (int i = 0; i < g->n; i++) {
+        if (g->failed) ncclCommAbort(g->comm[i]); /* never block on pending work */
+        else ncclCommDestroy(g->comm[i]);
+    }
+    free(g);
+}
+
+/* Aborts every communicator and keeps the message for later calls. */
+static dps_status group_abort(comm_group *g, dps_status rc)
+{
+    g->failed = rc;
+    dps_strlcpy(g->failed_msg, dps_errmsg(), sizeof g->failed_msg);
+    return rc;
+}
+
+/* Device i's state: 1 idle, 0 busy, or a failure (message set). */
+static int stream_state(comm_group *g, int i, void *const *streams, dps_status *rc)
+{
+    cudaError_t q = cudaStreamQuery((cudaStream_t)streams[i]);
+    if (q == cudaSuccess) return 1;
+    ncclResult_t async = ncclSuccess;
+    ncclCommGetAsyncError(g->comm[i], &async);
+    if (q != cudaErrorNotReady) *rc = cuda_check_fail(q, __FILE__, __LINE__, "cudaStreamQuery");
+    else if (cuda_check_nccl_failed(async)) *rc = cuda_check_nccl_fail(async, __FILE__, __LINE__, "NCCL (asynchronous)");
+    return 0;
+}
+
+dps_status comm_group_sync(comm_group *g, void *const *streams, double timeout_ms)
+{
+    if (g->failed) return dps_fail_copy(g->failed, g->failed_msg);
+    double start = dps_now_ms();
+    for (;;) {
+        int idle = 0;
+        dps_status rc = DPS_OK;
+        for (int i = 0; i < g->n && !rc; i++) idle += stream_state(g, i, streams, &rc);
+        if (rc) return group_abort(g, rc);
+        if (idle == g->n) return DPS_OK;
+        if (timeout_ms > 0 && dps_now_ms() - start > timeout_ms)
+            return group_abort(g, dps_fail(DPS_ERR_TIMEOUT, "dp: the devices' work with NCCL "
+                                           "collectives did not end within --timeout %.0f s",
+                                           timeout_ms / 1e3));
+        struct timespec ts = {0, 200 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* One collective per device, grouped; the first error is returned after
+ * the group is closed. */
+static dps_status grouped(comm_group *g, int reduce, void *const *bufs, size_t count,
+                          void *const *streams)
+{
+    if (g->failed) return dps_fail_copy(g->failed, g->failed_msg);
+    ncclResult_t first = ncclGroupStart();
+    if (cuda_check_nccl_failed(first)) return cuda_check_nccl_fail(first, __FILE__, __LINE__, "ncclGroupStart");
+    for (int i = 0; i < g->n && !cuda_check_nccl_failed(first); i++)
+        first = reduce ? ncclReduce(bufs[i], bufs[i], count, ncclFloat32, ncclSum, 0, g->comm[i],
+                                    (cudaStream_t)streams[i])
+                       : ncclBroadcast(bufs[i], bufs[i], count, ncclFloat32, 0, g->comm[i],
+                                       (cudaStream_t)streams[i]);
+    ncclResult_t end = ncclGroupEnd();
+    if (cuda_check_nccl_failed(first))
+        return cuda_check_nccl_fail(first, __FILE__, __LINE__, reduce ? "ncclReduce" : "ncclBroadcast");
+    if (cuda_check_nccl_failed(end)) return cuda_check_nccl_fail(end, __FILE__, __LINE__, "ncclGroupEnd");
+    return DPS_OK;
+}
+
+dps_status comm_group_broadcast(comm_group *g, void *const *bufs, size_t count,
+                                void *const *streams)
+{
+    return grouped(g, 0, bufs, count, streams);
+}
+
+dps_status comm_group_reduce(comm_group *g, void *const *bufs, size_t count, void *const *streams)
+{
+    return grouped(g, 1, bufs, count, streams);
+}

@@ -1,0 +1,25 @@
+/* For the files that implement the collectives (comm_ring.c, comm_nccl.c)
+ * and for comm.c's chooser: an implementation is one file that defines a
+ * comm_impl. A new one is that file plus one line in comm.c's list. */
+#ifndef DPS_COMM_IMPL_H
+#define DPS_COMM_IMPL_H
+
+#include "comm/comm.h"
+
+typedef struct comm_impl {
+    const char *name;
+    int (*suits)(const backend *be);   /* moves this backend's device buffers */
+    /* Fills c->ops and c->impl; collective with the other ranks. */
+    dps_status (*open)(comm *c);
+} comm_impl;
+
+extern const comm_impl comm_ring_impl;
+/* comm_async.c: the thread that runs a blocking implementation's async
+ * all-reduces in issue order (comm.c calls these). */
+dps_status comm_async_push(comm *c, void *buf, size_t n, comm_dtype dt, be_event *after) DPS_MUST_USE;
+dps_status comm_async_wait(comm *c, double *busy_ms) DPS_MUST_USE;
+void comm_async_stop(comm *c);
+
+extern const comm_impl comm_nccl_impl;
+
+#endif

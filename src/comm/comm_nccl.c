@@ -1,0 +1,208 @@
+/* NCCL on GPUs (see comm_impl.h): one rank per process, the unique id made
+ * by rank 0 and handed over in the group's region. Collectives run on the
+ * communicator's own stream. The async all-reduce is stream-ordered, as
+ * PyTorch's reducer does it: the stream waits for the gradients' event on
+ * the device, the all-reduce is enqueued between two timing events, and the
+ * host returns at once; comm_wait_async waits once for all of them. While
+ * the host waits it polls ncclCommGetAsyncError, the group's abort flag and
+ * the timeout, so a broken communicator or a dead peer ends the wait; the
+ * communicator is then aborted, never destroyed with work pending. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <nccl.h>
+
+#include "dps_config.h"
+#include "comm/comm_impl.h"
+#include "backend/cuda_check.h"
+#include "core/util.h"
+
+_Static_assert(sizeof(ncclUniqueId) <= COMM_ID_BYTES, "ncclUniqueId must fit the region's id slot");
+
+typedef struct nccl_rank {
+    ncclComm_t comm;
+    be_stream *stream;          /* the communicator's stream */
+    be_event **start, **end;    /* [cap]: timing events of the async collectives */
+    int pending, cap;           /* async collectives since the last wait */
+} nccl_rank;
+
+static nccl_rank *nccl_of(comm *c) { return c->impl; }
+static cudaStream_t native(comm *c) { return c->be->ops->native_stream(c->be, nccl_of(c)->stream); }
+static ncclDataType_t nccl_type(comm_dtype dt) { return dt == COMM_BF16 ? ncclBfloat16 : ncclFloat32; }
+
+/* Ring traffic of an all-reduce of `bytes`, each way: 2 (n - 1) / n. */
+static void count_allreduce(comm *c, size_t bytes)
+{
+    uint64_t moved = 2 * (uint64_t)bytes * (uint64_t)(c->nranks - 1) / (uint64_t)c->nranks;
+    c->bytes_sent += moved;
+    c->bytes_received += moved;
+}
+
+/* Why the wait ends, or NULL to go on waiting. */
+static const char *wait_problem(comm *c, cudaError_t q, ncclResult_t async, double start)
+{
+    if (q != cudaSuccess && q != cudaErrorNotReady) return cudaGetErrorString(q);
+    if (cuda_check_nccl_failed(async)) return ncclGetErrorString(async);
+    if (atomic_load(&c->sh->abort)) return "the group was aborted";
+    if (c->timeout_ms > 0 && dps_now_ms() - start > c->timeout_ms) return "timed out";
+    return NULL;
+}
+
+/* Waits for the communicator's stream, polling for asynchronous errors. */
+static dps_status wait_stream(comm *c, const char *what)
+{
+    double start = dps_now_ms();
+    dps_status rc = DPS_OK;
+    comm_shared_waiting(c->sh, c->rank, 1);
+    for (;;) {
+        cudaError_t q = cudaStreamQuery(native(c));
+        if (q == cudaSuccess) break;
+        ncclResult_t async = ncclSuccess;
+        ncclCommGetAsyncError(nccl_of(c)->comm, &async);
+        const char *why = wait_problem(c, q, async, start);
+        if (why) {
+            rc = dps_fail(DPS_ERR_RUNTIME, "rank %d: %s did not complete: %s", c->rank, what, why);
+            break;
+        }
+        struct timespec ts = {0, 200 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    comm_shared_waiting(c->sh, c->rank, 0);
+    return rc;
+}
+
+static dps_status nccl_allreduce_enqueue(comm *c, void *buf, size_t n, comm_dtype dt)
+{
+    NCCL_TRY(ncclAllReduce(buf, buf, n, nccl_type(dt), ncclSum, nccl_of(c)->comm, native(c)));
+    count_allreduce(c, n * comm_dtype_bytes(dt));
+    return DPS_OK;
+}
+
+static dps_status nccl_allreduce(comm *c, void *buf, size_t n, comm_dtype dt)
+{
+    DPS_TRY(nccl_allreduce_enqueue(c, buf, n, dt));
+    return wait_stream(c, "ncclAllReduce");
+}
+
+static dps_status nccl_broadcast(comm *c, void *buf, size_t bytes, int root)
+{
+    NCCL_TRY(ncclBroadcast(buf, buf, bytes, ncclChar, root, nccl_of(c)->comm, native(c)));
+    return wait_stream(c, "ncclBroadcast");
+}
+
+static dps_status nccl_reduce(comm *c, void *buf, size_t n, comm_dtype dt, int root)
+{
+    NCCL_TRY(ncclReduce(buf, buf, n, nccl_type(dt), ncclSum, root, nccl_of(c)->comm, native(c)));
+    return wait_stream(c, "ncclReduce");
+}
+
+static dps_status nccl_barrier(comm *c)
+{
+    float *one = NULL;
+    CUDA_TRY(cudaMalloc((void **)&one, sizeof *one));
+    dps_status rc = nccl_allreduce(c, one, 1, COMM_F32);
+    cudaFree(one);
+    return rc;
+}
+
+/* Timing events for the k-th async collective of a step, made once. */
+static dps_status timing_events(comm *c, int k)
+{
+    nccl_rank *nr = nccl_of(c);
+    if (k < nr->cap) return DPS_OK;
+    int cap = nr->cap ? 2 * nr->cap : 64;
+    be_event **s = realloc(nr->start, (size_t)cap * sizeof *s);
+    if (s) nr->start = s;
+    be_event **e = realloc(nr->end, (size_t)cap * sizeof *e);
+    if (e) nr->end = e;
+    if (!s || !e) return dps_fail(DPS_ERR_RUNTIME, "rank %d: out of host memory for events", c->rank);
+    for (; nr->cap < cap; nr->cap++) {
+        nr->start[nr->cap] = nr->end[nr->cap] = NULL;
+        DPS_TRY(c->be->ops->event_create(c->be, c->dev, &nr->start[nr->cap]));
+        DPS_TRY(c->be->ops->event_create(c->be, c->dev, &nr->end[nr->cap]));
+    }
+    return DPS_OK;
+}
+
+static dps_status nccl_allreduce_async(comm *c, void *buf, size_t n, comm_dtype dt, be_event *after)
+{
+    nccl_rank *nr = nccl_of(c);
+    const be_ops *o = c->be->ops;
+    int k = nr->pending;
+    DPS_TRY(timing_events(c, k));
+    DPS_TRY(o->stream_wait(c->be, nr->stream, after)); /* on the device, not the host */
+    DPS_TRY(o->event_record(c->be, nr->start[k], nr->stream));
+    DPS_TRY(nccl_allreduce_enqueue(c, buf, n, dt));
+    DPS_TRY(o->event_record(c->be, nr->end[k], nr->stream));
+    nr->pending++;
+    return DPS_OK;
+}
+
+static dps_status nccl_wait_async(comm *c, double *busy_ms)
+{
+    nccl_rank *nr = nccl_of(c);
+    int n = nr->pending;
+    nr->pending = 0;
+    if (!n) return DPS_OK;
+    DPS_TRY(wait_stream(c, "ncclAllReduce"));
+    for (int k = 0; k < n; k++) {
+        float ms = 0.0f;
+        DPS_TRY(c->be->ops->event_ms(c->be, nr->start[k], nr->end[k], &ms));
+        *busy_ms += ms;
+    }
+    return DPS_OK;
+}
+
+static void nccl_destroy(comm *c)
+{
+    nccl_rank *nr = nccl_of(c);
+    if (!nr) return;
+    if (nr->comm) {
+        if (c->failed) ncclCommAbort(nr->comm); /* pending work must not block the exit */
+        else ncclCommDestroy(nr->comm);
+    }
+    for (int k = 0; k < nr->cap; k++) {
+        if (nr->start[k]) c->be->ops->event_destroy(c->be, nr->start[k]);
+        if (nr->end[k]) c->be->ops->event_destroy(c->be, nr->end[k]);
+    }
+    free(nr->start);
+    free(nr->end);
+    if (nr->stream) c->be->ops->stream_destroy(c->be, nr->stream);
+    free(nr);
+    c->impl = NULL;
+}
+
+static const comm_ops nccl_ops = {
+    .name = "nccl",
+    .allreduce = nccl_allreduce,
+    .broadcast = nccl_broadcast,
+    .reduce = nccl_reduce,
+    .barrier = nccl_barrier,
+    .allreduce_async = nccl_allreduce_async,
+    .wait_async = nccl_wait_async,
+    .destroy = nccl_destroy,
+};
+
+static int nccl_suits(const backend *be) { return be->kind == BE_CUDA; }
+
+static dps_status nccl_open(comm *c)
+{
+    nccl_rank *nr = calloc(1, sizeof *nr);
+    if (!nr) return dps_fail(DPS_ERR_RUNTIME, "rank %d: out of host memory for NCCL", c->rank);
+    c->impl = nr;
+    c->ops = &nccl_ops;
+    ncclUniqueId id;
+    memset(&id, 0, sizeof id);
+    if (c->rank == 0) NCCL_TRY(ncclGetUniqueId(&id));
+    DPS_TRY(comm_shared_exchange_id(c->sh, c->rank, &id, sizeof id, c->timeout_ms));
+    DPS_TRY(c->be->ops->set_device(c->be, c->dev));
+    DPS_TRY(c->be->ops->stream_create(c->be, c->dev, &nr->stream));
+    char name[32];
+    snprintf(name, sizeof name, "comm-%d", c->dev);
+    c->be->ops->name_stream(c->be, nr->stream, name);
+    NCCL_TRY(ncclCommInitRank(&nr->comm, c->nranks, id, c->rank));
+    return DPS_OK;
+}
+
+const comm_impl comm_nccl_impl = {"nccl", nccl_suits, nccl_open};

@@ -1,0 +1,65 @@
+/* The group's shared region (see comm_shared.h): layout, abort and the
+ * rendezvous of rank 0's id. */
+#include <limits.h>
+#include <linux/futex.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "comm/comm_shared.h"
+#include "core/util.h"
+
+static size_t header_bytes(void) { return (sizeof(comm_shared) + 63) & ~(size_t)63; }
+
+size_t comm_shared_bytes(int nranks)
+{
+    return header_bytes() + (size_t)nranks * 2 * COMM_SLOT_BYTES;
+}
+
+void comm_shared_init(comm_shared *sh, int nranks)
+{
+    memset(sh, 0, sizeof *sh);
+    sh->nranks = nranks;
+    sh->data_offset = header_bytes();
+}
+
+int comm_shared_abort(comm_shared *sh)
+{
+    int was = atomic_exchange(&sh->abort, 1);
+    for (int r = 0; r < sh->nranks; r++) {
+        syscall(SYS_futex, &sh->box[r].seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+        syscall(SYS_futex, &sh->box[r].ack, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+    }
+    return was;
+}
+
+void comm_shared_waiting(comm_shared *sh, int rank, int on)
+{
+    atomic_store(&sh->box[rank].waiting, on);
+}
+
+dps_status comm_shared_exchange_id(comm_shared *sh, int rank, void *id, size_t bytes,
+                                   double timeout_ms)
+{
+    if (bytes > COMM_ID_BYTES)
+        return dps_fail(DPS_ERR_RUNTIME, "a rendezvous id of %zu bytes does not fit the %d-byte slot",
+                        bytes, COMM_ID_BYTES);
+    if (rank == 0) {
+        memcpy(sh->id, id, bytes);
+        atomic_store(&sh->id_ready, 1);
+        return DPS_OK;
+    }
+    double start = dps_now_ms();
+    while (!atomic_load(&sh->id_ready)) {
+        if (atomic_load(&sh->abort))
+            return dps_fail(DPS_ERR_RUNTIME, "rank %d: aborted while waiting for rank 0's id", rank);
+        if (timeout_ms > 0 && dps_now_ms() - start > timeout_ms)
+            return dps_fail(DPS_ERR_TIMEOUT, "rank %d: no id from rank 0 within %.0f ms", rank,
+                            timeout_ms);
+        struct timespec ts = {0, 200 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    memcpy(id, sh->id, bytes);
+    return DPS_OK;
+}

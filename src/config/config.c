@@ -1,0 +1,209 @@
+/* Configuration defaults, names and identities, and the result record of a
+ * configuration (see config.h). */
+#include <inttypes.h>
+#include <math.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dps_config.h"
+#include "config/config.h"
+#include "config/settings.h"
+#include "core/util.h"
+
+void config_optimizer_defaults(dps_config *c)
+{
+    c->hp.step = 0;
+    if (c->optimizer == OPT_SGD) {
+        c->hp.lr = 0.01f;
+        c->hp.momentum = 0.9f;
+        c->hp.weight_decay = 0.0f;
+    } else {
+        c->hp.lr = 1e-3f;
+        c->hp.beta1 = 0.9f;
+        c->hp.beta2 = 0.999f;
+        c->hp.eps = 1e-8f;
+        c->hp.weight_decay = 0.01f;
+    }
+}
+
+void config_defaults(dps_config *c)
+{
+    const settings_entry *t = settings_table;
+    memset(c, 0, sizeof *c);
+    c->be.kind = (be_kind)t[SET_BACKEND].def.i;
+    c->be.host_devices = (int)t[SET_HOST_DEVICES].def.i;
+    c->mode = (dps_mode)t[SET_MODE].def.i;
+    c->ngpus = (int)t[SET_GPUS].def.i;
+    const model_preset *p = model_find_preset(t[SET_MODEL].def_text);
+    dps_strlcpy(c->model, p->name, sizeof c->model);
+    c->shape = p->shape;
+    c->global_batch = 0; /* from the preset at validation */
+    c->precision = (dps_precision)t[SET_PRECISION].def.i;
+    c->optimizer = (dps_optimizer)t[SET_OPTIMIZER].def.i;
+    config_optimizer_defaults(c);
+    c->steps = (int)t[SET_STEPS].def.i;
+    c->warmup = (int)t[SET_WARMUP].def.i;
+    c->seed = (uint64_t)t[SET_SEED].def.i;
+    c->bucket_mb = t[SET_BUCKET_MB].def.x;
+    c->first_bucket_mb = t[SET_FIRST_BUCKET_MB].def.x;
+    c->overlap = (int)t[SET_OVERLAP].def.i;
+    c->timeout_s = t[SET_TIMEOUT].def.x;
+    c->dp_comm = (dps_dp_comm)t[SET_DP_COMM].def.i;
+    c->fault_rank = -1;
+    c->profile_first = c->profile_last = -1;
+    dps_strlcpy(c->out_dir, t[SET_OUT].def_text, sizeof c->out_dir);
+}
+
+dps_status config_profile_hook(const dps_config *c, backend *be, int step, int before)
+{
+    if (c->profile_first < 0) return DPS_OK;
+    if (before && step == c->profile_first) return be->ops->profile(be, 1);
+    if (!before && step == c->profile_last) return be->ops->profile(be, 0);
+    return DPS_OK;
+}
+
+int config_shares_device(const dps_config *c)
+{
+    for (int i = 0; i < c->ngpus; i++)
+        for (int j = 0; j < i; j++)
+            if (c->devices[i] == c->devices[j]) return 1;
+    return 0;
+}
+
+int config_batch_per_gpu(const dps_config *c)
+{
+    return (c->global_batch + c->ngpus - 1) / c->ngpus;
+}
+
+void config_id(const dps_config *c, char *buf, size_t len)
+{
+    int n = snprintf(buf, len, "%s%s-%s-%s-%s-g%d-b%d", dps_mode_name(c->mode),
+                     c->mode == MODE_DP && c->dp_comm == DPCOMM_P2P ? "-p2p" : "", c->model,
+                     dps_precision_name(c->precision), dps_optimizer_name(c->optimizer),
+                     c->ngpus, c->global_batch);
+    if (c->strong && n > 0 && (size_t)n < len) n += snprintf(buf + n, len - (size_t)n, "-strong");
+    if (c->mode == MODE_DDP && n > 0 && (size_t)n < len)
+        snprintf(buf + n, len - (size_t)n, "-bk%g%s%s%s", c->bucket_mb,
+                 c->first_bucket_mb != 1.0 ? "-fb" : "", c->overlap ? "" : "-nooverlap",
+                 c->grad_view ? "-view" : "");
+}
+
+dps_status train_result_init(train_result *r, const dps_config *c, int nranks)
+{
+    memset(r, 0, sizeof *r);
+    r->nranks = nranks;
+    r->check = -1;
+    for (int i = 0; i < DPS_MAX_DEVICES; i++) /* not sampled unless NVML says otherwise */
+        r->dev[i].nvml_pcie_tx = r->dev[i].nvml_pcie_rx = r->dev[i].nvml_nvlink_tx =
+            r->dev[i].nvml_nvlink_rx = NAN;
+    r->step_ms = calloc((size_t)c->steps, sizeof *r->step_ms);
+    r->rank_step_ms = calloc((size_t)c->steps * (size_t)nranks, sizeof *r->rank_step_ms);
+    r->phase_ms = calloc((size_t)c->steps * (size_t)nranks * PH_COUNT, sizeof *r->phase_ms);
+    r->loss = calloc((size_t)(c->steps + c->warmup), sizeof *r->loss);
+    if (!r->step_ms || !r->rank_step_ms || !r->phase_ms || !r->loss) {
+        train_result_free(r);
+        return dps_fail(DPS_ERR_RUNTIME, "out of host memory for the step records");
+    }
+    return DPS_OK;
+}
+
+void train_result_free(train_result *r)
+{
+    free(r->step_ms);
+    free(r->rank_step_ms);
+    free(r->phase_ms);
+    free(r->loss);
+    free(r->final_params);
+    r->step_ms = NULL;
+    r->rank_step_ms = NULL;
+    r->phase_ms = NULL;
+    r->loss = NULL;
+    r->final_params = NULL;
+}
+
+float *train_result_phases(train_result *r, int step, int rank)
+{
+    return r->phase_ms + ((size_t)step * (size_t)r->nranks + (size_t)rank) * PH_COUNT;
+}
+
+static dps_status check_devices(const dps_config *c, const backend *be)
+{
+    if (c->ngpus > be->ndev)
+        return dps_fail(DPS_ERR_USAGE, "--gpus %d: the %s backend has %d device%s%s", c->ngpus,
+                        be->ops->name, be->ndev, be->ndev == 1 ? "" : "s",
+                        be->kind == BE_HOST ? " (see --host-devices)" : "");
+    for (int i = 0; i < c->ngpus; i++) {
+        if (c->devices[i] >= be->ndev)
+            return dps_fail(DPS_ERR_USAGE, "--devices: device %d does not exist; the %s backend "
+                            "has devices 0..%d", c->devices[i], be->ops->name, be->ndev - 1);
+        for (int j = 0; j < i; j++)
+            if (c->devices[j] == c->devices[i] &&
+                !(be->kind == BE_CUDA && c->mode == MODE_DP && c->dp_comm != DPCOMM_NCCL))
+                return dps_fail(DPS_ERR_USAGE, "--devices: device %d is listed twice (only dp "
+                                "on the cuda backend with --dp-comm p2p runs several replicas "
+                                "on one GPU)", c->devices[i]);
+    }
+    return DPS_OK;
+}
+
+/* Rows of the global batch and the largest buffer must fit the GEMM's int
+ * dimensions and size_t. */
+static dps_status check_sizes(const dps_config *c)
+{
+    int64_t rows = (int64_t)c->global_batch * c->shape.tokens;
+    int64_t widest = c->shape.width > c->shape.classes ? c->shape.width : c->shape.classes;
+    if (rows > INT_MAX || rows * widest > ((int64_t)1 << 40))
+        return dps_fail(DPS_ERR_USAGE, "--batch %d with %d tokens and width %" PRId64 ": the "
+                        "batch is too large (batch x tokens x width must stay under 2^40)",
+                        c->global_batch, c->shape.tokens, widest);
+    if ((int64_t)c->shape.width * widest > ((int64_t)1 << 34))
+        return dps_fail(DPS_ERR_USAGE, "--width %d --classes %d: the model is too large",
+                        c->shape.width, c->shape.classes);
+    return DPS_OK;
+}
+
+static dps_status check_ddp(const dps_config *c)
+{
+    if (c->mode == MODE_DP) {
+        if (c->fault_rank >= 0)
+            return dps_fail(DPS_ERR_USAGE, "--inject-fault: only the ddp mode has ranks to fail "
+                            "(add --mode ddp)");
+        return DPS_OK;
+    }
+    if (c->global_batch < c->ngpus)
+        return dps_fail(DPS_ERR_USAGE, "--batch %d: ddp gives every one of the %d ranks at least "
+                        "one sample; use a batch of at least %d", c->global_batch, c->ngpus, c->ngpus);
+    if (c->fault_rank >= c->ngpus)
+        return dps_fail(DPS_ERR_USAGE, "--inject-fault %d:...: there are only ranks 0..%d",
+                        c->fault_rank, c->ngpus - 1);
+    if (c->fault_rank >= 0 && c->fault_step >= c->warmup + c->steps)
+        return dps_fail(DPS_ERR_USAGE, "--inject-fault ...:%d:...: the run has steps 0..%d "
+                        "(warm-up included)", c->fault_step, c->warmup + c->steps - 1);
+    return DPS_OK;
+}
+
+dps_status config_check(const dps_config *c, const backend *be)
+{
+    DPS_TRY(check_devices(c, be));
+    if (c->profile_last >= c->warmup + c->steps)
+        return dps_fail(DPS_ERR_USAGE, "--profile-steps %d:%d: the run has steps 0..%d "
+                        "(warm-up included)", c->profile_first, c->profile_last,
+                        c->warmup + c->steps - 1);
+    if (c->dp_comm == DPCOMM_NCCL && (be->kind != BE_CUDA || c->mode != MODE_DP))
+        return dps_fail(DPS_ERR_USAGE, "--dp-comm nccl: only dp on the cuda backend uses it");
+#ifndef DPS_HAVE_NCCL
+    if (c->dp_comm == DPCOMM_NCCL)
+        return dps_fail(DPS_ERR_USAGE, "--dp-comm nccl: this dpscale was built without NCCL");
+    if (be->kind == BE_CUDA && c->mode == MODE_DDP && c->ngpus > 1)
+        return dps_fail(DPS_ERR_USAGE, "--mode ddp --gpus %d: ddp across GPUs needs NCCL, and "
+                        "this dpscale was built without it (-Dnccl_path=DIR); use --gpus 1 or "
+                        "--mode dp", c->ngpus);
+#endif
+    if (c->precision == PREC_BF16 && be->kind == BE_HOST)
+        return dps_fail(DPS_ERR_USAGE, "--precision bf16: the host backend computes in fp32 "
+                        "only; use --precision fp32 or --backend cuda");
+    DPS_TRY(check_sizes(c));
+    return check_ddp(c);
+}

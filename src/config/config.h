@@ -1,0 +1,104 @@
+/* What one configuration is (dps_config) and what running it produced
+ * (train_result); the names of its choices are in names.h. */
+#ifndef DPS_CONFIG_H
+#define DPS_CONFIG_H
+
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "model/model.h"
+#include "core/names.h"
+
+
+
+
+#define DPS_PATH_MAX 1024
+#define DPS_NAME_MAX 128
+
+typedef struct dps_config {
+    be_options be;
+    dps_mode mode;
+    int ngpus;
+    int devices[DPS_MAX_DEVICES];
+    char model[DPS_NAME_MAX];
+    model_shape shape;
+    int global_batch;         /* samples per step, all devices together */
+    int strong;               /* sweeps: strong scaling (global batch fixed over GPU counts) */
+    dps_precision precision;
+    dps_optimizer optimizer;
+    dps_opt_hparams hp;
+    int steps, warmup;
+    uint64_t seed;
+    int check;
+    int gemm_ref;             /* time the step's GEMMs alone for comparison */
+    double bucket_mb;         /* ddp: bucket cap */
+    double first_bucket_mb;   /* ddp: cap of the first bucket */
+    int overlap;              /* ddp: all-reduce during backward */
+    int grad_view;            /* ddp: gradients are views into the buckets */
+    double timeout_s;         /* ddp: a step (or set-up) longer than this ends the group */
+    int fault_rank, fault_step; /* ddp: --inject-fault, rank -1 = none */
+    int profile_first, profile_last; /* --profile-steps A:B, -1 = none */
+    int no_nvml;              /* --no-nvml: no sampler thread */
+    dps_dp_comm dp_comm;
+    dps_fault fault_kind;
+    char out_dir[DPS_PATH_MAX];
+    char name[DPS_NAME_MAX];
+} dps_config;
+
+/* Fills the defaults of settings.c's table (small preset, dp, 1 device, fp32,
+ * SGD, host capacity off). */
+void config_defaults(dps_config *c);
+/* Starts or stops the profiler's capture range around step `step` (call
+ * with before = 1 ahead of the step, 0 after it). */
+dps_status config_profile_hook(const dps_config *c, backend *be, int step, int before);
+/* Whether a device is listed twice (dp replicas sharing one GPU). */
+int config_shares_device(const dps_config *c);
+/* Samples on the most loaded device: ceil(global / ngpus), torch.chunk's size. */
+int config_batch_per_gpu(const dps_config *c);
+/* Stable identity of a configuration, e.g. "dp-tiny-fp32-sgd-g4-b32". */
+void config_id(const dps_config *c, char *buf, size_t len);
+/* Checks a configuration against the backend: device count and indices,
+ * precision, sizes, ddp's constraints. DPS_ERR_USAGE with a one-line message. */
+dps_status config_check(const dps_config *c, const backend *be);
+/* Optimizer defaults as PyTorch's (lr per optimizer). */
+void config_optimizer_defaults(dps_config *c);
+
+/* Per device: memory peaks and bytes moved per timed step. */
+typedef struct dev_stats {
+    int dev;                          /* backend device index */
+    char name[128];
+    uint64_t alloc_peak, device_peak, capacity;
+    uint64_t device_base;             /* device's used memory before the run allocated */
+    double phase_bytes[PH_COUNT];     /* per step, sent + received */
+    double link_bytes[LINK_COUNT];    /* per step */
+    /* NVML over the whole configuration (NaN / 0 where not sampled) */
+    double nvml_pcie_tx, nvml_pcie_rx, nvml_nvlink_tx, nvml_nvlink_rx;
+    unsigned sm_clock_min_mhz, sm_clock_max_mhz;
+    unsigned long long throttle_reasons;
+    int nvml_clock;                   /* the clock fields were sampled */
+} dev_stats;
+
+typedef struct train_result {
+    dps_status status;
+    char error[DPS_ERRMSG_MAX];
+    int nranks;            /* devices (dp) or ranks (ddp) with records */
+    int steps_done;        /* timed steps completed */
+    double *step_ms;       /* [steps] slowest rank's step time */
+    double *rank_step_ms;  /* [steps][nranks] each rank's own (dp: the step's) */
+    float *phase_ms;       /* [steps][nranks][PH_COUNT] */
+    float *loss;           /* [warmup + steps] */
+    int losses_done;
+    dev_stats dev[DPS_MAX_DEVICES];
+    float *final_params;   /* host copy after training, for --check */
+    size_t nparams;
+    int check;             /* -1 not run, 0 failed, 1 passed */
+    double check_max_rel_diff;
+    double gemm_ref_tflops; /* 0 when not measured */
+    double allreduce_bytes; /* per step and rank (ddp) */
+} train_result;
+
+dps_status train_result_init(train_result *r, const dps_config *c, int nranks);
+void train_result_free(train_result *r);
+float *train_result_phases(train_result *r, int step, int rank);
+
+#endif

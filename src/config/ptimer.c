@@ -1,0 +1,91 @@
+/* Phase timers on backend events (see ptimer.h). */
+#include <string.h>
+
+#include "config/ptimer.h"
+
+dps_status ptimer_init(phase_timer *t, backend *be, int nslots, const int *devs,
+                       be_stream *const *streams)
+{
+    memset(t, 0, sizeof *t);
+    t->be = be;
+    t->nslots = nslots;
+    for (int s = 0; s < nslots; s++) {
+        t->stream[s] = streams[s];
+        t->dev[s] = devs[s];
+        for (int p = 0; p < PH_COUNT; p++)
+            for (int k = 0; k < 2; k++) {
+                dps_status rc = be->ops->event_create(be, devs[s], &t->ev[s][p][k]);
+                if (rc) {
+                    ptimer_free(t);
+                    return rc;
+                }
+            }
+    }
+    return DPS_OK;
+}
+
+void ptimer_free(phase_timer *t)
+{
+    for (int s = 0; s < t->nslots; s++)
+        for (int p = 0; p < PH_COUNT; p++)
+            for (int k = 0; k < 2; k++)
+                for (int on = 0; on < 2; on++) {
+                    be_event *e = on ? t->ev_on[s][p][k] : t->ev[s][p][k];
+                    if (e) t->be->ops->event_destroy(t->be, e);
+                }
+    memset(t->ev, 0, sizeof t->ev);
+    memset(t->ev_on, 0, sizeof t->ev_on);
+}
+
+void ptimer_reset(phase_timer *t)
+{
+    memset(t->used, 0, sizeof t->used);
+    memset(t->on_other, 0, sizeof t->on_other);
+}
+
+dps_status ptimer_begin(phase_timer *t, int slot, dps_phase ph)
+{
+    t->used[slot][ph] = 1;
+    return t->be->ops->event_record(t->be, t->ev[slot][ph][0], t->stream[slot]);
+}
+
+dps_status ptimer_end(phase_timer *t, int slot, dps_phase ph)
+{
+    return t->be->ops->event_record(t->be, t->ev[slot][ph][1], t->stream[slot]);
+}
+
+/* Events of (slot, ph) on slot `where`'s device: an event is recorded
+ * only on a stream of its own device. Made on first use. */
+static dps_status events_on(phase_timer *t, int slot, dps_phase ph, int where)
+{
+    for (int k = 0; k < 2; k++)
+        if (!t->ev_on[slot][ph][k])
+            DPS_TRY(t->be->ops->event_create(t->be, t->dev[where], &t->ev_on[slot][ph][k]));
+    return DPS_OK;
+}
+
+dps_status ptimer_begin_on(phase_timer *t, int slot, dps_phase ph, int where)
+{
+    if (where == slot) return ptimer_begin(t, slot, ph);
+    DPS_TRY(events_on(t, slot, ph, where));
+    t->used[slot][ph] = 1;
+    t->on_other[slot][ph] = 1;
+    return t->be->ops->event_record(t->be, t->ev_on[slot][ph][0], t->stream[where]);
+}
+
+dps_status ptimer_end_on(phase_timer *t, int slot, dps_phase ph, int where)
+{
+    if (where == slot) return ptimer_end(t, slot, ph);
+    return t->be->ops->event_record(t->be, t->ev_on[slot][ph][1], t->stream[where]);
+}
+
+dps_status ptimer_read(phase_timer *t, int slot, float *ms)
+{
+    for (int p = 0; p < PH_COUNT; p++) {
+        ms[p] = 0.0f;
+        if (!t->used[slot][p]) continue;
+        be_event *const *ev = t->on_other[slot][p] ? t->ev_on[slot][p] : t->ev[slot][p];
+        DPS_TRY(t->be->ops->event_ms(t->be, ev[0], ev[1], &ms[p]));
+    }
+    return DPS_OK;
+}

@@ -1,0 +1,231 @@
+/* The settings table (see settings.h): every option and suite key once, with
+ * its limits, words, default and help; lookups and the options part of --help. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "config/config.h"
+#include "config/settings.h"
+#include "core/util.h"
+
+#define WORDS(w) .words = (w), .nwords = (int)(sizeof(w) / sizeof((w)[0]))
+#define DEFAULT_INT(v) .has_default = 1, .def = {.i = (v)}
+#define DEFAULT_NUMBER(v) .has_default = 1, .def = {.x = (v)}
+#define DEFAULT_TEXT(t) .has_default = 1, .def_text = (t)
+
+static const char *const overlap_words[] = {"off", "on"};
+
+/* --help prints the entries with a flag in this order; suite-only keys have none. */
+const settings_entry settings_table[SET_COUNT] = {
+    [SET_BACKEND] = {
+        .flag = "backend", .type = SETTINGS_WORD, WORDS(be_kind_names), DEFAULT_INT(BE_AUTO),
+        .help = "device backend; auto: cuda when a GPU is visible, else host"},
+    [SET_MODE] = {
+        .flag = "mode", .key = "modes", .type = SETTINGS_WORD, WORDS(dps_mode_names),
+        .cli_max = MODE_COUNT, .suite_max = MODE_COUNT, DEFAULT_INT(MODE_DP),
+        .help = "dp = DataParallel, ddp = DistributedDataParallel; sweep: a list, both if not given"},
+    [SET_GPUS] = {
+        .flag = "gpus", .key = "gpus", .type = SETTINGS_INT, .lo = 1, .hi = DPS_MAX_DEVICES,
+        .cli_max = SETTINGS_MAX_LIST, .suite_max = SETTINGS_MAX_LIST, DEFAULT_INT(1),
+        .metavar = "N",
+        .help = "number of devices; sweep: a list, 1,2,4,... up to the devices if not given"},
+    [SET_DEVICES] = {
+        .flag = "devices", .type = SETTINGS_INT, .lo = 0, .hi = DPS_MAX_DEVICES - 1,
+        .cli_max = DPS_MAX_DEVICES, .metavar = "LIST",
+        .help = "device indices, e.g. 0,2,3; implies --gpus"},
+    [SET_MODEL] = {
+        .flag = "model", .key = "models", .type = SETTINGS_PRESET,
+        .cli_max = SETTINGS_MAX_LIST, .suite_max = SETTINGS_MAX_LIST, DEFAULT_TEXT("small"),
+        .metavar = "PRESET", .help = "model preset (see `dpscale info`); sweep: a list"},
+    [SET_LAYERS] = {
+        .flag = "layers", .type = SETTINGS_INT, .lo = 0, .hi = 4096, .metavar = "N",
+        .help = "override: hidden layers"},
+    [SET_WIDTH] = {
+        .flag = "width", .type = SETTINGS_INT, .lo = 1, .hi = 65536, .metavar = "N",
+        .help = "override: hidden width"},
+    [SET_TOKENS] = {
+        .flag = "tokens", .type = SETTINGS_INT, .lo = 1, .hi = 1 << 20, .metavar = "N",
+        .help = "override: tokens (rows) per sample"},
+    [SET_CLASSES] = {
+        .flag = "classes", .type = SETTINGS_INT, .lo = 2, .hi = 1 << 20, .metavar = "N",
+        .help = "override: classifier outputs"},
+    [SET_BATCH] = { /* the suite's global_batch: `batch` there is SET_SCALING */
+        .flag = "batch", .key = "global_batch", .type = SETTINGS_INT, .lo = 1, .hi = 1 << 24,
+        .metavar = "N",
+        .help = "global batch in samples; default: the preset's per-device batch x gpus"},
+    [SET_BATCH_PER_GPU] = {
+        .flag = "batch-per-gpu", .key = "batch_per_gpu", .type = SETTINGS_INT,
+        .lo = 1, .hi = 1 << 24, .metavar = "N",
+        .help = "samples per device; global batch = N x gpus"},
+    [SET_SCALING] = {
+        .key = "batch", .type = SETTINGS_WORD, WORDS(dps_scaling_names), .suite_max = 2,
+        DEFAULT_INT(0),
+        .help = "sweep: weak (per-device batch fixed) or strong scaling (global batch fixed)"},
+    [SET_PRECISION] = {
+        .flag = "precision", .key = "precisions", .type = SETTINGS_WORD,
+        WORDS(dps_precision_names), .suite_max = PREC_COUNT, DEFAULT_INT(PREC_FP32),
+        .help = "compute precision; bf16 needs the cuda backend"},
+    [SET_OPTIMIZER] = {
+        .flag = "optimizer", .key = "optimizers", .type = SETTINGS_WORD,
+        WORDS(dps_optimizer_names), .suite_max = OPT_COUNT, DEFAULT_INT(OPT_SGD),
+        .help = "SGD with momentum or AdamW, with PyTorch's default hyperparameters"},
+    [SET_LR] = {
+        .flag = "lr", .type = SETTINGS_NUMBER, .lo = 0, .hi = 10, .metavar = "X",
+        .help = "learning rate; default: the optimizer's"},
+    [SET_STEPS] = {
+        .flag = "steps", .key = "steps", .type = SETTINGS_INT, .lo = 1, .hi = 10000000,
+        DEFAULT_INT(20), .metavar = "N", .help = "timed steps"},
+    [SET_WARMUP] = {
+        .flag = "warmup", .key = "warmup", .type = SETTINGS_INT, .lo = 0, .hi = 1000000,
+        DEFAULT_INT(3), .metavar = "N", .help = "untimed warm-up steps"},
+    [SET_SEED] = {
+        .flag = "seed", .type = SETTINGS_INT, .lo = 0, .hi = INT64_MAX, DEFAULT_INT(1234),
+        .metavar = "N", .help = "seed of initialisation and data"},
+    [SET_DEVICE_MEM] = {
+        .flag = "device-mem", .key = "device_mem", .type = SETTINGS_BYTES,
+        .lo = 1, .hi = (int64_t)1 << 50, .metavar = "BYTES",
+        .help = "host backend: capacity per device, K/M/G/T suffixes; default: unlimited"},
+    [SET_HOST_DEVICES] = {
+        .flag = "host-devices", .type = SETTINGS_INT, .lo = 1, .hi = DPS_MAX_DEVICES,
+        DEFAULT_INT(8), .metavar = "N", .help = "host backend: number of emulated devices"},
+    [SET_DP_COMM] = {
+        .flag = "dp-comm", .type = SETTINGS_WORD, WORDS(dps_dp_comm_names),
+        DEFAULT_INT(DPCOMM_AUTO),
+        .help = "dp on GPUs: NCCL broadcast/reduce, or peer copies + reduce-add"},
+    [SET_BUCKET_MB] = {
+        .flag = "bucket-mb", .key = "bucket_mb", .type = SETTINGS_NUMBER, .lo = 0, .hi = 65536,
+        .suite_max = SETTINGS_MAX_LIST, DEFAULT_NUMBER(25.0), .metavar = "X",
+        .help = "ddp: gradient bucket cap in MiB"},
+    [SET_FIRST_BUCKET_MB] = {
+        .flag = "first-bucket-mb", .type = SETTINGS_NUMBER, .lo = 0, .hi = 65536,
+        DEFAULT_NUMBER(1.0), .metavar = "X", .help = "ddp: cap of the first bucket in MiB"},
+    [SET_NO_OVERLAP] = {
+        .flag = "no-overlap", .type = SETTINGS_FLAG,
+        .help = "ddp: all-reduce after backward instead of during it"},
+    [SET_OVERLAP] = {
+        .key = "overlap", .type = SETTINGS_WORD, WORDS(overlap_words), .suite_max = 2,
+        DEFAULT_INT(1), .help = "ddp: all-reduce during backward (on) or after it (off)"},
+    [SET_GRAD_VIEW] = {
+        .flag = "grad-as-bucket-view", .type = SETTINGS_FLAG,
+        .help = "ddp: gradients are views into the buckets (no copy)"},
+    [SET_TIMEOUT] = {
+        .flag = "timeout", .type = SETTINGS_NUMBER, .lo = 0, .hi = 1000000,
+        DEFAULT_NUMBER(300.0), .metavar = "SECONDS",
+        .help = "a ddp or comm-bench step (ranks end), or dp's NCCL work, longer than this fails"},
+    [SET_INJECT_FAULT] = {
+        .flag = "inject-fault", .type = SETTINGS_FAULT, .lo = 0, .hi = 100000000,
+        WORDS(dps_fault_names), .metavar = "R:S:",
+        .help = "ddp: rank R exits or hangs at step S (0-based, warm-up included)"},
+    [SET_RESUME] = {
+        .flag = "resume", .type = SETTINGS_FLAG,
+        .help = "sweep: skip configurations already in the folder (default folder: OUT/latest)"},
+    [SET_FILTER] = {
+        .flag = "filter", .type = SETTINGS_TEXT, .hi = SETTINGS_PATTERN_MAX - 1,
+        .metavar = "PATTERN",
+        .help = "sweep: only configuration ids containing PATTERN (or matching a glob)"},
+    [SET_DRY_RUN] = {
+        .flag = "dry-run", .type = SETTINGS_FLAG,
+        .help = "sweep: list the configurations, run nothing"},
+    [SET_NO_LINKS] = {
+        .flag = "no-links", .type = SETTINGS_FLAG,
+        .help = "sweep: do not measure the link matrix (links.csv) first"},
+    [SET_CONFIG_TIMEOUT] = {
+        .flag = "config-timeout", .type = SETTINGS_NUMBER, .lo = 0, .hi = 1000000,
+        DEFAULT_NUMBER(3600.0), .metavar = "SECONDS",
+        .help = "sweep: kill a configuration running longer"},
+    [SET_SIZES] = {
+        .flag = "sizes", .type = SETTINGS_BYTES, .lo = 4, .hi = (int64_t)1 << 34, .multiple = 4,
+        .cli_max = SETTINGS_MAX_LIST, .metavar = "LIST",
+        .help = "comm-bench: message sizes, e.g. 1M,16M,64M; links: the copy size"},
+    [SET_NO_TRACE] = {
+        .flag = "no-trace", .type = SETTINGS_FLAG,
+        .help = "no NVTX ranges (to measure what they cost)"},
+    [SET_NO_NVML] = {
+        .flag = "no-nvml", .type = SETTINGS_FLAG,
+        .help = "no NVML sampler thread (to measure what it costs)"},
+    [SET_PROFILE_STEPS] = {
+        .flag = "profile-steps", .type = SETTINGS_STEP_RANGE, .lo = 0, .hi = 100000000,
+        .metavar = "A:B",
+        .help = "profiler capture range: steps A to B (0-based, warm-up included)"},
+    [SET_CHECK] = {
+        .flag = "check", .type = SETTINGS_FLAG,
+        .help = "compare the final parameters with single-device training"},
+    [SET_GEMM_REF] = {
+        .flag = "gemm-ref", .type = SETTINGS_FLAG,
+        .help = "also time the step's GEMMs alone on device 0 (gemm_ref_tflops)"},
+    [SET_OUT] = {
+        .flag = "out", .type = SETTINGS_TEXT, .hi = DPS_PATH_MAX - 1, DEFAULT_TEXT("results"),
+        .metavar = "DIR", .help = "results root"},
+    [SET_NAME] = {
+        .flag = "name", .type = SETTINGS_FOLDER_NAME, .hi = DPS_NAME_MAX - 1, .metavar = "NAME",
+        .help = "results folder under --out; default <date>-<time>-<host>"},
+    [SET_HELP] = {.flag = "help", .letter = 'h', .type = SETTINGS_FLAG, .help = "show this help"},
+    [SET_VERSION] = {
+        .flag = "version", .letter = 'V', .type = SETTINGS_FLAG, .help = "show the version"},
+};
+
+int settings_find_key(const char *key)
+{
+    for (int id = 0; id < SET_COUNT; id++)
+        if (settings_table[id].key && strcmp(settings_table[id].key, key) == 0) return id;
+    return -1;
+}
+
+void settings_join_words(const settings_entry *e, const char *sep, char *buf, size_t len)
+{
+    buf[0] = '\0';
+    for (int i = 0; i < e->nwords; i++) {
+        size_t used = strlen(buf);
+        snprintf(buf + used, len - used, "%s%s", i ? sep : "", e->words[i]);
+    }
+}
+
+/* "1..64", "above 0, at most 10", "4..16G, multiples of 4"; "" where none. */
+static void range_text(const settings_entry *e, char *buf, size_t len)
+{
+    char lo[32], hi[32], multiple[48] = "";
+    buf[0] = '\0';
+    if (e->type == SETTINGS_INT && e->hi == INT64_MAX) {
+        snprintf(buf, len, "%" PRId64 " or more", e->lo);
+    } else if (e->type == SETTINGS_INT) {
+        snprintf(buf, len, "%" PRId64 "..%" PRId64, e->lo, e->hi);
+    } else if (e->type == SETTINGS_NUMBER) {
+        snprintf(buf, len, "above %" PRId64 ", at most %" PRId64, e->lo, e->hi);
+    } else if (e->type == SETTINGS_BYTES) {
+        if (e->multiple) snprintf(multiple, sizeof multiple, ", multiples of %" PRId64, e->multiple);
+        snprintf(buf, len, "%s..%s%s", dps_fmt_bytes_suffix((uint64_t)e->lo, lo, sizeof lo),
+                 dps_fmt_bytes_suffix((uint64_t)e->hi, hi, sizeof hi), multiple);
+    }
+}
+
+/* The default as the option would be written: "20", "25", "auto", "small"; "" where none. */
+static void default_text(const settings_entry *e, char *buf, size_t len)
+{
+    buf[0] = '\0';
+    if (!e->has_default) return;
+    if (e->def_text) snprintf(buf, len, "%s", e->def_text);
+    else if (e->type == SETTINGS_WORD) snprintf(buf, len, "%s", e->words[e->def.i]);
+    else if (e->type == SETTINGS_NUMBER) snprintf(buf, len, "%g", e->def.x);
+    else snprintf(buf, len, "%" PRId64, e->def.i);
+}
+
+/* One option's line: flag, metavar (words appended), help, then [range; default]. */
+static void print_option(FILE *f, const settings_entry *e)
+{
+    char words[96], left[128], range[64], def[64], notes[160] = "";
+    settings_join_words(e, "|", words, sizeof words);
+    const char *meta = e->metavar ? e->metavar : "";
+    snprintf(left, sizeof left, "--%s%s%s%s", e->flag, *meta || *words ? " " : "", meta, words);
+    range_text(e, range, sizeof range);
+    default_text(e, def, sizeof def);
+    if (*range || *def)
+        snprintf(notes, sizeof notes, " [%s%s%s%s]", range, *range && *def ? "; " : "",
+                 *def ? "default " : "", def);
+    fprintf(f, "  %-28s %s%s\n", left, e->help, notes);
+}
+
+void settings_print_options(FILE *f)
+{
+    for (int id = 0; id < SET_COUNT; id++)
+        if (settings_table[id].flag) print_option(f, &settings_table[id]);
+}

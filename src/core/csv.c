@@ -1,0 +1,172 @@
+/* CSV writer (see csv.h). */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/csv.h"
+
+void csv_init(csv_buf *b) { memset(b, 0, sizeof *b); }
+
+void csv_free(csv_buf *b)
+{
+    free(b->data);
+    memset(b, 0, sizeof *b);
+}
+
+static void put(csv_buf *b, const char *s, size_t n)
+{
+    if (b->oom) return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->len + n + 1) cap *= 2;
+        char *d = realloc(b->data, cap);
+        if (!d) {
+            b->oom = 1;
+            return;
+        }
+        b->data = d;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, s, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+}
+
+static void sep(csv_buf *b)
+{
+    if (b->col++) put(b, ",", 1);
+}
+
+void csv_str(csv_buf *b, const char *s)
+{
+    sep(b);
+    if (!s) return;
+    size_t n = strlen(s);
+    int quote = n && (s[0] == ' ' || s[n - 1] == ' ');
+    for (size_t i = 0; i < n && !quote; i++)
+        if (s[i] == ',' || s[i] == '"' || s[i] == '\n' || s[i] == '\r') quote = 1;
+    if (!quote) {
+        put(b, s, n);
+        return;
+    }
+    put(b, "\"", 1);
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == '"') put(b, "\"", 1);
+        put(b, &s[i], 1);
+    }
+    put(b, "\"", 1);
+}
+
+static void putf(csv_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void putf(csv_buf *b, const char *fmt, ...)
+{
+    char tmp[64];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n > 0) put(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
+}
+
+void csv_int(csv_buf *b, long long v)
+{
+    sep(b);
+    putf(b, "%lld", v);
+}
+
+void csv_u64(csv_buf *b, uint64_t v)
+{
+    sep(b);
+    putf(b, "%" PRIu64, v);
+}
+
+void csv_num(csv_buf *b, double v, int decimals)
+{
+    sep(b);
+    if (isfinite(v)) putf(b, "%.*f", decimals, v);
+}
+
+void csv_empty(csv_buf *b) { sep(b); }
+
+void csv_end_row(csv_buf *b)
+{
+    put(b, "\n", 1);
+    b->col = 0;
+}
+
+void csv_header(csv_buf *b, const char *const *cols, int n)
+{
+    for (int i = 0; i < n; i++) csv_str(b, cols[i]);
+}
+
+static dps_status check_header(int fd, const char *path, const char *want)
+{
+    size_t n = strlen(want);
+    char *got = malloc(n + 2);
+    if (!got) return dps_fail(DPS_ERR_RUNTIME, "out of host memory reading %s", path);
+    ssize_t r = pread(fd, got, n + 1, 0);
+    int same = r == (ssize_t)(n + 1) && memcmp(got, want, n) == 0 && got[n] == '\n';
+    free(got);
+    if (!same)
+        return dps_fail(DPS_ERR_USAGE, "%s: its header differs from the columns this version "
+                        "writes; write to a new folder (--name) or move the file away", path);
+    return DPS_OK;
+}
+
+static dps_status write_all(int fd, const char *path, const char *data, size_t len)
+{
+    while (len) {
+        ssize_t w = write(fd, data, len);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) return dps_fail(DPS_ERR_RUNTIME, "%s: write failed: %s", path, strerror(errno));
+        data += w;
+        len -= (size_t)w;
+    }
+    return DPS_OK;
+}
+
+dps_status csv_append(const char *path, const char *const *cols, int ncols, const csv_buf *rows)
+{
+    if (rows->oom) return dps_fail(DPS_ERR_RUNTIME, "out of host memory formatting %s", path);
+    csv_buf head;
+    csv_init(&head);
+    csv_header(&head, cols, ncols);
+    if (head.oom) {
+        csv_free(&head);
+        return dps_fail(DPS_ERR_RUNTIME, "out of host memory formatting %s", path);
+    }
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        csv_free(&head);
+        return dps_fail(DPS_ERR_RUNTIME, "%s: cannot open for appending: %s", path, strerror(errno));
+    }
+    dps_status rc = DPS_OK;
+    off_t size = lseek(fd, 0, SEEK_END);
+    if (size > 0) {
+        int rfd = open(path, O_RDONLY | O_CLOEXEC);
+        rc = rfd < 0 ? dps_fail(DPS_ERR_RUNTIME, "%s: cannot read: %s", path, strerror(errno))
+                     : check_header(rfd, path, head.data);
+        if (rfd >= 0) close(rfd);
+    } else {
+        csv_end_row(&head);
+        /* header and rows in one write, so the file is never header-only by accident */
+        if (rows->len) {
+            put(&head, rows->data, rows->len);
+            if (head.oom) rc = dps_fail(DPS_ERR_RUNTIME, "out of host memory formatting %s", path);
+        }
+        if (!rc) rc = write_all(fd, path, head.data, head.len);
+        rows = NULL;
+    }
+    if (!rc && rows && rows->len) rc = write_all(fd, path, rows->data, rows->len);
+    if (!rc && fsync(fd) != 0 && errno != EINVAL)
+        rc = dps_fail(DPS_ERR_RUNTIME, "%s: fsync failed: %s", path, strerror(errno));
+    close(fd);
+    csv_free(&head);
+    return rc;
+}

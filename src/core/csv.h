@@ -1,0 +1,35 @@
+/* CSV rows built in memory and appended to a file in one write, so a
+ * configuration's rows land whole or not at all. RFC 4180 quoting. */
+#ifndef DPS_CSV_H
+#define DPS_CSV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/err.h"
+
+typedef struct csv_buf {
+    char *data;
+    size_t len, cap;
+    int col;     /* fields in the current row */
+    int oom;     /* an allocation failed: the buffer is unusable */
+} csv_buf;
+
+void csv_init(csv_buf *b);
+void csv_free(csv_buf *b);
+void csv_str(csv_buf *b, const char *s);      /* quoted when needed */
+void csv_int(csv_buf *b, long long v);
+void csv_u64(csv_buf *b, uint64_t v);
+void csv_num(csv_buf *b, double v, int decimals); /* NaN -> empty */
+void csv_empty(csv_buf *b);
+void csv_end_row(csv_buf *b);
+
+/* Header line from column names (no newline in the result's last char). */
+void csv_header(csv_buf *b, const char *const *cols, int n);
+
+/* Appends rows to path: writes the header first into a new or empty file,
+ * refuses a file whose header differs, writes everything with one write(2)
+ * on an O_APPEND descriptor, then fsync. */
+dps_status csv_append(const char *path, const char *const *cols, int ncols, const csv_buf *rows) DPS_MUST_USE;
+
+#endif

@@ -1,0 +1,176 @@
+/* Helpers shared by the harness (see util.h). */
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/util.h"
+
+int dps_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out)
+{
+    if (!s || !*s || isspace((unsigned char)*s)) return -1;
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || *end) return -1;
+    if (errno == ERANGE || v < lo || v > hi) return -2;
+    *out = v;
+    return 0;
+}
+
+int dps_parse_f64(const char *s, double *out)
+{
+    if (!s || !*s || isspace((unsigned char)*s)) return -1;
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end || errno == ERANGE || !isfinite(v)) return -1;
+    *out = v;
+    return 0;
+}
+
+int dps_parse_bytes(const char *s, uint64_t *out)
+{
+    if (!s || !isdigit((unsigned char)*s)) return -1;
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno == ERANGE) return -2;
+    int shift = 0;
+    switch (toupper((unsigned char)*end)) {
+    case '\0': break;
+    case 'K': shift = 10; break;
+    case 'M': shift = 20; break;
+    case 'G': shift = 30; break;
+    case 'T': shift = 40; break;
+    default: return -1;
+    }
+    if (shift) {
+        end++;
+        if (*end == 'i') end++;
+        if (toupper((unsigned char)*end) == 'B') end++;
+    } else if (toupper((unsigned char)*end) == 'B') {
+        end++;
+    }
+    if (*end) return -1;
+    if (shift && v > (UINT64_MAX >> shift)) return -2;
+    *out = (uint64_t)v << shift;
+    return 0;
+}
+
+const char *dps_fmt_bytes(uint64_t bytes, char *buf, size_t len)
+{
+    static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)bytes;
+    int u = 0;
+    while (v >= 1024.0 && u < 4) {
+        v /= 1024.0;
+        u++;
+    }
+    if (u == 0) snprintf(buf, len, "%" PRIu64 " B", bytes);
+    else snprintf(buf, len, "%.2f %s", v, units[u]);
+    return buf;
+}
+
+const char *dps_fmt_bytes_suffix(uint64_t bytes, char *buf, size_t len)
+{
+    static const char suffix[] = "KMGT";
+    int s = 0;
+    while (s < 4 && bytes && bytes % 1024 == 0) {
+        bytes /= 1024;
+        s++;
+    }
+    snprintf(buf, len, "%" PRIu64 "%.*s", bytes, s ? 1 : 0, s ? &suffix[s - 1] : "");
+    return buf;
+}
+
+double dps_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+int64_t dps_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+void dps_utc_iso8601(char *buf, size_t len)
+{
+    time_t t = time(NULL);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+dps_status dps_mkdirs(const char *path, const char *option)
+{
+    char tmp[4096];
+    if (strlen(path) >= sizeof tmp)
+        return dps_fail(DPS_ERR_USAGE, "%s %s: path too long", option, path);
+    dps_strlcpy(tmp, path, sizeof tmp);
+    for (char *p = tmp + 1; ; p++) {
+        if (*p == '/' || *p == '\0') {
+            char c = *p;
+            *p = '\0';
+            struct stat st;
+            if (stat(tmp, &st) != 0) {
+                if (mkdir(tmp, 0777) != 0 && errno != EEXIST)
+                    return dps_fail(DPS_ERR_USAGE, "%s %s: cannot create folder %s: %s",
+                                    option, path, tmp, strerror(errno));
+            } else if (!S_ISDIR(st.st_mode)) {
+                return dps_fail(DPS_ERR_USAGE, "%s %s: %s exists and is not a folder",
+                                option, path, tmp);
+            }
+            *p = c;
+            if (!c) break;
+        }
+    }
+    if (access(path, W_OK | X_OK) != 0)
+        return dps_fail(DPS_ERR_USAGE, "%s %s: folder is not writable: %s",
+                        option, path, strerror(errno));
+    return DPS_OK;
+}
+
+int dps_file_exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+char *dps_trim(char *s)
+{
+    while (isspace((unsigned char)*s)) s++;
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1])) *--e = '\0';
+    return s;
+}
+
+void dps_strlcpy(char *dst, const char *src, size_t len)
+{
+    if (!len) return;
+    size_t n = strlen(src);
+    if (n >= len) n = len - 1;
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+}
+
+int dps_match_word(const char *s, const char *const *words, int n, char *expected, size_t len)
+{
+    expected[0] = '\0';
+    for (int i = 0; i < n; i++) {
+        if (strcmp(s, words[i]) == 0) return i;
+        size_t used = strlen(expected);
+        snprintf(expected + used, len - used, "%s%s", i ? ", " : "", words[i]);
+    }
+    return -1;
+}

@@ -1,0 +1,42 @@
+/* Small helpers used across the harness: strict number parsing, byte
+ * formatting, clocks, file and string utilities. */
+#ifndef DPS_UTIL_H
+#define DPS_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/err.h"
+
+/* Strict integer: the whole string, base 10, within [lo, hi]. 0 on success,
+ * -1 not a number, -2 out of range (overflow included). */
+int dps_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
+/* Non-negative double, the whole string, finite. 0 ok, -1 not a number. */
+int dps_parse_f64(const char *s, double *out);
+/* Bytes with optional K, M, G, T suffix (powers of 1024; "KiB", "MB" and
+ * lower case accepted). 0 ok, -1 malformed, -2 overflow. */
+int dps_parse_bytes(const char *s, uint64_t *out);
+/* "1.50 GiB" style, into buf. */
+const char *dps_fmt_bytes(uint64_t bytes, char *buf, size_t len);
+/* Exactly, as dps_parse_bytes reads it: the largest of K, M, G, T that
+ * divides the count ("16G", "1536K", "4"). */
+const char *dps_fmt_bytes_suffix(uint64_t bytes, char *buf, size_t len);
+
+double dps_now_ms(void);          /* monotonic clock, ms */
+int64_t dps_now_us(void);         /* monotonic clock, us */
+void dps_utc_iso8601(char *buf, size_t len); /* now, "2026-11-30T01:02:03Z" */
+
+/* mkdir -p; DPS_ERR_USAGE with a message when it cannot be created or written. */
+dps_status dps_mkdirs(const char *path, const char *option) DPS_MUST_USE;
+int dps_file_exists(const char *path);
+
+/* Index of s in words[0..n), or -1; `expected` gets "a, b, c" for messages. */
+int dps_match_word(const char *s, const char *const *words, int n, char *expected, size_t len);
+
+/* Strips leading and trailing blanks in place; returns the first non-blank. */
+char *dps_trim(char *s);
+
+/* Bounded string copy that always terminates. */
+void dps_strlcpy(char *dst, const char *src, size_t len);
+
+#endif

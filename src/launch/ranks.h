@@ -1,0 +1,48 @@
+/* The rank launcher: one way to run a group of processes that work
+ * together (ddp's ranks, comm-bench's, the tests'). It forks one child per
+ * rank, each dying with the parent, and watches them from the parent: a
+ * rank that exits non-zero or is killed, a step (or the set-up) longer than
+ * the timeout, or SIGINT/SIGTERM to the parent ends every rank. It reaps
+ * every child. The parent never opens a device. */
+#ifndef DPS_RANKS_H
+#define DPS_RANKS_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/err.h"
+
+typedef enum rank_state { RANK_NEW, RANK_RUNNING, RANK_DONE, RANK_FAILED } rank_state;
+
+/* What a rank tells the launcher as it runs (memory shared with the parent). */
+typedef struct rank_beat {
+    _Atomic int state;
+    _Atomic int step;         /* step being run; -1 while setting up */
+    _Atomic int64_t beat_us;  /* dps_now_us() when that step (or the set-up) began */
+} rank_beat;
+
+/* In a rank: step `step` begins now. */
+void ranks_beat_step(rank_beat *b, int step);
+
+typedef struct ranks_spec {
+    int nranks;
+    /* In rank process `rank`: runs it; the return is its exit status. */
+    int (*rank_main)(void *ctx, int rank, rank_beat *beat);
+    void *ctx;
+    double timeout_s;         /* a step or set-up longer than this ends the group; 0: none */
+    /* In the parent (each may be NULL): */
+    void (*abort)(void *ctx); /* wakes ranks blocked in collectives before they are killed */
+    /* more about a timeout, appended to its message after "; " */
+    void (*explain_timeout)(void *ctx, char *buf, size_t len);
+    /* appended to the message of a rank that exited or was killed */
+    void (*explain_exit)(void *ctx, int rank, int step, char *buf, size_t len);
+    /* the failure a rank reported itself (preferred to an exit status); DPS_OK if none */
+    dps_status (*reported)(void *ctx, char *buf, size_t len);
+} ranks_spec;
+
+/* Runs the group to the end. DPS_OK when every rank exited 0; otherwise the
+ * first failure with a one-line message (dps_errmsg). */
+dps_status ranks_run(const ranks_spec *spec) __attribute__((warn_unused_result));
+
+#endif

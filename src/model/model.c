@@ -1,0 +1,165 @@
+/* The token MLP (see model.h): presets, layout, initialisation, synthetic
+ * data, and forward/backward as a sequence of backend calls. */
+#include <math.h>
+#include <string.h>
+
+#include "model/model.h"
+
+/* Workload-shaped presets: parameter count and FLOPs per sample match the
+ * named model (README, "Presets"). */
+const model_preset model_presets[] = {
+    {"tiny",       {2, 64, 4, 16},           8, "unit tests"},
+    {"small",      {4, 256, 16, 128},        16, "host-backend smoke runs"},
+    {"medium",     {8, 1024, 64, 1000},      8, "a compute-bound host-backend run"},
+    {"resnet50",   {7, 1840, 160, 1000},     32, "ResNet-50 (25.6 M params, 8.2 GFLOP/sample)"},
+    {"gpt2",       {20, 1536, 1024, 50257},  8, "GPT-2 small (124 M params, 1024 tokens)"},
+    {"bert-large", {13, 4096, 512, 28672},   8, "BERT-large (335 M params, 512 tokens)"},
+};
+const int model_npresets = (int)(sizeof model_presets / sizeof model_presets[0]);
+
+const model_preset *model_find_preset(const char *name)
+{
+    for (int i = 0; i < model_npresets; i++)
+        if (strcmp(model_presets[i].name, name) == 0) return &model_presets[i];
+    return NULL;
+}
+
+size_t model_param_count(model_shape s)
+{
+    size_t d = (size_t)s.width;
+    return (size_t)s.layers * (d * d + d) + d * (size_t)s.classes + (size_t)s.classes;
+}
+
+size_t model_matmul_params(model_shape s)
+{
+    size_t d = (size_t)s.width;
+    return (size_t)s.layers * d * d + d * (size_t)s.classes;
+}
+
+double model_fwd_flops_per_sample(model_shape s)
+{
+    return 2.0 * (double)s.tokens * (double)model_matmul_params(s);
+}
+
+size_t model_weight_offset(model_shape s, int l)
+{
+    size_t d = (size_t)s.width;
+    return (size_t)l * (d * d + d);
+}
+
+size_t model_bias_offset(model_shape s, int l)
+{
+    size_t d = (size_t)s.width;
+    size_t out = l < s.layers ? d : (size_t)s.classes;
+    return model_weight_offset(s, l) + d * out;
+}
+
+/* Stream ids of the generator, so weights, inputs and labels never share numbers. */
+enum { RNG_PARAMS = 1, RNG_INPUT = 2 };
+
+void model_init_params(model_shape s, uint64_t seed, float *params)
+{
+    size_t n = model_param_count(s);
+    float bound = 1.0f / sqrtf((float)s.width); /* fan_in is width for every layer */
+    for (size_t i = 0; i < n; i++) params[i] = bound * dps_uniform(seed, RNG_PARAMS, i);
+}
+
+void model_make_batch(model_shape s, uint64_t seed, int step, int64_t row0, int rows,
+                      float *x, int32_t *labels)
+{
+    int d = s.width, k = s.width < s.classes ? s.width : s.classes;
+    uint64_t stream = RNG_INPUT + ((uint64_t)step << 8);
+    for (int r = 0; r < rows; r++) {
+        float *xr = x + (size_t)r * d;
+        uint64_t base = (uint64_t)(row0 + r) * (uint64_t)d;
+        int best = 0;
+        for (int j = 0; j < d; j++) {
+            xr[j] = dps_uniform(seed, stream, base + (uint64_t)j);
+            if (j < k && xr[j] > xr[best]) best = j;
+        }
+        labels[r] = best;
+    }
+}
+
+dps_status model_acts_alloc(backend *be, int dev, model_shape s, int max_rows, model_acts *a)
+{
+    memset(a, 0, sizeof *a);
+    a->max_rows = max_rows;
+    size_t layer = (size_t)max_rows * (size_t)s.width * sizeof(float);
+    dps_status rc = be_buf_alloc(be, dev, layer * (size_t)s.layers, "pre-activations", &a->pre);
+    if (!rc) rc = be_buf_alloc(be, dev, layer * (size_t)s.layers, "activations", &a->post);
+    if (!rc) rc = be_buf_alloc(be, dev, layer, "activation gradients", &a->dh[0]);
+    if (!rc) rc = be_buf_alloc(be, dev, layer, "activation gradients", &a->dh[1]);
+    if (rc) model_acts_free(be, a);
+    return rc;
+}
+
+void model_acts_free(backend *be, model_acts *a)
+{
+    be_buf_free(be, &a->pre);
+    be_buf_free(be, &a->post);
+    be_buf_free(be, &a->dh[0]);
+    be_buf_free(be, &a->dh[1]);
+}
+
+static float *layer_ptr(const dps_buf *b, model_shape s, int rows_cap, int l)
+{
+    return (float *)b->ptr + (size_t)l * (size_t)rows_cap * (size_t)s.width;
+}
+
+dps_status model_forward(backend *be, be_stream *st, model_shape s, const float *params,
+                         model_acts *a, int rows, const float *x, float *logits)
+{
+    const be_ops *o = be->ops;
+    int d = s.width;
+    const float *h = x;
+    for (int l = 0; l < s.layers; l++) {
+        float *pre = layer_ptr(&a->pre, s, a->max_rows, l);
+        float *post = layer_ptr(&a->post, s, a->max_rows, l);
+        DPS_TRY(o->gemm(be, st, 0, 0, rows, d, d, 1.0f, h, d,
+                        params + model_weight_offset(s, l), d, 0.0f, pre, d));
+        DPS_TRY(o->bias_act(be, st, rows, d, pre, params + model_bias_offset(s, l), post));
+        h = post;
+    }
+    DPS_TRY(o->gemm(be, st, 0, 0, rows, s.classes, d, 1.0f, h, d,
+                    params + model_weight_offset(s, s.layers), s.classes, 0.0f, logits,
+                    s.classes));
+    return o->bias_act(be, st, rows, s.classes, logits,
+                       params + model_bias_offset(s, s.layers), NULL);
+}
+
+dps_status model_backward(backend *be, be_stream *st, model_shape s, const float *params,
+                          model_acts *a, int rows, const float *x, const float *dlogits,
+                          float *grads, model_grad_hook hook, void *hook_ctx)
+{
+    const be_ops *o = be->ops;
+    int d = s.width, c = s.classes, L = s.layers;
+    const float *h_last = L ? layer_ptr(&a->post, s, a->max_rows, L - 1) : x;
+    float *dh = a->dh[0].ptr, *dh_next = a->dh[1].ptr;
+    /* classifier */
+    DPS_TRY(o->gemm(be, st, 1, 0, d, c, rows, 1.0f, h_last, d, dlogits, c, 0.0f,
+                    grads + model_weight_offset(s, L), c));
+    DPS_TRY(o->col_sum(be, st, rows, c, dlogits, grads + model_bias_offset(s, L)));
+    if (hook) DPS_TRY(hook(hook_ctx, L));
+    if (L == 0) return DPS_OK;
+    DPS_TRY(o->gemm(be, st, 0, 1, rows, d, c, 1.0f, dlogits, c,
+                    params + model_weight_offset(s, L), c, 0.0f, dh, d));
+    /* hidden layers, last to first; dh becomes d pre in place */
+    for (int l = L - 1; l >= 0; l--) {
+        const float *h_in = l ? layer_ptr(&a->post, s, a->max_rows, l - 1) : x;
+        DPS_TRY(o->gelu_bwd(be, st, (int64_t)rows * d, dh,
+                            layer_ptr(&a->pre, s, a->max_rows, l), dh));
+        DPS_TRY(o->gemm(be, st, 1, 0, d, d, rows, 1.0f, h_in, d, dh, d, 0.0f,
+                        grads + model_weight_offset(s, l), d));
+        DPS_TRY(o->col_sum(be, st, rows, d, dh, grads + model_bias_offset(s, l)));
+        if (hook) DPS_TRY(hook(hook_ctx, l));
+        if (l > 0) {
+            DPS_TRY(o->gemm(be, st, 0, 1, rows, d, d, 1.0f, dh, d,
+                            params + model_weight_offset(s, l), d, 0.0f, dh_next, d));
+            float *t = dh;
+            dh = dh_next;
+            dh_next = t;
+        }
+    }
+    return DPS_OK;
+}

@@ -1,0 +1,69 @@
+/* The token MLP: shapes, parameter layout in one flat buffer, initialisation,
+ * synthetic data, and forward/backward expressed as calls on a backend.
+ * Input [rows = batch * tokens, width]; `layers` hidden layers
+ * h = gelu(h W + b) of width `width`; a classifier width x classes; mean
+ * softmax cross-entropy over all rows of the global batch. */
+#ifndef DPS_MODEL_H
+#define DPS_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+
+typedef struct model_shape {
+    int layers;   /* hidden layers, width x width each */
+    int width;
+    int tokens;   /* rows per sample */
+    int classes;
+} model_shape;
+
+typedef struct model_preset {
+    const char *name;
+    model_shape shape;
+    int batch_per_gpu;    /* default samples per device */
+    const char *like;     /* the workload it is shaped after */
+} model_preset;
+
+extern const model_preset model_presets[];
+extern const int model_npresets;
+const model_preset *model_find_preset(const char *name);
+
+size_t model_param_count(model_shape s);
+size_t model_matmul_params(model_shape s);  /* weights that take part in GEMMs */
+double model_fwd_flops_per_sample(model_shape s);
+/* Offsets (in floats) of layer l's weight and bias; l == layers is the classifier. */
+size_t model_weight_offset(model_shape s, int l);
+size_t model_bias_offset(model_shape s, int l);
+
+/* Deterministic initialisation as torch.nn.Linear: U(-1/sqrt(fan_in), +1/sqrt(fan_in)). */
+void model_init_params(model_shape s, uint64_t seed, float *params);
+/* Synthetic batch for `step`: rows [row0, row0 + rows) of the global batch.
+ * Labels are the arg-max of the first min(width, classes) features, so the
+ * task is learnable and the loss falls. */
+void model_make_batch(model_shape s, uint64_t seed, int step, int64_t row0, int rows,
+                      float *x, int32_t *labels);
+
+/* Activations of one replica for up to max_rows rows on one device. */
+typedef struct model_acts {
+    int max_rows;
+    dps_buf pre, post;      /* [layers][max_rows][width]: pre-activation, gelu output */
+    dps_buf dh[2];          /* [max_rows][width] gradient ping-pong */
+} model_acts;
+
+dps_status model_acts_alloc(backend *be, int dev, model_shape s, int max_rows, model_acts *a) DPS_MUST_USE;
+void model_acts_free(backend *be, model_acts *a);
+
+/* logits[rows, classes] = model(x). */
+dps_status model_forward(backend *be, be_stream *st, model_shape s, const float *params,
+                         model_acts *a, int rows, const float *x, float *logits) DPS_MUST_USE;
+/* Called when layer l's gradients (weight and bias) are complete, from the
+ * classifier (l == layers) down to layer 0: where DDP's buckets start. */
+typedef dps_status (*model_grad_hook)(void *ctx, int layer);
+
+/* grads = d loss / d params given dlogits (overwrites grads); hook may be NULL. */
+dps_status model_backward(backend *be, be_stream *st, model_shape s, const float *params,
+                          model_acts *a, int rows, const float *x, const float *dlogits,
+                          float *grads, model_grad_hook hook, void *hook_ctx) DPS_MUST_USE;
+
+#endif

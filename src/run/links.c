@@ -1,0 +1,322 @@
+/* Link matrix (see links.h). Every measured copy moves a known pattern and
+ * is checked afterwards; a copy is timed by a pair of events on the stream
+ * it runs on, and the median of the samples is kept. */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/csv.h"
+#include "run/links.h"
+#include "core/stats.h"
+#include "core/util.h"
+
+int links_max_rows(int ndev) { return 2 * ndev + 5 * ndev * ndev + 1; }
+
+typedef struct side {
+    int dev;
+    be_stream *st;
+    be_event *ev[2];
+    dps_buf buf, buf2;
+} side;
+
+static dps_status side_open(backend *be, int dev, uint64_t bytes, side *s)
+{
+    memset(s, 0, sizeof *s);
+    s->dev = dev;
+    DPS_TRY(be->ops->stream_create(be, dev, &s->st));
+    DPS_TRY(be->ops->event_create(be, dev, &s->ev[0]));
+    DPS_TRY(be->ops->event_create(be, dev, &s->ev[1]));
+    DPS_TRY(be_buf_alloc(be, dev, bytes, "link test buffer", &s->buf));
+    return be_buf_alloc(be, dev, bytes, "link test buffer", &s->buf2);
+}
+
+static void side_close(backend *be, side *s)
+{
+    be_buf_free(be, &s->buf);
+    be_buf_free(be, &s->buf2);
+    for (int k = 0; k < 2; k++)
+        if (s->ev[k]) be->ops->event_destroy(be, s->ev[k]);
+    if (s->st) be->ops->stream_destroy(be, s->st);
+    memset(s, 0, sizeof *s);
+}
+
+/* Median ms of `samples` copies issued on `on` (one untimed copy first). */
+static dps_status time_copy(backend *be, side *on, void *dst, int dd, const void *src, int sd,
+                            size_t bytes, int samples, double *ms)
+{
+    const be_ops *o = be->ops;
+    double t[64];
+    if (samples > 64) samples = 64;
+    DPS_TRY(o->copy(be, on->st, dst, dd, src, sd, bytes));
+    for (int k = 0; k < samples; k++) {
+        float e = 0.0f;
+        DPS_TRY(o->event_record(be, on->ev[0], on->st));
+        DPS_TRY(o->copy(be, on->st, dst, dd, src, sd, bytes));
+        DPS_TRY(o->event_record(be, on->ev[1], on->st));
+        DPS_TRY(o->stream_sync(be, on->st));
+        DPS_TRY(o->event_ms(be, on->ev[0], on->ev[1], &e));
+        t[k] = e;
+    }
+    dps_stats st;
+    stats_compute(t, samples, &st);
+    *ms = st.median;
+    return DPS_OK;
+}
+
+static void fill(unsigned char *p, size_t n, unsigned seed)
+{
+    for (size_t i = 0; i < n; i++) p[i] = (unsigned char)((i * 131u + seed) >> 3);
+}
+
+/* Copies `bytes` of buffer (dev, ptr) to the host and compares with the pattern. */
+static dps_status verify(backend *be, side *on, const void *ptr, int dev, size_t bytes,
+                         unsigned seed, unsigned char *host, int *ok)
+{
+    DPS_TRY(be->ops->copy(be, on->st, host, DPS_HOST, ptr, dev, bytes));
+    DPS_TRY(be->ops->stream_sync(be, on->st));
+    *ok = 1;
+    for (size_t i = 0; i < bytes && *ok; i++)
+        if (host[i] != (unsigned char)((i * 131u + seed) >> 3)) *ok = 0;
+    return DPS_OK;
+}
+
+static void put(link_row *r, int src, int dst, const char *method, uint64_t bytes, double ms,
+                int ok, int latency)
+{
+    memset(r, 0, sizeof *r);
+    r->src = src;
+    r->dst = dst;
+    dps_strlcpy(r->method, method, sizeof r->method);
+    r->bytes = bytes;
+    r->gbps = latency ? NAN : (double)bytes / (ms * 1e-3) / 1e9;
+    r->latency_us = latency ? ms * 1e3 : NAN;
+    dps_strlcpy(r->status, ok ? "ok" : "FAILED (data differs after the copy)", sizeof r->status);
+}
+
+typedef struct ctx {
+    backend *be;
+    uint64_t bytes;
+    int samples;
+    unsigned char *pattern, *check; /* pinned host buffers */
+    link_row *rows;
+    int n;
+} ctx;
+
+static dps_status upload(ctx *c, side *s, void *dst)
+{
+    DPS_TRY(c->be->ops->copy(c->be, s->st, dst, s->dev, c->pattern, DPS_HOST, c->bytes));
+    return c->be->ops->stream_sync(c->be, s->st);
+}
+
+static dps_status host_links(ctx *c, int d)
+{
+    side a;
+    double ms;
+    int ok;
+    dps_status rc = side_open(c->be, d, c->bytes, &a);
+    if (!rc) rc = time_copy(c->be, &a, a.buf.ptr, d, c->pattern, DPS_HOST, c->bytes, c->samples, &ms);
+    if (!rc) rc = verify(c->be, &a, a.buf.ptr, d, c->bytes, 7, c->check, &ok);
+    if (!rc) put(&c->rows[c->n++], DPS_HOST, d, "h2d", c->bytes, ms, ok, 0);
+    if (!rc) rc = time_copy(c->be, &a, c->check, DPS_HOST, a.buf.ptr, d, c->bytes, c->samples, &ms);
+    if (!rc) put(&c->rows[c->n++], d, DPS_HOST, "d2h", c->bytes,
+                 ms, memcmp(c->check, c->pattern, c->bytes) == 0, 0);
+    side_close(c->be, &a);
+    return rc;
+}
+
+/* src -> dst with the source's peer access switched off (the copy is staged
+ * through the host); WAIVED where there is no peer access to switch. */
+static dps_status nopeer_link(ctx *c, side *s, side *d)
+{
+    link_row *r = &c->rows[c->n++];
+    dps_status rc = c->be->ops->peer_access(c->be, s->dev, d->dev, 0);
+    if (rc == DPS_SKIPPED) {
+        put(r, s->dev, d->dev, "d2d_nopeer", c->bytes, 1.0, 1, 0);
+        r->gbps = NAN;
+        snprintf(r->status, sizeof r->status, "WAIVED (no peer access to switch off)");
+        return DPS_OK;
+    }
+    DPS_TRY(rc);
+    double ms;
+    int ok = 0;
+    rc = time_copy(c->be, s, d->buf.ptr, d->dev, s->buf.ptr, s->dev, c->bytes, c->samples, &ms);
+    if (!rc) rc = verify(c->be, d, d->buf.ptr, d->dev, c->bytes, 7, c->check, &ok);
+    dps_status back = c->be->ops->peer_access(c->be, s->dev, d->dev, 1);
+    DPS_TRY(rc);
+    DPS_TRY(back);
+    put(r, s->dev, d->dev, "d2d_nopeer", c->bytes, ms, ok, 0);
+    return DPS_OK;
+}
+
+/* src -> dst, issued on the source's stream (write) or the destination's (read). */
+static dps_status pair_links(ctx *c, side *s, side *d)
+{
+    double ms;
+    int ok;
+    DPS_TRY(upload(c, s, s->buf.ptr));
+    side *issuer[2] = {s, d};
+    static const char *const names[2] = {"d2d_write", "d2d_read"};
+    for (int k = 0; k < 2; k++) {
+        DPS_TRY(c->be->ops->memset0(c->be, d->st, d->buf.ptr, c->bytes));
+        DPS_TRY(c->be->ops->stream_sync(c->be, d->st));
+        DPS_TRY(time_copy(c->be, issuer[k], d->buf.ptr, d->dev, s->buf.ptr, s->dev, c->bytes,
+                          c->samples, &ms));
+        DPS_TRY(verify(c->be, d, d->buf.ptr, d->dev, c->bytes, 7, c->check, &ok));
+        put(&c->rows[c->n++], s->dev, d->dev, names[k], c->bytes, ms, ok, 0);
+    }
+    DPS_TRY(time_copy(c->be, s, d->buf.ptr, d->dev, s->buf.ptr, s->dev, 4, 20, &ms));
+    put(&c->rows[c->n++], s->dev, d->dev, "latency", 4, ms, 1, 1);
+    return nopeer_link(c, s, d);
+}
+
+typedef struct bidir_arg {
+    ctx *c;
+    side *from, *to;
+    pthread_barrier_t *start;
+    double ms;
+    dps_status rc;
+} bidir_arg;
+
+static void *bidir_main(void *p)
+{
+    bidir_arg *a = p;
+    a->rc = a->c->be->ops->set_device(a->c->be, a->from->dev);
+    pthread_barrier_wait(a->start);
+    if (!a->rc)
+        a->rc = time_copy(a->c->be, a->from, a->to->buf2.ptr, a->to->dev, a->from->buf.ptr,
+                          a->from->dev, a->c->bytes, a->c->samples, &a->ms);
+    return NULL;
+}
+
+/* Both directions at once, each from its own thread and stream. */
+static dps_status bidir_links(ctx *c, side *s, side *d)
+{
+    DPS_TRY(upload(c, s, s->buf.ptr));
+    DPS_TRY(upload(c, d, d->buf.ptr));
+    pthread_barrier_t start;
+    pthread_barrier_init(&start, NULL, 2);
+    bidir_arg a[2] = {{c, s, d, &start, 0, DPS_OK}, {c, d, s, &start, 0, DPS_OK}};
+    pthread_t th;
+    int started = pthread_create(&th, NULL, bidir_main, &a[1]) == 0;
+    if (started) {
+        bidir_main(&a[0]);
+        pthread_join(th, NULL);
+    }
+    pthread_barrier_destroy(&start);
+    if (!started) return dps_fail(DPS_ERR_RUNTIME, "links: cannot start a copy thread");
+    DPS_TRY(a[0].rc);
+    DPS_TRY(a[1].rc);
+    int ok0, ok1;
+    DPS_TRY(verify(c->be, d, d->buf2.ptr, d->dev, c->bytes, 7, c->check, &ok0));
+    DPS_TRY(verify(c->be, s, s->buf2.ptr, s->dev, c->bytes, 7, c->check, &ok1));
+    link_row *r = &c->rows[c->n++];
+    put(r, s->dev, d->dev, "d2d_bidir", 2 * c->bytes, 1.0, ok0 && ok1, 0);
+    r->gbps = (double)c->bytes / (a[0].ms * 1e-3) / 1e9 + (double)c->bytes / (a[1].ms * 1e-3) / 1e9;
+    return DPS_OK;
+}
+
+dps_status links_measure(backend *be, int ndev, uint64_t bytes, int samples, link_row *rows,
+                         int *nrows)
+{
+    ctx c = {.be = be, .bytes = bytes, .samples = samples, .rows = rows};
+    dps_status rc = be->ops->host_alloc(be, bytes, (void **)&c.pattern);
+    if (!rc) rc = be->ops->host_alloc(be, bytes, (void **)&c.check);
+    if (!rc) fill(c.pattern, bytes, 7);
+    for (int d = 0; !rc && d < ndev; d++) rc = host_links(&c, d);
+    for (int s = 0; !rc && s < ndev; s++)
+        for (int d = s + 1; !rc && d < ndev; d++) {
+            side a = {0}, b = {0};
+            rc = side_open(be, s, bytes, &a);
+            if (!rc) rc = side_open(be, d, bytes, &b);
+            if (!rc) rc = pair_links(&c, &a, &b);
+            if (!rc) rc = pair_links(&c, &b, &a);
+            if (!rc) rc = bidir_links(&c, &a, &b);
+            side_close(be, &a);
+            side_close(be, &b);
+        }
+    if (c.pattern) be->ops->host_free(be, c.pattern);
+    if (c.check) be->ops->host_free(be, c.check);
+    *nrows = c.n;
+    return rc;
+}
+
+static void endpoint(int dev, char *buf, size_t len)
+{
+    if (dev == DPS_HOST) snprintf(buf, len, "host");
+    else snprintf(buf, len, "dev%d", dev);
+}
+
+dps_status links_write(const results_dir *rd, const backend *be, const link_row *rows, int n)
+{
+    static const char *const cols[] = {"src", "dst", "method", "bytes", "bw_gbps", "latency_us",
+                                       "status", "backend", "emulated"};
+    csv_buf b;
+    csv_init(&b);
+    for (int i = 0; i < n; i++) {
+        char s[16], d[16];
+        endpoint(rows[i].src, s, sizeof s);
+        endpoint(rows[i].dst, d, sizeof d);
+        csv_str(&b, s);
+        csv_str(&b, d);
+        csv_str(&b, rows[i].method);
+        csv_u64(&b, rows[i].bytes);
+        csv_num(&b, rows[i].gbps, 3);
+        csv_num(&b, rows[i].latency_us, 2);
+        csv_str(&b, rows[i].status);
+        csv_str(&b, be->ops->name);
+        csv_int(&b, be->emulated);
+        csv_end_row(&b);
+    }
+    char path[DPS_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/links.csv", rd->dir);
+    dps_status rc = csv_append(path, cols, (int)(sizeof cols / sizeof cols[0]), &b);
+    csv_free(&b);
+    return rc;
+}
+
+static const link_row *find(const link_row *rows, int n, int s, int d, const char *method)
+{
+    for (int i = 0; i < n; i++)
+        if (rows[i].src == s && rows[i].dst == d && strcmp(rows[i].method, method) == 0)
+            return &rows[i];
+    return NULL;
+}
+
+/* One matrix per method, source down, destination across; N/A where unmeasured. */
+void links_print(FILE *f, const backend *be, int ndev, const link_row *rows, int n)
+{
+    static const char *const methods[] = {"d2d_write", "d2d_read", "d2d_bidir", "d2d_nopeer",
+                                          "latency"};
+    fprintf(f, "# dpscale links, %s backend%s\n", be->ops->name,
+            be->emulated ? " (emulated devices: memcpy between host arenas, not a GPU link)" : "");
+    fprintf(f, "%-10s", "GB/s");
+    for (int d = 0; d < ndev; d++) fprintf(f, " %9s%d", "dev", d);
+    fprintf(f, "\n%-10s", "h2d");
+    for (int d = 0; d < ndev; d++) {
+        const link_row *r = find(rows, n, DPS_HOST, d, "h2d");
+        fprintf(f, " %10.2f", r ? r->gbps : NAN);
+    }
+    fprintf(f, "\n%-10s", "d2h");
+    for (int d = 0; d < ndev; d++) {
+        const link_row *r = find(rows, n, d, DPS_HOST, "d2h");
+        fprintf(f, " %10.2f", r ? r->gbps : NAN);
+    }
+    fprintf(f, "\n");
+    for (size_t m = 0; m < sizeof methods / sizeof methods[0]; m++) {
+        int lat = strcmp(methods[m], "latency") == 0;
+        fprintf(f, "\n%s (%s), source down, destination across\n", methods[m], lat ? "us" : "GB/s");
+        for (int s = 0; s < ndev; s++) {
+            fprintf(f, "dev%-7d", s);
+            for (int d = 0; d < ndev; d++) {
+                const link_row *r = find(rows, n, s, d, methods[m]);
+                if (!r && strcmp(methods[m], "d2d_bidir") == 0) r = find(rows, n, d, s, methods[m]);
+                if (!r || strncmp(r->status, "WAIVED", 6) == 0) fprintf(f, " %10s", "N/A");
+                else if (strcmp(r->status, "ok") != 0) fprintf(f, " %10s", "FAILED");
+                else fprintf(f, " %10.2f", lat ? r->latency_us : r->gbps);
+            }
+            fprintf(f, "\n");
+        }
+    }
+}

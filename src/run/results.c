@@ -1,0 +1,402 @@
+/* Writers of the results folder and the stdout table (see results.h). */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include "dps_config.h"
+#include "version.h"
+#include "core/csv.h"
+#include "backend/nvml.h"
+#include "run/results.h"
+#include "core/util.h"
+
+const char *const results_runs_cols[] = {
+    "config_id", "status", "error", "backend", "emulated", "mode", "ngpus", "devices",
+    "model", "layers", "width", "tokens", "classes", "params", "precision", "optimizer", "lr",
+    "global_batch", "batch_per_gpu", "scaling", "bucket_mb", "overlap", "seed", "warmup", "steps",
+    "steps_done", "step_ms_median", "step_ms_p10", "step_ms_p90", "step_ms_mean",
+    "step_ms_stdev", "samples_per_s", "tokens_per_s", "model_tflops", "gemm_ref_tflops",
+    "loss_first", "loss_last", "check", "check_max_rel_diff", "gpu0_alloc_peak_bytes",
+    "max_other_alloc_peak_bytes", "comm_bytes_per_step", "algbw_gbps", "busbw_gbps",
+    "start_time", "end_time",
+};
+const int results_runs_ncols = (int)(sizeof results_runs_cols / sizeof results_runs_cols[0]);
+
+static const char *const devices_cols[] = {
+    "config_id", "device", "device_index", "name", "alloc_peak_bytes", "device_peak_bytes",
+    "capacity_bytes", "h2d_bytes_per_step", "d2h_bytes_per_step", "p2p_sent_bytes_per_step",
+    "p2p_recv_bytes_per_step", "nvml_pcie_tx_bytes", "nvml_pcie_rx_bytes",
+    "nvml_nvlink_tx_bytes", "nvml_nvlink_rx_bytes", "sm_clock_min_mhz", "sm_clock_max_mhz",
+    "throttle_reasons", "device_base_bytes", "device_peak_over_base_bytes",
+};
+
+static const char *const phases_cols[] = {
+    "config_id", "device", "phase", "median_ms", "mean_ms", "share_of_step", "bytes_per_step",
+    "achieved_gbps",
+};
+
+dps_status results_open(results_dir *r, const char *out_dir, const char *name)
+{
+    int n = snprintf(r->dir, sizeof r->dir, "%s/%s", out_dir, name);
+    if (n < 0 || (size_t)n >= sizeof r->dir)
+        return dps_fail(DPS_ERR_USAGE, "--out/--name: results path too long");
+    return dps_mkdirs(r->dir, "--out");
+}
+
+static void path_of(const results_dir *r, const char *file, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s/%s", r->dir, file);
+}
+
+static void json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
+        else if (ch == '\n') fputs("\\n", f);
+        else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
+        else fputc(ch, f);
+    }
+    fputc('"', f);
+}
+
+static void meta_devices(FILE *f, const backend *be)
+{
+    fputs("  \"devices\": [\n", f);
+    for (int d = 0; d < be->ndev; d++) {
+        fprintf(f, "    {\"index\": %d, \"name\": ", d);
+        json_str(f, be->info[d].name);
+        fputs(", \"bus_id\": ", f);
+        json_str(f, be->info[d].bus_id);
+        fprintf(f, ", \"memory_bytes\": %zu}%s\n", be->info[d].total_bytes,
+                d + 1 < be->ndev ? "," : "");
+    }
+    fputs("  ],\n", f);
+}
+
+/* "versions": one field each, then the one-line forms that results folders
+ * held before the fields existed ("backend"; "cuda" beside another backend),
+ * for readers of those. */
+static void meta_versions(FILE *f, const backend *be)
+{
+    be_version_info v;
+    be_versions(be, &v);
+    be_version_field fields[BE_VERSION_NFIELDS];
+    be_version_fields(&v, fields);
+    fputs("  \"versions\": {", f);
+    for (int i = 0; i < BE_VERSION_NFIELDS; i++) {
+        fprintf(f, "%s\"%s\": ", i ? ", " : "", fields[i].key);
+        json_str(f, fields[i].value);
+    }
+    char cuda[192];
+    snprintf(cuda, sizeof cuda, "CUDA driver %s, runtime %s, cuBLAS %s, NCCL %s", v.cuda.driver,
+             v.cuda.runtime, v.cuda.cublas, v.cuda.nccl);
+    fputs(", \"backend\": ", f);
+    json_str(f, be->kind == BE_CUDA ? cuda : v.blas);
+    if (be->kind != BE_CUDA && v.cuda.driver[0]) {
+        fputs(", \"cuda\": ", f);
+        json_str(f, cuda);
+    }
+    fputs("}\n", f);
+}
+
+static void meta_body(FILE *f, const backend *be, int argc, char **argv, const char *start,
+                      const char *end)
+{
+    char host[256] = "unknown";
+    gethostname(host, sizeof host - 1);
+    struct utsname u;
+    uname(&u);
+    fputs("{\n  \"dpscale_version\": ", f);
+    json_str(f, DPS_VERSION);
+    fputs(",\n  \"git_describe\": ", f);
+    json_str(f, DPS_GIT_DESCRIBE);
+    fputs(",\n  \"command_line\": [", f);
+    for (int i = 0; i < argc; i++) {
+        if (i) fputs(", ", f);
+        json_str(f, argv[i]);
+    }
+    fputs("],\n  \"start_time\": ", f);
+    json_str(f, start);
+    fputs(",\n  \"end_time\": ", f);
+    json_str(f, end ? end : "");
+    fputs(",\n  \"host\": ", f);
+    json_str(f, host);
+    fprintf(f, ",\n  \"os\": \"%s %s %s\",\n  \"backend\": ", u.sysname, u.release, u.machine);
+    json_str(f, be->ops->name);
+    fprintf(f, ",\n  \"emulated\": %s,\n", be->emulated ? "true" : "false");
+    fprintf(f, "  \"note\": \"%s\",\n", be->emulated
+            ? "host backend: devices are emulated on the CPU; timings describe the CPU, not a GPU"
+            : "");
+    fputs("  \"memory\": {\"alloc_peak_bytes\": \"the harness's own allocations, exact\", "
+          "\"device_peak_bytes\": \"the device's used memory (cudaMemGetInfo): context, library "
+          "workspaces (cuBLAS, NCCL) and other processes included\", \"device_base_bytes\": "
+          "\"the device's used memory once ready, before the run allocated\", "
+          "\"device_peak_over_base_bytes\": \"device_peak_bytes - device_base_bytes\", "
+          "\"regressions_judged_on\": \"alloc_peak_bytes\"},\n", f);
+    meta_devices(f, be);
+    fputs("  \"topology\": ", f);
+    if (be->emulated) {
+        json_str(f, "emulated devices in host memory (copies are memcpy)");
+    } else {
+        fputs("{\"peer_access\": [", f);
+        for (int i = 0; i < be->ndev; i++) {
+            fputs(i ? ", [" : "[", f);
+            for (int j = 0; j < be->ndev; j++) fprintf(f, "%s%d", j ? ", " : "", be->peer[i][j]);
+            fputs("]", f);
+        }
+        fputs("]", f);
+        nvml_topology_json(be, f);
+        fputs("}", f);
+    }
+    fputs(",\n", f);
+    meta_versions(f, be);
+    fputs("}\n", f);
+}
+
+dps_status results_write_meta(const results_dir *r, const backend *be, int argc, char **argv,
+                              const char *start_time, const char *end_time)
+{
+    char path[DPS_PATH_MAX + 32], tmp[DPS_PATH_MAX + 48];
+    path_of(r, "meta.json", path, sizeof path);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f) return dps_fail(DPS_ERR_RUNTIME, "%s: cannot write: %s", tmp, strerror(errno));
+    meta_body(f, be, argc, argv, start_time, end_time);
+    int bad = ferror(f) | (fflush(f) != 0) | (fsync(fileno(f)) != 0);
+    bad |= fclose(f) != 0;
+    if (bad || rename(tmp, path) != 0) {
+        unlink(tmp);
+        return dps_fail(DPS_ERR_RUNTIME, "%s: cannot write: %s", path, strerror(errno));
+    }
+    return DPS_OK;
+}
+
+static void runs_identity(csv_buf *b, const dps_config *c, const backend *be,
+                          const train_result *res, const run_summary *s)
+{
+    char devs[DPS_MAX_DEVICES * 4] = "";
+    for (int i = 0; i < c->ngpus; i++) {
+        size_t n = strlen(devs);
+        snprintf(devs + n, sizeof devs - n, "%s%d", i ? " " : "", c->devices[i]);
+    }
+    csv_str(b, s->config_id);
+    csv_str(b, dps_status_name(res->status));
+    csv_str(b, res->status ? res->error : "");
+    csv_str(b, be->ops->name);
+    csv_int(b, be->emulated);
+    csv_str(b, dps_mode_name(c->mode));
+    csv_int(b, c->ngpus);
+    csv_str(b, devs);
+    csv_str(b, c->model);
+    csv_int(b, c->shape.layers);
+    csv_int(b, c->shape.width);
+    csv_int(b, c->shape.tokens);
+    csv_int(b, c->shape.classes);
+    csv_u64(b, model_param_count(c->shape));
+    csv_str(b, dps_precision_name(c->precision));
+    csv_str(b, dps_optimizer_name(c->optimizer));
+    csv_num(b, c->hp.lr, 6);
+    csv_int(b, c->global_batch);
+    csv_int(b, config_batch_per_gpu(c));
+    csv_str(b, dps_scaling_names[c->strong != 0]);
+    if (c->mode == MODE_DDP) {
+        csv_num(b, c->bucket_mb, 3);
+        csv_int(b, c->overlap);
+    } else {
+        csv_empty(b);
+        csv_empty(b);
+    }
+    csv_u64(b, c->seed);
+    csv_int(b, c->warmup);
+    csv_int(b, c->steps);
+    csv_int(b, res->steps_done);
+}
+
+static void runs_row(csv_buf *b, const dps_config *c, const backend *be,
+                     const train_result *res, const run_summary *s)
+{
+    runs_identity(b, c, be, res, s);
+    csv_num(b, s->step.median, 4);
+    csv_num(b, s->step.p10, 4);
+    csv_num(b, s->step.p90, 4);
+    csv_num(b, s->step.mean, 4);
+    csv_num(b, s->step.stdev, 4);
+    csv_num(b, s->samples_per_s, 3);
+    csv_num(b, s->tokens_per_s, 1);
+    csv_num(b, s->model_tflops, 6);
+    csv_num(b, res->gemm_ref_tflops > 0 ? res->gemm_ref_tflops : NAN, 6);
+    csv_num(b, res->losses_done ? res->loss[0] : NAN, 6);
+    csv_num(b, res->losses_done ? res->loss[res->losses_done - 1] : NAN, 6);
+    csv_str(b, res->check < 0 ? "off" : res->check ? "pass" : "fail");
+    csv_num(b, res->check < 0 ? NAN : res->check_max_rel_diff, 9);
+    uint64_t other = 0;
+    for (int i = 1; i < c->ngpus; i++)
+        if (res->dev[i].alloc_peak > other) other = res->dev[i].alloc_peak;
+    csv_u64(b, res->dev[0].alloc_peak);
+    if (c->ngpus > 1) csv_u64(b, other);
+    else csv_empty(b);
+    csv_num(b, s->comm_bytes_per_step, 0);
+    csv_num(b, s->algbw_gbps, 3);
+    csv_num(b, s->busbw_gbps, 3);
+    csv_str(b, s->start_time);
+    csv_str(b, s->end_time);
+    csv_end_row(b);
+}
+
+static void steps_rows(csv_buf *b, const dps_config *c, const train_result *res,
+                       const run_summary *s)
+{
+    for (int k = 0; k < res->steps_done; k++)
+        for (int r = 0; r < res->nranks; r++) {
+            const float *ph = res->phase_ms + ((size_t)k * res->nranks + r) * PH_COUNT;
+            csv_str(b, s->config_id);
+            csv_int(b, k);
+            csv_int(b, r);
+            csv_int(b, c->devices[r]);
+            csv_num(b, res->step_ms[k], 4);
+            csv_num(b, res->rank_step_ms[(size_t)k * res->nranks + r], 4);
+            csv_num(b, res->loss[c->warmup + k], 6);
+            for (int p = 0; p < PH_COUNT; p++) csv_num(b, ph[p], 4);
+            csv_end_row(b);
+        }
+}
+
+static void devices_rows(csv_buf *b, const dps_config *c, const train_result *res,
+                         const run_summary *s)
+{
+    for (int r = 0; r < c->ngpus; r++) {
+        const dev_stats *d = &res->dev[r];
+        csv_str(b, s->config_id);
+        csv_int(b, r);
+        csv_int(b, c->devices[r]);
+        csv_str(b, d->name);
+        csv_u64(b, d->alloc_peak);
+        csv_u64(b, d->device_peak);
+        if (d->capacity) csv_u64(b, d->capacity);
+        else csv_empty(b);
+        for (int l = 0; l < LINK_COUNT; l++) csv_num(b, d->link_bytes[l], 0);
+        csv_num(b, d->nvml_pcie_tx, 0);
+        csv_num(b, d->nvml_pcie_rx, 0);
+        csv_num(b, d->nvml_nvlink_tx, 0);
+        csv_num(b, d->nvml_nvlink_rx, 0);
+        if (d->nvml_clock) {
+            char reasons[24];
+            snprintf(reasons, sizeof reasons, "0x%llx", d->throttle_reasons);
+            csv_int(b, d->sm_clock_min_mhz);
+            csv_int(b, d->sm_clock_max_mhz);
+            csv_str(b, reasons);
+        } else {
+            csv_empty(b);
+            csv_empty(b);
+            csv_empty(b);
+        }
+        csv_u64(b, d->device_base);
+        if (d->device_peak >= d->device_base) csv_u64(b, d->device_peak - d->device_base);
+        else csv_empty(b);
+        csv_end_row(b);
+    }
+}
+
+static void phases_rows(csv_buf *b, const train_result *res, const run_summary *s)
+{
+    int n = res->steps_done;
+    double *x = malloc(((size_t)n + 1) * sizeof *x);
+    if (!x) {
+        b->oom = 1;
+        return;
+    }
+    for (int r = 0; r < res->nranks; r++)
+        for (int p = 0; p < PH_COUNT; p++) {
+            for (int k = 0; k < n; k++)
+                x[k] = res->phase_ms[((size_t)k * res->nranks + r) * PH_COUNT + p];
+            dps_stats st;
+            stats_compute(x, n, &st);
+            double bytes = res->dev[r].phase_bytes[p];
+            csv_str(b, s->config_id);
+            csv_int(b, r);
+            csv_str(b, dps_phase_names[p]);
+            csv_num(b, st.median, 4);
+            csv_num(b, st.mean, 4);
+            csv_num(b, s->step.median > 0 ? st.median / s->step.median : NAN, 4);
+            csv_num(b, bytes, 0);
+            csv_num(b, bytes > 0 && st.median > 0 ? bytes / (st.median * 1e-3) / 1e9 : NAN, 3);
+            csv_end_row(b);
+        }
+    free(x);
+}
+
+static dps_status append(const results_dir *r, const char *file, const char *const *cols,
+                         int ncols, csv_buf *b)
+{
+    char path[DPS_PATH_MAX + 32];
+    path_of(r, file, path, sizeof path);
+    dps_status rc = csv_append(path, cols, ncols, b);
+    csv_free(b);
+    return rc;
+}
+
+#define NCOLS(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+dps_status results_append(const results_dir *r, const dps_config *c, const backend *be,
+                          const train_result *res, const run_summary *s)
+{
+    static const char *steps_cols[7 + PH_COUNT] = {
+        "config_id", "step", "rank", "device_index", "step_ms", "rank_step_ms", "loss"};
+    for (int p = 0; p < PH_COUNT; p++) {
+        static char names[PH_COUNT][32];
+        snprintf(names[p], sizeof names[p], "%s_ms", dps_phase_names[p]);
+        steps_cols[7 + p] = names[p];
+    }
+    csv_buf b;
+    csv_init(&b);
+    steps_rows(&b, c, res, s);
+    DPS_TRY(append(r, "steps.csv", steps_cols, NCOLS(steps_cols), &b));
+    devices_rows(&b, c, res, s);
+    DPS_TRY(append(r, "devices.csv", devices_cols, NCOLS(devices_cols), &b));
+    phases_rows(&b, res, s);
+    DPS_TRY(append(r, "phases.csv", phases_cols, NCOLS(phases_cols), &b));
+    runs_row(&b, c, be, res, s);
+    return append(r, "runs.csv", results_runs_cols, results_runs_ncols, &b);
+}
+
+void results_table_header(FILE *f, const backend *be)
+{
+    fprintf(f, "# dpscale %s (%s), backend %s%s\n#\n", DPS_VERSION, DPS_GIT_DESCRIBE,
+            be->ops->name,
+            be->emulated ? ": emulated devices, timings describe the CPU, not a GPU" : "");
+    fprintf(f, "# %-4s %4s %-10s %-4s %-5s %6s %10s %10s %10s %11s %9s %10s %10s %9s %-5s %s\n",
+            "mode", "gpus", "model", "prec", "opt", "batch", "step_ms", "p10_ms", "p90_ms",
+            "samples/s", "TFLOP/s", "gpu0_peak", "other_peak", "loss", "check", "status");
+}
+
+void results_table_row(FILE *f, const dps_config *c, const train_result *res,
+                       const run_summary *s)
+{
+    char g0[24], other[24] = "-";
+    dps_fmt_bytes(res->dev[0].alloc_peak, g0, sizeof g0);
+    uint64_t o = 0;
+    for (int i = 1; i < c->ngpus; i++)
+        if (res->dev[i].alloc_peak > o) o = res->dev[i].alloc_peak;
+    if (c->ngpus > 1) dps_fmt_bytes(o, other, sizeof other);
+    const char *check = res->check < 0 ? "-" : res->check ? "pass" : "FAIL";
+    char num[6][24];
+    const double v[6] = {s->step.median, s->step.p10, s->step.p90, s->samples_per_s,
+                         s->model_tflops, res->losses_done ? res->loss[res->losses_done - 1] : NAN};
+    static const char *const fmt[6] = {"%.3f", "%.3f", "%.3f", "%.1f", "%.4f", "%.4f"};
+    for (int i = 0; i < 6; i++) {
+        if (isfinite(v[i])) snprintf(num[i], sizeof num[i], fmt[i], v[i]);
+        else dps_strlcpy(num[i], "-", sizeof num[i]);
+    }
+    fprintf(f, "  %-4s %4d %-10s %-4s %-5s %6d %10s %10s %10s %11s %9s %10s %10s %9s %-5s %s\n",
+            dps_mode_name(c->mode), c->ngpus, c->model, dps_precision_name(c->precision),
+            dps_optimizer_name(c->optimizer), c->global_batch, num[0], num[1], num[2], num[3],
+            num[4], g0, other, num[5], check, dps_status_name(res->status));
+    if (res->status) fprintf(f, "#   %s: %s\n", dps_status_name(res->status), res->error);
+    fflush(f);
+}

@@ -1,0 +1,241 @@
+/* One configuration from start to written results (see run.h). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "strategies/ddp.h"
+#include "strategies/dp.h"
+#include "core/stats.h"
+#include "backend/nvml.h"
+#include "run/run.h"
+#include "core/util.h"
+
+double run_max_rel_diff(const float *a, const float *b, size_t n)
+{
+    double maxdiff = 0.0, maxref = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (!(d <= maxdiff)) maxdiff = d; /* NaN propagates */
+        if (fabs((double)b[i]) > maxref) maxref = fabs((double)b[i]);
+    }
+    if (maxref == 0.0) return maxdiff == 0.0 ? 0.0 : INFINITY;
+    return maxdiff / maxref;
+}
+
+double run_check_tolerance(const dps_config *cfg)
+{
+    if (cfg->precision == PREC_BF16) return DPS_CHECK_TOL_BF16;
+    return cfg->optimizer == OPT_ADAMW ? DPS_CHECK_TOL_FP32_ADAMW : DPS_CHECK_TOL_FP32;
+}
+
+/* The same steps on device 0 alone (dp with one device is single-device
+ * training), compared with the run's final parameters. The capacity limit
+ * of --device-mem is lifted for the reference. */
+static dps_status run_check(const dps_config *cfg, backend *be, train_result *res)
+{
+    dps_config ref = *cfg;
+    ref.mode = MODE_DP;
+    ref.ngpus = 1;
+    ref.check = 0;
+    ref.profile_first = ref.profile_last = -1; /* the reference is not what is profiled */
+    int d0 = cfg->devices[0];
+    size_t cap = be->mem[d0].capacity;
+    be->mem[d0].capacity = 0;
+    train_result rr;
+    dps_status rc = train_result_init(&rr, &ref, 1);
+    if (!rc) rc = dp_train(&ref, be, &rr);
+    be->mem[d0].capacity = cap;
+    if (rc) {
+        dps_status r2 = dps_fail(rc, "--check: the single-device reference failed: %s", rr.error);
+        train_result_free(&rr);
+        return r2;
+    }
+    res->check_max_rel_diff = run_max_rel_diff(res->final_params, rr.final_params, res->nparams);
+    res->check = res->check_max_rel_diff <= run_check_tolerance(cfg);
+    train_result_free(&rr);
+    return DPS_OK;
+}
+
+dps_status run_gemm_reference(backend *be, int dev, model_shape s, int rows, double *tflops)
+{
+    const be_ops *o = be->ops;
+    int d = s.width, c = s.classes, big = d > c ? d : c;
+    dps_buf x = {0}, w = {0}, y = {0};
+    be_stream *st = NULL;
+    dps_status rc = o->stream_create(be, dev, &st);
+    if (!rc) rc = be_buf_alloc(be, dev, (size_t)rows * big * sizeof(float), "GEMM reference", &x);
+    if (!rc) rc = be_buf_alloc(be, dev, (size_t)d * big * sizeof(float), "GEMM reference", &w);
+    if (!rc) rc = be_buf_alloc(be, dev, (size_t)rows * big * sizeof(float), "GEMM reference", &y);
+    if (!rc) rc = o->memset0(be, st, x.ptr, x.bytes);
+    if (!rc) rc = o->memset0(be, st, w.ptr, w.bytes);
+    double times[6];
+    for (int rep = 0; !rc && rep < 6; rep++) {
+        double t0 = dps_now_ms();
+        for (int l = 0; !rc && l < s.layers; l++) /* forward */
+            rc = o->gemm(be, st, 0, 0, rows, d, d, 1.0f, x.ptr, d, w.ptr, d, 0.0f, y.ptr, d);
+        if (!rc) rc = o->gemm(be, st, 0, 0, rows, c, d, 1.0f, x.ptr, d, w.ptr, c, 0.0f, y.ptr, c);
+        if (!rc) rc = o->gemm(be, st, 1, 0, d, c, rows, 1.0f, x.ptr, d, y.ptr, c, 0.0f, w.ptr, c);
+        if (!rc && s.layers) rc = o->gemm(be, st, 0, 1, rows, d, c, 1.0f, y.ptr, c, w.ptr, c,
+                                          0.0f, x.ptr, d);
+        for (int l = s.layers - 1; !rc && l >= 0; l--) { /* backward */
+            rc = o->gemm(be, st, 1, 0, d, d, rows, 1.0f, x.ptr, d, y.ptr, d, 0.0f, w.ptr, d);
+            if (!rc && l > 0)
+                rc = o->gemm(be, st, 0, 1, rows, d, d, 1.0f, y.ptr, d, w.ptr, d, 0.0f, x.ptr, d);
+        }
+        if (!rc) rc = o->stream_sync(be, st);
+        times[rep] = dps_now_ms() - t0;
+    }
+    if (!rc) {
+        dps_stats stt;
+        stats_compute(times + 1, 5, &stt); /* the first repetition warms up */
+        double dd = (double)d * d, dc = (double)d * c;
+        double flops = 2.0 * rows * (3.0 * s.layers * dd - (s.layers ? dd : 0.0) + 2.0 * dc +
+                                     (s.layers ? dc : 0.0));
+        *tflops = flops / (stt.median * 1e-3) / 1e12;
+    }
+    be_buf_free(be, &x);
+    be_buf_free(be, &w);
+    be_buf_free(be, &y);
+    if (st) o->stream_destroy(be, st);
+    return rc;
+}
+
+/* All-reduce time of a step: the slowest rank's; bandwidths from its median. */
+static void allreduce_bandwidth(const dps_config *c, const train_result *res, run_summary *s)
+{
+    int n = res->steps_done;
+    double *t = malloc(((size_t)n + 1) * sizeof *t);
+    if (!t || n == 0 || res->allreduce_bytes <= 0) {
+        free(t);
+        return;
+    }
+    for (int k = 0; k < n; k++) {
+        t[k] = 0.0;
+        for (int r = 0; r < res->nranks; r++) {
+            double ms = res->phase_ms[((size_t)k * res->nranks + r) * PH_COUNT + PH_ALLREDUCE];
+            if (ms > t[k]) t[k] = ms;
+        }
+    }
+    dps_stats st;
+    stats_compute(t, n, &st);
+    free(t);
+    if (st.median > 0) {
+        s->algbw_gbps = res->allreduce_bytes / (st.median * 1e-3) / 1e9;
+        s->busbw_gbps = stats_busbw_allreduce(s->algbw_gbps, c->ngpus);
+    }
+}
+
+static void summarize(const dps_config *c, const train_result *res, run_summary *s)
+{
+    stats_compute(res->step_ms, res->steps_done, &s->step);
+    double sec = s->step.median * 1e-3;
+    double tokens = (double)c->global_batch * c->shape.tokens;
+    s->samples_per_s = res->steps_done ? c->global_batch / sec : NAN;
+    s->tokens_per_s = res->steps_done ? tokens / sec : NAN;
+    s->model_tflops = res->steps_done
+        ? 6.0 * (double)model_matmul_params(c->shape) * tokens / sec / 1e12 : NAN;
+    s->comm_bytes_per_step = 0.0;
+    for (int i = 0; i < c->ngpus; i++) s->comm_bytes_per_step += res->dev[i].link_bytes[LINK_P2P_SENT];
+    if (!res->steps_done) s->comm_bytes_per_step = NAN;
+    s->algbw_gbps = NAN;
+    s->busbw_gbps = NAN;
+    if (c->mode == MODE_DDP && c->ngpus > 1) allreduce_bandwidth(c, res, s);
+}
+
+/* What the NVML sampler saw, beside the bytes the harness counted. */
+static void record_nvml(nvml_sampler *nv, const dps_config *cfg, train_result *res)
+{
+    nvml_counters c[DPS_MAX_DEVICES];
+    memset(c, 0, sizeof c);
+    nvml_stop(nv, c);
+    for (int i = 0; i < cfg->ngpus; i++) {
+        dev_stats *d = &res->dev[i];
+        d->nvml_pcie_tx = c[i].have_pcie ? c[i].pcie_tx_bytes : NAN;
+        d->nvml_pcie_rx = c[i].have_pcie ? c[i].pcie_rx_bytes : NAN;
+        d->nvml_nvlink_tx = c[i].have_nvlink ? c[i].nvlink_tx_bytes : NAN;
+        d->nvml_nvlink_rx = c[i].have_nvlink ? c[i].nvlink_rx_bytes : NAN;
+        d->nvml_clock = c[i].have_clock;
+        d->sm_clock_min_mhz = c[i].sm_clock_min_mhz;
+        d->sm_clock_max_mhz = c[i].sm_clock_max_mhz;
+        d->throttle_reasons = c[i].throttle_reasons;
+    }
+}
+
+/* The mode's training loop; ranks of ddp open the backend the parent chose. */
+static dps_status train(const dps_config *cfg, backend *be, train_result *res)
+{
+    if (cfg->mode == MODE_DP) return dp_train(cfg, be, res);
+    dps_config c = *cfg;
+    c.be.kind = be->kind;
+    dps_status rc = ddp_train(&c, res);
+    if (rc && !res->error[0]) dps_strlcpy(res->error, dps_errmsg(), sizeof res->error);
+    return rc;
+}
+
+dps_status run_record(const dps_config *cfg, const backend *be, const results_dir *rd,
+                      dps_status status, const char *why)
+{
+    run_summary sum;
+    memset(&sum, 0, sizeof sum);
+    config_id(cfg, sum.config_id, sizeof sum.config_id);
+    dps_utc_iso8601(sum.start_time, sizeof sum.start_time);
+    dps_strlcpy(sum.end_time, sum.start_time, sizeof sum.end_time);
+    train_result res;
+    DPS_TRY(train_result_init(&res, cfg, cfg->ngpus));
+    res.status = status;
+    dps_strlcpy(res.error, why, sizeof res.error);
+    for (int i = 0; i < cfg->ngpus; i++) {
+        res.dev[i].dev = cfg->devices[i];
+        if (cfg->devices[i] < be->ndev)
+            dps_strlcpy(res.dev[i].name, be->info[cfg->devices[i]].name, sizeof res.dev[i].name);
+    }
+    summarize(cfg, &res, &sum);
+    results_table_row(stdout, cfg, &res, &sum);
+    dps_status rc = results_append(rd, cfg, be, &res, &sum);
+    train_result_free(&res);
+    return rc;
+}
+
+dps_status run_config(const dps_config *cfg, backend *be, const results_dir *rd, int *written)
+{
+    run_summary sum;
+    memset(&sum, 0, sizeof sum);
+    config_id(cfg, sum.config_id, sizeof sum.config_id);
+    dps_utc_iso8601(sum.start_time, sizeof sum.start_time);
+    be_reset_peaks(be);
+    be->gemm_bf16 = cfg->precision == PREC_BF16;
+    if (config_shares_device(cfg))
+        dps_warn("%s: several replicas share a GPU: the copies between them are local, so "
+                 "the timings say nothing about a multi-GPU machine", sum.config_id);
+    train_result res;
+    DPS_TRY(train_result_init(&res, cfg, cfg->ngpus));
+    nvml_sampler *nv = cfg->no_nvml ? NULL : nvml_start(be, cfg->devices, cfg->ngpus, 20);
+    res.status = train(cfg, be, &res);
+    record_nvml(nv, cfg, &res);
+    if (!res.status && cfg->check) {
+        res.status = run_check(cfg, be, &res);
+        if (res.status) dps_strlcpy(res.error, dps_errmsg(), sizeof res.error);
+    }
+    if (!res.status && cfg->gemm_ref) {
+        int samples[DPS_MAX_DEVICES];
+        dp_chunk_sizes(cfg->global_batch, cfg->ngpus, samples);
+        res.status = run_gemm_reference(be, cfg->devices[0], cfg->shape,
+                                    samples[0] * cfg->shape.tokens, &res.gemm_ref_tflops);
+        if (res.status) dps_strlcpy(res.error, dps_errmsg(), sizeof res.error);
+    }
+    dps_utc_iso8601(sum.end_time, sizeof sum.end_time);
+    summarize(cfg, &res, &sum);
+    results_table_row(stdout, cfg, &res, &sum);
+    dps_status rc = results_append(rd, cfg, be, &res, &sum);
+    if (written) *written = rc == DPS_OK;
+    if (rc == DPS_OK) rc = res.status;
+    else dps_log("%s", dps_errmsg());
+    if (rc == DPS_OK && res.check == 0)
+        rc = dps_fail(DPS_ERR_RUNTIME, "%s: --check failed: max relative difference %.3g "
+                      "above the tolerance %g", sum.config_id, res.check_max_rel_diff,
+                      run_check_tolerance(cfg));
+    else if (res.status) dps_fail_copy(res.status, res.error);
+    train_result_free(&res);
+    return rc;
+}

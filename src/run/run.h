@@ -1,0 +1,38 @@
+/* Runs one configuration end to end: the mode's training loop, the
+ * optional correctness check and GEMM reference, the statistics, the rows
+ * in the results folder and the line on stdout. */
+#ifndef DPS_RUN_H
+#define DPS_RUN_H
+
+#include "backend/backend.h"
+#include "config/config.h"
+#include "run/results.h"
+
+/* Tolerances of --check on the normwise relative difference of the final
+ * parameters, max|p - p_ref| / max|p_ref|. In fp32 only the summation order
+ * differs between one and several devices (SGD: ~1e-7 measured). AdamW
+ * divides every update by its running RMS, which turns the rounding noise
+ * of near-zero gradients into updates of up to lr (~2e-5 measured). */
+#define DPS_CHECK_TOL_FP32 1e-5
+#define DPS_CHECK_TOL_FP32_ADAMW 1e-4
+#define DPS_CHECK_TOL_BF16 2e-2
+
+double run_check_tolerance(const dps_config *cfg);
+
+/* Returns the configuration's status (DPS_OK, DPS_ERR_OOM, ...); a failure
+ * to write the results is returned as DPS_ERR_RUNTIME with its message.
+ * *written (may be NULL) says whether its rows reached the files. */
+dps_status run_config(const dps_config *cfg, backend *be, const results_dir *rd, int *written) DPS_MUST_USE;
+
+/* Rows for a configuration that never ran or died without writing them:
+ * status (skipped, error, timeout) and why. */
+dps_status run_record(const dps_config *cfg, const backend *be, const results_dir *rd,
+                      dps_status status, const char *why) DPS_MUST_USE;
+
+/* max|a - b| / max|b| over n values (0 when b is all zeros and a == b). */
+double run_max_rel_diff(const float *a, const float *b, size_t n);
+
+/* Times the GEMMs of one step on `rows` rows of one device: TFLOP/s. */
+dps_status run_gemm_reference(backend *be, int dev, model_shape s, int rows, double *tflops) DPS_MUST_USE;
+
+#endif

@@ -1,0 +1,269 @@
+/* Suite files (see suite.h): a strict line parser whose keys, limits and
+ * words come from the settings table, and the expansion into configurations.
+ * Every error names the file and line. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "run/suite.h"
+#include "core/util.h"
+
+typedef struct parse_ctx {
+    const char *path;
+    int line;
+    suite *s;
+} parse_ctx;
+
+static dps_status perr(const parse_ctx *p, const char *what, const char *val)
+{
+    return dps_fail(DPS_ERR_USAGE, "%s:%d: %s%s%s%s", p->path, p->line, what,
+                    val ? " '" : "", val ? val : "", val ? "'" : "");
+}
+
+static dps_status unknown_key(const parse_ctx *p, const char *key)
+{
+    char what[320] = "unknown key (";
+    const char *sep = "";
+    for (int id = 0; id < SET_COUNT; id++) {
+        if (!settings_table[id].key) continue;
+        size_t used = strlen(what);
+        snprintf(what + used, sizeof what - used, "%s%s", sep, settings_table[id].key);
+        sep = ", ";
+    }
+    strncat(what, ")", sizeof what - strlen(what) - 1);
+    return perr(p, what, key);
+}
+
+/* Where a list key's length goes; NULL for a single value. */
+static int *list_count(suite *s, settings_id id)
+{
+    switch (id) {
+    case SET_MODE: return &s->nmodes;
+    case SET_GPUS: return &s->ngpus;
+    case SET_MODEL: return &s->nmodels;
+    case SET_SCALING: return &s->npolicies;
+    case SET_PRECISION: return &s->nprecisions;
+    case SET_OPTIMIZER: return &s->noptimizers;
+    case SET_BUCKET_MB: return &s->nbucket_mb;
+    case SET_OVERLAP: return &s->noverlap;
+    default: return NULL;
+    }
+}
+
+static void store(suite *s, settings_id id, const settings_value *v)
+{
+    for (int i = 0; i < v->n; i++) {
+        int64_t n = v->v[i].i;
+        switch (id) {
+        case SET_MODE: s->modes[i] = (dps_mode)n; break;
+        case SET_GPUS: s->gpus[i] = (int)n; break;
+        case SET_MODEL: dps_strlcpy(s->models[i], model_presets[n].name, DPS_NAME_MAX); break;
+        case SET_SCALING: s->policies[i] = (int)n; break;
+        case SET_PRECISION: s->precisions[i] = (dps_precision)n; break;
+        case SET_OPTIMIZER: s->optimizers[i] = (dps_optimizer)n; break;
+        case SET_BUCKET_MB: s->bucket_mb[i] = v->v[i].x; break;
+        case SET_OVERLAP: s->overlap[i] = (int)n; break;
+        case SET_BATCH_PER_GPU: s->batch_per_gpu = (int)n; break;
+        case SET_BATCH: s->global_batch = (int)n; break;
+        case SET_STEPS: s->steps = (int)n; break;
+        case SET_WARMUP: s->warmup = (int)n; break;
+        case SET_DEVICE_MEM: s->device_mem = (uint64_t)n; break;
+        default: break;
+        }
+    }
+    int *count = list_count(s, id);
+    if (count) *count = v->n;
+    if (id == SET_GPUS) s->gpus_all = 0;
+}
+
+static dps_status set_key(parse_ctx *p, const char *key, const char *val)
+{
+    int id = settings_find_key(key);
+    if (id < 0) return unknown_key(p, key);
+    const settings_entry *e = &settings_table[id];
+    if (e->suite_max < 2 && strchr(val, ',')) return perr(p, "expected one value for", key);
+    if (id == SET_GPUS && strcmp(val, "all") == 0) {
+        p->s->gpus_all = 1;
+        p->s->ngpus = 0;
+        return DPS_OK;
+    }
+    settings_value v;
+    settings_error err;
+    if (settings_value_parse((settings_id)id, e->suite_max, val, &v, &err)) {
+        if (!err.item[0]) return perr(p, err.what, NULL);
+        strncat(err.what, ", got", sizeof err.what - strlen(err.what) - 1);
+        return perr(p, err.what, err.item);
+    }
+    store(p->s, (settings_id)id, &v);
+    return DPS_OK;
+}
+
+/* One line: blank, comment, [section] or key = value. *active says whether
+ * the current section applies to this backend. */
+static dps_status parse_line(parse_ctx *p, char *line, be_kind kind, int *active)
+{
+    for (char *c = line; *c; c++)
+        if ((unsigned char)*c < 0x20 && *c != '\t' && *c != '\n' && *c != '\r')
+            return perr(p, "not a text line (control characters)", NULL);
+    char *hash = strchr(line, '#');
+    if (hash) *hash = '\0';
+    char *t = dps_trim(line);
+    if (!*t) return DPS_OK;
+    if (*t == '[') {
+        if (strcmp(t, "[host]") == 0) *active = kind == BE_HOST;
+        else if (strcmp(t, "[cuda]") == 0) *active = kind == BE_CUDA;
+        else return perr(p, "unknown section (expected [host] or [cuda])", t);
+        return DPS_OK;
+    }
+    char *eq = strchr(t, '=');
+    if (!eq) return perr(p, "expected key = value, got", t);
+    *eq = '\0';
+    char *key = dps_trim(t), *val = dps_trim(eq + 1);
+    if (!*key) return perr(p, "missing key before '='", NULL);
+    if (!*val) return perr(p, "empty value for", key);
+    if (!*active) { /* still checked, so a typo in the other section is found here too */
+        suite scratch = *p->s;
+        parse_ctx q = *p;
+        q.s = &scratch;
+        return set_key(&q, key, val);
+    }
+    return set_key(p, key, val);
+}
+
+static void suite_defaults(suite *s, const char *path)
+{
+    memset(s, 0, sizeof *s);
+    dps_strlcpy(s->path, path, sizeof s->path);
+    const settings_entry *t = settings_table;
+    for (int m = 0; m < MODE_COUNT; m++) s->modes[s->nmodes++] = (dps_mode)m; /* every mode */
+    s->gpus_all = 1;
+    dps_strlcpy(s->models[0], t[SET_MODEL].def_text, DPS_NAME_MAX);
+    s->nmodels = 1;
+    s->precisions[0] = (dps_precision)t[SET_PRECISION].def.i;
+    s->nprecisions = 1;
+    s->optimizers[0] = (dps_optimizer)t[SET_OPTIMIZER].def.i;
+    s->noptimizers = 1;
+    s->bucket_mb[0] = t[SET_BUCKET_MB].def.x;
+    s->nbucket_mb = 1;
+    s->overlap[0] = (int)t[SET_OVERLAP].def.i;
+    s->noverlap = 1;
+    s->policies[0] = (int)t[SET_SCALING].def.i;
+    s->npolicies = 1;
+}
+
+/* The whole file (at most 1 MiB), NUL-terminated. */
+static dps_status read_file(const char *path, char **text, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return dps_fail(DPS_ERR_USAGE, "%s: cannot read the suite file: %s", path, strerror(errno));
+    size_t cap = (1 << 20) + 1;
+    *text = malloc(cap + 1);
+    if (!*text) {
+        fclose(f);
+        return dps_fail(DPS_ERR_RUNTIME, "out of host memory reading %s", path);
+    }
+    *len = fread(*text, 1, cap, f);
+    int bad = ferror(f);
+    fclose(f);
+    (*text)[*len] = '\0';
+    if (bad || *len == cap) {
+        free(*text);
+        return dps_fail(DPS_ERR_USAGE, "%s: %s", path, bad ? "read error" : "larger than 1 MiB");
+    }
+    return DPS_OK;
+}
+
+dps_status suite_load(const char *path, be_kind kind, suite *s)
+{
+    suite_defaults(s, path);
+    char *text = NULL;
+    size_t len = 0;
+    DPS_TRY(read_file(path, &text, &len));
+    parse_ctx p = {.path = path, .s = s};
+    int active = 1;
+    dps_status rc = DPS_OK;
+    for (size_t pos = 0; !rc && pos < len;) {
+        char *line = text + pos, *nl = memchr(line, '\n', len - pos);
+        size_t n = nl ? (size_t)(nl - line) : len - pos;
+        p.line++;
+        if (memchr(line, '\0', n)) rc = perr(&p, "not a text file (NUL byte)", NULL);
+        line[n] = '\0';
+        if (!rc) rc = parse_line(&p, line, kind, &active);
+        pos += n + 1;
+    }
+    free(text);
+    return rc;
+}
+
+/* gpus = all: 1, 2, 4, ... up to the devices present (4 emulated at most). */
+static int gpu_counts(const suite *s, const backend *be, int *out)
+{
+    if (!s->gpus_all) {
+        memcpy(out, s->gpus, sizeof s->gpus);
+        return s->ngpus;
+    }
+    int n = 0, top = be->emulated && be->ndev > 4 ? 4 : be->ndev;
+    for (int g = 1; g <= top; g *= 2) out[n++] = g;
+    if (n && out[n - 1] != top) out[n++] = top; /* e.g. 6 GPUs: 1, 2, 4, 6 */
+    return n;
+}
+
+static void fill(const suite *s, const dps_config *base, const backend *be, int model,
+                 int strong, int g, int maxg, sweep_item *it)
+{
+    dps_config *c = &it->cfg;
+    *c = *base;
+    const model_preset *p = model_find_preset(s->models[model]);
+    dps_strlcpy(c->model, p->name, sizeof c->model);
+    c->shape = p->shape;
+    c->ngpus = g;
+    for (int i = 0; i < g; i++) c->devices[i] = i;
+    int per = s->batch_per_gpu ? s->batch_per_gpu : p->batch_per_gpu;
+    c->global_batch = strong ? (s->global_batch ? s->global_batch : per * maxg) : per * g;
+    c->strong = strong;
+    if (s->steps) c->steps = s->steps;
+    if (s->warmup) c->warmup = s->warmup;
+    if (s->device_mem && be->kind == BE_HOST) c->be.device_mem = s->device_mem;
+    /* a fault injected for the sweep applies where its rank exists */
+    if (c->mode == MODE_DP || c->fault_rank >= g || c->fault_step >= c->warmup + c->steps)
+        c->fault_rank = -1;
+    if (config_check(c, be) != DPS_OK) dps_strlcpy(it->skip, dps_errmsg(), sizeof it->skip);
+}
+
+dps_status suite_expand(const suite *s, const dps_config *base, const backend *be,
+                        double lr_override, sweep_item **items, int *n)
+{
+    int gpus[SUITE_MAX_LIST + 1];
+    int ng = gpu_counts(s, be, gpus), maxg = 1;
+    for (int i = 0; i < ng; i++)
+        if (gpus[i] > maxg) maxg = gpus[i];
+    size_t most = (size_t)s->nmodels * s->nprecisions * s->noptimizers * s->nmodes * ng *
+                  s->nbucket_mb * s->noverlap * s->npolicies;
+    *items = calloc(most ? most : 1, sizeof **items);
+    if (!*items) return dps_fail(DPS_ERR_RUNTIME, "out of host memory for %zu configurations", most);
+    *n = 0;
+    for (int m = 0; m < s->nmodels; m++)
+        for (int pr = 0; pr < s->nprecisions; pr++)
+            for (int o = 0; o < s->noptimizers; o++)
+                for (int k = 0; k < s->nmodes; k++)
+                    for (int pol = 0; pol < s->npolicies; pol++)
+                        for (int g = 0; g < ng; g++)
+                            for (int b = 0; b < s->nbucket_mb; b++)
+                                for (int v = 0; v < s->noverlap; v++) {
+                                    /* dp has no buckets: one entry, not one per size */
+                                    if (s->modes[k] == MODE_DP && (b || v)) continue;
+                                    dps_config c = *base;
+                                    c.mode = s->modes[k];
+                                    c.precision = s->precisions[pr];
+                                    c.optimizer = s->optimizers[o];
+                                    config_optimizer_defaults(&c);
+                                    if (lr_override > 0) c.hp.lr = (float)lr_override;
+                                    c.bucket_mb = s->bucket_mb[b];
+                                    c.overlap = s->overlap[v];
+                                    sweep_item *it = &(*items)[*n];
+                                    fill(s, &c, be, m, s->policies[pol], gpus[g], maxg, it);
+                                    (*n)++;
+                                }
+    return DPS_OK;
+}

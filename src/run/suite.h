@@ -1,0 +1,50 @@
+/* Suite files: a sweep written down (the .suite files of bench/). Lines `key = value`
+ * or `key = v1, v2, ...`, `#` comments, and [host] / [cuda] sections whose
+ * keys apply only on that backend (they override the common ones). */
+#ifndef DPS_SUITE_H
+#define DPS_SUITE_H
+
+#include "backend/backend.h"
+#include "config/config.h"
+#include "config/settings.h"
+
+#define SUITE_MAX_LIST SETTINGS_MAX_LIST
+
+typedef struct suite {
+    char path[DPS_PATH_MAX];
+    dps_mode modes[MODE_COUNT];
+    int nmodes;
+    int gpus[SUITE_MAX_LIST], ngpus;   /* gpus_all: 1, 2, 4, ... up to the devices */
+    int gpus_all;
+    char models[SUITE_MAX_LIST][DPS_NAME_MAX];
+    int nmodels;
+    int policies[2], npolicies;        /* batch = weak, strong (1 = strong: global batch fixed) */
+    int batch_per_gpu, global_batch;   /* 0: from the preset */
+    dps_precision precisions[PREC_COUNT];
+    int nprecisions;
+    dps_optimizer optimizers[OPT_COUNT];
+    int noptimizers;
+    double bucket_mb[SUITE_MAX_LIST];
+    int nbucket_mb;
+    int overlap[2], noverlap;
+    int steps, warmup;                 /* 0: the CLI's */
+    uint64_t device_mem;               /* host capacity, 0: the CLI's */
+} suite;
+
+/* Reads a suite for backend `kind` (BE_HOST or BE_CUDA). DPS_ERR_USAGE with
+ * "FILE:LINE: what" on a bad file. */
+dps_status suite_load(const char *path, be_kind kind, suite *s);
+
+/* One entry of a sweep: the configuration, or why it cannot run here. */
+typedef struct sweep_item {
+    dps_config cfg;
+    char skip[256];   /* non-empty: recorded as status skipped */
+} sweep_item;
+
+/* Every configuration of the suite on top of `base` (the CLI's options), in
+ * the order models x precisions x optimizers x modes x gpus x buckets x overlap.
+ * lr_override > 0 replaces every optimizer's default learning rate. */
+dps_status suite_expand(const suite *s, const dps_config *base, const backend *be,
+                        double lr_override, sweep_item **items, int *n);
+
+#endif

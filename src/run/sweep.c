@@ -1,0 +1,219 @@
+/* Sweeps (see sweep.h). The parent forks one child per configuration; the
+ * child runs it and writes its rows; the parent waits with a deadline and
+ * writes the row itself when the child died or hung without writing one. */
+#include <fnmatch.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "run/run.h"
+#include "run/sweep.h"
+#include "core/util.h"
+
+int sweep_filter(sweep_item *items, int n, const char *filter)
+{
+    int left = 0;
+    for (int i = 0; i < n; i++) {
+        char id[192];
+        config_id(&items[i].cfg, id, sizeof id);
+        int match = !filter || (strpbrk(filter, "*?[") ? fnmatch(filter, id, 0) == 0
+                                                       : strstr(id, filter) != NULL);
+        if (!match) dps_strlcpy(items[i].skip, "-", sizeof items[i].skip);
+        else left++;
+    }
+    return left;
+}
+
+/* config_ids with a row in DIR/runs.csv, as one newline-separated string. */
+static char *done_ids(const results_dir *rd)
+{
+    char path[DPS_PATH_MAX + 32], line[8192];
+    snprintf(path, sizeof path, "%s/runs.csv", rd->dir);
+    FILE *f = fopen(path, "r");
+    size_t cap = 4096, len = 1;
+    char *ids = calloc(cap, 1);
+    if (!f || !ids) {
+        if (f) fclose(f);
+        return ids;
+    }
+    ids[0] = '\n';
+    int first = 1;
+    while (fgets(line, sizeof line, f)) {
+        size_t n = strcspn(line, ",\n");
+        if (first || !n || line[0] == '"') { first = 0; continue; }
+        if (len + n + 2 > cap) {
+            cap = cap * 2 + n;
+            char *more = realloc(ids, cap);
+            if (!more) break;
+            ids = more;
+        }
+        memcpy(ids + len, line, n);
+        len += n;
+        ids[len++] = '\n';
+        ids[len] = '\0';
+    }
+    fclose(f);
+    return ids;
+}
+
+static int is_done(const char *ids, const char *id)
+{
+    char key[200];
+    snprintf(key, sizeof key, "\n%s\n", id);
+    return ids && strstr(ids, key) != NULL;
+}
+
+static void fmt_time(double s, char *buf, size_t len)
+{
+    int t = s < 0 ? 0 : (int)(s + 0.5);
+    snprintf(buf, len, "%d:%02d:%02d", t / 3600, t / 60 % 60, t % 60);
+}
+
+static void progress(int i, int total, const char *id, double elapsed_s, double eta_s, int tty)
+{
+    char el[16], eta[16];
+    fmt_time(elapsed_s, el, sizeof el);
+    if (eta_s >= 0) fmt_time(eta_s, eta, sizeof eta);
+    else dps_strlcpy(eta, "?", sizeof eta);
+    if (tty) fprintf(stderr, "\r\033[K[%d/%d] %s  elapsed %s  ETA %s", i, total, id, el, eta);
+    else fprintf(stderr, "dpscale: [%d/%d] %s (elapsed %s, ETA %s)\n", i, total, id, el, eta);
+    fflush(stderr);
+}
+
+typedef struct child_outcome {
+    int written;          /* the child wrote its rows */
+    int timed_out;
+    int ws;               /* wait status */
+} child_outcome;
+
+/* Runs one configuration in a child process and waits for it, showing
+ * progress; kills it past the deadline. */
+static dps_status run_child(const dps_config *cfg, backend *be, const results_dir *rd,
+                            const sweep_opts *o, int *shared_written, child_outcome *out,
+                            int idx, int total, const char *id, double t_start, double eta0)
+{
+    memset(out, 0, sizeof *out);
+    *shared_written = 0;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) return dps_fail(DPS_ERR_RUNTIME, "cannot fork for %s", id);
+    if (pid == 0) {
+        int w = 0;
+        dps_status rc = run_config(cfg, be, rd, &w);
+        *shared_written = w;
+        fflush(NULL);
+        exit(rc == DPS_OK ? 0 : 1);
+    }
+    int tty = isatty(STDERR_FILENO), forwarded = 0;
+    double begin = dps_now_ms(), last = 0.0;
+    for (;;) {
+        pid_t r = waitpid(pid, &out->ws, WNOHANG);
+        if (r == pid) break;
+        if (dps_interrupted() && !forwarded) { /* the child records what it finished */
+            kill(pid, dps_interrupted());
+            forwarded = 1;
+        }
+        double now = dps_now_ms();
+        if (!out->timed_out && o->config_timeout_s > 0 && now - begin > o->config_timeout_s * 1e3) {
+            out->timed_out = 1;
+            kill(pid, SIGKILL);
+        }
+        if (tty && now - last > 500.0) {
+            double eta = eta0 >= 0 ? eta0 - (now - begin) / 1e3 : -1;
+            progress(idx, total, id, (now - t_start) / 1e3, eta < 0 && eta0 >= 0 ? 0 : eta, 1);
+            last = now;
+        }
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    if (tty) fprintf(stderr, "\r\033[K");
+    out->written = *shared_written;
+    return DPS_OK;
+}
+
+/* What the parent records when the child left no row. */
+static void record_death(const dps_config *cfg, const backend *be, const results_dir *rd,
+                         const child_outcome *c, const sweep_opts *o)
+{
+    char why[256];
+    dps_status st = DPS_ERR_RUNTIME;
+    if (c->timed_out) {
+        st = DPS_ERR_TIMEOUT;
+        snprintf(why, sizeof why, "the configuration ran past --config-timeout %g s and was killed",
+                 o->config_timeout_s);
+    } else if (WIFSIGNALED(c->ws)) {
+        snprintf(why, sizeof why, "the configuration's process was killed by %s (signal %d)",
+                 dps_signal_name(WTERMSIG(c->ws)), WTERMSIG(c->ws));
+    } else {
+        snprintf(why, sizeof why, "the configuration's process exited with status %d before "
+                 "writing its results", WEXITSTATUS(c->ws));
+    }
+    if (run_record(cfg, be, rd, st, why)) dps_log("%s", dps_errmsg());
+}
+
+int sweep_run(sweep_item *items, int n, backend *be, const results_dir *rd,
+              const sweep_opts *o, int *interrupted)
+{
+    int *written = mmap(NULL, sizeof(int), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    char *done = o->resume ? done_ids(rd) : NULL;
+    int total = 0, failed = 0, idx = 0, ran = 0, skipped_done = 0;
+    for (int i = 0; i < n; i++) total += strcmp(items[i].skip, "-") != 0;
+    double t_start = dps_now_ms(), spent = 0.0;
+    *interrupted = 0;
+    for (int i = 0; i < n && written != MAP_FAILED; i++) {
+        sweep_item *it = &items[i];
+        char id[192];
+        config_id(&it->cfg, id, sizeof id);
+        if (strcmp(it->skip, "-") == 0) continue;
+        idx++;
+        if (o->resume && is_done(done, id)) {
+            skipped_done++;
+            continue;
+        }
+        if (it->skip[0]) {
+            if (run_record(&it->cfg, be, rd, DPS_SKIPPED, it->skip)) dps_log("%s", dps_errmsg());
+            continue;
+        }
+        double eta = ran ? spent / ran * (total - idx + 1) : -1.0;
+        if (!isatty(STDERR_FILENO)) progress(idx, total, id, (dps_now_ms() - t_start) / 1e3, eta, 0);
+        double t0 = dps_now_ms();
+        child_outcome c;
+        if (run_child(&it->cfg, be, rd, o, written, &c, idx, total, id, t_start, eta)) {
+            dps_log("%s", dps_errmsg());
+            failed++;
+            break;
+        }
+        spent += (dps_now_ms() - t0) / 1e3;
+        ran++;
+        int ok = !c.timed_out && WIFEXITED(c.ws) && WEXITSTATUS(c.ws) == 0;
+        if (!ok) failed++;
+        if (!c.written) record_death(&it->cfg, be, rd, &c, o);
+        if (dps_interrupted()) {
+            *interrupted = 1;
+            break;
+        }
+    }
+    if (skipped_done) dps_log("--resume: %d configuration%s already in %s, not run again",
+                              skipped_done, skipped_done == 1 ? "" : "s", rd->dir);
+    free(done);
+    if (written != MAP_FAILED) munmap(written, sizeof(int));
+    return failed;
+}
+
+dps_status sweep_link_latest(const char *out_dir, const char *name)
+{
+    char link[DPS_PATH_MAX + 16], tmp[DPS_PATH_MAX + 32];
+    snprintf(link, sizeof link, "%s/latest", out_dir);
+    snprintf(tmp, sizeof tmp, "%s/.latest.%d", out_dir, (int)getpid());
+    unlink(tmp);
+    if (symlink(name, tmp) != 0 || rename(tmp, link) != 0) {
+        unlink(tmp);
+        return dps_fail(DPS_ERR_RUNTIME, "%s: cannot point it at %s", link, name);
+    }
+    return DPS_OK;
+}

@@ -1,0 +1,397 @@
+/* A ddp rank (see ddp.h). Every step, as PyTorch 2.x DDP does it: load its
+ * own shard -> forward -> loss -> backward, during which each layer's
+ * gradients, once computed, are scaled by 1/N into their bucket and a full
+ * bucket's all-reduce is issued at once, in bucket order, to start when its
+ * gradients are in place (comm_allreduce_async) -> wait for the buckets ->
+ * optimizer, on every rank. Parameters are broadcast from rank 0 once,
+ * before the first step. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "model/bucket.h"
+#include "comm/comm.h"
+#include "strategies/ddp.h"
+#include "config/ptimer.h"
+#include "model/model.h"
+#include "core/trace.h"
+#include "core/util.h"
+
+typedef struct ddp_rank {
+    const dps_config *cfg;
+    backend *be;
+    ddp_shared *sh;
+    ddp_report *rep;
+    rank_beat *beat;
+    comm *comm;
+    int rank, nranks, dev, rows, rows_total;
+    int64_t row0;
+    be_stream *st;
+    size_t nparams;
+    dps_buf params, grads, bucket_buf, opt_state[2];
+    dps_buf x, labels, logits, dlogits, row_loss, loss;
+    float *h_x, *h_loss;
+    int32_t *h_labels;
+    model_acts acts;
+    phase_timer timer;
+    bucket bk[DPS_MAX_BUCKETS];
+    be_event **bk_ev;           /* per bucket: its gradients are in place */
+    int nbk, next_launch;
+    size_t ready_lo;            /* gradients at flat offsets >= this are final */
+    double allreduce_ms;        /* this step: time the buckets' collectives ran */
+} ddp_rank;
+
+void ddp_shard_sizes(int batch, int n, int *sizes)
+{
+    for (int i = 0; i < n; i++) sizes[i] = batch / n + (i < batch % n);
+}
+
+static float *bucket_data(ddp_rank *R, int b)
+{
+    float *base = R->cfg->grad_view ? R->grads.ptr : R->bucket_buf.ptr;
+    return base + R->bk[b].lo;
+}
+
+/* Bucket b's gradients scaled by 1/N into the bucket (in place when the
+ * gradients are bucket views), then its all-reduce issued after them. */
+static dps_status launch_bucket(ddp_rank *R, int b)
+{
+    const be_ops *o = R->be->ops;
+    size_t n = R->bk[b].hi - R->bk[b].lo;
+    float *dst = bucket_data(R, b);
+    if (!R->cfg->grad_view)
+        DPS_TRY(o->copy(R->be, R->st, dst, R->dev, (float *)R->grads.ptr + R->bk[b].lo, R->dev,
+                        n * sizeof(float)));
+    DPS_TRY(o->scale(R->be, R->st, (int64_t)n, dst, 1.0f / (float)R->nranks));
+    DPS_TRY(o->event_record(R->be, R->bk_ev[b], R->st)); /* no host synchronisation */
+    return comm_allreduce_async(R->comm, dst, n, COMM_F32, R->bk_ev[b]);
+}
+
+/* Launches, in index order, every bucket whose gradients are all final. */
+static dps_status launch_ready(ddp_rank *R)
+{
+    while (R->next_launch < R->nbk && R->bk[R->next_launch].lo >= R->ready_lo)
+        DPS_TRY(launch_bucket(R, R->next_launch++));
+    return DPS_OK;
+}
+
+static dps_status grad_hook(void *ctx, int layer)
+{
+    ddp_rank *R = ctx;
+    R->ready_lo = model_weight_offset(R->cfg->shape, layer);
+    return R->cfg->overlap ? launch_ready(R) : DPS_OK;
+}
+
+static void set_phase(ddp_rank *R, dps_phase ph) { atomic_store(&R->rep->phase, (int)ph); }
+
+static void inject_fault(ddp_rank *R, int step)
+{
+    const dps_config *c = R->cfg;
+    if (c->fault_rank != R->rank || c->fault_step != step) return;
+    if (c->fault_kind == FAULT_EXIT) _exit(3);
+    for (;;) pause(); /* FAULT_HANG: until the launcher ends the group */
+}
+
+static dps_status alloc_buffers(ddp_rank *R)
+{
+    backend *be = R->be;
+    model_shape m = R->cfg->shape;
+    size_t pbytes = R->nparams * sizeof(float), rows = (size_t)R->rows;
+    int d = R->dev;
+    DPS_TRY(be_buf_alloc(be, d, pbytes, "parameters", &R->params));
+    DPS_TRY(be_buf_alloc(be, d, pbytes, "gradients", &R->grads));
+    if (!R->cfg->grad_view) DPS_TRY(be_buf_alloc(be, d, pbytes, "gradient buckets", &R->bucket_buf));
+    DPS_TRY(be_buf_alloc(be, d, pbytes, "optimizer state", &R->opt_state[0]));
+    if (R->cfg->optimizer == OPT_ADAMW)
+        DPS_TRY(be_buf_alloc(be, d, pbytes, "optimizer state", &R->opt_state[1]));
+    DPS_TRY(be_buf_alloc(be, d, rows * (size_t)m.width * sizeof(float), "input shard", &R->x));
+    DPS_TRY(be_buf_alloc(be, d, rows * sizeof(int32_t), "labels", &R->labels));
+    DPS_TRY(be_buf_alloc(be, d, rows * (size_t)m.classes * sizeof(float), "logits", &R->logits));
+    DPS_TRY(be_buf_alloc(be, d, rows * (size_t)m.classes * sizeof(float), "logits gradient", &R->dlogits));
+    DPS_TRY(be_buf_alloc(be, d, rows * sizeof(float), "per-token loss", &R->row_loss));
+    DPS_TRY(be_buf_alloc(be, d, sizeof(float), "loss", &R->loss));
+    DPS_TRY(model_acts_alloc(be, d, m, R->rows, &R->acts));
+    DPS_TRY(be->ops->host_alloc(be, rows * (size_t)m.width * sizeof(float), (void **)&R->h_x));
+    DPS_TRY(be->ops->host_alloc(be, rows * sizeof(int32_t), (void **)&R->h_labels));
+    return be->ops->host_alloc(be, sizeof(float), (void **)&R->h_loss);
+}
+
+static dps_status make_buckets(ddp_rank *R)
+{
+    size_t counts[2 * 4097 + 2];
+    int np = bucket_model_params(R->cfg->shape, counts, (int)(sizeof counts / sizeof counts[0]));
+    R->nbk = bucket_assign(counts, np, sizeof(float), (size_t)(R->cfg->first_bucket_mb * 1048576.0),
+                           (size_t)(R->cfg->bucket_mb * 1048576.0), R->bk, DPS_MAX_BUCKETS);
+    if (R->nbk < 0)
+        return dps_fail(DPS_ERR_RUNTIME, "more than %d gradient buckets; raise --bucket-mb",
+                        DPS_MAX_BUCKETS);
+    R->bk_ev = calloc((size_t)R->nbk, sizeof *R->bk_ev);
+    if (!R->bk_ev) return dps_fail(DPS_ERR_RUNTIME, "out of host memory for bucket events");
+    for (int b = 0; b < R->nbk; b++)
+        DPS_TRY(R->be->ops->event_create(R->be, R->dev, &R->bk_ev[b]));
+    return DPS_OK;
+}
+
+/* Rank 0 initialises the parameters; DDP's constructor broadcasts them
+ * (device to device: the host collectives' device memory is host memory). */
+static dps_status init_params(ddp_rank *R)
+{
+    const be_ops *o = R->be->ops;
+    size_t pbytes = R->nparams * sizeof(float);
+    float *h = calloc(R->nparams, sizeof(float));
+    if (!h) return dps_fail(DPS_ERR_RUNTIME, "out of host memory for %zu parameters", R->nparams);
+    if (R->rank == 0) model_init_params(R->cfg->shape, R->cfg->seed, h);
+    dps_status rc = o->copy(R->be, R->st, R->params.ptr, R->dev, h, DPS_HOST, pbytes);
+    if (!rc) rc = o->stream_sync(R->be, R->st);
+    if (!rc) rc = comm_broadcast(R->comm, R->params.ptr, pbytes, 0);
+    for (int k = 0; !rc && k < 2; k++)
+        if (R->opt_state[k].ptr) rc = o->memset0(R->be, R->st, R->opt_state[k].ptr, R->opt_state[k].bytes);
+    if (!rc) rc = o->stream_sync(R->be, R->st);
+    free(h);
+    return rc;
+}
+
+static dps_status rank_setup(ddp_rank *R)
+{
+    const dps_config *c = R->cfg;
+    int shards[DPS_MAX_DEVICES];
+    ddp_shard_sizes(c->global_batch, R->nranks, shards);
+    for (int i = 0; i < R->rank; i++) R->row0 += (int64_t)shards[i] * c->shape.tokens;
+    R->rows = shards[R->rank] * c->shape.tokens;
+    R->rows_total = c->global_batch * c->shape.tokens;
+    R->nparams = model_param_count(c->shape);
+    DPS_TRY(R->be->ops->set_device(R->be, R->dev));
+    DPS_TRY(R->be->ops->stream_create(R->be, R->dev, &R->st));
+    char sname[32];
+    snprintf(sname, sizeof sname, "compute-%d", R->dev);
+    R->be->ops->name_stream(R->be, R->st, sname);
+    DPS_TRY(be_mark_baseline(R->be, R->dev));
+    DPS_TRY(ptimer_init(&R->timer, R->be, 1, &R->dev, &R->st));
+    DPS_TRY(make_buckets(R));
+    DPS_TRY(alloc_buffers(R));
+    comm_params cp = {ddp_shared_comm(R->sh), R->rank, R->be, R->dev, c->timeout_s * 1e3};
+    DPS_TRY(comm_open(&cp, &R->comm));
+    return init_params(R);
+}
+
+static void rank_teardown(ddp_rank *R)
+{
+    backend *be = R->be;
+    comm_close(R->comm);
+    for (int b = 0; R->bk_ev && b < R->nbk; b++)
+        if (R->bk_ev[b]) be->ops->event_destroy(be, R->bk_ev[b]);
+    free(R->bk_ev);
+    ptimer_free(&R->timer);
+    model_acts_free(be, &R->acts);
+    dps_buf *bufs[] = {&R->params, &R->grads, &R->bucket_buf, &R->opt_state[0], &R->opt_state[1],
+                       &R->x, &R->labels, &R->logits, &R->dlogits, &R->row_loss, &R->loss};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be_buf_free(be, bufs[i]);
+    void *host[] = {R->h_x, R->h_labels, R->h_loss};
+    for (size_t i = 0; i < 3; i++)
+        if (host[i]) be->ops->host_free(be, host[i]);
+    if (R->st) be->ops->stream_destroy(be, R->st);
+}
+
+static dps_status phase_load(ddp_rank *R)
+{
+    size_t xb = (size_t)R->rows * (size_t)R->cfg->shape.width * sizeof(float), lb = (size_t)R->rows * sizeof(int32_t);
+    const be_ops *o = R->be->ops;
+    DPS_TRY(ptimer_begin(&R->timer, 0, PH_LOAD));
+    DPS_TRY(o->copy(R->be, R->st, R->x.ptr, R->dev, R->h_x, DPS_HOST, xb));
+    DPS_TRY(o->copy(R->be, R->st, R->labels.ptr, R->dev, R->h_labels, DPS_HOST, lb));
+    R->rep->dev.phase_bytes[PH_LOAD] += (double)(xb + lb);
+    R->rep->dev.link_bytes[LINK_H2D] += (double)(xb + lb);
+    return ptimer_end(&R->timer, 0, PH_LOAD);
+}
+
+/* Local loss, scaled by N / global rows: the 1/N average of the ranks'
+ * gradients is then the gradient of the global mean even for uneven shards
+ * (with even shards this is PyTorch's local mean). */
+static dps_status phase_forward_loss(ddp_rank *R, int step)
+{
+    const be_ops *o = R->be->ops;
+    model_shape m = R->cfg->shape;
+    set_phase(R, PH_FORWARD);
+    inject_fault(R, step);
+    DPS_TRY(ptimer_begin(&R->timer, 0, PH_FORWARD));
+    DPS_TRY(model_forward(R->be, R->st, m, R->params.ptr, &R->acts, R->rows, R->x.ptr, R->logits.ptr));
+    DPS_TRY(ptimer_end(&R->timer, 0, PH_FORWARD));
+    set_phase(R, PH_LOSS);
+    DPS_TRY(ptimer_begin(&R->timer, 0, PH_LOSS));
+    DPS_TRY(o->xent(R->be, R->st, R->rows, m.classes, R->logits.ptr, R->labels.ptr,
+                    (float)R->nranks / (float)R->rows_total, R->dlogits.ptr, R->row_loss.ptr));
+    DPS_TRY(o->sum(R->be, R->st, R->rows, R->row_loss.ptr, R->loss.ptr));
+    DPS_TRY(o->copy(R->be, R->st, R->h_loss, DPS_HOST, R->loss.ptr, R->dev, sizeof(float)));
+    return ptimer_end(&R->timer, 0, PH_LOSS);
+}
+
+static dps_status phase_backward(ddp_rank *R)
+{
+    set_phase(R, PH_BACKWARD);
+    R->allreduce_ms = 0.0;
+    R->next_launch = 0;
+    R->ready_lo = R->nparams;
+    DPS_TRY(ptimer_begin(&R->timer, 0, PH_BACKWARD));
+    trace_push_phase(PH_BACKWARD);
+    dps_status rc = model_backward(R->be, R->st, R->cfg->shape, R->params.ptr, &R->acts, R->rows,
+                                   R->x.ptr, R->dlogits.ptr, R->grads.ptr, grad_hook, R);
+    trace_pop();
+    DPS_TRY(rc);
+    return ptimer_end(&R->timer, 0, PH_BACKWARD);
+}
+
+/* What all-reduce adds to the step: launching what backward did not, waiting
+ * for the last bucket, and copying buckets back into the gradients. */
+static dps_status phase_exposed(ddp_rank *R)
+{
+    set_phase(R, PH_ALLREDUCE_EXPOSED);
+    DPS_TRY(ptimer_begin(&R->timer, 0, PH_ALLREDUCE_EXPOSED));
+    R->ready_lo = 0;
+    DPS_TRY(launch_ready(R));
+    DPS_TRY(comm_wait_async(R->comm, &R->allreduce_ms));
+    if (!R->cfg->grad_view)
+        DPS_TRY(R->be->ops->copy(R->be, R->st, R->grads.ptr, R->dev, R->bucket_buf.ptr, R->dev,
+                                 R->nparams * sizeof(float)));
+    return ptimer_end(&R->timer, 0, PH_ALLREDUCE_EXPOSED);
+}
+
+static dps_status phase_optimizer(ddp_rank *R, int step)
+{
+    const be_ops *o = R->be->ops;
+    dps_opt_hparams hp = R->cfg->hp;
+    hp.step = step + 1;
+    set_phase(R, PH_OPTIMIZER);
+    DPS_TRY(ptimer_begin(&R->timer, 0, PH_OPTIMIZER));
+    if (R->cfg->optimizer == OPT_SGD)
+        DPS_TRY(o->sgd(R->be, R->st, (int64_t)R->nparams, R->params.ptr, R->grads.ptr,
+                       R->opt_state[0].ptr, hp));
+    else
+        DPS_TRY(o->adamw(R->be, R->st, (int64_t)R->nparams, R->params.ptr, R->grads.ptr,
+                         R->opt_state[0].ptr, R->opt_state[1].ptr, hp));
+    return ptimer_end(&R->timer, 0, PH_OPTIMIZER);
+}
+
+static dps_status rank_step(ddp_rank *R, int step, double *ms)
+{
+    ptimer_reset(&R->timer);
+    trace_push_step(step);
+    double t0 = dps_now_ms();
+    set_phase(R, PH_LOAD);
+    dps_status rc = phase_load(R);
+    if (!rc) rc = phase_forward_loss(R, step);
+    if (!rc) rc = phase_backward(R);
+    if (!rc) rc = phase_exposed(R);
+    if (!rc) rc = phase_optimizer(R, step);
+    if (!rc) rc = R->be->ops->stream_sync(R->be, R->st);
+    *ms = dps_now_ms() - t0;
+    trace_pop();
+    return rc;
+}
+
+static void reset_traffic(ddp_rank *R)
+{
+    memset(R->rep->dev.phase_bytes, 0, sizeof R->rep->dev.phase_bytes);
+    memset(R->rep->dev.link_bytes, 0, sizeof R->rep->dev.link_bytes);
+    R->comm->bytes_sent = R->comm->bytes_received = 0;
+}
+
+/* Memory peaks into the report, so that a rank that is killed has them too. */
+static void record_peaks(ddp_rank *R)
+{
+    dev_stats *d = &R->rep->dev;
+    d->dev = R->dev;
+    dps_strlcpy(d->name, R->be->info[R->dev].name, sizeof d->name);
+    d->alloc_peak = R->be->mem[R->dev].peak;
+    d->device_peak = R->be->mem[R->dev].device_peak;
+    d->device_base = R->be->mem[R->dev].device_base;
+    d->capacity = R->be->mem[R->dev].capacity;
+}
+
+static dps_status rank_loop(ddp_rank *R)
+{
+    DPS_TRY(be_sample_mem(R->be, R->dev));
+    record_peaks(R);
+    const dps_config *c = R->cfg;
+    ddp_shared *sh = R->sh;
+    for (int step = 0; step < c->warmup + c->steps; step++) {
+        ranks_beat_step(R->beat, step);
+        if (step == c->warmup) reset_traffic(R);
+        model_make_batch(c->shape, c->seed, step, R->row0, R->rows, R->h_x, R->h_labels);
+        double ms = 0.0;
+        DPS_TRY(config_profile_hook(c, R->be, step, 1));
+        DPS_TRY(rank_step(R, step, &ms));
+        DPS_TRY(config_profile_hook(c, R->be, step, 0));
+        ddp_shared_loss_sum(sh, R->rank)[step] = *R->h_loss;
+        R->rep->losses_done = step + 1;
+        DPS_TRY(be_sample_mem(R->be, R->dev));
+        record_peaks(R);
+        if (step < c->warmup) continue;
+        int k = step - c->warmup;
+        ddp_shared_step_ms(sh, R->rank)[k] = ms;
+        float *ph = ddp_shared_phase_ms(sh, R->rank) + (size_t)k * PH_COUNT;
+        DPS_TRY(ptimer_read(&R->timer, 0, ph));
+        ph[PH_ALLREDUCE] = (float)R->allreduce_ms; /* the buckets' collectives, summed */
+        R->rep->steps_done = k + 1;
+    }
+    if (R->rank == 0)
+        DPS_TRY(R->be->ops->copy(R->be, R->st, ddp_shared_params(sh), DPS_HOST, R->params.ptr,
+                                 R->dev, R->nparams * sizeof(float)));
+    return R->be->ops->stream_sync(R->be, R->st);
+}
+
+/* Per-step averages of what the rank moved, and its memory peaks. */
+static void rank_report_final(ddp_rank *R)
+{
+    dev_stats *d = &R->rep->dev;
+    int n = R->rep->steps_done;
+    record_peaks(R);
+    if (n <= 0) return;
+    if (R->comm) {
+        d->link_bytes[LINK_P2P_SENT] = (double)R->comm->bytes_sent;
+        d->link_bytes[LINK_P2P_RECV] = (double)R->comm->bytes_received;
+        d->phase_bytes[PH_ALLREDUCE] = (double)(R->comm->bytes_sent + R->comm->bytes_received);
+    }
+    for (int p = 0; p < PH_COUNT; p++) d->phase_bytes[p] /= n;
+    for (int l = 0; l < LINK_COUNT; l++) d->link_bytes[l] /= n;
+    R->rep->allreduce_bytes = (double)R->nparams * sizeof(float);
+}
+
+/* This rank's failure into its report; whether another rank failed first
+ * (then this one failed because of it) decides which message the run gives. */
+static void report_failure(ddp_rank *R, dps_status rc)
+{
+    R->rep->status = rc;
+    snprintf(R->rep->error, sizeof R->rep->error, "rank %d: %s", R->rank, dps_errmsg());
+    if (R->comm && R->comm->failed) R->rep->secondary = R->comm->secondary;
+    else R->rep->secondary = comm_shared_abort(ddp_shared_comm(R->sh));
+}
+
+dps_status ddp_rank_main(const dps_config *cfg, ddp_shared *sh, int rank, rank_beat *beat)
+{
+    ddp_rank *R = calloc(1, sizeof *R);
+    if (!R) return dps_fail(DPS_ERR_RUNTIME, "rank %d: out of host memory", rank);
+    *R = (ddp_rank){.cfg = cfg, .sh = sh, .rank = rank, .nranks = sh->nranks,
+                    .dev = cfg->devices[rank], .rep = &sh->rank[rank], .beat = beat};
+    char name[32];
+    snprintf(name, sizeof name, "ddp-rank-%d", rank);
+    trace_name_thread(name);
+    be_options bo = cfg->be;
+    bo.quiet = 1;
+    dps_status rc = be_open(&bo, &R->be);
+    if (!rc) R->be->gemm_bf16 = cfg->precision == PREC_BF16;
+    if (!rc) rc = rank_setup(R);
+    if (!rc) rc = rank_loop(R);
+    if (R->be) {
+        dps_status sampled = be_sample_mem(R->be, R->dev); /* the peak of a failed run too */
+        if (!rc) rc = sampled;
+        rank_report_final(R);
+    }
+    if (rc) report_failure(R, rc);
+    if (R->be) {
+        rank_teardown(R);
+        be_close(R->be);
+    }
+    free(R);
+    return rc;
+}

@@ -1,0 +1,23 @@
+/* The ddp mode: DistributedDataParallel's step, one process and one device
+ * per rank (docs/DESIGN.md, "The ddp step"). ddp.c is what a rank runs;
+ * ddp_launch.c starts the ranks through the rank launcher (ranks.h) and
+ * collects their records from the shared region (ddp_shared.h). */
+#ifndef DPS_DDP_H
+#define DPS_DDP_H
+
+#include "config/config.h"
+#include "strategies/ddp_shared.h"
+#include "launch/ranks.h"
+
+/* The global batch split over ranks as numpy.array_split: sizes differ by
+ * at most one, the larger first (10 over 4: 3, 3, 2, 2). */
+void ddp_shard_sizes(int batch, int n, int *sizes);
+
+/* Runs rank `rank` to the end; fills sh->rank[rank]. In the rank process. */
+dps_status ddp_rank_main(const dps_config *cfg, ddp_shared *sh, int rank, rank_beat *beat) DPS_MUST_USE;
+
+/* Starts the ranks, watches them, fills res. In the parent, which never
+ * opens a device. */
+dps_status ddp_train(const dps_config *cfg, train_result *res) DPS_MUST_USE;
+
+#endif

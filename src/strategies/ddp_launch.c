@@ -1,0 +1,132 @@
+/* The parent's side of the ddp mode (see ddp.h): maps the shared region,
+ * runs the ranks through the rank launcher, explains a timeout by what
+ * each rank was doing, and turns the ranks' records into one train_result.
+ * The anonymous mapping leaves nothing in /dev/shm. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "strategies/ddp.h"
+#include "core/util.h"
+
+typedef struct ddp_group {
+    const dps_config *cfg;
+    ddp_shared *sh;
+} ddp_group;
+
+static int rank_entry(void *ctx, int rank, rank_beat *beat)
+{
+    ddp_group *g = ctx;
+    return ddp_rank_main(g->cfg, g->sh, rank, beat) ? 1 : 0;
+}
+
+static void abort_group(void *ctx)
+{
+    ddp_group *g = ctx;
+    comm_shared_abort(ddp_shared_comm(g->sh));
+}
+
+/* Which ranks wait in a collective and which do not, with their phases. */
+static void explain_timeout(void *ctx, char *buf, size_t len)
+{
+    ddp_group *g = ctx;
+    comm_shared *cs = ddp_shared_comm(g->sh);
+    char stuck[256] = "", waiting[256] = "";
+    for (int r = 0; r < g->cfg->ngpus; r++) {
+        char *list = atomic_load(&cs->box[r].waiting) ? waiting : stuck;
+        size_t n = strlen(list);
+        snprintf(list + n, 256 - n, "%s%d (%s)", n ? ", " : "", r,
+                 dps_phase_names[atomic_load(&g->sh->rank[r].phase)]);
+    }
+    snprintf(buf, len, "ranks not in a collective: %s; waiting in a collective: %s",
+             stuck[0] ? stuck : "none", waiting[0] ? waiting : "none");
+}
+
+static void explain_exit(void *ctx, int rank, int step, char *buf, size_t len)
+{
+    const dps_config *c = ((ddp_group *)ctx)->cfg;
+    if (c->fault_rank == rank && c->fault_kind == FAULT_EXIT && c->fault_step == step)
+        snprintf(buf, len, " (injected by --inject-fault %d:%d:exit)", rank, step);
+}
+
+/* The rank that failed first and said why (not one that failed because of it). */
+static dps_status reported(void *ctx, char *buf, size_t len)
+{
+    ddp_group *g = ctx;
+    for (int r = 0; r < g->cfg->ngpus; r++) {
+        ddp_report *rep = &g->sh->rank[r];
+        if (rep->status && !rep->secondary) {
+            dps_strlcpy(buf, rep->error, len);
+            return rep->status;
+        }
+    }
+    return DPS_OK;
+}
+
+/* The ranks' records as one result: a step's time is the slowest rank's,
+ * a step's loss the global mean over every rank's rows. */
+static void collect(const dps_config *c, ddp_shared *sh, train_result *res)
+{
+    int n = c->ngpus, steps = c->steps, losses = c->steps + c->warmup;
+    for (int r = 0; r < n; r++) {
+        if (sh->rank[r].steps_done < steps) steps = sh->rank[r].steps_done;
+        if (sh->rank[r].losses_done < losses) losses = sh->rank[r].losses_done;
+        res->dev[r] = sh->rank[r].dev;
+        res->dev[r].dev = c->devices[r];
+    }
+    for (int k = 0; k < steps; k++) {
+        res->step_ms[k] = 0.0;
+        for (int r = 0; r < n; r++) {
+            double ms = ddp_shared_step_ms(sh, r)[k];
+            res->rank_step_ms[(size_t)k * n + r] = ms;
+            if (ms > res->step_ms[k]) res->step_ms[k] = ms;
+            memcpy(train_result_phases(res, k, r), ddp_shared_phase_ms(sh, r) + (size_t)k * PH_COUNT,
+                   PH_COUNT * sizeof(float));
+        }
+    }
+    double rows = (double)c->global_batch * c->shape.tokens;
+    for (int k = 0; k < losses; k++) {
+        double sum = 0.0;
+        for (int r = 0; r < n; r++) sum += ddp_shared_loss_sum(sh, r)[k];
+        res->loss[k] = (float)(sum / rows);
+    }
+    res->steps_done = steps;
+    res->losses_done = losses;
+    res->allreduce_bytes = sh->rank[0].allreduce_bytes;
+}
+
+static dps_status copy_params(ddp_shared *sh, train_result *res)
+{
+    res->nparams = sh->nparams;
+    res->final_params = malloc(sh->nparams * sizeof(float));
+    if (!res->final_params)
+        return dps_fail(DPS_ERR_RUNTIME, "out of host memory for the final parameters");
+    memcpy(res->final_params, ddp_shared_params(sh), sh->nparams * sizeof(float));
+    return DPS_OK;
+}
+
+dps_status ddp_train(const dps_config *cfg, train_result *res)
+{
+    ddp_shared layout;
+    ddp_shared_layout(cfg, &layout);
+    void *mem = mmap(NULL, layout.total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED)
+        return dps_fail(DPS_ERR_RUNTIME, "cannot map %zu bytes of shared memory for the ranks: %s",
+                        layout.total, strerror(errno));
+    ddp_shared *sh = mem;
+    *sh = layout;
+    comm_shared_init(ddp_shared_comm(sh), cfg->ngpus);
+    ddp_group g = {cfg, sh};
+    ranks_spec spec = {.nranks = cfg->ngpus, .rank_main = rank_entry, .ctx = &g,
+                       .timeout_s = cfg->timeout_s, .abort = abort_group,
+                       .explain_timeout = explain_timeout, .explain_exit = explain_exit,
+                       .reported = reported};
+    dps_status rc = ranks_run(&spec);
+    if (rc) dps_strlcpy(res->error, dps_errmsg(), sizeof res->error);
+    collect(cfg, sh, res);
+    if (!rc) rc = copy_params(sh, res);
+    munmap(mem, layout.total);
+    return rc ? dps_fail_copy(rc, res->error[0] ? res->error : dps_errmsg()) : DPS_OK;
+}

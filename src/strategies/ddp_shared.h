@@ -1,0 +1,40 @@
+/* The region a ddp run shares between its rank processes and the parent:
+ * one anonymous MAP_SHARED mapping made before fork, holding a header with
+ * each rank's report, then the per-rank step records, rank 0's final
+ * parameters and the collectives' region (comm_shared.h). */
+#ifndef DPS_DDP_SHARED_H
+#define DPS_DDP_SHARED_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "comm/comm_shared.h"
+#include "config/config.h"
+
+/* What a rank tells the launcher, live and at the end. */
+typedef struct ddp_report {
+    _Atomic int phase;         /* dps_phase being run */
+    dps_status status;
+    int secondary;             /* failed because another rank had failed first */
+    char error[DPS_ERRMSG_MAX];
+    int steps_done, losses_done;
+    dev_stats dev;
+    double allreduce_bytes;    /* per step */
+} ddp_report;
+
+typedef struct ddp_shared {
+    int nranks, steps, warmup;
+    size_t nparams;
+    size_t off_step_ms, off_phase_ms, off_loss, off_params, off_comm, total;
+    ddp_report rank[DPS_MAX_DEVICES];
+} ddp_shared;
+
+/* Sizes the region for cfg (total bytes in sh->total) and fills the header. */
+void ddp_shared_layout(const dps_config *cfg, ddp_shared *sh);
+double *ddp_shared_step_ms(ddp_shared *sh, int rank);   /* [steps] */
+float *ddp_shared_phase_ms(ddp_shared *sh, int rank);   /* [steps][PH_COUNT] */
+double *ddp_shared_loss_sum(ddp_shared *sh, int rank);  /* [warmup + steps], sum over the rank's rows */
+float *ddp_shared_params(ddp_shared *sh);               /* rank 0's final parameters, [nparams] */
+comm_shared *ddp_shared_comm(ddp_shared *sh);
+
+#endif

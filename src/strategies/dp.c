@@ -1,0 +1,520 @@
+/* The dp mode (see dp.h). Every step, as PyTorch 2.x DataParallel does it:
+ * load -> replicate -> scatter -> forward (one thread per device) -> gather
+ * -> loss on device 0 -> backward -> reduce onto device 0 -> optimizer on
+ * device 0. Slot 0 is device 0, the primary, which also holds the master
+ * parameters, the whole batch, the gathered logits and the optimizer state. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm_group.h"
+#include "strategies/dp.h"
+#include "config/ptimer.h"
+#include "model/model.h"
+#include "core/pool.h"
+#include "core/trace.h"
+#include "core/util.h"
+
+enum { JOB_FORWARD, JOB_BACKWARD };
+
+typedef struct dp_slot {
+    int dev;
+    int rows;          /* tokens of its chunk */
+    int64_t row0;      /* first row in the global batch */
+    be_stream *st;
+    dps_buf params, grads;                 /* slot 0: the master copies */
+    dps_buf x, logits, dlogits;            /* slot 0: x and dlogits are views */
+    float *xv, *dlogitsv;
+    model_acts acts;
+} dp_slot;
+
+typedef struct dp_state {
+    const dps_config *cfg;
+    backend *be;
+    size_t nparams;
+    int nslots, rows_total;
+    dp_slot s[DPS_MAX_DEVICES];
+    dps_buf x_full, labels_full, logits_full, dlogits_full, row_loss, loss, staging;
+    dps_buf opt_state[2];
+    float *h_x, *h_loss;
+    int32_t *h_labels;
+    phase_timer timer;
+    worker_pool pool;
+    int pool_up;
+    comm_group *nccl;      /* replicate and reduce through NCCL; NULL: peer copies */
+    dev_stats *traffic;  /* res->dev, indexed by slot */
+} dp_state;
+
+int dp_chunk_sizes(int batch, int n, int *sizes)
+{
+    int chunk = (batch + n - 1) / n, nchunks = 0;
+    for (int i = 0; i < n; i++) {
+        int left = batch - i * chunk;
+        sizes[i] = left <= 0 ? 0 : (left < chunk ? left : chunk);
+        if (sizes[i]) nchunks++;
+    }
+    return nchunks;
+}
+
+static void count(dp_state *st, int slot, dps_phase ph, dps_link link, size_t bytes)
+{
+    st->traffic[slot].phase_bytes[ph] += (double)bytes;
+    st->traffic[slot].link_bytes[link] += (double)bytes;
+}
+
+/* Device-to-device copy on dst's stream, counted on both sides. */
+static dps_status p2p(dp_state *st, dps_phase ph, int dst, void *dptr, int src,
+                      const void *sptr, size_t bytes, be_stream *on)
+{
+    DPS_TRY(st->be->ops->copy(st->be, on, dptr, st->s[dst].dev, sptr, st->s[src].dev, bytes));
+    if (dst != src) {
+        count(st, src, ph, LINK_P2P_SENT, bytes);
+        count(st, dst, ph, LINK_P2P_RECV, bytes);
+    }
+    return DPS_OK;
+}
+
+static dps_status alloc_slot(dp_state *st, int i, size_t pbytes)
+{
+    backend *be = st->be;
+    dp_slot *s = &st->s[i];
+    model_shape m = st->cfg->shape;
+    size_t rows = (size_t)s->rows;
+    DPS_TRY(be_buf_alloc(be, s->dev, pbytes, i ? "replica parameters" : "parameters", &s->params));
+    DPS_TRY(be_buf_alloc(be, s->dev, pbytes, "gradients", &s->grads));
+    if (i) {
+        DPS_TRY(be_buf_alloc(be, s->dev, rows * (size_t)m.width * sizeof(float), "input chunk", &s->x));
+        DPS_TRY(be_buf_alloc(be, s->dev, rows * (size_t)m.classes * sizeof(float), "logits gradient chunk",
+                             &s->dlogits));
+        s->xv = s->x.ptr;
+        s->dlogitsv = s->dlogits.ptr;
+    }
+    DPS_TRY(be_buf_alloc(be, s->dev, rows * (size_t)m.classes * sizeof(float), "replica logits", &s->logits));
+    return model_acts_alloc(be, s->dev, m, s->rows, &s->acts);
+}
+
+/* Device 0's extra memory: the whole batch, the gathered logits and their
+ * gradient, the loss, the reduce staging buffer and the optimizer state. */
+static dps_status alloc_primary(dp_state *st, size_t pbytes)
+{
+    backend *be = st->be;
+    int d0 = st->s[0].dev;
+    size_t n = (size_t)st->rows_total;
+    model_shape m = st->cfg->shape;
+    DPS_TRY(be_buf_alloc(be, d0, pbytes, "optimizer state", &st->opt_state[0]));
+    if (st->cfg->optimizer == OPT_ADAMW)
+        DPS_TRY(be_buf_alloc(be, d0, pbytes, "optimizer state", &st->opt_state[1]));
+    DPS_TRY(be_buf_alloc(be, d0, n * (size_t)m.width * sizeof(float), "input batch", &st->x_full));
+    DPS_TRY(be_buf_alloc(be, d0, n * sizeof(int32_t), "labels", &st->labels_full));
+    DPS_TRY(be_buf_alloc(be, d0, n * (size_t)m.classes * sizeof(float), "gathered logits", &st->logits_full));
+    DPS_TRY(be_buf_alloc(be, d0, n * (size_t)m.classes * sizeof(float), "logits gradient", &st->dlogits_full));
+    DPS_TRY(be_buf_alloc(be, d0, n * sizeof(float), "per-token loss", &st->row_loss));
+    DPS_TRY(be_buf_alloc(be, d0, sizeof(float), "loss", &st->loss));
+    if (st->nslots > 1) {
+        size_t stage = pbytes < DP_COALESCE_BYTES ? pbytes : DP_COALESCE_BYTES;
+        DPS_TRY(be_buf_alloc(be, d0, stage, "reduce staging buffer", &st->staging));
+    }
+    st->s[0].xv = st->x_full.ptr;
+    st->s[0].dlogitsv = st->dlogits_full.ptr;
+    return DPS_OK;
+}
+
+/* NCCL for replicate and reduce when asked for (or by default) on GPUs that
+ * are all distinct; otherwise peer copies and reduce-add kernels. */
+static dps_status dp_comm_setup(dp_state *st, const int *devs)
+{
+    const dps_config *c = st->cfg;
+    if (c->dp_comm == DPCOMM_P2P || st->be->kind != BE_CUDA || st->nslots < 2 ||
+        config_shares_device(c))
+        return DPS_OK;
+    if (!comm_group_available()) return DPS_OK;
+    return comm_group_open(&st->nccl, devs, st->nslots);
+}
+
+static dps_status dp_setup(dp_state *st)
+{
+    const dps_config *c = st->cfg;
+    backend *be = st->be;
+    int samples[DPS_MAX_DEVICES];
+    st->nslots = dp_chunk_sizes(c->global_batch, c->ngpus, samples);
+    st->rows_total = c->global_batch * c->shape.tokens;
+    st->nparams = model_param_count(c->shape);
+    size_t pbytes = st->nparams * sizeof(float);
+    be_stream *streams[DPS_MAX_DEVICES];
+    int devs[DPS_MAX_DEVICES];
+    int64_t row0 = 0;
+    for (int i = 0; i < st->nslots; i++) {
+        dp_slot *s = &st->s[i];
+        s->dev = devs[i] = c->devices[i];
+        s->rows = samples[i] * c->shape.tokens;
+        s->row0 = row0;
+        row0 += s->rows;
+        DPS_TRY(be->ops->stream_create(be, s->dev, &s->st));
+        char name[32];
+        snprintf(name, sizeof name, "compute-%d", s->dev);
+        be->ops->name_stream(be, s->st, name);
+        streams[i] = s->st;
+        DPS_TRY(be_mark_baseline(be, s->dev));
+    }
+    DPS_TRY(ptimer_init(&st->timer, be, st->nslots, devs, streams));
+    /* device 0 first: its extra memory is what runs out first */
+    DPS_TRY(alloc_slot(st, 0, pbytes));
+    DPS_TRY(alloc_primary(st, pbytes));
+    for (int i = 1; i < st->nslots; i++) DPS_TRY(alloc_slot(st, i, pbytes));
+    DPS_TRY(dp_comm_setup(st, devs));
+    size_t n = (size_t)st->rows_total;
+    DPS_TRY(be->ops->host_alloc(be, n * (size_t)c->shape.width * sizeof(float), (void **)&st->h_x));
+    DPS_TRY(be->ops->host_alloc(be, n * sizeof(int32_t), (void **)&st->h_labels));
+    DPS_TRY(be->ops->host_alloc(be, sizeof(float), (void **)&st->h_loss));
+    return DPS_OK;
+}
+
+static void dp_teardown(dp_state *st)
+{
+    backend *be = st->be;
+    if (st->pool_up) pool_stop(&st->pool);
+    comm_group_close(st->nccl);
+    ptimer_free(&st->timer);
+    for (int i = 0; i < st->nslots; i++) {
+        dp_slot *s = &st->s[i];
+        model_acts_free(be, &s->acts);
+        be_buf_free(be, &s->params);
+        be_buf_free(be, &s->grads);
+        be_buf_free(be, &s->x);
+        be_buf_free(be, &s->logits);
+        be_buf_free(be, &s->dlogits);
+        if (s->st) be->ops->stream_destroy(be, s->st);
+    }
+    dps_buf *bufs[] = {&st->x_full, &st->labels_full, &st->logits_full, &st->dlogits_full,
+                       &st->row_loss, &st->loss, &st->staging, &st->opt_state[0],
+                       &st->opt_state[1]};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be_buf_free(be, bufs[i]);
+    if (st->h_x) be->ops->host_free(be, st->h_x);
+    if (st->h_labels) be->ops->host_free(be, st->h_labels);
+    if (st->h_loss) be->ops->host_free(be, st->h_loss);
+}
+
+/* Forward and backward of one replica, on its own thread. */
+static dps_status dp_worker(void *ctx, int slot, int job)
+{
+    dp_state *st = ctx;
+    dp_slot *s = &st->s[slot];
+    backend *be = st->be;
+    model_shape m = st->cfg->shape;
+    DPS_TRY(be->ops->set_device(be, s->dev));
+    dps_phase ph = job == JOB_FORWARD ? PH_FORWARD : PH_BACKWARD;
+    trace_push_phase(ph);
+    dps_status rc = ptimer_begin(&st->timer, slot, ph);
+    if (!rc && job == JOB_FORWARD) {
+        rc = model_forward(be, s->st, m, s->params.ptr, &s->acts, s->rows, s->xv, s->logits.ptr);
+    } else if (!rc) {
+        /* grad of the gather: this replica's rows of the logits gradient */
+        if (slot) {
+            rc = be->ops->stream_wait(be, s->st, st->timer.ev[0][PH_LOSS][1]);
+            if (!rc) rc = be->ops->copy(be, s->st, s->dlogits.ptr, s->dev,
+                                        (float *)st->dlogits_full.ptr + s->row0 * m.classes,
+                                        st->s[0].dev, (size_t)s->rows * m.classes * sizeof(float));
+        }
+        if (!rc) rc = model_backward(be, s->st, m, s->params.ptr, &s->acts, s->rows, s->xv,
+                                     s->dlogitsv, s->grads.ptr, NULL, NULL);
+    }
+    if (!rc) rc = ptimer_end(&st->timer, slot, ph);
+    trace_pop();
+    return rc;
+}
+
+static dps_status phase_load(dp_state *st)
+{
+    backend *be = st->be;
+    dp_slot *s0 = &st->s[0];
+    size_t n = (size_t)st->rows_total;
+    size_t xb = n * (size_t)st->cfg->shape.width * sizeof(float);
+    DPS_TRY(ptimer_begin(&st->timer, 0, PH_LOAD));
+    DPS_TRY(be->ops->copy(be, s0->st, st->x_full.ptr, s0->dev, st->h_x, DPS_HOST, xb));
+    DPS_TRY(be->ops->copy(be, s0->st, st->labels_full.ptr, s0->dev, st->h_labels, DPS_HOST, n * sizeof(int32_t)));
+    count(st, 0, PH_LOAD, LINK_H2D, xb + n * sizeof(int32_t));
+    return ptimer_end(&st->timer, 0, PH_LOAD);
+}
+
+/* One NCCL collective over every slot: broadcast from or reduce onto slot 0. */
+static dps_status nccl_phase(dp_state *st, dps_phase ph)
+{
+    void *bufs[DPS_MAX_DEVICES], *streams[DPS_MAX_DEVICES];
+    size_t bytes = st->nparams * sizeof(float);
+    for (int i = 0; i < st->nslots; i++) {
+        dp_slot *s = &st->s[i];
+        bufs[i] = ph == PH_REPLICATE ? s->params.ptr : s->grads.ptr;
+        streams[i] = st->be->ops->native_stream(st->be, s->st);
+        if (i && ph == PH_REPLICATE)
+            DPS_TRY(st->be->ops->stream_wait(st->be, s->st, st->timer.ev[0][PH_LOAD][1]));
+        DPS_TRY(ptimer_begin(&st->timer, i, ph));
+        if (i) { /* what crosses a link: device 0 sends (replicate) or receives (reduce) */
+            count(st, 0, ph, ph == PH_REPLICATE ? LINK_P2P_SENT : LINK_P2P_RECV, bytes);
+            count(st, i, ph, ph == PH_REPLICATE ? LINK_P2P_RECV : LINK_P2P_SENT, bytes);
+        }
+    }
+    DPS_TRY(ph == PH_REPLICATE
+                ? comm_group_broadcast(st->nccl, bufs, st->nparams, streams)
+                : comm_group_reduce(st->nccl, bufs, st->nparams, streams));
+    for (int i = 0; i < st->nslots; i++) DPS_TRY(ptimer_end(&st->timer, i, ph));
+    return DPS_OK;
+}
+
+/* Parameters broadcast from device 0 to every other replica, 10 MiB at a time. */
+static dps_status phase_replicate(dp_state *st)
+{
+    size_t total = st->nparams * sizeof(float);
+    if (st->nccl) return nccl_phase(st, PH_REPLICATE);
+    DPS_TRY(ptimer_begin(&st->timer, 0, PH_REPLICATE));
+    for (int i = 1; i < st->nslots; i++) {
+        dp_slot *s = &st->s[i];
+        DPS_TRY(st->be->ops->stream_wait(st->be, s->st, st->timer.ev[0][PH_LOAD][1]));
+        DPS_TRY(ptimer_begin(&st->timer, i, PH_REPLICATE));
+        for (size_t off = 0; off < total; off += DP_COALESCE_BYTES) {
+            size_t len = total - off < DP_COALESCE_BYTES ? total - off : DP_COALESCE_BYTES;
+            DPS_TRY(p2p(st, PH_REPLICATE, i, (char *)s->params.ptr + off, 0,
+                        (char *)st->s[0].params.ptr + off, len, s->st));
+        }
+        DPS_TRY(ptimer_end(&st->timer, i, PH_REPLICATE));
+    }
+    return ptimer_end(&st->timer, 0, PH_REPLICATE);
+}
+
+static dps_status phase_scatter(dp_state *st)
+{
+    int width = st->cfg->shape.width;
+    DPS_TRY(ptimer_begin(&st->timer, 0, PH_SCATTER));
+    for (int i = 1; i < st->nslots; i++) {
+        dp_slot *s = &st->s[i];
+        DPS_TRY(ptimer_begin(&st->timer, i, PH_SCATTER));
+        DPS_TRY(p2p(st, PH_SCATTER, i, s->x.ptr, 0, (float *)st->x_full.ptr + s->row0 * width,
+                    (size_t)s->rows * width * sizeof(float), s->st));
+        DPS_TRY(ptimer_end(&st->timer, i, PH_SCATTER));
+    }
+    return ptimer_end(&st->timer, 0, PH_SCATTER);
+}
+
+/* Outputs of every replica copied to device 0 and concatenated. */
+static dps_status phase_gather(dp_state *st)
+{
+    int classes = st->cfg->shape.classes;
+    dp_slot *s0 = &st->s[0];
+    DPS_TRY(ptimer_begin(&st->timer, 0, PH_GATHER));
+    for (int i = 0; i < st->nslots; i++) {
+        dp_slot *s = &st->s[i];
+        DPS_TRY(st->be->ops->stream_wait(st->be, s0->st, st->timer.ev[i][PH_FORWARD][1]));
+        if (i) DPS_TRY(ptimer_begin_on(&st->timer, i, PH_GATHER, 0)); /* copies run on slot 0's stream */
+        DPS_TRY(p2p(st, PH_GATHER, 0, (float *)st->logits_full.ptr + s->row0 * classes, i,
+                    s->logits.ptr, (size_t)s->rows * classes * sizeof(float), s0->st));
+        if (i) DPS_TRY(ptimer_end_on(&st->timer, i, PH_GATHER, 0));
+    }
+    return ptimer_end(&st->timer, 0, PH_GATHER);
+}
+
+/* Mean cross-entropy over the whole batch, on device 0. */
+static dps_status phase_loss(dp_state *st)
+{
+    backend *be = st->be;
+    dp_slot *s0 = &st->s[0];
+    int n = st->rows_total, classes = st->cfg->shape.classes;
+    DPS_TRY(ptimer_begin(&st->timer, 0, PH_LOSS));
+    DPS_TRY(be->ops->xent(be, s0->st, n, classes, st->logits_full.ptr, st->labels_full.ptr,
+                          1.0f / (float)n, st->dlogits_full.ptr, st->row_loss.ptr));
+    DPS_TRY(be->ops->sum(be, s0->st, n, st->row_loss.ptr, st->loss.ptr));
+    DPS_TRY(be->ops->copy(be, s0->st, st->h_loss, DPS_HOST, st->loss.ptr, s0->dev, sizeof(float)));
+    count(st, 0, PH_LOSS, LINK_D2H, sizeof(float));
+    return ptimer_end(&st->timer, 0, PH_LOSS);
+}
+
+static dps_status phase_backward(dp_state *st)
+{
+    DPS_TRY(pool_run(&st->pool, JOB_BACKWARD));
+    size_t row_bytes = (size_t)st->cfg->shape.classes * sizeof(float);
+    for (int i = 1; i < st->nslots; i++) {
+        count(st, 0, PH_BACKWARD, LINK_P2P_SENT, (size_t)st->s[i].rows * row_bytes);
+        count(st, i, PH_BACKWARD, LINK_P2P_RECV, (size_t)st->s[i].rows * row_bytes);
+    }
+    return DPS_OK;
+}
+
+/* Gradients summed onto device 0, 10 MiB at a time through a staging buffer. */
+static dps_status phase_reduce(dp_state *st)
+{
+    backend *be = st->be;
+    dp_slot *s0 = &st->s[0];
+    size_t total = st->nparams * sizeof(float);
+    if (st->nccl) return nccl_phase(st, PH_REDUCE);
+    DPS_TRY(ptimer_begin(&st->timer, 0, PH_REDUCE));
+    for (int i = 1; i < st->nslots; i++) {
+        dp_slot *s = &st->s[i];
+        DPS_TRY(be->ops->stream_wait(be, s0->st, st->timer.ev[i][PH_BACKWARD][1]));
+        DPS_TRY(ptimer_begin_on(&st->timer, i, PH_REDUCE, 0)); /* copies and adds on slot 0's stream */
+        for (size_t off = 0; off < total; off += DP_COALESCE_BYTES) {
+            size_t len = total - off < DP_COALESCE_BYTES ? total - off : DP_COALESCE_BYTES;
+            DPS_TRY(p2p(st, PH_REDUCE, 0, st->staging.ptr, i, (char *)s->grads.ptr + off,
+                        len, s0->st));
+            DPS_TRY(be->ops->add(be, s0->st, (int64_t)(len / sizeof(float)),
+                                 (float *)((char *)s0->grads.ptr + off), st->staging.ptr));
+        }
+        DPS_TRY(ptimer_end_on(&st->timer, i, PH_REDUCE, 0));
+    }
+    return ptimer_end(&st->timer, 0, PH_REDUCE);
+}
+
+static dps_status phase_optimizer(dp_state *st, int step)
+{
+    backend *be = st->be;
+    dp_slot *s0 = &st->s[0];
+    dps_opt_hparams hp = st->cfg->hp;
+    hp.step = step + 1;
+    int64_t n = (int64_t)st->nparams;
+    DPS_TRY(ptimer_begin(&st->timer, 0, PH_OPTIMIZER));
+    if (st->cfg->optimizer == OPT_SGD)
+        DPS_TRY(be->ops->sgd(be, s0->st, n, s0->params.ptr, s0->grads.ptr,
+                             st->opt_state[0].ptr, hp));
+    else
+        DPS_TRY(be->ops->adamw(be, s0->st, n, s0->params.ptr, s0->grads.ptr,
+                               st->opt_state[0].ptr, st->opt_state[1].ptr, hp));
+    return ptimer_end(&st->timer, 0, PH_OPTIMIZER);
+}
+
+/* Every device idle; with NCCL, polling its errors and --timeout (a hung
+ * collective ends the configuration instead of the process). */
+static dps_status dp_sync(dp_state *st)
+{
+    if (st->nccl) {
+        void *streams[DPS_MAX_DEVICES];
+        for (int i = 0; i < st->nslots; i++) streams[i] = st->be->ops->native_stream(st->be, st->s[i].st);
+        return comm_group_sync(st->nccl, streams, st->cfg->timeout_s * 1e3);
+    }
+    for (int i = 0; i < st->nslots; i++) DPS_TRY(st->be->ops->stream_sync(st->be, st->s[i].st));
+    return DPS_OK;
+}
+
+typedef dps_status (*phase_fn)(dp_state *);
+
+static dps_status run_forward(dp_state *st) { return pool_run(&st->pool, JOB_FORWARD); }
+
+/* One training step; *step_ms is the wall time until every device is idle. */
+static dps_status dp_step(dp_state *st, int step, double *step_ms)
+{
+    static const struct { dps_phase ph; phase_fn fn; } phases[] = {
+        {PH_LOAD, phase_load}, {PH_REPLICATE, phase_replicate}, {PH_SCATTER, phase_scatter},
+        {PH_FORWARD, run_forward}, {PH_GATHER, phase_gather}, {PH_LOSS, phase_loss},
+        {PH_BACKWARD, phase_backward}, {PH_REDUCE, phase_reduce},
+    };
+    ptimer_reset(&st->timer);
+    trace_push_step(step);
+    double t0 = dps_now_ms();
+    dps_status rc = DPS_OK;
+    for (size_t i = 0; !rc && i < sizeof phases / sizeof phases[0]; i++) {
+        trace_push_phase(phases[i].ph);
+        rc = phases[i].fn(st);
+        trace_pop();
+    }
+    if (!rc) {
+        trace_push_phase(PH_OPTIMIZER);
+        rc = phase_optimizer(st, step);
+        trace_pop();
+    }
+    if (!rc) rc = dp_sync(st);
+    *step_ms = dps_now_ms() - t0;
+    trace_pop();
+    return rc;
+}
+
+static dps_status dp_upload_params(dp_state *st)
+{
+    backend *be = st->be;
+    dp_slot *s0 = &st->s[0];
+    size_t pbytes = st->nparams * sizeof(float);
+    float *h = malloc(pbytes);
+    if (!h) return dps_fail(DPS_ERR_RUNTIME, "out of host memory for %zu parameters", st->nparams);
+    model_init_params(st->cfg->shape, st->cfg->seed, h);
+    dps_status rc = be->ops->copy(be, s0->st, s0->params.ptr, s0->dev, h, DPS_HOST, pbytes);
+    if (!rc) rc = be->ops->memset0(be, s0->st, st->opt_state[0].ptr, st->opt_state[0].bytes);
+    if (!rc && st->opt_state[1].ptr)
+        rc = be->ops->memset0(be, s0->st, st->opt_state[1].ptr, st->opt_state[1].bytes);
+    if (!rc) rc = be->ops->stream_sync(be, s0->st);
+    free(h);
+    return rc;
+}
+
+static dps_status dp_download_params(dp_state *st, train_result *res)
+{
+    dp_slot *s0 = &st->s[0];
+    res->nparams = st->nparams;
+    res->final_params = malloc(st->nparams * sizeof(float));
+    if (!res->final_params)
+        return dps_fail(DPS_ERR_RUNTIME, "out of host memory for the final parameters");
+    DPS_TRY(st->be->ops->copy(st->be, s0->st, res->final_params, DPS_HOST, s0->params.ptr,
+                              s0->dev, st->nparams * sizeof(float)));
+    return st->be->ops->stream_sync(st->be, s0->st);
+}
+
+static dps_status dp_loop(dp_state *st, train_result *res)
+{
+    const dps_config *c = st->cfg;
+    DPS_TRY(dp_upload_params(st));
+    int devs[DPS_MAX_DEVICES];
+    for (int i = 0; i < st->nslots; i++) devs[i] = st->s[i].dev;
+    DPS_TRY(pool_start(&st->pool, st->nslots, dp_worker, st, "dp-worker-", devs));
+    st->pool_up = 1;
+    for (int step = 0; step < c->warmup + c->steps; step++) {
+        int timed = step >= c->warmup;
+        if (dps_interrupted())
+            return dps_fail(DPS_ERR_RUNTIME, "interrupted by %s before step %d",
+                            dps_signal_name(dps_interrupted()), step);
+        if (step == c->warmup) /* count bytes over the timed steps only */
+            for (int i = 0; i < st->nslots; i++) {
+                memset(st->traffic[i].phase_bytes, 0, sizeof st->traffic[i].phase_bytes);
+                memset(st->traffic[i].link_bytes, 0, sizeof st->traffic[i].link_bytes);
+            }
+        model_make_batch(c->shape, c->seed, step, 0, st->rows_total, st->h_x, st->h_labels);
+        double ms = 0.0;
+        DPS_TRY(config_profile_hook(c, st->be, step, 1));
+        DPS_TRY(dp_step(st, step, &ms));
+        DPS_TRY(config_profile_hook(c, st->be, step, 0));
+        res->loss[step] = *st->h_loss / (float)st->rows_total;
+        res->losses_done = step + 1;
+        for (int i = 0; i < st->nslots; i++) DPS_TRY(be_sample_mem(st->be, st->s[i].dev));
+        if (!timed) continue;
+        int k = step - c->warmup;
+        res->step_ms[k] = ms;
+        for (int i = 0; i < c->ngpus; i++) res->rank_step_ms[(size_t)k * res->nranks + i] = ms;
+        for (int i = 0; i < st->nslots; i++)
+            DPS_TRY(ptimer_read(&st->timer, i, train_result_phases(res, k, i)));
+        res->steps_done = k + 1;
+    }
+    return dp_download_params(st, res);
+}
+
+dps_status dp_train(const dps_config *cfg, backend *be, train_result *res)
+{
+    dp_state *st = calloc(1, sizeof *st);
+    if (!st) return dps_fail(DPS_ERR_RUNTIME, "out of host memory for the dp state");
+    st->cfg = cfg;
+    st->be = be;
+    st->traffic = res->dev;
+    dps_status rc = dp_setup(st);
+    if (!rc) rc = dp_loop(st, res);
+    for (int i = 0; i < cfg->ngpus; i++) {
+        int dev = cfg->devices[i];
+        dps_status sampled = be_sample_mem(be, dev); /* the peak of a failed run too */
+        if (!rc) rc = sampled;
+        res->dev[i].dev = dev;
+        dps_strlcpy(res->dev[i].name, be->info[dev].name, sizeof res->dev[i].name);
+        res->dev[i].alloc_peak = be->mem[dev].peak;
+        res->dev[i].device_peak = be->mem[dev].device_peak;
+        res->dev[i].device_base = be->mem[dev].device_base;
+        res->dev[i].capacity = be->mem[dev].capacity;
+        if (rc == DPS_OK && res->steps_done > 0)
+            for (int p = 0; p < PH_COUNT; p++) res->dev[i].phase_bytes[p] /= res->steps_done;
+        if (rc == DPS_OK && res->steps_done > 0)
+            for (int l = 0; l < LINK_COUNT; l++) res->dev[i].link_bytes[l] /= res->steps_done;
+    }
+    if (rc) dps_strlcpy(res->error, dps_errmsg(), sizeof res->error);
+    dp_teardown(st);
+    free(st);
+    return rc;
+}
