@@ -86,7 +86,8 @@ const char *dps_fmt_bytes_suffix(uint64_t bytes, char *buf, size_t len)
         bytes /= 1024;
         s++;
     }
-    snprintf(buf, len, "%" PRIu64 "%.*s", bytes, s ? 1 : 0, s ? &suffix[s - 1] : "");
+    if (s) snprintf(buf, len, "%" PRIu64 "%c", bytes, suffix[s - 1]);
+    else snprintf(buf, len, "%" PRIu64, bytes);
     return buf;
 }
 
