@@ -50,20 +50,29 @@ static void probe_versions(be_cuda_versions *v)
 #endif
 }
 
+/* Why cudaGetDeviceCount found nothing, and what to do about a driver. */
+static void no_device_reason(cudaError_t rc, char *why, size_t len)
+{
+    int drv = 0;
+    if (rc == cudaErrorInsufficientDriver) cudaDriverGetVersion(&drv);
+    if (rc == cudaErrorInsufficientDriver && drv == 0)
+        snprintf(why, len, "no NVIDIA driver is installed (cudaGetDeviceCount: %s)",
+                 cudaGetErrorString(rc));
+    else if (rc == cudaErrorInsufficientDriver)
+        snprintf(why, len, "the NVIDIA driver supports CUDA %d.%d, older than the CUDA %d.%d "
+                 "runtime dpscale was built with; install driver 580 or newer (CUDA 13), or build "
+                 "against the CUDA toolkit the driver supports (-Dcuda-root=DIR)",
+                 drv / 1000, (drv % 1000) / 10, CUDART_VERSION / 1000, (CUDART_VERSION % 1000) / 10);
+    else
+        snprintf(why, len, "cudaGetDeviceCount: %s", cudaGetErrorString(rc));
+}
+
 /* In the child: the devices, their names, memory, bus ids and peer access. */
 static void probe_devices(probe_reply *r)
 {
     cudaError_t rc = cudaGetDeviceCount(&r->count);
-    if (rc == cudaErrorInsufficientDriver) {
-        int drv = 0;
-        cudaDriverGetVersion(&drv);
-        snprintf(r->why, sizeof r->why, "the NVIDIA driver supports CUDA %d.%d, older than the "
-                 "CUDA %d.%d runtime dpscale was built with; install driver 580 or newer (CUDA 13), "
-                 "or build against the CUDA toolkit the driver supports (-Dcuda-root=DIR)",
-                 drv / 1000, (drv % 1000) / 10, CUDART_VERSION / 1000, (CUDART_VERSION % 1000) / 10);
-        r->count = 0;
-    } else if (rc != cudaSuccess) {
-        snprintf(r->why, sizeof r->why, "cudaGetDeviceCount: %s", cudaGetErrorString(rc));
+    if (rc != cudaSuccess) {
+        no_device_reason(rc, r->why, sizeof r->why);
         r->count = 0;
     } else if (r->count == 0) {
         snprintf(r->why, sizeof r->why, "cudaGetDeviceCount found 0 devices");
