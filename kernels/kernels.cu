@@ -83,6 +83,41 @@ __global__ void xent_kernel(int classes, const float *logits, const int32_t *lab
     if (threadIdx.x == 0) row_loss[blockIdx.x] = logf(sum) + mx - x[label];
 }
 
+__global__ void log_softmax_kernel(int classes, const float *logits, float *logp)
+{
+    const float *x = logits + (int64_t)blockIdx.x * classes;
+    float *y = logp + (int64_t)blockIdx.x * classes;
+    float mx = -INFINITY;
+    for (int c = threadIdx.x; c < classes; c += blockDim.x) mx = fmaxf(mx, x[c]);
+    mx = block_reduce(mx, op_max, -INFINITY);
+    float sum = 0.0f;
+    for (int c = threadIdx.x; c < classes; c += blockDim.x) sum += expf(x[c] - mx);
+    float lse = logf(block_reduce(sum, op_add, 0.0f)) + mx;
+    for (int c = threadIdx.x; c < classes; c += blockDim.x) y[c] = x[c] - lse;
+}
+
+__global__ void nll_kernel(int64_t rows, int classes, const float *logp, const int32_t *labels,
+                           float scale, float *row_loss, float *dlogp)
+{
+    GRID_STRIDE(i, rows * classes) {
+        int64_t r = i / classes;
+        int c = (int)(i % classes);
+        dlogp[i] = c == labels[r] ? -scale : 0.0f;
+        if (c == labels[r]) row_loss[r] = -logp[i];
+    }
+}
+
+__global__ void log_softmax_bwd_kernel(int classes, const float *logp, const float *dlogp,
+                                       float *dlogits)
+{
+    int64_t base = (int64_t)blockIdx.x * classes;
+    float sum = 0.0f;
+    for (int c = threadIdx.x; c < classes; c += blockDim.x) sum += dlogp[base + c];
+    sum = block_reduce(sum, op_add, 0.0f);
+    for (int c = threadIdx.x; c < classes; c += blockDim.x)
+        dlogits[base + c] = dlogp[base + c] - expf(logp[base + c]) * sum;
+}
+
 __global__ void sum_kernel(int64_t n, const float *x, float *out)
 {
     float acc = 0.0f;
@@ -144,6 +179,31 @@ cudaError_t dps_k_xent(cudaStream_t s, int rows, int classes, const float *logit
 {
     if (rows <= 0) return cudaSuccess;
     xent_kernel<<<rows, kThreads, 0, s>>>(classes, logits, labels, scale, dlogits, row_loss);
+    return cudaGetLastError();
+}
+
+cudaError_t dps_k_log_softmax(cudaStream_t s, int rows, int classes, const float *logits,
+                              float *logp)
+{
+    if (rows <= 0) return cudaSuccess;
+    log_softmax_kernel<<<rows, kThreads, 0, s>>>(classes, logits, logp);
+    return cudaGetLastError();
+}
+
+cudaError_t dps_k_nll(cudaStream_t s, int rows, int classes, const float *logp,
+                      const int32_t *labels, float scale, float *row_loss, float *dlogp)
+{
+    int64_t n = (int64_t)rows * classes;
+    if (n <= 0) return cudaSuccess;
+    nll_kernel<<<grid_for(n), kThreads, 0, s>>>(rows, classes, logp, labels, scale, row_loss, dlogp);
+    return cudaGetLastError();
+}
+
+cudaError_t dps_k_log_softmax_bwd(cudaStream_t s, int rows, int classes, const float *logp,
+                                  const float *dlogp, float *dlogits)
+{
+    if (rows <= 0) return cudaSuccess;
+    log_softmax_bwd_kernel<<<rows, kThreads, 0, s>>>(classes, logp, dlogp, dlogits);
     return cudaGetLastError();
 }
 

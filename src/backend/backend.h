@@ -109,6 +109,16 @@ typedef struct be_ops {
                           float *out);
     dps_status (*xent)(backend *, be_stream *s, int rows, int classes, const float *logits,
                        const int32_t *labels, float scale, float *dlogits, float *row_loss);
+    /* nn.CrossEntropyLoss as PyTorch runs it, in three steps on materialised
+     * tensors: logp = log_softmax(logits) (rows x classes); row_loss[r] =
+     * -logp[r, label] and its gradient dlogp = -scale at the label, 0
+     * elsewhere; dlogits = dlogp - exp(logp) * sum over the row of dlogp */
+    dps_status (*log_softmax)(backend *, be_stream *s, int rows, int classes, const float *logits,
+                              float *logp);
+    dps_status (*nll)(backend *, be_stream *s, int rows, int classes, const float *logp,
+                      const int32_t *labels, float scale, float *row_loss, float *dlogp);
+    dps_status (*log_softmax_bwd)(backend *, be_stream *s, int rows, int classes,
+                                  const float *logp, const float *dlogp, float *dlogits);
     dps_status (*sum)(backend *, be_stream *s, int64_t n, const float *x, float *out);
     dps_status (*sgd)(backend *, be_stream *s, int64_t n, float *p, const float *g,
                       float *buf, dps_opt_hparams h);

@@ -299,6 +299,24 @@ static dps_status cu_xent(backend *be, be_stream *s, int rows, int classes, cons
     KERNEL(s, dps_k_xent(s->s, rows, classes, logits, labels, scale, dlogits, row_loss));
 }
 
+static dps_status cu_log_softmax(backend *be, be_stream *s, int rows, int classes,
+                                 const float *logits, float *logp)
+{
+    KERNEL(s, dps_k_log_softmax(s->s, rows, classes, logits, logp));
+}
+
+static dps_status cu_nll(backend *be, be_stream *s, int rows, int classes, const float *logp,
+                         const int32_t *labels, float scale, float *row_loss, float *dlogp)
+{
+    KERNEL(s, dps_k_nll(s->s, rows, classes, logp, labels, scale, row_loss, dlogp));
+}
+
+static dps_status cu_log_softmax_bwd(backend *be, be_stream *s, int rows, int classes,
+                                     const float *logp, const float *dlogp, float *dlogits)
+{
+    KERNEL(s, dps_k_log_softmax_bwd(s->s, rows, classes, logp, dlogp, dlogits));
+}
+
 static dps_status cu_sum(backend *be, be_stream *s, int64_t n, const float *x, float *out)
 {
     KERNEL(s, dps_k_sum(s->s, n, x, out));
@@ -384,6 +402,9 @@ static const be_ops cuda_ops = {
     .gelu_bwd = cu_gelu_bwd,
     .col_sum = cu_col_sum,
     .xent = cu_xent,
+    .log_softmax = cu_log_softmax,
+    .nll = cu_nll,
+    .log_softmax_bwd = cu_log_softmax_bwd,
     .sum = cu_sum,
     .sgd = cu_sgd,
     .adamw = cu_adamw,

@@ -236,6 +236,47 @@ static dps_status host_xent(backend *be, be_stream *s, int rows, int classes,
     return DPS_OK;
 }
 
+static dps_status host_log_softmax(backend *be, be_stream *s, int rows, int classes,
+                                   const float *logits, float *logp)
+{
+    (void)be; (void)s;
+    for (int r = 0; r < rows; r++) {
+        const float *x = logits + (size_t)r * classes;
+        float *y = logp + (size_t)r * classes;
+        float mx = -INFINITY, sum = 0.0f;
+        for (int c = 0; c < classes; c++) mx = fmaxf(mx, x[c]);
+        for (int c = 0; c < classes; c++) sum += expf(x[c] - mx);
+        float lse = logf(sum) + mx;
+        for (int c = 0; c < classes; c++) y[c] = x[c] - lse;
+    }
+    return DPS_OK;
+}
+
+static dps_status host_nll(backend *be, be_stream *s, int rows, int classes, const float *logp,
+                           const int32_t *labels, float scale, float *row_loss, float *dlogp)
+{
+    (void)be; (void)s;
+    memset(dlogp, 0, (size_t)rows * (size_t)classes * sizeof(float));
+    for (int r = 0; r < rows; r++) {
+        row_loss[r] = -logp[(size_t)r * classes + labels[r]];
+        dlogp[(size_t)r * classes + labels[r]] = -scale;
+    }
+    return DPS_OK;
+}
+
+static dps_status host_log_softmax_bwd(backend *be, be_stream *s, int rows, int classes,
+                                       const float *logp, const float *dlogp, float *dlogits)
+{
+    (void)be; (void)s;
+    for (int r = 0; r < rows; r++) {
+        const float *y = logp + (size_t)r * classes, *dy = dlogp + (size_t)r * classes;
+        float *dx = dlogits + (size_t)r * classes, sum = 0.0f;
+        for (int c = 0; c < classes; c++) sum += dy[c];
+        for (int c = 0; c < classes; c++) dx[c] = dy[c] - expf(y[c]) * sum;
+    }
+    return DPS_OK;
+}
+
 static dps_status host_sum(backend *be, be_stream *s, int64_t n, const float *x, float *out)
 {
     (void)be; (void)s;
@@ -329,6 +370,9 @@ static const be_ops host_ops = {
     .gelu_bwd = host_gelu_bwd,
     .col_sum = host_col_sum,
     .xent = host_xent,
+    .log_softmax = host_log_softmax,
+    .nll = host_nll,
+    .log_softmax_bwd = host_log_softmax_bwd,
     .sum = host_sum,
     .sgd = host_sgd,
     .adamw = host_adamw,

@@ -14,19 +14,20 @@ typedef struct comm_group comm_group;
 
 /* Whether this build has the group (dp then uses peer copies without it). */
 int comm_group_available(void);
-dps_status comm_group_open(comm_group **g, const int *devs, int n) __attribute__((warn_unused_result));
+dps_status comm_group_open(comm_group **g, const int *devs, int n) DPS_MUST_USE;
 void comm_group_close(comm_group *g); /* NULL is a no-op */
 /* count floats from device 0's buffer to every device's; streams: native handles. */
 dps_status comm_group_broadcast(comm_group *g, void *const *bufs, size_t count,
-                                void *const *streams) __attribute__((warn_unused_result));
-/* Sum of every device's count floats onto device 0's buffer. */
-dps_status comm_group_reduce(comm_group *g, void *const *bufs, size_t count,
-                             void *const *streams) __attribute__((warn_unused_result));
+                                void *const *streams) DPS_MUST_USE;
+/* Sum of every device's count floats onto device 0: into root_out, or into
+ * device 0's buffer when root_out is NULL. */
+dps_status comm_group_reduce(comm_group *g, void *const *bufs, void *root_out, size_t count,
+                             void *const *streams) DPS_MUST_USE;
 
 /* Waits until every device's stream is idle, polling the communicators'
  * asynchronous errors; a failure or timeout_ms (0: none) aborts them, and
  * every later call fails with the first message. */
 dps_status comm_group_sync(comm_group *g, void *const *streams, double timeout_ms)
-    __attribute__((warn_unused_result));
+    DPS_MUST_USE;
 
 #endif

@@ -83,15 +83,15 @@ dps_status comm_group_sync(comm_group *g, void *const *streams, double timeout_m
 
 /* One collective per device, grouped; the first error is returned after
  * the group is closed. */
-static dps_status grouped(comm_group *g, int reduce, void *const *bufs, size_t count,
-                          void *const *streams)
+static dps_status grouped(comm_group *g, int reduce, void *const *bufs, void *root_out,
+                          size_t count, void *const *streams)
 {
     if (g->failed) return dps_fail_copy(g->failed, g->failed_msg);
     ncclResult_t first = ncclGroupStart();
     if (cuda_check_nccl_failed(first)) return cuda_check_nccl_fail(first, __FILE__, __LINE__, "ncclGroupStart");
     for (int i = 0; i < g->n && !cuda_check_nccl_failed(first); i++)
-        first = reduce ? ncclReduce(bufs[i], bufs[i], count, ncclFloat32, ncclSum, 0, g->comm[i],
-                                    (cudaStream_t)streams[i])
+        first = reduce ? ncclReduce(bufs[i], i == 0 && root_out ? root_out : bufs[i], count,
+                                    ncclFloat32, ncclSum, 0, g->comm[i], (cudaStream_t)streams[i])
                        : ncclBroadcast(bufs[i], bufs[i], count, ncclFloat32, 0, g->comm[i],
                                        (cudaStream_t)streams[i]);
     ncclResult_t end = ncclGroupEnd();
@@ -104,10 +104,11 @@ static dps_status grouped(comm_group *g, int reduce, void *const *bufs, size_t c
 dps_status comm_group_broadcast(comm_group *g, void *const *bufs, size_t count,
                                 void *const *streams)
 {
-    return grouped(g, 0, bufs, count, streams);
+    return grouped(g, 0, bufs, NULL, count, streams);
 }
 
-dps_status comm_group_reduce(comm_group *g, void *const *bufs, size_t count, void *const *streams)
+dps_status comm_group_reduce(comm_group *g, void *const *bufs, void *root_out, size_t count,
+                             void *const *streams)
 {
-    return grouped(g, 1, bufs, count, streams);
+    return grouped(g, 1, bufs, root_out, count, streams);
 }

@@ -21,9 +21,10 @@ dps_status comm_group_broadcast(comm_group *g, void *const *bufs, size_t count,
     return dps_fail(DPS_ERR_RUNTIME, "dp: NCCL is not built in");
 }
 
-dps_status comm_group_reduce(comm_group *g, void *const *bufs, size_t count, void *const *streams)
+dps_status comm_group_reduce(comm_group *g, void *const *bufs, void *root_out, size_t count,
+                             void *const *streams)
 {
-    (void)g, (void)bufs, (void)count, (void)streams;
+    (void)g, (void)bufs, (void)root_out, (void)count, (void)streams;
     return dps_fail(DPS_ERR_RUNTIME, "dp: NCCL is not built in");
 }
 

@@ -42,6 +42,6 @@ void comm_shared_waiting(comm_shared *sh, int rank, int on);
 /* Rank 0 publishes id; the others wait for it (abort and timeout_ms end the
  * wait; 0: no timeout). */
 dps_status comm_shared_exchange_id(comm_shared *sh, int rank, void *id, size_t bytes,
-                                   double timeout_ms) __attribute__((warn_unused_result));
+                                   double timeout_ms) DPS_MUST_USE;
 
 #endif

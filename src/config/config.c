@@ -51,6 +51,7 @@ void config_defaults(dps_config *c)
     c->overlap = (int)t[SET_OVERLAP].def.i;
     c->timeout_s = t[SET_TIMEOUT].def.x;
     c->dp_comm = (dps_dp_comm)t[SET_DP_COMM].def.i;
+    c->dp_impl = (dps_dp_impl)t[SET_DP_IMPL].def.i;
     c->fault_rank = -1;
     c->profile_first = c->profile_last = -1;
     dps_strlcpy(c->out_dir, t[SET_OUT].def_text, sizeof c->out_dir);
@@ -79,8 +80,10 @@ int config_batch_per_gpu(const dps_config *c)
 
 void config_id(const dps_config *c, char *buf, size_t len)
 {
-    int n = snprintf(buf, len, "%s%s-%s-%s-%s-g%d-b%d", dps_mode_name(c->mode),
-                     c->mode == MODE_DP && c->dp_comm == DPCOMM_P2P ? "-p2p" : "", c->model,
+    int dp = c->mode == MODE_DP;
+    int n = snprintf(buf, len, "%s%s%s-%s-%s-%s-g%d-b%d", dps_mode_name(c->mode),
+                     dp && c->dp_impl == DPIMPL_LEAN ? "-lean" : "",
+                     dp && c->dp_comm == DPCOMM_P2P ? "-p2p" : "", c->model,
                      dps_precision_name(c->precision), dps_optimizer_name(c->optimizer),
                      c->ngpus, c->global_batch);
     if (c->strong && n > 0 && (size_t)n < len) n += snprintf(buf + n, len - (size_t)n, "-strong");

@@ -92,6 +92,11 @@ const settings_entry settings_table[SET_COUNT] = {
         .flag = "dp-comm", .type = SETTINGS_WORD, WORDS(dps_dp_comm_names),
         DEFAULT_INT(DPCOMM_AUTO),
         .help = "dp on GPUs: NCCL broadcast/reduce, or peer copies + reduce-add"},
+    [SET_DP_IMPL] = {
+        .flag = "dp-impl", .key = "dp_impl", .type = SETTINGS_WORD, WORDS(dps_dp_impl_names),
+        .suite_max = DPIMPL_COUNT, DEFAULT_INT(DPIMPL_TORCH),
+        .help = "dp: as DataParallel does it (materialised log-softmax loss, coalesced "
+                "replicate and reduce into a new buffer), or the lean lower bound (suite files: a list)"},
     [SET_BUCKET_MB] = {
         .flag = "bucket-mb", .key = "bucket_mb", .type = SETTINGS_NUMBER, .lo = 0, .hi = 65536,
         .suite_max = SETTINGS_MAX_LIST, DEFAULT_NUMBER(25.0), .metavar = "X",

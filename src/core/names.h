@@ -35,6 +35,10 @@ extern const char *const dps_fault_names[FAULT_COUNT];
 /* dp's replicate and reduce: NCCL where it can (auto), or peer copies + reduce-add */
 typedef enum dps_dp_comm { DPCOMM_AUTO, DPCOMM_NCCL, DPCOMM_P2P, DPCOMM_COUNT } dps_dp_comm;
 extern const char *const dps_dp_comm_names[DPCOMM_COUNT];
+/* dp's implementation: as torch.nn.DataParallel does it (torch), or the
+ * lean lower bound of a scatter/gather strategy (lean) */
+typedef enum dps_dp_impl { DPIMPL_TORCH, DPIMPL_LEAN, DPIMPL_COUNT } dps_dp_impl;
+extern const char *const dps_dp_impl_names[DPIMPL_COUNT];
 /* Scaling of a sweep's batch, by dps_config.strong: weak (per-device batch
  * fixed) or strong (global batch fixed). */
 extern const char *const dps_scaling_names[2];

@@ -43,6 +43,6 @@ typedef struct ranks_spec {
 
 /* Runs the group to the end. DPS_OK when every rank exited 0; otherwise the
  * first failure with a one-line message (dps_errmsg). */
-dps_status ranks_run(const ranks_spec *spec) __attribute__((warn_unused_result));
+dps_status ranks_run(const ranks_spec *spec) DPS_MUST_USE;
 
 #endif

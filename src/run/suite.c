@@ -47,6 +47,7 @@ static int *list_count(suite *s, settings_id id)
     case SET_OPTIMIZER: return &s->noptimizers;
     case SET_BUCKET_MB: return &s->nbucket_mb;
     case SET_OVERLAP: return &s->noverlap;
+    case SET_DP_IMPL: return &s->ndp_impls;
     default: return NULL;
     }
 }
@@ -64,6 +65,7 @@ static void store(suite *s, settings_id id, const settings_value *v)
         case SET_OPTIMIZER: s->optimizers[i] = (dps_optimizer)n; break;
         case SET_BUCKET_MB: s->bucket_mb[i] = v->v[i].x; break;
         case SET_OVERLAP: s->overlap[i] = (int)n; break;
+        case SET_DP_IMPL: s->dp_impls[i] = (dps_dp_impl)n; break;
         case SET_BATCH_PER_GPU: s->batch_per_gpu = (int)n; break;
         case SET_BATCH: s->global_batch = (int)n; break;
         case SET_STEPS: s->steps = (int)n; break;
@@ -148,6 +150,7 @@ static void suite_defaults(suite *s, const char *path)
     s->nbucket_mb = 1;
     s->overlap[0] = (int)t[SET_OVERLAP].def.i;
     s->noverlap = 1;
+    s->ndp_impls = 0; /* none given: the command line's */
     s->policies[0] = (int)t[SET_SCALING].def.i;
     s->npolicies = 1;
 }
@@ -231,6 +234,27 @@ static void fill(const suite *s, const dps_config *base, const backend *be, int 
     if (config_check(c, be) != DPS_OK) dps_strlcpy(it->skip, dps_errmsg(), sizeof it->skip);
 }
 
+/* The dimensions of a suite, outermost first (suite.h's order). */
+enum { D_MODEL, D_PRECISION, D_OPTIMIZER, D_MODE, D_POLICY, D_GPUS, D_BUCKET, D_OVERLAP,
+       D_DP_IMPL, D_COUNT };
+
+/* Advances the index vector (an odometer over the dimensions); 0 when done. */
+static int next_index(int *idx, const int *count)
+{
+    for (int d = D_COUNT - 1; d >= 0; d--) {
+        if (++idx[d] < count[d]) return 1;
+        idx[d] = 0;
+    }
+    return 0;
+}
+
+/* dp has no buckets and ddp no dp implementation: one entry, not one each. */
+static int redundant(const suite *s, const int *idx)
+{
+    if (s->modes[idx[D_MODE]] == MODE_DP) return idx[D_BUCKET] || idx[D_OVERLAP];
+    return idx[D_DP_IMPL] != 0;
+}
+
 dps_status suite_expand(const suite *s, const dps_config *base, const backend *be,
                         double lr_override, sweep_item **items, int *n)
 {
@@ -238,32 +262,27 @@ dps_status suite_expand(const suite *s, const dps_config *base, const backend *b
     int ng = gpu_counts(s, be, gpus), maxg = 1;
     for (int i = 0; i < ng; i++)
         if (gpus[i] > maxg) maxg = gpus[i];
-    size_t most = (size_t)s->nmodels * s->nprecisions * s->noptimizers * s->nmodes * ng *
-                  s->nbucket_mb * s->noverlap * s->npolicies;
+    int count[D_COUNT] = {s->nmodels, s->nprecisions, s->noptimizers, s->nmodes, s->npolicies,
+                          ng, s->nbucket_mb, s->noverlap, s->ndp_impls ? s->ndp_impls : 1};
+    size_t most = 1;
+    for (int d = 0; d < D_COUNT; d++) most *= (size_t)count[d];
     *items = calloc(most ? most : 1, sizeof **items);
     if (!*items) return dps_fail(DPS_ERR_RUNTIME, "out of host memory for %zu configurations", most);
     *n = 0;
-    for (int m = 0; m < s->nmodels; m++)
-        for (int pr = 0; pr < s->nprecisions; pr++)
-            for (int o = 0; o < s->noptimizers; o++)
-                for (int k = 0; k < s->nmodes; k++)
-                    for (int pol = 0; pol < s->npolicies; pol++)
-                        for (int g = 0; g < ng; g++)
-                            for (int b = 0; b < s->nbucket_mb; b++)
-                                for (int v = 0; v < s->noverlap; v++) {
-                                    /* dp has no buckets: one entry, not one per size */
-                                    if (s->modes[k] == MODE_DP && (b || v)) continue;
-                                    dps_config c = *base;
-                                    c.mode = s->modes[k];
-                                    c.precision = s->precisions[pr];
-                                    c.optimizer = s->optimizers[o];
-                                    config_optimizer_defaults(&c);
-                                    if (lr_override > 0) c.hp.lr = (float)lr_override;
-                                    c.bucket_mb = s->bucket_mb[b];
-                                    c.overlap = s->overlap[v];
-                                    sweep_item *it = &(*items)[*n];
-                                    fill(s, &c, be, m, s->policies[pol], gpus[g], maxg, it);
-                                    (*n)++;
-                                }
+    int idx[D_COUNT] = {0};
+    for (int more = most > 0; more; more = next_index(idx, count)) {
+        if (redundant(s, idx)) continue;
+        dps_config c = *base;
+        c.mode = s->modes[idx[D_MODE]];
+        c.precision = s->precisions[idx[D_PRECISION]];
+        c.optimizer = s->optimizers[idx[D_OPTIMIZER]];
+        config_optimizer_defaults(&c);
+        if (lr_override > 0) c.hp.lr = (float)lr_override;
+        c.bucket_mb = s->bucket_mb[idx[D_BUCKET]];
+        c.overlap = s->overlap[idx[D_OVERLAP]];
+        if (s->ndp_impls) c.dp_impl = s->dp_impls[idx[D_DP_IMPL]];
+        sweep_item *it = &(*items)[(*n)++];
+        fill(s, &c, be, idx[D_MODEL], s->policies[idx[D_POLICY]], gpus[idx[D_GPUS]], maxg, it);
+    }
     return DPS_OK;
 }

@@ -27,6 +27,8 @@ typedef struct suite {
     double bucket_mb[SUITE_MAX_LIST];
     int nbucket_mb;
     int overlap[2], noverlap;
+    dps_dp_impl dp_impls[DPIMPL_COUNT];
+    int ndp_impls;
     int steps, warmup;                 /* 0: the CLI's */
     uint64_t device_mem;               /* host capacity, 0: the CLI's */
 } suite;
@@ -42,7 +44,8 @@ typedef struct sweep_item {
 } sweep_item;
 
 /* Every configuration of the suite on top of `base` (the CLI's options), in
- * the order models x precisions x optimizers x modes x gpus x buckets x overlap.
+ * the order models x precisions x optimizers x modes x scaling x gpus x buckets x
+ * overlap x dp implementations.
  * lr_override > 0 replaces every optimizer's default learning rate. */
 dps_status suite_expand(const suite *s, const dps_config *base, const backend *be,
                         double lr_override, sweep_item **items, int *n);

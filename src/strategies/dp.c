@@ -1,49 +1,20 @@
 /* The dp mode (see dp.h). Every step, as PyTorch 2.x DataParallel does it:
- * load -> replicate -> scatter -> forward (one thread per device) -> gather
+ * load -> scatter -> replicate -> forward (one thread per device) -> gather
  * -> loss on device 0 -> backward -> reduce onto device 0 -> optimizer on
- * device 0. Slot 0 is device 0, the primary, which also holds the master
- * parameters, the whole batch, the gathered logits and the optimizer state. */
+ * device 0 (--dp-impl lean: replicate before scatter, as it always could).
+ * Slot 0 is device 0, the primary, which also holds the master parameters,
+ * the whole batch, the gathered logits and the optimizer state. Replicate
+ * and reduce are in dp_move.c, the loss in dp_loss.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/comm_group.h"
-#include "strategies/dp.h"
-#include "config/ptimer.h"
-#include "model/model.h"
-#include "core/pool.h"
 #include "core/trace.h"
 #include "core/util.h"
+#include "strategies/dp.h"
+#include "strategies/dp_state.h"
 
 enum { JOB_FORWARD, JOB_BACKWARD };
-
-typedef struct dp_slot {
-    int dev;
-    int rows;          /* tokens of its chunk */
-    int64_t row0;      /* first row in the global batch */
-    be_stream *st;
-    dps_buf params, grads;                 /* slot 0: the master copies */
-    dps_buf x, logits, dlogits;            /* slot 0: x and dlogits are views */
-    float *xv, *dlogitsv;
-    model_acts acts;
-} dp_slot;
-
-typedef struct dp_state {
-    const dps_config *cfg;
-    backend *be;
-    size_t nparams;
-    int nslots, rows_total;
-    dp_slot s[DPS_MAX_DEVICES];
-    dps_buf x_full, labels_full, logits_full, dlogits_full, row_loss, loss, staging;
-    dps_buf opt_state[2];
-    float *h_x, *h_loss;
-    int32_t *h_labels;
-    phase_timer timer;
-    worker_pool pool;
-    int pool_up;
-    comm_group *nccl;      /* replicate and reduce through NCCL; NULL: peer copies */
-    dev_stats *traffic;  /* res->dev, indexed by slot */
-} dp_state;
 
 int dp_chunk_sizes(int batch, int n, int *sizes)
 {
@@ -54,24 +25,6 @@ int dp_chunk_sizes(int batch, int n, int *sizes)
         if (sizes[i]) nchunks++;
     }
     return nchunks;
-}
-
-static void count(dp_state *st, int slot, dps_phase ph, dps_link link, size_t bytes)
-{
-    st->traffic[slot].phase_bytes[ph] += (double)bytes;
-    st->traffic[slot].link_bytes[link] += (double)bytes;
-}
-
-/* Device-to-device copy on dst's stream, counted on both sides. */
-static dps_status p2p(dp_state *st, dps_phase ph, int dst, void *dptr, int src,
-                      const void *sptr, size_t bytes, be_stream *on)
-{
-    DPS_TRY(st->be->ops->copy(st->be, on, dptr, st->s[dst].dev, sptr, st->s[src].dev, bytes));
-    if (dst != src) {
-        count(st, src, ph, LINK_P2P_SENT, bytes);
-        count(st, dst, ph, LINK_P2P_RECV, bytes);
-    }
-    return DPS_OK;
 }
 
 static dps_status alloc_slot(dp_state *st, int i, size_t pbytes)
@@ -91,6 +44,38 @@ static dps_status alloc_slot(dp_state *st, int i, size_t pbytes)
     }
     DPS_TRY(be_buf_alloc(be, s->dev, rows * (size_t)m.classes * sizeof(float), "replica logits", &s->logits));
     return model_acts_alloc(be, s->dev, m, s->rows, &s->acts);
+}
+
+/* Whether replicate and reduce run (DataParallel over one device calls the
+ * module directly). */
+static int coalesced(const dp_state *st)
+{
+    return st->cfg->dp_impl == DPIMPL_TORCH && st->nslots > 1;
+}
+
+/* DataParallel's own memory (torch): on device 0 the log-probabilities and
+ * their gradient (n x C each) and the reduce's output (parameter-sized), on
+ * every device a coalescing buffer of one group, and the groups. */
+static dps_status alloc_torch(dp_state *st, size_t pbytes)
+{
+    backend *be = st->be;
+    int d0 = st->s[0].dev;
+    size_t nc = (size_t)st->rows_total * (size_t)st->cfg->shape.classes * sizeof(float);
+    DPS_TRY(be_buf_alloc(be, d0, nc, "log-probabilities", &st->logp));
+    DPS_TRY(be_buf_alloc(be, d0, nc, "log-probabilities gradient", &st->dlogp));
+    if (!coalesced(st)) return DPS_OK;
+    DPS_TRY(dp_make_groups(st));
+    size_t most = 0;
+    for (int k = 0; k < st->ngroups; k++)
+        if (st->groups[k].hi - st->groups[k].lo > most) most = st->groups[k].hi - st->groups[k].lo;
+    DPS_TRY(be_buf_alloc(be, d0, pbytes, "reduce output", &st->reduce_out));
+    for (int i = 0; i < st->nslots; i++) {
+        dp_slot *s = &st->s[i];
+        DPS_TRY(be_buf_alloc(be, s->dev, most * sizeof(float), "coalescing buffer", &s->flat));
+        DPS_TRY(be->ops->event_create(be, s->dev, &s->flat_ev));
+        DPS_TRY(be->ops->event_create(be, d0, &s->taken_ev));
+    }
+    return DPS_OK;
 }
 
 /* Device 0's extra memory: the whole batch, the gathered logits and their
@@ -116,7 +101,7 @@ static dps_status alloc_primary(dp_state *st, size_t pbytes)
     }
     st->s[0].xv = st->x_full.ptr;
     st->s[0].dlogitsv = st->dlogits_full.ptr;
-    return DPS_OK;
+    return st->cfg->dp_impl == DPIMPL_TORCH ? alloc_torch(st, pbytes) : DPS_OK;
 }
 
 /* NCCL for replicate and reduce when asked for (or by default) on GPUs that
@@ -183,15 +168,19 @@ static void dp_teardown(dp_state *st)
         be_buf_free(be, &s->x);
         be_buf_free(be, &s->logits);
         be_buf_free(be, &s->dlogits);
+        be_buf_free(be, &s->flat);
+        if (s->flat_ev) be->ops->event_destroy(be, s->flat_ev);
+        if (s->taken_ev) be->ops->event_destroy(be, s->taken_ev);
         if (s->st) be->ops->stream_destroy(be, s->st);
     }
     dps_buf *bufs[] = {&st->x_full, &st->labels_full, &st->logits_full, &st->dlogits_full,
                        &st->row_loss, &st->loss, &st->staging, &st->opt_state[0],
-                       &st->opt_state[1]};
+                       &st->opt_state[1], &st->logp, &st->dlogp, &st->reduce_out};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be_buf_free(be, bufs[i]);
     if (st->h_x) be->ops->host_free(be, st->h_x);
     if (st->h_labels) be->ops->host_free(be, st->h_labels);
     if (st->h_loss) be->ops->host_free(be, st->h_loss);
+    free(st->groups);
 }
 
 /* Forward and backward of one replica, on its own thread. */
@@ -205,6 +194,8 @@ static dps_status dp_worker(void *ctx, int slot, int job)
     dps_phase ph = job == JOB_FORWARD ? PH_FORWARD : PH_BACKWARD;
     trace_push_phase(ph);
     dps_status rc = ptimer_begin(&st->timer, slot, ph);
+    if (!rc && job == JOB_FORWARD && slot && coalesced(st)) /* its parameters arrive on device 0's stream */
+        rc = be->ops->stream_wait(be, s->st, st->timer.ev[0][PH_REPLICATE][1]);
     if (!rc && job == JOB_FORWARD) {
         rc = model_forward(be, s->st, m, s->params.ptr, &s->acts, s->rows, s->xv, s->logits.ptr);
     } else if (!rc) {
@@ -232,52 +223,8 @@ static dps_status phase_load(dp_state *st)
     DPS_TRY(ptimer_begin(&st->timer, 0, PH_LOAD));
     DPS_TRY(be->ops->copy(be, s0->st, st->x_full.ptr, s0->dev, st->h_x, DPS_HOST, xb));
     DPS_TRY(be->ops->copy(be, s0->st, st->labels_full.ptr, s0->dev, st->h_labels, DPS_HOST, n * sizeof(int32_t)));
-    count(st, 0, PH_LOAD, LINK_H2D, xb + n * sizeof(int32_t));
+    dp_count(st, 0, PH_LOAD, LINK_H2D, xb + n * sizeof(int32_t));
     return ptimer_end(&st->timer, 0, PH_LOAD);
-}
-
-/* One NCCL collective over every slot: broadcast from or reduce onto slot 0. */
-static dps_status nccl_phase(dp_state *st, dps_phase ph)
-{
-    void *bufs[DPS_MAX_DEVICES], *streams[DPS_MAX_DEVICES];
-    size_t bytes = st->nparams * sizeof(float);
-    for (int i = 0; i < st->nslots; i++) {
-        dp_slot *s = &st->s[i];
-        bufs[i] = ph == PH_REPLICATE ? s->params.ptr : s->grads.ptr;
-        streams[i] = st->be->ops->native_stream(st->be, s->st);
-        if (i && ph == PH_REPLICATE)
-            DPS_TRY(st->be->ops->stream_wait(st->be, s->st, st->timer.ev[0][PH_LOAD][1]));
-        DPS_TRY(ptimer_begin(&st->timer, i, ph));
-        if (i) { /* what crosses a link: device 0 sends (replicate) or receives (reduce) */
-            count(st, 0, ph, ph == PH_REPLICATE ? LINK_P2P_SENT : LINK_P2P_RECV, bytes);
-            count(st, i, ph, ph == PH_REPLICATE ? LINK_P2P_RECV : LINK_P2P_SENT, bytes);
-        }
-    }
-    DPS_TRY(ph == PH_REPLICATE
-                ? comm_group_broadcast(st->nccl, bufs, st->nparams, streams)
-                : comm_group_reduce(st->nccl, bufs, st->nparams, streams));
-    for (int i = 0; i < st->nslots; i++) DPS_TRY(ptimer_end(&st->timer, i, ph));
-    return DPS_OK;
-}
-
-/* Parameters broadcast from device 0 to every other replica, 10 MiB at a time. */
-static dps_status phase_replicate(dp_state *st)
-{
-    size_t total = st->nparams * sizeof(float);
-    if (st->nccl) return nccl_phase(st, PH_REPLICATE);
-    DPS_TRY(ptimer_begin(&st->timer, 0, PH_REPLICATE));
-    for (int i = 1; i < st->nslots; i++) {
-        dp_slot *s = &st->s[i];
-        DPS_TRY(st->be->ops->stream_wait(st->be, s->st, st->timer.ev[0][PH_LOAD][1]));
-        DPS_TRY(ptimer_begin(&st->timer, i, PH_REPLICATE));
-        for (size_t off = 0; off < total; off += DP_COALESCE_BYTES) {
-            size_t len = total - off < DP_COALESCE_BYTES ? total - off : DP_COALESCE_BYTES;
-            DPS_TRY(p2p(st, PH_REPLICATE, i, (char *)s->params.ptr + off, 0,
-                        (char *)st->s[0].params.ptr + off, len, s->st));
-        }
-        DPS_TRY(ptimer_end(&st->timer, i, PH_REPLICATE));
-    }
-    return ptimer_end(&st->timer, 0, PH_REPLICATE);
 }
 
 static dps_status phase_scatter(dp_state *st)
@@ -286,8 +233,9 @@ static dps_status phase_scatter(dp_state *st)
     DPS_TRY(ptimer_begin(&st->timer, 0, PH_SCATTER));
     for (int i = 1; i < st->nslots; i++) {
         dp_slot *s = &st->s[i];
+        DPS_TRY(st->be->ops->stream_wait(st->be, s->st, st->timer.ev[0][PH_LOAD][1]));
         DPS_TRY(ptimer_begin(&st->timer, i, PH_SCATTER));
-        DPS_TRY(p2p(st, PH_SCATTER, i, s->x.ptr, 0, (float *)st->x_full.ptr + s->row0 * width,
+        DPS_TRY(dp_p2p(st, PH_SCATTER, i, s->x.ptr, 0, (float *)st->x_full.ptr + s->row0 * width,
                     (size_t)s->rows * width * sizeof(float), s->st));
         DPS_TRY(ptimer_end(&st->timer, i, PH_SCATTER));
     }
@@ -304,26 +252,11 @@ static dps_status phase_gather(dp_state *st)
         dp_slot *s = &st->s[i];
         DPS_TRY(st->be->ops->stream_wait(st->be, s0->st, st->timer.ev[i][PH_FORWARD][1]));
         if (i) DPS_TRY(ptimer_begin_on(&st->timer, i, PH_GATHER, 0)); /* copies run on slot 0's stream */
-        DPS_TRY(p2p(st, PH_GATHER, 0, (float *)st->logits_full.ptr + s->row0 * classes, i,
+        DPS_TRY(dp_p2p(st, PH_GATHER, 0, (float *)st->logits_full.ptr + s->row0 * classes, i,
                     s->logits.ptr, (size_t)s->rows * classes * sizeof(float), s0->st));
         if (i) DPS_TRY(ptimer_end_on(&st->timer, i, PH_GATHER, 0));
     }
     return ptimer_end(&st->timer, 0, PH_GATHER);
-}
-
-/* Mean cross-entropy over the whole batch, on device 0. */
-static dps_status phase_loss(dp_state *st)
-{
-    backend *be = st->be;
-    dp_slot *s0 = &st->s[0];
-    int n = st->rows_total, classes = st->cfg->shape.classes;
-    DPS_TRY(ptimer_begin(&st->timer, 0, PH_LOSS));
-    DPS_TRY(be->ops->xent(be, s0->st, n, classes, st->logits_full.ptr, st->labels_full.ptr,
-                          1.0f / (float)n, st->dlogits_full.ptr, st->row_loss.ptr));
-    DPS_TRY(be->ops->sum(be, s0->st, n, st->row_loss.ptr, st->loss.ptr));
-    DPS_TRY(be->ops->copy(be, s0->st, st->h_loss, DPS_HOST, st->loss.ptr, s0->dev, sizeof(float)));
-    count(st, 0, PH_LOSS, LINK_D2H, sizeof(float));
-    return ptimer_end(&st->timer, 0, PH_LOSS);
 }
 
 static dps_status phase_backward(dp_state *st)
@@ -331,34 +264,10 @@ static dps_status phase_backward(dp_state *st)
     DPS_TRY(pool_run(&st->pool, JOB_BACKWARD));
     size_t row_bytes = (size_t)st->cfg->shape.classes * sizeof(float);
     for (int i = 1; i < st->nslots; i++) {
-        count(st, 0, PH_BACKWARD, LINK_P2P_SENT, (size_t)st->s[i].rows * row_bytes);
-        count(st, i, PH_BACKWARD, LINK_P2P_RECV, (size_t)st->s[i].rows * row_bytes);
+        dp_count(st, 0, PH_BACKWARD, LINK_P2P_SENT, (size_t)st->s[i].rows * row_bytes);
+        dp_count(st, i, PH_BACKWARD, LINK_P2P_RECV, (size_t)st->s[i].rows * row_bytes);
     }
     return DPS_OK;
-}
-
-/* Gradients summed onto device 0, 10 MiB at a time through a staging buffer. */
-static dps_status phase_reduce(dp_state *st)
-{
-    backend *be = st->be;
-    dp_slot *s0 = &st->s[0];
-    size_t total = st->nparams * sizeof(float);
-    if (st->nccl) return nccl_phase(st, PH_REDUCE);
-    DPS_TRY(ptimer_begin(&st->timer, 0, PH_REDUCE));
-    for (int i = 1; i < st->nslots; i++) {
-        dp_slot *s = &st->s[i];
-        DPS_TRY(be->ops->stream_wait(be, s0->st, st->timer.ev[i][PH_BACKWARD][1]));
-        DPS_TRY(ptimer_begin_on(&st->timer, i, PH_REDUCE, 0)); /* copies and adds on slot 0's stream */
-        for (size_t off = 0; off < total; off += DP_COALESCE_BYTES) {
-            size_t len = total - off < DP_COALESCE_BYTES ? total - off : DP_COALESCE_BYTES;
-            DPS_TRY(p2p(st, PH_REDUCE, 0, st->staging.ptr, i, (char *)s->grads.ptr + off,
-                        len, s0->st));
-            DPS_TRY(be->ops->add(be, s0->st, (int64_t)(len / sizeof(float)),
-                                 (float *)((char *)s0->grads.ptr + off), st->staging.ptr));
-        }
-        DPS_TRY(ptimer_end_on(&st->timer, i, PH_REDUCE, 0));
-    }
-    return ptimer_end(&st->timer, 0, PH_REDUCE);
 }
 
 static dps_status phase_optimizer(dp_state *st, int step)
@@ -368,12 +277,13 @@ static dps_status phase_optimizer(dp_state *st, int step)
     dps_opt_hparams hp = st->cfg->hp;
     hp.step = step + 1;
     int64_t n = (int64_t)st->nparams;
+    const float *grads = coalesced(st) ? st->reduce_out.ptr : s0->grads.ptr;
     DPS_TRY(ptimer_begin(&st->timer, 0, PH_OPTIMIZER));
     if (st->cfg->optimizer == OPT_SGD)
-        DPS_TRY(be->ops->sgd(be, s0->st, n, s0->params.ptr, s0->grads.ptr,
+        DPS_TRY(be->ops->sgd(be, s0->st, n, s0->params.ptr, grads,
                              st->opt_state[0].ptr, hp));
     else
-        DPS_TRY(be->ops->adamw(be, s0->st, n, s0->params.ptr, s0->grads.ptr,
+        DPS_TRY(be->ops->adamw(be, s0->st, n, s0->params.ptr, grads,
                                st->opt_state[0].ptr, st->opt_state[1].ptr, hp));
     return ptimer_end(&st->timer, 0, PH_OPTIMIZER);
 }
@@ -398,16 +308,24 @@ static dps_status run_forward(dp_state *st) { return pool_run(&st->pool, JOB_FOR
 /* One training step; *step_ms is the wall time until every device is idle. */
 static dps_status dp_step(dp_state *st, int step, double *step_ms)
 {
-    static const struct { dps_phase ph; phase_fn fn; } phases[] = {
-        {PH_LOAD, phase_load}, {PH_REPLICATE, phase_replicate}, {PH_SCATTER, phase_scatter},
-        {PH_FORWARD, run_forward}, {PH_GATHER, phase_gather}, {PH_LOSS, phase_loss},
-        {PH_BACKWARD, phase_backward}, {PH_REDUCE, phase_reduce},
+    typedef struct { dps_phase ph; phase_fn fn; } phase_entry;
+    /* DataParallel.forward scatters before it replicates */
+    static const phase_entry torch[] = {
+        {PH_LOAD, phase_load}, {PH_SCATTER, phase_scatter}, {PH_REPLICATE, dp_replicate},
+        {PH_FORWARD, run_forward}, {PH_GATHER, phase_gather}, {PH_LOSS, dp_loss},
+        {PH_BACKWARD, phase_backward}, {PH_REDUCE, dp_reduce},
     };
+    static const phase_entry lean[] = {
+        {PH_LOAD, phase_load}, {PH_REPLICATE, dp_replicate}, {PH_SCATTER, phase_scatter},
+        {PH_FORWARD, run_forward}, {PH_GATHER, phase_gather}, {PH_LOSS, dp_loss},
+        {PH_BACKWARD, phase_backward}, {PH_REDUCE, dp_reduce},
+    };
+    const phase_entry *phases = st->cfg->dp_impl == DPIMPL_TORCH ? torch : lean;
     ptimer_reset(&st->timer);
     trace_push_step(step);
     double t0 = dps_now_ms();
     dps_status rc = DPS_OK;
-    for (size_t i = 0; !rc && i < sizeof phases / sizeof phases[0]; i++) {
+    for (size_t i = 0; !rc && i < sizeof torch / sizeof torch[0]; i++) {
         trace_push_phase(phases[i].ph);
         rc = phases[i].fn(st);
         trace_pop();

@@ -1,0 +1,36 @@
+/* dp's loss on device 0 over the whole gathered batch (see dp_state.h). As
+ * nn.CrossEntropyLoss runs it under DataParallel (torch): log-softmax
+ * materialised and kept for backward, then the negative log-likelihood and
+ * its gradient, then log-softmax's backward into the logits' gradient, each
+ * an n x C tensor alive beside the gathered logits. Lean: one fused pass
+ * writing only the logits' gradient. */
+#include "strategies/dp_state.h"
+
+static dps_status loss_torch(dp_state *st, int n, int classes, float scale)
+{
+    backend *be = st->be;
+    be_stream *s0 = st->s[0].st;
+    DPS_TRY(be->ops->log_softmax(be, s0, n, classes, st->logits_full.ptr, st->logp.ptr));
+    DPS_TRY(be->ops->nll(be, s0, n, classes, st->logp.ptr, st->labels_full.ptr, scale,
+                         st->row_loss.ptr, st->dlogp.ptr));
+    return be->ops->log_softmax_bwd(be, s0, n, classes, st->logp.ptr, st->dlogp.ptr,
+                                    st->dlogits_full.ptr);
+}
+
+dps_status dp_loss(dp_state *st)
+{
+    backend *be = st->be;
+    dp_slot *s0 = &st->s[0];
+    int n = st->rows_total, classes = st->cfg->shape.classes;
+    float scale = 1.0f / (float)n;
+    DPS_TRY(ptimer_begin(&st->timer, 0, PH_LOSS));
+    if (st->cfg->dp_impl == DPIMPL_TORCH)
+        DPS_TRY(loss_torch(st, n, classes, scale));
+    else
+        DPS_TRY(be->ops->xent(be, s0->st, n, classes, st->logits_full.ptr, st->labels_full.ptr,
+                              scale, st->dlogits_full.ptr, st->row_loss.ptr));
+    DPS_TRY(be->ops->sum(be, s0->st, n, st->row_loss.ptr, st->loss.ptr));
+    DPS_TRY(be->ops->copy(be, s0->st, st->h_loss, DPS_HOST, st->loss.ptr, s0->dev, sizeof(float)));
+    dp_count(st, 0, PH_LOSS, LINK_D2H, sizeof(float));
+    return ptimer_end(&st->timer, 0, PH_LOSS);
+}

@@ -1,0 +1,66 @@
+/* What dp's files share (dp.c runs the step; dp_move.c replicates and
+ * reduces; dp_loss.c computes the loss on device 0): the state of one dp
+ * run. Private to the dp strategy. */
+#ifndef DPS_DP_STATE_H
+#define DPS_DP_STATE_H
+
+#include "comm/comm_group.h"
+#include "config/config.h"
+#include "config/ptimer.h"
+#include "core/pool.h"
+#include "model/model.h"
+
+typedef struct dp_slot {
+    int dev;
+    int rows;          /* tokens of its chunk */
+    int64_t row0;      /* first row in the global batch */
+    be_stream *st;
+    dps_buf params, grads;                 /* slot 0: the master copies */
+    dps_buf x, logits, dlogits;            /* slot 0: x and dlogits are views */
+    float *xv, *dlogitsv;
+    dps_buf flat;      /* torch: the coalescing buffer of one group (at most 10 MiB) */
+    be_event *flat_ev, *taken_ev; /* torch, p2p reduce: flat filled / copied to device 0 */
+    model_acts acts;
+} dp_slot;
+
+/* A run of whole parameter tensors of at most DP_COALESCE_BYTES (a larger
+ * tensor alone), as torch's _take_tensors groups them: [lo, hi) floats. */
+typedef struct dp_group { size_t lo, hi; } dp_group;
+
+typedef struct dp_state {
+    const dps_config *cfg;
+    backend *be;
+    size_t nparams;
+    int nslots, rows_total;
+    dp_slot s[DPS_MAX_DEVICES];
+    dps_buf x_full, labels_full, logits_full, dlogits_full, row_loss, loss, staging;
+    dps_buf logp, dlogp;   /* torch: log-probabilities and their gradient (device 0) */
+    dps_buf reduce_out;    /* torch: the summed gradients, a new buffer on device 0 */
+    dps_buf opt_state[2];
+    dp_group *groups;      /* torch: replicate's and reduce's coalescing groups */
+    int ngroups;
+    float *h_x, *h_loss;
+    int32_t *h_labels;
+    phase_timer timer;
+    worker_pool pool;
+    int pool_up;
+    comm_group *nccl;      /* replicate and reduce through NCCL; NULL: peer copies */
+    dev_stats *traffic;    /* res->dev, indexed by slot */
+} dp_state;
+
+/* dp_move.c: bytes over a link, counted for a slot in a phase. */
+void dp_count(dp_state *st, int slot, dps_phase ph, dps_link link, size_t bytes);
+/* Copy between two slots' devices, issued on `on`, counted on both sides. */
+dps_status dp_p2p(dp_state *st, dps_phase ph, int dst, void *dptr, int src, const void *sptr,
+                  size_t bytes, be_stream *on) DPS_MUST_USE;
+/* The coalescing groups of the model's parameters (torch). */
+dps_status dp_make_groups(dp_state *st) DPS_MUST_USE;
+/* Parameters from device 0 to every replica. */
+dps_status dp_replicate(dp_state *st) DPS_MUST_USE;
+/* Gradients summed onto device 0 (torch: into reduce_out). */
+dps_status dp_reduce(dp_state *st) DPS_MUST_USE;
+/* dp_loss.c: mean cross-entropy over the whole batch and the logits'
+ * gradient, on device 0. */
+dps_status dp_loss(dp_state *st) DPS_MUST_USE;
+
+#endif
