@@ -103,12 +103,12 @@ def case_interrupt(binary):
     """SIGINT to the parent: the ranks end, the files hold the interrupted run, exit 130."""
     with tempfile.TemporaryDirectory(prefix="dpscale-int-") as out:
         cmd = [binary, "run", "--backend", "host", "--mode", "ddp", "--model", "small",
-               "--gpus", "3", "--steps", "1000000", "--out", out, "--name", "t"]
+               "--gpus", "3", "--steps", "1000000", "--warmup", "0", "--out", out, "--name", "t"]
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 20
         while len(processes_mentioning(out)) < 4 and time.monotonic() < deadline:
             time.sleep(0.1)
-        time.sleep(1.0)
+        time.sleep(2.0)  # a few steps, even in a sanitizer build on a loaded machine
         p.send_signal(signal.SIGINT)
         try:
             stdout, stderr = p.communicate(timeout=15)
