@@ -159,6 +159,31 @@ def case_imbalance(binary):
         expect(rep and float(rep[0]["bytes_per_step"]) > 0, "replicate moved no bytes to device 1")
 
 
+def case_dp_impl(binary):
+    """dp as DataParallel does it holds, on device 0, what the lean variant does not: the
+    log-probabilities and their gradient (n x C each), the reduce's output (one parameter-sized
+    buffer) and a coalescing buffer; the replicas are the same, and so is the training."""
+    with tempfile.TemporaryDirectory() as out:
+        args = ["run", "--model", "small", "--gpus", "3", "--steps", "3", "--check"]
+        dpscale(binary, *args, out=out, name="torch", check_rc=0)
+        dpscale(binary, *args, "--dp-impl", "lean", out=out, name="lean", check_rc=0)
+        runs_t, dev_t, _, _, _ = read_folder(os.path.join(out, "torch"))
+        runs_l, dev_l, _, _, _ = read_folder(os.path.join(out, "lean"))
+        expect(runs_l[0]["config_id"].startswith("dp-lean-"), runs_l[0]["config_id"])
+        expect(runs_t[0]["check"] == runs_l[0]["check"] == "pass", "a --check failed")
+        expect(runs_t[0]["loss_last"] == runs_l[0]["loss_last"],
+               f"losses differ: {runs_t[0]['loss_last']} {runs_l[0]['loss_last']}")
+        params, rows = int(runs_t[0]["params"]), int(runs_t[0]["global_batch"]) * 16
+        classes, f32 = 128, 4  # the small preset: 16 tokens, 128 classes
+        extra = int(dev_t[0]["alloc_peak_bytes"]) - int(dev_l[0]["alloc_peak_bytes"])
+        least = (2 * rows * classes + params) * f32
+        expect(extra >= least, f"device 0 holds {extra} more bytes, at least {least} expected")
+        others = [int(t["alloc_peak_bytes"]) - int(l["alloc_peak_bytes"])
+                  for t, l in zip(dev_t[1:], dev_l[1:])]
+        expect(all(0 < o <= min(params * f32, 10 << 20) for o in others),
+               f"replicas' extra is not one coalescing buffer: {others}")
+
+
 def case_oom(binary):
     """A capacity that fits every device but device 0 gives status oom naming device 0."""
     with tempfile.TemporaryDirectory() as out:
@@ -475,7 +500,7 @@ CASES = {"gpu": case_gpu, "info": case_info, "links": case_links, "profile_sh": 
          "sweep_failures": case_sweep_failures, "sweep_timeout": case_sweep_timeout,
          "sweep_resume": case_sweep_resume, "sweep_skipped": case_sweep_skipped, "ddp_check": case_ddp_check, "ddp_balance": case_ddp_balance,
          "fault": case_fault, "interrupt": case_interrupt, "ddp_oom": case_ddp_oom,
-         "learns": case_learns, "imbalance": case_imbalance, "oom": case_oom,
+         "learns": case_learns, "imbalance": case_imbalance, "dp_impl": case_dp_impl, "oom": case_oom,
          "bad_input": case_bad_input, "cuda_absent": case_cuda_absent, "sweep": case_sweep}
 
 
