@@ -23,7 +23,7 @@ PHASES_COLS = ["config_id", "device", "phase", "median_ms"]
 LINKS_COLS = ["src", "dst", "method", "bw_gbps", "status"]
 PHASE_ORDER = ["load", "replicate", "scatter", "forward", "gather", "loss", "backward",
                "reduce", "allreduce_exposed", "optimizer"]
-MODE_COLOR = {"dp": "#d62728", "ddp": "#1f77b4"}
+MODE_COLOR = {"dp": "#d62728", "dp-lean": "#ff9896", "ddp": "#1f77b4"}
 
 
 class Folder:
@@ -54,12 +54,17 @@ class Folder:
         return f"{self.device}, {self.backend} backend"
 
 
+def strategy(run):
+    """The line a run belongs to: its mode, and dp's lean variant apart."""
+    return "dp-lean" if run["config_id"].startswith("dp-lean-") else run["mode"]
+
+
 def series(folder):
     """(model, precision, optimizer) -> (mode, scaling) -> sorted [(n, samples/s, row)]."""
     out = defaultdict(lambda: defaultdict(list))
     for r in folder.runs:
         key = (r["model"], r["precision"], r["optimizer"])
-        out[key][(r["mode"], r["scaling"] or "weak")].append((r["_n"], r["_sps"], r))
+        out[key][(strategy(r), r["scaling"] or "weak")].append((r["_n"], r["_sps"], r))
     for lines in out.values():
         for pts in lines.values():
             pts.sort(key=lambda p: p[0])
@@ -82,6 +87,10 @@ def grid(plt, n, width=5.2, height=4.0):
     for ax in axes.flat[n:]:
         ax.set_visible(False)
     return fig, list(axes.flat)
+
+
+# What a C harness leaves out of DataParallel, said wherever dp is drawn.
+DP_NOTE = "dp: no Python overhead, an upper bound on DataParallel's throughput"
 
 
 def style(scaling):
@@ -122,7 +131,8 @@ def plot_scaling(plt, folder, out, efficiency=False):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     what = "Scaling efficiency = throughput(n) / (n · throughput(1))" if efficiency else "Throughput"
-    fig.suptitle(f"{what}: DataParallel (dp) vs DistributedDataParallel (ddp)\n{folder.label()}")
+    fig.suptitle(f"{what}: DataParallel (dp) vs DistributedDataParallel (ddp)\n{folder.label()}"
+                 f"\n{DP_NOTE}")
     return save(plt, fig, out, "efficiency.png" if efficiency else "scaling.png")
 
 
@@ -140,7 +150,7 @@ def imbalance_rows(folder):
     for r in folder.runs:
         p = peaks.get(r["config_id"])
         if p and (r["scaling"] or "weak") == "weak":
-            rows.append((r["model"], r["precision"], r["_n"], r["mode"], [p[k] for k in sorted(p)]))
+            rows.append((r["model"], r["precision"], r["_n"], strategy(r), [p[k] for k in sorted(p)]))
     return sorted(rows)
 
 
@@ -162,7 +172,7 @@ def plot_imbalance(plt, folder, out):
         x = 0.0
         ticks, labels = [], []
         for n in sorted({r[2] for r in mine}):
-            for mode in ("dp", "ddp"):
+            for mode in ("dp", "dp-lean", "ddp"):
                 for m2, p2, n2, mode2, peaks in mine:
                     if n2 != n or mode2 != mode:
                         continue
@@ -179,7 +189,7 @@ def plot_imbalance(plt, folder, out):
         ax.set_ylabel("allocation peak per device (MiB)")
         ax.set_title(f"{model}, {prec}: memory per device (hatched: device 0)")
         ax.grid(axis="y", alpha=0.3)
-        for mode in ("dp", "ddp"):
+        for mode in ("dp", "dp-lean", "ddp"):
             pts = [(r[2], gpu0_ratio(r[4])) for r in mine if r[3] == mode and gpu0_ratio(r[4])]
             if pts:
                 ax2.plot([p[0] for p in pts], [p[1] for p in pts], marker="o",
@@ -302,6 +312,10 @@ def summary(folder, out, charts):
     if folder.emulated:
         lines += ["Host backend: devices are emulated on the CPU, so these timings describe "
                   "the CPU, not a GPU.", ""]
+    lines += ["dp has no Python overhead: its figures are an upper bound on DataParallel's "
+              "throughput, which also pays Python (threads started per forward, module "
+              "replication, per-op dispatch under the GIL), worst at small batches; "
+              "scripts/torch_reference.py measures it where PyTorch runs.", ""]
     lines += ["| model | precision | scaling | GPUs | dp samples/s | ddp samples/s | best | "
               "dp efficiency | ddp efficiency | dp GPU-0 memory ratio |",
               "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
