@@ -36,6 +36,7 @@ COLUMNS = {
         "throttle_reasons", "device_base_bytes", "device_peak_over_base_bytes"],
     "phases.csv": ["config_id", "device", "phase", "median_ms", "mean_ms", "share_of_step",
                    "bytes_per_step", "achieved_gbps"],
+    "memory.csv": ["config_id", "device", "device_index", "category", "bytes_at_peak"],
     "links.csv": ["src", "dst", "method", "bytes", "bw_gbps", "latency_us", "status", "backend",
                   "emulated"],
     "allreduce.csv": ["backend", "method", "nranks", "bytes", "time_us", "algbw_gbps",

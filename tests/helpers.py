@@ -104,7 +104,29 @@ def read_folder(folder):
                    "steps.csv: a rank slower than the step")
         expect(float(r["step_ms_p10"]) <= float(r["step_ms_median"]) <= float(r["step_ms_p90"]),
                "runs.csv: p10 <= median <= p90 does not hold")
+    check_memory(folder, devices)
     return runs, devices, steps, phases, meta
+
+
+def memory_at_peak(folder):
+    """{(config_id, device): {category: bytes}} of memory.csv."""
+    out = {}
+    for m in read_table(os.path.join(folder, "memory.csv")):
+        out.setdefault((m["config_id"], m["device"]), {})[m["category"]] = int(m["bytes_at_peak"])
+    return out
+
+
+def check_memory(folder, devices):
+    """Each device's categories in memory.csv add up to its allocation peak."""
+    if not os.path.exists(os.path.join(folder, "memory.csv")):
+        expect(all(int(d["alloc_peak_bytes"]) == 0 for d in devices), "memory.csv is missing")
+        return
+    cats = memory_at_peak(folder)
+    for d in devices:
+        total = sum(cats.get((d["config_id"], d["device"]), {}).values())
+        expect(total == int(d["alloc_peak_bytes"]),
+               f"memory.csv: {d['config_id']} device {d['device']}: categories add up to {total}, "
+               f"alloc_peak_bytes is {d['alloc_peak_bytes']}")
 
 
 def png_size(path):

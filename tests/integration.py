@@ -10,7 +10,7 @@ import sys
 import tempfile
 import time
 
-from helpers import (SCRIPTS, Failure, copy_fixture, dpscale, dpsresults, expect, expect_exit,
+from helpers import (SCRIPTS, Failure, copy_fixture, dpscale, dpsresults, expect, expect_exit, memory_at_peak,
                      png_size, read_folder, read_table, run_case, script, write)
 
 
@@ -178,6 +178,14 @@ def case_dp_impl(binary):
         extra = int(dev_t[0]["alloc_peak_bytes"]) - int(dev_l[0]["alloc_peak_bytes"])
         least = (2 * rows * classes + params) * f32
         expect(extra >= least, f"device 0 holds {extra} more bytes, at least {least} expected")
+        cats_t = memory_at_peak(os.path.join(out, "torch"))[(runs_t[0]["config_id"], "0")]
+        cats_l = memory_at_peak(os.path.join(out, "lean"))[(runs_l[0]["config_id"], "0")]
+        for what, size in (("log-probabilities", rows * classes * f32),
+                           ("log-probabilities gradient", rows * classes * f32),
+                           ("reduce output", params * f32)):
+            expect(cats_t.get(what) == size and what not in cats_l,
+                   f"device 0's {what}: {cats_t.get(what)} with torch, {cats_l.get(what)} lean; "
+                   f"{size} expected with torch only")
         others = [int(t["alloc_peak_bytes"]) - int(l["alloc_peak_bytes"])
                   for t, l in zip(dev_t[1:], dev_l[1:])]
         expect(all(0 < o <= min(params * f32, 10 << 20) for o in others),

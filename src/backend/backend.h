@@ -29,9 +29,20 @@ typedef struct be_device_info {
     size_t total_bytes; /* physical memory; host: the capacity, 0 = unlimited */
 } be_device_info;
 
-/* Harness accounting of one device's memory (exact) and the sampled
- * device-level usage (context, libraries' workspaces included). */
+/* A category of allocations (the `what` of be_buf_alloc: "gradients",
+ * "log-probabilities", ...): bytes held now, and when the device's
+ * allocation peak was last reached. */
+#define BE_MEM_CATEGORIES 32
+typedef struct be_mem_category {
+    const char *what;         /* a string literal; the last slot takes "other" */
+    size_t in_use, at_peak;
+} be_mem_category;
+
+/* Harness accounting of one device's memory (exact), by category, and the
+ * sampled device-level usage (context, libraries' workspaces included). */
 typedef struct be_mem {
+    be_mem_category cat[BE_MEM_CATEGORIES];
+    int ncat;
     size_t in_use, peak;      /* what the harness allocated */
     size_t capacity;          /* host backend: --device-mem, 0 = unlimited */
     size_t device_peak;       /* high-water mark of the device's used memory */
@@ -44,6 +55,7 @@ typedef struct dps_buf {
     void *ptr;
     size_t bytes;
     int dev;
+    int cat;          /* its category in be_mem.cat */
 } dps_buf;
 
 #define DPS_HOST (-1) /* device index of host memory in copies */

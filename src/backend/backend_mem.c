@@ -8,6 +8,27 @@
 #include "backend/backend.h"
 #include "core/util.h"
 
+/* The category of `what` on m, added if new; the last slot takes the rest. */
+static int category(be_mem *m, const char *what)
+{
+    for (int i = 0; i < m->ncat; i++)
+        if (strcmp(m->cat[i].what, what) == 0) return i;
+    if (m->ncat == BE_MEM_CATEGORIES - 1) {
+        m->cat[m->ncat++].what = "other";
+        return m->ncat - 1;
+    }
+    if (m->ncat == BE_MEM_CATEGORIES) return m->ncat - 1;
+    m->cat[m->ncat].what = what;
+    return m->ncat++;
+}
+
+/* At a new allocation peak: what each category holds. Lock held. */
+static void snapshot(be_mem *m)
+{
+    m->peak = m->in_use;
+    for (int i = 0; i < m->ncat; i++) m->cat[i].at_peak = m->cat[i].in_use;
+}
+
 dps_status be_buf_alloc(backend *be, int dev, size_t bytes, const char *what, dps_buf *buf)
 {
     memset(buf, 0, sizeof *buf);
@@ -37,8 +58,10 @@ dps_status be_buf_alloc(backend *be, int dev, size_t bytes, const char *what, dp
     }
     buf->bytes = bytes;
     pthread_mutex_lock(&be->mem_lock);
+    buf->cat = category(m, what);
+    m->cat[buf->cat].in_use += bytes;
     m->in_use += bytes;
-    if (m->in_use > m->peak) m->peak = m->in_use;
+    if (m->in_use > m->peak) snapshot(m);
     pthread_mutex_unlock(&be->mem_lock);
     return DPS_OK;
 }
@@ -49,6 +72,7 @@ void be_buf_free(backend *be, dps_buf *buf)
     be->ops->raw_free(be, buf->dev, buf->ptr);
     pthread_mutex_lock(&be->mem_lock);
     be->mem[buf->dev].in_use -= buf->bytes;
+    be->mem[buf->dev].cat[buf->cat].in_use -= buf->bytes;
     pthread_mutex_unlock(&be->mem_lock);
     buf->ptr = NULL;
     buf->bytes = 0;
@@ -78,7 +102,7 @@ void be_reset_peaks(backend *be)
 {
     pthread_mutex_lock(&be->mem_lock);
     for (int d = 0; d < be->ndev; d++) {
-        be->mem[d].peak = be->mem[d].in_use;
+        snapshot(&be->mem[d]);
         be->mem[d].device_peak = 0;
     }
     pthread_mutex_unlock(&be->mem_lock);

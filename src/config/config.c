@@ -210,3 +210,18 @@ dps_status config_check(const dps_config *c, const backend *be)
     DPS_TRY(check_sizes(c));
     return check_ddp(c);
 }
+
+void dev_stats_memory(dev_stats *d, const backend *be, int dev)
+{
+    const be_mem *m = &be->mem[dev];
+    d->alloc_peak = m->peak;
+    d->device_peak = m->device_peak;
+    d->device_base = m->device_base;
+    d->capacity = m->capacity;
+    d->nmem_cat = 0;
+    for (int i = 0; i < m->ncat; i++) {
+        if (!m->cat[i].at_peak) continue;
+        dps_strlcpy(d->mem_cat[d->nmem_cat].what, m->cat[i].what, sizeof d->mem_cat[0].what);
+        d->mem_cat[d->nmem_cat++].bytes = m->cat[i].at_peak;
+    }
+}

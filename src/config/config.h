@@ -70,6 +70,11 @@ typedef struct dev_stats {
     char name[128];
     uint64_t alloc_peak, device_peak, capacity;
     uint64_t device_base;             /* device's used memory before the run allocated */
+    struct {                          /* what the allocation peak was made of */
+        char what[40];
+        uint64_t bytes;
+    } mem_cat[BE_MEM_CATEGORIES];
+    int nmem_cat;
     double phase_bytes[PH_COUNT];     /* per step, sent + received */
     double link_bytes[LINK_COUNT];    /* per step */
     /* NVML over the whole configuration (NaN / 0 where not sampled) */
@@ -97,6 +102,10 @@ typedef struct train_result {
     double gemm_ref_tflops; /* 0 when not measured */
     double allreduce_bytes; /* per step and rank (ddp) */
 } train_result;
+
+/* Device dev's memory figures from the backend's accounting into d: the
+ * peaks, the baseline, the capacity and the categories at the peak. */
+void dev_stats_memory(dev_stats *d, const backend *be, int dev);
 
 dps_status train_result_init(train_result *r, const dps_config *c, int nranks);
 void train_result_free(train_result *r);

@@ -34,6 +34,10 @@ static const char *const devices_cols[] = {
     "throttle_reasons", "device_base_bytes", "device_peak_over_base_bytes",
 };
 
+static const char *const memory_cols[] = {
+    "config_id", "device", "device_index", "category", "bytes_at_peak",
+};
+
 static const char *const phases_cols[] = {
     "config_id", "device", "phase", "median_ms", "mean_ms", "share_of_step", "bytes_per_step",
     "achieved_gbps",
@@ -331,6 +335,21 @@ static void phases_rows(csv_buf *b, const train_result *res, const run_summary *
     free(x);
 }
 
+/* What each device's allocation peak was made of, by category. */
+static void memory_rows(csv_buf *b, const dps_config *c, const train_result *res,
+                        const run_summary *s)
+{
+    for (int r = 0; r < c->ngpus; r++)
+        for (int k = 0; k < res->dev[r].nmem_cat; k++) {
+            csv_str(b, s->config_id);
+            csv_int(b, r);
+            csv_int(b, c->devices[r]);
+            csv_str(b, res->dev[r].mem_cat[k].what);
+            csv_u64(b, res->dev[r].mem_cat[k].bytes);
+            csv_end_row(b);
+        }
+}
+
 static dps_status append(const results_dir *r, const char *file, const char *const *cols,
                          int ncols, csv_buf *b)
 {
@@ -361,6 +380,8 @@ dps_status results_append(const results_dir *r, const dps_config *c, const backe
     DPS_TRY(append(r, "devices.csv", devices_cols, NCOLS(devices_cols), &b));
     phases_rows(&b, res, s);
     DPS_TRY(append(r, "phases.csv", phases_cols, NCOLS(phases_cols), &b));
+    memory_rows(&b, c, res, s);
+    DPS_TRY(append(r, "memory.csv", memory_cols, NCOLS(memory_cols), &b));
     runs_row(&b, c, be, res, s);
     return append(r, "runs.csv", results_runs_cols, results_runs_ncols, &b);
 }

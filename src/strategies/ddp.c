@@ -302,10 +302,7 @@ static void record_peaks(ddp_rank *R)
     dev_stats *d = &R->rep->dev;
     d->dev = R->dev;
     dps_strlcpy(d->name, R->be->info[R->dev].name, sizeof d->name);
-    d->alloc_peak = R->be->mem[R->dev].peak;
-    d->device_peak = R->be->mem[R->dev].device_peak;
-    d->device_base = R->be->mem[R->dev].device_base;
-    d->capacity = R->be->mem[R->dev].capacity;
+    dev_stats_memory(d, R->be, R->dev);
 }
 
 static dps_status rank_loop(ddp_rank *R)

@@ -422,10 +422,7 @@ dps_status dp_train(const dps_config *cfg, backend *be, train_result *res)
         if (!rc) rc = sampled;
         res->dev[i].dev = dev;
         dps_strlcpy(res->dev[i].name, be->info[dev].name, sizeof res->dev[i].name);
-        res->dev[i].alloc_peak = be->mem[dev].peak;
-        res->dev[i].device_peak = be->mem[dev].device_peak;
-        res->dev[i].device_base = be->mem[dev].device_base;
-        res->dev[i].capacity = be->mem[dev].capacity;
+        dev_stats_memory(&res->dev[i], be, dev);
         if (rc == DPS_OK && res->steps_done > 0)
             for (int p = 0; p < PH_COUNT; p++) res->dev[i].phase_bytes[p] /= res->steps_done;
         if (rc == DPS_OK && res->steps_done > 0)
