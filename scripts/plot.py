@@ -21,6 +21,7 @@ RUNS_COLS = ["config_id", "status", "backend", "mode", "ngpus", "model", "precis
 DEVICES_COLS = ["config_id", "device", "alloc_peak_bytes"]
 PHASES_COLS = ["config_id", "device", "phase", "median_ms"]
 LINKS_COLS = ["src", "dst", "method", "bw_gbps", "status"]
+MEMORY_COLS = ["config_id", "device", "category", "bytes_at_peak"]
 PHASE_ORDER = ["load", "replicate", "scatter", "forward", "gather", "loss", "backward",
                "reduce", "allreduce_exposed", "optimizer"]
 MODE_COLOR = {"dp": "#d62728", "dp-lean": "#ff9896", "ddp": "#1f77b4"}
@@ -30,8 +31,9 @@ class Folder:
     def __init__(self, path):
         self.path = path
         files = read_folder(path, {"runs.csv": RUNS_COLS, "devices.csv": DEVICES_COLS,
-                                   "phases.csv": PHASES_COLS, "links.csv": LINKS_COLS},
-                            optional=("links.csv",))
+                                   "phases.csv": PHASES_COLS, "links.csv": LINKS_COLS,
+                                   "memory.csv": MEMORY_COLS},
+                            optional=("links.csv", "memory.csv"))
         self.runs_path = files["runs.csv"].path
         self.runs = [r for r in files["runs.csv"] if r["status"] == "ok"]
         if not self.runs:
@@ -42,6 +44,7 @@ class Folder:
         self.devices = files["devices.csv"]
         self.phases = files["phases.csv"]
         self.links = files["links.csv"]
+        self.memory = files["memory.csv"]
         self.meta = read_meta(path)
         devs = self.meta.get("devices") or [{}]
         self.device = devs[0].get("name", "unknown device")
@@ -203,6 +206,56 @@ def plot_imbalance(plt, folder, out):
         ax2.legend(fontsize=8)
     fig.suptitle(f"Per-device memory (harness allocation peaks)\n{folder.label()}")
     return save(plt, fig, out, "gpu0_imbalance.png")
+
+
+def memory_bars(folder):
+    """(model, precision) -> [(label, {category: MiB})]: device 0's allocation peak by
+    category, for each strategy at its largest GPU count (weak scaling)."""
+    cats = defaultdict(dict)
+    for m in folder.memory:
+        if m["device"] == "0":
+            cats[m["config_id"]][m["category"]] = number(m, "bytes_at_peak") / 2**20
+    widest = {}
+    for r in folder.runs:
+        key = (r["model"], r["precision"], strategy(r))
+        if (r["scaling"] or "weak") == "weak" and r["config_id"] in cats and \
+                r["_n"] >= widest.get(key, (0,))[0]:
+            widest[key] = (r["_n"], r["config_id"])
+    out = defaultdict(list)
+    for (model, prec, strat), (n, cid) in sorted(widest.items()):
+        out[(model, prec)].append((f"{strat}\n{n} GPU", cats[cid]))
+    return out
+
+
+def plot_memory(plt, folder, out):
+    """Device 0's allocation peak, stacked by what it holds."""
+    data = memory_bars(folder)
+    fig, axes = grid(plt, len(data), width=8.0, height=5.0)
+    for ax, ((model, prec), bars) in zip(axes, sorted(data.items())):
+        totals = defaultdict(float)
+        for _, cats in bars:
+            for c, mib in cats.items():
+                totals[c] += mib
+        order = sorted(totals, key=totals.get, reverse=True)
+        shown = order[:19]
+        for i, (label, cats) in enumerate(bars):
+            bottom = 0.0
+            for j, c in enumerate(shown + ["other"]):
+                mib = cats.get(c, 0.0) if c != "other" else sum(
+                    v for k, v in cats.items() if k not in shown)
+                ax.bar(i, mib, bottom=bottom, color=plt.cm.tab20(j % 20), edgecolor="black",
+                       linewidth=0.3, label=c if i == 0 else None)
+                bottom += mib
+        ax.set_xticks(range(len(bars)))
+        ax.set_xticklabels([b[0] for b in bars], fontsize=8)
+        ax.set_ylabel("device 0 allocation peak (MiB)")
+        ax.set_title(f"{model}, {prec}: what device 0 holds at its peak")
+        ax.grid(axis="y", alpha=0.3)
+        handles, labels = ax.get_legend_handles_labels()
+        ax.legend(handles[::-1], labels[::-1], fontsize=7, loc="upper left",
+                  bbox_to_anchor=(1.01, 1.0))
+    fig.suptitle(f"Device 0's memory by category (memory.csv)\n{folder.label()}\n{DP_NOTE}")
+    return save(plt, fig, out, "memory.png")
 
 
 def plot_phases(plt, folder, out):
@@ -375,6 +428,8 @@ def main(argv):
                   plot_imbalance(plt, folder, out), plot_phases(plt, folder, out)]
         if folder.links:
             charts.append(plot_links(plt, folder, out))
+        if folder.memory and memory_bars(folder):
+            charts.append(plot_memory(plt, folder, out))
         charts = [os.path.basename(c) for c in charts]
         summary(folder, out, charts)
     except InputError as e:

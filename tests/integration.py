@@ -472,9 +472,16 @@ def case_plot(fixture):
               "src,dst,method,bytes,bw_gbps,latency_us,status\nhost,dev0,h2d,1048576,10.5,,ok\n"
               "dev0,dev1,d2d_write,1048576,20.1,,ok\ndev1,dev0,d2d_write,1048576,19.9,,ok\n"
               "dev0,dev1,latency,4,,3.0,ok\n")
+        rows = ["config_id,device,device_index,category,bytes_at_peak"]
+        for d in dpsresults.read_csv(os.path.join(folder, "devices.csv"), ["alloc_peak_bytes"]):
+            half = int(d["alloc_peak_bytes"]) // 2
+            rows += [f"{d['config_id']},{d['device']},{d['device']},parameters,{half}",
+                     f"{d['config_id']},{d['device']},{d['device']},gradients,"
+                     f"{int(d['alloc_peak_bytes']) - half}"]
+        write(os.path.join(folder, "memory.csv"), "\n".join(rows) + "\n")
         p = script("plot.py", folder, "--out", os.path.join(tmp, "out"))
         expect_exit(p, 0)
-        for name in ("scaling", "efficiency", "gpu0_imbalance", "phases", "links"):
+        for name in ("scaling", "efficiency", "gpu0_imbalance", "phases", "links", "memory"):
             path = os.path.join(tmp, "out", name + ".png")
             expect(os.path.exists(path), f"{name}.png missing")
             w, h = png_size(path)
