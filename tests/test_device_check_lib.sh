@@ -170,9 +170,10 @@ for r in csv.DictReader(open(sys.argv[1])):
 PY
   out=$("${s[@]}" links L "$o/links" "$tmp/torch.csv" 0.05 h2d:host:dev0 d2h:dev0:host \
     d2d_write:dev0:dev1)
-  [[ $(sed -n 1p <<<"$out") == $'L h2d host->dev0\t-3.8 % (dpscale '*$'\twithin 5 %\tPASS' ]] \
+  # -3.8 %, give or take the rounding of torch.csv's three decimals at low bandwidths
+  [[ $(sed -n 1p <<<"$out") == $'L h2d host->dev0\t-3.'[789]$' % (dpscale '*$'\twithin 5 %\tPASS' ]] \
     || fail "links h2d: $out"
-  [[ $(sed -n 2p <<<"$out") == $'L d2h dev0->host\t-9.1 % '*$'\tFAIL' ]] || fail "links d2h: $out"
+  [[ $(sed -n 2p <<<"$out") == $'L d2h dev0->host\t-9.'[012]$' % '*$'\tFAIL' ]] || fail "links d2h: $out"
   [[ $(sed -n 3p <<<"$out") == $'L d2d_write dev0->dev1\tno row for '*$'\tFAIL' ]] \
     || fail "links, a path nobody measured: $out"
   out=$("${s[@]}" links L "$o/nothing" "$tmp/torch.csv" 0.05 h2d:host:dev0 d2h:dev0:host)
