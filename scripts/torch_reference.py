@@ -29,6 +29,7 @@ Presets are read from `dpscale info`, so the shapes are dpscale's own.
 import argparse
 import contextlib
 import csv
+import ctypes
 import datetime
 import json
 import math
@@ -488,12 +489,30 @@ def cpu_name():
 
 # ---- processes ----------------------------------------------------------------
 
+def one_blas_thread():
+    """openblas_set_num_threads(1) on every OpenBLAS this process has loaded
+    (as dpscale's host backend calls it): torch.set_num_threads does not reach
+    an OpenBLAS linked on its own, as Debian's PyTorch and numpy link it."""
+    try:
+        with open("/proc/self/maps") as f:
+            paths = {line.split()[-1] for line in f if "openblas" in line.lower()}
+    except OSError:
+        return
+    for path in sorted(paths):
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for name in ("openblas_set_num_threads", "openblas_set_num_threads64_"):
+            if hasattr(lib, name):
+                getattr(lib, name)(1)
+
+
 def configure(torch, args):
     """Per process (spawned ranks inherit none of it)."""
     if args.device == "cpu":  # one BLAS thread per rank, as the host backend's devices
         torch.set_num_threads(1)
-        with contextlib.suppress(RuntimeError):
-            torch.set_num_interop_threads(1)
+        one_blas_thread()
     else:  # fp32 GEMMs as dpscale's: no TF32
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
@@ -544,6 +563,9 @@ def run_ddp(args, shape):
         rank_main(int(env["RANK"]), args, shape, "env://", int(env.get("LOCAL_RANK", 0)))
         return
     import torch.multiprocessing as mp
+    if args.device == "cpu":  # ranks (and a fork server) start with single-threaded libraries
+        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+            os.environ.setdefault(var, "1")
     if args.start_method == "forkserver":  # the server imports PyTorch once for every rank
         mp.set_forkserver_preload(["torch", "torch.distributed"])
     with tempfile.TemporaryDirectory(prefix="torch-reference-") as tmp:
@@ -814,7 +836,7 @@ def write_meta(folder, args):
                   "device_peak_bytes": "the rank process's peak resident set (ru_maxrss)",
                   "device_base_bytes": "its resident set before the model"}
     meta = {"dpscale_version": "torch_reference.py", "git_describe": git,
-            "command_line": [sys.argv[0]] + sys.argv[1:], "start_time": args.start_time,
+            "command_line": args.command_line, "start_time": args.start_time,
             "end_time": utc_now(), "host": socket.gethostname(),
             "os": f"{platform.system()} {platform.release()} {platform.machine()}",
             "backend": "torch", "emulated": False, "note": what, "memory": memory,
@@ -882,7 +904,11 @@ def setup(args):
     if args.batch < args.gpus:
         raise Usage(f"--batch {args.batch}: fewer samples than the {args.gpus} devices")
     args.lr = args.lr or (0.01 if args.optimizer == "sgd" else 1e-3)
-    import torch
+    try:
+        import torch
+    except ImportError as e:
+        raise Usage(f"PyTorch is not installed for {sys.executable} ({e}): scripts/setup.sh "
+                    f"--with-torch installs python3-torch") from None
     ncuda = torch.cuda.device_count() if torch.cuda.is_available() else 0
     args.device = args.device or ("cuda" if ncuda else "cpu")
     cpu_refusal(args)
@@ -905,8 +931,11 @@ def cpu_refusal(args):
                     "compare with; use fp32, or --device cuda")
 
 
-def main(argv):
+def main(argv, prog=None):
+    """The command line's work (argv without the program), exit status
+    returned; callable in-process (the tests do)."""
     args = parse(argv)
+    args.command_line = [prog or sys.argv[0]] + list(argv)
     try:
         shape = setup(args)
         if args.mode == "dp":
