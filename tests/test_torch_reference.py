@@ -17,13 +17,15 @@ usage: test_torch_reference.py DPSCALE CASE [ARGS...]
                                 compare.py, and its refusals
 Exit 77 (skip) without numpy, or without PyTorch for the cases that train
 (scripts/setup.sh --with-torch installs python3-torch)."""
+import faulthandler
 import importlib.util
 import os
 import subprocess
 import sys
 import tempfile
+import traceback
 
-from helpers import (PYTHON, Failure, copy_fixture, dpscale, dpsresults, expect, expect_exit,
+from helpers import (PYTHON, SCRIPTS, Failure, copy_fixture, dpscale, dpsresults, expect, expect_exit,
                      png_size, read_folder, run_case, script)
 
 try:
@@ -68,8 +70,22 @@ def need_torch():
     return None
 
 
+def torch_in_process(binary, *args, out, name):
+    """torch_reference.py on the CPU into OUT/NAME, run in this process (one
+    import of PyTorch for all of a case's runs, and ddp's ranks forked from
+    one server that imported it: seconds less per run than a new process)."""
+    argv = ["--device", "cpu", "--dpscale", binary, "--out", out, "--name", name,
+            "--start-method", "forkserver", *args]
+    try:
+        rc = tr.main(argv, prog=os.path.join(SCRIPTS, "torch_reference.py"))
+    except Exception as e:  # noqa: BLE001 (a failure of the script, said as one)
+        raise Failure(f"torch_reference.py {' '.join(argv)}: {traceback.format_exc()}") from e
+    expect(rc == 0, f"torch_reference.py {' '.join(argv)}: exit {rc}, expected 0 (its message "
+           f"is above)")
+
+
 def torch_ref(binary, *args, out, name, check_rc=0):
-    """Runs torch_reference.py on the CPU into OUT/NAME."""
+    """Runs torch_reference.py on the CPU into OUT/NAME, in a process of its own."""
     p = script("torch_reference.py", "--device", "cpu", "--dpscale", binary, "--out", out,
                "--name", name, *args, timeout=300)
     if check_rc is not None and p.returncode != check_rc:
@@ -144,7 +160,6 @@ def case_fidelity(binary, mode, gpus, optimizer, batch, *checks):
         return skip
     common = ["--mode", mode, "--gpus", gpus, "--model", "tiny", "--optimizer", optimizer,
               "--batch", batch, "--steps", STEPS, "--warmup", "0"]
-    fast = ["--start-method", "forkserver"]  # ranks fork from a server that imported PyTorch
     with tempfile.TemporaryDirectory(prefix="dpscale-torch-") as out:
         # dpscale: --check also trains on one device and compares the final parameters
         check = ["--check"] if mode == "ddp" else []
@@ -155,7 +170,7 @@ def case_fidelity(binary, mode, gpus, optimizer, batch, *checks):
             expect(run["check"] == "pass", f"dpscale {cid} --check: {run['check']} "
                    f"({run['check_max_rel_diff']}): dpscale's ddp does not train as one device")
         params = os.path.join(out, "torch.npy")
-        torch_ref(binary, *common, *fast, "--save-params", params, out=out, name="torch")
+        torch_in_process(binary, *common, "--save-params", params, out=out, name="torch")
         tcid, ref = losses(os.path.join(out, "torch"))
         expect(tcid == cid, f"PyTorch's config_id {tcid} is not dpscale's {cid}")
         worst, k = compare_losses(mine, ref, cid)
@@ -169,14 +184,14 @@ def case_fidelity(binary, mode, gpus, optimizer, batch, *checks):
         if "params" in checks:
             single = os.path.join(out, "single.npy")
             one = ["--mode", "dp", "--gpus", "1"] + common[4:]
-            torch_ref(binary, *one, "--save-params", single, out=out, name="single")
+            torch_in_process(binary, *one, "--save-params", single, out=out, name="single")
             d = params_diff(np.load(params), np.load(single))
             print(f"{cid}: PyTorch's final parameters against its single device: {d:.3g}")
             expect(d <= TOL, f"{cid}: PyTorch's ddp ends {d:.3g} (max |diff| / max |p|) away "
                    f"from its single device, above {TOL}: torch_reference.py's ddp loss scaling "
                    f"(--ddp-loss global) no longer gives the global mean's gradient")
         if "stock" in checks:
-            torch_ref(binary, *common, *fast, "--ddp-loss", "stock", out=out, name="stock")
+            torch_in_process(binary, *common, "--ddp-loss", "stock", out=out, name="stock")
             scid, stock = losses(os.path.join(out, "stock"))
             expect(scid == cid + "-stockloss", f"--ddp-loss stock is labelled {scid}, expected "
                    f"{cid}-stockloss")
@@ -251,4 +266,7 @@ CASES = {"generator": case_generator, "fidelity": case_fidelity, "results": case
 
 if __name__ == "__main__":
     binary, case, rest = sys.argv[1], sys.argv[2], sys.argv[3:]
+    # a run that hangs (a rank that never ends) prints where every thread is
+    # and fails, before meson's 300 s timeout kills it without a word
+    faulthandler.dump_traceback_later(240, exit=True)
     sys.exit(run_case(" ".join(["torch_reference", case, *rest]), CASES[case], binary, *rest))
