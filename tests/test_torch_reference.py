@@ -43,16 +43,22 @@ except ImportError as e:
 # reductions, dpscale's ring all-reduce against gloo's, AdamW's bias
 # corrections with powf against Python's pow; each ~1 ulp (6e-8). Measured
 # on this VM (tiny and small presets, dp 1 and ddp 2 and 4, SGD and AdamW,
-# 20-30 steps, and 200 steps of two of them): every step's loss agreed to
-# dpscale's last printed digit (6 decimals: |diff| <= 1e-6, relative <=
-# 4.6e-7); PyTorch's ddp against its single device: parameters within
-# 6e-8 (SGD) and 2.2e-7 (AdamW). 1e-5 leaves a margin of 20 or more, yet
-# is well below what a real difference of semantics does within 10 steps:
-# stock DDP's averaging of per-shard means with uneven shards moves the loss
-# by 8e-5 (shards of 3 and 2 samples) to 4e-4 and the parameters by 2 to
-# 9 %; the stock case below uses shards of 2 and 1 samples (2.4e-4).
+# 20 to 200 steps, default and the learning rates below): every step's loss
+# agreed to dpscale's last printed digit (6 decimals: |diff| <= 1e-6,
+# relative <= 5.6e-7); PyTorch's ddp against its single device: parameters
+# within 6e-8 (SGD) and 2.2e-7 (AdamW) at the default rates, 1.8e-7 and
+# 6.4e-7 at the rates below. 1e-5 leaves a margin of 15 or more.
 TOL = 1e-5
-STEPS = "10"
+# dpscale cannot export its parameters, so the loss of every step, each on
+# a fresh batch, is what sees them. At the default learning rates 10 steps
+# moved the parameters too little for it to see a wrong hyper-parameter
+# (momentum 0.91, AdamW beta2 0.99, eps 1e-6 or twice the weight decay all
+# stayed under 1e-5); at ten times those rates 20 steps see each of them
+# (5.5e-4, 9.9e-4, 1.4e-4, 2.8e-4) and a weight decay 10 % off (2.8e-5),
+# while a correct run still agrees to the last digit. Stock DDP's averaging
+# of per-shard means with uneven shards moves the loss by more than 1e-4.
+STEPS = "20"
+LR = {"sgd": "0.1", "adamw": "0.01"}
 
 
 def need_torch():
@@ -159,7 +165,7 @@ def case_fidelity(binary, mode, gpus, optimizer, batch, *checks):
     if skip:
         return skip
     common = ["--mode", mode, "--gpus", gpus, "--model", "tiny", "--optimizer", optimizer,
-              "--batch", batch, "--steps", STEPS, "--warmup", "0"]
+              "--lr", LR[optimizer], "--batch", batch, "--steps", STEPS, "--warmup", "0"]
     with tempfile.TemporaryDirectory(prefix="dpscale-torch-") as out:
         # dpscale: --check also trains on one device and compares the final parameters
         check = ["--check"] if mode == "ddp" else []
