@@ -559,7 +559,7 @@ def run_ddp(args, shape):
         world = int(env["WORLD_SIZE"])
         if world != args.gpus:
             raise Usage(f"--gpus {args.gpus}: torchrun started {world} processes "
-                        f"(--nproc-per-node); give the same number")
+                        f"(--nproc_per_node); give the same number")
         rank_main(int(env["RANK"]), args, shape, "env://", int(env.get("LOCAL_RANK", 0)))
         return
     import torch.multiprocessing as mp
