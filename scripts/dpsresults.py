@@ -42,6 +42,11 @@ COLUMNS = {
     "allreduce.csv": ["backend", "method", "nranks", "bytes", "time_us", "algbw_gbps",
                       "busbw_gbps", "check"],
 }
+# Columns that only scripts/torch_reference.py writes, after all of COLUMNS'
+# (dpscale's folders never have them, and readers must not demand them).
+# python_overhead_ms: on GPUs, a phase's host time minus the time its device
+# was busy in it; empty on the CPU.
+OPTIONAL_COLUMNS = {"phases.csv": ["python_overhead_ms"]}
 
 # The keys of meta.json (src/run/results.c).
 META_KEYS = ["dpscale_version", "git_describe", "command_line", "start_time", "end_time", "host",

@@ -2,7 +2,12 @@
 """Charts of a dpscale results folder: scaling, efficiency, GPU-0 imbalance,
 phases, links, and a summary.md that links them.
 
-usage: plot.py RESULTS_DIR [--out DIR]   (default DIR: plots/<folder name>)
+usage: plot.py RESULTS_DIR [--out DIR] [--torch TORCH_DIR]
+       (default DIR: plots/<folder name>)
+
+--torch: a scripts/torch_reference.py folder of the same configurations;
+summary.md then sets PyTorch's step and phase times (and, from GPUs, its
+Python overhead per phase) beside dpscale's.
 
 Reads columns by name and refuses a file that lacks one (exit 2). Runs under
 Debian's /usr/bin/python3 with python3-matplotlib.
@@ -358,7 +363,49 @@ def link_use(folder):
     return rows
 
 
-def summary(folder, out, charts):
+def beside_torch(folder, torch_folder):
+    """summary.md's lines for a PyTorch folder of the same configurations:
+    per configuration in both (by config_id), the median step time, then
+    per phase device 0's median time in each and PyTorch's Python overhead
+    (python_overhead_ms: host time minus busy device time, GPUs only)."""
+    def phases(f):
+        out = defaultdict(dict)
+        for p in f.phases:
+            if p["device"] == "0":
+                oh = number(p, "python_overhead_ms", allow_empty=True) \
+                    if "python_overhead_ms" in p else None
+                out[p["config_id"]][p["phase"]] = (number(p, "median_ms"), oh)
+        return out
+    mine = {r["config_id"]: r for r in folder.runs}
+    theirs = {r["config_id"]: r for r in torch_folder.runs}
+    common = sorted(set(mine) & set(theirs))
+    lines = ["## Beside PyTorch", "",
+             f"`{torch_folder.path}`: {torch_folder.label()}; "
+             f"{torch_folder.meta.get('note', '')}.", ""]
+    if not common:
+        return lines + ["No configuration in common (config_id): nothing to set side by side.",
+                        ""]
+    pm, pt = phases(folder), phases(torch_folder)
+    lines += ["Median times on device 0 (ms). PyTorch's Python overhead: a phase's host time "
+              "minus the time its device was busy in it (measured on GPUs only). PyTorch's dp "
+              "reduces the gradients inside backward, so its reduce is 0.", "",
+              "| configuration | phase | dpscale | PyTorch | PyTorch / dpscale | "
+              "PyTorch Python overhead |", "| --- | --- | --- | --- | --- | --- |"]
+    for cid in common:
+        a, b = number(mine[cid], "step_ms_median"), number(theirs[cid], "step_ms_median")
+        lines.append(f"| {cid} | step | {a:.4f} | {b:.4f} | {b / a:.2f} | - |" if a
+                     else f"| {cid} | step | {a:.4f} | {b:.4f} | - | - |")
+        for ph in PHASE_ORDER + ["allreduce"]:
+            x, _ = pm[cid].get(ph, (0.0, None))
+            y, oh = pt[cid].get(ph, (0.0, None))
+            if x or y or oh:
+                lines.append(f"| {cid} | {ph} | {x:.4f} | {y:.4f} | "
+                             f"{f'{y / x:.2f}' if x else '-'} | "
+                             f"{'-' if oh is None else f'{oh:.4f}'} |")
+    return lines + [""]
+
+
+def summary(folder, out, charts, torch_folder=None):
     peaks = peaks_by_config(folder)
     lines = [f"# dpscale results: {os.path.basename(os.path.abspath(folder.path))}", "",
              f"{folder.label()}.", ""]
@@ -402,6 +449,8 @@ def summary(folder, out, charts):
         lines += [f"| {c} | {d} | {ph} | {a:.2f} | {l:.2f} | {100 * a / l:.0f} % |"
                   for c, d, ph, a, l in use]
         lines.append("")
+    if torch_folder:
+        lines += beside_torch(folder, torch_folder)
     lines += [f"![{os.path.splitext(c)[0]}]({c})" for c in charts]
     path = os.path.join(out, "summary.md")
     with open(path, "w") as f:
@@ -413,11 +462,18 @@ def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("results", help="a results folder (results/<name>)")
     ap.add_argument("--out", help="where to write the charts (default: plots/<name>)")
+    ap.add_argument("--torch", metavar="TORCH_DIR",
+                    help="a torch_reference.py folder to set beside this one in summary.md")
     args = ap.parse_args(argv)
     try:
         if not os.path.isdir(args.results):
             raise InputError(f"{args.results}: not a folder")
         folder = Folder(args.results)
+        torch_folder = None
+        if args.torch:
+            if not os.path.isdir(args.torch):
+                raise InputError(f"--torch {args.torch}: not a folder")
+            torch_folder = Folder(args.torch)
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
@@ -431,7 +487,7 @@ def main(argv):
         if folder.memory and memory_bars(folder):
             charts.append(plot_memory(plt, folder, out))
         charts = [os.path.basename(c) for c in charts]
-        summary(folder, out, charts)
+        summary(folder, out, charts, torch_folder)
     except InputError as e:
         print(f"plot.py: {e}", file=sys.stderr)
         return 2

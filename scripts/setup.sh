@@ -4,9 +4,19 @@
 # folder is left as it is.
 #   scripts/setup.sh                  configure build/
 #   scripts/setup.sh DIR [-Dopt=val]  configure DIR with extra Meson options
+#   scripts/setup.sh --with-torch ... also PyTorch (python3-torch), for
+#                                     scripts/torch_reference.py and the tests
+#                                     that check dpscale against it (they are
+#                                     skipped without it); DPSCALE_WITH_TORCH=1
+#                                     in the environment does the same
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+with_torch=${DPSCALE_WITH_TORCH:-0}
+if [ "${1:-}" = --with-torch ]; then
+  with_torch=1
+  shift
+fi
 builddir=${1:-build}
 [ $# -gt 0 ] && shift
 
@@ -18,6 +28,10 @@ command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
 command -v git >/dev/null 2>&1 || missing+=(git)
 pkg-config --exists openblas 2>/dev/null || missing+=(libopenblas-dev)
 /usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1 || missing+=(python3-matplotlib)
+if [ "$with_torch" = 1 ]; then
+  /usr/bin/python3 -c 'import numpy' >/dev/null 2>&1 || missing+=(python3-numpy)
+  /usr/bin/python3 -c 'import torch' >/dev/null 2>&1 || missing+=(python3-torch)
+fi
 
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}"

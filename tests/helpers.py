@@ -13,7 +13,7 @@ FIXTURES = os.path.join(HERE, "fixtures")
 PYTHON = "/usr/bin/python3"  # the scripts' interpreter (numpy, matplotlib)
 sys.path.insert(0, SCRIPTS)
 import dpsresults  # noqa: E402
-from dpsresults import COLUMNS  # noqa: E402
+from dpsresults import COLUMNS, OPTIONAL_COLUMNS  # noqa: E402
 
 
 class Failure(Exception):
@@ -63,27 +63,31 @@ def write(path, text):
     return path
 
 
-def read_table(path):
-    """A CSV file dpscale wrote: every column of dpscale's list, in its order."""
+def read_table(path, torch=False):
+    """A CSV file dpscale wrote: every column of dpscale's list, in its order
+    (torch: one scripts/torch_reference.py wrote, with the optional columns
+    after them)."""
     name = os.path.basename(path)
-    table = dpsresults.read_csv(path, COLUMNS[name])
-    unlisted = [c for c in table.columns if c not in COLUMNS[name]]
+    want = COLUMNS[name] + (OPTIONAL_COLUMNS.get(name, []) if torch else [])
+    table = dpsresults.read_csv(path, want)
+    unlisted = [c for c in table.columns if c not in want]
     expect(not unlisted, f"{path}: column(s) {', '.join(unlisted)} missing from "
            f"dpsresults.COLUMNS[{name!r}] (scripts/dpsresults.py)")
-    expect(table.columns == COLUMNS[name],
+    expect(table.columns == want,
            f"{path}: columns in another order than dpsresults.COLUMNS[{name!r}]: {table.columns}")
     return table
 
 
-def read_folder(folder):
+def read_folder(folder, torch=False):
     """(runs, devices, steps, phases, meta) of a results folder that dpscale
-    wrote, checked: every column, meta.json key and version field, one devices.csv row per
+    (torch: scripts/torch_reference.py) wrote, checked: every column, meta.json key and
+    version field, one devices.csv row per
     device, one steps.csv row per rank and step of each ok configuration
     (steps.csv is absent when none stepped), consistent step times."""
     steps_path = os.path.join(folder, "steps.csv")
-    runs, devices, phases = (read_table(os.path.join(folder, n))
+    runs, devices, phases = (read_table(os.path.join(folder, n), torch)
                              for n in ("runs.csv", "devices.csv", "phases.csv"))
-    steps = read_table(steps_path) if os.path.exists(steps_path) else []
+    steps = read_table(steps_path, torch) if os.path.exists(steps_path) else []
     meta = dpsresults.read_meta(folder, required=dpsresults.META_KEYS)
     expect(meta["end_time"], "meta.json has no end_time")
     missing = [k for k in dpsresults.VERSIONS if k not in meta["versions"]]

@@ -1,20 +1,140 @@
 #!/usr/bin/env python3
-"""scripts/torch_reference.py reproduces dpscale's initialisation and data
-bit for bit (numpy only; PyTorch is needed just to train). Exit 77 (skip)
-without numpy."""
-import sys
+"""scripts/torch_reference.py against dpscale: the initialisation and data
+bit for bit (numpy only), and on the CPU (PyTorch) the loss at every step of
+dpscale's host backend, the final parameters of PyTorch's ddp against its
+single device, and a PyTorch results folder read, drawn and compared as a
+dpscale one.
 
-from helpers import expect, run_case
+usage: test_torch_reference.py DPSCALE CASE [ARGS...]
+  generator                     numpy's copy of dpscale's generator (needs numpy)
+  fidelity MODE GPUS OPT BATCH [stock] [params]
+                                dpscale --backend host and PyTorch --device cpu:
+                                the same loss at every step; stock: --ddp-loss stock
+                                too (differs from dpscale's with uneven shards,
+                                agrees with even ones); params: PyTorch's ddp ends
+                                with its single device's parameters
+  results                       torch_reference.py's folder through plot.py and
+                                compare.py, and its refusals
+Exit 77 (skip) without numpy, or without PyTorch for the cases that train
+(scripts/setup.sh --with-torch installs python3-torch)."""
+import faulthandler
+import importlib.util
+import os
+import subprocess
+import sys
+import tempfile
+import traceback
+
+from helpers import (PYTHON, SCRIPTS, Failure, copy_fixture, dpscale, dpsresults, expect, expect_exit,
+                     png_size, read_folder, run_case, script)
 
 try:
     import numpy as np
     import torch_reference as tr  # scripts/: helpers puts it on sys.path
 except ImportError as e:
-    print(f"skipped: {e}")
+    print(f"skipped: {e} (install python3-numpy)")
     sys.exit(77)
 
+# Relative tolerance on the loss at every step and on the final parameters
+# (max |p - p_ref| / max |p_ref|, as dpscale's check_max_rel_diff). dpscale
+# and PyTorch compute the same fp32 operations in other summation orders:
+# OpenBLAS's sgemm against PyTorch's GEMM, dpscale's loops for the bias
+# sums, the cross-entropy and the loss against PyTorch's vectorised
+# reductions, dpscale's ring all-reduce against gloo's, AdamW's bias
+# corrections with powf against Python's pow; each ~1 ulp (6e-8). Measured
+# on this VM (tiny and small presets, dp 1 and ddp 2 and 4, SGD and AdamW,
+# 20 to 200 steps, default and the learning rates below): every step's loss
+# agreed to dpscale's last printed digit (6 decimals: |diff| <= 1e-6,
+# relative <= 5.6e-7); PyTorch's ddp against its single device: parameters
+# within 6e-8 (SGD) and 2.2e-7 (AdamW) at the default rates, 1.8e-7 and
+# 6.4e-7 at the rates below. 1e-5 leaves a margin of 15 or more.
+TOL = 1e-5
+# dpscale cannot export its parameters, so the loss of every step, each on
+# a fresh batch, is what sees them. At the default learning rates 10 steps
+# moved the parameters too little for it to see a wrong hyper-parameter
+# (momentum 0.91, AdamW beta2 0.99, eps 1e-6 or twice the weight decay all
+# stayed under 1e-5); at ten times those rates 20 steps see each of them
+# (5.5e-4, 9.9e-4, 1.4e-4, 2.8e-4) and a weight decay 10 % off (2.8e-5),
+# while a correct run still agrees to the last digit. Stock DDP's averaging
+# of per-shard means with uneven shards moves the loss by more than 1e-4.
+STEPS = "20"
+LR = {"sgd": "0.1", "adamw": "0.01"}
 
-def case_generator(dpscale):
+
+def need_torch():
+    """None when the scripts' interpreter has PyTorch, else 77 after saying
+    why. Looked up, not imported: an import costs seconds."""
+    if os.path.realpath(sys.executable) == os.path.realpath(PYTHON):
+        found = importlib.util.find_spec("torch") is not None
+    else:
+        found = subprocess.run([PYTHON, "-c", "import importlib.util as u, sys; "
+                                "sys.exit(u.find_spec('torch') is None)"]).returncode == 0
+    if not found:
+        print(f"skipped: PyTorch is not installed for {PYTHON} (scripts/setup.sh "
+              f"--with-torch installs python3-torch)")
+        return 77
+    return None
+
+
+def torch_in_process(binary, *args, out, name):
+    """torch_reference.py on the CPU into OUT/NAME, run in this process (one
+    import of PyTorch for all of a case's runs, and ddp's ranks forked from
+    one server that imported it: seconds less per run than a new process)."""
+    argv = ["--device", "cpu", "--dpscale", binary, "--out", out, "--name", name,
+            "--start-method", "forkserver", *args]
+    try:
+        rc = tr.main(argv, prog=os.path.join(SCRIPTS, "torch_reference.py"))
+    except Exception as e:  # noqa: BLE001 (a failure of the script, said as one)
+        raise Failure(f"torch_reference.py {' '.join(argv)}: {traceback.format_exc()}") from e
+    expect(rc == 0, f"torch_reference.py {' '.join(argv)}: exit {rc}, expected 0 (its message "
+           f"is above)")
+
+
+def torch_ref(binary, *args, out, name, check_rc=0):
+    """Runs torch_reference.py on the CPU into OUT/NAME, in a process of its own."""
+    p = script("torch_reference.py", "--device", "cpu", "--dpscale", binary, "--out", out,
+               "--name", name, *args, timeout=300)
+    if check_rc is not None and p.returncode != check_rc:
+        raise Failure(f"torch_reference.py {' '.join(args)} --out {out} --name {name}: exit "
+                      f"{p.returncode}, expected {check_rc}\nstdout:\n{p.stdout}\n"
+                      f"stderr:\n{p.stderr}")
+    return p
+
+
+def losses(folder):
+    """(config_id, [loss of each step]) of a folder with one configuration;
+    every rank's row of a step must carry the same loss."""
+    steps = dpsresults.read_csv(os.path.join(folder, "steps.csv"),
+                                ["config_id", "step", "rank", "loss"])
+    ids = {r["config_id"] for r in steps}
+    expect(len(ids) == 1, f"{steps.path}: configurations {sorted(ids)}, expected one")
+    by_step = {}
+    for r in steps:
+        k, v = dpsresults.integer(r, "step"), dpsresults.number(r, "loss")
+        expect(by_step.setdefault(k, v) == v,
+               f"{dpsresults.where(r)}: rank {r['rank']}'s loss {v} differs from another "
+               f"rank's {by_step[k]} at step {k}")
+    return ids.pop(), [by_step[k] for k in sorted(by_step)]
+
+
+def rel_diff(a, b):
+    return abs(a - b) / abs(b)
+
+
+def params_diff(a, b):
+    """max |a - b| / max |b|, as dpscale's check_max_rel_diff."""
+    return float(np.abs(a - b).max() / np.abs(b).max())
+
+
+def compare_losses(mine, ref, what):
+    """The largest relative difference of two loss curves and its step;
+    fails when they have other lengths."""
+    expect(len(mine) == len(ref), f"{what}: {len(mine)} steps against {len(ref)}")
+    k = max(range(len(ref)), key=lambda i: rel_diff(mine[i], ref[i]))
+    return rel_diff(mine[k], ref[k]), k
+
+
+def case_generator(binary):
     # golden values, as asserted for the C generator in tests/test_unit.c
     got = tr.uniform(1234, 1, [0, 7919])
     expect(got[0] == np.float32(-0.651825905) and got[1] == np.float32(0.878929496),
@@ -22,7 +142,7 @@ def case_generator(dpscale):
     expect(tr.uniform(42, 2 + (5 << 8), [123456789])[0] == np.float32(0.278357625),
            "uniform(42, ...) differs")
     # presets come from dpscale itself; the parameter count agrees with its own
-    table = tr.presets(dpscale)
+    table = tr.presets(binary)
     expect(table.get("tiny") == (2, 64, 4, 16, 8) and tr.param_count(*table["tiny"][:4]) == 9360,
            f"presets: {table.get('tiny')}")
     # initialisation bound and labels as model_init_params / model_make_batch
@@ -31,7 +151,128 @@ def case_generator(dpscale):
            f"init_params: {p[:3]}")
     x, y = tr.make_batch(table["tiny"][:4], 1234, 0, 8)
     expect(x.shape == (8, 64) and (y == np.argmax(x[:, :16], axis=1)).all(), "make_batch")
+    # a rank's shard is its rows of the global batch
+    xs, ys = tr.make_batch(table["tiny"][:4], 1234, 3, 5, row0=2)
+    xa, ya = tr.make_batch(table["tiny"][:4], 1234, 3, 7)
+    expect((xs == xa[2:]).all() and (ys == ya[2:]).all(), "make_batch(row0=2) is not rows 2..6")
+    expect(tr.shards(10, 4) == [3, 3, 2, 2] and tr.shards(7, 2) == [4, 3], "shards")
 
+
+def case_fidelity(binary, mode, gpus, optimizer, batch, *checks):
+    """The loss of every step equal within TOL between dpscale's host backend
+    and PyTorch on the CPU (same model, initialisation, data, optimizer)."""
+    skip = need_torch()
+    if skip:
+        return skip
+    common = ["--mode", mode, "--gpus", gpus, "--model", "tiny", "--optimizer", optimizer,
+              "--lr", LR[optimizer], "--batch", batch, "--steps", STEPS, "--warmup", "0"]
+    with tempfile.TemporaryDirectory(prefix="dpscale-torch-") as out:
+        # dpscale: --check also trains on one device and compares the final parameters
+        check = ["--check"] if mode == "ddp" else []
+        dpscale(binary, "run", *common, *check, out=out, name="dpscale", check_rc=0)
+        cid, mine = losses(os.path.join(out, "dpscale"))
+        if check:
+            run = dpsresults.read_csv(os.path.join(out, "dpscale", "runs.csv"), ["check"])[0]
+            expect(run["check"] == "pass", f"dpscale {cid} --check: {run['check']} "
+                   f"({run['check_max_rel_diff']}): dpscale's ddp does not train as one device")
+        params = os.path.join(out, "torch.npy")
+        torch_in_process(binary, *common, "--save-params", params, out=out, name="torch")
+        tcid, ref = losses(os.path.join(out, "torch"))
+        expect(tcid == cid, f"PyTorch's config_id {tcid} is not dpscale's {cid}")
+        worst, k = compare_losses(mine, ref, cid)
+        print(f"{cid}: {len(ref)} steps, largest relative loss difference {worst:.3g} "
+              f"(step {k}: dpscale {mine[k]}, PyTorch {ref[k]})")
+        expect(worst <= TOL, f"{cid}: step {k}'s loss is {mine[k]} in dpscale "
+               f"({out}/dpscale/steps.csv) and {ref[k]} in PyTorch ({out}/torch/steps.csv), "
+               f"relative difference {worst:.3g} > {TOL}: the host backend no longer trains as "
+               f"PyTorch does (look at the model, the loss scaling or the optimizer of the "
+               f"change)")
+        if "params" in checks:
+            single = os.path.join(out, "single.npy")
+            one = ["--mode", "dp", "--gpus", "1"] + common[4:]
+            torch_in_process(binary, *one, "--save-params", single, out=out, name="single")
+            d = params_diff(np.load(params), np.load(single))
+            print(f"{cid}: PyTorch's final parameters against its single device: {d:.3g}")
+            expect(d <= TOL, f"{cid}: PyTorch's ddp ends {d:.3g} (max |diff| / max |p|) away "
+                   f"from its single device, above {TOL}: torch_reference.py's ddp loss scaling "
+                   f"(--ddp-loss global) no longer gives the global mean's gradient")
+        if "stock" in checks:
+            torch_in_process(binary, *common, "--ddp-loss", "stock", out=out, name="stock")
+            scid, stock = losses(os.path.join(out, "stock"))
+            expect(scid == cid + "-stockloss", f"--ddp-loss stock is labelled {scid}, expected "
+                   f"{cid}-stockloss")
+            even = int(batch) % int(gpus) == 0
+            worst, k = compare_losses(stock, mine, scid)
+            print(f"{scid} ({'even' if even else 'uneven'} shards): largest relative loss "
+                  f"difference from dpscale {worst:.3g} (step {k})")
+            if even:
+                expect(worst <= TOL, f"{scid}: with even shards stock DDP's loss is dpscale's, "
+                       f"but step {k} differs by {worst:.3g} > {TOL} ({out}/stock/steps.csv)")
+            else:
+                expect(worst > 10 * TOL, f"{scid}: with uneven shards stock DDP (mean of per-"
+                       f"shard means) should train otherwise than dpscale's global mean, but "
+                       f"every step is within {worst:.3g}: is --ddp-loss stock ignored?")
+    return 0
+
+
+def case_results(binary, fixture):
+    """A PyTorch folder has every column of dpsresults, and plot.py (alone and
+    beside a dpscale folder) and compare.py take it; bad uses are refused."""
+    with tempfile.TemporaryDirectory(prefix="dpscale-torch-") as out:
+        # refused before PyTorch is needed
+        p = torch_ref(binary, "--mode", "dp", "--gpus", "2", out=out, name="x", check_rc=None)
+        expect_exit(p, 2, "nn.DataParallel needs CUDA", "--mode ddp")
+        dps = copy_fixture(fixture, out, "dpscale")
+        p = torch_ref(binary, "--model", "tiny", out=out, name="dpscale", check_rc=None)
+        expect_exit(p, 2, "holds dpscale results", "--name")
+        skip = need_torch()
+        if skip:
+            return skip
+        args = ["--model", "tiny", "--steps", "4", "--warmup", "1"]
+        torch_ref(binary, *args, out=out, name="torch")
+        torch_ref(binary, *args, "--mode", "ddp", "--gpus", "2", "--batch", "7",
+                  out=out, name="torch")  # spawn, the default
+        folder = os.path.join(out, "torch")
+        runs, devices, steps, phases, meta = read_folder(folder, torch=True)
+        expect([r["config_id"] for r in runs] == ["dp-tiny-fp32-sgd-g1-b8",
+                                                  "ddp-tiny-fp32-sgd-g2-b7-bk25"],
+               f"runs.csv: {[r['config_id'] for r in runs]}")
+        expect(all(r["backend"] == "torch" for r in runs) and meta["backend"] == "torch",
+               "the backend is not torch")
+        ddp = [p for p in phases if p["config_id"].startswith("ddp") and p["device"] == "1"]
+        got = {p["phase"]: float(p["median_ms"]) for p in ddp}
+        expect(all(got[k] > 0 for k in ("forward", "loss", "backward", "allreduce",
+                                        "optimizer")), f"rank 1's phases: {got}")
+        expect(all(p["python_overhead_ms"] == "" for p in phases),
+               "python_overhead_ms filled on the CPU, where there is no device time")
+        p = script("plot.py", folder, "--out", os.path.join(out, "plots"))
+        expect_exit(p, 0)
+        for name in ("scaling", "efficiency", "gpu0_imbalance", "phases"):
+            png_size(os.path.join(out, "plots", name + ".png"))
+        p = script("compare.py", folder, folder)
+        expect_exit(p, 0)
+        expect("ddp-tiny-fp32-sgd-g2-b7-bk25 | busbw_gbps" in p.stdout, p.stdout)
+        # beside a dpscale folder of the same configuration
+        p = script("plot.py", dps, "--torch", folder, "--out", os.path.join(out, "beside"))
+        expect_exit(p, 0)
+        with open(os.path.join(out, "beside", "summary.md")) as f:
+            md = f.read()
+        expect("## Beside PyTorch" in md and "| dp-tiny-fp32-sgd-g1-b8 | step |" in md and
+               "| dp-tiny-fp32-sgd-g1-b8 | forward |" in md,
+               f"summary.md does not set PyTorch beside dpscale:\n{md}")
+        # another run of the same configuration: comparable (same machine, versions)
+        torch_ref(binary, *args, out=out, name="again")
+        p = script("compare.py", folder, os.path.join(out, "again"), "--warn-only")
+        expect_exit(p, 0)
+        expect("dp-tiny-fp32-sgd-g1-b8 | step_ms" in p.stdout, p.stdout)
+    return 0
+
+
+CASES = {"generator": case_generator, "fidelity": case_fidelity, "results": case_results}
 
 if __name__ == "__main__":
-    sys.exit(run_case("torch_reference generator", case_generator, sys.argv[1]))
+    binary, case, rest = sys.argv[1], sys.argv[2], sys.argv[3:]
+    # a run that hangs (a rank that never ends) prints where every thread is
+    # and fails, before meson's 300 s timeout kills it without a word
+    faulthandler.dump_traceback_later(240, exit=True)
+    sys.exit(run_case(" ".join(["torch_reference", case, *rest]), CASES[case], binary, *rest))
