@@ -108,7 +108,8 @@ def read_folder(folder, torch=False):
                    "steps.csv: a rank slower than the step")
         expect(float(r["step_ms_p10"]) <= float(r["step_ms_median"]) <= float(r["step_ms_p90"]),
                "runs.csv: p10 <= median <= p90 does not hold")
-    check_memory(folder, devices)
+    if meta["backend"] != "torch":  # PyTorch folders have no memory by category
+        check_memory(folder, devices)
     return runs, devices, steps, phases, meta
 
 
