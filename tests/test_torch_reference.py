@@ -49,8 +49,13 @@ except ImportError as e:
 # within 6e-8 (SGD) and 2.2e-7 (AdamW) at the default rates, 1.8e-7 and
 # 6.4e-7 at the rates below. 1e-5 leaves a margin of 15 or more.
 TOL = 1e-5
-# dpscale cannot export its parameters, so the loss of every step, each on
-# a fresh batch, is what sees them. At the default learning rates 10 steps
+# Final parameters (dpscale's --save-params against PyTorch's): SGD within
+# TOL; AdamW within PARAMS_TOL_ADAMW, dpscale's own --check tolerance for it:
+# dividing each update by its running RMS turns the rounding of near-zero
+# gradients into updates of up to the learning rate (measured: 1.1e-5).
+PARAMS_TOL = {"sgd": TOL, "adamw": 1e-4}
+# The loss of every step, each on a fresh batch, sees the parameters too.
+# At the default learning rates 10 steps
 # moved the parameters too little for it to see a wrong hyper-parameter
 # (momentum 0.91, AdamW beta2 0.99, eps 1e-6 or twice the weight decay all
 # stayed under 1e-5); at ten times those rates 20 steps see each of them
@@ -78,10 +83,11 @@ def need_torch():
 
 def torch_in_process(binary, *args, out, name):
     """torch_reference.py on the CPU into OUT/NAME, run in this process (one
-    import of PyTorch for all of a case's runs, and ddp's ranks forked from
-    one server that imported it: seconds less per run than a new process)."""
+    import of PyTorch for all of a case's runs). ddp's ranks are spawned: a
+    fork server reused for a second group of ranks in one process once hung
+    in gloo, and fresh interpreters cost no more here."""
     argv = ["--device", "cpu", "--dpscale", binary, "--out", out, "--name", name,
-            "--start-method", "forkserver", *args]
+            "--start-method", "spawn", *args]
     try:
         rc = tr.main(argv, prog=os.path.join(SCRIPTS, "torch_reference.py"))
     except Exception as e:  # noqa: BLE001 (a failure of the script, said as one)
@@ -169,7 +175,9 @@ def case_fidelity(binary, mode, gpus, optimizer, batch, *checks):
     with tempfile.TemporaryDirectory(prefix="dpscale-torch-") as out:
         # dpscale: --check also trains on one device and compares the final parameters
         check = ["--check"] if mode == "ddp" else []
-        dpscale(binary, "run", *common, *check, out=out, name="dpscale", check_rc=0)
+        saved = os.path.join(out, "dpscale.npy")
+        dpscale(binary, "run", *common, *check, "--save-params", saved, out=out, name="dpscale",
+                check_rc=0)
         cid, mine = losses(os.path.join(out, "dpscale"))
         if check:
             run = dpsresults.read_csv(os.path.join(out, "dpscale", "runs.csv"), ["check"])[0]
@@ -187,6 +195,11 @@ def case_fidelity(binary, mode, gpus, optimizer, batch, *checks):
                f"relative difference {worst:.3g} > {TOL}: the host backend no longer trains as "
                f"PyTorch does (look at the model, the loss scaling or the optimizer of the "
                f"change)")
+        d = params_diff(np.load(saved), np.load(params))
+        print(f"{cid}: final parameters, dpscale against PyTorch: {d:.3g}")
+        expect(d <= PARAMS_TOL[optimizer], f"{cid}: dpscale's final parameters ({saved}) are "
+               f"{d:.3g} (max |diff| / max |p|) away from PyTorch's ({params}), above "
+               f"{PARAMS_TOL[optimizer]}")
         if "params" in checks:
             single = os.path.join(out, "single.npy")
             one = ["--mode", "dp", "--gpus", "1"] + common[4:]

@@ -125,6 +125,7 @@ static void store_value(cli_args *a, settings_id id, const settings_value *v)
         a->nsizes = v->n;
         break;
     case SET_OUT: dps_strlcpy(c->out_dir, v->text, sizeof c->out_dir); break;
+    case SET_SAVE_PARAMS: dps_strlcpy(c->save_params, v->text, sizeof c->save_params); break;
     case SET_NAME: dps_strlcpy(c->name, v->text, sizeof c->name); a->name_set = 1; break;
     case SET_FILTER: dps_strlcpy(a->filter, v->text, sizeof a->filter); break;
     default: break;
@@ -222,6 +223,8 @@ dps_status cli_parse(int argc, char **argv, cli_args *a)
     if (a->cmd != CMD_HELP && a->cmd != CMD_VERSION) a->cmd = cmd;
     if (a->cmd == CMD_NONE)
         return dps_fail(DPS_ERR_USAGE, "no command: expected run, sweep or info (see dpscale --help)");
+    if (a->cmd != CMD_RUN && a->cfg.save_params[0])
+        return bad(SET_SAVE_PARAMS, a->cfg.save_params, "only `dpscale run` saves parameters");
     if (a->cmd != CMD_SWEEP && a->sweep_models_n > 1)
         return bad(SET_MODEL, "list", "one preset for `dpscale run` (lists are for `dpscale sweep`)");
     if (a->gpus_set && a->devices_set && a->cfg.ngpus != a->sweep_ngpus[0])

@@ -44,6 +44,7 @@ typedef struct dps_config {
     dps_fault fault_kind;
     char out_dir[DPS_PATH_MAX];
     char name[DPS_NAME_MAX];
+    char save_params[DPS_PATH_MAX]; /* --save-params: .npy of the final parameters; "" none */
 } dps_config;
 
 /* Fills the defaults of settings.c's table (small preset, dp, 1 device, fp32,

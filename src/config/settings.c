@@ -155,6 +155,9 @@ const settings_entry settings_table[SET_COUNT] = {
     [SET_CHECK] = {
         .flag = "check", .type = SETTINGS_FLAG,
         .help = "compare the final parameters with single-device training"},
+    [SET_SAVE_PARAMS] = {
+        .flag = "save-params", .type = SETTINGS_TEXT, .hi = DPS_PATH_MAX - 1, .metavar = "FILE",
+        .help = "run: write the final parameters to FILE as a float32 .npy (flat layout)"},
     [SET_GEMM_REF] = {
         .flag = "gemm-ref", .type = SETTINGS_FLAG,
         .help = "also time the step's GEMMs alone on device 0 (gemm_ref_tflops)"},

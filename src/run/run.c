@@ -1,4 +1,5 @@
 /* One configuration from start to written results (see run.h). */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -197,6 +198,26 @@ dps_status run_record(const dps_config *cfg, const backend *be, const results_di
     return rc;
 }
 
+dps_status run_save_params(const char *path, const float *params, size_t n)
+{
+    char header[128];
+    int len = snprintf(header, sizeof header,
+                       "{'descr': '<f4', 'fortran_order': False, 'shape': (%zu,), }", n);
+    int total = (10 + len + 1 + 63) / 64 * 64; /* magic, version, length, dict, '\n': x64 */
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return dps_fail(DPS_ERR_RUNTIME, "--save-params %s: cannot create the file: %s", path,
+                        strerror(errno));
+    unsigned char magic[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0,
+                               (unsigned char)((total - 10) & 0xff), (unsigned char)((total - 10) >> 8)};
+    int ok = fwrite(magic, 1, sizeof magic, f) == sizeof magic &&
+             fprintf(f, "%s%*s\n", header, total - 10 - len - 1, "") == total - 10 &&
+             fwrite(params, sizeof(float), n, f) == n;
+    if (fclose(f) != 0) ok = 0;
+    if (!ok) return dps_fail(DPS_ERR_RUNTIME, "--save-params %s: writing failed: %s", path, strerror(errno));
+    return DPS_OK;
+}
+
 dps_status run_config(const dps_config *cfg, backend *be, const results_dir *rd, int *written)
 {
     run_summary sum;
@@ -215,6 +236,10 @@ dps_status run_config(const dps_config *cfg, backend *be, const results_dir *rd,
     record_nvml(nv, cfg, &res);
     if (!res.status && cfg->check) {
         res.status = run_check(cfg, be, &res);
+        if (res.status) dps_strlcpy(res.error, dps_errmsg(), sizeof res.error);
+    }
+    if (!res.status && cfg->save_params[0]) {
+        res.status = run_save_params(cfg->save_params, res.final_params, res.nparams);
         if (res.status) dps_strlcpy(res.error, dps_errmsg(), sizeof res.error);
     }
     if (!res.status && cfg->gemm_ref) {
