@@ -2,7 +2,8 @@
  * Each device is an allocation arena with accounting and an optional
  * capacity (--device-mem); operations run synchronously on the calling
  * thread, so a stream is only a device tag and an event a timestamp.
- * GEMM goes through CBLAS (OpenBLAS, one thread per calling thread). */
+ * GEMM goes through the library chosen at build time (host_gemm.h), on the
+ * calling thread alone. */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -12,11 +13,8 @@
 
 #include "dps_config.h"
 #include "backend/backend.h"
+#include "backend/host_gemm.h"
 #include "core/util.h"
-
-#ifdef DPS_HAVE_CBLAS
-#include <cblas.h>
-#endif
 
 struct be_stream { int dev; };
 struct be_event { int dev; double t_ms; int recorded; };
@@ -145,41 +143,12 @@ static dps_status host_memset0(backend *be, be_stream *s, void *p, size_t bytes)
     return DPS_OK;
 }
 
-#ifndef DPS_HAVE_CBLAS
-/* Portable GEMM for builds without CBLAS: correct, not fast. */
-static void gemm_portable(int ta, int tb, int m, int n, int k, float alpha, const float *a,
-                          int lda, const float *b, int ldb, float beta, float *c, int ldc)
-{
-    for (int i = 0; i < m; i++) {
-        float *crow = c + (size_t)i * ldc;
-        for (int j = 0; j < n; j++) crow[j] = beta == 0.0f ? 0.0f : beta * crow[j];
-        for (int p = 0; p < k; p++) {
-            float av = alpha * (ta ? a[(size_t)p * lda + i] : a[(size_t)i * lda + p]);
-            if (av == 0.0f) continue;
-            if (!tb) {
-                const float *brow = b + (size_t)p * ldb;
-                for (int j = 0; j < n; j++) crow[j] += av * brow[j];
-            } else {
-                for (int j = 0; j < n; j++) crow[j] += av * b[(size_t)j * ldb + p];
-            }
-        }
-    }
-}
-#endif
-
 static dps_status host_gemm(backend *be, be_stream *s, int ta, int tb, int m, int n, int k,
                             float alpha, const float *a, int lda, const float *b, int ldb,
                             float beta, float *c, int ldc)
 {
     (void)be; (void)s;
-    if (m <= 0 || n <= 0) return DPS_OK;
-#ifdef DPS_HAVE_CBLAS
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-#else
-    gemm_portable(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-#endif
-    return DPS_OK;
+    return host_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 static dps_status host_bias_act(backend *be, be_stream *s, int rows, int cols, float *pre,
@@ -294,13 +263,7 @@ static void host_destroy(backend *be)
 /* The GEMM library; the CUDA fields are be_versions' to fill. */
 static void host_versions(const backend *be, be_version_info *v)
 {
-#ifdef DPS_HAVE_OPENBLAS
-    dps_strlcpy(v->blas, openblas_get_config(), sizeof v->blas);
-#elif defined(DPS_HAVE_CBLAS)
-    dps_strlcpy(v->blas, "CBLAS", sizeof v->blas);
-#else
-    dps_strlcpy(v->blas, "portable C GEMM (no CBLAS)", sizeof v->blas);
-#endif
+    host_sgemm_library(v->blas, sizeof v->blas);
 }
 
 static const be_ops host_ops = {
@@ -368,9 +331,7 @@ dps_status be_host_open(const be_options *opt, backend **out)
     be->ndev = opt->host_devices > 0 ? opt->host_devices : 8;
     if (be->ndev > DPS_MAX_DEVICES) be->ndev = DPS_MAX_DEVICES;
     pthread_mutex_init(&be->mem_lock, NULL);
-#ifdef DPS_HAVE_OPENBLAS
-    openblas_set_num_threads(1); /* one thread per emulated device */
-#endif
+    host_sgemm_init(); /* one thread per emulated device */
     char cpu[96];
     cpu_model(cpu, sizeof cpu);
     for (int d = 0; d < be->ndev; d++) {
