@@ -319,6 +319,64 @@ static void test_elementwise(void)
     EXPECT(dps_uniform(7, 1, 42) != dps_uniform(8, 1, 42));
 }
 
+/* The host backend's GELU, its derivative and softmax cross-entropy (its own
+ * vectorizable arithmetic) against dps_gelu / dps_gelu_grad (libm's erff and
+ * expf, what the GPU kernels run) and a double-precision softmax. */
+static void test_host_math(void)
+{
+    be_options o = {.kind = BE_HOST, .host_devices = 1, .quiet = 1};
+    backend *be = NULL;
+    EXPECT(be_open(&o, &be) == DPS_OK);
+    if (!be) return;
+    const float special[] = {0.0f, -0.0f, 1e-30f, -1e-30f, 30.0f, -30.0f, 1e30f, -1e30f, 87.5f,
+                             -87.5f, INFINITY, NAN};
+    int nsp = (int)(sizeof special / sizeof special[0]), n = 240001 + nsp;
+    float *x = malloc((size_t)n * 4), *y = malloc((size_t)n * 4), *bias = calloc((size_t)n, 4);
+    float *dh = malloc((size_t)n * 4), *g = malloc((size_t)n * 4);
+    for (int i = 0; i < n - nsp; i++) x[i] = -12.0f + 24.0f * (float)i / (float)(n - nsp - 1);
+    for (int i = 0; i < nsp; i++) x[n - nsp + i] = special[i];
+    for (int i = 0; i < n; i++) dh[i] = 1.0f - (float)(i % 3);
+    EXPECT(be->ops->bias_act(be, NULL, 1, n, x, bias, y) == DPS_OK);
+    EXPECT(be->ops->gelu_bwd(be, NULL, n, dh, x, g) == DPS_OK);
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        double want = dps_gelu(x[i]), want_g = dh[i] * dps_gelu_grad(x[i]);
+        int ok = y[i] == want || fabs(y[i] - want) <= 2e-7 + 2.5e-7 * fabs(want) ||
+                 (isnan(want) && isnan(y[i]));
+        ok &= g[i] == want_g || fabs(g[i] - want_g) <= 2e-7 + 2.5e-7 * fabs(want_g) ||
+              (isnan(want_g) && isnan(g[i]));
+        if (!ok && bad++ < 5)
+            fprintf(stderr, "x = %.9g: gelu %.9g, dps_gelu %.9g; grad %.9g, want %.9g\n", x[i],
+                    y[i], want, g[i], want_g);
+    }
+    EXPECT(bad == 0);
+    /* softmax cross-entropy: rows of growing spread, the label anywhere */
+    int rows = 6, classes = 1000;
+    float *logits = malloc((size_t)rows * classes * 4), *dl = malloc((size_t)rows * classes * 4);
+    float loss[6];
+    int32_t labels[6] = {0, 999, 500, 3, 17, 998};
+    for (int i = 0; i < rows * classes; i++)
+        logits[i] = dps_uniform(9, 1, (uint64_t)i) * (float)(1 << (2 * (i / classes)));
+    EXPECT(be->ops->xent(be, NULL, rows, classes, logits, labels, 0.25f, dl, loss) == DPS_OK);
+    double worst = 0;
+    for (int r = 0; r < rows; r++) {
+        const float *z = logits + (size_t)r * classes;
+        double mx = -INFINITY, sum = 0;
+        for (int c = 0; c < classes; c++) mx = fmax(mx, z[c]);
+        for (int c = 0; c < classes; c++) sum += exp(z[c] - mx);
+        double want = log(sum) + mx - z[labels[r]];
+        worst = fmax(worst, fabs(loss[r] - want) / (fabs(want) + 1e-3));
+        for (int c = 0; c < classes; c++) {
+            double d = (exp(z[c] - mx) / sum - (c == labels[r])) * 0.25;
+            worst = fmax(worst, fabs(dl[(size_t)r * classes + c] - d) / (fabs(d) + 1e-9));
+        }
+    }
+    if (worst > 2e-5) fprintf(stderr, "softmax cross-entropy: worst relative error %.3g\n", worst);
+    EXPECT(worst <= 2e-5);
+    free(x); free(y); free(bias); free(dh); free(g); free(logits); free(dl);
+    be_close(be);
+}
+
 /* Loss of the model on the host backend, in double for finite differences. */
 static double host_loss(backend *be, model_shape s, float *params, model_acts *a, int rows,
                         const float *x, const int32_t *labels, float *logits, float *dl, float *rl)
@@ -977,7 +1035,7 @@ int main(int argc, char **argv)
         {"accounting", test_accounting}, {"buckets", test_buckets}, {"ring", test_ring},
         {"suite", test_suite}, {"settings", test_settings}, {"nvml", test_nvml},
         {"comm_abort", test_comm_abort}, {"context", test_context}, {"versions", test_versions},
-        {"gemm", test_gemm},
+        {"gemm", test_gemm}, {"host_math", test_host_math},
     };
     int ran = 0;
     for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++)
