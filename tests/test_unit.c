@@ -373,6 +373,9 @@ static void test_host_math(void)
     }
     if (worst > 2e-5) fprintf(stderr, "softmax cross-entropy: worst relative error %.3g\n", worst);
     EXPECT(worst <= 2e-5);
+    logits[7] = NAN; /* a NaN logit is not hidden: the row's loss is NaN */
+    EXPECT(be->ops->xent(be, NULL, 1, classes, logits, labels, 0.25f, dl, loss) == DPS_OK);
+    EXPECT(isnan(loss[0]));
     free(x); free(y); free(bias); free(dh); free(g); free(logits); free(dl);
     be_close(be);
 }

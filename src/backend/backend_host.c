@@ -181,11 +181,11 @@ static inline float host_pick(int32_t mask, float a, float b)
 
 static inline float host_exp(float x)
 {
-    int32_t under = -(int32_t)(x < -87.0f); /* below FLT_MIN: 0 */
-    x = host_pick(under, -87.0f, x);
-    x = host_pick(-(int32_t)(x > 88.0f), 88.0f, x);
-    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to integer */
-    float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
+    int32_t nan = -(int32_t)(x != x), under = -(int32_t)(x < -87.0f); /* below FLT_MIN: 0 */
+    float xs = host_pick(-(int32_t)(x >= -87.0f), x, -87.0f); /* NaN too: in range for (int) */
+    xs = host_pick(-(int32_t)(xs > 88.0f), 88.0f, xs);
+    float n = (xs * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to integer */
+    float r = (xs - n * 0.693359375f) - n * -2.12194440e-4f;
     float p = 1.9875691500e-4f;
     p = p * r + 1.3981999507e-3f;
     p = p * r + 8.3334519073e-3f;
@@ -194,7 +194,7 @@ static inline float host_exp(float x)
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
     host_fbits scale = {.i = ((int32_t)n + 127) * (1 << 23)};
-    return host_pick(under, 0.0f, p * scale.f);
+    return host_pick(nan, x, host_pick(under, 0.0f, p * scale.f));
 }
 
 /* the standard normal CDF */
