@@ -153,7 +153,7 @@ static dps_status host_gemm(backend *be, be_stream *s, int ta, int tb, int m, in
 
 /* GELU, its derivative and the softmax's exp in arithmetic the compiler
  * vectorizes: libm's erff and expf are calls it cannot, and next to oneDNN's
- * GEMM they took a quarter of a medium step. Same functions as dps_gelu and
+ * GEMM they took a sixth of a medium step. Same functions as dps_gelu and
  * dps_gelu_grad (elementwise.h, which the GPU kernels use), as accurate
  * (within 2e-7 + 2.5e-7 |value| of them, test_unit host_math):
  *   Phi(x) = erfc(-x / sqrt 2) / 2 with erfc from the Chebyshev fit of
