@@ -1,7 +1,9 @@
 /* Element-wise math shared by the CUDA kernels (kernels.cu) and the host
  * backend (src/backend/backend_host.c): GELU, optimizer updates, bf16 rounding and
  * the synthetic data generator. Written once so both backends compute the
- * same thing; compiles as C11 and as CUDA C++. */
+ * same thing; compiles as C11 and as CUDA C++. The host backend evaluates
+ * GELU and its derivative with its own vectorizable arithmetic, checked
+ * against dps_gelu and dps_gelu_grad (test_unit host_math). */
 #ifndef DPS_ELEMENTWISE_H
 #define DPS_ELEMENTWISE_H
 

@@ -27,6 +27,8 @@ command -v ninja >/dev/null 2>&1 || missing+=(ninja-build)
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
 command -v git >/dev/null 2>&1 || missing+=(git)
 pkg-config --exists openblas 2>/dev/null || missing+=(libopenblas-dev)
+# oneDNN: the host backend's GEMM (meson option host-gemm; OpenBLAS is the fallback)
+[ -f /usr/include/oneapi/dnnl/dnnl.h ] || missing+=(libdnnl-dev)
 /usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1 || missing+=(python3-matplotlib)
 if [ "$with_torch" = 1 ]; then
   /usr/bin/python3 -c 'import numpy' >/dev/null 2>&1 || missing+=(python3-numpy)

@@ -371,7 +371,7 @@ def case_ab(binary):
     ab_sh = os.path.join(SCRIPTS, "ab.sh")
     with tempfile.TemporaryDirectory() as tmp:
         suite = write(os.path.join(tmp, "s.suite"),
-                      "modes = dp\ngpus = 1\nmodels = tiny\nsteps = 12\nwarmup = 2\n")
+                      "modes = dp\ngpus = 1\nmodels = small\nsteps = 15\nwarmup = 2\n")
         p = subprocess.run(["bash", ab_sh, binary, binary, "2", suite], capture_output=True,
                            text=True, timeout=300)
         expect(p.returncode == 0 and "| configuration | metric |" in p.stdout, p.stdout + p.stderr)

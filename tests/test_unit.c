@@ -9,6 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <dirent.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -315,6 +317,67 @@ static void test_elementwise(void)
     EXPECT(dps_uniform(1234, 1, 7919) == 0.878929496f);
     EXPECT(dps_uniform(42, 2 + (5u << 8), 123456789) == 0.278357625f);
     EXPECT(dps_uniform(7, 1, 42) != dps_uniform(8, 1, 42));
+}
+
+/* The host backend's GELU, its derivative and softmax cross-entropy (its own
+ * vectorizable arithmetic) against dps_gelu / dps_gelu_grad (libm's erff and
+ * expf, what the GPU kernels run) and a double-precision softmax. */
+static void test_host_math(void)
+{
+    be_options o = {.kind = BE_HOST, .host_devices = 1, .quiet = 1};
+    backend *be = NULL;
+    EXPECT(be_open(&o, &be) == DPS_OK);
+    if (!be) return;
+    const float special[] = {0.0f, -0.0f, 1e-30f, -1e-30f, 30.0f, -30.0f, 1e30f, -1e30f, 87.5f,
+                             -87.5f, INFINITY, NAN};
+    int nsp = (int)(sizeof special / sizeof special[0]), n = 240001 + nsp;
+    float *x = malloc((size_t)n * 4), *y = malloc((size_t)n * 4), *bias = calloc((size_t)n, 4);
+    float *dh = malloc((size_t)n * 4), *g = malloc((size_t)n * 4);
+    for (int i = 0; i < n - nsp; i++) x[i] = -12.0f + 24.0f * (float)i / (float)(n - nsp - 1);
+    for (int i = 0; i < nsp; i++) x[n - nsp + i] = special[i];
+    for (int i = 0; i < n; i++) dh[i] = 1.0f - (float)(i % 3);
+    EXPECT(be->ops->bias_act(be, NULL, 1, n, x, bias, y) == DPS_OK);
+    EXPECT(be->ops->gelu_bwd(be, NULL, n, dh, x, g) == DPS_OK);
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        double want = dps_gelu(x[i]), want_g = dh[i] * dps_gelu_grad(x[i]);
+        int ok = y[i] == want || fabs(y[i] - want) <= 2e-7 + 2.5e-7 * fabs(want) ||
+                 (isnan(want) && isnan(y[i]));
+        ok &= g[i] == want_g || fabs(g[i] - want_g) <= 2e-7 + 2.5e-7 * fabs(want_g) ||
+              (isnan(want_g) && isnan(g[i]));
+        if (!ok && bad++ < 5)
+            fprintf(stderr, "x = %.9g: gelu %.9g, dps_gelu %.9g; grad %.9g, want %.9g\n", x[i],
+                    y[i], want, g[i], want_g);
+    }
+    EXPECT(bad == 0);
+    /* softmax cross-entropy: rows of growing spread, the label anywhere */
+    int rows = 6, classes = 1000;
+    float *logits = malloc((size_t)rows * classes * 4), *dl = malloc((size_t)rows * classes * 4);
+    float loss[6];
+    int32_t labels[6] = {0, 999, 500, 3, 17, 998};
+    for (int i = 0; i < rows * classes; i++)
+        logits[i] = dps_uniform(9, 1, (uint64_t)i) * (float)(1 << (2 * (i / classes)));
+    EXPECT(be->ops->xent(be, NULL, rows, classes, logits, labels, 0.25f, dl, loss) == DPS_OK);
+    double worst = 0;
+    for (int r = 0; r < rows; r++) {
+        const float *z = logits + (size_t)r * classes;
+        double mx = -INFINITY, sum = 0;
+        for (int c = 0; c < classes; c++) mx = fmax(mx, z[c]);
+        for (int c = 0; c < classes; c++) sum += exp(z[c] - mx);
+        double want = log(sum) + mx - z[labels[r]];
+        worst = fmax(worst, fabs(loss[r] - want) / (fabs(want) + 1e-3));
+        for (int c = 0; c < classes; c++) {
+            double d = (exp(z[c] - mx) / sum - (c == labels[r])) * 0.25;
+            worst = fmax(worst, fabs(dl[(size_t)r * classes + c] - d) / (fabs(d) + 1e-9));
+        }
+    }
+    if (worst > 2e-5) fprintf(stderr, "softmax cross-entropy: worst relative error %.3g\n", worst);
+    EXPECT(worst <= 2e-5);
+    logits[7] = NAN; /* a NaN logit is not hidden: the row's loss is NaN */
+    EXPECT(be->ops->xent(be, NULL, 1, classes, logits, labels, 0.25f, dl, loss) == DPS_OK);
+    EXPECT(isnan(loss[0]));
+    free(x); free(y); free(bias); free(dh); free(g); free(logits); free(dl);
+    be_close(be);
 }
 
 /* Loss of the model on the host backend, in double for finite differences. */
@@ -863,6 +926,129 @@ static void test_context(void)
     be_close(be);
 }
 
+/* C = alpha op(A) op(B) + beta C in double, row-major (the GEMM's definition). */
+static void gemm_reference(int ta, int tb, int m, int n, int k, double alpha, const float *a,
+                           int lda, const float *b, int ldb, double beta, const float *c0,
+                           int ldc, double *out)
+{
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            double acc = 0;
+            for (int p = 0; p < k; p++)
+                acc += (double)(ta ? a[(size_t)p * lda + i] : a[(size_t)i * lda + p]) *
+                       (tb ? b[(size_t)j * ldb + p] : b[(size_t)p * ldb + j]);
+            out[(size_t)i * n + j] = alpha * acc + (beta == 0 ? 0 : beta * c0[(size_t)i * ldc + j]);
+        }
+}
+
+static int thread_count(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    int n = 0;
+    if (!d) return -1;
+    for (struct dirent *e; (e = readdir(d));)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+typedef struct gemm_thread_args {
+    backend *be;
+    int n;         /* square GEMM size */
+    int threads;   /* /proc/self/task after the GEMMs, from inside the thread */
+    dps_status rc;
+} gemm_thread_args;
+
+static void *gemm_thread(void *arg)
+{
+    gemm_thread_args *g = arg;
+    size_t nn = (size_t)g->n * g->n;
+    float *a = calloc(nn, 4), *b = calloc(nn, 4), *c = calloc(nn, 4);
+    g->rc = DPS_ERR_RUNTIME;
+    if (a && b && c) {
+        for (size_t i = 0; i < nn; i++) a[i] = b[i] = (float)(i % 7) - 3.0f;
+        g->rc = DPS_OK;
+        for (int t = 0; t < 4 && !g->rc; t++)
+            g->rc = g->be->ops->gemm(g->be, NULL, t & 1, t >> 1, g->n, g->n, g->n, 1.0f, a, g->n,
+                                     b, g->n, 0.0f, c, g->n);
+    }
+    g->threads = thread_count();
+    free(a); free(b); free(c);
+    return NULL;
+}
+
+/* The host GEMM, whichever library the build uses: row-major with leading
+ * dimensions wider than the matrices, every transpose, alpha and beta, C
+ * unread when beta is 0 (NaN there stays out), k = 0, m = 0; and it runs on
+ * the calling thread alone (an emulated device is one thread: a library
+ * that starts its own threads for a GEMM shows in /proc/self/task). */
+static void test_gemm(void)
+{
+    be_options o = {.kind = BE_HOST, .host_devices = 1, .quiet = 1};
+    backend *be = NULL;
+    EXPECT(be_open(&o, &be) == DPS_OK);
+    if (!be) return;
+    const int dims[][3] = {{1, 1, 1}, {5, 7, 3}, {33, 17, 65}, {64, 48, 130}, {7, 129, 40}};
+    for (size_t s = 0; s < sizeof dims / sizeof dims[0]; s++)
+        for (int t = 0; t < 8; t++) {
+            int ta = t & 1, tb = (t >> 1) & 1, with_beta = t >> 2;
+            int m = dims[s][0], n = dims[s][1], k = dims[s][2];
+            int lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 5, ldc = n + 2;
+            size_t na = (size_t)(ta ? k : m) * lda, nb = (size_t)(tb ? n : k) * ldb;
+            size_t nc = (size_t)m * ldc;
+            float *a = malloc(na * 4), *b = malloc(nb * 4), *c = malloc(nc * 4);
+            double *want = malloc((size_t)m * n * sizeof *want);
+            for (size_t i = 0; i < na; i++) a[i] = dps_uniform(5, 1, i);
+            for (size_t i = 0; i < nb; i++) b[i] = dps_uniform(5, 2, i);
+            for (size_t i = 0; i < nc; i++) c[i] = with_beta ? dps_uniform(5, 3, i) : NAN;
+            float beta = with_beta ? 0.5f : 0.0f;
+            gemm_reference(ta, tb, m, n, k, 0.75, a, lda, b, ldb, beta, c, ldc, want);
+            EXPECT(be->ops->gemm(be, NULL, ta, tb, m, n, k, 0.75f, a, lda, b, ldb, beta, c,
+                                 ldc) == DPS_OK);
+            double worst = 0;
+            int pad_kept = 1;
+            for (int i = 0; i < m; i++) {
+                for (int j = 0; j < n; j++) {
+                    double err = fabs(c[(size_t)i * ldc + j] - want[(size_t)i * n + j]);
+                    if (!(err <= worst)) worst = isnan(err) ? INFINITY : err;
+                }
+                for (int j = n; j < ldc; j++) /* past the row: not C's */
+                    pad_kept &= with_beta ? c[(size_t)i * ldc + j] == dps_uniform(5, 3, (uint64_t)i * ldc + j)
+                                          : isnan(c[(size_t)i * ldc + j]);
+            }
+            if (worst > 1e-5 * k)
+                fprintf(stderr, "gemm %c%c m=%d n=%d k=%d beta=%g: max error %g\n", ta ? 'T' : 'N',
+                        tb ? 'T' : 'N', m, n, k, beta, worst);
+            EXPECT(worst <= 1e-5 * k);
+            EXPECT(pad_kept);
+            free(a); free(b); free(c); free(want);
+        }
+    /* k = 0: C = beta C (zeros from NaN when beta is 0); m = 0 or n = 0: nothing */
+    float a1 = 1.0f, b1 = 1.0f, c2[2] = {NAN, NAN}, c3[2] = {4.0f, -2.0f};
+    EXPECT(be->ops->gemm(be, NULL, 0, 0, 1, 2, 0, 1.0f, &a1, 1, &b1, 2, 0.0f, c2, 2) == DPS_OK);
+    EXPECT(c2[0] == 0.0f && c2[1] == 0.0f);
+    EXPECT(be->ops->gemm(be, NULL, 1, 0, 1, 2, 0, 1.0f, &a1, 1, &b1, 2, 0.5f, c3, 2) == DPS_OK);
+    EXPECT(c3[0] == 2.0f && c3[1] == -1.0f);
+    c2[0] = NAN;
+    EXPECT(be->ops->gemm(be, NULL, 0, 0, 0, 2, 1, 1.0f, &a1, 1, &b1, 2, 0.0f, c2, 2) == DPS_OK);
+    EXPECT(be->ops->gemm(be, NULL, 0, 0, 1, 0, 1, 1.0f, &a1, 1, &b1, 1, 0.0f, c2, 1) == DPS_OK);
+    EXPECT(isnan(c2[0]));
+    /* two device threads one after the other, GEMMs big enough to be split */
+    for (int i = 0; i < 2; i++) {
+        int before = thread_count();
+        gemm_thread_args g = {.be = be, .n = 384};
+        pthread_t th;
+        EXPECT(pthread_create(&th, NULL, gemm_thread, &g) == 0);
+        pthread_join(th, NULL);
+        EXPECT(g.rc == DPS_OK);
+        if (g.threads != before + 1)
+            fprintf(stderr, "a GEMM thread saw %d threads, %d before it started\n", g.threads,
+                    before);
+        EXPECT(g.threads == before + 1);
+    }
+    be_close(be);
+}
+
 int main(int argc, char **argv)
 {
     static const struct { const char *name; void (*fn)(void); } groups[] = {
@@ -872,6 +1058,7 @@ int main(int argc, char **argv)
         {"accounting", test_accounting}, {"buckets", test_buckets}, {"ring", test_ring},
         {"suite", test_suite}, {"settings", test_settings}, {"nvml", test_nvml},
         {"comm_abort", test_comm_abort}, {"context", test_context}, {"versions", test_versions},
+        {"gemm", test_gemm}, {"host_math", test_host_math},
     };
     int ran = 0;
     for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++)
