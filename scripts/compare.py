@@ -184,6 +184,10 @@ class RunFolder:
                 for d in self.devices.get(cid, [])}
 
 
+# The files that stand for their folder on the command line.
+RESULTS_FILES = ("runs.csv", "steps.csv", "devices.csv", "phases.csv")
+
+
 class Results:
     """One side of the comparison: a results folder, or a folder of several
     (a baseline recorded more than once). Samples of several runs are
@@ -191,9 +195,12 @@ class Results:
     drifts from run to run, which the samples of one run cannot show."""
 
     def __init__(self, arg):
+        if not os.path.exists(arg):
+            raise InputError(f"{arg}: no such folder or file")
+        if not os.path.isdir(arg) and os.path.basename(arg) not in RESULTS_FILES:
+            raise InputError(f"{arg}: not a results folder (nor one of its "
+                             f"{', '.join(RESULTS_FILES)})")
         folder = arg if os.path.isdir(arg) else os.path.dirname(os.path.abspath(arg))
-        if not os.path.isdir(folder):
-            raise InputError(f"{arg}: not a results folder or a file in one")
         self.folder = folder
         if os.path.exists(os.path.join(folder, "runs.csv")):
             self.parts = [RunFolder(folder)]
@@ -436,6 +443,10 @@ def main(argv):
         if not (0 < args.alpha < 1) or args.fail_above < 0:
             raise InputError("--alpha must be in (0, 1) and --fail-above at least 0")
         base, cur = Results(args.baseline), Results(args.current)
+        mine = os.path.realpath(cur.newest.folder)
+        if any(os.path.realpath(p.folder) == mine for p in base.parts):
+            raise InputError(f"{args.baseline}: the baseline holds the current run "
+                             f"{cur.newest.folder} itself; give a baseline without it")
         warned = check_comparable(base, cur, args.force)
         rows = compare(base, cur, args.alpha, args.fail_above)
         md = markdown(rows, base, cur, warned)

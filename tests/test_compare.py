@@ -157,7 +157,13 @@ def case_bad_input():
         p = run(FIXTURE, cur)
         expect_exit(p, 2, "steps.csv:6: column step_ms is not a number")
         nowhere = os.path.join(tmp, "nowhere", "runs.csv")
-        expect_exit(run(FIXTURE, nowhere), 2, f"{nowhere}: not a results folder")
+        expect_exit(run(FIXTURE, nowhere), 2, f"{nowhere}: no such folder or file")
+        # a typo beside real runs must not fall back to the folder above and pool them
+        typo = os.path.join(tmp, "typo")
+        expect_exit(run(typo, cur), 2, f"{typo}: no such folder or file")
+        meta = os.path.join(FIXTURE, "meta.json")
+        expect_exit(run(meta, cur), 2, f"{meta}: not a results folder")
+        expect_exit(run(tmp, cur), 2, "the baseline holds the current run")
 
 
 def case_drift():
