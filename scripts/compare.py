@@ -202,7 +202,8 @@ class Results:
                              f"{', '.join(RESULTS_FILES)})")
         folder = arg if os.path.isdir(arg) else os.path.dirname(os.path.abspath(arg))
         self.folder = folder
-        if os.path.exists(os.path.join(folder, "runs.csv")):
+        self.pooled = not os.path.exists(os.path.join(folder, "runs.csv"))  # a folder of runs
+        if not self.pooled:
             self.parts = [RunFolder(folder)]
         else:
             subs = sorted(d for d in os.listdir(folder)  # run folders, not the `latest` link
@@ -444,7 +445,7 @@ def main(argv):
             raise InputError("--alpha must be in (0, 1) and --fail-above at least 0")
         base, cur = Results(args.baseline), Results(args.current)
         mine = os.path.realpath(cur.newest.folder)
-        if any(os.path.realpath(p.folder) == mine for p in base.parts):
+        if base.pooled and any(os.path.realpath(p.folder) == mine for p in base.parts):
             raise InputError(f"{args.baseline}: the baseline holds the current run "
                              f"{cur.newest.folder} itself; give a baseline without it")
         warned = check_comparable(base, cur, args.force)

@@ -211,6 +211,7 @@ def case_oom(binary):
 
 BAD_INPUTS = [
     (["run", "--bogus"], "--bogus"),
+    (["run", "--lr", "1e-300"], "--lr"),
     (["run", "--gpus"], "--gpus"),
     (["run", "--gpus", "x"], "--gpus"),
     (["run", "--gpus", "0"], "--gpus"),
@@ -249,6 +250,18 @@ def case_bad_input(binary):
             expect(len(lines) == 1 and needle in lines[0], f"{args}: stderr {p.stderr!r}")
             expect("Segmentation" not in p.stderr and p.stdout == "", f"{args}: output {p.stdout!r}")
             expect(not os.path.exists(out), f"{args}: created {out}")
+        # bytes that are not UTF-8: refused in a folder name, escaped in meta.json
+        p = subprocess.run([binary, "run", "--backend", "host", "--out", out, "--name",
+                            os.fsdecode(b"caf\xe9")], capture_output=True)
+        expect(p.returncode == 2 and b"valid UTF-8" in p.stderr, f"--name caf\\xe9: {p}")
+        npy = os.fsdecode(os.path.join(os.fsencode(tmp), b"p\xe9.npy"))
+        p = subprocess.run([binary, "run", "--backend", "host", "--model", "tiny", "--steps", "1",
+                            "--save-params", npy, "--out", out, "--name", "latin1"],
+                           capture_output=True)
+        expect(p.returncode == 0, f"--save-params with a Latin-1 name: {p}")
+        meta = dpsresults.read_meta(os.path.join(out, "latin1"))
+        expect(any("\ufffd" in a for a in meta["command_line"]), f"meta.json: {meta['command_line']}")
+        shutil.rmtree(out)
         # an output folder that cannot be written
         blocker = os.path.join(tmp, "file")
         open(blocker, "w").close()

@@ -51,10 +51,12 @@ dps_status be_buf_alloc(backend *be, int dev, size_t bytes, const char *what, dp
     dps_status rc = be->ops->raw_alloc(be, dev, bytes, &buf->ptr);
     if (rc != DPS_OK) {
         if (rc != DPS_ERR_OOM) return rc;
+        char why[DPS_ERRMSG_MAX]; /* dps_fail writes the buffer dps_errmsg reads */
+        dps_strlcpy(why, dps_errmsg(), sizeof why);
         dps_fmt_bytes(bytes, need, sizeof need);
         dps_fmt_bytes(in_use, used, sizeof used);
         return dps_fail(DPS_ERR_OOM, "device %d: out of memory allocating %s for %s "
-                        "(%s allocated by dpscale): %s", dev, need, what, used, dps_errmsg());
+                        "(%s allocated by dpscale): %s", dev, need, what, used, why);
     }
     buf->bytes = bytes;
     pthread_mutex_lock(&be->mem_lock);

@@ -1,6 +1,7 @@
 /* Reading a setting's value (see settings.h): one value or a comma list,
  * checked against the table's type, range and words, and on refusal the text
  * of what the setting accepts. */
+#include <float.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -34,7 +35,10 @@ static int read_int(const settings_entry *e, const char *s, settings_item *out, 
 static int read_number(const settings_entry *e, const char *s, settings_item *out,
                        settings_error *err)
 {
-    if (dps_parse_f64(s, &out->x) == 0 && out->x > (double)e->lo && out->x <= (double)e->hi) return 0;
+    int ok = dps_parse_f64(s, &out->x) == 0 && out->x > (double)e->lo && out->x <= (double)e->hi;
+    if (ok && out->x < FLT_MIN) /* held as a float: it would round to 0 or lose precision */
+        return refuse(err, "too small (the smallest is %g)", (double)FLT_MIN);
+    if (ok) return 0;
     return refuse(err, "expected a number above %" PRId64 " and at most %" PRId64, e->lo, e->hi);
 }
 
@@ -86,6 +90,9 @@ static int read_text(const settings_entry *e, const char *s, settings_error *err
     size_t n = strlen(s);
     if (e->type == SETTINGS_TEXT && n >= 1 && n <= (size_t)e->hi) return 0;
     if (e->type == SETTINGS_TEXT) return refuse(err, "expected 1 to %" PRId64 " characters", e->hi);
+    if (!dps_utf8_valid(s)) return refuse(err, "a folder name must be valid UTF-8");
+    for (const char *c = s; *c; c++)
+        if ((unsigned char)*c < 0x20) return refuse(err, "a folder name has no control characters");
     if (n >= 1 && n <= (size_t)e->hi && !strchr(s, '/') && s[0] != '.') return 0;
     return refuse(err, "expected a folder name of 1 to %" PRId64 " characters without '/' that does "
                   "not start with '.'", e->hi);

@@ -156,6 +156,25 @@ char *dps_trim(char *s)
     return s;
 }
 
+int dps_utf8_len(const char *s)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    int n = u[0] < 0x80 ? 1 : u[0] >= 0xC2 && u[0] <= 0xDF ? 2 : u[0] >= 0xE0 && u[0] <= 0xEF ? 3
+          : u[0] >= 0xF0 && u[0] <= 0xF4 ? 4 : 0;
+    for (int i = 1; i < n; i++)
+        if ((u[i] & 0xC0) != 0x80) return 0;
+    if (n == 3 && ((u[0] == 0xE0 && u[1] < 0xA0) || (u[0] == 0xED && u[1] >= 0xA0))) return 0;
+    if (n == 4 && ((u[0] == 0xF0 && u[1] < 0x90) || (u[0] == 0xF4 && u[1] >= 0x90))) return 0;
+    return n;
+}
+
+int dps_utf8_valid(const char *s)
+{
+    for (int n; *s; s += n)
+        if (!(n = dps_utf8_len(s))) return 0;
+    return 1;
+}
+
 void dps_strlcpy(char *dst, const char *src, size_t len)
 {
     if (!len) return;

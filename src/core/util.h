@@ -36,6 +36,12 @@ int dps_match_word(const char *s, const char *const *words, int n, char *expecte
 /* Strips leading and trailing blanks in place; returns the first non-blank. */
 char *dps_trim(char *s);
 
+/* Length of the valid UTF-8 sequence at s (1 to 4), or 0 when s does not
+ * start one (a stray or overlong byte, a surrogate, past U+10FFFF). */
+int dps_utf8_len(const char *s);
+/* Whether the whole string is valid UTF-8. */
+int dps_utf8_valid(const char *s);
+
 /* Bounded string copy that always terminates. */
 void dps_strlcpy(char *dst, const char *src, size_t len);
 

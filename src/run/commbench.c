@@ -135,7 +135,11 @@ dps_status commbench_run(const commbench_spec *spec, commbench_row *rows)
     ranks_spec rs = {.nranks = nranks, .rank_main = bench_rank, .ctx = b,
                      .timeout_s = spec->timeout_s, .abort = bench_abort};
     dps_status rc = ranks_run(&rs);
-    if (rc) rc = dps_fail(rc, "comm-bench with %d ranks: %s", nranks, dps_errmsg());
+    if (rc) {
+        char why[DPS_ERRMSG_MAX]; /* dps_fail writes the buffer dps_errmsg reads */
+        dps_strlcpy(why, dps_errmsg(), sizeof why);
+        rc = dps_fail(rc, "comm-bench with %d ranks: %s", nranks, why);
+    }
     for (int s = 0; !rc && s < nsizes; s++) summarize(b, s, spec->sizes[s], &rows[s]);
     munmap(mem, total);
     return rc;

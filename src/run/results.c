@@ -56,15 +56,26 @@ static void path_of(const results_dir *r, const char *file, char *buf, size_t le
     snprintf(buf, len, "%s/%s", r->dir, file);
 }
 
+/* A JSON string: valid UTF-8 as it is, a byte that is not (from a command
+ * line in another encoding) as U+FFFD, so the file stays valid JSON. */
 static void json_str(FILE *f, const char *s)
 {
     fputc('"', f);
-    for (; *s; s++) {
+    for (int n; *s; s += n) {
         unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
-        else if (ch == '\n') fputs("\\n", f);
-        else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
-        else fputc(ch, f);
+        n = dps_utf8_len(s);
+        if (!n) {
+            fputs("\\ufffd", f);
+            n = 1;
+        } else if (ch == '"' || ch == '\\') {
+            fprintf(f, "\\%c", ch);
+        } else if (ch == '\n') {
+            fputs("\\n", f);
+        } else if (ch < 0x20) {
+            fprintf(f, "\\u%04x", ch);
+        } else {
+            fwrite(s, 1, (size_t)n, f);
+        }
     }
     fputc('"', f);
 }
