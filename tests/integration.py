@@ -212,6 +212,7 @@ def case_oom(binary):
 BAD_INPUTS = [
     (["run", "--bogus"], "--bogus"),
     (["run", "--lr", "1e-300"], "--lr"),
+    (["sweep", ""], "sweep ''"),
     (["run", "--gpus"], "--gpus"),
     (["run", "--gpus", "x"], "--gpus"),
     (["run", "--gpus", "0"], "--gpus"),

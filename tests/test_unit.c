@@ -700,6 +700,17 @@ static void test_suite(void)
     expect_suite_error((const char *)garbage, sizeof garbage, "1: not a text");
     static const char nul[] = "modes = dp\nmo\0des = ddp\n";
     expect_suite_error(nul, sizeof nul - 1, "2: not a text file (NUL byte)");
+    expect_suite_error("", 0, " no settings");
+    expect_suite_error("# only a comment\n\n", 18, " no settings");
+    expect_suite_error("steps = 4\nmodels = tiny\nsteps = 5\n", 33,
+                       "3: given again (first at line 1): 'steps'");
+    expect_suite_error("[host]\nsteps = 4\n[host]\nsteps = 5\n", 35, "4: given again");
+    static const char bom[] = "\xEF\xBB\xBFmodels = tiny\nsteps = 3\n";
+    path = write_tmp("bom", bom, sizeof bom - 1);
+    EXPECT(suite_load(path, BE_HOST, &s) == DPS_OK && s.steps == 3); /* a BOM is skipped */
+    unlink(path);
+    EXPECT(suite_load("/dev/null", BE_HOST, &s) == DPS_ERR_USAGE); /* not a regular file */
+    EXPECT(strstr(dps_errmsg(), "not a regular file") != NULL);
     EXPECT(suite_load("/nonexistent/x.suite", BE_HOST, &s) == DPS_ERR_USAGE);
     EXPECT(strstr(dps_errmsg(), "/nonexistent/x.suite: cannot read the suite file") != NULL);
 }

@@ -216,6 +216,9 @@ dps_status cli_parse(int argc, char **argv, cli_args *a)
         DPS_TRY(apply_opt(a, id >= CLI_ID_BASE ? (settings_id)(id - CLI_ID_BASE) : id_of_letter(id),
                           optarg));
     }
+    if (optind < argc && cmd == CMD_SWEEP && !argv[optind][0])
+        return dps_fail(DPS_ERR_USAGE, "sweep '': an empty suite path; give a suite file, or none "
+                        "for the --mode, --gpus and --model lists");
     if (optind < argc && cmd == CMD_SWEEP && strlen(argv[optind]) < sizeof a->suite_path)
         dps_strlcpy(a->suite_path, argv[optind++], sizeof a->suite_path);
     if (optind < argc)

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "run/suite.h"
 #include "core/util.h"
@@ -13,6 +14,9 @@ typedef struct parse_ctx {
     const char *path;
     int line;
     suite *s;
+    int section;                     /* 0: common, 1: [host], 2: [cuda] */
+    int key_line[3][SET_COUNT];      /* where each key was given, per section */
+    int settings;                    /* keys given, every section */
 } parse_ctx;
 
 static dps_status perr(const parse_ctx *p, const char *what, const char *val)
@@ -83,6 +87,14 @@ static dps_status set_key(parse_ctx *p, const char *key, const char *val)
 {
     int id = settings_find_key(key);
     if (id < 0) return unknown_key(p, key);
+    int *first = &p->key_line[p->section][id];
+    if (*first) {
+        char what[96];
+        snprintf(what, sizeof what, "given again (first at line %d):", *first);
+        return perr(p, what, key);
+    }
+    *first = p->line;
+    p->settings++;
     const settings_entry *e = &settings_table[id];
     if (e->suite_max < 2 && strchr(val, ',')) return perr(p, "expected one value for", key);
     if (id == SET_GPUS && strcmp(val, "all") == 0) {
@@ -113,9 +125,10 @@ static dps_status parse_line(parse_ctx *p, char *line, be_kind kind, int *active
     char *t = dps_trim(line);
     if (!*t) return DPS_OK;
     if (*t == '[') {
-        if (strcmp(t, "[host]") == 0) *active = kind == BE_HOST;
-        else if (strcmp(t, "[cuda]") == 0) *active = kind == BE_CUDA;
+        if (strcmp(t, "[host]") == 0) p->section = 1;
+        else if (strcmp(t, "[cuda]") == 0) p->section = 2;
         else return perr(p, "unknown section (expected [host] or [cuda])", t);
+        *active = kind == (p->section == 1 ? BE_HOST : BE_CUDA);
         return DPS_OK;
     }
     char *eq = strchr(t, '=');
@@ -126,9 +139,11 @@ static dps_status parse_line(parse_ctx *p, char *line, be_kind kind, int *active
     if (!*val) return perr(p, "empty value for", key);
     if (!*active) { /* still checked, so a typo in the other section is found here too */
         suite scratch = *p->s;
-        parse_ctx q = *p;
-        q.s = &scratch;
-        return set_key(&q, key, val);
+        suite *mine = p->s;
+        p->s = &scratch;
+        dps_status rc = set_key(p, key, val);
+        p->s = mine;
+        return rc;
     }
     return set_key(p, key, val);
 }
@@ -158,6 +173,9 @@ static void suite_defaults(suite *s, const char *path)
 /* The whole file (at most 1 MiB), NUL-terminated. */
 static dps_status read_file(const char *path, char **text, size_t *len)
 {
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return dps_fail(DPS_ERR_USAGE, "%s: not a regular file (a suite is a text file)", path);
     FILE *f = fopen(path, "rb");
     if (!f) return dps_fail(DPS_ERR_USAGE, "%s: cannot read the suite file: %s", path, strerror(errno));
     size_t cap = (1 << 20) + 1;
@@ -183,18 +201,28 @@ dps_status suite_load(const char *path, be_kind kind, suite *s)
     char *text = NULL;
     size_t len = 0;
     DPS_TRY(read_file(path, &text, &len));
-    parse_ctx p = {.path = path, .s = s};
+    parse_ctx *p = calloc(1, sizeof *p);
+    if (!p) {
+        free(text);
+        return dps_fail(DPS_ERR_RUNTIME, "out of host memory reading %s", path);
+    }
+    *p = (parse_ctx){.path = path, .s = s};
     int active = 1;
     dps_status rc = DPS_OK;
-    for (size_t pos = 0; !rc && pos < len;) {
+    size_t pos = len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0 ? 3 : 0; /* a UTF-8 BOM */
+    for (; !rc && pos < len;) {
         char *line = text + pos, *nl = memchr(line, '\n', len - pos);
         size_t n = nl ? (size_t)(nl - line) : len - pos;
-        p.line++;
-        if (memchr(line, '\0', n)) rc = perr(&p, "not a text file (NUL byte)", NULL);
+        p->line++;
+        if (memchr(line, '\0', n)) rc = perr(p, "not a text file (NUL byte)", NULL);
         line[n] = '\0';
-        if (!rc) rc = parse_line(&p, line, kind, &active);
+        if (!rc) rc = parse_line(p, line, kind, &active);
         pos += n + 1;
     }
+    if (!rc && !p->settings)
+        rc = dps_fail(DPS_ERR_USAGE, "%s: no settings (an empty suite would run the whole default "
+                      "sweep; give at least one key, e.g. models = small)", path);
+    free(p);
     free(text);
     return rc;
 }
