@@ -463,6 +463,27 @@ def case_sweep_resume(binary):
         # --resume without --name continues OUT/latest
         p = dpscale(binary, "sweep", suite, "--resume", out=out, name=None, timeout=120)
         expect_exit(p, 0, "4 configurations already in")
+        # latest points at a sweep from its start, so a crash leaves it on the crashed sweep
+        slow = subprocess.Popen([binary, "sweep", suite, "--steps", "1000000", "--backend",
+                                 "host", "--out", out, "--name", "crashed"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        latest = os.path.join(out, "latest")
+        deadline = time.monotonic() + 30
+        while os.readlink(latest) != "crashed" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        pointed = os.readlink(latest)
+        slow.kill()
+        slow.wait()
+        expect(pointed == "crashed", f"latest points at {pointed} while the sweep 'crashed' runs")
+        # a latest that leaves --out, or none: --resume refuses; --name latest is refused
+        os.remove(latest)
+        p = dpscale(binary, "sweep", suite, "--resume", out=out, name=None)
+        expect_exit(p, 2, "missing or not a link")
+        os.symlink("../elsewhere", latest)
+        p = dpscale(binary, "sweep", suite, "--resume", out=out, name=None)
+        expect_exit(p, 2, "not at a folder directly under")
+        p = dpscale(binary, "sweep", suite, out=out, name="latest")
+        expect_exit(p, 2, "--name latest")
 
 
 def case_sweep_skipped(binary):

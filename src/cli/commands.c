@@ -146,17 +146,23 @@ static void print_dry_run(const sweep_item *items, int n)
     printf("# %d configuration%s\n", k, k == 1 ? "" : "s");
 }
 
-/* --resume without --name continues the folder OUT/latest points at. */
-static void resume_name(cli_args *a)
+/* --resume without --name continues the folder OUT/latest points at, which
+ * must be a link to a folder directly under OUT. */
+static dps_status resume_name(cli_args *a)
 {
     char link[DPS_PATH_MAX + 16], target[DPS_NAME_MAX];
     snprintf(link, sizeof link, "%s/latest", a->cfg.out_dir);
     ssize_t len = readlink(link, target, sizeof target - 1);
-    if (len > 0) {
-        target[len] = '\0';
-        dps_strlcpy(a->cfg.name, target, sizeof a->cfg.name);
-        a->name_set = 1;
-    }
+    if (len <= 0)
+        return dps_fail(DPS_ERR_USAGE, "--resume: %s is missing or not a link to a results folder; "
+                        "name the folder to resume with --name", link);
+    target[len] = '\0';
+    if (strchr(target, '/') || strcmp(target, ".") == 0 || strcmp(target, "..") == 0)
+        return dps_fail(DPS_ERR_USAGE, "--resume: %s points at '%s', not at a folder directly under "
+                        "%s; name the folder to resume with --name", link, target, a->cfg.out_dir);
+    dps_strlcpy(a->cfg.name, target, sizeof a->cfg.name);
+    a->name_set = 1;
+    return DPS_OK;
 }
 
 /* The link matrix of ndev devices into the folder; a failure is reported, not fatal. */
@@ -248,6 +254,9 @@ static int execute(cli_args *a, backend *be, sweep_item *items, int n, int argc,
     if (!rc) rc = results_write_meta(&rd, be, argc, argv, start, NULL);
     if (rc) return rc == DPS_ERR_USAGE ? cmd_usage_error() : (dps_log("%s", dps_errmsg()), 1);
     printf("# results: %s\n", rd.dir);
+    /* latest points at this sweep from its start, so --resume after a crash continues it */
+    if (a->cmd == CMD_SWEEP && sweep_link_latest(a->cfg.out_dir, a->cfg.name))
+        dps_log("%s", dps_errmsg());
     if (a->cmd == CMD_SWEEP) sweep_links(a, be, &rd, items, n);
     results_table_header(stdout, be);
     dps_install_interrupt_handlers();
@@ -259,7 +268,6 @@ static int execute(cli_args *a, backend *be, sweep_item *items, int n, int argc,
         sweep_opts o = {.resume = a->resume, .filter = a->filter[0] ? a->filter : NULL,
                         .config_timeout_s = a->config_timeout_s};
         failed = sweep_run(items, n, be, &rd, &o, &interrupted);
-        if (sweep_link_latest(a->cfg.out_dir, a->cfg.name)) dps_log("%s", dps_errmsg());
     }
     char end[32];
     dps_utc_iso8601(end, sizeof end);
@@ -282,9 +290,14 @@ int cmd_run(cli_args *a, int argc, char **argv)
     }
     sweep_item *items = NULL;
     int n = 0, status = 0;
-    if (a->resume && !a->name_set) resume_name(a);
+    if (a->resume && !a->name_set) rc = resume_name(a);
     if (!a->name_set) default_name(a->cfg.name, sizeof a->cfg.name);
-    rc = a->suite_path[0] ? build_from_suite(a, be, &items, &n) : build_from_lists(a, be, &items, &n);
+    if (!rc && strcmp(a->cfg.name, "latest") == 0)
+        rc = dps_fail(DPS_ERR_USAGE, "--name latest: that is the link to the newest folder; "
+                      "choose another name");
+    if (!rc)
+        rc = a->suite_path[0] ? build_from_suite(a, be, &items, &n)
+                              : build_from_lists(a, be, &items, &n);
     if (!rc && a->cmd == CMD_SWEEP && sweep_filter(items, n, a->filter[0] ? a->filter : NULL) == 0)
         rc = dps_fail(DPS_ERR_USAGE, "--filter %s: no configuration matches", a->filter);
     if (rc) status = rc == DPS_ERR_USAGE ? cmd_usage_error() : (dps_log("%s", dps_errmsg()), 1);

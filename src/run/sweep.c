@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -100,9 +101,12 @@ static dps_status run_child(const dps_config *cfg, backend *be, const results_di
     memset(out, 0, sizeof *out);
     *shared_written = 0;
     fflush(NULL);
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) return dps_fail(DPS_ERR_RUNTIME, "cannot fork for %s", id);
     if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* the configuration dies with the sweep */
+        if (getppid() != parent) _exit(1);
         int w = 0;
         dps_status rc = run_config(cfg, be, rd, &w);
         *shared_written = w;
