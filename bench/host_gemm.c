@@ -55,6 +55,35 @@ static double median(double *x, int n)
     return st.median;
 }
 
+typedef struct operands { float *a, *b, *c; double *wall, *cpu; int samples; } operands;
+
+/* One shape: a warm-up, then `samples` medians of back-to-back calls for
+ * at least 5 ms each; wall and thread-CPU milliseconds per call. */
+static int time_shape(const shape *g, operands *o, double *ms, double *cpu_ms)
+{
+    /* row-major leading dimensions of the stored operands */
+    int lda = g->ta ? g->m : g->k, ldb = g->tb ? g->k : g->n, ldc = g->n;
+    for (int w = 0; w < 3; w++) /* warm-up: packing buffers, JIT kernels */
+        if (host_sgemm(g->ta, g->tb, g->m, g->n, g->k, 1.0f, o->a, lda, o->b, ldb, 0.0f, o->c, ldc))
+            return 1;
+    for (int r = 0; r < o->samples; r++) {
+        double t0 = dps_now_ms(), c0 = thread_cpu_ms(), t1;
+        int calls = 0;
+        do {
+            if (host_sgemm(g->ta, g->tb, g->m, g->n, g->k, 1.0f, o->a, lda, o->b, ldb, 0.0f, o->c,
+                           ldc))
+                return 1;
+            calls++;
+            t1 = dps_now_ms();
+        } while (t1 - t0 < 5.0);
+        o->wall[r] = (t1 - t0) / calls;
+        o->cpu[r] = (thread_cpu_ms() - c0) / calls;
+    }
+    *ms = median(o->wall, o->samples);
+    *cpu_ms = median(o->cpu, o->samples);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2 || argc > 4) {
@@ -85,9 +114,10 @@ int main(int argc, char **argv)
     };
     int big = d > c ? d : c;
     size_t most = (size_t)(rows > big ? rows : big) * (size_t)big;
-    float *a = operand(most, 1), *b = operand(most, 2), *cm = operand(most, 3);
-    double *wall = malloc((size_t)samples * sizeof *wall), *cpu = malloc((size_t)samples * sizeof *cpu);
-    if (!a || !b || !cm || !wall || !cpu) {
+    operands o = {operand(most, 1), operand(most, 2), operand(most, 3),
+                  malloc((size_t)samples * sizeof(double)), malloc((size_t)samples * sizeof(double)),
+                  samples};
+    if (!o.a || !o.b || !o.c || !o.wall || !o.cpu) {
         fprintf(stderr, "host_gemm_bench: out of memory\n");
         return 1;
     }
@@ -100,31 +130,12 @@ int main(int argc, char **argv)
     double step_flops = 0, step_ms = 0, step_cpu_ms = 0;
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         const shape *g = &shapes[i];
+        double flops = 2.0 * g->m * g->n * g->k, ms, cms;
         if (!g->calls) continue;
-        /* row-major leading dimensions of the stored operands */
-        int lda = g->ta ? g->m : g->k, ldb = g->tb ? g->k : g->n, ldc = g->n;
-        double flops = 2.0 * g->m * g->n * g->k;
-        for (int w = 0; w < 3; w++) /* warm-up: packing buffers, JIT kernels */
-            if (host_sgemm(g->ta, g->tb, g->m, g->n, g->k, 1.0f, a, lda, b, ldb, 0.0f, cm, ldc)) {
-                fprintf(stderr, "host_gemm_bench: %s\n", dps_errmsg());
-                return 1;
-            }
-        for (int r = 0; r < samples; r++) {
-            double t0 = dps_now_ms(), c0 = thread_cpu_ms(), t1;
-            int calls = 0;
-            do {
-                if (host_sgemm(g->ta, g->tb, g->m, g->n, g->k, 1.0f, a, lda, b, ldb, 0.0f, cm,
-                               ldc)) {
-                    fprintf(stderr, "host_gemm_bench: %s\n", dps_errmsg());
-                    return 1;
-                }
-                calls++;
-                t1 = dps_now_ms();
-            } while (t1 - t0 < 5.0);
-            wall[r] = (t1 - t0) / calls;
-            cpu[r] = (thread_cpu_ms() - c0) / calls;
+        if (time_shape(g, &o, &ms, &cms)) {
+            fprintf(stderr, "host_gemm_bench: %s\n", dps_errmsg());
+            return 1;
         }
-        double ms = median(wall, samples), cms = median(cpu, samples);
         printf("%s,%s,%s,%s%s,%d,%d,%d,%d,%.4f,%.1f,%.1f\n", lib, p->name, g->name,
                g->ta ? "T" : "N", g->tb ? "T" : "N", g->m, g->n, g->k, g->calls, ms,
                flops / ms / 1e6, flops / cms / 1e6);
@@ -134,6 +145,6 @@ int main(int argc, char **argv)
     }
     printf("%s,%s,step,-,%d,%d,%d,1,%.4f,%.1f,%.1f\n", lib, p->name, rows, d, c, step_ms,
            step_flops / step_ms / 1e6, step_flops / step_cpu_ms / 1e6);
-    free(a); free(b); free(cm); free(wall); free(cpu);
+    free(o.a); free(o.b); free(o.c); free(o.wall); free(o.cpu);
     return 0;
 }
