@@ -993,48 +993,43 @@ static void *gemm_thread(void *arg)
  * unread when beta is 0 (NaN there stays out), k = 0, m = 0; and it runs on
  * the calling thread alone (an emulated device is one thread: a library
  * that starts its own threads for a GEMM shows in /proc/self/task). */
-static void test_gemm(void)
+/* One GEMM with padded leading dimensions against a double-precision
+ * reference; the padding past each row of C must stay untouched. */
+static void gemm_case(backend *be, int ta, int tb, int m, int n, int k, int with_beta)
 {
-    be_options o = {.kind = BE_HOST, .host_devices = 1, .quiet = 1};
-    backend *be = NULL;
-    EXPECT(be_open(&o, &be) == DPS_OK);
-    if (!be) return;
-    const int dims[][3] = {{1, 1, 1}, {5, 7, 3}, {33, 17, 65}, {64, 48, 130}, {7, 129, 40}};
-    for (size_t s = 0; s < sizeof dims / sizeof dims[0]; s++)
-        for (int t = 0; t < 8; t++) {
-            int ta = t & 1, tb = (t >> 1) & 1, with_beta = t >> 2;
-            int m = dims[s][0], n = dims[s][1], k = dims[s][2];
-            int lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 5, ldc = n + 2;
-            size_t na = (size_t)(ta ? k : m) * lda, nb = (size_t)(tb ? n : k) * ldb;
-            size_t nc = (size_t)m * ldc;
-            float *a = malloc(na * 4), *b = malloc(nb * 4), *c = malloc(nc * 4);
-            double *want = malloc((size_t)m * n * sizeof *want);
-            for (size_t i = 0; i < na; i++) a[i] = dps_uniform(5, 1, i);
-            for (size_t i = 0; i < nb; i++) b[i] = dps_uniform(5, 2, i);
-            for (size_t i = 0; i < nc; i++) c[i] = with_beta ? dps_uniform(5, 3, i) : NAN;
-            float beta = with_beta ? 0.5f : 0.0f;
-            gemm_reference(ta, tb, m, n, k, 0.75, a, lda, b, ldb, beta, c, ldc, want);
-            EXPECT(be->ops->gemm(be, NULL, ta, tb, m, n, k, 0.75f, a, lda, b, ldb, beta, c,
-                                 ldc) == DPS_OK);
-            double worst = 0;
-            int pad_kept = 1;
-            for (int i = 0; i < m; i++) {
-                for (int j = 0; j < n; j++) {
-                    double err = fabs(c[(size_t)i * ldc + j] - want[(size_t)i * n + j]);
-                    if (!(err <= worst)) worst = isnan(err) ? INFINITY : err;
-                }
-                for (int j = n; j < ldc; j++) /* past the row: not C's */
-                    pad_kept &= with_beta ? c[(size_t)i * ldc + j] == dps_uniform(5, 3, (uint64_t)i * ldc + j)
-                                          : isnan(c[(size_t)i * ldc + j]);
-            }
-            if (worst > 1e-5 * k)
-                fprintf(stderr, "gemm %c%c m=%d n=%d k=%d beta=%g: max error %g\n", ta ? 'T' : 'N',
-                        tb ? 'T' : 'N', m, n, k, beta, worst);
-            EXPECT(worst <= 1e-5 * k);
-            EXPECT(pad_kept);
-            free(a); free(b); free(c); free(want);
+    int lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 5, ldc = n + 2;
+    size_t na = (size_t)(ta ? k : m) * lda, nb = (size_t)(tb ? n : k) * ldb;
+    size_t nc = (size_t)m * ldc;
+    float *a = malloc(na * 4), *b = malloc(nb * 4), *c = malloc(nc * 4);
+    double *want = malloc((size_t)m * n * sizeof *want);
+    for (size_t i = 0; i < na; i++) a[i] = dps_uniform(5, 1, i);
+    for (size_t i = 0; i < nb; i++) b[i] = dps_uniform(5, 2, i);
+    for (size_t i = 0; i < nc; i++) c[i] = with_beta ? dps_uniform(5, 3, i) : NAN;
+    float beta = with_beta ? 0.5f : 0.0f;
+    gemm_reference(ta, tb, m, n, k, 0.75, a, lda, b, ldb, beta, c, ldc, want);
+    EXPECT(be->ops->gemm(be, NULL, ta, tb, m, n, k, 0.75f, a, lda, b, ldb, beta, c, ldc) == DPS_OK);
+    double worst = 0;
+    int pad_kept = 1;
+    for (int i = 0; i < m; i++) {
+        for (int j = 0; j < n; j++) {
+            double err = fabs(c[(size_t)i * ldc + j] - want[(size_t)i * n + j]);
+            if (!(err <= worst)) worst = isnan(err) ? INFINITY : err;
         }
-    /* k = 0: C = beta C (zeros from NaN when beta is 0); m = 0 or n = 0: nothing */
+        for (int j = n; j < ldc; j++) /* past the row: not C's */
+            pad_kept &= with_beta ? c[(size_t)i * ldc + j] == dps_uniform(5, 3, (uint64_t)i * ldc + j)
+                                  : isnan(c[(size_t)i * ldc + j]);
+    }
+    if (worst > 1e-5 * k)
+        fprintf(stderr, "gemm %c%c m=%d n=%d k=%d beta=%g: max error %g\n", ta ? 'T' : 'N',
+                tb ? 'T' : 'N', m, n, k, beta, worst);
+    EXPECT(worst <= 1e-5 * k);
+    EXPECT(pad_kept);
+    free(a); free(b); free(c); free(want);
+}
+
+/* k = 0: C = beta C (zeros from NaN when beta is 0); m = 0 or n = 0: nothing */
+static void gemm_edges(backend *be)
+{
     float a1 = 1.0f, b1 = 1.0f, c2[2] = {NAN, NAN}, c3[2] = {4.0f, -2.0f};
     EXPECT(be->ops->gemm(be, NULL, 0, 0, 1, 2, 0, 1.0f, &a1, 1, &b1, 2, 0.0f, c2, 2) == DPS_OK);
     EXPECT(c2[0] == 0.0f && c2[1] == 0.0f);
@@ -1044,6 +1039,19 @@ static void test_gemm(void)
     EXPECT(be->ops->gemm(be, NULL, 0, 0, 0, 2, 1, 1.0f, &a1, 1, &b1, 2, 0.0f, c2, 2) == DPS_OK);
     EXPECT(be->ops->gemm(be, NULL, 0, 0, 1, 0, 1, 1.0f, &a1, 1, &b1, 1, 0.0f, c2, 1) == DPS_OK);
     EXPECT(isnan(c2[0]));
+}
+
+static void test_gemm(void)
+{
+    be_options o = {.kind = BE_HOST, .host_devices = 1, .quiet = 1};
+    backend *be = NULL;
+    EXPECT(be_open(&o, &be) == DPS_OK);
+    if (!be) return;
+    const int dims[][3] = {{1, 1, 1}, {5, 7, 3}, {33, 17, 65}, {64, 48, 130}, {7, 129, 40}};
+    for (size_t s = 0; s < sizeof dims / sizeof dims[0]; s++)
+        for (int t = 0; t < 8; t++)
+            gemm_case(be, t & 1, (t >> 1) & 1, dims[s][0], dims[s][1], dims[s][2], t >> 2);
+    gemm_edges(be);
     /* two device threads one after the other, GEMMs big enough to be split */
     for (int i = 0; i < 2; i++) {
         int before = thread_count();
