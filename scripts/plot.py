@@ -232,9 +232,8 @@ def memory_bars(folder):
     return out
 
 
-def plot_memory(plt, folder, out):
-    """Device 0's allocation peak, stacked by what it holds."""
-    data = memory_bars(folder)
+def plot_memory(plt, folder, out, data):
+    """Device 0's allocation peak, stacked by what it holds (data: memory_bars)."""
     fig, axes = grid(plt, len(data), width=8.0, height=5.0)
     for ax, ((model, prec), bars) in zip(axes, sorted(data.items())):
         totals = defaultdict(float)
@@ -484,8 +483,9 @@ def main(argv):
                   plot_imbalance(plt, folder, out), plot_phases(plt, folder, out)]
         if folder.links:
             charts.append(plot_links(plt, folder, out))
-        if folder.memory and memory_bars(folder):
-            charts.append(plot_memory(plt, folder, out))
+        bars = memory_bars(folder) if folder.memory else None
+        if bars:
+            charts.append(plot_memory(plt, folder, out, bars))
         charts = [os.path.basename(c) for c in charts]
         summary(folder, out, charts, torch_folder)
     except InputError as e:

@@ -23,9 +23,8 @@ import os
 import subprocess
 import sys
 import tempfile
-import traceback
 
-from helpers import (PYTHON, SCRIPTS, Failure, copy_fixture, dpscale, dpsresults, expect, expect_exit,
+from helpers import (PYTHON, Failure, copy_fixture, dpscale, dpsresults, expect, expect_exit,
                      png_size, read_folder, run_case, script)
 
 try:
@@ -81,23 +80,10 @@ def need_torch():
     return None
 
 
-def torch_in_process(binary, *args, out, name):
-    """torch_reference.py on the CPU into OUT/NAME, run in this process (one
-    import of PyTorch for all of a case's runs). ddp's ranks are spawned: a
-    fork server reused for a second group of ranks in one process once hung
-    in gloo, and fresh interpreters cost no more here."""
-    argv = ["--device", "cpu", "--dpscale", binary, "--out", out, "--name", name,
-            "--start-method", "spawn", *args]
-    try:
-        rc = tr.main(argv, prog=os.path.join(SCRIPTS, "torch_reference.py"))
-    except Exception as e:  # noqa: BLE001 (a failure of the script, said as one)
-        raise Failure(f"torch_reference.py {' '.join(argv)}: {traceback.format_exc()}") from e
-    expect(rc == 0, f"torch_reference.py {' '.join(argv)}: exit {rc}, expected 0 (its message "
-           f"is above)")
-
-
 def torch_ref(binary, *args, out, name, check_rc=0):
-    """Runs torch_reference.py on the CPU into OUT/NAME, in a process of its own."""
+    """Runs torch_reference.py on the CPU into OUT/NAME, in a process of its own
+    (a second group of gloo ranks started from one Python process, after a
+    first, has been seen to hang)."""
     p = script("torch_reference.py", "--device", "cpu", "--dpscale", binary, "--out", out,
                "--name", name, *args, timeout=300)
     if check_rc is not None and p.returncode != check_rc:
@@ -184,7 +170,7 @@ def case_fidelity(binary, mode, gpus, optimizer, batch, *checks):
             expect(run["check"] == "pass", f"dpscale {cid} --check: {run['check']} "
                    f"({run['check_max_rel_diff']}): dpscale's ddp does not train as one device")
         params = os.path.join(out, "torch.npy")
-        torch_in_process(binary, *common, "--save-params", params, out=out, name="torch")
+        torch_ref(binary, *common, "--save-params", params, out=out, name="torch")
         tcid, ref = losses(os.path.join(out, "torch"))
         expect(tcid == cid, f"PyTorch's config_id {tcid} is not dpscale's {cid}")
         worst, k = compare_losses(mine, ref, cid)
@@ -203,14 +189,14 @@ def case_fidelity(binary, mode, gpus, optimizer, batch, *checks):
         if "params" in checks:
             single = os.path.join(out, "single.npy")
             one = ["--mode", "dp", "--gpus", "1"] + common[4:]
-            torch_in_process(binary, *one, "--save-params", single, out=out, name="single")
+            torch_ref(binary, *one, "--save-params", single, out=out, name="single")
             d = params_diff(np.load(params), np.load(single))
             print(f"{cid}: PyTorch's final parameters against its single device: {d:.3g}")
             expect(d <= TOL, f"{cid}: PyTorch's ddp ends {d:.3g} (max |diff| / max |p|) away "
                    f"from its single device, above {TOL}: torch_reference.py's ddp loss scaling "
                    f"(--ddp-loss global) no longer gives the global mean's gradient")
         if "stock" in checks:
-            torch_in_process(binary, *common, "--ddp-loss", "stock", out=out, name="stock")
+            torch_ref(binary, *common, "--ddp-loss", "stock", out=out, name="stock")
             scid, stock = losses(os.path.join(out, "stock"))
             expect(scid == cid + "-stockloss", f"--ddp-loss stock is labelled {scid}, expected "
                    f"{cid}-stockloss")

@@ -38,7 +38,6 @@ typedef struct cuda_impl {
     be_cuda_versions versions; /* read by the probe at open */
 } cuda_impl;
 
-#define cuda_fail cuda_check_fail
 
 static cuda_impl *impl_of(backend *be) { return be->impl; }
 
@@ -64,7 +63,7 @@ static dps_status ensure_peer(backend *be, int dev, int peer)
     if (e == cudaErrorPeerAccessAlreadyEnabled) e = cudaSuccess;
     if (e == cudaSuccess) im->peer_on[dev][peer] = 1;
     pthread_mutex_unlock(&im->init_lock);
-    if (e != cudaSuccess) return cuda_fail(e, __FILE__, __LINE__, "cudaDeviceEnablePeerAccess");
+    if (e != cudaSuccess) return cuda_check_fail(e, __FILE__, __LINE__, "cudaDeviceEnablePeerAccess");
     cudaGetLastError();
     return DPS_OK;
 }
@@ -102,7 +101,7 @@ static dps_status cu_stream_create(backend *be, int dev, be_stream **s)
     if (rc != cudaSuccess) {
         free(*s);
         *s = NULL;
-        return cuda_fail(rc, __FILE__, __LINE__, "cudaStreamCreateWithFlags");
+        return cuda_check_fail(rc, __FILE__, __LINE__, "cudaStreamCreateWithFlags");
     }
     return DPS_OK;
 }
@@ -135,7 +134,7 @@ static dps_status cu_event_create(backend *be, int dev, be_event **e)
     if (rc != cudaSuccess) {
         free(*e);
         *e = NULL;
-        return cuda_fail(rc, __FILE__, __LINE__, "cudaEventCreate");
+        return cuda_check_fail(rc, __FILE__, __LINE__, "cudaEventCreate");
     }
     return DPS_OK;
 }
@@ -195,7 +194,7 @@ static dps_status cu_peer_access(backend *be, int dev, int peer, int on)
     if (e == cudaSuccess) im->peer_on[dev][peer] = (unsigned char)on;
     pthread_mutex_unlock(&im->init_lock);
     if (e != cudaSuccess)
-        return cuda_fail(e, __FILE__, __LINE__, on ? "cudaDeviceEnablePeerAccess" : "cudaDeviceDisablePeerAccess");
+        return cuda_check_fail(e, __FILE__, __LINE__, on ? "cudaDeviceEnablePeerAccess" : "cudaDeviceDisablePeerAccess");
     cudaGetLastError();
     return DPS_OK;
 }

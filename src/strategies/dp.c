@@ -72,6 +72,7 @@ static dps_status alloc_torch(dp_state *st, size_t pbytes)
     for (int i = 0; i < st->nslots; i++) {
         dp_slot *s = &st->s[i];
         DPS_TRY(be_buf_alloc(be, s->dev, most * sizeof(float), "coalescing buffer", &s->flat));
+        if (!i) continue; /* the replicas' buffers are ordered against device 0's copies */
         DPS_TRY(be->ops->event_create(be, s->dev, &s->flat_ev));
         DPS_TRY(be->ops->event_create(be, d0, &s->taken_ev));
     }
