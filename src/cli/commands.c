@@ -15,6 +15,7 @@
 #include "launch/ranks.h"
 #include "run/links.h"
 #include "run/results.h"
+#include "run/results_ids.h"
 #include "run/run.h"
 #include "run/suite.h"
 #include "run/sweep.h"
@@ -227,7 +228,7 @@ int cmd_links(cli_args *a)
         return 1;
     }
     int ndev = a->gpus_set ? a->cfg.ngpus : be->emulated && be->ndev > 4 ? 4 : be->ndev;
-    results_dir rd;
+    results_dir rd = {.lock_fd = -1};
     int status = 0;
     if (!a->name_set) default_name(a->cfg.name, sizeof a->cfg.name);
     if (ndev > be->ndev) {
@@ -241,43 +242,105 @@ int cmd_links(cli_args *a)
     } else {
         printf("# links.csv in %s\n", rd.dir);
     }
+    results_close(&rd);
     be_close(be);
     return status;
 }
 
-static int execute(cli_args *a, backend *be, sweep_item *items, int n, int argc, char **argv)
+/* Before anything is written: every file of the folder has this version's
+ * header; --resume takes out what did not finish, to run it again; without
+ * it, no configuration to run may be in the folder already. */
+static dps_status prepare_folder(const cli_args *a, const results_dir *rd, const sweep_item *items,
+                                 int n, results_ids *done)
 {
-    results_dir rd;
-    dps_status rc = results_open(&rd, a->cfg.out_dir, a->cfg.name);
-    char start[32];
-    dps_utc_iso8601(start, sizeof start);
-    if (!rc) rc = results_write_meta(&rd, be, argc, argv, start, NULL);
-    if (rc) return rc == DPS_ERR_USAGE ? cmd_usage_error() : (dps_log("%s", dps_errmsg()), 1);
-    printf("# results: %s\n", rd.dir);
-    /* latest points at this sweep from its start, so --resume after a crash continues it */
-    if (a->cmd == CMD_SWEEP && sweep_link_latest(a->cfg.out_dir, a->cfg.name))
-        dps_log("%s", dps_errmsg());
-    if (a->cmd == CMD_SWEEP) sweep_links(a, be, &rd, items, n);
-    results_table_header(stdout, be);
-    dps_install_interrupt_handlers();
-    int failed = 0, interrupted = 0;
-    if (a->cmd == CMD_RUN) {
-        failed = run_config(&items[0].cfg, be, &rd, NULL) != DPS_OK;
-        interrupted = dps_interrupted() != 0;
-    } else {
-        sweep_opts o = {.resume = a->resume, .filter = a->filter[0] ? a->filter : NULL,
-                        .config_timeout_s = a->config_timeout_s};
-        failed = sweep_run(items, n, be, &rd, &o, &interrupted);
+    DPS_TRY(results_check_headers(rd));
+    if (a->resume) {
+        int rerun;
+        DPS_TRY(results_resume_prepare(rd, done, &rerun));
+        if (rerun)
+            dps_log("--resume: %d configuration%s that did not finish (error, timeout, "
+                    "interrupted) taken out of %s, to run again", rerun, rerun == 1 ? "" : "s",
+                    rd->dir);
+        return DPS_OK;
     }
+    DPS_TRY(results_ids_load(rd, done));
+    dps_status rc = DPS_OK;
+    for (int i = 0; i < n && !rc; i++) {
+        char id[192];
+        config_id(&items[i].cfg, id, sizeof id);
+        if (strcmp(items[i].skip, "-") != 0 && results_ids_has(done, id))
+            rc = dps_fail(DPS_ERR_USAGE, "%s/runs.csv already holds %s: continue that folder "
+                          "with --resume, or write to another with --name", rd->dir, id);
+    }
+    results_ids_free(done);
+    return rc;
+}
+
+/* One configuration in this process; a failure that left no row gets one. */
+static int run_one(const dps_config *cfg, backend *be, const results_dir *rd)
+{
+    int written = 0;
+    dps_status rc = run_config(cfg, be, rd, &written);
+    if (!rc || written) return rc != DPS_OK;
+    char why[DPS_ERRMSG_MAX];
+    dps_strlcpy(why, dps_errmsg(), sizeof why);
+    dps_log("%s", why);
+    if (run_record(cfg, be, rd, rc, why)) dps_log("%s", dps_errmsg());
+    return 1;
+}
+
+static int finish(backend *be, const results_dir *rd, int argc, char **argv,
+                  const char *start, int failed, int interrupted)
+{
     char end[32];
     dps_utc_iso8601(end, sizeof end);
-    if (results_write_meta(&rd, be, argc, argv, start, end)) dps_log("%s", dps_errmsg());
-    printf("# %d failed; results in %s\n", failed, rd.dir);
+    if (results_write_meta(rd, be, argc, argv, start, end)) dps_log("%s", dps_errmsg());
+    printf("# %d failed; results in %s\n", failed, rd->dir);
     if (interrupted) {
         dps_log("interrupted by %s", dps_signal_name(dps_interrupted()));
         return 128 + (dps_interrupted() ? dps_interrupted() : SIGINT);
     }
     return failed ? 1 : 0;
+}
+
+static int execute_in(cli_args *a, backend *be, const results_dir *rd, sweep_item *items, int n,
+                      int argc, char **argv)
+{
+    results_ids done = {0};
+    char start[32];
+    dps_utc_iso8601(start, sizeof start);
+    dps_status rc = prepare_folder(a, rd, items, n, &done);
+    if (!rc) rc = results_write_meta(rd, be, argc, argv, start, NULL);
+    if (rc) return rc == DPS_ERR_USAGE ? cmd_usage_error() : (dps_log("%s", dps_errmsg()), 1);
+    printf("# results: %s\n", rd->dir);
+    /* latest points at this sweep from its start, so --resume after a crash continues it */
+    if (a->cmd == CMD_SWEEP && sweep_link_latest(a->cfg.out_dir, a->cfg.name))
+        dps_log("%s", dps_errmsg());
+    if (a->cmd == CMD_SWEEP) sweep_links(a, be, rd, items, n);
+    results_table_header(stdout, be);
+    dps_install_interrupt_handlers();
+    int failed = 0, interrupted = 0;
+    if (a->cmd == CMD_RUN) {
+        failed = run_one(&items[0].cfg, be, rd);
+        interrupted = dps_interrupted() != 0;
+    } else {
+        sweep_opts o = {.done = a->resume ? &done : NULL,
+                        .filter = a->filter[0] ? a->filter : NULL,
+                        .config_timeout_s = a->config_timeout_s};
+        failed = sweep_run(items, n, be, rd, &o, &interrupted);
+    }
+    results_ids_free(&done);
+    return finish(be, rd, argc, argv, start, failed, interrupted);
+}
+
+/* The folder is locked from before its files are read until the end. */
+static int execute(cli_args *a, backend *be, sweep_item *items, int n, int argc, char **argv)
+{
+    results_dir rd;
+    if (results_open(&rd, a->cfg.out_dir, a->cfg.name)) return cmd_usage_error();
+    int status = execute_in(a, be, &rd, items, n, argc, argv);
+    results_close(&rd);
+    return status;
 }
 
 int cmd_run(cli_args *a, int argc, char **argv)
@@ -343,6 +406,7 @@ int cmd_comm_bench(cli_args *a)
         }
     }
     printf("# results in %s/allreduce.csv\n", rd.dir);
+    results_close(&rd);
     return status;
 }
 

@@ -93,7 +93,8 @@ void config_id(const dps_config *c, char *buf, size_t len)
                  c->grad_view ? "-view" : "");
 }
 
-dps_status train_result_init(train_result *r, const dps_config *c, int nranks)
+/* Records for steps timed steps after warmup ones on nranks ranks. */
+static dps_status result_alloc(train_result *r, size_t steps, size_t warmup, int nranks)
 {
     memset(r, 0, sizeof *r);
     r->nranks = nranks;
@@ -101,15 +102,29 @@ dps_status train_result_init(train_result *r, const dps_config *c, int nranks)
     for (int i = 0; i < DPS_MAX_DEVICES; i++) /* not sampled unless NVML says otherwise */
         r->dev[i].nvml_pcie_tx = r->dev[i].nvml_pcie_rx = r->dev[i].nvml_nvlink_tx =
             r->dev[i].nvml_nvlink_rx = NAN;
-    r->step_ms = calloc((size_t)c->steps, sizeof *r->step_ms);
-    r->rank_step_ms = calloc((size_t)c->steps * (size_t)nranks, sizeof *r->rank_step_ms);
-    r->phase_ms = calloc((size_t)c->steps * (size_t)nranks * PH_COUNT, sizeof *r->phase_ms);
-    r->loss = calloc((size_t)(c->steps + c->warmup), sizeof *r->loss);
+    size_t per_step = sizeof(double) + (size_t)nranks * (sizeof(double) + PH_COUNT * sizeof(float));
+    r->step_ms = calloc(steps + 1, sizeof *r->step_ms);
+    r->rank_step_ms = calloc(steps * (size_t)nranks + 1, sizeof *r->rank_step_ms);
+    r->phase_ms = calloc(steps * (size_t)nranks * PH_COUNT + 1, sizeof *r->phase_ms);
+    r->loss = calloc(steps + warmup + 1, sizeof *r->loss);
     if (!r->step_ms || !r->rank_step_ms || !r->phase_ms || !r->loss) {
         train_result_free(r);
-        return dps_fail(DPS_ERR_RUNTIME, "out of host memory for the step records");
+        char need[24];
+        dps_fmt_bytes((uint64_t)(per_step * (double)steps), need, sizeof need);
+        return dps_fail(DPS_ERR_RUNTIME, "out of host memory for the step records: %zu steps on "
+                        "%d ranks need %s; run fewer --steps", steps, nranks, need);
     }
     return DPS_OK;
+}
+
+dps_status train_result_init(train_result *r, const dps_config *c, int nranks)
+{
+    return result_alloc(r, (size_t)c->steps, (size_t)c->warmup, nranks);
+}
+
+dps_status train_result_init_empty(train_result *r, int nranks)
+{
+    return result_alloc(r, 0, 0, nranks);
 }
 
 void train_result_free(train_result *r)

@@ -108,7 +108,9 @@ typedef struct train_result {
  * peaks, the baseline, the capacity and the categories at the peak. */
 void dev_stats_memory(dev_stats *d, const backend *be, int dev);
 
-dps_status train_result_init(train_result *r, const dps_config *c, int nranks);
+dps_status train_result_init(train_result *r, const dps_config *c, int nranks) DPS_MUST_USE;
+/* A result without step records, for a configuration that did not run. */
+dps_status train_result_init_empty(train_result *r, int nranks) DPS_MUST_USE;
 void train_result_free(train_result *r);
 float *train_result_phases(train_result *r, int step, int rank);
 

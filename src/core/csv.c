@@ -94,6 +94,8 @@ void csv_num(csv_buf *b, double v, int decimals)
 
 void csv_empty(csv_buf *b) { sep(b); }
 
+void csv_raw(csv_buf *b, const char *s, size_t n) { put(b, s, n); }
+
 void csv_end_row(csv_buf *b)
 {
     put(b, "\n", 1);
@@ -117,6 +119,21 @@ static dps_status check_header(int fd, const char *path, const char *want)
         return dps_fail(DPS_ERR_USAGE, "%s: its header differs from the columns this version "
                         "writes; write to a new folder (--name) or move the file away", path);
     return DPS_OK;
+}
+
+dps_status csv_check_header_path(const char *path, const char *const *cols, int ncols)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT) return DPS_OK;
+    if (fd < 0) return dps_fail(DPS_ERR_USAGE, "%s: cannot read: %s", path, strerror(errno));
+    csv_buf head;
+    csv_init(&head);
+    csv_header(&head, cols, ncols);
+    dps_status rc = head.oom ? dps_fail(DPS_ERR_RUNTIME, "out of host memory reading %s", path)
+                  : lseek(fd, 0, SEEK_END) > 0 ? check_header(fd, path, head.data) : DPS_OK;
+    close(fd);
+    csv_free(&head);
+    return rc;
 }
 
 static dps_status write_all(int fd, const char *path, const char *data, size_t len)

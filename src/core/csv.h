@@ -23,6 +23,7 @@ void csv_u64(csv_buf *b, uint64_t v);
 void csv_num(csv_buf *b, double v, int decimals); /* NaN -> empty */
 void csv_empty(csv_buf *b);
 void csv_end_row(csv_buf *b);
+void csv_raw(csv_buf *b, const char *s, size_t n); /* bytes as they are, e.g. a record read back */
 
 /* Header line from column names (no newline in the result's last char). */
 void csv_header(csv_buf *b, const char *const *cols, int n);
@@ -31,5 +32,9 @@ void csv_header(csv_buf *b, const char *const *cols, int n);
  * refuses a file whose header differs, writes everything with one write(2)
  * on an O_APPEND descriptor, then fsync. */
 dps_status csv_append(const char *path, const char *const *cols, int ncols, const csv_buf *rows) DPS_MUST_USE;
+
+/* DPS_OK when path is missing, empty or starts with the header of cols;
+ * DPS_ERR_USAGE, naming the file, otherwise. */
+dps_status csv_check_header_path(const char *path, const char *const *cols, int ncols) DPS_MUST_USE;
 
 #endif

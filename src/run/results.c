@@ -1,9 +1,12 @@
 /* Writers of the results folder and the stdout table (see results.h). */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -43,17 +46,63 @@ static const char *const phases_cols[] = {
     "achieved_gbps",
 };
 
-dps_status results_open(results_dir *r, const char *out_dir, const char *name)
-{
-    int n = snprintf(r->dir, sizeof r->dir, "%s/%s", out_dir, name);
-    if (n < 0 || (size_t)n >= sizeof r->dir)
-        return dps_fail(DPS_ERR_USAGE, "--out/--name: results path too long");
-    return dps_mkdirs(r->dir, "--out");
-}
-
 static void path_of(const results_dir *r, const char *file, char *buf, size_t len)
 {
     snprintf(buf, len, "%s/%s", r->dir, file);
+}
+
+/* The pid written in a held lock file, or 0. */
+static long lock_holder(int fd)
+{
+    char text[32] = "";
+    ssize_t n = pread(fd, text, sizeof text - 1, 0);
+    if (n > 0) text[n] = '\0';
+    return strtol(text, NULL, 10);
+}
+
+/* One writer a folder: an exclusive flock(2) on its lock file, held until
+ * the process and its children end; the file holds the holder's pid. */
+static dps_status take_lock(results_dir *r)
+{
+    char path[DPS_PATH_MAX + 32];
+    path_of(r, RESULTS_LOCK_FILE, path, sizeof path);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0) return dps_fail(DPS_ERR_USAGE, "%s: cannot create: %s", path, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int err = errno;
+        long pid = lock_holder(fd);
+        close(fd);
+        char who[48] = "another dpscale process";
+        if (pid > 0) snprintf(who, sizeof who, "dpscale process %ld", pid);
+        if (err == EWOULDBLOCK)
+            return dps_fail(DPS_ERR_USAGE, "%s is in use by %s (lock %s): wait for it to end, "
+                            "or write to another folder with --name", r->dir, who, path);
+        return dps_fail(DPS_ERR_USAGE, "%s: cannot lock: %s", path, strerror(err));
+    }
+    char text[32];
+    int n = snprintf(text, sizeof text, "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, text, (size_t)n, 0) != n)
+        dps_warn("%s: cannot write this process's pid into it: %s", path, strerror(errno));
+    r->lock_fd = fd;
+    return DPS_OK;
+}
+
+dps_status results_open(results_dir *r, const char *out_dir, const char *name)
+{
+    r->lock_fd = -1;
+    int n = snprintf(r->dir, sizeof r->dir, "%s/%s", out_dir, name);
+    if (n < 0 || (size_t)n >= sizeof r->dir)
+        return dps_fail(DPS_ERR_USAGE, "--out/--name: results path too long");
+    DPS_TRY(dps_mkdirs(r->dir, "--out"));
+    return take_lock(r);
+}
+
+/* The lock file stays: removing it could let a third writer lock a new file
+ * while a second still waits on the old one. */
+void results_close(results_dir *r)
+{
+    if (r->lock_fd >= 0) close(r->lock_fd);
+    r->lock_fd = -1;
 }
 
 /* A JSON string: valid UTF-8 as it is, a byte that is not (from a command
@@ -361,40 +410,115 @@ static void memory_rows(csv_buf *b, const dps_config *c, const train_result *res
         }
 }
 
-static dps_status append(const results_dir *r, const char *file, const char *const *cols,
-                         int ncols, csv_buf *b)
+/* The files of a configuration's rows, in the order they are written:
+ * runs.csv last, since a row there is what says the configuration is done. */
+enum { F_STEPS, F_DEVICES, F_PHASES, F_MEMORY, F_RUNS, F_COUNT };
+
+static const char *const *steps_columns(void)
 {
-    char path[DPS_PATH_MAX + 32];
-    path_of(r, file, path, sizeof path);
-    dps_status rc = csv_append(path, cols, ncols, b);
-    csv_free(b);
-    return rc;
+    static const char *cols[7 + PH_COUNT] = {
+        "config_id", "step", "rank", "device_index", "step_ms", "rank_step_ms", "loss"};
+    static char names[PH_COUNT][32];
+    for (int p = 0; p < PH_COUNT; p++) {
+        snprintf(names[p], sizeof names[p], "%s_ms", dps_phase_names[p]);
+        cols[7 + p] = names[p];
+    }
+    return cols;
 }
 
 #define NCOLS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
+const results_file *results_files(int *n)
+{
+    static results_file files[F_COUNT];
+    files[F_STEPS] = (results_file){"steps.csv", steps_columns(), 7 + PH_COUNT};
+    files[F_DEVICES] = (results_file){"devices.csv", devices_cols, NCOLS(devices_cols)};
+    files[F_PHASES] = (results_file){"phases.csv", phases_cols, NCOLS(phases_cols)};
+    files[F_MEMORY] = (results_file){"memory.csv", memory_cols, NCOLS(memory_cols)};
+    files[F_RUNS] = (results_file){"runs.csv", results_runs_cols, results_runs_ncols};
+    *n = F_COUNT;
+    return files;
+}
+
+dps_status results_check_headers(const results_dir *r)
+{
+    int n;
+    const results_file *files = results_files(&n);
+    for (int i = 0; i < n; i++) {
+        char path[DPS_PATH_MAX + 32];
+        path_of(r, files[i].name, path, sizeof path);
+        DPS_TRY(csv_check_header_path(path, files[i].cols, files[i].ncols));
+    }
+    return DPS_OK;
+}
+
+/* A file's size before a configuration's rows are appended to it. */
+typedef struct file_mark {
+    char path[DPS_PATH_MAX + 32];
+    off_t size;
+    int existed;
+} file_mark;
+
+static dps_status mark_file(const results_dir *r, const char *name, file_mark *m)
+{
+    struct stat st;
+    path_of(r, name, m->path, sizeof m->path);
+    m->existed = stat(m->path, &st) == 0;
+    m->size = m->existed ? st.st_size : 0;
+    if (!m->existed && errno != ENOENT)
+        return dps_fail(DPS_ERR_RUNTIME, "%s: cannot read its size: %s", m->path, strerror(errno));
+    return DPS_OK;
+}
+
+/* Takes a failed configuration's rows back out of the first n files. */
+static void roll_back(const file_mark *m, int n)
+{
+    for (int i = 0; i < n; i++) {
+        int bad = m[i].existed ? truncate(m[i].path, m[i].size) != 0
+                               : unlink(m[i].path) != 0 && errno != ENOENT;
+        if (bad)
+            dps_warn("%s: cannot take back a partly written configuration (%s): remove its last "
+                     "rows by hand, or --resume will refuse the folder", m[i].path, strerror(errno));
+    }
+}
+
+/* Every file's rows or none: each file's size is noted first, and on any
+ * failure every file is cut back to it. */
+static dps_status append_all(const results_dir *r, const csv_buf *rows)
+{
+    int n;
+    const results_file *files = results_files(&n);
+    file_mark marks[F_COUNT];
+    for (int i = 0; i < n; i++) {
+        if (rows[i].oom) return dps_fail(DPS_ERR_RUNTIME, "out of host memory formatting %s",
+                                         files[i].name);
+        DPS_TRY(mark_file(r, files[i].name, &marks[i]));
+    }
+    for (int i = 0; i < n; i++) {
+        dps_status rc = csv_append(marks[i].path, files[i].cols, files[i].ncols, &rows[i]);
+        if (rc) {
+            char why[DPS_ERRMSG_MAX];
+            dps_strlcpy(why, dps_errmsg(), sizeof why);
+            roll_back(marks, i + 1);
+            return dps_fail(rc, "%s; none of the configuration's rows were kept", why);
+        }
+    }
+    return DPS_OK;
+}
+
 dps_status results_append(const results_dir *r, const dps_config *c, const backend *be,
                           const train_result *res, const run_summary *s)
 {
-    static const char *steps_cols[7 + PH_COUNT] = {
-        "config_id", "step", "rank", "device_index", "step_ms", "rank_step_ms", "loss"};
-    for (int p = 0; p < PH_COUNT; p++) {
-        static char names[PH_COUNT][32];
-        snprintf(names[p], sizeof names[p], "%s_ms", dps_phase_names[p]);
-        steps_cols[7 + p] = names[p];
-    }
-    csv_buf b;
-    csv_init(&b);
-    steps_rows(&b, c, res, s);
-    DPS_TRY(append(r, "steps.csv", steps_cols, NCOLS(steps_cols), &b));
-    devices_rows(&b, c, res, s);
-    DPS_TRY(append(r, "devices.csv", devices_cols, NCOLS(devices_cols), &b));
-    phases_rows(&b, res, s);
-    DPS_TRY(append(r, "phases.csv", phases_cols, NCOLS(phases_cols), &b));
-    memory_rows(&b, c, res, s);
-    DPS_TRY(append(r, "memory.csv", memory_cols, NCOLS(memory_cols), &b));
-    runs_row(&b, c, be, res, s);
-    return append(r, "runs.csv", results_runs_cols, results_runs_ncols, &b);
+    csv_buf b[F_COUNT];
+    for (int i = 0; i < F_COUNT; i++) csv_init(&b[i]);
+    steps_rows(&b[F_STEPS], c, res, s);
+    devices_rows(&b[F_DEVICES], c, res, s);
+    phases_rows(&b[F_PHASES], res, s);
+    memory_rows(&b[F_MEMORY], c, res, s);
+    runs_row(&b[F_RUNS], c, be, res, s);
+    dps_status rc = append_all(r, b);
+    for (int i = 0; i < F_COUNT; i++) csv_free(&b[i]);
+    return rc;
 }
 
 void results_table_header(FILE *f, const backend *be)

@@ -1,7 +1,8 @@
 /* The results folder (docs/DESIGN.md, "Results"): meta.json, runs.csv,
  * steps.csv, devices.csv, phases.csv, and the table printed on stdout.
- * Rows of a configuration are appended and flushed when it ends, details
- * first and runs.csv last, so a row in runs.csv means its details are there. */
+ * A configuration's rows are one transaction: appended when it ends, details
+ * first and runs.csv last, and cut back out of every file on any failure,
+ * so a configuration is wholly in the folder or not at all. */
 #ifndef DPS_RESULTS_H
 #define DPS_RESULTS_H
 
@@ -22,10 +23,28 @@ typedef struct run_summary {
 
 typedef struct results_dir {
     char dir[DPS_PATH_MAX];
+    int lock_fd;            /* holds the folder's lock; -1: none */
 } results_dir;
 
-/* Creates (or reuses) out_dir/name; DPS_ERR_USAGE when it cannot be written. */
+/* A file of a configuration's rows and its columns. */
+typedef struct results_file {
+    const char *name;
+    const char *const *cols;
+    int ncols;
+} results_file;
+
+/* The lock file in a results folder; it holds its writer's pid. */
+#define RESULTS_LOCK_FILE ".dpscale.lock"
+
+/* Creates (or reuses) out_dir/name and takes its lock for this process and
+ * its children until results_close; DPS_ERR_USAGE when it cannot be written
+ * or another process holds the lock (named by its pid). */
 dps_status results_open(results_dir *r, const char *out_dir, const char *name) DPS_MUST_USE;
+void results_close(results_dir *r);
+/* The files of a configuration's rows, runs.csv last; *n of them. */
+const results_file *results_files(int *n);
+/* DPS_ERR_USAGE, naming the file, when one of them has another header. */
+dps_status results_check_headers(const results_dir *r) DPS_MUST_USE;
 /* Writes meta.json atomically (temporary file, then rename). */
 dps_status results_write_meta(const results_dir *r, const backend *be, int argc, char **argv,
                               const char *start_time, const char *end_time) DPS_MUST_USE;

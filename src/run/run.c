@@ -183,7 +183,7 @@ dps_status run_record(const dps_config *cfg, const backend *be, const results_di
     dps_utc_iso8601(sum.start_time, sizeof sum.start_time);
     dps_strlcpy(sum.end_time, sum.start_time, sizeof sum.end_time);
     train_result res;
-    DPS_TRY(train_result_init(&res, cfg, cfg->ngpus));
+    DPS_TRY(train_result_init_empty(&res, cfg->ngpus));
     res.status = status;
     dps_strlcpy(res.error, why, sizeof res.error);
     for (int i = 0; i < cfg->ngpus; i++) {
@@ -192,8 +192,8 @@ dps_status run_record(const dps_config *cfg, const backend *be, const results_di
             dps_strlcpy(res.dev[i].name, be->info[cfg->devices[i]].name, sizeof res.dev[i].name);
     }
     summarize(cfg, &res, &sum);
-    results_table_row(stdout, cfg, &res, &sum);
     dps_status rc = results_append(rd, cfg, be, &res, &sum);
+    if (!rc) results_table_row(stdout, cfg, &res, &sum);
     train_result_free(&res);
     return rc;
 }
@@ -230,6 +230,7 @@ dps_status run_config(const dps_config *cfg, backend *be, const results_dir *rd,
         dps_warn("%s: several replicas share a GPU: the copies between them are local, so "
                  "the timings say nothing about a multi-GPU machine", sum.config_id);
     train_result res;
+    *written = 0;
     DPS_TRY(train_result_init(&res, cfg, cfg->ngpus));
     nvml_sampler *nv = cfg->no_nvml ? NULL : nvml_start(be, cfg->devices, cfg->ngpus, 20);
     res.status = train(cfg, be, &res);
@@ -251,11 +252,14 @@ dps_status run_config(const dps_config *cfg, backend *be, const results_dir *rd,
     }
     dps_utc_iso8601(sum.end_time, sizeof sum.end_time);
     summarize(cfg, &res, &sum);
-    results_table_row(stdout, cfg, &res, &sum);
     dps_status rc = results_append(rd, cfg, be, &res, &sum);
-    if (written) *written = rc == DPS_OK;
-    if (rc == DPS_OK) rc = res.status;
-    else dps_log("%s", dps_errmsg());
+    *written = rc == DPS_OK;
+    if (rc) { /* the message is the write's failure */
+        train_result_free(&res);
+        return rc;
+    }
+    results_table_row(stdout, cfg, &res, &sum);
+    rc = res.status;
     if (rc == DPS_OK && res.check == 0)
         rc = dps_fail(DPS_ERR_RUNTIME, "%s: --check failed: max relative difference %.3g "
                       "above the tolerance %g", sum.config_id, res.check_max_rel_diff,

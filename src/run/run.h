@@ -19,15 +19,17 @@
 
 double run_check_tolerance(const dps_config *cfg);
 
-/* Returns the configuration's status (DPS_OK, DPS_ERR_OOM, ...); a failure
- * to write the results is returned as DPS_ERR_RUNTIME with its message.
- * *written (may be NULL) says whether its rows reached the files. */
 /* Writes n float32 parameters to path as a NumPy .npy file (shape (n,)). */
 dps_status run_save_params(const char *path, const float *params, size_t n) DPS_MUST_USE;
+
+/* Returns the configuration's status (DPS_OK, DPS_ERR_OOM, ...) with its
+ * message. *written says whether its rows reached the files (and its line
+ * the table); when not, the caller records the failure with run_record. */
 dps_status run_config(const dps_config *cfg, backend *be, const results_dir *rd, int *written) DPS_MUST_USE;
 
 /* Rows for a configuration that never ran or died without writing them:
- * status (skipped, error, timeout) and why. */
+ * status (skipped, error, timeout) and why; its line in the table once
+ * they are written. */
 dps_status run_record(const dps_config *cfg, const backend *be, const results_dir *rd,
                       dps_status status, const char *why) DPS_MUST_USE;
 

@@ -30,45 +30,6 @@ int sweep_filter(sweep_item *items, int n, const char *filter)
     return left;
 }
 
-/* config_ids with a row in DIR/runs.csv, as one newline-separated string. */
-static char *done_ids(const results_dir *rd)
-{
-    char path[DPS_PATH_MAX + 32], line[8192];
-    snprintf(path, sizeof path, "%s/runs.csv", rd->dir);
-    FILE *f = fopen(path, "r");
-    size_t cap = 4096, len = 1;
-    char *ids = calloc(cap, 1);
-    if (!f || !ids) {
-        if (f) fclose(f);
-        return ids;
-    }
-    ids[0] = '\n';
-    int first = 1;
-    while (fgets(line, sizeof line, f)) {
-        size_t n = strcspn(line, ",\n");
-        if (first || !n || line[0] == '"') { first = 0; continue; }
-        if (len + n + 2 > cap) {
-            cap = cap * 2 + n;
-            char *more = realloc(ids, cap);
-            if (!more) break;
-            ids = more;
-        }
-        memcpy(ids + len, line, n);
-        len += n;
-        ids[len++] = '\n';
-        ids[len] = '\0';
-    }
-    fclose(f);
-    return ids;
-}
-
-static int is_done(const char *ids, const char *id)
-{
-    char key[200];
-    snprintf(key, sizeof key, "\n%s\n", id);
-    return ids && strstr(ids, key) != NULL;
-}
-
 static void fmt_time(double s, char *buf, size_t len)
 {
     int t = s < 0 ? 0 : (int)(s + 0.5);
@@ -86,20 +47,27 @@ static void progress(int i, int total, const char *id, double elapsed_s, double 
     fflush(stderr);
 }
 
+/* What a configuration's process tells the sweep, in shared memory. */
+typedef struct child_report {
+    int written;                 /* its rows reached the folder */
+    char error[DPS_ERRMSG_MAX];  /* why it failed, when it did */
+} child_report;
+
 typedef struct child_outcome {
     int written;          /* the child wrote its rows */
     int timed_out;
     int ws;               /* wait status */
+    char error[DPS_ERRMSG_MAX];
 } child_outcome;
 
 /* Runs one configuration in a child process and waits for it, showing
  * progress; kills it past the deadline. */
 static dps_status run_child(const dps_config *cfg, backend *be, const results_dir *rd,
-                            const sweep_opts *o, int *shared_written, child_outcome *out,
+                            const sweep_opts *o, child_report *shared, child_outcome *out,
                             int idx, int total, const char *id, double t_start, double eta0)
 {
     memset(out, 0, sizeof *out);
-    *shared_written = 0;
+    memset(shared, 0, sizeof *shared);
     fflush(NULL);
     pid_t parent = getpid();
     pid_t pid = fork();
@@ -109,7 +77,9 @@ static dps_status run_child(const dps_config *cfg, backend *be, const results_di
         if (getppid() != parent) _exit(1);
         int w = 0;
         dps_status rc = run_config(cfg, be, rd, &w);
-        *shared_written = w;
+        if (rc) dps_strlcpy(shared->error, dps_errmsg(), sizeof shared->error);
+        if (rc && !w) dps_log("%s", shared->error); /* the table has no line for it yet */
+        shared->written = w;
         fflush(NULL);
         exit(rc == DPS_OK ? 0 : 1);
     }
@@ -136,7 +106,8 @@ static dps_status run_child(const dps_config *cfg, backend *be, const results_di
         nanosleep(&ts, NULL);
     }
     if (tty) fprintf(stderr, "\r\033[K");
-    out->written = *shared_written;
+    out->written = shared->written;
+    dps_strlcpy(out->error, shared->error, sizeof out->error);
     return DPS_OK;
 }
 
@@ -144,7 +115,7 @@ static dps_status run_child(const dps_config *cfg, backend *be, const results_di
 static void record_death(const dps_config *cfg, const backend *be, const results_dir *rd,
                          const child_outcome *c, const sweep_opts *o)
 {
-    char why[256];
+    char why[DPS_ERRMSG_MAX];
     dps_status st = DPS_ERR_RUNTIME;
     if (c->timed_out) {
         st = DPS_ERR_TIMEOUT;
@@ -153,6 +124,8 @@ static void record_death(const dps_config *cfg, const backend *be, const results
     } else if (WIFSIGNALED(c->ws)) {
         snprintf(why, sizeof why, "the configuration's process was killed by %s (signal %d)",
                  dps_signal_name(WTERMSIG(c->ws)), WTERMSIG(c->ws));
+    } else if (c->error[0]) {
+        snprintf(why, sizeof why, "%s", c->error);
     } else {
         snprintf(why, sizeof why, "the configuration's process exited with status %d before "
                  "writing its results", WEXITSTATUS(c->ws));
@@ -163,19 +136,23 @@ static void record_death(const dps_config *cfg, const backend *be, const results
 int sweep_run(sweep_item *items, int n, backend *be, const results_dir *rd,
               const sweep_opts *o, int *interrupted)
 {
-    int *written = mmap(NULL, sizeof(int), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    char *done = o->resume ? done_ids(rd) : NULL;
+    child_report *shared = mmap(NULL, sizeof *shared, PROT_READ | PROT_WRITE,
+                                MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     int total = 0, failed = 0, idx = 0, ran = 0, skipped_done = 0;
     for (int i = 0; i < n; i++) total += strcmp(items[i].skip, "-") != 0;
     double t_start = dps_now_ms(), spent = 0.0;
     *interrupted = 0;
-    for (int i = 0; i < n && written != MAP_FAILED; i++) {
+    if (shared == MAP_FAILED) {
+        dps_log("cannot map memory shared with the configurations' processes");
+        return n;
+    }
+    for (int i = 0; i < n; i++) {
         sweep_item *it = &items[i];
         char id[192];
         config_id(&it->cfg, id, sizeof id);
         if (strcmp(it->skip, "-") == 0) continue;
         idx++;
-        if (o->resume && is_done(done, id)) {
+        if (o->done && results_ids_has(o->done, id)) {
             skipped_done++;
             continue;
         }
@@ -187,7 +164,7 @@ int sweep_run(sweep_item *items, int n, backend *be, const results_dir *rd,
         if (!isatty(STDERR_FILENO)) progress(idx, total, id, (dps_now_ms() - t_start) / 1e3, eta, 0);
         double t0 = dps_now_ms();
         child_outcome c;
-        if (run_child(&it->cfg, be, rd, o, written, &c, idx, total, id, t_start, eta)) {
+        if (run_child(&it->cfg, be, rd, o, shared, &c, idx, total, id, t_start, eta)) {
             dps_log("%s", dps_errmsg());
             failed++;
             break;
@@ -204,8 +181,7 @@ int sweep_run(sweep_item *items, int n, backend *be, const results_dir *rd,
     }
     if (skipped_done) dps_log("--resume: %d configuration%s already in %s, not run again",
                               skipped_done, skipped_done == 1 ? "" : "s", rd->dir);
-    free(done);
-    if (written != MAP_FAILED) munmap(written, sizeof(int));
+    munmap(shared, sizeof *shared);
     return failed;
 }
 

@@ -6,10 +6,11 @@
 
 #include "backend/backend.h"
 #include "run/results.h"
+#include "run/results_ids.h"
 #include "run/suite.h"
 
 typedef struct sweep_opts {
-    int resume;               /* skip configurations already in runs.csv */
+    const results_ids *done;  /* --resume: configurations not run again; NULL: none */
     int dry_run;              /* list, run nothing */
     const char *filter;       /* substring or glob of config ids; NULL: all */
     double config_timeout_s;  /* a configuration running longer is killed */

@@ -1,0 +1,177 @@
+/* The configurations a results folder holds, and --resume's clean-up of it
+ * (see results_ids.h). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/csv.h"
+#include "core/csv_read.h"
+#include "core/util.h"
+#include "run/results_ids.h"
+
+static dps_status ids_add(results_ids *s, const char *id)
+{
+    char **more = realloc(s->ids, ((size_t)s->n + 1) * sizeof *more);
+    char *copy = strdup(id);
+    if (more) s->ids = more;
+    if (!more || !copy) {
+        free(copy);
+        return dps_fail(DPS_ERR_RUNTIME, "out of host memory reading runs.csv");
+    }
+    s->ids[s->n++] = copy;
+    return DPS_OK;
+}
+
+static int ids_has_unsorted(const results_ids *s, const char *id)
+{
+    for (int i = 0; i < s->n; i++)
+        if (strcmp(s->ids[i], id) == 0) return 1;
+    return 0;
+}
+
+static int by_text(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int results_ids_has(const results_ids *s, const char *id)
+{
+    return s->n && bsearch(&id, s->ids, (size_t)s->n, sizeof *s->ids, by_text) != NULL;
+}
+
+void results_ids_free(results_ids *s)
+{
+    for (int i = 0; i < s->n; i++) free(s->ids[i]);
+    free(s->ids);
+    memset(s, 0, sizeof *s);
+}
+
+/* One complete record of a file: its bytes and its first two fields. */
+typedef struct record {
+    const char *p;
+    size_t len;
+    char id[256], status[32];
+} record;
+
+/* The next complete record from *pos of data (len bytes); 0 at the end or
+ * at a record cut short by a crash. */
+static int next_record(const char *data, size_t len, size_t *pos, record *rec)
+{
+    rec->p = data + *pos;
+    rec->len = csv_record_len(rec->p, len - *pos);
+    if (!rec->len) return 0;
+    *pos += rec->len;
+    if (!csv_field(rec->p, rec->len, 0, rec->id, sizeof rec->id)) rec->id[0] = '\0';
+    if (!csv_field(rec->p, rec->len, 1, rec->status, sizeof rec->status)) rec->status[0] = '\0';
+    return 1;
+}
+
+dps_status results_ids_load(const results_dir *r, results_ids *ids)
+{
+    memset(ids, 0, sizeof *ids);
+    char path[DPS_PATH_MAX + 32], *data;
+    size_t len, pos = 0;
+    snprintf(path, sizeof path, "%s/runs.csv", r->dir);
+    DPS_TRY(csv_read_file(path, &data, &len));
+    record rec;
+    dps_status rc = DPS_OK;
+    for (int row = 0; !rc && data && next_record(data, len, &pos, &rec); row++)
+        if (row && rec.id[0] && !ids_has_unsorted(ids, rec.id)) rc = ids_add(ids, rec.id);
+    free(data);
+    if (rc) results_ids_free(ids);
+    else if (ids->n) qsort(ids->ids, (size_t)ids->n, sizeof *ids->ids, by_text);
+    return rc;
+}
+
+/* Replaces path by the bytes of b: a temporary file, fsync, rename. */
+static dps_status replace_file(const char *path, const csv_buf *b)
+{
+    char tmp[DPS_PATH_MAX + 64];
+    snprintf(tmp, sizeof tmp, "%s.resume.%d", path, (int)getpid());
+    FILE *f = fopen(tmp, "wb");
+    if (!f) return dps_fail(DPS_ERR_RUNTIME, "%s: cannot write: %s", tmp, strerror(errno));
+    int bad = b->oom || fwrite(b->data, 1, b->len, f) != b->len;
+    bad |= fflush(f) != 0 || fsync(fileno(f)) != 0;
+    bad |= fclose(f) != 0;
+    if (bad || rename(tmp, path) != 0) {
+        unlink(tmp);
+        return dps_fail(DPS_ERR_RUNTIME, "%s: cannot rewrite it for --resume: %s", path,
+                        b->oom ? "out of host memory" : strerror(errno));
+    }
+    return DPS_OK;
+}
+
+static int finished(const char *status)
+{
+    return !strcmp(status, "ok") || !strcmp(status, "oom") || !strcmp(status, "skipped");
+}
+
+/* runs.csv's rows to keep into out; done: their ids, rerun: the others'. */
+static void sort_runs(const char *data, size_t len, csv_buf *out, results_ids *done,
+                      results_ids *rerun, dps_status *rc)
+{
+    size_t pos = 0;
+    record rec;
+    for (int row = 0; !*rc && next_record(data, len, &pos, &rec); row++) {
+        int keep = !row || (finished(rec.status) && !ids_has_unsorted(done, rec.id));
+        if (keep) csv_raw(out, rec.p, rec.len);
+        if (keep && row) *rc = ids_add(done, rec.id);
+        else if (!keep && !ids_has_unsorted(rerun, rec.id)) *rc = ids_add(rerun, rec.id);
+    }
+}
+
+/* Keeps in one detail file the complete rows of configurations in done. */
+static dps_status filter_file(const char *path, const results_ids *done)
+{
+    char *data;
+    size_t len, pos = 0;
+    DPS_TRY(csv_read_file(path, &data, &len));
+    if (!data) return DPS_OK;
+    csv_buf out;
+    csv_init(&out);
+    record rec;
+    for (int row = 0; next_record(data, len, &pos, &rec); row++)
+        if (!row || results_ids_has(done, rec.id)) csv_raw(&out, rec.p, rec.len);
+    dps_status rc = out.len == len ? DPS_OK : replace_file(path, &out);
+    csv_free(&out);
+    free(data);
+    return rc;
+}
+
+static int count_not_done(const results_ids *rerun, const results_ids *done)
+{
+    int n = 0;
+    for (int i = 0; i < rerun->n; i++) n += !results_ids_has(done, rerun->ids[i]);
+    return n;
+}
+
+dps_status results_resume_prepare(const results_dir *r, results_ids *done, int *rerun)
+{
+    memset(done, 0, sizeof *done);
+    *rerun = 0;
+    int nfiles;
+    const results_file *files = results_files(&nfiles);
+    char path[DPS_PATH_MAX + 32], *data;
+    size_t len;
+    snprintf(path, sizeof path, "%s/%s", r->dir, files[nfiles - 1].name); /* runs.csv */
+    DPS_TRY(csv_read_file(path, &data, &len));
+    csv_buf out;
+    csv_init(&out);
+    results_ids again = {0};
+    dps_status rc = DPS_OK;
+    if (data) sort_runs(data, len, &out, done, &again, &rc);
+    if (done->n) qsort(done->ids, (size_t)done->n, sizeof *done->ids, by_text);
+    if (!rc && data && out.len != len) rc = replace_file(path, &out);
+    for (int i = 0; !rc && i < nfiles - 1; i++) {
+        snprintf(path, sizeof path, "%s/%s", r->dir, files[i].name);
+        rc = filter_file(path, done);
+    }
+    *rerun = count_not_done(&again, done);
+    results_ids_free(&again);
+    csv_free(&out);
+    free(data);
+    if (rc) results_ids_free(done);
+    return rc;
+}
