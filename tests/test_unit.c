@@ -23,6 +23,7 @@
 #include "launch/ranks.h"
 #include "cli/cli.h"
 #include "core/csv.h"
+#include "core/csv_read.h"
 #include "strategies/dp.h"
 #include "core/stats.h"
 #include "model/model.h"
@@ -124,6 +125,35 @@ static char *slurp(const char *path)
     return buf;
 }
 
+/* The records of text written by test_csv read back, field by field. */
+static void test_csv_read(const char *path)
+{
+    char *data, field[32];
+    size_t len, pos = 0;
+    EXPECT(csv_read_file(path, &data, &len) == DPS_OK && data && len == strlen(data));
+    if (!data) return;
+    size_t n[4];
+    for (int i = 0; i < 4; i++) {
+        n[i] = csv_record_len(data + pos, len - pos);
+        EXPECT(n[i] > 0);
+        if (i == 2) {
+            EXPECT(csv_field(data + pos, n[i], 0, field, sizeof field) && !strcmp(field, "quote\"d"));
+            EXPECT(csv_field(data + pos, n[i], 1, field, sizeof field) && !field[0]);
+            EXPECT(csv_field(data + pos, n[i], 2, field, sizeof field) &&
+                   !strcmp(field, "line\nbreak"));
+            EXPECT(!csv_field(data + pos, n[i], 3, field, sizeof field)); /* three fields */
+            EXPECT(!csv_field(data + pos, n[i], 2, field, 4));             /* does not fit */
+        }
+        pos += n[i];
+    }
+    EXPECT(pos == len);
+    EXPECT(csv_record_len("plain,1.5", 9) == 0);        /* cut short: no end */
+    EXPECT(csv_record_len("\"a\nb\",1\n", 8) == 8); /* a newline inside quotes */
+    free(data);
+    char *none;
+    EXPECT(csv_read_file("/nonexistent/dir/x.csv", &none, &len) == DPS_OK && !none && !len);
+}
+
 static void test_csv(void)
 {
     char dir[] = "/tmp/dpscale-csv-XXXXXX";
@@ -150,6 +180,7 @@ static void test_csv(void)
                        "\"quote\"\"d\",,\"line\nbreak\"\n\" padded\",-3,\n";
     char *got = slurp(path);
     EXPECT(got && strcmp(got, want) == 0);
+    test_csv_read(path);
     /* a second append adds rows without a second header */
     EXPECT(csv_append(path, cols, 3, &b) == DPS_OK);
     got = slurp(path);

@@ -248,22 +248,20 @@ int cmd_links(cli_args *a)
 }
 
 /* Before anything is written: every file of the folder has this version's
- * header; --resume takes out what did not finish, to run it again; without
- * it, no configuration to run may be in the folder already. */
+ * header; rows cut short or stray are taken out, and with --resume what did
+ * not finish, to run it again; without it, no configuration to run may be
+ * in the folder already. */
 static dps_status prepare_folder(const cli_args *a, const results_dir *rd, const sweep_item *items,
                                  int n, results_ids *done)
 {
     DPS_TRY(results_check_headers(rd));
-    if (a->resume) {
-        int rerun;
-        DPS_TRY(results_resume_prepare(rd, done, &rerun));
-        if (rerun)
-            dps_log("--resume: %d configuration%s that did not finish (error, timeout, "
-                    "interrupted) taken out of %s, to run again", rerun, rerun == 1 ? "" : "s",
-                    rd->dir);
-        return DPS_OK;
-    }
-    DPS_TRY(results_ids_load(rd, done));
+    int rerun;
+    DPS_TRY(results_tidy(rd, a->resume, done, &rerun));
+    if (rerun)
+        dps_log("--resume: %d configuration%s that did not finish (error, timeout, "
+                "interrupted) taken out of %s, to run again", rerun, rerun == 1 ? "" : "s",
+                rd->dir);
+    if (a->resume) return DPS_OK;
     dps_status rc = DPS_OK;
     for (int i = 0; i < n && !rc; i++) {
         char id[192];

@@ -68,23 +68,6 @@ static int next_record(const char *data, size_t len, size_t *pos, record *rec)
     return 1;
 }
 
-dps_status results_ids_load(const results_dir *r, results_ids *ids)
-{
-    memset(ids, 0, sizeof *ids);
-    char path[DPS_PATH_MAX + 32], *data;
-    size_t len, pos = 0;
-    snprintf(path, sizeof path, "%s/runs.csv", r->dir);
-    DPS_TRY(csv_read_file(path, &data, &len));
-    record rec;
-    dps_status rc = DPS_OK;
-    for (int row = 0; !rc && data && next_record(data, len, &pos, &rec); row++)
-        if (row && rec.id[0] && !ids_has_unsorted(ids, rec.id)) rc = ids_add(ids, rec.id);
-    free(data);
-    if (rc) results_ids_free(ids);
-    else if (ids->n) qsort(ids->ids, (size_t)ids->n, sizeof *ids->ids, by_text);
-    return rc;
-}
-
 /* Replaces path by the bytes of b: a temporary file, fsync, rename. */
 static dps_status replace_file(const char *path, const csv_buf *b)
 {
@@ -108,14 +91,15 @@ static int finished(const char *status)
     return !strcmp(status, "ok") || !strcmp(status, "oom") || !strcmp(status, "skipped");
 }
 
-/* runs.csv's rows to keep into out; done: their ids, rerun: the others'. */
-static void sort_runs(const char *data, size_t len, csv_buf *out, results_ids *done,
+/* runs.csv's rows to keep into out (resume: those that finished, once
+each; else all); done: their ids, rerun: the others'. */
+static void sort_runs(const char *data, size_t len, int resume, csv_buf *out, results_ids *done,
                       results_ids *rerun, dps_status *rc)
 {
     size_t pos = 0;
     record rec;
     for (int row = 0; !*rc && next_record(data, len, &pos, &rec); row++) {
-        int keep = !row || (finished(rec.status) && !ids_has_unsorted(done, rec.id));
+        int keep = !row || !resume || (finished(rec.status) && !ids_has_unsorted(done, rec.id));
         if (keep) csv_raw(out, rec.p, rec.len);
         if (keep && row) *rc = ids_add(done, rec.id);
         else if (!keep && !ids_has_unsorted(rerun, rec.id)) *rc = ids_add(rerun, rec.id);
@@ -147,7 +131,7 @@ static int count_not_done(const results_ids *rerun, const results_ids *done)
     return n;
 }
 
-dps_status results_resume_prepare(const results_dir *r, results_ids *done, int *rerun)
+dps_status results_tidy(const results_dir *r, int resume, results_ids *done, int *rerun)
 {
     memset(done, 0, sizeof *done);
     *rerun = 0;
@@ -161,7 +145,7 @@ dps_status results_resume_prepare(const results_dir *r, results_ids *done, int *
     csv_init(&out);
     results_ids again = {0};
     dps_status rc = DPS_OK;
-    if (data) sort_runs(data, len, &out, done, &again, &rc);
+    if (data) sort_runs(data, len, resume, &out, done, &again, &rc);
     if (done->n) qsort(done->ids, (size_t)done->n, sizeof *done->ids, by_text);
     if (!rc && data && out.len != len) rc = replace_file(path, &out);
     for (int i = 0; !rc && i < nfiles - 1; i++) {

@@ -1,6 +1,7 @@
-/* The configurations a results folder already holds (runs.csv), and what
- * --resume does to a folder before it continues: only configurations that
- * finished (ok, oom, skipped) stay; the rest are taken out to be run again. */
+/* The configurations a results folder already holds (runs.csv), and the
+ * tidying before it is written to: rows cut short or stray go, and with
+ * --resume so do configurations that did not finish (ok, oom, skipped stay),
+ * to be run again. */
 #ifndef DPS_RESULTS_IDS_H
 #define DPS_RESULTS_IDS_H
 
@@ -12,15 +13,15 @@ typedef struct results_ids {
     char *text;  /* the strings ids point into */
 } results_ids;
 
-/* Every config_id of DIR/runs.csv (none when it is missing). */
-dps_status results_ids_load(const results_dir *r, results_ids *ids) DPS_MUST_USE;
 int results_ids_has(const results_ids *ids, const char *id);
 void results_ids_free(results_ids *ids);
 
-/* Keeps in every file only the rows of configurations whose runs.csv row
- * says ok, oom or skipped (the first such row of each), and the complete
- * rows only; each file changed is replaced atomically, runs.csv first.
- * *done: the configurations kept; *rerun: those taken out. */
-dps_status results_resume_prepare(const results_dir *r, results_ids *done, int *rerun) DPS_MUST_USE;
+/* Before a folder is written to: takes out of every file the rows cut short
+ * by a crash and the detail rows of configurations runs.csv lacks; with
+ * resume, also every row of configurations whose runs.csv row does not say
+ * ok, oom or skipped (and a second row of one that does). Each file that
+ * changes is replaced atomically, runs.csv first. *done: the configurations
+ * in runs.csv after it; *rerun: those taken out. */
+dps_status results_tidy(const results_dir *r, int resume, results_ids *done, int *rerun) DPS_MUST_USE;
 
 #endif
