@@ -237,6 +237,17 @@ BAD_INPUTS = [
     (["run", "--profile-steps", "2:99", "--steps", "5"], "--profile-steps 2:99"),
     (["run", "--dp-comm", "nccl"], "--dp-comm nccl"),
     (["run", "--dp-comm", "mpi"], "--dp-comm mpi"),
+    (["sweep", "--gpus", "1,1"], "--gpus 1,1: listed twice: '1'"),
+    (["sweep", "--model", "tiny,tiny", "--mode", "dp"], "--model tiny,tiny: listed twice: 'tiny'"),
+    (["run", "--model", ",tiny"], "--model ,tiny: empty entry in the list"),
+    (["sweep", "--gpus", ",1"], "--gpus ,1: empty entry in the list"),
+]
+
+# suite files refused as the command line refuses the same lists: (text, message)
+BAD_SUITES = [
+    ("models = tiny\ngpus = 1, 1\n", ":2: gpus = 1, 1: listed twice: '1'"),
+    ("models = tiny, tiny\n", ":1: models = tiny, tiny: listed twice: 'tiny'"),
+    ("models = ,tiny\n", ":1: models = ,tiny: empty entry in the list"),
 ]
 
 
@@ -251,6 +262,10 @@ def case_bad_input(binary):
             expect(len(lines) == 1 and needle in lines[0], f"{args}: stderr {p.stderr!r}")
             expect("Segmentation" not in p.stderr and p.stdout == "", f"{args}: output {p.stdout!r}")
             expect(not os.path.exists(out), f"{args}: created {out}")
+        for text, needle in BAD_SUITES:
+            p = dpscale(binary, "sweep", write(os.path.join(tmp, "bad.suite"), text), out=out)
+            expect_exit(p, 2, "bad.suite" + needle)
+            expect(p.stdout == "" and not os.path.exists(out), f"{text!r}: output {p.stdout!r}")
         # bytes that are not UTF-8: refused in a folder name, escaped in meta.json
         p = subprocess.run([binary, "run", "--backend", "host", "--out", out, "--name",
                             os.fsdecode(b"caf\xe9")], capture_output=True)

@@ -230,6 +230,16 @@ static void test_cli(void)
     expect_usage("", "no command");
     expect_usage("run extra", "unexpected argument 'extra'");
     expect_usage("run --gpus 2 --devices 0,1,2", "disagree");
+    /* a value twice in a list: the same configuration twice */
+    expect_usage("sweep --gpus 1,1", "--gpus 1,1: listed twice: '1'");
+    expect_usage("sweep --model tiny,tiny", "--model tiny,tiny: listed twice: 'tiny'");
+    EXPECT(parse("run --devices 0,0", &a) == DPS_OK && a.cfg.ngpus == 2); /* replicas on one GPU */
+    expect_usage("comm-bench --sizes 1M,1048576", "--sizes 1M,1048576: listed twice: '1048576'");
+    /* an empty entry, in every list, refused in the same words */
+    expect_usage("run --model ,tiny", "--model ,tiny: empty entry in the list");
+    expect_usage("sweep --model tiny,", "--model tiny,: empty entry in the list");
+    expect_usage("sweep --gpus ,1", "--gpus ,1: empty entry in the list");
+    expect_usage("comm-bench --sizes 1M,,4M", "--sizes 1M,,4M: empty entry in the list");
 }
 
 static void test_parse(void)
@@ -687,15 +697,22 @@ static void test_suite(void)
     EXPECT(s.nmodels == 1 && strcmp(s.models[0], "resnet50") == 0 && s.precisions[0] == PREC_BF16);
     unlink(path);
     expect_suite_error("modes = dp\ncolour = blue\n", 23, "2: unknown key");
-    expect_suite_error("gpus = 1, x\n", 12, "1: expected an integer from 1 to 64, got 'x'");
-    expect_suite_error("models = tiny,,small\n", 21, "1: empty entry");
+    expect_suite_error("gpus = 1, x\n", 12, "1: gpus = x: expected an integer from 1 to 64");
+    expect_suite_error("models = tiny,,small\n", 21, "1: models = tiny,,small: empty entry in the list");
+    expect_suite_error("models = ,tiny\n", 15, "1: models = ,tiny: empty entry in the list");
+    expect_suite_error("gpus = 1,\n", 10, "1: gpus = 1,: empty entry in the list");
+    expect_suite_error("gpus = 1, 1\n", 12, "1: gpus = 1, 1: listed twice: '1'");
+    expect_suite_error("models = tiny, small, tiny\n", 27,
+                       "1: models = tiny, small, tiny: listed twice: 'tiny'");
+    expect_suite_error("bucket_mb = 25, 25.0\n", 21, "1: bucket_mb = 25, 25.0: listed twice: '25.0'");
     expect_suite_error("\n\nmodels =\n", 12, "3: empty value for 'models'");
-    expect_suite_error("models = huge\n", 14, "1: unknown preset");
-    expect_suite_error("modes = dp, dp\n", 15, "1: listed twice");
+    expect_suite_error("models = huge\n", 14, "1: models = huge: unknown preset");
+    expect_suite_error("modes = dp, dp\n", 15, "1: modes = dp, dp: listed twice: 'dp'");
+    expect_suite_error("steps = 1, 2\n", 13, "1: steps = 1, 2: expected one value");
     expect_suite_error("[gpu]\n", 6, "1: unknown section");
-    expect_suite_error("steps = 0\n", 10, "1: expected an integer from 1");
+    expect_suite_error("steps = 0\n", 10, "1: steps = 0: expected an integer from 1");
     expect_suite_error("just words\n", 11, "1: expected key = value");
-    expect_suite_error("[cuda]\nmodels = nope\n", 21, "2: unknown preset"); /* checked off-backend too */
+    expect_suite_error("[cuda]\nmodels = nope\n", 21, "2: models = nope: unknown preset"); /* checked off-backend too */
     static const unsigned char garbage[] = {0x7f, 'E', 'L', 'F', 0x02, 0x01, 0x00, 0x00, 0x03};
     expect_suite_error((const char *)garbage, sizeof garbage, "1: not a text");
     static const char nul[] = "modes = dp\nmo\0des = ddp\n";
@@ -771,6 +788,9 @@ static void test_settings(void)
     expect_same_refusal("run --optimizer lion", "optimizers = lion\n");
     expect_same_refusal("sweep --mode fsdp", "modes = fsdp\n");
     expect_same_refusal("sweep --mode dp,dp", "modes = dp, dp\n");
+    expect_same_refusal("sweep --gpus 2,2", "gpus = 2, 2\n");
+    expect_same_refusal("sweep --model tiny,tiny", "models = tiny, tiny\n");
+    expect_same_refusal("sweep --model ,tiny", "models = ,tiny\n");
     expect_same_refusal("run --model huge", "models = huge\n");
     expect_same_refusal("run --bucket-mb 65537", "bucket_mb = 65537\n");
     expect_same_refusal("run --device-mem 0", "device_mem = 0\n");

@@ -31,7 +31,7 @@ const settings_entry settings_table[SET_COUNT] = {
         .help = "number of devices; sweep: a list, 1,2,4,... up to the devices if not given"},
     [SET_DEVICES] = {
         .flag = "devices", .type = SETTINGS_INT, .lo = 0, .hi = DPS_MAX_DEVICES - 1,
-        .cli_max = DPS_MAX_DEVICES, .metavar = "LIST",
+        .cli_max = DPS_MAX_DEVICES, .repeats = 1, .metavar = "LIST",
         .help = "device indices, e.g. 0,2,3; implies --gpus"},
     [SET_MODEL] = {
         .flag = "model", .key = "models", .type = SETTINGS_PRESET,

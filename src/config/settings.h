@@ -30,7 +30,7 @@ typedef enum settings_type {
     SETTINGS_NUMBER,      /* a number above lo and at most hi */
     SETTINGS_BYTES,       /* a byte count (K/M/G/T suffixes) from lo to hi, a multiple of
                            * `multiple` */
-    SETTINGS_WORD,        /* one of words[]; in a list each at most once */
+    SETTINGS_WORD,        /* one of words[] */
     SETTINGS_PRESET,      /* the name of a model preset */
     SETTINGS_TEXT,        /* text of 1 to hi characters */
     SETTINGS_FOLDER_NAME, /* TEXT without '/' that does not start with '.' */
@@ -54,6 +54,7 @@ typedef struct settings_entry {
     const char *const *words; /* WORD, FAULT: nwords words */
     int nwords;
     int cli_max, suite_max;   /* values in a comma list; 1: a single value */
+    int repeats;              /* a list may name a value twice (--devices 0,0) */
     int has_default;          /* def (or def_text) is the default */
     settings_item def;        /* INT, BYTES, WORD (the index), NUMBER */
     const char *def_text;     /* PRESET, TEXT */
@@ -84,7 +85,9 @@ typedef struct settings_error {
 } settings_error;
 
 /* Reads `text` as setting `id`: a comma list of at most `max` values (entries
- * trimmed of blanks) when max > 1, else one value. 0 ok; -1 refused, with
+ * trimmed of blanks, none empty, none the same value as another unless the
+ * entry repeats) when max > 1,
+ * else one value. 0 ok; -1 refused, with
  * *err filled for the caller's message (item: the value refused, "" when the
  * list as a whole is malformed). */
 int settings_value_parse(settings_id id, int max, const char *text, settings_value *out,
