@@ -241,6 +241,10 @@ BAD_INPUTS = [
     (["sweep", "--model", "tiny,tiny", "--mode", "dp"], "--model tiny,tiny: listed twice: 'tiny'"),
     (["run", "--model", ",tiny"], "--model ,tiny: empty entry in the list"),
     (["sweep", "--gpus", ",1"], "--gpus ,1: empty entry in the list"),
+    (["links", "--dry-run"], "--dry-run: not an option of `dpscale links` (only of run and sweep)"),
+    (["info", "--inject-fault", "1:1:exit"], "--inject-fault: not an option of `dpscale info`"),
+    (["sweep", "--save-params", "p.npy"], "--save-params: not an option of `dpscale sweep`"),
+    (["links", "--sizes", "1M,2M"], "--sizes 1M,2M: one value for `dpscale links`"),
 ]
 
 # suite files refused as the command line refuses the same lists: (text, message)

@@ -200,7 +200,25 @@ static void test_cli(void)
     expect_usage("run --gpus 0", "--gpus 0:");
     expect_usage("run --gpus -1", "--gpus -1:");
     expect_usage("run --gpus 99999999999999999999", "out of range");
-    expect_usage("run --gpus 1,2", "lists are for `dpscale sweep`");
+    expect_usage("run --gpus 1,2", "--gpus 1,2: one value for `dpscale run` (lists are for sweep "
+                 "and comm-bench)");
+    expect_usage("run --model tiny,small", "--model tiny,small: one value for `dpscale run` "
+                 "(lists are for sweep)");
+    expect_usage("links --sizes 1M,2M", "--sizes 1M,2M: one value for `dpscale links`");
+    /* an option another subcommand takes: refused, naming the ones that take it */
+    expect_usage("links --dry-run", "--dry-run: not an option of `dpscale links` (only of run and sweep)");
+    expect_usage("info --inject-fault 1:1:exit", "--inject-fault: not an option of `dpscale info`");
+    expect_usage("sweep --save-params p.npy", "--save-params: not an option of `dpscale sweep` "
+                 "(only of run)");
+    expect_usage("run --resume", "--resume: not an option of `dpscale run` (only of sweep)");
+    expect_usage("comm-bench --backend host", "--backend: not an option of `dpscale comm-bench` "
+                 "(only of run, sweep, info and links)");
+    expect_usage("info --out x", "--out: not an option of `dpscale info`");
+    EXPECT(parse("links --backend host --gpus 2 --sizes 1M --steps 3 --device-mem 4M "
+                 "--host-devices 2 --out x --name y", &a) == DPS_OK && a.cmd == CMD_LINKS);
+    EXPECT(parse("comm-bench --gpus 2,3 --sizes 4,1M --steps 2 --warmup 1 --timeout 5 --out x", &a) == DPS_OK);
+    EXPECT(parse("info --backend host --host-devices 2 --device-mem 1M --help", &a) == DPS_OK &&
+           a.cmd == CMD_HELP);
     expect_usage("run --steps 0", "--steps 0:");
     expect_usage("run --batch 2.5", "--batch 2.5:");
     expect_usage("run --model nope", "--model nope: unknown preset");
@@ -744,6 +762,9 @@ static void expect_entry_consistent(int id)
         fprintf(stderr, "settings entry %d (--%s, key %s): incomplete\n", id, e->flag, e->key);
         failures++;
     }
+    /* an option names the subcommands that take it, a list those that take a list */
+    EXPECT(!e->flag == !e->cmds && (e->list_cmds & ~e->cmds) == 0);
+    EXPECT(!e->list_cmds == (e->cli_max < 2));
     for (int j = 0; e->flag && j < id; j++)
         EXPECT(!settings_table[j].flag || strcmp(settings_table[j].flag, e->flag) != 0);
     if (!e->has_default) return;
@@ -821,9 +842,10 @@ static void test_settings(void)
         fclose(f);
     }
     const settings_entry *steps = &settings_table[SET_STEPS];
-    snprintf(want, sizeof want, "timed steps [%lld..%lld; default %lld]\n", (long long)steps->lo,
-             (long long)steps->hi, (long long)steps->def.i);
+    snprintf(want, sizeof want, " [%lld..%lld; default %lld] {run, sweep, comm-bench, links}\n",
+             (long long)steps->lo, (long long)steps->hi, (long long)steps->def.i);
     EXPECT(help && strstr(help, "  --steps N ") && strstr(help, want));
+    EXPECT(help && strstr(help, " {sweep}\n") && strstr(help, "show this help\n"));
     EXPECT(help && strstr(help, "  --backend auto|host|cuda ") && !strstr(help, "--overlap"));
     free(help);
     dps_config c;

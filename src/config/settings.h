@@ -1,6 +1,7 @@
 /* The settings: one table of every command-line option and suite-file key
- * (type, range, words, default, metavar, help) read by the command line, the
- * suite parser, --help and config_defaults; values are read in settings_value.c. */
+ * (type, range, words, default, subcommands, metavar, help) read by the
+ * command line, the suite parser, --help and config_defaults; values are read
+ * in settings_value.c. */
 #ifndef DPS_SETTINGS_H
 #define DPS_SETTINGS_H
 
@@ -23,6 +24,14 @@ typedef enum settings_id {
     SET_NO_NVML, SET_PROFILE_STEPS, SET_CHECK, SET_SAVE_PARAMS, SET_GEMM_REF, SET_OUT, SET_NAME, SET_HELP,
     SET_VERSION, SET_COUNT
 } settings_id;
+
+/* The subcommands, as bits of settings_entry.cmds: bit i is settings_cmd_names[i]. */
+enum {
+    SETTINGS_RUN = 1 << 0, SETTINGS_SWEEP = 1 << 1, SETTINGS_INFO = 1 << 2,
+    SETTINGS_COMM_BENCH = 1 << 3, SETTINGS_LINKS = 1 << 4,
+};
+#define SETTINGS_NCMDS 5
+extern const char *const settings_cmd_names[SETTINGS_NCMDS]; /* "run", "sweep", ... */
 
 typedef enum settings_type {
     SETTINGS_FLAG,        /* no value: the option alone */
@@ -55,6 +64,8 @@ typedef struct settings_entry {
     int nwords;
     int cli_max, suite_max;   /* values in a comma list; 1: a single value */
     int repeats;              /* a list may name a value twice (--devices 0,0) */
+    unsigned cmds;            /* the subcommands that take the option (SETTINGS_RUN, ...) */
+    unsigned list_cmds;       /* those of them that take a list of cli_max values; the others one */
     int has_default;          /* def (or def_text) is the default */
     settings_item def;        /* INT, BYTES, WORD (the index), NUMBER */
     const char *def_text;     /* PRESET, TEXT */
@@ -68,7 +79,11 @@ extern const settings_entry settings_table[SET_COUNT];
 int settings_find_key(const char *key);
 /* words[] joined by sep, e.g. "dp|ddp", into buf. */
 void settings_join_words(const settings_entry *e, const char *sep, char *buf, size_t len);
-/* The options part of --help: one line per option with its range and default. */
+/* The subcommands of `cmds` by name, separated by sep and the last by last:
+ * "run, sweep and links". */
+void settings_join_cmds(unsigned cmds, const char *sep, const char *last, char *buf, size_t len);
+/* The options part of --help: one line per option with its range, default and
+ * the subcommands that take it. */
 void settings_print_options(FILE *f);
 
 /* A value read by settings_value_parse. */
