@@ -3,6 +3,7 @@
 its results folder. Usage: integration.py DPSCALE CASE [ARGS...]; exit 0
 pass, 1 fail, 77 skip (meson's convention). Standard library only."""
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -385,6 +386,25 @@ def case_links(binary):
             expect(float(v) > 0, f"{r}")
         p = dpscale(binary, "links", "--gpus", "9", out=out, name="x")
         expect_exit(p, 2, "--gpus 9")
+        links_out_of_memory(binary, out)
+
+
+def sanitized(binary):
+    """Whether the binary is built with AddressSanitizer (which an address-space limit breaks)."""
+    with open(binary, "rb") as f:
+        return b"libasan" in f.read()
+
+
+def links_out_of_memory(binary, out):
+    """links without the memory for its host buffers names the host, not a device -1."""
+    if sanitized(binary):
+        return
+    limit = lambda: resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))  # noqa: E731
+    p = subprocess.run([binary, "links", "--backend", "host", "--gpus", "2", "--sizes", "16G",
+                        "--out", out, "--name", "oom"], capture_output=True, text=True,
+                       timeout=120, preexec_fn=limit)
+    expect_exit(p, 1, "pinned host memory", "16.00 GiB")
+    expect("device -1" not in p.stderr, f"stderr names device -1: {p.stderr}")
 
 
 def case_profile_sh(binary):
