@@ -534,6 +534,16 @@ def case_sweep_skipped(binary):
         runs, _, _, _, _ = read_folder(os.path.join(out, "t"))
         got = {r["precision"]: r["status"] for r in runs}
         expect(got == {"fp32": "ok", "bf16": "skipped"}, f"{got}")
+        # every configuration skipped, here or after --filter: nothing ran, exit 1 saying why
+        p = dpscale(binary, "sweep", suite, "--filter", "bf16", out=out, name="filtered")
+        expect_exit(p, 1, "nothing ran", "--filter bf16", "bf16")
+        runs, _, _, _, _ = read_folder(os.path.join(out, "filtered"))
+        expect([r["status"] for r in runs] == ["skipped"], f"{runs}")
+        big = write(os.path.join(out, "big.suite"), "modes = dp\ngpus = 9, 10\nmodels = tiny\n")
+        p = dpscale(binary, "sweep", big, "--host-devices", "8", out=out, name="big")
+        expect_exit(p, 1, "nothing ran", "all 2 configurations", "--gpus 9")
+        p = dpscale(binary, "sweep", big, "--host-devices", "8", "--dry-run", out=out, name="dry")
+        expect_exit(p, 0)
         p = dpscale(binary, "sweep", os.path.join(out, "missing.suite"), out=out)
         expect_exit(p, 2, "missing.suite: cannot read")
 

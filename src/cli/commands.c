@@ -245,6 +245,29 @@ int cmd_links(cli_args *a)
     return status;
 }
 
+/* The sweep's configurations; returns how many failed. *nothing says that
+ * none ran because every one was skipped (a sweep that measured nothing). */
+static int run_sweep(cli_args *a, backend *be, const results_dir *rd, sweep_item *items, int n,
+                     int *interrupted, int *nothing)
+{
+    sweep_opts o = {.resume = a->resume, .filter = a->filter[0] ? a->filter : NULL,
+                    .config_timeout_s = a->config_timeout_s};
+    sweep_tally t;
+    sweep_run(items, n, be, rd, &o, &t);
+    *interrupted = t.interrupted;
+    *nothing = !t.ran && t.skipped && !t.done_before && !t.interrupted && !t.failed;
+    if (!*nothing) return t.failed;
+    char id[192], kept[SETTINGS_PATTERN_MAX + 32] = "";
+    const sweep_item *first = &items[t.first_skipped];
+    config_id(&first->cfg, id, sizeof id);
+    if (a->filter[0]) snprintf(kept, sizeof kept, " --filter %s kept", a->filter);
+    if (t.skipped == 1) dps_log("nothing ran: the one configuration%s was skipped, as this machine "
+                                "cannot run it (%s: %s)", kept, id, first->skip);
+    else dps_log("nothing ran: all %d configurations%s were skipped, as this machine cannot run "
+                 "them (the first, %s: %s)", t.skipped, kept, id, first->skip);
+    return 0;
+}
+
 static int execute(cli_args *a, backend *be, sweep_item *items, int n, int argc, char **argv)
 {
     results_dir rd;
@@ -260,24 +283,22 @@ static int execute(cli_args *a, backend *be, sweep_item *items, int n, int argc,
     if (a->cmd == CMD_SWEEP) sweep_links(a, be, &rd, items, n);
     results_table_header(stdout, be);
     dps_install_interrupt_handlers();
-    int failed = 0, interrupted = 0;
+    int failed = 0, interrupted = 0, nothing = 0;
     if (a->cmd == CMD_RUN) {
         failed = run_config(&items[0].cfg, be, &rd, NULL) != DPS_OK;
         interrupted = dps_interrupted() != 0;
     } else {
-        sweep_opts o = {.resume = a->resume, .filter = a->filter[0] ? a->filter : NULL,
-                        .config_timeout_s = a->config_timeout_s};
-        failed = sweep_run(items, n, be, &rd, &o, &interrupted);
+        failed = run_sweep(a, be, &rd, items, n, &interrupted, &nothing);
     }
     char end[32];
     dps_utc_iso8601(end, sizeof end);
     if (results_write_meta(&rd, be, argc, argv, start, end)) dps_log("%s", dps_errmsg());
-    printf("# %d failed; results in %s\n", failed, rd.dir);
+    printf("# %d failed%s; results in %s\n", failed, nothing ? ", nothing ran" : "", rd.dir);
     if (interrupted) {
         dps_log("interrupted by %s", dps_signal_name(dps_interrupted()));
         return 128 + (dps_interrupted() ? dps_interrupted() : SIGINT);
     }
-    return failed ? 1 : 0;
+    return failed || nothing ? 1 : 0;
 }
 
 int cmd_run(cli_args *a, int argc, char **argv)
