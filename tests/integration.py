@@ -363,6 +363,80 @@ def case_comm_bench(binary):
                    f"busbw {r}")
 
 
+def comm_bench_fails(binary, out, name, *args, rc=1):
+    """comm-bench ARGS fails with rc in one line, within 20 s; returns (stdout, that line)."""
+    t0 = time.monotonic()
+    p = dpscale(binary, "comm-bench", "--sizes", "64K", *args, out=out, name=name, backend=None,
+                timeout=60)
+    took = time.monotonic() - t0
+    expect(p.returncode == rc, f"{args}: exit {p.returncode}, expected {rc}\n{p.stderr}")
+    lines = p.stderr.splitlines()
+    expect(len(lines) == 1, f"{args}: expected one line on stderr, got {p.stderr!r}")
+    expect(took < 20, f"{args}: took {took:.1f} s to end")
+    return p.stdout, lines[0]
+
+
+def children(pid):
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                if entry.isdigit() and int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry))
+        except OSError:
+            pass
+    return found
+
+
+def case_comm_bench_faults(binary):
+    """A comm-bench rank that exits, hangs or is killed: which rank and how, one line, no results line."""
+    with tempfile.TemporaryDirectory() as out:
+        stdout, err = comm_bench_fails(binary, out, "exit", "--gpus", "3", "--steps", "1000",
+                                       "--inject-fault", "1:4:exit")
+        expect("comm-bench with 3 ranks: rank 1 exited with status 3 during step 4 (injected by "
+               "--inject-fault 1:4:exit)" in err, err)
+        expect("# results in" not in stdout and not os.path.exists(os.path.join(out, "exit", "allreduce.csv")),
+               f"results announced or written: {stdout}")
+        stdout, err = comm_bench_fails(binary, out, "hang", "--gpus", "3", "--steps", "1000",
+                                       "--inject-fault", "2:3:hang", "--timeout", "1")
+        expect("step 3 exceeded --timeout 1 s" in err and "ranks not in a collective: 2" in err and
+               "waiting in a collective: 0, 1" in err, err)
+        expect("injected by --inject-fault 2:3:hang" in err, err)
+        # the fault applies where its rank exists: 2 ranks run and are written, 3 fail
+        stdout, err = comm_bench_fails(binary, out, "some", "--gpus", "2,3", "--steps", "2",
+                                       "--inject-fault", "2:1:exit")
+        rows = read_table(os.path.join(out, "some", "allreduce.csv"))
+        expect([r["nranks"] for r in rows] == ["2"] and "# results in" in stdout, f"{rows} {stdout}")
+        _, err = comm_bench_fails(binary, out, "bad", "--gpus", "2", "--inject-fault", "2:1:exit", rc=2)
+        expect("--inject-fault 2:1:exit: comm-bench has ranks 0..1" in err, err)
+        _, err = comm_bench_fails(binary, out, "bad", "--steps", "2", "--warmup", "1", "--inject-fault",
+                                  "1:3:exit", rc=2)
+        expect("--inject-fault 1:3:exit: comm-bench has steps 0..2" in err, err)
+        if not sanitized(binary):  # a rank's own message: out of memory for its buffer
+            limit = lambda: resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))  # noqa: E731
+            p = subprocess.run([binary, "comm-bench", "--gpus", "2", "--sizes", "16G", "--out", out,
+                                "--name", "oom"], capture_output=True, text=True, timeout=60,
+                               preexec_fn=limit)
+            expect(p.returncode == 1 and len(p.stderr.splitlines()) == 1 and
+                   "comm-bench with 2 ranks: rank " in p.stderr and "out of host memory" in p.stderr,
+                   f"exit {p.returncode}: {p.stderr!r}")
+        # a rank killed from outside
+        cmd = [binary, "comm-bench", "--gpus", "3", "--sizes", "64K", "--steps", "10000000",
+               "--out", out, "--name", "killed"]
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 20
+        while len(children(p.pid)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)
+        ranks = sorted(children(p.pid))
+        expect(len(ranks) == 3, f"ranks {ranks}")
+        os.kill(ranks[1], signal.SIGKILL)
+        stdout, stderr = p.communicate(timeout=20)
+        expect(p.returncode == 1 and stderr.splitlines() == [stderr.strip()], f"{p.returncode} {stderr!r}")
+        expect("rank 1 was killed by signal 9 (SIGKILL)" in stderr and "# results in" not in stdout,
+               f"{stderr} {stdout}")
+
+
 def case_links(binary):
     """dpscale links on the host backend: every path measured, verified, in links.csv."""
     with tempfile.TemporaryDirectory() as out:
@@ -595,7 +669,7 @@ def case_plot(fixture):
         expect_exit(p, 2, "runs.csv: no such file")
 
 
-CASES = {"gpu": case_gpu, "info": case_info, "links": case_links, "profile_sh": case_profile_sh, "ab": case_ab, "check": case_check, "comm_bench": case_comm_bench, "plot": case_plot,
+CASES = {"gpu": case_gpu, "info": case_info, "links": case_links, "comm_bench_faults": case_comm_bench_faults, "profile_sh": case_profile_sh, "ab": case_ab, "check": case_check, "comm_bench": case_comm_bench, "plot": case_plot,
          "sweep_failures": case_sweep_failures, "sweep_timeout": case_sweep_timeout,
          "sweep_resume": case_sweep_resume, "sweep_skipped": case_sweep_skipped, "ddp_check": case_ddp_check, "ddp_balance": case_ddp_balance,
          "fault": case_fault, "interrupt": case_interrupt, "ddp_oom": case_ddp_oom,

@@ -153,10 +153,11 @@ const settings_entry settings_table[SET_COUNT] = {
         DEFAULT_NUMBER(300.0), .metavar = "SECONDS",
         .help = "a ddp or comm-bench step (ranks end), or dp's NCCL work, longer than this fails"},
     [SET_INJECT_FAULT] = {
-        .cmds = TRAIN,
+        .cmds = TRAIN | SETTINGS_COMM_BENCH,
         .flag = "inject-fault", .type = SETTINGS_FAULT, .lo = 0, .hi = 100000000,
         WORDS(dps_fault_names), .metavar = "R:S:",
-        .help = "ddp: rank R exits or hangs at step S (0-based, warm-up included)"},
+        .help = "ddp: rank R exits or hangs at step S (0-based, warm-up included); comm-bench: "
+                "at all-reduce S, counting each size's warm-up and timed ones in turn"},
     [SET_RESUME] = {
         .cmds = SETTINGS_SWEEP,
         .flag = "resume", .type = SETTINGS_FLAG,
