@@ -392,7 +392,8 @@ int cmd_comm_bench(cli_args *a)
     int status = 0, written = 0;
     for (int g = 0; g < nng; g++) {
         spec.nranks = ng[g];
-        spec.fault = c->fault_rank >= 0 && c->fault_rank < ng[g] ? &fault : NULL; /* where it exists */
+        /* the fault applies where its rank exists */
+        spec.fault = c->fault_rank >= 0 && c->fault_rank < ng[g] ? &fault : NULL;
         if (bench_group(&spec, &rd, &written)) status = 1;
     }
     if (written) printf("# results in %s/allreduce.csv\n", rd.dir);

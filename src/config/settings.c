@@ -16,7 +16,8 @@
 #define TRAIN (SETTINGS_RUN | SETTINGS_SWEEP)
 #define EVERY (TRAIN | SETTINGS_INFO | SETTINGS_COMM_BENCH | SETTINGS_LINKS)
 
-const char *const settings_cmd_names[SETTINGS_NCMDS] = {"run", "sweep", "info", "comm-bench", "links"};
+const char *const settings_cmd_names[SETTINGS_NCMDS] = {"run", "sweep", "info", "comm-bench",
+                                                         "links"};
 
 static const char *const overlap_words[] = {"off", "on"};
 
@@ -185,7 +186,8 @@ const settings_entry settings_table[SET_COUNT] = {
         .list_cmds = SETTINGS_COMM_BENCH,
         .flag = "sizes", .type = SETTINGS_BYTES, .lo = 4, .hi = (int64_t)1 << 34, .multiple = 4,
         .cli_max = SETTINGS_MAX_LIST, .metavar = "LIST",
-        .help = "comm-bench: message sizes, e.g. 1M,16M,64M; links, sweep's link matrix: the copy size"},
+        .help = "comm-bench: message sizes, e.g. 1M,16M,64M; links, sweep's link matrix: the "
+                "copy size"},
     [SET_NO_TRACE] = {
         .cmds = TRAIN,
         .flag = "no-trace", .type = SETTINGS_FLAG,
@@ -281,7 +283,8 @@ void settings_join_cmds(unsigned cmds, const char *sep, const char *last, char *
         if (!((cmds >> i) & 1)) continue;
         size_t used = strlen(buf);
         left--;
-        snprintf(buf + used, len - used, "%s%s", settings_cmd_names[i], left > 1 ? sep : left ? last : "");
+        const char *after = left > 1 ? sep : left ? last : "";
+        snprintf(buf + used, len - used, "%s%s", settings_cmd_names[i], after);
     }
 }
 

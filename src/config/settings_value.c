@@ -193,7 +193,8 @@ static int read_list(const settings_entry *e, int max, const char *text, setting
             return -1;
         }
         for (int j = 0; !e->repeats && j < i; j++)
-            if (same_value(e, out->v[j], out->v[i])) return refuse(err, "listed twice: '%s'", items[i]);
+            if (same_value(e, out->v[j], out->v[i]))
+                return refuse(err, "listed twice: '%s'", items[i]);
     }
     return 0;
 }

@@ -125,8 +125,9 @@ static void check_timeout(group *g)
     if (s->explain_timeout) s->explain_timeout(s->ctx, more, sizeof more);
     int step = atomic_load(&g->beat[late].step);
     injected_hang(g, note, sizeof note);
-    snprintf(msg, sizeof msg, "%s %d exceeded --timeout %g s%s%s%s", step < 0 ? "set-up of rank" : "step",
-             step < 0 ? late : step, s->timeout_s, note, more[0] ? "; " : "", more);
+    snprintf(msg, sizeof msg, "%s %d exceeded --timeout %g s%s%s%s",
+             step < 0 ? "set-up of rank" : "step", step < 0 ? late : step, s->timeout_s, note,
+             more[0] ? "; " : "", more);
     fail(g, DPS_ERR_TIMEOUT, msg);
 }
 

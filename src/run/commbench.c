@@ -31,7 +31,10 @@ typedef struct bench_shared {
     size_t off_comm;
 } bench_shared;
 
-int commbench_steps(const commbench_spec *spec) { return spec->nsizes * (spec->warmup + spec->iters); }
+int commbench_steps(const commbench_spec *spec)
+{
+    return spec->nsizes * (spec->warmup + spec->iters);
+}
 
 static double *times(bench_shared *b, int size, int iter)
 {
