@@ -3,6 +3,7 @@
 its results folder. Usage: integration.py DPSCALE CASE [ARGS...]; exit 0
 pass, 1 fail, 77 skip (meson's convention). Standard library only."""
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -237,6 +238,21 @@ BAD_INPUTS = [
     (["run", "--profile-steps", "2:99", "--steps", "5"], "--profile-steps 2:99"),
     (["run", "--dp-comm", "nccl"], "--dp-comm nccl"),
     (["run", "--dp-comm", "mpi"], "--dp-comm mpi"),
+    (["sweep", "--gpus", "1,1"], "--gpus 1,1: listed twice: '1'"),
+    (["sweep", "--model", "tiny,tiny", "--mode", "dp"], "--model tiny,tiny: listed twice: 'tiny'"),
+    (["run", "--model", ",tiny"], "--model ,tiny: empty entry in the list"),
+    (["sweep", "--gpus", ",1"], "--gpus ,1: empty entry in the list"),
+    (["links", "--dry-run"], "--dry-run: not an option of `dpscale links` (only of run and sweep)"),
+    (["info", "--inject-fault", "1:1:exit"], "--inject-fault: not an option of `dpscale info`"),
+    (["sweep", "--save-params", "p.npy"], "--save-params: not an option of `dpscale sweep`"),
+    (["links", "--sizes", "1M,2M"], "--sizes 1M,2M: one value for `dpscale links`"),
+]
+
+# suite files refused as the command line refuses the same lists: (text, message)
+BAD_SUITES = [
+    ("models = tiny\ngpus = 1, 1\n", ":2: gpus = 1, 1: listed twice: '1'"),
+    ("models = tiny, tiny\n", ":1: models = tiny, tiny: listed twice: 'tiny'"),
+    ("models = ,tiny\n", ":1: models = ,tiny: empty entry in the list"),
 ]
 
 
@@ -251,6 +267,10 @@ def case_bad_input(binary):
             expect(len(lines) == 1 and needle in lines[0], f"{args}: stderr {p.stderr!r}")
             expect("Segmentation" not in p.stderr and p.stdout == "", f"{args}: output {p.stdout!r}")
             expect(not os.path.exists(out), f"{args}: created {out}")
+        for text, needle in BAD_SUITES:
+            p = dpscale(binary, "sweep", write(os.path.join(tmp, "bad.suite"), text), out=out)
+            expect_exit(p, 2, "bad.suite" + needle)
+            expect(p.stdout == "" and not os.path.exists(out), f"{text!r}: output {p.stdout!r}")
         # bytes that are not UTF-8: refused in a folder name, escaped in meta.json
         p = subprocess.run([binary, "run", "--backend", "host", "--out", out, "--name",
                             os.fsdecode(b"caf\xe9")], capture_output=True)
@@ -343,6 +363,80 @@ def case_comm_bench(binary):
                    f"busbw {r}")
 
 
+def comm_bench_fails(binary, out, name, *args, rc=1):
+    """comm-bench ARGS fails with rc in one line, within 20 s; returns (stdout, that line)."""
+    t0 = time.monotonic()
+    p = dpscale(binary, "comm-bench", "--sizes", "64K", *args, out=out, name=name, backend=None,
+                timeout=60)
+    took = time.monotonic() - t0
+    expect(p.returncode == rc, f"{args}: exit {p.returncode}, expected {rc}\n{p.stderr}")
+    lines = p.stderr.splitlines()
+    expect(len(lines) == 1, f"{args}: expected one line on stderr, got {p.stderr!r}")
+    expect(took < 20, f"{args}: took {took:.1f} s to end")
+    return p.stdout, lines[0]
+
+
+def children(pid):
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                if entry.isdigit() and int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry))
+        except OSError:
+            pass
+    return found
+
+
+def case_comm_bench_faults(binary):
+    """A comm-bench rank that exits, hangs or is killed: which rank and how, one line, no results line."""
+    with tempfile.TemporaryDirectory() as out:
+        stdout, err = comm_bench_fails(binary, out, "exit", "--gpus", "3", "--steps", "1000",
+                                       "--inject-fault", "1:4:exit")
+        expect("comm-bench with 3 ranks: rank 1 exited with status 3 during step 4 (injected by "
+               "--inject-fault 1:4:exit)" in err, err)
+        expect("# results in" not in stdout and not os.path.exists(os.path.join(out, "exit", "allreduce.csv")),
+               f"results announced or written: {stdout}")
+        stdout, err = comm_bench_fails(binary, out, "hang", "--gpus", "3", "--steps", "1000",
+                                       "--inject-fault", "2:3:hang", "--timeout", "1")
+        expect("step 3 exceeded --timeout 1 s" in err and "ranks not in a collective: 2" in err and
+               "waiting in a collective: 0, 1" in err, err)
+        expect("injected by --inject-fault 2:3:hang" in err, err)
+        # the fault applies where its rank exists: 2 ranks run and are written, 3 fail
+        stdout, err = comm_bench_fails(binary, out, "some", "--gpus", "2,3", "--steps", "2",
+                                       "--inject-fault", "2:1:exit")
+        rows = read_table(os.path.join(out, "some", "allreduce.csv"))
+        expect([r["nranks"] for r in rows] == ["2"] and "# results in" in stdout, f"{rows} {stdout}")
+        _, err = comm_bench_fails(binary, out, "bad", "--gpus", "2", "--inject-fault", "2:1:exit", rc=2)
+        expect("--inject-fault 2:1:exit: comm-bench has ranks 0..1" in err, err)
+        _, err = comm_bench_fails(binary, out, "bad", "--steps", "2", "--warmup", "1", "--inject-fault",
+                                  "1:3:exit", rc=2)
+        expect("--inject-fault 1:3:exit: comm-bench has steps 0..2" in err, err)
+        if not sanitized(binary):  # a rank's own message: out of memory for its buffer
+            limit = lambda: resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))  # noqa: E731
+            p = subprocess.run([binary, "comm-bench", "--gpus", "2", "--sizes", "16G", "--out", out,
+                                "--name", "oom"], capture_output=True, text=True, timeout=60,
+                               preexec_fn=limit)
+            expect(p.returncode == 1 and len(p.stderr.splitlines()) == 1 and
+                   "comm-bench with 2 ranks: rank " in p.stderr and "out of host memory" in p.stderr,
+                   f"exit {p.returncode}: {p.stderr!r}")
+        # a rank killed from outside
+        cmd = [binary, "comm-bench", "--gpus", "3", "--sizes", "64K", "--steps", "10000000",
+               "--out", out, "--name", "killed"]
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 20
+        while len(children(p.pid)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)
+        ranks = sorted(children(p.pid))
+        expect(len(ranks) == 3, f"ranks {ranks}")
+        os.kill(ranks[1], signal.SIGKILL)
+        stdout, stderr = p.communicate(timeout=20)
+        expect(p.returncode == 1 and stderr.splitlines() == [stderr.strip()], f"{p.returncode} {stderr!r}")
+        expect("rank 1 was killed by signal 9 (SIGKILL)" in stderr and "# results in" not in stdout,
+               f"{stderr} {stdout}")
+
+
 def case_links(binary):
     """dpscale links on the host backend: every path measured, verified, in links.csv."""
     with tempfile.TemporaryDirectory() as out:
@@ -366,6 +460,25 @@ def case_links(binary):
             expect(float(v) > 0, f"{r}")
         p = dpscale(binary, "links", "--gpus", "9", out=out, name="x")
         expect_exit(p, 2, "--gpus 9")
+        links_out_of_memory(binary, out)
+
+
+def sanitized(binary):
+    """Whether the binary is built with AddressSanitizer (which an address-space limit breaks)."""
+    with open(binary, "rb") as f:
+        return b"libasan" in f.read()
+
+
+def links_out_of_memory(binary, out):
+    """links without the memory for its host buffers names the host, not a device -1."""
+    if sanitized(binary):
+        return
+    limit = lambda: resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))  # noqa: E731
+    p = subprocess.run([binary, "links", "--backend", "host", "--gpus", "2", "--sizes", "16G",
+                        "--out", out, "--name", "oom"], capture_output=True, text=True,
+                       timeout=120, preexec_fn=limit)
+    expect_exit(p, 1, "pinned host memory", "16.00 GiB")
+    expect("device -1" not in p.stderr, f"stderr names device -1: {p.stderr}")
 
 
 def case_profile_sh(binary):
@@ -495,6 +608,16 @@ def case_sweep_skipped(binary):
         runs, _, _, _, _ = read_folder(os.path.join(out, "t"))
         got = {r["precision"]: r["status"] for r in runs}
         expect(got == {"fp32": "ok", "bf16": "skipped"}, f"{got}")
+        # every configuration skipped, here or after --filter: nothing ran, exit 1 saying why
+        p = dpscale(binary, "sweep", suite, "--filter", "bf16", out=out, name="filtered")
+        expect_exit(p, 1, "nothing ran", "--filter bf16", "bf16")
+        runs, _, _, _, _ = read_folder(os.path.join(out, "filtered"))
+        expect([r["status"] for r in runs] == ["skipped"], f"{runs}")
+        big = write(os.path.join(out, "big.suite"), "modes = dp\ngpus = 9, 10\nmodels = tiny\n")
+        p = dpscale(binary, "sweep", big, "--host-devices", "8", out=out, name="big")
+        expect_exit(p, 1, "nothing ran", "all 2 configurations", "--gpus 9")
+        p = dpscale(binary, "sweep", big, "--host-devices", "8", "--dry-run", out=out, name="dry")
+        expect_exit(p, 0)
         p = dpscale(binary, "sweep", os.path.join(out, "missing.suite"), out=out)
         expect_exit(p, 2, "missing.suite: cannot read")
 
@@ -546,7 +669,7 @@ def case_plot(fixture):
         expect_exit(p, 2, "runs.csv: no such file")
 
 
-CASES = {"gpu": case_gpu, "info": case_info, "links": case_links, "profile_sh": case_profile_sh, "ab": case_ab, "check": case_check, "comm_bench": case_comm_bench, "plot": case_plot,
+CASES = {"gpu": case_gpu, "info": case_info, "links": case_links, "comm_bench_faults": case_comm_bench_faults, "profile_sh": case_profile_sh, "ab": case_ab, "check": case_check, "comm_bench": case_comm_bench, "plot": case_plot,
          "sweep_failures": case_sweep_failures, "sweep_timeout": case_sweep_timeout,
          "sweep_resume": case_sweep_resume, "sweep_skipped": case_sweep_skipped, "ddp_check": case_ddp_check, "ddp_balance": case_ddp_balance,
          "fault": case_fault, "interrupt": case_interrupt, "ddp_oom": case_ddp_oom,

@@ -86,10 +86,12 @@ def case_lock(binary):
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             lock = os.path.join(out, "t", ".dpscale.lock")
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + 60
             while time.monotonic() < deadline and not (
-                    os.path.exists(lock) and open(lock).read().strip() == str(first.pid)):
+                    os.path.exists(lock) and open(lock).read().strip() == str(first.pid)
+                    and os.path.exists(os.path.join(out, "t", "meta.json"))):
                 time.sleep(0.05)
+            expect(first.poll() is None, f"the first writer ended: exit {first.returncode}")
             meta = os.path.join(out, "t", "meta.json")
             before = open(meta).read()
             for cmd in (["run", "--model", "tiny", "--gpus", "2", "--steps", "2"],

@@ -231,7 +231,25 @@ static void test_cli(void)
     expect_usage("run --gpus 0", "--gpus 0:");
     expect_usage("run --gpus -1", "--gpus -1:");
     expect_usage("run --gpus 99999999999999999999", "out of range");
-    expect_usage("run --gpus 1,2", "lists are for `dpscale sweep`");
+    expect_usage("run --gpus 1,2", "--gpus 1,2: one value for `dpscale run` (lists are for sweep "
+                 "and comm-bench)");
+    expect_usage("run --model tiny,small", "--model tiny,small: one value for `dpscale run` "
+                 "(lists are for sweep)");
+    expect_usage("links --sizes 1M,2M", "--sizes 1M,2M: one value for `dpscale links`");
+    /* an option another subcommand takes: refused, naming the ones that take it */
+    expect_usage("links --dry-run", "--dry-run: not an option of `dpscale links` (only of run and sweep)");
+    expect_usage("info --inject-fault 1:1:exit", "--inject-fault: not an option of `dpscale info`");
+    expect_usage("sweep --save-params p.npy", "--save-params: not an option of `dpscale sweep` "
+                 "(only of run)");
+    expect_usage("run --resume", "--resume: not an option of `dpscale run` (only of sweep)");
+    expect_usage("comm-bench --backend host", "--backend: not an option of `dpscale comm-bench` "
+                 "(only of run, sweep, info and links)");
+    expect_usage("info --out x", "--out: not an option of `dpscale info`");
+    EXPECT(parse("links --backend host --gpus 2 --sizes 1M --steps 3 --device-mem 4M "
+                 "--host-devices 2 --out x --name y", &a) == DPS_OK && a.cmd == CMD_LINKS);
+    EXPECT(parse("comm-bench --gpus 2,3 --sizes 4,1M --steps 2 --warmup 1 --timeout 5 --out x", &a) == DPS_OK);
+    EXPECT(parse("info --backend host --host-devices 2 --device-mem 1M --help", &a) == DPS_OK &&
+           a.cmd == CMD_HELP);
     expect_usage("run --steps 0", "--steps 0:");
     expect_usage("run --batch 2.5", "--batch 2.5:");
     expect_usage("run --model nope", "--model nope: unknown preset");
@@ -261,6 +279,16 @@ static void test_cli(void)
     expect_usage("", "no command");
     expect_usage("run extra", "unexpected argument 'extra'");
     expect_usage("run --gpus 2 --devices 0,1,2", "disagree");
+    /* a value twice in a list: the same configuration twice */
+    expect_usage("sweep --gpus 1,1", "--gpus 1,1: listed twice: '1'");
+    expect_usage("sweep --model tiny,tiny", "--model tiny,tiny: listed twice: 'tiny'");
+    EXPECT(parse("run --devices 0,0", &a) == DPS_OK && a.cfg.ngpus == 2); /* replicas on one GPU */
+    expect_usage("comm-bench --sizes 1M,1048576", "--sizes 1M,1048576: listed twice: '1048576'");
+    /* an empty entry, in every list, refused in the same words */
+    expect_usage("run --model ,tiny", "--model ,tiny: empty entry in the list");
+    expect_usage("sweep --model tiny,", "--model tiny,: empty entry in the list");
+    expect_usage("sweep --gpus ,1", "--gpus ,1: empty entry in the list");
+    expect_usage("comm-bench --sizes 1M,,4M", "--sizes 1M,,4M: empty entry in the list");
 }
 
 static void test_parse(void)
@@ -718,15 +746,22 @@ static void test_suite(void)
     EXPECT(s.nmodels == 1 && strcmp(s.models[0], "resnet50") == 0 && s.precisions[0] == PREC_BF16);
     unlink(path);
     expect_suite_error("modes = dp\ncolour = blue\n", 23, "2: unknown key");
-    expect_suite_error("gpus = 1, x\n", 12, "1: expected an integer from 1 to 64, got 'x'");
-    expect_suite_error("models = tiny,,small\n", 21, "1: empty entry");
+    expect_suite_error("gpus = 1, x\n", 12, "1: gpus = x: expected an integer from 1 to 64");
+    expect_suite_error("models = tiny,,small\n", 21, "1: models = tiny,,small: empty entry in the list");
+    expect_suite_error("models = ,tiny\n", 15, "1: models = ,tiny: empty entry in the list");
+    expect_suite_error("gpus = 1,\n", 10, "1: gpus = 1,: empty entry in the list");
+    expect_suite_error("gpus = 1, 1\n", 12, "1: gpus = 1, 1: listed twice: '1'");
+    expect_suite_error("models = tiny, small, tiny\n", 27,
+                       "1: models = tiny, small, tiny: listed twice: 'tiny'");
+    expect_suite_error("bucket_mb = 25, 25.0\n", 21, "1: bucket_mb = 25, 25.0: listed twice: '25.0'");
     expect_suite_error("\n\nmodels =\n", 12, "3: empty value for 'models'");
-    expect_suite_error("models = huge\n", 14, "1: unknown preset");
-    expect_suite_error("modes = dp, dp\n", 15, "1: listed twice");
+    expect_suite_error("models = huge\n", 14, "1: models = huge: unknown preset");
+    expect_suite_error("modes = dp, dp\n", 15, "1: modes = dp, dp: listed twice: 'dp'");
+    expect_suite_error("steps = 1, 2\n", 13, "1: steps = 1, 2: expected one value");
     expect_suite_error("[gpu]\n", 6, "1: unknown section");
-    expect_suite_error("steps = 0\n", 10, "1: expected an integer from 1");
+    expect_suite_error("steps = 0\n", 10, "1: steps = 0: expected an integer from 1");
     expect_suite_error("just words\n", 11, "1: expected key = value");
-    expect_suite_error("[cuda]\nmodels = nope\n", 21, "2: unknown preset"); /* checked off-backend too */
+    expect_suite_error("[cuda]\nmodels = nope\n", 21, "2: models = nope: unknown preset"); /* checked off-backend too */
     static const unsigned char garbage[] = {0x7f, 'E', 'L', 'F', 0x02, 0x01, 0x00, 0x00, 0x03};
     expect_suite_error((const char *)garbage, sizeof garbage, "1: not a text");
     static const char nul[] = "modes = dp\nmo\0des = ddp\n";
@@ -758,6 +793,9 @@ static void expect_entry_consistent(int id)
         fprintf(stderr, "settings entry %d (--%s, key %s): incomplete\n", id, e->flag, e->key);
         failures++;
     }
+    /* an option names the subcommands that take it, a list those that take a list */
+    EXPECT(!e->flag == !e->cmds && (e->list_cmds & ~e->cmds) == 0);
+    EXPECT(!e->list_cmds == (e->cli_max < 2));
     for (int j = 0; e->flag && j < id; j++)
         EXPECT(!settings_table[j].flag || strcmp(settings_table[j].flag, e->flag) != 0);
     if (!e->has_default) return;
@@ -802,6 +840,9 @@ static void test_settings(void)
     expect_same_refusal("run --optimizer lion", "optimizers = lion\n");
     expect_same_refusal("sweep --mode fsdp", "modes = fsdp\n");
     expect_same_refusal("sweep --mode dp,dp", "modes = dp, dp\n");
+    expect_same_refusal("sweep --gpus 2,2", "gpus = 2, 2\n");
+    expect_same_refusal("sweep --model tiny,tiny", "models = tiny, tiny\n");
+    expect_same_refusal("sweep --model ,tiny", "models = ,tiny\n");
     expect_same_refusal("run --model huge", "models = huge\n");
     expect_same_refusal("run --bucket-mb 65537", "bucket_mb = 65537\n");
     expect_same_refusal("run --device-mem 0", "device_mem = 0\n");
@@ -832,9 +873,10 @@ static void test_settings(void)
         fclose(f);
     }
     const settings_entry *steps = &settings_table[SET_STEPS];
-    snprintf(want, sizeof want, "timed steps [%lld..%lld; default %lld]\n", (long long)steps->lo,
-             (long long)steps->hi, (long long)steps->def.i);
+    snprintf(want, sizeof want, " [%lld..%lld; default %lld] {run, sweep, comm-bench, links}\n",
+             (long long)steps->lo, (long long)steps->hi, (long long)steps->def.i);
     EXPECT(help && strstr(help, "  --steps N ") && strstr(help, want));
+    EXPECT(help && strstr(help, " {sweep}\n") && strstr(help, "show this help\n"));
     EXPECT(help && strstr(help, "  --backend auto|host|cuda ") && !strstr(help, "--overlap"));
     free(help);
     dps_config c;

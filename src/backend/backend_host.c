@@ -25,14 +25,23 @@ struct be_event { int dev; double t_ms; int recorded; };
  * parent that touches devices before forking fail here, not first on a GPU. */
 static _Atomic pid_t context_pid;
 
+/* What dev names in a message: "device 3", or the host's pinned memory (DPS_HOST). */
+static const char *place(int dev, char *buf, size_t len)
+{
+    if (dev == DPS_HOST) snprintf(buf, len, "pinned host memory");
+    else snprintf(buf, len, "device %d", dev);
+    return buf;
+}
+
 static dps_status host_context(int dev)
 {
     pid_t me = getpid(), owner = 0;
+    char where[32];
     if (atomic_compare_exchange_strong(&context_pid, &owner, me) || owner == me) return DPS_OK;
-    return dps_fail(DPS_ERR_RUNTIME, "host backend: device %d used in process %d, forked after "
+    return dps_fail(DPS_ERR_RUNTIME, "host backend: %s used in process %d, forked after "
                     "process %d had initialised the devices (CUDA forbids this: "
                     "cudaErrorInitializationError); use devices only in the forked processes",
-                    dev, (int)me, (int)owner);
+                    place(dev, where, sizeof where), (int)me, (int)owner);
 }
 
 static dps_status host_set_device(backend *be, int dev) { (void)be; return host_context(dev); }
@@ -43,7 +52,10 @@ static dps_status host_raw_alloc(backend *be, int dev, size_t bytes, void **p)
     DPS_TRY(host_context(dev));
     size_t rounded = (bytes + 63) & ~(size_t)63;
     *p = aligned_alloc(64, rounded);
-    if (!*p) return dps_fail(DPS_ERR_OOM, "host memory exhausted (device %d)", dev);
+    char size[32], where[32];
+    if (!*p)
+        return dps_fail(DPS_ERR_OOM, "host memory exhausted allocating %s of %s",
+                        dps_fmt_bytes(bytes, size, sizeof size), place(dev, where, sizeof where));
     return DPS_OK;
 }
 
@@ -51,7 +63,7 @@ static void host_raw_free(backend *be, int dev, void *p) { (void)be; (void)dev; 
 
 static dps_status host_host_alloc(backend *be, size_t bytes, void **p)
 {
-    return host_raw_alloc(be, -1, bytes ? bytes : 1, p);
+    return host_raw_alloc(be, DPS_HOST, bytes ? bytes : 1, p);
 }
 
 static void host_host_free(backend *be, void *p) { (void)be; free(p); }

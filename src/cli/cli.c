@@ -20,13 +20,13 @@ void cli_usage(FILE *f)
                "                                 --mode, --gpus and --model lists), each in its\n"
                "                                 own process\n"
                "       dpscale info  [options]   backend, devices, presets\n"
-               "       dpscale comm-bench [--gpus LIST] [--sizes LIST] [--steps N]\n"
+               "       dpscale comm-bench [options]\n"
                "                                 the host all-reduce alone (busbw)\n"
-               "       dpscale links [--gpus N] [--sizes BYTES] [--steps SAMPLES]\n"
-               "                                 bandwidth and latency between host and devices\n"
+               "       dpscale links [options]   bandwidth and latency between host and devices\n"
                "       dpscale --help | --version\n\noptions:\n");
     settings_print_options(f);
-    fprintf(f, "\nexit status: 0 ok, 1 a configuration failed (oom, error, timeout), 2 bad input\n");
+    fprintf(f, "\n{...}: the commands that take the option (the others refuse it)\n"
+               "exit status: 0 ok, 1 a configuration failed (oom, error, timeout), 2 bad input\n");
 }
 
 static dps_status bad(settings_id id, const char *val, const char *what)
@@ -34,20 +34,32 @@ static dps_status bad(settings_id id, const char *val, const char *what)
     return dps_fail(DPS_ERR_USAGE, "--%s %s: %s", settings_table[id].flag, *val ? val : "''", what);
 }
 
-/* --mode and --gpus take a list for sweep (and --gpus for comm-bench) only. */
-static dps_status check_single(const cli_args *a, settings_id id, const char *arg, int n)
+/* The settings bit of a subcommand; 0 before one is known. */
+static unsigned cmd_bit(cli_cmd cmd)
+{
+    return cmd >= CMD_RUN && cmd <= CMD_LINKS ? 1u << (cmd - CMD_RUN) : 0;
+}
+
+/* Whether subcommand cmd takes option id, and a list of n values of it (the table says). */
+static dps_status check_command(cli_cmd cmd, settings_id id, const char *arg, int n)
 {
     const settings_entry *e = &settings_table[id];
-    char what[128];
-    if (n == 1 || a->cmd == CMD_SWEEP || (id == SET_GPUS && a->cmd == CMD_COMM_BENCH)) return DPS_OK;
-    if (id == SET_MODE)
-        return bad(id, arg, "one mode for `dpscale run` (lists are for `dpscale sweep`)");
-    snprintf(what, sizeof what, "expected one integer from %" PRId64 " to %" PRId64
-             " (lists are for `dpscale sweep`)", e->lo, e->hi);
+    unsigned bit = cmd_bit(cmd);
+    char who[96], what[160];
+    if (!bit) return DPS_OK; /* no subcommand: refused as such after the options */
+    const char *name = settings_cmd_names[cmd - CMD_RUN];
+    if (!(e->cmds & bit)) {
+        settings_join_cmds(e->cmds, ", ", " and ", who, sizeof who);
+        return dps_fail(DPS_ERR_USAGE, "--%s: not an option of `dpscale %s` (only of %s)", e->flag,
+                        name, who);
+    }
+    if (n < 2 || (e->list_cmds & bit)) return DPS_OK;
+    settings_join_cmds(e->list_cmds, ", ", " and ", who, sizeof who);
+    snprintf(what, sizeof what, "one value for `dpscale %s` (lists are for %s)", name, who);
     return bad(id, arg, what);
 }
 
-/* --mode, --gpus, --devices, --model (--model is checked in cli_parse). */
+/* --mode, --gpus, --devices, --model. */
 static void store_list(cli_args *a, settings_id id, const settings_value *v)
 {
     for (int i = 0; i < v->n; i++) {
@@ -132,18 +144,20 @@ static void store_value(cli_args *a, settings_id id, const settings_value *v)
     }
 }
 
-static dps_status apply_opt(cli_args *a, settings_id id, const char *arg)
+/* Option id of subcommand cmd with value arg (NULL for a flag) into a. */
+static dps_status apply_opt(cli_args *a, cli_cmd cmd, settings_id id, const char *arg)
 {
     const settings_entry *e = &settings_table[id];
     settings_value v;
     settings_error err;
+    DPS_TRY(check_command(cmd, id, arg, 1));
     if (e->type == SETTINGS_FLAG) {
         store_flag(a, id);
         return DPS_OK;
     }
     if (settings_value_parse(id, e->cli_max, arg, &v, &err))
         return bad(id, err.item[0] ? err.item : arg, err.what);
-    if (id == SET_MODE || id == SET_GPUS) DPS_TRY(check_single(a, id, arg, v.n));
+    DPS_TRY(check_command(cmd, id, arg, v.n));
     if (id == SET_MODE || id == SET_GPUS || id == SET_DEVICES || id == SET_MODEL)
         store_list(a, id, &v);
     else
@@ -153,11 +167,8 @@ static dps_status apply_opt(cli_args *a, settings_id id, const char *arg)
 
 static cli_cmd parse_command(const char *s)
 {
-    if (strcmp(s, "run") == 0) return CMD_RUN;
-    if (strcmp(s, "sweep") == 0) return CMD_SWEEP;
-    if (strcmp(s, "info") == 0) return CMD_INFO;
-    if (strcmp(s, "comm-bench") == 0) return CMD_COMM_BENCH;
-    if (strcmp(s, "links") == 0) return CMD_LINKS;
+    for (int i = 0; i < SETTINGS_NCMDS; i++)
+        if (strcmp(s, settings_cmd_names[i]) == 0) return (cli_cmd)(CMD_RUN + i);
     return CMD_NONE;
 }
 
@@ -213,8 +224,8 @@ dps_status cli_parse(int argc, char **argv, cli_args *a)
         if (id == ':')
             return dps_fail(DPS_ERR_USAGE, "option '%s' needs a value (see dpscale --help)",
                             argv[optind - 1]);
-        DPS_TRY(apply_opt(a, id >= CLI_ID_BASE ? (settings_id)(id - CLI_ID_BASE) : id_of_letter(id),
-                          optarg));
+        settings_id sid = id >= CLI_ID_BASE ? (settings_id)(id - CLI_ID_BASE) : id_of_letter(id);
+        DPS_TRY(apply_opt(a, cmd, sid, optarg));
     }
     if (optind < argc && cmd == CMD_SWEEP && !argv[optind][0])
         return dps_fail(DPS_ERR_USAGE, "sweep '': an empty suite path; give a suite file, or none "
@@ -226,10 +237,6 @@ dps_status cli_parse(int argc, char **argv, cli_args *a)
     if (a->cmd != CMD_HELP && a->cmd != CMD_VERSION) a->cmd = cmd;
     if (a->cmd == CMD_NONE)
         return dps_fail(DPS_ERR_USAGE, "no command: expected run, sweep or info (see dpscale --help)");
-    if (a->cmd != CMD_RUN && a->cfg.save_params[0])
-        return bad(SET_SAVE_PARAMS, a->cfg.save_params, "only `dpscale run` saves parameters");
-    if (a->cmd != CMD_SWEEP && a->sweep_models_n > 1)
-        return bad(SET_MODEL, "list", "one preset for `dpscale run` (lists are for `dpscale sweep`)");
     if (a->gpus_set && a->devices_set && a->cfg.ngpus != a->sweep_ngpus[0])
         return dps_fail(DPS_ERR_USAGE, "--gpus %d and --devices (%d devices) disagree; give one",
                         a->sweep_ngpus[0], a->cfg.ngpus);

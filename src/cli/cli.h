@@ -10,6 +10,7 @@
 #include "config/config.h"
 #include "config/settings.h"
 
+/* CMD_RUN to CMD_LINKS in the order of settings_cmd_names. */
 typedef enum cli_cmd {
     CMD_NONE, CMD_RUN, CMD_SWEEP, CMD_INFO, CMD_COMM_BENCH, CMD_LINKS, CMD_HELP, CMD_VERSION
 } cli_cmd;

@@ -274,6 +274,29 @@ static dps_status prepare_folder(const cli_args *a, const results_dir *rd, const
     return rc;
 }
 
+/* The sweep's configurations; returns how many failed. *nothing says that
+ * none ran because every one was skipped (a sweep that measured nothing). */
+static int run_sweep(cli_args *a, backend *be, const results_dir *rd, sweep_item *items, int n,
+                     const results_ids *done, int *interrupted, int *nothing)
+{
+    sweep_opts o = {.done = a->resume ? done : NULL, .filter = a->filter[0] ? a->filter : NULL,
+                    .config_timeout_s = a->config_timeout_s};
+    sweep_tally t;
+    sweep_run(items, n, be, rd, &o, &t);
+    *interrupted = t.interrupted;
+    *nothing = !t.ran && t.skipped && !t.done_before && !t.interrupted && !t.failed;
+    if (!*nothing) return t.failed;
+    char id[192], kept[SETTINGS_PATTERN_MAX + 32] = "";
+    const sweep_item *first = &items[t.first_skipped];
+    config_id(&first->cfg, id, sizeof id);
+    if (a->filter[0]) snprintf(kept, sizeof kept, " --filter %s kept", a->filter);
+    if (t.skipped == 1) dps_log("nothing ran: the one configuration%s was skipped, as this machine "
+                                "cannot run it (%s: %s)", kept, id, first->skip);
+    else dps_log("nothing ran: all %d configurations%s were skipped, as this machine cannot run "
+                 "them (the first, %s: %s)", t.skipped, kept, id, first->skip);
+    return 0;
+}
+
 /* One configuration in this process; a failure that left no row gets one. */
 static int run_one(const dps_config *cfg, backend *be, const results_dir *rd)
 {
@@ -288,17 +311,17 @@ static int run_one(const dps_config *cfg, backend *be, const results_dir *rd)
 }
 
 static int finish(backend *be, const results_dir *rd, int argc, char **argv,
-                  const char *start, int failed, int interrupted)
+                  const char *start, int failed, int interrupted, int nothing)
 {
     char end[32];
     dps_utc_iso8601(end, sizeof end);
     if (results_write_meta(rd, be, argc, argv, start, end)) dps_log("%s", dps_errmsg());
-    printf("# %d failed; results in %s\n", failed, rd->dir);
+    printf("# %d failed%s; results in %s\n", failed, nothing ? ", nothing ran" : "", rd->dir);
     if (interrupted) {
         dps_log("interrupted by %s", dps_signal_name(dps_interrupted()));
         return 128 + (dps_interrupted() ? dps_interrupted() : SIGINT);
     }
-    return failed ? 1 : 0;
+    return failed || nothing ? 1 : 0;
 }
 
 static int execute_in(cli_args *a, backend *be, const results_dir *rd, sweep_item *items, int n,
@@ -317,18 +340,15 @@ static int execute_in(cli_args *a, backend *be, const results_dir *rd, sweep_ite
     if (a->cmd == CMD_SWEEP) sweep_links(a, be, rd, items, n);
     results_table_header(stdout, be);
     dps_install_interrupt_handlers();
-    int failed = 0, interrupted = 0;
+    int failed = 0, interrupted = 0, nothing = 0;
     if (a->cmd == CMD_RUN) {
         failed = run_one(&items[0].cfg, be, rd);
         interrupted = dps_interrupted() != 0;
     } else {
-        sweep_opts o = {.done = a->resume ? &done : NULL,
-                        .filter = a->filter[0] ? a->filter : NULL,
-                        .config_timeout_s = a->config_timeout_s};
-        failed = sweep_run(items, n, be, rd, &o, &interrupted);
+        failed = run_sweep(a, be, rd, items, n, &done, &interrupted, &nothing);
     }
     results_ids_free(&done);
-    return finish(be, rd, argc, argv, start, failed, interrupted);
+    return finish(be, rd, argc, argv, start, failed, interrupted, nothing);
 }
 
 /* The folder is locked from before its files are read until the end. */
@@ -369,41 +389,74 @@ int cmd_run(cli_args *a, int argc, char **argv)
     return status;
 }
 
+/* --inject-fault for comm-bench: a rank of the largest group, a step of a run of the sizes. */
+static dps_status check_bench_fault(const cli_args *a, const int *ng, int nng,
+                                    const commbench_spec *spec)
+{
+    const dps_config *c = &a->cfg;
+    int most = 0, steps = commbench_steps(spec);
+    for (int g = 0; g < nng; g++)
+        if (ng[g] > most) most = ng[g];
+    if (c->fault_rank >= most)
+        return dps_fail(DPS_ERR_USAGE, "--inject-fault %d:%d:%s: comm-bench has ranks 0..%d",
+                        c->fault_rank, c->fault_step, dps_fault_names[c->fault_kind], most - 1);
+    if (c->fault_step >= steps)
+        return dps_fail(DPS_ERR_USAGE, "--inject-fault %d:%d:%s: comm-bench has steps 0..%d (each "
+                        "size's warm-up and timed all-reduces, one size after another)",
+                        c->fault_rank, c->fault_step, dps_fault_names[c->fault_kind], steps - 1);
+    return DPS_OK;
+}
+
+/* One rank count: its table rows and allreduce.csv rows. 0 ok, 1 failed; *written set when
+ * the rows are in the file. */
+static int bench_group(const commbench_spec *spec, const results_dir *rd, int *written)
+{
+    commbench_row rows[COMMBENCH_MAX_SIZES];
+    int status = 0;
+    if (commbench_run(spec, rows)) {
+        dps_log("%s", dps_errmsg());
+        return 1;
+    }
+    for (int s = 0; s < spec->nsizes; s++) {
+        printf("  %6d %12llu %12.1f %11.3f %11.3f %6s\n", rows[s].nranks,
+               (unsigned long long)rows[s].bytes, rows[s].time_us, rows[s].algbw_gbps,
+               rows[s].busbw_gbps, rows[s].check_ok ? "pass" : "FAIL");
+        if (!rows[s].check_ok) status = 1;
+    }
+    if (commbench_write(rd, rows, spec->nsizes)) {
+        dps_log("%s", dps_errmsg());
+        return 1;
+    }
+    *written = 1;
+    return status;
+}
+
 /* comm-bench: every --gpus count over every --sizes, a table and allreduce.csv. */
 int cmd_comm_bench(cli_args *a)
 {
     static const uint64_t default_sizes[] = {1 << 20, 16 << 20, 64 << 20};
     int ng[CLI_MAX_LIST] = {2, 4}, nng = a->gpus_set ? a->sweep_ngpus_n : 2;
     if (a->gpus_set) memcpy(ng, a->sweep_ngpus, sizeof ng);
-    const uint64_t *sizes = a->nsizes ? a->sizes : default_sizes;
-    int nsizes = a->nsizes ? a->nsizes : 3;
+    const dps_config *c = &a->cfg;
+    rank_fault fault = {c->fault_rank, c->fault_step, c->fault_kind};
+    commbench_spec spec = {0, a->nsizes ? a->sizes : default_sizes, a->nsizes ? a->nsizes : 3,
+                           c->warmup, c->steps, c->timeout_s, c->fault_rank >= 0 ? &fault : NULL};
     results_dir rd;
     if (!a->name_set) default_name(a->cfg.name, sizeof a->cfg.name);
-    if (results_open(&rd, a->cfg.out_dir, a->cfg.name)) return cmd_usage_error();
+    if ((spec.fault && check_bench_fault(a, ng, nng, &spec)) ||
+        results_open(&rd, a->cfg.out_dir, a->cfg.name))
+        return cmd_usage_error();
     printf("# dpscale comm-bench: host ring all-reduce over shared memory, fp32 sum in place\n"
            "# %6s %12s %12s %11s %11s %6s\n", "ranks", "bytes", "time_us", "algbw_GB/s",
            "busbw_GB/s", "check");
-    commbench_row rows[COMMBENCH_MAX_SIZES];
-    int status = 0;
+    int status = 0, written = 0;
     for (int g = 0; g < nng; g++) {
-        commbench_spec spec = {ng[g], sizes, nsizes, a->cfg.warmup, a->cfg.steps, a->cfg.timeout_s};
-        if (commbench_run(&spec, rows)) {
-            dps_log("%s", dps_errmsg());
-            status = 1;
-            continue;
-        }
-        for (int s = 0; s < nsizes; s++) {
-            printf("  %6d %12llu %12.1f %11.3f %11.3f %6s\n", rows[s].nranks,
-                   (unsigned long long)rows[s].bytes, rows[s].time_us, rows[s].algbw_gbps,
-                   rows[s].busbw_gbps, rows[s].check_ok ? "pass" : "FAIL");
-            if (!rows[s].check_ok) status = 1;
-        }
-        if (commbench_write(&rd, rows, nsizes)) {
-            dps_log("%s", dps_errmsg());
-            status = 1;
-        }
+        spec.nranks = ng[g];
+        /* the fault applies where its rank exists */
+        spec.fault = c->fault_rank >= 0 && c->fault_rank < ng[g] ? &fault : NULL;
+        if (bench_group(&spec, &rd, &written)) status = 1;
     }
-    printf("# results in %s/allreduce.csv\n", rd.dir);
+    if (written) printf("# results in %s/allreduce.csv\n", rd.dir);
     results_close(&rd);
     return status;
 }

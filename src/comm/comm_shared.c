@@ -1,7 +1,8 @@
-/* The group's shared region (see comm_shared.h): layout, abort and the
- * rendezvous of rank 0's id. */
+/* The group's shared region (see comm_shared.h): layout, abort, who waits
+ * in a collective, and the rendezvous of rank 0's id. */
 #include <limits.h>
 #include <linux/futex.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -32,6 +33,20 @@ int comm_shared_abort(comm_shared *sh)
         syscall(SYS_futex, &sh->box[r].ack, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
     }
     return was;
+}
+
+void comm_shared_explain_waiting(comm_shared *sh, const char *const *labels, char *buf, size_t len)
+{
+    char stuck[256] = "", waiting[256] = "";
+    for (int r = 0; r < sh->nranks; r++) {
+        char *list = atomic_load(&sh->box[r].waiting) ? waiting : stuck;
+        size_t n = strlen(list);
+        const char *label = labels ? labels[r] : NULL;
+        snprintf(list + n, 256 - n, "%s%d%s%s%s", n ? ", " : "", r, label ? " (" : "",
+                 label ? label : "", label ? ")" : "");
+    }
+    snprintf(buf, len, "ranks not in a collective: %s; waiting in a collective: %s",
+             stuck[0] ? stuck : "none", waiting[0] ? waiting : "none");
 }
 
 void comm_shared_waiting(comm_shared *sh, int rank, int on)

@@ -39,6 +39,10 @@ void comm_shared_init(comm_shared *sh, int nranks);
 int comm_shared_abort(comm_shared *sh);
 /* Marks rank as blocked in a collective (1) or not (0), for the watchdog. */
 void comm_shared_waiting(comm_shared *sh, int rank, int on);
+/* For a timeout's message: "ranks not in a collective: 1 (forward); waiting
+ * in a collective: 0 (backward), 2 (backward)"; labels[r] (NULL: none) is
+ * what rank r was doing, labels may be NULL. */
+void comm_shared_explain_waiting(comm_shared *sh, const char *const *labels, char *buf, size_t len);
 /* Rank 0 publishes id; the others wait for it (abort and timeout_ms end the
  * wait; 0: no timeout). */
 dps_status comm_shared_exchange_id(comm_shared *sh, int rank, void *id, size_t bytes,

@@ -1,5 +1,6 @@
 /* The settings table (see settings.h): every option and suite key once, with
- * its limits, words, default and help; lookups and the options part of --help. */
+ * its limits, words, default, subcommands and help; lookups and the options
+ * part of --help. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -12,48 +13,67 @@
 #define DEFAULT_INT(v) .has_default = 1, .def = {.i = (v)}
 #define DEFAULT_NUMBER(v) .has_default = 1, .def = {.x = (v)}
 #define DEFAULT_TEXT(t) .has_default = 1, .def_text = (t)
+#define TRAIN (SETTINGS_RUN | SETTINGS_SWEEP)
+#define EVERY (TRAIN | SETTINGS_INFO | SETTINGS_COMM_BENCH | SETTINGS_LINKS)
+
+const char *const settings_cmd_names[SETTINGS_NCMDS] = {"run", "sweep", "info", "comm-bench",
+                                                         "links"};
 
 static const char *const overlap_words[] = {"off", "on"};
 
-/* --help prints the entries with a flag in this order; suite-only keys have none. */
+/* --help prints the entries with a flag in this order; suite-only keys have
+ * none, and no subcommand takes them. */
 const settings_entry settings_table[SET_COUNT] = {
     [SET_BACKEND] = {
+        .cmds = TRAIN | SETTINGS_INFO | SETTINGS_LINKS,
         .flag = "backend", .type = SETTINGS_WORD, WORDS(be_kind_names), DEFAULT_INT(BE_AUTO),
         .help = "device backend; auto: cuda when a GPU is visible, else host"},
     [SET_MODE] = {
+        .cmds = TRAIN, .list_cmds = SETTINGS_SWEEP,
         .flag = "mode", .key = "modes", .type = SETTINGS_WORD, WORDS(dps_mode_names),
         .cli_max = MODE_COUNT, .suite_max = MODE_COUNT, DEFAULT_INT(MODE_DP),
         .help = "dp = DataParallel, ddp = DistributedDataParallel; sweep: a list, both if not given"},
     [SET_GPUS] = {
+        .cmds = TRAIN | SETTINGS_COMM_BENCH | SETTINGS_LINKS,
+        .list_cmds = SETTINGS_SWEEP | SETTINGS_COMM_BENCH,
         .flag = "gpus", .key = "gpus", .type = SETTINGS_INT, .lo = 1, .hi = DPS_MAX_DEVICES,
         .cli_max = SETTINGS_MAX_LIST, .suite_max = SETTINGS_MAX_LIST, DEFAULT_INT(1),
         .metavar = "N",
-        .help = "number of devices; sweep: a list, 1,2,4,... up to the devices if not given"},
+        .help = "number of devices; sweep: a list, 1,2,4,... up to the devices if not given; "
+                "comm-bench: rank counts, 2,4 if not given"},
     [SET_DEVICES] = {
+        .cmds = TRAIN, .list_cmds = TRAIN,
         .flag = "devices", .type = SETTINGS_INT, .lo = 0, .hi = DPS_MAX_DEVICES - 1,
-        .cli_max = DPS_MAX_DEVICES, .metavar = "LIST",
+        .cli_max = DPS_MAX_DEVICES, .repeats = 1, .metavar = "LIST",
         .help = "device indices, e.g. 0,2,3; implies --gpus"},
     [SET_MODEL] = {
+        .cmds = TRAIN, .list_cmds = SETTINGS_SWEEP,
         .flag = "model", .key = "models", .type = SETTINGS_PRESET,
         .cli_max = SETTINGS_MAX_LIST, .suite_max = SETTINGS_MAX_LIST, DEFAULT_TEXT("small"),
         .metavar = "PRESET", .help = "model preset (see `dpscale info`); sweep: a list"},
     [SET_LAYERS] = {
+        .cmds = TRAIN,
         .flag = "layers", .type = SETTINGS_INT, .lo = 0, .hi = 4096, .metavar = "N",
         .help = "override: hidden layers"},
     [SET_WIDTH] = {
+        .cmds = TRAIN,
         .flag = "width", .type = SETTINGS_INT, .lo = 1, .hi = 65536, .metavar = "N",
         .help = "override: hidden width"},
     [SET_TOKENS] = {
+        .cmds = TRAIN,
         .flag = "tokens", .type = SETTINGS_INT, .lo = 1, .hi = 1 << 20, .metavar = "N",
         .help = "override: tokens (rows) per sample"},
     [SET_CLASSES] = {
+        .cmds = TRAIN,
         .flag = "classes", .type = SETTINGS_INT, .lo = 2, .hi = 1 << 20, .metavar = "N",
         .help = "override: classifier outputs"},
     [SET_BATCH] = { /* the suite's global_batch: `batch` there is SET_SCALING */
+        .cmds = TRAIN,
         .flag = "batch", .key = "global_batch", .type = SETTINGS_INT, .lo = 1, .hi = 1 << 24,
         .metavar = "N",
         .help = "global batch in samples; default: the preset's per-device batch x gpus"},
     [SET_BATCH_PER_GPU] = {
+        .cmds = TRAIN,
         .flag = "batch-per-gpu", .key = "batch_per_gpu", .type = SETTINGS_INT,
         .lo = 1, .hi = 1 << 24, .metavar = "N",
         .help = "samples per device; global batch = N x gpus"},
@@ -62,113 +82,150 @@ const settings_entry settings_table[SET_COUNT] = {
         DEFAULT_INT(0),
         .help = "sweep: weak (per-device batch fixed) or strong scaling (global batch fixed)"},
     [SET_PRECISION] = {
+        .cmds = TRAIN,
         .flag = "precision", .key = "precisions", .type = SETTINGS_WORD,
         WORDS(dps_precision_names), .suite_max = PREC_COUNT, DEFAULT_INT(PREC_FP32),
         .help = "compute precision; bf16 needs the cuda backend"},
     [SET_OPTIMIZER] = {
+        .cmds = TRAIN,
         .flag = "optimizer", .key = "optimizers", .type = SETTINGS_WORD,
         WORDS(dps_optimizer_names), .suite_max = OPT_COUNT, DEFAULT_INT(OPT_SGD),
         .help = "SGD with momentum or AdamW, with PyTorch's default hyperparameters"},
     [SET_LR] = {
+        .cmds = TRAIN,
         .flag = "lr", .type = SETTINGS_NUMBER, .lo = 0, .hi = 10, .metavar = "X",
         .help = "learning rate; default: the optimizer's"},
     [SET_STEPS] = {
+        .cmds = TRAIN | SETTINGS_COMM_BENCH | SETTINGS_LINKS,
         .flag = "steps", .key = "steps", .type = SETTINGS_INT, .lo = 1, .hi = 10000000,
-        DEFAULT_INT(20), .metavar = "N", .help = "timed steps"},
+        DEFAULT_INT(20), .metavar = "N",
+        .help = "timed steps; comm-bench: all-reduces per size; links: copies per path"},
     [SET_WARMUP] = {
+        .cmds = TRAIN | SETTINGS_COMM_BENCH,
         .flag = "warmup", .key = "warmup", .type = SETTINGS_INT, .lo = 0, .hi = 1000000,
-        DEFAULT_INT(3), .metavar = "N", .help = "untimed warm-up steps"},
+        DEFAULT_INT(3), .metavar = "N", .help = "untimed warm-up steps (all-reduces)"},
     [SET_SEED] = {
+        .cmds = TRAIN,
         .flag = "seed", .type = SETTINGS_INT, .lo = 0, .hi = INT64_MAX, DEFAULT_INT(1234),
         .metavar = "N", .help = "seed of initialisation and data"},
     [SET_DEVICE_MEM] = {
+        .cmds = TRAIN | SETTINGS_INFO | SETTINGS_LINKS,
         .flag = "device-mem", .key = "device_mem", .type = SETTINGS_BYTES,
         .lo = 1, .hi = (int64_t)1 << 50, .metavar = "BYTES",
         .help = "host backend: capacity per device, K/M/G/T suffixes; default: unlimited"},
     [SET_HOST_DEVICES] = {
+        .cmds = TRAIN | SETTINGS_INFO | SETTINGS_LINKS,
         .flag = "host-devices", .type = SETTINGS_INT, .lo = 1, .hi = DPS_MAX_DEVICES,
         DEFAULT_INT(8), .metavar = "N", .help = "host backend: number of emulated devices"},
     [SET_DP_COMM] = {
+        .cmds = TRAIN,
         .flag = "dp-comm", .type = SETTINGS_WORD, WORDS(dps_dp_comm_names),
         DEFAULT_INT(DPCOMM_AUTO),
         .help = "dp on GPUs: NCCL broadcast/reduce, or peer copies + reduce-add"},
     [SET_DP_IMPL] = {
+        .cmds = TRAIN,
         .flag = "dp-impl", .key = "dp_impl", .type = SETTINGS_WORD, WORDS(dps_dp_impl_names),
         .suite_max = DPIMPL_COUNT, DEFAULT_INT(DPIMPL_TORCH),
         .help = "dp: as DataParallel does it (materialised log-softmax loss, coalesced "
                 "replicate and reduce into a new buffer), or the lean lower bound (suite files: a list)"},
     [SET_BUCKET_MB] = {
+        .cmds = TRAIN,
         .flag = "bucket-mb", .key = "bucket_mb", .type = SETTINGS_NUMBER, .lo = 0, .hi = 65536,
         .suite_max = SETTINGS_MAX_LIST, DEFAULT_NUMBER(25.0), .metavar = "X",
         .help = "ddp: gradient bucket cap in MiB"},
     [SET_FIRST_BUCKET_MB] = {
+        .cmds = TRAIN,
         .flag = "first-bucket-mb", .type = SETTINGS_NUMBER, .lo = 0, .hi = 65536,
         DEFAULT_NUMBER(1.0), .metavar = "X", .help = "ddp: cap of the first bucket in MiB"},
     [SET_NO_OVERLAP] = {
+        .cmds = TRAIN,
         .flag = "no-overlap", .type = SETTINGS_FLAG,
         .help = "ddp: all-reduce after backward instead of during it"},
     [SET_OVERLAP] = {
         .key = "overlap", .type = SETTINGS_WORD, WORDS(overlap_words), .suite_max = 2,
         DEFAULT_INT(1), .help = "ddp: all-reduce during backward (on) or after it (off)"},
     [SET_GRAD_VIEW] = {
+        .cmds = TRAIN,
         .flag = "grad-as-bucket-view", .type = SETTINGS_FLAG,
         .help = "ddp: gradients are views into the buckets (no copy)"},
     [SET_TIMEOUT] = {
+        .cmds = TRAIN | SETTINGS_COMM_BENCH,
         .flag = "timeout", .type = SETTINGS_NUMBER, .lo = 0, .hi = 1000000,
         DEFAULT_NUMBER(300.0), .metavar = "SECONDS",
         .help = "a ddp or comm-bench step (ranks end), or dp's NCCL work, longer than this fails"},
     [SET_INJECT_FAULT] = {
+        .cmds = TRAIN | SETTINGS_COMM_BENCH,
         .flag = "inject-fault", .type = SETTINGS_FAULT, .lo = 0, .hi = 100000000,
         WORDS(dps_fault_names), .metavar = "R:S:",
-        .help = "ddp: rank R exits or hangs at step S (0-based, warm-up included)"},
+        .help = "ddp: rank R exits or hangs at step S (0-based, warm-up included); comm-bench: "
+                "at all-reduce S, counting each size's warm-up and timed ones in turn"},
     [SET_RESUME] = {
+        .cmds = SETTINGS_SWEEP,
         .flag = "resume", .type = SETTINGS_FLAG,
-        .help = "sweep: skip configurations already in the folder (default folder: OUT/latest)"},
+        .help = "skip configurations already in the folder (default folder: OUT/latest)"},
     [SET_FILTER] = {
+        .cmds = SETTINGS_SWEEP,
         .flag = "filter", .type = SETTINGS_TEXT, .hi = SETTINGS_PATTERN_MAX - 1,
         .metavar = "PATTERN",
-        .help = "sweep: only configuration ids containing PATTERN (or matching a glob)"},
+        .help = "only configuration ids containing PATTERN (or matching a glob)"},
     [SET_DRY_RUN] = {
+        .cmds = TRAIN,
         .flag = "dry-run", .type = SETTINGS_FLAG,
-        .help = "sweep: list the configurations, run nothing"},
+        .help = "list the configurations, run nothing"},
     [SET_NO_LINKS] = {
+        .cmds = SETTINGS_SWEEP,
         .flag = "no-links", .type = SETTINGS_FLAG,
-        .help = "sweep: do not measure the link matrix (links.csv) first"},
+        .help = "do not measure the link matrix (links.csv) first"},
     [SET_CONFIG_TIMEOUT] = {
+        .cmds = SETTINGS_SWEEP,
         .flag = "config-timeout", .type = SETTINGS_NUMBER, .lo = 0, .hi = 1000000,
         DEFAULT_NUMBER(3600.0), .metavar = "SECONDS",
-        .help = "sweep: kill a configuration running longer"},
+        .help = "kill a configuration running longer"},
     [SET_SIZES] = {
+        .cmds = SETTINGS_SWEEP | SETTINGS_COMM_BENCH | SETTINGS_LINKS,
+        .list_cmds = SETTINGS_COMM_BENCH,
         .flag = "sizes", .type = SETTINGS_BYTES, .lo = 4, .hi = (int64_t)1 << 34, .multiple = 4,
         .cli_max = SETTINGS_MAX_LIST, .metavar = "LIST",
-        .help = "comm-bench: message sizes, e.g. 1M,16M,64M; links: the copy size"},
+        .help = "comm-bench: message sizes, e.g. 1M,16M,64M; links, sweep's link matrix: the "
+                "copy size"},
     [SET_NO_TRACE] = {
+        .cmds = TRAIN,
         .flag = "no-trace", .type = SETTINGS_FLAG,
         .help = "no NVTX ranges (to measure what they cost)"},
     [SET_NO_NVML] = {
+        .cmds = TRAIN,
         .flag = "no-nvml", .type = SETTINGS_FLAG,
         .help = "no NVML sampler thread (to measure what it costs)"},
     [SET_PROFILE_STEPS] = {
+        .cmds = TRAIN,
         .flag = "profile-steps", .type = SETTINGS_STEP_RANGE, .lo = 0, .hi = 100000000,
         .metavar = "A:B",
         .help = "profiler capture range: steps A to B (0-based, warm-up included)"},
     [SET_CHECK] = {
+        .cmds = TRAIN,
         .flag = "check", .type = SETTINGS_FLAG,
         .help = "compare the final parameters with single-device training"},
     [SET_SAVE_PARAMS] = {
+        .cmds = SETTINGS_RUN,
         .flag = "save-params", .type = SETTINGS_TEXT, .hi = DPS_PATH_MAX - 1, .metavar = "FILE",
-        .help = "run: write the final parameters to FILE as a float32 .npy (flat layout)"},
+        .help = "write the final parameters to FILE as a float32 .npy (flat layout)"},
     [SET_GEMM_REF] = {
+        .cmds = TRAIN,
         .flag = "gemm-ref", .type = SETTINGS_FLAG,
         .help = "also time the step's GEMMs alone on device 0 (gemm_ref_tflops)"},
     [SET_OUT] = {
+        .cmds = TRAIN | SETTINGS_COMM_BENCH | SETTINGS_LINKS,
         .flag = "out", .type = SETTINGS_TEXT, .hi = DPS_PATH_MAX - 1, DEFAULT_TEXT("results"),
         .metavar = "DIR", .help = "results root"},
     [SET_NAME] = {
+        .cmds = TRAIN | SETTINGS_COMM_BENCH | SETTINGS_LINKS,
         .flag = "name", .type = SETTINGS_FOLDER_NAME, .hi = DPS_NAME_MAX - 1, .metavar = "NAME",
         .help = "results folder under --out; default <date>-<time>-<host>"},
-    [SET_HELP] = {.flag = "help", .letter = 'h', .type = SETTINGS_FLAG, .help = "show this help"},
+    [SET_HELP] = {
+        .cmds = EVERY,
+        .flag = "help", .letter = 'h', .type = SETTINGS_FLAG, .help = "show this help"},
     [SET_VERSION] = {
+        .cmds = EVERY,
         .flag = "version", .letter = 'V', .type = SETTINGS_FLAG, .help = "show the version"},
 };
 
@@ -217,10 +274,25 @@ static void default_text(const settings_entry *e, char *buf, size_t len)
     else snprintf(buf, len, "%" PRId64, e->def.i);
 }
 
-/* One option's line: flag, metavar (words appended), help, then [range; default]. */
+void settings_join_cmds(unsigned cmds, const char *sep, const char *last, char *buf, size_t len)
+{
+    int left = 0;
+    for (int i = 0; i < SETTINGS_NCMDS; i++) left += (cmds >> i) & 1;
+    buf[0] = '\0';
+    for (int i = 0; i < SETTINGS_NCMDS; i++) {
+        if (!((cmds >> i) & 1)) continue;
+        size_t used = strlen(buf);
+        left--;
+        const char *after = left > 1 ? sep : left ? last : "";
+        snprintf(buf + used, len - used, "%s%s", settings_cmd_names[i], after);
+    }
+}
+
+/* One option's line: flag, metavar (words appended), help, then [range;
+ * default] and, unless every subcommand takes it, {the subcommands}. */
 static void print_option(FILE *f, const settings_entry *e)
 {
-    char words[96], left[128], range[64], def[64], notes[160] = "";
+    char words[96], left[128], range[64], def[64], notes[160] = "", list[80], cmds[96] = "";
     settings_join_words(e, "|", words, sizeof words);
     const char *meta = e->metavar ? e->metavar : "";
     snprintf(left, sizeof left, "--%s%s%s%s", e->flag, *meta || *words ? " " : "", meta, words);
@@ -229,7 +301,11 @@ static void print_option(FILE *f, const settings_entry *e)
     if (*range || *def)
         snprintf(notes, sizeof notes, " [%s%s%s%s]", range, *range && *def ? "; " : "",
                  *def ? "default " : "", def);
-    fprintf(f, "  %-28s %s%s\n", left, e->help, notes);
+    if (e->cmds != EVERY) {
+        settings_join_cmds(e->cmds, ", ", ", ", list, sizeof list);
+        snprintf(cmds, sizeof cmds, " {%s}", list);
+    }
+    fprintf(f, "  %-28s %s%s%s\n", left, e->help, notes, cmds);
 }
 
 void settings_print_options(FILE *f)

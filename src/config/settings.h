@@ -1,6 +1,7 @@
 /* The settings: one table of every command-line option and suite-file key
- * (type, range, words, default, metavar, help) read by the command line, the
- * suite parser, --help and config_defaults; values are read in settings_value.c. */
+ * (type, range, words, default, subcommands, metavar, help) read by the
+ * command line, the suite parser, --help and config_defaults; values are read
+ * in settings_value.c. */
 #ifndef DPS_SETTINGS_H
 #define DPS_SETTINGS_H
 
@@ -24,13 +25,21 @@ typedef enum settings_id {
     SET_VERSION, SET_COUNT
 } settings_id;
 
+/* The subcommands, as bits of settings_entry.cmds: bit i is settings_cmd_names[i]. */
+enum {
+    SETTINGS_RUN = 1 << 0, SETTINGS_SWEEP = 1 << 1, SETTINGS_INFO = 1 << 2,
+    SETTINGS_COMM_BENCH = 1 << 3, SETTINGS_LINKS = 1 << 4,
+};
+#define SETTINGS_NCMDS 5
+extern const char *const settings_cmd_names[SETTINGS_NCMDS]; /* "run", "sweep", ... */
+
 typedef enum settings_type {
     SETTINGS_FLAG,        /* no value: the option alone */
     SETTINGS_INT,         /* an integer from lo to hi */
     SETTINGS_NUMBER,      /* a number above lo and at most hi */
     SETTINGS_BYTES,       /* a byte count (K/M/G/T suffixes) from lo to hi, a multiple of
                            * `multiple` */
-    SETTINGS_WORD,        /* one of words[]; in a list each at most once */
+    SETTINGS_WORD,        /* one of words[] */
     SETTINGS_PRESET,      /* the name of a model preset */
     SETTINGS_TEXT,        /* text of 1 to hi characters */
     SETTINGS_FOLDER_NAME, /* TEXT without '/' that does not start with '.' */
@@ -54,6 +63,9 @@ typedef struct settings_entry {
     const char *const *words; /* WORD, FAULT: nwords words */
     int nwords;
     int cli_max, suite_max;   /* values in a comma list; 1: a single value */
+    int repeats;              /* a list may name a value twice (--devices 0,0) */
+    unsigned cmds;            /* the subcommands that take the option (SETTINGS_RUN, ...) */
+    unsigned list_cmds;       /* those of them that take a list of cli_max values; the others one */
     int has_default;          /* def (or def_text) is the default */
     settings_item def;        /* INT, BYTES, WORD (the index), NUMBER */
     const char *def_text;     /* PRESET, TEXT */
@@ -67,7 +79,11 @@ extern const settings_entry settings_table[SET_COUNT];
 int settings_find_key(const char *key);
 /* words[] joined by sep, e.g. "dp|ddp", into buf. */
 void settings_join_words(const settings_entry *e, const char *sep, char *buf, size_t len);
-/* The options part of --help: one line per option with its range and default. */
+/* The subcommands of `cmds` by name, separated by sep and the last by last:
+ * "run, sweep and links". */
+void settings_join_cmds(unsigned cmds, const char *sep, const char *last, char *buf, size_t len);
+/* The options part of --help: one line per option with its range, default and
+ * the subcommands that take it. */
 void settings_print_options(FILE *f);
 
 /* A value read by settings_value_parse. */
@@ -84,7 +100,9 @@ typedef struct settings_error {
 } settings_error;
 
 /* Reads `text` as setting `id`: a comma list of at most `max` values (entries
- * trimmed of blanks) when max > 1, else one value. 0 ok; -1 refused, with
+ * trimmed of blanks, none empty, none the same value as another unless the
+ * entry repeats) when max > 1,
+ * else one value. 0 ok; -1 refused, with
  * *err filled for the caller's message (item: the value refused, "" when the
  * list as a whole is malformed). */
 int settings_value_parse(settings_id id, int max, const char *text, settings_value *out,

@@ -172,6 +172,12 @@ static int split(char *text, int max, char **items, int *n, settings_error *err)
     }
 }
 
+/* Whether two entries of a list are the same value (a list names each value once). */
+static int same_value(const settings_entry *e, settings_item a, settings_item b)
+{
+    return e->type == SETTINGS_NUMBER ? a.x == b.x : a.i == b.i;
+}
+
 static int read_list(const settings_entry *e, int max, const char *text, settings_value *out,
                      settings_error *err)
 {
@@ -186,8 +192,9 @@ static int read_list(const settings_entry *e, int max, const char *text, setting
             dps_strlcpy(err->item, items[i], sizeof err->item);
             return -1;
         }
-        for (int j = 0; e->type == SETTINGS_WORD && j < i; j++)
-            if (out->v[j].i == out->v[i].i) return refuse(err, "listed twice: '%s'", items[i]);
+        for (int j = 0; !e->repeats && j < i; j++)
+            if (same_value(e, out->v[j], out->v[i]))
+                return refuse(err, "listed twice: '%s'", items[i]);
     }
     return 0;
 }

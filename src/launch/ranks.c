@@ -25,6 +25,13 @@ void ranks_beat_step(rank_beat *b, int step)
     atomic_store(&b->step, step);
 }
 
+void ranks_inject_fault(const rank_fault *f, int rank, int step)
+{
+    if (!f || f->rank != rank || f->step != step) return;
+    if (f->kind == FAULT_EXIT) _exit(3);
+    for (;;) pause(); /* FAULT_HANG: until the launcher ends the group */
+}
+
 typedef struct group {
     const ranks_spec *spec;
     rank_beat *beat;          /* [nranks], shared with the ranks */
@@ -61,6 +68,26 @@ static void fail(group *g, dps_status st, const char *msg)
     dps_strlcpy(g->error, msg, sizeof g->error);
 }
 
+/* " (injected by --inject-fault R:S:exit)" when rank r exited as injected at its step. */
+static void injected_exit(const group *g, int r, int step, char *buf, size_t len)
+{
+    const rank_fault *f = g->spec->fault;
+    buf[0] = '\0';
+    if (f && f->kind == FAULT_EXIT && f->rank == r && f->step == step)
+        snprintf(buf, len, " (injected by --inject-fault %d:%d:exit)", r, step);
+}
+
+/* For a timeout: " (rank R hangs, injected by ...)" when the injected hang is reached. */
+static void injected_hang(const group *g, char *buf, size_t len)
+{
+    const rank_fault *f = g->spec->fault;
+    buf[0] = '\0';
+    if (f && f->kind == FAULT_HANG && f->rank < g->spec->nranks &&
+        atomic_load(&g->beat[f->rank].step) == f->step)
+        snprintf(buf, len, " (rank %d hangs, injected by --inject-fault %d:%d:hang)", f->rank,
+                 f->rank, f->step);
+}
+
 static void kill_all(group *g)
 {
     if (g->spec->abort) g->spec->abort(g->spec->ctx);
@@ -74,7 +101,7 @@ static void describe_exit(group *g, int r, int ws, char *buf, size_t len)
     char where[64], note[160] = "";
     if (step < 0) snprintf(where, sizeof where, "during set-up");
     else snprintf(where, sizeof where, "during step %d", step);
-    if (g->spec->explain_exit) g->spec->explain_exit(g->spec->ctx, r, step, note, sizeof note);
+    if (WIFEXITED(ws) && WEXITSTATUS(ws) == 3) injected_exit(g, r, step, note, sizeof note);
     if (WIFSIGNALED(ws))
         snprintf(buf, len, "rank %d was killed by signal %d (%s) %s%s", r, WTERMSIG(ws),
                  dps_signal_name(WTERMSIG(ws)), where, note);
@@ -94,11 +121,13 @@ static void check_timeout(group *g)
             now - atomic_load(&g->beat[r].beat_us) > limit)
             late = r;
     if (late < 0) return;
-    char more[DPS_ERRMSG_MAX / 2] = "", msg[DPS_ERRMSG_MAX];
+    char more[DPS_ERRMSG_MAX / 2] = "", note[96], msg[DPS_ERRMSG_MAX];
     if (s->explain_timeout) s->explain_timeout(s->ctx, more, sizeof more);
     int step = atomic_load(&g->beat[late].step);
-    snprintf(msg, sizeof msg, "%s %d exceeded --timeout %g s%s%s", step < 0 ? "set-up of rank" : "step",
-             step < 0 ? late : step, s->timeout_s, more[0] ? "; " : "", more);
+    injected_hang(g, note, sizeof note);
+    snprintf(msg, sizeof msg, "%s %d exceeded --timeout %g s%s%s%s",
+             step < 0 ? "set-up of rank" : "step", step < 0 ? late : step, s->timeout_s, note,
+             more[0] ? "; " : "", more);
     fail(g, DPS_ERR_TIMEOUT, msg);
 }
 

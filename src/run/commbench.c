@@ -14,13 +14,27 @@
 #include "launch/ranks.h"
 #include "core/util.h"
 
+/* What a rank tells the parent when it fails. */
+typedef struct bench_report {
+    dps_status status;
+    int secondary;             /* failed because another rank had failed first */
+    char error[DPS_ERRMSG_MAX];
+} bench_report;
+
 /* Shared by the ranks: per size, per iteration, per rank, microseconds. */
 typedef struct bench_shared {
     int nranks, nsizes, iters, warmup;
     int check_failed[COMMBENCH_MAX_SIZES];
     uint64_t sizes[COMMBENCH_MAX_SIZES];
+    rank_fault fault;          /* rank -1: none */
+    bench_report rep[DPS_MAX_DEVICES];
     size_t off_comm;
 } bench_shared;
+
+int commbench_steps(const commbench_spec *spec)
+{
+    return spec->nsizes * (spec->warmup + spec->iters);
+}
 
 static double *times(bench_shared *b, int size, int iter)
 {
@@ -37,7 +51,9 @@ static dps_status time_size(bench_shared *b, comm *c, int s, float *buf, size_t 
 {
     float sync = 0.0f;
     for (int it = -b->warmup; it < b->iters; it++) {
-        ranks_beat_step(beat, s * (b->warmup + b->iters) + it + b->warmup);
+        int step = s * (b->warmup + b->iters) + it + b->warmup;
+        ranks_beat_step(beat, step);
+        ranks_inject_fault(&b->fault, c->rank, step);
         DPS_TRY(comm_allreduce(c, &sync, 1, COMM_F32)); /* start together */
         double t0 = dps_now_ms();
         DPS_TRY(comm_allreduce(c, buf, n, COMM_F32));
@@ -69,7 +85,10 @@ static dps_status bench_sizes(bench_shared *b, comm *c, rank_beat *beat)
     for (int s = 0; s < b->nsizes; s++)
         if (b->sizes[s] > most) most = b->sizes[s];
     float *buf = calloc(most / sizeof(float) + 1, sizeof(float));
-    if (!buf) return dps_fail(DPS_ERR_RUNTIME, "rank %d: out of host memory", c->rank);
+    char size[32];
+    if (!buf)
+        return dps_fail(DPS_ERR_RUNTIME, "rank %d: out of host memory for its buffer of --sizes %s",
+                        c->rank, dps_fmt_bytes_suffix(most, size, sizeof size));
     dps_status rc = DPS_OK;
     for (int s = 0; !rc && s < b->nsizes; s++) {
         size_t n = b->sizes[s] / sizeof(float);
@@ -78,6 +97,20 @@ static dps_status bench_sizes(bench_shared *b, comm *c, rank_beat *beat)
     }
     free(buf);
     return rc;
+}
+
+/* This rank's failure for the parent; whether another rank failed first
+ * (this one then failed because of it) decides which message the run gives. */
+static void report_failure(bench_shared *b, int rank, const comm *c, dps_status rc)
+{
+    bench_report *rep = &b->rep[rank];
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "rank %d: ", rank);
+    rep->status = rc;
+    snprintf(rep->error, sizeof rep->error, "%s%s",
+             strncmp(dps_errmsg(), prefix, strlen(prefix)) ? prefix : "", dps_errmsg());
+    if (c && c->failed) rep->secondary = c->secondary;
+    else rep->secondary = comm_shared_abort(bench_comm(b));
 }
 
 static int bench_rank(void *ctx, int rank, rank_beat *beat)
@@ -90,16 +123,31 @@ static int bench_rank(void *ctx, int rank, rank_beat *beat)
     comm_params cp = {bench_comm(b), rank, be, rank, 0.0};
     if (!rc) rc = comm_open(&cp, &c);
     if (!rc) rc = bench_sizes(b, c, beat);
-    if (rc) {
-        dps_log("comm-bench: rank %d: %s", rank, dps_errmsg());
-        comm_shared_abort(bench_comm(b));
-    }
+    if (rc) report_failure(b, rank, c, rc);
     comm_close(c);
     if (be) be_close(be);
     return rc ? 1 : 0;
 }
 
 static void bench_abort(void *ctx) { comm_shared_abort(bench_comm(ctx)); }
+
+/* Which ranks wait in a collective and which do not. */
+static void explain_timeout(void *ctx, char *buf, size_t len)
+{
+    comm_shared_explain_waiting(bench_comm(ctx), NULL, buf, len);
+}
+
+/* The rank that failed first and said why (not one that failed because of it). */
+static dps_status reported(void *ctx, char *buf, size_t len)
+{
+    bench_shared *b = ctx;
+    for (int r = 0; r < b->nranks; r++)
+        if (b->rep[r].status && !b->rep[r].secondary) {
+            dps_strlcpy(buf, b->rep[r].error, len);
+            return b->rep[r].status;
+        }
+    return DPS_OK;
+}
 
 static void summarize(bench_shared *b, int s, uint64_t bytes, commbench_row *row)
 {
@@ -129,11 +177,14 @@ dps_status commbench_run(const commbench_spec *spec, commbench_row *rows)
     if (mem == MAP_FAILED) return dps_fail(DPS_ERR_RUNTIME, "comm-bench: cannot map shared memory");
     bench_shared *b = mem;
     *b = (bench_shared){.nranks = nranks, .nsizes = nsizes, .iters = iters,
-                        .warmup = spec->warmup, .off_comm = off};
+                        .warmup = spec->warmup, .fault = {.rank = -1}, .off_comm = off};
+    if (spec->fault) b->fault = *spec->fault;
     memcpy(b->sizes, spec->sizes, (size_t)nsizes * sizeof *b->sizes);
     comm_shared_init(bench_comm(b), nranks);
     ranks_spec rs = {.nranks = nranks, .rank_main = bench_rank, .ctx = b,
-                     .timeout_s = spec->timeout_s, .abort = bench_abort};
+                     .timeout_s = spec->timeout_s, .abort = bench_abort,
+                     .explain_timeout = explain_timeout, .reported = reported,
+                     .fault = spec->fault};
     dps_status rc = ranks_run(&rs);
     if (rc) {
         char why[DPS_ERRMSG_MAX]; /* dps_fail writes the buffer dps_errmsg reads */

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "launch/ranks.h"
 #include "run/results.h"
 
 #define COMMBENCH_MAX_SIZES 16
@@ -23,9 +24,16 @@ typedef struct commbench_spec {
     const uint64_t *sizes;   /* [nsizes] bytes, multiples of 4 */
     int nsizes, warmup, iters;
     double timeout_s;        /* an iteration longer than this ends the ranks */
+    const rank_fault *fault; /* --inject-fault: its step counts every size's warm-up and
+                              * timed all-reduces, one size after another; NULL: none */
 } commbench_spec;
 
-/* Runs every size with nranks rank processes; rows[i] for sizes[i]. */
+/* The steps of one run of sizes: warm-up and timed all-reduces of each size. */
+int commbench_steps(const commbench_spec *spec);
+
+/* Runs every size with nranks rank processes; rows[i] for sizes[i]. A rank
+ * that fails, dies or hangs past the timeout ends the run with one message
+ * naming it (its own message when it gave one). */
 dps_status commbench_run(const commbench_spec *spec, commbench_row *rows)
     DPS_MUST_USE;
 /* Appends rows to DIR/allreduce.csv. */

@@ -217,13 +217,26 @@ static dps_status bidir_links(ctx *c, side *s, side *d)
     return DPS_OK;
 }
 
+/* The two pinned host buffers of the copies to and from the host, the pattern filled. */
+static dps_status host_buffers(ctx *c)
+{
+    dps_status rc = c->be->ops->host_alloc(c->be, c->bytes, (void **)&c->pattern);
+    if (!rc) rc = c->be->ops->host_alloc(c->be, c->bytes, (void **)&c->check);
+    if (!rc) {
+        fill(c->pattern, c->bytes, 7);
+        return DPS_OK;
+    }
+    char why[DPS_ERRMSG_MAX], size[32]; /* dps_fail writes the buffer dps_errmsg reads */
+    dps_strlcpy(why, dps_errmsg(), sizeof why);
+    return dps_fail(rc, "links: the two host buffers of --sizes %s: %s",
+                    dps_fmt_bytes_suffix(c->bytes, size, sizeof size), why);
+}
+
 dps_status links_measure(backend *be, int ndev, uint64_t bytes, int samples, link_row *rows,
                          int *nrows)
 {
     ctx c = {.be = be, .bytes = bytes, .samples = samples, .rows = rows};
-    dps_status rc = be->ops->host_alloc(be, bytes, (void **)&c.pattern);
-    if (!rc) rc = be->ops->host_alloc(be, bytes, (void **)&c.check);
-    if (!rc) fill(c.pattern, bytes, 7);
+    dps_status rc = host_buffers(&c);
     for (int d = 0; !rc && d < ndev; d++) rc = host_links(&c, d);
     for (int s = 0; !rc && s < ndev; s++)
         for (int d = s + 1; !rc && d < ndev; d++) {

@@ -25,6 +25,12 @@ static dps_status perr(const parse_ctx *p, const char *what, const char *val)
                     val ? " '" : "", val ? val : "", val ? "'" : "");
 }
 
+/* A refused value, in the command line's words ("--gpus x: what"): "FILE:LINE: gpus = x: what". */
+static dps_status bad_value(const parse_ctx *p, const char *key, const char *val, const char *what)
+{
+    return dps_fail(DPS_ERR_USAGE, "%s:%d: %s = %s: %s", p->path, p->line, key, val, what);
+}
+
 static dps_status unknown_key(const parse_ctx *p, const char *key)
 {
     char what[320] = "unknown key (";
@@ -96,7 +102,7 @@ static dps_status set_key(parse_ctx *p, const char *key, const char *val)
     *first = p->line;
     p->settings++;
     const settings_entry *e = &settings_table[id];
-    if (e->suite_max < 2 && strchr(val, ',')) return perr(p, "expected one value for", key);
+    if (e->suite_max < 2 && strchr(val, ',')) return bad_value(p, key, val, "expected one value");
     if (id == SET_GPUS && strcmp(val, "all") == 0) {
         p->s->gpus_all = 1;
         p->s->ngpus = 0;
@@ -104,11 +110,8 @@ static dps_status set_key(parse_ctx *p, const char *key, const char *val)
     }
     settings_value v;
     settings_error err;
-    if (settings_value_parse((settings_id)id, e->suite_max, val, &v, &err)) {
-        if (!err.item[0]) return perr(p, err.what, NULL);
-        strncat(err.what, ", got", sizeof err.what - strlen(err.what) - 1);
-        return perr(p, err.what, err.item);
-    }
+    if (settings_value_parse((settings_id)id, e->suite_max, val, &v, &err))
+        return bad_value(p, key, err.item[0] ? err.item : val, err.what);
     store(p->s, (settings_id)id, &v);
     return DPS_OK;
 }

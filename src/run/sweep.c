@@ -1,6 +1,7 @@
 /* Sweeps (see sweep.h). The parent forks one child per configuration; the
  * child runs it and writes its rows; the parent waits with a deadline and
  * writes the row itself when the child died or hung without writing one. */
+#include <errno.h>
 #include <fnmatch.h>
 #include <signal.h>
 #include <stdio.h>
@@ -133,19 +134,20 @@ static void record_death(const dps_config *cfg, const backend *be, const results
     if (run_record(cfg, be, rd, st, why)) dps_log("%s", dps_errmsg());
 }
 
-int sweep_run(sweep_item *items, int n, backend *be, const results_dir *rd,
-              const sweep_opts *o, int *interrupted)
+void sweep_run(sweep_item *items, int n, backend *be, const results_dir *rd,
+               const sweep_opts *o, sweep_tally *t)
 {
+    *t = (sweep_tally){.first_skipped = -1};
     child_report *shared = mmap(NULL, sizeof *shared, PROT_READ | PROT_WRITE,
                                 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    int total = 0, failed = 0, idx = 0, ran = 0, skipped_done = 0;
+    if (shared == MAP_FAILED) {
+        dps_log("sweep: cannot map shared memory: %s", strerror(errno));
+        t->failed = 1;
+        return;
+    }
+    int total = 0, idx = 0;
     for (int i = 0; i < n; i++) total += strcmp(items[i].skip, "-") != 0;
     double t_start = dps_now_ms(), spent = 0.0;
-    *interrupted = 0;
-    if (shared == MAP_FAILED) {
-        dps_log("cannot map memory shared with the configurations' processes");
-        return n;
-    }
     for (int i = 0; i < n; i++) {
         sweep_item *it = &items[i];
         char id[192];
@@ -153,36 +155,36 @@ int sweep_run(sweep_item *items, int n, backend *be, const results_dir *rd,
         if (strcmp(it->skip, "-") == 0) continue;
         idx++;
         if (o->done && results_ids_has(o->done, id)) {
-            skipped_done++;
+            t->done_before++;
             continue;
         }
         if (it->skip[0]) {
             if (run_record(&it->cfg, be, rd, DPS_SKIPPED, it->skip)) dps_log("%s", dps_errmsg());
+            if (!t->skipped++) t->first_skipped = i;
             continue;
         }
-        double eta = ran ? spent / ran * (total - idx + 1) : -1.0;
+        double eta = t->ran ? spent / t->ran * (total - idx + 1) : -1.0;
         if (!isatty(STDERR_FILENO)) progress(idx, total, id, (dps_now_ms() - t_start) / 1e3, eta, 0);
         double t0 = dps_now_ms();
         child_outcome c;
         if (run_child(&it->cfg, be, rd, o, shared, &c, idx, total, id, t_start, eta)) {
             dps_log("%s", dps_errmsg());
-            failed++;
+            t->failed++;
             break;
         }
         spent += (dps_now_ms() - t0) / 1e3;
-        ran++;
+        t->ran++;
         int ok = !c.timed_out && WIFEXITED(c.ws) && WEXITSTATUS(c.ws) == 0;
-        if (!ok) failed++;
+        if (!ok) t->failed++;
         if (!c.written) record_death(&it->cfg, be, rd, &c, o);
         if (dps_interrupted()) {
-            *interrupted = 1;
+            t->interrupted = 1;
             break;
         }
     }
-    if (skipped_done) dps_log("--resume: %d configuration%s already in %s, not run again",
-                              skipped_done, skipped_done == 1 ? "" : "s", rd->dir);
+    if (t->done_before) dps_log("--resume: %d configuration%s already in %s, not run again",
+                                t->done_before, t->done_before == 1 ? "" : "s", rd->dir);
     munmap(shared, sizeof *shared);
-    return failed;
 }
 
 dps_status sweep_link_latest(const char *out_dir, const char *name)

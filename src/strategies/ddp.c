@@ -88,9 +88,8 @@ static void set_phase(ddp_rank *R, dps_phase ph) { atomic_store(&R->rep->phase, 
 static void inject_fault(ddp_rank *R, int step)
 {
     const dps_config *c = R->cfg;
-    if (c->fault_rank != R->rank || c->fault_step != step) return;
-    if (c->fault_kind == FAULT_EXIT) _exit(3);
-    for (;;) pause(); /* FAULT_HANG: until the launcher ends the group */
+    rank_fault f = {c->fault_rank, c->fault_step, c->fault_kind};
+    ranks_inject_fault(&f, R->rank, step);
 }
 
 static dps_status alloc_buffers(ddp_rank *R)

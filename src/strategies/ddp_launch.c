@@ -32,23 +32,10 @@ static void abort_group(void *ctx)
 static void explain_timeout(void *ctx, char *buf, size_t len)
 {
     ddp_group *g = ctx;
-    comm_shared *cs = ddp_shared_comm(g->sh);
-    char stuck[256] = "", waiting[256] = "";
-    for (int r = 0; r < g->cfg->ngpus; r++) {
-        char *list = atomic_load(&cs->box[r].waiting) ? waiting : stuck;
-        size_t n = strlen(list);
-        snprintf(list + n, 256 - n, "%s%d (%s)", n ? ", " : "", r,
-                 dps_phase_names[atomic_load(&g->sh->rank[r].phase)]);
-    }
-    snprintf(buf, len, "ranks not in a collective: %s; waiting in a collective: %s",
-             stuck[0] ? stuck : "none", waiting[0] ? waiting : "none");
-}
-
-static void explain_exit(void *ctx, int rank, int step, char *buf, size_t len)
-{
-    const dps_config *c = ((ddp_group *)ctx)->cfg;
-    if (c->fault_rank == rank && c->fault_kind == FAULT_EXIT && c->fault_step == step)
-        snprintf(buf, len, " (injected by --inject-fault %d:%d:exit)", rank, step);
+    const char *phases[DPS_MAX_DEVICES];
+    for (int r = 0; r < g->cfg->ngpus; r++)
+        phases[r] = dps_phase_names[atomic_load(&g->sh->rank[r].phase)];
+    comm_shared_explain_waiting(ddp_shared_comm(g->sh), phases, buf, len);
 }
 
 /* The rank that failed first and said why (not one that failed because of it). */
@@ -119,10 +106,11 @@ dps_status ddp_train(const dps_config *cfg, train_result *res)
     *sh = layout;
     comm_shared_init(ddp_shared_comm(sh), cfg->ngpus);
     ddp_group g = {cfg, sh};
+    rank_fault fault = {cfg->fault_rank, cfg->fault_step, cfg->fault_kind};
     ranks_spec spec = {.nranks = cfg->ngpus, .rank_main = rank_entry, .ctx = &g,
                        .timeout_s = cfg->timeout_s, .abort = abort_group,
-                       .explain_timeout = explain_timeout, .explain_exit = explain_exit,
-                       .reported = reported};
+                       .explain_timeout = explain_timeout, .reported = reported,
+                       .fault = cfg->fault_rank >= 0 ? &fault : NULL};
     dps_status rc = ranks_run(&spec);
     if (rc) dps_strlcpy(res->error, dps_errmsg(), sizeof res->error);
     collect(cfg, sh, res);
