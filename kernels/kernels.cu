@@ -245,4 +245,20 @@ cudaError_t dps_k_add(cudaStream_t s, int64_t n, float *dst, const float *src)
     return cudaGetLastError();
 }
 
+/* Busy for ns nanoseconds of the GPU's global timer: --inject-slowdown. */
+__global__ void spin_kernel(unsigned long long ns)
+{
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    } while (t - t0 < ns);
+}
+
+cudaError_t dps_k_spin(cudaStream_t s, double us)
+{
+    spin_kernel<<<1, 1, 0, s>>>((unsigned long long)(us * 1e3));
+    return cudaGetLastError();
+}
+
 } /* extern "C" */

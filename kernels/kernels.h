@@ -43,6 +43,9 @@ cudaError_t dps_k_scale(cudaStream_t s, int64_t n, float *x, float a);
 /* dst += src (the reduce-add of peer-copy collectives) */
 cudaError_t dps_k_add(cudaStream_t s, int64_t n, float *dst, const float *src);
 
+/* One thread busy for us microseconds on stream s (a stretched phase). */
+cudaError_t dps_k_spin(cudaStream_t s, double us);
+
 #ifdef __cplusplus
 }
 #endif

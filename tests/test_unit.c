@@ -24,6 +24,7 @@
 #include "cli/cli.h"
 #include "core/csv.h"
 #include "core/csv_read.h"
+#include "config/ptimer.h"
 #include "strategies/dp.h"
 #include "core/stats.h"
 #include "model/model.h"
@@ -376,6 +377,49 @@ static void test_elementwise(void)
     EXPECT(dps_uniform(1234, 1, 7919) == 0.878929496f);
     EXPECT(dps_uniform(42, 2 + (5u << 8), 123456789) == 0.278357625f);
     EXPECT(dps_uniform(7, 1, 42) != dps_uniform(8, 1, 42));
+}
+
+/* One timed step of a phase whose work keeps the stream busy work_ms. */
+static float timed_phase(phase_timer *t, dps_phase ph, double work_ms)
+{
+    float ms[PH_COUNT];
+    ptimer_reset(t);
+    EXPECT(ptimer_begin(t, 0, ph) == DPS_OK);
+    EXPECT(t->be->ops->spin(t->be, t->stream[0], work_ms * 1e3) == DPS_OK);
+    EXPECT(ptimer_end(t, 0, ph) == DPS_OK);
+    EXPECT(t->be->ops->stream_sync(t->be, t->stream[0]) == DPS_OK);
+    EXPECT(ptimer_read(t, 0, ms) == DPS_OK);
+    return ms[ph];
+}
+
+/* --inject-slowdown: a compute phase is stretched by the fraction of its
+ * unstretched time in the previous step (none in the first step), the
+ * stretch does not compound, and a copy phase is left alone. */
+static void test_slowdown(void)
+{
+    be_options o = {.kind = BE_HOST, .host_devices = 1, .quiet = 1};
+    backend *be = NULL;
+    be_stream *st = NULL;
+    EXPECT(be_open(&o, &be) == DPS_OK);
+    if (!be) return;
+    EXPECT(be->ops->stream_create(be, 0, &st) == DPS_OK);
+    phase_timer t;
+    int dev = 0;
+    EXPECT(ptimer_init(&t, be, 1, &dev, &st) == DPS_OK);
+    ptimer_set_slowdown(&t, 0.5);
+    float first = timed_phase(&t, PH_FORWARD, 4.0);
+    EXPECT(first >= 4.0f);
+    for (int step = 0; step < 3; step++) {
+        float ms = timed_phase(&t, PH_FORWARD, 4.0);
+        EXPECT(ms >= 4.0f * 1.5f * 0.999f); /* 4 ms of work, 2 of stretch (or more) */
+        EXPECT(t.base_ms[0][PH_FORWARD] < ms - 1.9f); /* what comes next is not compounded */
+    }
+    timed_phase(&t, PH_SCATTER, 4.0);
+    float copy = timed_phase(&t, PH_SCATTER, 4.0);
+    EXPECT(copy >= 4.0f && t.spun_ms[0][PH_SCATTER] == 0.0f);
+    ptimer_free(&t);
+    be->ops->stream_destroy(be, st);
+    be_close(be);
 }
 
 /* The host backend's GELU, its derivative and softmax cross-entropy (its own
@@ -1151,6 +1195,7 @@ int main(int argc, char **argv)
         {"suite", test_suite}, {"settings", test_settings}, {"nvml", test_nvml},
         {"comm_abort", test_comm_abort}, {"context", test_context}, {"versions", test_versions},
         {"gemm", test_gemm}, {"host_math", test_host_math},
+        {"slowdown", test_slowdown},
     };
     int ran = 0;
     for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++)

@@ -139,6 +139,8 @@ typedef struct be_ops {
     dps_status (*scale)(backend *, be_stream *s, int64_t n, float *x, float a);
     dps_status (*add)(backend *, be_stream *s, int64_t n, float *dst, const float *src);
     /* start (on = 1) or stop the profiler's capture range (cudaProfilerStart/Stop) */
+    /* the stream stays busy for us microseconds (--inject-slowdown) */
+    dps_status (*spin)(backend *, be_stream *s, double us);
     dps_status (*profile)(backend *, int on);
     /* the device's used memory now (host backend: the harness's own) */
     dps_status (*mem_used)(backend *, int dev, size_t *used);

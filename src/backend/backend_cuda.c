@@ -338,6 +338,11 @@ static dps_status cu_scale(backend *be, be_stream *s, int64_t n, float *x, float
     KERNEL(s, dps_k_scale(s->s, n, x, a));
 }
 
+static dps_status cu_spin(backend *be, be_stream *s, double us)
+{
+    KERNEL(s, dps_k_spin(s->s, us));
+}
+
 static dps_status cu_add(backend *be, be_stream *s, int64_t n, float *dst, const float *src)
 {
     KERNEL(s, dps_k_add(s->s, n, dst, src));
@@ -409,6 +414,7 @@ static const be_ops cuda_ops = {
     .adamw = cu_adamw,
     .scale = cu_scale,
     .add = cu_add,
+    .spin = cu_spin,
     .profile = cu_profile,
     .mem_used = cu_mem_used,
     .versions = cu_versions,

@@ -364,6 +364,17 @@ static dps_status host_scale(backend *be, be_stream *s, int64_t n, float *x, flo
     return DPS_OK;
 }
 
+/* The stream is the calling thread: it is kept busy (a sleep would give
+ * the core away and stretch by the scheduler's whim). */
+static dps_status host_spin(backend *be, be_stream *s, double us)
+{
+    (void)be; (void)s;
+    double end = dps_now_ms() + us * 1e-3;
+    while (dps_now_ms() < end) {
+    }
+    return DPS_OK;
+}
+
 static dps_status host_add(backend *be, be_stream *s, int64_t n, float *dst, const float *src)
 {
     (void)be; (void)s;
@@ -427,6 +438,7 @@ static const be_ops host_ops = {
     .adamw = host_adamw,
     .scale = host_scale,
     .add = host_add,
+    .spin = host_spin,
     .profile = host_profile,
     .mem_used = host_mem_used,
     .versions = host_versions,

@@ -21,7 +21,9 @@
 #include "run/sweep.h"
 #include "core/util.h"
 
-static void default_name(char *buf, size_t len)
+/* DATE-TIME-HOST, with -2, -3, ... when a folder of that name is in
+ * out_dir already (two runs started within one second). */
+static void default_name(const char *out_dir, char *buf, size_t len)
 {
     char host[64] = "host";
     gethostname(host, sizeof host - 1);
@@ -29,9 +31,14 @@ static void default_name(char *buf, size_t len)
     time_t t = time(NULL);
     struct tm tm;
     localtime_r(&t, &tm);
-    char stamp[32];
+    char stamp[32], path[DPS_PATH_MAX];
     strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
     snprintf(buf, len, "%s-%s", stamp, host);
+    for (int k = 2; k < 1000; k++) {
+        snprintf(path, sizeof path, "%s/%s", out_dir, buf);
+        if (access(path, F_OK) != 0) return;
+        snprintf(buf, len, "%s-%s-%d", stamp, host, k);
+    }
 }
 
 int cmd_usage_error(void)
@@ -230,7 +237,7 @@ int cmd_links(cli_args *a)
     int ndev = a->gpus_set ? a->cfg.ngpus : be->emulated && be->ndev > 4 ? 4 : be->ndev;
     results_dir rd = {.lock_fd = -1};
     int status = 0;
-    if (!a->name_set) default_name(a->cfg.name, sizeof a->cfg.name);
+    if (!a->name_set) default_name(a->cfg.out_dir, a->cfg.name, sizeof a->cfg.name);
     if (ndev > be->ndev) {
         status = (dps_fail(DPS_ERR_USAGE, "--gpus %d: the %s backend has %d devices", ndev,
                            be->ops->name, be->ndev), cmd_usage_error());
@@ -334,6 +341,10 @@ static int execute_in(cli_args *a, backend *be, const results_dir *rd, sweep_ite
     if (!rc) rc = results_write_meta(rd, be, argc, argv, start, NULL);
     if (rc) return rc == DPS_ERR_USAGE ? cmd_usage_error() : (dps_log("%s", dps_errmsg()), 1);
     printf("# results: %s\n", rd->dir);
+    if (n && items[0].cfg.inject_slowdown_pct > 0)
+        dps_warn("--inject-slowdown %g: every compute phase is stretched by %g %%, so these "
+                 "timings are not the code's (meta.json's command line says so too)",
+                 items[0].cfg.inject_slowdown_pct, items[0].cfg.inject_slowdown_pct);
     /* latest points at this sweep from its start, so --resume after a crash continues it */
     if (a->cmd == CMD_SWEEP && sweep_link_latest(a->cfg.out_dir, a->cfg.name))
         dps_log("%s", dps_errmsg());
@@ -372,7 +383,7 @@ int cmd_run(cli_args *a, int argc, char **argv)
     sweep_item *items = NULL;
     int n = 0, status = 0;
     if (a->resume && !a->name_set) rc = resume_name(a);
-    if (!a->name_set) default_name(a->cfg.name, sizeof a->cfg.name);
+    if (!a->name_set) default_name(a->cfg.out_dir, a->cfg.name, sizeof a->cfg.name);
     if (!rc && strcmp(a->cfg.name, "latest") == 0)
         rc = dps_fail(DPS_ERR_USAGE, "--name latest: that is the link to the newest folder; "
                       "choose another name");
@@ -442,7 +453,7 @@ int cmd_comm_bench(cli_args *a)
     commbench_spec spec = {0, a->nsizes ? a->sizes : default_sizes, a->nsizes ? a->nsizes : 3,
                            c->warmup, c->steps, c->timeout_s, c->fault_rank >= 0 ? &fault : NULL};
     results_dir rd;
-    if (!a->name_set) default_name(a->cfg.name, sizeof a->cfg.name);
+    if (!a->name_set) default_name(a->cfg.out_dir, a->cfg.name, sizeof a->cfg.name);
     if ((spec.fault && check_bench_fault(a, ng, nng, &spec)) ||
         results_open(&rd, a->cfg.out_dir, a->cfg.name))
         return cmd_usage_error();

@@ -37,6 +37,7 @@ typedef struct dps_config {
     int grad_view;            /* ddp: gradients are views into the buckets */
     double timeout_s;         /* ddp: a step (or set-up) longer than this ends the group */
     int fault_rank, fault_step; /* ddp: --inject-fault, rank -1 = none */
+    double inject_slowdown_pct; /* compute phases stretched by this percentage (a gate's test) */
     int profile_first, profile_last; /* --profile-steps A:B, -1 = none */
     int no_nvml;              /* --no-nvml: no sampler thread */
     dps_dp_comm dp_comm;

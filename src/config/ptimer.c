@@ -49,8 +49,19 @@ dps_status ptimer_begin(phase_timer *t, int slot, dps_phase ph)
     return t->be->ops->event_record(t->be, t->ev[slot][ph][0], t->stream[slot]);
 }
 
+void ptimer_set_slowdown(phase_timer *t, double fraction) { t->slowdown = fraction; }
+
+static int is_compute(dps_phase ph)
+{
+    return ph == PH_FORWARD || ph == PH_LOSS || ph == PH_BACKWARD || ph == PH_OPTIMIZER;
+}
+
 dps_status ptimer_end(phase_timer *t, int slot, dps_phase ph)
 {
+    if (t->slowdown > 0 && is_compute(ph) && t->base_ms[slot][ph] > 0) {
+        t->spun_ms[slot][ph] = (float)(t->slowdown * t->base_ms[slot][ph]);
+        DPS_TRY(t->be->ops->spin(t->be, t->stream[slot], 1e3 * t->spun_ms[slot][ph]));
+    }
     return t->be->ops->event_record(t->be, t->ev[slot][ph][1], t->stream[slot]);
 }
 
@@ -86,6 +97,9 @@ dps_status ptimer_read(phase_timer *t, int slot, float *ms)
         if (!t->used[slot][p]) continue;
         be_event *const *ev = t->on_other[slot][p] ? t->ev_on[slot][p] : t->ev[slot][p];
         DPS_TRY(t->be->ops->event_ms(t->be, ev[0], ev[1], &ms[p]));
+        float base = ms[p] - t->spun_ms[slot][p];
+        t->base_ms[slot][p] = base > 0 ? base : 0.0f;
+        t->spun_ms[slot][p] = 0.0f;
     }
     return DPS_OK;
 }

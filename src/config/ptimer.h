@@ -19,6 +19,12 @@ typedef struct phase_timer {
     /* (slot, phase) timed on another slot's stream: events on that device */
     be_event *ev_on[DPS_MAX_DEVICES][PH_COUNT][2];
     unsigned char on_other[DPS_MAX_DEVICES][PH_COUNT];
+    /* --inject-slowdown: each compute phase (forward, loss, backward,
+     * optimizer) is stretched, before its end event, by this fraction of
+     * its unstretched time in the slot's previous step */
+    double slowdown;
+    float base_ms[DPS_MAX_DEVICES][PH_COUNT]; /* the previous step's, unstretched */
+    float spun_ms[DPS_MAX_DEVICES][PH_COUNT]; /* added in this step */
 } phase_timer;
 
 dps_status ptimer_init(phase_timer *t, backend *be, int nslots, const int *devs,
@@ -31,6 +37,8 @@ dps_status ptimer_end(phase_timer *t, int slot, dps_phase ph) DPS_MUST_USE;
  * begin and end within a step). */
 dps_status ptimer_begin_on(phase_timer *t, int slot, dps_phase ph, int where) DPS_MUST_USE;
 dps_status ptimer_end_on(phase_timer *t, int slot, dps_phase ph, int where) DPS_MUST_USE;
+/* Every compute phase stretched by fraction (0: none) from the second step. */
+void ptimer_set_slowdown(phase_timer *t, double fraction);
 /* After the slot's stream is synchronised: ms per phase. */
 dps_status ptimer_read(phase_timer *t, int slot, float *ms) DPS_MUST_USE;
 

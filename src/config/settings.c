@@ -159,6 +159,12 @@ const settings_entry settings_table[SET_COUNT] = {
         WORDS(dps_fault_names), .metavar = "R:S:",
         .help = "ddp: rank R exits or hangs at step S (0-based, warm-up included); comm-bench: "
                 "at all-reduce S, counting each size's warm-up and timed ones in turn"},
+    [SET_INJECT_SLOWDOWN] = {
+        .cmds = TRAIN,
+        .flag = "inject-slowdown", .type = SETTINGS_NUMBER, .lo = 0, .hi = 1000,
+        .metavar = "PCT",
+        .help = "for testing a regression gate: stretch every compute phase (forward, loss, "
+                "backward, optimizer) by PCT percent"},
     [SET_RESUME] = {
         .cmds = SETTINGS_SWEEP,
         .flag = "resume", .type = SETTINGS_FLAG,

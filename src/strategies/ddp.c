@@ -167,6 +167,7 @@ static dps_status rank_setup(ddp_rank *R)
     R->be->ops->name_stream(R->be, R->st, sname);
     DPS_TRY(be_mark_baseline(R->be, R->dev));
     DPS_TRY(ptimer_init(&R->timer, R->be, 1, &R->dev, &R->st));
+    ptimer_set_slowdown(&R->timer, R->cfg->inject_slowdown_pct / 100.0);
     DPS_TRY(make_buckets(R));
     DPS_TRY(alloc_buffers(R));
     comm_params cp = {ddp_shared_comm(R->sh), R->rank, R->be, R->dev, c->timeout_s * 1e3};
@@ -322,11 +323,12 @@ static dps_status rank_loop(ddp_rank *R)
         R->rep->losses_done = step + 1;
         DPS_TRY(be_sample_mem(R->be, R->dev));
         record_peaks(R);
-        if (step < c->warmup) continue;
         int k = step - c->warmup;
-        ddp_shared_step_ms(sh, R->rank)[k] = ms;
-        float *ph = ddp_shared_phase_ms(sh, R->rank) + (size_t)k * PH_COUNT;
+        float warm[PH_COUNT]; /* read in warm-up too: --inject-slowdown stretches by them */
+        float *ph = k < 0 ? warm : ddp_shared_phase_ms(sh, R->rank) + (size_t)k * PH_COUNT;
         DPS_TRY(ptimer_read(&R->timer, 0, ph));
+        if (k < 0) continue;
+        ddp_shared_step_ms(sh, R->rank)[k] = ms;
         ph[PH_ALLREDUCE] = (float)R->allreduce_ms; /* the buckets' collectives, summed */
         R->rep->steps_done = k + 1;
     }

@@ -143,6 +143,7 @@ static dps_status dp_setup(dp_state *st)
         DPS_TRY(be_mark_baseline(be, s->dev));
     }
     DPS_TRY(ptimer_init(&st->timer, be, st->nslots, devs, streams));
+    ptimer_set_slowdown(&st->timer, st->cfg->inject_slowdown_pct / 100.0);
     /* device 0 first: its extra memory is what runs out first */
     DPS_TRY(alloc_slot(st, 0, pbytes));
     DPS_TRY(alloc_primary(st, pbytes));
@@ -397,12 +398,13 @@ static dps_status dp_loop(dp_state *st, train_result *res)
         res->loss[step] = *st->h_loss / (float)st->rows_total;
         res->losses_done = step + 1;
         for (int i = 0; i < st->nslots; i++) DPS_TRY(be_sample_mem(st->be, st->s[i].dev));
-        if (!timed) continue;
         int k = step - c->warmup;
+        float warm[PH_COUNT]; /* read in warm-up too: --inject-slowdown stretches by them */
+        for (int i = 0; i < st->nslots; i++)
+            DPS_TRY(ptimer_read(&st->timer, i, timed ? train_result_phases(res, k, i) : warm));
+        if (!timed) continue;
         res->step_ms[k] = ms;
         for (int i = 0; i < c->ngpus; i++) res->rank_step_ms[(size_t)k * res->nranks + i] = ms;
-        for (int i = 0; i < st->nslots; i++)
-            DPS_TRY(ptimer_read(&st->timer, i, train_result_phases(res, k, i)));
         res->steps_done = k + 1;
     }
     return dp_download_params(st, res);
