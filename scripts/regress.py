@@ -1,0 +1,298 @@
+#!/usr/bin/env python3
+"""The regression gate (`ninja -C build regress`, scripts/regress.sh).
+
+Builds the base commit beside the build (a git worktree and a Meson build
+in BUILD/regress-base/<commit>/, kept for the next time), runs the suite
+with the base and the head binary interleaved, round after round, and
+compares them with compare.py as paired rounds. It stops as soon as every
+configuration is decided (REGRESSION, IMPROVED or SAME) after --min-rounds,
+or when --budget-min is spent. --stored compares one run with a stored
+baseline (bench/baselines/<backend>-<device>/) instead, for runners where
+the base cannot be built; --update-baseline adds a run to that baseline.
+
+usage: regress.py HEAD_DPSCALE [--base REF] [--budget-min 5] [--min-rounds 3]
+                  [--max-rounds 40] [--suite FILE] [--inject-slowdown PCT]
+                  [--stored | --update-baseline] [compare.py options...]
+Exit status: compare.py's (0 pass or warn, 1 regression, 2 bad input);
+2 when the base cannot be built or a sweep refuses its input.
+"""
+import argparse
+import datetime
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+PYTHON = "/usr/bin/python3"
+
+
+class GateError(Exception):
+    """What stops the gate before it can judge: one line, exit 2."""
+
+
+def log(msg):
+    print(f"regress: {msg}", flush=True)
+
+
+def git(*args):
+    p = subprocess.run(["git", "-C", ROOT, *args], capture_output=True, text=True)
+    if p.returncode:
+        raise GateError(f"git {' '.join(args)}: {p.stderr.strip() or 'failed'}")
+    return p.stdout.strip()
+
+
+def git_ok(*args):
+    return subprocess.run(["git", "-C", ROOT, *args], capture_output=True).returncode == 0
+
+
+def main_branch():
+    try:
+        return git("symbolic-ref", "--short", "refs/remotes/origin/HEAD")
+    except GateError:
+        pass
+    for ref in ("origin/main", "main", "origin/master", "master"):
+        if git_ok("rev-parse", "--verify", "--quiet", ref + "^{commit}"):
+            return ref
+    raise GateError("no main branch (origin/main, main, origin/master, master) to take the "
+                    "base from; name one with --base REF")
+
+
+def choose_base(ref):
+    """(commit, why) of the base: --base REF, else the merge-base with the
+    main branch; on the main branch itself, the commit before (or HEAD when
+    the working tree has changes)."""
+    if ref:
+        return git("rev-parse", "--verify", ref + "^{commit}"), f"--base {ref}"
+    branch = main_branch()
+    base = git("merge-base", "HEAD", branch)
+    if base != git("rev-parse", "HEAD"):
+        return base, f"the merge-base with {branch}"
+    if git("status", "--porcelain", "--untracked-files=no"):
+        return base, "HEAD (the working tree has changes)"
+    return git("rev-parse", "--verify", "HEAD^"), f"HEAD^ (HEAD is on {branch})"
+
+
+def head_options(build_dir):
+    """-Dname=value of the head build's own (project) options."""
+    path = os.path.join(build_dir, "meson-info", "intro-buildoptions.json")
+    try:
+        with open(path) as f:
+            options = json.load(f)
+    except (OSError, ValueError) as e:
+        raise GateError(f"{path}: cannot read the head build's options ({e}); "
+                        f"is {build_dir} a Meson build folder?")
+    out = {}
+    for o in options:
+        if o.get("section") != "user":
+            continue
+        v = o["value"]
+        v = ",".join(v) if isinstance(v, list) else str(v).lower() if isinstance(v, bool) else v
+        out[o["name"]] = str(v)
+    return out
+
+
+def base_option_names(src):
+    names = set()
+    for name in ("meson_options.txt", "meson.options"):
+        path = os.path.join(src, name)
+        if os.path.exists(path):
+            names |= set(re.findall(r"option\(\s*'([^']+)'", open(path).read()))
+    return names
+
+
+def build_base(commit, build_dir):
+    """The base commit's dpscale, built in BUILD/regress-base/<commit>/ with
+    the head build's options (those the base has); built once per commit."""
+    cache = os.path.join(os.path.realpath(build_dir), "regress-base", commit[:12])
+    src, bld = os.path.join(cache, "src"), os.path.join(cache, "build")
+    binary = os.path.join(bld, "src", "dpscale")
+    if os.access(binary, os.X_OK):
+        log(f"base {commit[:12]}: built before, in {bld}")
+        return binary
+    t0 = time.monotonic()
+    git("worktree", "prune")
+    if os.path.exists(cache):
+        shutil.rmtree(cache)
+    os.makedirs(cache)
+    git("worktree", "add", "--detach", "--force", src, commit)
+    options = head_options(build_dir)
+    keep = base_option_names(src)
+    args = [f"-D{k}={v}" for k, v in sorted(options.items()) if k in keep]
+    logfile = os.path.join(cache, "build.log")
+    with open(logfile, "w") as out:
+        for cmd in (["meson", "setup", bld, src, *args], ["ninja", "-C", bld, "src/dpscale"]):
+            if subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT).returncode:
+                raise GateError(f"cannot build the base commit {commit[:12]} ({' '.join(cmd[:2])} "
+                                f"failed; see {logfile}); compare with a stored baseline: "
+                                f"--stored")
+    log(f"base {commit[:12]}: built in {time.monotonic() - t0:.0f} s, in {bld}")
+    return binary
+
+
+def sweep(binary, suite, out, name, extra, logf):
+    """One round of one side; a failed configuration is the comparison's
+    business (exit 1), a refused command line is not."""
+    cmd = [binary, "sweep", suite, "--no-links", "--out", out, "--name", name, *extra]
+    p = subprocess.run(cmd, stdout=logf, stderr=subprocess.STDOUT)
+    if p.returncode not in (0, 1):
+        raise GateError(f"{' '.join(cmd)}: exit {p.returncode} (see {logf.name})")
+
+
+def compare(base, head, json_path, extra, report=None, quiet=True):
+    cmd = [PYTHON, os.path.join(ROOT, "scripts", "compare.py"), base, head, "--json", json_path,
+           *extra]
+    if report:
+        cmd += ["--markdown", report + ".md", "--junit", report + ".xml", "--plot", report + ".png"]
+    p = subprocess.run(cmd, capture_output=quiet, text=True)
+    if p.returncode == 2:
+        raise GateError(f"compare.py refused: {(p.stderr or '').strip()}")
+    with open(json_path) as f:
+        return p.returncode, json.load(f)
+
+
+def run_rounds(a, base_bin, head_bin, out, extra):
+    """Rounds until decided, --max-rounds or the budget; returns the rounds run."""
+    t0, done, decided = time.monotonic(), 0, False
+    slow = ["--inject-slowdown", str(a.inject_slowdown)] if a.inject_slowdown else []
+    with open(os.path.join(out, "sweeps.log"), "w") as logf:
+        while done < a.max_rounds:
+            r0 = time.monotonic()
+            sides = [("base", base_bin, []), ("head", head_bin, slow)]
+            for side, binary, opts in sides if done % 2 == 0 else sides[::-1]:
+                sweep(binary, a.suite, os.path.join(out, side), f"run-{done + 1:03d}", opts, logf)
+            done += 1
+            spent, per_round = time.monotonic() - t0, time.monotonic() - r0
+            if done >= a.min_rounds:
+                _, res = compare(os.path.join(out, "base"), os.path.join(out, "head"),
+                                 os.path.join(out, "progress.json"), extra)
+                undecided = res.get("undecided", 0)
+                log(f"round {done}: {undecided} undecided, {spent:.0f} s spent")
+                if not undecided:
+                    decided = True
+                    break
+            if spent + per_round > a.budget_min * 60:
+                break
+    if not decided:
+        log(f"stopped after {done} rounds ({'--max-rounds' if done >= a.max_rounds else '--budget-min'}) "
+            f"with configurations undecided: see NOISY rows for the rounds they need")
+    return done
+
+
+def gate(a, extra):
+    head_bin = os.path.realpath(a.dpscale)
+    build_dir = os.path.dirname(os.path.dirname(head_bin))
+    commit, why = choose_base(a.base)
+    log(f"base: {commit[:12]}, {why}; head: {head_bin}")
+    base_bin = build_base(commit, build_dir)
+    out = os.path.join(ROOT, "results", f"regress-{stamp()}")
+    os.makedirs(out)
+    rounds = run_rounds(a, base_bin, head_bin, out, extra)
+    rc, _ = compare(os.path.join(out, "base"), os.path.join(out, "head"),
+                    os.path.join(out, "regression.json"), extra,
+                    report=os.path.join(out, "regression"), quiet=False)
+    log(f"{rounds} rounds; report in {os.path.relpath(out, ROOT)}/regression.{{md,xml,json,png}}")
+    return rc
+
+
+def stamp():
+    return f"{datetime.datetime.now():%Y%m%d-%H%M%S}-{socket.gethostname().split('.')[0]}"
+
+
+def machine_key(meta_path):
+    with open(meta_path) as f:
+        m = json.load(f)
+    dev = (m.get("devices") or [{}])[0].get("name", "unknown").replace("emulated device on ", "")
+    return re.sub(r"[^a-z0-9]+", "-", f"{m.get('backend', 'unknown')}-{dev}".lower()).strip("-")
+
+
+def staleness(base_dir):
+    """'recorded 2026-11-30T02:06:26Z, 3 days ago, on HOST' of the newest baseline run."""
+    runs = sorted(d for d in os.listdir(base_dir) if d.startswith("run-"))
+    with open(os.path.join(base_dir, runs[-1], "meta.json")) as f:
+        m = json.load(f)
+    when = m.get("start_time", "")
+    try:
+        t = datetime.datetime.strptime(when, "%Y-%m-%dT%H:%M:%SZ").replace(
+            tzinfo=datetime.timezone.utc)
+        age = datetime.datetime.now(datetime.timezone.utc) - t
+        ago = f"{age.days} days ago" if age.days else f"{age.seconds // 3600} hours ago"
+    except ValueError:
+        ago = "at an unknown time"
+    return f"recorded {when or '?'} ({ago}) on {m.get('host', '?')}, {len(runs)} run(s)"
+
+
+def stored(a, extra):
+    """One run compared with bench/baselines/<machine>/ (or added to it)."""
+    out = os.path.join(ROOT, "results", f"regress-{stamp()}")
+    slow = ["--inject-slowdown", str(a.inject_slowdown)] if a.inject_slowdown else []
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out + ".log", "w") as logf:
+        sweep(os.path.realpath(a.dpscale), a.suite, os.path.dirname(out), os.path.basename(out),
+              slow, logf)
+    key = machine_key(os.path.join(out, "meta.json"))
+    base = os.path.join(ROOT, "bench", "baselines", key)
+    if a.update_baseline:
+        run = os.path.join(base, f"run-{datetime.datetime.now():%Y%m%d-%H%M%S}")
+        os.makedirs(run)
+        for name in ("runs.csv", "steps.csv", "devices.csv", "meta.json"):
+            shutil.copy(os.path.join(out, name), run)
+        for old in sorted(d for d in os.listdir(base) if d.startswith("run-"))[:-3]:
+            shutil.rmtree(os.path.join(base, old))
+        log(f"baseline {key}: {len(os.listdir(base))} run(s) in bench/baselines/{key} (commit them)")
+        return 0
+    if not os.path.isdir(base) or not any(d.startswith("run-") for d in os.listdir(base)):
+        log(f"no stored baseline for this machine ({key}) in bench/baselines/; make one from a "
+            f"run you trust: scripts/regress.sh {a.dpscale} --update-baseline")
+        return 0
+    log(f"stored baseline bench/baselines/{key}: {staleness(base)}; another day or machine "
+        f"drifts by more than a change: prefer the default, base built beside head")
+    rc, _ = compare(base, out, os.path.join(out, "regression.json"), extra,
+                    report=os.path.join(out, "regression"), quiet=False)
+    log(f"report in {os.path.relpath(out, ROOT)}/regression.{{md,xml,json,png}}")
+    return rc
+
+
+def parse(argv):
+    ap = argparse.ArgumentParser(description="The regression gate: base and head interleaved.")
+    ap.add_argument("dpscale", help="the head build's dpscale (BUILD/src/dpscale)")
+    ap.add_argument("--base", help="the base commit (default: the merge-base with main)")
+    ap.add_argument("--budget-min", type=float, default=5.0,
+                    help="stop adding rounds after this many minutes (5)")
+    ap.add_argument("--min-rounds", type=int, default=3, help="rounds before deciding (3)")
+    ap.add_argument("--max-rounds", type=int, default=40, help="rounds at most (40)")
+    ap.add_argument("--suite", default=os.path.join(ROOT, "bench", "ci.suite"))
+    ap.add_argument("--inject-slowdown", type=float, default=0.0, metavar="PCT",
+                    help="for testing the gate: the head's compute phases PCT %% slower")
+    ap.add_argument("--stored", action="store_true",
+                    help="compare one run with the stored baseline of this machine")
+    ap.add_argument("--update-baseline", action="store_true",
+                    help="add one run to the stored baseline of this machine")
+    a, extra = ap.parse_known_args(argv)
+    if not (a.budget_min > 0 and 2 <= a.min_rounds <= a.max_rounds and
+            0 <= a.inject_slowdown <= 1000):
+        ap.error("--budget-min must be above 0, 2 <= --min-rounds <= --max-rounds, "
+                 "--inject-slowdown 0 to 1000")
+    if not os.access(a.dpscale, os.X_OK) or not os.path.isfile(a.suite):
+        ap.error(f"{a.dpscale} is not an executable, or {a.suite} is not a suite file")
+    return a, extra
+
+
+def main(argv):
+    try:
+        a, extra = parse(argv)
+    except SystemExit as e:
+        return 2 if e.code else 0
+    try:
+        return stored(a, extra) if a.stored or a.update_baseline else gate(a, extra)
+    except (GateError, OSError) as e:
+        print(f"regress: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
