@@ -281,8 +281,9 @@ def plot_memory(plt, folder, out, data):
 
 def plot_phases(plt, folder, out):
     med = defaultdict(dict)
+    drawn = {r["config_id"] for r in folder.runs}
     for p in folder.phases:
-        if p["device"] == "0":
+        if p["device"] == "0" and p["config_id"] in drawn:
             med[p["config_id"]][p["phase"]] = number(p, "median_ms")
     keys = sorted({(r["model"], r["precision"]) for r in folder.runs})
     fig, axes = grid(plt, len(keys), width=6.0, height=4.4)
@@ -386,8 +387,9 @@ def beside_torch(folder, torch_folder):
     (python_overhead_ms: host time minus busy device time, GPUs only)."""
     def phases(f):
         out = defaultdict(dict)
+        drawn = {r["config_id"] for r in f.runs}
         for p in f.phases:
-            if p["device"] == "0":
+            if p["device"] == "0" and p["config_id"] in drawn:
                 oh = number(p, "python_overhead_ms", allow_empty=True) \
                     if "python_overhead_ms" in p else None
                 out[p["config_id"]][p["phase"]] = (number(p, "median_ms"), oh)

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """compare.py and plot.py on broken copies of the fixture folders: each is
 refused with exit 2 and one line that names the file (and line) and what to
-do, never a traceback. Usage: test_readers.py compare|plot; exit 0
+do, never a traceback; a folder with failed and skipped configurations
+(mixed-host) is read. Usage: test_readers.py compare|plot|mixed; exit 0
 pass, 1 fail (every broken copy that was not refused so is listed)."""
 import csv
 import json
@@ -9,7 +10,7 @@ import os
 import sys
 import tempfile
 
-from helpers import FIXTURES, Failure, copy_fixture, run_case, script
+from helpers import FIXTURES, Failure, copy_fixture, expect_exit, run_case, script
 
 CID = "dp-small-fp32-sgd-g1-b16"  # ci-host's first configuration: one device, 30 steps
 NO_SUMMARY = {**os.environ, "GITHUB_STEP_SUMMARY": ""}
@@ -180,8 +181,16 @@ def check(tool, fixture, cases):
                       f"be:\n" + "\n".join(bad))
 
 
+def case_mixed():
+    """ok, oom and skipped configurations side by side: compared and drawn."""
+    folder = os.path.join(FIXTURES, "mixed-host")
+    with tempfile.TemporaryDirectory() as tmp:
+        expect_exit(script("compare.py", folder, folder, env=NO_SUMMARY), 0)
+        expect_exit(script("plot.py", folder, "--out", tmp), 0)
+
+
 CASES = {"compare": lambda: check("compare.py", "ci-host", COMPARE),
-         "plot": lambda: check("plot.py", "results-host", PLOT)}
+         "plot": lambda: check("plot.py", "results-host", PLOT), "mixed": case_mixed}
 
 if __name__ == "__main__":
     sys.exit(run_case(sys.argv[1], CASES[sys.argv[1]]))
