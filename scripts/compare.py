@@ -33,7 +33,7 @@ METRICS = [("step_ms", LOWER), ("samples_per_s", HIGHER), ("busbw_gbps", HIGHER)
 # libraries' workspaces, other processes) is reported but not judged.
 MEMORY = ["alloc_peak_bytes"]
 RUNS_COLS = ["config_id", "status", "mode", "ngpus", "global_batch", "params", "backend",
-             "precision"]
+             "precision", "steps_done"]
 STEPS_COLS = ["config_id", "step", "rank", "step_ms", "allreduce_ms"]
 DEVICES_COLS = ["config_id", "device", "alloc_peak_bytes", "device_peak_bytes"]
 MEM_REL, MEM_ABS = 0.02, 64 << 20
@@ -419,16 +419,46 @@ def plot(rows, path):
     ax.set_title("Step time against the baseline (grey: noise threshold)")
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        fig.savefig(path, dpi=110)
+    except OSError as e:
+        raise InputError(f"--plot {path}: cannot write: {e.strerror}; give a file in a folder "
+                         f"that exists and is writable") from None
+    finally:
+        plt.close(fig)
+
+
+def option_number(least, most=math.inf, open_ends=False):
+    """An argparse type: a finite number in [least, most] (open_ends: in (least, most))."""
+    def parse(text):
+        try:
+            x = float(text)
+        except ValueError:
+            x = math.nan
+        inside = least < x < most if open_ends else least <= x <= most
+        if not (math.isfinite(x) and inside):
+            ends = f"above {least:g} and below {most:g}" if open_ends else f"at least {least:g}"
+            raise argparse.ArgumentTypeError(f"{text!r}: give a finite number {ends}")
+        return x
+    return parse
+
+
+def write_file(option, path, text, mode="w"):
+    try:
+        with open(path, mode) as f:
+            f.write(text)
+    except OSError as e:
+        raise InputError(f"{option} {path}: cannot write: {e.strerror}; give a file in a "
+                         f"folder that exists and is writable") from None
 
 
 def main(argv):
     ap = argparse.ArgumentParser(description="Compare two dpscale results folders.")
     ap.add_argument("baseline")
     ap.add_argument("current")
-    ap.add_argument("--alpha", type=float, default=0.01, help="significance level (0.01)")
-    ap.add_argument("--fail-above", type=float, default=0.10,
+    ap.add_argument("--alpha", type=option_number(0, 1, open_ends=True), default=0.01,
+                    help="significance level, in (0, 1) (0.01)")
+    ap.add_argument("--fail-above", type=option_number(0), default=0.10,
                     help="a regression must also be worse than this fraction (0.10)")
     ap.add_argument("--markdown", help="write the Markdown table here too")
     ap.add_argument("--junit", help="write JUnit XML here")
@@ -441,8 +471,6 @@ def main(argv):
     except SystemExit as e:
         return 2 if e.code else 0
     try:
-        if not (0 < args.alpha < 1) or args.fail_above < 0:
-            raise InputError("--alpha must be in (0, 1) and --fail-above at least 0")
         base, cur = Results(args.baseline), Results(args.current)
         mine = os.path.realpath(cur.newest.folder)
         if base.pooled and any(os.path.realpath(p.folder) == mine for p in base.parts):
@@ -452,20 +480,24 @@ def main(argv):
         rows = compare(base, cur, args.alpha, args.fail_above)
         md = markdown(rows, base, cur, warned)
         sys.stdout.write(md)
-        for path in filter(None, [args.markdown, os.environ.get("GITHUB_STEP_SUMMARY")]):
-            with open(path, "a" if path == os.environ.get("GITHUB_STEP_SUMMARY") else "w") as f:
-                f.write(md)
+        if args.markdown:
+            write_file("--markdown", args.markdown, md)
+        if os.environ.get("GITHUB_STEP_SUMMARY"):
+            write_file("GITHUB_STEP_SUMMARY", os.environ["GITHUB_STEP_SUMMARY"], md, "a")
         if args.junit:
-            with open(args.junit, "w") as f:
-                f.write(junit(rows))
+            write_file("--junit", args.junit, junit(rows))
         if args.json:
-            with open(args.json, "w") as f:
-                json.dump({"baseline": base.folder, "current": cur.folder, "warnings": warned,
-                           "rows": rows}, f, indent=1, default=str)
+            write_file("--json", args.json, json.dumps(
+                {"baseline": base.folder, "current": cur.folder, "warnings": warned,
+                 "rows": rows}, indent=1, default=str))
         if args.plot:
             plot(rows, args.plot)
     except InputError as e:
         print(f"compare.py: {e}", file=sys.stderr)
+        return 2
+    except ImportError as e:
+        print(f"compare.py: --plot: {e}: install python3-matplotlib (scripts/setup.sh does) and "
+              f"run with /usr/bin/python3", file=sys.stderr)
         return 2
     bad = any(r["status"] in ("REGRESSION", "FAILED", "MISSING") for r in rows)
     return 1 if bad and not args.warn_only else 0

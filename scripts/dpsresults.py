@@ -1,9 +1,12 @@
 """Reading and checking a dpscale results folder: the columns of each CSV
-file as dpscale writes them, CSV reading whose every error names file:line,
-number parsing, meta.json and the library versions it records. Shared by
-compare.py, plot.py and the tests; standard library only.
+file as dpscale writes them and what their cells may hold, CSV reading whose
+every error names file:line and says what to do, what the files of a folder
+promise each other, meta.json's types and the library versions it records.
+Shared by compare.py, plot.py and the tests; standard library only.
 """
+import copy
 import csv
+import io
 import json
 import math
 import os
@@ -13,49 +16,150 @@ import re
 PHASES = ["load", "replicate", "scatter", "forward", "gather", "loss", "backward", "reduce",
           "allreduce", "allreduce_exposed", "optimizer"]
 
-# Every column of each file, in the order dpscale writes them (src/run/results.c,
-# src/run/links.c, src/run/commbench.c). Readers demand only the columns they use, so
-# that older folders and torch_reference.py's files still read.
-COLUMNS = {
+
+# What a cell may hold: every check of a cell's type and range is made here.
+class Kind:
+    """The cells of a column: any text, text that is not empty, one of
+    `words`, or finite numbers (whole ones, at least `least`, above 0 when
+    `positive`); `empty` lets a cell be empty (a figure not measured)."""
+
+    def __init__(self, number=False, whole=False, least=None, positive=False, words=None,
+                 nonempty=False, empty=False):
+        self.number, self.whole, self.least, self.positive = number, whole, least, positive
+        self.words, self.nonempty, self.empty = words, nonempty, empty
+
+    def or_empty(self):
+        kind = copy.copy(self)
+        kind.empty = True
+        return kind
+
+    def problem(self, v):
+        """Why a cell does not hold what it may, or None."""
+        if v == "":
+            needed = not self.empty and (self.number or self.words or self.nonempty)
+            return "is empty" if needed else None
+        if self.words is not None:
+            return None if v in self.words else f"is not one of {', '.join(self.words)}"
+        return number_problem(v, self) if self.number else None
+
+
+# The magnitudes of the non-zero numbers dpscale writes: at most 9 decimals,
+# at most a 64-bit count. Beyond them, sums and ratios of cells could overflow.
+SMALLEST, LARGEST = 1e-9, 2.0 ** 64
+
+
+def number_problem(v, kind):
+    try:
+        x = float(v)
+    except ValueError:
+        return "is not a number"
+    if not math.isfinite(x):
+        return "is not finite"
+    if x and not SMALLEST <= abs(x) < LARGEST:
+        return f"is out of range (non-zero values lie between {SMALLEST:g} and 2^64)"
+    if kind.whole and x != int(x):
+        return "is not a whole number"
+    if kind.least is not None and x < kind.least:
+        return f"is below {kind.least}"
+    if kind.positive and x <= 0:
+        return "is not above 0"
+    return None
+
+
+TEXT = Kind()
+NAME = Kind(nonempty=True)
+NUMBER = Kind(number=True)
+AT_LEAST_0 = Kind(number=True, least=0)
+ABOVE_0 = Kind(number=True, positive=True)
+COUNT = Kind(number=True, whole=True, least=0)
+COUNT_1 = Kind(number=True, whole=True, least=1)
+# A run's status (dps_status_name in src/core/err.c) and mode (src/core/names.c).
+STATUS = Kind(words=("ok", "oom", "error", "timeout", "skipped", "usage"))
+MODE = Kind(words=("dp", "ddp"))
+
+# Every column of each file with what its cells hold, in the order dpscale writes
+# them (src/run/results.c, src/run/links.c, src/run/commbench.c); empty where a
+# figure may be unmeasured (any result of a configuration that did not run).
+# Readers demand only the columns they use, so that older folders and
+# torch_reference.py's files still read.
+SCHEMA = {
     "runs.csv": [
-        "config_id", "status", "error", "backend", "emulated", "mode", "ngpus", "devices",
-        "model", "layers", "width", "tokens", "classes", "params", "precision", "optimizer",
-        "lr", "global_batch", "batch_per_gpu", "scaling", "bucket_mb", "overlap", "seed",
-        "warmup", "steps", "steps_done", "step_ms_median", "step_ms_p10", "step_ms_p90",
-        "step_ms_mean", "step_ms_stdev", "samples_per_s", "tokens_per_s", "model_tflops",
-        "gemm_ref_tflops", "loss_first", "loss_last", "check", "check_max_rel_diff",
-        "gpu0_alloc_peak_bytes", "max_other_alloc_peak_bytes", "comm_bytes_per_step",
-        "algbw_gbps", "busbw_gbps", "start_time", "end_time"],
-    "steps.csv": ["config_id", "step", "rank", "device_index", "step_ms", "rank_step_ms",
-                  "loss"] + [p + "_ms" for p in PHASES],
+        ("config_id", NAME), ("status", STATUS), ("error", TEXT), ("backend", TEXT),
+        ("emulated", COUNT), ("mode", MODE), ("ngpus", COUNT_1), ("devices", TEXT),
+        ("model", TEXT), ("layers", COUNT), ("width", COUNT_1), ("tokens", COUNT_1),
+        ("classes", COUNT_1), ("params", COUNT_1), ("precision", TEXT), ("optimizer", TEXT),
+        ("lr", AT_LEAST_0), ("global_batch", COUNT_1), ("batch_per_gpu", COUNT_1),
+        ("scaling", TEXT), ("bucket_mb", AT_LEAST_0.or_empty()), ("overlap", COUNT.or_empty()),
+        ("seed", COUNT), ("warmup", COUNT), ("steps", COUNT_1), ("steps_done", COUNT),
+        ("step_ms_median", ABOVE_0.or_empty()), ("step_ms_p10", ABOVE_0.or_empty()),
+        ("step_ms_p90", ABOVE_0.or_empty()), ("step_ms_mean", ABOVE_0.or_empty()),
+        ("step_ms_stdev", AT_LEAST_0.or_empty()), ("samples_per_s", ABOVE_0.or_empty()),
+        ("tokens_per_s", ABOVE_0.or_empty()), ("model_tflops", AT_LEAST_0.or_empty()),
+        ("gemm_ref_tflops", AT_LEAST_0.or_empty()), ("loss_first", NUMBER.or_empty()),
+        ("loss_last", NUMBER.or_empty()), ("check", TEXT),
+        ("check_max_rel_diff", AT_LEAST_0.or_empty()),
+        ("gpu0_alloc_peak_bytes", COUNT.or_empty()),
+        ("max_other_alloc_peak_bytes", COUNT.or_empty()),
+        ("comm_bytes_per_step", AT_LEAST_0.or_empty()), ("algbw_gbps", AT_LEAST_0.or_empty()),
+        ("busbw_gbps", AT_LEAST_0.or_empty()), ("start_time", TEXT), ("end_time", TEXT)],
+    "steps.csv": [
+        ("config_id", NAME), ("step", COUNT), ("rank", COUNT), ("device_index", COUNT),
+        ("step_ms", ABOVE_0), ("rank_step_ms", AT_LEAST_0), ("loss", NUMBER.or_empty())]
+    + [(p + "_ms", AT_LEAST_0.or_empty()) for p in PHASES],
     "devices.csv": [
-        "config_id", "device", "device_index", "name", "alloc_peak_bytes", "device_peak_bytes",
-        "capacity_bytes", "h2d_bytes_per_step", "d2h_bytes_per_step", "p2p_sent_bytes_per_step",
+        ("config_id", NAME), ("device", COUNT), ("device_index", COUNT), ("name", TEXT),
+        ("alloc_peak_bytes", COUNT), ("device_peak_bytes", COUNT),
+        ("capacity_bytes", COUNT.or_empty())]
+    + [(c, AT_LEAST_0.or_empty()) for c in (
+        "h2d_bytes_per_step", "d2h_bytes_per_step", "p2p_sent_bytes_per_step",
         "p2p_recv_bytes_per_step", "nvml_pcie_tx_bytes", "nvml_pcie_rx_bytes",
-        "nvml_nvlink_tx_bytes", "nvml_nvlink_rx_bytes", "sm_clock_min_mhz", "sm_clock_max_mhz",
-        "throttle_reasons", "device_base_bytes", "device_peak_over_base_bytes"],
-    "phases.csv": ["config_id", "device", "phase", "median_ms", "mean_ms", "share_of_step",
-                   "bytes_per_step", "achieved_gbps"],
-    "memory.csv": ["config_id", "device", "device_index", "category", "bytes_at_peak"],
-    "links.csv": ["src", "dst", "method", "bytes", "bw_gbps", "latency_us", "status", "backend",
-                  "emulated"],
-    "allreduce.csv": ["backend", "method", "nranks", "bytes", "time_us", "algbw_gbps",
-                      "busbw_gbps", "check"],
+        "nvml_nvlink_tx_bytes", "nvml_nvlink_rx_bytes")]
+    + [("sm_clock_min_mhz", COUNT.or_empty()), ("sm_clock_max_mhz", COUNT.or_empty()),
+       ("throttle_reasons", TEXT), ("device_base_bytes", COUNT.or_empty()),
+       ("device_peak_over_base_bytes", COUNT.or_empty())],
+    "phases.csv": [
+        ("config_id", NAME), ("device", COUNT), ("phase", NAME),
+        ("median_ms", AT_LEAST_0.or_empty()), ("mean_ms", AT_LEAST_0.or_empty()),
+        ("share_of_step", AT_LEAST_0.or_empty()), ("bytes_per_step", AT_LEAST_0.or_empty()),
+        ("achieved_gbps", AT_LEAST_0.or_empty())],
+    "memory.csv": [("config_id", NAME), ("device", COUNT), ("device_index", COUNT),
+                   ("category", TEXT), ("bytes_at_peak", COUNT)],
+    "links.csv": [("src", NAME), ("dst", NAME), ("method", NAME), ("bytes", COUNT),
+                  ("bw_gbps", ABOVE_0.or_empty()), ("latency_us", AT_LEAST_0.or_empty()),
+                  ("status", TEXT), ("backend", TEXT), ("emulated", COUNT)],
+    "allreduce.csv": [("backend", TEXT), ("method", TEXT), ("nranks", COUNT_1),
+                      ("bytes", COUNT), ("time_us", AT_LEAST_0.or_empty()),
+                      ("algbw_gbps", AT_LEAST_0.or_empty()), ("busbw_gbps", AT_LEAST_0.or_empty()),
+                      ("check", TEXT)],
 }
+COLUMNS = {name: [c for c, _ in cols] for name, cols in SCHEMA.items()}
 # Columns that only scripts/torch_reference.py writes, after all of COLUMNS'
 # (dpscale's folders never have them, and readers must not demand them).
 # python_overhead_ms: on GPUs, a phase's host time minus the time its device
 # was busy in it; empty on the CPU.
-OPTIONAL_COLUMNS = {"phases.csv": ["python_overhead_ms"]}
+OPTIONAL_SCHEMA = {"phases.csv": [("python_overhead_ms", NUMBER.or_empty())]}
+OPTIONAL_COLUMNS = {name: [c for c, _ in cols] for name, cols in OPTIONAL_SCHEMA.items()}
+KINDS = {name: dict(SCHEMA[name] + OPTIONAL_SCHEMA.get(name, [])) for name in SCHEMA}
+# The columns that name a row: no two rows of a file name the same thing.
+KEYS = {"runs.csv": ["config_id"], "steps.csv": ["config_id", "step", "rank"],
+        "devices.csv": ["config_id", "device"], "phases.csv": ["config_id", "device", "phase"]}
 
-# The keys of meta.json (src/run/results.c).
+# The keys of meta.json (src/run/results.c) and the JSON type of each.
+META_TYPES = {"dpscale_version": str, "git_describe": str, "command_line": list,
+              "start_time": str, "end_time": str, "host": str, "os": str, "backend": str,
+              "emulated": bool, "note": str, "memory": dict, "devices": list,
+              "topology": (str, dict), "versions": dict}
 META_KEYS = ["dpscale_version", "git_describe", "command_line", "start_time", "end_time", "host",
              "os", "backend", "emulated", "note", "devices", "topology", "versions"]
+# The fields of each of meta.json's devices.
+DEVICE_TYPES = {"index": int, "name": str, "bus_id": str, "memory_bytes": int}
 # The fields of meta.json's "versions", one per library (be_version_fields in
-# src/backend/backend.c); "" where one does not apply.
+# src/backend/backend.c); "" where one does not apply. Every value is a string.
 VERSIONS = ["driver", "runtime", "cublas", "nccl", "nccl_build", "blas"]
 # The one line that held the CUDA versions before those fields existed.
 OLD_CUDA_LINE = re.compile(r"CUDA driver ([^,]*), runtime ([^,]*), cuBLAS ([^,]*), NCCL (.*)$")
+# What to do about a file that is not as dpscale writes it.
+FIX = "restore the file as dpscale wrote it, or run the configuration again"
 
 
 class InputError(Exception):
@@ -73,37 +177,103 @@ class Table(list):
         self.columns = columns
 
 
-def read_csv(path, required=()):
-    """The Table of a CSV file that has at least the required columns, every
-    row with as many fields as the header."""
+def read_text(path):
+    """A file's text (UTF-8; a leading byte-order mark is skipped)."""
     if not os.path.exists(path):
         raise InputError(f"{path}: no such file (is this a dpscale results folder?)")
-    with open(path, newline="") as f:
-        reader = csv.DictReader(f)
-        if not reader.fieldnames:
+    if os.path.isdir(path):
+        raise InputError(f"{path}: a folder, not a file; {FIX}")
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise InputError(f"{path}: cannot read: {e.strerror}") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise InputError(f"{path}:{line}: not UTF-8 (byte 0x{data[e.start]:02x}); {FIX}") \
+            from None
+
+
+def read_csv(path, required=()):
+    """The Table of a CSV file that has at least the required columns, every
+    row with as many fields as the header, every cell as its column's kind
+    (KINDS) and no two rows with the same key (KEYS)."""
+    reader = csv.DictReader(io.StringIO(read_text(path), newline=""))
+    try:
+        header = reader.fieldnames
+        if not header:
             raise InputError(f"{path}:1: empty file (no header)")
-        missing = [c for c in required if c not in reader.fieldnames]
-        if missing:
-            raise InputError(f"{path}:1: missing column(s) {', '.join(missing)}")
+        check_header(path, header, required)
         rows = []
         for row in reader:
             if None in row or None in row.values():
                 raise InputError(f"{path}:{reader.line_num}: wrong number of fields (the header "
-                                 f"has {len(reader.fieldnames)})")
+                                 f"has {len(header)}); {FIX}")
             row["_path"], row["_line"] = path, reader.line_num
             rows.append(row)
-    return Table(path, list(reader.fieldnames), rows)
+    except csv.Error as e:
+        why = f"a field longer than {csv.field_size_limit()} characters" \
+            if "field limit" in str(e) else f"not CSV as dpscale writes it ({e})"
+        raise InputError(f"{path}:{reader.reader.line_num}: {why}; {FIX}") from None
+    table = Table(path, list(header), rows)
+    check_cells(table)
+    check_keys(table)
+    return table
+
+
+def check_header(path, header, required):
+    missing = [c for c in required if c not in header]
+    if missing:
+        raise InputError(f"{path}:1: missing column(s) {', '.join(missing)}; {FIX}")
+    twice = sorted({c for c in header if header.count(c) > 1})
+    if twice:
+        raise InputError(f"{path}:1: column(s) {', '.join(twice)} more than once; {FIX}")
+
+
+def check_cells(table):
+    kinds = KINDS.get(os.path.basename(table.path), {})
+    checked = [(col, kinds[col]) for col in table.columns if col in kinds]
+    for row in table:
+        for col, kind in checked:
+            why = kind.problem(row[col])
+            if why:
+                raise InputError(f"{where(row)}: column {col} {why}: {short(row[col])}; {FIX}")
+
+
+def short(v):
+    return repr(v) if len(v) <= 40 else repr(v[:40]) + "..."
+
+
+def check_keys(table):
+    key = KEYS.get(os.path.basename(table.path))
+    if not key or any(c not in table.columns for c in key):
+        return
+    kinds = KINDS[os.path.basename(table.path)]
+    first = {}
+    for row in table:
+        k = tuple(float(row[c]) if kinds[c].number else row[c] for c in key)
+        if k in first:
+            what = ", ".join(f"{c} {row[c]}" for c in key[1:])
+            raise InputError(f"{where(row)}: {'configuration ' if not what else ''}{row[key[0]]}"
+                             f"{': ' + what if what else ''} again (first at line {first[k]}); "
+                             f"remove the repeated rows, or record each run in a folder of its "
+                             f"own (--name)")
+        first[k] = row["_line"]
 
 
 def read_folder(folder, columns, optional=()):
     """{file name: Table} for each file of a {file name: required columns}
-    map, read in the map's order; a file named in optional that is absent
-    reads as None."""
+    map, read in the map's order, checked against each other (check_runs); a
+    file named in optional that is absent reads as None."""
     tables = {}
     for name, required in columns.items():
         path = os.path.join(folder, name)
-        absent = name in optional and not os.path.exists(path)
+        absent = name in optional and not os.path.lexists(path)
         tables[name] = None if absent else read_csv(path, required)
+    if tables.get("runs.csv") is not None:
+        check_runs(tables)
     return tables
 
 
@@ -117,20 +287,18 @@ def number(row, col, allow_empty=False):
     v = row[col]
     if v == "" and allow_empty:
         return None
-    try:
-        x = float(v)
-    except ValueError:
-        raise InputError(f"{where(row)}: column {col} is not a number: {v!r}") from None
-    if not math.isfinite(x):
-        raise InputError(f"{where(row)}: column {col} is not finite: {v!r}")
-    return x
+    why = number_problem(v, NUMBER) if v else "is empty"
+    if why:
+        raise InputError(f"{where(row)}: column {col} {why}: {short(v)}; {FIX}")
+    return float(v)
 
 
 def integer(row, col):
     """The whole number in a row's column, as an int."""
     x = number(row, col)
     if x != int(x):
-        raise InputError(f"{where(row)}: column {col} is not a whole number: {row[col]!r}")
+        raise InputError(f"{where(row)}: column {col} is not a whole number: {short(row[col])}; "
+                         f"{FIX}")
     return int(x)
 
 
@@ -142,27 +310,107 @@ def by_config(rows):
     return out
 
 
+# ---- what the files of one folder promise each other ---------------------------
+
+def check_runs(tables):
+    """Each ok configuration of runs.csv has, where those files were read, the
+    steps.csv rows it promises (one per rank and step done) and one devices.csv
+    row per device, each device that takes part with an allocation peak."""
+    ok = [r for r in tables["runs.csv"] if r["status"] == "ok"]
+    steps, devices = tables.get("steps.csv"), tables.get("devices.csv")
+    if steps is not None and {"step", "rank"} <= set(steps.columns):
+        check_steps(ok, steps)
+    if devices is not None:
+        check_devices(ok, devices)
+
+
+def check_steps(ok, steps):
+    mine = by_config(steps)
+    for run in ok:
+        cid, n, done = run["config_id"], integer(run, "ngpus"), integer(run, "steps_done")
+        rows = mine.get(cid, [])
+        for s in rows:
+            if integer(s, "rank") >= n or integer(s, "step") >= done:
+                raise InputError(f"{where(s)}: {cid}: step {s['step']}, rank {s['rank']} is past "
+                                 f"what {where(run)} says (ngpus {n}, steps_done {done}); {FIX}")
+        if len(rows) != n * done:
+            raise InputError(f"{steps.path}: {cid}: {len(rows)} rows, but {where(run)} promises "
+                             f"{n * done} ({n} rank(s) x steps_done {done}): the file was cut "
+                             f"short or edited; {FIX}")
+
+
+def check_devices(ok, devices):
+    mine = by_config(devices)
+    for run in ok:
+        cid, n = run["config_id"], integer(run, "ngpus")
+        rows = mine.get(cid, [])
+        for d in rows:
+            dev = integer(d, "device")
+            if dev >= n:
+                raise InputError(f"{where(d)}: {cid}: device {dev} is past what {where(run)} says "
+                                 f"(ngpus {n}); {FIX}")
+            if "alloc_peak_bytes" in d and dev < devices_used(run) and \
+                    integer(d, "alloc_peak_bytes") == 0:
+                raise InputError(f"{where(d)}: column alloc_peak_bytes is 0, but device {dev} of "
+                                 f"{cid} (status ok) takes part and holds its model; {FIX}")
+        if len(rows) != n:
+            raise InputError(f"{devices.path}: {cid}: {len(rows)} rows, but {where(run)} "
+                             f"promises one per device (ngpus {n}); {FIX}")
+
+
+def devices_used(run):
+    """How many of a configuration's devices take part: dp splits the batch as
+    torch.chunk does (chunks of ceil(B / n)), so devices past the last chunk
+    stay idle; ddp's ranks all hold the model."""
+    n = integer(run, "ngpus")
+    if run["mode"] != "dp" or "global_batch" not in run:
+        return n
+    batch = integer(run, "global_batch")
+    return -(-batch // -(-batch // n))
+
+
+# ---- meta.json ------------------------------------------------------------------
+
 def read_meta(folder, required=(), missing_ok=False):
-    """A folder's meta.json as a dict with the required keys; {} when it has
-    none and missing_ok."""
+    """A folder's meta.json as a dict with the required keys, each key of
+    META_TYPES of its type; {} when it has none and missing_ok."""
     path = os.path.join(folder, "meta.json")
-    if not os.path.exists(path):
-        if missing_ok:
-            return {}
-        raise InputError(f"{path}: no such file (is this a dpscale results folder?)")
+    if missing_ok and not os.path.lexists(path):
+        return {}
     try:
-        with open(path) as f:
-            meta = json.load(f)
-    except OSError as e:
-        raise InputError(f"{path}: cannot read: {e.strerror}") from None
-    except ValueError as e:
-        raise InputError(f"{path}: not JSON: {e}") from None
+        meta = json.loads(read_text(path))
+    except (ValueError, RecursionError) as e:
+        raise InputError(f"{path}: not JSON: {e}; {FIX}") from None
     if not isinstance(meta, dict):
-        raise InputError(f"{path}: not a JSON object")
+        raise InputError(f"{path}: not a JSON object; {FIX}")
     missing = [k for k in required if k not in meta]
     if missing:
-        raise InputError(f"{path}: missing key(s) {', '.join(missing)}")
+        raise InputError(f"{path}: missing key(s) {', '.join(missing)}; {FIX}")
+    check_meta(path, meta)
     return meta
+
+
+JSON_NAMES = {dict: "an object", list: "an array", str: "a string", bool: "true or false",
+              int: "a number", float: "a number", type(None): "null"}
+
+
+def check_type(path, what, value, want):
+    if not isinstance(value, want) or (want is int and isinstance(value, bool)):
+        wanted = " or ".join(JSON_NAMES[t] for t in (want if isinstance(want, tuple) else (want,)))
+        raise InputError(f"{path}: {what} is {JSON_NAMES[type(value)]}, not {wanted}; {FIX}")
+
+
+def check_meta(path, meta):
+    for key, want in META_TYPES.items():
+        if key in meta:
+            check_type(path, key, meta[key], want)
+    for i, dev in enumerate(meta.get("devices", [])):
+        check_type(path, f"devices[{i}]", dev, dict)
+        for key, want in DEVICE_TYPES.items():
+            if key in dev:
+                check_type(path, f"devices[{i}].{key}", dev[key], want)
+    for key, value in meta.get("versions", {}).items():
+        check_type(path, f"versions.{key}", value, str)
 
 
 def versions(meta):
@@ -172,11 +420,11 @@ def versions(meta):
     any other)."""
     v = meta.get("versions") or {}
     if "driver" in v:
-        return {k: str(v.get(k, "")) for k in VERSIONS}
+        return {k: v.get(k, "") for k in VERSIONS}
     out = dict.fromkeys(VERSIONS, "")
-    out["nccl_build"] = str(v.get("nccl_build", ""))
-    backend = str(v.get("backend", ""))
-    cuda = OLD_CUDA_LINE.match(str(v.get("cuda", "")) or backend)
+    out["nccl_build"] = v.get("nccl_build", "")
+    backend = v.get("backend", "")
+    cuda = OLD_CUDA_LINE.match(v.get("cuda", "") or backend)
     if cuda:
         out.update(zip(["driver", "runtime", "cublas", "nccl"], cuda.groups()))
     if not OLD_CUDA_LINE.match(backend):

@@ -9,8 +9,9 @@ usage: plot.py RESULTS_DIR [--out DIR] [--torch TORCH_DIR]
 summary.md then sets PyTorch's step and phase times (and, from GPUs, its
 Python overhead per phase) beside dpscale's.
 
-Reads columns by name and refuses a file that lacks one (exit 2). Runs under
-Debian's /usr/bin/python3 with python3-matplotlib.
+Reads columns by name through dpsresults.py; a folder it refuses, or an --out
+that cannot be written, is exit 2. Runs under Debian's /usr/bin/python3 with
+python3-matplotlib.
 """
 import argparse
 import math
@@ -83,9 +84,25 @@ def save(plt, fig, out, name):
     """Lays out, writes out/name and closes the figure; returns the path."""
     fig.tight_layout()
     path = os.path.join(out, name)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        fig.savefig(path, dpi=110)
+    except OSError as e:
+        raise cannot_write(path, e) from None
+    finally:
+        plt.close(fig)
     return path
+
+
+def cannot_write(path, e):
+    return InputError(f"{path}: cannot write: {e.strerror}; give --out a folder you may write in")
+
+
+def make_folder(out):
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as e:
+        raise InputError(f"--out {out}: cannot make the folder: {e.strerror}; give --out a "
+                         f"folder (not a file) you may write in") from None
 
 
 def grid(plt, n, width=5.2, height=4.0):
@@ -264,8 +281,9 @@ def plot_memory(plt, folder, out, data):
 
 def plot_phases(plt, folder, out):
     med = defaultdict(dict)
+    drawn = {r["config_id"] for r in folder.runs}
     for p in folder.phases:
-        if p["device"] == "0":
+        if p["device"] == "0" and p["config_id"] in drawn:
             med[p["config_id"]][p["phase"]] = number(p, "median_ms")
     keys = sorted({(r["model"], r["precision"]) for r in folder.runs})
     fig, axes = grid(plt, len(keys), width=6.0, height=4.4)
@@ -369,8 +387,9 @@ def beside_torch(folder, torch_folder):
     (python_overhead_ms: host time minus busy device time, GPUs only)."""
     def phases(f):
         out = defaultdict(dict)
+        drawn = {r["config_id"] for r in f.runs}
         for p in f.phases:
-            if p["device"] == "0":
+            if p["device"] == "0" and p["config_id"] in drawn:
                 oh = number(p, "python_overhead_ms", allow_empty=True) \
                     if "python_overhead_ms" in p else None
                 out[p["config_id"]][p["phase"]] = (number(p, "median_ms"), oh)
@@ -452,8 +471,11 @@ def summary(folder, out, charts, torch_folder=None):
         lines += beside_torch(folder, torch_folder)
     lines += [f"![{os.path.splitext(c)[0]}]({c})" for c in charts]
     path = os.path.join(out, "summary.md")
-    with open(path, "w") as f:
-        f.write("\n".join(lines) + "\n")
+    try:
+        with open(path, "w") as f:
+            f.write("\n".join(lines) + "\n")
+    except OSError as e:
+        raise cannot_write(path, e) from None
     return path
 
 
@@ -478,7 +500,7 @@ def main(argv):
         import matplotlib.pyplot as plt
         name = os.path.basename(os.path.realpath(args.results))
         out = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plots", name)
-        os.makedirs(out, exist_ok=True)
+        make_folder(out)
         charts = [plot_scaling(plt, folder, out), plot_scaling(plt, folder, out, efficiency=True),
                   plot_imbalance(plt, folder, out), plot_phases(plt, folder, out)]
         if folder.links:

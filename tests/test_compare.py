@@ -156,6 +156,7 @@ def case_bad_input():
         rewrite(os.path.join(cur, "steps.csv"), fn)
         p = run(FIXTURE, cur)
         expect_exit(p, 2, "steps.csv:6: column step_ms is not a number")
+        shutil.copy(os.path.join(FIXTURE, "steps.csv"), os.path.join(cur, "steps.csv"))
         nowhere = os.path.join(tmp, "nowhere", "runs.csv")
         expect_exit(run(FIXTURE, nowhere), 2, f"{nowhere}: no such folder or file")
         # a typo beside real runs must not fall back to the folder above and pool them
