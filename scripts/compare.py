@@ -26,6 +26,7 @@ from xml.sax.saxutils import escape, quoteattr
 sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
 from dpsresults import (InputError, by_config, integer, number, read_folder,  # noqa: E402
                         read_meta, versions)
+import shift  # noqa: E402
 
 LOWER, HIGHER = "lower", "higher"
 METRICS = [("step_ms", LOWER), ("samples_per_s", HIGHER), ("busbw_gbps", HIGHER)]
@@ -237,6 +238,20 @@ class Results:
     def memory(self, cid, col):
         return self.newest.memory(cid, col)
 
+    def round_names(self):
+        return [os.path.basename(p.folder) for p in self.parts] if self.pooled else []
+
+
+def rounds_of(base, cur, cid, metric):
+    """(base, head) samples of each round both ran (paired folders of runs)."""
+    pairs = []
+    for bp, cp in zip(base.parts, cur.parts):
+        ok = all(cid in p.runs and p.runs[cid]["status"] == "ok" for p in (bp, cp))
+        b, h = (bp.samples(cid, metric), cp.samples(cid, metric)) if ok else ([], [])
+        if b and h:
+            pairs.append((b, h))
+    return [b for b, _ in pairs], [h for _, h in pairs]
+
 
 # ---- judgement --------------------------------------------------------------
 
@@ -260,6 +275,33 @@ def judge_timing(base, new, direction, alpha, fail_above, drift=0.0):
             "threshold": thresh, "status": status}
 
 
+def raw_interval(s, direction):
+    """The shift as the metric's own change: (estimate, lo, hi) in %."""
+    if direction == LOWER:
+        return 100 * s.estimate, 100 * s.lo, 100 * s.hi
+    inv = (lambda x: 100 * (1.0 / (1.0 + x) - 1.0) if x > -1 else math.inf)
+    return inv(s.estimate), inv(s.hi), inv(s.lo)
+
+
+def judge_paired(b_rounds, h_rounds, direction, opts):
+    """The shift of paired rounds, its interval, and the decision on it."""
+    s = shift.paired_shift(b_rounds, h_rounds, direction, opts.confidence)
+    p = shift.rounds_u_test(b_rounds, h_rounds)
+    status = shift.decide(s, opts.threshold, p, opts.alpha)
+    est, lo, hi = raw_interval(s, direction)
+    b_all = [x for r in b_rounds for x in r]
+    h_all = [x for r in h_rounds for x in r]
+    row = {"base": median(b_all), "new": median(h_all), "delta_pct": est, "lo_pct": lo,
+           "hi_pct": hi, "p": p, "noise": max(noise(b_all), noise(h_all)),
+           "threshold": opts.threshold, "rounds": s.rounds, "status": status}
+    if status == shift.NOISY:
+        need = shift.rounds_needed(s, opts.threshold, opts.confidence)
+        row["rounds_needed"] = need
+        row["detail"] = (f"needs about {need} rounds to decide" if need <= 1000 else
+                         "at the threshold: more rounds will not decide it")
+    return row
+
+
 def judge_memory(base, new):
     delta = new - base
     if delta > MEM_REL * base or delta > MEM_ABS:
@@ -272,7 +314,7 @@ def judge_memory(base, new):
             "p": None, "noise": None, "threshold": MEM_REL, "status": status}
 
 
-def compare(base, cur, alpha, fail_above):
+def compare(base, cur, opts, paired):
     rows = []
 
     def add(cid, metric, **kw):
@@ -305,7 +347,12 @@ def compare(base, cur, alpha, fail_above):
                 add(cid, metric, base=median(b) if b else None, new=median(n) if n else None,
                     delta_pct=None, p=None, noise=None, threshold=None, status="MISSING")
                 continue
-            add(cid, metric, **judge_timing(b, n, direction, alpha, fail_above,
+            if paired:
+                br, hr = rounds_of(base, cur, cid, metric)
+                if br:
+                    add(cid, metric, **judge_paired(br, hr, direction, opts))
+                    continue
+            add(cid, metric, **judge_timing(b, n, direction, opts.alpha, opts.fail_above,
                                             base.drift(cid, metric)))
         for col in MEMORY:
             mb, mn = base.memory(cid, col), cur.memory(cid, col)
@@ -341,6 +388,19 @@ ORDER = {"FAILED": 0, "REGRESSION": 1, "MISSING": 2, "WARN": 3, "NOISY": 4, "NEW
          "IMPROVED": 6, "SAME": 7}
 
 
+UNDECIDED = ("WARN", "NOISY")
+
+
+def summary(rows, base, cur, warned, paired):
+    """The JSON report: the rows, and for a gate adding rounds, how many
+    rows are undecided and the most rounds one of them asks for."""
+    needs = [r["rounds_needed"] for r in rows if r.get("rounds_needed")]
+    return {"baseline": base.folder, "current": cur.folder, "warnings": warned,
+            "paired": paired, "rounds": len(base.parts) if paired else None,
+            "undecided": sum(r["status"] in UNDECIDED for r in rows) if paired else 0,
+            "rounds_needed": max(needs) if needs else None, "rows": rows}
+
+
 def fmt(v, digits=4):
     if v is None:
         return "-"
@@ -351,21 +411,44 @@ def fmt(v, digits=4):
     return f"{v:.{digits}g}"
 
 
-def markdown(rows, base, cur, warned):
+def how(base, paired, rows):
+    """One line on how the rows were judged."""
+    if paired:
+        t = next((r["threshold"] for r in rows if r.get("rounds")), None)
+        return (f"Paired rounds ({len(base.parts)}): Δ is the shift of head's median over base's "
+                f"with its confidence interval; REGRESSION when the whole interval is worse than "
+                f"{100 * t:.0f} %." if t is not None else f"Paired rounds ({len(base.parts)}).")
+    m = base.meta
+    return (f"Baseline recorded {m.get('start_time', '?')} on {m.get('host', '?')}; not run "
+            f"beside the current one, so the machine's drift since widens the threshold.")
+
+
+def delta(r):
+    if r["delta_pct"] is None:
+        return "-"
+    if r.get("lo_pct") is None:
+        return f"{r['delta_pct']:+.1f}"
+    lo = "-inf" if r["lo_pct"] == -math.inf else f"{r['lo_pct']:+.1f}"
+    hi = "+inf" if r["hi_pct"] == math.inf else f"{r['hi_pct']:+.1f}"
+    return f"{r['delta_pct']:+.1f} [{lo}, {hi}]"
+
+
+def markdown(rows, base, cur, warned, paired=False):
     counts = {}
     for r in rows:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
     out = ["## dpscale performance comparison", "",
-           f"Baseline `{base.folder}`, current `{cur.folder}`.", "",
+           f"Baseline `{base.folder}`, current `{cur.folder}`. {how(base, paired, rows)}", "",
            ", ".join(f"{counts[k]} {k.lower()}" for k in sorted(counts, key=ORDER.get)) + ".", ""]
     out += [f"> warning: {w}" for w in warned]
     out += ["| configuration | metric | base | new | Δ % | p | noise | status |",
             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in sorted(rows, key=lambda r: (ORDER[r["status"]], r["config"], r["metric"])):
-        d = "-" if r["delta_pct"] is None else f"{r['delta_pct']:+.1f}"
+        d = delta(r)
         p = "-" if r["p"] is None else f"{r['p']:.2g}"
         nz = "-" if r["noise"] is None else f"{100 * r['noise']:.1f} %"
         st = f"**{r['status']}**" if r["status"] in ("REGRESSION", "FAILED") else r["status"]
+        st += f" ({r['detail']})" if r.get("rounds_needed") else ""
         out.append(f"| {r['config']} | {r['metric']} | {fmt(r['base'])} | {fmt(r['new'])} | {d} "
                    f"| {p} | {nz} | {st} |")
     return "\n".join(out) + "\n"
@@ -381,7 +464,7 @@ def junit(rows):
         name = quoteattr(r["metric"])
         out.append(f'  <testcase classname={quoteattr(r["config"])} name={name}>')
         msg = (f"{r['status']}: base {fmt(r['base'])}, new {fmt(r['new'])}"
-               + ("" if r["delta_pct"] is None else f" ({r['delta_pct']:+.1f} %)")
+               + ("" if r["delta_pct"] is None else f" ({delta(r)} %)")
                + ("" if r["p"] is None else f", p = {r['p']:.2g}")
                + ("" if r["noise"] is None else f", noise {100 * r['noise']:.1f} %")
                + (f": {r['detail']}" if r.get("detail") else ""))
@@ -405,18 +488,22 @@ def plot(rows, path):
         raise InputError("--plot: no configuration with step times on both sides")
     fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(timing) + 2), 4.5))
     xs = range(len(timing))
-    ratios = [r["new"] / r["base"] for r in timing]
+    ratios = [1 + r["delta_pct"] / 100 if r.get("lo_pct") is not None else r["new"] / r["base"]
+              for r in timing]
     colors = {"REGRESSION": "#d62728", "WARN": "#ff7f0e", "IMPROVED": "#2ca02c",
               "NOISY": "#9467bd", "SAME": "#1f77b4"}
     for x, r, ratio in zip(xs, timing, ratios):
         band = r["threshold"]
         ax.fill_between([x - 0.35, x + 0.35], 1 - band, 1 + band, color="gray", alpha=0.2)
         ax.plot([x], [ratio], "o", color=colors.get(r["status"], "black"))
+        if r.get("lo_pct") is not None and math.isfinite(r["lo_pct"]) and math.isfinite(r["hi_pct"]):
+            ax.plot([x, x], [1 + r["lo_pct"] / 100, 1 + r["hi_pct"] / 100], "-",
+                    color=colors.get(r["status"], "black"), linewidth=1.5)
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xticks(list(xs))
     ax.set_xticklabels([r["config"] for r in timing], rotation=60, ha="right", fontsize=7)
     ax.set_ylabel("median step time, new / base (ratio)")
-    ax.set_title("Step time against the baseline (grey: noise threshold)")
+    ax.set_title("Step time against the baseline (grey: threshold; bars: the shift's interval)")
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     try:
@@ -460,6 +547,11 @@ def main(argv):
                     help="significance level, in (0, 1) (0.01)")
     ap.add_argument("--fail-above", type=option_number(0), default=0.10,
                     help="a regression must also be worse than this fraction (0.10)")
+    ap.add_argument("--threshold", type=option_number(0, 1, open_ends=True), default=0.03,
+                    help="paired rounds: a shift whose whole interval is above this fraction "
+                         "is a regression (0.03)")
+    ap.add_argument("--confidence", type=option_number(0, 1, open_ends=True), default=0.95,
+                    help="paired rounds: the confidence of the shift's interval (0.95)")
     ap.add_argument("--markdown", help="write the Markdown table here too")
     ap.add_argument("--junit", help="write JUnit XML here")
     ap.add_argument("--json", help="write JSON here")
@@ -477,8 +569,9 @@ def main(argv):
             raise InputError(f"{args.baseline}: the baseline holds the current run "
                              f"{cur.newest.folder} itself; give a baseline without it")
         warned = check_comparable(base, cur, args.force)
-        rows = compare(base, cur, args.alpha, args.fail_above)
-        md = markdown(rows, base, cur, warned)
+        paired = bool(base.round_names()) and base.round_names() == cur.round_names()
+        rows = compare(base, cur, args, paired)
+        md = markdown(rows, base, cur, warned, paired)
         sys.stdout.write(md)
         if args.markdown:
             write_file("--markdown", args.markdown, md)
@@ -487,9 +580,8 @@ def main(argv):
         if args.junit:
             write_file("--junit", args.junit, junit(rows))
         if args.json:
-            write_file("--json", args.json, json.dumps(
-                {"baseline": base.folder, "current": cur.folder, "warnings": warned,
-                 "rows": rows}, indent=1, default=str))
+            write_file("--json", args.json, json.dumps(summary(rows, base, cur, warned, paired),
+                                                       indent=1, default=str))
         if args.plot:
             plot(rows, args.plot)
     except InputError as e:
