@@ -10,9 +10,10 @@ or when --budget-min is spent. --stored compares one run with a stored
 baseline (bench/baselines/<backend>-<device>/) instead, for runners where
 the base cannot be built; --update-baseline adds a run to that baseline.
 
-usage: regress.py HEAD_DPSCALE [--base REF] [--budget-min 5] [--min-rounds 3]
-                  [--max-rounds 40] [--suite FILE] [--inject-slowdown PCT]
-                  [--stored | --update-baseline] [compare.py options...]
+usage: regress.py HEAD_DPSCALE [--base REF | --base-binary DPSCALE] [--budget-min 5]
+                  [--min-rounds 6] [--max-rounds 40] [--suite FILE] [--out DIR]
+                  [--inject-slowdown PCT] [--stored | --update-baseline]
+                  [compare.py options...]
 Exit status: compare.py's (0 pass or warn, 1 regression, 2 bad input);
 2 when the base cannot be built or a sweep refuses its input.
 """
@@ -185,17 +186,20 @@ def run_rounds(a, base_bin, head_bin, out, extra):
 
 def gate(a, extra):
     head_bin = os.path.realpath(a.dpscale)
-    build_dir = os.path.dirname(os.path.dirname(head_bin))
-    commit, why = choose_base(a.base)
-    log(f"base: {commit[:12]}, {why}; head: {head_bin}")
-    base_bin = build_base(commit, build_dir)
-    out = os.path.join(ROOT, "results", f"regress-{stamp()}")
+    if a.base_binary:
+        base_bin = os.path.realpath(a.base_binary)
+        log(f"base: {base_bin}; head: {head_bin}")
+    else:
+        commit, why = choose_base(a.base)
+        log(f"base: {commit[:12]}, {why}; head: {head_bin}")
+        base_bin = build_base(commit, os.path.dirname(os.path.dirname(head_bin)))
+    out = os.path.join(a.out, f"regress-{stamp()}")
     os.makedirs(out)
     rounds = run_rounds(a, base_bin, head_bin, out, extra)
     rc, _ = compare(os.path.join(out, "base"), os.path.join(out, "head"),
                     os.path.join(out, "regression.json"), extra,
                     report=os.path.join(out, "regression"), quiet=False)
-    log(f"{rounds} rounds; report in {os.path.relpath(out, ROOT)}/regression.{{md,xml,json,png}}")
+    log(f"{rounds} rounds; report in {out}/regression.{{md,xml,json,png}}")
     return rc
 
 
@@ -228,7 +232,7 @@ def staleness(base_dir):
 
 def stored(a, extra):
     """One run compared with bench/baselines/<machine>/ (or added to it)."""
-    out = os.path.join(ROOT, "results", f"regress-{stamp()}")
+    out = os.path.join(a.out, f"regress-{stamp()}")
     slow = ["--inject-slowdown", str(a.inject_slowdown)] if a.inject_slowdown else []
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out + ".log", "w") as logf:
@@ -253,7 +257,7 @@ def stored(a, extra):
         f"drifts by more than a change: prefer the default, base built beside head")
     rc, _ = compare(base, out, os.path.join(out, "regression.json"), extra,
                     report=os.path.join(out, "regression"), quiet=False)
-    log(f"report in {os.path.relpath(out, ROOT)}/regression.{{md,xml,json,png}}")
+    log(f"report in {out}/regression.{{md,xml,json,png}}")
     return rc
 
 
@@ -261,9 +265,14 @@ def parse(argv):
     ap = argparse.ArgumentParser(description="The regression gate: base and head interleaved.")
     ap.add_argument("dpscale", help="the head build's dpscale (BUILD/src/dpscale)")
     ap.add_argument("--base", help="the base commit (default: the merge-base with main)")
+    ap.add_argument("--base-binary", metavar="DPSCALE",
+                    help="a base dpscale built elsewhere, instead of building --base")
+    ap.add_argument("--out", default=os.path.join(ROOT, "results"),
+                    help="where the gate's folder goes (results/)")
     ap.add_argument("--budget-min", type=float, default=5.0,
                     help="stop adding rounds after this many minutes (5)")
-    ap.add_argument("--min-rounds", type=int, default=3, help="rounds before deciding (3)")
+    ap.add_argument("--min-rounds", type=int, default=6,
+                    help="rounds before deciding (6, the fewest with a 95 %% interval)")
     ap.add_argument("--max-rounds", type=int, default=40, help="rounds at most (40)")
     ap.add_argument("--suite", default=os.path.join(ROOT, "bench", "ci.suite"))
     ap.add_argument("--inject-slowdown", type=float, default=0.0, metavar="PCT",
@@ -273,12 +282,15 @@ def parse(argv):
     ap.add_argument("--update-baseline", action="store_true",
                     help="add one run to the stored baseline of this machine")
     a, extra = ap.parse_known_args(argv)
-    if not (a.budget_min > 0 and 2 <= a.min_rounds <= a.max_rounds and
+    if not (a.budget_min > 0 and 6 <= a.min_rounds <= a.max_rounds and
             0 <= a.inject_slowdown <= 1000):
-        ap.error("--budget-min must be above 0, 2 <= --min-rounds <= --max-rounds, "
+        ap.error("--budget-min must be above 0, 6 <= --min-rounds <= --max-rounds, "
                  "--inject-slowdown 0 to 1000")
-    if not os.access(a.dpscale, os.X_OK) or not os.path.isfile(a.suite):
-        ap.error(f"{a.dpscale} is not an executable, or {a.suite} is not a suite file")
+    for binary in filter(None, (a.dpscale, a.base_binary)):
+        if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
+            ap.error(f"{binary}: not an executable dpscale")
+    if not os.path.isfile(a.suite):
+        ap.error(f"--suite {a.suite}: no such suite file")
     return a, extra
 
 

@@ -2,7 +2,9 @@
 the regression gate's decision on it. Each round is a paired block: base and
 head ran one after the other on the same machine, so the machine's drift
 between rounds cancels in the round's ratio of medians. The shift is the
-mean of the rounds' log-ratios with a Student-t interval; the within-round
+Hodges-Lehmann estimate of the rounds' log-ratios with the interval of
+Wilcoxon's signed-rank test (distribution-free: a process that ran in a slow
+mode counts as one round, not by its size); the within-round
 Mann-Whitney U tests, combined over rounds (Stouffer), say whether the
 samples differ at all. Standard library only."""
 import functools
@@ -12,8 +14,9 @@ from collections import namedtuple
 LOWER, HIGHER = "lower", "higher"  # which direction of a metric is better
 
 # estimate, lo, hi: the shift as a fraction (0.05 = 5 % worse), its interval;
-# rounds; sd: the log-ratios' standard deviation (NaN below 2 rounds)
-Shift = namedtuple("Shift", "estimate lo hi rounds sd log_mean")
+# rounds; half: the interval's half-width in log space (inf: too few rounds);
+# log_center: the estimate's log
+Shift = namedtuple("Shift", "estimate lo hi rounds half log_center")
 
 
 def median(xs):
@@ -22,56 +25,45 @@ def median(xs):
     return (s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])) if n else float("nan")
 
 
-# ---- Student's t --------------------------------------------------------------
+# ---- the interval: Hodges-Lehmann and Wilcoxon's signed ranks ------------------
 
-def _betacf(a, b, x):
-    """The continued fraction of the incomplete beta function (Lentz)."""
-    tiny, qab, qap, qam = 1e-300, a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 300):
-        for aa in (m * (b - m) * x / ((qam + 2 * m) * (a + 2 * m)),
-                   -(a + m) * (qab + m) * x / ((a + 2 * m) * (qap + 2 * m))):
-            d = 1.0 + aa * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + aa / c
-            c = c if abs(c) > tiny else tiny
-            h *= d * c
-        if abs(d * c - 1.0) < 1e-15:
-            break
-    return h
+@functools.lru_cache(maxsize=256)
+def signed_rank_counts(n):
+    """How many of the 2**n sign patterns of ranks 1..n give each sum."""
+    counts = [1]
+    for r in range(1, n + 1):
+        grown = counts + [0] * r
+        for w, c in enumerate(counts):
+            grown[w + r] += c
+        counts = grown
+    return tuple(counts)
 
 
-def betainc(a, b, x):
-    """The regularized incomplete beta function I_x(a, b)."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    ln = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + \
-        b * math.log1p(-x)
-    if x < (a + 1.0) / (a + b + 2.0):
-        return math.exp(ln) * _betacf(a, b, x) / a
-    return 1.0 - math.exp(ln) * _betacf(b, a, 1.0 - x) / b
+def signed_rank_cut(n, confidence):
+    """The largest c with P(T+ < c) <= (1 - confidence) / 2 for the
+    signed-rank statistic of n rounds: the interval runs from the c-th
+    smallest Walsh average to the c-th largest; 0 when n rounds are too few."""
+    counts, total = signed_rank_counts(n), 2 ** n
+    tail, below, c = (1.0 - confidence) / 2.0, 0, 0
+    while c < len(counts) and (below + counts[c]) / total <= tail:
+        below += counts[c]
+        c += 1
+    return c
 
 
-def t_cdf(t, df):
-    tail = 0.5 * betainc(0.5 * df, 0.5, df / (df + t * t))
-    return 1.0 - tail if t >= 0 else tail
+def walsh_averages(xs):
+    return sorted((xs[i] + xs[j]) / 2.0 for i in range(len(xs)) for j in range(i, len(xs)))
 
 
-@functools.lru_cache(maxsize=4096)
-def t_quantile(p, df):
-    """The t such that P(T <= t) = p, by bisection."""
-    lo, hi = -1e6, 1e6
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if t_cdf(mid, df) < p:
-            lo = mid
-        else:
-            hi = mid
-    return 0.5 * (lo + hi)
+def log_interval(logs, confidence):
+    """(center, lo, hi) of the log-ratios: the Hodges-Lehmann estimate (the
+    median of the Walsh averages) and the distribution-free interval of
+    Wilcoxon's signed-rank test; lo, hi infinite when the rounds are too few."""
+    w = walsh_averages(logs)
+    c = signed_rank_cut(len(logs), confidence)
+    if c == 0:
+        return median(w), -math.inf, math.inf
+    return median(w), w[c - 1], w[len(w) - c]
 
 
 # ---- the shift ------------------------------------------------------------------
@@ -88,21 +80,15 @@ def log_ratios(base_rounds, head_rounds, direction=LOWER):
     return out
 
 
-def half_width(sd, rounds, confidence):
-    if rounds < 2:
-        return math.inf
-    return t_quantile(0.5 + confidence / 2, rounds - 1) * sd / math.sqrt(rounds)
-
-
 def paired_shift(base_rounds, head_rounds, direction=LOWER, confidence=0.95):
-    """The shift with its confidence interval from paired rounds."""
+    """The shift with its confidence interval from paired rounds. Both are
+    robust: a round that ran in a slow mode of the machine (another process,
+    a shared core) moves them as one round of many, not by its size."""
     logs = log_ratios(base_rounds, head_rounds, direction)
-    n = len(logs)
-    mean = sum(logs) / n
-    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1)) if n > 1 else math.nan
-    h = half_width(sd, n, confidence)
-    return Shift(math.expm1(mean), math.expm1(mean - h) if h < math.inf else -math.inf,
-                 math.expm1(mean + h), n, sd, mean)
+    center, lo, hi = log_interval(logs, confidence)
+    return Shift(math.expm1(center), math.expm1(lo) if lo > -math.inf else -math.inf,
+                 math.expm1(hi) if hi < math.inf else math.inf, len(logs), (hi - lo) / 2.0,
+                 center)
 
 
 # ---- the within-round U tests -----------------------------------------------------
@@ -160,18 +146,22 @@ def decide(shift, threshold, p=0.0, alpha=0.01):
 
 
 def rounds_needed(shift, threshold, confidence=0.95, most=1000):
-    """Rounds after which an interval of the same spread around the same
-    estimate would fall on one side of the threshold; most + 1 when even
+    """Rounds after which an interval around the same estimate, narrowing
+    as 1/sqrt(rounds), would fall on one side of the threshold; the fewest
+    that give an interval at all when there is none yet; most + 1 when even
     `most` would not (the estimate is at the threshold)."""
-    if shift.rounds < 2:
-        return 2
-    if not shift.sd > 0:
-        return shift.rounds + 1
-    gap = abs(math.log1p(threshold) - shift.log_mean)
-    for n in range(shift.rounds + 1, most + 1):
-        if half_width(shift.sd, n, confidence) < gap:
-            return n
-    return most + 1
+    if shift.half == math.inf:
+        n = shift.rounds + 1
+        while signed_rank_cut(n, confidence) == 0:
+            n += 1
+        return n
+    gap = abs(math.log1p(threshold) - shift.log_center)
+    if shift.half < gap:
+        return shift.rounds
+    if gap == 0:
+        return most + 1
+    need = math.ceil(shift.rounds * (shift.half / gap) ** 2)
+    return max(shift.rounds + 1, need) if need <= most else most + 1
 
 
 def fmt_shift(shift):
