@@ -393,11 +393,13 @@ UNDECIDED = ("WARN", "NOISY")
 
 def summary(rows, base, cur, warned, paired):
     """The JSON report: the rows, and for a gate adding rounds, how many
-    rows are undecided and the most rounds one of them asks for."""
-    needs = [r["rounds_needed"] for r in rows if r.get("rounds_needed")]
+    configurations are undecided (their step time WARN or NOISY) and the
+    most rounds one of them asks for."""
+    steps = [r for r in rows if r["metric"] == "step_ms"]
+    needs = [r["rounds_needed"] for r in steps if r.get("rounds_needed")]
     return {"baseline": base.folder, "current": cur.folder, "warnings": warned,
             "paired": paired, "rounds": len(base.parts) if paired else None,
-            "undecided": sum(r["status"] in UNDECIDED for r in rows) if paired else 0,
+            "undecided": sum(r["status"] in UNDECIDED for r in steps) if paired else 0,
             "rounds_needed": max(needs) if needs else None, "rows": rows}
 
 

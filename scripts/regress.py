@@ -11,7 +11,7 @@ baseline (bench/baselines/<backend>-<device>/) instead, for runners where
 the base cannot be built; --update-baseline adds a run to that baseline.
 
 usage: regress.py HEAD_DPSCALE [--base REF | --base-binary DPSCALE] [--budget-min 5]
-                  [--min-rounds 6] [--max-rounds 40] [--suite FILE] [--out DIR]
+                  [--min-rounds 6] [--max-rounds 200] [--suite FILE] [--out DIR]
                   [--inject-slowdown PCT] [--stored | --update-baseline]
                   [compare.py options...]
 Exit status: compare.py's (0 pass or warn, 1 regression, 2 bad input);
@@ -273,7 +273,7 @@ def parse(argv):
                     help="stop adding rounds after this many minutes (5)")
     ap.add_argument("--min-rounds", type=int, default=6,
                     help="rounds before deciding (6, the fewest with a 95 %% interval)")
-    ap.add_argument("--max-rounds", type=int, default=40, help="rounds at most (40)")
+    ap.add_argument("--max-rounds", type=int, default=200, help="rounds at most (200)")
     ap.add_argument("--suite", default=os.path.join(ROOT, "bench", "ci.suite"))
     ap.add_argument("--inject-slowdown", type=float, default=0.0, metavar="PCT",
                     help="for testing the gate: the head's compute phases PCT %% slower")
