@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Did a change make dpscale slower? Runs a suite with the old and the new
-# binary interleaved (old, new, old, new, ...) so that both see the same
-# machine drift, then compares them with scripts/compare.py (the old runs
-# pooled as the baseline, their spread as the drift).
+# binary interleaved (old, new; new, old; ...) so that both see the same
+# machine drift, then compares them with scripts/compare.py as paired
+# rounds (the shift's interval; 6 rounds at least give one).
 #   scripts/ab.sh OLD_DPSCALE NEW_DPSCALE [ROUNDS] [SUITE] [compare.py options...]
-#   (default: 3 rounds of bench/ci.suite; results in results/ab-<date>/)
+#   (default: 6 rounds of bench/ci.suite; results in results/ab-<date>/)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 if [ $# -lt 2 ]; then
@@ -12,7 +12,7 @@ if [ $# -lt 2 ]; then
   exit 2
 fi
 old=$1 new=$2
-rounds=${3:-3}
+rounds=${3:-6}
 suite=${4:-$root/bench/ci.suite}
 [ $# -gt 4 ] && shift 4 || shift $#
 for b in "$old" "$new"; do
@@ -22,11 +22,13 @@ case "$rounds" in ''|*[!0-9]*|0) echo "ab.sh: ROUNDS must be a positive integer"
 out="$root/results/ab-$(date +%Y%m%d-%H%M%S)"
 mkdir -p "$out/old" "$out/new"
 for r in $(seq 1 "$rounds"); do
-  for side in old new; do
+  order="old new"
+  [ $((r % 2)) -eq 0 ] && order="new old"
+  for side in $order; do
     bin=$old
     [ $side = new ] && bin=$new
     echo "ab: round $r of $rounds, $side"
-    "$bin" sweep "$suite" --no-links --out "$out/$side" --name "run-$r" >/dev/null
+    "$bin" sweep "$suite" --no-links --out "$out/$side" --name "$(printf 'run-%03d' "$r")" >/dev/null
   done
 done
 /usr/bin/python3 "$root/scripts/compare.py" "$out/old" "$out/new" \

@@ -505,7 +505,7 @@ def case_ab(binary):
         expect("REGRESSION" not in p.stdout, p.stdout)
         folder = p.stdout.split("Baseline `")[1].split("`")[0]
         runs = sorted(d for d in os.listdir(folder) if d.startswith("run-"))
-        expect(runs == ["run-1", "run-2"], f"baseline runs in {folder}: {runs}")
+        expect(runs == ["run-001", "run-002"], f"baseline runs in {folder}: {runs}")
         shutil.rmtree(os.path.dirname(folder))
         p = subprocess.run(["bash", ab_sh, binary], capture_output=True, text=True)
         expect_exit(p, 2, "usage")
