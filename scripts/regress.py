@@ -156,9 +156,10 @@ def compare(base, head, json_path, extra, report=None, quiet=True):
         return p.returncode, json.load(f)
 
 
-def run_rounds(a, base_bin, head_bin, out, extra):
-    """Rounds until decided, --max-rounds or the budget; returns the rounds run."""
-    t0, done, decided = time.monotonic(), 0, False
+def run_rounds(a, base_bin, head_bin, out, extra, t0):
+    """Rounds until decided, --max-rounds or the budget (counted from t0,
+    the gate's start); returns the rounds run."""
+    done, decided = 0, False
     slow = ["--inject-slowdown", str(a.inject_slowdown)] if a.inject_slowdown else []
     with open(os.path.join(out, "sweeps.log"), "w") as logf:
         while done < a.max_rounds:
@@ -172,7 +173,7 @@ def run_rounds(a, base_bin, head_bin, out, extra):
                 _, res = compare(os.path.join(out, "base"), os.path.join(out, "head"),
                                  os.path.join(out, "progress.json"), extra)
                 undecided = res.get("undecided", 0)
-                log(f"round {done}: {undecided} undecided, {spent:.0f} s spent")
+                log(f"round {done}: {undecided} configuration(s) undecided, {spent:.0f} s spent")
                 if not undecided:
                     decided = True
                     break
@@ -185,6 +186,7 @@ def run_rounds(a, base_bin, head_bin, out, extra):
 
 
 def gate(a, extra):
+    t0 = time.monotonic()
     head_bin = os.path.realpath(a.dpscale)
     if a.base_binary:
         base_bin = os.path.realpath(a.base_binary)
@@ -195,7 +197,7 @@ def gate(a, extra):
         base_bin = build_base(commit, os.path.dirname(os.path.dirname(head_bin)))
     out = os.path.join(a.out, f"regress-{stamp()}")
     os.makedirs(out)
-    rounds = run_rounds(a, base_bin, head_bin, out, extra)
+    rounds = run_rounds(a, base_bin, head_bin, out, extra, t0)
     rc, _ = compare(os.path.join(out, "base"), os.path.join(out, "head"),
                     os.path.join(out, "regression.json"), extra,
                     report=os.path.join(out, "regression"), quiet=False)

@@ -77,27 +77,29 @@ def case_worktree(binary):
         expect(time.monotonic() - t0 < min(5.0, first), "the second build was not the cache")
 
 
-def gate(binary, tmp, *args):
+def gate(binary, tmp, budget_min, *args):
     suite = write(os.path.join(tmp, "gate.suite"), SUITE)
     p = subprocess.run([PYTHON, os.path.join(ROOT, "scripts", "regress.py"), binary,
                         "--base-binary", binary, "--suite", suite, "--out", tmp,
-                        "--budget-min", "3", *args], capture_output=True, text=True, timeout=400)
+                        "--budget-min", str(budget_min), *args], capture_output=True, text=True,
+                       timeout=60 * budget_min + 120)
     folder = [d for d in os.listdir(tmp) if d.startswith("regress-")][-1]
     with open(os.path.join(tmp, folder, "regression.json")) as f:
         return p, json.load(f)
 
 
 def case_planted(binary):
-    """--inject-slowdown 15 on the head is REGRESSION on every configuration;
-    the same binary on both sides is not."""
+    """--inject-slowdown 15 on the head is REGRESSION on every configuration
+    (within 2 minutes of rounds); the same binary on both sides is not
+    (1 minute)."""
     with tempfile.TemporaryDirectory() as tmp:
-        p, report = gate(binary, tmp, "--inject-slowdown", "15")
+        p, report = gate(binary, tmp, 2, "--inject-slowdown", "15")
         steps = {r["config"]: r["status"] for r in report["rows"] if r["metric"] == "step_ms"}
         expect(p.returncode == 1 and len(steps) == 4 and
                all(s == "REGRESSION" for s in steps.values()),
                f"planted 15 %: exit {p.returncode}, {steps}\n{p.stdout}")
     with tempfile.TemporaryDirectory() as tmp:
-        p, report = gate(binary, tmp)
+        p, report = gate(binary, tmp, 1)
         statuses = [r["status"] for r in report["rows"]]
         expect(p.returncode == 0 and "REGRESSION" not in statuses,
                f"identical: exit {p.returncode}\n{p.stdout}")
