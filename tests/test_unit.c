@@ -545,6 +545,24 @@ static void test_rel_diff(void)
     EXPECT(isnan(run_max_rel_diff(nanv, b, 1)) || run_max_rel_diff(nanv, b, 1) > 1);
 }
 
+/* An allocation the host itself refuses (more than the address space):
+ * both the harness's reason and the allocator's reach the message intact. */
+static void test_accounting_refused(void)
+{
+#ifndef __SANITIZE_ADDRESS__ /* the sanitizer's allocator aborts on such a request */
+    be_options o = {.kind = BE_HOST, .host_devices = 1, .quiet = 1};
+    backend *be = NULL;
+    dps_buf d;
+    EXPECT(be_open(&o, &be) == DPS_OK);
+    if (!be) return;
+    EXPECT(be_buf_alloc(be, 0, (size_t)1 << 48, "pre-activations", &d) == DPS_ERR_OOM);
+    EXPECT(strstr(dps_errmsg(), "device 0: out of memory allocating 256.00 TiB for "
+                                "pre-activations") != NULL);
+    EXPECT(strstr(dps_errmsg(), "host memory exhausted allocating 256.00 TiB of device 0") != NULL);
+    be_close(be);
+#endif
+}
+
 static void test_accounting(void)
 {
     be_options o = {.kind = BE_HOST, .host_devices = 2, .device_mem = 1000};
@@ -562,6 +580,7 @@ static void test_accounting(void)
     be_buf_free(be, &c);
     EXPECT(be->mem[0].in_use == 0 && be->mem[1].in_use == 0);
     be_close(be);
+    test_accounting_refused();
 }
 
 static void test_versions(void)
