@@ -11,7 +11,8 @@ baseline (bench/baselines/<backend>-<device>/) instead, for runners where
 the base cannot be built; --update-baseline adds a run to that baseline.
 
 usage: regress.py HEAD_DPSCALE [--base REF | --base-binary DPSCALE] [--budget-min 5]
-                  [--min-rounds 6] [--max-rounds 200] [--suite FILE] [--out DIR]
+                  [--min-rounds 6] [--max-rounds 200] [--suite FILE] [--steps 120]
+                  [--out DIR]
                   [--inject-slowdown PCT] [--stored | --update-baseline]
                   [compare.py options...]
 Exit status: compare.py's (0 pass or warn, 1 regression, 2 bad input);
@@ -161,10 +162,11 @@ def run_rounds(a, base_bin, head_bin, out, extra, t0):
     the gate's start); returns the rounds run."""
     done, decided = 0, False
     slow = ["--inject-slowdown", str(a.inject_slowdown)] if a.inject_slowdown else []
+    steps = ["--steps", str(a.steps)] if a.steps else []
     with open(os.path.join(out, "sweeps.log"), "w") as logf:
         while done < a.max_rounds:
             r0 = time.monotonic()
-            sides = [("base", base_bin, []), ("head", head_bin, slow)]
+            sides = [("base", base_bin, steps), ("head", head_bin, steps + slow)]
             for side, binary, opts in sides if done % 2 == 0 else sides[::-1]:
                 sweep(binary, a.suite, os.path.join(out, side), f"run-{done + 1:03d}", opts, logf)
             done += 1
@@ -277,6 +279,10 @@ def parse(argv):
                     help="rounds before deciding (6, the fewest with a 95 %% interval)")
     ap.add_argument("--max-rounds", type=int, default=200, help="rounds at most (200)")
     ap.add_argument("--suite", default=os.path.join(ROOT, "bench", "ci.suite"))
+    ap.add_argument("--steps", type=int, default=120,
+                    help="timed steps of each configuration in a round (120; 0: the suite's): "
+                         "a round's median is then precise enough that its noise is the "
+                         "machine's, not the sampling's")
     ap.add_argument("--inject-slowdown", type=float, default=0.0, metavar="PCT",
                     help="for testing the gate: the head's compute phases PCT %% slower")
     ap.add_argument("--stored", action="store_true",
@@ -284,9 +290,9 @@ def parse(argv):
     ap.add_argument("--update-baseline", action="store_true",
                     help="add one run to the stored baseline of this machine")
     a, extra = ap.parse_known_args(argv)
-    if not (a.budget_min > 0 and 6 <= a.min_rounds <= a.max_rounds and
+    if not (a.budget_min > 0 and 6 <= a.min_rounds <= a.max_rounds and a.steps >= 0 and
             0 <= a.inject_slowdown <= 1000):
-        ap.error("--budget-min must be above 0, 6 <= --min-rounds <= --max-rounds, "
+        ap.error("--budget-min must be above 0, 6 <= --min-rounds <= --max-rounds, --steps >= 0, "
                  "--inject-slowdown 0 to 1000")
     for binary in filter(None, (a.dpscale, a.base_binary)):
         if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):

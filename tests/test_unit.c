@@ -25,6 +25,7 @@
 #include "core/csv.h"
 #include "core/csv_read.h"
 #include "config/ptimer.h"
+#include "launch/world.h"
 #include "strategies/dp.h"
 #include "core/stats.h"
 #include "model/model.h"
@@ -377,6 +378,76 @@ static void test_elementwise(void)
     EXPECT(dps_uniform(1234, 1, 7919) == 0.878929496f);
     EXPECT(dps_uniform(42, 2 + (5u << 8), 123456789) == 0.278357625f);
     EXPECT(dps_uniform(7, 1, 42) != dps_uniform(8, 1, 42));
+}
+
+/* The environment world_from_env reads in test_world: "NAME=value" pairs. */
+static const char *const *world_env;
+
+static const char *world_lookup(const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *const *e = world_env; e && *e; e++)
+        if (strncmp(*e, name, n) == 0 && (*e)[n] == '=') return *e + n + 1;
+    return NULL;
+}
+
+static dps_status world_of(world *w, const char *const *env)
+{
+    world_env = env;
+    return world_from_env(w, world_lookup);
+}
+
+static void expect_world_refused(const char *const *env, const char *needle)
+{
+    world w;
+    EXPECT(world_of(&w, env) == DPS_ERR_USAGE);
+    EXPECT(strstr(dps_errmsg(), needle) != NULL);
+    if (!strstr(dps_errmsg(), needle)) fprintf(stderr, "  message: %s\n", dps_errmsg());
+}
+
+/* Each launcher's environment, torchrun inside Slurm, and the variables
+ * missing, malformed or inconsistent (refused, the variable named). */
+static void test_world(void)
+{
+    world w;
+    static const char *const none[] = {"HOME=/root", NULL};
+    EXPECT(world_of(&w, none) == DPS_OK && w.launcher == WORLD_NONE && w.size == 1);
+    static const char *const torchrun[] = {
+        "RANK=5", "WORLD_SIZE=8", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=4", "GROUP_RANK=1",
+        "MASTER_ADDR=node0", "MASTER_PORT=29400", "TORCHELASTIC_USE_AGENT_STORE=True",
+        "SLURM_PROCID=1", "SLURM_NTASKS=2", "SLURM_LOCALID=0", NULL}; /* inside srun */
+    EXPECT(world_of(&w, torchrun) == DPS_OK && w.launcher == WORLD_TORCHRUN);
+    EXPECT(w.rank == 5 && w.size == 8 && w.local_rank == 1 && w.local_size == 4 && w.node == 1);
+    EXPECT(!strcmp(w.addr, "node0") && w.port == 29400 + WORLD_PORT_OFFSET); /* not the agent's */
+    static const char *const ompi[] = {
+        "OMPI_COMM_WORLD_RANK=3", "OMPI_COMM_WORLD_SIZE=4", "OMPI_COMM_WORLD_LOCAL_RANK=3",
+        "OMPI_COMM_WORLD_LOCAL_SIZE=4", "MASTER_ADDR=10.0.0.1", "DPSCALE_PORT=4000", NULL};
+    EXPECT(world_of(&w, ompi) == DPS_OK && w.launcher == WORLD_OPENMPI && w.rank == 3 &&
+           w.local_size == 4 && w.node == -1 && w.port == 4000);
+    static const char *const mpich[] = {"PMI_RANK=0", "PMI_SIZE=2", "MPI_LOCALRANKID=0",
+                                        "MPI_LOCALNRANKS=1", "MASTER_ADDR=h", NULL};
+    EXPECT(world_of(&w, mpich) == DPS_OK && w.launcher == WORLD_MPICH && w.size == 2 &&
+           w.port == 29500);
+    static const char *const slurm[] = {"SLURM_PROCID=2", "SLURM_NTASKS=4", "SLURM_LOCALID=0",
+                                        "SLURM_NODEID=1", "MASTER_ADDR=h", "MASTER_PORT=7", NULL};
+    EXPECT(world_of(&w, slurm) == DPS_OK && w.launcher == WORLD_SLURM && w.node == 1 &&
+           w.local_size == -1 && w.port == 7);
+    static const char *const no_addr[] = {"PMI_RANK=0", "PMI_SIZE=2", "MPI_LOCALRANKID=0", NULL};
+    expect_world_refused(no_addr, "MASTER_ADDR is not set: under MPICH, export MASTER_ADDR");
+    static const char *const no_size[] = {"RANK=0", "LOCAL_RANK=0", "MASTER_ADDR=h", NULL};
+    expect_world_refused(no_size, "WORLD_SIZE is not set, though torchrun's other variables are");
+    static const char *const bad[] = {"RANK=1x", "WORLD_SIZE=2", "LOCAL_RANK=0", NULL};
+    expect_world_refused(bad, "RANK=1x: expected a whole number");
+    static const char *const beyond[] = {"RANK=2", "WORLD_SIZE=2", "LOCAL_RANK=0", NULL};
+    expect_world_refused(beyond, "RANK=2 is not below WORLD_SIZE=2");
+    static const char *const local[] = {"OMPI_COMM_WORLD_RANK=1", "OMPI_COMM_WORLD_SIZE=4",
+                                        "OMPI_COMM_WORLD_LOCAL_RANK=2",
+                                        "OMPI_COMM_WORLD_LOCAL_SIZE=2", NULL};
+    expect_world_refused(local, "OMPI_COMM_WORLD_LOCAL_RANK=2 is not below "
+                                "OMPI_COMM_WORLD_LOCAL_SIZE=2");
+    static const char *const port[] = {"PMI_RANK=0", "PMI_SIZE=1", "MPI_LOCALRANKID=0",
+                                       "MASTER_ADDR=h", "MASTER_PORT=70000", NULL};
+    expect_world_refused(port, "MASTER_PORT=70000: expected a whole number from 1 to 65534");
 }
 
 /* One timed step of a phase whose work keeps the stream busy work_ms. */
@@ -1214,7 +1285,7 @@ int main(int argc, char **argv)
         {"suite", test_suite}, {"settings", test_settings}, {"nvml", test_nvml},
         {"comm_abort", test_comm_abort}, {"context", test_context}, {"versions", test_versions},
         {"gemm", test_gemm}, {"host_math", test_host_math},
-        {"slowdown", test_slowdown},
+        {"slowdown", test_slowdown}, {"world", test_world},
     };
     int ran = 0;
     for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++)
