@@ -11,7 +11,7 @@ baseline (bench/baselines/<backend>-<device>/) instead, for runners where
 the base cannot be built; --update-baseline adds a run to that baseline.
 
 usage: regress.py HEAD_DPSCALE [--base REF | --base-binary DPSCALE] [--budget-min 5]
-                  [--min-rounds 6] [--max-rounds 200] [--suite FILE] [--steps 120]
+                  [--min-rounds 6] [--max-rounds 200] [--suite FILE] [--steps N]
                   [--out DIR]
                   [--inject-slowdown PCT] [--stored | --update-baseline]
                   [compare.py options...]
@@ -279,10 +279,9 @@ def parse(argv):
                     help="rounds before deciding (6, the fewest with a 95 %% interval)")
     ap.add_argument("--max-rounds", type=int, default=200, help="rounds at most (200)")
     ap.add_argument("--suite", default=os.path.join(ROOT, "bench", "ci.suite"))
-    ap.add_argument("--steps", type=int, default=120,
-                    help="timed steps of each configuration in a round (120; 0: the suite's): "
-                         "a round's median is then precise enough that its noise is the "
-                         "machine's, not the sampling's")
+    ap.add_argument("--steps", type=int, default=0,
+                    help="timed steps of each configuration in a round (0: the suite's); "
+                         "more rounds narrow the interval more than longer ones")
     ap.add_argument("--inject-slowdown", type=float, default=0.0, metavar="PCT",
                     help="for testing the gate: the head's compute phases PCT %% slower")
     ap.add_argument("--stored", action="store_true",
