@@ -502,7 +502,7 @@ def case_ab(binary):
         p = subprocess.run(["bash", ab_sh, binary, binary, "2", suite], capture_output=True,
                            text=True, timeout=300)
         expect(p.returncode == 0 and "| configuration | metric |" in p.stdout, p.stdout + p.stderr)
-        expect("REGRESSION" not in p.stdout, p.stdout)
+        expect("**REGRESSION**" not in p.stdout, p.stdout)
         folder = p.stdout.split("Baseline `")[1].split("`")[0]
         runs = sorted(d for d in os.listdir(folder) if d.startswith("run-"))
         expect(runs == ["run-001", "run-002"], f"baseline runs in {folder}: {runs}")

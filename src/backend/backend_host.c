@@ -5,6 +5,8 @@
  * GEMM goes through the library chosen at build time (host_gemm.h), on the
  * calling thread alone. */
 #include <math.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,7 +46,42 @@ static dps_status host_context(int dev)
                     place(dev, where, sizeof where), (int)me, (int)owner);
 }
 
-static dps_status host_set_device(backend *be, int dev) { (void)be; return host_context(dev); }
+/* The cores the process may use, as they were before any thread was pinned. */
+static cpu_set_t process_cores;
+static pthread_once_t process_cores_once = PTHREAD_ONCE_INIT;
+
+static void read_process_cores(void)
+{
+    if (sched_getaffinity(0, sizeof process_cores, &process_cores) != 0) CPU_ZERO(&process_cores);
+}
+
+/* The calling thread runs device dev's work on one core (the dev-th of the
+ * process's cores, modulo their count), as a GPU's work runs on that GPU:
+ * the scheduler moving ranks and workers between cores would be noise in
+ * every timing. Best effort: a refusal leaves the thread where it was. */
+static void pin_thread(int dev)
+{
+    static _Thread_local int pinned = -1;
+    if (pinned == dev) return;
+    pthread_once(&process_cores_once, read_process_cores);
+    int n = CPU_COUNT(&process_cores), want = dev % (n ? n : 1);
+    for (int c = 0, k = 0; n > 1 && c < CPU_SETSIZE; c++) {
+        if (!CPU_ISSET(c, &process_cores) || k++ != want) continue;
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(c, &one);
+        if (sched_setaffinity(0, sizeof one, &one) == 0) pinned = dev;
+        break;
+    }
+}
+
+static dps_status host_set_device(backend *be, int dev)
+{
+    (void)be;
+    DPS_TRY(host_context(dev));
+    pin_thread(dev);
+    return DPS_OK;
+}
 
 static dps_status host_raw_alloc(backend *be, int dev, size_t bytes, void **p)
 {
