@@ -25,7 +25,7 @@
 #include "core/csv.h"
 #include "core/csv_read.h"
 #include "config/ptimer.h"
-#include "launch/world.h"
+#include "config/world.h"
 #include "strategies/dp.h"
 #include "core/stats.h"
 #include "model/model.h"

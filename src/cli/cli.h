@@ -32,6 +32,7 @@ typedef struct cli_args {
     /* sweep */
     char suite_path[DPS_PATH_MAX];
     int resume, dry_run, steps_set, no_links;
+    dps_launch launcher;             /* --launcher */
     char filter[SETTINGS_PATTERN_MAX];
     double config_timeout_s;
     /* comm-bench: message sizes in bytes */

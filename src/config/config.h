@@ -8,6 +8,7 @@
 #include "backend/backend.h"
 #include "model/model.h"
 #include "core/names.h"
+#include "config/world.h"
 
 
 
@@ -38,6 +39,7 @@ typedef struct dps_config {
     double timeout_s;         /* ddp: a step (or set-up) longer than this ends the group */
     int fault_rank, fault_step; /* ddp: --inject-fault, rank -1 = none */
     double inject_slowdown_pct; /* compute phases stretched by this percentage (a gate's test) */
+    world world;                /* ddp under a launcher: this process's rank; WORLD_NONE: forked */
     int profile_first, profile_last; /* --profile-steps A:B, -1 = none */
     int no_nvml;              /* --no-nvml: no sampler thread */
     dps_dp_comm dp_comm;

@@ -165,6 +165,11 @@ const settings_entry settings_table[SET_COUNT] = {
         .metavar = "PCT",
         .help = "for testing a regression gate: stretch every compute phase (forward, loss, "
                 "backward, optimizer) by PCT percent"},
+    [SET_LAUNCHER] = {
+        .cmds = SETTINGS_RUN,
+        .flag = "launcher", .type = SETTINGS_WORD, WORDS(dps_launch_names), DEFAULT_INT(LAUNCH_AUTO),
+        .help = "ddp's ranks: forked by dpscale, or started by torchrun, mpirun or srun (env: "
+                "one rank a process, read from their variables; auto: env when they are set)"},
     [SET_RESUME] = {
         .cmds = SETTINGS_SWEEP,
         .flag = "resume", .type = SETTINGS_FLAG,

@@ -15,6 +15,7 @@ const char *const dps_optimizer_names[OPT_COUNT] = {"sgd", "adamw"};
 const char *const dps_fault_names[FAULT_COUNT] = {"exit", "hang"};
 const char *const dps_dp_comm_names[DPCOMM_COUNT] = {"auto", "nccl", "p2p"};
 const char *const dps_dp_impl_names[DPIMPL_COUNT] = {"torch", "lean"};
+const char *const dps_launch_names[LAUNCH_COUNT] = {"auto", "fork", "env"};
 const char *const dps_scaling_names[2] = {"weak", "strong"};
 
 const char *dps_mode_name(dps_mode m) { return dps_mode_names[m]; }

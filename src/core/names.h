@@ -39,6 +39,10 @@ extern const char *const dps_dp_comm_names[DPCOMM_COUNT];
  * lean lower bound of a scatter/gather strategy (lean) */
 typedef enum dps_dp_impl { DPIMPL_TORCH, DPIMPL_LEAN, DPIMPL_COUNT } dps_dp_impl;
 extern const char *const dps_dp_impl_names[DPIMPL_COUNT];
+
+/* --launcher: who starts ddp's ranks (auto: a launcher when its variables are set) */
+typedef enum dps_launch { LAUNCH_AUTO, LAUNCH_FORK, LAUNCH_ENV, LAUNCH_COUNT } dps_launch;
+extern const char *const dps_launch_names[LAUNCH_COUNT];
 /* Scaling of a sweep's batch, by dps_config.strong: weak (per-device batch
  * fixed) or strong (global batch fixed). */
 extern const char *const dps_scaling_names[2];

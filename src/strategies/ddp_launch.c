@@ -52,9 +52,7 @@ static dps_status reported(void *ctx, char *buf, size_t len)
     return DPS_OK;
 }
 
-/* The ranks' records as one result: a step's time is the slowest rank's,
- * a step's loss the global mean over every rank's rows. */
-static void collect(const dps_config *c, ddp_shared *sh, train_result *res)
+void ddp_collect(const dps_config *c, ddp_shared *sh, train_result *res)
 {
     int n = c->ngpus, steps = c->steps, losses = c->steps + c->warmup;
     for (int r = 0; r < n; r++) {
@@ -84,7 +82,7 @@ static void collect(const dps_config *c, ddp_shared *sh, train_result *res)
     res->allreduce_bytes = sh->rank[0].allreduce_bytes;
 }
 
-static dps_status copy_params(ddp_shared *sh, train_result *res)
+dps_status ddp_copy_params(ddp_shared *sh, train_result *res)
 {
     res->nparams = sh->nparams;
     res->final_params = malloc(sh->nparams * sizeof(float));
@@ -96,6 +94,7 @@ static dps_status copy_params(ddp_shared *sh, train_result *res)
 
 dps_status ddp_train(const dps_config *cfg, train_result *res)
 {
+    if (cfg->world.launcher != WORLD_NONE) return ddp_env_train(cfg, res);
     ddp_shared layout;
     ddp_shared_layout(cfg, &layout);
     void *mem = mmap(NULL, layout.total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -113,8 +112,8 @@ dps_status ddp_train(const dps_config *cfg, train_result *res)
                        .fault = cfg->fault_rank >= 0 ? &fault : NULL};
     dps_status rc = ranks_run(&spec);
     if (rc) dps_strlcpy(res->error, dps_errmsg(), sizeof res->error);
-    collect(cfg, sh, res);
-    if (!rc) rc = copy_params(sh, res);
+    ddp_collect(cfg, sh, res);
+    if (!rc) rc = ddp_copy_params(sh, res);
     munmap(mem, layout.total);
     return rc ? dps_fail_copy(rc, res->error[0] ? res->error : dps_errmsg()) : DPS_OK;
 }

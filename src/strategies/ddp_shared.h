@@ -20,9 +20,15 @@ typedef struct ddp_report {
     int steps_done, losses_done;
     dev_stats dev;
     double allreduce_bytes;    /* per step */
+    int pid;                   /* under a launcher: the rank's process */
+    _Atomic int ended;         /* under a launcher: the rank got to its end */
 } ddp_report;
 
 typedef struct ddp_shared {
+    /* under a launcher (ddp_env.c): the region's maker, and the ranks that
+     * have mapped it and that have finished */
+    int owner_pid;
+    _Atomic int ready, arrived, finished;
     int nranks, steps, warmup;
     size_t nparams;
     size_t off_step_ms, off_phase_ms, off_loss, off_params, off_comm, total;

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "core/util.h"
-#include "launch/world.h"
+#include "config/world.h"
 
 /* The variables of one launcher; NULL: that launcher does not say. */
 typedef struct launcher_vars {

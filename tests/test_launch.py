@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""ddp started by a launcher on one host (--launcher env): torchrun itself,
+the environment contracts of Open MPI, MPICH and Slurm (ranks started here
+with their variables), the refusals, and a rank that never comes. Usage:
+test_launch.py DPSCALE CASE; exit 0 pass, 1 fail, 77 skip."""
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from helpers import expect, expect_exit, read_folder, run_case
+
+RUN = ["run", "--mode", "ddp", "--backend", "host", "--model", "tiny", "--steps", "5",
+       "--warmup", "1"]
+
+
+def start_ranks(binary, out, name, envs, *extra, timeout=120):
+    """One process a rank, each with its launcher's variables; their
+    (returncode, stdout and stderr) in rank order."""
+    procs = []
+    for env in envs:
+        full = dict(os.environ, **env)
+        procs.append(subprocess.Popen([binary, *RUN, *extra, "--out", out, "--name", name],
+                                      env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True))
+    results = []
+    for p in procs:
+        out_text, err = p.communicate(timeout=timeout)
+        results.append((p.returncode, out_text + err))
+    return results
+
+
+def contract(kind, rank, size, port):
+    """The variables `kind` gives rank `rank` of `size` on one host."""
+    common = {"MASTER_ADDR": "127.0.0.1", "DPSCALE_PORT": str(port)}
+    table = {
+        "openmpi": {"OMPI_COMM_WORLD_RANK": rank, "OMPI_COMM_WORLD_SIZE": size,
+                    "OMPI_COMM_WORLD_LOCAL_RANK": rank, "OMPI_COMM_WORLD_LOCAL_SIZE": size},
+        "mpich": {"PMI_RANK": rank, "PMI_SIZE": size, "MPI_LOCALRANKID": rank,
+                  "MPI_LOCALNRANKS": size},
+        "slurm": {"SLURM_PROCID": rank, "SLURM_NTASKS": size, "SLURM_LOCALID": rank,
+                  "SLURM_NODEID": 0, "SLURM_NTASKS_PER_NODE": size},
+    }
+    return dict(common, **{k: str(v) for k, v in table[kind].items()})
+
+
+def params(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def fork_reference(binary, tmp, ngpus):
+    """The final parameters of the same run with dpscale's own ranks."""
+    npy = os.path.join(tmp, "fork.npy")
+    p = subprocess.run([binary, *RUN, "--gpus", str(ngpus), "--out", tmp, "--name", "fork",
+                        "--save-params", npy], capture_output=True, text=True, timeout=120)
+    expect(p.returncode == 0, f"fork launcher: exit {p.returncode}\n{p.stderr}")
+    return params(npy)
+
+
+def check_folder(folder, ngpus):
+    runs = read_folder(folder)[0]
+    expect(len(runs) == 1 and runs[0]["status"] == "ok" and runs[0]["check"] == "pass" and
+           runs[0]["ngpus"] == str(ngpus), f"{folder}: {runs}")
+
+
+def case_torchrun(binary):
+    """torchrun --no-python with 2 workers: --check passes, and the final
+    parameters are those of the fork launcher, bit for bit."""
+    torchrun = shutil.which("torchrun")
+    if not torchrun:
+        print("SKIP: no torchrun (python3-torch; scripts/setup.sh --with-torch)")
+        return 77
+    with tempfile.TemporaryDirectory() as tmp:
+        npy = os.path.join(tmp, "env.npy")
+        # Python 3.11's torchrun fails to parse its redirect flags' default 0
+        cmd = [torchrun, "-r", "2", "-t", "2", "--standalone", "--nproc_per_node", "2",
+               "--log_dir", os.path.join(tmp, "logs"), "--no_python", binary, *RUN, "--check",
+               "--out", tmp, "--name", "env", "--save-params", npy]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        expect(p.returncode == 0, f"torchrun: exit {p.returncode}\n{p.stderr[-3000:]}")
+        check_folder(os.path.join(tmp, "env"), 2)
+        expect(params(npy) == fork_reference(binary, tmp, 2),
+               "torchrun's final parameters differ from the fork launcher's")
+
+
+def case_contracts(binary):
+    """Ranks started with Open MPI's, MPICH's and Slurm's variables (3 of
+    them): rank 0 alone writes the folder, --check passes, the parameters
+    are the fork launcher's."""
+    with tempfile.TemporaryDirectory() as tmp:
+        want = None
+        for kind in ("openmpi", "mpich", "slurm"):
+            port = random.randint(20000, 60000)
+            npy = os.path.join(tmp, f"{kind}.npy")
+            envs = [contract(kind, r, 3, port) for r in range(3)]
+            got = start_ranks(binary, tmp, kind, envs, "--check", "--save-params", npy)
+            expect(all(rc == 0 for rc, _ in got), f"{kind}: {got}")
+            check_folder(os.path.join(tmp, kind), 3)
+            want = want or fork_reference(binary, tmp, 3)
+            expect(params(npy) == want, f"{kind}: final parameters differ from the fork launcher's")
+
+
+def one_rank(binary, tmp, env, *args):
+    return subprocess.run([binary, *RUN, *args, "--out", tmp, "--name", "x"],
+                          env=dict(os.environ, **env), capture_output=True, text=True, timeout=60)
+
+
+def case_refusals(binary):
+    """What a launcher's variables cannot mean is refused (exit 2), named."""
+    torch = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2",
+             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29555"}
+    with tempfile.TemporaryDirectory() as tmp:
+        expect_exit(one_rank(binary, tmp, torch, "--mode", "dp"), 2, "dp runs in one")
+        expect_exit(one_rank(binary, tmp, torch, "--gpus", "4"), 2,
+                    "--gpus 4, but torchrun started 2 ranks")
+        expect_exit(one_rank(binary, tmp, dict(torch, LOCAL_WORLD_SIZE="1")), 2,
+                    "torchrun's ranks span hosts")
+        expect_exit(one_rank(binary, tmp, {k: v for k, v in torch.items() if k != "WORLD_SIZE"}),
+                    2, "WORLD_SIZE is not set")
+        expect_exit(one_rank(binary, tmp, {"PMI_RANK": "0", "PMI_SIZE": "2",
+                                           "MPI_LOCALRANKID": "0"}), 2, "MASTER_ADDR is not set")
+        expect_exit(one_rank(binary, tmp, {}, "--launcher", "env"), 2,
+                    "--launcher env: no launcher's variables are set")
+        p = one_rank(binary, tmp, torch, "--launcher", "fork", "--gpus", "2")
+        expect_exit(p, 0)  # the launcher's variables ignored
+
+
+def case_missing_rank(binary):
+    """Rank 1 never starts: rank 0 gives up within --timeout, names how many
+    arrived, and records the failure in its folder."""
+    with tempfile.TemporaryDirectory() as tmp:
+        env = contract("openmpi", 0, 2, random.randint(20000, 60000))
+        (rc, err), = start_ranks(binary, tmp, "alone", [env], "--timeout", "3")
+        expect(rc == 1 and "1 of 2 ranks arrived within --timeout 3 s" in err, f"exit {rc}: {err}")
+        runs = read_folder(os.path.join(tmp, "alone"))[0]
+        expect(len(runs) == 1 and runs[0]["status"] == "timeout", f"runs {runs}")
+
+
+def case_rank_dies(binary):
+    """Rank 1 exits at step 3 without a word: rank 0 ends within --timeout,
+    names rank 1 and its pid, and records the failure."""
+    with tempfile.TemporaryDirectory() as tmp:
+        port = random.randint(20000, 60000)
+        envs = [contract("openmpi", r, 2, port) for r in range(2)]
+        got = start_ranks(binary, tmp, "dies", envs, "--timeout", "5", "--steps", "50",
+                          "--inject-fault", "1:3:exit", timeout=60)
+        expect(got[1][0] == 3, f"rank 1: exit {got[1][0]}")
+        expect(got[0][0] == 1 and "rank 1 (pid " in got[0][1] and "ended without a word"
+               in got[0][1], f"rank 0: exit {got[0][0]}: {got[0][1]}")
+        runs = read_folder(os.path.join(tmp, "dies"))[0]
+        expect(len(runs) == 1 and runs[0]["status"] == "error" and "rank 1" in runs[0]["error"],
+               f"runs {runs}")
+
+
+CASES = {"torchrun": case_torchrun, "rank_dies": case_rank_dies, "contracts": case_contracts, "refusals": case_refusals,
+         "missing_rank": case_missing_rank}
+
+
+def main():
+    binary, case = sys.argv[1], sys.argv[2]
+    return run_case(case, CASES[case], binary)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
