@@ -21,11 +21,6 @@ dps_status ddp_rank_main(const dps_config *cfg, ddp_shared *sh, int rank, rank_b
  * rank itself and collects the others' records (ddp_env.c). */
 dps_status ddp_train(const dps_config *cfg, train_result *res) DPS_MUST_USE;
 
-/* The ranks' records as one result: a step's time is the slowest rank's,
- * a step's loss the global mean over every rank's rows. */
-void ddp_collect(const dps_config *c, ddp_shared *sh, train_result *res);
-/* Rank 0's final parameters into res (for --check and --save-params). */
-dps_status ddp_copy_params(ddp_shared *sh, train_result *res) DPS_MUST_USE;
 
 /* Under a launcher, on one host: every rank is a process the launcher
  * started; they meet in a named shared region that global rank 0 makes.

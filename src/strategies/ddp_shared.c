@@ -1,4 +1,6 @@
-/* Layout of and accessors into a ddp run's shared region (see ddp_shared.h). */
+/* Layout of and accessors into a ddp run's shared region, and its records
+ * read back as one result (see ddp_shared.h). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "strategies/ddp_shared.h"
@@ -44,3 +46,44 @@ double *ddp_shared_loss_sum(ddp_shared *sh, int r)
 float *ddp_shared_params(ddp_shared *sh) { return (float *)((char *)sh + sh->off_params); }
 
 comm_shared *ddp_shared_comm(ddp_shared *sh) { return (comm_shared *)((char *)sh + sh->off_comm); }
+
+/* The ranks' records as one result (see ddp.h). */
+void ddp_collect(const dps_config *c, ddp_shared *sh, train_result *res)
+{
+    int n = c->ngpus, steps = c->steps, losses = c->steps + c->warmup;
+    for (int r = 0; r < n; r++) {
+        if (sh->rank[r].steps_done < steps) steps = sh->rank[r].steps_done;
+        if (sh->rank[r].losses_done < losses) losses = sh->rank[r].losses_done;
+        res->dev[r] = sh->rank[r].dev;
+        res->dev[r].dev = c->devices[r];
+    }
+    for (int k = 0; k < steps; k++) {
+        res->step_ms[k] = 0.0;
+        for (int r = 0; r < n; r++) {
+            double ms = ddp_shared_step_ms(sh, r)[k];
+            res->rank_step_ms[(size_t)k * n + r] = ms;
+            if (ms > res->step_ms[k]) res->step_ms[k] = ms;
+            memcpy(train_result_phases(res, k, r), ddp_shared_phase_ms(sh, r) + (size_t)k * PH_COUNT,
+                   PH_COUNT * sizeof(float));
+        }
+    }
+    double rows = (double)c->global_batch * c->shape.tokens;
+    for (int k = 0; k < losses; k++) {
+        double sum = 0.0;
+        for (int r = 0; r < n; r++) sum += ddp_shared_loss_sum(sh, r)[k];
+        res->loss[k] = (float)(sum / rows);
+    }
+    res->steps_done = steps;
+    res->losses_done = losses;
+    res->allreduce_bytes = sh->rank[0].allreduce_bytes;
+}
+
+dps_status ddp_copy_params(ddp_shared *sh, train_result *res)
+{
+    res->nparams = sh->nparams;
+    res->final_params = malloc(sh->nparams * sizeof(float));
+    if (!res->final_params)
+        return dps_fail(DPS_ERR_RUNTIME, "out of host memory for the final parameters");
+    memcpy(res->final_params, ddp_shared_params(sh), sh->nparams * sizeof(float));
+    return DPS_OK;
+}

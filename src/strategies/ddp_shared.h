@@ -1,5 +1,6 @@
 /* The region a ddp run shares between its rank processes and the parent:
- * one anonymous MAP_SHARED mapping made before fork, holding a header with
+ * one anonymous MAP_SHARED mapping made before fork (under a launcher, a
+ * named one that global rank 0 makes, ddp_env.c), holding a header with
  * each rank's report, then the per-rank step records, rank 0's final
  * parameters and the collectives' region (comm_shared.h). */
 #ifndef DPS_DDP_SHARED_H
@@ -42,5 +43,11 @@ float *ddp_shared_phase_ms(ddp_shared *sh, int rank);   /* [steps][PH_COUNT] */
 double *ddp_shared_loss_sum(ddp_shared *sh, int rank);  /* [warmup + steps], sum over the rank's rows */
 float *ddp_shared_params(ddp_shared *sh);               /* rank 0's final parameters, [nparams] */
 comm_shared *ddp_shared_comm(ddp_shared *sh);
+
+/* The ranks' records as one result: a step's time is the slowest rank's,
+ * a step's loss the global mean over every rank's rows. */
+void ddp_collect(const dps_config *c, ddp_shared *sh, train_result *res);
+/* Rank 0's final parameters into res (for --check and --save-params). */
+dps_status ddp_copy_params(ddp_shared *sh, train_result *res) DPS_MUST_USE;
 
 #endif
