@@ -68,107 +68,101 @@ def some_csv(rng, folder):
 
 # ---- mutations: each changes a folder and says what it did, or returns None -------
 
-def cell(rng, folder):
+def on_lines(rng, folder, change):
+    """change(rng, lines) edits the lines of a CSV file in place and says
+    what it did (after the file's name)."""
     name = some_csv(rng, folder)
     if not name:
         return None
     path = os.path.join(folder, name)
     lines = lines_of(path)
-    i = rng.randrange(len(lines))
-    fields = lines[i].split(b",")
-    k = rng.randrange(len(fields))
-    value = rng.choice(CELLS).encode() if rng.random() < 0.8 else \
-        bytes(rng.randrange(256) for _ in range(rng.randrange(1, 8)))
-    fields[k] = value
-    lines[i] = b",".join(fields)
+    what = change(rng, lines)
     put_lines(path, lines)
-    return f"{name}:{i + 1} field {k + 1} = {value[:20]!r}"
+    return f"{name}{what}"
+
+
+def cell(rng, folder):
+    def change(rng, lines):
+        i = rng.randrange(len(lines))
+        fields = lines[i].split(b",")
+        k = rng.randrange(len(fields))
+        value = rng.choice(CELLS).encode() if rng.random() < 0.8 else \
+            bytes(rng.randrange(256) for _ in range(rng.randrange(1, 8)))
+        fields[k] = value
+        lines[i] = b",".join(fields)
+        return f":{i + 1} field {k + 1} = {value[:20]!r}"
+    return on_lines(rng, folder, change)
 
 
 def drop_line(rng, folder):
-    name = some_csv(rng, folder)
-    if not name:
-        return None
-    path = os.path.join(folder, name)
-    lines = lines_of(path)
-    i = rng.randrange(len(lines))
-    del lines[i]
-    put_lines(path, lines)
-    return f"{name}: line {i + 1} removed"
+    def change(rng, lines):
+        i = rng.randrange(len(lines))
+        del lines[i]
+        return f": line {i + 1} removed"
+    return on_lines(rng, folder, change)
 
 
 def repeat_line(rng, folder):
-    name = some_csv(rng, folder)
-    if not name:
-        return None
-    path = os.path.join(folder, name)
-    lines = lines_of(path)
-    i = rng.randrange(len(lines))
-    j = rng.randrange(len(lines))
-    lines.insert(j, lines[i])
-    put_lines(path, lines)
-    return f"{name}: line {i + 1} repeated at line {j + 1}"
+    def change(rng, lines):
+        i, j = rng.randrange(len(lines)), rng.randrange(len(lines))
+        lines.insert(j, lines[i])
+        return f": line {i + 1} repeated at line {j + 1}"
+    return on_lines(rng, folder, change)
 
 
 def swap_lines(rng, folder):
-    name = some_csv(rng, folder)
-    if not name:
+    def change(rng, lines):
+        i, j = rng.randrange(len(lines)), rng.randrange(len(lines))
+        lines[i], lines[j] = lines[j], lines[i]
+        return f": lines {i + 1} and {j + 1} swapped"
+    return on_lines(rng, folder, change)
+
+
+def on_bytes(rng, folder, change):
+    """change(rng, data) -> (new bytes, what it did) of any regular file."""
+    name = any_file(rng, folder)
+    path = os.path.join(folder, name or "")
+    if not name or not os.path.isfile(path):
         return None
-    path = os.path.join(folder, name)
-    lines = lines_of(path)
-    i, j = rng.randrange(len(lines)), rng.randrange(len(lines))
-    lines[i], lines[j] = lines[j], lines[i]
-    put_lines(path, lines)
-    return f"{name}: lines {i + 1} and {j + 1} swapped"
+    with open(path, "rb") as f:
+        data, what = change(rng, f.read())
+    with open(path, "wb") as f:
+        f.write(data)
+    return f"{name}: {what}"
 
 
 def cut(rng, folder):
-    name = any_file(rng, folder)
-    path = os.path.join(folder, name or "")
-    if not name or not os.path.isfile(path):
-        return None
-    size = os.path.getsize(path)
-    at = rng.randrange(size + 1)
-    os.truncate(path, at)
-    return f"{name}: cut at byte {at} of {size}"
+    def change(rng, data):
+        at = rng.randrange(len(data) + 1)
+        return data[:at], f"cut at byte {at} of {len(data)}"
+    return on_bytes(rng, folder, change)
 
 
 def insert_bytes(rng, folder):
-    name = any_file(rng, folder)
-    path = os.path.join(folder, name or "")
-    if not name or not os.path.isfile(path):
-        return None
-    with open(path, "rb") as f:
-        data = f.read()
-    at = rng.randrange(len(data) + 1)
-    junk = rng.choice([b"\xff", b"\xc3", b"\xed\xa0\x80", b"\x00", b"\r", b"\n", b'"', b","])
-    with open(path, "wb") as f:
-        f.write(data[:at] + junk + data[at:])
-    return f"{name}: {junk!r} inserted at byte {at}"
+    def change(rng, data):
+        at = rng.randrange(len(data) + 1)
+        junk = rng.choice([b"\xff", b"\xc3", b"\xed\xa0\x80", b"\x00", b"\r", b"\n", b'"', b","])
+        return data[:at] + junk + data[at:], f"{junk!r} inserted at byte {at}"
+    return on_bytes(rng, folder, change)
 
 
 def bom(rng, folder):
-    name = any_file(rng, folder)
-    path = os.path.join(folder, name or "")
-    if not name or not os.path.isfile(path):
-        return None
-    with open(path, "rb") as f:
-        data = f.read()
-    with open(path, "wb") as f:
-        f.write(b"\xef\xbb\xbf" + data)
-    return f"{name}: byte-order mark"
+    return on_bytes(rng, folder, lambda rng, data: (b"\xef\xbb\xbf" + data, "byte-order mark"))
+
+
+def remove_any(path):
+    if os.path.isdir(path):
+        shutil.rmtree(path)
+    else:
+        os.remove(path)
 
 
 def to_folder(rng, folder):
     name = any_file(rng, folder)
     if not name:
         return None
-    path = os.path.join(folder, name)
-    if os.path.isdir(path):
-        shutil.rmtree(path)
-    else:
-        os.remove(path)
-    os.mkdir(path)
+    remove_any(os.path.join(folder, name))
+    os.mkdir(os.path.join(folder, name))
     return f"{name}: a folder"
 
 
@@ -176,11 +170,7 @@ def delete(rng, folder):
     name = any_file(rng, folder)
     if not name:
         return None
-    path = os.path.join(folder, name)
-    if os.path.isdir(path):
-        shutil.rmtree(path)
-    else:
-        os.remove(path)
+    remove_any(os.path.join(folder, name))
     return f"{name}: deleted"
 
 
