@@ -71,7 +71,11 @@ def choose_base(ref):
     if ref:
         return git("rev-parse", "--verify", ref + "^{commit}"), f"--base {ref}"
     branch = main_branch()
-    base = git("merge-base", "HEAD", branch)
+    try:
+        base = git("merge-base", "HEAD", branch)
+    except GateError as e:
+        raise GateError(f"{e}; in a shallow clone fetch the history (actions/checkout: "
+                        f"fetch-depth: 0), or give --base REF, --base-binary or --stored") from None
     if base != git("rev-parse", "HEAD"):
         return base, f"the merge-base with {branch}"
     if git("status", "--porcelain", "--untracked-files=no"):
