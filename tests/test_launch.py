@@ -57,13 +57,18 @@ def fork_reference(binary, tmp, ngpus):
     p = subprocess.run([binary, *RUN, "--gpus", str(ngpus), "--out", tmp, "--name", "fork",
                         "--save-params", npy], capture_output=True, text=True, timeout=120)
     expect(p.returncode == 0, f"fork launcher: exit {p.returncode}\n{p.stderr}")
+    meta = read_folder(os.path.join(tmp, "fork"))[4]
+    expect(meta.get("launch") == {"launcher": "fork"}, f"fork: launch {meta.get('launch')}")
     return params(npy)
 
 
-def check_folder(folder, ngpus):
-    runs = read_folder(folder)[0]
+def check_folder(folder, ngpus, launcher):
+    runs, _, _, _, meta = read_folder(folder)
     expect(len(runs) == 1 and runs[0]["status"] == "ok" and runs[0]["check"] == "pass" and
            runs[0]["ngpus"] == str(ngpus), f"{folder}: {runs}")
+    launch = meta.get("launch", {})
+    expect(launch.get("launcher") == launcher and launch.get("ranks") == ngpus,
+           f"{folder}/meta.json: launch {launch}")
 
 
 def case_torchrun(binary):
@@ -81,7 +86,7 @@ def case_torchrun(binary):
                "--out", tmp, "--name", "env", "--save-params", npy]
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         expect(p.returncode == 0, f"torchrun: exit {p.returncode}\n{p.stderr[-3000:]}")
-        check_folder(os.path.join(tmp, "env"), 2)
+        check_folder(os.path.join(tmp, "env"), 2, "torchrun")
         expect(params(npy) == fork_reference(binary, tmp, 2),
                "torchrun's final parameters differ from the fork launcher's")
 
@@ -98,7 +103,8 @@ def case_contracts(binary):
             envs = [contract(kind, r, 3, port) for r in range(3)]
             got = start_ranks(binary, tmp, kind, envs, "--check", "--save-params", npy)
             expect(all(rc == 0 for rc, _ in got), f"{kind}: {got}")
-            check_folder(os.path.join(tmp, kind), 3)
+            check_folder(os.path.join(tmp, kind), 3,
+                         {"openmpi": "Open MPI", "mpich": "MPICH", "slurm": "Slurm"}[kind])
             want = want or fork_reference(binary, tmp, 3)
             expect(params(npy) == want, f"{kind}: final parameters differ from the fork launcher's")
 

@@ -318,12 +318,12 @@ static int run_one(const dps_config *cfg, backend *be, const results_dir *rd)
     return 1;
 }
 
-static int finish(backend *be, const results_dir *rd, int argc, char **argv,
+static int finish(backend *be, const world *w, const results_dir *rd, int argc, char **argv,
                   const char *start, int failed, int interrupted, int nothing)
 {
     char end[32];
     dps_utc_iso8601(end, sizeof end);
-    if (results_write_meta(rd, be, argc, argv, start, end)) dps_log("%s", dps_errmsg());
+    if (results_write_meta(rd, be, w, argc, argv, start, end)) dps_log("%s", dps_errmsg());
     printf("# %d failed%s; results in %s\n", failed, nothing ? ", nothing ran" : "", rd->dir);
     if (interrupted) {
         dps_log("interrupted by %s", dps_signal_name(dps_interrupted()));
@@ -339,7 +339,7 @@ static int execute_in(cli_args *a, backend *be, const results_dir *rd, sweep_ite
     char start[32];
     dps_utc_iso8601(start, sizeof start);
     dps_status rc = prepare_folder(a, rd, items, n, &done);
-    if (!rc) rc = results_write_meta(rd, be, argc, argv, start, NULL);
+    if (!rc) rc = results_write_meta(rd, be, &a->cfg.world, argc, argv, start, NULL);
     if (rc) return rc == DPS_ERR_USAGE ? cmd_usage_error() : (dps_log("%s", dps_errmsg()), 1);
     printf("# results: %s\n", rd->dir);
     if (n && items[0].cfg.inject_slowdown_pct > 0)
@@ -360,7 +360,7 @@ static int execute_in(cli_args *a, backend *be, const results_dir *rd, sweep_ite
         failed = run_sweep(a, be, rd, items, n, &done, &interrupted, &nothing);
     }
     results_ids_free(&done);
-    return finish(be, rd, argc, argv, start, failed, interrupted, nothing);
+    return finish(be, &a->cfg.world, rd, argc, argv, start, failed, interrupted, nothing);
 }
 
 /* The folder is locked from before its files are read until the end. */

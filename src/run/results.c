@@ -169,8 +169,25 @@ static void meta_versions(FILE *f, const backend *be)
     fputs("}\n", f);
 }
 
-static void meta_body(FILE *f, const backend *be, int argc, char **argv, const char *start,
-                      const char *end)
+/* Who started the ranks: dpscale itself, or a launcher and where this
+ * rank 0 stood in its world. */
+static void meta_launch(FILE *f, const world *w)
+{
+    fputs("  \"launch\": {\"launcher\": ", f);
+    if (!w || w->launcher == WORLD_NONE) {
+        json_str(f, "fork");
+        fputs("},\n", f);
+        return;
+    }
+    json_str(f, world_launcher_name(w->launcher));
+    fprintf(f, ", \"ranks\": %d, \"ranks_on_this_host\": %d, \"master_addr\": ", w->size,
+            w->local_size > 0 ? w->local_size : w->size);
+    json_str(f, w->addr);
+    fprintf(f, ", \"port\": %d},\n", w->port);
+}
+
+static void meta_body(FILE *f, const backend *be, const world *w, int argc, char **argv,
+                      const char *start, const char *end)
 {
     char host[256] = "unknown";
     gethostname(host, sizeof host - 1);
@@ -204,6 +221,7 @@ static void meta_body(FILE *f, const backend *be, int argc, char **argv, const c
           "\"device_peak_over_base_bytes\": \"device_peak_bytes - device_base_bytes\", "
           "\"regressions_judged_on\": \"alloc_peak_bytes\"},\n", f);
     meta_devices(f, be);
+    meta_launch(f, w);
     fputs("  \"topology\": ", f);
     if (be->emulated) {
         json_str(f, "emulated devices in host memory (copies are memcpy)");
@@ -223,15 +241,15 @@ static void meta_body(FILE *f, const backend *be, int argc, char **argv, const c
     fputs("}\n", f);
 }
 
-dps_status results_write_meta(const results_dir *r, const backend *be, int argc, char **argv,
-                              const char *start_time, const char *end_time)
+dps_status results_write_meta(const results_dir *r, const backend *be, const world *w, int argc,
+                              char **argv, const char *start_time, const char *end_time)
 {
     char path[DPS_PATH_MAX + 32], tmp[DPS_PATH_MAX + 48];
     path_of(r, "meta.json", path, sizeof path);
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
     FILE *f = fopen(tmp, "w");
     if (!f) return dps_fail(DPS_ERR_RUNTIME, "%s: cannot write: %s", tmp, strerror(errno));
-    meta_body(f, be, argc, argv, start_time, end_time);
+    meta_body(f, be, w, argc, argv, start_time, end_time);
     int bad = ferror(f) | (fflush(f) != 0) | (fsync(fileno(f)) != 0);
     bad |= fclose(f) != 0;
     if (bad || rename(tmp, path) != 0) {
