@@ -6,9 +6,11 @@
 #   scripts/setup.sh DIR [-Dopt=val]  configure DIR with extra Meson options
 #   scripts/setup.sh --with-torch ... also PyTorch (python3-torch), for
 #                                     scripts/torch_reference.py and the tests
-#                                     that check dpscale against it (they are
-#                                     skipped without it); DPSCALE_WITH_TORCH=1
-#                                     in the environment does the same
+#                                     that check dpscale against it, and Open
+#                                     MPI's mpirun (openmpi-bin) for the
+#                                     launcher tests (they are skipped without
+#                                     them); DPSCALE_WITH_TORCH=1 in the
+#                                     environment does the same
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,6 +35,7 @@ pkg-config --exists openblas 2>/dev/null || missing+=(libopenblas-dev)
 if [ "$with_torch" = 1 ]; then
   /usr/bin/python3 -c 'import numpy' >/dev/null 2>&1 || missing+=(python3-numpy)
   /usr/bin/python3 -c 'import torch' >/dev/null 2>&1 || missing+=(python3-torch)
+  command -v mpirun >/dev/null 2>&1 || missing+=(openmpi-bin) # the launcher tests' mpirun
 fi
 
 if [ ${#missing[@]} -gt 0 ]; then

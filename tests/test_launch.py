@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""ddp started by a launcher on one host (--launcher env): torchrun itself,
-the environment contracts of Open MPI, MPICH and Slurm (ranks started here
+"""ddp started by a launcher on one host (--launcher env): torchrun and
+Open MPI's mpirun themselves, the environment contracts of Open MPI, MPICH and Slurm (ranks started here
 with their variables), the refusals, and a rank that never comes. Usage:
 test_launch.py DPSCALE CASE; exit 0 pass, 1 fail, 77 skip."""
 import os
@@ -91,6 +91,25 @@ def case_torchrun(binary):
                "torchrun's final parameters differ from the fork launcher's")
 
 
+def case_mpirun(binary):
+    """Open MPI's mpirun with 4 ranks: --check passes, the final parameters
+    are those of the fork launcher, bit for bit."""
+    mpirun = shutil.which("mpirun")
+    if not mpirun:
+        print("SKIP: no mpirun (openmpi-bin; scripts/setup.sh --with-torch)")
+        return 77
+    with tempfile.TemporaryDirectory() as tmp:
+        npy = os.path.join(tmp, "mpi.npy")
+        cmd = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "4", "-x",
+               "MASTER_ADDR=127.0.0.1", "-x", f"DPSCALE_PORT={random.randint(20000, 60000)}",
+               binary, *RUN, "--check", "--out", tmp, "--name", "mpi", "--save-params", npy]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        expect(p.returncode == 0, f"mpirun: exit {p.returncode}\n{p.stderr[-3000:]}")
+        check_folder(os.path.join(tmp, "mpi"), 4, "Open MPI")
+        expect(params(npy) == fork_reference(binary, tmp, 4),
+               "mpirun's final parameters differ from the fork launcher's")
+
+
 def case_contracts(binary):
     """Ranks started with Open MPI's, MPICH's and Slurm's variables (3 of
     them): rank 0 alone writes the folder, --check passes, the parameters
@@ -161,7 +180,7 @@ def case_rank_dies(binary):
                f"runs {runs}")
 
 
-CASES = {"torchrun": case_torchrun, "rank_dies": case_rank_dies, "contracts": case_contracts, "refusals": case_refusals,
+CASES = {"torchrun": case_torchrun, "mpirun": case_mpirun, "rank_dies": case_rank_dies, "contracts": case_contracts, "refusals": case_refusals,
          "missing_rank": case_missing_rank}
 
 
