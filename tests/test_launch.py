@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 from helpers import expect, expect_exit, read_folder, run_case
 
@@ -89,6 +90,35 @@ def case_torchrun(binary):
         check_folder(os.path.join(tmp, "env"), 2, "torchrun")
         expect(params(npy) == fork_reference(binary, tmp, 2),
                "torchrun's final parameters differ from the fork launcher's")
+
+
+def dpscale_regions():
+    return {n for n in os.listdir("/dev/shm") if n.startswith("dpscale-")}
+
+
+def case_torchrun_fault(binary):
+    """Under torchrun, rank 1 exits at step 3: rank 0 sees it gone, aborts
+    the group at once (well within --timeout 60), records the failure naming
+    rank 1, and leaves no shared region behind."""
+    torchrun = shutil.which("torchrun")
+    if not torchrun:
+        print("SKIP: no torchrun (python3-torch; scripts/setup.sh --with-torch)")
+        return 77
+    before = dpscale_regions()
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [torchrun, "-r", "2", "-t", "2", "--standalone", "--nproc_per_node", "2",
+               "--log_dir", os.path.join(tmp, "logs"), "--no_python", binary, *RUN, "--steps",
+               "100000", "--timeout", "60", "--inject-fault", "1:3:exit", "--out", tmp,
+               "--name", "fault"]
+        t0 = time.monotonic()
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        took = time.monotonic() - t0
+        expect(p.returncode != 0 and took < 40, f"torchrun: exit {p.returncode} after {took:.0f} s")
+        runs = read_folder(os.path.join(tmp, "fault"))[0]
+        expect(len(runs) == 1 and runs[0]["status"] == "error" and
+               "rank 1 (pid" in runs[0]["error"], f"runs {runs}")
+    left = dpscale_regions() - before
+    expect(not left, f"shared regions left in /dev/shm: {left}")
 
 
 def case_mpirun(binary):
@@ -180,7 +210,7 @@ def case_rank_dies(binary):
                f"runs {runs}")
 
 
-CASES = {"torchrun": case_torchrun, "mpirun": case_mpirun, "rank_dies": case_rank_dies, "contracts": case_contracts, "refusals": case_refusals,
+CASES = {"torchrun": case_torchrun, "torchrun_fault": case_torchrun_fault, "mpirun": case_mpirun, "rank_dies": case_rank_dies, "contracts": case_contracts, "refusals": case_refusals,
          "missing_rank": case_missing_rank}
 
 

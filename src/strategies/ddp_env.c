@@ -5,6 +5,7 @@
  * records when all have finished, as the fork launcher's parent does. */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -102,11 +103,38 @@ static dps_status open_region(const dps_config *cfg, const char *name, ddp_share
     return DPS_OK;
 }
 
-/* Waits until every rank has done what *counter counts. */
-static dps_status wait_all(const dps_config *cfg, _Atomic int *counter, const char *what)
+/* A process that runs (one that ended but is not yet reaped does not). */
+static int alive(int pid)
+{
+    char path[64], stat[256] = "";
+    if (kill(pid, 0) != 0) return 0;
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 1;
+    size_t n = fread(stat, 1, sizeof stat - 1, f);
+    fclose(f);
+    stat[n] = '\0';
+    const char *end = strrchr(stat, ')'); /* the state follows the command's name */
+    return !(end && end[1] == ' ' && (end[2] == 'Z' || end[2] == 'X'));
+}
+
+/* A rank that arrived and is gone without getting to its end. */
+static int silent_death(ddp_shared *sh, int n)
+{
+    for (int r = 0; r < n; r++) {
+        ddp_report *rep = &sh->rank[r];
+        if (rep->pid && !atomic_load(&rep->ended) && !alive(rep->pid)) return 1;
+    }
+    return 0;
+}
+
+/* Waits until every rank has done what *counter counts, or one of them is
+ * gone without a word (first_failure then names it). */
+static dps_status wait_all(const dps_config *cfg, ddp_shared *sh, _Atomic int *counter,
+                           const char *what)
 {
     double end = dps_now_ms() + cfg->timeout_s * 1e3;
-    while (atomic_load(counter) < cfg->world.size) {
+    while (atomic_load(counter) < cfg->world.size && !silent_death(sh, cfg->world.size)) {
         if (dps_now_ms() > end)
             return dps_fail(DPS_ERR_TIMEOUT, "ddp rank %d: %d of %d ranks %s within --timeout %g s "
                             "(%s started them)", cfg->world.rank, atomic_load(counter),
@@ -117,15 +145,43 @@ static dps_status wait_all(const dps_config *cfg, _Atomic int *counter, const ch
     return DPS_OK;
 }
 
+/* Beside a rank: a SIGINT/SIGTERM (a launcher ending the job) or another
+ * rank gone without a word aborts the group's collectives, so that this
+ * rank ends now, its failure recorded, instead of waiting out --timeout. */
+typedef struct rank_watch {
+    ddp_shared *sh;
+    int n;
+    _Atomic int stop;
+    pthread_t thread;
+    int started;
+} rank_watch;
+
+static void *watch_main(void *arg)
+{
+    rank_watch *w = arg;
+    while (!atomic_load(&w->stop)) {
+        if (dps_interrupted() || silent_death(w->sh, w->n)) {
+            comm_shared_abort(ddp_shared_comm(w->sh));
+            break;
+        }
+        pause_ms(10);
+    }
+    return NULL;
+}
+
 /* This process's rank, from arrival to its records in the region. */
 static dps_status run_rank(const dps_config *cfg, ddp_shared *sh)
 {
     ddp_report *me = &sh->rank[cfg->world.rank];
     me->pid = (int)getpid();
     atomic_fetch_add(&sh->arrived, 1);
-    dps_status rc = wait_all(cfg, &sh->arrived, "arrived");
+    dps_status rc = wait_all(cfg, sh, &sh->arrived, "arrived");
     rank_beat beat = {0};
+    rank_watch w = {.sh = sh, .n = cfg->world.size};
+    w.started = !rc && pthread_create(&w.thread, NULL, watch_main, &w) == 0;
     if (!rc) rc = ddp_rank_main(cfg, sh, cfg->world.rank, &beat);
+    atomic_store(&w.stop, 1);
+    if (w.started) pthread_join(w.thread, NULL);
     if (rc) comm_shared_abort(ddp_shared_comm(sh));
     atomic_store(&me->ended, 1);
     atomic_fetch_add(&sh->finished, 1);
@@ -142,21 +198,6 @@ dps_status ddp_env_rank(const dps_config *cfg)
     dps_status rc = run_rank(cfg, sh);
     munmap(sh, total);
     return rc;
-}
-
-/* A process that runs (one that ended but is not yet reaped does not). */
-static int alive(int pid)
-{
-    char path[64], stat[256] = "";
-    if (kill(pid, 0) != 0) return 0;
-    snprintf(path, sizeof path, "/proc/%d/stat", pid);
-    FILE *f = fopen(path, "r");
-    if (!f) return 1;
-    size_t n = fread(stat, 1, sizeof stat - 1, f);
-    fclose(f);
-    stat[n] = '\0';
-    const char *end = strrchr(stat, ')'); /* the state follows the command's name */
-    return !(end && end[1] == ' ' && (end[2] == 'Z' || end[2] == 'X'));
 }
 
 /* A rank that ended without a word (exited or was killed: the others then
@@ -188,7 +229,7 @@ dps_status ddp_env_train(const dps_config *cfg, train_result *res)
     dps_status rc = run_rank(cfg, sh);
     if (rc) dps_strlcpy(res->error, dps_errmsg(), sizeof res->error);
     if (atomic_load(&sh->arrived) >= cfg->world.size) { /* the others ran: wait for their end */
-        dps_status all = wait_all(cfg, &sh->finished, "finished");
+        dps_status all = wait_all(cfg, sh, &sh->finished, "finished");
         if (!rc && all) dps_strlcpy(res->error, dps_errmsg(), sizeof res->error);
         if (!rc) rc = all;
     }
