@@ -149,6 +149,7 @@ class RunFolder:
         self.steps = by_config(files["steps.csv"])
         self.devices = by_config(files["devices.csv"])
         self.meta = read_meta(folder, missing_ok=True)
+        self.cache = {}
 
     def machine(self):
         """What must be equal for two folders to be comparable."""
@@ -159,7 +160,14 @@ class RunFolder:
                 "device count": len(devs), "driver": versions(self.meta)["driver"]}
 
     def samples(self, cid, metric):
-        """Per-step samples of a metric (one per step: the slowest rank's)."""
+        """Per-step samples of a metric (one per step: the slowest rank's),
+        read once: pooling, drift and paired rounds all ask for them."""
+        key = (cid, metric)
+        if key not in self.cache:
+            self.cache[key] = self.read_samples(cid, metric)
+        return self.cache[key]
+
+    def read_samples(self, cid, metric):
         run = self.runs[cid]
         by_step = {}
         for s in self.steps.get(cid, []):

@@ -72,12 +72,19 @@ def check_folder(folder, ngpus, launcher):
            f"{folder}/meta.json: launch {launch}")
 
 
+def launcher(name, package):
+    """The launcher's path; None, having said what installs it, when absent."""
+    path = shutil.which(name)
+    if not path:
+        print(f"SKIP: no {name} ({package}; scripts/setup.sh --with-torch)")
+    return path
+
+
 def case_torchrun(binary):
     """torchrun --no-python with 2 workers: --check passes, and the final
     parameters are those of the fork launcher, bit for bit."""
-    torchrun = shutil.which("torchrun")
+    torchrun = launcher("torchrun", "python3-torch")
     if not torchrun:
-        print("SKIP: no torchrun (python3-torch; scripts/setup.sh --with-torch)")
         return 77
     with tempfile.TemporaryDirectory() as tmp:
         npy = os.path.join(tmp, "env.npy")
@@ -100,9 +107,8 @@ def case_torchrun_fault(binary):
     """Under torchrun, rank 1 exits at step 3: rank 0 sees it gone, aborts
     the group at once (well within --timeout 60), records the failure naming
     rank 1, and leaves no shared region behind."""
-    torchrun = shutil.which("torchrun")
+    torchrun = launcher("torchrun", "python3-torch")
     if not torchrun:
-        print("SKIP: no torchrun (python3-torch; scripts/setup.sh --with-torch)")
         return 77
     before = dpscale_regions()
     with tempfile.TemporaryDirectory() as tmp:
@@ -124,9 +130,8 @@ def case_torchrun_fault(binary):
 def case_mpirun(binary):
     """Open MPI's mpirun with 4 ranks: --check passes, the final parameters
     are those of the fork launcher, bit for bit."""
-    mpirun = shutil.which("mpirun")
+    mpirun = launcher("mpirun", "openmpi-bin")
     if not mpirun:
-        print("SKIP: no mpirun (openmpi-bin; scripts/setup.sh --with-torch)")
         return 77
     with tempfile.TemporaryDirectory() as tmp:
         npy = os.path.join(tmp, "mpi.npy")
