@@ -739,7 +739,7 @@ static dps_status open_rank(comm_shared *sh, int rank, backend **be, comm **c)
 {
     be_options bo = {.kind = BE_HOST, .host_devices = sh->nranks, .quiet = 1};
     DPS_TRY(be_open(&bo, be));
-    comm_params cp = {sh, rank, *be, rank, 20000.0};
+    comm_params cp = {sh, rank, *be, rank, 20000.0, NULL, NULL};
     return comm_open(&cp, c);
 }
 

@@ -111,6 +111,7 @@ static void store_value(cli_args *a, settings_id id, const settings_value *v)
     case SET_DP_COMM: c->dp_comm = (dps_dp_comm)i; break;
     case SET_DP_IMPL: c->dp_impl = (dps_dp_impl)i; break;
     case SET_LAUNCHER: a->launcher = (dps_launch)i; break;
+    case SET_COMM: c->comm = (dps_comm)i; break;
     case SET_LR: c->hp.lr = (float)x; a->lr_set = 1; break;
     case SET_STEPS: c->steps = (int)i; a->steps_set = 1; break;
     case SET_WARMUP: c->warmup = (int)i; a->warmup_set = 1; break;

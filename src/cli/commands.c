@@ -11,6 +11,7 @@
 #include "dps_config.h"
 #include "version.h"
 #include "cli/commands.h"
+#include "cli/world_join.h"
 #include "run/commbench.h"
 #include "launch/ranks.h"
 #include "run/links.h"
@@ -373,47 +374,6 @@ static int execute(cli_args *a, backend *be, sweep_item *items, int n, int argc,
     return status;
 }
 
-/* What the launcher's variables say about this process's place in ddp. */
-static dps_status check_world(const cli_args *a, const world *w)
-{
-    const char *who = world_launcher_name(w->launcher);
-    if (a->cfg.mode != MODE_DDP)
-        return dps_fail(DPS_ERR_USAGE, "%s started %d processes: dp runs in one; give --mode ddp "
-                        "(or --launcher fork to ignore the launcher)", who, w->size);
-    if (a->gpus_set && a->cfg.ngpus != w->size)
-        return dps_fail(DPS_ERR_USAGE, "--gpus %d, but %s started %d ranks: leave --gpus out under "
-                        "a launcher", a->cfg.ngpus, who, w->size);
-    if (a->devices_set)
-        return dps_fail(DPS_ERR_USAGE, "--devices: under %s each rank's device is its local rank",
-                        who);
-    if ((w->local_size > 0 && w->local_size != w->size) || w->node > 0)
-        return dps_fail(DPS_ERR_USAGE, "%s's ranks span hosts (%d of %d on this one, node %d): ddp "
-                        "under a launcher meets over the shared-memory ring, on one host; start "
-                        "every rank on one host (or --launcher fork)", who, w->local_size, w->size,
-                        w->node);
-    return DPS_OK;
-}
-
-static const char *env_lookup(const char *name) { return getenv(name); }
-
-/* Under a launcher (--launcher env, or auto with its variables set) this
- * process is one rank of ddp: the world sets --gpus. */
-static dps_status join_world(cli_args *a)
-{
-    world w;
-    if (a->launcher == LAUNCH_FORK) return DPS_OK;
-    DPS_TRY(world_from_env(&w, env_lookup));
-    if (w.launcher == WORLD_NONE && a->launcher == LAUNCH_ENV)
-        return dps_fail(DPS_ERR_USAGE, "--launcher env: no launcher's variables are set (RANK, "
-                        "OMPI_COMM_WORLD_RANK, PMI_RANK or SLURM_PROCID); start dpscale with "
-                        "torchrun, mpirun or srun");
-    if (w.launcher == WORLD_NONE || w.size == 1) return DPS_OK;
-    DPS_TRY(check_world(a, &w));
-    a->cfg.ngpus = w.size; /* what build_from_lists takes when --gpus is not given */
-    a->cfg.world = w;
-    return DPS_OK;
-}
-
 /* A rank other than global rank 0: trains; rank 0 writes the results. */
 static int run_rank_only(const dps_config *cfg)
 {
@@ -432,7 +392,7 @@ int cmd_run(cli_args *a, int argc, char **argv)
     }
     sweep_item *items = NULL;
     int n = 0, status = 0;
-    if (a->cmd == CMD_RUN) rc = join_world(a);
+    if (a->cmd == CMD_RUN) rc = cli_join_world(a, be);
     if (!rc && a->resume && !a->name_set) rc = resume_name(a);
     if (!a->name_set) default_name(a->cfg.out_dir, a->cfg.name, sizeof a->cfg.name);
     if (!rc && strcmp(a->cfg.name, "latest") == 0)
@@ -449,6 +409,7 @@ int cmd_run(cli_args *a, int argc, char **argv)
         status = run_rank_only(&items[0].cfg);
     else status = execute(a, be, items, n, argc, argv);
     free(items);
+    cli_leave_world(a);
     be_close(be);
     return status;
 }

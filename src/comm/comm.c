@@ -15,26 +15,49 @@ static const comm_impl *const impls[] = {
     &comm_nccl_impl,
 #endif
     &comm_ring_impl,
+#ifdef DPS_HAVE_GLOO
+    &comm_gloo_impl,
+#endif
 };
+#define NIMPLS (sizeof impls / sizeof impls[0])
 
-static const comm_impl *choose(const backend *be)
+static const comm_impl *find(const char *name)
 {
-    for (size_t i = 0; i < sizeof impls / sizeof impls[0]; i++)
-        if (impls[i]->suits(be)) return impls[i];
+    for (size_t i = 0; i < NIMPLS; i++)
+        if (strcmp(impls[i]->name, name) == 0) return impls[i];
     return NULL;
+}
+
+int comm_have(const char *impl) { return find(impl) != NULL; }
+
+/* The implementation p asks for by name, else the first that suits. */
+static dps_status choose(const comm_params *p, const comm_impl **out)
+{
+    *out = NULL;
+    for (size_t i = 0; !p->impl && !*out && i < NIMPLS; i++)
+        if (!impls[i]->needs_store && impls[i]->suits(p->be)) *out = impls[i];
+    if (p->impl) *out = find(p->impl);
+    if (p->impl && !*out)
+        return dps_fail(DPS_ERR_USAGE, "rank %d: this build has no %s collectives (rebuild with "
+                        "it found: `scripts/setup.sh` installs it)", p->rank, p->impl);
+    if (*out && !(*out)->suits(p->be))
+        return dps_fail(DPS_ERR_USAGE, "rank %d: %s cannot move %s-backend buffers: choose "
+                        "another --comm", p->rank, p->impl, p->be->ops->name);
+    if (!*out)
+        return dps_fail(DPS_ERR_RUNTIME, "rank %d: no collective implementation moves %s-backend "
+                        "buffers in this build (NCCL is needed on GPUs; rebuild with -Dnccl=enabled)",
+                        p->rank, p->be->ops->name);
+    return DPS_OK;
 }
 
 dps_status comm_open(const comm_params *p, comm **out)
 {
-    const comm_impl *impl = choose(p->be);
-    if (!impl)
-        return dps_fail(DPS_ERR_RUNTIME, "rank %d: no collective implementation moves %s-backend "
-                        "buffers in this build (NCCL is needed on GPUs; rebuild with -Dnccl=enabled)",
-                        p->rank, p->be->ops->name);
+    const comm_impl *impl;
+    DPS_TRY(choose(p, &impl));
     comm *c = calloc(1, sizeof *c);
     if (!c) return dps_fail(DPS_ERR_RUNTIME, "rank %d: out of host memory", p->rank);
     *c = (comm){.sh = p->sh, .be = p->be, .dev = p->dev, .rank = p->rank,
-                .nranks = p->sh->nranks, .timeout_ms = p->timeout_ms};
+                .nranks = p->sh->nranks, .timeout_ms = p->timeout_ms, .store = p->store};
     *out = c;
     dps_status rc = impl->open(c);
     return rc ? comm_fail(c, rc) : DPS_OK;
@@ -46,6 +69,12 @@ void comm_close(comm *c)
     comm_async_stop(c);
     if (c->ops) c->ops->destroy(c);
     free(c);
+}
+
+void comm_abort(comm *c)
+{
+    comm_shared_abort(c->sh);
+    if (c->ops && c->ops->abort) c->ops->abort(c);
 }
 
 dps_status comm_fail(comm *c, dps_status code)

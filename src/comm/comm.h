@@ -1,7 +1,8 @@
 /* Collectives between the ranks of a group, behind one table of operations
  * (comm_ops), as backend.h does for devices. Each implementation is one
  * file that fills the table (comm_ring.c: NCCL's ring over shared memory
- * between processes; comm_nccl.c: one NCCL rank per process on GPUs);
+ * between processes; comm_nccl.c: one NCCL rank per process on GPUs; comm_gloo.c: Gloo over
+ * TCP between hosts);
  * comm_open (comm.c) chooses one. Strategies call the comm_* functions
  * below only. */
 #ifndef DPS_COMM_H
@@ -35,6 +36,9 @@ typedef struct comm_ops {
     dps_status (*allreduce_async)(comm *c, void *buf, size_t n, comm_dtype dt, be_event *after);
     /* Waits for every async collective; adds the milliseconds they ran to *busy_ms. */
     dps_status (*wait_async)(comm *c, double *busy_ms);
+    /* From any thread: makes the blocked and every later collective fail
+     * now (NULL: the shared region's abort flag is enough). */
+    void (*abort)(comm *c);
     void (*destroy)(comm *c); /* frees c->impl; after a failure it aborts, not waits */
 } comm_ops;
 
@@ -52,6 +56,7 @@ struct comm {
     char failed_msg[DPS_ERRMSG_MAX];
     void *impl;                 /* the implementation's state */
     comm_async *async;          /* the thread of implementations without allreduce_async */
+    struct dps_store *store;    /* the ranks' rendezvous across hosts (store.h); NULL: none */
 };
 
 /* What comm_open needs: the group's region (made before the ranks started)
@@ -62,6 +67,8 @@ typedef struct comm_params {
     backend *be;
     int dev;
     double timeout_ms;
+    const char *impl;           /* "ring-shm", "gloo", "nccl"; NULL: the first that suits */
+    struct dps_store *store;    /* under a launcher: the ranks' store (gloo needs it) */
 } comm_params;
 
 /* The implementation for this backend (NCCL on GPUs when built in, else the
@@ -84,6 +91,11 @@ dps_status comm_allreduce_async(comm *c, void *buf, size_t n, comm_dtype dt, be_
 /* Waits for every async all-reduce issued since the last wait; *busy_ms
  * gets the milliseconds they spent in the collective. */
 dps_status comm_wait_async(comm *c, double *busy_ms) DPS_MUST_USE;
+
+/* From any thread: the group is over; blocked collectives return. */
+void comm_abort(comm *c);
+/* Whether this build has the implementation --comm names. */
+int comm_have(const char *impl);
 
 /* Records a failure of c (first one wins) and tells the other ranks. */
 dps_status comm_fail(comm *c, dps_status code) DPS_MUST_USE;

@@ -1,4 +1,4 @@
-/* For the files that implement the collectives (comm_ring.c, comm_nccl.c)
+/* For the files that implement the collectives (comm_ring.c, comm_nccl.c, comm_gloo.c)
  * and for comm.c's chooser: an implementation is one file that defines a
  * comm_impl. A new one is that file plus one line in comm.c's list. */
 #ifndef DPS_COMM_IMPL_H
@@ -11,6 +11,7 @@ typedef struct comm_impl {
     int (*suits)(const backend *be);   /* moves this backend's device buffers */
     /* Fills c->ops and c->impl; collective with the other ranks. */
     dps_status (*open)(comm *c);
+    int needs_store;                   /* only when asked for by name, with the store */
 } comm_impl;
 
 extern const comm_impl comm_ring_impl;
@@ -21,5 +22,6 @@ dps_status comm_async_wait(comm *c, double *busy_ms) DPS_MUST_USE;
 void comm_async_stop(comm *c);
 
 extern const comm_impl comm_nccl_impl;
+extern const comm_impl comm_gloo_impl;
 
 #endif

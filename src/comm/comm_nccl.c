@@ -205,4 +205,4 @@ static dps_status nccl_open(comm *c)
     return DPS_OK;
 }
 
-const comm_impl comm_nccl_impl = {"nccl", nccl_suits, nccl_open};
+const comm_impl comm_nccl_impl = {"nccl", nccl_suits, nccl_open, 0};

@@ -219,4 +219,4 @@ static dps_status ring_open(comm *c)
     return DPS_OK;
 }
 
-const comm_impl comm_ring_impl = {"ring-shm", ring_suits, ring_open};
+const comm_impl comm_ring_impl = {"ring-shm", ring_suits, ring_open, 0};

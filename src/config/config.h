@@ -40,6 +40,8 @@ typedef struct dps_config {
     int fault_rank, fault_step; /* ddp: --inject-fault, rank -1 = none */
     double inject_slowdown_pct; /* compute phases stretched by this percentage (a gate's test) */
     world world;                /* ddp under a launcher: this process's rank; WORLD_NONE: forked */
+    dps_comm comm;              /* ddp: --comm */
+    struct ddp_world *net;      /* under a launcher: the joined ranks (strategies/ddp_world.h) */
     int profile_first, profile_last; /* --profile-steps A:B, -1 = none */
     int no_nvml;              /* --no-nvml: no sampler thread */
     dps_dp_comm dp_comm;

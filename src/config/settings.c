@@ -170,6 +170,12 @@ const settings_entry settings_table[SET_COUNT] = {
         .flag = "launcher", .type = SETTINGS_WORD, WORDS(dps_launch_names), DEFAULT_INT(LAUNCH_AUTO),
         .help = "ddp's ranks: forked by dpscale, or started by torchrun, mpirun or srun (env: "
                 "one rank a process, read from their variables; auto: env when they are set)"},
+    [SET_COMM] = {
+        .cmds = SETTINGS_RUN,
+        .flag = "comm", .type = SETTINGS_WORD, WORDS(dps_comm_names), DEFAULT_INT(DPS_COMM_AUTO),
+        .help = "ddp's collectives: NCCL's ring over shared memory (shm, ranks on one host), Gloo "
+                "over TCP (gloo, CPU ranks on any hosts, under a launcher) or NCCL (GPUs); auto: "
+                "nccl on GPUs, shm when every rank shares a host, gloo otherwise"},
     [SET_RESUME] = {
         .cmds = SETTINGS_SWEEP,
         .flag = "resume", .type = SETTINGS_FLAG,

@@ -1,5 +1,7 @@
 /* The shared words (see names.h): phases, links and a configuration's
  * choices, as results, NVTX ranges and the command line spell them. */
+#include <stddef.h>
+
 #include "core/names.h"
 
 const char *const dps_phase_names[PH_COUNT] = {
@@ -16,6 +18,13 @@ const char *const dps_fault_names[FAULT_COUNT] = {"exit", "hang"};
 const char *const dps_dp_comm_names[DPCOMM_COUNT] = {"auto", "nccl", "p2p"};
 const char *const dps_dp_impl_names[DPIMPL_COUNT] = {"torch", "lean"};
 const char *const dps_launch_names[LAUNCH_COUNT] = {"auto", "fork", "env"};
+const char *const dps_comm_names[DPS_COMM_COUNT] = {"auto", "shm", "gloo", "nccl"};
+
+const char *dps_comm_impl(dps_comm c)
+{
+    static const char *const impls[DPS_COMM_COUNT] = {NULL, "ring-shm", "gloo", "nccl"};
+    return (unsigned)c < DPS_COMM_COUNT ? impls[c] : NULL;
+}
 const char *const dps_scaling_names[2] = {"weak", "strong"};
 
 const char *dps_mode_name(dps_mode m) { return dps_mode_names[m]; }

@@ -43,6 +43,13 @@ extern const char *const dps_dp_impl_names[DPIMPL_COUNT];
 /* --launcher: who starts ddp's ranks (auto: a launcher when its variables are set) */
 typedef enum dps_launch { LAUNCH_AUTO, LAUNCH_FORK, LAUNCH_ENV, LAUNCH_COUNT } dps_launch;
 extern const char *const dps_launch_names[LAUNCH_COUNT];
+
+/* --comm: ddp's collectives (auto: nccl on GPUs, shm when every rank shares
+ * a host, gloo otherwise) */
+typedef enum dps_comm { DPS_COMM_AUTO, DPS_COMM_SHM, DPS_COMM_GLOO, DPS_COMM_NCCL, DPS_COMM_COUNT } dps_comm;
+extern const char *const dps_comm_names[DPS_COMM_COUNT];
+/* The comm implementation's name (comm_params.impl) for c; NULL for auto. */
+const char *dps_comm_impl(dps_comm c);
 /* Scaling of a sweep's batch, by dps_config.strong: weak (per-device batch
  * fixed) or strong (global batch fixed). */
 extern const char *const dps_scaling_names[2];

@@ -120,7 +120,7 @@ static int bench_rank(void *ctx, int rank, rank_beat *beat)
     be_options bo = {.kind = BE_HOST, .host_devices = b->nranks, .quiet = 1};
     comm *c = NULL;
     dps_status rc = be_open(&bo, &be);
-    comm_params cp = {bench_comm(b), rank, be, rank, 0.0};
+    comm_params cp = {bench_comm(b), rank, be, rank, 0.0, NULL, NULL};
     if (!rc) rc = comm_open(&cp, &c);
     if (!rc) rc = bench_sizes(b, c, beat);
     if (rc) report_failure(b, rank, c, rc);

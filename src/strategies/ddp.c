@@ -24,6 +24,7 @@ typedef struct ddp_rank {
     ddp_shared *sh;
     ddp_report *rep;
     rank_beat *beat;
+    ddp_world *dw;            /* under a launcher: the joined world; NULL: forked */
     comm *comm;
     int rank, nranks, dev, rows, rows_total;
     int64_t row0;
@@ -170,14 +171,18 @@ static dps_status rank_setup(ddp_rank *R)
     ptimer_set_slowdown(&R->timer, R->cfg->inject_slowdown_pct / 100.0);
     DPS_TRY(make_buckets(R));
     DPS_TRY(alloc_buffers(R));
-    comm_params cp = {ddp_shared_comm(R->sh), R->rank, R->be, R->dev, c->timeout_s * 1e3};
-    DPS_TRY(comm_open(&cp, &R->comm));
+    comm_params cp = {ddp_shared_comm(R->sh), R->rank, R->be, R->dev, c->timeout_s * 1e3,
+                      dps_comm_impl(c->comm), R->dw ? R->dw->store : NULL};
+    dps_status rc = comm_open(&cp, &R->comm);
+    if (R->dw && R->comm) ddp_world_set_comm(R->dw, R->comm); /* its watch may abort it */
+    DPS_TRY(rc);
     return init_params(R);
 }
 
 static void rank_teardown(ddp_rank *R)
 {
     backend *be = R->be;
+    if (R->dw) ddp_world_set_comm(R->dw, NULL);
     comm_close(R->comm);
     for (int b = 0; R->bk_ev && b < R->nbk; b++)
         if (R->bk_ev[b]) be->ops->event_destroy(be, R->bk_ev[b]);
@@ -365,12 +370,27 @@ static void report_failure(ddp_rank *R, dps_status rc)
     else R->rep->secondary = comm_shared_abort(ddp_shared_comm(R->sh));
 }
 
-dps_status ddp_rank_main(const dps_config *cfg, ddp_shared *sh, int rank, rank_beat *beat)
+/* Under a launcher: this rank's device on its host (the launcher may show
+ * each rank its own GPU alone, through CUDA_VISIBLE_DEVICES). */
+static dps_status local_device(ddp_rank *R)
+{
+    const world *w = &R->cfg->world;
+    int local = w->local_rank, ndev = R->be->ndev;
+    if (local < ndev) R->dev = local;
+    else if (ndev == 1) R->dev = 0;
+    else return dps_fail(DPS_ERR_USAGE, "rank %d: local rank %d, but this process sees %d "
+                         "device%s: start at most %d ranks a host, or show each rank its own "
+                         "(CUDA_VISIBLE_DEVICES)", R->rank, local, ndev, ndev == 1 ? "" : "s", ndev);
+    return DPS_OK;
+}
+
+dps_status ddp_rank_main(const dps_config *cfg, ddp_shared *sh, int rank, rank_beat *beat,
+                         ddp_world *dw)
 {
     ddp_rank *R = calloc(1, sizeof *R);
     if (!R) return dps_fail(DPS_ERR_RUNTIME, "rank %d: out of host memory", rank);
     *R = (ddp_rank){.cfg = cfg, .sh = sh, .rank = rank, .nranks = sh->nranks,
-                    .dev = cfg->devices[rank], .rep = &sh->rank[rank], .beat = beat};
+                    .dev = cfg->devices[rank], .rep = &sh->rank[rank], .beat = beat, .dw = dw};
     char name[32];
     snprintf(name, sizeof name, "ddp-rank-%d", rank);
     trace_name_thread(name);
@@ -378,6 +398,7 @@ dps_status ddp_rank_main(const dps_config *cfg, ddp_shared *sh, int rank, rank_b
     bo.quiet = 1;
     dps_status rc = be_open(&bo, &R->be);
     if (!rc) R->be->gemm_bf16 = cfg->precision == PREC_BF16;
+    if (!rc && dw) rc = local_device(R);
     if (!rc) rc = rank_setup(R);
     if (!rc) rc = rank_loop(R);
     if (R->be) {

@@ -8,13 +8,16 @@
 #include "config/config.h"
 #include "strategies/ddp_shared.h"
 #include "launch/ranks.h"
+#include "strategies/ddp_world.h"
 
 /* The global batch split over ranks as numpy.array_split: sizes differ by
  * at most one, the larger first (10 over 4: 3, 3, 2, 2). */
 void ddp_shard_sizes(int batch, int n, int *sizes);
 
-/* Runs rank `rank` to the end; fills sh->rank[rank]. In the rank process. */
-dps_status ddp_rank_main(const dps_config *cfg, ddp_shared *sh, int rank, rank_beat *beat) DPS_MUST_USE;
+/* Runs rank `rank` to the end; fills sh->rank[rank]. In the rank process.
+ * Under a launcher dw is the joined world (its store, its watch), else NULL. */
+dps_status ddp_rank_main(const dps_config *cfg, ddp_shared *sh, int rank, rank_beat *beat,
+                         ddp_world *dw) DPS_MUST_USE;
 
 /* Starts the ranks, watches them, fills res. In the parent, which never
  * opens a device. Under a launcher (cfg->world), global rank 0 runs its
@@ -22,10 +25,14 @@ dps_status ddp_rank_main(const dps_config *cfg, ddp_shared *sh, int rank, rank_b
 dps_status ddp_train(const dps_config *cfg, train_result *res) DPS_MUST_USE;
 
 
-/* Under a launcher, on one host: every rank is a process the launcher
- * started; they meet in a named shared region that global rank 0 makes.
- * ddp_env_train is rank 0's part (it fills res); ddp_env_rank the others'. */
+/* Under a launcher (cfg->net): every rank is a process the launcher
+ * started. With --comm shm they meet in a named shared region that global
+ * rank 0 makes (ddp_env.c); else each trains on its own and sends its
+ * records to rank 0 through the store (ddp_net.c). ddp_env_train is rank
+ * 0's part (it fills res); ddp_env_rank the others'. */
 dps_status ddp_env_train(const dps_config *cfg, train_result *res) DPS_MUST_USE;
 dps_status ddp_env_rank(const dps_config *cfg) DPS_MUST_USE;
+dps_status ddp_net_train(const dps_config *cfg, ddp_world *dw, train_result *res) DPS_MUST_USE;
+dps_status ddp_net_rank(const dps_config *cfg, ddp_world *dw) DPS_MUST_USE;
 
 #endif

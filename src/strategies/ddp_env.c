@@ -1,8 +1,10 @@
-/* ddp started by a launcher (torchrun, mpirun, srun) on one host: each rank
- * is a process of its own; they meet in a named shared region (shm_open)
- * that global rank 0 makes and removes, and run ddp.c's rank in it, as the
- * forked ranks do in the anonymous one. Rank 0 collects every rank's
- * records when all have finished, as the fork launcher's parent does. */
+/* ddp started by a launcher (torchrun, mpirun, srun): chooses the
+ * collectives from where the ranks run, and, with the shared-memory ring
+ * (every rank on one host), meets the ranks in a named shared region
+ * (shm_open) that global rank 0 makes and removes, where they run ddp.c's
+ * rank as the forked ranks do in the anonymous one. Rank 0 collects every
+ * rank's records when all have finished, as the fork launcher's parent
+ * does. Other collectives: ddp_net.c. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -176,10 +178,10 @@ static dps_status run_rank(const dps_config *cfg, ddp_shared *sh)
     me->pid = (int)getpid();
     atomic_fetch_add(&sh->arrived, 1);
     dps_status rc = wait_all(cfg, sh, &sh->arrived, "arrived");
-    rank_beat beat = {0};
     rank_watch w = {.sh = sh, .n = cfg->world.size};
     w.started = !rc && pthread_create(&w.thread, NULL, watch_main, &w) == 0;
-    if (!rc) rc = ddp_rank_main(cfg, sh, cfg->world.rank, &beat);
+    cfg->net->runs++;
+    if (!rc) rc = ddp_rank_main(cfg, sh, cfg->world.rank, &cfg->net->beat, cfg->net);
     atomic_store(&w.stop, 1);
     if (w.started) pthread_join(w.thread, NULL);
     if (rc) comm_shared_abort(ddp_shared_comm(sh));
@@ -188,7 +190,23 @@ static dps_status run_rank(const dps_config *cfg, ddp_shared *sh)
     return rc;
 }
 
-dps_status ddp_env_rank(const dps_config *cfg)
+/* The collectives for where the ranks run: --comm, or for auto NCCL on
+ * GPUs, the shared-memory ring on one host, Gloo across hosts. */
+static dps_status resolve_comm(const dps_config *cfg, dps_config *out)
+{
+    const ddp_world *dw = cfg->net;
+    *out = *cfg;
+    if (out->comm == DPS_COMM_AUTO)
+        out->comm = cfg->be.kind == BE_CUDA ? DPS_COMM_NCCL
+                    : ddp_world_one_host(dw) ? DPS_COMM_SHM : DPS_COMM_GLOO;
+    if (out->comm != DPS_COMM_SHM || ddp_world_one_host(dw)) return DPS_OK;
+    return dps_fail(DPS_ERR_USAGE, "--comm shm: the %d ranks run on %d hosts (rank 0 on %s, rank "
+                    "%d on %s), and the shared-memory ring needs one: use --comm gloo (or auto)",
+                    dw->w.size, dw->nnodes, dw->members[0].host, dw->w.size - 1,
+                    dw->members[dw->w.size - 1].host);
+}
+
+static dps_status shm_rank(const dps_config *cfg)
 {
     char name[128];
     region_name(&cfg->world, name, sizeof name);
@@ -220,7 +238,7 @@ static dps_status first_failure(ddp_shared *sh, int n, char *buf, size_t len)
     return DPS_OK;
 }
 
-dps_status ddp_env_train(const dps_config *cfg, train_result *res)
+static dps_status shm_train(const dps_config *cfg, train_result *res)
 {
     char name[128];
     region_name(&cfg->world, name, sizeof name);
@@ -245,4 +263,24 @@ dps_status ddp_env_train(const dps_config *cfg, train_result *res)
     munmap(sh, total);
     shm_unlink(name);
     return rc ? dps_fail_copy(rc, res->error) : DPS_OK;
+}
+
+dps_status ddp_env_rank(const dps_config *cfg)
+{
+    dps_config c;
+    DPS_TRY(ddp_world_join(cfg->net, cfg->timeout_s));
+    DPS_TRY(resolve_comm(cfg, &c));
+    return c.comm == DPS_COMM_SHM ? shm_rank(&c) : ddp_net_rank(&c, c.net);
+}
+
+dps_status ddp_env_train(const dps_config *cfg, train_result *res)
+{
+    dps_config c;
+    dps_status rc = ddp_world_join(cfg->net, cfg->timeout_s);
+    if (!rc) rc = resolve_comm(cfg, &c);
+    if (rc) {
+        dps_strlcpy(res->error, dps_errmsg(), sizeof res->error);
+        return rc;
+    }
+    return c.comm == DPS_COMM_SHM ? shm_train(&c, res) : ddp_net_train(&c, c.net, res);
 }

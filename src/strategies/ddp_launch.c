@@ -19,7 +19,7 @@ typedef struct ddp_group {
 static int rank_entry(void *ctx, int rank, rank_beat *beat)
 {
     ddp_group *g = ctx;
-    return ddp_rank_main(g->cfg, g->sh, rank, beat) ? 1 : 0;
+    return ddp_rank_main(g->cfg, g->sh, rank, beat, NULL) ? 1 : 0;
 }
 
 static void abort_group(void *ctx)

@@ -78,6 +78,62 @@ void ddp_collect(const dps_config *c, ddp_shared *sh, train_result *res)
     res->allreduce_bytes = sh->rank[0].allreduce_bytes;
 }
 
+/* What pack writes first: the shapes the receiver checks. */
+typedef struct pack_head { uint32_t magic, report_bytes; int32_t rank, steps, warmup; } pack_head;
+#define PACK_MAGIC 0x64707372u
+
+static size_t pack_bytes(const ddp_shared *sh)
+{
+    return sizeof(pack_head) + sizeof(ddp_report) + (size_t)sh->steps * sizeof(double) +
+           (size_t)sh->steps * PH_COUNT * sizeof(float) +
+           (size_t)(sh->steps + sh->warmup) * sizeof(double);
+}
+
+/* The three record arrays of rank r, with their sizes. */
+static void records(ddp_shared *sh, int r, void *at[3], size_t bytes[3])
+{
+    at[0] = ddp_shared_step_ms(sh, r);
+    at[1] = ddp_shared_phase_ms(sh, r);
+    at[2] = ddp_shared_loss_sum(sh, r);
+    bytes[0] = (size_t)sh->steps * sizeof(double);
+    bytes[1] = (size_t)sh->steps * PH_COUNT * sizeof(float);
+    bytes[2] = (size_t)(sh->steps + sh->warmup) * sizeof(double);
+}
+
+void *ddp_shared_pack(ddp_shared *sh, int r, size_t *len)
+{
+    *len = pack_bytes(sh);
+    char *buf = malloc(*len), *p = buf;
+    if (!buf) return NULL;
+    pack_head h = {PACK_MAGIC, sizeof(ddp_report), r, sh->steps, sh->warmup};
+    memcpy(p, &h, sizeof h);
+    memcpy(p += sizeof h, &sh->rank[r], sizeof(ddp_report));
+    p += sizeof(ddp_report);
+    void *at[3];
+    size_t bytes[3];
+    records(sh, r, at, bytes);
+    for (int i = 0; i < 3; p += bytes[i], i++) memcpy(p, at[i], bytes[i]);
+    return buf;
+}
+
+dps_status ddp_shared_unpack(ddp_shared *sh, int r, const void *buf, size_t len)
+{
+    pack_head h;
+    const char *p = buf;
+    if (len >= sizeof h) memcpy(&h, p, sizeof h);
+    if (len != pack_bytes(sh) || h.magic != PACK_MAGIC || h.report_bytes != sizeof(ddp_report) ||
+        h.rank != r || h.steps != sh->steps || h.warmup != sh->warmup)
+        return dps_fail(DPS_ERR_RUNTIME, "rank %d's records do not fit rank 0's (%zu bytes): is "
+                        "every rank the same dpscale build with the same options?", r, len);
+    memcpy(&sh->rank[r], p += sizeof h, sizeof(ddp_report));
+    p += sizeof(ddp_report);
+    void *at[3];
+    size_t bytes[3];
+    records(sh, r, at, bytes);
+    for (int i = 0; i < 3; p += bytes[i], i++) memcpy(at[i], p, bytes[i]);
+    return DPS_OK;
+}
+
 dps_status ddp_copy_params(ddp_shared *sh, train_result *res)
 {
     res->nparams = sh->nparams;

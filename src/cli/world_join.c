@@ -1,0 +1,69 @@
+/* What the launcher's variables say about this process's place in ddp,
+ * checked against the options, and the ranks joined (see world_join.h). */
+#include <stdlib.h>
+
+#include "cli/world_join.h"
+#include "comm/comm.h"
+#include "strategies/ddp_world.h"
+
+static dps_status check_world(const cli_args *a, const world *w)
+{
+    const char *who = world_launcher_name(w->launcher);
+    if (a->cfg.mode != MODE_DDP)
+        return dps_fail(DPS_ERR_USAGE, "%s started %d processes: dp runs in one; give --mode ddp "
+                        "(or --launcher fork to ignore the launcher)", who, w->size);
+    if (a->gpus_set && a->cfg.ngpus != w->size)
+        return dps_fail(DPS_ERR_USAGE, "--gpus %d, but %s started %d ranks: leave --gpus out under "
+                        "a launcher", a->cfg.ngpus, who, w->size);
+    if (a->devices_set)
+        return dps_fail(DPS_ERR_USAGE, "--devices: under %s each rank's device is its local rank",
+                        who);
+    return DPS_OK;
+}
+
+/* --comm against the backend, the build and who starts the ranks. */
+static dps_status check_comm(const cli_args *a, const backend *be, int launched)
+{
+    dps_comm c = a->cfg.comm;
+    const char *name = dps_comm_names[c], *impl = dps_comm_impl(c);
+    if (c == DPS_COMM_AUTO) return DPS_OK;
+    if (a->cfg.mode != MODE_DDP)
+        return dps_fail(DPS_ERR_USAGE, "--comm %s is ddp's choice; dp's collectives are --dp-comm",
+                        name);
+    if (!comm_have(impl))
+        return dps_fail(DPS_ERR_USAGE, "--comm %s: this build has no %s (scripts/setup.sh installs "
+                        "it; then `meson setup --reconfigure build`)", name, impl);
+    if ((c == DPS_COMM_NCCL) != (be->kind == BE_CUDA))
+        return dps_fail(DPS_ERR_USAGE, "--comm %s cannot move %s-backend buffers: %s", name,
+                        be->ops->name, c == DPS_COMM_NCCL ? "NCCL is for GPUs" : "use --comm nccl");
+    if (c == DPS_COMM_GLOO && !launched)
+        return dps_fail(DPS_ERR_USAGE, "--comm gloo: the ranks meet through rank 0's store, which "
+                        "a launcher's variables locate: start dpscale with torchrun, mpirun or "
+                        "srun (forked ranks use shm)");
+    return DPS_OK;
+}
+
+static const char *env_lookup(const char *name) { return getenv(name); }
+
+dps_status cli_join_world(cli_args *a, const backend *be)
+{
+    world w = {.launcher = WORLD_NONE};
+    if (a->launcher != LAUNCH_FORK) DPS_TRY(world_from_env(&w, env_lookup));
+    if (w.launcher == WORLD_NONE && a->launcher == LAUNCH_ENV)
+        return dps_fail(DPS_ERR_USAGE, "--launcher env: no launcher's variables are set (RANK, "
+                        "OMPI_COMM_WORLD_RANK, PMI_RANK or SLURM_PROCID); start dpscale with "
+                        "torchrun, mpirun or srun");
+    int launched = w.launcher != WORLD_NONE && w.size > 1;
+    DPS_TRY(check_comm(a, be, launched));
+    if (!launched) return DPS_OK;
+    DPS_TRY(check_world(a, &w));
+    a->cfg.ngpus = w.size; /* what build_from_lists takes when --gpus is not given */
+    a->cfg.world = w;
+    return ddp_world_new(&w, &a->cfg.net);
+}
+
+void cli_leave_world(cli_args *a)
+{
+    ddp_world_leave(a->cfg.net, a->cfg.timeout_s);
+    a->cfg.net = NULL;
+}

@@ -1,0 +1,112 @@
+/* Gloo's TCP all-reduce between CPU ranks on any hosts, behind the comm
+ * table (see comm_impl.h): the ranks meet through the group's store
+ * (store.h) and Gloo (gloo_shim.h) moves the host backend's buffers. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm_impl.h"
+#include "comm/gloo_shim.h"
+#include "comm/store.h"
+
+static int shim_set(void *ctx, const char *key, const void *val, size_t len, char *err,
+                    size_t errlen)
+{
+    if (!store_set(ctx, key, val, len)) return 0;
+    snprintf(err, errlen, "%s", dps_errmsg());
+    return 1;
+}
+
+static int shim_get(void *ctx, const char *key, void **val, size_t *len, double timeout_ms,
+                    char *err, size_t errlen)
+{
+    if (!store_get(ctx, key, -1, val, len, timeout_ms)) return 0;
+    snprintf(err, errlen, "%s", dps_errmsg());
+    return 1;
+}
+
+/* A shim call's outcome as the comm layer's status. */
+static dps_status status_of(comm *c, int rc, const char *what, const char *err)
+{
+    if (rc == GLOO_SHIM_OK) return DPS_OK;
+    return dps_fail(rc == GLOO_SHIM_TIMEOUT ? DPS_ERR_TIMEOUT : DPS_ERR_RUNTIME,
+                    "rank %d: %s over Gloo failed: %s", c->rank, what, err);
+}
+
+static dps_status gloo_allreduce(comm *c, void *buf, size_t n, comm_dtype dt)
+{
+    char err[DPS_ERRMSG_MAX] = "";
+    int rc = gloo_shim_allreduce(c->impl, buf, n, dt == COMM_BF16, err, sizeof err);
+    if (!rc) c->bytes_sent += 2 * n * comm_dtype_bytes(dt) * (size_t)(c->nranks - 1) / (size_t)c->nranks;
+    return status_of(c, rc, "all-reduce", err);
+}
+
+static dps_status gloo_broadcast(comm *c, void *buf, size_t bytes, int root)
+{
+    char err[DPS_ERRMSG_MAX] = "";
+    return status_of(c, gloo_shim_broadcast(c->impl, buf, bytes, root, err, sizeof err),
+                     "broadcast", err);
+}
+
+static dps_status gloo_reduce(comm *c, void *buf, size_t n, comm_dtype dt, int root)
+{
+    char err[DPS_ERRMSG_MAX] = "";
+    return status_of(c, gloo_shim_reduce(c->impl, buf, n, dt == COMM_BF16, root, err, sizeof err),
+                     "reduce", err);
+}
+
+static dps_status gloo_barrier(comm *c)
+{
+    char err[DPS_ERRMSG_MAX] = "";
+    return status_of(c, gloo_shim_barrier(c->impl, err, sizeof err), "barrier", err);
+}
+
+static void gloo_abort(comm *c)
+{
+    if (c->impl) gloo_shim_abort(c->impl);
+}
+
+static void gloo_destroy(comm *c)
+{
+    if (c->impl) gloo_shim_close(c->impl);
+    c->impl = NULL;
+}
+
+static const comm_ops gloo_ops = {
+    .name = "gloo",
+    .allreduce = gloo_allreduce,
+    .broadcast = gloo_broadcast,
+    .reduce = gloo_reduce,
+    .barrier = gloo_barrier,
+    .abort = gloo_abort,
+    .destroy = gloo_destroy,
+};
+
+static int gloo_suits(const backend *be) { return be->kind == BE_HOST; }
+
+/* The interface Gloo listens on: DPSCALE_GLOO_IFACE, else PyTorch's
+ * GLOO_SOCKET_IFNAME, else the address this rank reached rank 0 from. */
+static const char *gloo_iface(void)
+{
+    const char *v = getenv("DPSCALE_GLOO_IFACE");
+    if (!v || !*v) v = getenv("GLOO_SOCKET_IFNAME");
+    return v && *v ? v : NULL;
+}
+
+static dps_status gloo_open(comm *c)
+{
+    if (!c->store)
+        return dps_fail(DPS_ERR_USAGE, "rank %d: --comm gloo needs the ranks' rendezvous: start "
+                        "ddp under a launcher (torchrun, mpirun, srun)", c->rank);
+    gloo_store_ops ops = {shim_set, shim_get, c->store};
+    char err[DPS_ERRMSG_MAX] = "";
+    gloo_shim *g = NULL;
+    int rc = gloo_shim_open(c->rank, c->nranks, store_local_addr(c->store), gloo_iface(),
+                            c->timeout_ms, &ops, &g, err, sizeof err);
+    if (rc) return status_of(c, rc, "connecting to every rank", err);
+    c->impl = g;
+    c->ops = &gloo_ops;
+    return DPS_OK;
+}
+
+const comm_impl comm_gloo_impl = {"gloo", gloo_suits, gloo_open, 1};

@@ -1,0 +1,204 @@
+// Gloo behind gloo_shim.h's C interface: a rendezvous::Store over the
+// caller's store, the TCP device and Gloo's collectives, every exception
+// turned into a return code and a message.
+#include "comm/gloo_shim.h"
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <string>
+
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/math.h>
+#include <gloo/reduce.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+
+namespace {
+
+// Gloo's rendezvous keys, through the caller's store under "gloo/".
+class ShimStore : public gloo::rendezvous::Store {
+ public:
+  ShimStore(const gloo_store_ops& ops, double timeout_ms) : ops_(ops), timeout_ms_(timeout_ms) {}
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    char err[512];
+    if (ops_.set(ops_.ctx, name(key).c_str(), data.data(), data.size(), err, sizeof err) != 0)
+      throw std::runtime_error(err);
+  }
+
+  std::vector<char> get(const std::string& key) override { return fetch(key, timeout_ms_); }
+
+  void wait(const std::vector<std::string>& keys) override { wait(keys, ms(timeout_ms_)); }
+
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& t) override {
+    for (const auto& key : keys) fetch(key, static_cast<double>(t.count()));
+  }
+
+ private:
+  static std::chrono::milliseconds ms(double v) {
+    return std::chrono::milliseconds(static_cast<int64_t>(v));
+  }
+  static std::string name(const std::string& key) { return "gloo/" + key; }
+
+  std::vector<char> fetch(const std::string& key, double timeout_ms) {
+    char err[512];
+    void* val = nullptr;
+    size_t len = 0;
+    if (ops_.get(ops_.ctx, name(key).c_str(), &val, &len, timeout_ms, err, sizeof err) != 0)
+      throw std::runtime_error(err);
+    std::vector<char> out(static_cast<char*>(val), static_cast<char*>(val) + len);
+    free(val);
+    return out;
+  }
+
+  gloo_store_ops ops_;
+  double timeout_ms_;
+};
+
+// bfloat16 as float and back, rounding to nearest even (as the ring does).
+float bf16_to_float(uint16_t h) {
+  uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+uint16_t float_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+void bf16_sum(void* c, const void* a, const void* b, size_t n) {
+  auto* out = static_cast<uint16_t*>(c);
+  auto* x = static_cast<const uint16_t*>(a);
+  auto* y = static_cast<const uint16_t*>(b);
+  for (size_t i = 0; i < n; i++) out[i] = float_to_bf16(bf16_to_float(x[i]) + bf16_to_float(y[i]));
+}
+
+void f32_sum(void* c, const void* a, const void* b, size_t n) {
+  gloo::sum<float>(c, a, b, n);
+}
+
+int fail(const std::exception& e, char* err, size_t len) {
+  std::snprintf(err, len, "Gloo: %s", e.what());
+  return std::strstr(e.what(), "Timed out") || std::strstr(e.what(), "timed out")
+             ? GLOO_SHIM_TIMEOUT : GLOO_SHIM_ERROR;
+}
+
+}  // namespace
+
+struct gloo_shim {
+  std::shared_ptr<gloo::rendezvous::Context> context;
+  std::chrono::milliseconds timeout;
+  uint32_t tag = 0;  // each call's own, the same sequence on every rank
+};
+
+extern "C" int gloo_shim_open(int rank, int size, const char* addr, const char* iface,
+                              double timeout_ms, const gloo_store_ops* store, gloo_shim** out,
+                              char* err, size_t errlen) {
+  try {
+    gloo::transport::tcp::attr attr;
+    if (iface && *iface) attr.iface = iface;
+    else attr.hostname = addr;
+    auto dev = gloo::transport::tcp::CreateDevice(attr);
+    auto g = std::make_unique<gloo_shim>();
+    g->timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_ms > 0 ? timeout_ms : 864e5));
+    g->context = std::make_shared<gloo::rendezvous::Context>(rank, size);
+    g->context->setTimeout(g->timeout);
+    ShimStore shim_store(*store, timeout_ms);
+    g->context->connectFullMesh(shim_store, dev);
+    *out = g.release();
+    return GLOO_SHIM_OK;
+  } catch (const std::exception& e) {
+    return fail(e, err, errlen);
+  }
+}
+
+extern "C" int gloo_shim_allreduce(gloo_shim* g, void* buf, size_t n, int bf16, char* err,
+                                   size_t errlen) {
+  try {
+    gloo::AllreduceOptions opts(g->context);
+    if (bf16) {
+      opts.setOutput(static_cast<uint16_t*>(buf), n);
+      opts.setReduceFunction(bf16_sum);
+    } else {
+      opts.setOutput(static_cast<float*>(buf), n);
+      opts.setReduceFunction(f32_sum);
+    }
+    opts.setTag(g->tag++);
+    opts.setTimeout(g->timeout);
+    gloo::allreduce(opts);
+    return GLOO_SHIM_OK;
+  } catch (const std::exception& e) {
+    return fail(e, err, errlen);
+  }
+}
+
+extern "C" int gloo_shim_broadcast(gloo_shim* g, void* buf, size_t bytes, int root, char* err,
+                                   size_t errlen) {
+  try {
+    gloo::BroadcastOptions opts(g->context);
+    opts.setOutput(static_cast<uint8_t*>(buf), bytes);
+    opts.setRoot(root);
+    opts.setTag(g->tag++);
+    opts.setTimeout(g->timeout);
+    gloo::broadcast(opts);
+    return GLOO_SHIM_OK;
+  } catch (const std::exception& e) {
+    return fail(e, err, errlen);
+  }
+}
+
+extern "C" int gloo_shim_reduce(gloo_shim* g, void* buf, size_t n, int bf16, int root, char* err,
+                                size_t errlen) {
+  try {
+    gloo::ReduceOptions opts(g->context);
+    if (bf16) {
+      opts.setOutput(static_cast<uint16_t*>(buf), n);
+      opts.setReduceFunction(bf16_sum);
+    } else {
+      opts.setOutput(static_cast<float*>(buf), n);
+      opts.setReduceFunction(f32_sum);
+    }
+    opts.setRoot(root);
+    opts.setTag(g->tag++);
+    opts.setTimeout(g->timeout);
+    gloo::reduce(opts);
+    return GLOO_SHIM_OK;
+  } catch (const std::exception& e) {
+    return fail(e, err, errlen);
+  }
+}
+
+extern "C" int gloo_shim_barrier(gloo_shim* g, char* err, size_t errlen) {
+  try {
+    gloo::BarrierOptions opts(g->context);
+    opts.setTag(g->tag++);
+    opts.setTimeout(g->timeout);
+    gloo::barrier(opts);
+    return GLOO_SHIM_OK;
+  } catch (const std::exception& e) {
+    return fail(e, err, errlen);
+  }
+}
+
+extern "C" void gloo_shim_abort(gloo_shim* g) {
+  try {
+    g->context->closeConnections();
+  } catch (const std::exception&) {
+    // already closed: the blocked call fails either way
+  }
+}
+
+extern "C" void gloo_shim_close(gloo_shim* g) { delete g; }

@@ -1,0 +1,48 @@
+/* A C interface to Gloo (the C++ library PyTorch's CPU backend uses):
+ * a full mesh of TCP connections made through the caller's key-value
+ * store, and Gloo's all-reduce, broadcast, reduce and barrier on host
+ * memory (gloo_shim.cc is the only C++ in dpscale). */
+#ifndef DPS_GLOO_SHIM_H
+#define DPS_GLOO_SHIM_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The rendezvous: set a key, and get one once some rank has set it
+ * (malloc'd). Each returns 0, or non-zero with a message in err. */
+typedef struct gloo_store_ops {
+    int (*set)(void *ctx, const char *key, const void *val, size_t len, char *err, size_t errlen);
+    int (*get)(void *ctx, const char *key, void **val, size_t *len, double timeout_ms, char *err,
+               size_t errlen);
+    void *ctx;
+} gloo_store_ops;
+
+typedef struct gloo_shim gloo_shim;
+
+/* What a call returns: done, failed, or past the group's timeout. */
+enum { GLOO_SHIM_OK = 0, GLOO_SHIM_ERROR = 1, GLOO_SHIM_TIMEOUT = 2 };
+
+/* Connects rank to every other of size through Gloo's TCP transport,
+ * listening on addr (this host's address its peers reach; iface, if not
+ * NULL, names the interface instead). timeout_ms bounds every wait. */
+int gloo_shim_open(int rank, int size, const char *addr, const char *iface, double timeout_ms,
+                   const gloo_store_ops *store, gloo_shim **out, char *err, size_t errlen);
+/* Sums n elements in place on every rank (bf16: 2-byte bfloat16, else float). */
+int gloo_shim_allreduce(gloo_shim *g, void *buf, size_t n, int bf16, char *err, size_t errlen);
+int gloo_shim_broadcast(gloo_shim *g, void *buf, size_t bytes, int root, char *err, size_t errlen);
+/* Sums n elements onto root's buf. */
+int gloo_shim_reduce(gloo_shim *g, void *buf, size_t n, int bf16, int root, char *err,
+                     size_t errlen);
+int gloo_shim_barrier(gloo_shim *g, char *err, size_t errlen);
+/* From any thread: closes every connection, so that a blocked call fails. */
+void gloo_shim_abort(gloo_shim *g);
+void gloo_shim_close(gloo_shim *g);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,302 @@
+/* A rank's end of the store (see store.h): a request connection for keys
+ * and a control connection, watched on a thread, that carries the rank's
+ * steps, its end and the server's word to abort. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "comm/store_wire.h"
+#include "core/util.h"
+
+struct dps_store {
+    int req_fd, ctl_fd, rank, port;
+    double timeout_ms;
+    char server[256], local[64], prefix[32];
+    pthread_mutex_t req_mu, ctl_mu;
+    pthread_t watch;
+    int watching;
+    _Atomic int stop, finished;
+    const _Atomic int *step;
+    store_lost_fn on_lost;
+    void *ctx;
+};
+
+static void pause_ms(int ms)
+{
+    struct timespec ts = {0, ms * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static int try_connect(const char *addr, int port)
+{
+    char service[16];
+    snprintf(service, sizeof service, "%d", port);
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+    if (getaddrinfo(addr, service, &hints, &res) != 0) return -1;
+    int fd = -1;
+    for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next) {
+        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+        if (fd >= 0 && connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+            close(fd);
+            fd = -1;
+        }
+    }
+    freeaddrinfo(res);
+    int one = 1;
+    if (fd >= 0) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    return fd;
+}
+
+/* A connection to the server, said hello on as kind ("ctl" or "req"). */
+static dps_status open_conn(dps_store *s, const char *kind, double deadline, int *out)
+{
+    int fd;
+    while ((fd = try_connect(s->server, s->port)) < 0) {
+        if (dps_now_ms() > deadline)
+            return dps_fail(DPS_ERR_TIMEOUT, "rank %d: no rank 0 listening at %s:%d within "
+                            "--timeout: is rank 0 running, and are MASTER_ADDR and the port "
+                            "(DPSCALE_PORT) the same for every rank?", s->rank, s->server, s->port);
+        pause_ms(50);
+    }
+    char host[STORE_HOST_MAX] = "unknown", hello[STORE_HOST_MAX + 32];
+    gethostname(host, sizeof host - 1);
+    for (char *p = host; *p; p++)
+        if (*p == ' ') *p = '_';
+    int n = snprintf(hello, sizeof hello, "%d %d %s", s->rank, (int)getpid(), host);
+    if (store_send(fd, ST_HELLO, kind, hello, (size_t)n, deadline) != 0) {
+        close(fd);
+        return dps_fail(DPS_ERR_RUNTIME, "rank %d: cannot reach rank 0's store at %s:%d: %s",
+                        s->rank, s->server, s->port, strerror(errno));
+    }
+    *out = fd;
+    return DPS_OK;
+}
+
+static void local_addr(int fd, char *buf, size_t len)
+{
+    struct sockaddr_storage sa;
+    socklen_t sl = sizeof sa;
+    dps_strlcpy(buf, "127.0.0.1", len);
+    if (getsockname(fd, (struct sockaddr *)&sa, &sl) != 0) return;
+    if (sa.ss_family == AF_INET)
+        inet_ntop(AF_INET, &((struct sockaddr_in *)&sa)->sin_addr, buf, (socklen_t)len);
+    else if (sa.ss_family == AF_INET6)
+        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&sa)->sin6_addr, buf, (socklen_t)len);
+}
+
+dps_status store_connect(const char *addr, int port, int rank, double timeout_ms, dps_store **out)
+{
+    dps_store *s = calloc(1, sizeof *s);
+    if (!s) return dps_fail(DPS_ERR_RUNTIME, "rank %d: out of host memory", rank);
+    *s = (dps_store){.req_fd = -1, .ctl_fd = -1, .rank = rank, .port = port,
+                     .timeout_ms = timeout_ms > 0 ? timeout_ms : 1e12};
+    dps_strlcpy(s->server, addr, sizeof s->server);
+    pthread_mutex_init(&s->req_mu, NULL);
+    pthread_mutex_init(&s->ctl_mu, NULL);
+    double deadline = dps_now_ms() + s->timeout_ms;
+    dps_status rc = open_conn(s, "ctl", deadline, &s->ctl_fd);
+    if (!rc) rc = open_conn(s, "req", deadline, &s->req_fd);
+    if (rc) {
+        store_close(s);
+        return rc;
+    }
+    local_addr(s->ctl_fd, s->local, sizeof s->local);
+    *out = s;
+    return DPS_OK;
+}
+
+const char *store_local_addr(const dps_store *s) { return s->local; }
+
+void store_set_prefix(dps_store *s, const char *prefix)
+{
+    dps_strlcpy(s->prefix, prefix, sizeof s->prefix);
+}
+
+/* key with this rank's prefix (the roster's is the server's own). */
+static const char *full_key(const dps_store *s, const char *key, char *buf, size_t len)
+{
+    if (strcmp(key, STORE_ROSTER_KEY) == 0) return key;
+    snprintf(buf, len, "%s%s", s->prefix, key);
+    return buf;
+}
+
+dps_status store_set(dps_store *s, const char *key, const void *val, size_t len)
+{
+    char name[STORE_KEY_MAX];
+    pthread_mutex_lock(&s->req_mu);
+    int rc = store_send(s->req_fd, ST_SET, full_key(s, key, name, sizeof name), val, len,
+                        dps_now_ms() + s->timeout_ms);
+    pthread_mutex_unlock(&s->req_mu);
+    if (rc == 0) return DPS_OK;
+    return dps_fail(DPS_ERR_RUNTIME, "rank %d: cannot set %s in rank 0's store at %s:%d: %s (rank "
+                    "0 ended?)", s->rank, key, s->server, s->port, strerror(errno));
+}
+
+static dps_status get_reply(dps_store *s, const char *key, void **val, size_t *len, double deadline)
+{
+    store_frame f;
+    int rc = store_recv(s->req_fd, &f, deadline);
+    if (rc != 0 && errno == ETIMEDOUT)
+        return dps_fail(DPS_ERR_TIMEOUT, "rank %d: %s did not come from rank 0's store at %s:%d "
+                        "within --timeout", s->rank, key, s->server, s->port);
+    if (rc != 0)
+        return dps_fail(DPS_ERR_RUNTIME, "rank %d: rank 0's store at %s:%d is gone while waiting "
+                        "for %s (rank 0 ended or its host is unreachable)", s->rank, s->server,
+                        s->port, key);
+    if (f.type == ST_GONE) {
+        dps_status code = dps_fail(DPS_ERR_RUNTIME, "%s", f.val);
+        store_frame_free(&f);
+        return code;
+    }
+    *val = f.val;
+    *len = f.len;
+    return DPS_OK;
+}
+
+dps_status store_get(dps_store *s, const char *key, int owner, void **val, size_t *len,
+                     double timeout_ms)
+{
+    char who[16], name[STORE_KEY_MAX];
+    int n = snprintf(who, sizeof who, "%d", owner);
+    double deadline = dps_now_ms() + (timeout_ms > 0 ? timeout_ms : s->timeout_ms);
+    pthread_mutex_lock(&s->req_mu);
+    key = full_key(s, key, name, sizeof name);
+    dps_status rc = store_send(s->req_fd, ST_GET, key, who, (size_t)n, deadline) == 0
+        ? get_reply(s, key, val, len, deadline)
+        : dps_fail(DPS_ERR_RUNTIME, "rank %d: cannot ask rank 0's store at %s:%d for %s: %s",
+                   s->rank, s->server, s->port, key, strerror(errno));
+    pthread_mutex_unlock(&s->req_mu);
+    return rc;
+}
+
+static int parse_member(const char *line, int nranks, store_member *members)
+{
+    int r, pid;
+    char host[STORE_HOST_MAX], addr[64];
+    if (sscanf(line, "%d %d %63s %63s", &r, &pid, host, addr) != 4 || r < 0 || r >= nranks)
+        return -1;
+    members[r].pid = pid;
+    dps_strlcpy(members[r].host, host, sizeof members[r].host);
+    dps_strlcpy(members[r].addr, addr, sizeof members[r].addr);
+    return 0;
+}
+
+dps_status store_roster(dps_store *s, store_member *members, int nranks)
+{
+    void *val;
+    size_t len;
+    DPS_TRY(store_get(s, STORE_ROSTER_KEY, -1, &val, &len, 0));
+    int lines = 0;
+    for (char *line = val, *next; line && *line; line = next) {
+        next = strchr(line, '\n');
+        if (next) *next++ = '\0';
+        if (parse_member(line, nranks, members) != 0) break;
+        lines++;
+    }
+    free(val);
+    if (lines == nranks) return DPS_OK;
+    return dps_fail(DPS_ERR_RUNTIME, "rank %d: rank 0's roster lists %d of %d ranks (is every rank "
+                    "the same dpscale with the same options?)", s->rank, lines, nranks);
+}
+
+static void ctl_send(dps_store *s, store_type type, const char *key, const void *val, size_t len)
+{
+    pthread_mutex_lock(&s->ctl_mu);
+    (void)store_send(s->ctl_fd, type, key, val, len, dps_now_ms() + s->timeout_ms);
+    pthread_mutex_unlock(&s->ctl_mu);
+}
+
+/* One read of the control connection: 1 when the watch is over. */
+static int watch_read(dps_store *s)
+{
+    store_frame f;
+    int rc = store_recv(s->ctl_fd, &f, dps_now_ms() + 30000.0);
+    if (atomic_load(&s->finished)) return rc == 0 ? (store_frame_free(&f), 0) : 1;
+    char why[DPS_ERRMSG_MAX];
+    if (rc == 0 && f.type != ST_ABORT) {
+        store_frame_free(&f);
+        return 0;
+    }
+    if (rc == 0) dps_strlcpy(why, f.val, sizeof why);
+    else snprintf(why, sizeof why, "rank 0's store at %s:%d is gone: rank 0 ended or its host is "
+                  "unreachable", s->server, s->port);
+    if (rc == 0) store_frame_free(&f);
+    s->on_lost(s->ctx, why);
+    return 1;
+}
+
+static void *watch_main(void *arg)
+{
+    dps_store *s = arg;
+    int sent = -2;
+    while (!atomic_load(&s->stop)) {
+        int step = s->step ? atomic_load(s->step) : -1;
+        if (step != sent && !atomic_load(&s->finished)) {
+            char v[16];
+            int n = snprintf(v, sizeof v, "%d", step);
+            ctl_send(s, ST_BEAT, "", v, (size_t)n);
+            sent = step;
+        }
+        struct pollfd p = {.fd = s->ctl_fd, .events = POLLIN};
+        if (poll(&p, 1, 10) > 0 && watch_read(s)) break;
+    }
+    return NULL;
+}
+
+dps_status store_watch(dps_store *s, const _Atomic int *step, store_lost_fn on_lost, void *ctx)
+{
+    s->step = step;
+    s->on_lost = on_lost;
+    s->ctx = ctx;
+    if (pthread_create(&s->watch, NULL, watch_main, s) != 0)
+        return dps_fail(DPS_ERR_RUNTIME, "rank %d: cannot start the thread that watches the group",
+                        s->rank);
+    s->watching = 1;
+    return DPS_OK;
+}
+
+void store_abort(dps_store *s, const char *why)
+{
+    ctl_send(s, ST_ABORT, "", why, strlen(why));
+}
+
+dps_status store_post(dps_store *s, const char *key, const void *val, size_t len)
+{
+    char name[STORE_KEY_MAX];
+    pthread_mutex_lock(&s->ctl_mu);
+    int rc = store_send(s->ctl_fd, ST_SET, full_key(s, key, name, sizeof name), val, len,
+                        dps_now_ms() + s->timeout_ms);
+    pthread_mutex_unlock(&s->ctl_mu);
+    if (rc == 0) return DPS_OK;
+    return dps_fail(DPS_ERR_RUNTIME, "rank %d: cannot send %s to rank 0 at %s:%d: %s (rank 0 "
+                    "ended?)", s->rank, key, s->server, s->port, strerror(errno));
+}
+
+void store_finish(dps_store *s)
+{
+    atomic_store(&s->finished, 1);
+    ctl_send(s, ST_BYE, "", "", 0);
+}
+
+void store_close(dps_store *s)
+{
+    if (!s) return;
+    atomic_store(&s->stop, 1);
+    if (s->watching) pthread_join(s->watch, NULL);
+    if (s->req_fd >= 0) close(s->req_fd);
+    if (s->ctl_fd >= 0) close(s->ctl_fd);
+    pthread_mutex_destroy(&s->req_mu);
+    pthread_mutex_destroy(&s->ctl_mu);
+    free(s);
+}

@@ -1,0 +1,102 @@
+/* Joining and leaving the ranks a launcher started, and the watch that
+ * ends this rank when the group is over (see ddp_world.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/util.h"
+#include "strategies/ddp_world.h"
+
+/* Grace for a rank told to abort to end by itself before it is ended. */
+#define ABORT_GRACE_MS 3000.0
+
+/* On the watch's thread: the server says the group is over, or is gone. */
+static void on_lost(void *ctx, const char *why)
+{
+    ddp_world *dw = ctx;
+    dps_strlcpy(dw->lost_why, why, sizeof dw->lost_why);
+    atomic_store(&dw->lost, 1);
+    pthread_mutex_lock(&dw->mu);
+    if (dw->comm) comm_abort(dw->comm);
+    pthread_mutex_unlock(&dw->mu);
+    if (dw->w.rank == 0) return; /* rank 0 records the failure and ends by itself */
+    double end = dps_now_ms() + ABORT_GRACE_MS;
+    while (!atomic_load(&dw->ended) && dps_now_ms() < end) {
+        struct timespec ts = {0, 10000000L};
+        nanosleep(&ts, NULL);
+    }
+    if (atomic_load(&dw->ended)) return;
+    fprintf(stderr, "dpscale: rank %d: ending: %s\n", dw->w.rank, why); /* hung in a step */
+    _exit(1);
+}
+
+static void count_nodes(ddp_world *dw)
+{
+    dw->nnodes = 0;
+    for (int r = 0; r < dw->w.size; r++) {
+        int n = 0;
+        while (n < r && strcmp(dw->members[n].host, dw->members[r].host) != 0) n++;
+        dw->node_of[r] = n < r ? dw->node_of[n] : dw->nnodes++;
+    }
+}
+
+static dps_status join(ddp_world *dw, double timeout_ms)
+{
+    const world *w = &dw->w;
+    if (w->rank == 0) DPS_TRY(store_server_start(w->port, w->size, timeout_ms, &dw->server));
+    DPS_TRY(store_connect(w->addr, w->port, w->rank, timeout_ms, &dw->store));
+    DPS_TRY(store_roster(dw->store, dw->members, w->size));
+    count_nodes(dw);
+    return store_watch(dw->store, &dw->beat.step, on_lost, dw);
+}
+
+dps_status ddp_world_new(const world *w, ddp_world **out)
+{
+    ddp_world *dw = calloc(1, sizeof *dw);
+    if (!dw) return dps_fail(DPS_ERR_RUNTIME, "rank %d: out of host memory", w->rank);
+    dw->w = *w;
+    pthread_mutex_init(&dw->mu, NULL);
+    ranks_beat_step(&dw->beat, -1);
+    *out = dw;
+    return DPS_OK;
+}
+
+dps_status ddp_world_join(ddp_world *dw, double timeout_s)
+{
+    if (dw->joined > 0) return DPS_OK;
+    if (dw->joined < 0) return dps_fail_copy(dw->join_rc, dw->join_why);
+    dps_status rc = join(dw, timeout_s * 1e3);
+    dw->joined = rc ? -1 : 1;
+    if (!rc) return DPS_OK;
+    dw->join_rc = rc;
+    dps_strlcpy(dw->join_why, dps_errmsg(), sizeof dw->join_why);
+    if (dw->server) { /* the failure as the server saw it names the missing ranks */
+        int asked;
+        dps_status seen = store_server_failure(dw->server, &asked, dw->join_why, sizeof dw->join_why);
+        if (seen) dw->join_rc = seen;
+    }
+    return dps_fail_copy(dw->join_rc, dw->join_why);
+}
+
+int ddp_world_one_host(const ddp_world *dw) { return dw->nnodes == 1; }
+
+void ddp_world_set_comm(ddp_world *dw, comm *c)
+{
+    pthread_mutex_lock(&dw->mu);
+    dw->comm = c;
+    pthread_mutex_unlock(&dw->mu);
+}
+
+void ddp_world_leave(ddp_world *dw, double timeout_s)
+{
+    if (!dw) return;
+    atomic_store(&dw->ended, 1);
+    if (dw->store) store_finish(dw->store);
+    if (dw->server) store_server_wait_ended(dw->server, timeout_s * 1e3);
+    store_close(dw->store);
+    store_server_stop(dw->server);
+    pthread_mutex_destroy(&dw->mu);
+    free(dw);
+}
