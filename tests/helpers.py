@@ -151,3 +151,16 @@ def run_case(label, fn, *args):
     except (Failure, dpsresults.InputError) as e:
         print(f"FAIL {label}: {e}", file=sys.stderr)
         return 1
+
+
+def has_collectives(binary, name):
+    """Whether the build has ddp's collectives `name` (dpscale info says);
+    when not, says so and the caller skips (77)."""
+    p = subprocess.run([binary, "info", "--backend", "host"], capture_output=True, text=True,
+                       timeout=60)
+    line = next((l for l in p.stdout.splitlines() if "ddp collectives:" in l), "")
+    found = name in line.split("ddp collectives:")[-1].replace(",", " ").split()
+    if not found:
+        print(f"SKIP: this build has no {name} collectives ({line.strip() or 'dpscale info'}); "
+              f"scripts/setup.sh installs what it needs")
+    return found

@@ -7,11 +7,12 @@ import os
 import random
 import shutil
 import subprocess
+import struct
 import sys
 import tempfile
 import time
 
-from helpers import expect, expect_exit, read_folder, run_case
+from helpers import expect, expect_exit, has_collectives, read_folder, run_case
 
 RUN = ["run", "--mode", "ddp", "--backend", "host", "--model", "tiny", "--steps", "5",
        "--warmup", "1"]
@@ -99,6 +100,52 @@ def case_torchrun(binary):
                "torchrun's final parameters differ from the fork launcher's")
 
 
+def floats(path):
+    """The float32 values of a .npy file that --save-params wrote."""
+    with open(path, "rb") as f:
+        data = f.read()
+    head = 10 + int.from_bytes(data[8:10], "little")
+    return struct.unpack(f"<{(len(data) - head) // 4}f", data[head:])
+
+
+def expect_close(got, want, what, rtol=1e-5):
+    """Final parameters that another order of summation leaves within rtol."""
+    a, b = floats(got), floats(want)
+    worst = max(abs(x - y) / max(abs(y), 1e-3) for x, y in zip(a, b))
+    expect(len(a) == len(b) and worst <= rtol,
+           f"{what}: final parameters differ from the fork launcher's by {worst:.2e} (> {rtol})")
+
+
+def case_torchrun_nodes(binary):
+    """Two torchrun agents as two nodes of 2 ranks each, --comm gloo: the
+    four ranks meet through rank 0's store, --check passes, meta.json lists
+    the node, and the parameters are the fork launcher's to float rounding
+    (Gloo's ring sums in another order)."""
+    torchrun = launcher("torchrun", "python3-torch")
+    if not torchrun or not has_collectives(binary, "gloo"):
+        return 77
+    with tempfile.TemporaryDirectory() as tmp:
+        npy, port = os.path.join(tmp, "env.npy"), random.randint(20000, 60000)
+        agents = []
+        for node in range(2):
+            cmd = [torchrun, "-r", "2", "-t", "2", "--nnodes", "2", "--node_rank", str(node),
+                   "--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port",
+                   str(port), "--log_dir", os.path.join(tmp, f"logs{node}"), "--no_python",
+                   binary, *RUN, "--check", "--comm", "gloo", "--out", tmp, "--name", "env",
+                   "--save-params", npy]
+            agents.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                           text=True))
+        outs = [a.communicate(timeout=300) for a in agents]
+        for a, (_, err) in zip(agents, outs):
+            expect(a.returncode == 0, f"torchrun agent: exit {a.returncode}\n{err[-3000:]}")
+        check_folder(os.path.join(tmp, "env"), 4, "torchrun")
+        launch = read_folder(os.path.join(tmp, "env"))[4]["launch"]
+        expect(launch.get("collectives") == "gloo" and len(launch.get("nodes", [])) == 1 and
+               launch["nodes"][0]["ranks"] == [0, 1, 2, 3], f"meta.json launch {launch}")
+        fork_reference(binary, tmp, 4)
+        expect_close(npy, os.path.join(tmp, "fork.npy"), "torchrun --comm gloo")
+
+
 def dpscale_regions():
     return {n for n in os.listdir("/dev/shm") if n.startswith("dpscale-")}
 
@@ -176,8 +223,12 @@ def case_refusals(binary):
         expect_exit(one_rank(binary, tmp, torch, "--mode", "dp"), 2, "dp runs in one")
         expect_exit(one_rank(binary, tmp, torch, "--gpus", "4"), 2,
                     "--gpus 4, but torchrun started 2 ranks")
-        expect_exit(one_rank(binary, tmp, dict(torch, LOCAL_WORLD_SIZE="1")), 2,
-                    "torchrun's ranks span hosts")
+        expect_exit(one_rank(binary, tmp, {}, "--comm", "gloo"), 2,
+                    "--comm gloo: the ranks meet through rank 0's store")
+        expect_exit(one_rank(binary, tmp, {}, "--comm", "nccl"), 2,
+                    "--comm nccl cannot move host-backend buffers")
+        expect_exit(one_rank(binary, tmp, {}, "--comm", "shm", "--mode", "dp"), 2,
+                    "--comm shm is ddp's choice")
         expect_exit(one_rank(binary, tmp, {k: v for k, v in torch.items() if k != "WORLD_SIZE"}),
                     2, "WORLD_SIZE is not set")
         expect_exit(one_rank(binary, tmp, {"PMI_RANK": "0", "PMI_SIZE": "2",
@@ -215,7 +266,7 @@ def case_rank_dies(binary):
                f"runs {runs}")
 
 
-CASES = {"torchrun": case_torchrun, "torchrun_fault": case_torchrun_fault, "mpirun": case_mpirun, "rank_dies": case_rank_dies, "contracts": case_contracts, "refusals": case_refusals,
+CASES = {"torchrun": case_torchrun, "torchrun_nodes": case_torchrun_nodes, "torchrun_fault": case_torchrun_fault, "mpirun": case_mpirun, "rank_dies": case_rank_dies, "contracts": case_contracts, "refusals": case_refusals,
          "missing_rank": case_missing_rank}
 
 

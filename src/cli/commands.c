@@ -12,6 +12,7 @@
 #include "version.h"
 #include "cli/commands.h"
 #include "cli/world_join.h"
+#include "comm/comm.h"
 #include "run/commbench.h"
 #include "launch/ranks.h"
 #include "run/links.h"
@@ -63,16 +64,15 @@ static void print_versions(const backend *be)
 static void print_info(const backend *be)
 {
     printf("dpscale %s (%s)\n", DPS_VERSION, DPS_GIT_DESCRIBE);
-#ifdef DPS_HAVE_CUDA
-    printf("built with: CUDA kernels%s\n",
-#ifdef DPS_HAVE_NVTX
-           ", NVTX");
+#if defined(DPS_HAVE_CUDA) && defined(DPS_HAVE_NVTX)
+    const char *built = "CUDA kernels, NVTX";
+#elif defined(DPS_HAVE_CUDA)
+    const char *built = "CUDA kernels";
 #else
-           "");
+    const char *built = "host backend only (no CUDA)";
 #endif
-#else
-    printf("built with: host backend only (no CUDA)\n");
-#endif
+    printf("built with: %s; ddp collectives: shm%s%s\n", built, comm_have("gloo") ? ", gloo" : "",
+           comm_have("nccl") ? ", nccl" : "");
     print_versions(be);
     printf("backend: %s%s\n", be->ops->name,
            be->emulated ? ", emulated devices: timings describe the CPU, not a GPU" : "");
@@ -319,12 +319,12 @@ static int run_one(const dps_config *cfg, backend *be, const results_dir *rd)
     return 1;
 }
 
-static int finish(backend *be, const world *w, const results_dir *rd, int argc, char **argv,
+static int finish(backend *be, const dps_config *cfg, const results_dir *rd, int argc, char **argv,
                   const char *start, int failed, int interrupted, int nothing)
 {
     char end[32];
     dps_utc_iso8601(end, sizeof end);
-    if (results_write_meta(rd, be, w, argc, argv, start, end)) dps_log("%s", dps_errmsg());
+    if (results_write_meta(rd, be, cfg, argc, argv, start, end)) dps_log("%s", dps_errmsg());
     printf("# %d failed%s; results in %s\n", failed, nothing ? ", nothing ran" : "", rd->dir);
     if (interrupted) {
         dps_log("interrupted by %s", dps_signal_name(dps_interrupted()));
@@ -340,7 +340,7 @@ static int execute_in(cli_args *a, backend *be, const results_dir *rd, sweep_ite
     char start[32];
     dps_utc_iso8601(start, sizeof start);
     dps_status rc = prepare_folder(a, rd, items, n, &done);
-    if (!rc) rc = results_write_meta(rd, be, &a->cfg.world, argc, argv, start, NULL);
+    if (!rc) rc = results_write_meta(rd, be, &a->cfg, argc, argv, start, NULL);
     if (rc) return rc == DPS_ERR_USAGE ? cmd_usage_error() : (dps_log("%s", dps_errmsg()), 1);
     printf("# results: %s\n", rd->dir);
     if (n && items[0].cfg.inject_slowdown_pct > 0)
@@ -361,7 +361,7 @@ static int execute_in(cli_args *a, backend *be, const results_dir *rd, sweep_ite
         failed = run_sweep(a, be, rd, items, n, &done, &interrupted, &nothing);
     }
     results_ids_free(&done);
-    return finish(be, &a->cfg.world, rd, argc, argv, start, failed, interrupted, nothing);
+    return finish(be, &a->cfg, rd, argc, argv, start, failed, interrupted, nothing);
 }
 
 /* The folder is locked from before its files are read until the end. */

@@ -30,7 +30,7 @@ static dps_status status_of(comm *c, int rc, const char *what, const char *err)
 {
     if (rc == GLOO_SHIM_OK) return DPS_OK;
     return dps_fail(rc == GLOO_SHIM_TIMEOUT ? DPS_ERR_TIMEOUT : DPS_ERR_RUNTIME,
-                    "rank %d: %s over Gloo failed: %s", c->rank, what, err);
+                    "%s over Gloo failed: %s", what, err);
 }
 
 static dps_status gloo_allreduce(comm *c, void *buf, size_t n, comm_dtype dt)

@@ -196,7 +196,8 @@ dps_status store_roster(dps_store *s, store_member *members, int nranks)
 {
     void *val;
     size_t len;
-    DPS_TRY(store_get(s, STORE_ROSTER_KEY, -1, &val, &len, 0));
+    /* past the server's own deadline, whose message names the missing ranks */
+    DPS_TRY(store_get(s, STORE_ROSTER_KEY, -1, &val, &len, s->timeout_ms + 2000.0));
     int lines = 0;
     for (char *line = val, *next; line && *line; line = next) {
         next = strchr(line, '\n');

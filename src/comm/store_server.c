@@ -141,8 +141,11 @@ static void peer_addr(int fd, char *buf, size_t len)
     if (getpeername(fd, (struct sockaddr *)&sa, &sl) != 0) return;
     if (sa.ss_family == AF_INET)
         inet_ntop(AF_INET, &((struct sockaddr_in *)&sa)->sin_addr, buf, (socklen_t)len);
-    else if (sa.ss_family == AF_INET6)
-        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&sa)->sin6_addr, buf, (socklen_t)len);
+    else if (sa.ss_family == AF_INET6) {
+        const struct in6_addr *a = &((struct sockaddr_in6 *)&sa)->sin6_addr;
+        if (IN6_IS_ADDR_V4MAPPED(a)) inet_ntop(AF_INET, &a->s6_addr[12], buf, (socklen_t)len);
+        else inet_ntop(AF_INET6, a, buf, (socklen_t)len);
+    }
 }
 
 /* HELLO "rank pid host" on a new connection; 0, or -1 when malformed. */

@@ -15,6 +15,7 @@
 #include "core/csv.h"
 #include "backend/nvml.h"
 #include "run/results.h"
+#include "strategies/ddp_world.h"
 #include "core/util.h"
 
 const char *const results_runs_cols[] = {
@@ -169,10 +170,33 @@ static void meta_versions(FILE *f, const backend *be)
     fputs("}\n", f);
 }
 
+/* The hosts of the joined ranks (name, the address rank 0 saw, ranks) and
+ * the collectives between them. */
+static void meta_nodes(FILE *f, const ddp_world *dw)
+{
+    fprintf(f, ", \"nodes\": [");
+    for (int n = 0; n < dw->nnodes; n++) {
+        int first = -1;
+        for (int r = 0; r < dw->w.size; r++)
+            if (dw->node_of[r] == n && first < 0) first = r;
+        fputs(n ? ", {\"host\": " : "{\"host\": ", f);
+        json_str(f, dw->members[first].host);
+        fputs(", \"address\": ", f);
+        json_str(f, dw->members[first].addr);
+        fputs(", \"ranks\": [", f);
+        for (int r = 0, k = 0; r < dw->w.size; r++)
+            if (dw->node_of[r] == n) fprintf(f, "%s%d", k++ ? ", " : "", r);
+        fputs("]}", f);
+    }
+    fputs("], \"collectives\": ", f);
+    json_str(f, dw->comm_used[0] ? dw->comm_used : "none ran");
+}
+
 /* Who started the ranks: dpscale itself, or a launcher and where this
  * rank 0 stood in its world. */
-static void meta_launch(FILE *f, const world *w)
+static void meta_launch(FILE *f, const dps_config *cfg)
 {
+    const world *w = cfg ? &cfg->world : NULL;
     fputs("  \"launch\": {\"launcher\": ", f);
     if (!w || w->launcher == WORLD_NONE) {
         json_str(f, "fork");
@@ -183,10 +207,12 @@ static void meta_launch(FILE *f, const world *w)
     fprintf(f, ", \"ranks\": %d, \"ranks_on_this_host\": %d, \"master_addr\": ", w->size,
             w->local_size > 0 ? w->local_size : w->size);
     json_str(f, w->addr);
-    fprintf(f, ", \"port\": %d},\n", w->port);
+    fprintf(f, ", \"port\": %d", w->port);
+    if (cfg->net && cfg->net->joined > 0) meta_nodes(f, cfg->net);
+    fputs("},\n", f);
 }
 
-static void meta_body(FILE *f, const backend *be, const world *w, int argc, char **argv,
+static void meta_body(FILE *f, const backend *be, const dps_config *cfg, int argc, char **argv,
                       const char *start, const char *end)
 {
     char host[256] = "unknown";
@@ -221,7 +247,7 @@ static void meta_body(FILE *f, const backend *be, const world *w, int argc, char
           "\"device_peak_over_base_bytes\": \"device_peak_bytes - device_base_bytes\", "
           "\"regressions_judged_on\": \"alloc_peak_bytes\"},\n", f);
     meta_devices(f, be);
-    meta_launch(f, w);
+    meta_launch(f, cfg);
     fputs("  \"topology\": ", f);
     if (be->emulated) {
         json_str(f, "emulated devices in host memory (copies are memcpy)");
@@ -241,7 +267,7 @@ static void meta_body(FILE *f, const backend *be, const world *w, int argc, char
     fputs("}\n", f);
 }
 
-dps_status results_write_meta(const results_dir *r, const backend *be, const world *w, int argc,
+dps_status results_write_meta(const results_dir *r, const backend *be, const dps_config *cfg, int argc,
                               char **argv, const char *start_time, const char *end_time)
 {
     char path[DPS_PATH_MAX + 32], tmp[DPS_PATH_MAX + 48];
@@ -249,7 +275,7 @@ dps_status results_write_meta(const results_dir *r, const backend *be, const wor
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
     FILE *f = fopen(tmp, "w");
     if (!f) return dps_fail(DPS_ERR_RUNTIME, "%s: cannot write: %s", tmp, strerror(errno));
-    meta_body(f, be, w, argc, argv, start_time, end_time);
+    meta_body(f, be, cfg, argc, argv, start_time, end_time);
     int bad = ferror(f) | (fflush(f) != 0) | (fsync(fileno(f)) != 0);
     bad |= fclose(f) != 0;
     if (bad || rename(tmp, path) != 0) {

@@ -45,9 +45,10 @@ void results_close(results_dir *r);
 const results_file *results_files(int *n);
 /* DPS_ERR_USAGE, naming the file, when one of them has another header. */
 dps_status results_check_headers(const results_dir *r) DPS_MUST_USE;
-/* Writes meta.json atomically (temporary file, then rename); w: the
- * launcher's world (NULL: dpscale forks its ranks). */
-dps_status results_write_meta(const results_dir *r, const backend *be, const world *w, int argc,
+/* Writes meta.json atomically (temporary file, then rename); cfg's world
+ * and joined ranks say who started the ranks and on which hosts (NULL:
+ * dpscale forks its ranks). */
+dps_status results_write_meta(const results_dir *r, const backend *be, const dps_config *cfg, int argc,
                               char **argv, const char *start_time, const char *end_time) DPS_MUST_USE;
 dps_status results_append(const results_dir *r, const dps_config *c, const backend *be,
                           const train_result *res, const run_summary *s) DPS_MUST_USE;

@@ -199,6 +199,7 @@ static dps_status resolve_comm(const dps_config *cfg, dps_config *out)
     if (out->comm == DPS_COMM_AUTO)
         out->comm = cfg->be.kind == BE_CUDA ? DPS_COMM_NCCL
                     : ddp_world_one_host(dw) ? DPS_COMM_SHM : DPS_COMM_GLOO;
+    dps_strlcpy(cfg->net->comm_used, dps_comm_names[out->comm], sizeof cfg->net->comm_used);
     if (out->comm != DPS_COMM_SHM || ddp_world_one_host(dw)) return DPS_OK;
     return dps_fail(DPS_ERR_USAGE, "--comm shm: the %d ranks run on %d hosts (rank 0 on %s, rank "
                     "%d on %s), and the shared-memory ring needs one: use --comm gloo (or auto)",

@@ -74,8 +74,12 @@ dps_status ddp_world_join(ddp_world *dw, double timeout_s)
     dps_strlcpy(dw->join_why, dps_errmsg(), sizeof dw->join_why);
     if (dw->server) { /* the failure as the server saw it names the missing ranks */
         int asked;
-        dps_status seen = store_server_failure(dw->server, &asked, dw->join_why, sizeof dw->join_why);
-        if (seen) dw->join_rc = seen;
+        char seen_why[DPS_ERRMSG_MAX];
+        dps_status seen = store_server_failure(dw->server, &asked, seen_why, sizeof seen_why);
+        if (seen) {
+            dw->join_rc = seen;
+            dps_strlcpy(dw->join_why, seen_why, sizeof dw->join_why);
+        }
     }
     return dps_fail_copy(dw->join_rc, dw->join_why);
 }

@@ -22,6 +22,7 @@ typedef struct ddp_world {
     int nnodes;             /* distinct hosts in the roster */
     int node_of[DPS_MAX_DEVICES]; /* each rank's host, in order of first appearance */
     int runs;               /* configurations trained so far (their keys' prefix) */
+    char comm_used[16];     /* --comm the last of them resolved to ("shm", "gloo", "nccl") */
     int joined;             /* 1 joined, -1 failed to (join_why says why) */
     dps_status join_rc;
     char join_why[DPS_ERRMSG_MAX];
