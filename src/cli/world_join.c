@@ -33,13 +33,13 @@ static dps_status check_comm(const cli_args *a, const backend *be, int launched)
     if ((c == DPS_COMM_NCCL) != (be->kind == BE_CUDA))
         return dps_fail(DPS_ERR_USAGE, "--comm %s cannot move %s-backend buffers: %s", name,
                         be->ops->name, c == DPS_COMM_NCCL ? "NCCL is for GPUs" : "use --comm nccl");
-    if (!comm_have(impl))
-        return dps_fail(DPS_ERR_USAGE, "--comm %s: this build has no %s (scripts/setup.sh installs "
-                        "it; then `meson setup --reconfigure build`)", name, impl);
     if (c == DPS_COMM_GLOO && !launched)
         return dps_fail(DPS_ERR_USAGE, "--comm gloo: the ranks meet through rank 0's store, which "
                         "a launcher's variables locate: start dpscale with torchrun, mpirun or "
                         "srun (forked ranks use shm)");
+    if (!comm_have(impl))
+        return dps_fail(DPS_ERR_USAGE, "--comm %s: this build has no %s (scripts/setup.sh installs "
+                        "it; then `meson setup --reconfigure build`)", name, impl);
     return DPS_OK;
 }
 
