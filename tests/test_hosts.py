@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""ddp across emulated hosts: network namespaces with hostnames of their own
+(netns.py), joined by shaped veth links; one rank a host, started with
+Open MPI's variables, meeting over Gloo. Usage: test_hosts.py DPSCALE CASE;
+exit 0 pass, 1 fail, 77 skip (no namespaces here, or no Gloo in the build)."""
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+from helpers import expect, has_collectives, read_folder, run_case
+import netns
+
+BASE = ["run", "--mode", "ddp", "--backend", "host", "--warmup", "1"]
+# 4 x 2048 x 2048 weights: one 64 MiB all-reduce a step, after backward
+BIG = ["--layers", "4", "--width", "2048", "--tokens", "1", "--classes", "16", "--steps", "3",
+       "--no-overlap", "--bucket-mb", "128"]
+
+
+def start(hosts, binary, out, name, *extra, port=29700):
+    """One rank on each host (Open MPI's variables, rank 0's host as
+    MASTER_ADDR); their Popens in rank order."""
+    n, procs = hosts.n, []
+    for r in range(n):
+        env = dict(os.environ, OMPI_COMM_WORLD_RANK=str(r), OMPI_COMM_WORLD_SIZE=str(n),
+                   OMPI_COMM_WORLD_LOCAL_RANK="0", OMPI_COMM_WORLD_LOCAL_SIZE="1",
+                   MASTER_ADDR=hosts.addr(0), DPSCALE_PORT=str(port))
+        procs.append(hosts.popen(r, [binary, *BASE, *extra, "--out", out, "--name", name],
+                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 text=True))
+    return procs
+
+
+def finish(procs, timeout=300):
+    """(returncode, output) of each, in rank order."""
+    return [(p.communicate(timeout=timeout)[0], p.returncode)[::-1] for p in procs]
+
+
+def run_ranks(hosts, binary, out, name, *extra):
+    got = finish(start(hosts, binary, out, name, *extra))
+    for r, (rc, text) in enumerate(got):
+        expect(rc == 0, f"{name}: rank {r} exited {rc}:\n{text[-3000:]}")
+    return read_folder(os.path.join(out, name))
+
+
+def usable(binary):
+    ok, why = netns.available()
+    if not ok:
+        print(f"SKIP: no network namespaces here: {why}")
+        return False
+    return has_collectives(binary, "gloo")
+
+
+def case_gloo(binary):
+    """Three hosts at 10 Gbit/s: auto chooses Gloo (the hostnames differ),
+    --check passes, meta.json lists three nodes with their addresses."""
+    if not usable(binary):
+        return 77
+    with tempfile.TemporaryDirectory() as tmp, netns.EmulatedHosts(3, "10gbit") as hosts:
+        runs, _, _, _, meta = run_ranks(hosts, binary, tmp, "three", "--model", "tiny",
+                                        "--steps", "5", "--check")
+        expect(runs[0]["status"] == "ok" and runs[0]["check"] == "pass", f"runs {runs}")
+        launch = meta["launch"]
+        nodes = launch.get("nodes", [])
+        expect(launch.get("collectives") == "gloo" and
+               [x["host"] for x in nodes] == [hosts.hostname(i) for i in range(3)] and
+               [x["address"] for x in nodes] == [hosts.addr(i) for i in range(3)] and
+               [x["ranks"] for x in nodes] == [[0], [1], [2]], f"meta.json launch {launch}")
+
+
+def allreduce_ms(phases):
+    """Rank 0's median all-reduce time and the bytes it moved a step."""
+    row = next(p for p in phases if p["device"] == "0" and p["phase"] == "allreduce")
+    return float(row["median_ms"]), int(row["bytes_per_step"])
+
+
+def case_shaping(binary):
+    """The 64 MiB all-reduce between two hosts takes longer on a 1 Gbit/s
+    link than on a 10 Gbit/s one, and at 1 Gbit/s its bus bandwidth is
+    within 20 % of the link's rate."""
+    if not usable(binary):
+        return 77
+    with tempfile.TemporaryDirectory() as tmp, netns.EmulatedHosts(2, "10gbit") as hosts:
+        fast, _ = allreduce_ms(run_ranks(hosts, binary, tmp, "fast", *BIG, "--batch", "2")[3])
+        hosts.shape("1gbit")
+        slow, nbytes = allreduce_ms(run_ranks(hosts, binary, tmp, "slow", *BIG,
+                                              "--batch", "2")[3])
+    busbw = nbytes / (slow / 1e3)  # 2 ranks: bus bandwidth = algorithm bandwidth
+    link = 1e9 / 8
+    print(f"64 MiB all-reduce, 2 hosts: {fast:.1f} ms at 10 Gbit/s, {slow:.1f} ms at 1 Gbit/s "
+          f"(busbw {busbw / 1e6:.1f} MB/s, link {link / 1e6:.1f} MB/s)")
+    expect(slow > 1.3 * fast, f"1 Gbit/s: {slow:.1f} ms, not slower than 10 Gbit/s: {fast:.1f} ms")
+    expect(abs(busbw - link) <= 0.2 * link,
+           f"1 Gbit/s: busbw {busbw / 1e6:.1f} MB/s, not within 20 % of {link / 1e6:.1f} MB/s")
+
+
+def case_rank_killed(binary):
+    """Rank 1, on the second host, killed by its pid mid-run: rank 0 ends
+    well within --timeout, names rank 1 and its host, records the failure;
+    no rank is left running."""
+    if not usable(binary):
+        return 77
+    with tempfile.TemporaryDirectory() as tmp, netns.EmulatedHosts(3, "10gbit") as hosts:
+        procs = start(hosts, binary, tmp, "killed", "--model", "tiny", "--steps", "200000",
+                      "--timeout", "30")
+        time.sleep(3)
+        expect(all(p.poll() is None for p in procs), "the ranks ended before the kill")
+        t0 = time.monotonic()
+        os.kill(procs[1].pid, signal.SIGKILL)
+        got = finish(procs, timeout=60)
+        took = time.monotonic() - t0
+        expect(took < 15, f"the group took {took:.0f} s to end after rank 1 was killed")
+        rc0, text0 = got[0]
+        expect(rc0 == 1 and f"rank 1 (pid {procs[1].pid} on host {hosts.hostname(1)})" in text0,
+               f"rank 0: exit {rc0}: {text0[-2000:]}")
+        expect(got[2][0] != 0, f"rank 2 exited {got[2][0]} though the group failed")
+        runs = read_folder(os.path.join(tmp, "killed"))[0]
+        expect(len(runs) == 1 and runs[0]["status"] == "error" and
+               hosts.hostname(1) in runs[0]["error"], f"runs {runs}")
+
+
+CASES = {"gloo": case_gloo, "shaping": case_shaping, "rank_killed": case_rank_killed}
+
+if __name__ == "__main__":
+    netns.cleanup_stale()
+    sys.exit(run_case(sys.argv[2], CASES[sys.argv[2]], os.path.abspath(sys.argv[1])))
