@@ -15,6 +15,7 @@
 
 #include "dps_config.h"
 #include "comm/comm_impl.h"
+#include "comm/store.h"
 #include "backend/cuda_check.h"
 #include "core/util.h"
 
@@ -186,6 +187,26 @@ static const comm_ops nccl_ops = {
 
 static int nccl_suits(const backend *be) { return be->kind == BE_CUDA; }
 
+/* The unique id of rank 0's: with NCCL_COMM_ID set every rank's own is
+ * that address's (NCCL's bootstrap); else through the ranks' store when
+ * they share no memory (under a launcher), else the shared region. */
+static dps_status exchange_id(comm *c, ncclUniqueId *id)
+{
+    const char *fixed = getenv("NCCL_COMM_ID");
+    if (c->rank == 0 || (fixed && *fixed)) NCCL_TRY(ncclGetUniqueId(id));
+    if (fixed && *fixed) return DPS_OK;
+    if (!c->store) return comm_shared_exchange_id(c->sh, c->rank, id, sizeof *id, c->timeout_ms);
+    if (c->rank == 0) return store_set(c->store, "nccl-id", id, sizeof *id);
+    void *val;
+    size_t len;
+    DPS_TRY(store_get(c->store, "nccl-id", 0, &val, &len, c->timeout_ms));
+    if (len == sizeof *id) memcpy(id, val, sizeof *id);
+    free(val);
+    if (len == sizeof *id) return DPS_OK;
+    return dps_fail(DPS_ERR_RUNTIME, "rank %d: rank 0's NCCL id has %zu bytes, this NCCL's %zu: "
+                    "is every rank the same dpscale build?", c->rank, len, sizeof *id);
+}
+
 static dps_status nccl_open(comm *c)
 {
     nccl_rank *nr = calloc(1, sizeof *nr);
@@ -194,8 +215,7 @@ static dps_status nccl_open(comm *c)
     c->ops = &nccl_ops;
     ncclUniqueId id;
     memset(&id, 0, sizeof id);
-    if (c->rank == 0) NCCL_TRY(ncclGetUniqueId(&id));
-    DPS_TRY(comm_shared_exchange_id(c->sh, c->rank, &id, sizeof id, c->timeout_ms));
+    DPS_TRY(exchange_id(c, &id));
     DPS_TRY(c->be->ops->set_device(c->be, c->dev));
     DPS_TRY(c->be->ops->stream_create(c->be, c->dev, &nr->stream));
     char name[32];
