@@ -121,7 +121,29 @@ def case_rank_killed(binary):
                hosts.hostname(1) in runs[0]["error"], f"runs {runs}")
 
 
-CASES = {"gloo": case_gloo, "shaping": case_shaping, "rank_killed": case_rank_killed}
+def case_rank_hangs(binary):
+    """Rank 1, on the second host, hangs at step 3: the group ends within
+    --timeout and a few seconds, rank 0's message says which rank was not
+    in a collective and on which host, and the hung rank is ended too."""
+    if not usable(binary):
+        return 77
+    with tempfile.TemporaryDirectory() as tmp, netns.EmulatedHosts(2, "10gbit") as hosts:
+        t0 = time.monotonic()
+        procs = start(hosts, binary, tmp, "hangs", "--model", "tiny", "--steps", "50",
+                      "--timeout", "5", "--inject-fault", "1:3:hang")
+        got = finish(procs, timeout=60)
+        took = time.monotonic() - t0
+        expect(took < 20, f"the group took {took:.0f} s to end (--timeout 5)")
+        rc0, text0 = got[0]
+        expect(rc0 == 1 and f"rank 1 step 3, not in a collective (host {hosts.hostname(1)}"
+               in text0, f"rank 0: exit {rc0}: {text0[-2000:]}")
+        expect(got[1][0] != 0, f"the hung rank exited {got[1][0]}")
+        runs = read_folder(os.path.join(tmp, "hangs"))[0]
+        expect(runs[0]["status"] == "timeout", f"runs {runs}")
+
+
+CASES = {"gloo": case_gloo, "shaping": case_shaping, "rank_killed": case_rank_killed,
+         "rank_hangs": case_rank_hangs}
 
 if __name__ == "__main__":
     netns.cleanup_stale()

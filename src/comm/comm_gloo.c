@@ -25,9 +25,11 @@ static int shim_get(void *ctx, const char *key, void **val, size_t *len, double 
     return 1;
 }
 
-/* A shim call's outcome as the comm layer's status. */
+/* A shim call's outcome as the comm layer's status. A failed call leaves
+ * the rank marked as waiting: it was blocked in the collective until then. */
 static dps_status status_of(comm *c, int rc, const char *what, const char *err)
 {
+    if (rc == GLOO_SHIM_OK) comm_shared_waiting(c->sh, c->rank, 0);
     if (rc == GLOO_SHIM_OK) return DPS_OK;
     return dps_fail(rc == GLOO_SHIM_TIMEOUT ? DPS_ERR_TIMEOUT : DPS_ERR_RUNTIME,
                     "%s over Gloo failed: %s", what, err);
@@ -35,6 +37,7 @@ static dps_status status_of(comm *c, int rc, const char *what, const char *err)
 
 static dps_status gloo_allreduce(comm *c, void *buf, size_t n, comm_dtype dt)
 {
+    comm_shared_waiting(c->sh, c->rank, 1); /* for a timeout's message */
     char err[DPS_ERRMSG_MAX] = "";
     int rc = gloo_shim_allreduce(c->impl, buf, n, dt == COMM_BF16, err, sizeof err);
     if (!rc) c->bytes_sent += 2 * n * comm_dtype_bytes(dt) * (size_t)(c->nranks - 1) / (size_t)c->nranks;
@@ -43,6 +46,7 @@ static dps_status gloo_allreduce(comm *c, void *buf, size_t n, comm_dtype dt)
 
 static dps_status gloo_broadcast(comm *c, void *buf, size_t bytes, int root)
 {
+    comm_shared_waiting(c->sh, c->rank, 1); /* for a timeout's message */
     char err[DPS_ERRMSG_MAX] = "";
     return status_of(c, gloo_shim_broadcast(c->impl, buf, bytes, root, err, sizeof err),
                      "broadcast", err);
@@ -50,6 +54,7 @@ static dps_status gloo_broadcast(comm *c, void *buf, size_t bytes, int root)
 
 static dps_status gloo_reduce(comm *c, void *buf, size_t n, comm_dtype dt, int root)
 {
+    comm_shared_waiting(c->sh, c->rank, 1); /* for a timeout's message */
     char err[DPS_ERRMSG_MAX] = "";
     return status_of(c, gloo_shim_reduce(c->impl, buf, n, dt == COMM_BF16, root, err, sizeof err),
                      "reduce", err);
@@ -57,6 +62,7 @@ static dps_status gloo_reduce(comm *c, void *buf, size_t n, comm_dtype dt, int r
 
 static dps_status gloo_barrier(comm *c)
 {
+    comm_shared_waiting(c->sh, c->rank, 1); /* for a timeout's message */
     char err[DPS_ERRMSG_MAX] = "";
     return status_of(c, gloo_shim_barrier(c->impl, err, sizeof err), "barrier", err);
 }

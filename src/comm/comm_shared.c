@@ -54,6 +54,8 @@ void comm_shared_waiting(comm_shared *sh, int rank, int on)
     atomic_store(&sh->box[rank].waiting, on);
 }
 
+int comm_shared_is_waiting(comm_shared *sh, int rank) { return atomic_load(&sh->box[rank].waiting); }
+
 dps_status comm_shared_exchange_id(comm_shared *sh, int rank, void *id, size_t bytes,
                                    double timeout_ms)
 {

@@ -39,6 +39,8 @@ void comm_shared_init(comm_shared *sh, int nranks);
 int comm_shared_abort(comm_shared *sh);
 /* Marks rank as blocked in a collective (1) or not (0), for the watchdog. */
 void comm_shared_waiting(comm_shared *sh, int rank, int on);
+/* Whether rank is blocked in a collective. */
+int comm_shared_is_waiting(comm_shared *sh, int rank);
 /* For a timeout's message: "ranks not in a collective: 1 (forward); waiting
  * in a collective: 0 (backward), 2 (backward)"; labels[r] (NULL: none) is
  * what rank r was doing, labels may be NULL. */

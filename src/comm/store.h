@@ -64,11 +64,13 @@ dps_status store_roster(dps_store *s, store_member *members, int nranks) DPS_MUS
 /* The address this rank reached the server from: where its peers reach it. */
 const char *store_local_addr(const dps_store *s);
 
-/* The control connection, watched on a thread: step is read every 10 ms
- * and sent when it changes; on_lost(ctx, why) runs on that thread when the
- * server tells this rank to abort or is gone. */
+/* The control connection, watched on a thread: every 10 ms state(ctx,
+ * &step) says the step this rank runs and returns whether it waits in a
+ * collective, sent when either changes; on_lost(ctx, why) runs on that
+ * thread when the server tells this rank to abort or is gone. */
+typedef int (*store_state_fn)(void *ctx, int *step);
 typedef void (*store_lost_fn)(void *ctx, const char *why);
-dps_status store_watch(dps_store *s, const _Atomic int *step, store_lost_fn on_lost, void *ctx)
+dps_status store_watch(dps_store *s, store_state_fn state, store_lost_fn on_lost, void *ctx)
     DPS_MUST_USE;
 /* Asks the server to abort every other rank, for why. */
 void store_abort(dps_store *s, const char *why);

@@ -27,7 +27,7 @@ struct dps_store {
     pthread_t watch;
     int watching;
     _Atomic int stop, finished;
-    const _Atomic int *step;
+    store_state_fn state;
     store_lost_fn on_lost;
     void *ctx;
 };
@@ -240,14 +240,15 @@ static int watch_read(dps_store *s)
 static void *watch_main(void *arg)
 {
     dps_store *s = arg;
-    int sent = -2;
+    int sent_step = -2, sent_waiting = -1;
     while (!atomic_load(&s->stop)) {
-        int step = s->step ? atomic_load(s->step) : -1;
-        if (step != sent && !atomic_load(&s->finished)) {
-            char v[16];
-            int n = snprintf(v, sizeof v, "%d", step);
+        int step = -1, waiting = s->state(s->ctx, &step);
+        if ((step != sent_step || waiting != sent_waiting) && !atomic_load(&s->finished)) {
+            char v[32];
+            int n = snprintf(v, sizeof v, "%d %d", step, waiting);
             ctl_send(s, ST_BEAT, "", v, (size_t)n);
-            sent = step;
+            sent_step = step;
+            sent_waiting = waiting;
         }
         struct pollfd p = {.fd = s->ctl_fd, .events = POLLIN};
         if (poll(&p, 1, 10) > 0 && watch_read(s)) break;
@@ -255,9 +256,9 @@ static void *watch_main(void *arg)
     return NULL;
 }
 
-dps_status store_watch(dps_store *s, const _Atomic int *step, store_lost_fn on_lost, void *ctx)
+dps_status store_watch(dps_store *s, store_state_fn state, store_lost_fn on_lost, void *ctx)
 {
-    s->step = step;
+    s->state = state;
     s->on_lost = on_lost;
     s->ctx = ctx;
     if (pthread_create(&s->watch, NULL, watch_main, s) != 0)

@@ -24,7 +24,7 @@
 #define FRAME_MS 30000.0 /* a frame that has begun arrives whole within this */
 
 typedef struct member {
-    int arrived, finished, gone, pid, step, ctl_fd;
+    int arrived, finished, gone, pid, step, waiting, ctl_fd;
     char host[STORE_HOST_MAX], addr[64];
 } member;
 
@@ -229,7 +229,7 @@ static int on_frame(store_server *s, conn *c, store_frame *f)
     case ST_GET: on_get(s, c->fd, f); return 0;
     case ST_BEAT:
         pthread_mutex_lock(&s->mu);
-        m->step = atoi(f->val);
+        if (sscanf(f->val, "%d %d", &m->step, &m->waiting) != 2) m->waiting = 0;
         pthread_mutex_unlock(&s->mu);
         return 0;
     case ST_BYE:
@@ -374,8 +374,10 @@ void store_server_explain(store_server *s, char *buf, size_t len)
     pthread_mutex_lock(&s->mu);
     for (int r = 0; r < s->nranks && n < len; r++) {
         const member *m = &s->m[r];
-        char at[32] = "setting up";
+        char at[64] = "setting up";
         if (m->step >= 0) snprintf(at, sizeof at, "step %d", m->step);
+        if (m->waiting) dps_strlcpy(at + strlen(at), ", waiting in a collective", sizeof at - strlen(at));
+        else if (m->arrived && !m->finished) dps_strlcpy(at + strlen(at), ", not in a collective", sizeof at - strlen(at));
         n += (size_t)snprintf(buf + n, len - n, "%srank %d %s (host %s, pid %d)", r ? ", " : "",
                               r, m->arrived ? at : "never arrived", m->host, m->pid);
     }

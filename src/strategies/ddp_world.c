@@ -32,6 +32,17 @@ static void on_lost(void *ctx, const char *why)
     _exit(1);
 }
 
+/* On the watch's thread: the step this rank runs, whether it waits. */
+static int step_state(void *ctx, int *step)
+{
+    ddp_world *dw = ctx;
+    *step = atomic_load(&dw->beat.step);
+    pthread_mutex_lock(&dw->mu);
+    int waiting = dw->comm ? comm_shared_is_waiting(dw->comm->sh, dw->w.rank) : dw->ended_waiting;
+    pthread_mutex_unlock(&dw->mu);
+    return waiting;
+}
+
 static void count_nodes(ddp_world *dw)
 {
     dw->nnodes = 0;
@@ -49,7 +60,7 @@ static dps_status join(ddp_world *dw, double timeout_ms)
     DPS_TRY(store_connect(w->addr, w->port, w->rank, timeout_ms, &dw->store));
     DPS_TRY(store_roster(dw->store, dw->members, w->size));
     count_nodes(dw);
-    return store_watch(dw->store, &dw->beat.step, on_lost, dw);
+    return store_watch(dw->store, step_state, on_lost, dw);
 }
 
 dps_status ddp_world_new(const world *w, ddp_world **out)
@@ -89,6 +100,7 @@ int ddp_world_one_host(const ddp_world *dw) { return dw->nnodes == 1; }
 void ddp_world_set_comm(ddp_world *dw, comm *c)
 {
     pthread_mutex_lock(&dw->mu);
+    dw->ended_waiting = !c && dw->comm && comm_shared_is_waiting(dw->comm->sh, dw->w.rank);
     dw->comm = c;
     pthread_mutex_unlock(&dw->mu);
 }

@@ -29,6 +29,7 @@ typedef struct ddp_world {
     rank_beat beat;         /* the step this rank runs, sent to rank 0 */
     pthread_mutex_t mu;     /* guards comm */
     comm *comm;             /* the running configuration's collectives */
+    int ended_waiting;      /* the last ones ended with this rank blocked in one */
     _Atomic int ended;      /* this rank's work is done: the watch need not end it */
     _Atomic int lost;       /* the group is over (why in lost_why) */
     char lost_why[DPS_ERRMSG_MAX];
