@@ -32,6 +32,11 @@ pkg-config --exists openblas 2>/dev/null || missing+=(libopenblas-dev)
 # oneDNN: the host backend's GEMM (meson option host-gemm; OpenBLAS is the fallback)
 [ -f /usr/include/oneapi/dnnl/dnnl.h ] || missing+=(libdnnl-dev)
 /usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1 || missing+=(python3-matplotlib)
+# Gloo: ddp between CPU ranks on several hosts (--comm gloo), behind a C++ shim
+[ -f /usr/include/gloo/rendezvous/context.h ] || missing+=(libgloo-dev)
+command -v c++ >/dev/null 2>&1 || missing+=(g++)
+# ip and tc: the tests' emulated hosts (network namespaces; they are skipped without root)
+command -v ip >/dev/null 2>&1 && command -v tc >/dev/null 2>&1 || missing+=(iproute2)
 if [ "$with_torch" = 1 ]; then
   /usr/bin/python3 -c 'import numpy' >/dev/null 2>&1 || missing+=(python3-numpy)
   /usr/bin/python3 -c 'import torch' >/dev/null 2>&1 || missing+=(python3-torch)

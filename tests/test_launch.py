@@ -210,6 +210,27 @@ def case_contracts(binary):
             expect(params(npy) == want, f"{kind}: final parameters differ from the fork launcher's")
 
 
+def case_legacy_launch(binary):
+    """torch.distributed.launch's contract before PyTorch 2.0: RANK,
+    WORLD_SIZE and MASTER_* in the environment, the local rank as
+    --local_rank=N (or --local-rank N): --check passes."""
+    with tempfile.TemporaryDirectory() as tmp:
+        port = random.randint(20000, 60000)
+        envs = [{"RANK": str(r), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+                 "MASTER_PORT": str(port)} for r in range(2)]
+        procs = []
+        for r, env in enumerate(envs):
+            flag = ["--local_rank=0"] if r == 0 else ["--local-rank", "1"]
+            procs.append(subprocess.Popen([binary, *RUN, *flag, "--check", "--out", tmp,
+                                           "--name", "legacy"], env=dict(os.environ, **env),
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                          text=True))
+        for r, p in enumerate(procs):
+            text = p.communicate(timeout=120)[0]
+            expect(p.returncode == 0, f"rank {r}: exit {p.returncode}: {text[-2000:]}")
+        check_folder(os.path.join(tmp, "legacy"), 2, "torchrun")
+
+
 def one_rank(binary, tmp, env, *args):
     return subprocess.run([binary, *RUN, *args, "--out", tmp, "--name", "x"],
                           env=dict(os.environ, **env), capture_output=True, text=True, timeout=60)
@@ -266,7 +287,8 @@ def case_rank_dies(binary):
                f"runs {runs}")
 
 
-CASES = {"torchrun": case_torchrun, "torchrun_nodes": case_torchrun_nodes, "torchrun_fault": case_torchrun_fault, "mpirun": case_mpirun, "rank_dies": case_rank_dies, "contracts": case_contracts, "refusals": case_refusals,
+CASES = {"torchrun": case_torchrun, "torchrun_nodes": case_torchrun_nodes,
+         "legacy_launch": case_legacy_launch, "torchrun_fault": case_torchrun_fault, "mpirun": case_mpirun, "rank_dies": case_rank_dies, "contracts": case_contracts, "refusals": case_refusals,
          "missing_rank": case_missing_rank}
 
 

@@ -112,6 +112,7 @@ static void store_value(cli_args *a, settings_id id, const settings_value *v)
     case SET_DP_IMPL: c->dp_impl = (dps_dp_impl)i; break;
     case SET_LAUNCHER: a->launcher = (dps_launch)i; break;
     case SET_COMM: c->comm = (dps_comm)i; break;
+    case SET_LOCAL_RANK: a->local_rank = (int)i; break;
     case SET_LR: c->hp.lr = (float)x; a->lr_set = 1; break;
     case SET_STEPS: c->steps = (int)i; a->steps_set = 1; break;
     case SET_WARMUP: c->warmup = (int)i; a->warmup_set = 1; break;
@@ -185,6 +186,8 @@ static void long_options(struct option *lo, char *letters)
         if (!e->flag) continue;
         int has_arg = e->type == SETTINGS_FLAG ? no_argument : required_argument;
         lo[n++] = (struct option){e->flag, has_arg, NULL, CLI_ID_BASE + id};
+        if (id == SET_LOCAL_RANK) /* as torch.distributed.launch before PyTorch 2.0 spells it */
+            lo[n++] = (struct option){"local_rank", has_arg, NULL, CLI_ID_BASE + id};
         if (e->letter) letters[k++] = e->letter;
         if (e->letter && has_arg == required_argument) letters[k++] = ':';
     }
@@ -205,7 +208,8 @@ dps_status cli_parse(int argc, char **argv, cli_args *a)
     memset(a, 0, sizeof *a);
     config_defaults(&a->cfg);
     a->config_timeout_s = settings_table[SET_CONFIG_TIMEOUT].def.x;
-    struct option lo[SET_COUNT + 1];
+    a->local_rank = -1;
+    struct option lo[SET_COUNT + 2]; /* one alias */
     char letters[2 * SET_COUNT + 2];
     long_options(lo, letters);
     int first = 1;

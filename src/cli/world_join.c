@@ -1,6 +1,8 @@
 /* What the launcher's variables say about this process's place in ddp,
  * checked against the options, and the ranks joined (see world_join.h). */
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli/world_join.h"
 #include "comm/comm.h"
@@ -43,11 +45,20 @@ static dps_status check_comm(const cli_args *a, const backend *be, int launched)
     return DPS_OK;
 }
 
-static const char *env_lookup(const char *name) { return getenv(name); }
+/* --local-rank, for LOCAL_RANK when the launcher passes it as an option. */
+static char local_rank_text[16];
+
+static const char *env_lookup(const char *name)
+{
+    const char *v = getenv(name);
+    if (!v && local_rank_text[0] && strcmp(name, "LOCAL_RANK") == 0) return local_rank_text;
+    return v;
+}
 
 dps_status cli_join_world(cli_args *a, const backend *be)
 {
     world w = {.launcher = WORLD_NONE};
+    if (a->local_rank >= 0) snprintf(local_rank_text, sizeof local_rank_text, "%d", a->local_rank);
     if (a->launcher != LAUNCH_FORK) DPS_TRY(world_from_env(&w, env_lookup));
     if (w.launcher == WORLD_NONE && a->launcher == LAUNCH_ENV)
         return dps_fail(DPS_ERR_USAGE, "--launcher env: no launcher's variables are set (RANK, "

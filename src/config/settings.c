@@ -176,6 +176,12 @@ const settings_entry settings_table[SET_COUNT] = {
         .help = "ddp's collectives: NCCL's ring over shared memory (shm, ranks on one host), Gloo "
                 "over TCP (gloo, CPU ranks on any hosts, under a launcher) or NCCL (GPUs); auto: "
                 "nccl on GPUs, shm when every rank shares a host, gloo otherwise"},
+    [SET_LOCAL_RANK] = {
+        .cmds = SETTINGS_RUN,
+        .flag = "local-rank", .type = SETTINGS_INT, .lo = 0, .hi = 1 << 20,
+        .metavar = "N",
+        .help = "this rank's place on its host, as torch.distributed.launch passes it (also "
+                "--local_rank) when LOCAL_RANK is not set"},
     [SET_RESUME] = {
         .cmds = SETTINGS_SWEEP,
         .flag = "resume", .type = SETTINGS_FLAG,
