@@ -57,6 +57,18 @@ class Folder:
         self.backend = self.meta.get("backend", self.runs[0]["backend"])
         self.emulated = bool(self.meta.get("emulated")) or self.backend == "host"
 
+    def nodes(self):
+        """The launcher's nodes (meta.json's launch.nodes: host, address,
+        ranks), [] when dpscale forked its ranks on one host."""
+        launch = self.meta.get("launch")
+        nodes = launch.get("nodes") if isinstance(launch, dict) else None
+        return nodes if isinstance(nodes, list) else []
+
+    def ranks_per_node(self):
+        """Ranks on the fullest node when the run spans nodes, else None."""
+        nodes = self.nodes()
+        return max(len(n.get("ranks", [])) for n in nodes) if len(nodes) > 1 else None
+
     def label(self):
         if self.emulated:
             return f"{self.backend} backend, emulated devices on {self.device.replace('emulated device on ', '')}"
@@ -150,6 +162,11 @@ def plot_scaling(plt, folder, out, efficiency=False):
         else:
             ax.plot([], [], ":", color="gray", label="ideal (linear from 1 GPU)")
             ax.set_ylabel("throughput (samples/s)")
+        per_node = folder.ranks_per_node()
+        if per_node:
+            ax.axvline(per_node + 0.5, color="black", linestyle="--", linewidth=1,
+                       label=f"node boundary ({per_node} rank{'s' if per_node > 1 else ''} "
+                             "a node)")
         ax.set_xlabel("GPUs (count)")
         ax.set_xticks(sorted({p[0] for pts in lines.values() for p in pts}))
         ax.set_title(f"{model}, {prec}, {opt}")
@@ -430,6 +447,15 @@ def summary(folder, out, charts, torch_folder=None):
     if folder.emulated:
         lines += ["Host backend: devices are emulated on the CPU, so these timings describe "
                   "the CPU, not a GPU.", ""]
+    nodes = folder.nodes()
+    if nodes:
+        launch = folder.meta["launch"]
+        where = ", ".join(f"{n.get('host')} (ranks {', '.join(map(str, n.get('ranks', [])))})"
+                          for n in nodes)
+        link = {"gloo": "Gloo over TCP", "shm": "the shared-memory ring", "nccl": "NCCL"}.get(
+            launch.get("collectives"), launch.get("collectives", "unknown collectives"))
+        lines += [f"ddp's ranks ran on {len(nodes)} node{'s' if len(nodes) > 1 else ''} under "
+                  f"{launch.get('launcher')}: {where}; gradients moved with {link}.", ""]
     lines += ["dp has no Python overhead: its figures are an upper bound on DataParallel's "
               "throughput, which also pays Python (threads started per forward, module "
               "replication, per-op dispatch under the GIL), worst at small batches; "

@@ -13,6 +13,7 @@ import time
 from helpers import expect, has_collectives, read_folder, run_case
 import netns
 
+PLOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "plot.py")
 BASE = ["run", "--mode", "ddp", "--backend", "host", "--warmup", "1"]
 # 4 x 2048 x 2048 weights: one 64 MiB all-reduce a step, after backward
 BIG = ["--layers", "4", "--width", "2048", "--tokens", "1", "--classes", "16", "--steps", "3",
@@ -68,6 +69,16 @@ def case_gloo(binary):
                [x["host"] for x in nodes] == [hosts.hostname(i) for i in range(3)] and
                [x["address"] for x in nodes] == [hosts.addr(i) for i in range(3)] and
                [x["ranks"] for x in nodes] == [[0], [1], [2]], f"meta.json launch {launch}")
+        folder = os.path.join(tmp, "three")
+        charts = os.path.join(tmp, "charts")
+        p = subprocess.run(["/usr/bin/python3", PLOT, folder, "--out", charts],
+                           capture_output=True, text=True, timeout=300)
+        expect(p.returncode == 0, f"plot.py: exit {p.returncode}: {p.stderr[-2000:]}")
+        with open(os.path.join(charts, "summary.md")) as f:
+            text = f.read()
+        expect("ran on 3 nodes under Open MPI: dps-node0 (ranks 0), dps-node1 (ranks 1), "
+               "dps-node2 (ranks 2); gradients moved with Gloo over TCP" in text,
+               f"summary.md says nothing of the nodes:\n{text[:1500]}")
 
 
 def allreduce_ms(phases):
