@@ -155,6 +155,7 @@ struct backend {
     int ndev;
     int emulated;                /* timings describe the CPU, not a GPU */
     int gemm_bf16;               /* GEMM inputs rounded to bf16, fp32 accumulation (AMP) */
+    int unpinned;                /* host: be_options.unpinned */
     be_device_info info[DPS_MAX_DEVICES];
     unsigned char peer[DPS_MAX_DEVICES][DPS_MAX_DEVICES]; /* i can access j's memory */
     be_mem mem[DPS_MAX_DEVICES];
@@ -167,6 +168,7 @@ typedef struct be_options {
     int host_devices;      /* emulated device count */
     size_t device_mem;     /* host capacity per device, 0 = unlimited */
     int quiet;             /* no "took the host backend" line */
+    int unpinned;          /* host: leave threads on the cores they have (a launcher placed them) */
 } be_options;
 
 /* Opens the backend; for BE_AUTO takes cuda when a GPU is visible, else host,

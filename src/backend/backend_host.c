@@ -77,9 +77,8 @@ static void pin_thread(int dev)
 
 static dps_status host_set_device(backend *be, int dev)
 {
-    (void)be;
     DPS_TRY(host_context(dev));
-    pin_thread(dev);
+    if (!be->unpinned) pin_thread(dev);
     return DPS_OK;
 }
 
@@ -508,6 +507,7 @@ dps_status be_host_open(const be_options *opt, backend **out)
     be->kind = BE_HOST;
     be->emulated = 1;
     be->ndev = opt->host_devices > 0 ? opt->host_devices : 8;
+    be->unpinned = opt->unpinned;
     if (be->ndev > DPS_MAX_DEVICES) be->ndev = DPS_MAX_DEVICES;
     pthread_mutex_init(&be->mem_lock, NULL);
     host_sgemm_init(); /* one thread per emulated device */

@@ -396,6 +396,9 @@ dps_status ddp_rank_main(const dps_config *cfg, ddp_shared *sh, int rank, rank_b
     trace_name_thread(name);
     be_options bo = cfg->be;
     bo.quiet = 1;
+    /* a launcher placed this process (mpirun binds it; emulated hosts share
+     * one box, where every rank is its host's device 0) */
+    bo.unpinned = dw != NULL;
     dps_status rc = be_open(&bo, &R->be);
     if (!rc) R->be->gemm_bf16 = cfg->precision == PREC_BF16;
     if (!rc && dw) rc = local_device(R);
