@@ -217,6 +217,37 @@ if dc_step "sweep with links measured" 15 "sweep dp,ddp gpus=1"; then
   dps_figure "sweep dp,ddp gpus=1" $? sweep "$res/sweep" 2
 fi
 
+# ddp across two "nodes" on one machine: one rank each, its own GPU (CUDA_VISIBLE_DEVICES),
+# told apart by NCCL as two hosts (NCCL_HOSTID: no P2P or shared memory between them, NCCL's
+# network transport instead), meeting through rank 0's store as under mpirun: ~10 s.
+two_nodes() {
+  local port=$((29900 + RANDOM % 1000)) r pids=() rc=0 one
+  for r in 0 1; do
+    env OMPI_COMM_WORLD_RANK=$r OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_LOCAL_RANK=0 \
+      OMPI_COMM_WORLD_LOCAL_SIZE=1 MASTER_ADDR=127.0.0.1 DPSCALE_PORT=$port \
+      CUDA_VISIBLE_DEVICES=$r NCCL_HOSTID=dpscale-node$r \
+      timeout 120 "$bin" run --backend "$backend" --mode ddp --comm nccl --model small --steps 10 \
+      --check --timeout 60 --out "$res" --name nodes-nccl >"$res/nodes-nccl-rank$r.log" 2>&1 &
+    pids+=($!)
+  done
+  for r in 0 1; do
+    wait "${pids[$r]}"
+    one=$?
+    [ "$rc" -ne 0 ] || rc=$one
+  done
+  tail -n 3 "$res/nodes-nccl-rank0.log" "$res/nodes-nccl-rank1.log"
+  return "$rc"
+}
+if dc_step "ddp across two emulated nodes over NCCL" 15 "check ddp 2 nodes nccl"; then
+  if [ "$ngpu" -lt 2 ]; then
+    figure "check ddp 2 nodes nccl" "skipped: 1 GPU here, and each emulated node needs its own" \
+      "check pass" SKIP
+  else
+    two_nodes
+    dps_figure "check ddp 2 nodes nccl" $? check "$res/nodes-nccl"
+  fi
+fi
+
 # bert-large bf16, 13 steps of ~20 ms and the GEMMs alone: ~10 s per preset tried.
 if dc_step "bf16 model TFLOP/s against the GEMMs alone" 12 "bf16 TFLOP/s vs GEMMs"; then
   rc=$DC_SKIP_RC
