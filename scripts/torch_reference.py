@@ -538,8 +538,10 @@ def rank_main(rank, args, shape, init_method, local_rank=None):
     gpu = rank if local_rank is None else local_rank
     if cuda:
         torch.cuda.set_device(gpu)
+    # a bounded wait: a rank that never comes, or a collective that never
+    # ends, fails with Gloo's or NCCL's message instead of hanging
     dist.init_process_group("nccl" if cuda else "gloo", init_method=init_method, rank=rank,
-                            world_size=args.gpus)
+                            world_size=args.gpus, timeout=datetime.timedelta(seconds=args.timeout))
     try:
         r = Rank(torch, args, shape, rank, args.gpus, [gpu] if cuda else [])
         recs, busy = r.train()
@@ -866,6 +868,8 @@ def parse(argv):
     ap.add_argument("--lr", type=float, default=0.0, help="default per optimizer, as dpscale's")
     ap.add_argument("--batch", type=int, default=0, help="global batch (default: preset's x gpus)")
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--timeout", type=float, default=300,
+                    help="ddp: seconds a rank waits for the others or for a collective (300)")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--out", default="results")

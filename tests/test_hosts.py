@@ -11,7 +11,7 @@ import tempfile
 import time
 
 from helpers import expect, has_collectives, read_folder, run_case
-import netns
+import netns  # scripts/netns.py
 
 PLOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "plot.py")
 BASE = ["run", "--mode", "ddp", "--backend", "host", "--warmup", "1"]

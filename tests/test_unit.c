@@ -450,6 +450,67 @@ static void test_world(void)
     expect_world_refused(port, "MASTER_PORT=70000: expected a whole number from 1 to 65534");
 }
 
+/* What a store client's watch saw: the server's word to abort. */
+typedef struct store_seen { _Atomic int lost; char why[DPS_ERRMSG_MAX]; } store_seen;
+
+static int store_idle(void *ctx, int *step) { (void)ctx; *step = 1; return 0; }
+
+static void store_lost(void *ctx, const char *why)
+{
+    store_seen *s = ctx;
+    dps_strlcpy(s->why, why, sizeof s->why);
+    atomic_store(&s->lost, 1);
+}
+
+static int free_port(void) { return 20000 + (int)(getpid() % 20000); }
+
+/* The ranks' store: keys, the roster, a rank that ends without its key
+ * (GONE at once, named), a rank whose connection closes without a word
+ * (every other rank told to abort, the rank named), and ranks that never
+ * arrive (named, within the timeout). */
+static void test_store(void)
+{
+    store_server *srv;
+    int port = free_port();
+    EXPECT(store_server_start(port, 3, 10000.0, &srv) == DPS_OK);
+    dps_store *c[3];
+    for (int r = 0; r < 3; r++) EXPECT(store_connect("127.0.0.1", port, r, 5000.0, &c[r]) == DPS_OK);
+    store_member m[3];
+    EXPECT(store_roster(c[2], m, 3) == DPS_OK && m[1].pid == (int)getpid());
+    EXPECT(!strcmp(m[0].addr, "127.0.0.1"));
+    store_set_prefix(c[0], "c0/");
+    store_set_prefix(c[1], "c0/");
+    EXPECT(store_set(c[0], "k", "hello", 5) == DPS_OK);
+    void *val = NULL;
+    size_t len = 0;
+    EXPECT(store_get(c[1], "k", 0, &val, &len, 1000.0) == DPS_OK && len == 5 && !memcmp(val, "hello", 5));
+    free(val);
+    EXPECT(store_get(c[2], "k", 0, &val, &len, 200.0) == DPS_ERR_TIMEOUT); /* another prefix */
+    store_seen seen = {0};
+    EXPECT(store_watch(c[0], store_idle, store_lost, &seen) == DPS_OK);
+    store_finish(c[2]);
+    store_close(c[2]);
+    EXPECT(store_get(c[1], "never", 2, &val, &len, 5000.0) == DPS_ERR_RUNTIME);
+    EXPECT(strstr(dps_errmsg(), "rank 2 (pid") && strstr(dps_errmsg(), "ended without setting"));
+    store_close(c[1]); /* gone without a word */
+    for (int i = 0; i < 300 && !atomic_load(&seen.lost); i++) usleep(10000);
+    EXPECT(atomic_load(&seen.lost) && strstr(seen.why, "rank 1 (pid") &&
+           strstr(seen.why, "ended without a word"));
+    int asked;
+    char why[DPS_ERRMSG_MAX];
+    EXPECT(store_server_failure(srv, &asked, why, sizeof why) == DPS_ERR_RUNTIME && !asked);
+    store_close(c[0]);
+    store_server_stop(srv);
+
+    EXPECT(store_server_start(port + 1, 2, 300.0, &srv) == DPS_OK);
+    EXPECT(store_connect("127.0.0.1", port + 1, 0, 300.0, &c[0]) == DPS_OK);
+    EXPECT(store_roster(c[0], m, 2) != DPS_OK);
+    EXPECT(strstr(dps_errmsg(), "1 of 2 ranks arrived within --timeout 0.3 s; missing: 1"));
+    EXPECT(store_server_failure(srv, &asked, why, sizeof why) == DPS_ERR_TIMEOUT);
+    store_close(c[0]);
+    store_server_stop(srv);
+}
+
 /* One timed step of a phase whose work keeps the stream busy work_ms. */
 static float timed_phase(phase_timer *t, dps_phase ph, double work_ms)
 {
@@ -1285,7 +1346,7 @@ int main(int argc, char **argv)
         {"suite", test_suite}, {"settings", test_settings}, {"nvml", test_nvml},
         {"comm_abort", test_comm_abort}, {"context", test_context}, {"versions", test_versions},
         {"gemm", test_gemm}, {"host_math", test_host_math},
-        {"slowdown", test_slowdown}, {"world", test_world},
+        {"slowdown", test_slowdown}, {"world", test_world}, {"store", test_store},
     };
     int ran = 0;
     for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++)
