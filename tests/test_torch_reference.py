@@ -85,7 +85,7 @@ def torch_ref(binary, *args, out, name, check_rc=0):
     (a second group of gloo ranks started from one Python process, after a
     first, has been seen to hang)."""
     p = script("torch_reference.py", "--device", "cpu", "--dpscale", binary, "--out", out,
-               "--name", name, *args, timeout=300)
+               "--name", name, "--timeout", "120", *args, timeout=300)
     if check_rc is not None and p.returncode != check_rc:
         raise Failure(f"torch_reference.py {' '.join(args)} --out {out} --name {name}: exit "
                       f"{p.returncode}, expected {check_rc}\nstdout:\n{p.stdout}\n"
