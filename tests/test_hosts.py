@@ -68,7 +68,9 @@ def case_gloo(binary):
         expect(launch.get("collectives") == "gloo" and
                [x["host"] for x in nodes] == [hosts.hostname(i) for i in range(3)] and
                [x["address"] for x in nodes] == [hosts.addr(i) for i in range(3)] and
-               [x["ranks"] for x in nodes] == [[0], [1], [2]], f"meta.json launch {launch}")
+               [x["ranks"] for x in nodes] == [[0], [1], [2]] and
+               all(x["nic"] == "eth0" and len(x["devices"]) == 1 for x in nodes),
+               f"meta.json launch {launch}")
         folder = os.path.join(tmp, "three")
         charts = os.path.join(tmp, "charts")
         p = subprocess.run(["/usr/bin/python3", PLOT, folder, "--out", charts],

@@ -16,7 +16,7 @@
 #define STORE_HOST_MAX 64
 #define STORE_KEY_MAX 256
 /* The key the server sets once every rank has arrived: one line per rank,
- * "rank pid host address". */
+ * "rank pid host address interface". */
 #define STORE_ROSTER_KEY "dpscale/roster"
 
 typedef struct store_server store_server;
@@ -27,6 +27,7 @@ typedef struct store_member {
     int pid;
     char host[STORE_HOST_MAX];  /* its hostname */
     char addr[64];              /* the address it reached the server from */
+    char nic[32];               /* the interface of that address ("eth0"; "unknown") */
 } store_member;
 
 /* Rank 0: serves the store on every address at port for nranks ranks, on a

@@ -3,6 +3,7 @@
  * steps, its end and the server's word to abort. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -58,6 +59,33 @@ static int try_connect(const char *addr, int port)
     return fd;
 }
 
+/* The network interface fd's local address is on ("lo", "eth0"); "unknown". */
+static void iface_of(int fd, char *buf, size_t len)
+{
+    struct sockaddr_storage sa;
+    socklen_t sl = sizeof sa;
+    struct ifaddrs *all = NULL;
+    dps_strlcpy(buf, "unknown", len);
+    if (getsockname(fd, (struct sockaddr *)&sa, &sl) != 0 || getifaddrs(&all) != 0) return;
+    const struct in6_addr *v6 = &((struct sockaddr_in6 *)&sa)->sin6_addr;
+    struct in_addr v4 = ((struct sockaddr_in *)&sa)->sin_addr;
+    if (sa.ss_family == AF_INET6 && IN6_IS_ADDR_V4MAPPED(v6)) memcpy(&v4, &v6->s6_addr[12], 4);
+    int want4 = sa.ss_family == AF_INET || IN6_IS_ADDR_V4MAPPED(v6);
+    for (struct ifaddrs *i = all; i; i = i->ifa_next) {
+        if (!i->ifa_addr) continue;
+        int same = want4 ? i->ifa_addr->sa_family == AF_INET &&
+                               ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr == v4.s_addr
+                         : i->ifa_addr->sa_family == AF_INET6 &&
+                               !memcmp(&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr, v6,
+                                       sizeof *v6);
+        if (same) {
+            dps_strlcpy(buf, i->ifa_name, len);
+            break;
+        }
+    }
+    freeifaddrs(all);
+}
+
 /* A connection to the server, said hello on as kind ("ctl" or "req"). */
 static dps_status open_conn(dps_store *s, const char *kind, double deadline, int *out)
 {
@@ -69,11 +97,12 @@ static dps_status open_conn(dps_store *s, const char *kind, double deadline, int
                             "(DPSCALE_PORT) the same for every rank?", s->rank, s->server, s->port);
         pause_ms(50);
     }
-    char host[STORE_HOST_MAX] = "unknown", hello[STORE_HOST_MAX + 32];
+    char host[STORE_HOST_MAX] = "unknown", nic[32], hello[STORE_HOST_MAX + 64];
     gethostname(host, sizeof host - 1);
     for (char *p = host; *p; p++)
         if (*p == ' ') *p = '_';
-    int n = snprintf(hello, sizeof hello, "%d %d %s", s->rank, (int)getpid(), host);
+    iface_of(fd, nic, sizeof nic);
+    int n = snprintf(hello, sizeof hello, "%d %d %s %s", s->rank, (int)getpid(), host, nic);
     if (store_send(fd, ST_HELLO, kind, hello, (size_t)n, deadline) != 0) {
         close(fd);
         return dps_fail(DPS_ERR_RUNTIME, "rank %d: cannot reach rank 0's store at %s:%d: %s",
@@ -183,10 +212,12 @@ dps_status store_get(dps_store *s, const char *key, int owner, void **val, size_
 static int parse_member(const char *line, int nranks, store_member *members)
 {
     int r, pid;
-    char host[STORE_HOST_MAX], addr[64];
-    if (sscanf(line, "%d %d %63s %63s", &r, &pid, host, addr) != 4 || r < 0 || r >= nranks)
+    char host[STORE_HOST_MAX], addr[64], nic[32];
+    if (sscanf(line, "%d %d %63s %63s %31s", &r, &pid, host, addr, nic) != 5 || r < 0 ||
+        r >= nranks)
         return -1;
     members[r].pid = pid;
+    dps_strlcpy(members[r].nic, nic, sizeof members[r].nic);
     dps_strlcpy(members[r].host, host, sizeof members[r].host);
     dps_strlcpy(members[r].addr, addr, sizeof members[r].addr);
     return 0;

@@ -25,7 +25,7 @@
 
 typedef struct member {
     int arrived, finished, gone, pid, step, waiting, ctl_fd;
-    char host[STORE_HOST_MAX], addr[64];
+    char host[STORE_HOST_MAX], addr[64], nic[32];
 } member;
 
 typedef struct kv { char key[STORE_KEY_MAX]; char *val; size_t len; } kv;
@@ -124,11 +124,11 @@ static void group_fail(store_server *s, dps_status code, const char *why, int ex
 
 static void set_roster(store_server *s)
 {
-    char buf[DPS_MAX_DEVICES * (STORE_HOST_MAX + 96)];
+    char buf[DPS_MAX_DEVICES * (STORE_HOST_MAX + 192)];
     size_t n = 0;
     for (int r = 0; r < s->nranks; r++)
-        n += (size_t)snprintf(buf + n, sizeof buf - n, "%d %d %s %s\n", r, s->m[r].pid,
-                              s->m[r].host, s->m[r].addr);
+        n += (size_t)snprintf(buf + n, sizeof buf - n, "%d %d %s %s %s\n", r, s->m[r].pid,
+                              s->m[r].host, s->m[r].addr, s->m[r].nic);
     if (set_kv(s, STORE_ROSTER_KEY, buf, n) != 0)
         group_fail(s, DPS_ERR_RUNTIME, "store: out of host memory for the roster", -1);
 }
@@ -152,8 +152,9 @@ static void peer_addr(int fd, char *buf, size_t len)
 static int on_hello(store_server *s, conn *c, const store_frame *f)
 {
     int rank, pid;
-    char host[STORE_HOST_MAX];
-    if (sscanf(f->val, "%d %d %63s", &rank, &pid, host) != 3 || rank < 0 || rank >= s->nranks)
+    char host[STORE_HOST_MAX], nic[32];
+    if (sscanf(f->val, "%d %d %63s %31s", &rank, &pid, host, nic) != 4 || rank < 0 ||
+        rank >= s->nranks)
         return -1;
     c->rank = rank;
     c->ctl = strcmp(f->key, "ctl") == 0;
@@ -163,6 +164,7 @@ static int on_hello(store_server *s, conn *c, const store_frame *f)
     pthread_mutex_lock(&s->mu);
     *m = (member){.arrived = 1, .pid = pid, .step = -1, .ctl_fd = c->fd};
     dps_strlcpy(m->host, host, sizeof m->host);
+    dps_strlcpy(m->nic, nic, sizeof m->nic);
     peer_addr(c->fd, m->addr, sizeof m->addr);
     pthread_mutex_unlock(&s->mu);
     if (++s->narrived == s->nranks) set_roster(s);

@@ -183,6 +183,15 @@ static void meta_nodes(FILE *f, const ddp_world *dw)
         json_str(f, dw->members[first].host);
         fputs(", \"address\": ", f);
         json_str(f, dw->members[first].addr);
+        fputs(", \"nic\": ", f);
+        json_str(f, dw->members[first].nic);
+        fputs(", \"devices\": [", f);
+        for (int r = 0, k = 0; r < dw->w.size; r++)
+            if (dw->node_of[r] == n) {
+                fputs(k++ ? ", " : "", f);
+                json_str(f, dw->device[r][0] ? dw->device[r] : "unknown");
+            }
+        fputs("]", f);
         fputs(", \"ranks\": [", f);
         for (int r = 0, k = 0; r < dw->w.size; r++)
             if (dw->node_of[r] == n) fprintf(f, "%s%d", k++ ? ", " : "", r);

@@ -259,6 +259,7 @@ static dps_status shm_train(const dps_config *cfg, train_result *res)
         dps_strlcpy(res->error, why, sizeof res->error);
     }
     ddp_collect(cfg, sh, res);
+    ddp_world_note_devices(cfg->net, res->dev);
     if (!rc) rc = ddp_copy_params(sh, res);
     size_t total = sh->total;
     munmap(sh, total);

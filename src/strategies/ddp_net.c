@@ -124,6 +124,7 @@ dps_status ddp_net_train(const dps_config *cfg, ddp_world *dw, train_result *res
     dps_status rc = first_failure(dw, sh, own, missing, missing_why, why, sizeof why);
     explain(dw, rc, why, sizeof why);
     ddp_collect(cfg, sh, res);
+    ddp_world_note_devices(dw, res->dev);
     if (!rc) rc = ddp_copy_params(sh, res);
     else dps_strlcpy(res->error, why, sizeof res->error);
     munmap(sh, sh->total);

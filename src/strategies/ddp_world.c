@@ -97,6 +97,12 @@ dps_status ddp_world_join(ddp_world *dw, double timeout_s)
 
 int ddp_world_one_host(const ddp_world *dw) { return dw->nnodes == 1; }
 
+void ddp_world_note_devices(ddp_world *dw, const dev_stats *dev)
+{
+    for (int r = 0; r < dw->w.size; r++)
+        if (dev[r].name[0]) dps_strlcpy(dw->device[r], dev[r].name, sizeof dw->device[r]);
+}
+
 void ddp_world_set_comm(ddp_world *dw, comm *c)
 {
     pthread_mutex_lock(&dw->mu);

@@ -11,6 +11,7 @@
 
 #include "comm/comm.h"
 #include "comm/store.h"
+#include "config/config.h"
 #include "config/world.h"
 #include "launch/ranks.h"
 
@@ -23,6 +24,7 @@ typedef struct ddp_world {
     int node_of[DPS_MAX_DEVICES]; /* each rank's host, in order of first appearance */
     int runs;               /* configurations trained so far (their keys' prefix) */
     char comm_used[16];     /* --comm the last of them resolved to ("shm", "gloo", "nccl") */
+    char device[DPS_MAX_DEVICES][128]; /* each rank's device, as its records named it */
     int joined;             /* 1 joined, -1 failed to (join_why says why) */
     dps_status join_rc;
     char join_why[DPS_ERRMSG_MAX];
@@ -41,6 +43,8 @@ dps_status ddp_world_new(const world *w, ddp_world **out) DPS_MUST_USE;
  * comes is that configuration's failure): waits for every rank up to
  * timeout_s. Once joined, DPS_OK at once; once failed, that failure. */
 dps_status ddp_world_join(ddp_world *dw, double timeout_s) DPS_MUST_USE;
+/* Each rank's device name from the records rank 0 collected (rank 0). */
+void ddp_world_note_devices(ddp_world *dw, const dev_stats *dev);
 /* Every rank on one host. */
 int ddp_world_one_host(const ddp_world *dw);
 /* The running configuration's collectives, for the watch to abort (NULL: none). */
