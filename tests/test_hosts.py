@@ -20,14 +20,14 @@ BIG = ["--layers", "4", "--width", "2048", "--tokens", "1", "--classes", "16", "
        "--no-overlap", "--bucket-mb", "128"]
 
 
-def start(hosts, binary, out, name, *extra, port=29700):
+def start(hosts, binary, out, name, *extra, port=29700, env_extra=None):
     """One rank on each host (Open MPI's variables, rank 0's host as
     MASTER_ADDR); their Popens in rank order."""
     n, procs = hosts.n, []
     for r in range(n):
         env = dict(os.environ, OMPI_COMM_WORLD_RANK=str(r), OMPI_COMM_WORLD_SIZE=str(n),
                    OMPI_COMM_WORLD_LOCAL_RANK="0", OMPI_COMM_WORLD_LOCAL_SIZE="1",
-                   MASTER_ADDR=hosts.addr(0), DPSCALE_PORT=str(port))
+                   MASTER_ADDR=hosts.addr(0), DPSCALE_PORT=str(port), **(env_extra or {}))
         procs.append(hosts.popen(r, [binary, *BASE, *extra, "--out", out, "--name", name],
                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                  text=True))
@@ -39,8 +39,8 @@ def finish(procs, timeout=300):
     return [(p.communicate(timeout=timeout)[0], p.returncode)[::-1] for p in procs]
 
 
-def run_ranks(hosts, binary, out, name, *extra):
-    got = finish(start(hosts, binary, out, name, *extra))
+def run_ranks(hosts, binary, out, name, *extra, env_extra=None):
+    got = finish(start(hosts, binary, out, name, *extra, env_extra=env_extra))
     for r, (rc, text) in enumerate(got):
         expect(rc == 0, f"{name}: rank {r} exited {rc}:\n{text[-3000:]}")
     return read_folder(os.path.join(out, name))
@@ -56,12 +56,18 @@ def usable(binary):
 
 def case_gloo(binary):
     """Three hosts at 10 Gbit/s: auto chooses Gloo (the hostnames differ),
-    --check passes, meta.json lists three nodes with their addresses."""
+    its addresses exchanged through a shared folder (DPSCALE_STORE_DIR,
+    emptied afterwards), --check passes, meta.json lists three nodes with
+    their addresses, and plot.py's summary names them."""
     if not usable(binary):
         return 77
     with tempfile.TemporaryDirectory() as tmp, netns.EmulatedHosts(3, "10gbit") as hosts:
+        shared = os.path.join(tmp, "store")
+        os.mkdir(shared)
         runs, _, _, _, meta = run_ranks(hosts, binary, tmp, "three", "--model", "tiny",
-                                        "--steps", "5", "--check")
+                                        "--steps", "5", "--check",
+                                        env_extra={"DPSCALE_STORE_DIR": shared})
+        expect(os.listdir(shared) == [], f"DPSCALE_STORE_DIR keeps {os.listdir(shared)}")
         expect(runs[0]["status"] == "ok" and runs[0]["check"] == "pass", f"runs {runs}")
         launch = meta["launch"]
         nodes = launch.get("nodes", [])

@@ -4,10 +4,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "comm/comm_impl.h"
 #include "comm/gloo_shim.h"
 #include "comm/store.h"
+#include "core/util.h"
 
 static int shim_set(void *ctx, const char *key, const void *val, size_t len, char *err,
                     size_t errlen)
@@ -99,16 +101,38 @@ static const char *gloo_iface(void)
     return v && *v ? v : NULL;
 }
 
+/* With DPSCALE_STORE_DIR: a prefix no other run's files have (rank 0's
+ * pid and clock, through the store), for Gloo's files in that folder. */
+static dps_status file_prefix(comm *c, char *buf, size_t len)
+{
+    if (c->rank == 0) {
+        snprintf(buf, len, "dpscale-%d-%.0f-", (int)getpid(), dps_now_ms());
+        return store_set(c->store, "gloo-files", buf, strlen(buf) + 1);
+    }
+    void *val;
+    size_t n;
+    DPS_TRY(store_get(c->store, "gloo-files", 0, &val, &n, c->timeout_ms));
+    snprintf(buf, len, "%.*s", (int)n, (char *)val);
+    free(val);
+    return DPS_OK;
+}
+
 static dps_status gloo_open(comm *c)
 {
     if (!c->store)
         return dps_fail(DPS_ERR_USAGE, "rank %d: --comm gloo needs the ranks' rendezvous: start "
                         "ddp under a launcher (torchrun, mpirun, srun)", c->rank);
     gloo_store_ops ops = {shim_set, shim_get, c->store};
+    const char *dir = getenv("DPSCALE_STORE_DIR");
+    char prefix[96] = "";
+    gloo_rendezvous rv = {&ops, dir && *dir ? dir : NULL, prefix};
+    if (rv.dir) DPS_TRY(file_prefix(c, prefix, sizeof prefix));
     char err[DPS_ERRMSG_MAX] = "";
     gloo_shim *g = NULL;
     int rc = gloo_shim_open(c->rank, c->nranks, store_local_addr(c->store), gloo_iface(),
-                            c->timeout_ms, &ops, &g, err, sizeof err);
+                            c->timeout_ms, &rv, &g, err, sizeof err);
+    if (rc && rv.dir)
+        return status_of(c, rc, "connecting to every rank through DPSCALE_STORE_DIR", err);
     if (rc) return status_of(c, rc, "connecting to every rank", err);
     c->impl = g;
     c->ops = &gloo_ops;

@@ -18,6 +18,7 @@
 #include <gloo/math.h>
 #include <gloo/reduce.h>
 #include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/file_store.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
@@ -63,6 +64,41 @@ class ShimStore : public gloo::rendezvous::Store {
   double timeout_ms_;
 };
 
+// Gloo's FileStore in a shared folder, every key under this run's prefix.
+class DirStore : public gloo::rendezvous::Store {
+ public:
+  DirStore(const std::string& dir, const std::string& prefix, double timeout_ms)
+      : files_(dir), prefix_(prefix),
+        timeout_(std::chrono::milliseconds(static_cast<int64_t>(timeout_ms))) {}
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    files_.set(prefix_ + key, data);
+  }
+
+  std::vector<char> get(const std::string& key) override {
+    files_.wait({prefix_ + key}, timeout_);
+    return files_.get(prefix_ + key);
+  }
+
+  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& t) override {
+    std::vector<std::string> named;
+    for (const auto& key : keys) named.push_back(prefix_ + key);
+    files_.wait(named, t);
+  }
+
+  // The files of the keys this rank set (once every rank has read them).
+  void remove_own() {
+    for (const auto& path : files_.getAllKeyFilePaths()) std::remove(path.c_str());
+  }
+
+ private:
+  gloo::rendezvous::FileStore files_;
+  std::string prefix_;
+  std::chrono::milliseconds timeout_;
+};
+
 // bfloat16 as float and back, rounding to nearest even (as the ring does).
 float bf16_to_float(uint16_t h) {
   uint32_t u = static_cast<uint32_t>(h) << 16;
@@ -105,7 +141,7 @@ struct gloo_shim {
 };
 
 extern "C" int gloo_shim_open(int rank, int size, const char* addr, const char* iface,
-                              double timeout_ms, const gloo_store_ops* store, gloo_shim** out,
+                              double timeout_ms, const gloo_rendezvous* rv, gloo_shim** out,
                               char* err, size_t errlen) {
   try {
     gloo::transport::tcp::attr attr;
@@ -116,8 +152,18 @@ extern "C" int gloo_shim_open(int rank, int size, const char* addr, const char* 
     g->timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_ms > 0 ? timeout_ms : 864e5));
     g->context = std::make_shared<gloo::rendezvous::Context>(rank, size);
     g->context->setTimeout(g->timeout);
-    ShimStore shim_store(*store, timeout_ms);
-    g->context->connectFullMesh(shim_store, dev);
+    if (rv->dir) {
+      DirStore dir_store(rv->dir, rv->prefix, timeout_ms > 0 ? timeout_ms : 864e5);
+      g->context->connectFullMesh(dir_store, dev);
+      gloo::BarrierOptions opts(g->context);  // every rank has read every address
+      opts.setTag(g->tag++);
+      opts.setTimeout(g->timeout);
+      gloo::barrier(opts);
+      dir_store.remove_own();
+    } else {
+      ShimStore shim_store(*rv->store, timeout_ms);
+      g->context->connectFullMesh(shim_store, dev);
+    }
     *out = g.release();
     return GLOO_SHIM_OK;
   } catch (const std::exception& e) {

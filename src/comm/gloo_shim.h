@@ -25,11 +25,19 @@ typedef struct gloo_shim gloo_shim;
 /* What a call returns: done, failed, or past the group's timeout. */
 enum { GLOO_SHIM_OK = 0, GLOO_SHIM_ERROR = 1, GLOO_SHIM_TIMEOUT = 2 };
 
+/* Where the ranks exchange Gloo's addresses: the caller's store, or, when
+ * dir is not NULL, Gloo's FileStore in that shared folder, each key's file
+ * named prefix + key. */
+typedef struct gloo_rendezvous {
+    const gloo_store_ops *store;
+    const char *dir, *prefix;
+} gloo_rendezvous;
+
 /* Connects rank to every other of size through Gloo's TCP transport,
  * listening on addr (this host's address its peers reach; iface, if not
  * NULL, names the interface instead). timeout_ms bounds every wait. */
 int gloo_shim_open(int rank, int size, const char *addr, const char *iface, double timeout_ms,
-                   const gloo_store_ops *store, gloo_shim **out, char *err, size_t errlen);
+                   const gloo_rendezvous *rv, gloo_shim **out, char *err, size_t errlen);
 /* Sums n elements in place on every rank (bf16: 2-byte bfloat16, else float). */
 int gloo_shim_allreduce(gloo_shim *g, void *buf, size_t n, int bf16, char *err, size_t errlen);
 int gloo_shim_broadcast(gloo_shim *g, void *buf, size_t bytes, int root, char *err, size_t errlen);
