@@ -140,6 +140,40 @@ struct gloo_shim {
   uint32_t tag = 0;  // each call's own, the same sequence on every rank
 };
 
+namespace {
+
+// Runs a collective's body; an exception becomes a return code and err.
+template <class Body>
+int guarded(char* err, size_t errlen, Body body) {
+  try {
+    body();
+    return GLOO_SHIM_OK;
+  } catch (const std::exception& e) {
+    return fail(e, err, errlen);
+  }
+}
+
+// The call's own tag (the same sequence on every rank) and the group's timeout.
+template <class Opts>
+void stamp(gloo_shim* g, Opts& opts) {
+  opts.setTag(g->tag++);
+  opts.setTimeout(g->timeout);
+}
+
+// A sum of n elements of buf, in place: bfloat16 or float.
+template <class Opts>
+void sum_in_place(Opts& opts, void* buf, size_t n, int bf16) {
+  if (bf16) {
+    opts.setOutput(static_cast<uint16_t*>(buf), n);
+    opts.setReduceFunction(bf16_sum);
+  } else {
+    opts.setOutput(static_cast<float*>(buf), n);
+    opts.setReduceFunction(f32_sum);
+  }
+}
+
+}  // namespace
+
 extern "C" int gloo_shim_open(int rank, int size, const char* addr, const char* iface,
                               double timeout_ms, const gloo_rendezvous* rv, gloo_shim** out,
                               char* err, size_t errlen) {
@@ -156,8 +190,7 @@ extern "C" int gloo_shim_open(int rank, int size, const char* addr, const char* 
       DirStore dir_store(rv->dir, rv->prefix, timeout_ms > 0 ? timeout_ms : 864e5);
       g->context->connectFullMesh(dir_store, dev);
       gloo::BarrierOptions opts(g->context);  // every rank has read every address
-      opts.setTag(g->tag++);
-      opts.setTimeout(g->timeout);
+      stamp(g.get(), opts);
       gloo::barrier(opts);
       dir_store.remove_own();
     } else {
@@ -173,70 +206,42 @@ extern "C" int gloo_shim_open(int rank, int size, const char* addr, const char* 
 
 extern "C" int gloo_shim_allreduce(gloo_shim* g, void* buf, size_t n, int bf16, char* err,
                                    size_t errlen) {
-  try {
+  return guarded(err, errlen, [&] {
     gloo::AllreduceOptions opts(g->context);
-    if (bf16) {
-      opts.setOutput(static_cast<uint16_t*>(buf), n);
-      opts.setReduceFunction(bf16_sum);
-    } else {
-      opts.setOutput(static_cast<float*>(buf), n);
-      opts.setReduceFunction(f32_sum);
-    }
-    opts.setTag(g->tag++);
-    opts.setTimeout(g->timeout);
+    sum_in_place(opts, buf, n, bf16);
+    stamp(g, opts);
     gloo::allreduce(opts);
-    return GLOO_SHIM_OK;
-  } catch (const std::exception& e) {
-    return fail(e, err, errlen);
-  }
+  });
 }
 
 extern "C" int gloo_shim_broadcast(gloo_shim* g, void* buf, size_t bytes, int root, char* err,
                                    size_t errlen) {
-  try {
+  return guarded(err, errlen, [&] {
     gloo::BroadcastOptions opts(g->context);
     opts.setOutput(static_cast<uint8_t*>(buf), bytes);
     opts.setRoot(root);
-    opts.setTag(g->tag++);
-    opts.setTimeout(g->timeout);
+    stamp(g, opts);
     gloo::broadcast(opts);
-    return GLOO_SHIM_OK;
-  } catch (const std::exception& e) {
-    return fail(e, err, errlen);
-  }
+  });
 }
 
 extern "C" int gloo_shim_reduce(gloo_shim* g, void* buf, size_t n, int bf16, int root, char* err,
                                 size_t errlen) {
-  try {
+  return guarded(err, errlen, [&] {
     gloo::ReduceOptions opts(g->context);
-    if (bf16) {
-      opts.setOutput(static_cast<uint16_t*>(buf), n);
-      opts.setReduceFunction(bf16_sum);
-    } else {
-      opts.setOutput(static_cast<float*>(buf), n);
-      opts.setReduceFunction(f32_sum);
-    }
+    sum_in_place(opts, buf, n, bf16);
     opts.setRoot(root);
-    opts.setTag(g->tag++);
-    opts.setTimeout(g->timeout);
+    stamp(g, opts);
     gloo::reduce(opts);
-    return GLOO_SHIM_OK;
-  } catch (const std::exception& e) {
-    return fail(e, err, errlen);
-  }
+  });
 }
 
 extern "C" int gloo_shim_barrier(gloo_shim* g, char* err, size_t errlen) {
-  try {
+  return guarded(err, errlen, [&] {
     gloo::BarrierOptions opts(g->context);
-    opts.setTag(g->tag++);
-    opts.setTimeout(g->timeout);
+    stamp(g, opts);
     gloo::barrier(opts);
-    return GLOO_SHIM_OK;
-  } catch (const std::exception& e) {
-    return fail(e, err, errlen);
-  }
+  });
 }
 
 extern "C" void gloo_shim_abort(gloo_shim* g) {

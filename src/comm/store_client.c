@@ -160,16 +160,23 @@ static const char *full_key(const dps_store *s, const char *key, char *buf, size
     return buf;
 }
 
-dps_status store_set(dps_store *s, const char *key, const void *val, size_t len)
+/* Sets key on fd (under mu): the request or the control connection. */
+static dps_status set_on(dps_store *s, int fd, pthread_mutex_t *mu, const char *key,
+                         const void *val, size_t len)
 {
     char name[STORE_KEY_MAX];
-    pthread_mutex_lock(&s->req_mu);
-    int rc = store_send(s->req_fd, ST_SET, full_key(s, key, name, sizeof name), val, len,
+    pthread_mutex_lock(mu);
+    int rc = store_send(fd, ST_SET, full_key(s, key, name, sizeof name), val, len,
                         dps_now_ms() + s->timeout_ms);
-    pthread_mutex_unlock(&s->req_mu);
+    pthread_mutex_unlock(mu);
     if (rc == 0) return DPS_OK;
-    return dps_fail(DPS_ERR_RUNTIME, "rank %d: cannot set %s in rank 0's store at %s:%d: %s (rank "
-                    "0 ended?)", s->rank, key, s->server, s->port, strerror(errno));
+    return dps_fail(DPS_ERR_RUNTIME, "rank %d: cannot send %s to rank 0's store at %s:%d: %s "
+                    "(rank 0 ended?)", s->rank, key, s->server, s->port, strerror(errno));
+}
+
+dps_status store_set(dps_store *s, const char *key, const void *val, size_t len)
+{
+    return set_on(s, s->req_fd, &s->req_mu, key, val, len);
 }
 
 static dps_status get_reply(dps_store *s, const char *key, void **val, size_t *len, double deadline)
@@ -306,14 +313,7 @@ void store_abort(dps_store *s, const char *why)
 
 dps_status store_post(dps_store *s, const char *key, const void *val, size_t len)
 {
-    char name[STORE_KEY_MAX];
-    pthread_mutex_lock(&s->ctl_mu);
-    int rc = store_send(s->ctl_fd, ST_SET, full_key(s, key, name, sizeof name), val, len,
-                        dps_now_ms() + s->timeout_ms);
-    pthread_mutex_unlock(&s->ctl_mu);
-    if (rc == 0) return DPS_OK;
-    return dps_fail(DPS_ERR_RUNTIME, "rank %d: cannot send %s to rank 0 at %s:%d: %s (rank 0 "
-                    "ended?)", s->rank, key, s->server, s->port, strerror(errno));
+    return set_on(s, s->ctl_fd, &s->ctl_mu, key, val, len);
 }
 
 void store_finish(dps_store *s)
