@@ -30,11 +30,12 @@ typedef struct store_member {
     char nic[32];               /* the interface of that address ("eth0"; "unknown") */
 } store_member;
 
-/* Rank 0: serves the store on every address at port for nranks ranks, on a
- * thread of its own; ranks that have not all arrived within timeout_ms fail
- * the group. */
+/* Rank 0: serves the store on every address at port (0: one the kernel
+ * picks, store_server_port says which) for nranks ranks, on a thread of its
+ * own; ranks that have not all arrived within timeout_ms fail the group. */
 dps_status store_server_start(int port, int nranks, double timeout_ms, store_server **out)
     DPS_MUST_USE;
+int store_server_port(const store_server *s);
 /* The group's first failure as the server saw it (a rank gone without a
  * word, ranks that never arrived, or, *asked set, an abort a rank asked
  * for): DPS_OK and "" if none. */

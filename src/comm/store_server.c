@@ -33,7 +33,7 @@ typedef struct waiter { int fd, owner; char key[STORE_KEY_MAX]; } waiter;
 typedef struct conn { int fd, rank, ctl; } conn;
 
 struct store_server {
-    int listen_fd, wake[2], nranks, narrived;
+    int listen_fd, wake[2], nranks, narrived, port;
     double arrive_by, timeout_s;
     pthread_t thread;
     pthread_mutex_t mu;  /* failure, why and members, for the caller's thread */
@@ -350,6 +350,12 @@ dps_status store_server_start(int port, int nranks, double timeout_ms, store_ser
                         "rendezvous: %s (another job on it? set DPSCALE_PORT to a free port)",
                         port, strerror(err));
     }
+    struct sockaddr_storage sa;
+    socklen_t sl = sizeof sa;
+    s->port = port;
+    if (getsockname(s->listen_fd, (struct sockaddr *)&sa, &sl) == 0)
+        s->port = ntohs(sa.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&sa)->sin6_port
+                                                 : ((struct sockaddr_in *)&sa)->sin_port);
     if (pipe(s->wake) != 0 || pthread_create(&s->thread, NULL, serve, s) != 0) {
         close(s->listen_fd);
         free(s);
@@ -358,6 +364,8 @@ dps_status store_server_start(int port, int nranks, double timeout_ms, store_ser
     *out = s;
     return DPS_OK;
 }
+
+int store_server_port(const store_server *s) { return s->port; }
 
 dps_status store_server_failure(store_server *s, int *asked, char *why, size_t len)
 {
