@@ -115,6 +115,27 @@ def case_shaping(binary):
            f"1 Gbit/s: busbw {busbw / 1e6:.1f} MB/s, not within 20 % of {link / 1e6:.1f} MB/s")
 
 
+def gloo_peers(hosts, i, pid, port):
+    """How many TCP connections process pid on host i holds other than to
+    the store's port: Gloo's, once its mesh is made."""
+    out = subprocess.run(["ip", "netns", "exec", hosts.hosts[i], "ss", "-tnpH", "state",
+                          "established"], capture_output=True, text=True, timeout=30).stdout
+    return sum(1 for line in out.splitlines()
+               if f"pid={pid}," in line and f":{port} " not in line + " ")
+
+
+def wait_meshed(hosts, procs, port, timeout=120):
+    """Waits until every rank is connected to every other through Gloo (the
+    ranks train), however slowly a loaded machine started them."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        expect(all(p.poll() is None for p in procs), "a rank ended before the others joined")
+        if all(gloo_peers(hosts, i, p.pid, port) >= hosts.n - 1 for i, p in enumerate(procs)):
+            return
+        time.sleep(0.2)
+    expect(False, f"the ranks did not connect within {timeout} s")
+
+
 def case_rank_killed(binary):
     """Rank 1, on the second host, killed by its pid mid-run: rank 0 ends
     well within --timeout, names rank 1 and its host, records the failure;
@@ -124,8 +145,8 @@ def case_rank_killed(binary):
     with tempfile.TemporaryDirectory() as tmp, netns.EmulatedHosts(3, "10gbit") as hosts:
         procs = start(hosts, binary, tmp, "killed", "--model", "tiny", "--steps", "200000",
                       "--timeout", "30")
-        time.sleep(3)
-        expect(all(p.poll() is None for p in procs), "the ranks ended before the kill")
+        wait_meshed(hosts, procs, 29700)
+        time.sleep(0.5)
         t0 = time.monotonic()
         os.kill(procs[1].pid, signal.SIGKILL)
         got = finish(procs, timeout=60)
