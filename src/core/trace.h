@@ -4,6 +4,8 @@
 #ifndef DPS_TRACE_H
 #define DPS_TRACE_H
 
+#include <stdint.h>
+
 #include "dps_config.h"
 #include "core/names.h"
 
@@ -24,7 +26,7 @@ void trace_name_thread(const char *name);
 static inline void trace_init(void) {}
 static inline void trace_push_phase(dps_phase ph) { (void)ph; }
 static inline void trace_push_step(int step) { (void)step; }
-static inline void trace_push_bucket(int bucket, uint64_t bytes) { (void)bucket; (void)bytes; }
+static inline void trace_push_bucket(int index, uint64_t bytes) { (void)index; (void)bytes; }
 static inline void trace_pop(void) {}
 static inline void trace_name_thread(const char *name) { (void)name; }
 #endif
