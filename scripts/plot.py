@@ -21,6 +21,7 @@ from collections import defaultdict
 
 sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
 from dpsresults import InputError, integer, number, read_folder, read_meta  # noqa: E402
+from diagnose import diagnosis  # noqa: E402
 
 RUNS_COLS = ["config_id", "status", "backend", "mode", "ngpus", "model", "precision",
              "optimizer", "global_batch", "scaling", "samples_per_s", "step_ms_median"]
@@ -71,7 +72,10 @@ class Folder:
 
     def label(self):
         if self.emulated:
-            return f"{self.backend} backend, emulated devices on {self.device.replace('emulated device on ', '')}"
+            text = (f"{self.backend} backend, emulated devices on "
+                    f"{self.device.replace('emulated device on ', '')}")
+            over = self.meta.get("oversubscribed")
+            return f"{text}; {over}" if isinstance(over, str) and over else text
         return f"{self.device}, {self.backend} backend"
 
 
@@ -460,9 +464,10 @@ def summary(folder, out, charts, torch_folder=None):
               "throughput, which also pays Python (threads started per forward, module "
               "replication, per-op dispatch under the GIL), worst at small batches; "
               "scripts/torch_reference.py measures it where PyTorch runs.", ""]
-    lines += ["| model | precision | scaling | GPUs | dp samples/s | ddp samples/s | best | "
-              "dp efficiency | ddp efficiency | dp GPU-0 memory ratio |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines += ["## At a glance", "",
+              "| model | precision | scaling | GPUs | dp samples/s | ddp samples/s | best | "
+              "ddp speed-up over dp | dp efficiency | ddp efficiency | dp GPU-0 memory ratio |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for (model, prec, opt), modes in sorted(series(folder).items()):
         for scaling in ("weak", "strong"):
             per = {m: {p[0]: p for p in pts} for (m, sc), pts in modes.items() if sc == scaling}
@@ -478,11 +483,14 @@ def summary(folder, out, charts, torch_folder=None):
                 dp_pt = per.get("dp", {}).get(n)
                 ratio = gpu0_ratio([peaks[dp_pt[2]["config_id"]][k]
                                     for k in sorted(peaks[dp_pt[2]["config_id"]])]) if dp_pt else None
+                ddp_pt = per.get("ddp", {}).get(n)
+                speed = f"{ddp_pt[1] / dp_pt[1]:.2f}x" if dp_pt and ddp_pt and dp_pt[1] else "-"
                 lines.append(f"| {model} | {prec} | {scaling} | {n} | {cells['dp']} | {cells['ddp']} "
-                             f"| {best} | {eff['dp']} | {eff['ddp']} | "
+                             f"| {best} | {speed} | {eff['dp']} | {eff['ddp']} | "
                              f"{f'{ratio:.2f}' if ratio else '-'} |")
     lines += ["", "Efficiency: throughput(n) / (n · throughput(1)) of the same mode. GPU-0 "
               "memory ratio: dp's device 0 allocation peak over the mean of the other devices.", ""]
+    lines += diagnosis(folder)
     use = link_use(folder)
     if use:
         lines += ["## Link use", "", "Achieved bandwidth of each phase that moves bytes (bytes "

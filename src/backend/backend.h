@@ -156,6 +156,7 @@ struct backend {
     int emulated;                /* timings describe the CPU, not a GPU */
     int gemm_bf16;               /* GEMM inputs rounded to bf16, fp32 accumulation (AMP) */
     int unpinned;                /* host: be_options.unpinned */
+    int host_cores;              /* host: the cores this process may use; 0 on GPUs */
     be_device_info info[DPS_MAX_DEVICES];
     unsigned char peer[DPS_MAX_DEVICES][DPS_MAX_DEVICES]; /* i can access j's memory */
     be_mem mem[DPS_MAX_DEVICES];
@@ -194,6 +195,10 @@ void be_versions(const backend *be, be_version_info *v);
 void be_version_fields(const be_version_info *v, be_version_field out[BE_VERSION_NFIELDS]);
 
 dps_status be_host_open(const be_options *opt, backend **out) DPS_MUST_USE;
+/* Whether ndev emulated devices outnumber the cores that run them; then
+ * note says so ("oversubscribed: 4 devices on 2 cores: scaling beyond 2
+ * reflects the CPU"). 0 on GPUs. */
+int be_oversubscribed(const backend *be, int ndev, char *note, size_t len);
 #ifdef DPS_HAVE_CUDA
 /* cuda_probe.c: devices and versions seen by a child process (the caller
  * stays CUDA-free). info: [DPS_MAX_DEVICES]; info and versions may be NULL;
