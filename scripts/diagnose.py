@@ -65,36 +65,44 @@ def serial_phases(folder, run):
     return sorted(rows, key=lambda r: -r[1])
 
 
-def longest_gap(folder, slow, fast):
-    """(phase, ms) where device 0 of the slower run spends the most time
-    beyond the faster run's device 0."""
+def gaps(folder, slow, fast):
+    """[(phase, ms)] that device 0 of the slower run spends beyond the faster
+    run's device 0, largest first (phases off the critical path left out)."""
     a, b = phases_of(folder, slow["config_id"]), phases_of(folder, fast["config_id"])
-    gaps = ((p, a[p] - b.get(p, 0.0)) for p in a if p not in OVERLAPPED)
-    return max(gaps, key=lambda g: g[1], default=("step", 0.0))
+    return sorted(((p, a[p] - b.get(p, 0.0)) for p in a if p not in OVERLAPPED),
+                  key=lambda g: -g[1]) or [("step", 0.0)]
 
 
 def verdict(folder, dp, ddp, serial, exposed_ms):
-    """The one sentence naming the bottleneck: dp's largest serial phase on
-    device 0 when ddp is faster; where ddp's step is longer when dp is."""
+    """The one sentence naming the bottleneck: the phase where the slower
+    mode's device 0 spends the most time beyond the faster one's, named as
+    what binds dp when it is one of dp's serial phases."""
     speed = number(ddp, "samples_per_s") / number(dp, "samples_per_s")
     dp_step, ddp_step = number(dp, "step_ms_median"), number(ddp, "step_ms_median")
     alone = sum(r[2] for r in serial)
     exposed = (f"ddp's exposed all-reduce: {exposed_ms:.3f} ms, "
                f"{100 * exposed_ms / ddp_step:.0f} % of its step")
-    if speed >= 1 and serial:
-        p, ms, pct = serial[0]
-        return (f"ddp reaches {speed:.2f}x dp's throughput: dp is bound by {WHAT[p]}: "
-                f"{pct:.0f} % of the step ({ms:.3f} ms of {dp_step:.3f} ms; device 0 works "
-                f"alone {alone:.0f} % of the step), against {exposed}.")
     if speed >= 1:
-        return (f"ddp reaches {speed:.2f}x dp's throughput; dp's device 0 spent no measurable "
-                f"time alone, and {exposed}.")
-    phase, gap = longest_gap(folder, ddp, dp)
-    return (f"dp reaches {1 / speed:.2f}x ddp's throughput: ddp's step is "
-            f"{ddp_step - dp_step:.3f} ms longer, most of it in its {NAME.get(phase, phase)} "
-            f"(+{gap:.3f} ms "
-            f"on device 0); {exposed}, while dp's device 0 works alone {alone:.0f} % of its "
-            f"step.")
+        lead, found = f"ddp reaches {speed:.2f}x dp's throughput", gaps(folder, dp, ddp)
+        slower, longer = "dp", dp_step - ddp_step
+        aside = f"device 0 works alone {alone:.0f} % of dp's step; {exposed}"
+    else:
+        lead, found = f"dp reaches {1 / speed:.2f}x ddp's throughput", gaps(folder, ddp, dp)
+        slower, longer = "ddp", ddp_step - dp_step
+        aside = f"{exposed}, while dp's device 0 works alone {alone:.0f} % of its step"
+    phase, gap = found[0]
+    if gap < 0.25 * longer:  # device 0's own phases do not explain the longer step
+        explained = sum(g for _, g in found if g > 0)
+        return (f"{lead}: {slower}'s step is {longer:.3f} ms longer, of which device 0's phases "
+                f"account for {explained:.3f} ms (the most: its {NAME.get(phase, phase)}, "
+                f"+{gap:.3f} ms); the rest is device 0 waiting for the other devices; {aside}.")
+    if slower == "dp" and phase in DP_SERIAL:
+        pct = 100 * phases_of(folder, dp["config_id"])[phase] / dp_step
+        return (f"{lead}: dp is bound by {WHAT[phase]}: {pct:.0f} % of the step "
+                f"({phases_of(folder, dp['config_id'])[phase]:.3f} ms of {dp_step:.3f} ms); "
+                f"{aside}.")
+    return (f"{lead}: {slower}'s step is {longer:.3f} ms longer, the largest part in its "
+            f"{NAME.get(phase, phase)} (+{gap:.3f} ms on device 0); {aside}.")
 
 
 def pair_lines(folder, pair):

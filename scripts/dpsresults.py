@@ -137,7 +137,9 @@ COLUMNS = {name: [c for c, _ in cols] for name, cols in SCHEMA.items()}
 # (dpscale's folders never have them, and readers must not demand them).
 # python_overhead_ms: on GPUs, a phase's host time minus the time its device
 # was busy in it; empty on the CPU.
-OPTIONAL_SCHEMA = {"phases.csv": [("python_overhead_ms", NUMBER.or_empty())]}
+# Columns checked where present: newer writers add them, older folders lack them.
+OPTIONAL_SCHEMA = {"phases.csv": [("python_overhead_ms", NUMBER.or_empty())],
+                   "memory.csv": [("kind", TEXT), ("peak_phase", NAME)]}
 OPTIONAL_COLUMNS = {name: [c for c, _ in cols] for name, cols in OPTIONAL_SCHEMA.items()}
 KINDS = {name: dict(SCHEMA[name] + OPTIONAL_SCHEMA.get(name, [])) for name in SCHEMA}
 # The columns that name a row: no two rows of a file name the same thing.

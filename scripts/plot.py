@@ -252,12 +252,13 @@ def plot_imbalance(plt, folder, out):
 
 
 def memory_bars(folder):
-    """(model, precision) -> [(label, {category: MiB})]: device 0's allocation peak by
-    category, for each strategy at its largest GPU count (weak scaling)."""
-    cats = defaultdict(dict)
+    """(model, precision) -> [(label, {kind: MiB})]: each device's allocation peak
+    by what it holds (memory.csv's kind, or its category in older folders), for
+    each strategy at its largest GPU count (weak scaling), dp beside ddp."""
+    cats = defaultdict(lambda: defaultdict(lambda: defaultdict(float)))
     for m in folder.memory:
-        if m["device"] == "0":
-            cats[m["config_id"]][m["category"]] = number(m, "bytes_at_peak") / 2**20
+        what = m.get("kind") or m["category"]
+        cats[m["config_id"]][integer(m, "device")][what] += number(m, "bytes_at_peak") / 2**20
     widest = {}
     for r in folder.runs:
         key = (r["model"], r["precision"], strategy(r))
@@ -265,13 +266,15 @@ def memory_bars(folder):
                 r["_n"] >= widest.get(key, (0,))[0]:
             widest[key] = (r["_n"], r["config_id"])
     out = defaultdict(list)
-    for (model, prec, strat), (n, cid) in sorted(widest.items()):
-        out[(model, prec)].append((f"{strat}\n{n} GPU", cats[cid]))
+    for (model, prec, strat), (n, cid) in sorted(widest.items(),
+                                                 key=lambda w: (w[0][:2], w[0][2] != "dp")):
+        out[(model, prec)] += [(f"{strat}\nGPU {d}\nof {n}", dict(cats[cid][d]))
+                               for d in sorted(cats[cid])]
     return out
 
 
 def plot_memory(plt, folder, out, data):
-    """Device 0's allocation peak, stacked by what it holds (data: memory_bars)."""
+    """Each device's allocation peak, stacked by what it holds (data: memory_bars)."""
     fig, axes = grid(plt, len(data), width=8.0, height=5.0)
     for ax, ((model, prec), bars) in zip(axes, sorted(data.items())):
         totals = defaultdict(float)
@@ -290,13 +293,14 @@ def plot_memory(plt, folder, out, data):
                 bottom += mib
         ax.set_xticks(range(len(bars)))
         ax.set_xticklabels([b[0] for b in bars], fontsize=8)
-        ax.set_ylabel("device 0 allocation peak (MiB)")
-        ax.set_title(f"{model}, {prec}: what device 0 holds at its peak")
+        ax.set_ylim(0, 1.08 * max(sum(c.values()) for _, c in bars))
+        ax.set_ylabel("allocation peak (MiB)")
+        ax.set_title(f"{model}, {prec}: what each device holds at its peak")
         ax.grid(axis="y", alpha=0.3)
         handles, labels = ax.get_legend_handles_labels()
         ax.legend(handles[::-1], labels[::-1], fontsize=7, loc="upper left",
                   bbox_to_anchor=(1.01, 1.0))
-    fig.suptitle(f"Device 0's memory by category (memory.csv)\n{folder.label()}\n{DP_NOTE}")
+    fig.suptitle(f"Memory by what it holds, per device (memory.csv)\n{folder.label()}\n{DP_NOTE}")
     return save(plt, fig, out, "memory.png")
 
 

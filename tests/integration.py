@@ -666,8 +666,8 @@ def case_diagnosis(fixture):
         for want in ["## At a glance", "| small | fp32 | weak | 4 | 1000.0 | 1500.0 | ddp | 1.50x |",
                      "### small, fp32, sgd, weak scaling, 4 devices",
                      "ddp reaches 1.50x dp's throughput: dp is bound by the reduce of the "
-                     "gradients onto device 0: 41 % of the step (4.100 ms of 10.000 ms",
-                     "against ddp's exposed all-reduce: 0.600 ms, 10 % of its step.",
+                     "gradients onto device 0: 41 % of the step (4.100 ms of 10.000 ms); ",
+                     "ddp's exposed all-reduce: 0.600 ms, 10 % of its step.",
                      "| reduce | 4.100 | 41.0 |",
                      "dp's device 0 holds more than the others' mean at its peak: gathered "
                      "logits (3.00 MiB), loss buffers (1.00 MiB)."]:
@@ -678,7 +678,7 @@ def case_diagnosis(fixture):
         p = script("plot.py", folder, "--out", os.path.join(tmp, "out2"))
         expect_exit(p, 0)
         md = open(os.path.join(tmp, "out2", "summary.md")).read()
-        want = ("dp reaches 2.00x ddp's throughput: ddp's step is 10.000 ms longer, most of it "
+        want = ("dp reaches 2.00x ddp's throughput: ddp's step is 10.000 ms longer, the largest part "
                 "in its exposed all-reduce (+9.500 ms on device 0)")
         expect(want in md, f"summary.md lacks {want!r}:\n{md[:4000]}")
 

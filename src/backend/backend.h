@@ -48,6 +48,8 @@ typedef struct be_mem {
     size_t device_peak;       /* high-water mark of the device's used memory */
     size_t device_base;       /* its used memory once ready, before the run allocated:
                                * the context and other processes */
+    int phase_on;             /* 1 + the phase (dps_phase) the device runs; 0: setting up */
+    int peak_phase_on;        /* phase_on when the allocation peak was reached */
 } be_mem;
 
 /* A device allocation: pointer, size and owner, freed through be_buf_free. */
@@ -176,6 +178,15 @@ typedef struct be_options {
  * and says which. */
 dps_status be_open(const be_options *opt, backend **out) DPS_MUST_USE;
 void be_close(backend *be);
+
+/* The device now runs phase (a dps_phase; -1: setting up), for the phase of
+ * its allocation peak. */
+void be_mem_phase(backend *be, int dev, int phase);
+/* What an allocation's purpose (be_buf_alloc's `what`) holds, in the
+ * categories memory.csv's `kind` column uses: "parameters", "gradients",
+ * "optimizer state", "activations", "inputs", "outputs", "loss buffers",
+ * "communication", "workspace" or "other". */
+const char *be_mem_kind(const char *what);
 
 /* Accounted allocation: checks the capacity, records in-use and peak, and on
  * failure returns DPS_ERR_OOM with the device, the purpose and the sizes. */

@@ -39,7 +39,7 @@ static const char *const devices_cols[] = {
 };
 
 static const char *const memory_cols[] = {
-    "config_id", "device", "device_index", "category", "bytes_at_peak",
+    "config_id", "device", "device_index", "category", "kind", "bytes_at_peak", "peak_phase",
 };
 
 static const char *const phases_cols[] = {
@@ -467,7 +467,10 @@ static void memory_rows(csv_buf *b, const dps_config *c, const train_result *res
             csv_int(b, r);
             csv_int(b, c->devices[r]);
             csv_str(b, res->dev[r].mem_cat[k].what);
+            csv_str(b, be_mem_kind(res->dev[r].mem_cat[k].what));
             csv_u64(b, res->dev[r].mem_cat[k].bytes);
+            int ph = res->dev[r].peak_phase;
+            csv_str(b, ph >= 0 && ph < PH_COUNT ? dps_phase_names[ph] : "setup");
             csv_end_row(b);
         }
 }
