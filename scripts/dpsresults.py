@@ -123,7 +123,8 @@ SCHEMA = {
         ("share_of_step", AT_LEAST_0.or_empty()), ("bytes_per_step", AT_LEAST_0.or_empty()),
         ("achieved_gbps", AT_LEAST_0.or_empty())],
     "memory.csv": [("config_id", NAME), ("device", COUNT), ("device_index", COUNT),
-                   ("category", TEXT), ("bytes_at_peak", COUNT)],
+                   ("category", TEXT), ("kind", TEXT), ("bytes_at_peak", COUNT),
+                   ("peak_phase", NAME)],
     "links.csv": [("src", NAME), ("dst", NAME), ("method", NAME), ("bytes", COUNT),
                   ("bw_gbps", ABOVE_0.or_empty()), ("latency_us", AT_LEAST_0.or_empty()),
                   ("status", TEXT), ("backend", TEXT), ("emulated", COUNT)],
@@ -137,9 +138,7 @@ COLUMNS = {name: [c for c, _ in cols] for name, cols in SCHEMA.items()}
 # (dpscale's folders never have them, and readers must not demand them).
 # python_overhead_ms: on GPUs, a phase's host time minus the time its device
 # was busy in it; empty on the CPU.
-# Columns checked where present: newer writers add them, older folders lack them.
-OPTIONAL_SCHEMA = {"phases.csv": [("python_overhead_ms", NUMBER.or_empty())],
-                   "memory.csv": [("kind", TEXT), ("peak_phase", NAME)]}
+OPTIONAL_SCHEMA = {"phases.csv": [("python_overhead_ms", NUMBER.or_empty())]}
 OPTIONAL_COLUMNS = {name: [c for c, _ in cols] for name, cols in OPTIONAL_SCHEMA.items()}
 KINDS = {name: dict(SCHEMA[name] + OPTIONAL_SCHEMA.get(name, [])) for name in SCHEMA}
 # The columns that name a row: no two rows of a file name the same thing.
