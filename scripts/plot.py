@@ -521,8 +521,9 @@ def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("results", help="a results folder (results/<name>)")
     ap.add_argument("--out", help="where to write the charts (default: plots/<name>)")
-    ap.add_argument("--torch", metavar="TORCH_DIR",
-                    help="a torch_reference.py folder to set beside this one in summary.md")
+    ap.add_argument("--reference", "--torch", dest="torch", metavar="TORCH_DIR",
+                    help="a torch_reference.py folder to set beside this one in summary.md "
+                         "(--torch is the same)")
     args = ap.parse_args(argv)
     try:
         if not os.path.isdir(args.results):
