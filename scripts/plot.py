@@ -21,6 +21,7 @@ from collections import defaultdict
 
 sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
 from dpsresults import InputError, integer, number, read_folder, read_meta  # noqa: E402
+from diagnose import diagnosis  # noqa: E402
 
 RUNS_COLS = ["config_id", "status", "backend", "mode", "ngpus", "model", "precision",
              "optimizer", "global_batch", "scaling", "samples_per_s", "step_ms_median"]
@@ -71,7 +72,10 @@ class Folder:
 
     def label(self):
         if self.emulated:
-            return f"{self.backend} backend, emulated devices on {self.device.replace('emulated device on ', '')}"
+            text = (f"{self.backend} backend, emulated devices on "
+                    f"{self.device.replace('emulated device on ', '')}")
+            over = self.meta.get("oversubscribed")
+            return f"{text}; {over}" if isinstance(over, str) and over else text
         return f"{self.device}, {self.backend} backend"
 
 
@@ -248,12 +252,13 @@ def plot_imbalance(plt, folder, out):
 
 
 def memory_bars(folder):
-    """(model, precision) -> [(label, {category: MiB})]: device 0's allocation peak by
-    category, for each strategy at its largest GPU count (weak scaling)."""
-    cats = defaultdict(dict)
+    """(model, precision) -> [(label, {kind: MiB})]: each device's allocation peak
+    by what it holds (memory.csv's kind, or its category in older folders), for
+    each strategy at its largest GPU count (weak scaling), dp beside ddp."""
+    cats = defaultdict(lambda: defaultdict(lambda: defaultdict(float)))
     for m in folder.memory:
-        if m["device"] == "0":
-            cats[m["config_id"]][m["category"]] = number(m, "bytes_at_peak") / 2**20
+        what = m.get("kind") or m["category"]
+        cats[m["config_id"]][integer(m, "device")][what] += number(m, "bytes_at_peak") / 2**20
     widest = {}
     for r in folder.runs:
         key = (r["model"], r["precision"], strategy(r))
@@ -261,13 +266,15 @@ def memory_bars(folder):
                 r["_n"] >= widest.get(key, (0,))[0]:
             widest[key] = (r["_n"], r["config_id"])
     out = defaultdict(list)
-    for (model, prec, strat), (n, cid) in sorted(widest.items()):
-        out[(model, prec)].append((f"{strat}\n{n} GPU", cats[cid]))
+    for (model, prec, strat), (n, cid) in sorted(widest.items(),
+                                                 key=lambda w: (w[0][:2], w[0][2] != "dp")):
+        out[(model, prec)] += [(f"{strat}\nGPU {d}\nof {n}", dict(cats[cid][d]))
+                               for d in sorted(cats[cid])]
     return out
 
 
 def plot_memory(plt, folder, out, data):
-    """Device 0's allocation peak, stacked by what it holds (data: memory_bars)."""
+    """Each device's allocation peak, stacked by what it holds (data: memory_bars)."""
     fig, axes = grid(plt, len(data), width=8.0, height=5.0)
     for ax, ((model, prec), bars) in zip(axes, sorted(data.items())):
         totals = defaultdict(float)
@@ -286,13 +293,14 @@ def plot_memory(plt, folder, out, data):
                 bottom += mib
         ax.set_xticks(range(len(bars)))
         ax.set_xticklabels([b[0] for b in bars], fontsize=8)
-        ax.set_ylabel("device 0 allocation peak (MiB)")
-        ax.set_title(f"{model}, {prec}: what device 0 holds at its peak")
+        ax.set_ylim(0, 1.08 * max(sum(c.values()) for _, c in bars))
+        ax.set_ylabel("allocation peak (MiB)")
+        ax.set_title(f"{model}, {prec}: what each device holds at its peak")
         ax.grid(axis="y", alpha=0.3)
         handles, labels = ax.get_legend_handles_labels()
         ax.legend(handles[::-1], labels[::-1], fontsize=7, loc="upper left",
                   bbox_to_anchor=(1.01, 1.0))
-    fig.suptitle(f"Device 0's memory by category (memory.csv)\n{folder.label()}\n{DP_NOTE}")
+    fig.suptitle(f"Memory by what it holds, per device (memory.csv)\n{folder.label()}\n{DP_NOTE}")
     return save(plt, fig, out, "memory.png")
 
 
@@ -460,9 +468,10 @@ def summary(folder, out, charts, torch_folder=None):
               "throughput, which also pays Python (threads started per forward, module "
               "replication, per-op dispatch under the GIL), worst at small batches; "
               "scripts/torch_reference.py measures it where PyTorch runs.", ""]
-    lines += ["| model | precision | scaling | GPUs | dp samples/s | ddp samples/s | best | "
-              "dp efficiency | ddp efficiency | dp GPU-0 memory ratio |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines += ["## At a glance", "",
+              "| model | precision | scaling | GPUs | dp samples/s | ddp samples/s | best | "
+              "ddp speed-up over dp | dp efficiency | ddp efficiency | dp GPU-0 memory ratio |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for (model, prec, opt), modes in sorted(series(folder).items()):
         for scaling in ("weak", "strong"):
             per = {m: {p[0]: p for p in pts} for (m, sc), pts in modes.items() if sc == scaling}
@@ -478,11 +487,14 @@ def summary(folder, out, charts, torch_folder=None):
                 dp_pt = per.get("dp", {}).get(n)
                 ratio = gpu0_ratio([peaks[dp_pt[2]["config_id"]][k]
                                     for k in sorted(peaks[dp_pt[2]["config_id"]])]) if dp_pt else None
+                ddp_pt = per.get("ddp", {}).get(n)
+                speed = f"{ddp_pt[1] / dp_pt[1]:.2f}x" if dp_pt and ddp_pt and dp_pt[1] else "-"
                 lines.append(f"| {model} | {prec} | {scaling} | {n} | {cells['dp']} | {cells['ddp']} "
-                             f"| {best} | {eff['dp']} | {eff['ddp']} | "
+                             f"| {best} | {speed} | {eff['dp']} | {eff['ddp']} | "
                              f"{f'{ratio:.2f}' if ratio else '-'} |")
     lines += ["", "Efficiency: throughput(n) / (n · throughput(1)) of the same mode. GPU-0 "
               "memory ratio: dp's device 0 allocation peak over the mean of the other devices.", ""]
+    lines += diagnosis(folder)
     use = link_use(folder)
     if use:
         lines += ["## Link use", "", "Achieved bandwidth of each phase that moves bytes (bytes "
@@ -509,8 +521,9 @@ def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("results", help="a results folder (results/<name>)")
     ap.add_argument("--out", help="where to write the charts (default: plots/<name>)")
-    ap.add_argument("--torch", metavar="TORCH_DIR",
-                    help="a torch_reference.py folder to set beside this one in summary.md")
+    ap.add_argument("--reference", "--torch", dest="torch", metavar="TORCH_DIR",
+                    help="a torch_reference.py folder to set beside this one in summary.md "
+                         "(--torch is the same)")
     args = ap.parse_args(argv)
     try:
         if not os.path.isdir(args.results):

@@ -127,6 +127,12 @@ def check_memory(folder, devices):
         expect(all(int(d["alloc_peak_bytes"]) == 0 for d in devices), "memory.csv is missing")
         return
     cats = memory_at_peak(folder)
+    kinds = {"parameters", "gradients", "optimizer state", "activations", "inputs", "outputs",
+             "loss buffers", "communication", "workspace", "other"}
+    for m in read_table(os.path.join(folder, "memory.csv")):
+        expect(m.get("kind", "other") in kinds and m.get("peak_phase", "setup"),
+               f"memory.csv: {m['config_id']} device {m['device']} {m['category']}: kind "
+               f"{m.get('kind')!r} is not one of {sorted(kinds)}, or no peak_phase")
     for d in devices:
         total = sum(cats.get((d["config_id"], d["device"]), {}).values())
         expect(total == int(d["alloc_peak_bytes"]),

@@ -625,6 +625,104 @@ def case_sweep_skipped(binary):
         expect_exit(p, 2, "missing.suite: cannot read")
 
 
+def set_cells(path, match, values):
+    """Rewrites the rows of a CSV whose cells match `match` ({col: value})
+    with `values` ({col: value})."""
+    lines = open(path).read().splitlines()
+    head = lines[0].split(",")
+    for k, line in enumerate(lines[1:], 1):
+        cells = line.split(",")
+        if all(cells[head.index(c)] == v for c, v in match.items()):
+            for c, v in values.items():
+                cells[head.index(c)] = str(v)
+            lines[k] = ",".join(cells)
+    write(path, "\n".join(lines) + "\n")
+
+
+def case_diagnosis(fixture):
+    """summary.md names the bottleneck from the numbers: a folder where dp's
+    reduce onto device 0 takes 41 % of its step and ddp is 1.5x faster, and
+    where dp's device 0 holds 3 MiB of gathered logits and 1 MiB of loss
+    buffers more than the others; and the reverse case names ddp's exposed
+    all-reduce."""
+    dp, ddp = "dp-small-fp32-sgd-g4-b64", "ddp-small-fp32-sgd-g4-b64-bk25"
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = copy_fixture(fixture, tmp, "res")
+        runs = os.path.join(folder, "runs.csv")
+        set_cells(runs, {"config_id": dp}, {"step_ms_median": "10.0", "samples_per_s": "1000"})
+        set_cells(runs, {"config_id": ddp}, {"step_ms_median": "6.0", "samples_per_s": "1500"})
+        phases = os.path.join(folder, "phases.csv")
+        set_cells(phases, {"config_id": dp, "device": "0", "phase": "reduce"}, {"median_ms": "4.1"})
+        set_cells(phases, {"config_id": ddp, "device": "0", "phase": "allreduce_exposed"},
+                  {"median_ms": "0.6"})
+        rows = ["config_id,device,device_index,category,bytes_at_peak"]
+        for d in range(4):
+            rows.append(f"{dp},{d},{d},parameters,{2 ** 20}")
+        rows += [f"{dp},0,0,gathered logits,{3 * 2 ** 20}", f"{dp},0,0,loss buffers,{2 ** 20}"]
+        write(os.path.join(folder, "memory.csv"), "\n".join(rows) + "\n")
+        p = script("plot.py", folder, "--out", os.path.join(tmp, "out"))
+        expect_exit(p, 0)
+        md = open(os.path.join(tmp, "out", "summary.md")).read()
+        for want in ["## At a glance", "| small | fp32 | weak | 4 | 1000.0 | 1500.0 | ddp | 1.50x |",
+                     "### small, fp32, sgd, weak scaling, 4 devices",
+                     "ddp reaches 1.50x dp's throughput: dp is bound by the reduce of the "
+                     "gradients onto device 0: 41 % of the step (4.100 ms of 10.000 ms); ",
+                     "ddp's exposed all-reduce: 0.600 ms, 10 % of its step.",
+                     "| reduce | 4.100 | 41.0 |",
+                     "dp's device 0 holds more than the others' mean at its peak: gathered "
+                     "logits (3.00 MiB), loss buffers (1.00 MiB)."]:
+            expect(want in md, f"summary.md lacks {want!r}:\n{md[:4000]}")
+        set_cells(runs, {"config_id": ddp}, {"step_ms_median": "20.0", "samples_per_s": "500"})
+        set_cells(phases, {"config_id": ddp, "device": "0", "phase": "allreduce_exposed"},
+                  {"median_ms": "9.5"})
+        p = script("plot.py", folder, "--out", os.path.join(tmp, "out2"))
+        expect_exit(p, 0)
+        md = open(os.path.join(tmp, "out2", "summary.md")).read()
+        want = ("dp reaches 2.00x ddp's throughput: ddp's step is 10.000 ms longer, the largest part "
+                "in its exposed all-reduce (+9.500 ms on device 0)")
+        expect(want in md, f"summary.md lacks {want!r}:\n{md[:4000]}")
+
+
+def case_oversubscribed(binary):
+    """Emulated devices that outnumber the cores (2 on the one core taskset
+    allows) are said to be so in the run's table, meta.json and every chart
+    title; a suite's `gpus = all` stops at 2."""
+    taskset = shutil.which("taskset")
+    if not taskset:
+        print("SKIP: no taskset (util-linux)")
+        return 77
+    with tempfile.TemporaryDirectory() as out:
+        note = "oversubscribed: 2 devices on 1 core: scaling beyond 1 reflects the CPU"
+        p = subprocess.run([taskset, "-c", "0", binary, "run", "--backend", "host", "--mode",
+                            "ddp", "--gpus", "2", "--model", "tiny", "--steps", "3", "--out",
+                            out, "--name", "over"], capture_output=True, text=True, timeout=120)
+        expect_exit(p, 0)
+        expect(f"# {note}" in p.stdout, f"the table does not say {note!r}:\n{p.stdout}")
+        meta = dpsresults.read_meta(os.path.join(out, "over"))
+        expect(meta.get("host_cores") == 1 and meta.get("oversubscribed") == note,
+               f"meta.json: host_cores {meta.get('host_cores')}, oversubscribed "
+               f"{meta.get('oversubscribed')!r}")
+        p = script("plot.py", os.path.join(out, "over"), "--out", os.path.join(out, "charts"))
+        expect_exit(p, 0)
+        md = open(os.path.join(out, "charts", "summary.md")).read()
+        expect(note in md.splitlines()[2], f"summary.md's label lacks the note:\n{md[:600]}")
+        suite = os.path.join(out, "all.suite")
+        write(suite, "modes = ddp\ngpus = all\nmodels = tiny\nsteps = 2\n")
+        p = subprocess.run([taskset, "-c", "0", binary, "sweep", suite, "--backend", "host",
+                            "--dry-run", "--out", out], capture_output=True, text=True,
+                           timeout=60)
+        expect_exit(p, 0)
+        expect("-g2-" in p.stdout and "-g4-" not in p.stdout,
+               f"gpus = all on one core should stop at 2:\n{p.stdout}")
+        p = subprocess.run([binary, "run", "--backend", "host", "--mode", "ddp", "--gpus", "2",
+                            "--model", "tiny", "--steps", "2", "--out", out, "--name", "fits"],
+                           capture_output=True, text=True, timeout=120)
+        fits = dpsresults.read_meta(os.path.join(out, "fits"))
+        cores = len(os.sched_getaffinity(0))
+        expect((fits.get("oversubscribed") is None) == (cores >= 2),
+               f"2 devices on {cores} cores: oversubscribed {fits.get('oversubscribed')!r}")
+
+
 def case_plot(fixture):
     """plot.py draws every chart from a results folder and refuses malformed ones."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -672,7 +770,7 @@ def case_plot(fixture):
         expect_exit(p, 2, "runs.csv: no such file")
 
 
-CASES = {"gpu": case_gpu, "info": case_info, "links": case_links, "comm_bench_faults": case_comm_bench_faults, "profile_sh": case_profile_sh, "ab": case_ab, "check": case_check, "comm_bench": case_comm_bench, "plot": case_plot,
+CASES = {"gpu": case_gpu, "info": case_info, "links": case_links, "comm_bench_faults": case_comm_bench_faults, "profile_sh": case_profile_sh, "ab": case_ab, "check": case_check, "comm_bench": case_comm_bench, "plot": case_plot, "diagnosis": case_diagnosis, "oversubscribed": case_oversubscribed,
          "sweep_failures": case_sweep_failures, "sweep_timeout": case_sweep_timeout,
          "sweep_resume": case_sweep_resume, "sweep_skipped": case_sweep_skipped, "ddp_check": case_ddp_check, "ddp_balance": case_ddp_balance,
          "fault": case_fault, "interrupt": case_interrupt, "ddp_oom": case_ddp_oom,

@@ -71,3 +71,11 @@ void be_version_fields(const be_version_info *v, be_version_field out[BE_VERSION
     };
     memcpy(out, f, sizeof f);
 }
+
+int be_oversubscribed(const backend *be, int ndev, char *note, size_t len)
+{
+    if (!be->emulated || be->host_cores <= 0 || ndev <= be->host_cores) return 0;
+    snprintf(note, len, "oversubscribed: %d devices on %d core%s: scaling beyond %d reflects the "
+             "CPU", ndev, be->host_cores, be->host_cores == 1 ? "" : "s", be->host_cores);
+    return 1;
+}

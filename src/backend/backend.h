@@ -48,6 +48,8 @@ typedef struct be_mem {
     size_t device_peak;       /* high-water mark of the device's used memory */
     size_t device_base;       /* its used memory once ready, before the run allocated:
                                * the context and other processes */
+    int phase_on;             /* 1 + the phase (dps_phase) the device runs; 0: setting up */
+    int peak_phase_on;        /* phase_on when the allocation peak was reached */
 } be_mem;
 
 /* A device allocation: pointer, size and owner, freed through be_buf_free. */
@@ -156,6 +158,7 @@ struct backend {
     int emulated;                /* timings describe the CPU, not a GPU */
     int gemm_bf16;               /* GEMM inputs rounded to bf16, fp32 accumulation (AMP) */
     int unpinned;                /* host: be_options.unpinned */
+    int host_cores;              /* host: the cores this process may use; 0 on GPUs */
     be_device_info info[DPS_MAX_DEVICES];
     unsigned char peer[DPS_MAX_DEVICES][DPS_MAX_DEVICES]; /* i can access j's memory */
     be_mem mem[DPS_MAX_DEVICES];
@@ -176,6 +179,15 @@ typedef struct be_options {
 dps_status be_open(const be_options *opt, backend **out) DPS_MUST_USE;
 void be_close(backend *be);
 
+/* The device now runs phase (a dps_phase; -1: setting up), for the phase of
+ * its allocation peak. */
+void be_mem_phase(backend *be, int dev, int phase);
+/* What an allocation's purpose (be_buf_alloc's `what`) holds, in the
+ * categories memory.csv's `kind` column uses: "parameters", "gradients",
+ * "optimizer state", "activations", "inputs", "outputs", "loss buffers",
+ * "communication", "workspace" or "other". */
+const char *be_mem_kind(const char *what);
+
 /* Accounted allocation: checks the capacity, records in-use and peak, and on
  * failure returns DPS_ERR_OOM with the device, the purpose and the sizes. */
 dps_status be_buf_alloc(backend *be, int dev, size_t bytes, const char *what, dps_buf *buf) DPS_MUST_USE;
@@ -194,6 +206,10 @@ void be_versions(const backend *be, be_version_info *v);
 void be_version_fields(const be_version_info *v, be_version_field out[BE_VERSION_NFIELDS]);
 
 dps_status be_host_open(const be_options *opt, backend **out) DPS_MUST_USE;
+/* Whether ndev emulated devices outnumber the cores that run them; then
+ * note says so ("oversubscribed: 4 devices on 2 cores: scaling beyond 2
+ * reflects the CPU"). 0 on GPUs. */
+int be_oversubscribed(const backend *be, int ndev, char *note, size_t len);
 #ifdef DPS_HAVE_CUDA
 /* cuda_probe.c: devices and versions seen by a child process (the caller
  * stays CUDA-free). info: [DPS_MAX_DEVICES]; info and versions may be NULL;

@@ -508,6 +508,8 @@ dps_status be_host_open(const be_options *opt, backend **out)
     be->emulated = 1;
     be->ndev = opt->host_devices > 0 ? opt->host_devices : 8;
     be->unpinned = opt->unpinned;
+    pthread_once(&process_cores_once, read_process_cores);
+    be->host_cores = CPU_COUNT(&process_cores) > 0 ? CPU_COUNT(&process_cores) : 1;
     if (be->ndev > DPS_MAX_DEVICES) be->ndev = DPS_MAX_DEVICES;
     pthread_mutex_init(&be->mem_lock, NULL);
     host_sgemm_init(); /* one thread per emulated device */

@@ -26,7 +26,31 @@ static int category(be_mem *m, const char *what)
 static void snapshot(be_mem *m)
 {
     m->peak = m->in_use;
+    m->peak_phase_on = m->phase_on;
     for (int i = 0; i < m->ncat; i++) m->cat[i].at_peak = m->cat[i].in_use;
+}
+
+void be_mem_phase(backend *be, int dev, int phase)
+{
+    pthread_mutex_lock(&be->mem_lock);
+    be->mem[dev].phase_on = phase + 1;
+    pthread_mutex_unlock(&be->mem_lock);
+}
+
+const char *be_mem_kind(const char *what)
+{
+    static const struct { const char *part, *kind; } kinds[] = { /* the first that matches */
+        {"bf16", "workspace"}, {"GEMM", "workspace"}, {"optimizer", "optimizer state"},
+        {"bucket", "communication"}, {"coalescing", "communication"},
+        {"reduce", "communication"}, {"staging", "communication"},
+        {"logits gradient", "loss buffers"}, {"log-prob", "loss buffers"},
+        {"loss", "loss buffers"}, {"logits", "outputs"}, {"activation", "activations"},
+        {"input", "inputs"}, {"labels", "inputs"}, {"parameters", "parameters"},
+        {"gradients", "gradients"},
+    };
+    for (size_t i = 0; what && i < sizeof kinds / sizeof kinds[0]; i++)
+        if (strstr(what, kinds[i].part)) return kinds[i].kind;
+    return "other";
 }
 
 dps_status be_buf_alloc(backend *be, int dev, size_t bytes, const char *what, dps_buf *buf)

@@ -319,12 +319,12 @@ static int run_one(const dps_config *cfg, backend *be, const results_dir *rd)
     return 1;
 }
 
-static int finish(backend *be, const dps_config *cfg, const results_dir *rd, int argc, char **argv,
-                  const char *start, int failed, int interrupted, int nothing)
+static int finish(backend *be, const dps_config *cfg, int most, const results_dir *rd, int argc,
+                  char **argv, const char *start, int failed, int interrupted, int nothing)
 {
     char end[32];
     dps_utc_iso8601(end, sizeof end);
-    if (results_write_meta(rd, be, cfg, argc, argv, start, end)) dps_log("%s", dps_errmsg());
+    if (results_write_meta(rd, be, cfg, most, argc, argv, start, end)) dps_log("%s", dps_errmsg());
     printf("# %d failed%s; results in %s\n", failed, nothing ? ", nothing ran" : "", rd->dir);
     if (interrupted) {
         dps_log("interrupted by %s", dps_signal_name(dps_interrupted()));
@@ -340,7 +340,9 @@ static int execute_in(cli_args *a, backend *be, const results_dir *rd, sweep_ite
     char start[32];
     dps_utc_iso8601(start, sizeof start);
     dps_status rc = prepare_folder(a, rd, items, n, &done);
-    if (!rc) rc = results_write_meta(rd, be, &a->cfg, argc, argv, start, NULL);
+    int most = 0; /* devices of the largest configuration */
+    for (int i = 0; i < n; i++) most = items[i].cfg.ngpus > most ? items[i].cfg.ngpus : most;
+    if (!rc) rc = results_write_meta(rd, be, &a->cfg, most, argc, argv, start, NULL);
     if (rc) return rc == DPS_ERR_USAGE ? cmd_usage_error() : (dps_log("%s", dps_errmsg()), 1);
     printf("# results: %s\n", rd->dir);
     if (n && items[0].cfg.inject_slowdown_pct > 0)
@@ -351,7 +353,7 @@ static int execute_in(cli_args *a, backend *be, const results_dir *rd, sweep_ite
     if (a->cmd == CMD_SWEEP && sweep_link_latest(a->cfg.out_dir, a->cfg.name))
         dps_log("%s", dps_errmsg());
     if (a->cmd == CMD_SWEEP) sweep_links(a, be, rd, items, n);
-    results_table_header(stdout, be);
+    results_table_header(stdout, be, most);
     dps_install_interrupt_handlers();
     int failed = 0, interrupted = 0, nothing = 0;
     if (a->cmd == CMD_RUN) {
@@ -361,7 +363,7 @@ static int execute_in(cli_args *a, backend *be, const results_dir *rd, sweep_ite
         failed = run_sweep(a, be, rd, items, n, &done, &interrupted, &nothing);
     }
     results_ids_free(&done);
-    return finish(be, &a->cfg, rd, argc, argv, start, failed, interrupted, nothing);
+    return finish(be, &a->cfg, most, rd, argc, argv, start, failed, interrupted, nothing);
 }
 
 /* The folder is locked from before its files are read until the end. */

@@ -234,6 +234,7 @@ void dev_stats_memory(dev_stats *d, const backend *be, int dev)
     d->device_base = m->device_base;
     d->capacity = m->capacity;
     d->nmem_cat = 0;
+    d->peak_phase = m->peak_phase_on - 1;
     for (int i = 0; i < m->ncat; i++) {
         if (!m->cat[i].at_peak) continue;
         dps_strlcpy(d->mem_cat[d->nmem_cat].what, m->cat[i].what, sizeof d->mem_cat[0].what);

@@ -81,6 +81,7 @@ typedef struct dev_stats {
         uint64_t bytes;
     } mem_cat[BE_MEM_CATEGORIES];
     int nmem_cat;
+    int peak_phase;                   /* dps_phase at the allocation peak; -1: setting up */
     double phase_bytes[PH_COUNT];     /* per step, sent + received */
     double link_bytes[LINK_COUNT];    /* per step */
     /* NVML over the whole configuration (NaN / 0 where not sampled) */

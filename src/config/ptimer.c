@@ -46,6 +46,7 @@ void ptimer_reset(phase_timer *t)
 dps_status ptimer_begin(phase_timer *t, int slot, dps_phase ph)
 {
     t->used[slot][ph] = 1;
+    be_mem_phase(t->be, t->dev[slot], (int)ph);
     return t->be->ops->event_record(t->be, t->ev[slot][ph][0], t->stream[slot]);
 }
 

@@ -39,7 +39,7 @@ static const char *const devices_cols[] = {
 };
 
 static const char *const memory_cols[] = {
-    "config_id", "device", "device_index", "category", "bytes_at_peak",
+    "config_id", "device", "device_index", "category", "kind", "bytes_at_peak", "peak_phase",
 };
 
 static const char *const phases_cols[] = {
@@ -221,7 +221,8 @@ static void meta_launch(FILE *f, const dps_config *cfg)
     fputs("},\n", f);
 }
 
-static void meta_body(FILE *f, const backend *be, const dps_config *cfg, int argc, char **argv,
+static void meta_body(FILE *f, const backend *be, const dps_config *cfg, int most_devices,
+                      int argc, char **argv,
                       const char *start, const char *end)
 {
     char host[256] = "unknown";
@@ -246,6 +247,13 @@ static void meta_body(FILE *f, const backend *be, const dps_config *cfg, int arg
     fprintf(f, ",\n  \"os\": \"%s %s %s\",\n  \"backend\": ", u.sysname, u.release, u.machine);
     json_str(f, be->ops->name);
     fprintf(f, ",\n  \"emulated\": %s,\n", be->emulated ? "true" : "false");
+    if (be->emulated) {
+        char note[160];
+        fprintf(f, "  \"host_cores\": %d,\n  \"oversubscribed\": ", be->host_cores);
+        if (be_oversubscribed(be, most_devices, note, sizeof note)) json_str(f, note);
+        else fputs("null", f);
+        fputs(",\n", f);
+    }
     fprintf(f, "  \"note\": \"%s\",\n", be->emulated
             ? "host backend: devices are emulated on the CPU; timings describe the CPU, not a GPU"
             : "");
@@ -276,7 +284,8 @@ static void meta_body(FILE *f, const backend *be, const dps_config *cfg, int arg
     fputs("}\n", f);
 }
 
-dps_status results_write_meta(const results_dir *r, const backend *be, const dps_config *cfg, int argc,
+dps_status results_write_meta(const results_dir *r, const backend *be, const dps_config *cfg,
+                              int most_devices, int argc,
                               char **argv, const char *start_time, const char *end_time)
 {
     char path[DPS_PATH_MAX + 32], tmp[DPS_PATH_MAX + 48];
@@ -284,7 +293,7 @@ dps_status results_write_meta(const results_dir *r, const backend *be, const dps
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
     FILE *f = fopen(tmp, "w");
     if (!f) return dps_fail(DPS_ERR_RUNTIME, "%s: cannot write: %s", tmp, strerror(errno));
-    meta_body(f, be, cfg, argc, argv, start_time, end_time);
+    meta_body(f, be, cfg, most_devices, argc, argv, start_time, end_time);
     int bad = ferror(f) | (fflush(f) != 0) | (fsync(fileno(f)) != 0);
     bad |= fclose(f) != 0;
     if (bad || rename(tmp, path) != 0) {
@@ -458,7 +467,10 @@ static void memory_rows(csv_buf *b, const dps_config *c, const train_result *res
             csv_int(b, r);
             csv_int(b, c->devices[r]);
             csv_str(b, res->dev[r].mem_cat[k].what);
+            csv_str(b, be_mem_kind(res->dev[r].mem_cat[k].what));
             csv_u64(b, res->dev[r].mem_cat[k].bytes);
+            int ph = res->dev[r].peak_phase;
+            csv_str(b, ph >= 0 && ph < PH_COUNT ? dps_phase_names[ph] : "setup");
             csv_end_row(b);
         }
 }
@@ -574,11 +586,14 @@ dps_status results_append(const results_dir *r, const dps_config *c, const backe
     return rc;
 }
 
-void results_table_header(FILE *f, const backend *be)
+void results_table_header(FILE *f, const backend *be, int most_devices)
 {
-    fprintf(f, "# dpscale %s (%s), backend %s%s\n#\n", DPS_VERSION, DPS_GIT_DESCRIBE,
+    char note[160];
+    fprintf(f, "# dpscale %s (%s), backend %s%s\n", DPS_VERSION, DPS_GIT_DESCRIBE,
             be->ops->name,
             be->emulated ? ": emulated devices, timings describe the CPU, not a GPU" : "");
+    if (be_oversubscribed(be, most_devices, note, sizeof note)) fprintf(f, "# %s\n", note);
+    fputs("#\n", f);
     fprintf(f, "# %-4s %4s %-10s %-4s %-5s %6s %10s %10s %10s %11s %9s %10s %10s %9s %-5s %s\n",
             "mode", "gpus", "model", "prec", "opt", "batch", "step_ms", "p10_ms", "p90_ms",
             "samples/s", "TFLOP/s", "gpu0_peak", "other_peak", "loss", "check", "status");

@@ -48,12 +48,15 @@ dps_status results_check_headers(const results_dir *r) DPS_MUST_USE;
 /* Writes meta.json atomically (temporary file, then rename); cfg's world
  * and joined ranks say who started the ranks and on which hosts (NULL:
  * dpscale forks its ranks). */
-dps_status results_write_meta(const results_dir *r, const backend *be, const dps_config *cfg, int argc,
+dps_status results_write_meta(const results_dir *r, const backend *be, const dps_config *cfg,
+                              int most_devices, int argc,
                               char **argv, const char *start_time, const char *end_time) DPS_MUST_USE;
 dps_status results_append(const results_dir *r, const dps_config *c, const backend *be,
                           const train_result *res, const run_summary *s) DPS_MUST_USE;
 
-void results_table_header(FILE *f, const backend *be);
+/* The table's head; most_devices: the largest configuration's device
+ * count (an oversubscribed host says so). */
+void results_table_header(FILE *f, const backend *be, int most_devices);
 void results_table_row(FILE *f, const dps_config *c, const train_result *res,
                        const run_summary *s);
 

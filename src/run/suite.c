@@ -230,14 +230,21 @@ dps_status suite_load(const char *path, be_kind kind, suite *s)
     return rc;
 }
 
-/* gpus = all: 1, 2, 4, ... up to the devices present (4 emulated at most). */
+/* gpus = all: 1, 2, 4, ... up to the devices present; emulated, up to the
+ * cores that run them (at least 2, at most 4): more would measure the CPU's
+ * oversubscription, not the strategies. */
 static int gpu_counts(const suite *s, const backend *be, int *out)
 {
     if (!s->gpus_all) {
         memcpy(out, s->gpus, sizeof s->gpus);
         return s->ngpus;
     }
-    int n = 0, top = be->emulated && be->ndev > 4 ? 4 : be->ndev;
+    int top = be->ndev;
+    if (be->emulated) {
+        int cores = be->host_cores < 2 ? 2 : be->host_cores > 4 ? 4 : be->host_cores;
+        top = top < cores ? top : cores;
+    }
+    int n = 0;
     for (int g = 1; g <= top; g *= 2) out[n++] = g;
     if (n && out[n - 1] != top) out[n++] = top; /* e.g. 6 GPUs: 1, 2, 4, 6 */
     return n;

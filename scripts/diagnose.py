@@ -1,0 +1,138 @@
+"""summary.md's diagnosis: why dp loses to ddp (or wins), from a results folder's numbers."""
+from collections import defaultdict
+
+from dpsresults import integer, number
+
+# dp's work that device 0 does alone while the others wait, in step order
+DP_SERIAL = ["replicate", "scatter", "gather", "loss", "reduce", "optimizer"]
+# phases that run beside the step's critical path (ddp's all-reduce during backward)
+OVERLAPPED = {"allreduce"}
+NAME = {"allreduce_exposed": "exposed all-reduce"}
+WHAT = {
+    "replicate": "the replication of the parameters from device 0",
+    "scatter": "the scatter of the batch from device 0",
+    "gather": "the gather of the outputs onto device 0",
+    "loss": "the loss on device 0",
+    "reduce": "the reduce of the gradients onto device 0",
+    "optimizer": "the optimizer step on device 0",
+}
+
+
+def phases_of(folder, config_id, device=0):
+    """{phase: median ms} of one device of one configuration."""
+    return {p["phase"]: number(p, "median_ms") for p in folder.phases
+            if p["config_id"] == config_id and integer(p, "device") == device}
+
+
+def pairs(folder):
+    """(model, precision, optimizer, scaling, n, dp run, ddp run) at the largest
+    device count (2 or more: on one device nothing waits) where both modes
+    ran, for each model, precision, optimizer and scaling."""
+    runs = defaultdict(dict)
+    for r in folder.runs:
+        key = (r["model"], r["precision"], r["optimizer"], r["scaling"])
+        runs[key][(r["mode"], r["_n"])] = r
+    out = []
+    for key, got in sorted(runs.items()):
+        both = [n for (m, n) in got if m == "dp" and n >= 2 and ("ddp", n) in got]
+        if both:
+            n = max(both)
+            out.append((*key, n, got[("dp", n)], got[("ddp", n)]))
+    return out
+
+
+def memory_extra(folder, config_id, top=3):
+    """[(category, MiB)] of what device 0 holds beyond the mean of the other
+    devices at their allocation peaks (memory.csv), largest first."""
+    per = defaultdict(lambda: defaultdict(float))
+    for m in folder.memory or []:
+        if m["config_id"] == config_id:
+            per[integer(m, "device")][m["category"]] += number(m, "bytes_at_peak")
+    others = [d for d in per if d != 0]
+    if 0 not in per or not others:
+        return []
+    cats = set(per[0]) | {c for d in others for c in per[d]}
+    extra = [(c, (per[0][c] - sum(per[d][c] for d in others) / len(others)) / 2 ** 20)
+             for c in cats]
+    return sorted([e for e in extra if e[1] > 0], key=lambda e: -e[1])[:top]
+
+
+def serial_phases(folder, run):
+    """[(phase, ms, % of the step)] of dp's device-0 serial phases, largest first."""
+    step = number(run, "step_ms_median")
+    ph = phases_of(folder, run["config_id"])
+    rows = [(p, ph[p], 100 * ph[p] / step) for p in DP_SERIAL if ph.get(p, 0) > 0]
+    return sorted(rows, key=lambda r: -r[1])
+
+
+def gaps(folder, slow, fast):
+    """[(phase, ms)] that device 0 of the slower run spends beyond the faster
+    run's device 0, largest first (phases off the critical path left out)."""
+    a, b = phases_of(folder, slow["config_id"]), phases_of(folder, fast["config_id"])
+    return sorted(((p, a[p] - b.get(p, 0.0)) for p in a if p not in OVERLAPPED),
+                  key=lambda g: -g[1]) or [("step", 0.0)]
+
+
+def verdict(folder, dp, ddp, serial, exposed_ms):
+    """The one sentence naming the bottleneck: the phase where the slower
+    mode's device 0 spends the most time beyond the faster one's, named as
+    what binds dp when it is one of dp's serial phases."""
+    speed = number(ddp, "samples_per_s") / number(dp, "samples_per_s")
+    dp_step, ddp_step = number(dp, "step_ms_median"), number(ddp, "step_ms_median")
+    alone = sum(r[2] for r in serial)
+    exposed = (f"ddp's exposed all-reduce: {exposed_ms:.3f} ms, "
+               f"{100 * exposed_ms / ddp_step:.0f} % of its step")
+    if speed >= 1:
+        lead, found = f"ddp reaches {speed:.2f}x dp's throughput", gaps(folder, dp, ddp)
+        slower, longer = "dp", dp_step - ddp_step
+        aside = f"device 0 works alone {alone:.0f} % of dp's step; {exposed}"
+    else:
+        lead, found = f"dp reaches {1 / speed:.2f}x ddp's throughput", gaps(folder, ddp, dp)
+        slower, longer = "ddp", ddp_step - dp_step
+        aside = f"{exposed}, while dp's device 0 works alone {alone:.0f} % of its step"
+    phase, gap = found[0]
+    if gap < 0.25 * longer:  # device 0's own phases do not explain the longer step
+        explained = sum(g for _, g in found if g > 0)
+        return (f"{lead}: {slower}'s step is {longer:.3f} ms longer, of which device 0's phases "
+                f"account for {explained:.3f} ms (the most: its {NAME.get(phase, phase)}, "
+                f"+{gap:.3f} ms); the rest is device 0 waiting for the other devices; {aside}.")
+    if slower == "dp" and phase in DP_SERIAL:
+        pct = 100 * phases_of(folder, dp["config_id"])[phase] / dp_step
+        return (f"{lead}: dp is bound by {WHAT[phase]}: {pct:.0f} % of the step "
+                f"({phases_of(folder, dp['config_id'])[phase]:.3f} ms of {dp_step:.3f} ms); "
+                f"{aside}.")
+    return (f"{lead}: {slower}'s step is {longer:.3f} ms longer, the largest part in its "
+            f"{NAME.get(phase, phase)} (+{gap:.3f} ms on device 0); {aside}.")
+
+
+def pair_lines(folder, pair):
+    model, prec, opt, scaling, n, dp, ddp = pair
+    serial = serial_phases(folder, dp)
+    exposed = phases_of(folder, ddp["config_id"]).get("allreduce_exposed", 0.0)
+    lines = [f"### {model}, {prec}, {opt}, {scaling} scaling, {n} devices", "",
+             verdict(folder, dp, ddp, serial, exposed), ""]
+    if serial:
+        total = sum(r[1] for r in serial)
+        lines += ["| dp phase on device 0 alone | ms | % of dp's step |", "| --- | --- | --- |"]
+        lines += [f"| {p} | {ms:.3f} | {pct:.1f} |" for p, ms, pct in serial]
+        lines += [f"| all of them | {total:.3f} | "
+                  f"{100 * total / number(dp, 'step_ms_median'):.1f} |", ""]
+    extra = memory_extra(folder, dp["config_id"])
+    if extra:
+        held = ", ".join(f"{c} ({mib:.2f} MiB)" for c, mib in extra)
+        lines += [f"dp's device 0 holds more than the others' mean at its peak: {held}.", ""]
+    return lines
+
+
+def diagnosis(folder):
+    """summary.md's "Diagnosis" section; [] when no dp/ddp pair ran."""
+    found = pairs(folder)
+    if not found:
+        return []
+    lines = ["## Diagnosis", "", "For each model at the largest device count where dp and ddp "
+             "both ran: dp's phases that device 0 runs while the other devices wait (from "
+             "phases.csv), against ddp's all-reduce left exposed after backward, and what "
+             "device 0 holds beyond the others (from memory.csv).", ""]
+    for pair in found:
+        lines += pair_lines(folder, pair)
+    return lines
