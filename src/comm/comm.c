@@ -137,20 +137,3 @@ dps_status comm_wait_async(comm *c, double *busy_ms)
 }
 
 void comm_trace(comm *c, be_event *ref) { c->span_ref = ref; }
-
-dps_status comm_span_add(comm *c, be_event *begin, double ms, size_t bytes)
-{
-    if (!c->span_ref || !begin) return DPS_OK;
-    if (c->nspans == c->spans_cap) {
-        int cap = c->spans_cap ? 2 * c->spans_cap : 64;
-        tl_span *s = realloc(c->spans, (size_t)cap * sizeof *s);
-        if (!s) return dps_fail(DPS_ERR_RUNTIME, "rank %d: out of host memory for the trace", c->rank);
-        c->spans = s;
-        c->spans_cap = cap;
-    }
-    float at = 0.0f;
-    DPS_TRY(c->be->ops->event_ms(c->be, c->span_ref, begin, &at));
-    c->spans[c->nspans] = (tl_span){at, ms, bytes, c->nspans};
-    c->nspans++;
-    return DPS_OK;
-}
