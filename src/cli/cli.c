@@ -135,6 +135,7 @@ static void store_value(cli_args *a, settings_id id, const settings_value *v)
         c->fault_step = (int)v->v[1].i;
         c->fault_kind = (dps_fault)v->v[2].i;
         break;
+    case SET_TRACE_STEPS: c->trace_steps = (int)i; break;
     case SET_PROFILE_STEPS: c->profile_first = (int)i; c->profile_last = (int)v->v[1].i; break;
     case SET_SIZES:
         for (int k = 0; k < v->n; k++) a->sizes[k] = (uint64_t)v->v[k].i;

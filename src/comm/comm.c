@@ -68,6 +68,7 @@ void comm_close(comm *c)
     if (!c) return;
     comm_async_stop(c);
     if (c->ops) c->ops->destroy(c);
+    free(c->spans);
     free(c);
 }
 
@@ -130,6 +131,9 @@ dps_status comm_allreduce_async(comm *c, void *buf, size_t n, comm_dtype dt, be_
 
 dps_status comm_wait_async(comm *c, double *busy_ms)
 {
+    c->nspans = 0;
     if (c->ops->wait_async) COMM_CALL(c, c->ops->wait_async(c, busy_ms));
     COMM_CALL(c, comm_async_wait(c, busy_ms));
 }
+
+void comm_trace(comm *c, be_event *ref) { c->span_ref = ref; }

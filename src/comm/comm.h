@@ -13,6 +13,7 @@
 
 #include "backend/backend.h"
 #include "comm/comm_shared.h"
+#include "config/timeline.h"
 
 typedef enum comm_dtype { COMM_F32, COMM_BF16 } comm_dtype;
 
@@ -57,6 +58,11 @@ struct comm {
     void *impl;                 /* the implementation's state */
     comm_async *async;          /* the thread of implementations without allreduce_async */
     struct dps_store *store;    /* the ranks' rendezvous across hosts (store.h); NULL: none */
+    /* the trace (comm_trace): the last wait's async all-reduces, in issue
+     * order, begins in ms after span_ref (NULL: not traced) */
+    be_event *span_ref;
+    tl_span *spans;
+    int nspans, spans_cap;
 };
 
 /* What comm_open needs: the group's region (made before the ranks started)
@@ -91,6 +97,11 @@ dps_status comm_allreduce_async(comm *c, void *buf, size_t n, comm_dtype dt, be_
 /* Waits for every async all-reduce issued since the last wait; *busy_ms
  * gets the milliseconds they spent in the collective. */
 dps_status comm_wait_async(comm *c, double *busy_ms) DPS_MUST_USE;
+
+/* From now on each comm_wait_async leaves the spans of the all-reduces it
+ * waited for in c->spans (bucket = issue order), begins in ms after ref, an
+ * event on c's device; NULL: none. */
+void comm_trace(comm *c, be_event *ref);
 
 /* From any thread: the group is over; blocked collectives return. */
 void comm_abort(comm *c);

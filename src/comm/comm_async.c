@@ -15,6 +15,7 @@ typedef struct async_item {
     size_t n;
     comm_dtype dt;
     be_event *after;
+    double ms;               /* how long it ran, once done */
 } async_item;
 
 struct comm_async {
@@ -25,14 +26,38 @@ struct comm_async {
     async_item *queue;
     int cap, queued, done, stop;
     double busy_ms;          /* time inside collectives since the last wait */
+    /* traced (c->span_ref): item k's begin event, recorded on the thread's
+     * stream; the thread alone touches them until the wait reads them */
+    be_stream *stream;
+    be_event **ev;
+    int nev;
     dps_status rc;           /* the first failure */
     char err[DPS_ERRMSG_MAX];
 };
+
+/* Item index's begin event (made on first use) recorded now, when traced. */
+static dps_status mark_begin(comm_async *a, int index)
+{
+    comm *c = a->c;
+    const be_ops *o = c->be->ops;
+    if (!c->span_ref) return DPS_OK;
+    if (!a->stream) DPS_TRY(o->stream_create(c->be, c->dev, &a->stream));
+    if (index >= a->nev) {
+        int n = 2 * index + 8;
+        be_event **ev = realloc(a->ev, (size_t)n * sizeof *ev);
+        if (!ev) return dps_fail(DPS_ERR_RUNTIME, "rank %d: out of host memory", c->rank);
+        a->ev = ev;
+        for (; a->nev < n; a->nev++) a->ev[a->nev] = NULL;
+    }
+    if (!a->ev[index]) DPS_TRY(o->event_create(c->be, c->dev, &a->ev[index]));
+    return o->event_record(c->be, a->ev[index], a->stream);
+}
 
 static dps_status run_item(comm_async *a, const async_item *it, int index)
 {
     comm *c = a->c;
     DPS_TRY(c->be->ops->event_sync(c->be, it->after));
+    DPS_TRY(mark_begin(a, index));
     trace_push_bucket(index, it->n * comm_dtype_bytes(it->dt));
     double t0 = dps_now_ms();
     dps_status rc = c->ops->allreduce(c, it->buf, it->n, it->dt);
@@ -40,6 +65,7 @@ static dps_status run_item(comm_async *a, const async_item *it, int index)
     trace_pop();
     pthread_mutex_lock(&a->mu);
     a->busy_ms += busy;
+    a->queue[index].ms = busy;
     pthread_mutex_unlock(&a->mu);
     return rc;
 }
@@ -111,7 +137,7 @@ dps_status comm_async_push(comm *c, void *buf, size_t n, comm_dtype dt, be_event
     pthread_mutex_lock(&a->mu);
     int ok = grow(a);
     if (ok) {
-        a->queue[a->queued++] = (async_item){buf, n, dt, after};
+        a->queue[a->queued++] = (async_item){buf, n, dt, after, 0.0};
         pthread_cond_broadcast(&a->cv);
     }
     pthread_mutex_unlock(&a->mu);
@@ -125,6 +151,10 @@ dps_status comm_async_wait(comm *c, double *busy_ms)
     pthread_mutex_lock(&a->mu);
     while (a->done < a->queued) pthread_cond_wait(&a->cv, &a->mu);
     dps_status rc = a->rc;
+    for (int k = 0; !rc && k < a->queued; k++) /* the thread waits: its events are ours */
+        rc = comm_span_add(c, k < a->nev ? a->ev[k] : NULL, a->queue[k].ms,
+                           a->queue[k].n * comm_dtype_bytes(a->queue[k].dt));
+    if (rc && !a->rc) dps_strlcpy(a->err, dps_errmsg(), sizeof a->err);
     *busy_ms += a->busy_ms;
     a->busy_ms = 0.0;
     a->queued = a->done = 0;
@@ -143,6 +173,10 @@ void comm_async_stop(comm *c)
     pthread_join(a->thread, NULL);
     pthread_mutex_destroy(&a->mu);
     pthread_cond_destroy(&a->cv);
+    for (int k = 0; k < a->nev; k++)
+        if (a->ev[k]) c->be->ops->event_destroy(c->be, a->ev[k]);
+    if (a->stream) c->be->ops->stream_destroy(c->be, a->stream);
+    free(a->ev);
     free(a->queue);
     free(a);
     c->async = NULL;

@@ -21,6 +21,10 @@ dps_status comm_async_push(comm *c, void *buf, size_t n, comm_dtype dt, be_event
 dps_status comm_async_wait(comm *c, double *busy_ms) DPS_MUST_USE;
 void comm_async_stop(comm *c);
 
+/* comm_span.c: one async all-reduce of the wait into c->spans when traced: it
+ * began at event `begin` (on c's device) and ran ms. */
+dps_status comm_span_add(comm *c, be_event *begin, double ms, size_t bytes) DPS_MUST_USE;
+
 extern const comm_impl comm_nccl_impl;
 extern const comm_impl comm_gloo_impl;
 

@@ -25,6 +25,7 @@ typedef struct nccl_rank {
     ncclComm_t comm;
     be_stream *stream;          /* the communicator's stream */
     be_event **start, **end;    /* [cap]: timing events of the async collectives */
+    size_t *bytes;              /* [cap]: their sizes, for the trace */
     int pending, cap;           /* async collectives since the last wait */
 } nccl_rank;
 
@@ -117,7 +118,9 @@ static dps_status timing_events(comm *c, int k)
     if (s) nr->start = s;
     be_event **e = realloc(nr->end, (size_t)cap * sizeof *e);
     if (e) nr->end = e;
-    if (!s || !e) return dps_fail(DPS_ERR_RUNTIME, "rank %d: out of host memory for events", c->rank);
+    size_t *b = realloc(nr->bytes, (size_t)cap * sizeof *b);
+    if (b) nr->bytes = b;
+    if (!s || !e || !b) return dps_fail(DPS_ERR_RUNTIME, "rank %d: out of host memory for events", c->rank);
     for (; nr->cap < cap; nr->cap++) {
         nr->start[nr->cap] = nr->end[nr->cap] = NULL;
         DPS_TRY(c->be->ops->event_create(c->be, c->dev, &nr->start[nr->cap]));
@@ -136,6 +139,7 @@ static dps_status nccl_allreduce_async(comm *c, void *buf, size_t n, comm_dtype 
     DPS_TRY(o->event_record(c->be, nr->start[k], nr->stream));
     DPS_TRY(nccl_allreduce_enqueue(c, buf, n, dt));
     DPS_TRY(o->event_record(c->be, nr->end[k], nr->stream));
+    nr->bytes[k] = n * comm_dtype_bytes(dt);
     nr->pending++;
     return DPS_OK;
 }
@@ -151,6 +155,7 @@ static dps_status nccl_wait_async(comm *c, double *busy_ms)
         float ms = 0.0f;
         DPS_TRY(c->be->ops->event_ms(c->be, nr->start[k], nr->end[k], &ms));
         *busy_ms += ms;
+        DPS_TRY(comm_span_add(c, nr->start[k], ms, nr->bytes[k]));
     }
     return DPS_OK;
 }
@@ -168,6 +173,7 @@ static void nccl_destroy(comm *c)
         if (nr->end[k]) c->be->ops->event_destroy(c->be, nr->end[k]);
     }
     free(nr->start);
+    free(nr->bytes);
     free(nr->end);
     if (nr->stream) c->be->ops->stream_destroy(c->be, nr->stream);
     free(nr);

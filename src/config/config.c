@@ -54,6 +54,7 @@ void config_defaults(dps_config *c)
     c->dp_impl = (dps_dp_impl)t[SET_DP_IMPL].def.i;
     c->fault_rank = -1;
     c->profile_first = c->profile_last = -1;
+    c->trace_steps = (int)t[SET_TRACE_STEPS].def.i;
     dps_strlcpy(c->out_dir, t[SET_OUT].def_text, sizeof c->out_dir);
 }
 
@@ -134,6 +135,7 @@ void train_result_free(train_result *r)
     free(r->phase_ms);
     free(r->loss);
     free(r->final_params);
+    timeline_free(&r->tl);
     r->step_ms = NULL;
     r->rank_step_ms = NULL;
     r->phase_ms = NULL;

@@ -8,10 +8,8 @@
 #include "backend/backend.h"
 #include "model/model.h"
 #include "core/names.h"
+#include "config/timeline.h"
 #include "config/world.h"
-
-
-
 
 #define DPS_PATH_MAX 1024
 #define DPS_NAME_MAX 128
@@ -43,6 +41,7 @@ typedef struct dps_config {
     dps_comm comm;              /* ddp: --comm */
     struct ddp_world *net;      /* under a launcher: the joined ranks (strategies/ddp_world.h) */
     int profile_first, profile_last; /* --profile-steps A:B, -1 = none */
+    int trace_steps;          /* --trace-steps: the last N timed steps into trace/; 0 none */
     int no_nvml;              /* --no-nvml: no sampler thread */
     dps_dp_comm dp_comm;
     dps_dp_impl dp_impl;      /* dp: DataParallel's implementation or the lean one */
@@ -108,6 +107,7 @@ typedef struct train_result {
     double check_max_rel_diff;
     double gemm_ref_tflops; /* 0 when not measured */
     double allreduce_bytes; /* per step and rank (ddp) */
+    timeline tl;           /* the last timed steps' trace (tl.steps 0: none) */
 } train_result;
 
 /* Device dev's memory figures from the backend's accounting into d: the

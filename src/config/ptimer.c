@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "config/ptimer.h"
+#include "core/util.h"
 
 dps_status ptimer_init(phase_timer *t, backend *be, int nslots, const int *devs,
                        be_stream *const *streams)
@@ -33,6 +34,9 @@ void ptimer_free(phase_timer *t)
                     be_event *e = on ? t->ev_on[s][p][k] : t->ev[s][p][k];
                     if (e) t->be->ops->event_destroy(t->be, e);
                 }
+    for (int s = 0; s < t->nslots; s++)
+        if (t->ref[s]) t->be->ops->event_destroy(t->be, t->ref[s]);
+    memset(t->ref, 0, sizeof t->ref);
     memset(t->ev, 0, sizeof t->ev);
     memset(t->ev_on, 0, sizeof t->ev_on);
 }
@@ -47,6 +51,7 @@ dps_status ptimer_begin(phase_timer *t, int slot, dps_phase ph)
 {
     t->used[slot][ph] = 1;
     be_mem_phase(t->be, t->dev[slot], (int)ph);
+    t->where[slot][ph] = (unsigned char)slot;
     return t->be->ops->event_record(t->be, t->ev[slot][ph][0], t->stream[slot]);
 }
 
@@ -82,6 +87,7 @@ dps_status ptimer_begin_on(phase_timer *t, int slot, dps_phase ph, int where)
     DPS_TRY(events_on(t, slot, ph, where));
     t->used[slot][ph] = 1;
     t->on_other[slot][ph] = 1;
+    t->where[slot][ph] = (unsigned char)where;
     return t->be->ops->event_record(t->be, t->ev_on[slot][ph][0], t->stream[where]);
 }
 
@@ -101,6 +107,31 @@ dps_status ptimer_read(phase_timer *t, int slot, float *ms)
         float base = ms[p] - t->spun_ms[slot][p];
         t->base_ms[slot][p] = base > 0 ? base : 0.0f;
         t->spun_ms[slot][p] = 0.0f;
+    }
+    return DPS_OK;
+}
+
+dps_status ptimer_mark(phase_timer *t)
+{
+    for (int s = 0; s < t->nslots; s++)
+        if (!t->ref[s]) DPS_TRY(t->be->ops->event_create(t->be, t->dev[s], &t->ref[s]));
+    for (int s = 0; s < t->nslots; s++) {
+        DPS_TRY(t->be->ops->event_record(t->be, t->ref[s], t->stream[s]));
+        t->ref_host_ms[s] = dps_now_ms();
+    }
+    return DPS_OK;
+}
+
+dps_status ptimer_begins(phase_timer *t, int slot, tl_phase *out)
+{
+    for (int p = 0; p < PH_COUNT; p++) {
+        out[p] = (tl_phase){0.0f, -1};
+        int w = t->where[slot][p];
+        if (!t->used[slot][p] || !t->ref[w]) continue;
+        be_event *begin = t->on_other[slot][p] ? t->ev_on[slot][p][0] : t->ev[slot][p][0];
+        DPS_TRY(t->be->ops->event_ms(t->be, t->ref[w], begin, &out[p].begin_ms));
+        out[p].begin_ms += (float)(t->ref_host_ms[w] - t->ref_host_ms[0]);
+        out[p].on = w;
     }
     return DPS_OK;
 }

@@ -4,6 +4,7 @@
 #define DPS_PTIMER_H
 
 #include "backend/backend.h"
+#include "config/timeline.h"
 #include "core/names.h"
 
 /* Begin/end events per (slot, phase) on the slot's stream, or on the
@@ -19,6 +20,10 @@ typedef struct phase_timer {
     /* (slot, phase) timed on another slot's stream: events on that device */
     be_event *ev_on[DPS_MAX_DEVICES][PH_COUNT][2];
     unsigned char on_other[DPS_MAX_DEVICES][PH_COUNT];
+    unsigned char where[DPS_MAX_DEVICES][PH_COUNT]; /* the slot whose stream ran it */
+    /* the trace's reference per slot, recorded on its stream (ptimer_mark) */
+    be_event *ref[DPS_MAX_DEVICES];
+    double ref_host_ms[DPS_MAX_DEVICES]; /* the host clock as each was recorded */
     /* --inject-slowdown: each compute phase (forward, loss, backward,
      * optimizer) is stretched, before its end event, by this fraction of
      * its unstretched time in the slot's previous step */
@@ -41,5 +46,14 @@ dps_status ptimer_end_on(phase_timer *t, int slot, dps_phase ph, int where) DPS_
 void ptimer_set_slowdown(phase_timer *t, double fraction);
 /* After the slot's stream is synchronised: ms per phase. */
 dps_status ptimer_read(phase_timer *t, int slot, float *ms) DPS_MUST_USE;
+/* The trace's reference: an event on every slot's stream, recorded now (as
+ * the first traced step begins, every stream idle). */
+dps_status ptimer_mark(phase_timer *t) DPS_MUST_USE;
+/* After the step's streams are synchronised: where each phase of slot
+ * began (on -1: not run), in ms after slot 0's reference: after the
+ * reference on the stream that ran it (an event's time is read against one
+ * of its own device), plus how much later the host recorded that reference
+ * than slot 0's. */
+dps_status ptimer_begins(phase_timer *t, int slot, tl_phase *out) DPS_MUST_USE;
 
 #endif

@@ -224,6 +224,12 @@ const settings_entry settings_table[SET_COUNT] = {
         .flag = "profile-steps", .type = SETTINGS_STEP_RANGE, .lo = 0, .hi = 100000000,
         .metavar = "A:B",
         .help = "profiler capture range: steps A to B (0-based, warm-up included)"},
+    [SET_TRACE_STEPS] = {
+        .cmds = TRAIN,
+        .flag = "trace-steps", .type = SETTINGS_INT, .lo = 0, .hi = 10000000, DEFAULT_INT(3),
+        .metavar = "N",
+        .help = "timeline of the last N timed steps per configuration, trace/<config>.json in "
+                "the results folder (Chrome trace events: Perfetto, chrome://tracing); 0: none"},
     [SET_CHECK] = {
         .cmds = TRAIN,
         .flag = "check", .type = SETTINGS_FLAG,

@@ -98,6 +98,13 @@ double dps_now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
+double dps_wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
 int64_t dps_now_us(void)
 {
     struct timespec ts;
@@ -193,4 +200,26 @@ int dps_match_word(const char *s, const char *const *words, int n, char *expecte
         snprintf(expected + used, len - used, "%s%s", i ? ", " : "", words[i]);
     }
     return -1;
+}
+
+void dps_json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (int n; *s; s += n) {
+        unsigned char ch = (unsigned char)*s;
+        n = dps_utf8_len(s);
+        if (!n) {
+            fputs("\\ufffd", f);
+            n = 1;
+        } else if (ch == '"' || ch == '\\') {
+            fprintf(f, "\\%c", ch);
+        } else if (ch == '\n') {
+            fputs("\\n", f);
+        } else if (ch < 0x20) {
+            fprintf(f, "\\u%04x", ch);
+        } else {
+            fwrite(s, 1, (size_t)n, f);
+        }
+    }
+    fputc('"', f);
 }

@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "core/err.h"
 
@@ -24,6 +25,7 @@ const char *dps_fmt_bytes_suffix(uint64_t bytes, char *buf, size_t len);
 
 double dps_now_ms(void);          /* monotonic clock, ms */
 int64_t dps_now_us(void);         /* monotonic clock, us */
+double dps_wall_ms(void);         /* wall clock (CLOCK_REALTIME), ms: the same on every host NTP keeps */
 void dps_utc_iso8601(char *buf, size_t len); /* now, "2026-11-30T01:02:03Z" */
 
 /* mkdir -p; DPS_ERR_USAGE with a message when it cannot be created or written. */
@@ -35,6 +37,11 @@ int dps_match_word(const char *s, const char *const *words, int n, char *expecte
 
 /* Strips leading and trailing blanks in place; returns the first non-blank. */
 char *dps_trim(char *s);
+
+/* s as a JSON string, quotes included: valid UTF-8 as it is, a byte that is
+ * not (from a command line in another encoding) as U+FFFD, so the file stays
+ * valid JSON. */
+void dps_json_str(FILE *f, const char *s);
 
 /* Length of the valid UTF-8 sequence at s (1 to 4), or 0 when s does not
  * start one (a stray or overlong byte, a surrogate, past U+10FFFF). */

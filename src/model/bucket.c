@@ -14,7 +14,8 @@ int bucket_assign(const size_t *counts, int nparams, size_t elem_bytes, size_t f
         bytes += counts[i] * elem_bytes;
         if (bytes >= (nb == 0 ? first_cap : cap) || i == 0) {
             if (nb >= max) return -1;
-            out[nb++] = (bucket){.lo = pos, .hi = hi, .first_param = i, .nparams = top - i + 1};
+            if (out) out[nb] = (bucket){.lo = pos, .hi = hi, .first_param = i, .nparams = top - i + 1};
+            nb++;
             hi = pos;
             top = i - 1;
             bytes = 0;
@@ -32,4 +33,12 @@ int bucket_model_params(model_shape s, size_t *counts, int max)
         counts[n++] = out;
     }
     return n;
+}
+
+int bucket_model_assign(model_shape s, double first_mb, double mb, bucket *out, int max)
+{
+    size_t counts[2 * BUCKET_MAX_LAYERS + 2];
+    int np = bucket_model_params(s, counts, (int)(sizeof counts / sizeof counts[0]));
+    return bucket_assign(counts, np, sizeof(float), (size_t)(first_mb * 1048576.0),
+                         (size_t)(mb * 1048576.0), out, max);
 }

@@ -11,6 +11,7 @@
 #include "model/model.h"
 
 #define DPS_MAX_BUCKETS 8192
+#define BUCKET_MAX_LAYERS 4097 /* hidden layers (--layers' limit) and the classifier */
 
 typedef struct bucket {
     size_t lo, hi;        /* float range [lo, hi) of the flat parameters */
@@ -19,11 +20,16 @@ typedef struct bucket {
 } bucket;
 
 /* counts[i]: elements of parameter i in model order. Returns the number
- * of buckets (bucket 0 holds the last parameters), or -1 if more than max. */
+ * of buckets (bucket 0 holds the last parameters), or -1 if more than max;
+ * out NULL: only counts them. */
 int bucket_assign(const size_t *counts, int nparams, size_t elem_bytes, size_t first_cap,
                   size_t cap, bucket *out, int max);
 
 /* The model's parameters in order: per layer the weight, then the bias. */
 int bucket_model_params(model_shape s, size_t *counts, int max);
+
+/* The model's fp32 gradients in buckets of first_mb, then mb MiB (DDP's
+ * bucket_cap_mb): bucket_assign of bucket_model_params. */
+int bucket_model_assign(model_shape s, double first_mb, double mb, bucket *out, int max);
 
 #endif

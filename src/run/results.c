@@ -106,38 +106,14 @@ void results_close(results_dir *r)
     r->lock_fd = -1;
 }
 
-/* A JSON string: valid UTF-8 as it is, a byte that is not (from a command
- * line in another encoding) as U+FFFD, so the file stays valid JSON. */
-static void json_str(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (int n; *s; s += n) {
-        unsigned char ch = (unsigned char)*s;
-        n = dps_utf8_len(s);
-        if (!n) {
-            fputs("\\ufffd", f);
-            n = 1;
-        } else if (ch == '"' || ch == '\\') {
-            fprintf(f, "\\%c", ch);
-        } else if (ch == '\n') {
-            fputs("\\n", f);
-        } else if (ch < 0x20) {
-            fprintf(f, "\\u%04x", ch);
-        } else {
-            fwrite(s, 1, (size_t)n, f);
-        }
-    }
-    fputc('"', f);
-}
-
 static void meta_devices(FILE *f, const backend *be)
 {
     fputs("  \"devices\": [\n", f);
     for (int d = 0; d < be->ndev; d++) {
         fprintf(f, "    {\"index\": %d, \"name\": ", d);
-        json_str(f, be->info[d].name);
+        dps_json_str(f, be->info[d].name);
         fputs(", \"bus_id\": ", f);
-        json_str(f, be->info[d].bus_id);
+        dps_json_str(f, be->info[d].bus_id);
         fprintf(f, ", \"memory_bytes\": %zu}%s\n", be->info[d].total_bytes,
                 d + 1 < be->ndev ? "," : "");
     }
@@ -156,16 +132,16 @@ static void meta_versions(FILE *f, const backend *be)
     fputs("  \"versions\": {", f);
     for (int i = 0; i < BE_VERSION_NFIELDS; i++) {
         fprintf(f, "%s\"%s\": ", i ? ", " : "", fields[i].key);
-        json_str(f, fields[i].value);
+        dps_json_str(f, fields[i].value);
     }
     char cuda[192];
     snprintf(cuda, sizeof cuda, "CUDA driver %s, runtime %s, cuBLAS %s, NCCL %s", v.cuda.driver,
              v.cuda.runtime, v.cuda.cublas, v.cuda.nccl);
     fputs(", \"backend\": ", f);
-    json_str(f, be->kind == BE_CUDA ? cuda : v.blas);
+    dps_json_str(f, be->kind == BE_CUDA ? cuda : v.blas);
     if (be->kind != BE_CUDA && v.cuda.driver[0]) {
         fputs(", \"cuda\": ", f);
-        json_str(f, cuda);
+        dps_json_str(f, cuda);
     }
     fputs("}\n", f);
 }
@@ -180,16 +156,16 @@ static void meta_nodes(FILE *f, const ddp_world *dw)
         for (int r = 0; r < dw->w.size; r++)
             if (dw->node_of[r] == n && first < 0) first = r;
         fputs(n ? ", {\"host\": " : "{\"host\": ", f);
-        json_str(f, dw->members[first].host);
+        dps_json_str(f, dw->members[first].host);
         fputs(", \"address\": ", f);
-        json_str(f, dw->members[first].addr);
+        dps_json_str(f, dw->members[first].addr);
         fputs(", \"nic\": ", f);
-        json_str(f, dw->members[first].nic);
+        dps_json_str(f, dw->members[first].nic);
         fputs(", \"devices\": [", f);
         for (int r = 0, k = 0; r < dw->w.size; r++)
             if (dw->node_of[r] == n) {
                 fputs(k++ ? ", " : "", f);
-                json_str(f, dw->device[r][0] ? dw->device[r] : "unknown");
+                dps_json_str(f, dw->device[r][0] ? dw->device[r] : "unknown");
             }
         fputs("]", f);
         fputs(", \"ranks\": [", f);
@@ -198,7 +174,7 @@ static void meta_nodes(FILE *f, const ddp_world *dw)
         fputs("]}", f);
     }
     fputs("], \"collectives\": ", f);
-    json_str(f, dw->comm_used[0] ? dw->comm_used : "none ran");
+    dps_json_str(f, dw->comm_used[0] ? dw->comm_used : "none ran");
 }
 
 /* Who started the ranks: dpscale itself, or a launcher and where this
@@ -208,14 +184,14 @@ static void meta_launch(FILE *f, const dps_config *cfg)
     const world *w = cfg ? &cfg->world : NULL;
     fputs("  \"launch\": {\"launcher\": ", f);
     if (!w || w->launcher == WORLD_NONE) {
-        json_str(f, "fork");
+        dps_json_str(f, "fork");
         fputs("},\n", f);
         return;
     }
-    json_str(f, world_launcher_name(w->launcher));
+    dps_json_str(f, world_launcher_name(w->launcher));
     fprintf(f, ", \"ranks\": %d, \"ranks_on_this_host\": %d, \"master_addr\": ", w->size,
             w->local_size > 0 ? w->local_size : w->size);
-    json_str(f, w->addr);
+    dps_json_str(f, w->addr);
     fprintf(f, ", \"port\": %d", w->port);
     if (cfg->net && cfg->net->joined > 0) meta_nodes(f, cfg->net);
     fputs("},\n", f);
@@ -230,27 +206,27 @@ static void meta_body(FILE *f, const backend *be, const dps_config *cfg, int mos
     struct utsname u;
     uname(&u);
     fputs("{\n  \"dpscale_version\": ", f);
-    json_str(f, DPS_VERSION);
+    dps_json_str(f, DPS_VERSION);
     fputs(",\n  \"git_describe\": ", f);
-    json_str(f, DPS_GIT_DESCRIBE);
+    dps_json_str(f, DPS_GIT_DESCRIBE);
     fputs(",\n  \"command_line\": [", f);
     for (int i = 0; i < argc; i++) {
         if (i) fputs(", ", f);
-        json_str(f, argv[i]);
+        dps_json_str(f, argv[i]);
     }
     fputs("],\n  \"start_time\": ", f);
-    json_str(f, start);
+    dps_json_str(f, start);
     fputs(",\n  \"end_time\": ", f);
-    json_str(f, end ? end : "");
+    dps_json_str(f, end ? end : "");
     fputs(",\n  \"host\": ", f);
-    json_str(f, host);
+    dps_json_str(f, host);
     fprintf(f, ",\n  \"os\": \"%s %s %s\",\n  \"backend\": ", u.sysname, u.release, u.machine);
-    json_str(f, be->ops->name);
+    dps_json_str(f, be->ops->name);
     fprintf(f, ",\n  \"emulated\": %s,\n", be->emulated ? "true" : "false");
     if (be->emulated) {
         char note[160];
         fprintf(f, "  \"host_cores\": %d,\n  \"oversubscribed\": ", be->host_cores);
-        if (be_oversubscribed(be, most_devices, note, sizeof note)) json_str(f, note);
+        if (be_oversubscribed(be, most_devices, note, sizeof note)) dps_json_str(f, note);
         else fputs("null", f);
         fputs(",\n", f);
     }
@@ -267,7 +243,7 @@ static void meta_body(FILE *f, const backend *be, const dps_config *cfg, int mos
     meta_launch(f, cfg);
     fputs("  \"topology\": ", f);
     if (be->emulated) {
-        json_str(f, "emulated devices in host memory (copies are memcpy)");
+        dps_json_str(f, "emulated devices in host memory (copies are memcpy)");
     } else {
         fputs("{\"peer_access\": [", f);
         for (int i = 0; i < be->ndev; i++) {

@@ -10,6 +10,7 @@
 #include "core/stats.h"
 #include "backend/nvml.h"
 #include "run/run.h"
+#include "run/trace_json.h"
 #include "core/util.h"
 
 double run_max_rel_diff(const float *a, const float *b, size_t n)
@@ -248,6 +249,10 @@ dps_status run_config(const dps_config *cfg, backend *be, const results_dir *rd,
         dp_chunk_sizes(cfg->global_batch, cfg->ngpus, samples);
         res.status = run_gemm_reference(be, cfg->devices[0], cfg->shape,
                                     samples[0] * cfg->shape.tokens, &res.gemm_ref_tflops);
+        if (res.status) dps_strlcpy(res.error, dps_errmsg(), sizeof res.error);
+    }
+    if (!res.status && res.tl.steps && res.steps_done == cfg->steps) {
+        res.status = trace_json_write(rd->dir, cfg, &res, sum.config_id);
         if (res.status) dps_strlcpy(res.error, dps_errmsg(), sizeof res.error);
     }
     dps_utc_iso8601(sum.end_time, sizeof sum.end_time);

@@ -119,10 +119,8 @@ static dps_status alloc_buffers(ddp_rank *R)
 
 static dps_status make_buckets(ddp_rank *R)
 {
-    size_t counts[2 * 4097 + 2];
-    int np = bucket_model_params(R->cfg->shape, counts, (int)(sizeof counts / sizeof counts[0]));
-    R->nbk = bucket_assign(counts, np, sizeof(float), (size_t)(R->cfg->first_bucket_mb * 1048576.0),
-                           (size_t)(R->cfg->bucket_mb * 1048576.0), R->bk, DPS_MAX_BUCKETS);
+    R->nbk = bucket_model_assign(R->cfg->shape, R->cfg->first_bucket_mb, R->cfg->bucket_mb, R->bk,
+                                 DPS_MAX_BUCKETS);
     if (R->nbk < 0)
         return dps_fail(DPS_ERR_RUNTIME, "more than %d gradient buckets; raise --bucket-mb",
                         DPS_MAX_BUCKETS);
@@ -310,6 +308,32 @@ static void record_peaks(ddp_rank *R)
     dev_stats_memory(d, R->be, R->dev);
 }
 
+/* Timed step k, traced: the reference as the first traced step begins, for
+ * the phases and the buckets' spans, and its place on the wall clock. */
+static dps_status trace_mark(ddp_rank *R, int k)
+{
+    if (!R->sh->trace_steps || k != R->cfg->steps - R->sh->trace_steps) return DPS_OK;
+    DPS_TRY(ptimer_mark(&R->timer));
+    R->rep->trace_ref_wall_ms = dps_wall_ms();
+    comm_trace(R->comm, R->timer.ref[0]);
+    return DPS_OK;
+}
+
+/* Timed step k, traced, its stream synchronised: where its phases began,
+ * and the buckets' all-reduces. */
+static dps_status trace_read(ddp_rank *R, int k)
+{
+    ddp_shared *sh = R->sh;
+    int t = k - (R->cfg->steps - sh->trace_steps);
+    if (!sh->trace_steps || t < 0) return DPS_OK;
+    DPS_TRY(ptimer_begins(&R->timer, 0, ddp_shared_tl_phase(sh, R->rank) + (size_t)t * PH_COUNT));
+    int n = R->comm->nspans < sh->max_spans ? R->comm->nspans : sh->max_spans;
+    if (n) memcpy(ddp_shared_tl_span(sh, R->rank) + (size_t)t * sh->max_spans, R->comm->spans,
+                  (size_t)n * sizeof(tl_span));
+    ddp_shared_tl_nspans(sh, R->rank)[t] = n;
+    return DPS_OK;
+}
+
 static dps_status rank_loop(ddp_rank *R)
 {
     DPS_TRY(be_sample_mem(R->be, R->dev));
@@ -322,6 +346,7 @@ static dps_status rank_loop(ddp_rank *R)
         model_make_batch(c->shape, c->seed, step, R->row0, R->rows, R->h_x, R->h_labels);
         double ms = 0.0;
         DPS_TRY(config_profile_hook(c, R->be, step, 1));
+        if (step >= c->warmup) DPS_TRY(trace_mark(R, step - c->warmup));
         DPS_TRY(rank_step(R, step, &ms));
         DPS_TRY(config_profile_hook(c, R->be, step, 0));
         ddp_shared_loss_sum(sh, R->rank)[step] = *R->h_loss;
@@ -333,6 +358,7 @@ static dps_status rank_loop(ddp_rank *R)
         float *ph = k < 0 ? warm : ddp_shared_phase_ms(sh, R->rank) + (size_t)k * PH_COUNT;
         DPS_TRY(ptimer_read(&R->timer, 0, ph));
         if (k < 0) continue;
+        DPS_TRY(trace_read(R, k));
         ddp_shared_step_ms(sh, R->rank)[k] = ms;
         ph[PH_ALLREDUCE] = (float)R->allreduce_ms; /* the buckets' collectives, summed */
         R->rep->steps_done = k + 1;

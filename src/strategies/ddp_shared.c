@@ -4,7 +4,9 @@
 #include <string.h>
 
 #include "strategies/ddp_shared.h"
+#include "model/bucket.h"
 #include "model/model.h"
+#include "core/util.h"
 
 static size_t align64(size_t x) { return (x + 63) & ~(size_t)63; }
 
@@ -15,7 +17,10 @@ void ddp_shared_layout(const dps_config *cfg, ddp_shared *sh)
     sh->steps = cfg->steps;
     sh->warmup = cfg->warmup;
     sh->nparams = model_param_count(cfg->shape);
-    size_t n = (size_t)cfg->ngpus, off = align64(sizeof *sh);
+    sh->trace_steps = timeline_steps(cfg->trace_steps, cfg->steps);
+    int nbk = bucket_model_assign(cfg->shape, cfg->first_bucket_mb, cfg->bucket_mb, NULL, DPS_MAX_BUCKETS);
+    sh->max_spans = nbk > 0 ? nbk : 0;
+    size_t n = (size_t)cfg->ngpus, t = (size_t)sh->trace_steps, off = align64(sizeof *sh);
     sh->off_step_ms = off;
     off = align64(off + n * (size_t)cfg->steps * sizeof(double));
     sh->off_phase_ms = off;
@@ -24,6 +29,12 @@ void ddp_shared_layout(const dps_config *cfg, ddp_shared *sh)
     off = align64(off + n * (size_t)(cfg->steps + cfg->warmup) * sizeof(double));
     sh->off_params = off;
     off = align64(off + sh->nparams * sizeof(float));
+    sh->off_tl_phase = off;
+    off = align64(off + n * t * PH_COUNT * sizeof(tl_phase));
+    sh->off_tl_span = off;
+    off = align64(off + n * t * (size_t)sh->max_spans * sizeof(tl_span));
+    sh->off_tl_nspans = off;
+    off = align64(off + n * t * sizeof(int));
     sh->off_comm = off;
     sh->total = off + comm_shared_bytes(cfg->ngpus);
 }
@@ -45,7 +56,42 @@ double *ddp_shared_loss_sum(ddp_shared *sh, int r)
 
 float *ddp_shared_params(ddp_shared *sh) { return (float *)((char *)sh + sh->off_params); }
 
+tl_phase *ddp_shared_tl_phase(ddp_shared *sh, int r)
+{
+    return (tl_phase *)((char *)sh + sh->off_tl_phase) + (size_t)r * sh->trace_steps * PH_COUNT;
+}
+
+tl_span *ddp_shared_tl_span(ddp_shared *sh, int r)
+{
+    return (tl_span *)((char *)sh + sh->off_tl_span) + (size_t)r * sh->trace_steps * sh->max_spans;
+}
+
+int *ddp_shared_tl_nspans(ddp_shared *sh, int r)
+{
+    return (int *)((char *)sh + sh->off_tl_nspans) + (size_t)r * sh->trace_steps;
+}
+
 comm_shared *ddp_shared_comm(ddp_shared *sh) { return (comm_shared *)((char *)sh + sh->off_comm); }
+
+/* The ranks' trace records into res->tl. */
+static void collect_trace(ddp_shared *sh, train_result *res)
+{
+    int n = sh->nranks, t = sh->trace_steps, m = sh->max_spans;
+    if (timeline_alloc(&res->tl, t, n, m)) {
+        dps_warn("%s; the configuration has no trace", dps_errmsg());
+        return;
+    }
+    for (int r = 0; r < n && t; r++) {
+        res->tl.ref_wall_ms[r] = sh->rank[r].trace_ref_wall_ms;
+        for (int k = 0; k < t; k++) {
+            memcpy(timeline_phases(&res->tl, k, r), ddp_shared_tl_phase(sh, r) + (size_t)k * PH_COUNT,
+                   PH_COUNT * sizeof(tl_phase));
+            memcpy(timeline_spans(&res->tl, k, r), ddp_shared_tl_span(sh, r) + (size_t)k * m,
+                   (size_t)m * sizeof(tl_span));
+            *timeline_nspans(&res->tl, k, r) = ddp_shared_tl_nspans(sh, r)[k];
+        }
+    }
+}
 
 /* The ranks' records as one result (see ddp.h). */
 void ddp_collect(const dps_config *c, ddp_shared *sh, train_result *res)
@@ -76,28 +122,44 @@ void ddp_collect(const dps_config *c, ddp_shared *sh, train_result *res)
     res->steps_done = steps;
     res->losses_done = losses;
     res->allreduce_bytes = sh->rank[0].allreduce_bytes;
+    collect_trace(sh, res);
 }
 
 /* What pack writes first: the shapes the receiver checks. */
-typedef struct pack_head { uint32_t magic, report_bytes; int32_t rank, steps, warmup; } pack_head;
+typedef struct pack_head {
+    uint32_t magic, report_bytes;
+    int32_t rank, steps, warmup, trace_steps, max_spans;
+} pack_head;
 #define PACK_MAGIC 0x64707372u
 
-static size_t pack_bytes(const ddp_shared *sh)
-{
-    return sizeof(pack_head) + sizeof(ddp_report) + (size_t)sh->steps * sizeof(double) +
-           (size_t)sh->steps * PH_COUNT * sizeof(float) +
-           (size_t)(sh->steps + sh->warmup) * sizeof(double);
-}
+enum { NRECORDS = 6 };
 
-/* The three record arrays of rank r, with their sizes. */
-static void records(ddp_shared *sh, int r, void *at[3], size_t bytes[3])
+/* The record arrays of rank r (steps, phases, losses, the trace's phases,
+ * spans and span counts), with their sizes. */
+static void records(ddp_shared *sh, int r, void *at[NRECORDS], size_t bytes[NRECORDS])
 {
+    size_t t = (size_t)sh->trace_steps;
     at[0] = ddp_shared_step_ms(sh, r);
     at[1] = ddp_shared_phase_ms(sh, r);
     at[2] = ddp_shared_loss_sum(sh, r);
+    at[3] = ddp_shared_tl_phase(sh, r);
+    at[4] = ddp_shared_tl_span(sh, r);
+    at[5] = ddp_shared_tl_nspans(sh, r);
     bytes[0] = (size_t)sh->steps * sizeof(double);
     bytes[1] = (size_t)sh->steps * PH_COUNT * sizeof(float);
     bytes[2] = (size_t)(sh->steps + sh->warmup) * sizeof(double);
+    bytes[3] = t * PH_COUNT * sizeof(tl_phase);
+    bytes[4] = t * (size_t)sh->max_spans * sizeof(tl_span);
+    bytes[5] = t * sizeof(int);
+}
+
+static size_t pack_bytes(ddp_shared *sh)
+{
+    void *at[NRECORDS];
+    size_t bytes[NRECORDS], total = sizeof(pack_head) + sizeof(ddp_report);
+    records(sh, 0, at, bytes);
+    for (int i = 0; i < NRECORDS; i++) total += bytes[i];
+    return total;
 }
 
 void *ddp_shared_pack(ddp_shared *sh, int r, size_t *len)
@@ -105,14 +167,15 @@ void *ddp_shared_pack(ddp_shared *sh, int r, size_t *len)
     *len = pack_bytes(sh);
     char *buf = malloc(*len), *p = buf;
     if (!buf) return NULL;
-    pack_head h = {PACK_MAGIC, sizeof(ddp_report), r, sh->steps, sh->warmup};
+    pack_head h = {PACK_MAGIC, sizeof(ddp_report), r, sh->steps, sh->warmup, sh->trace_steps,
+                   sh->max_spans};
     memcpy(p, &h, sizeof h);
     memcpy(p += sizeof h, &sh->rank[r], sizeof(ddp_report));
     p += sizeof(ddp_report);
-    void *at[3];
-    size_t bytes[3];
+    void *at[NRECORDS];
+    size_t bytes[NRECORDS];
     records(sh, r, at, bytes);
-    for (int i = 0; i < 3; p += bytes[i], i++) memcpy(p, at[i], bytes[i]);
+    for (int i = 0; i < NRECORDS; p += bytes[i], i++) memcpy(p, at[i], bytes[i]);
     return buf;
 }
 
@@ -122,15 +185,16 @@ dps_status ddp_shared_unpack(ddp_shared *sh, int r, const void *buf, size_t len)
     const char *p = buf;
     if (len >= sizeof h) memcpy(&h, p, sizeof h);
     if (len != pack_bytes(sh) || h.magic != PACK_MAGIC || h.report_bytes != sizeof(ddp_report) ||
-        h.rank != r || h.steps != sh->steps || h.warmup != sh->warmup)
+        h.rank != r || h.steps != sh->steps || h.warmup != sh->warmup ||
+        h.trace_steps != sh->trace_steps || h.max_spans != sh->max_spans)
         return dps_fail(DPS_ERR_RUNTIME, "rank %d's records do not fit rank 0's (%zu bytes): is "
                         "every rank the same dpscale build with the same options?", r, len);
     memcpy(&sh->rank[r], p += sizeof h, sizeof(ddp_report));
     p += sizeof(ddp_report);
-    void *at[3];
-    size_t bytes[3];
+    void *at[NRECORDS];
+    size_t bytes[NRECORDS];
     records(sh, r, at, bytes);
-    for (int i = 0; i < 3; p += bytes[i], i++) memcpy(at[i], p, bytes[i]);
+    for (int i = 0; i < NRECORDS; p += bytes[i], i++) memcpy(at[i], p, bytes[i]);
     return DPS_OK;
 }
 

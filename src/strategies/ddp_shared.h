@@ -23,6 +23,7 @@ typedef struct ddp_report {
     double allreduce_bytes;    /* per step */
     int pid;                   /* under a launcher: the rank's process */
     _Atomic int ended;         /* under a launcher: the rank got to its end */
+    double trace_ref_wall_ms;  /* the trace's reference on the wall clock */
 } ddp_report;
 
 typedef struct ddp_shared {
@@ -32,7 +33,9 @@ typedef struct ddp_shared {
     _Atomic int ready, arrived, finished;
     int nranks, steps, warmup;
     size_t nparams;
+    int trace_steps, max_spans; /* the trace's last timed steps; spans (buckets) per step */
     size_t off_step_ms, off_phase_ms, off_loss, off_params, off_comm, total;
+    size_t off_tl_phase, off_tl_span, off_tl_nspans;
     ddp_report rank[DPS_MAX_DEVICES];
 } ddp_shared;
 
@@ -42,10 +45,14 @@ double *ddp_shared_step_ms(ddp_shared *sh, int rank);   /* [steps] */
 float *ddp_shared_phase_ms(ddp_shared *sh, int rank);   /* [steps][PH_COUNT] */
 double *ddp_shared_loss_sum(ddp_shared *sh, int rank);  /* [warmup + steps], sum over the rank's rows */
 float *ddp_shared_params(ddp_shared *sh);               /* rank 0's final parameters, [nparams] */
+tl_phase *ddp_shared_tl_phase(ddp_shared *sh, int rank); /* [trace_steps][PH_COUNT] */
+tl_span *ddp_shared_tl_span(ddp_shared *sh, int rank);   /* [trace_steps][max_spans] */
+int *ddp_shared_tl_nspans(ddp_shared *sh, int rank);     /* [trace_steps] */
 comm_shared *ddp_shared_comm(ddp_shared *sh);
 
 /* The ranks' records as one result: a step's time is the slowest rank's,
- * a step's loss the global mean over every rank's rows. */
+ * a step's loss the global mean over every rank's rows; the trace's records
+ * too (none, with a warning, when there is no memory for them). */
 void ddp_collect(const dps_config *c, ddp_shared *sh, train_result *res);
 /* Rank r's report and records as one buffer (malloc'd, *len bytes), to
  * reach rank 0 on another host; unpack puts them into rank 0's region. */

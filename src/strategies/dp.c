@@ -372,6 +372,23 @@ static dps_status dp_download_params(dp_state *st, train_result *res)
     return st->be->ops->stream_sync(st->be, s0->st);
 }
 
+/* Timed step k, traced: the reference as the first traced step begins. */
+static dps_status trace_mark(dp_state *st, const train_result *res, int k)
+{
+    int first = st->cfg->steps - res->tl.steps;
+    return res->tl.steps && k == first ? ptimer_mark(&st->timer) : DPS_OK;
+}
+
+/* Timed step k, traced, its streams synchronised: where each slot's phases began. */
+static dps_status trace_read(dp_state *st, train_result *res, int k)
+{
+    int t = k - (st->cfg->steps - res->tl.steps);
+    if (!res->tl.steps || t < 0) return DPS_OK;
+    for (int i = 0; i < st->nslots; i++)
+        DPS_TRY(ptimer_begins(&st->timer, i, timeline_phases(&res->tl, t, i)));
+    return DPS_OK;
+}
+
 static dps_status dp_loop(dp_state *st, train_result *res)
 {
     const dps_config *c = st->cfg;
@@ -393,6 +410,7 @@ static dps_status dp_loop(dp_state *st, train_result *res)
         model_make_batch(c->shape, c->seed, step, 0, st->rows_total, st->h_x, st->h_labels);
         double ms = 0.0;
         DPS_TRY(config_profile_hook(c, st->be, step, 1));
+        if (timed) DPS_TRY(trace_mark(st, res, step - c->warmup));
         DPS_TRY(dp_step(st, step, &ms));
         DPS_TRY(config_profile_hook(c, st->be, step, 0));
         res->loss[step] = *st->h_loss / (float)st->rows_total;
@@ -403,6 +421,7 @@ static dps_status dp_loop(dp_state *st, train_result *res)
         for (int i = 0; i < st->nslots; i++)
             DPS_TRY(ptimer_read(&st->timer, i, timed ? train_result_phases(res, k, i) : warm));
         if (!timed) continue;
+        DPS_TRY(trace_read(st, res, k));
         res->step_ms[k] = ms;
         for (int i = 0; i < c->ngpus; i++) res->rank_step_ms[(size_t)k * res->nranks + i] = ms;
         res->steps_done = k + 1;
@@ -417,7 +436,9 @@ dps_status dp_train(const dps_config *cfg, backend *be, train_result *res)
     st->cfg = cfg;
     st->be = be;
     st->traffic = res->dev;
-    dps_status rc = dp_setup(st);
+    dps_status rc = timeline_alloc(&res->tl, timeline_steps(cfg->trace_steps, cfg->steps),
+                                   res->nranks, 0);
+    if (!rc) rc = dp_setup(st);
     if (!rc) rc = dp_loop(st, res);
     for (int i = 0; i < cfg->ngpus; i++) {
         int dev = cfg->devices[i];

@@ -1,0 +1,162 @@
+/* The timeline as Chrome trace-event JSON (see trace_json.h). Times are
+ * microseconds after the first traced step began: each device's phases are
+ * ms after its reference event (ptimer_mark); ddp's ranks, separate
+ * processes, are placed by their references on the wall clock. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "run/trace_json.h"
+#include "core/util.h"
+
+enum { TID_COMPUTE = 1, TID_COMM = 2 };
+
+typedef struct writer {
+    FILE *f;
+    const dps_config *c;
+    const train_result *res;
+    int events;
+} writer;
+
+/* The separator before the next event. */
+static FILE *event(writer *w)
+{
+    fputs(w->events++ ? ",\n" : "\n", w->f);
+    return w->f;
+}
+
+static int pid_of(int rank) { return rank + 1; } /* pid 0 reads as the idle process in some viewers */
+
+static void meta(writer *w, int rank, int tid, const char *what, const char *name, int sort)
+{
+    fprintf(event(w), "{\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"name\":\"%s\",\"args\":{\"name\":",
+            pid_of(rank), tid, what);
+    dps_json_str(w->f, name);
+    fputs("}}", w->f);
+    fprintf(event(w), "{\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"name\":\"%s_sort_index\","
+            "\"args\":{\"sort_index\":%d}}", pid_of(rank), tid,
+            strcmp(what, "process_name") == 0 ? "process" : "thread", sort);
+}
+
+/* Names of rank's process and of its two tracks. */
+static void names(writer *w, int rank)
+{
+    const dps_config *c = w->c;
+    int dev = c->devices[rank], dp = c->mode == MODE_DP;
+    char name[256];
+    snprintf(name, sizeof name, dp ? "device %d (%s%d, %s)" : "rank %d (%s%d, %s)", rank,
+             "device index ", dev, w->res->dev[rank].name);
+    meta(w, rank, 0, "process_name", name, rank);
+    snprintf(name, sizeof name, "compute stream (compute-%d)", dev);
+    meta(w, rank, TID_COMPUTE, "thread_name", name, TID_COMPUTE);
+    meta(w, rank, TID_COMM, "thread_name",
+         dp ? "copies on device 0's stream" : "all-reduce (communication stream or thread)", TID_COMM);
+}
+
+static void slice(writer *w, int rank, int tid, const char *name, const char *cat, double ts_ms,
+                  double dur_ms)
+{
+    fprintf(event(w), "{\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"name\":", pid_of(rank), tid);
+    dps_json_str(w->f, name);
+    fprintf(w->f, ",\"cat\":\"%s\",\"ts\":%.3f,\"dur\":%.3f,\"args\":{", cat, ts_ms * 1e3,
+            dur_ms * 1e3);
+}
+
+/* Timed step k of rank: a slice per phase it ran, and the step around its
+ * compute stream's slices. */
+static void phases(writer *w, int t, int k, int rank, double offset_ms)
+{
+    const train_result *res = w->res;
+    const tl_phase *tp = timeline_phases(&res->tl, t, rank);
+    const float *ms = res->phase_ms + ((size_t)k * res->nranks + rank) * PH_COUNT;
+    double lo = 0.0, hi = 0.0;
+    int any = 0, self = w->c->mode == MODE_DP ? rank : 0; /* a ddp rank has one slot */
+    for (int p = 0; p < PH_COUNT; p++) {
+        if (tp[p].on < 0) continue;
+        double at = offset_ms + tp[p].begin_ms;
+        int own = tp[p].on == self;
+        slice(w, rank, own ? TID_COMPUTE : TID_COMM, dps_phase_names[p], "phase", at, ms[p]);
+        fprintf(w->f, "\"step\":%d,\"ms\":%.4f}}", k, ms[p]);
+        if (!own) continue;
+        if (!any || at < lo) lo = at;
+        if (!any || at + ms[p] > hi) hi = at + ms[p];
+        any = 1;
+    }
+    if (!any) return;
+    char name[32];
+    snprintf(name, sizeof name, "step %d", k);
+    slice(w, rank, TID_COMPUTE, name, "step", lo, hi - lo);
+    fprintf(w->f, "\"step\":%d,\"step_ms\":%.4f}}", k, res->rank_step_ms[(size_t)k * res->nranks + rank]);
+}
+
+/* ddp: timed step k's bucket all-reduces of rank. */
+static void spans(writer *w, int t, int k, int rank, double offset_ms)
+{
+    const timeline *tl = &w->res->tl;
+    const tl_span *s = timeline_spans(tl, t, rank);
+    for (int i = 0; i < *timeline_nspans(tl, t, rank); i++) {
+        char name[48];
+        snprintf(name, sizeof name, "all-reduce bucket %d", s[i].bucket);
+        slice(w, rank, TID_COMM, name, "allreduce", offset_ms + s[i].begin_ms, s[i].ms);
+        fprintf(w->f, "\"bytes\":%llu,\"bucket\":%d,\"step\":%d}}", (unsigned long long)s[i].bytes,
+                s[i].bucket, k);
+    }
+}
+
+/* Where rank's reference lies after the earliest rank's (ddp; dp: 0, every
+ * device's reference recorded as the step began). */
+static double offset_of(const writer *w, int rank)
+{
+    const timeline *tl = &w->res->tl;
+    if (w->c->mode == MODE_DP) return 0.0;
+    double first = tl->ref_wall_ms[0];
+    for (int r = 1; r < tl->nranks; r++)
+        if (tl->ref_wall_ms[r] < first) first = tl->ref_wall_ms[r];
+    return tl->ref_wall_ms[rank] - first;
+}
+
+static void body(writer *w, const char *config_id)
+{
+    const timeline *tl = &w->res->tl;
+    int first = w->c->steps - tl->steps;
+    fputs("{\"displayTimeUnit\":\"ms\",\"otherData\":{\"config_id\":", w->f);
+    dps_json_str(w->f, config_id);
+    fprintf(w->f, ",\"mode\":\"%s\",\"first_step\":%d,\"steps\":%d,\"time_unit\":\"us after the "
+            "first traced step began\"},\n\"traceEvents\":[", dps_mode_names[w->c->mode], first,
+            tl->steps);
+    for (int r = 0; r < tl->nranks; r++) names(w, r);
+    for (int t = 0; t < tl->steps; t++)
+        for (int r = 0; r < tl->nranks; r++) {
+            phases(w, t, first + t, r, offset_of(w, r));
+            spans(w, t, first + t, r, offset_of(w, r));
+        }
+    fputs("\n]}\n", w->f);
+}
+
+static dps_status make_dir(const char *dir)
+{
+    if (mkdir(dir, 0777) == 0 || errno == EEXIST) return DPS_OK;
+    return dps_fail(DPS_ERR_RUNTIME, "%s: cannot create the trace folder: %s", dir, strerror(errno));
+}
+
+dps_status trace_json_write(const char *results_dir, const dps_config *c, const train_result *res,
+                            const char *config_id)
+{
+    char dir[DPS_PATH_MAX + 16], path[DPS_PATH_MAX + 224], tmp[DPS_PATH_MAX + 256];
+    snprintf(dir, sizeof dir, "%s/%s", results_dir, TRACE_JSON_DIR);
+    snprintf(path, sizeof path, "%s/%s.json", dir, config_id);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    DPS_TRY(make_dir(dir));
+    FILE *f = fopen(tmp, "w");
+    if (!f) return dps_fail(DPS_ERR_RUNTIME, "%s: cannot write the trace: %s", tmp, strerror(errno));
+    writer w = {f, c, res, 0};
+    body(&w, config_id);
+    int bad = ferror(f) | (fflush(f) != 0) | (fsync(fileno(f)) != 0);
+    bad |= fclose(f) != 0;
+    if (!bad && rename(tmp, path) == 0) return DPS_OK;
+    int err = errno ? errno : EIO;
+    unlink(tmp);
+    return dps_fail(DPS_ERR_RUNTIME, "%s: cannot write the trace: %s", path, strerror(err));
+}

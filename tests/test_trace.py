@@ -1,0 +1,225 @@
+#!/usr/bin/env python3
+"""The timeline, trace/<config_id>.json (--trace-steps): Chrome trace-event
+JSON, one process per device (dp) or rank (ddp) with names, a slice per
+phase per traced step whose length is the step record's (steps.csv; with
+every step traced, the medians are phases.csv's), ddp's bucket all-reduces
+with their bytes, and no file with --trace-steps 0. Usage: test_trace.py
+DPSCALE CASE; exit 0 pass, 1 fail, 77 skip."""
+import glob
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+
+from helpers import expect, has_collectives, read_folder, run_case
+
+RUN = ["run", "--backend", "host", "--model", "tiny", "--gpus", "2", "--warmup", "1"]
+# small buckets: several all-reduces a step, the first during backward
+DDP = ["--mode", "ddp", "--width", "384", "--bucket-mb", "0.25", "--first-bucket-mb", "0.1"]
+# the phases each device runs a step (dp as DataParallel does it over 2 devices)
+DP_PHASES = [{"load", "scatter", "replicate", "forward", "gather", "loss", "backward", "reduce",
+              "optimizer"},
+             {"scatter", "replicate", "forward", "gather", "backward", "reduce"}]
+DDP_PHASES = {"load", "forward", "loss", "backward", "allreduce_exposed", "optimizer"}
+CSV_ROUND_MS = 0.5e-4   # steps.csv and phases.csv: ms to 4 decimals
+JSON_ROUND_MS = 0.5e-6  # the trace: us to 3 decimals
+FLOAT_REL = 2 ** -23    # a step's allreduce is a float of the buckets' sum (a phase's is the float itself)
+
+
+def bucket_tolerance(csv_ms, n):
+    return CSV_ROUND_MS + n * JSON_ROUND_MS + FLOAT_REL * csv_ms
+
+
+def run(binary, out, name, *extra):
+    cmd = [binary, *RUN, *extra, "--out", out, "--name", name]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    expect(p.returncode == 0, f"{' '.join(cmd)}: exit {p.returncode}\n{p.stderr}")
+    return os.path.join(out, name)
+
+
+def no_constant(name):
+    raise ValueError(f"{name} is not JSON")
+
+
+def load_trace(folder):
+    """The one trace file of a folder of one configuration, parsed strictly."""
+    files = glob.glob(os.path.join(folder, "trace", "*"))
+    runs = read_folder(folder)[0]  # the folder still reads, trace/ and all
+    want = os.path.join(folder, "trace", runs[0]["config_id"] + ".json")
+    expect(files == [want], f"trace files {files}, expected [{want}]")
+    with open(want) as f:
+        try:
+            return json.load(f, parse_constant=no_constant)
+        except ValueError as e:
+            raise AssertionError(f"{want}: {e}") from None
+
+
+def events(trace, ph, **match):
+    return [e for e in trace["traceEvents"]
+            if e["ph"] == ph and all(e.get(k) == v for k, v in match.items())]
+
+
+def check_names(trace, ndev, mode):
+    """One process per device with its name, and the names of its two tracks."""
+    procs = {e["pid"]: e["args"]["name"] for e in events(trace, "M", name="process_name")}
+    expect(sorted(procs) == list(range(1, ndev + 1)), f"processes {procs}")
+    word = "device" if mode == "dp" else "rank"
+    for pid, name in procs.items():
+        expect(name.startswith(f"{word} {pid - 1} "), f"pid {pid} named {name!r}")
+        tracks = {e["tid"] for e in events(trace, "M", name="thread_name", pid=pid)}
+        expect(tracks == {1, 2}, f"pid {pid}: tracks {tracks}")
+    for e in trace["traceEvents"]:
+        expect(e["pid"] in procs, f"an event of no process: {e}")
+
+
+def steps_by_key(folder):
+    """steps.csv's phase cells: {(step, rank): row}."""
+    return {(int(r["step"]), int(r["rank"])): r for r in read_folder(folder)[2]}
+
+
+def phase_col(row, phase):
+    return float(row[f"{phase}_ms"])
+
+
+def check_slices(trace, folder, traced, expected):
+    """Each traced step has on each device one slice per phase it ran, as
+    long as steps.csv says; the compute stream's slices do not overlap."""
+    rows = steps_by_key(folder)
+    for k in traced:
+        for r, want in enumerate(expected):
+            mine = [e for e in events(trace, "X", pid=r + 1, cat="phase") if e["args"]["step"] == k]
+            names = sorted(e["name"] for e in mine)
+            expect(names == sorted(want), f"step {k} device {r}: slices {names}")
+            for e in mine:
+                csv_ms = phase_col(rows[(k, r)], e["name"])
+                expect(abs(e["dur"] / 1e3 - csv_ms) <= CSV_ROUND_MS + JSON_ROUND_MS,
+                       f"step {k} device {r} {e['name']}: {e['dur']} us, steps.csv {csv_ms} ms")
+                expect(e["ts"] >= 0, f"{e}: before the first traced step")
+            serial = sorted((e for e in mine if e["tid"] == 1), key=lambda e: e["ts"])
+            for a, b in zip(serial, serial[1:]):
+                expect(b["ts"] >= a["ts"] + a["dur"] - 2e-3, f"device {r}: {a} and {b} overlap")
+            step = events(trace, "X", pid=r + 1, cat="step", name=f"step {k}")
+            expect(len(step) == 1, f"step {k} device {r}: {len(step)} step slices")
+
+
+def check_medians(trace, folder, expected):
+    """Every step traced: per device and phase, the median of the slices'
+    lengths is phases.csv's median (a phase a device does not run reads 0)."""
+    for row in read_folder(folder)[3]:
+        r, phase = int(row["device"]), row["phase"]
+        if phase == "allreduce":
+            continue  # not a slice of its own: the buckets' (check_buckets)
+        durs = [e["dur"] / 1e3 for e in events(trace, "X", pid=r + 1, cat="phase", name=phase)]
+        got = statistics.median(durs) if durs else 0.0
+        expect(bool(durs) == (phase in expected[r]), f"device {r} {phase}: {len(durs)} slices")
+        expect(abs(got - float(row["median_ms"])) <= CSV_ROUND_MS + JSON_ROUND_MS,
+               f"device {r} {phase}: median {got} ms, phases.csv {row['median_ms']}")
+
+
+def check_buckets(trace, folder, traced, nranks):
+    """ddp: each traced step on each rank has the same bucket slices, with
+    their bytes (all of the gradients together), summing to steps.csv's
+    allreduce; in some step a bucket's all-reduce overlaps backward."""
+    rows = steps_by_key(folder)
+    params = int(read_folder(folder)[0][0]["params"])
+    counts, overlap = set(), False
+    for k in traced:
+        for r in range(nranks):
+            mine = [e for e in events(trace, "X", pid=r + 1, cat="allreduce")
+                    if e["args"]["step"] == k]
+            counts.add(len(mine))
+            expect(all(e["tid"] == 2 for e in mine), f"rank {r}: buckets off the comm track")
+            expect(sorted(e["args"]["bucket"] for e in mine) == list(range(len(mine))),
+                   f"step {k} rank {r}: buckets {[e['args'] for e in mine]}")
+            total = sum(e["args"]["bytes"] for e in mine)
+            expect(total == 4 * params, f"step {k} rank {r}: {total} bytes, not {4 * params}")
+            csv_ms = phase_col(rows[(k, r)], "allreduce")
+            got = sum(e["dur"] for e in mine) / 1e3
+            expect(abs(got - csv_ms) <= bucket_tolerance(csv_ms, len(mine)),
+                   f"step {k} rank {r}: buckets {got} ms, steps.csv allreduce {csv_ms} ms")
+            bwd = [e for e in events(trace, "X", pid=r + 1, name="backward")
+                   if e["args"]["step"] == k][0]
+            overlap |= any(e["ts"] < bwd["ts"] + bwd["dur"] for e in mine)
+    expect(len(counts) == 1 and counts.pop() >= 2, "bucket slices differ between steps or ranks")
+    expect(overlap, "no bucket all-reduce began during backward")
+
+
+def case_dp(binary):
+    with tempfile.TemporaryDirectory() as out:
+        folder = run(binary, out, "dp", "--mode", "dp", "--steps", "6", "--trace-steps", "3")
+        trace = load_trace(folder)
+        check_names(trace, 2, "dp")
+        expect(trace["otherData"]["first_step"] == 3, f"otherData {trace['otherData']}")
+        check_slices(trace, folder, [3, 4, 5], DP_PHASES)
+        folder = run(binary, out, "all", "--mode", "dp", "--steps", "5", "--trace-steps", "9")
+        trace = load_trace(folder)
+        check_slices(trace, folder, range(5), DP_PHASES)
+        check_medians(trace, folder, DP_PHASES)
+
+
+def case_ddp(binary):
+    with tempfile.TemporaryDirectory() as out:
+        folder = run(binary, out, "ddp", *DDP, "--steps", "6", "--trace-steps", "3")
+        trace = load_trace(folder)
+        check_names(trace, 2, "ddp")
+        check_slices(trace, folder, [3, 4, 5], [DDP_PHASES] * 2)
+        check_buckets(trace, folder, [3, 4, 5], 2)
+        folder = run(binary, out, "all", *DDP, "--steps", "5", "--trace-steps", "5")
+        trace = load_trace(folder)
+        check_slices(trace, folder, range(5), [DDP_PHASES] * 2)
+        check_medians(trace, folder, [DDP_PHASES] * 2)
+
+
+def case_none(binary):
+    """--trace-steps 0: no trace folder; the default traces 3 steps."""
+    with tempfile.TemporaryDirectory() as out:
+        for mode in (["--mode", "dp"], DDP):
+            folder = run(binary, out, mode[1], *mode, "--steps", "4", "--trace-steps", "0")
+            expect(not os.path.exists(os.path.join(folder, "trace")), f"{folder}: a trace folder")
+        folder = run(binary, out, "default", "--mode", "dp", "--steps", "5")
+        trace = load_trace(folder)
+        expect(trace["otherData"]["steps"] == 3, f"default: {trace['otherData']}")
+
+
+def case_launcher(binary):
+    """ddp under a launcher with Gloo: ranks share no memory, so the other
+    rank's trace records reach rank 0 in its packed records."""
+    if not has_collectives(binary, "gloo"):
+        return 77
+    with tempfile.TemporaryDirectory() as out:
+        port = str(random.randint(20000, 60000))
+        procs = []
+        for r in range(2):
+            env = dict(os.environ, RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r),
+                       LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", DPSCALE_PORT=port)
+            cmd = [binary, "run", "--backend", "host", "--model", "tiny", "--warmup", "1",
+                   *DDP, "--comm", "gloo", "--steps", "4", "--out", out, "--name", "gloo"]
+            procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
+                                          stderr=subprocess.STDOUT, text=True))
+        for p in procs:
+            text = p.communicate(timeout=300)[0]
+            expect(p.returncode == 0, f"rank exit {p.returncode}\n{text}")
+        folder = os.path.join(out, "gloo")
+        trace = load_trace(folder)
+        check_names(trace, 2, "ddp")
+        check_slices(trace, folder, [1, 2, 3], [DDP_PHASES] * 2)
+        rows = steps_by_key(folder)
+        for k in (1, 2, 3):
+            for r in range(2):
+                mine = [e for e in events(trace, "X", pid=r + 1, cat="allreduce")
+                        if e["args"]["step"] == k]
+                got, csv_ms = sum(e["dur"] for e in mine) / 1e3, phase_col(rows[(k, r)], "allreduce")
+                expect(len(mine) >= 2 and abs(got - csv_ms) <= bucket_tolerance(csv_ms, len(mine)),
+                       f"step {k} rank {r}: {len(mine)} buckets, {got} ms, steps.csv {csv_ms} ms")
+
+
+if __name__ == "__main__":
+    binary, case = sys.argv[1], sys.argv[2]
+    try:
+        sys.exit(run_case(case, globals()["case_" + case], binary))
+    except AssertionError as e:
+        print(f"FAIL {case}: {e}", file=sys.stderr)
+        sys.exit(1)
