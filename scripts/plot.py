@@ -330,7 +330,7 @@ def plot_phases(plt, folder, out):
 def link_curves(folder):
     """(method, src, dst) -> [(bytes, GB/s)] ascending: each path's measured sizes."""
     curves = defaultdict(list)
-    for r in folder.links:
+    for r in folder.links or []:
         if r["status"] == "ok" and r.get("bw_gbps"):
             curves[(r["method"], r["src"], r["dst"])].append(
                 (integer(r, "bytes"), number(r, "bw_gbps")))
