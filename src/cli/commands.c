@@ -189,7 +189,7 @@ static dps_status measure_links(backend *be, const results_dir *rd, int ndev,
     return rc;
 }
 
-#define LINKS_DEFAULT_MAX ((uint64_t)64 << 20)     /* dpscale links */
+#define LINKS_DEFAULT_MAX ((uint64_t)64 << 20)     /* dpscale links; the host backend 16M */
 #define LINKS_SWEEP_MAX_CAP ((uint64_t)256 << 20)  /* a sweep's largest copy, at most */
 
 /* The largest copy a phase of the sweep's configurations moves, within
@@ -277,7 +277,7 @@ int cmd_links(cli_args *a)
     links_sizes sizes;
     int status = 0;
     if (!a->name_set) default_name(a->cfg.out_dir, a->cfg.name, sizeof a->cfg.name);
-    if (links_range(a, LINKS_DEFAULT_MAX, &sizes)) {
+    if (links_range(a, be->emulated ? LINKS_DEFAULT_MAX / 4 : LINKS_DEFAULT_MAX, &sizes)) {
         status = cmd_usage_error();
     } else if (ndev > be->ndev) {
         status = (dps_fail(DPS_ERR_USAGE, "--gpus %d: the %s backend has %d devices", ndev,

@@ -220,8 +220,8 @@ const settings_entry settings_table[SET_COUNT] = {
         .cmds = SETTINGS_SWEEP | SETTINGS_LINKS,
         .flag = "link-max-bytes", .type = SETTINGS_BYTES, .lo = 4, .hi = (int64_t)1 << 34,
         .multiple = 4, .metavar = "BYTES",
-        .help = "the link matrix's largest copy (nccl-tests' -e); default: links 64M, sweep "
-                "the largest copy a phase of its configurations moves (4K..256M)"},
+        .help = "the link matrix's largest copy (nccl-tests' -e); default: links 64M (host "
+                "backend 16M), sweep the largest copy a phase of its configurations moves (4K..256M)"},
     [SET_LINK_FACTOR] = {
         .cmds = SETTINGS_SWEEP | SETTINGS_LINKS,
         .flag = "link-factor", .type = SETTINGS_INT, .lo = 2, .hi = 1024, DEFAULT_INT(4),
