@@ -121,6 +121,16 @@ def cmd_cost(fig, goal, *folders):
          f"<= {float(goal) * 100:g} %", verdict(cost <= float(goal)))
 
 
+def same_size(rows, key, theirs):
+    """links.csv's row of path key (method, src, dst) at the size of theirs (PyTorch's
+    row), or at its largest size when theirs has none or that size is not measured."""
+    mine = [r for r in rows if (r["method"], r["src"], r["dst"]) == key]
+    size = lambda r: int(r["bytes"]) if r.get("bytes", "").isdigit() else 0  # noqa: E731
+    want = (theirs or {}).get("bytes")
+    return next((r for r in mine if r.get("bytes") == want), None) or \
+        max(mine, key=size, default=None)
+
+
 def cmd_links(prefix, dps_folder, torch_csv, goal, *paths):
     """One figure per PATH (METHOD:SRC:DST), each FAIL with the reason when
     a file or its row is missing."""
@@ -135,8 +145,8 @@ def cmd_links(prefix, dps_folder, torch_csv, goal, *paths):
         return
     for name, path in zip(names, paths):
         key = tuple(path.split(":"))  # method, src, dst
-        d = next((r for r in mine if (r["method"], r["src"], r["dst"]) == key), None)
         t = next((r for r in theirs if (r["method"], r["src"], r["dst"]) == key), None)
+        d = same_size(mine, key, t)
         if d is None or t is None:
             line(name, f"no row for {path} in {'links.csv' if d is None else torch_csv}", want,
                  "FAIL")

@@ -143,7 +143,8 @@ OPTIONAL_COLUMNS = {name: [c for c, _ in cols] for name, cols in OPTIONAL_SCHEMA
 KINDS = {name: dict(SCHEMA[name] + OPTIONAL_SCHEMA.get(name, [])) for name in SCHEMA}
 # The columns that name a row: no two rows of a file name the same thing.
 KEYS = {"runs.csv": ["config_id"], "steps.csv": ["config_id", "step", "rank"],
-        "devices.csv": ["config_id", "device"], "phases.csv": ["config_id", "device", "phase"]}
+        "devices.csv": ["config_id", "device"], "phases.csv": ["config_id", "device", "phase"],
+        "links.csv": ["src", "dst", "method", "bytes"]}  # links: one row per path and copy size
 
 # The keys of meta.json (src/run/results.c) and the JSON type of each.
 META_TYPES = {"dpscale_version": str, "git_describe": str, "command_line": list,

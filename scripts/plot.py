@@ -14,6 +14,7 @@ that cannot be written, is exit 2. Runs under Debian's /usr/bin/python3 with
 python3-matplotlib.
 """
 import argparse
+import csv
 import math
 import os
 import sys
@@ -27,7 +28,7 @@ RUNS_COLS = ["config_id", "status", "backend", "mode", "ngpus", "model", "precis
              "optimizer", "global_batch", "scaling", "samples_per_s", "step_ms_median"]
 DEVICES_COLS = ["config_id", "device", "alloc_peak_bytes"]
 PHASES_COLS = ["config_id", "device", "phase", "median_ms"]
-LINKS_COLS = ["src", "dst", "method", "bw_gbps", "status"]
+LINKS_COLS = ["src", "dst", "method", "bytes", "bw_gbps", "status"]
 MEMORY_COLS = ["config_id", "device", "category", "bytes_at_peak"]
 PHASE_ORDER = ["load", "replicate", "scatter", "forward", "gather", "loss", "backward",
                "reduce", "allreduce_exposed", "optimizer"]
@@ -334,43 +335,45 @@ def plot_phases(plt, folder, out):
     return save(plt, fig, out, "phases.png")
 
 
+def link_curves(folder):
+    """(method, src, dst) -> [(bytes, GB/s)] ascending: each path's measured sizes."""
+    curves = defaultdict(list)
+    for r in folder.links or []:
+        if r["status"] == "ok" and r.get("bw_gbps"):
+            curves[(r["method"], r["src"], r["dst"])].append(
+                (integer(r, "bytes"), number(r, "bw_gbps")))
+    for pts in curves.values():
+        pts.sort()
+    return curves
+
+
+LINK_METHODS = ["h2d", "d2h", "d2d_write", "d2d_read", "d2d_bidir", "d2d_nopeer"]
+
+
 def plot_links(plt, folder, out):
-    """Bandwidth of every measured path, grouped by method, and the small-copy latency."""
-    rows = [r for r in folder.links if r["status"] == "ok"]
-    bw = [r for r in rows if r.get("bw_gbps")]
-    lat = [r for r in rows if r.get("latency_us") and not r.get("bw_gbps")]
-    methods = sorted({r["method"] for r in bw})
-    fig, axes = plt.subplots(1, 2 if lat else 1, figsize=(14 if lat else 9, 4.6), squeeze=False)
-    ax = axes[0][0]
-    cmap = plt.get_cmap("tab10")
-    x = 0
-    ticks, labels = [], []
-    for k, method in enumerate(methods):
-        mine = sorted((r for r in bw if r["method"] == method), key=lambda r: (r["src"], r["dst"]))
-        xs = list(range(x, x + len(mine)))
-        ax.bar(xs, [number(r, "bw_gbps") for r in mine], color=cmap(k % 10),
-               label=method)
-        ticks += xs
-        arrow = "↔" if method.endswith("bidir") else "→"
-        labels += [f"{r['src']}{arrow}{r['dst']}" for r in mine]
-        x += len(mine) + 1
-    ax.set_xticks(ticks)
-    ax.set_xticklabels(labels, rotation=60, ha="right", fontsize=7)
-    ax.set_ylabel("bandwidth (GB/s)")
-    ax.set_title("copy bandwidth per path (median of samples)")
-    ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=8)
-    if lat:
-        ax2 = axes[0][1]
-        mine = sorted(lat, key=lambda r: (r["src"], r["dst"]))
-        ax2.bar(range(len(mine)), [number(r, "latency_us") for r in mine], color="gray")
-        ax2.set_xticks(range(len(mine)))
-        ax2.set_xticklabels([f"{r['src']}→{r['dst']}" for r in mine], rotation=60, ha="right",
-                            fontsize=7)
-        ax2.set_ylabel("latency of a 4-byte copy (µs)")
-        ax2.set_title("small-copy latency")
-        ax2.grid(axis="y", alpha=0.3)
-    fig.suptitle(f"Links between host and devices\n{folder.label()}")
+    """Bandwidth against copy size (log x), one panel per method, a line per path."""
+    from matplotlib.ticker import FuncFormatter
+    curves = link_curves(folder)
+    methods = [m for m in LINK_METHODS if any(k[0] == m for k in curves)]
+    methods += sorted({k[0] for k in curves} - set(methods))
+    fig, axes = grid(plt, max(len(methods), 1), width=5.4, height=4.0)
+    for ax, method in zip(axes, methods):
+        paths = sorted(k for k in curves if k[0] == method)
+        for _, src, dst in paths:
+            pts = curves[(method, src, dst)]
+            arrow = "↔" if method.endswith("bidir") else "→"
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3,
+                    label=f"{src}{arrow}{dst}")
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: fmt_bytes(x)))
+        ax.set_xlabel("copy size (log scale)")
+        ax.set_ylabel("bandwidth (GB/s)")
+        ax.set_title(f"{method}: median of samples per size")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=6, ncol=2 if len(paths) > 6 else 1)
+    where = ("emulated devices: memcpy on the CPU, small copies stay in its caches"
+             if folder.emulated else "copies timed by events on their stream")
+    fig.suptitle(f"Link bandwidth against copy size ({where})\n{folder.label()}")
     return save(plt, fig, out, "links.png")
 
 
@@ -379,30 +382,122 @@ PHASE_LINK = {  # phase -> (method, source, destination) of the link it crosses,
     "scatter": ("d2d_write", "dev0", "dev{i}"), "gather": ("d2d_write", "dev{i}", "dev0"),
     "reduce": ("d2d_write", "dev{i}", "dev0"), "allreduce": ("d2d_write", "dev{i}", "dev{j}"),
 }
+DP_GROUP_BYTES = 10 << 20  # dp's replicate and reduce: groups of at most 10 MiB (DP_COALESCE_BYTES)
+# Why a phase can read above its link's figure, by backend.
+OVER_REASON = {True: "the copy stayed in cache",
+               False: "NCCL's SM-driven copies outran the copy engine the link was measured with"}
+
+
+def copy_bytes(phase, per_step, run):
+    """The bytes of one copy of a phase, from its bytes per step on a device i > 0 (device
+    0 for load): load (the batch; the labels' copy aside), scatter and gather move one
+    copy a step; replicate and reduce one per 10 MiB group; ddp's ring all-reduce moves
+    chunks of a bucket / n (bucket: bucket_mb, at most the parameters)."""
+    if phase in ("replicate", "reduce"):
+        return per_step / max(1, math.ceil(per_step / DP_GROUP_BYTES))
+    if phase == "allreduce":
+        n = run["_n"]
+        params = 4 * float(run.get("params") or 0) or per_step * n / (4 * max(1, n - 1))
+        bucket = float(run.get("bucket_mb") or 25) * 2**20 or params
+        return min(bucket, params) / n
+    return per_step
+
+
+def at_size(pts, size):
+    """A path's GB/s at `size`: log-linear between the measured sizes around it, the
+    nearest measured size outside them."""
+    if size <= pts[0][0]:
+        return pts[0][1]
+    for (s0, b0), (s1, b1) in zip(pts, pts[1:]):
+        if size <= s1:
+            t = (math.log(size) - math.log(s0)) / (math.log(s1) - math.log(s0))
+            return b0 + t * (b1 - b0)
+    return pts[-1][1]
 
 
 def link_use(folder):
-    """Rows (config, device, phase, achieved GB/s, ceiling GB/s) for phases that move
-    bytes, against the links.csv figure of the path they use."""
-    if not folder.links:
-        return []
-    ceil = {(r["method"], r["src"], r["dst"]): number(r, "bw_gbps") for r in folder.links
-            if r["status"] == "ok" and r["bw_gbps"]}
+    """One dict per (config, device, phase) that moves bytes over a measured link: its
+    achieved GB/s beside the link's figure at the size of the phase's copies."""
+    curves = link_curves(folder)
     runs = {r["config_id"]: r for r in folder.runs}
     rows = []
     for p in folder.phases:
         r = runs.get(p["config_id"])
-        if not r or p["phase"] not in PHASE_LINK or not p.get("achieved_gbps"):
+        if not r or p["phase"] not in PHASE_LINK or not p.get("achieved_gbps") or \
+                not p.get("bytes_per_step"):
             continue
-        i = integer(p, "device")
-        n = r["_n"]
-        if (p["phase"] != "load" and i == 0) or (p["phase"] == "load" and i != 0):
+        i, n = integer(p, "device"), r["_n"]
+        if (p["phase"] != "load") == (i == 0):
             continue
         method, src, dst = PHASE_LINK[p["phase"]]
         key = (method, src.format(i=i, j=(i + 1) % n), dst.format(i=i, j=(i + 1) % n))
-        if key in ceil:
-            rows.append((p["config_id"], i, p["phase"], number(p, "achieved_gbps"), ceil[key]))
+        if key not in curves:
+            continue
+        size = copy_bytes(p["phase"], number(p, "bytes_per_step"), r)
+        achieved, link = number(p, "achieved_gbps"), at_size(curves[key], size)
+        rows.append({"config_id": p["config_id"], "mode": strategy(r), "ngpus": n, "device": i,
+                     "phase": p["phase"], "copy_bytes": round(size), "achieved_gbps": achieved,
+                     "link": "{}:{}:{}".format(*key), "link_gbps": link,
+                     "share_pct": 100 * achieved / link})
     return rows
+
+
+def share_text(pct, emulated):
+    """A share as summary.md shows it: above 100 % flagged with its reason."""
+    text = f"{pct:.0f} %" if pct >= 10 else f"{pct:.2g} %"
+    return text if pct <= 100 else f"⚠ {text}: {OVER_REASON[emulated]}"
+
+
+def link_use_table(use, emulated):
+    """summary.md's lines: one row per mode, device count and phase."""
+    groups = defaultdict(list)
+    for u in use:
+        groups[(u["mode"], u["ngpus"], u["phase"])].append(u)
+    order = {ph: k for k, ph in enumerate(PHASE_ORDER + ["allreduce"])}
+    lines = ["| mode | GPUs | phase | configurations | copy size | median share | "
+             "lowest share | above 100 % (device rows) |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for (mode, n, ph), us in sorted(groups.items(), key=lambda g: (g[0][0], g[0][1],
+                                                                    order.get(g[0][2], 99))):
+        shares = sorted(u["share_pct"] for u in us)
+        sizes = sorted(u["copy_bytes"] for u in us)
+        size = fmt_bytes(sizes[0]) + ("" if sizes[0] == sizes[-1] else f"–{fmt_bytes(sizes[-1])}")
+        over = sum(s > 100 for s in shares)
+        lines.append(f"| {mode} | {n} | {ph} | {len({u['config_id'] for u in us})} | {size} | "
+                     f"{share_text(median(shares), emulated)} | "
+                     f"{share_text(shares[0], emulated)} | {over} of {len(shares)} |")
+    return lines
+
+
+def median(xs):
+    k = len(xs) // 2
+    return xs[k] if len(xs) % 2 else (xs[k - 1] + xs[k]) / 2
+
+
+def fmt_bytes(b):
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if b >= scale:
+            return f"{b / scale:.3g} {unit}"
+    return f"{b:.0f} B"
+
+
+LINK_USE_COLS = ["config_id", "mode", "ngpus", "device", "phase", "copy_bytes", "achieved_gbps",
+                 "link", "link_gbps", "share_pct"]
+
+
+def write_link_use(use, out, emulated):
+    """link_use.csv: every configuration's row behind summary.md's Link use table."""
+    path = os.path.join(out, "link_use.csv")
+    try:
+        with open(path, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(LINK_USE_COLS + ["flag"])
+            for u in use:
+                w.writerow([f"{u[c]:.3f}" if isinstance(u[c], float) else u[c]
+                            for c in LINK_USE_COLS] +
+                           [OVER_REASON[emulated] if u["share_pct"] > 100 else ""])
+    except OSError as e:
+        raise cannot_write(path, e) from None
+    return path
 
 
 def beside_torch(folder, torch_folder):
@@ -497,13 +592,18 @@ def summary(folder, out, charts, torch_folder=None):
     lines += diagnosis(folder)
     use = link_use(folder)
     if use:
+        write_link_use(use, out, folder.emulated)
         lines += ["## Link use", "", "Achieved bandwidth of each phase that moves bytes (bytes "
-                  "counted by dpscale / median phase time) beside the links matrix's figure for "
-                  "the path it crosses.", "",
-                  "| configuration | device | phase | achieved GB/s | link GB/s | share |",
-                  "| --- | --- | --- | --- | --- | --- |"]
-        lines += [f"| {c} | {d} | {ph} | {a:.2f} | {l:.2f} | {100 * a / l:.0f} % |"
-                  for c, d, ph, a, l in use]
+                  "counted by dpscale / median phase time) as a share of the link it crosses, "
+                  "taken at the size of the phase's copies (its bytes per step over its copies: "
+                  "one a step for load, scatter and gather, one per 10 MiB group for replicate "
+                  "and reduce, a bucket / n ring chunk for all-reduce), interpolated "
+                  "log-linearly between the sizes links.csv measured (the nearest measured "
+                  "size outside them). One row per mode, device count and phase over its "
+                  "configurations; ⚠ marks a share above 100 % with its reason. Every "
+                  "configuration's row: [link_use.csv](link_use.csv); the links by size: "
+                  "[links.png](links.png).", ""]
+        lines += link_use_table(use, folder.emulated)
         lines.append("")
     if torch_folder:
         lines += beside_torch(folder, torch_folder)

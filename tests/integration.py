@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import defaultdict
 
 from helpers import (SCRIPTS, Failure, copy_fixture, dpscale, dpsresults, expect, expect_exit, memory_at_peak,
                      png_size, read_folder, read_table, run_case, script, write)
@@ -464,6 +465,26 @@ def case_links(binary):
         p = dpscale(binary, "links", "--gpus", "9", out=out, name="x")
         expect_exit(p, 2, "--gpus 9")
         links_out_of_memory(binary, out)
+        links_sizes(binary, out)
+
+
+def links_sizes(binary, out):
+    """--link-min-bytes/--link-max-bytes/--link-factor: every path at every size (nccl-tests'
+    -b/-e/-f, the maximum itself included), the latency once a direction."""
+    p = dpscale(binary, "links", "--gpus", "2", "--link-min-bytes", "4K", "--link-max-bytes",
+                "600K", "--link-factor", "4", "--steps", "3", out=out, name="sizes", check_rc=0)
+    expect("GB/s by copy size" in p.stdout, p.stdout)
+    rows = read_table(os.path.join(out, "sizes", "links.csv"))
+    sizes = defaultdict(list)
+    for r in rows:
+        sizes[(r["method"], r["src"], r["dst"])].append(int(r["bytes"]))
+    want = [4096, 16384, 65536, 262144, 614400]
+    for path, got in sorted(sizes.items()):
+        expect(sorted(got) == ([4] if path[0] == "latency" else want), f"{path}: sizes {got}")
+    expect(len(sizes) == 2 + 2 + 2 * 4 + 1, f"paths {sorted(sizes)}")
+    p = dpscale(binary, "links", "--link-min-bytes", "1M", "--link-max-bytes", "64K", out=out,
+                name="bad")
+    expect_exit(p, 2, "--link-min-bytes 1M is above --link-max-bytes 64K")
 
 
 def sanitized(binary):
@@ -574,8 +595,12 @@ def case_sweep_resume(binary):
         ids = [r["config_id"] for r in runs]
         expect(len(ids) == 4 and len(set(ids)) == 4, f"runs after --resume: {ids}")
         links = read_table(os.path.join(out, "t", "links.csv"))
-        # measured once, by the first sweep, over the one device its filtered runs used
-        expect(len(links) == 2, f"the sweep's link matrix: {len(links)} rows")
+        # measured once, by the first sweep, over the one device its filtered runs used, from
+        # 4 KiB up to the largest copy of its configurations (tiny's batch: 8 KiB)
+        paths = sorted((r["method"], r["src"], r["dst"], r["bytes"]) for r in links)
+        expect(paths == [("d2h", "dev0", "host", "4096"), ("d2h", "dev0", "host", "8192"),
+                         ("h2d", "host", "dev0", "4096"), ("h2d", "host", "dev0", "8192")],
+               f"the sweep's link matrix: {paths}")
         # --resume without --name continues OUT/latest
         p = dpscale(binary, "sweep", suite, "--resume", out=out, name=None, timeout=120)
         expect_exit(p, 0, "4 configurations already in")

@@ -141,6 +141,9 @@ static void store_value(cli_args *a, settings_id id, const settings_value *v)
         for (int k = 0; k < v->n; k++) a->sizes[k] = (uint64_t)v->v[k].i;
         a->nsizes = v->n;
         break;
+    case SET_LINK_MIN_BYTES: a->link_min = (uint64_t)i; break;
+    case SET_LINK_MAX_BYTES: a->link_max = (uint64_t)i; break;
+    case SET_LINK_FACTOR: a->link_factor = (int)i; break;
     case SET_OUT: dps_strlcpy(c->out_dir, v->text, sizeof c->out_dir); break;
     case SET_SAVE_PARAMS: dps_strlcpy(c->save_params, v->text, sizeof c->save_params); break;
     case SET_NAME: dps_strlcpy(c->name, v->text, sizeof c->name); a->name_set = 1; break;
@@ -209,6 +212,8 @@ dps_status cli_parse(int argc, char **argv, cli_args *a)
     memset(a, 0, sizeof *a);
     config_defaults(&a->cfg);
     a->config_timeout_s = settings_table[SET_CONFIG_TIMEOUT].def.x;
+    a->link_min = (uint64_t)settings_table[SET_LINK_MIN_BYTES].def.i;
+    a->link_factor = (int)settings_table[SET_LINK_FACTOR].def.i;
     a->local_rank = -1;
     struct option lo[SET_COUNT + 2]; /* one alias */
     char letters[2 * SET_COUNT + 2];

@@ -39,6 +39,10 @@ typedef struct cli_args {
     /* comm-bench: message sizes in bytes */
     uint64_t sizes[CLI_MAX_LIST];
     int nsizes;
+    /* links, sweep's link matrix: --link-min-bytes, --link-max-bytes (0: the
+     * command's default), --link-factor */
+    uint64_t link_min, link_max;
+    int link_factor;
 } cli_args;
 
 /* Parses argv; DPS_ERR_USAGE with a one-line message on bad input. */

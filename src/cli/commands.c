@@ -176,29 +176,61 @@ static dps_status resume_name(cli_args *a)
 }
 
 /* The link matrix of ndev devices into the folder; a failure is reported, not fatal. */
-static dps_status measure_links(backend *be, const results_dir *rd, int ndev, uint64_t bytes,
-                                int samples, int print)
+static dps_status measure_links(backend *be, const results_dir *rd, int ndev,
+                                const links_sizes *sizes, int samples, int print)
 {
-    link_row *rows = calloc((size_t)links_max_rows(ndev), sizeof *rows);
+    link_row *rows = calloc((size_t)links_max_rows(ndev, sizes), sizeof *rows);
     int n = 0;
     if (!rows) return dps_fail(DPS_ERR_RUNTIME, "out of host memory");
-    dps_status rc = links_measure(be, ndev, bytes, samples, rows, &n);
+    dps_status rc = links_measure(be, ndev, sizes, samples, rows, &n);
     if (!rc) rc = links_write(rd, be, rows, n);
     if (!rc && print) links_print(stdout, be, ndev, rows, n);
     free(rows);
     return rc;
 }
 
-static uint64_t links_bytes(const cli_args *a, const backend *be)
+#define LINKS_DEFAULT_MAX ((uint64_t)64 << 20)     /* dpscale links; the host backend 16M */
+#define LINKS_SWEEP_MAX_CAP ((uint64_t)256 << 20)  /* a sweep's largest copy, at most */
+
+/* The largest copy a phase of the sweep's configurations moves, within
+ * [--link-min-bytes, 256M], a multiple of 4. */
+static uint64_t sweep_copy_max(const cli_args *a, const sweep_item *items, int n)
 {
-    return a->nsizes ? a->sizes[0] : be->emulated ? (16u << 20) : (256u << 20);
+    uint64_t most = a->link_min;
+    for (int i = 0; i < n; i++) {
+        uint64_t b = items[i].skip[0] ? 0 : links_config_copy_bytes(&items[i].cfg);
+        if (b > most) most = b;
+    }
+    most = most > LINKS_SWEEP_MAX_CAP ? LINKS_SWEEP_MAX_CAP : most;
+    return (most + 3) / 4 * 4;
+}
+
+/* The copy sizes: --sizes alone, else --link-min-bytes to --link-max-bytes
+ * (or `dflt`) by --link-factor. */
+static dps_status links_range(const cli_args *a, uint64_t dflt, links_sizes *out)
+{
+    char lo[32], hi[32];
+    *out = (links_sizes){a->link_min, a->link_max ? a->link_max : dflt, a->link_factor};
+    if (a->nsizes) {
+        out->min = out->max = a->sizes[0];
+        return DPS_OK;
+    }
+    if (out->min <= out->max) return DPS_OK;
+    if (!a->link_max) {
+        out->max = out->min;
+        return DPS_OK;
+    }
+    return dps_fail(DPS_ERR_USAGE, "--link-min-bytes %s is above --link-max-bytes %s: give a "
+                    "smaller minimum or a larger maximum",
+                    dps_fmt_bytes_suffix(out->min, lo, sizeof lo),
+                    dps_fmt_bytes_suffix(out->max, hi, sizeof hi));
 }
 
 typedef struct links_job {
     backend *be;
     const results_dir *rd;
     int ndev;
-    uint64_t bytes;
+    links_sizes sizes;
 } links_job;
 
 static int links_child(void *ctx, int rank, rank_beat *beat)
@@ -206,7 +238,7 @@ static int links_child(void *ctx, int rank, rank_beat *beat)
     (void)rank;
     links_job *j = ctx;
     ranks_beat_step(beat, 0);
-    if (measure_links(j->be, j->rd, j->ndev, j->bytes, 5, 0))
+    if (measure_links(j->be, j->rd, j->ndev, &j->sizes, 5, 0))
         dps_warn("link matrix not measured: %s", dps_errmsg());
     return 0; /* not fatal to the sweep; the parent hears only of a crash or a timeout */
 }
@@ -222,7 +254,11 @@ static void sweep_links(cli_args *a, backend *be, const results_dir *rd, sweep_i
     for (int i = 0; i < n; i++)
         if (!items[i].skip[0] && items[i].cfg.ngpus > most) most = items[i].cfg.ngpus;
     if (a->no_links || dps_file_exists(path)) return;
-    links_job job = {be, rd, most > be->ndev ? be->ndev : most, links_bytes(a, be)};
+    links_job job = {be, rd, most > be->ndev ? be->ndev : most, {0}};
+    if (links_range(a, sweep_copy_max(a, items, n), &job.sizes)) {
+        dps_warn("link matrix not measured: %s", dps_errmsg());
+        return;
+    }
     ranks_spec spec = {.nranks = 1, .rank_main = links_child, .ctx = &job,
                        .timeout_s = a->config_timeout_s};
     if (ranks_run(&spec) && !dps_interrupted())
@@ -238,14 +274,17 @@ int cmd_links(cli_args *a)
     }
     int ndev = a->gpus_set ? a->cfg.ngpus : be->emulated && be->ndev > 4 ? 4 : be->ndev;
     results_dir rd = {.lock_fd = -1};
+    links_sizes sizes;
     int status = 0;
     if (!a->name_set) default_name(a->cfg.out_dir, a->cfg.name, sizeof a->cfg.name);
-    if (ndev > be->ndev) {
+    if (links_range(a, be->emulated ? LINKS_DEFAULT_MAX / 4 : LINKS_DEFAULT_MAX, &sizes)) {
+        status = cmd_usage_error();
+    } else if (ndev > be->ndev) {
         status = (dps_fail(DPS_ERR_USAGE, "--gpus %d: the %s backend has %d devices", ndev,
                            be->ops->name, be->ndev), cmd_usage_error());
     } else if (results_open(&rd, a->cfg.out_dir, a->cfg.name)) {
         status = cmd_usage_error();
-    } else if (measure_links(be, &rd, ndev, links_bytes(a, be), a->steps_set ? a->cfg.steps : 10, 1)) {
+    } else if (measure_links(be, &rd, ndev, &sizes, a->steps_set ? a->cfg.steps : 10, 1)) {
         dps_log("%s", dps_errmsg());
         status = 1;
     } else {

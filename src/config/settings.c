@@ -209,8 +209,23 @@ const settings_entry settings_table[SET_COUNT] = {
         .list_cmds = SETTINGS_COMM_BENCH,
         .flag = "sizes", .type = SETTINGS_BYTES, .lo = 4, .hi = (int64_t)1 << 34, .multiple = 4,
         .cli_max = SETTINGS_MAX_LIST, .metavar = "LIST",
-        .help = "comm-bench: message sizes, e.g. 1M,16M,64M; links, sweep's link matrix: the "
-                "copy size"},
+        .help = "comm-bench: message sizes, e.g. 1M,16M,64M; links, sweep's link matrix: one "
+                "copy size instead of the --link-* range"},
+    [SET_LINK_MIN_BYTES] = {
+        .cmds = SETTINGS_SWEEP | SETTINGS_LINKS,
+        .flag = "link-min-bytes", .type = SETTINGS_BYTES, .lo = 4, .hi = (int64_t)1 << 34,
+        .multiple = 4, DEFAULT_INT(4096), .metavar = "BYTES",
+        .help = "the link matrix's smallest copy (nccl-tests' -b)"},
+    [SET_LINK_MAX_BYTES] = {
+        .cmds = SETTINGS_SWEEP | SETTINGS_LINKS,
+        .flag = "link-max-bytes", .type = SETTINGS_BYTES, .lo = 4, .hi = (int64_t)1 << 34,
+        .multiple = 4, .metavar = "BYTES",
+        .help = "the link matrix's largest copy (nccl-tests' -e); default: links 64M (host "
+                "backend 16M), sweep the largest copy a phase of its configurations moves (4K..256M)"},
+    [SET_LINK_FACTOR] = {
+        .cmds = SETTINGS_SWEEP | SETTINGS_LINKS,
+        .flag = "link-factor", .type = SETTINGS_INT, .lo = 2, .hi = 1024, DEFAULT_INT(4),
+        .metavar = "N", .help = "the link matrix's sizes grow by this factor (nccl-tests' -f)"},
     [SET_NO_TRACE] = {
         .cmds = TRAIN,
         .flag = "no-trace", .type = SETTINGS_FLAG,

@@ -8,11 +8,53 @@
 #include <string.h>
 
 #include "core/csv.h"
+#include "model/model.h"
 #include "run/links.h"
 #include "core/stats.h"
 #include "core/util.h"
 
-int links_max_rows(int ndev) { return 2 * ndev + 5 * ndev * ndev + 1; }
+int links_size_list(const links_sizes *s, uint64_t *out)
+{
+    int n = 0;
+    uint64_t x = s->min < 4 ? 4 : s->min;
+    for (; x < s->max && n < LINKS_MAX_SIZES - 1; n++) {
+        out[n] = x;
+        if (s->factor < 2 || x > UINT64_MAX / (uint64_t)s->factor) break;
+        x *= (uint64_t)s->factor;
+        x -= x % 4; /* whole 4-byte words, as --sizes */
+    }
+    if (n < LINKS_MAX_SIZES && (!n || out[n - 1] < s->max)) out[n++] = s->max;
+    return n;
+}
+
+/* per path and size: 2 host paths a device; 4 one-way methods each way and
+ * bidir a pair; the latency once a direction. */
+int links_max_rows(int ndev, const links_sizes *sizes)
+{
+    uint64_t list[LINKS_MAX_SIZES];
+    int ns = links_size_list(sizes, list);
+    return ns * (2 * ndev + 4 * ndev * ndev) + ndev * ndev + 1;
+}
+
+static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
+static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
+
+uint64_t links_config_copy_bytes(const dps_config *c)
+{
+    model_shape sh = c->shape;
+    uint64_t n = c->ngpus > 0 ? (uint64_t)c->ngpus : 1, row = (uint64_t)sh.tokens * sizeof(float);
+    uint64_t per = ((uint64_t)c->global_batch + n - 1) / n;
+    uint64_t batch = (c->mode == MODE_DP ? (uint64_t)c->global_batch : per) * row * (uint64_t)sh.width;
+    uint64_t logits = per * row * (uint64_t)sh.classes;
+    uint64_t params = (uint64_t)model_param_count(sh) * sizeof(float);
+    uint64_t tensor = (uint64_t)sh.width * max_u64((uint64_t)sh.width, (uint64_t)sh.classes) * 4;
+    uint64_t group = min_u64(params, max_u64((uint64_t)10 << 20, tensor)); /* dp's 10 MiB groups */
+    if (c->mode == MODE_DDP) {
+        uint64_t cap = c->bucket_mb > 0 ? (uint64_t)(c->bucket_mb * (1 << 20)) : tensor;
+        group = min_u64(params, max_u64(cap, tensor)) / n; /* the ring moves bucket / n */
+    }
+    return max_u64(max_u64(batch, logits), n > 1 ? group : 0); /* one device: no peer copy */
+}
 
 typedef struct side {
     int dev;
@@ -97,8 +139,8 @@ static void put(link_row *r, int src, int dst, const char *method, uint64_t byte
 
 typedef struct ctx {
     backend *be;
-    uint64_t bytes;
-    int samples;
+    uint64_t bytes, cap; /* this copy's size; the buffers' */
+    int samples, latency; /* latency: measure each pair's 4-byte copy (the first size only) */
     unsigned char *pattern, *check; /* pinned host buffers */
     link_row *rows;
     int n;
@@ -110,18 +152,28 @@ static dps_status upload(ctx *c, side *s, void *dst)
     return c->be->ops->stream_sync(c->be, s->st);
 }
 
-static dps_status host_links(ctx *c, int d)
+static dps_status host_size(ctx *c, side *a)
+{
+    double ms;
+    int ok, d = a->dev;
+    DPS_TRY(time_copy(c->be, a, a->buf.ptr, d, c->pattern, DPS_HOST, c->bytes, c->samples, &ms));
+    DPS_TRY(verify(c->be, a, a->buf.ptr, d, c->bytes, 7, c->check, &ok));
+    put(&c->rows[c->n++], DPS_HOST, d, "h2d", c->bytes, ms, ok, 0);
+    DPS_TRY(time_copy(c->be, a, c->check, DPS_HOST, a->buf.ptr, d, c->bytes, c->samples, &ms));
+    put(&c->rows[c->n++], d, DPS_HOST, "d2h", c->bytes, ms,
+        memcmp(c->check, c->pattern, c->bytes) == 0, 0);
+    return DPS_OK;
+}
+
+/* h2d and d2h of device d at every size. */
+static dps_status host_links(ctx *c, int d, const uint64_t *sizes, int ns)
 {
     side a;
-    double ms;
-    int ok;
-    dps_status rc = side_open(c->be, d, c->bytes, &a);
-    if (!rc) rc = time_copy(c->be, &a, a.buf.ptr, d, c->pattern, DPS_HOST, c->bytes, c->samples, &ms);
-    if (!rc) rc = verify(c->be, &a, a.buf.ptr, d, c->bytes, 7, c->check, &ok);
-    if (!rc) put(&c->rows[c->n++], DPS_HOST, d, "h2d", c->bytes, ms, ok, 0);
-    if (!rc) rc = time_copy(c->be, &a, c->check, DPS_HOST, a.buf.ptr, d, c->bytes, c->samples, &ms);
-    if (!rc) put(&c->rows[c->n++], d, DPS_HOST, "d2h", c->bytes,
-                 ms, memcmp(c->check, c->pattern, c->bytes) == 0, 0);
+    dps_status rc = side_open(c->be, d, c->cap, &a);
+    for (int k = 0; !rc && k < ns; k++) {
+        c->bytes = sizes[k];
+        rc = host_size(c, &a);
+    }
     side_close(c->be, &a);
     return rc;
 }
@@ -166,8 +218,10 @@ static dps_status pair_links(ctx *c, side *s, side *d)
         DPS_TRY(verify(c->be, d, d->buf.ptr, d->dev, c->bytes, 7, c->check, &ok));
         put(&c->rows[c->n++], s->dev, d->dev, names[k], c->bytes, ms, ok, 0);
     }
-    DPS_TRY(time_copy(c->be, s, d->buf.ptr, d->dev, s->buf.ptr, s->dev, 4, 20, &ms));
-    put(&c->rows[c->n++], s->dev, d->dev, "latency", 4, ms, 1, 1);
+    if (c->latency) {
+        DPS_TRY(time_copy(c->be, s, d->buf.ptr, d->dev, s->buf.ptr, s->dev, 4, 20, &ms));
+        put(&c->rows[c->n++], s->dev, d->dev, "latency", 4, ms, 1, 1);
+    }
     return nopeer_link(c, s, d);
 }
 
@@ -212,7 +266,7 @@ static dps_status bidir_links(ctx *c, side *s, side *d)
     DPS_TRY(verify(c->be, d, d->buf2.ptr, d->dev, c->bytes, 7, c->check, &ok0));
     DPS_TRY(verify(c->be, s, s->buf2.ptr, s->dev, c->bytes, 7, c->check, &ok1));
     link_row *r = &c->rows[c->n++];
-    put(r, s->dev, d->dev, "d2d_bidir", 2 * c->bytes, 1.0, ok0 && ok1, 0);
+    put(r, s->dev, d->dev, "d2d_bidir", c->bytes, 1.0, ok0 && ok1, 0); /* bytes: each way */
     r->gbps = (double)c->bytes / (a[0].ms * 1e-3) / 1e9 + (double)c->bytes / (a[1].ms * 1e-3) / 1e9;
     return DPS_OK;
 }
@@ -220,35 +274,47 @@ static dps_status bidir_links(ctx *c, side *s, side *d)
 /* The two pinned host buffers of the copies to and from the host, the pattern filled. */
 static dps_status host_buffers(ctx *c)
 {
-    dps_status rc = c->be->ops->host_alloc(c->be, c->bytes, (void **)&c->pattern);
-    if (!rc) rc = c->be->ops->host_alloc(c->be, c->bytes, (void **)&c->check);
+    dps_status rc = c->be->ops->host_alloc(c->be, c->cap, (void **)&c->pattern);
+    if (!rc) rc = c->be->ops->host_alloc(c->be, c->cap, (void **)&c->check);
     if (!rc) {
-        fill(c->pattern, c->bytes, 7);
+        fill(c->pattern, c->cap, 7);
         return DPS_OK;
     }
     char why[DPS_ERRMSG_MAX], size[32]; /* dps_fail writes the buffer dps_errmsg reads */
     dps_strlcpy(why, dps_errmsg(), sizeof why);
-    return dps_fail(rc, "links: the two host buffers of --sizes %s: %s",
-                    dps_fmt_bytes_suffix(c->bytes, size, sizeof size), why);
+    return dps_fail(rc, "links: the two host buffers of %s (the largest copy): %s; give a "
+                    "smaller --link-max-bytes (or --sizes)",
+                    dps_fmt_bytes_suffix(c->cap, size, sizeof size), why);
 }
 
-dps_status links_measure(backend *be, int ndev, uint64_t bytes, int samples, link_row *rows,
-                         int *nrows)
+/* Every path between devices s and d, both ways, at every size. */
+static dps_status pair_sizes(ctx *c, int s, int d, const uint64_t *sizes, int ns)
 {
-    ctx c = {.be = be, .bytes = bytes, .samples = samples, .rows = rows};
+    side a = {0}, b = {0};
+    dps_status rc = side_open(c->be, s, c->cap, &a);
+    if (!rc) rc = side_open(c->be, d, c->cap, &b);
+    for (int k = 0; !rc && k < ns; k++) {
+        c->bytes = sizes[k];
+        c->latency = k == 0;
+        rc = pair_links(c, &a, &b);
+        if (!rc) rc = pair_links(c, &b, &a);
+        if (!rc) rc = bidir_links(c, &a, &b);
+    }
+    side_close(c->be, &a);
+    side_close(c->be, &b);
+    return rc;
+}
+
+dps_status links_measure(backend *be, int ndev, const links_sizes *sizes, int samples,
+                         link_row *rows, int *nrows)
+{
+    uint64_t list[LINKS_MAX_SIZES];
+    int ns = links_size_list(sizes, list);
+    ctx c = {.be = be, .cap = list[ns - 1], .samples = samples, .rows = rows};
     dps_status rc = host_buffers(&c);
-    for (int d = 0; !rc && d < ndev; d++) rc = host_links(&c, d);
+    for (int d = 0; !rc && d < ndev; d++) rc = host_links(&c, d, list, ns);
     for (int s = 0; !rc && s < ndev; s++)
-        for (int d = s + 1; !rc && d < ndev; d++) {
-            side a = {0}, b = {0};
-            rc = side_open(be, s, bytes, &a);
-            if (!rc) rc = side_open(be, d, bytes, &b);
-            if (!rc) rc = pair_links(&c, &a, &b);
-            if (!rc) rc = pair_links(&c, &b, &a);
-            if (!rc) rc = bidir_links(&c, &a, &b);
-            side_close(be, &a);
-            side_close(be, &b);
-        }
+        for (int d = s + 1; !rc && d < ndev; d++) rc = pair_sizes(&c, s, d, list, ns);
     if (c.pattern) be->ops->host_free(be, c.pattern);
     if (c.check) be->ops->host_free(be, c.check);
     *nrows = c.n;
@@ -289,12 +355,35 @@ dps_status links_write(const results_dir *rd, const backend *be, const link_row 
     return rc;
 }
 
-static const link_row *find(const link_row *rows, int n, int s, int d, const char *method)
+/* The row of (s, d, method) at `bytes`, or at its largest size when bytes is 0. */
+static const link_row *find(const link_row *rows, int n, int s, int d, const char *method,
+                            uint64_t bytes)
 {
+    const link_row *best = NULL;
     for (int i = 0; i < n; i++)
-        if (rows[i].src == s && rows[i].dst == d && strcmp(rows[i].method, method) == 0)
-            return &rows[i];
-    return NULL;
+        if (rows[i].src == s && rows[i].dst == d && strcmp(rows[i].method, method) == 0 &&
+            (bytes ? rows[i].bytes == bytes : !best || rows[i].bytes > best->bytes))
+            best = &rows[i];
+    return best;
+}
+
+/* Bandwidth by copy size of device 0's paths (and 0 -> 1's), one line a size. */
+static void print_by_size(FILE *f, int ndev, const link_row *rows, int n)
+{
+    static const char *const methods[] = {"h2d", "d2h", "d2d_write", "d2d_read"};
+    fprintf(f, "\nGB/s by copy size  %10s %10s %10s %10s\n", "h2d 0", "d2h 0", "write 0>1",
+            "read 0>1");
+    for (int i = 0; i < n; i++) {
+        if (strcmp(rows[i].method, "h2d") != 0 || rows[i].dst != 0) continue;
+        char size[32];
+        fprintf(f, "%-18s", dps_fmt_bytes_suffix(rows[i].bytes, size, sizeof size));
+        for (int m = 0; m < 4; m++) {
+            int s = m == 0 ? DPS_HOST : 0, d = m == 1 ? DPS_HOST : m == 0 ? 0 : 1;
+            const link_row *r = m < 2 || ndev > 1 ? find(rows, n, s, d, methods[m], rows[i].bytes) : NULL;
+            fprintf(f, " %10.2f", r && strcmp(r->status, "ok") == 0 ? r->gbps : NAN);
+        }
+        fprintf(f, "\n");
+    }
 }
 
 /* One matrix per method, source down, destination across; N/A where unmeasured. */
@@ -304,16 +393,20 @@ void links_print(FILE *f, const backend *be, int ndev, const link_row *rows, int
                                           "latency"};
     fprintf(f, "# dpscale links, %s backend%s\n", be->ops->name,
             be->emulated ? " (emulated devices: memcpy between host arenas, not a GPU link)" : "");
+    const link_row *top = find(rows, n, DPS_HOST, 0, "h2d", 0);
+    char size[32];
+    fprintf(f, "# matrices at the largest copy, %s; the sizes below\n",
+            top ? dps_fmt_bytes_suffix(top->bytes, size, sizeof size) : "-");
     fprintf(f, "%-10s", "GB/s");
     for (int d = 0; d < ndev; d++) fprintf(f, " %9s%d", "dev", d);
     fprintf(f, "\n%-10s", "h2d");
     for (int d = 0; d < ndev; d++) {
-        const link_row *r = find(rows, n, DPS_HOST, d, "h2d");
+        const link_row *r = find(rows, n, DPS_HOST, d, "h2d", 0);
         fprintf(f, " %10.2f", r ? r->gbps : NAN);
     }
     fprintf(f, "\n%-10s", "d2h");
     for (int d = 0; d < ndev; d++) {
-        const link_row *r = find(rows, n, d, DPS_HOST, "d2h");
+        const link_row *r = find(rows, n, d, DPS_HOST, "d2h", 0);
         fprintf(f, " %10.2f", r ? r->gbps : NAN);
     }
     fprintf(f, "\n");
@@ -323,8 +416,8 @@ void links_print(FILE *f, const backend *be, int ndev, const link_row *rows, int
         for (int s = 0; s < ndev; s++) {
             fprintf(f, "dev%-7d", s);
             for (int d = 0; d < ndev; d++) {
-                const link_row *r = find(rows, n, s, d, methods[m]);
-                if (!r && strcmp(methods[m], "d2d_bidir") == 0) r = find(rows, n, d, s, methods[m]);
+                const link_row *r = find(rows, n, s, d, methods[m], 0);
+                if (!r && strcmp(methods[m], "d2d_bidir") == 0) r = find(rows, n, d, s, methods[m], 0);
                 if (!r || strncmp(r->status, "WAIVED", 6) == 0) fprintf(f, " %10s", "N/A");
                 else if (strcmp(r->status, "ok") != 0) fprintf(f, " %10s", "FAILED");
                 else fprintf(f, " %10.2f", lat ? r->latency_us : r->gbps);
@@ -332,4 +425,5 @@ void links_print(FILE *f, const backend *be, int ndev, const link_row *rows, int
             fprintf(f, "\n");
         }
     }
+    print_by_size(f, ndev, rows, n);
 }

@@ -6,6 +6,7 @@
 #define DPS_LINKS_H
 
 #include "backend/backend.h"
+#include "config/config.h"
 #include "run/results.h"
 
 typedef struct link_row {
@@ -16,11 +17,26 @@ typedef struct link_row {
     char status[48];         /* ok, WAIVED (why) or FAILED (what) */
 } link_row;
 
-/* Measures ndev devices with copies of `bytes`; rows[] gets every entry
- * (at most links_max_rows(ndev)); returns how many. */
-int links_max_rows(int ndev);
-dps_status links_measure(backend *be, int ndev, uint64_t bytes, int samples, link_row *rows,
-                         int *nrows) DPS_MUST_USE;
+/* The copy sizes, as nccl-tests' -b/-e/-f: min, min*factor, ... up to max
+ * (max itself always measured). */
+#define LINKS_MAX_SIZES 40
+typedef struct links_sizes {
+    uint64_t min, max;
+    int factor;
+} links_sizes;
+
+/* The sizes of s into out[] (at most LINKS_MAX_SIZES, ascending); how many. */
+int links_size_list(const links_sizes *s, uint64_t *out);
+/* The largest single copy a phase of configuration c moves: a batch loaded,
+ * a chunk scattered, logits gathered, a group of dp's replicate or reduce,
+ * a ring chunk of a ddp bucket. */
+uint64_t links_config_copy_bytes(const dps_config *c);
+
+/* Measures ndev devices with copies of every size of `sizes`; rows[] gets
+ * every entry (at most links_max_rows(ndev, sizes)); returns how many. */
+int links_max_rows(int ndev, const links_sizes *sizes);
+dps_status links_measure(backend *be, int ndev, const links_sizes *sizes, int samples,
+                         link_row *rows, int *nrows) DPS_MUST_USE;
 dps_status links_write(const results_dir *rd, const backend *be, const link_row *rows, int n) DPS_MUST_USE;
 void links_print(FILE *f, const backend *be, int ndev, const link_row *rows, int n);
 
