@@ -42,18 +42,25 @@ def pairs(folder):
 
 
 def memory_extra(folder, config_id, top=3):
-    """[(category, MiB)] of what device 0 holds beyond the mean of the other
-    devices at their allocation peaks (memory.csv), largest first."""
+    """[(what, MiB, [categories])] that device 0 holds beyond the mean of the
+    other devices at their allocation peaks (memory.csv), grouped by kind
+    (older folders: by category), largest first; the categories are device
+    0's of that kind."""
     per = defaultdict(lambda: defaultdict(float))
+    names = defaultdict(list)
     for m in folder.memory or []:
-        if m["config_id"] == config_id:
-            per[integer(m, "device")][m["category"]] += number(m, "bytes_at_peak")
+        if m["config_id"] != config_id:
+            continue
+        what, d = m.get("kind") or m["category"], integer(m, "device")
+        per[d][what] += number(m, "bytes_at_peak")
+        if d == 0:
+            names[what].append(m["category"])
     others = [d for d in per if d != 0]
     if 0 not in per or not others:
         return []
-    cats = set(per[0]) | {c for d in others for c in per[d]}
-    extra = [(c, (per[0][c] - sum(per[d][c] for d in others) / len(others)) / 2 ** 20)
-             for c in cats]
+    kinds = set(per[0]) | {k for d in others for k in per[d]}
+    extra = [(k, (per[0][k] - sum(per[d][k] for d in others) / len(others)) / 2 ** 20, names[k])
+             for k in kinds]
     return sorted([e for e in extra if e[1] > 0], key=lambda e: -e[1])[:top]
 
 
@@ -119,7 +126,8 @@ def pair_lines(folder, pair):
                   f"{100 * total / number(dp, 'step_ms_median'):.1f} |", ""]
     extra = memory_extra(folder, dp["config_id"])
     if extra:
-        held = ", ".join(f"{c} ({mib:.2f} MiB)" for c, mib in extra)
+        held = ", ".join(f"{k} ({mib:.2f} MiB" + (f": {', '.join(c)})" if c and c != [k] else ")")
+                         for k, mib, c in extra)
         lines += [f"dp's device 0 holds more than the others' mean at its peak: {held}.", ""]
     return lines
 
