@@ -20,6 +20,9 @@ static dps_status check_world(const cli_args *a, const world *w)
     if (a->devices_set)
         return dps_fail(DPS_ERR_USAGE, "--devices: under %s each rank's device is its local rank",
                         who);
+    if (w->size > DPS_MAX_DEVICES)
+        return dps_fail(DPS_ERR_USAGE, "%s started %d ranks; dpscale runs ddp on %d at most",
+                        who, w->size, DPS_MAX_DEVICES);
     return DPS_OK;
 }
 

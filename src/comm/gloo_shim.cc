@@ -22,6 +22,8 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <csignal>
+
 namespace {
 
 // Gloo's rendezvous keys, through the caller's store under "gloo/".
@@ -174,9 +176,26 @@ void sum_in_place(Opts& opts, void* buf, size_t n, int bf16) {
 
 }  // namespace
 
+namespace {
+
+// Gloo's TCP pairs write with writev: a peer gone would raise SIGPIPE and
+// end the process before the write's error is seen (Gloo's own tests ignore
+// it; Python does for PyTorch).
+void ignore_sigpipe() {
+  struct sigaction old;
+  if (sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) {
+    struct sigaction ign = {};
+    ign.sa_handler = SIG_IGN;
+    sigaction(SIGPIPE, &ign, nullptr);
+  }
+}
+
+}  // namespace
+
 extern "C" int gloo_shim_open(int rank, int size, const char* addr, const char* iface,
                               double timeout_ms, const gloo_rendezvous* rv, gloo_shim** out,
                               char* err, size_t errlen) {
+  ignore_sigpipe();
   try {
     gloo::transport::tcp::attr attr;
     if (iface && *iface) attr.iface = iface;
@@ -247,8 +266,8 @@ extern "C" int gloo_shim_barrier(gloo_shim* g, char* err, size_t errlen) {
 extern "C" void gloo_shim_abort(gloo_shim* g) {
   try {
     g->context->closeConnections();
-  } catch (const std::exception&) {
-    // already closed: the blocked call fails either way
+  } catch (...) {
+    // already closed: the peers see their connections end either way
   }
 }
 

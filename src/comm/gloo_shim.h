@@ -45,7 +45,9 @@ int gloo_shim_broadcast(gloo_shim *g, void *buf, size_t bytes, int root, char *e
 int gloo_shim_reduce(gloo_shim *g, void *buf, size_t n, int bf16, int root, char *err,
                      size_t errlen);
 int gloo_shim_barrier(gloo_shim *g, char *err, size_t errlen);
-/* From any thread: closes every connection, so that a blocked call fails. */
+/* From any thread: closes every connection, so that the peers' blocked
+ * calls fail at once. This rank's own blocked call is not woken (Gloo
+ * wakes it only on a peer's end or its timeout). */
 void gloo_shim_abort(gloo_shim *g);
 void gloo_shim_close(gloo_shim *g);
 

@@ -43,7 +43,7 @@ dps_status store_server_failure(store_server *s, int *asked, char *why, size_t l
 /* "rank 0 step 4, rank 1 step 2 (host b, pid 7)": the step each rank began
  * last, for a timeout's message. */
 void store_server_explain(store_server *s, char *buf, size_t len);
-/* Waits until every rank has ended or is gone (at most timeout_ms). */
+/* Waits until every rank has ended or is gone (at most timeout_ms; 0: no limit). */
 void store_server_wait_ended(store_server *s, double timeout_ms);
 /* Closes every connection (ranks still running then end) and frees s. */
 void store_server_stop(store_server *s);

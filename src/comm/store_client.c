@@ -179,10 +179,27 @@ dps_status store_set(dps_store *s, const char *key, const void *val, size_t len)
     return set_on(s, s->req_fd, &s->req_mu, key, val, len);
 }
 
+/* The reply to GET key: a late reply to an earlier GET that timed out is
+ * not this one (the server names the key it answers). */
+static int recv_reply(dps_store *s, const char *key, store_frame *f, double deadline)
+{
+    for (;;) {
+        int rc = store_recv(s->req_fd, f, deadline);
+        if (rc != 0 || strcmp(f->key, key) == 0) return rc;
+        store_frame_free(f);
+    }
+}
+
 static dps_status get_reply(dps_store *s, const char *key, void **val, size_t *len, double deadline)
 {
     store_frame f;
-    int rc = store_recv(s->req_fd, &f, deadline);
+    int rc = recv_reply(s, key, &f, deadline);
+    if (rc != 0) { /* a frame may have stopped half-way: the connection is unusable */
+        int err = errno;
+        close(s->req_fd);
+        s->req_fd = -1;
+        errno = err;
+    }
     if (rc != 0 && errno == ETIMEDOUT)
         return dps_fail(DPS_ERR_TIMEOUT, "rank %d: %s did not come from rank 0's store at %s:%d "
                         "within --timeout", s->rank, key, s->server, s->port);

@@ -152,15 +152,26 @@ static void peer_addr(int fd, char *buf, size_t len)
 static int on_hello(store_server *s, conn *c, const store_frame *f)
 {
     int rank, pid;
-    char host[STORE_HOST_MAX], nic[32];
+    char host[STORE_HOST_MAX], nic[32], why[DPS_ERRMSG_MAX];
     if (sscanf(f->val, "%d %d %63s %31s", &rank, &pid, host, nic) != 4 || rank < 0 ||
         rank >= s->nranks)
         return -1;
-    c->rank = rank;
-    c->ctl = strcmp(f->key, "ctl") == 0;
-    if (!c->ctl) return 0;
+    int ctl = strcmp(f->key, "ctl") == 0;
     member *m = &s->m[rank];
-    if (m->arrived) return -1; /* two processes claim one rank */
+    if (ctl && m->arrived) { /* two processes claim one rank: refuse the newcomer alone */
+        snprintf(why, sizeof why, "two processes claim rank %d: pid %d on host %s and pid %d on "
+                 "host %s (two jobs on one port? set DPSCALE_PORT apart)", rank, m->pid, m->host,
+                 pid, host);
+        reply(c->fd, ST_ABORT, "", why, strlen(why));
+        return -1;
+    }
+    if (ctl && s->failure) { /* too late: the group is over */
+        reply(c->fd, ST_ABORT, "", s->why, strlen(s->why));
+        return -1;
+    }
+    c->rank = rank;
+    c->ctl = ctl;
+    if (!c->ctl) return 0;
     pthread_mutex_lock(&s->mu);
     *m = (member){.arrived = 1, .pid = pid, .step = -1, .ctl_fd = c->fd};
     dps_strlcpy(m->host, host, sizeof m->host);
@@ -234,12 +245,16 @@ static int on_frame(store_server *s, conn *c, store_frame *f)
         if (sscanf(f->val, "%d %d", &m->step, &m->waiting) != 2) m->waiting = 0;
         pthread_mutex_unlock(&s->mu);
         return 0;
-    case ST_BYE:
+    case ST_BYE: {
+        char why[DPS_ERRMSG_MAX];
         pthread_mutex_lock(&s->mu);
         m->finished = 1;
         pthread_mutex_unlock(&s->mu);
-        rank_ended(s, c->rank, "the rank ended without setting it");
+        snprintf(why, sizeof why, "rank %d (pid %d on host %s) ended without setting the key "
+                 "asked for (its own output says why)", c->rank, m->pid, m->host);
+        rank_ended(s, c->rank, why);
         return 0;
+    }
     case ST_ABORT: group_fail(s, DPS_ERR_RUNTIME, f->val, c->fd); return 0;
     default: return -1;
     }
@@ -249,6 +264,11 @@ static void close_conn(store_server *s, int i)
 {
     conn *c = &s->conns[i];
     if (c->rank >= 0) on_lost(s, c);
+    if (c->rank >= 0 && c->ctl && s->m[c->rank].ctl_fd == c->fd) {
+        pthread_mutex_lock(&s->mu);
+        s->m[c->rank].ctl_fd = -1; /* nothing is sent to that number once it is closed */
+        pthread_mutex_unlock(&s->mu);
+    }
     for (int w = 0; w < s->nwaiters;)
         if (s->waiters[w].fd == c->fd) drop_waiter(s, w);
         else w++;
@@ -396,7 +416,7 @@ void store_server_explain(store_server *s, char *buf, size_t len)
 
 void store_server_wait_ended(store_server *s, double timeout_ms)
 {
-    double end = dps_now_ms() + timeout_ms;
+    double end = dps_now_ms() + (timeout_ms > 0 ? timeout_ms : 1e12); /* 0: no limit */
     for (;;) {
         int open = 0;
         pthread_mutex_lock(&s->mu);

@@ -2,6 +2,7 @@
  * a deadline (see store_wire.h). */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <limits.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +20,7 @@ static int wait_ready(int fd, short events, double deadline_ms)
         if (deadline_ms > 0) {
             double left = deadline_ms - dps_now_ms();
             if (left <= 0) return errno = ETIMEDOUT, -1;
-            ms = (int)left + 1;
+            ms = left >= INT_MAX - 1 ? INT_MAX - 1 : (int)left + 1;
         }
         struct pollfd p = {.fd = fd, .events = events};
         int n = poll(&p, 1, ms);
@@ -88,14 +89,17 @@ int store_recv(int fd, store_frame *f, double deadline_ms)
     f->len = ntohl(v);
     if (klen >= STORE_KEY_MAX || f->len > STORE_VAL_MAX || f->type < ST_HELLO || f->type > ST_ABORT)
         return errno = EPROTO, -1;
-    if (recv_all(fd, f->key, klen, deadline_ms) != 0) return -1;
+    rc = recv_all(fd, f->key, klen, deadline_ms);
+    if (rc != 0) return errno = rc == 1 ? ECONNRESET : errno, -1; /* 1: ended mid-frame */
     f->key[klen] = '\0';
     f->val = malloc(f->len + 1);
     if (!f->val) return errno = ENOMEM, -1;
     f->val[f->len] = '\0';
-    if (recv_all(fd, f->val, f->len, deadline_ms) == 0) return 0;
+    rc = recv_all(fd, f->val, f->len, deadline_ms);
+    if (rc == 0) return 0;
+    int err = rc == 1 ? ECONNRESET : errno;
     store_frame_free(f);
-    return -1;
+    return errno = err, -1;
 }
 
 void store_frame_free(store_frame *f)

@@ -150,6 +150,9 @@ float *train_result_phases(train_result *r, int step, int rank)
 
 static dps_status check_devices(const dps_config *c, const backend *be)
 {
+    /* under a launcher each rank takes its host's device of its local rank
+     * (checked where the rank opens it): the world may have more ranks */
+    if (c->world.launcher != WORLD_NONE) return DPS_OK;
     if (c->ngpus > be->ndev)
         return dps_fail(DPS_ERR_USAGE, "--gpus %d: the %s backend has %d device%s%s", c->ngpus,
                         be->ops->name, be->ndev, be->ndev == 1 ? "" : "s",

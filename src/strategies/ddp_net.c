@@ -43,7 +43,9 @@ static void report_key(int r, char *buf, size_t len) { snprintf(buf, len, "repor
 dps_status ddp_net_rank(const dps_config *cfg, ddp_world *dw)
 {
     ddp_shared *sh;
-    DPS_TRY(make_private(cfg, &sh));
+    dps_status made = make_private(cfg, &sh);
+    if (made) store_abort(dw->store, dps_errmsg()); /* the others would wait for this rank */
+    if (made) return made;
     dps_status rc = train_here(cfg, dw, sh);
     char why[DPS_ERRMSG_MAX], key[32];
     dps_strlcpy(why, dps_errmsg(), sizeof why);
@@ -55,6 +57,7 @@ dps_status ddp_net_rank(const dps_config *cfg, ddp_world *dw)
                                         "records", dw->w.rank);
     free(packed);
     munmap(sh, sh->total);
+    if (!rc && sent) store_abort(dw->store, dps_errmsg()); /* rank 0 waits for these records */
     return rc ? dps_fail_copy(rc, why) : sent;
 }
 
@@ -111,10 +114,12 @@ dps_status ddp_net_train(const dps_config *cfg, ddp_world *dw, train_result *res
     DPS_TRY(make_private(cfg, &sh));
     dps_status own = train_here(cfg, dw, sh), missing = DPS_OK;
     char missing_why[DPS_ERRMSG_MAX] = "";
-    /* the others end about when rank 0 does; one told to abort ends within seconds */
-    double wait_ms = cfg->timeout_s > 0 ? cfg->timeout_s * 1e3 : 0;
+    /* the others end about when rank 0 does, one told to abort within seconds:
+     * one deadline for all of them */
+    double end = dps_now_ms() + (cfg->timeout_s > 0 ? cfg->timeout_s * 1e3 : 1e12);
     for (int r = 1; r < dw->w.size; r++) {
-        dps_status got = fetch_report(dw, sh, r, wait_ms);
+        double left = end - dps_now_ms();
+        dps_status got = fetch_report(dw, sh, r, left > 1.0 ? left : 1.0);
         if (got && !missing) {
             missing = got;
             dps_strlcpy(missing_why, dps_errmsg(), sizeof missing_why);

@@ -19,7 +19,10 @@ static void on_lost(void *ctx, const char *why)
     dps_strlcpy(dw->lost_why, why, sizeof dw->lost_why);
     atomic_store(&dw->lost, 1);
     pthread_mutex_lock(&dw->mu);
-    if (dw->comm) comm_abort(dw->comm);
+    /* Rank 0 keeps its connections: the others closing theirs is what wakes
+     * its blocked collective (closing its own would deafen it to that). */
+    if (dw->comm && dw->w.rank == 0) comm_shared_abort(dw->comm->sh);
+    else if (dw->comm) comm_abort(dw->comm);
     pthread_mutex_unlock(&dw->mu);
     if (dw->w.rank == 0) return; /* rank 0 records the failure and ends by itself */
     double end = dps_now_ms() + ABORT_GRACE_MS;
@@ -36,6 +39,16 @@ static void on_lost(void *ctx, const char *why)
 static int step_state(void *ctx, int *step)
 {
     ddp_world *dw = ctx;
+    int sig = dps_interrupted();
+    if (sig && !atomic_exchange(&dw->told_interrupt, 1)) { /* a launcher ends the job */
+        char why[128];
+        snprintf(why, sizeof why, "rank %d (pid %d) got %s: the launcher ended the job",
+                 dw->w.rank, (int)getpid(), dps_signal_name(sig));
+        store_abort(dw->store, why);
+        pthread_mutex_lock(&dw->mu);
+        if (dw->comm) comm_abort(dw->comm);
+        pthread_mutex_unlock(&dw->mu);
+    }
     *step = atomic_load(&dw->beat.step);
     pthread_mutex_lock(&dw->mu);
     int waiting = dw->comm ? comm_shared_is_waiting(dw->comm->sh, dw->w.rank) : dw->ended_waiting;
@@ -108,6 +121,8 @@ void ddp_world_set_comm(ddp_world *dw, comm *c)
     pthread_mutex_lock(&dw->mu);
     dw->ended_waiting = !c && dw->comm && comm_shared_is_waiting(dw->comm->sh, dw->w.rank);
     dw->comm = c;
+    if (c && atomic_load(&dw->lost)) /* the word to abort came while it was being opened */
+        dw->w.rank == 0 ? (void)comm_shared_abort(c->sh) : comm_abort(c);
     pthread_mutex_unlock(&dw->mu);
 }
 

@@ -34,6 +34,7 @@ typedef struct ddp_world {
     int ended_waiting;      /* the last ones ended with this rank blocked in one */
     _Atomic int ended;      /* this rank's work is done: the watch need not end it */
     _Atomic int lost;       /* the group is over (why in lost_why) */
+    _Atomic int told_interrupt; /* a SIGINT/SIGTERM here was told to the group */
     char lost_why[DPS_ERRMSG_MAX];
 } ddp_world;
 
