@@ -65,6 +65,11 @@ dps_status store_get(dps_store *s, const char *key, int owner, void **val, size_
 dps_status store_roster(dps_store *s, store_member *members, int nranks) DPS_MUST_USE;
 /* The address this rank reached the server from: where its peers reach it. */
 const char *store_local_addr(const dps_store *s);
+/* When that address is a loopback one (rank 0 reaching itself through
+ * MASTER_ADDR=$(hostname), which Debian maps to 127.0.1.1) and some rank
+ * runs on another host: the local address that routes to that rank
+ * instead. members: the roster. */
+void store_route_past_loopback(dps_store *s, const store_member *members, int nranks);
 
 /* The control connection, watched on a thread: every 10 ms state(ctx,
  * &step) says the step this rank runs and returns whether it waits in a

@@ -147,6 +147,35 @@ dps_status store_connect(const char *addr, int port, int rank, double timeout_ms
 
 const char *store_local_addr(const dps_store *s) { return s->local; }
 
+static int loopback(const char *addr)
+{
+    return strncmp(addr, "127.", 4) == 0 || strcmp(addr, "::1") == 0;
+}
+
+/* The local address the kernel would send from to reach addr (a UDP
+ * socket's connect sends nothing); 0 when found. */
+static int route_to(const char *addr, char *buf, size_t len)
+{
+    struct addrinfo hints = {.ai_socktype = SOCK_DGRAM, .ai_flags = AI_NUMERICHOST}, *res = NULL;
+    if (getaddrinfo(addr, "9", &hints, &res) != 0) return -1;
+    int fd = socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0), rc = -1;
+    if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
+        local_addr(fd, buf, len);
+        rc = 0;
+    }
+    if (fd >= 0) close(fd);
+    freeaddrinfo(res);
+    return rc;
+}
+
+void store_route_past_loopback(dps_store *s, const store_member *members, int nranks)
+{
+    if (!loopback(s->local)) return;
+    for (int r = 0; r < nranks; r++)
+        if (!loopback(members[r].addr) && route_to(members[r].addr, s->local, sizeof s->local) == 0)
+            return;
+}
+
 void store_set_prefix(dps_store *s, const char *prefix)
 {
     dps_strlcpy(s->prefix, prefix, sizeof s->prefix);

@@ -73,6 +73,7 @@ static dps_status join(ddp_world *dw, double timeout_ms)
     DPS_TRY(store_connect(w->addr, w->port, w->rank, timeout_ms, &dw->store));
     DPS_TRY(store_roster(dw->store, dw->members, w->size));
     count_nodes(dw);
+    if (dw->nnodes > 1) store_route_past_loopback(dw->store, dw->members, w->size);
     return store_watch(dw->store, step_state, on_lost, dw);
 }
 
