@@ -235,8 +235,14 @@ static void test_cli(void)
     expect_usage("run --gpus 0", "--gpus 0:");
     expect_usage("run --gpus -1", "--gpus -1:");
     expect_usage("run --gpus 99999999999999999999", "out of range");
-    expect_usage("run --gpus 1,2", "--gpus 1,2: one value for `dpscale run` (lists are for sweep "
-                 "and comm-bench)");
+    expect_usage("run --gpus 1,2", "--gpus 1,2: one value for `dpscale run` (lists are for sweep, "
+                 "comm-bench and predict)");
+    EXPECT(parse("predict --machine m.machine --workload w --gpus 1,8,16 --modes ddp --name p", &a) == DPS_OK);
+    EXPECT(a.cmd == CMD_PREDICT && strcmp(a.machine_path, "m.machine") == 0 && a.name_set);
+    EXPECT(strcmp(a.workload_path, "w") == 0 && a.sweep_ngpus_n == 3 && a.sweep_ngpus[2] == 16);
+    EXPECT(a.sweep_modes_n == 1 && a.sweep_modes[0] == MODE_DDP && !a.out_set);
+    expect_usage("run --machine m", "--machine: not an option of `dpscale run` (only of predict)");
+    expect_usage("predict --steps 3", "--steps: not an option of `dpscale predict`");
     expect_usage("run --model tiny,small", "--model tiny,small: one value for `dpscale run` "
                  "(lists are for sweep)");
     expect_usage("links --sizes 1M,2M", "--sizes 1M,2M: one value for `dpscale links`");
