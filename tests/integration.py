@@ -2,6 +2,7 @@
 """Integration tests: run the dpscale binary on the host backend and read
 its results folder. Usage: integration.py DPSCALE CASE [ARGS...]; exit 0
 pass, 1 fail, 77 skip (meson's convention). Standard library only."""
+import csv
 import os
 import resource
 import shutil
@@ -795,12 +796,40 @@ def case_plot(fixture):
         expect_exit(p, 2, "runs.csv: no such file")
 
 
+def case_predict(binary):
+    """dpscale predict: the table, predictions.csv written whole, and FILE:LINE refusals (exit 2)."""
+    bench = os.path.join(os.path.dirname(SCRIPTS), "bench", "predict")
+    machine, workload = (os.path.join(bench, f) for f in ("dgx1-v100-ib.machine", "resnet50-b32.workload"))
+    with tempfile.TemporaryDirectory() as out:
+        p = subprocess.run([binary, "predict", "--machine", machine, "--workload", workload, "--gpus",
+                            "1,8,16,32", "--out", out, "--name", "p"], capture_output=True, text=True)
+        expect_exit(p, 0)
+        expect("ddp      8" in p.stdout and "skipped" in p.stdout, f"table: {p.stdout!r}")
+        with open(os.path.join(out, "p", "predictions.csv"), newline="") as f:
+            rows = list(csv.DictReader(f))
+        expect(len(rows) == 8 and os.listdir(os.path.join(out, "p")) == ["predictions.csv"], f"{rows}")
+        by = {(r["mode"], r["ngpus"]): r for r in rows}
+        expect(by[("dp", "16")]["status"] == "skipped" and by[("ddp", "16")]["status"] == "ok", f"{by}")
+        expect(float(by[("dp", "1")]["step_ms"]) == 97.0, f"dp on one device: {by[('dp', '1')]}")
+        ddp8 = by[("ddp", "8")]
+        expect(int(ddp8["nbuckets"]) > 2 and 97 < float(ddp8["step_ms"]) < 110, f"{ddp8}")
+        bad = os.path.join(out, "bad.machine")
+        with open(bad, "w") as f:
+            f.write("gpus_per_node = 8\nintra_busbw_gbps = fast\n")
+        p = subprocess.run([binary, "predict", "--machine", bad, "--workload", workload, "--gpus", "2"],
+                           capture_output=True, text=True)
+        expect_exit(p, 2, f"{bad}:2: intra_busbw_gbps = fast: expected a number")
+        p = subprocess.run([binary, "predict", "--machine", machine, "--workload", workload],
+                           capture_output=True, text=True)
+        expect_exit(p, 2, "predict needs --gpus LIST")
+
+
 CASES = {"gpu": case_gpu, "info": case_info, "links": case_links, "comm_bench_faults": case_comm_bench_faults, "profile_sh": case_profile_sh, "ab": case_ab, "check": case_check, "comm_bench": case_comm_bench, "plot": case_plot, "diagnosis": case_diagnosis, "oversubscribed": case_oversubscribed,
          "sweep_failures": case_sweep_failures, "sweep_timeout": case_sweep_timeout,
          "sweep_resume": case_sweep_resume, "sweep_skipped": case_sweep_skipped, "ddp_check": case_ddp_check, "ddp_balance": case_ddp_balance,
          "fault": case_fault, "interrupt": case_interrupt, "ddp_oom": case_ddp_oom,
          "learns": case_learns, "imbalance": case_imbalance, "dp_impl": case_dp_impl, "oom": case_oom,
-         "bad_input": case_bad_input, "cuda_absent": case_cuda_absent, "sweep": case_sweep}
+         "bad_input": case_bad_input, "predict": case_predict, "cuda_absent": case_cuda_absent, "sweep": case_sweep}
 
 
 def main():

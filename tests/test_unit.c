@@ -30,6 +30,8 @@
 #include "core/stats.h"
 #include "model/model.h"
 #include "backend/nvml.h"
+#include "run/predict_input.h"
+#include "run/predict_model.h"
 #include "run/run.h"
 #include "config/settings.h"
 #include "run/suite.h"
@@ -233,8 +235,14 @@ static void test_cli(void)
     expect_usage("run --gpus 0", "--gpus 0:");
     expect_usage("run --gpus -1", "--gpus -1:");
     expect_usage("run --gpus 99999999999999999999", "out of range");
-    expect_usage("run --gpus 1,2", "--gpus 1,2: one value for `dpscale run` (lists are for sweep "
-                 "and comm-bench)");
+    expect_usage("run --gpus 1,2", "--gpus 1,2: one value for `dpscale run` (lists are for sweep, "
+                 "comm-bench and predict)");
+    EXPECT(parse("predict --machine m.machine --workload w --gpus 1,8,16 --modes ddp --name p", &a) == DPS_OK);
+    EXPECT(a.cmd == CMD_PREDICT && strcmp(a.machine_path, "m.machine") == 0 && a.name_set);
+    EXPECT(strcmp(a.workload_path, "w") == 0 && a.sweep_ngpus_n == 3 && a.sweep_ngpus[2] == 16);
+    EXPECT(a.sweep_modes_n == 1 && a.sweep_modes[0] == MODE_DDP && !a.out_set);
+    expect_usage("run --machine m", "--machine: not an option of `dpscale run` (only of predict)");
+    expect_usage("predict --steps 3", "--steps: not an option of `dpscale predict`");
     expect_usage("run --model tiny,small", "--model tiny,small: one value for `dpscale run` "
                  "(lists are for sweep)");
     expect_usage("links --sizes 1M,2M", "--sizes 1M,2M: one value for `dpscale links`");
@@ -1334,6 +1342,166 @@ static void test_gemm(void)
     be_close(be);
 }
 
+static void expect_keyfile_error(int machine, const char *text, const char *needle)
+{
+    predict_machine m;
+    predict_workload w;
+    const char *path = write_tmp(machine ? "machine" : "workload", text, strlen(text));
+    dps_status rc = machine ? predict_machine_load(path, &m) : predict_workload_load(path, &w);
+    if (rc != DPS_ERR_USAGE || !strstr(dps_errmsg(), needle) || !strstr(dps_errmsg(), path)) {
+        fprintf(stderr, "%s file '%.40s...': rc %d, message '%s', expected '%s'\n",
+                machine ? "machine" : "workload", text, rc, dps_errmsg(), needle);
+        failures++;
+    }
+    unlink(path);
+}
+
+static void test_predict_files(void)
+{
+    const char *mtext = "# a DGX-1\nname = dgx1  # comment\ngpus_per_node = 8\nnodes = 2\n"
+                        "gpu_mem_gib = 16\nintra_link = nvlink\nintra_busbw_gbps = 120\r\n"
+                        "inter_gbps = 50\n";
+    predict_machine m;
+    const char *path = write_tmp("m", mtext, strlen(mtext));
+    EXPECT(predict_machine_load(path, &m) == DPS_OK);
+    EXPECT(strcmp(m.name, "dgx1") == 0 && m.gpus_per_node == 8 && m.nodes == 2);
+    EXPECT(m.intra_link == PLINK_NVLINK && m.intra_busbw_gbps == 120 && m.inter_gbps == 50);
+    EXPECT(m.p2p_gbps == 120 && m.h2d_gbps == 12 && m.mem_gbps == 900); /* defaults */
+    EXPECT(m.intra_latency_us == 3.4 && m.inter_latency_us == 9.6 && m.gpu_mem_gib == 16);
+    unlink(path);
+    const char *wtext = "params = 25.6e6\nstep_ms_1gpu = 97\nbatch_per_gpu = 32\noptimizer = adamw\n"
+                        "bytes_per_grad = 2\n";
+    predict_workload w;
+    path = write_tmp("resnet.workload", wtext, strlen(wtext));
+    EXPECT(predict_workload_load(path, &w) == DPS_OK);
+    EXPECT(strstr(w.name, "resnet") != NULL && strstr(w.name, ".workload") == NULL);
+    EXPECT(w.params == 25.6e6 && w.step_ms_1gpu == 97 && w.batch_per_gpu == 32);
+    EXPECT(w.optimizer == OPT_ADAMW && w.bytes_per_grad == 2 && w.bucket_mb == 25);
+    EXPECT(w.first_bucket_mb == 1 && w.forward_ms < 0 && w.optimizer_ms < 0);
+    unlink(path);
+    expect_keyfile_error(1, "gpus_per_node = 8\ncolour = blue\n", ":2: unknown key 'colour' (expected name,");
+    expect_keyfile_error(1, "gpus_per_node = 8\nintra_busbw_gbps = 0\n",
+                         ":2: intra_busbw_gbps = 0: expected a number above 0, at most 1e+06 (GB/s)");
+    expect_keyfile_error(1, "intra_link = ib\n", ":1: intra_link = ib: expected one of nvlink, pcie, host");
+    expect_keyfile_error(1, "gpus_per_node = 2.5\n", ":1: gpus_per_node = 2.5: expected an integer from 1");
+    expect_keyfile_error(1, "inter_latency_us = -1\n", ":1: inter_latency_us = -1: expected a number from 0");
+    expect_keyfile_error(1, "nodes = 2\n\nnodes = 3\n", ":3: 'nodes' given again (first at line 1)");
+    expect_keyfile_error(1, "gpus_per_node 8\n", ":1: expected key = value");
+    expect_keyfile_error(1, "gpus_per_node =\n", ":1: empty value for 'gpus_per_node'");
+    expect_keyfile_error(1, "intra_busbw_gbps = 10\n", ": missing key 'gpus_per_node'");
+    expect_keyfile_error(1, "gpus_per_node = 8\n", ": missing key 'intra_busbw_gbps'");
+    expect_keyfile_error(1, "gpus_per_node = 8\nintra_busbw_gbps = 10\nnodes = 2\n",
+                         ": missing key 'inter_gbps'");
+    expect_keyfile_error(0, "params = 1e6\nstep_ms_1gpu = 10\nbytes_per_grad = 3\n",
+                         ":3: bytes_per_grad = 3: expected one of 4, 2");
+    expect_keyfile_error(0, "params = 1e6\nstep_ms_1gpu = x\n", ":2: step_ms_1gpu = x: expected a number");
+    expect_keyfile_error(0, "params = 1e6\noptimizer = lamb\n", ":2: optimizer = lamb: expected one of sgd, adamw");
+    expect_keyfile_error(0, "step_ms_1gpu = 10\n", ": missing key 'params'");
+    expect_keyfile_error(0, "params = 1e6\nstep_ms_1gpu = 10\nforward_ms = 4\nbackward_ms = 7\n",
+                         "forward_ms + backward_ms + optimizer_ms = 11 ms, more than step_ms_1gpu = 10 ms");
+    static const char nul[] = "params = 1\nst\0ep = 2\n";
+    path = write_tmp("nul", nul, sizeof nul - 1);
+    EXPECT(predict_workload_load(path, &w) == DPS_ERR_USAGE && strstr(dps_errmsg(), ":2: not a text file"));
+    unlink(path);
+    EXPECT(predict_machine_load("/dev/null", &m) == DPS_ERR_USAGE);
+    EXPECT(strstr(dps_errmsg(), "not a regular file (a machine file is a text file)") != NULL);
+    EXPECT(predict_workload_load("/nonexistent/w", &w) == DPS_ERR_USAGE);
+    EXPECT(strstr(dps_errmsg(), "/nonexistent/w: cannot read the workload file") != NULL);
+}
+
+static void predict_fixture(predict_machine *m, predict_workload *w)
+{
+    *m = (predict_machine){.name = "m", .gpus_per_node = 8, .nodes = 2, .gpu_mem_gib = 16,
+                           .intra_link = PLINK_NVLINK, .intra_busbw_gbps = 120, .p2p_gbps = 100,
+                           .h2d_gbps = 10, .inter_gbps = 50, .intra_latency_us = 3.4,
+                           .inter_latency_us = 9.6, .mem_gbps = 900};
+    *w = (predict_workload){.name = "w", .params = 26.0 * 1048576 / 4, .bytes_per_grad = 4,
+                            .step_ms_1gpu = 90, .forward_ms = -1, .backward_ms = -1,
+                            .optimizer_ms = -1, .batch_per_gpu = 32, .optimizer = OPT_SGD,
+                            .bucket_mb = 25, .first_bucket_mb = 1,
+                            .input_bytes_per_sample = 602112, .output_bytes_per_sample = 4000,
+                            .activation_bytes_per_sample = 1e8};
+}
+
+static void test_predict_model(void)
+{
+    predict_machine m;
+    predict_workload w;
+    predict_consts c;
+    predict_fixture(&m, &w);
+    predict_consts_default(&c);
+    /* the ring: 2(n-1)/n bytes over the bus, NCCL's latencies */
+    EXPECT(predict_allreduce_ms(1e9, 1, 1, &m, &c) == 0.0);
+    EXPECT_NEAR(predict_allreduce_ms(1.2e9, 2, 1, &m, &c), 10.0 + (8.4 + 2 * 3.4) / 1000, 1e-9);
+    EXPECT_NEAR(predict_busbw_gbps(&m, 2, &c), 50.0, 1e-12);    /* the network is slower */
+    EXPECT_NEAR(predict_allreduce_ms(1e8, 16, 2, &m, &c),
+                30.0 / 16 * 1e8 / 50e6 + (8.4 + 28 * 3.4 + 2 * 9.6) * 1.9 / 1000, 1e-9);
+    /* buckets: 26 MiB of fp32 gradients: a first of 1 MiB, then the rest (< 25 MiB) */
+    static double bytes[PREDICT_MAX_BUCKETS], ready[PREDICT_MAX_BUCKETS];
+    int nb = predict_buckets(&w, bytes, ready, PREDICT_MAX_BUCKETS);
+    EXPECT(nb == 2);
+    EXPECT(bytes[0] >= 1048576 && bytes[0] < 1048576 + 26.0 * 1048576 / 4096);
+    EXPECT_NEAR(bytes[0] + bytes[1], 26.0 * 1048576, 0.5);
+    EXPECT(ready[0] > 0.03 && ready[0] < 0.05 && ready[1] == 1.0);
+    w.bucket_mb = 5;
+    nb = predict_buckets(&w, bytes, ready, PREDICT_MAX_BUCKETS);
+    EXPECT(nb == 6 && ready[1] > ready[0] && ready[nb - 1] == 1.0);
+    EXPECT(predict_buckets(&w, bytes, ready, 3) == -1);
+    w.bucket_mb = 25;
+    /* one stream: each starts when ready and after the one before */
+    double busy;
+    EXPECT_NEAR(predict_overlap_end((double[]){0.25, 1.0}, (double[]){1, 3}, 2, 8, &busy), 11, 1e-12);
+    EXPECT_NEAR(busy, 4, 1e-12);
+    EXPECT_NEAR(predict_overlap_end((double[]){0.1, 0.2}, (double[]){5, 5}, 2, 10, &busy), 11, 1e-12);
+    /* one device's split: load over h2d, optimizer over memory, 1:2 */
+    predict_split s;
+    EXPECT(predict_split_step(&m, &w, &s) == DPS_OK);
+    double load = 32 * 602112 / 10e6, opt = w.params * 4 * 5 / 900e6;
+    EXPECT_NEAR(s.load_ms, load, 1e-9);
+    EXPECT_NEAR(s.optimizer_ms, opt, 1e-9);
+    EXPECT_NEAR(s.forward_ms, (90 - load - opt) / 3, 1e-9);
+    EXPECT_NEAR(s.load_ms + s.forward_ms + s.backward_ms + s.optimizer_ms, 90, 1e-9);
+    w.forward_ms = 80;
+    w.backward_ms = 9;
+    EXPECT(predict_split_step(&m, &w, &s) == DPS_ERR_USAGE); /* no room for the load */
+    w.forward_ms = w.backward_ms = -1;
+    EXPECT(predict_split_step(&m, &w, &s) == DPS_OK);
+    predict_row r;
+    /* dp on one device is the device's step */
+    predict_config(&m, &w, &s, &c, MODE_DP, 1, &r);
+    EXPECT(r.status == PRED_OK && r.nodes == 1);
+    EXPECT_NEAR(r.step_ms, 90, 1e-9);
+    EXPECT_NEAR(r.efficiency, 1, 1e-12);
+    /* ddp on one device: the bucket copies only */
+    predict_config(&m, &w, &s, &c, MODE_DDP, 1, &r);
+    EXPECT_NEAR(r.step_ms, 90 + 4 * 26.0 * 1048576 / 900e6, 1e-9);
+    EXPECT(r.nbuckets == 2 && r.phase_ms[PH_ALLREDUCE] == 0);
+    /* ddp on 8: overlapped, exposed only the last bucket; 16 over two nodes */
+    predict_config(&m, &w, &s, &c, MODE_DDP, 8, &r);
+    EXPECT(r.status == PRED_OK && r.nodes == 1 && r.phase_ms[PH_ALLREDUCE] > 0);
+    EXPECT(r.step_ms > 90 && r.efficiency < 1 && r.efficiency > 0.9);
+    EXPECT_NEAR(r.samples_per_s, 8 * 32 * 1000 / r.step_ms, 1e-9);
+    double eight = r.step_ms;
+    predict_config(&m, &w, &s, &c, MODE_DDP, 16, &r);
+    EXPECT(r.nodes == 2 && r.busbw_gbps == 50 && r.step_ms > eight);
+    /* dp: serial through device 0, slower than ddp; not across nodes */
+    predict_config(&m, &w, &s, &c, MODE_DP, 8, &r);
+    EXPECT(r.status == PRED_OK && r.step_ms > eight && r.phase_ms[PH_REPLICATE] > 0);
+    EXPECT(r.phase_ms[PH_REDUCE] > r.phase_ms[PH_REPLICATE] && r.phase_ms[PH_LOAD] > 8 * s.load_ms - 1e-9);
+    EXPECT(r.gpu0_mem_bytes > r.other_mem_bytes && r.other_mem_bytes > 0);
+    predict_config(&m, &w, &s, &c, MODE_DP, 16, &r);
+    EXPECT(r.status == PRED_SKIPPED && strstr(r.note, "one node"));
+    predict_config(&m, &w, &s, &c, MODE_DDP, 24, &r);
+    EXPECT(r.status == PRED_SKIPPED && strstr(r.note, "3 nodes of 8; the machine has 2"));
+    /* memory: ddp the same everywhere; an out-of-memory forecast */
+    double g0, other;
+    predict_memory(&w, MODE_DDP, 4, &g0, &other);
+    EXPECT(g0 == other && g0 == 3 * 26.0 * 1048576 + 26.0 * 1048576 + 32 * (602112 + 8000 + 1e8));
+    m.gpu_mem_gib = 3;
+    predict_config(&m, &w, &s, &c, MODE_DDP, 2, &r);
+    EXPECT(r.status == PRED_OOM && strstr(r.note, "more than gpu_mem_gib 3"));
+}
+
 int main(int argc, char **argv)
 {
     static const struct { const char *name; void (*fn)(void); } groups[] = {
@@ -1345,6 +1513,7 @@ int main(int argc, char **argv)
         {"comm_abort", test_comm_abort}, {"context", test_context}, {"versions", test_versions},
         {"gemm", test_gemm}, {"host_math", test_host_math},
         {"slowdown", test_slowdown}, {"world", test_world}, {"store", test_store},
+        {"predict_files", test_predict_files}, {"predict_model", test_predict_model},
     };
     int ran = 0;
     for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++)

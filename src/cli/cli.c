@@ -23,6 +23,8 @@ void cli_usage(FILE *f)
                "       dpscale comm-bench [options]\n"
                "                                 the host all-reduce alone (busbw)\n"
                "       dpscale links [options]   bandwidth and latency between host and devices\n"
+               "       dpscale predict --machine FILE --workload FILE --gpus LIST [options]\n"
+               "                                 dp and ddp step times predicted for a machine\n"
                "       dpscale --help | --version\n\noptions:\n");
     settings_print_options(f);
     fprintf(f, "\n{...}: the commands that take the option (the others refuse it)\n"
@@ -37,7 +39,7 @@ static dps_status bad(settings_id id, const char *val, const char *what)
 /* The settings bit of a subcommand; 0 before one is known. */
 static unsigned cmd_bit(cli_cmd cmd)
 {
-    return cmd >= CMD_RUN && cmd <= CMD_LINKS ? 1u << (cmd - CMD_RUN) : 0;
+    return cmd >= CMD_RUN && cmd <= CMD_PREDICT ? 1u << (cmd - CMD_RUN) : 0;
 }
 
 /* Whether subcommand cmd takes option id, and a list of n values of it (the table says). */
@@ -59,20 +61,20 @@ static dps_status check_command(cli_cmd cmd, settings_id id, const char *arg, in
     return bad(id, arg, what);
 }
 
-/* --mode, --gpus, --devices, --model. */
+/* --mode, --modes, --gpus, --devices, --model. */
 static void store_list(cli_args *a, settings_id id, const settings_value *v)
 {
     for (int i = 0; i < v->n; i++) {
         int x = (int)v->v[i].i;
         switch (id) {
-        case SET_MODE: a->sweep_modes[i] = (dps_mode)x; break;
+        case SET_MODE: case SET_MODES: a->sweep_modes[i] = (dps_mode)x; break;
         case SET_GPUS: a->sweep_ngpus[i] = x; break;
         case SET_DEVICES: a->cfg.devices[i] = x; break;
         default: dps_strlcpy(a->sweep_models[i], model_presets[x].name, DPS_NAME_MAX); break;
         }
     }
     switch (id) {
-    case SET_MODE: a->sweep_modes_n = v->n; a->cfg.mode = a->sweep_modes[0]; break;
+    case SET_MODE: case SET_MODES: a->sweep_modes_n = v->n; a->cfg.mode = a->sweep_modes[0]; break;
     case SET_GPUS: a->sweep_ngpus_n = v->n; a->cfg.ngpus = a->sweep_ngpus[0]; a->gpus_set = 1; break;
     case SET_DEVICES: a->cfg.ngpus = v->n; a->devices_set = 1; break;
     default: a->sweep_models_n = v->n; break;
@@ -144,7 +146,9 @@ static void store_value(cli_args *a, settings_id id, const settings_value *v)
     case SET_LINK_MIN_BYTES: a->link_min = (uint64_t)i; break;
     case SET_LINK_MAX_BYTES: a->link_max = (uint64_t)i; break;
     case SET_LINK_FACTOR: a->link_factor = (int)i; break;
-    case SET_OUT: dps_strlcpy(c->out_dir, v->text, sizeof c->out_dir); break;
+    case SET_OUT: dps_strlcpy(c->out_dir, v->text, sizeof c->out_dir); a->out_set = 1; break;
+    case SET_MACHINE: dps_strlcpy(a->machine_path, v->text, sizeof a->machine_path); break;
+    case SET_WORKLOAD: dps_strlcpy(a->workload_path, v->text, sizeof a->workload_path); break;
     case SET_SAVE_PARAMS: dps_strlcpy(c->save_params, v->text, sizeof c->save_params); break;
     case SET_NAME: dps_strlcpy(c->name, v->text, sizeof c->name); a->name_set = 1; break;
     case SET_FILTER: dps_strlcpy(a->filter, v->text, sizeof a->filter); break;
@@ -166,7 +170,7 @@ static dps_status apply_opt(cli_args *a, cli_cmd cmd, settings_id id, const char
     if (settings_value_parse(id, e->cli_max, arg, &v, &err))
         return bad(id, err.item[0] ? err.item : arg, err.what);
     DPS_TRY(check_command(cmd, id, arg, v.n));
-    if (id == SET_MODE || id == SET_GPUS || id == SET_DEVICES || id == SET_MODEL)
+    if (id == SET_MODE || id == SET_MODES || id == SET_GPUS || id == SET_DEVICES || id == SET_MODEL)
         store_list(a, id, &v);
     else
         store_value(a, id, &v);
@@ -222,7 +226,7 @@ dps_status cli_parse(int argc, char **argv, cli_args *a)
     if (argc > 1 && argv[1][0] != '-') {
         a->cmd = parse_command(argv[1]);
         if (a->cmd == CMD_NONE)
-            return dps_fail(DPS_ERR_USAGE, "unknown command '%s': expected run, sweep, info, links or comm-bench "
+            return dps_fail(DPS_ERR_USAGE, "unknown command '%s': expected run, sweep, info, links, comm-bench or predict "
                             "(see dpscale --help)", argv[1]);
         first = 2;
     }

@@ -10,9 +10,10 @@
 #include "config/config.h"
 #include "config/settings.h"
 
-/* CMD_RUN to CMD_LINKS in the order of settings_cmd_names. */
+/* CMD_RUN to CMD_PREDICT in the order of settings_cmd_names. */
 typedef enum cli_cmd {
-    CMD_NONE, CMD_RUN, CMD_SWEEP, CMD_INFO, CMD_COMM_BENCH, CMD_LINKS, CMD_HELP, CMD_VERSION
+    CMD_NONE, CMD_RUN, CMD_SWEEP, CMD_INFO, CMD_COMM_BENCH, CMD_LINKS, CMD_PREDICT, CMD_HELP,
+    CMD_VERSION
 } cli_cmd;
 
 #define CLI_MAX_LIST SETTINGS_MAX_LIST
@@ -20,7 +21,7 @@ typedef enum cli_cmd {
 typedef struct cli_args {
     cli_cmd cmd;
     dps_config cfg;
-    int gpus_set, devices_set, batch_set, batch_per_gpu, lr_set, name_set, warmup_set;
+    int gpus_set, devices_set, out_set, batch_set, batch_per_gpu, lr_set, name_set, warmup_set;
     int shape_override[4];           /* layers, width, tokens, classes given */
     model_shape shape_values;
     /* sweep: lists */
@@ -43,6 +44,8 @@ typedef struct cli_args {
      * command's default), --link-factor */
     uint64_t link_min, link_max;
     int link_factor;
+    /* predict: the files; the modes are sweep_modes */
+    char machine_path[DPS_PATH_MAX], workload_path[DPS_PATH_MAX];
 } cli_args;
 
 /* Parses argv; DPS_ERR_USAGE with a one-line message on bad input. */

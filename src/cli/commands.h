@@ -8,6 +8,7 @@ int cmd_run(cli_args *a, int argc, char **argv); /* run and sweep */
 int cmd_info(cli_args *a);
 int cmd_links(cli_args *a);
 int cmd_comm_bench(cli_args *a);
+int cmd_predict(cli_args *a);   /* predict_cmd.c */
 /* Prints the message of a usage error; returns exit status 2. */
 int cmd_usage_error(void);
 

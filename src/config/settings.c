@@ -14,10 +14,10 @@
 #define DEFAULT_NUMBER(v) .has_default = 1, .def = {.x = (v)}
 #define DEFAULT_TEXT(t) .has_default = 1, .def_text = (t)
 #define TRAIN (SETTINGS_RUN | SETTINGS_SWEEP)
-#define EVERY (TRAIN | SETTINGS_INFO | SETTINGS_COMM_BENCH | SETTINGS_LINKS)
+#define EVERY (TRAIN | SETTINGS_INFO | SETTINGS_COMM_BENCH | SETTINGS_LINKS | SETTINGS_PREDICT)
 
 const char *const settings_cmd_names[SETTINGS_NCMDS] = {"run", "sweep", "info", "comm-bench",
-                                                         "links"};
+                                                         "links", "predict"};
 
 static const char *const overlap_words[] = {"off", "on"};
 
@@ -34,13 +34,13 @@ const settings_entry settings_table[SET_COUNT] = {
         .cli_max = MODE_COUNT, .suite_max = MODE_COUNT, DEFAULT_INT(MODE_DP),
         .help = "dp = DataParallel, ddp = DistributedDataParallel; sweep: a list, both if not given"},
     [SET_GPUS] = {
-        .cmds = TRAIN | SETTINGS_COMM_BENCH | SETTINGS_LINKS,
-        .list_cmds = SETTINGS_SWEEP | SETTINGS_COMM_BENCH,
+        .cmds = TRAIN | SETTINGS_COMM_BENCH | SETTINGS_LINKS | SETTINGS_PREDICT,
+        .list_cmds = SETTINGS_SWEEP | SETTINGS_COMM_BENCH | SETTINGS_PREDICT,
         .flag = "gpus", .key = "gpus", .type = SETTINGS_INT, .lo = 1, .hi = DPS_MAX_DEVICES,
         .cli_max = SETTINGS_MAX_LIST, .suite_max = SETTINGS_MAX_LIST, DEFAULT_INT(1),
         .metavar = "N",
         .help = "number of devices; sweep: a list, 1,2,4,... up to the devices if not given; "
-                "comm-bench: rank counts, 2,4 if not given"},
+                "comm-bench: rank counts, 2,4 if not given; predict: device counts, required"},
     [SET_DEVICES] = {
         .cmds = TRAIN, .list_cmds = TRAIN,
         .flag = "devices", .type = SETTINGS_INT, .lo = 0, .hi = DPS_MAX_DEVICES - 1,
@@ -257,12 +257,26 @@ const settings_entry settings_table[SET_COUNT] = {
         .cmds = TRAIN,
         .flag = "gemm-ref", .type = SETTINGS_FLAG,
         .help = "also time the step's GEMMs alone on device 0 (gemm_ref_tflops)"},
+    [SET_MACHINE] = {
+        .cmds = SETTINGS_PREDICT,
+        .flag = "machine", .type = SETTINGS_TEXT, .hi = DPS_PATH_MAX - 1, .metavar = "FILE",
+        .help = "the machine predicted: devices per node, nodes, links (key = value lines, "
+                "bench/predict/*.machine)"},
+    [SET_WORKLOAD] = {
+        .cmds = SETTINGS_PREDICT,
+        .flag = "workload", .type = SETTINGS_TEXT, .hi = DPS_PATH_MAX - 1, .metavar = "FILE",
+        .help = "the workload predicted: parameters, one device's step time, batch, bytes per "
+                "sample (key = value lines, bench/predict/*.workload)"},
+    [SET_MODES] = {
+        .cmds = SETTINGS_PREDICT, .list_cmds = SETTINGS_PREDICT,
+        .flag = "modes", .type = SETTINGS_WORD, WORDS(dps_mode_names), .cli_max = MODE_COUNT,
+        .help = "predict: the modes, dp, ddp or both (default both)"},
     [SET_OUT] = {
-        .cmds = TRAIN | SETTINGS_COMM_BENCH | SETTINGS_LINKS,
+        .cmds = TRAIN | SETTINGS_COMM_BENCH | SETTINGS_LINKS | SETTINGS_PREDICT,
         .flag = "out", .type = SETTINGS_TEXT, .hi = DPS_PATH_MAX - 1, DEFAULT_TEXT("results"),
-        .metavar = "DIR", .help = "results root"},
+        .metavar = "DIR", .help = "results root (predict: predictions.csv only when --out or --name is given)"},
     [SET_NAME] = {
-        .cmds = TRAIN | SETTINGS_COMM_BENCH | SETTINGS_LINKS,
+        .cmds = TRAIN | SETTINGS_COMM_BENCH | SETTINGS_LINKS | SETTINGS_PREDICT,
         .flag = "name", .type = SETTINGS_FOLDER_NAME, .hi = DPS_NAME_MAX - 1, .metavar = "NAME",
         .help = "results folder under --out; default <date>-<time>-<host>"},
     [SET_HELP] = {

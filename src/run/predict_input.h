@@ -1,0 +1,49 @@
+/* The predictor's inputs (issue 16): a MACHINE file (what the hardware
+ * offers) and a WORKLOAD file (what one device measured), each `key = value`
+ * lines with `#` comments (keyfile.h). Unknown keys, a key given twice and
+ * bad values are DPS_ERR_USAGE with FILE:LINE; a missing required key names
+ * the file. Units: bandwidths in GB/s (1e9 bytes per second, as nccl-tests
+ * and links.csv report them), latencies in microseconds, times in
+ * milliseconds, sizes in bytes (the bucket caps in MiB, as DDP's
+ * bucket_cap_mb). */
+#ifndef DPS_PREDICT_INPUT_H
+#define DPS_PREDICT_INPUT_H
+
+#include <stdint.h>
+
+#include "config/config.h"
+
+typedef enum predict_link { PLINK_NVLINK, PLINK_PCIE, PLINK_HOST, PLINK_COUNT } predict_link;
+extern const char *const predict_link_names[PLINK_COUNT]; /* "nvlink", "pcie", "host" */
+
+typedef struct predict_machine {
+    char name[DPS_NAME_MAX];     /* default: the file's name */
+    int gpus_per_node;           /* required */
+    int nodes;                   /* most nodes available; default 1 */
+    double gpu_mem_gib;          /* 0: not given, no out-of-memory forecast */
+    predict_link intra_link;     /* default pcie */
+    double intra_busbw_gbps;     /* required: all-reduce bus bandwidth in a node */
+    double p2p_gbps;             /* device-to-device copies; default intra_busbw_gbps */
+    double h2d_gbps;             /* host to device; default 12 (PCIe 3.0 x16, pinned) */
+    double inter_gbps;           /* network per node, all NICs; required when nodes > 1 */
+    double intra_latency_us;     /* per ring step in a node; default NCCL's for intra_link */
+    double inter_latency_us;     /* per ring step across nodes; default NCCL's */
+    double mem_gbps;             /* device memory bandwidth (optimizer, loss, copies); default 900 */
+} predict_machine;
+
+typedef struct predict_workload {
+    char name[DPS_NAME_MAX];     /* default: the file's name */
+    double params;               /* required: parameter count */
+    int bytes_per_grad;          /* 4 or 2; default 4 */
+    double step_ms_1gpu;         /* required: one device, no strategy */
+    double forward_ms, backward_ms, optimizer_ms; /* < 0: not given */
+    int batch_per_gpu;           /* default 1 */
+    double input_bytes_per_sample, output_bytes_per_sample, activation_bytes_per_sample;
+    dps_optimizer optimizer;     /* default sgd (momentum: one state tensor) */
+    double bucket_mb, first_bucket_mb; /* DDP's caps; default 25 and 1 */
+} predict_workload;
+
+dps_status predict_machine_load(const char *path, predict_machine *m) DPS_MUST_USE;
+dps_status predict_workload_load(const char *path, predict_workload *w) DPS_MUST_USE;
+
+#endif

@@ -1,0 +1,252 @@
+/* The predictor's model (see predict_model.h). Units: ms, bytes, GB/s
+ * (1e9 B/s, so bytes / (gbps * 1e6) is ms). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "run/predict_model.h"
+#include "model/bucket.h"
+
+const char *const predict_status_names[3] = {"ok", "oom", "skipped"};
+
+#define MIB 1048576.0
+#define GIB 1073741824.0
+
+void predict_consts_default(predict_consts *c)
+{
+    *c = (predict_consts){
+        /* The machine's busbw is what nccl-tests measured, efficiency included. */
+        .bus_eff = 1.0,
+        /* NCCL's baseLat for Ring/Simple (src/graph/tuning.cc, NCCL 2.7-2.18). */
+        .base_latency_us = 8.4,
+        /* Uncalibrated: 0 until --calibrate fits it from dpscale's measured runs. */
+        .bucket_overhead_us = 0.0,
+        .sync_ms = 0.0,
+    };
+}
+
+static double ms_of(double bytes, double gbps)
+{
+    return gbps > 0 ? bytes / (gbps * 1e6) : 0.0;
+}
+
+/* Bytes an optimizer step reads and writes per parameter, all of
+ * bytes_per_grad: SGD with momentum reads the parameter, its gradient and
+ * the momentum and writes two (5); AdamW reads four and writes three (7)
+ * (PyTorch's foreach implementations, memory-bound). */
+static double optimizer_bytes(const predict_workload *w)
+{
+    return w->params * w->bytes_per_grad * (w->optimizer == OPT_ADAMW ? 7.0 : 5.0);
+}
+
+dps_status predict_split_step(const predict_machine *m, const predict_workload *w,
+                              predict_split *s)
+{
+    s->load_ms = ms_of(w->batch_per_gpu * w->input_bytes_per_sample, m->h2d_gbps);
+    s->optimizer_ms = w->optimizer_ms >= 0 ? w->optimizer_ms : ms_of(optimizer_bytes(w), m->mem_gbps);
+    double rest = w->step_ms_1gpu - s->load_ms - s->optimizer_ms;
+    int f = w->forward_ms > 0, b = w->backward_ms > 0;
+    s->forward_ms = f ? w->forward_ms : b ? rest - w->backward_ms : rest / 3.0; /* 1:2, the */
+    s->backward_ms = b ? w->backward_ms : rest - s->forward_ms;  /* usual rule of thumb */
+    if (s->forward_ms > 0 && s->backward_ms > 0 && rest >= s->forward_ms + s->backward_ms - 1e-9)
+        return DPS_OK;
+    return dps_fail(DPS_ERR_USAGE, "workload %s: step_ms_1gpu %g ms leaves no time for forward and "
+                    "backward after load %.3g ms and optimizer %.3g ms (give forward_ms, "
+                    "backward_ms, optimizer_ms or input_bytes_per_sample that fit)", w->name,
+                    w->step_ms_1gpu, s->load_ms, s->optimizer_ms);
+}
+
+double predict_busbw_gbps(const predict_machine *m, int nodes, const predict_consts *c)
+{
+    double bw = m->intra_busbw_gbps;
+    /* Across nodes every node's ring passes through its NICs at the bus
+     * rate: the slower of the two bounds it (NCCL's tuning model). */
+    if (nodes > 1 && m->inter_gbps < bw) bw = m->inter_gbps;
+    return bw * c->bus_eff;
+}
+
+double predict_allreduce_ms(double bytes, int n, int nodes, const predict_machine *m,
+                            const predict_consts *c)
+{
+    if (n < 2) return 0.0; /* NCCL's cost table: 0 for one rank */
+    double steps = 2.0 * (n - 1), inter = nodes > 1 ? 2.0 * (nodes - 1) : 0.0;
+    double lat = c->base_latency_us + (steps - inter) * m->intra_latency_us +
+                 inter * m->inter_latency_us;
+    /* tuning.cc, ncclTopoGetAlgoTime: the "plateau effect of ring" across nodes */
+    if (nodes > 1 && bytes >= n / 16.0 * 65536) lat *= 1.9;
+    return steps / n * ms_of(bytes, predict_busbw_gbps(m, nodes, c)) + lat / 1000.0;
+}
+
+#define PIECES 4096 /* the parameters as this many equal pieces: buckets within 1/4096 */
+
+int predict_buckets(const predict_workload *w, double *bytes, double *ready, int max)
+{
+    size_t total = (size_t)llround(w->params);
+    int np = total < PIECES ? (int)total : PIECES;
+    size_t *counts = malloc((size_t)np * sizeof *counts);
+    bucket *bk = malloc((size_t)max * sizeof *bk);
+    int nb = -1;
+    if (counts && bk) {
+        for (int i = 0; i < np; i++) counts[i] = total / np + ((size_t)i < total % np);
+        nb = bucket_assign(counts, np, (size_t)w->bytes_per_grad, (size_t)(w->first_bucket_mb * MIB),
+                           (size_t)(w->bucket_mb * MIB), bk, max);
+    }
+    for (int i = 0; i < nb; i++) {
+        bytes[i] = (double)(bk[i].hi - bk[i].lo) * w->bytes_per_grad;
+        /* backward runs from the last parameter to the first, at a pace
+         * proportional to the parameters it has passed */
+        ready[i] = (double)(total - bk[i].lo) / (double)total;
+    }
+    free(counts);
+    free(bk);
+    return nb;
+}
+
+double predict_overlap_end(const double *ready, const double *ar_ms, int nb, double backward_ms,
+                           double *busy)
+{
+    double end = 0.0;
+    *busy = 0.0;
+    for (int i = 0; i < nb; i++) {
+        double start = fmax(ready[i] * backward_ms, end);
+        end = start + ar_ms[i];
+        *busy += ar_ms[i];
+    }
+    return end;
+}
+
+static void finish_row(const predict_workload *w, const predict_consts *c, double step_1,
+                       predict_row *r)
+{
+    r->sync_ms = r->ngpus > 1 ? c->sync_ms : 0.0;
+    r->step_ms += r->sync_ms;
+    r->samples_per_s = r->ngpus * w->batch_per_gpu * 1000.0 / r->step_ms;
+    r->efficiency = step_1 / r->step_ms; /* weak scaling: per-device throughput against one device's */
+}
+
+/* ddp: forward, then backward with the buckets' all-reduces behind it,
+ * the optimizer on every rank. Without gradient_as_bucket_view PyTorch's
+ * reducer copies each gradient into its bucket and back (read + write,
+ * twice: 4 x the gradients over mem_gbps), half during backward. */
+static void predict_ddp(const predict_machine *m, const predict_workload *w, const predict_split *s,
+                        const predict_consts *c, predict_row *r)
+{
+    static double bytes[PREDICT_MAX_BUCKETS], ready[PREDICT_MAX_BUCKETS], ar[PREDICT_MAX_BUCKETS];
+    int n = r->ngpus;
+    r->nbuckets = predict_buckets(w, bytes, ready, PREDICT_MAX_BUCKETS);
+    r->busbw_gbps = predict_busbw_gbps(m, r->nodes, c);
+    for (int i = 0; i < r->nbuckets; i++)
+        ar[i] = predict_allreduce_ms(bytes[i], n, r->nodes, m, c) + c->bucket_overhead_us / 1000.0;
+    r->bucket_copy_ms = ms_of(4.0 * w->params * w->bytes_per_grad, m->mem_gbps);
+    double bwd = s->backward_ms + r->bucket_copy_ms / 2;
+    r->allreduce_end_ms = predict_overlap_end(ready, ar, r->nbuckets, bwd, &r->phase_ms[PH_ALLREDUCE]);
+    r->phase_ms[PH_LOAD] = s->load_ms;
+    r->phase_ms[PH_FORWARD] = s->forward_ms;
+    r->phase_ms[PH_BACKWARD] = bwd;
+    r->phase_ms[PH_ALLREDUCE_EXPOSED] = fmax(0.0, r->allreduce_end_ms - bwd) + r->bucket_copy_ms / 2;
+    r->phase_ms[PH_OPTIMIZER] = s->optimizer_ms;
+    r->step_ms = s->load_ms + s->forward_ms + bwd + r->phase_ms[PH_ALLREDUCE_EXPOSED] + s->optimizer_ms;
+}
+
+/* The loss on `rows` samples' outputs, memory-bound: log-softmax (read,
+ * write), nll (read), their backward (two reads, one write): 6 passes. */
+static double loss_ms(const predict_machine *m, const predict_workload *w, double rows)
+{
+    return ms_of(6.0 * rows * w->output_bytes_per_sample, m->mem_gbps);
+}
+
+/* A ring broadcast or reduce from/to device 0 over n devices, pipelined:
+ * the bytes once over p2p_gbps, NCCL's latency (base + n steps). */
+static double rooted_ms(const predict_machine *m, const predict_consts *c, double bytes, int n)
+{
+    if (n < 2) return 0.0;
+    return ms_of(bytes, m->p2p_gbps) + (c->base_latency_us + n * m->intra_latency_us) / 1000.0;
+}
+
+/* dp, DataParallel's order, serial where it is: the whole batch to device 0,
+ * replicate, scatter, forward in parallel, gather, the loss on device 0,
+ * the logits' gradient back, backward in parallel, reduce onto device 0
+ * (flattened first: read + write over mem_gbps), optimizer on device 0. */
+static void predict_dp(const predict_machine *m, const predict_workload *w, const predict_split *s,
+                       const predict_consts *c, predict_row *r)
+{
+    int n = r->ngpus;
+    double B = w->batch_per_gpu, P = w->params * w->bytes_per_grad, *ph = r->phase_ms;
+    double out_rest = (n - 1) * B * w->output_bytes_per_sample; /* what the others hold */
+    ph[PH_LOAD] = n * s->load_ms;
+    ph[PH_REPLICATE] = rooted_ms(m, c, P, n);
+    ph[PH_SCATTER] = ms_of((n - 1) * B * w->input_bytes_per_sample, m->p2p_gbps);
+    ph[PH_FORWARD] = fmax(0.0, s->forward_ms - loss_ms(m, w, B));
+    ph[PH_GATHER] = ms_of(out_rest, m->p2p_gbps);
+    ph[PH_LOSS] = loss_ms(m, w, n * B);
+    ph[PH_BACKWARD] = ms_of(out_rest, m->p2p_gbps) + s->backward_ms;
+    ph[PH_REDUCE] = n > 1 ? rooted_ms(m, c, P, n) + ms_of(2.0 * P, m->mem_gbps) : 0.0;
+    ph[PH_OPTIMIZER] = s->optimizer_ms;
+    r->step_ms = 0.0;
+    for (int p = 0; p < PH_COUNT; p++) r->step_ms += ph[p];
+}
+
+void predict_memory(const predict_workload *w, dps_mode mode, int n, double *gpu0, double *other)
+{
+    double B = w->batch_per_gpu, P = w->params * w->bytes_per_grad;
+    double state = P * (w->optimizer == OPT_ADAMW ? 2.0 : 1.0);
+    double in = B * w->input_bytes_per_sample, out = B * w->output_bytes_per_sample;
+    double act = B * w->activation_bytes_per_sample;
+    if (mode == MODE_DDP) {
+        /* parameters, gradients, gradient buckets, optimizer state, input
+         * shard, logits, logits gradient, activations */
+        *gpu0 = *other = 3 * P + state + in + 2 * out + act;
+        return;
+    }
+    /* broadcast_coalesced's groups of at most 10 MiB: the coalescing buffer */
+    double flat = fmin(P, 10 * MIB);
+    /* device 0: parameters (the master copy), gradients, optimizer state,
+     * reduce output, coalescing buffer, input batch and its own chunk,
+     * gathered logits, logits gradient, log-probabilities and their
+     * gradient (n x), its replica's logits and logits gradient chunk,
+     * activations */
+    *gpu0 = 3 * P + state + flat + (n + 1) * in + (4.0 * n + 2) * out + act;
+    /* another: replica parameters, gradients, coalescing buffer, input
+     * chunk, replica logits, logits gradient chunk, activations */
+    *other = n > 1 ? 2 * P + flat + in + 2 * out + act : 0.0;
+}
+
+static void forecast_oom(const predict_machine *m, predict_row *r)
+{
+    double cap = m->gpu_mem_gib * GIB, top = fmax(r->gpu0_mem_bytes, r->other_mem_bytes);
+    if (cap <= 0 || top <= cap) return;
+    r->status = PRED_OOM;
+    snprintf(r->note, sizeof r->note, "device %s needs %.2f GiB, more than gpu_mem_gib %g",
+             r->gpu0_mem_bytes >= r->other_mem_bytes ? "0" : "1", top / GIB, m->gpu_mem_gib);
+}
+
+/* Why the machine cannot run it, or "" when it can. */
+static int refuse(const predict_machine *m, dps_mode mode, predict_row *r)
+{
+    if (r->nodes > m->nodes)
+        snprintf(r->note, sizeof r->note, "%d devices need %d nodes of %d; the machine has %d",
+                 r->ngpus, r->nodes, m->gpus_per_node, m->nodes);
+    else if (mode == MODE_DP && r->nodes > 1)
+        snprintf(r->note, sizeof r->note, "dp runs on one node (%d devices)", m->gpus_per_node);
+    else
+        return 0;
+    r->status = PRED_SKIPPED;
+    return 1;
+}
+
+void predict_config(const predict_machine *m, const predict_workload *w, const predict_split *s,
+                    const predict_consts *c, dps_mode mode, int n, predict_row *r)
+{
+    memset(r, 0, sizeof *r);
+    r->mode = mode;
+    r->ngpus = n;
+    r->batch_per_gpu = w->batch_per_gpu;
+    r->nodes = (n + m->gpus_per_node - 1) / m->gpus_per_node;
+    if (refuse(m, mode, r)) return;
+    if (mode == MODE_DDP) predict_ddp(m, w, s, c, r);
+    else predict_dp(m, w, s, c, r);
+    finish_row(w, c, w->step_ms_1gpu, r);
+    predict_memory(w, mode, n, &r->gpu0_mem_bytes, &r->other_mem_bytes);
+    forecast_oom(m, r);
+}

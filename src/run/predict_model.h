@@ -1,0 +1,82 @@
+/* The predictor's model (issue 16): a step of dp or ddp on n devices from
+ * one device's phases and the machine's links. Pure functions of their
+ * arguments; every constant's source is in predict_model.c. */
+#ifndef DPS_PREDICT_MODEL_H
+#define DPS_PREDICT_MODEL_H
+
+#include "run/predict_input.h"
+
+/* The constants a calibration would fit; predict_consts_default says where
+ * each default comes from. */
+typedef struct predict_consts {
+    double bus_eff;            /* fraction of intra_busbw_gbps / inter_gbps an all-reduce reaches */
+    double base_latency_us;    /* per collective call */
+    double bucket_overhead_us; /* per DDP bucket beyond the collective (hook, launch) */
+    double sync_ms;            /* per step: the end-of-step synchronisation */
+} predict_consts;
+
+void predict_consts_default(predict_consts *c);
+
+/* One device's step, split into phases that add up to step_ms_1gpu. */
+typedef struct predict_split {
+    double load_ms, forward_ms, backward_ms, optimizer_ms;
+} predict_split;
+
+/* The split: load from input bytes over h2d_gbps, the optimizer as given or
+ * from the parameter count over mem_gbps, forward and backward as given or
+ * 1:2 of the rest. DPS_ERR_USAGE when the given parts leave nothing. */
+dps_status predict_split_step(const predict_machine *m, const predict_workload *w,
+                              predict_split *s) DPS_MUST_USE;
+
+/* Bus bandwidth of an all-reduce over `nodes` nodes, GB/s: the slower of the
+ * intra-node bus and the per-node network, times bus_eff. */
+double predict_busbw_gbps(const predict_machine *m, int nodes, const predict_consts *c);
+
+/* Ring all-reduce of `bytes` over n ranks on `nodes` nodes, ms:
+ * 2(n-1)/n bytes / busbw + latency (NCCL's: base + per-step latencies, the
+ * steps that cross nodes at inter_latency_us). 0 for n = 1. */
+double predict_allreduce_ms(double bytes, int n, int nodes, const predict_machine *m,
+                            const predict_consts *c);
+
+#define PREDICT_MAX_BUCKETS 8192
+
+/* DDP's buckets (bucket_assign: reverse parameter order, first_bucket_mb
+ * then bucket_mb) of a model of w->params parameters taken as equal pieces;
+ * bytes[i] its size, ready[i] the fraction of backward after which its
+ * gradients are all ready. Returns the count, -1 if more than max. */
+int predict_buckets(const predict_workload *w, double *bytes, double *ready, int max);
+
+/* One bucket after another on one stream: each all-reduce starts when its
+ * gradients are ready (ready[i] * backward_ms) and the previous one ended.
+ * Returns the end of the last, ms from the start of backward; *busy the
+ * time the all-reduces ran. */
+double predict_overlap_end(const double *ready, const double *ar_ms, int nb, double backward_ms,
+                           double *busy);
+
+typedef enum predict_status { PRED_OK, PRED_OOM, PRED_SKIPPED } predict_status;
+extern const char *const predict_status_names[3]; /* as runs.csv: ok, oom, skipped */
+
+/* One predicted configuration. */
+typedef struct predict_row {
+    dps_mode mode;
+    int ngpus, nodes, batch_per_gpu;
+    predict_status status;
+    char note[192];               /* why skipped or out of memory */
+    double step_ms, samples_per_s, efficiency;
+    double phase_ms[PH_COUNT];    /* PH_ALLREDUCE: the time the all-reduces ran */
+    double gpu0_mem_bytes, other_mem_bytes;
+    /* the model's terms */
+    int nbuckets;
+    double busbw_gbps, allreduce_end_ms, bucket_copy_ms, sync_ms;
+} predict_row;
+
+/* The prediction of `mode` on n devices; rows for n a machine cannot hold
+ * (too many nodes, dp across nodes) are PRED_SKIPPED with a note. */
+void predict_config(const predict_machine *m, const predict_workload *w, const predict_split *s,
+                    const predict_consts *c, dps_mode mode, int n, predict_row *r);
+
+/* Device memory by memory.csv's categories, summed: device 0's and another
+ * device's (the same for ddp). */
+void predict_memory(const predict_workload *w, dps_mode mode, int n, double *gpu0, double *other);
+
+#endif

@@ -1,0 +1,121 @@
+/* predictions.csv and the table (see predict_out.h). */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "run/predict_out.h"
+#include "core/csv.h"
+
+#define NCOLS (11 + PH_COUNT + 10)
+
+/* machine .. efficiency, <phase>_ms, memory, the model's terms and constants */
+static void columns(const char **cols)
+{
+    static const char *const head[] = {"machine", "workload", "mode", "ngpus", "nodes",
+        "batch_per_gpu", "status", "note", "step_ms", "samples_per_s", "efficiency"};
+    static const char *const tail[] = {"gpu0_mem_bytes", "other_mem_bytes", "nbuckets",
+        "busbw_gbps", "allreduce_end_ms", "bucket_copy_ms", "sync_ms", "bus_eff",
+        "base_latency_us", "bucket_overhead_us"};
+    static char phase[PH_COUNT][48];
+    int k = 0;
+    for (int i = 0; i < 11; i++) cols[k++] = head[i];
+    for (int p = 0; p < PH_COUNT; p++) {
+        snprintf(phase[p], sizeof phase[p], "%s_ms", dps_phase_names[p]);
+        cols[k++] = phase[p];
+    }
+    for (int i = 0; i < 10; i++) cols[k++] = tail[i];
+}
+
+static void row(csv_buf *b, const predict_machine *m, const predict_workload *w,
+                const predict_consts *c, const predict_row *r)
+{
+    int ok = r->status != PRED_SKIPPED;
+    csv_str(b, m->name);
+    csv_str(b, w->name);
+    csv_str(b, dps_mode_name(r->mode));
+    csv_int(b, r->ngpus);
+    csv_int(b, r->nodes);
+    csv_int(b, r->batch_per_gpu);
+    csv_str(b, predict_status_names[r->status]);
+    csv_str(b, r->note);
+    if (!ok) {
+        for (int i = 0; i < NCOLS - 8; i++) csv_empty(b);
+        csv_end_row(b);
+        return;
+    }
+    csv_num(b, r->step_ms, 4);
+    csv_num(b, r->samples_per_s, 3);
+    csv_num(b, r->efficiency, 4);
+    for (int p = 0; p < PH_COUNT; p++) csv_num(b, r->phase_ms[p], 4);
+    csv_num(b, r->gpu0_mem_bytes, 0);
+    csv_num(b, r->other_mem_bytes, 0);
+    csv_int(b, r->nbuckets);
+    csv_num(b, r->mode == MODE_DDP ? r->busbw_gbps : 0.0, 3);
+    csv_num(b, r->allreduce_end_ms, 4);
+    csv_num(b, r->bucket_copy_ms, 4);
+    csv_num(b, r->sync_ms, 4);
+    csv_num(b, c->bus_eff, 4);
+    csv_num(b, c->base_latency_us, 3);
+    csv_num(b, c->bucket_overhead_us, 3);
+    csv_end_row(b);
+}
+
+static dps_status replace(const char *path, const csv_buf *b)
+{
+    char tmp[DPS_PATH_MAX + 64];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    FILE *f = fopen(tmp, "wb");
+    if (!f) return dps_fail(DPS_ERR_USAGE, "%s: cannot write: %s", tmp, strerror(errno));
+    int bad = b->oom || fwrite(b->data, 1, b->len, f) != b->len;
+    bad |= fflush(f) != 0 || fsync(fileno(f)) != 0;
+    bad |= fclose(f) != 0;
+    if (!bad && rename(tmp, path) == 0) return DPS_OK;
+    int err = errno;
+    unlink(tmp);
+    return dps_fail(DPS_ERR_RUNTIME, "%s: cannot write: %s", path,
+                    b->oom ? "out of host memory" : strerror(err));
+}
+
+dps_status predict_write_csv(const char *dir, const predict_machine *m, const predict_workload *w,
+                             const predict_consts *c, const predict_row *rows, int n)
+{
+    const char *cols[NCOLS];
+    columns(cols);
+    csv_buf b;
+    csv_init(&b);
+    csv_header(&b, cols, NCOLS);
+    csv_end_row(&b);
+    for (int i = 0; i < n; i++) row(&b, m, w, c, &rows[i]);
+    char path[DPS_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/predictions.csv", dir);
+    dps_status rc = replace(path, &b);
+    csv_free(&b);
+    return rc;
+}
+
+void predict_print(FILE *f, const predict_machine *m, const predict_workload *w,
+                   const predict_row *rows, int n)
+{
+    fprintf(f, "# dpscale predict: %s on %s (%d per node, %d node%s), %d samples per device\n",
+            w->name, m->name, m->gpus_per_node, m->nodes, m->nodes == 1 ? "" : "s",
+            w->batch_per_gpu);
+    fprintf(f, "# %-4s %5s %5s %10s %11s %6s %10s %10s %11s %9s  %s\n", "mode", "gpus", "nodes",
+            "step_ms", "samples/s", "eff", "comm_ms", "exposed_ms", "gpu0_GiB", "status", "note");
+    for (int i = 0; i < n; i++) {
+        const predict_row *r = &rows[i];
+        double comm = r->mode == MODE_DDP ? r->phase_ms[PH_ALLREDUCE]
+                                          : r->phase_ms[PH_REPLICATE] + r->phase_ms[PH_REDUCE];
+        double exposed = r->mode == MODE_DDP ? r->phase_ms[PH_ALLREDUCE_EXPOSED] : comm;
+        if (r->status == PRED_SKIPPED) {
+            fprintf(f, "  %-4s %5d %5d %10s %11s %6s %10s %10s %11s %9s  %s\n",
+                    dps_mode_name(r->mode), r->ngpus, r->nodes, "-", "-", "-", "-", "-", "-",
+                    "skipped", r->note);
+            continue;
+        }
+        fprintf(f, "  %-4s %5d %5d %10.3f %11.1f %5.1f%% %10.3f %10.3f %11.2f %9s  %s\n",
+                dps_mode_name(r->mode), r->ngpus, r->nodes, r->step_ms, r->samples_per_s,
+                100 * r->efficiency, comm, exposed, r->gpu0_mem_bytes / 1073741824.0,
+                predict_status_names[r->status], r->note);
+    }
+}

@@ -1,0 +1,18 @@
+/* What `dpscale predict` writes: predictions.csv (one row per mode and
+ * device count, written whole: temporary file, fsync, rename) and the table
+ * on stdout. */
+#ifndef DPS_PREDICT_OUT_H
+#define DPS_PREDICT_OUT_H
+
+#include <stdio.h>
+
+#include "run/predict_model.h"
+
+/* dir/predictions.csv, replacing a file of that name. */
+dps_status predict_write_csv(const char *dir, const predict_machine *m, const predict_workload *w,
+                             const predict_consts *c, const predict_row *rows, int n) DPS_MUST_USE;
+
+void predict_print(FILE *f, const predict_machine *m, const predict_workload *w,
+                   const predict_row *rows, int n);
+
+#endif
