@@ -8,6 +8,7 @@
 #define DPS_BACKEND_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -48,7 +49,7 @@ typedef struct be_mem {
     size_t device_peak;       /* high-water mark of the device's used memory */
     size_t device_base;       /* its used memory once ready, before the run allocated:
                                * the context and other processes */
-    int phase_on;             /* 1 + the phase (dps_phase) the device runs; 0: setting up */
+    _Atomic int phase_on;     /* 1 + the phase (dps_phase) the device runs; 0: setting up */
     int peak_phase_on;        /* phase_on when the allocation peak was reached */
 } be_mem;
 

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "core/csv.h"
+#include "core/util.h"
 
 void csv_init(csv_buf *b) { memset(b, 0, sizeof *b); }
 
@@ -186,4 +187,16 @@ dps_status csv_append(const char *path, const char *const *cols, int ncols, cons
     close(fd);
     csv_free(&head);
     return rc;
+}
+
+static void put_bytes(FILE *f, void *ctx)
+{
+    const csv_buf *b = ctx;
+    fwrite(b->data, 1, b->len, f);
+}
+
+dps_status csv_replace(const char *path, const csv_buf *rows)
+{
+    if (rows->oom) return dps_fail(DPS_ERR_RUNTIME, "%s: cannot write: out of host memory", path);
+    return dps_replace_file(path, put_bytes, (void *)rows);
 }

@@ -223,3 +223,19 @@ void dps_json_str(FILE *f, const char *s)
     }
     fputc('"', f);
 }
+
+dps_status dps_replace_file(const char *path, void (*write)(FILE *f, void *ctx), void *ctx)
+{
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f) return dps_fail(DPS_ERR_RUNTIME, "%s: cannot write: %s", tmp, strerror(errno));
+    errno = 0;
+    write(f, ctx);
+    int bad = ferror(f) | (fflush(f) != 0) | (fsync(fileno(f)) != 0);
+    bad |= fclose(f) != 0;
+    if (!bad && rename(tmp, path) == 0) return DPS_OK;
+    int err = errno ? errno : EIO;
+    unlink(tmp);
+    return dps_fail(DPS_ERR_RUNTIME, "%s: cannot write: %s", path, strerror(err));
+}

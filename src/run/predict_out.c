@@ -61,22 +61,6 @@ static void row(csv_buf *b, const predict_machine *m, const predict_workload *w,
     csv_end_row(b);
 }
 
-static dps_status replace(const char *path, const csv_buf *b)
-{
-    char tmp[DPS_PATH_MAX + 64];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return dps_fail(DPS_ERR_USAGE, "%s: cannot write: %s", tmp, strerror(errno));
-    int bad = b->oom || fwrite(b->data, 1, b->len, f) != b->len;
-    bad |= fflush(f) != 0 || fsync(fileno(f)) != 0;
-    bad |= fclose(f) != 0;
-    if (!bad && rename(tmp, path) == 0) return DPS_OK;
-    int err = errno;
-    unlink(tmp);
-    return dps_fail(DPS_ERR_RUNTIME, "%s: cannot write: %s", path,
-                    b->oom ? "out of host memory" : strerror(err));
-}
-
 dps_status predict_write_csv(const char *dir, const predict_machine *m, const predict_workload *w,
                              const predict_consts *c, const predict_row *rows, int n)
 {
@@ -89,7 +73,7 @@ dps_status predict_write_csv(const char *dir, const predict_machine *m, const pr
     for (int i = 0; i < n; i++) row(&b, m, w, c, &rows[i]);
     char path[DPS_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/predictions.csv", dir);
-    dps_status rc = replace(path, &b);
+    dps_status rc = csv_replace(path, &b);
     csv_free(&b);
     return rc;
 }

@@ -260,23 +260,29 @@ static void meta_body(FILE *f, const backend *be, const dps_config *cfg, int mos
     fputs("}\n", f);
 }
 
+/* meta.json's writer's arguments, for dps_replace_file. */
+typedef struct meta_args {
+    const backend *be;
+    const dps_config *cfg;
+    int most_devices, argc;
+    char **argv;
+    const char *start_time, *end_time;
+} meta_args;
+
+static void write_meta(FILE *f, void *ctx)
+{
+    const meta_args *a = ctx;
+    meta_body(f, a->be, a->cfg, a->most_devices, a->argc, a->argv, a->start_time, a->end_time);
+}
+
 dps_status results_write_meta(const results_dir *r, const backend *be, const dps_config *cfg,
                               int most_devices, int argc,
                               char **argv, const char *start_time, const char *end_time)
 {
-    char path[DPS_PATH_MAX + 32], tmp[DPS_PATH_MAX + 48];
+    char path[DPS_PATH_MAX + 32];
     path_of(r, "meta.json", path, sizeof path);
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-    FILE *f = fopen(tmp, "w");
-    if (!f) return dps_fail(DPS_ERR_RUNTIME, "%s: cannot write: %s", tmp, strerror(errno));
-    meta_body(f, be, cfg, most_devices, argc, argv, start_time, end_time);
-    int bad = ferror(f) | (fflush(f) != 0) | (fsync(fileno(f)) != 0);
-    bad |= fclose(f) != 0;
-    if (bad || rename(tmp, path) != 0) {
-        unlink(tmp);
-        return dps_fail(DPS_ERR_RUNTIME, "%s: cannot write: %s", path, strerror(errno));
-    }
-    return DPS_OK;
+    meta_args a = {be, cfg, most_devices, argc, argv, start_time, end_time};
+    return dps_replace_file(path, write_meta, &a);
 }
 
 static void runs_identity(csv_buf *b, const dps_config *c, const backend *be,

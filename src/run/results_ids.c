@@ -68,24 +68,6 @@ static int next_record(const char *data, size_t len, size_t *pos, record *rec)
     return 1;
 }
 
-/* Replaces path by the bytes of b: a temporary file, fsync, rename. */
-static dps_status replace_file(const char *path, const csv_buf *b)
-{
-    char tmp[DPS_PATH_MAX + 64];
-    snprintf(tmp, sizeof tmp, "%s.resume.%d", path, (int)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return dps_fail(DPS_ERR_RUNTIME, "%s: cannot write: %s", tmp, strerror(errno));
-    int bad = b->oom || fwrite(b->data, 1, b->len, f) != b->len;
-    bad |= fflush(f) != 0 || fsync(fileno(f)) != 0;
-    bad |= fclose(f) != 0;
-    if (bad || rename(tmp, path) != 0) {
-        unlink(tmp);
-        return dps_fail(DPS_ERR_RUNTIME, "%s: cannot rewrite it for --resume: %s", path,
-                        b->oom ? "out of host memory" : strerror(errno));
-    }
-    return DPS_OK;
-}
-
 static int finished(const char *status)
 {
     return !strcmp(status, "ok") || !strcmp(status, "oom") || !strcmp(status, "skipped");
@@ -118,7 +100,7 @@ static dps_status filter_file(const char *path, const results_ids *done)
     record rec;
     for (int row = 0; next_record(data, len, &pos, &rec); row++)
         if (!row || results_ids_has(done, rec.id)) csv_raw(&out, rec.p, rec.len);
-    dps_status rc = out.len == len ? DPS_OK : replace_file(path, &out);
+    dps_status rc = out.len == len ? DPS_OK : csv_replace(path, &out);
     csv_free(&out);
     free(data);
     return rc;
@@ -147,7 +129,7 @@ dps_status results_tidy(const results_dir *r, int resume, results_ids *done, int
     dps_status rc = DPS_OK;
     if (data) sort_runs(data, len, resume, &out, done, &again, &rc);
     if (done->n) qsort(done->ids, (size_t)done->n, sizeof *done->ids, by_text);
-    if (!rc && data && out.len != len) rc = replace_file(path, &out);
+    if (!rc && data && out.len != len) rc = csv_replace(path, &out);
     for (int i = 0; !rc && i < nfiles - 1; i++) {
         snprintf(path, sizeof path, "%s/%s", r->dir, files[i].name);
         rc = filter_file(path, done);

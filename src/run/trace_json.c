@@ -18,6 +18,7 @@ typedef struct writer {
     const dps_config *c;
     const train_result *res;
     int events;
+    const char *config_id;
 } writer;
 
 /* The separator before the next event. */
@@ -141,22 +142,20 @@ static dps_status make_dir(const char *dir)
     return dps_fail(DPS_ERR_RUNTIME, "%s: cannot create the trace folder: %s", dir, strerror(errno));
 }
 
+static void write_body(FILE *f, void *ctx)
+{
+    writer *w = ctx;
+    w->f = f;
+    body(w, w->config_id);
+}
+
 dps_status trace_json_write(const char *results_dir, const dps_config *c, const train_result *res,
                             const char *config_id)
 {
-    char dir[DPS_PATH_MAX + 16], path[DPS_PATH_MAX + 224], tmp[DPS_PATH_MAX + 256];
+    char dir[DPS_PATH_MAX + 16], path[DPS_PATH_MAX + 224];
     snprintf(dir, sizeof dir, "%s/%s", results_dir, TRACE_JSON_DIR);
     snprintf(path, sizeof path, "%s/%s.json", dir, config_id);
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
     DPS_TRY(make_dir(dir));
-    FILE *f = fopen(tmp, "w");
-    if (!f) return dps_fail(DPS_ERR_RUNTIME, "%s: cannot write the trace: %s", tmp, strerror(errno));
-    writer w = {f, c, res, 0};
-    body(&w, config_id);
-    int bad = ferror(f) | (fflush(f) != 0) | (fsync(fileno(f)) != 0);
-    bad |= fclose(f) != 0;
-    if (!bad && rename(tmp, path) == 0) return DPS_OK;
-    int err = errno ? errno : EIO;
-    unlink(tmp);
-    return dps_fail(DPS_ERR_RUNTIME, "%s: cannot write the trace: %s", path, strerror(err));
+    writer w = {NULL, c, res, 0, config_id};
+    return dps_replace_file(path, write_body, &w);
 }
