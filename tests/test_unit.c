@@ -1423,6 +1423,7 @@ static void predict_fixture(predict_machine *m, predict_workload *w)
                             .activation_bytes_per_sample = 1e8};
 }
 
+/* The model's pieces: the ring, the buckets, one stream's overlap. */
 static void test_predict_model(void)
 {
     predict_machine m;
@@ -1453,6 +1454,17 @@ static void test_predict_model(void)
     EXPECT_NEAR(predict_overlap_end((double[]){0.25, 1.0}, (double[]){1, 3}, 2, 8, &busy), 11, 1e-12);
     EXPECT_NEAR(busy, 4, 1e-12);
     EXPECT_NEAR(predict_overlap_end((double[]){0.1, 0.2}, (double[]){5, 5}, 2, 10, &busy), 11, 1e-12);
+}
+
+/* Whole configurations: one device's split, dp and ddp on 1 to 24
+ * devices, the skipped ones, memory and the out-of-memory forecast. */
+static void test_predict_configs(void)
+{
+    predict_machine m;
+    predict_workload w;
+    predict_consts c;
+    predict_fixture(&m, &w);
+    predict_consts_default(&c);
     /* one device's split: load over h2d, optimizer over memory, 1:2 */
     predict_split s;
     EXPECT(predict_split_step(&m, &w, &s) == DPS_OK);
@@ -1502,6 +1514,12 @@ static void test_predict_model(void)
     EXPECT(r.status == PRED_OOM && strstr(r.note, "more than gpu_mem_gib 3"));
 }
 
+static void test_predict(void)
+{
+    test_predict_model();
+    test_predict_configs();
+}
+
 int main(int argc, char **argv)
 {
     static const struct { const char *name; void (*fn)(void); } groups[] = {
@@ -1513,7 +1531,7 @@ int main(int argc, char **argv)
         {"comm_abort", test_comm_abort}, {"context", test_context}, {"versions", test_versions},
         {"gemm", test_gemm}, {"host_math", test_host_math},
         {"slowdown", test_slowdown}, {"world", test_world}, {"store", test_store},
-        {"predict_files", test_predict_files}, {"predict_model", test_predict_model},
+        {"predict_files", test_predict_files}, {"predict_model", test_predict},
     };
     int ran = 0;
     for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++)
