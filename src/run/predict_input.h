@@ -33,6 +33,8 @@ typedef struct predict_machine {
 
 typedef struct predict_workload {
     char name[DPS_NAME_MAX];     /* default: the file's name */
+    char source[DPS_NAME_MAX];   /* --from: the measured configuration's id; "" from a file */
+    char model[DPS_NAME_MAX];    /* --from: the measured model; from a file: name */
     double params;               /* required: parameter count */
     int bytes_per_grad;          /* 4 or 2; default 4 */
     double step_ms_1gpu;         /* required: one device, no strategy */

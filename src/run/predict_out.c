@@ -7,19 +7,22 @@
 #include "run/predict_out.h"
 #include "core/csv.h"
 
-#define NCOLS (11 + PH_COUNT + 10)
+#define NHEAD 15
+#define NCOLS (NHEAD + PH_COUNT + 10)
 
-/* machine .. efficiency, <phase>_ms, memory, the model's terms and constants */
+/* machine, workload, the series plot.py matches (model, precision,
+ * optimizer), source .. efficiency, <phase>_ms, memory, the model's terms and constants */
 static void columns(const char **cols)
 {
-    static const char *const head[] = {"machine", "workload", "mode", "ngpus", "nodes",
-        "batch_per_gpu", "status", "note", "step_ms", "samples_per_s", "efficiency"};
+    static const char *const head[NHEAD] = {"machine", "workload", "model", "precision",
+        "optimizer", "source", "mode", "ngpus", "nodes", "batch_per_gpu", "status", "note",
+        "step_ms", "samples_per_s", "efficiency"};
     static const char *const tail[] = {"gpu0_mem_bytes", "other_mem_bytes", "nbuckets",
         "busbw_gbps", "allreduce_end_ms", "bucket_copy_ms", "sync_ms", "bus_eff",
         "base_latency_us", "bucket_overhead_us"};
     static char phase[PH_COUNT][48];
     int k = 0;
-    for (int i = 0; i < 11; i++) cols[k++] = head[i];
+    for (int i = 0; i < NHEAD; i++) cols[k++] = head[i];
     for (int p = 0; p < PH_COUNT; p++) {
         snprintf(phase[p], sizeof phase[p], "%s_ms", dps_phase_names[p]);
         cols[k++] = phase[p];
@@ -33,6 +36,10 @@ static void row(csv_buf *b, const predict_machine *m, const predict_workload *w,
     int ok = r->status != PRED_SKIPPED;
     csv_str(b, m->name);
     csv_str(b, w->name);
+    csv_str(b, w->model[0] ? w->model : w->name);
+    csv_str(b, dps_precision_names[w->bytes_per_grad == 2 ? PREC_BF16 : PREC_FP32]);
+    csv_str(b, dps_optimizer_names[w->optimizer]);
+    csv_str(b, w->source);
     csv_str(b, dps_mode_name(r->mode));
     csv_int(b, r->ngpus);
     csv_int(b, r->nodes);
@@ -40,7 +47,7 @@ static void row(csv_buf *b, const predict_machine *m, const predict_workload *w,
     csv_str(b, predict_status_names[r->status]);
     csv_str(b, r->note);
     if (!ok) {
-        for (int i = 0; i < NCOLS - 8; i++) csv_empty(b);
+        for (int i = 0; i < NCOLS - (NHEAD - 3); i++) csv_empty(b);
         csv_end_row(b);
         return;
     }
