@@ -68,14 +68,14 @@ static void store_list(cli_args *a, settings_id id, const settings_value *v)
         int x = (int)v->v[i].i;
         switch (id) {
         case SET_MODE: case SET_MODES: a->sweep_modes[i] = (dps_mode)x; break;
-        case SET_GPUS: a->sweep_ngpus[i] = x; break;
+        case SET_GPUS: case SET_PREDICT_GPUS: a->sweep_ngpus[i] = x; break;
         case SET_DEVICES: a->cfg.devices[i] = x; break;
         default: dps_strlcpy(a->sweep_models[i], model_presets[x].name, DPS_NAME_MAX); break;
         }
     }
     switch (id) {
     case SET_MODE: case SET_MODES: a->sweep_modes_n = v->n; a->cfg.mode = a->sweep_modes[0]; break;
-    case SET_GPUS: a->sweep_ngpus_n = v->n; a->cfg.ngpus = a->sweep_ngpus[0]; a->gpus_set = 1; break;
+    case SET_GPUS: case SET_PREDICT_GPUS: a->sweep_ngpus_n = v->n; a->cfg.ngpus = a->sweep_ngpus[0]; a->gpus_set = 1; break;
     case SET_DEVICES: a->cfg.ngpus = v->n; a->devices_set = 1; break;
     default: a->sweep_models_n = v->n; break;
     }
@@ -149,6 +149,11 @@ static void store_value(cli_args *a, settings_id id, const settings_value *v)
     case SET_OUT: dps_strlcpy(c->out_dir, v->text, sizeof c->out_dir); a->out_set = 1; break;
     case SET_MACHINE: dps_strlcpy(a->machine_path, v->text, sizeof a->machine_path); break;
     case SET_WORKLOAD: dps_strlcpy(a->workload_path, v->text, sizeof a->workload_path); break;
+    case SET_FROM: dps_strlcpy(a->from_dir, v->text, sizeof a->from_dir); break;
+    case SET_CALIBRATE: dps_strlcpy(a->calibrate_dir, v->text, sizeof a->calibrate_dir); break;
+    case SET_CALIBRATION:
+        dps_strlcpy(a->calibration_path, v->text, sizeof a->calibration_path);
+        break;
     case SET_SAVE_PARAMS: dps_strlcpy(c->save_params, v->text, sizeof c->save_params); break;
     case SET_NAME: dps_strlcpy(c->name, v->text, sizeof c->name); a->name_set = 1; break;
     case SET_FILTER: dps_strlcpy(a->filter, v->text, sizeof a->filter); break;
@@ -159,6 +164,7 @@ static void store_value(cli_args *a, settings_id id, const settings_value *v)
 /* Option id of subcommand cmd with value arg (NULL for a flag) into a. */
 static dps_status apply_opt(cli_args *a, cli_cmd cmd, settings_id id, const char *arg)
 {
+    if (id == SET_GPUS && cmd == CMD_PREDICT) id = SET_PREDICT_GPUS; /* its own range */
     const settings_entry *e = &settings_table[id];
     settings_value v;
     settings_error err;
@@ -170,7 +176,8 @@ static dps_status apply_opt(cli_args *a, cli_cmd cmd, settings_id id, const char
     if (settings_value_parse(id, e->cli_max, arg, &v, &err))
         return bad(id, err.item[0] ? err.item : arg, err.what);
     DPS_TRY(check_command(cmd, id, arg, v.n));
-    if (id == SET_MODE || id == SET_MODES || id == SET_GPUS || id == SET_DEVICES || id == SET_MODEL)
+    if (id == SET_MODE || id == SET_MODES || id == SET_GPUS || id == SET_PREDICT_GPUS ||
+        id == SET_DEVICES || id == SET_MODEL)
         store_list(a, id, &v);
     else
         store_value(a, id, &v);

@@ -46,6 +46,7 @@ typedef struct cli_args {
     int link_factor;
     /* predict: the files; the modes are sweep_modes */
     char machine_path[DPS_PATH_MAX], workload_path[DPS_PATH_MAX];
+    char from_dir[DPS_PATH_MAX], calibrate_dir[DPS_PATH_MAX], calibration_path[DPS_PATH_MAX];
 } cli_args;
 
 /* Parses argv; DPS_ERR_USAGE with a one-line message on bad input. */

@@ -1,78 +1,134 @@
-/* `dpscale predict` (issue 16): reads a MACHINE and a WORKLOAD file,
- * predicts every --modes x --gpus configuration, prints the table and, when
- * --out or --name is given, writes predictions.csv into OUT/NAME. */
+/* `dpscale predict` (issue 16): the workloads (a WORKLOAD file, or --from a
+ * results folder) on a machine (a MACHINE file, or the folder's), every
+ * --modes x --gpus configuration, the tables and, with --out or --name,
+ * predictions.csv in OUT/NAME; or --calibrate DIR, which fits the model's
+ * constants and writes OUT/NAME/calibration.txt. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/commands.h"
+#include "run/predict_calib.h"
 #include "run/predict_out.h"
 #include "core/util.h"
 
-static int usage_error(void)
-{
-    fprintf(stderr, "dpscale: %s\n", dps_errmsg());
-    return 2;
-}
+/* What one prediction reads: the machine, the workloads, the constants. */
+typedef struct predict_inputs {
+    predict_machine m;
+    predict_workload *w;
+    int nw;
+    predict_consts c;
+} predict_inputs;
 
 static dps_status check_args(const cli_args *a)
 {
-    const char *lack = !a->machine_path[0] ? "--machine FILE" : !a->workload_path[0] ? "--workload FILE"
+    const char *lack = a->calibrate_dir[0] ? NULL
+                       : !a->workload_path[0] && !a->from_dir[0] ? "--workload FILE or --from DIR"
+                       : !a->machine_path[0] && !a->from_dir[0] ? "--machine FILE"
                        : !a->gpus_set ? "--gpus LIST" : NULL;
+    if (a->workload_path[0] && a->from_dir[0])
+        return dps_fail(DPS_ERR_USAGE, "predict takes --workload FILE or --from DIR, not both");
+    if (a->calibrate_dir[0] && (a->from_dir[0] || a->workload_path[0] || a->gpus_set))
+        return dps_fail(DPS_ERR_USAGE, "--calibrate DIR fits constants only (with --machine, "
+                        "--out, --name); predict with --calibration FILE afterwards");
     if (!lack) return DPS_OK;
     return dps_fail(DPS_ERR_USAGE, "predict needs %s (dpscale predict --machine FILE --workload FILE "
-                    "--gpus LIST; bench/predict/ has examples)", lack);
+                    "--gpus LIST, or --from RESULTS_DIR --gpus LIST; bench/predict/ has examples)",
+                    lack);
 }
 
-/* WORKLOAD-on-MACHINE, made a folder name: no '/', not starting with '.'. */
-static void default_folder(const predict_machine *m, const predict_workload *w, char *buf, size_t len)
+/* NAME under OUT made from text: no '/', not starting with '.'. */
+static void folder_name(const char *text, char *buf, size_t len)
 {
-    char both[2 * DPS_NAME_MAX + 8];
-    snprintf(both, sizeof both, "%s-on-%s", w->name, m->name);
-    dps_strlcpy(buf, both, len);
+    dps_strlcpy(buf, text, len);
     for (char *c = buf; *c; c++)
         if (*c == '/' || *c == ' ') *c = '_';
     if (buf[0] == '.') buf[0] = '_';
 }
 
-static dps_status write_folder(cli_args *a, const predict_machine *m, const predict_workload *w,
-                               const predict_consts *c, const predict_row *rows, int n)
+/* OUT/NAME, made; NAME defaults to `name`. */
+static dps_status out_folder(cli_args *a, const char *name, char *dir, size_t len)
 {
-    char dir[2 * DPS_PATH_MAX];
-    if (!a->name_set) default_folder(m, w, a->cfg.name, sizeof a->cfg.name);
-    snprintf(dir, sizeof dir, "%s/%s", a->cfg.out_dir, a->cfg.name);
-    DPS_TRY(dps_mkdirs(dir, "--out"));
-    DPS_TRY(predict_write_csv(dir, m, w, c, rows, n));
-    printf("# predictions.csv in %s\n", dir);
+    char safe[DPS_NAME_MAX];
+    folder_name(name, safe, sizeof safe);
+    if (!a->name_set) dps_strlcpy(a->cfg.name, safe, sizeof a->cfg.name);
+    snprintf(dir, len, "%s/%s", a->cfg.out_dir, a->cfg.name);
+    return dps_mkdirs(dir, "--out");
+}
+
+static dps_status load_inputs(const cli_args *a, predict_inputs *in)
+{
+    predict_consts_default(&in->c);
+    if (a->calibration_path[0]) DPS_TRY(predict_consts_load(a->calibration_path, &in->c));
+    if (a->workload_path[0]) {
+        in->w = calloc(1, sizeof *in->w);
+        if (!in->w) return dps_fail(DPS_ERR_RUNTIME, "out of host memory");
+        in->nw = 1;
+        DPS_TRY(predict_workload_load(a->workload_path, in->w));
+    } else {
+        DPS_TRY(predict_from_workloads(a->from_dir, &in->w, &in->nw));
+    }
+    if (a->machine_path[0]) return predict_machine_load(a->machine_path, &in->m);
+    return predict_from_machine(a->from_dir, in->w[0].bucket_mb, &in->m);
+}
+
+/* Every workload x --gpus x --modes configuration, and each workload's table. */
+static dps_status predict_all(cli_args *a, const predict_inputs *in, predict_row *rows, int *n)
+{
+    dps_mode modes[MODE_COUNT] = {MODE_DP, MODE_DDP};
+    int nmodes = a->sweep_modes_n ? a->sweep_modes_n : MODE_COUNT;
+    if (a->sweep_modes_n) memcpy(modes, a->sweep_modes, sizeof modes);
+    *n = 0;
+    for (int k = 0; k < in->nw; k++) {
+        predict_split s;
+        DPS_TRY(predict_split_step(&in->m, &in->w[k], &s));
+        int first = *n;
+        for (int g = 0; g < a->sweep_ngpus_n; g++)
+            for (int i = 0; i < nmodes; i++)
+                predict_config(&in->m, &in->w[k], &s, &in->c, modes[i], a->sweep_ngpus[g], &rows[(*n)++]);
+        predict_print(stdout, &in->m, &in->w[k], rows + first, *n - first);
+    }
+    return DPS_OK;
+}
+
+static dps_status run_predict(cli_args *a, predict_inputs *in)
+{
+    DPS_TRY(load_inputs(a, in));
+    predict_row *rows = calloc((size_t)(in->nw * MODE_COUNT * a->sweep_ngpus_n), sizeof *rows);
+    if (!rows) return dps_fail(DPS_ERR_RUNTIME, "out of host memory");
+    int n = 0;
+    char dir[2 * DPS_PATH_MAX], name[2 * DPS_NAME_MAX + 8];
+    dps_status rc = predict_all(a, in, rows, &n);
+    snprintf(name, sizeof name, "%s-on-%s", in->nw == 1 ? in->w[0].name : "measured", in->m.name);
+    if (!rc && (a->out_set || a->name_set)) rc = out_folder(a, name, dir, sizeof dir);
+    if (!rc && (a->out_set || a->name_set)) rc = predict_write_csv(dir, &in->m, &in->c, rows, n);
+    if (!rc && (a->out_set || a->name_set)) printf("# predictions.csv in %s\n", dir);
+    free(rows);
+    return rc;
+}
+
+static dps_status run_calibrate(cli_args *a, predict_inputs *in)
+{
+    char dir[2 * DPS_PATH_MAX], name[DPS_NAME_MAX], path[2 * DPS_PATH_MAX + 32];
+    const char *base = strrchr(a->calibrate_dir, '/');
+    snprintf(name, sizeof name, "calibration-%.100s", base && base[1] ? base + 1 : a->calibrate_dir);
+    if (a->machine_path[0]) DPS_TRY(predict_machine_load(a->machine_path, &in->m));
+    else DPS_TRY(predict_from_machine(a->calibrate_dir, 25.0, &in->m));
+    DPS_TRY(out_folder(a, name, dir, sizeof dir));
+    snprintf(path, sizeof path, "%s/calibration.txt", dir);
+    printf("# dpscale predict --calibrate %s: constants fitted on machine %s\n", a->calibrate_dir,
+           in->m.name);
+    DPS_TRY(predict_calibrate(a->calibrate_dir, &in->m, path, stdout, &in->c));
+    printf("# calibration in %s (use: dpscale predict --calibration %s ...)\n", path, path);
     return DPS_OK;
 }
 
 int cmd_predict(cli_args *a)
 {
-    predict_machine m;
-    predict_workload w;
-    predict_split s;
-    predict_consts c;
-    predict_consts_default(&c);
-    if (check_args(a) || predict_machine_load(a->machine_path, &m) ||
-        predict_workload_load(a->workload_path, &w) || predict_split_step(&m, &w, &s))
-        return usage_error();
-    dps_mode modes[MODE_COUNT] = {MODE_DP, MODE_DDP};
-    int nmodes = a->sweep_modes_n ? a->sweep_modes_n : MODE_COUNT;
-    if (a->sweep_modes_n) memcpy(modes, a->sweep_modes, sizeof modes);
-    predict_row *rows = calloc((size_t)(nmodes * a->sweep_ngpus_n), sizeof *rows);
-    if (!rows) {
-        fprintf(stderr, "dpscale: out of host memory\n");
-        return 1;
-    }
-    int n = 0;
-    for (int g = 0; g < a->sweep_ngpus_n; g++)
-        for (int k = 0; k < nmodes; k++)
-            predict_config(&m, &w, &s, &c, modes[k], a->sweep_ngpus[g], &rows[n++]);
-    predict_print(stdout, &m, &w, rows, n);
-    dps_status rc = a->out_set || a->name_set ? write_folder(a, &m, &w, &c, rows, n) : DPS_OK;
-    free(rows);
-    if (rc == DPS_ERR_USAGE) return usage_error();
+    predict_inputs in = {0};
+    dps_status rc = check_args(a);
+    if (!rc) rc = a->calibrate_dir[0] ? run_calibrate(a, &in) : run_predict(a, &in);
+    predict_from_free(in.w, in.nw);
     if (rc) fprintf(stderr, "dpscale: %s\n", dps_errmsg());
-    return rc ? 1 : 0;
+    return rc == DPS_ERR_USAGE ? 2 : rc ? 1 : 0;
 }

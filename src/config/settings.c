@@ -34,13 +34,13 @@ const settings_entry settings_table[SET_COUNT] = {
         .cli_max = MODE_COUNT, .suite_max = MODE_COUNT, DEFAULT_INT(MODE_DP),
         .help = "dp = DataParallel, ddp = DistributedDataParallel; sweep: a list, both if not given"},
     [SET_GPUS] = {
-        .cmds = TRAIN | SETTINGS_COMM_BENCH | SETTINGS_LINKS | SETTINGS_PREDICT,
-        .list_cmds = SETTINGS_SWEEP | SETTINGS_COMM_BENCH | SETTINGS_PREDICT,
+        .cmds = TRAIN | SETTINGS_COMM_BENCH | SETTINGS_LINKS,
+        .list_cmds = SETTINGS_SWEEP | SETTINGS_COMM_BENCH,
         .flag = "gpus", .key = "gpus", .type = SETTINGS_INT, .lo = 1, .hi = DPS_MAX_DEVICES,
         .cli_max = SETTINGS_MAX_LIST, .suite_max = SETTINGS_MAX_LIST, DEFAULT_INT(1),
         .metavar = "N",
         .help = "number of devices; sweep: a list, 1,2,4,... up to the devices if not given; "
-                "comm-bench: rank counts, 2,4 if not given; predict: device counts, required"},
+                "comm-bench: rank counts, 2,4 if not given"},
     [SET_DEVICES] = {
         .cmds = TRAIN, .list_cmds = TRAIN,
         .flag = "devices", .type = SETTINGS_INT, .lo = 0, .hi = DPS_MAX_DEVICES - 1,
@@ -267,6 +267,24 @@ const settings_entry settings_table[SET_COUNT] = {
         .flag = "workload", .type = SETTINGS_TEXT, .hi = DPS_PATH_MAX - 1, .metavar = "FILE",
         .help = "the workload predicted: parameters, one device's step time, batch, bytes per "
                 "sample (key = value lines, bench/predict/*.workload)"},
+    [SET_FROM] = {
+        .cmds = SETTINGS_PREDICT,
+        .flag = "from", .type = SETTINGS_TEXT, .hi = DPS_PATH_MAX - 1, .metavar = "DIR",
+        .help = "predict from a results folder: a workload per series with a one-device run; "
+                "the machine from its links.csv and allreduce.csv unless --machine is given"},
+    [SET_CALIBRATE] = {
+        .cmds = SETTINGS_PREDICT,
+        .flag = "calibrate", .type = SETTINGS_TEXT, .hi = DPS_PATH_MAX - 1, .metavar = "DIR",
+        .help = "fit the model's constants to a results folder's runs on 1 and more devices; "
+                "writes OUT/NAME/calibration.txt"},
+    [SET_CALIBRATION] = {
+        .cmds = SETTINGS_PREDICT,
+        .flag = "calibration", .type = SETTINGS_TEXT, .hi = DPS_PATH_MAX - 1, .metavar = "FILE",
+        .help = "the constants --calibrate wrote (default: uncalibrated, see README)"},
+    [SET_PREDICT_GPUS] = {
+        .cmds = SETTINGS_PREDICT, .list_cmds = SETTINGS_PREDICT,
+        .flag = "gpus", .type = SETTINGS_INT, .lo = 1, .hi = 1 << 20, .cli_max = SETTINGS_MAX_LIST,
+        .metavar = "LIST", .help = "predict: the device counts, e.g. 1,8,64,256"},
     [SET_MODES] = {
         .cmds = SETTINGS_PREDICT, .list_cmds = SETTINGS_PREDICT,
         .flag = "modes", .type = SETTINGS_WORD, WORDS(dps_mode_names), .cli_max = MODE_COUNT,

@@ -9,11 +9,12 @@
 
 #include "run/keyfile.h"
 #include "run/predict_input.h"
+#include "run/tensor_list.h"
 #include "core/util.h"
 
 const char *const predict_link_names[PLINK_COUNT] = {"nvlink", "pcie", "host"};
 
-typedef enum key_type { K_TEXT, K_INT, K_NUM, K_WORD, K_CHOICE } key_type;
+typedef enum key_type { K_TEXT, K_INT, K_NUM, K_WORD, K_CHOICE, K_TENSORS } key_type;
 
 typedef struct key_spec {
     const char *key;
@@ -50,11 +51,13 @@ static const key_spec machine_keys[] = {
 static const key_spec workload_keys[] = {
     {"name", K_TEXT, 0, DPS_NAME_MAX - 1, 0, W(name), NULL, 0, "characters"},
     {"params", K_NUM, 0, 1e15, 0, W(params), NULL, 0, "parameters"},
+    {"tensor_params", K_TENSORS, 0, 0, 0, W(tensors), NULL, 0, "elements"},
     {"bytes_per_grad", K_CHOICE, 0, 0, 0, W(bytes_per_grad), WORDS(grad_bytes_words), NULL},
     {"step_ms_1gpu", K_NUM, 0, 1e9, 0, W(step_ms_1gpu), NULL, 0, "ms"},
     {"forward_ms", K_NUM, 0, 1e9, 0, W(forward_ms), NULL, 0, "ms"},
     {"backward_ms", K_NUM, 0, 1e9, 0, W(backward_ms), NULL, 0, "ms"},
     {"optimizer_ms", K_NUM, 0, 1e9, 1, W(optimizer_ms), NULL, 0, "ms"},
+    {"load_ms", K_NUM, 0, 1e9, 1, W(load_ms), NULL, 0, "ms"},
     {"batch_per_gpu", K_INT, 1, 1 << 24, 0, W(batch_per_gpu), NULL, 0, "samples"},
     {"input_bytes_per_sample", K_NUM, 0, 1e15, 1, W(input_bytes_per_sample), NULL, 0, "bytes"},
     {"output_bytes_per_sample", K_NUM, 0, 1e15, 1, W(output_bytes_per_sample), NULL, 0, "bytes"},
@@ -65,7 +68,7 @@ static const key_spec workload_keys[] = {
     {"first_bucket_mb", K_NUM, 0, 65536, 0, W(first_bucket_mb), NULL, 0, "MiB"},
 };
 
-#define MAX_KEYS 16
+#define MAX_KEYS 20
 
 typedef struct parse_ctx {
     const key_spec *keys;
@@ -116,6 +119,16 @@ static dps_status number_value(const key_spec *s, char *dst, const char *path, i
     return DPS_OK;
 }
 
+static dps_status tensors_value(char *obj, const char *path, int line, const char *val)
+{
+    predict_workload *w = (predict_workload *)obj;
+    char why[160];
+    if (tensor_list_parse(val, &w->tensors, &w->ntensors, why, sizeof why))
+        return keyfile_fail(path, line, "tensor_params: %s (expected element counts in "
+                            "model.parameters() order, e.g. 768, 12 x (2304, 768))", why);
+    return DPS_OK;
+}
+
 static dps_status set_key(void *ctx, const char *path, int line, const char *key, const char *val)
 {
     parse_ctx *p = ctx;
@@ -128,6 +141,7 @@ static dps_status set_key(void *ctx, const char *path, int line, const char *key
     const key_spec *s = &p->keys[i];
     char *dst = p->obj + s->off;
     if (s->type == K_WORD || s->type == K_CHOICE) return word_value(s, dst, path, line, val);
+    if (s->type == K_TENSORS) return tensors_value(p->obj, path, line, val);
     if (s->type != K_TEXT) return number_value(s, dst, path, line, val);
     if (strlen(val) > (size_t)s->hi || !dps_utf8_valid(val))
         return keyfile_fail(path, line, "%s: expected text of at most %.0f characters", key, s->hi);
@@ -184,21 +198,54 @@ dps_status predict_machine_load(const char *path, predict_machine *m)
     return DPS_OK;
 }
 
-dps_status predict_workload_load(const char *path, predict_workload *w)
+void predict_workload_defaults(predict_workload *w)
 {
-    parse_ctx p;
     *w = (predict_workload){.bytes_per_grad = 4, .forward_ms = -1, .backward_ms = -1,
-                            .optimizer_ms = -1, .batch_per_gpu = 1, .optimizer = OPT_SGD,
-                            .bucket_mb = 25.0, .first_bucket_mb = 1.0}; /* DDP's defaults */
-    DPS_TRY(load(path, "workload file", workload_keys,
-                 (int)(sizeof workload_keys / sizeof workload_keys[0]), w, &p));
+                            .optimizer_ms = -1, .load_ms = -1, .batch_per_gpu = 1,
+                            .optimizer = OPT_SGD, .bucket_mb = 25.0,
+                            .first_bucket_mb = 1.0}; /* DDP's defaults */
+}
+
+void predict_workload_free(predict_workload *w)
+{
+    free(w->tensors);
+    w->tensors = NULL;
+    w->ntensors = 0;
+}
+
+/* params from the tensors when only they are given; both must agree. */
+static dps_status tensors_agree(const char *path, const parse_ctx *p, predict_workload *w)
+{
+    double sum = 0;
+    for (int i = 0; i < w->ntensors; i++) sum += (double)w->tensors[i];
+    if (w->params <= 0) w->params = sum;
+    if (w->params == sum) return DPS_OK;
+    int line = p->line_of[2]; /* tensor_params */
+    return keyfile_fail(path, line, "tensor_params add up to %.0f parameters, params = %.0f "
+                        "(give one, or make them agree)", sum, w->params);
+}
+
+static dps_status workload_checks(const char *path, const parse_ctx *p, predict_workload *w)
+{
     if (!w->name[0]) name_from_path(path, w->name, sizeof w->name);
+    if (w->ntensors) DPS_TRY(tensors_agree(path, p, w));
     if (w->params <= 0) return missing(path, "params", " (the parameter count)");
     if (w->step_ms_1gpu <= 0) return missing(path, "step_ms_1gpu", " (one device's step, ms)");
     double given = (w->forward_ms > 0 ? w->forward_ms : 0) + (w->backward_ms > 0 ? w->backward_ms : 0) +
-                   (w->optimizer_ms > 0 ? w->optimizer_ms : 0);
+                   (w->optimizer_ms > 0 ? w->optimizer_ms : 0) + (w->load_ms > 0 ? w->load_ms : 0);
     if (given > w->step_ms_1gpu)
-        return dps_fail(DPS_ERR_USAGE, "%s: forward_ms + backward_ms + optimizer_ms = %g ms, more "
-                        "than step_ms_1gpu = %g ms", path, given, w->step_ms_1gpu);
+        return dps_fail(DPS_ERR_USAGE, "%s: load_ms + forward_ms + backward_ms + optimizer_ms = %g "
+                        "ms, more than step_ms_1gpu = %g ms", path, given, w->step_ms_1gpu);
     return DPS_OK;
+}
+
+dps_status predict_workload_load(const char *path, predict_workload *w)
+{
+    parse_ctx p;
+    predict_workload_defaults(w);
+    dps_status rc = load(path, "workload file", workload_keys,
+                         (int)(sizeof workload_keys / sizeof workload_keys[0]), w, &p);
+    if (!rc) rc = workload_checks(path, &p, w);
+    if (rc) predict_workload_free(w);
+    return rc;
 }

@@ -9,6 +9,7 @@
 #ifndef DPS_PREDICT_INPUT_H
 #define DPS_PREDICT_INPUT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "config/config.h"
@@ -35,10 +36,14 @@ typedef struct predict_workload {
     char name[DPS_NAME_MAX];     /* default: the file's name */
     char source[DPS_NAME_MAX];   /* --from: the measured configuration's id; "" from a file */
     char model[DPS_NAME_MAX];    /* --from: the measured model; from a file: name */
-    double params;               /* required: parameter count */
+    double params;               /* required (or the tensors' sum): parameter count */
+    size_t *tensors;             /* tensor_params: element counts in model.parameters()
+                                  * order (owned; predict_workload_free); NULL: equal pieces */
+    int ntensors;
     int bytes_per_grad;          /* 4 or 2; default 4 */
     double step_ms_1gpu;         /* required: one device, no strategy */
     double forward_ms, backward_ms, optimizer_ms; /* < 0: not given */
+    double load_ms;              /* host-to-device input per step; < 0: from the input bytes */
     int batch_per_gpu;           /* default 1 */
     double input_bytes_per_sample, output_bytes_per_sample, activation_bytes_per_sample;
     dps_optimizer optimizer;     /* default sgd (momentum: one state tensor) */
@@ -47,5 +52,8 @@ typedef struct predict_workload {
 
 dps_status predict_machine_load(const char *path, predict_machine *m) DPS_MUST_USE;
 dps_status predict_workload_load(const char *path, predict_workload *w) DPS_MUST_USE;
+void predict_workload_free(predict_workload *w);
+/* A workload's defaults, as a file without optional keys gets them. */
+void predict_workload_defaults(predict_workload *w);
 
 #endif

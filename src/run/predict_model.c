@@ -23,6 +23,10 @@ void predict_consts_default(predict_consts *c)
         /* Uncalibrated: 0 until --calibrate fits it from dpscale's measured runs. */
         .bucket_overhead_us = 0.0,
         .sync_ms = 0.0,
+        .dp_sync_ms = 0.0,
+        /* GPUs do not share their compute: 0 until --calibrate fits it (the
+         * host backend's emulated devices share the CPU's memory) */
+        .compute_scale = 0.0,
     };
 }
 
@@ -43,7 +47,8 @@ static double optimizer_bytes(const predict_workload *w)
 dps_status predict_split_step(const predict_machine *m, const predict_workload *w,
                               predict_split *s)
 {
-    s->load_ms = ms_of(w->batch_per_gpu * w->input_bytes_per_sample, m->h2d_gbps);
+    s->load_ms = w->load_ms >= 0 ? w->load_ms
+                                 : ms_of(w->batch_per_gpu * w->input_bytes_per_sample, m->h2d_gbps);
     s->optimizer_ms = w->optimizer_ms >= 0 ? w->optimizer_ms : ms_of(optimizer_bytes(w), m->mem_gbps);
     double rest = w->step_ms_1gpu - s->load_ms - s->optimizer_ms;
     int f = w->forward_ms > 0, b = w->backward_ms > 0;
@@ -78,24 +83,40 @@ double predict_allreduce_ms(double bytes, int n, int nodes, const predict_machin
     return steps / n * ms_of(bytes, predict_busbw_gbps(m, nodes, c)) + lat / 1000.0;
 }
 
-#define PIECES 4096 /* the parameters as this many equal pieces: buckets within 1/4096 */
+#define PIECES 4096 /* without tensor_params: this many equal pieces, buckets within 1/4096 */
+
+/* The tensors' element counts in model order: tensor_params, or the
+ * parameters cut into equal pieces. Returns the count, or -1. */
+static int tensor_counts(const predict_workload *w, size_t **counts)
+{
+    if (w->ntensors) {
+        *counts = malloc((size_t)w->ntensors * sizeof **counts);
+        if (*counts) memcpy(*counts, w->tensors, (size_t)w->ntensors * sizeof **counts);
+        return *counts ? w->ntensors : -1;
+    }
+    size_t total = (size_t)llround(w->params);
+    int np = total < PIECES ? (int)total : PIECES;
+    *counts = malloc((size_t)np * sizeof **counts);
+    if (!*counts) return -1;
+    for (int i = 0; i < np; i++) (*counts)[i] = total / np + ((size_t)i < total % np);
+    return np;
+}
 
 int predict_buckets(const predict_workload *w, double *bytes, double *ready, int max)
 {
-    size_t total = (size_t)llround(w->params);
-    int np = total < PIECES ? (int)total : PIECES;
-    size_t *counts = malloc((size_t)np * sizeof *counts);
+    size_t *counts = NULL, total = 0;
+    int np = tensor_counts(w, &counts);
     bucket *bk = malloc((size_t)max * sizeof *bk);
     int nb = -1;
-    if (counts && bk) {
-        for (int i = 0; i < np; i++) counts[i] = total / np + ((size_t)i < total % np);
+    for (int i = 0; i < np; i++) total += counts[i];
+    if (np > 0 && bk)
         nb = bucket_assign(counts, np, (size_t)w->bytes_per_grad, (size_t)(w->first_bucket_mb * MIB),
                            (size_t)(w->bucket_mb * MIB), bk, max);
-    }
     for (int i = 0; i < nb; i++) {
         bytes[i] = (double)(bk[i].hi - bk[i].lo) * w->bytes_per_grad;
         /* backward runs from the last parameter to the first, at a pace
-         * proportional to the parameters it has passed */
+         * proportional to the parameters it has passed; a bucket is ready
+         * once its first (lowest) tensor's gradient is */
         ready[i] = (double)(total - bk[i].lo) / (double)total;
     }
     free(counts);
@@ -116,10 +137,22 @@ double predict_overlap_end(const double *ready, const double *ar_ms, int nb, dou
     return end;
 }
 
+/* Forward and backward of one of n devices training at once. */
+static predict_split scaled_split(const predict_machine *m, const predict_split *s,
+                                  const predict_consts *c, int n)
+{
+    predict_split t = *s;
+    int together = n < m->gpus_per_node ? n : m->gpus_per_node;
+    double f = 1.0 + c->compute_scale * (together - 1);
+    t.forward_ms *= f;
+    t.backward_ms *= f;
+    return t;
+}
+
 static void finish_row(const predict_workload *w, const predict_consts *c, double step_1,
                        predict_row *r)
 {
-    r->sync_ms = r->ngpus > 1 ? c->sync_ms : 0.0;
+    r->sync_ms = r->ngpus < 2 ? 0.0 : r->mode == MODE_DP ? c->dp_sync_ms : c->sync_ms;
     r->step_ms += r->sync_ms;
     r->samples_per_s = r->ngpus * w->batch_per_gpu * 1000.0 / r->step_ms;
     r->efficiency = step_1 / r->step_ms; /* weak scaling: per-device throughput against one device's */
@@ -239,13 +272,15 @@ void predict_config(const predict_machine *m, const predict_workload *w, const p
                     const predict_consts *c, dps_mode mode, int n, predict_row *r)
 {
     memset(r, 0, sizeof *r);
+    r->w = w;
     r->mode = mode;
     r->ngpus = n;
     r->batch_per_gpu = w->batch_per_gpu;
     r->nodes = (n + m->gpus_per_node - 1) / m->gpus_per_node;
     if (refuse(m, mode, r)) return;
-    if (mode == MODE_DDP) predict_ddp(m, w, s, c, r);
-    else predict_dp(m, w, s, c, r);
+    predict_split t = scaled_split(m, s, c, n);
+    if (mode == MODE_DDP) predict_ddp(m, w, &t, c, r);
+    else predict_dp(m, w, &t, c, r);
     finish_row(w, c, w->step_ms_1gpu, r);
     predict_memory(w, mode, n, &r->gpu0_mem_bytes, &r->other_mem_bytes);
     forecast_oom(m, r);

@@ -12,7 +12,10 @@ typedef struct predict_consts {
     double bus_eff;            /* fraction of intra_busbw_gbps / inter_gbps an all-reduce reaches */
     double base_latency_us;    /* per collective call */
     double bucket_overhead_us; /* per DDP bucket beyond the collective (hook, launch) */
-    double sync_ms;            /* per step: the end-of-step synchronisation */
+    double sync_ms;            /* ddp, per step: the end-of-step synchronisation */
+    double dp_sync_ms;         /* dp, per step: starting and joining the replicas' threads */
+    double compute_scale;      /* forward and backward slow by this fraction per other device
+                                * of the node training at once (shared memory bandwidth) */
 } predict_consts;
 
 void predict_consts_default(predict_consts *c);
@@ -58,6 +61,7 @@ extern const char *const predict_status_names[3]; /* as runs.csv: ok, oom, skipp
 
 /* One predicted configuration. */
 typedef struct predict_row {
+    const predict_workload *w;    /* the workload predicted */
     dps_mode mode;
     int ngpus, nodes, batch_per_gpu;
     predict_status status;

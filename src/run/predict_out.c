@@ -8,7 +8,7 @@
 #include "core/csv.h"
 
 #define NHEAD 15
-#define NCOLS (NHEAD + PH_COUNT + 10)
+#define NCOLS (NHEAD + PH_COUNT + 12)
 
 /* machine, workload, the series plot.py matches (model, precision,
  * optimizer), source .. efficiency, <phase>_ms, memory, the model's terms and constants */
@@ -19,7 +19,7 @@ static void columns(const char **cols)
         "step_ms", "samples_per_s", "efficiency"};
     static const char *const tail[] = {"gpu0_mem_bytes", "other_mem_bytes", "nbuckets",
         "busbw_gbps", "allreduce_end_ms", "bucket_copy_ms", "sync_ms", "bus_eff",
-        "base_latency_us", "bucket_overhead_us"};
+        "base_latency_us", "bucket_overhead_us", "dp_sync_ms", "compute_scale"};
     static char phase[PH_COUNT][48];
     int k = 0;
     for (int i = 0; i < NHEAD; i++) cols[k++] = head[i];
@@ -27,12 +27,13 @@ static void columns(const char **cols)
         snprintf(phase[p], sizeof phase[p], "%s_ms", dps_phase_names[p]);
         cols[k++] = phase[p];
     }
-    for (int i = 0; i < 10; i++) cols[k++] = tail[i];
+    for (int i = 0; i < 12; i++) cols[k++] = tail[i];
 }
 
-static void row(csv_buf *b, const predict_machine *m, const predict_workload *w,
-                const predict_consts *c, const predict_row *r)
+static void row(csv_buf *b, const predict_machine *m, const predict_consts *c,
+                const predict_row *r)
 {
+    const predict_workload *w = r->w;
     int ok = r->status != PRED_SKIPPED;
     csv_str(b, m->name);
     csv_str(b, w->name);
@@ -65,11 +66,13 @@ static void row(csv_buf *b, const predict_machine *m, const predict_workload *w,
     csv_num(b, c->bus_eff, 4);
     csv_num(b, c->base_latency_us, 3);
     csv_num(b, c->bucket_overhead_us, 3);
+    csv_num(b, c->dp_sync_ms, 4);
+    csv_num(b, c->compute_scale, 4);
     csv_end_row(b);
 }
 
-dps_status predict_write_csv(const char *dir, const predict_machine *m, const predict_workload *w,
-                             const predict_consts *c, const predict_row *rows, int n)
+dps_status predict_write_csv(const char *dir, const predict_machine *m, const predict_consts *c,
+                             const predict_row *rows, int n)
 {
     const char *cols[NCOLS];
     columns(cols);
@@ -77,7 +80,7 @@ dps_status predict_write_csv(const char *dir, const predict_machine *m, const pr
     csv_init(&b);
     csv_header(&b, cols, NCOLS);
     csv_end_row(&b);
-    for (int i = 0; i < n; i++) row(&b, m, w, c, &rows[i]);
+    for (int i = 0; i < n; i++) row(&b, m, c, &rows[i]);
     char path[DPS_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/predictions.csv", dir);
     dps_status rc = csv_replace(path, &b);

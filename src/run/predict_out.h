@@ -8,10 +8,12 @@
 
 #include "run/predict_model.h"
 
-/* dir/predictions.csv, replacing a file of that name. */
-dps_status predict_write_csv(const char *dir, const predict_machine *m, const predict_workload *w,
-                             const predict_consts *c, const predict_row *rows, int n) DPS_MUST_USE;
+/* dir/predictions.csv, replacing a file of that name; each row names its
+ * workload. */
+dps_status predict_write_csv(const char *dir, const predict_machine *m, const predict_consts *c,
+                             const predict_row *rows, int n) DPS_MUST_USE;
 
+/* The table of rows, all of workload w. */
 void predict_print(FILE *f, const predict_machine *m, const predict_workload *w,
                    const predict_row *rows, int n);
 

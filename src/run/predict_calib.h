@@ -1,0 +1,25 @@
+/* The predictor's fitted constants (predict_consts): `predict --calibrate
+ * DIR` fits them to the measured runs of a results folder and writes a
+ * calibration file (key = value lines, the fit's evidence in comments);
+ * `--calibration FILE` reads one. */
+#ifndef DPS_PREDICT_CALIB_H
+#define DPS_PREDICT_CALIB_H
+
+#include <stdio.h>
+
+#include "run/predict_from.h"
+#include "run/predict_model.h"
+
+/* Fits c (from its defaults) to the measured rows of several devices of
+ * dir, predicted from the folder's one-device profiles on machine m:
+ * compute_scale from their forward against one device's, bus_eff from the
+ * bus bandwidth ddp reached against m's, then sync_ms (dp's median
+ * residual) and bucket_overhead_us (ddp's, per bucket). Writes the file to
+ * path and a table of the fit to report. */
+dps_status predict_calibrate(const char *dir, const predict_machine *m, const char *path,
+                             FILE *report, predict_consts *c) DPS_MUST_USE;
+
+/* A calibration file into c (keys absent keep c's values). */
+dps_status predict_consts_load(const char *path, predict_consts *c) DPS_MUST_USE;
+
+#endif

@@ -1,0 +1,280 @@
+/* `predict --from` (see predict_from.h): runs.csv's one-device rows, their
+ * phases, memory and model; links.csv, allreduce.csv and devices.csv. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "run/predict_from.h"
+#include "core/csv_table.h"
+#include "core/util.h"
+#include "model/bucket.h"
+
+#define CELL CSV_TABLE_CELL
+
+static dps_status open_table(const char *dir, const char *file, const char *hint, csv_table *t)
+{
+    char path[DPS_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    return csv_table_load(path, hint, t);
+}
+
+/* runs.csv's columns the workloads need, looked up once. */
+enum { R_ID, R_STATUS, R_MODE, R_NGPUS, R_MODEL, R_LAYERS, R_WIDTH, R_TOKENS, R_CLASSES,
+       R_PARAMS, R_PRECISION, R_OPTIMIZER, R_BATCH, R_SCALING, R_BUCKET, R_STEP, R_BUSBW,
+       R_NCOLS };
+static const char *const run_cols[R_NCOLS] = {"config_id", "status", "mode", "ngpus", "model",
+    "layers", "width", "tokens", "classes", "params", "precision", "optimizer", "batch_per_gpu",
+    "scaling", "bucket_mb", "step_ms_median", "busbw_gbps"};
+
+typedef struct runs_view {
+    csv_table t;
+    int col[R_NCOLS];
+} runs_view;
+
+static const char *cell(const runs_view *v, int r, int c, char *buf)
+{
+    return csv_table_cell(&v->t, r, v->col[c], buf, CELL);
+}
+
+/* A weak-scaling one-device ok row: the profile of its series. */
+static int is_profile(const runs_view *v, int r)
+{
+    char a[CELL], b[CELL], c[CELL];
+    return strcmp(cell(v, r, R_STATUS, a), "ok") == 0 && strcmp(cell(v, r, R_NGPUS, b), "1") == 0 &&
+           strcmp(cell(v, r, R_SCALING, c), "strong") != 0;
+}
+
+/* Rows r and q train the same series (model, shape, precision, optimizer, batch). */
+static int same_series(const runs_view *v, int r, int q)
+{
+    static const int keys[] = {R_MODEL, R_LAYERS, R_WIDTH, R_TOKENS, R_CLASSES, R_PRECISION,
+                               R_OPTIMIZER, R_BATCH};
+    char a[CELL], b[CELL];
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
+        if (strcmp(cell(v, r, keys[k], a), cell(v, q, keys[k], b)) != 0) return 0;
+    return 1;
+}
+
+/* The sum over rows of file whose config_id is id of column `value`, where
+ * column `match` (when given) equals `want`; *count (when given) the rows. */
+static dps_status sum_rows_n(const csv_table *t, const char *id, const char *match,
+                             const char *want, const char *value, double *sum, int *count)
+{
+    int ci, cm = -1, cv;
+    char a[CELL], b[CELL];
+    DPS_TRY(csv_table_col(t, "config_id", &ci));
+    DPS_TRY(csv_table_col(t, value, &cv));
+    if (match) DPS_TRY(csv_table_col(t, match, &cm));
+    *sum = 0;
+    for (int r = 0; r < t->nrows; r++) {
+        if (strcmp(csv_table_cell(t, r, ci, a, CELL), id) != 0) continue;
+        if (match && strcmp(csv_table_cell(t, r, cm, b, CELL), want) != 0) continue;
+        double x;
+        DPS_TRY(csv_table_num(t, r, cv, 1, 0.0, &x));
+        *sum += x;
+        if (count) (*count)++;
+    }
+    return DPS_OK;
+}
+
+static dps_status sum_rows(const csv_table *t, const char *id, const char *match, const char *want,
+                           const char *value, double *sum)
+{
+    return sum_rows_n(t, id, match, want, value, sum, NULL);
+}
+
+/* Phase medians (phases.csv) into the workload's split: the rest of the
+ * step's median (time between the phases) counts as forward; phases whose
+ * medians add up to more than the step's are scaled down to it. */
+static dps_status phase_medians(const csv_table *ph, const char *id, double step, predict_workload *w)
+{
+    static const char *const fwd[] = {"replicate", "scatter", "forward", "gather", "loss"};
+    double x, in_bytes;
+    w->forward_ms = 0;
+    for (size_t k = 0; k < sizeof fwd / sizeof fwd[0]; k++) {
+        DPS_TRY(sum_rows(ph, id, "phase", fwd[k], "median_ms", &x));
+        w->forward_ms += x;
+    }
+    DPS_TRY(sum_rows(ph, id, "phase", "load", "median_ms", &w->load_ms));
+    DPS_TRY(sum_rows(ph, id, "phase", "backward", "median_ms", &w->backward_ms));
+    DPS_TRY(sum_rows(ph, id, "phase", "optimizer", "median_ms", &w->optimizer_ms));
+    DPS_TRY(sum_rows(ph, id, "phase", "load", "bytes_per_step", &in_bytes));
+    double sum = w->load_ms + w->forward_ms + w->backward_ms + w->optimizer_ms;
+    if (step > sum) w->forward_ms += step - sum;
+    double k = step < sum && sum > 0 ? step / sum : 1.0;
+    w->load_ms *= k, w->forward_ms *= k, w->backward_ms *= k, w->optimizer_ms *= k;
+    w->step_ms_1gpu = w->load_ms + w->forward_ms + w->backward_ms + w->optimizer_ms;
+    w->input_bytes_per_sample = in_bytes / w->batch_per_gpu;
+    if (w->forward_ms > 0 && w->backward_ms > 0) return DPS_OK;
+    return dps_fail(DPS_ERR_USAGE, "%s: configuration %s has no forward or backward time (run it "
+                    "again)", ph->path, id);
+}
+
+static int int_cell(const runs_view *v, int r, int c)
+{
+    char a[CELL];
+    return atoi(cell(v, r, c, a));
+}
+
+/* The model's tensors, as the run's DDP bucketed them (bucket_model_params). */
+static dps_status model_tensors(const runs_view *v, int r, predict_workload *w)
+{
+    model_shape s = {int_cell(v, r, R_LAYERS), int_cell(v, r, R_WIDTH), int_cell(v, r, R_TOKENS),
+                     int_cell(v, r, R_CLASSES)};
+    w->tensors = malloc((2 * BUCKET_MAX_LAYERS + 2) * sizeof *w->tensors);
+    if (!w->tensors) return dps_fail(DPS_ERR_RUNTIME, "out of host memory");
+    w->ntensors = bucket_model_params(s, w->tensors, 2 * BUCKET_MAX_LAYERS + 2);
+    w->params = (double)model_param_count(s);
+    w->output_bytes_per_sample = 4.0 * s.tokens * s.classes; /* fp32 logits */
+    return DPS_OK;
+}
+
+/* What the run said of itself: its name, optimizer, batch and bucket cap. */
+static dps_status run_facts(const runs_view *v, int r, predict_workload *w)
+{
+    char model[CELL], prec[CELL], opt[CELL], b[CELL];
+    cell(v, r, R_MODEL, model);
+    cell(v, r, R_PRECISION, prec);
+    cell(v, r, R_OPTIMIZER, opt);
+    w->batch_per_gpu = int_cell(v, r, R_BATCH);
+    snprintf(w->name, sizeof w->name, "%.40s-%.8s-%.8s-b%d", model, prec, opt, w->batch_per_gpu);
+    dps_strlcpy(w->model, model, sizeof w->model);
+    cell(v, r, R_ID, w->source);
+    w->optimizer = strcmp(opt, "adamw") == 0 ? OPT_ADAMW : OPT_SGD;
+    if (dps_parse_f64(cell(v, r, R_BUCKET, b), &w->bucket_mb) || w->bucket_mb <= 0)
+        w->bucket_mb = 25.0;
+    if (w->batch_per_gpu > 0 && int_cell(v, r, R_LAYERS) >= 0 && int_cell(v, r, R_WIDTH) > 0)
+        return DPS_OK;
+    return dps_fail(DPS_ERR_USAGE, "%s: configuration %s: no batch or shape (run it again)",
+                    v->t.path, w->source);
+}
+
+/* The profile of row r: dp's one-device row when the series has one (no
+ * strategy at all), else ddp's. */
+static int profile_row(const runs_view *v, int r)
+{
+    char a[CELL];
+    for (int q = 0; q < v->t.nrows; q++)
+        if (is_profile(v, q) && same_series(v, r, q) && strcmp(cell(v, q, R_MODE, a), "dp") == 0)
+            return q;
+    return r;
+}
+
+static dps_status one_workload(const char *dir, const runs_view *v, int r, predict_workload *w)
+{
+    csv_table ph, mem;
+    double step, act = 0;
+    predict_workload_defaults(w);
+    DPS_TRY(run_facts(v, r, w));
+    DPS_TRY(model_tensors(v, r, w));
+    DPS_TRY(csv_table_num(&v->t, r, v->col[R_STEP], 0, 0, &step));
+    DPS_TRY(open_table(dir, "phases.csv", "dpscale run or sweep writes it", &ph));
+    dps_status rc = phase_medians(&ph, w->source, step, w);
+    csv_table_free(&ph);
+    DPS_TRY(rc);
+    if (open_table(dir, "memory.csv", "", &mem) == DPS_OK) {
+        rc = sum_rows(&mem, w->source, "kind", "activations", "bytes_at_peak", &act);
+        csv_table_free(&mem);
+        DPS_TRY(rc);
+    }
+    w->activation_bytes_per_sample = act / w->batch_per_gpu;
+    return DPS_OK;
+}
+
+static dps_status open_runs(const char *dir, runs_view *v)
+{
+    DPS_TRY(open_table(dir, "runs.csv", "not a results folder: dpscale run or sweep writes it", &v->t));
+    for (int c = 0; c < R_NCOLS; c++) {
+        dps_status rc = csv_table_col(&v->t, run_cols[c], &v->col[c]);
+        if (rc) {
+            csv_table_free(&v->t);
+            return rc;
+        }
+    }
+    return DPS_OK;
+}
+
+/* Each series once: its first weak-scaling one-device row. */
+static int first_of_series(const runs_view *v, int r)
+{
+    for (int q = 0; q < r; q++)
+        if (is_profile(v, q) && same_series(v, r, q)) return 0;
+    return is_profile(v, r);
+}
+
+dps_status predict_from_workloads(const char *dir, predict_workload **w, int *nw)
+{
+    runs_view v;
+    DPS_TRY(open_runs(dir, &v));
+    *w = calloc((size_t)v.t.nrows + 1, sizeof **w);
+    *nw = 0;
+    dps_status rc = *w ? DPS_OK : dps_fail(DPS_ERR_RUNTIME, "out of host memory");
+    for (int r = 0; !rc && r < v.t.nrows; r++)
+        if (first_of_series(&v, r)) rc = one_workload(dir, &v, profile_row(&v, r), &(*w)[(*nw)++]);
+    if (!rc && !*nw)
+        rc = dps_fail(DPS_ERR_USAGE, "%s: no one-device configuration with status ok (run `dpscale "
+                      "run --gpus 1 --out %s ...` into it first)", v.t.path, dir);
+    csv_table_free(&v.t);
+    if (rc) predict_from_free(*w, *nw);
+    if (rc) *w = NULL, *nw = 0;
+    return rc;
+}
+
+void predict_from_free(predict_workload *w, int nw)
+{
+    for (int i = 0; w && i < nw; i++) predict_workload_free(&w[i]);
+    free(w);
+}
+
+/* Row r's measured figures; the workload of its series, -1 when none. */
+static dps_status measured_row(const runs_view *v, const csv_table *ph, int r,
+                               const predict_workload *w, int nw, predict_measured *m)
+{
+    char a[CELL], mode[CELL];
+    int q = 0;
+    while (q < v->t.nrows && !(is_profile(v, q) && same_series(v, r, q))) q++;
+    const char *src = q < v->t.nrows ? cell(v, profile_row(v, q), R_ID, a) : "";
+    m->workload = -1;
+    for (int k = 0; k < nw; k++)
+        if (strcmp(w[k].source, src) == 0) m->workload = k;
+    if (m->workload < 0) return DPS_OK;
+    cell(v, r, R_ID, m->id);
+    m->mode = strcmp(cell(v, r, R_MODE, mode), "ddp") == 0 ? MODE_DDP : MODE_DP;
+    m->ngpus = int_cell(v, r, R_NGPUS);
+    DPS_TRY(csv_table_num(&v->t, r, v->col[R_STEP], 0, 0, &m->step_ms));
+    DPS_TRY(csv_table_num(&v->t, r, v->col[R_BUSBW], 1, 0.0, &m->busbw_gbps));
+    int devices = 0;
+    DPS_TRY(sum_rows_n(ph, m->id, "phase", "forward", "median_ms", &m->forward_ms, &devices));
+    m->forward_ms /= devices > 0 ? devices : 1; /* the devices' mean */
+    return sum_rows(ph, src, "phase", "forward", "median_ms", &m->forward_1);
+}
+
+static int is_measured(const runs_view *v, int r)
+{
+    char a[CELL], b[CELL];
+    return strcmp(cell(v, r, R_STATUS, a), "ok") == 0 && int_cell(v, r, R_NGPUS) >= 2 &&
+           strcmp(cell(v, r, R_SCALING, b), "strong") != 0;
+}
+
+dps_status predict_from_measured(const char *dir, const predict_workload *w, int nw,
+                                 predict_measured **m, int *n)
+{
+    runs_view v;
+    csv_table ph;
+    DPS_TRY(open_runs(dir, &v));
+    dps_status rc = open_table(dir, "phases.csv", "dpscale run or sweep writes it", &ph);
+    int ph_open = !rc;
+    *m = rc ? NULL : calloc((size_t)v.t.nrows + 1, sizeof **m);
+    if (!rc && !*m) rc = dps_fail(DPS_ERR_RUNTIME, "out of host memory");
+    *n = 0;
+    for (int r = 0; !rc && r < v.t.nrows; r++) {
+        if (!is_measured(&v, r)) continue;
+        rc = measured_row(&v, &ph, r, w, nw, &(*m)[*n]);
+        if (!rc && (*m)[*n].workload >= 0) (*n)++;
+    }
+    if (ph_open) csv_table_free(&ph);
+    csv_table_free(&v.t);
+    if (rc) free(*m), *m = NULL, *n = 0;
+    return rc;
+}

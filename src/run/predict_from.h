@@ -1,0 +1,36 @@
+/* A dpscale results folder as the predictor's inputs (`predict --from`):
+ * one WORKLOAD per weak-scaling series with an ok one-device row (its phase
+ * medians, its model's tensors, bytes per sample from phases.csv and
+ * memory.csv), and the MACHINE it was measured on (links.csv, allreduce.csv
+ * from `dpscale comm-bench`, devices.csv). */
+#ifndef DPS_PREDICT_FROM_H
+#define DPS_PREDICT_FROM_H
+
+#include "run/predict_input.h"
+
+/* *w: nw workloads (calloc'd; predict_from_free). */
+dps_status predict_from_workloads(const char *dir, predict_workload **w, int *nw) DPS_MUST_USE;
+void predict_from_free(predict_workload *w, int nw);
+
+/* A measured configuration on several devices, for calibration: the
+ * workload of its series, its step and forward medians, the all-reduce bus
+ * bandwidth it reached (0: none), and forward_1, its series' one-device
+ * forward median. */
+typedef struct predict_measured {
+    int workload;
+    dps_mode mode;
+    int ngpus;
+    char id[DPS_NAME_MAX];
+    double step_ms, forward_ms, forward_1, busbw_gbps;
+} predict_measured;
+
+/* The ok weak-scaling rows of 2 or more devices whose series is among w
+ * (*m calloc'd, caller frees). */
+dps_status predict_from_measured(const char *dir, const predict_workload *w, int nw,
+                                 predict_measured **m, int *n) DPS_MUST_USE;
+
+/* The machine of the folder: its devices, link bandwidths and latency, and
+ * the all-reduce bus bandwidth at the message size nearest bucket_mb. */
+dps_status predict_from_machine(const char *dir, double bucket_mb, predict_machine *m) DPS_MUST_USE;
+
+#endif

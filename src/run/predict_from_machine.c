@@ -1,0 +1,155 @@
+/* The machine of a results folder (predict_from_machine, predict_from.h):
+ * links.csv's largest copies and latency, allreduce.csv's bus bandwidth,
+ * devices.csv's capacity. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "run/predict_from.h"
+#include "core/csv_table.h"
+#include "core/util.h"
+
+#define CELL CSV_TABLE_CELL
+#define MAX_VALUES 4096
+
+static int by_value(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, by_value);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* The column indices of names[0..n) in t. */
+static dps_status columns(const csv_table *t, const char *const *names, int *col, int n)
+{
+    for (int i = 0; i < n; i++) DPS_TRY(csv_table_col(t, names[i], &col[i]));
+    return DPS_OK;
+}
+
+/* links.csv: the median of `value` over the ok rows of `method` at the
+ * largest size it was measured at; 0 when it has none. */
+static dps_status link_median(const csv_table *t, const char *method, const char *value, double *out)
+{
+    static const char *const names[] = {"method", "bytes", "status"};
+    int col[3], cv, n = 0;
+    double top = -1, bytes, x, v[MAX_VALUES];
+    char a[CELL], b[CELL];
+    DPS_TRY(columns(t, names, col, 3));
+    DPS_TRY(csv_table_col(t, value, &cv));
+    for (int pass = 0; pass < 2; pass++)
+        for (int r = 0; r < t->nrows && n < MAX_VALUES; r++) {
+            if (strcmp(csv_table_cell(t, r, col[0], a, CELL), method) != 0 ||
+                strcmp(csv_table_cell(t, r, col[2], b, CELL), "ok") != 0)
+                continue;
+            DPS_TRY(csv_table_num(t, r, col[1], 0, 0, &bytes));
+            if (pass == 0) top = fmax(top, bytes);
+            else if (bytes == top && csv_table_num(t, r, cv, 0, 0, &x) == DPS_OK) v[n++] = x;
+        }
+    *out = n ? median(v, n) : 0.0;
+    return DPS_OK;
+}
+
+/* The devices links.csv measured: the highest "devN" + 1. */
+static int link_devices(const csv_table *t)
+{
+    int cs, cd, most = 0;
+    char a[CELL];
+    if (csv_table_col(t, "src", &cs) || csv_table_col(t, "dst", &cd)) return 0;
+    for (int r = 0; r < t->nrows; r++)
+        for (int k = 0; k < 2; k++) {
+            const char *s = csv_table_cell(t, r, k ? cd : cs, a, CELL);
+            if (strncmp(s, "dev", 3) == 0 && atoi(s + 3) + 1 > most) most = atoi(s + 3) + 1;
+        }
+    return most;
+}
+
+static dps_status from_links(const char *dir, predict_machine *m, int *host)
+{
+    char path[DPS_PATH_MAX + 32], be[CELL];
+    csv_table t;
+    snprintf(path, sizeof path, "%s/links.csv", dir);
+    DPS_TRY(csv_table_load(path, "run `dpscale links --out ... --name ...` into the folder, or "
+                           "give --machine FILE", &t));
+    int cb;
+    dps_status rc = csv_table_col(&t, "backend", &cb);
+    *host = !rc && t.nrows && strcmp(csv_table_cell(&t, 0, cb, be, CELL), "host") == 0;
+    if (!rc) rc = link_median(&t, "d2d_write", "bw_gbps", &m->p2p_gbps);
+    if (!rc) rc = link_median(&t, "h2d", "bw_gbps", &m->h2d_gbps);
+    if (!rc) rc = link_median(&t, "latency", "latency_us", &m->intra_latency_us);
+    m->gpus_per_node = link_devices(&t);
+    csv_table_free(&t);
+    DPS_TRY(rc);
+    if (m->gpus_per_node >= 2 && m->p2p_gbps > 0 && m->h2d_gbps > 0) return DPS_OK;
+    return dps_fail(DPS_ERR_USAGE, "%s: no device-to-device copies between two devices measured "
+                    "(run `dpscale links --gpus 2` or more into the folder, or give --machine FILE)",
+                    path);
+}
+
+/* allreduce.csv: the median busbw over rank counts at the size nearest
+ * (on a log scale) to bucket_mb MiB, the size of DDP's buckets. */
+static dps_status from_allreduce(const char *dir, double bucket_mb, predict_machine *m)
+{
+    static const char *const names[] = {"bytes", "busbw_gbps", "check"};
+    char path[DPS_PATH_MAX + 32], a[CELL];
+    csv_table t;
+    int col[3], n = 0;
+    double best = -1, bytes, x, v[MAX_VALUES], want = log(bucket_mb * 1048576.0);
+    snprintf(path, sizeof path, "%s/allreduce.csv", dir);
+    DPS_TRY(csv_table_load(path, "run `dpscale comm-bench --out ... --name ...` into the folder, "
+                           "or give --machine FILE", &t));
+    dps_status rc = columns(&t, names, col, 3);
+    for (int pass = 0; !rc && pass < 2; pass++)
+        for (int r = 0; !rc && r < t.nrows && n < MAX_VALUES; r++) {
+            if (strcmp(csv_table_cell(&t, r, col[2], a, CELL), "pass") != 0) continue;
+            rc = csv_table_num(&t, r, col[0], 0, 0, &bytes);
+            double d = fabs(log(bytes) - want);
+            if (!rc && pass == 0 && (best < 0 || d < best)) best = d;
+            if (!rc && pass == 1 && d == best) rc = csv_table_num(&t, r, col[1], 0, 0, &x);
+            if (!rc && pass == 1 && d == best) v[n++] = x;
+        }
+    csv_table_free(&t);
+    DPS_TRY(rc);
+    if (!n) return dps_fail(DPS_ERR_USAGE, "%s: no all-reduce that passed its check", path);
+    m->intra_busbw_gbps = median(v, n);
+    return DPS_OK;
+}
+
+/* devices.csv: the first device's capacity, GiB (0: not known). */
+static void device_capacity(const char *dir, predict_machine *m)
+{
+    char path[DPS_PATH_MAX + 32];
+    csv_table t;
+    int c;
+    double x;
+    snprintf(path, sizeof path, "%s/devices.csv", dir);
+    if (csv_table_load(path, "", &t)) return; /* optional: capacity not known */
+    if (!csv_table_col(&t, "capacity_bytes", &c) && t.nrows &&
+        csv_table_num(&t, 0, c, 1, 0.0, &x) == DPS_OK)
+        m->gpu_mem_gib = x / 1073741824.0;
+    csv_table_free(&t);
+}
+
+dps_status predict_from_machine(const char *dir, double bucket_mb, predict_machine *m)
+{
+    int host = 0;
+    *m = (predict_machine){.nodes = 1, .inter_latency_us = 9.6};
+    const char *base = strrchr(dir, '/');
+    dps_strlcpy(m->name, base && base[1] ? base + 1 : dir, sizeof m->name);
+    DPS_TRY(from_links(dir, m, &host));
+    if (!host)
+        return dps_fail(DPS_ERR_USAGE, "%s: measured on GPUs; the all-reduce dpscale comm-bench "
+                        "measures is the host's, not NCCL's: give --machine FILE with "
+                        "intra_busbw_gbps from nccl-tests' all_reduce_perf", dir);
+    DPS_TRY(from_allreduce(dir, bucket_mb, m));
+    m->intra_link = PLINK_HOST;
+    /* emulated devices copy with memcpy: each byte copied is read and written */
+    m->mem_gbps = 2.0 * m->p2p_gbps;
+    device_capacity(dir, m);
+    return DPS_OK;
+}
