@@ -1,7 +1,8 @@
 """Reading and checking a dpscale results folder: the columns of each CSV
 file as dpscale writes them and what their cells may hold, CSV reading whose
 every error names file:line and says what to do, what the files of a folder
-promise each other, meta.json's types and the library versions it records.
+promise each other, meta.json's types and the library versions it records;
+and `dpscale predict`'s predictions.csv (read_predictions).
 Shared by compare.py, plot.py and the tests; standard library only.
 """
 import copy
@@ -76,6 +77,8 @@ COUNT_1 = Kind(number=True, whole=True, least=1)
 # A run's status (dps_status_name in src/core/err.c) and mode (src/core/names.c).
 STATUS = Kind(words=("ok", "oom", "error", "timeout", "skipped", "usage"))
 MODE = Kind(words=("dp", "ddp"))
+# A prediction's status (predict_status_names in src/run/predict_model.c).
+PREDICTED = Kind(words=("ok", "oom", "skipped"))
 
 # Every column of each file with what its cells hold, in the order dpscale writes
 # them (src/run/results.c, src/run/links.c, src/run/commbench.c); empty where a
@@ -132,6 +135,22 @@ SCHEMA = {
                       ("bytes", COUNT), ("time_us", AT_LEAST_0.or_empty()),
                       ("algbw_gbps", AT_LEAST_0.or_empty()), ("busbw_gbps", AT_LEAST_0.or_empty()),
                       ("check", TEXT)],
+    # `dpscale predict` (src/run/predict_out.c): one row per mode and GPU count of
+    # the series model, precision, optimizer (source: the measured configuration
+    # it was predicted from, empty for a workload file); from step_ms on, the
+    # cells are empty exactly where status is skipped (read_predictions).
+    "predictions.csv": [
+        ("machine", NAME), ("workload", NAME), ("model", NAME), ("precision", NAME),
+        ("optimizer", NAME), ("source", TEXT), ("mode", MODE), ("ngpus", COUNT_1),
+        ("nodes", COUNT_1), ("batch_per_gpu", COUNT_1), ("status", PREDICTED), ("note", TEXT),
+        ("step_ms", ABOVE_0.or_empty()), ("samples_per_s", ABOVE_0.or_empty()),
+        ("efficiency", AT_LEAST_0.or_empty())]
+    + [(p + "_ms", AT_LEAST_0.or_empty()) for p in PHASES]
+    + [("gpu0_mem_bytes", COUNT.or_empty()), ("other_mem_bytes", COUNT.or_empty()),
+       ("nbuckets", COUNT.or_empty()), ("busbw_gbps", AT_LEAST_0.or_empty()),
+       ("allreduce_end_ms", AT_LEAST_0.or_empty()), ("bucket_copy_ms", AT_LEAST_0.or_empty()),
+       ("sync_ms", AT_LEAST_0.or_empty()), ("bus_eff", AT_LEAST_0.or_empty()),
+       ("base_latency_us", AT_LEAST_0.or_empty()), ("bucket_overhead_us", AT_LEAST_0.or_empty())],
 }
 COLUMNS = {name: [c for c, _ in cols] for name, cols in SCHEMA.items()}
 # Columns that only scripts/torch_reference.py writes, after all of COLUMNS'
@@ -144,7 +163,11 @@ KINDS = {name: dict(SCHEMA[name] + OPTIONAL_SCHEMA.get(name, [])) for name in SC
 # The columns that name a row: no two rows of a file name the same thing.
 KEYS = {"runs.csv": ["config_id"], "steps.csv": ["config_id", "step", "rank"],
         "devices.csv": ["config_id", "device"], "phases.csv": ["config_id", "device", "phase"],
-        "links.csv": ["src", "dst", "method", "bytes"]}  # links: one row per path and copy size
+        "links.csv": ["src", "dst", "method", "bytes"],  # links: one row per path and copy size
+        "predictions.csv": ["machine", "workload", "source", "mode", "ngpus"]}
+# What to do about two rows with the same key, where it is not the results folder's remedy.
+REPEAT_FIX = {"predictions.csv": "remove the repeated rows, or predict into a folder of its own "
+                                 "(dpscale predict --name)"}
 
 # The keys of meta.json (src/run/results.c) and the JSON type of each.
 META_TYPES = {"dpscale_version": str, "git_describe": str, "command_line": list,
@@ -162,6 +185,7 @@ VERSIONS = ["driver", "runtime", "cublas", "nccl", "nccl_build", "blas"]
 OLD_CUDA_LINE = re.compile(r"CUDA driver ([^,]*), runtime ([^,]*), cuBLAS ([^,]*), NCCL (.*)$")
 # What to do about a file that is not as dpscale writes it.
 FIX = "restore the file as dpscale wrote it, or run the configuration again"
+PREDICT_FIX = "restore the file as dpscale predict wrote it, or predict again"
 
 
 class InputError(Exception):
@@ -171,20 +195,24 @@ class InputError(Exception):
 
 class Table(list):
     """The rows of one CSV file as dicts, each with "_path" and "_line" (the
-    line it ends on) added; .path and .columns (the header) too."""
+    line it ends on) added; .path, .columns (the header), .schema (the SCHEMA
+    entry its cells are checked against) and .fix (what to do about a bad
+    cell) too."""
 
-    def __init__(self, path, columns, rows):
+    def __init__(self, path, columns, rows, schema=None, fix=FIX):
         super().__init__(rows)
         self.path = path
         self.columns = columns
+        self.schema = schema or os.path.basename(path)
+        self.fix = fix
 
 
-def read_text(path):
+def read_text(path, fix=FIX):
     """A file's text (UTF-8; a leading byte-order mark is skipped)."""
     if not os.path.exists(path):
         raise InputError(f"{path}: no such file (is this a dpscale results folder?)")
     if os.path.isdir(path):
-        raise InputError(f"{path}: a folder, not a file; {FIX}")
+        raise InputError(f"{path}: a folder, not a file; {fix}")
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -194,54 +222,57 @@ def read_text(path):
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
-        raise InputError(f"{path}:{line}: not UTF-8 (byte 0x{data[e.start]:02x}); {FIX}") \
+        raise InputError(f"{path}:{line}: not UTF-8 (byte 0x{data[e.start]:02x}); {fix}") \
             from None
 
 
-def read_csv(path, required=()):
+def read_csv(path, required=(), schema=None, fix=FIX):
     """The Table of a CSV file that has at least the required columns, every
     row with as many fields as the header, every cell as its column's kind
-    (KINDS) and no two rows with the same key (KEYS)."""
-    reader = csv.DictReader(io.StringIO(read_text(path), newline=""))
+    (KINDS) and no two rows with the same key (KEYS); schema: the file name
+    whose kinds and key apply (default: the file's own name), fix: what an
+    error says to do."""
+    reader = csv.DictReader(io.StringIO(read_text(path, fix), newline=""))
     try:
         header = reader.fieldnames
         if not header:
             raise InputError(f"{path}:1: empty file (no header)")
-        check_header(path, header, required)
+        check_header(path, header, required, fix)
         rows = []
         for row in reader:
             if None in row or None in row.values():
                 raise InputError(f"{path}:{reader.line_num}: wrong number of fields (the header "
-                                 f"has {len(header)}); {FIX}")
+                                 f"has {len(header)}); {fix}")
             row["_path"], row["_line"] = path, reader.line_num
             rows.append(row)
     except csv.Error as e:
         why = f"a field longer than {csv.field_size_limit()} characters" \
             if "field limit" in str(e) else f"not CSV as dpscale writes it ({e})"
-        raise InputError(f"{path}:{reader.reader.line_num}: {why}; {FIX}") from None
-    table = Table(path, list(header), rows)
+        raise InputError(f"{path}:{reader.reader.line_num}: {why}; {fix}") from None
+    table = Table(path, list(header), rows, schema, fix)
     check_cells(table)
     check_keys(table)
     return table
 
 
-def check_header(path, header, required):
+def check_header(path, header, required, fix=FIX):
     missing = [c for c in required if c not in header]
     if missing:
-        raise InputError(f"{path}:1: missing column(s) {', '.join(missing)}; {FIX}")
+        raise InputError(f"{path}:1: missing column(s) {', '.join(missing)}; {fix}")
     twice = sorted({c for c in header if header.count(c) > 1})
     if twice:
-        raise InputError(f"{path}:1: column(s) {', '.join(twice)} more than once; {FIX}")
+        raise InputError(f"{path}:1: column(s) {', '.join(twice)} more than once; {fix}")
 
 
 def check_cells(table):
-    kinds = KINDS.get(os.path.basename(table.path), {})
+    kinds = KINDS.get(table.schema, {})
     checked = [(col, kinds[col]) for col in table.columns if col in kinds]
     for row in table:
         for col, kind in checked:
             why = kind.problem(row[col])
             if why:
-                raise InputError(f"{where(row)}: column {col} {why}: {short(row[col])}; {FIX}")
+                raise InputError(f"{where(row)}: column {col} {why}: {short(row[col])}; "
+                                 f"{table.fix}")
 
 
 def short(v):
@@ -249,19 +280,20 @@ def short(v):
 
 
 def check_keys(table):
-    key = KEYS.get(os.path.basename(table.path))
+    key = KEYS.get(table.schema)
     if not key or any(c not in table.columns for c in key):
         return
-    kinds = KINDS[os.path.basename(table.path)]
+    kinds = KINDS[table.schema]
+    remedy = REPEAT_FIX.get(table.schema, "remove the repeated rows, or record each run in a "
+                                          "folder of its own (--name)")
     first = {}
     for row in table:
         k = tuple(float(row[c]) if kinds[c].number else row[c] for c in key)
         if k in first:
-            what = ", ".join(f"{c} {row[c]}" for c in key[1:])
+            what = ", ".join(f"{c} {row[c]}" for c in key[1:] if row[c] != "")
             raise InputError(f"{where(row)}: {'configuration ' if not what else ''}{row[key[0]]}"
                              f"{': ' + what if what else ''} again (first at line {first[k]}); "
-                             f"remove the repeated rows, or record each run in a folder of its "
-                             f"own (--name)")
+                             f"{remedy}")
         first[k] = row["_line"]
 
 
@@ -432,3 +464,26 @@ def versions(meta):
     if not OLD_CUDA_LINE.match(backend):
         out["blas"] = backend
     return out
+
+
+# ---- dpscale predict's predictions.csv ------------------------------------------
+
+# The figures of a prediction: every column from step_ms on.
+PREDICTED_FIGURES = COLUMNS["predictions.csv"][COLUMNS["predictions.csv"].index("step_ms"):]
+
+
+def read_predictions(path):
+    """The Table of a predictions.csv that `dpscale predict` wrote (any file
+    name): every column of SCHEMA's, each cell of its kind, no machine,
+    workload, source, mode and GPU count twice, and the figures (step_ms on)
+    filled in where status is ok or oom, empty where it is skipped."""
+    table = read_csv(path, COLUMNS["predictions.csv"], schema="predictions.csv", fix=PREDICT_FIX)
+    for row in table:
+        skipped = row["status"] == "skipped"
+        for col in PREDICTED_FIGURES:
+            if (row[col] == "") != skipped:
+                what = f"holds {short(row[col])}" if skipped else "is empty"
+                raise InputError(f"{where(row)}: column {col} {what}, but status is "
+                                 f"{row['status']} (a skipped prediction has no figures, any "
+                                 f"other has them all); {PREDICT_FIX}")
+    return table

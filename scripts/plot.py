@@ -2,26 +2,39 @@
 """Charts of a dpscale results folder: scaling, efficiency, GPU-0 imbalance,
 phases, links, and a summary.md that links them.
 
-usage: plot.py RESULTS_DIR [--out DIR] [--torch TORCH_DIR]
+usage: plot.py RESULTS_DIR [--out DIR] [--torch TORCH_DIR] [--predictions PRED ...]
        (default DIR: plots/<folder name>)
 
 --torch: a scripts/torch_reference.py folder of the same configurations;
 summary.md then sets PyTorch's step and phase times (and, from GPUs, its
 Python overhead per phase) beside dpscale's.
 
-Reads columns by name through dpsresults.py; a folder it refuses, or an --out
-that cannot be written, is exit 2. Runs under Debian's /usr/bin/python3 with
-python3-matplotlib.
+--predictions (repeatable): a predictions.csv of `dpscale predict`, or a
+folder holding one; RESULTS_DIR's own predictions.csv is read too. The
+scaling and efficiency charts draw each predicted series (status ok) dash-
+dotted with x markers, beside the measured weak scaling of the same model,
+precision, optimizer and batch per GPU (a panel of its own where none was
+measured), predicted out-of-memory points as triangles at the bottom; where a
+measured point matches, the scaling chart and summary.md's "Predicted
+against measured" give the step time's error. A RESULTS_DIR that holds
+predictions.csv and no runs.csv is drawn as predictions alone (scaling,
+efficiency, summary.md).
+
+Reads columns by name through dpsresults.py; a folder or predictions file it
+refuses, or an --out that cannot be written, is exit 2. Runs under Debian's
+/usr/bin/python3 with python3-matplotlib.
 """
 import argparse
 import csv
 import math
 import os
 import sys
+import textwrap
 from collections import defaultdict
 
 sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
-from dpsresults import InputError, integer, number, read_folder, read_meta  # noqa: E402
+from dpsresults import (InputError, integer, number, read_folder, read_meta,  # noqa: E402
+                        read_predictions)
 from diagnose import diagnosis  # noqa: E402
 
 RUNS_COLS = ["config_id", "status", "backend", "mode", "ngpus", "model", "precision",
@@ -33,6 +46,7 @@ MEMORY_COLS = ["config_id", "device", "category", "bytes_at_peak"]
 PHASE_ORDER = ["load", "replicate", "scatter", "forward", "gather", "loss", "backward",
                "reduce", "allreduce_exposed", "optimizer"]
 MODE_COLOR = {"dp": "#d62728", "dp-lean": "#ff9896", "ddp": "#1f77b4"}
+PREDICTIONS = "predictions.csv"
 
 
 class Folder:
@@ -80,6 +94,65 @@ class Folder:
         return f"{self.device}, {self.backend} backend"
 
 
+class Predicted:
+    """A folder that holds predictions.csv and no runs.csv: nothing measured,
+    the predictions drawn alone."""
+    runs = []
+    emulated = False
+
+    def __init__(self, path, preds):
+        self.path = path
+        self.machines = sorted({p["machine"] for p in preds})
+
+    def ranks_per_node(self):
+        return None
+
+    def label(self):
+        return f"predicted by dpscale predict for {', '.join(self.machines)}, nothing measured"
+
+
+def predictions_only(path):
+    """Whether a results folder holds predictions.csv and no runs.csv."""
+    return not os.path.lexists(os.path.join(path, "runs.csv")) and \
+        os.path.isfile(os.path.join(path, PREDICTIONS))
+
+
+def prediction_files(results, given):
+    """The predictions.csv files to draw: each --predictions (a file, or a
+    folder holding one), then RESULTS_DIR's own; each once."""
+    paths = []
+    for g in given:
+        path = os.path.join(g, PREDICTIONS) if os.path.isdir(g) else g
+        if not os.path.isfile(path):
+            raise InputError(f"--predictions {g}: " + (
+                f"no {PREDICTIONS} in this folder" if os.path.isdir(g) else "no such file") +
+                "; give a predictions.csv, or the folder dpscale predict --out DIR --name NAME "
+                "wrote it in")
+        paths.append(path)
+    own = os.path.join(results, PREDICTIONS)
+    if os.path.isfile(own):
+        paths.append(own)
+    unique = {}
+    for path in paths:
+        unique.setdefault(os.path.realpath(path), path)
+    return list(unique.values())
+
+
+def read_all_predictions(paths):
+    """Every row of the predictions files, each with _key (model, precision,
+    optimizer), _n, _b (batch per GPU) and, unless skipped, _step, _sps, _eff."""
+    rows = []
+    for path in paths:
+        for r in read_predictions(path):
+            r["_key"] = (r["model"], r["precision"], r["optimizer"])
+            r["_n"], r["_b"] = integer(r, "ngpus"), integer(r, "batch_per_gpu")
+            if r["status"] != "skipped":
+                r["_step"], r["_sps"] = number(r, "step_ms"), number(r, "samples_per_s")
+                r["_eff"] = number(r, "efficiency")
+            rows.append(r)
+    return rows
+
+
 def strategy(run):
     """The line a run belongs to: its mode, and dp's lean variant apart."""
     return "dp-lean" if run["config_id"].startswith("dp-lean-") else run["mode"]
@@ -94,6 +167,55 @@ def series(folder):
     for lines in out.values():
         for pts in lines.values():
             pts.sort(key=lambda p: p[0])
+    return out
+
+
+def is_weak(run):
+    return (run["scaling"] or "weak") == "weak"
+
+
+def weak_batch(run):
+    """A weak-scaling run's batch per GPU: its global batch over its GPUs."""
+    return integer(run, "global_batch") // run["_n"]
+
+
+def panel_of(folder, pred):
+    """The panel a prediction is drawn in: its series' (model, precision,
+    optimizer) where that series was measured (weak scaling) at its batch per
+    GPU, else a panel of its own: (model, precision, optimizer, batch per GPU)."""
+    measured = any(is_weak(r) and (r["model"], r["precision"], r["optimizer"]) == pred["_key"]
+                   and weak_batch(r) == pred["_b"] for r in folder.runs)
+    return pred["_key"] if measured else pred["_key"] + (pred["_b"],)
+
+
+def predicted_lines(folder, preds):
+    """panel -> (mode, machine, source) -> [rows] by GPU count: the predictions to
+    draw (ok and oom), each panel a key of series() or a predicted one (panel_of)."""
+    out = defaultdict(lambda: defaultdict(list))
+    for p in preds:
+        if p["status"] != "skipped":
+            out[panel_of(folder, p)][(p["mode"], p["machine"], p["source"])].append(p)
+    for lines in out.values():
+        for pts in lines.values():
+            pts.sort(key=lambda p: p["_n"])
+    return out
+
+
+def prediction_errors(folder, preds):
+    """[(prediction, measured run, error %)] for each ok prediction whose series,
+    mode, GPU count and batch per GPU were measured (weak scaling): the step
+    time's error, (predicted - measured median) / measured median."""
+    measured = defaultdict(list)
+    for r in folder.runs:
+        if is_weak(r):
+            measured[(r["model"], r["precision"], r["optimizer"], strategy(r), r["_n"],
+                      weak_batch(r))].append(r)
+    out = []
+    for p in preds:
+        if p["status"] == "ok":
+            for r in measured.get(p["_key"] + (p["mode"], p["_n"], p["_b"]), []):
+                m = number(r, "step_ms_median")
+                out.append((p, r, 100.0 * (p["_step"] - m) / m))
     return out
 
 
@@ -139,11 +261,49 @@ def style(scaling):
     return "-" if scaling == "weak" else "--"
 
 
-def plot_scaling(plt, folder, out, efficiency=False):
+# Predictions: dash-dotted with x markers (measured: weak solid, strong dashed, ideal dotted).
+PRED_STYLE, PRED_MARKER = "-.", "x"
+PRED_NOTE = "predicted (dpscale predict): dash-dot with x; ▼ at the bottom: predicted out of memory"
+PRED_ERROR_NOTE = "% beside a predicted point: its step time's error against the measured one"
+
+
+def plot_predicted(ax, lines, errors, efficiency):
+    """A panel's predictions (predicted_lines' (mode, machine, source) -> rows):
+    ok rows as a line, oom rows as triangles at the axis' bottom; on the
+    scaling chart each point's error against its measured point beside it."""
+    sources = defaultdict(set)
+    for mode, machine, source in lines:
+        sources[(mode, machine)].add(source)
+    for (mode, machine, source), rows in sorted(lines.items()):
+        color = MODE_COLOR.get(mode, "gray")
+        name = f"{mode} predicted ({machine}" + (
+            f", from {source})" if len(sources[(mode, machine)]) > 1 else ")")
+        ok = [r for r in rows if r["status"] == "ok"]
+        if ok:
+            ax.plot([r["_n"] for r in ok], [r["_eff" if efficiency else "_sps"] for r in ok],
+                    PRED_STYLE, marker=PRED_MARKER, markersize=7, color=color, label=name)
+        oom = [r["_n"] for r in rows if r["status"] == "oom"]
+        if oom:
+            ax.plot(oom, [0.03] * len(oom), "v", color=color, markersize=8, linestyle="none",
+                    transform=ax.get_xaxis_transform(), clip_on=False,
+                    label=f"{name}: out of memory")
+    if efficiency:
+        return
+    for p, _, err in errors:
+        ax.annotate(f"{err:+.1f} %", (p["_n"], p["_sps"]), textcoords="offset points",
+                    xytext=(5, -11 if p["mode"] == "dp" else 5), fontsize=7,
+                    color=MODE_COLOR.get(p["mode"], "gray"))
+
+
+def plot_scaling(plt, folder, out, efficiency=False, preds=()):
     data = series(folder)
-    fig, axes = grid(plt, len(data))
-    for ax, (key, lines) in zip(axes, sorted(data.items())):
-        model, prec, opt = key
+    predicted = predicted_lines(folder, preds)
+    errors = prediction_errors(folder, preds)
+    keys = sorted(set(data) | set(predicted))
+    fig, axes = grid(plt, len(keys))
+    for ax, key in zip(axes, keys):
+        lines = data.get(key, {})
+        model, prec, opt = key[:3]
         top = 1
         for (mode, scaling), pts in sorted(lines.items()):
             ns = [p[0] for p in pts]
@@ -160,6 +320,16 @@ def plot_scaling(plt, folder, out, efficiency=False):
                             alpha=0.5, linewidth=1)
             ax.plot(ns, ys, style(scaling), marker="o", color=MODE_COLOR.get(mode, "gray"),
                     label=f"{mode} ({scaling} scaling)")
+        if not lines and not efficiency:  # predictions alone: ideal from their one GPU
+            for (mode, _, _), rows in sorted(predicted.get(key, {}).items()):
+                base = next((r["_sps"] for r in rows if r["_n"] == 1 and r["status"] == "ok"),
+                            None)
+                if base is not None:
+                    ns = [r["_n"] for r in rows]
+                    ax.plot(ns, [base * n for n in ns], ":", color=MODE_COLOR.get(mode, "gray"),
+                            alpha=0.5, linewidth=1)
+        plot_predicted(ax, predicted.get(key, {}), [e for e in errors if panel_of(folder, e[0])
+                                                    == key], efficiency)
         if efficiency:
             ax.axhline(1.0, color="gray", linestyle=":", linewidth=1, label="ideal")
             ax.set_ylabel("scaling efficiency (ratio)")
@@ -173,13 +343,18 @@ def plot_scaling(plt, folder, out, efficiency=False):
                        label=f"node boundary ({per_node} rank{'s' if per_node > 1 else ''} "
                              "a node)")
         ax.set_xlabel("GPUs (count)")
-        ax.set_xticks(sorted({p[0] for pts in lines.values() for p in pts}))
-        ax.set_title(f"{model}, {prec}, {opt}")
+        ax.set_xticks(sorted({p[0] for pts in lines.values() for p in pts} |
+                             {r["_n"] for rows in predicted.get(key, {}).values() for r in rows}))
+        ax.set_title(f"{model}, {prec}, {opt}" + (
+            f" (predicted, batch {key[3]} per GPU)" if len(key) > 3 else ""))
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7 if key in predicted else 8)
     what = "Scaling efficiency = throughput(n) / (n · throughput(1))" if efficiency else "Throughput"
-    fig.suptitle(f"{what}: DataParallel (dp) vs DistributedDataParallel (ddp)\n{folder.label()}"
-                 f"\n{DP_NOTE}")
+    notes = ([DP_NOTE] if folder.runs else []) + ([PRED_NOTE] if predicted else []) + (
+        [PRED_ERROR_NOTE] if errors and not efficiency else [])
+    lines = [f"{what}: DataParallel (dp) vs DistributedDataParallel (ddp)", folder.label()] + notes
+    width = int(fig.get_figwidth() * 11)  # characters a line holds at the title's size
+    fig.suptitle("\n".join(textwrap.fill(t, width) for t in lines))
     return save(plt, fig, out, "efficiency.png" if efficiency else "scaling.png")
 
 
@@ -543,7 +718,87 @@ def beside_torch(folder, torch_folder):
     return lines + [""]
 
 
-def summary(folder, out, charts, torch_folder=None):
+def series_name(p):
+    return f"{p['model']}, {p['precision']}, {p['optimizer']}"
+
+
+def oom_lines(preds):
+    """The sentence naming the predicted out-of-memory points, or none."""
+    oom = [p for p in preds if p["status"] == "oom"]
+    if not oom:
+        return []
+    return ["Predicted out of memory (▼ on the charts): " + "; ".join(
+        f"{p['mode']} on {p['_n']} GPUs ({series_name(p)}, batch {p['_b']} per GPU, "
+        f"{p['machine']})" for p in sorted(oom, key=lambda p: (p["_key"], p["mode"], p["_n"])))
+        + ".", ""]
+
+
+def prediction_sources(paths):
+    return "Predictions: " + ", ".join(f"`{p}`" for p in paths) + "."
+
+
+def against_measured(folder, preds, paths):
+    """summary.md's "Predicted against measured": each ok prediction beside the
+    measured point of its series, mode, GPU count and batch per GPU, the
+    largest error, the predicted out-of-memory points."""
+    errors = sorted(prediction_errors(folder, preds),
+                    key=lambda e: (e[0]["_key"], e[0]["mode"], e[0]["_n"], e[0]["machine"]))
+    lines = ["## Predicted against measured", "", prediction_sources(paths) + " Each predicted "
+             "step time (status ok) beside the measured median of the same model, precision, "
+             "optimizer, mode, GPU count and batch per GPU (weak scaling); error = (predicted - "
+             "measured) / measured.", ""]
+    if not errors:
+        lines += ["No prediction has a measured point of its series, mode, GPU count and batch "
+                  "per GPU: nothing to set side by side.", ""]
+        return lines + oom_lines(preds)
+    lines += ["| model | precision | optimizer | mode | GPUs | machine | predicted step ms | "
+              "measured step ms | error % |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for p, r, err in errors:
+        lines.append(f"| {p['model']} | {p['precision']} | {p['optimizer']} | {p['mode']} | "
+                     f"{p['_n']} | {p['machine']} | {p['_step']:.4f} | "
+                     f"{number(r, 'step_ms_median'):.4f} | {err:+.2f} |")
+    p, r, err = max(errors, key=lambda e: abs(e[2]))
+    lines += ["", f"Largest error: {err:+.2f} %, {p['mode']} on {p['_n']} GPUs "
+              f"({series_name(p)}, {p['machine']}): predicted {p['_step']:.4f} ms a step, "
+              f"measured {number(r, 'step_ms_median'):.4f} ms ({r['config_id']}).", ""]
+    return lines + oom_lines(preds)
+
+
+def predictions_table(preds):
+    """Every prediction, for a folder of predictions alone."""
+    lines = ["| model | precision | optimizer | batch per GPU | mode | GPUs | nodes | machine | "
+             "status | step ms | samples/s | efficiency | note |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for p in sorted(preds, key=lambda p: (p["_key"], p["_b"], p["machine"], p["mode"], p["_n"])):
+        figs = (f"{p['_step']:.4f} | {p['_sps']:.1f} | {p['_eff']:.3f}"
+                if p["status"] != "skipped" else "- | - | -")
+        lines.append(f"| {p['model']} | {p['precision']} | {p['optimizer']} | {p['_b']} | "
+                     f"{p['mode']} | {p['_n']} | {p['nodes']} | {p['machine']} | {p['status']} | "
+                     f"{figs} | {p['note']} |")
+    return lines
+
+
+def summary_predicted(folder, out, charts, preds, paths):
+    """summary.md of a folder of predictions alone."""
+    lines = [f"# dpscale predictions: {os.path.basename(os.path.abspath(folder.path))}", "",
+             f"{folder.label()}.", "", prediction_sources(paths) + " Weak scaling: the batch "
+             "per GPU is fixed; efficiency: one device's step over this step.", "",
+             "## Predicted", ""] + predictions_table(preds) + [""] + oom_lines(preds)
+    lines += [f"![{os.path.splitext(c)[0]}]({c})" for c in charts]
+    return write_summary(out, lines)
+
+
+def write_summary(out, lines):
+    path = os.path.join(out, "summary.md")
+    try:
+        with open(path, "w") as f:
+            f.write("\n".join(lines) + "\n")
+    except OSError as e:
+        raise cannot_write(path, e) from None
+    return path
+
+
+def summary(folder, out, charts, torch_folder=None, preds=(), pred_paths=()):
     peaks = peaks_by_config(folder)
     lines = [f"# dpscale results: {os.path.basename(os.path.abspath(folder.path))}", "",
              f"{folder.label()}.", ""]
@@ -590,6 +845,8 @@ def summary(folder, out, charts, torch_folder=None):
     lines += ["", "Efficiency: throughput(n) / (n · throughput(1)) of the same mode. GPU-0 "
               "memory ratio: dp's device 0 allocation peak over the mean of the other devices.", ""]
     lines += diagnosis(folder)
+    if pred_paths:
+        lines += against_measured(folder, preds, pred_paths)
     use = link_use(folder)
     if use:
         write_link_use(use, out, folder.emulated)
@@ -608,13 +865,7 @@ def summary(folder, out, charts, torch_folder=None):
     if torch_folder:
         lines += beside_torch(folder, torch_folder)
     lines += [f"![{os.path.splitext(c)[0]}]({c})" for c in charts]
-    path = os.path.join(out, "summary.md")
-    try:
-        with open(path, "w") as f:
-            f.write("\n".join(lines) + "\n")
-    except OSError as e:
-        raise cannot_write(path, e) from None
-    return path
+    return write_summary(out, lines)
 
 
 def main(argv):
@@ -624,23 +875,27 @@ def main(argv):
     ap.add_argument("--reference", "--torch", dest="torch", metavar="TORCH_DIR",
                     help="a torch_reference.py folder to set beside this one in summary.md "
                          "(--torch is the same)")
+    ap.add_argument("--predictions", action="append", default=[], metavar="PRED",
+                    help="a predictions.csv of dpscale predict, or a folder holding one, to "
+                         "draw beside the measurements (repeatable; RESULTS_DIR's own "
+                         "predictions.csv is read too)")
     args = ap.parse_args(argv)
     try:
         if not os.path.isdir(args.results):
             raise InputError(f"{args.results}: not a folder")
+        pred_paths = prediction_files(args.results, args.predictions)
+        preds = read_all_predictions(pred_paths)
+        if predictions_only(args.results):
+            return plot_predictions_only(args, preds, pred_paths)
         folder = Folder(args.results)
         torch_folder = None
         if args.torch:
             if not os.path.isdir(args.torch):
                 raise InputError(f"--torch {args.torch}: not a folder")
             torch_folder = Folder(args.torch)
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        name = os.path.basename(os.path.realpath(args.results))
-        out = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plots", name)
-        make_folder(out)
-        charts = [plot_scaling(plt, folder, out), plot_scaling(plt, folder, out, efficiency=True),
+        plt, out = start(args)
+        charts = [plot_scaling(plt, folder, out, preds=preds),
+                  plot_scaling(plt, folder, out, efficiency=True, preds=preds),
                   plot_imbalance(plt, folder, out), plot_phases(plt, folder, out)]
         if folder.links:
             charts.append(plot_links(plt, folder, out))
@@ -648,14 +903,50 @@ def main(argv):
         if bars:
             charts.append(plot_memory(plt, folder, out, bars))
         charts = [os.path.basename(c) for c in charts]
-        summary(folder, out, charts, torch_folder)
-    except InputError as e:
-        print(f"plot.py: {e}", file=sys.stderr)
-        return 2
-    except ImportError as e:
+        summary(folder, out, charts, torch_folder, preds, pred_paths)
+    except (InputError, ImportError) as e:
+        return refused(e)
+    return done(out, charts)
+
+
+def start(args):
+    """matplotlib's pyplot (Agg) and the --out folder, made."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    name = os.path.basename(os.path.realpath(args.results))
+    out = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plots", name)
+    make_folder(out)
+    return plt, out
+
+
+def plot_predictions_only(args, preds, pred_paths):
+    """A folder of predictions alone: scaling, efficiency and summary.md."""
+    try:
+        if not any(p["status"] == "ok" for p in preds):
+            raise InputError(f"{', '.join(pred_paths)}: no prediction with status ok to draw")
+        folder = Predicted(args.results, preds)
+        plt, out = start(args)
+        charts = [os.path.basename(c) for c in (
+            plot_scaling(plt, folder, out, preds=preds),
+            plot_scaling(plt, folder, out, efficiency=True, preds=preds))]
+        summary_predicted(folder, out, charts, preds, pred_paths)
+    except (InputError, ImportError) as e:
+        return refused(e)
+    return done(out, charts)
+
+
+def refused(e):
+    """Exit 2, with the reason on stderr."""
+    if isinstance(e, ImportError):
         print(f"plot.py: {e}: install python3-matplotlib (scripts/setup.sh does) and run "
               f"with /usr/bin/python3", file=sys.stderr)
-        return 2
+    else:
+        print(f"plot.py: {e}", file=sys.stderr)
+    return 2
+
+
+def done(out, charts):
     print(f"plot.py: charts in {os.path.normpath(out)}: {', '.join(charts)}, summary.md")
     return 0
 
