@@ -263,8 +263,8 @@ def style(scaling):
 
 # Predictions: dash-dotted with x markers (measured: weak solid, strong dashed, ideal dotted).
 PRED_STYLE, PRED_MARKER = "-.", "x"
-PRED_NOTE = "predicted (dpscale predict): dash-dot with x; ▼ at the bottom: predicted out of memory"
-PRED_ERROR_NOTE = "% beside a predicted point: its step time's error against the measured one"
+PRED_NOTE = "dash-dot ×: dpscale predict (▼: out of memory)"
+PRED_ERROR_NOTE = "%: predicted step time against measured"
 
 
 def plot_predicted(ax, lines, errors, efficiency):
@@ -350,8 +350,8 @@ def plot_scaling(plt, folder, out, efficiency=False, preds=()):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7 if key in predicted else 8)
     what = "Scaling efficiency = throughput(n) / (n · throughput(1))" if efficiency else "Throughput"
-    notes = ([DP_NOTE] if folder.runs else []) + ([PRED_NOTE] if predicted else []) + (
-        [PRED_ERROR_NOTE] if errors and not efficiency else [])
+    pred = ([PRED_NOTE] if predicted else []) + ([PRED_ERROR_NOTE] if errors and not efficiency else [])
+    notes = ([DP_NOTE] if folder.runs else []) + (["; ".join(pred)] if pred else [])
     lines = [f"{what}: DataParallel (dp) vs DistributedDataParallel (ddp)", folder.label()] + notes
     width = int(fig.get_figwidth() * 11)  # characters a line holds at the title's size
     fig.suptitle("\n".join(textwrap.fill(t, width) for t in lines))

@@ -150,15 +150,18 @@ static dps_status run_facts(const runs_view *v, int r, predict_workload *w)
                     v->t.path, w->source);
 }
 
-/* The profile of row r: dp's one-device row when the series has one (no
- * strategy at all), else ddp's. */
+/* The profile of row r's series: its fastest one-device row (the nearest
+ * to one device without a strategy, which neither dp's threads nor ddp's
+ * buckets add to). */
 static int profile_row(const runs_view *v, int r)
 {
-    char a[CELL];
+    int best = r;
+    double best_ms = INFINITY, x;
     for (int q = 0; q < v->t.nrows; q++)
-        if (is_profile(v, q) && same_series(v, r, q) && strcmp(cell(v, q, R_MODE, a), "dp") == 0)
-            return q;
-    return r;
+        if (is_profile(v, q) && same_series(v, r, q) &&
+            csv_table_num(&v->t, q, v->col[R_STEP], 0, 0, &x) == DPS_OK && x < best_ms)
+            best = q, best_ms = x;
+    return best;
 }
 
 static dps_status one_workload(const char *dir, const runs_view *v, int r, predict_workload *w)
