@@ -824,12 +824,74 @@ def case_predict(binary):
         expect_exit(p, 2, "predict needs --gpus LIST")
 
 
+def predict_rows(path):
+    with open(path, newline="") as f:
+        return {(r["source"], r["mode"], r["ngpus"]): r for r in csv.DictReader(f)}
+
+
+def case_predict_from(binary):
+    """predict --from a folder of one- and two-device runs and its comm-bench: a
+    workload per series, profiled by its fastest one-device row; --calibrate
+    fits the constants, --calibration reads them back; refusals exit 2."""
+    with tempfile.TemporaryDirectory() as out:
+        dpscale(binary, "sweep", "--mode", "dp,ddp", "--gpus", "1,2", "--model", "tiny,small", "--steps",
+                "4", "--warmup", "1", "--no-trace", out=out, name="r", check_rc=0, backend=None)
+        folder = os.path.join(out, "r")
+        p = subprocess.run([binary, "predict", "--from", folder, "--gpus", "1,2"], capture_output=True,
+                           text=True)
+        expect_exit(p, 2, f"{folder}/allreduce.csv: missing or empty (run `dpscale comm-bench")
+        dpscale(binary, "comm-bench", "--gpus", "2", "--sizes", "64K,1M", out=out, name="r",
+                check_rc=0, backend=None)
+        p = subprocess.run([binary, "predict", "--from", folder, "--gpus", "1,2,300", "--out", out,
+                            "--name", "p"], capture_output=True, text=True)
+        expect_exit(p, 0)
+        with open(os.path.join(folder, "runs.csv"), newline="") as f:
+            runs = {r["config_id"]: r for r in csv.DictReader(f)}
+        rows = predict_rows(os.path.join(out, "p", "predictions.csv"))
+        sources = {k[0] for k in rows}
+        expect(len(sources) == 2 and len(rows) == 12, f"two series, 3 counts, 2 modes: {sorted(rows)}")
+        for src in sources:
+            one = [r for r in runs.values() if r["ngpus"] == "1" and r["model"] == runs[src]["model"]
+                   and r["scaling"] != "strong"]
+            fastest = min(one, key=lambda r: float(r["step_ms_median"]))
+            expect(src == fastest["config_id"], f"profile {src}, fastest {fastest['config_id']}")
+            dp1 = rows[(src, "dp", "1")]
+            expect(abs(float(dp1["step_ms"]) - float(fastest["step_ms_median"])) < 1e-3 and
+                   dp1["model"] == fastest["model"], f"{dp1}")
+            expect(rows[(src, "ddp", "300")]["status"] == "skipped" and
+                   "300 devices need 150 nodes of 2" in rows[(src, "ddp", "300")]["note"], f"{rows}")
+        p = subprocess.run([binary, "predict", "--calibrate", folder, "--out", out, "--name", "c"],
+                           capture_output=True, text=True)
+        expect_exit(p, 0)
+        cal = os.path.join(out, "c", "calibration.txt")
+        with open(cal) as f:
+            consts = dict(l.split(" = ") for l in f.read().splitlines() if " = " in l and l[0] != "#")
+        expect(set(consts) == {"bus_eff", "base_latency_us", "bucket_overhead_us", "sync_ms",
+                               "dp_sync_ms", "compute_scale"}, f"{consts}")
+        p = subprocess.run([binary, "predict", "--from", folder, "--gpus", "2", "--calibration", cal,
+                            "--out", out, "--name", "p2"], capture_output=True, text=True)
+        expect_exit(p, 0)
+        for r in predict_rows(os.path.join(out, "p2", "predictions.csv")).values():
+            applied = {"sync_ms": consts["dp_sync_ms" if r["mode"] == "dp" else "sync_ms"]}
+            for k, v in {**consts, **applied}.items():
+                expect(abs(float(r[k]) - float(v)) < 1e-3, f"{k}: {r[k]} in predictions, {v} in {cal}")
+        for args, needle in [(["--from", out + "/none", "--gpus", "2"], "runs.csv: missing or empty"),
+                             (["--from", folder, "--workload", cal, "--gpus", "2"], "not both"),
+                             (["--calibrate", folder, "--gpus", "2"], "--calibrate DIR fits constants only"),
+                             (["--from", folder, "--gpus", "2", "--calibration", folder + "/runs.csv"],
+                              "runs.csv:1: expected key = value")]:
+            p = subprocess.run([binary, "predict", *args], capture_output=True, text=True)
+            expect_exit(p, 2, needle)
+        p = subprocess.run([binary, "run", "--gpus", "300"], capture_output=True, text=True)
+        expect_exit(p, 2, "--gpus 300")
+
+
 CASES = {"gpu": case_gpu, "info": case_info, "links": case_links, "comm_bench_faults": case_comm_bench_faults, "profile_sh": case_profile_sh, "ab": case_ab, "check": case_check, "comm_bench": case_comm_bench, "plot": case_plot, "diagnosis": case_diagnosis, "oversubscribed": case_oversubscribed,
          "sweep_failures": case_sweep_failures, "sweep_timeout": case_sweep_timeout,
          "sweep_resume": case_sweep_resume, "sweep_skipped": case_sweep_skipped, "ddp_check": case_ddp_check, "ddp_balance": case_ddp_balance,
          "fault": case_fault, "interrupt": case_interrupt, "ddp_oom": case_ddp_oom,
          "learns": case_learns, "imbalance": case_imbalance, "dp_impl": case_dp_impl, "oom": case_oom,
-         "bad_input": case_bad_input, "predict": case_predict, "cuda_absent": case_cuda_absent, "sweep": case_sweep}
+         "bad_input": case_bad_input, "predict": case_predict, "predict_from": case_predict_from, "cuda_absent": case_cuda_absent, "sweep": case_sweep}
 
 
 def main():

@@ -32,6 +32,8 @@
 #include "backend/nvml.h"
 #include "run/predict_input.h"
 #include "run/predict_model.h"
+#include "run/predict_calib.h"
+#include "core/csv_table.h"
 #include "run/run.h"
 #include "config/settings.h"
 #include "run/suite.h"
@@ -1398,7 +1400,56 @@ static void test_predict_files(void)
     expect_keyfile_error(0, "params = 1e6\noptimizer = lamb\n", ":2: optimizer = lamb: expected one of sgd, adamw");
     expect_keyfile_error(0, "step_ms_1gpu = 10\n", ": missing key 'params'");
     expect_keyfile_error(0, "params = 1e6\nstep_ms_1gpu = 10\nforward_ms = 4\nbackward_ms = 7\n",
-                         "forward_ms + backward_ms + optimizer_ms = 11 ms, more than step_ms_1gpu = 10 ms");
+                         "load_ms + forward_ms + backward_ms + optimizer_ms = 11 ms, more than step_ms_1gpu = 10 ms");
+    expect_keyfile_error(0, "params = 10\ntensor_params = 4, 2 x (2)\nstep_ms_1gpu = 1\n",
+                         ":2: tensor_params add up to 8 parameters, params = 10");
+    expect_keyfile_error(0, "tensor_params = 4, 2 x (2\nstep_ms_1gpu = 1\n",
+                         ":1: tensor_params: expected ')' at 'the end'");
+    expect_keyfile_error(0, "tensor_params = 4,, 2\nstep_ms_1gpu = 1\n",
+                         ":1: tensor_params: expected a whole number at ', 2'");
+    expect_keyfile_error(0, "tensor_params = 0\nstep_ms_1gpu = 1\n", "a tensor of 0 elements");
+    wtext = "tensor_params = 10, 3 x (2, 2 x (1)), 5\nstep_ms_1gpu = 4\nload_ms = 0.5\n";
+    path = write_tmp("t.workload", wtext, strlen(wtext));
+    EXPECT(predict_workload_load(path, &w) == DPS_OK);
+    static const size_t want[] = {10, 2, 1, 1, 2, 1, 1, 2, 1, 1, 5};
+    EXPECT(w.ntensors == 11 && w.params == 27 && w.load_ms == 0.5);
+    for (int i = 0; i < w.ntensors && i < 11; i++) EXPECT(w.tensors[i] == want[i]);
+    predict_workload_free(&w);
+    unlink(path);
+    predict_consts c;
+    predict_consts_default(&c);
+    const char *ctext = "# fitted\nbus_eff = 0.5\nsync_ms = 1.25\ncompute_scale = 0.1\n";
+    path = write_tmp("calibration", ctext, strlen(ctext));
+    EXPECT(predict_consts_load(path, &c) == DPS_OK);
+    EXPECT(c.bus_eff == 0.5 && c.sync_ms == 1.25 && c.compute_scale == 0.1 && c.base_latency_us == 8.4);
+    unlink(path);
+    ctext = "bus_eff = 0.5\nspeed = 3\n";
+    path = write_tmp("calibration", ctext, strlen(ctext));
+    EXPECT(predict_consts_load(path, &c) == DPS_ERR_USAGE && strstr(dps_errmsg(), ":2: unknown key 'speed'"));
+    unlink(path);
+    ctext = "bus_eff = 0\n";
+    path = write_tmp("calibration", ctext, strlen(ctext));
+    EXPECT(predict_consts_load(path, &c) == DPS_ERR_USAGE && strstr(dps_errmsg(), ":1: bus_eff = 0: expected a number above 0"));
+    unlink(path);
+    /* a results file looked up by column: quoted cells, numbers, damage named by line */
+    const char *csv = "a,b,c\n1,\"x,\ny\",2.5\n3,z,oops\n";
+    path = write_tmp("t.csv", csv, strlen(csv));
+    csv_table t;
+    int col;
+    char cell[64];
+    double x;
+    EXPECT(csv_table_load(path, "hint", &t) == DPS_OK && t.nrows == 2 && t.ncols == 3);
+    EXPECT(csv_table_col(&t, "b", &col) == DPS_OK && col == 1);
+    EXPECT(strcmp(csv_table_cell(&t, 0, 1, cell, sizeof cell), "x,\ny") == 0);
+    EXPECT(csv_table_num(&t, 0, 2, 0, 0, &x) == DPS_OK && x == 2.5);
+    EXPECT(csv_table_num(&t, 1, 2, 0, 0, &x) == DPS_ERR_USAGE && strstr(dps_errmsg(), ":4: c = 'oops'"));
+    EXPECT(csv_table_col(&t, "d", &col) == DPS_ERR_USAGE && strstr(dps_errmsg(), "no column 'd'"));
+    csv_table_free(&t);
+    unlink(path);
+    path = write_tmp("cut.csv", "a,b\n1,\"2\n", 11);
+    EXPECT(csv_table_load(path, "hint", &t) == DPS_ERR_USAGE && strstr(dps_errmsg(), ":2: the file ends inside a record"));
+    unlink(path);
+    EXPECT(csv_table_load("/nonexistent/x.csv", "run X", &t) == DPS_ERR_USAGE && strstr(dps_errmsg(), "missing or empty (run X)"));
     static const char nul[] = "params = 1\nst\0ep = 2\n";
     path = write_tmp("nul", nul, sizeof nul - 1);
     EXPECT(predict_workload_load(path, &w) == DPS_ERR_USAGE && strstr(dps_errmsg(), ":2: not a text file"));
@@ -1417,8 +1468,8 @@ static void predict_fixture(predict_machine *m, predict_workload *w)
                            .inter_latency_us = 9.6, .mem_gbps = 900};
     *w = (predict_workload){.name = "w", .params = 26.0 * 1048576 / 4, .bytes_per_grad = 4,
                             .step_ms_1gpu = 90, .forward_ms = -1, .backward_ms = -1,
-                            .optimizer_ms = -1, .batch_per_gpu = 32, .optimizer = OPT_SGD,
-                            .bucket_mb = 25, .first_bucket_mb = 1,
+                            .optimizer_ms = -1, .load_ms = -1, .batch_per_gpu = 32,
+                            .optimizer = OPT_SGD, .bucket_mb = 25, .first_bucket_mb = 1,
                             .input_bytes_per_sample = 602112, .output_bytes_per_sample = 4000,
                             .activation_bytes_per_sample = 1e8};
 }
@@ -1454,6 +1505,18 @@ static void test_predict_model(void)
     EXPECT_NEAR(predict_overlap_end((double[]){0.25, 1.0}, (double[]){1, 3}, 2, 8, &busy), 11, 1e-12);
     EXPECT_NEAR(busy, 4, 1e-12);
     EXPECT_NEAR(predict_overlap_end((double[]){0.1, 0.2}, (double[]){5, 5}, 2, 10, &busy), 11, 1e-12);
+    /* tensors: a large first tensor (a tied embedding) is a bucket of its
+     * own, ready only at the end of backward */
+    size_t tensors[] = {6 * 262144, 262144, 262144, 262144, 262144};
+    w.tensors = tensors;
+    w.ntensors = 5;
+    w.params = 10 * 262144;
+    w.bucket_mb = w.first_bucket_mb = 2;
+    nb = predict_buckets(&w, bytes, ready, PREDICT_MAX_BUCKETS);
+    EXPECT(nb == 3 && bytes[0] == 2 * 1048576 && bytes[1] == 2 * 1048576 && bytes[2] == 6 * 1048576);
+    EXPECT_NEAR(ready[0], 0.2, 1e-12);
+    EXPECT_NEAR(ready[1], 0.4, 1e-12);
+    EXPECT(ready[2] == 1.0);
 }
 
 /* Whole configurations: one device's split, dp and ddp on 1 to 24
@@ -1512,6 +1575,23 @@ static void test_predict_configs(void)
     m.gpu_mem_gib = 3;
     predict_config(&m, &w, &s, &c, MODE_DDP, 2, &r);
     EXPECT(r.status == PRED_OOM && strstr(r.note, "more than gpu_mem_gib 3"));
+    /* calibrated constants: compute shared by the devices of a node, dp's
+     * and ddp's synchronisation */
+    m.gpu_mem_gib = 0;
+    predict_config(&m, &w, &s, &c, MODE_DP, 4, &r);
+    double dp4 = r.step_ms, fwd4 = r.phase_ms[PH_FORWARD];
+    c.compute_scale = 0.1;
+    c.dp_sync_ms = 2;
+    c.sync_ms = 0.5;
+    predict_config(&m, &w, &s, &c, MODE_DP, 4, &r);
+    EXPECT_NEAR(r.sync_ms, 2, 1e-12);
+    EXPECT(r.phase_ms[PH_FORWARD] > 1.29 * fwd4 && r.phase_ms[PH_FORWARD] < 1.31 * fwd4);
+    EXPECT(r.step_ms > dp4 + 2 + 0.3 * s.backward_ms - 1e-9);
+    predict_config(&m, &w, &s, &c, MODE_DDP, 16, &r); /* 8 a node: scaled by 1 + 0.1 x 7 */
+    EXPECT_NEAR(r.phase_ms[PH_FORWARD], 1.7 * s.forward_ms, 1e-9);
+    EXPECT_NEAR(r.sync_ms, 0.5, 1e-12);
+    predict_config(&m, &w, &s, &c, MODE_DDP, 1, &r);
+    EXPECT(r.sync_ms == 0 && r.phase_ms[PH_FORWARD] == s.forward_ms);
 }
 
 static void test_predict(void)
