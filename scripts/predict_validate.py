@@ -1,11 +1,17 @@
 #!/usr/bin/env python3
-"""Published results against `dpscale predict` (issue 16): each case is
-predicted from its one-GPU figure (or, where the source gives none, from one
-published point taken as the calibration) and the machine files of
-bench/predict/, and printed beside the published figure with the error.
-The figures are for the issue's note, not assertions.
+"""`dpscale predict` against what it predicts (issue 16), printed with the
+errors; the figures are for notes, not assertions.
 
-usage: predict_validate.py DPSCALE [BENCH_DIR]     (BENCH_DIR: bench/predict)
+- This machine (--host): the constants are fitted (--calibrate) to a
+  calibration folder of one shape on 1 and 2 devices; then another shape
+  runs on one device, its 2-device dp and ddp are predicted from that run
+  (--from, with the calibration), and only then measured.
+- Published results: each case predicted from its one-GPU figure (or, where
+  the source gives none, from one published point taken as the
+  calibration) and the machine files of bench/predict/.
+
+usage: predict_validate.py DPSCALE [BENCH_DIR] [--host [--keep DIR]]
+       (BENCH_DIR: bench/predict; --host: also the host runs, ~5 minutes on 2 cores)
 
 Exit status: 0 printed, 2 bad input (a prediction that did not run).
 Standard library only.
@@ -106,15 +112,81 @@ def gpt2(dpscale, bench):
     order = sorted(got, key=got.get)
     print(f"  order predicted: {' < '.join(order)}; published: ddp-nvlink < dp-nvlink < ddp-pcie "
           f"({'same' if order == ['ddp-nvlink', 'dp-nvlink', 'ddp-pcie'] else 'DIFFERENT'})")
+    with tempfile.TemporaryDirectory() as folder:
+        need = busbw_for(dpscale, pcie, workload, step1, ms["ddp-pcie"], folder)
+    print(f"  (the published ddp without NVLink needs an all-reduce busbw of {need:.2f} GB/s in the "
+          f"model; titan-rtx-pcie.machine estimates 5)")
+
+
+def busbw_for(dpscale, machine, workload, step1, target_ms, folder):
+    """The intra_busbw_gbps at which ddp on 2 devices of machine takes target_ms
+    (bisection: the step falls as the bandwidth grows)."""
+    lo, hi = 0.05, 1000.0
+    with open(machine) as f:
+        text = [l for l in f if l.split("=", 1)[0].strip() not in ("intra_busbw_gbps", "p2p_gbps")]
+    path = os.path.join(folder, "probe.machine")
+    for _ in range(50):
+        mid = (lo * hi) ** 0.5
+        with open(path, "w") as f:
+            f.writelines(text + [f"intra_busbw_gbps = {mid!r}\n"])
+        ms = float(predict(dpscale, path, with_step(workload, step1, folder), [2], "ddp")[("ddp", 2)]["step_ms"])
+        lo, hi = (lo, mid) if ms < target_ms else (mid, hi)
+    return (lo * hi) ** 0.5
+
+
+def run(dpscale, *args):
+    p = subprocess.run([dpscale, *args], capture_output=True, text=True, timeout=1800)
+    if p.returncode != 0:
+        raise BadInput(f"dpscale {' '.join(args)}: exit {p.returncode}: {p.stderr.strip()[-400:]}")
+    return p.stdout
+
+
+# The host runs: the calibration shape and the validated one (medium).
+CAL_SHAPE = ["--model", "medium", "--layers", "4", "--width", "768"]
+VAL_SHAPE = ["--model", "medium"]
+HOST_STEPS = ["--steps", "15", "--warmup", "3", "--no-trace"]
+
+
+def host(dpscale, keep):
+    print("This machine, host backend: calibrated on medium 4x768 (1 and 2 devices), "
+          "validated on medium 8x1024 (predicted from its 1-device run, then measured)")
+    out = keep or tempfile.mkdtemp(prefix="predict-host-")
+    cal, val = os.path.join(out, "cal"), os.path.join(out, "val")
+    run(dpscale, "sweep", "--mode", "dp,ddp", "--gpus", "1,2", *CAL_SHAPE, *HOST_STEPS, "--out", out, "--name", "cal")
+    run(dpscale, "comm-bench", "--gpus", "2", "--out", out, "--name", "cal")
+    print("  " + run(dpscale, "predict", "--calibrate", cal, "--out", out, "--name", "calibration")
+          .replace("\n", "\n  ").rstrip())
+    run(dpscale, "sweep", "--mode", "dp,ddp", "--gpus", "1", *VAL_SHAPE, *HOST_STEPS, "--out", out, "--name", "val")
+    run(dpscale, "comm-bench", "--gpus", "2", "--out", out, "--name", "val")
+    run(dpscale, "predict", "--from", val, "--gpus", "2", "--calibration",
+        os.path.join(out, "calibration", "calibration.txt"), "--out", out, "--name", "pred")
+    with open(os.path.join(out, "pred", "predictions.csv"), newline="") as f:
+        pred = {r["mode"]: float(r["step_ms"]) for r in csv.DictReader(f) if r["status"] == "ok"}
+    run(dpscale, "sweep", "--mode", "dp,ddp", "--gpus", "2", *VAL_SHAPE, *HOST_STEPS, "--out", out, "--name", "val")
+    with open(os.path.join(val, "runs.csv"), newline="") as f:
+        got = {r["mode"]: float(r["step_ms_median"]) for r in csv.DictReader(f)
+               if r["ngpus"] == "2" and r["status"] == "ok"}
+    for mode in ("dp", "ddp"):
+        if mode in pred and mode in got:
+            line(f"{mode} 2 devices, medium", pred[mode], got[mode], "goal: within 15 % (measured)")
+    print(f"  (folders in {out}; draw with: scripts/plot.py {val} --predictions {out}/pred)")
 
 
 def main(argv):
-    if len(argv) not in (2, 3):
-        raise BadInput("usage: predict_validate.py DPSCALE [BENCH_DIR]")
-    bench = argv[2] if len(argv) == 3 else os.path.join(HERE, "..", "bench", "predict")
+    args = argv[1:]
+    host_run, keep = "--host" in args, None
+    if "--keep" in args:
+        keep = args[args.index("--keep") + 1]
+        args = args[:args.index("--keep")] + args[args.index("--keep") + 2:]
+    args = [a for a in args if a != "--host"]
+    if len(args) not in (1, 2):
+        raise BadInput("usage: predict_validate.py DPSCALE [BENCH_DIR] [--host [--keep DIR]]")
+    bench = args[1] if len(args) == 2 else os.path.join(HERE, "..", "bench", "predict")
     print(f"  {'case':<34} {'predicted':>10} {'published':>10} {'error':>10}")
-    resnet(argv[1], bench)
-    gpt2(argv[1], bench)
+    resnet(args[0], bench)
+    gpt2(args[0], bench)
+    if host_run:
+        host(args[0], keep)
     return 0
 
 
