@@ -128,6 +128,12 @@ SCHEMA = {
     "memory.csv": [("config_id", NAME), ("device", COUNT), ("device_index", COUNT),
                    ("category", TEXT), ("kind", TEXT), ("bytes_at_peak", COUNT),
                    ("peak_phase", NAME)],
+    # ddp's buckets over the traced steps: when each was ready and its
+    # all-reduce began, ms after backward began (medians), the all-reduce's
+    # time; the last two empty on one rank, which runs no collective.
+    "buckets.csv": [("config_id", NAME), ("rank", COUNT), ("bucket", COUNT), ("bytes", COUNT),
+                    ("ready_ms", NUMBER), ("allreduce_begin_ms", NUMBER.or_empty()),
+                    ("allreduce_ms", AT_LEAST_0.or_empty()), ("traced_steps", COUNT_1)],
     "links.csv": [("src", NAME), ("dst", NAME), ("method", NAME), ("bytes", COUNT),
                   ("bw_gbps", ABOVE_0.or_empty()), ("latency_us", AT_LEAST_0.or_empty()),
                   ("status", TEXT), ("backend", TEXT), ("emulated", COUNT)],
@@ -164,6 +170,7 @@ KINDS = {name: dict(SCHEMA[name] + OPTIONAL_SCHEMA.get(name, [])) for name in SC
 # The columns that name a row: no two rows of a file name the same thing.
 KEYS = {"runs.csv": ["config_id"], "steps.csv": ["config_id", "step", "rank"],
         "devices.csv": ["config_id", "device"], "phases.csv": ["config_id", "device", "phase"],
+        "buckets.csv": ["config_id", "rank", "bucket"],
         "links.csv": ["src", "dst", "method", "bytes"],  # links: one row per path and copy size
         "predictions.csv": ["machine", "workload", "source", "mode", "ngpus"]}
 # What to do about two rows with the same key, where it is not the results folder's remedy.

@@ -156,13 +156,18 @@ def host(dpscale, keep):
     run(dpscale, "comm-bench", "--gpus", "2", "--out", out, "--name", "cal")
     print("  " + run(dpscale, "predict", "--calibrate", cal, "--out", out, "--name", "calibration")
           .replace("\n", "\n  ").rstrip())
-    run(dpscale, "sweep", "--mode", "dp,ddp", "--gpus", "1", *VAL_SHAPE, *HOST_STEPS, "--out", out, "--name", "val")
+    # one device's run, and the links and all-reduce of the machine (the
+    # sweeps' own link matrices left out: one measurement of each link)
+    run(dpscale, "sweep", "--mode", "dp,ddp", "--gpus", "1", *VAL_SHAPE, *HOST_STEPS, "--no-links",
+        "--out", out, "--name", "val")
+    run(dpscale, "links", "--gpus", "2", "--out", out, "--name", "val")
     run(dpscale, "comm-bench", "--gpus", "2", "--out", out, "--name", "val")
     run(dpscale, "predict", "--from", val, "--gpus", "2", "--calibration",
         os.path.join(out, "calibration", "calibration.txt"), "--out", out, "--name", "pred")
     with open(os.path.join(out, "pred", "predictions.csv"), newline="") as f:
         pred = {r["mode"]: float(r["step_ms"]) for r in csv.DictReader(f) if r["status"] == "ok"}
-    run(dpscale, "sweep", "--mode", "dp,ddp", "--gpus", "2", *VAL_SHAPE, *HOST_STEPS, "--out", out, "--name", "val")
+    run(dpscale, "sweep", "--mode", "dp,ddp", "--gpus", "2", *VAL_SHAPE, *HOST_STEPS, "--no-links",
+        "--out", out, "--name", "val")
     with open(os.path.join(val, "runs.csv"), newline="") as f:
         got = {r["mode"]: float(r["step_ms_median"]) for r in csv.DictReader(f)
                if r["ngpus"] == "2" and r["status"] == "ok"}

@@ -237,12 +237,16 @@ static void test_cli(void)
     expect_usage("run --gpus 0", "--gpus 0:");
     expect_usage("run --gpus -1", "--gpus -1:");
     expect_usage("run --gpus 99999999999999999999", "out of range");
-    expect_usage("run --gpus 1,2", "--gpus 1,2: one value for `dpscale run` (lists are for sweep, "
-                 "comm-bench and predict)");
-    EXPECT(parse("predict --machine m.machine --workload w --gpus 1,8,16 --modes ddp --name p", &a) == DPS_OK);
+    expect_usage("run --gpus 1,2", "--gpus 1,2: one value for `dpscale run` (lists are for sweep "
+                 "and comm-bench)");
+    EXPECT(parse("predict --machine m.machine --workload w --gpus 1,8,256 --modes ddp --name p", &a) == DPS_OK);
     EXPECT(a.cmd == CMD_PREDICT && strcmp(a.machine_path, "m.machine") == 0 && a.name_set);
-    EXPECT(strcmp(a.workload_path, "w") == 0 && a.sweep_ngpus_n == 3 && a.sweep_ngpus[2] == 16);
+    EXPECT(strcmp(a.workload_path, "w") == 0 && a.sweep_ngpus_n == 3 && a.sweep_ngpus[2] == 256);
     EXPECT(a.sweep_modes_n == 1 && a.sweep_modes[0] == MODE_DDP && !a.out_set);
+    expect_usage("run --gpus 256", "--gpus 256: expected an integer from 1 to 64");
+    expect_usage("predict --gpus 0", "--gpus 0: expected an integer from 1 to 1048576");
+    EXPECT(parse("predict --from r --calibration c.txt --gpus 8", &a) == DPS_OK);
+    EXPECT(strcmp(a.from_dir, "r") == 0 && strcmp(a.calibration_path, "c.txt") == 0);
     expect_usage("run --machine m", "--machine: not an option of `dpscale run` (only of predict)");
     expect_usage("predict --steps 3", "--steps: not an option of `dpscale predict`");
     expect_usage("run --model tiny,small", "--model tiny,small: one value for `dpscale run` "
@@ -999,8 +1003,10 @@ static void expect_entry_consistent(int id)
     /* an option names the subcommands that take it, a list those that take a list */
     EXPECT(!e->flag == !e->cmds && (e->list_cmds & ~e->cmds) == 0);
     EXPECT(!e->list_cmds == (e->cli_max < 2));
+    /* a flag twice only for disjoint subcommands (--gpus: predict's own range) */
     for (int j = 0; e->flag && j < id; j++)
-        EXPECT(!settings_table[j].flag || strcmp(settings_table[j].flag, e->flag) != 0);
+        EXPECT(!settings_table[j].flag || strcmp(settings_table[j].flag, e->flag) != 0 ||
+               (settings_table[j].cmds & e->cmds) == 0);
     if (!e->has_default) return;
     if (e->def_text) snprintf(text, sizeof text, "%s", e->def_text);
     else if (e->type == SETTINGS_WORD) snprintf(text, sizeof text, "%s", e->words[e->def.i]);

@@ -16,7 +16,7 @@ dps_status comm_span_add(comm *c, be_event *begin, double ms, size_t bytes)
     }
     float at = 0.0f;
     DPS_TRY(c->be->ops->event_ms(c->be, c->span_ref, begin, &at));
-    c->spans[c->nspans] = (tl_span){at, ms, bytes, c->nspans};
+    c->spans[c->nspans] = (tl_span){at, ms, bytes, c->nspans, 0.0};
     c->nspans++;
     return DPS_OK;
 }

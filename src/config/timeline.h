@@ -19,11 +19,15 @@ typedef struct tl_phase {
     int on;          /* the slot (dp) whose stream ran it; -1: not run this step */
 } tl_phase;
 
-/* One bucket's all-reduce (ddp): its begin and how long the collective ran. */
+/* One bucket's all-reduce (ddp): its begin and how long the collective ran
+ * (0 on one rank, which runs none), and when the bucket was ready: its
+ * gradients final, copied into it and scaled (the event the all-reduce
+ * waits for). */
 typedef struct tl_span {
     double begin_ms, ms;
     uint64_t bytes;
     int bucket;
+    double ready_ms;
 } tl_span;
 
 typedef struct timeline {

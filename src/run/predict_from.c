@@ -164,6 +164,43 @@ static int profile_row(const runs_view *v, int r)
     return best;
 }
 
+/* The series' ddp one-device row, or -1. */
+static int ddp_row(const runs_view *v, int r)
+{
+    char a[CELL];
+    for (int q = 0; q < v->t.nrows; q++)
+        if (is_profile(v, q) && same_series(v, r, q) && strcmp(cell(v, q, R_MODE, a), "ddp") == 0)
+            return q;
+    return -1;
+}
+
+/* Each bucket's ready time in backward (buckets.csv, rank 0 of config id)
+ * over backward's median (phases.csv): w->ready, when every bucket has one. */
+static dps_status bucket_ready(const char *dir, const csv_table *ph, const char *id,
+                               predict_workload *w)
+{
+    csv_table bk;
+    int cid, crank, cready, n = 0;
+    double bwd, x;
+    char a[CELL], b[CELL];
+    if (open_table(dir, "buckets.csv", "", &bk)) return DPS_OK; /* older folders: none */
+    dps_status rc = csv_table_col(&bk, "config_id", &cid);
+    if (!rc) rc = csv_table_col(&bk, "rank", &crank);
+    if (!rc) rc = csv_table_col(&bk, "ready_ms", &cready);
+    if (!rc) rc = sum_rows(ph, id, "phase", "backward", "median_ms", &bwd);
+    w->ready = rc ? NULL : malloc(((size_t)bk.nrows + 1) * sizeof *w->ready);
+    for (int r = 0; !rc && w->ready && r < bk.nrows; r++) {
+        if (strcmp(csv_table_cell(&bk, r, cid, a, CELL), id) != 0 ||
+            strcmp(csv_table_cell(&bk, r, crank, b, CELL), "0") != 0)
+            continue;
+        rc = csv_table_num(&bk, r, cready, 0, 0, &x);
+        if (!rc && bwd > 0) w->ready[n++] = fmin(1.0, fmax(0.0, x / bwd));
+    }
+    w->nready = n;
+    csv_table_free(&bk);
+    return rc;
+}
+
 static dps_status one_workload(const char *dir, const runs_view *v, int r, predict_workload *w)
 {
     csv_table ph, mem;
@@ -174,6 +211,9 @@ static dps_status one_workload(const char *dir, const runs_view *v, int r, predi
     DPS_TRY(csv_table_num(&v->t, r, v->col[R_STEP], 0, 0, &step));
     DPS_TRY(open_table(dir, "phases.csv", "dpscale run or sweep writes it", &ph));
     dps_status rc = phase_medians(&ph, w->source, step, w);
+    char ddp_id[CELL];
+    int q = ddp_row(v, r);
+    if (!rc && q >= 0) rc = bucket_ready(dir, &ph, cell(v, q, R_ID, ddp_id), w);
     csv_table_free(&ph);
     DPS_TRY(rc);
     if (open_table(dir, "memory.csv", "", &mem) == DPS_OK) {

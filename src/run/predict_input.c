@@ -209,8 +209,10 @@ void predict_workload_defaults(predict_workload *w)
 void predict_workload_free(predict_workload *w)
 {
     free(w->tensors);
+    free(w->ready);
     w->tensors = NULL;
-    w->ntensors = 0;
+    w->ready = NULL;
+    w->ntensors = w->nready = 0;
 }
 
 /* params from the tensors when only they are given; both must agree. */

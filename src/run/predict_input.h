@@ -40,6 +40,9 @@ typedef struct predict_workload {
     size_t *tensors;             /* tensor_params: element counts in model.parameters()
                                   * order (owned; predict_workload_free); NULL: equal pieces */
     int ntensors;
+    double *ready;               /* --from: each bucket's measured ready time as a fraction of
+                                  * backward (buckets.csv; owned); NULL: from the tensors */
+    int nready;
     int bytes_per_grad;          /* 4 or 2; default 4 */
     double step_ms_1gpu;         /* required: one device, no strategy */
     double forward_ms, backward_ms, optimizer_ms; /* < 0: not given */

@@ -118,6 +118,7 @@ int predict_buckets(const predict_workload *w, double *bytes, double *ready, int
          * proportional to the parameters it has passed; a bucket is ready
          * once its first (lowest) tensor's gradient is */
         ready[i] = (double)(total - bk[i].lo) / (double)total;
+        if (w->nready == nb) ready[i] = w->ready[i]; /* measured (predict --from) */
     }
     free(counts);
     free(bk);

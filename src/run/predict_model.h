@@ -46,7 +46,7 @@ double predict_allreduce_ms(double bytes, int n, int nodes, const predict_machin
 /* DDP's buckets (bucket_assign: reverse parameter order, first_bucket_mb
  * then bucket_mb) of a model of w->params parameters taken as equal pieces;
  * bytes[i] its size, ready[i] the fraction of backward after which its
- * gradients are all ready. Returns the count, -1 if more than max. */
+ * gradients are all ready (w->ready when it has one per bucket, as measured). Returns the count, -1 if more than max. */
 int predict_buckets(const predict_workload *w, double *bytes, double *ready, int max);
 
 /* One bucket after another on one stream: each all-reduce starts when its

@@ -457,9 +457,56 @@ static void memory_rows(csv_buf *b, const dps_config *c, const train_result *res
         }
 }
 
+static const char *const buckets_cols[] = {
+    "config_id", "rank", "bucket", "bytes", "ready_ms", "allreduce_begin_ms", "allreduce_ms",
+    "traced_steps"};
+
+/* The medians over the traced steps of rank's bucket i: when it was ready
+ * and its all-reduce began, after backward began, and the all-reduce's time. */
+static void bucket_medians(const timeline *tl, int r, int i, double *x, double out[3])
+{
+    for (int f = 0; f < 3; f++) {
+        for (int t = 0; t < tl->steps; t++) {
+            const tl_span *sp = &timeline_spans(tl, t, r)[i];
+            double bwd = timeline_phases(tl, t, r)[PH_BACKWARD].begin_ms;
+            x[t] = f == 0 ? sp->ready_ms - bwd : f == 1 ? sp->begin_ms - bwd : sp->ms;
+        }
+        dps_stats st;
+        stats_compute(x, tl->steps, &st);
+        out[f] = st.median;
+    }
+}
+
+/* ddp's buckets over the traced steps (--trace-steps): one row per rank and bucket. */
+static void buckets_rows(csv_buf *b, const dps_config *c, const train_result *res,
+                         const run_summary *s)
+{
+    const timeline *tl = &res->tl;
+    if (c->mode != MODE_DDP || tl->steps < 1) return;
+    double *x = malloc((size_t)tl->steps * sizeof *x), m[3];
+    if (!x) {
+        b->oom = 1;
+        return;
+    }
+    for (int r = 0; r < tl->nranks; r++)
+        for (int i = 0; i < *timeline_nspans(tl, 0, r); i++) {
+            bucket_medians(tl, r, i, x, m);
+            csv_str(b, s->config_id);
+            csv_int(b, r);
+            csv_int(b, timeline_spans(tl, 0, r)[i].bucket);
+            csv_u64(b, timeline_spans(tl, 0, r)[i].bytes);
+            csv_num(b, m[0], 4);
+            csv_num(b, tl->nranks > 1 ? m[1] : NAN, 4);
+            csv_num(b, tl->nranks > 1 ? m[2] : NAN, 4);
+            csv_int(b, tl->steps);
+            csv_end_row(b);
+        }
+    free(x);
+}
+
 /* The files of a configuration's rows, in the order they are written:
  * runs.csv last, since a row there is what says the configuration is done. */
-enum { F_STEPS, F_DEVICES, F_PHASES, F_MEMORY, F_RUNS, F_COUNT };
+enum { F_STEPS, F_DEVICES, F_PHASES, F_MEMORY, F_BUCKETS, F_RUNS, F_COUNT };
 
 static const char *const *steps_columns(void)
 {
@@ -482,6 +529,7 @@ const results_file *results_files(int *n)
     files[F_DEVICES] = (results_file){"devices.csv", devices_cols, NCOLS(devices_cols)};
     files[F_PHASES] = (results_file){"phases.csv", phases_cols, NCOLS(phases_cols)};
     files[F_MEMORY] = (results_file){"memory.csv", memory_cols, NCOLS(memory_cols)};
+    files[F_BUCKETS] = (results_file){"buckets.csv", buckets_cols, NCOLS(buckets_cols)};
     files[F_RUNS] = (results_file){"runs.csv", results_runs_cols, results_runs_ncols};
     *n = F_COUNT;
     return files;
@@ -562,6 +610,7 @@ dps_status results_append(const results_dir *r, const dps_config *c, const backe
     devices_rows(&b[F_DEVICES], c, res, s);
     phases_rows(&b[F_PHASES], res, s);
     memory_rows(&b[F_MEMORY], c, res, s);
+    buckets_rows(&b[F_BUCKETS], c, res, s);
     runs_row(&b[F_RUNS], c, be, res, s);
     dps_status rc = append_all(r, b);
     for (int i = 0; i < F_COUNT; i++) csv_free(&b[i]);

@@ -65,6 +65,14 @@ static void slice(writer *w, int rank, int tid, const char *name, const char *ca
             dur_ms * 1e3);
 }
 
+/* A bucket's ready mark on the compute stream (thread-scoped instant). */
+static void instant(writer *w, int rank, int bucket, double ts_ms)
+{
+    fprintf(event(w), "{\"ph\":\"i\",\"s\":\"t\",\"pid\":%d,\"tid\":%d,\"name\":\"bucket %d "
+            "ready\",\"cat\":\"bucket_ready\",\"ts\":%.3f,\"args\":{", pid_of(rank), TID_COMPUTE,
+            bucket, ts_ms * 1e3);
+}
+
 /* Timed step k of rank: a slice per phase it ran, and the step around its
  * compute stream's slices. */
 static void phases(writer *w, int t, int k, int rank, double offset_ms)
@@ -92,7 +100,7 @@ static void phases(writer *w, int t, int k, int rank, double offset_ms)
     fprintf(w->f, "\"step\":%d,\"step_ms\":%.4f}}", k, res->rank_step_ms[(size_t)k * res->nranks + rank]);
 }
 
-/* ddp: timed step k's bucket all-reduces of rank. */
+/* ddp: timed step k's buckets of rank: when each was ready, its all-reduce. */
 static void spans(writer *w, int t, int k, int rank, double offset_ms)
 {
     const timeline *tl = &w->res->tl;
@@ -100,6 +108,10 @@ static void spans(writer *w, int t, int k, int rank, double offset_ms)
     for (int i = 0; i < *timeline_nspans(tl, t, rank); i++) {
         char name[48];
         snprintf(name, sizeof name, "all-reduce bucket %d", s[i].bucket);
+        instant(w, rank, s[i].bucket, offset_ms + s[i].ready_ms);
+        fprintf(w->f, "\"bytes\":%llu,\"bucket\":%d,\"step\":%d}}", (unsigned long long)s[i].bytes,
+                s[i].bucket, k);
+        if (tl->nranks < 2) continue; /* one rank runs no collective */
         slice(w, rank, TID_COMM, name, "allreduce", offset_ms + s[i].begin_ms, s[i].ms);
         fprintf(w->f, "\"bytes\":%llu,\"bucket\":%d,\"step\":%d}}", (unsigned long long)s[i].bytes,
                 s[i].bucket, k);

@@ -328,9 +328,17 @@ static dps_status trace_read(ddp_rank *R, int k)
     if (!sh->trace_steps || t < 0) return DPS_OK;
     DPS_TRY(ptimer_begins(&R->timer, 0, ddp_shared_tl_phase(sh, R->rank) + (size_t)t * PH_COUNT));
     int n = R->comm->nspans < sh->max_spans ? R->comm->nspans : sh->max_spans;
-    if (n) memcpy(ddp_shared_tl_span(sh, R->rank) + (size_t)t * sh->max_spans, R->comm->spans,
-                  (size_t)n * sizeof(tl_span));
-    ddp_shared_tl_nspans(sh, R->rank)[t] = n;
+    tl_span *dst = ddp_shared_tl_span(sh, R->rank) + (size_t)t * sh->max_spans;
+    if (n) memcpy(dst, R->comm->spans, (size_t)n * sizeof(tl_span));
+    int nb = R->nbk < sh->max_spans ? R->nbk : sh->max_spans;
+    for (int b = 0; b < nb; b++) {
+        float ready = 0.0f;
+        DPS_TRY(R->be->ops->event_ms(R->be, R->timer.ref[0], R->bk_ev[b], &ready));
+        if (b >= n) /* one rank: no collective ran */
+            dst[b] = (tl_span){ready, 0.0, (R->bk[b].hi - R->bk[b].lo) * sizeof(float), b, 0.0};
+        dst[b].ready_ms = ready;
+    }
+    ddp_shared_tl_nspans(sh, R->rank)[t] = n > nb ? n : nb;
     return DPS_OK;
 }
 
