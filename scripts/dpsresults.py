@@ -157,7 +157,8 @@ SCHEMA = {
        ("allreduce_end_ms", AT_LEAST_0.or_empty()), ("bucket_copy_ms", AT_LEAST_0.or_empty()),
        ("sync_ms", AT_LEAST_0.or_empty()), ("bus_eff", AT_LEAST_0.or_empty()),
        ("base_latency_us", AT_LEAST_0.or_empty()), ("bucket_overhead_us", AT_LEAST_0.or_empty()),
-       ("dp_sync_ms", AT_LEAST_0.or_empty()), ("compute_scale", AT_LEAST_0.or_empty())],
+       ("dp_sync_ms", AT_LEAST_0.or_empty()), ("compute_scale", AT_LEAST_0.or_empty()),
+       ("overlap_eff", AT_LEAST_0.or_empty())],
 }
 COLUMNS = {name: [c for c, _ in cols] for name, cols in SCHEMA.items()}
 # Columns that only scripts/torch_reference.py writes, after all of COLUMNS'

@@ -867,7 +867,7 @@ def case_predict_from(binary):
         with open(cal) as f:
             consts = dict(l.split(" = ") for l in f.read().splitlines() if " = " in l and l[0] != "#")
         expect(set(consts) == {"bus_eff", "base_latency_us", "bucket_overhead_us", "sync_ms",
-                               "dp_sync_ms", "compute_scale"}, f"{consts}")
+                               "dp_sync_ms", "compute_scale", "overlap_eff"}, f"{consts}")
         p = subprocess.run([binary, "predict", "--from", folder, "--gpus", "2", "--calibration", cal,
                             "--out", out, "--name", "p2"], capture_output=True, text=True)
         expect_exit(p, 0)

@@ -1452,7 +1452,7 @@ static void test_predict_files(void)
     EXPECT(csv_table_col(&t, "d", &col) == DPS_ERR_USAGE && strstr(dps_errmsg(), "no column 'd'"));
     csv_table_free(&t);
     unlink(path);
-    path = write_tmp("cut.csv", "a,b\n1,\"2\n", 11);
+    path = write_tmp("cut.csv", "a,b\n1,\"2\n", 9);
     EXPECT(csv_table_load(path, "hint", &t) == DPS_ERR_USAGE && strstr(dps_errmsg(), ":2: the file ends inside a record"));
     unlink(path);
     EXPECT(csv_table_load("/nonexistent/x.csv", "run X", &t) == DPS_ERR_USAGE && strstr(dps_errmsg(), "missing or empty (run X)"));
@@ -1508,9 +1508,13 @@ static void test_predict_model(void)
     w.bucket_mb = 25;
     /* one stream: each starts when ready and after the one before */
     double busy;
-    EXPECT_NEAR(predict_overlap_end((double[]){0.25, 1.0}, (double[]){1, 3}, 2, 8, &busy), 11, 1e-12);
+    EXPECT_NEAR(predict_overlap_end((double[]){0.25, 1.0}, (double[]){1, 3}, 2, 8, 1.0, &busy), 11, 1e-12);
     EXPECT_NEAR(busy, 4, 1e-12);
-    EXPECT_NEAR(predict_overlap_end((double[]){0.1, 0.2}, (double[]){5, 5}, 2, 10, &busy), 11, 1e-12);
+    EXPECT_NEAR(predict_overlap_end((double[]){0.1, 0.2}, (double[]){5, 5}, 2, 10, 1.0, &busy), 11, 1e-12);
+    /* beside backward at half speed: 4 ms of work from 4 ms, 2 done by 8, 2 after */
+    EXPECT_NEAR(predict_overlap_end((double[]){0.5}, (double[]){4}, 1, 8, 0.5, &busy), 10, 1e-12);
+    EXPECT_NEAR(busy, 6, 1e-12);
+    EXPECT_NEAR(predict_overlap_end((double[]){0.25}, (double[]){1}, 1, 8, 0.5, &busy), 4, 1e-12);
     /* tensors: a large first tensor (a tied embedding) is a bucket of its
      * own, ready only at the end of backward */
     size_t tensors[] = {6 * 262144, 262144, 262144, 262144, 262144};

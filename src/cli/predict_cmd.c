@@ -28,9 +28,11 @@ static dps_status check_args(const cli_args *a)
                        : !a->gpus_set ? "--gpus LIST" : NULL;
     if (a->workload_path[0] && a->from_dir[0])
         return dps_fail(DPS_ERR_USAGE, "predict takes --workload FILE or --from DIR, not both");
-    if (a->calibrate_dir[0] && (a->from_dir[0] || a->workload_path[0] || a->gpus_set))
+    if (a->calibrate_dir[0] && (a->from_dir[0] || a->workload_path[0] || a->gpus_set ||
+                                a->calibration_path[0] || a->sweep_modes_n))
         return dps_fail(DPS_ERR_USAGE, "--calibrate DIR fits constants only (with --machine, "
-                        "--out, --name); predict with --calibration FILE afterwards");
+                        "--out, --name; not --from, --workload, --gpus, --modes, --calibration); "
+                        "predict with --calibration FILE afterwards");
     if (!lack) return DPS_OK;
     return dps_fail(DPS_ERR_USAGE, "predict needs %s (dpscale predict --machine FILE --workload FILE "
                     "--gpus LIST, or --from RESULTS_DIR --gpus LIST; bench/predict/ has examples)",
@@ -112,8 +114,10 @@ static dps_status run_calibrate(cli_args *a, predict_inputs *in)
     char dir[2 * DPS_PATH_MAX], name[DPS_NAME_MAX], path[2 * DPS_PATH_MAX + 32];
     const char *base = strrchr(a->calibrate_dir, '/');
     snprintf(name, sizeof name, "calibration-%.100s", base && base[1] ? base + 1 : a->calibrate_dir);
+    /* the all-reduce at the buckets' size, as predict --from chooses it */
+    DPS_TRY(predict_from_workloads(a->calibrate_dir, &in->w, &in->nw));
     if (a->machine_path[0]) DPS_TRY(predict_machine_load(a->machine_path, &in->m));
-    else DPS_TRY(predict_from_machine(a->calibrate_dir, 25.0, &in->m));
+    else DPS_TRY(predict_from_machine(a->calibrate_dir, in->w[0].bucket_mb, &in->m));
     DPS_TRY(out_folder(a, name, dir, sizeof dir));
     snprintf(path, sizeof path, "%s/calibration.txt", dir);
     printf("# dpscale predict --calibrate %s: constants fitted on machine %s\n", a->calibrate_dir,

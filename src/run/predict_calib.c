@@ -43,8 +43,8 @@ static double fit_compute_scale(const fit *f, double *v)
     int n = 0;
     for (int i = 0; i < f->nmeas; i++) {
         const predict_measured *x = &f->meas[i];
-        int together = x->ngpus < f->m->gpus_per_node ? x->ngpus : f->m->gpus_per_node;
-        if (x->forward_1 > 0 && together > 1)
+        int together = x->ngpus;
+        if (x->forward_1 > 0 && together > 1 && together <= f->m->gpus_per_node)
             v[n++] = fmax(0.0, (x->forward_ms / x->forward_1 - 1.0) / (together - 1));
     }
     return median_or(v, n, 0.0);
@@ -72,33 +72,92 @@ static double ddp_residual(const fit *f, const predict_consts *c, double *v, dou
     return median_or(v, n, 0.0);
 }
 
-/* bus_eff: 1 when ddp runs no slower than predicted at the full bus
- * bandwidth, else the efficiency (bisection) at which its median residual
- * is 0: all-reduces that share the host with backward run slower. */
-static void fit_bus_eff(const fit *f, predict_consts *c, double *v, double *nb)
+/* bus_eff without measured buckets: 1 when ddp runs no slower than
+ * predicted at the full bus bandwidth, else the efficiency (bisection, at
+ * least 0.01) at which its median residual is 0. */
+static double bus_eff_from_steps(const fit *f, predict_consts *c, double *v, double *nb)
 {
     c->bus_eff = 1.0;
-    if (ddp_residual(f, c, v, nb) <= 0) return;
+    if (ddp_residual(f, c, v, nb) <= 0) return 1.0;
     double lo = 0.01, hi = 1.0;
     for (int i = 0; i < 40; i++) {
         c->bus_eff = (lo + hi) / 2;
         if (ddp_residual(f, c, v, nb) > 0) hi = c->bus_eff;
         else lo = c->bus_eff;
     }
-    c->bus_eff = lo;
+    return lo;
 }
 
-/* ddp's residual left as sync_ms + nbuckets x bucket_overhead_us (least
- * squares when the rows have different bucket counts, else all sync_ms). */
-static void fit_ddp_terms(const fit *f, predict_consts *c, double *v, double *nb)
+/* A measured bucket: the model's all-reduce time at the full bus, the
+ * wait from when it could start (ready, the one before it done) to its
+ * begin, and the time from then to its end. */
+typedef struct bucket_obs {
+    double full_ms, wait_ms, elapsed_ms;
+    int after;   /* began after backward ended; else 1 when it ended beside it, -1 neither */
+} bucket_obs;
+
+static bucket_obs observe(const fit *f, const predict_measured *x, int b, const predict_consts *full)
 {
-    int n = residuals(f, c, MODE_DDP, v, nb);
-    double sx = 0, sy = 0, sxx = 0, sxy = 0;
-    for (int i = 0; i < n; i++) sx += nb[i], sy += v[i], sxx += nb[i] * nb[i], sxy += nb[i] * v[i];
-    double den = n * sxx - sx * sx, slope = den > 1e-9 ? (n * sxy - sx * sy) / den : 0.0;
-    c->bucket_overhead_us = fmax(0.0, 1000.0 * slope);
-    for (int i = 0; i < n; i++) v[i] -= nb[i] * c->bucket_overhead_us / 1000.0;
-    c->sync_ms = fmax(0.0, median_or(v, n, 0.0));
+    int nodes = (x->ngpus + f->m->gpus_per_node - 1) / f->m->gpus_per_node;
+    double prev_end = b ? x->bk_begin[b - 1] + x->bk_ms[b - 1] : 0.0;
+    double from = fmax(x->bk_ready[b], prev_end), end = x->bk_begin[b] + x->bk_ms[b];
+    bucket_obs o = {predict_allreduce_ms(x->bk_bytes[b], x->ngpus, nodes, f->m, full),
+                    fmax(0.0, x->bk_begin[b] - from), end - from, -1};
+    o.after = x->bk_begin[b] >= x->backward_ms ? 1 : end <= x->backward_ms ? 0 : -1;
+    return o;
+}
+
+/* Bucket b of x was measured, and so was the one before it. */
+static int measured(const predict_measured *x, int b)
+{
+    return x->mode == MODE_DDP && x->bk_ms[b] > 0 && !isnan(x->bk_begin[b]) &&
+           (b == 0 || !isnan(x->bk_begin[b - 1]));
+}
+
+/* After backward: bus_eff, the model's time at the full bus against the
+ * all-reduce's, and bucket_overhead_us, the wait to begin (medians).
+ * Returns how many all-reduces ran after backward. */
+static int fit_after(const fit *f, const predict_consts *full, predict_consts *c, double *v,
+                     double *wait)
+{
+    int n = 0;
+    for (int i = 0; i < f->nmeas; i++)
+        for (int b = 0; b < f->meas[i].nbk; b++) {
+            if (!measured(&f->meas[i], b)) continue;
+            bucket_obs o = observe(f, &f->meas[i], b, full);
+            if (o.after != 1) continue;
+            wait[n] = 1000.0 * o.wait_ms;
+            v[n++] = o.full_ms / f->meas[i].bk_ms[b];
+        }
+    if (!n) return 0;
+    c->bus_eff = fmax(0.01, median_or(v, n, 1.0));
+    c->bucket_overhead_us = median_or(wait, n, 0.0);
+    return n;
+}
+
+/* Beside backward: overlap_eff, the model's time against the time from
+ * start to end less the overhead, over bus_eff (median, 0.01 to 1). */
+static int fit_beside(const fit *f, const predict_consts *full, predict_consts *c, double *v)
+{
+    int n = 0;
+    for (int i = 0; i < f->nmeas; i++)
+        for (int b = 0; b < f->meas[i].nbk; b++) {
+            if (!measured(&f->meas[i], b)) continue;
+            bucket_obs o = observe(f, &f->meas[i], b, full);
+            double busy = o.elapsed_ms - c->bucket_overhead_us / 1000.0;
+            if (o.after == 0 && busy > 0) v[n++] = o.full_ms / busy;
+        }
+    if (n) c->overlap_eff = fmin(1.0, fmax(0.01, median_or(v, n, 1.0) / c->bus_eff));
+    return n;
+}
+
+/* From buckets.csv: after backward, then beside it. 0: no all-reduce measured. */
+static int fit_from_buckets(const fit *f, predict_consts *c, double *v, double *nb)
+{
+    predict_consts full = *c;
+    full.bus_eff = full.overlap_eff = 1.0;
+    int after = fit_after(f, &full, c, v, nb);
+    return after + fit_beside(f, &full, c, v) > 0;
 }
 
 static void fit_all(const fit *f, predict_consts *c, double *v, double *nb)
@@ -106,15 +165,16 @@ static void fit_all(const fit *f, predict_consts *c, double *v, double *nb)
     c->compute_scale = fit_compute_scale(f, v);
     int n = residuals(f, c, MODE_DP, v, nb);
     c->dp_sync_ms = fmax(0.0, median_or(v, n, 0.0));
-    fit_bus_eff(f, c, v, nb);
-    fit_ddp_terms(f, c, v, nb);
+    if (!fit_from_buckets(f, c, v, nb)) c->bus_eff = bus_eff_from_steps(f, c, v, nb);
+    c->sync_ms = fmax(0.0, ddp_residual(f, c, v, nb));
 }
 
 static void write_consts(FILE *out, const predict_consts *c)
 {
     fprintf(out, "bus_eff = %.4f\nbase_latency_us = %.3f\nbucket_overhead_us = %.3f\n"
-            "sync_ms = %.4f\ndp_sync_ms = %.4f\ncompute_scale = %.4f\n", c->bus_eff,
-            c->base_latency_us, c->bucket_overhead_us, c->sync_ms, c->dp_sync_ms, c->compute_scale);
+            "sync_ms = %.4f\ndp_sync_ms = %.4f\ncompute_scale = %.4f\noverlap_eff = %.4f\n",
+            c->bus_eff, c->base_latency_us, c->bucket_overhead_us, c->sync_ms, c->dp_sync_ms,
+            c->compute_scale, c->overlap_eff);
 }
 
 /* The fit's evidence: each measured row against its prediction. */
@@ -126,6 +186,11 @@ static void write_rows(FILE *out, const char *lead, const fit *f, const predict_
     for (int i = 0; i < f->nmeas; i++) {
         predict_measured_row(f, c, i, &r);
         const predict_measured *x = &f->meas[i];
+        if (r.status == PRED_SKIPPED) {
+            fprintf(out, "%s%-44s %5s %5d %11.3f %11s  skipped: %s\n", lead, x->id,
+                    dps_mode_name(x->mode), x->ngpus, x->step_ms, "-", r.note);
+            continue;
+        }
         fprintf(out, "%s%-44s %5s %5d %11.3f %11.3f %+7.1f%%\n", lead, x->id, dps_mode_name(x->mode),
                 x->ngpus, x->step_ms, r.step_ms, 100.0 * (r.step_ms - x->step_ms) / x->step_ms);
     }
@@ -157,9 +222,10 @@ static dps_status load_fit(const char *dir, const predict_machine *m, fit *f)
     for (int i = 0; !rc && i < f->nw; i++) rc = predict_split_step(m, &f->w[i], &f->split[i]);
     if (!rc) rc = predict_from_measured(dir, f->w, f->nw, &f->meas, &f->nmeas);
     if (!rc && !f->nmeas)
-        rc = dps_fail(DPS_ERR_USAGE, "%s: no ok configuration on 2 or more devices beside a "
-                      "one-device one of its series: nothing to calibrate against (run `dpscale "
-                      "sweep --gpus 1,2 --out ... --name ...` into it)", dir);
+        rc = dps_fail(DPS_ERR_USAGE, "%s: no ok weak-scaling configuration on 2 or more devices "
+                      "beside a one-device one of its series (ddp: overlapping, the same bucket "
+                      "cap): nothing to calibrate against (run `dpscale sweep --gpus 1,2 --out "
+                      "PARENT --name FOLDER` into it)", dir);
     return rc;
 }
 
@@ -176,10 +242,12 @@ dps_status predict_calibrate(const char *dir, const predict_machine *m, const ch
     fit f;
     predict_consts_default(c);
     dps_status rc = load_fit(dir, m, &f);
-    double *v = rc ? NULL : malloc(2 * ((size_t)f.nmeas + 1) * sizeof *v);
+    /* room for every measured bucket, twice */
+    size_t room = (size_t)f.nmeas * PREDICT_MEASURED_BUCKETS + 1;
+    double *v = rc ? NULL : malloc(2 * room * sizeof *v);
     if (!rc && !v) rc = dps_fail(DPS_ERR_RUNTIME, "out of host memory");
     if (!rc) {
-        fit_all(&f, c, v, v + f.nmeas + 1);
+        fit_all(&f, c, v, v + room);
         calib_file k = {dir, &f, c};
         rc = dps_replace_file(path, write_file, &k);
         write_consts(report, c);
@@ -192,22 +260,22 @@ dps_status predict_calibrate(const char *dir, const predict_machine *m, const ch
 
 static dps_status set_const(void *ctx, const char *path, int line, const char *key, const char *val)
 {
-    static const char *const keys[] = {"bus_eff", "base_latency_us", "bucket_overhead_us",
-                                       "sync_ms", "dp_sync_ms", "compute_scale"};
+    static const char *const keys[] = {"bus_eff", "overlap_eff", "base_latency_us",
+                                       "bucket_overhead_us", "sync_ms", "dp_sync_ms", "compute_scale"};
     predict_consts *c = ctx;
-    double *dst[] = {&c->bus_eff, &c->base_latency_us, &c->bucket_overhead_us, &c->sync_ms,
-                     &c->dp_sync_ms, &c->compute_scale};
+    double *dst[] = {&c->bus_eff, &c->overlap_eff, &c->base_latency_us, &c->bucket_overhead_us,
+                     &c->sync_ms, &c->dp_sync_ms, &c->compute_scale};
     double x;
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < 7; i++) {
         if (strcmp(key, keys[i]) != 0) continue;
-        if (dps_parse_f64(val, &x) || !isfinite(x) || x < 0 || x > 1e6 || (i == 0 && x == 0))
+        if (dps_parse_f64(val, &x) || !isfinite(x) || x < 0 || x > 1e6 || (i < 2 && x == 0))
             return keyfile_fail(path, line, "%s = %s: expected a number %s 0, at most 1e6", key, val,
-                                i == 0 ? "above" : "from");
+                                i < 2 ? "above" : "from");
         *dst[i] = x;
         return DPS_OK;
     }
     return keyfile_fail(path, line, "unknown key '%s' (expected bus_eff, base_latency_us, "
-                        "bucket_overhead_us, sync_ms, dp_sync_ms, compute_scale)", key);
+                        "bucket_overhead_us, sync_ms, dp_sync_ms, compute_scale, overlap_eff)", key);
 }
 
 dps_status predict_consts_load(const char *path, predict_consts *c)

@@ -12,10 +12,13 @@
 
 /* Fits c (from its defaults) to the measured rows of several devices of
  * dir, predicted from the folder's one-device profiles on machine m:
- * compute_scale from their forward against one device's, bus_eff from the
- * bus bandwidth ddp reached against m's, then sync_ms (dp's median
- * residual) and bucket_overhead_us (ddp's, per bucket). Writes the file to
- * path and a table of the fit to report. */
+ * compute_scale from their forward against one device's; dp_sync_ms, dp's
+ * median residual; from buckets.csv, bus_eff and overlap_eff (the model's
+ * all-reduce time at the full bus against each measured one after and
+ * beside backward) and bucket_overhead_us (bucket 0's wait from ready to
+ * begin), or without it bus_eff as the efficiency that explains ddp's
+ * median residual; then sync_ms, what is left of ddp's.
+ * Writes the file to path and a table of the fit to report. */
 dps_status predict_calibrate(const char *dir, const predict_machine *m, const char *path,
                              FILE *report, predict_consts *c) DPS_MUST_USE;
 

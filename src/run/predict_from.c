@@ -19,13 +19,23 @@ static dps_status open_table(const char *dir, const char *file, const char *hint
     return csv_table_load(path, hint, t);
 }
 
+/* A file the folder may lack (older versions, --no-trace): *present 0 when
+ * it does not exist; one that exists and is damaged is an error. */
+static dps_status open_optional(const char *dir, const char *file, csv_table *t, int *present)
+{
+    char path[DPS_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    *present = dps_file_exists(path);
+    return *present ? csv_table_load(path, "written with the configurations' rows", t) : DPS_OK;
+}
+
 /* runs.csv's columns the workloads need, looked up once. */
 enum { R_ID, R_STATUS, R_MODE, R_NGPUS, R_MODEL, R_LAYERS, R_WIDTH, R_TOKENS, R_CLASSES,
        R_PARAMS, R_PRECISION, R_OPTIMIZER, R_BATCH, R_SCALING, R_BUCKET, R_STEP, R_BUSBW,
-       R_NCOLS };
+       R_OVERLAP, R_NCOLS };
 static const char *const run_cols[R_NCOLS] = {"config_id", "status", "mode", "ngpus", "model",
     "layers", "width", "tokens", "classes", "params", "precision", "optimizer", "batch_per_gpu",
-    "scaling", "bucket_mb", "step_ms_median", "busbw_gbps"};
+    "scaling", "bucket_mb", "step_ms_median", "busbw_gbps", "overlap"};
 
 typedef struct runs_view {
     csv_table t;
@@ -35,6 +45,19 @@ typedef struct runs_view {
 static const char *cell(const runs_view *v, int r, int c, char *buf)
 {
     return csv_table_cell(&v->t, r, v->col[c], buf, CELL);
+}
+
+/* Row r's configuration id into id (PREDICT_ID_MAX bytes). */
+static dps_status row_id(const runs_view *v, int r, char *id)
+{
+    char a[CELL];
+    if (strlen(cell(v, r, R_ID, a)) < PREDICT_ID_MAX && a[0]) {
+        memcpy(id, a, strlen(a) + 1);
+        return DPS_OK;
+    }
+    return dps_fail(DPS_ERR_USAGE, "%s:%d: config_id empty or longer than %d characters (not "
+                    "dpscale's runs.csv; run the configurations again)", v->t.path,
+                    v->t.line[r + 1], PREDICT_ID_MAX - 1);
 }
 
 /* A weak-scaling one-device ok row: the profile of its series. */
@@ -133,17 +156,16 @@ static dps_status model_tensors(const runs_view *v, int r, predict_workload *w)
 /* What the run said of itself: its name, optimizer, batch and bucket cap. */
 static dps_status run_facts(const runs_view *v, int r, predict_workload *w)
 {
-    char model[CELL], prec[CELL], opt[CELL], b[CELL];
+    char model[CELL], prec[CELL], opt[CELL];
     cell(v, r, R_MODEL, model);
     cell(v, r, R_PRECISION, prec);
     cell(v, r, R_OPTIMIZER, opt);
     w->batch_per_gpu = int_cell(v, r, R_BATCH);
     snprintf(w->name, sizeof w->name, "%.40s-%.8s-%.8s-b%d", model, prec, opt, w->batch_per_gpu);
     dps_strlcpy(w->model, model, sizeof w->model);
-    cell(v, r, R_ID, w->source);
+    DPS_TRY(row_id(v, r, w->source));
     w->optimizer = strcmp(opt, "adamw") == 0 ? OPT_ADAMW : OPT_SGD;
-    if (dps_parse_f64(cell(v, r, R_BUCKET, b), &w->bucket_mb) || w->bucket_mb <= 0)
-        w->bucket_mb = 25.0;
+    w->precision = strcmp(prec, "bf16") == 0 ? PREC_BF16 : PREC_FP32;
     if (w->batch_per_gpu > 0 && int_cell(v, r, R_LAYERS) >= 0 && int_cell(v, r, R_WIDTH) > 0)
         return DPS_OK;
     return dps_fail(DPS_ERR_USAGE, "%s: configuration %s: no batch or shape (run it again)",
@@ -164,14 +186,27 @@ static int profile_row(const runs_view *v, int r)
     return best;
 }
 
-/* The series' ddp one-device row, or -1. */
+/* Row q is ddp with its all-reduces overlapping backward. */
+static int is_ddp_overlap(const runs_view *v, int q)
+{
+    char a[CELL], b[CELL];
+    return strcmp(cell(v, q, R_MODE, a), "ddp") == 0 && strcmp(cell(v, q, R_OVERLAP, b), "0") != 0;
+}
+
+/* The series' ddp one-device row that overlaps, or -1. */
 static int ddp_row(const runs_view *v, int r)
 {
-    char a[CELL];
     for (int q = 0; q < v->t.nrows; q++)
-        if (is_profile(v, q) && same_series(v, r, q) && strcmp(cell(v, q, R_MODE, a), "ddp") == 0)
-            return q;
+        if (is_profile(v, q) && same_series(v, r, q) && is_ddp_overlap(v, q)) return q;
     return -1;
+}
+
+/* Row q's bucket cap, MiB; 25 (DDP's) when it has none (dp). */
+static double bucket_cap(const runs_view *v, int q)
+{
+    char a[CELL];
+    double mb;
+    return dps_parse_f64(cell(v, q, R_BUCKET, a), &mb) == 0 && mb > 0 ? mb : 25.0;
 }
 
 /* Each bucket's ready time in backward (buckets.csv, rank 0 of config id)
@@ -180,16 +215,18 @@ static dps_status bucket_ready(const char *dir, const csv_table *ph, const char 
                                predict_workload *w)
 {
     csv_table bk;
-    int cid, crank, cready, n = 0;
+    int cid, crank, cready, n = 0, present;
     double bwd, x;
     char a[CELL], b[CELL];
-    if (open_table(dir, "buckets.csv", "", &bk)) return DPS_OK; /* older folders: none */
+    DPS_TRY(open_optional(dir, "buckets.csv", &bk, &present));
+    if (!present) return DPS_OK; /* ready times from the tensors */
     dps_status rc = csv_table_col(&bk, "config_id", &cid);
     if (!rc) rc = csv_table_col(&bk, "rank", &crank);
     if (!rc) rc = csv_table_col(&bk, "ready_ms", &cready);
     if (!rc) rc = sum_rows(ph, id, "phase", "backward", "median_ms", &bwd);
     w->ready = rc ? NULL : malloc(((size_t)bk.nrows + 1) * sizeof *w->ready);
-    for (int r = 0; !rc && w->ready && r < bk.nrows; r++) {
+    if (!rc && !w->ready) rc = dps_fail(DPS_ERR_RUNTIME, "out of host memory reading buckets.csv");
+    for (int r = 0; !rc && r < bk.nrows; r++) {
         if (strcmp(csv_table_cell(&bk, r, cid, a, CELL), id) != 0 ||
             strcmp(csv_table_cell(&bk, r, crank, b, CELL), "0") != 0)
             continue;
@@ -213,10 +250,13 @@ static dps_status one_workload(const char *dir, const runs_view *v, int r, predi
     dps_status rc = phase_medians(&ph, w->source, step, w);
     char ddp_id[CELL];
     int q = ddp_row(v, r);
+    w->bucket_mb = bucket_cap(v, q >= 0 ? q : r);
     if (!rc && q >= 0) rc = bucket_ready(dir, &ph, cell(v, q, R_ID, ddp_id), w);
     csv_table_free(&ph);
     DPS_TRY(rc);
-    if (open_table(dir, "memory.csv", "", &mem) == DPS_OK) {
+    int present;
+    DPS_TRY(open_optional(dir, "memory.csv", &mem, &present));
+    if (present) {
         rc = sum_rows(&mem, w->source, "kind", "activations", "bytes_at_peak", &act);
         csv_table_free(&mem);
         DPS_TRY(rc);
@@ -225,17 +265,27 @@ static dps_status one_workload(const char *dir, const runs_view *v, int r, predi
     return DPS_OK;
 }
 
+/* No configuration twice: its detail rows would be summed. */
+static dps_status each_once(const runs_view *v)
+{
+    char a[CELL], b[CELL];
+    for (int r = 0; r < v->t.nrows; r++)
+        for (int q = 0; q < r; q++)
+            if (strcmp(cell(v, r, R_ID, a), cell(v, q, R_ID, b)) == 0)
+                return dps_fail(DPS_ERR_USAGE, "%s:%d: configuration %s again (first at line %d): "
+                                "not a folder dpscale keeps; run it into a folder of its own",
+                                v->t.path, v->t.line[r + 1], a, v->t.line[q + 1]);
+    return DPS_OK;
+}
+
 static dps_status open_runs(const char *dir, runs_view *v)
 {
     DPS_TRY(open_table(dir, "runs.csv", "not a results folder: dpscale run or sweep writes it", &v->t));
-    for (int c = 0; c < R_NCOLS; c++) {
-        dps_status rc = csv_table_col(&v->t, run_cols[c], &v->col[c]);
-        if (rc) {
-            csv_table_free(&v->t);
-            return rc;
-        }
-    }
-    return DPS_OK;
+    dps_status rc = DPS_OK;
+    for (int c = 0; !rc && c < R_NCOLS; c++) rc = csv_table_col(&v->t, run_cols[c], &v->col[c]);
+    if (!rc) rc = each_once(v);
+    if (rc) csv_table_free(&v->t);
+    return rc;
 }
 
 /* Each series once: its first weak-scaling one-device row. */
@@ -256,8 +306,9 @@ dps_status predict_from_workloads(const char *dir, predict_workload **w, int *nw
     for (int r = 0; !rc && r < v.t.nrows; r++)
         if (first_of_series(&v, r)) rc = one_workload(dir, &v, profile_row(&v, r), &(*w)[(*nw)++]);
     if (!rc && !*nw)
-        rc = dps_fail(DPS_ERR_USAGE, "%s: no one-device configuration with status ok (run `dpscale "
-                      "run --gpus 1 --out %s ...` into it first)", v.t.path, dir);
+        rc = dps_fail(DPS_ERR_USAGE, "%s: no weak-scaling one-device configuration with status ok "
+                      "(run `dpscale run --gpus 1 --out PARENT --name FOLDER` into it first)",
+                      v.t.path);
     csv_table_free(&v.t);
     if (rc) predict_from_free(*w, *nw);
     if (rc) *w = NULL, *nw = 0;
@@ -271,18 +322,52 @@ void predict_from_free(predict_workload *w, int nw)
 }
 
 /* Row r's measured figures; the workload of its series, -1 when none. */
-static dps_status measured_row(const runs_view *v, const csv_table *ph, int r,
-                               const predict_workload *w, int nw, predict_measured *m)
+/* Rank 0's rows of id in buckets.csv (bk, present): sizes, ready times,
+ * all-reduce begins and times. */
+static dps_status measured_buckets(const csv_table *bk, const char *id, predict_measured *m)
 {
-    char a[CELL], mode[CELL];
+    static const char *const names[] = {"config_id", "rank", "bytes", "ready_ms",
+                                        "allreduce_begin_ms", "allreduce_ms"};
+    int col[6];
+    char a[CELL], b[CELL];
+    for (int i = 0; i < 6; i++) DPS_TRY(csv_table_col(bk, names[i], &col[i]));
+    for (int r = 0; r < bk->nrows && m->nbk < PREDICT_MEASURED_BUCKETS; r++) {
+        if (strcmp(csv_table_cell(bk, r, col[0], a, CELL), id) != 0 ||
+            strcmp(csv_table_cell(bk, r, col[1], b, CELL), "0") != 0)
+            continue;
+        DPS_TRY(csv_table_num(bk, r, col[2], 0, 0, &m->bk_bytes[m->nbk]));
+        DPS_TRY(csv_table_num(bk, r, col[3], 0, 0, &m->bk_ready[m->nbk]));
+        DPS_TRY(csv_table_num(bk, r, col[4], 1, NAN, &m->bk_begin[m->nbk]));
+        DPS_TRY(csv_table_num(bk, r, col[5], 1, 0.0, &m->bk_ms[m->nbk]));
+        m->nbk++;
+    }
+    return DPS_OK;
+}
+
+/* The workload row r is measured against: its series', and for ddp only
+ * an overlapping run with the workload's bucket cap; -1 when none. */
+static int workload_of(const runs_view *v, int r, const predict_workload *w, int nw)
+{
+    char a[CELL], b[CELL];
     int q = 0;
     while (q < v->t.nrows && !(is_profile(v, q) && same_series(v, r, q))) q++;
-    const char *src = q < v->t.nrows ? cell(v, profile_row(v, q), R_ID, a) : "";
-    m->workload = -1;
+    if (q == v->t.nrows) return -1;
+    cell(v, profile_row(v, q), R_ID, a);
+    int ddp = strcmp(cell(v, r, R_MODE, b), "ddp") == 0;
     for (int k = 0; k < nw; k++)
-        if (strcmp(w[k].source, src) == 0) m->workload = k;
+        if (strcmp(w[k].source, a) == 0)
+            return !ddp || (is_ddp_overlap(v, r) && fabs(bucket_cap(v, r) - w[k].bucket_mb) < 1e-9)
+                       ? k : -1;
+    return -1;
+}
+
+static dps_status measured_row(const runs_view *v, const csv_table *ph, const csv_table *bk, int r,
+                               const predict_workload *w, int nw, predict_measured *m)
+{
+    char mode[CELL];
+    m->workload = workload_of(v, r, w, nw);
     if (m->workload < 0) return DPS_OK;
-    cell(v, r, R_ID, m->id);
+    DPS_TRY(row_id(v, r, m->id));
     m->mode = strcmp(cell(v, r, R_MODE, mode), "ddp") == 0 ? MODE_DDP : MODE_DP;
     m->ngpus = int_cell(v, r, R_NGPUS);
     DPS_TRY(csv_table_num(&v->t, r, v->col[R_STEP], 0, 0, &m->step_ms));
@@ -290,7 +375,10 @@ static dps_status measured_row(const runs_view *v, const csv_table *ph, int r,
     int devices = 0;
     DPS_TRY(sum_rows_n(ph, m->id, "phase", "forward", "median_ms", &m->forward_ms, &devices));
     m->forward_ms /= devices > 0 ? devices : 1; /* the devices' mean */
-    return sum_rows(ph, src, "phase", "forward", "median_ms", &m->forward_1);
+    DPS_TRY(sum_rows(ph, m->id, "phase", "backward", "median_ms", &m->backward_ms));
+    m->backward_ms /= devices > 0 ? devices : 1;
+    if (bk && m->mode == MODE_DDP) DPS_TRY(measured_buckets(bk, m->id, m));
+    return sum_rows(ph, w[m->workload].source, "phase", "forward", "median_ms", &m->forward_1);
 }
 
 static int is_measured(const runs_view *v, int r)
@@ -304,18 +392,22 @@ dps_status predict_from_measured(const char *dir, const predict_workload *w, int
                                  predict_measured **m, int *n)
 {
     runs_view v;
-    csv_table ph;
+    csv_table ph, bk;
+    int bk_open = 0;
     DPS_TRY(open_runs(dir, &v));
     dps_status rc = open_table(dir, "phases.csv", "dpscale run or sweep writes it", &ph);
     int ph_open = !rc;
+    if (!rc) rc = open_optional(dir, "buckets.csv", &bk, &bk_open);
+    bk_open = !rc && bk_open;
     *m = rc ? NULL : calloc((size_t)v.t.nrows + 1, sizeof **m);
     if (!rc && !*m) rc = dps_fail(DPS_ERR_RUNTIME, "out of host memory");
     *n = 0;
     for (int r = 0; !rc && r < v.t.nrows; r++) {
         if (!is_measured(&v, r)) continue;
-        rc = measured_row(&v, &ph, r, w, nw, &(*m)[*n]);
+        rc = measured_row(&v, &ph, bk_open ? &bk : NULL, r, w, nw, &(*m)[*n]);
         if (!rc && (*m)[*n].workload >= 0) (*n)++;
     }
+    if (bk_open) csv_table_free(&bk);
     if (ph_open) csv_table_free(&ph);
     csv_table_free(&v.t);
     if (rc) free(*m), *m = NULL, *n = 0;

@@ -16,16 +16,26 @@ void predict_from_free(predict_workload *w, int nw);
  * workload of its series, its step and forward medians, the all-reduce bus
  * bandwidth it reached (0: none), and forward_1, its series' one-device
  * forward median. */
+#define PREDICT_MEASURED_BUCKETS 64
+
 typedef struct predict_measured {
     int workload;
     dps_mode mode;
     int ngpus;
-    char id[DPS_NAME_MAX];
+    char id[PREDICT_ID_MAX];
     double step_ms, forward_ms, forward_1, busbw_gbps;
+    /* ddp, traced (buckets.csv, rank 0): each bucket's bytes, ready time,
+     * all-reduce begin (NAN: none; both ms after backward began) and time,
+     * and backward's median (phases.csv) */
+    int nbk;
+    double bk_bytes[PREDICT_MEASURED_BUCKETS], bk_ready[PREDICT_MEASURED_BUCKETS];
+    double bk_begin[PREDICT_MEASURED_BUCKETS], bk_ms[PREDICT_MEASURED_BUCKETS];
+    double backward_ms;
 } predict_measured;
 
-/* The ok weak-scaling rows of 2 or more devices whose series is among w
- * (*m calloc'd, caller frees). */
+/* The ok weak-scaling rows of 2 or more devices whose series is among w,
+ * ddp's only when they overlap and have the workload's bucket cap (*m
+ * calloc'd, caller frees). */
 dps_status predict_from_measured(const char *dir, const predict_workload *w, int nw,
                                  predict_measured **m, int *n) DPS_MUST_USE;
 

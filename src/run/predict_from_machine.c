@@ -55,7 +55,8 @@ static dps_status link_median(const csv_table *t, const char *method, const char
     return DPS_OK;
 }
 
-/* The devices links.csv measured: the highest "devN" + 1. */
+/* The devices links.csv measured: the highest "devN" + 1 (devices.csv
+ * may add to it: the most devices a run used). */
 static int link_devices(const csv_table *t)
 {
     int cs, cd, most = 0;
@@ -108,31 +109,41 @@ static dps_status from_allreduce(const char *dir, double bucket_mb, predict_mach
         for (int r = 0; !rc && r < t.nrows && n < MAX_VALUES; r++) {
             if (strcmp(csv_table_cell(&t, r, col[2], a, CELL), "pass") != 0) continue;
             rc = csv_table_num(&t, r, col[0], 0, 0, &bytes);
-            double d = fabs(log(bytes) - want);
+            double d = rc || bytes <= 0 ? INFINITY : fabs(log(bytes) - want);
             if (!rc && pass == 0 && (best < 0 || d < best)) best = d;
             if (!rc && pass == 1 && d == best) rc = csv_table_num(&t, r, col[1], 0, 0, &x);
             if (!rc && pass == 1 && d == best) v[n++] = x;
         }
     csv_table_free(&t);
     DPS_TRY(rc);
-    if (!n) return dps_fail(DPS_ERR_USAGE, "%s: no all-reduce that passed its check", path);
+    if (!n)
+        return dps_fail(DPS_ERR_USAGE, "%s: no all-reduce that passed its check (run `dpscale "
+                        "comm-bench` into the folder again, or give --machine FILE)", path);
     m->intra_busbw_gbps = median(v, n);
     return DPS_OK;
 }
 
-/* devices.csv: the first device's capacity, GiB (0: not known). */
-static void device_capacity(const char *dir, predict_machine *m)
+/* devices.csv: the first device's capacity, GiB (0: not known), and the
+ * most devices a configuration used (device index + 1). */
+static dps_status from_devices(const char *dir, predict_machine *m)
 {
     char path[DPS_PATH_MAX + 32];
     csv_table t;
-    int c;
+    int c, ci;
     double x;
     snprintf(path, sizeof path, "%s/devices.csv", dir);
-    if (csv_table_load(path, "", &t)) return; /* optional: capacity not known */
-    if (!csv_table_col(&t, "capacity_bytes", &c) && t.nrows &&
-        csv_table_num(&t, 0, c, 1, 0.0, &x) == DPS_OK)
-        m->gpu_mem_gib = x / 1073741824.0;
+    if (!dps_file_exists(path)) return DPS_OK; /* links and comm-bench only */
+    DPS_TRY(csv_table_load(path, "dpscale run or sweep writes it", &t));
+    dps_status rc = csv_table_col(&t, "capacity_bytes", &c);
+    if (!rc) rc = csv_table_col(&t, "device_index", &ci);
+    if (!rc && t.nrows) rc = csv_table_num(&t, 0, c, 1, 0.0, &x);
+    if (!rc && t.nrows) m->gpu_mem_gib = x / 1073741824.0;
+    for (int r = 0; !rc && r < t.nrows; r++) {
+        rc = csv_table_num(&t, r, ci, 0, 0, &x);
+        if (!rc && x + 1 > m->gpus_per_node) m->gpus_per_node = (int)x + 1;
+    }
     csv_table_free(&t);
+    return rc;
 }
 
 dps_status predict_from_machine(const char *dir, double bucket_mb, predict_machine *m)
@@ -150,6 +161,5 @@ dps_status predict_from_machine(const char *dir, double bucket_mb, predict_machi
     m->intra_link = PLINK_HOST;
     /* emulated devices copy with memcpy: each byte copied is read and written */
     m->mem_gbps = 2.0 * m->p2p_gbps;
-    device_capacity(dir, m);
-    return DPS_OK;
+    return from_devices(dir, m);
 }

@@ -230,6 +230,7 @@ static dps_status tensors_agree(const char *path, const parse_ctx *p, predict_wo
 static dps_status workload_checks(const char *path, const parse_ctx *p, predict_workload *w)
 {
     if (!w->name[0]) name_from_path(path, w->name, sizeof w->name);
+    w->precision = w->bytes_per_grad == 2 ? PREC_BF16 : PREC_FP32;
     if (w->ntensors) DPS_TRY(tensors_agree(path, p, w));
     if (w->params <= 0) return missing(path, "params", " (the parameter count)");
     if (w->step_ms_1gpu <= 0) return missing(path, "step_ms_1gpu", " (one device's step, ms)");

@@ -14,6 +14,8 @@
 
 #include "config/config.h"
 
+#define PREDICT_ID_MAX 192     /* a configuration id and its NUL, as runs.csv's */
+
 typedef enum predict_link { PLINK_NVLINK, PLINK_PCIE, PLINK_HOST, PLINK_COUNT } predict_link;
 extern const char *const predict_link_names[PLINK_COUNT]; /* "nvlink", "pcie", "host" */
 
@@ -34,7 +36,7 @@ typedef struct predict_machine {
 
 typedef struct predict_workload {
     char name[DPS_NAME_MAX];     /* default: the file's name */
-    char source[DPS_NAME_MAX];   /* --from: the measured configuration's id; "" from a file */
+    char source[PREDICT_ID_MAX]; /* --from: the measured configuration's id; "" from a file */
     char model[DPS_NAME_MAX];    /* --from: the measured model; from a file: name */
     double params;               /* required (or the tensors' sum): parameter count */
     size_t *tensors;             /* tensor_params: element counts in model.parameters()
@@ -50,6 +52,8 @@ typedef struct predict_workload {
     int batch_per_gpu;           /* default 1 */
     double input_bytes_per_sample, output_bytes_per_sample, activation_bytes_per_sample;
     dps_optimizer optimizer;     /* default sgd (momentum: one state tensor) */
+    dps_precision precision;     /* the compute precision named in predictions.csv: --from, the
+                                  * run's; a file, bf16 when bytes_per_grad is 2 */
     double bucket_mb, first_bucket_mb; /* DDP's caps; default 25 and 1 */
 } predict_workload;
 

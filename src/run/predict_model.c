@@ -18,6 +18,9 @@ void predict_consts_default(predict_consts *c)
     *c = (predict_consts){
         /* The machine's busbw is what nccl-tests measured, efficiency included. */
         .bus_eff = 1.0,
+        /* Uncalibrated: an all-reduce beside backward as fast as alone (GPUs
+         * with copy engines or NVLink come close; the CPU does not) */
+        .overlap_eff = 1.0,
         /* NCCL's baseLat for Ring/Simple (src/graph/tuning.cc, NCCL 2.7-2.18). */
         .base_latency_us = 8.4,
         /* Uncalibrated: 0 until --calibrate fits it from dpscale's measured runs. */
@@ -56,6 +59,9 @@ dps_status predict_split_step(const predict_machine *m, const predict_workload *
     s->backward_ms = b ? w->backward_ms : rest - s->forward_ms;  /* usual rule of thumb */
     if (s->forward_ms > 0 && s->backward_ms > 0 && rest >= s->forward_ms + s->backward_ms - 1e-9)
         return DPS_OK;
+    if (w->source[0])
+        return dps_fail(DPS_ERR_USAGE, "configuration %s: its phases (phases.csv) leave no time for "
+                        "forward and backward (run it again)", w->source);
     return dps_fail(DPS_ERR_USAGE, "workload %s: step_ms_1gpu %g ms leaves no time for forward and "
                     "backward after load %.3g ms and optimizer %.3g ms (give forward_ms, "
                     "backward_ms, optimizer_ms or input_bytes_per_sample that fit)", w->name,
@@ -125,15 +131,25 @@ int predict_buckets(const predict_workload *w, double *bytes, double *ready, int
     return nb;
 }
 
+/* When an all-reduce of ms (at full speed) that starts at `start` ends:
+ * at overlap_eff of its speed until backward_ms, at full speed after. */
+static double overlap_one(double start, double ms, double backward_ms, double overlap_eff)
+{
+    if (start >= backward_ms) return start + ms;
+    double shared = backward_ms - start; /* wall time beside backward */
+    if (ms <= shared * overlap_eff) return start + ms / overlap_eff;
+    return backward_ms + (ms - shared * overlap_eff);
+}
+
 double predict_overlap_end(const double *ready, const double *ar_ms, int nb, double backward_ms,
-                           double *busy)
+                           double overlap_eff, double *busy)
 {
     double end = 0.0;
     *busy = 0.0;
     for (int i = 0; i < nb; i++) {
         double start = fmax(ready[i] * backward_ms, end);
-        end = start + ar_ms[i];
-        *busy += ar_ms[i];
+        end = overlap_one(start, ar_ms[i], backward_ms, overlap_eff);
+        *busy += end - start;
     }
     return end;
 }
@@ -155,7 +171,7 @@ static void finish_row(const predict_workload *w, const predict_consts *c, doubl
 {
     r->sync_ms = r->ngpus < 2 ? 0.0 : r->mode == MODE_DP ? c->dp_sync_ms : c->sync_ms;
     r->step_ms += r->sync_ms;
-    r->samples_per_s = r->ngpus * w->batch_per_gpu * 1000.0 / r->step_ms;
+    r->samples_per_s = (double)r->ngpus * w->batch_per_gpu * 1000.0 / r->step_ms;
     r->efficiency = step_1 / r->step_ms; /* weak scaling: per-device throughput against one device's */
 }
 
@@ -169,12 +185,19 @@ static void predict_ddp(const predict_machine *m, const predict_workload *w, con
     static double bytes[PREDICT_MAX_BUCKETS], ready[PREDICT_MAX_BUCKETS], ar[PREDICT_MAX_BUCKETS];
     int n = r->ngpus;
     r->nbuckets = predict_buckets(w, bytes, ready, PREDICT_MAX_BUCKETS);
+    if (r->nbuckets < 0) {
+        r->status = PRED_SKIPPED;
+        snprintf(r->note, sizeof r->note, "more than %d buckets (or out of host memory): raise "
+                 "bucket_mb", PREDICT_MAX_BUCKETS);
+        return;
+    }
     r->busbw_gbps = predict_busbw_gbps(m, r->nodes, c);
     for (int i = 0; i < r->nbuckets; i++)
         ar[i] = predict_allreduce_ms(bytes[i], n, r->nodes, m, c) + c->bucket_overhead_us / 1000.0;
     r->bucket_copy_ms = ms_of(4.0 * w->params * w->bytes_per_grad, m->mem_gbps);
     double bwd = s->backward_ms + r->bucket_copy_ms / 2;
-    r->allreduce_end_ms = predict_overlap_end(ready, ar, r->nbuckets, bwd, &r->phase_ms[PH_ALLREDUCE]);
+    r->allreduce_end_ms = predict_overlap_end(ready, ar, r->nbuckets, bwd, c->overlap_eff,
+                                              &r->phase_ms[PH_ALLREDUCE]);
     r->phase_ms[PH_LOAD] = s->load_ms;
     r->phase_ms[PH_FORWARD] = s->forward_ms;
     r->phase_ms[PH_BACKWARD] = bwd;
@@ -282,6 +305,7 @@ void predict_config(const predict_machine *m, const predict_workload *w, const p
     predict_split t = scaled_split(m, s, c, n);
     if (mode == MODE_DDP) predict_ddp(m, w, &t, c, r);
     else predict_dp(m, w, &t, c, r);
+    if (r->status == PRED_SKIPPED) return;
     finish_row(w, c, w->step_ms_1gpu, r);
     predict_memory(w, mode, n, &r->gpu0_mem_bytes, &r->other_mem_bytes);
     forecast_oom(m, r);

@@ -10,6 +10,7 @@
  * each default comes from. */
 typedef struct predict_consts {
     double bus_eff;            /* fraction of intra_busbw_gbps / inter_gbps an all-reduce reaches */
+    double overlap_eff;        /* fraction of its speed an all-reduce keeps while backward runs */
     double base_latency_us;    /* per collective call */
     double bucket_overhead_us; /* per DDP bucket beyond the collective (hook, launch) */
     double sync_ms;            /* ddp, per step: the end-of-step synchronisation */
@@ -50,11 +51,12 @@ double predict_allreduce_ms(double bytes, int n, int nodes, const predict_machin
 int predict_buckets(const predict_workload *w, double *bytes, double *ready, int max);
 
 /* One bucket after another on one stream: each all-reduce starts when its
- * gradients are ready (ready[i] * backward_ms) and the previous one ended.
- * Returns the end of the last, ms from the start of backward; *busy the
- * time the all-reduces ran. */
+ * gradients are ready (ready[i] * backward_ms) and the previous one ended,
+ * and runs at overlap_eff of its speed (ar_ms[i] is its time alone) while
+ * backward runs. Returns the end of the last, ms from the start of
+ * backward; *busy the time the all-reduces ran. */
 double predict_overlap_end(const double *ready, const double *ar_ms, int nb, double backward_ms,
-                           double *busy);
+                           double overlap_eff, double *busy);
 
 typedef enum predict_status { PRED_OK, PRED_OOM, PRED_SKIPPED } predict_status;
 extern const char *const predict_status_names[3]; /* as runs.csv: ok, oom, skipped */

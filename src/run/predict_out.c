@@ -8,7 +8,7 @@
 #include "core/csv.h"
 
 #define NHEAD 15
-#define NCOLS (NHEAD + PH_COUNT + 12)
+#define NCOLS (NHEAD + PH_COUNT + 13)
 
 /* machine, workload, the series plot.py matches (model, precision,
  * optimizer), source .. efficiency, <phase>_ms, memory, the model's terms and constants */
@@ -19,7 +19,7 @@ static void columns(const char **cols)
         "step_ms", "samples_per_s", "efficiency"};
     static const char *const tail[] = {"gpu0_mem_bytes", "other_mem_bytes", "nbuckets",
         "busbw_gbps", "allreduce_end_ms", "bucket_copy_ms", "sync_ms", "bus_eff",
-        "base_latency_us", "bucket_overhead_us", "dp_sync_ms", "compute_scale"};
+        "base_latency_us", "bucket_overhead_us", "dp_sync_ms", "compute_scale", "overlap_eff"};
     static char phase[PH_COUNT][48];
     int k = 0;
     for (int i = 0; i < NHEAD; i++) cols[k++] = head[i];
@@ -27,7 +27,7 @@ static void columns(const char **cols)
         snprintf(phase[p], sizeof phase[p], "%s_ms", dps_phase_names[p]);
         cols[k++] = phase[p];
     }
-    for (int i = 0; i < 12; i++) cols[k++] = tail[i];
+    for (int i = 0; i < 13; i++) cols[k++] = tail[i];
 }
 
 static void row(csv_buf *b, const predict_machine *m, const predict_consts *c,
@@ -38,7 +38,7 @@ static void row(csv_buf *b, const predict_machine *m, const predict_consts *c,
     csv_str(b, m->name);
     csv_str(b, w->name);
     csv_str(b, w->model[0] ? w->model : w->name);
-    csv_str(b, dps_precision_names[w->bytes_per_grad == 2 ? PREC_BF16 : PREC_FP32]);
+    csv_str(b, dps_precision_names[w->precision]);
     csv_str(b, dps_optimizer_names[w->optimizer]);
     csv_str(b, w->source);
     csv_str(b, dps_mode_name(r->mode));
@@ -68,6 +68,7 @@ static void row(csv_buf *b, const predict_machine *m, const predict_consts *c,
     csv_num(b, c->bucket_overhead_us, 3);
     csv_num(b, c->dp_sync_ms, 4);
     csv_num(b, c->compute_scale, 4);
+    csv_num(b, c->overlap_eff, 4);
     csv_end_row(b);
 }
 

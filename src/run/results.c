@@ -488,8 +488,11 @@ static void buckets_rows(csv_buf *b, const dps_config *c, const train_result *re
         b->oom = 1;
         return;
     }
-    for (int r = 0; r < tl->nranks; r++)
-        for (int i = 0; i < *timeline_nspans(tl, 0, r); i++) {
+    for (int r = 0; r < tl->nranks; r++) {
+        int nb = *timeline_nspans(tl, 0, r);
+        for (int t = 1; t < tl->steps; t++) /* the buckets every traced step has */
+            if (*timeline_nspans(tl, t, r) < nb) nb = *timeline_nspans(tl, t, r);
+        for (int i = 0; i < nb; i++) {
             bucket_medians(tl, r, i, x, m);
             csv_str(b, s->config_id);
             csv_int(b, r);
@@ -501,6 +504,7 @@ static void buckets_rows(csv_buf *b, const dps_config *c, const train_result *re
             csv_int(b, tl->steps);
             csv_end_row(b);
         }
+    }
     free(x);
 }
 
