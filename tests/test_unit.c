@@ -244,6 +244,9 @@ static void test_cli(void)
     EXPECT(strcmp(a.workload_path, "w") == 0 && a.sweep_ngpus_n == 3 && a.sweep_ngpus[2] == 256);
     EXPECT(a.sweep_modes_n == 1 && a.sweep_modes[0] == MODE_DDP && !a.out_set);
     expect_usage("run --gpus 256", "--gpus 256: expected an integer from 1 to 64");
+    expect_usage("info --gpus 2", "--gpus: not an option of `dpscale info` (only of run, sweep, "
+                 "comm-bench, links and predict)");
+    EXPECT(parse("predict --from r --gpu 2", &a) == DPS_OK && a.sweep_ngpus[0] == 2); /* getopt's prefix */
     expect_usage("predict --gpus 0", "--gpus 0: expected an integer from 1 to 1048576");
     EXPECT(parse("predict --from r --calibration c.txt --gpus 8", &a) == DPS_OK);
     EXPECT(strcmp(a.from_dir, "r") == 0 && strcmp(a.calibration_path, "c.txt") == 0);

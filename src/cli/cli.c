@@ -51,7 +51,8 @@ static dps_status check_command(cli_cmd cmd, settings_id id, const char *arg, in
     if (!bit) return DPS_OK; /* no subcommand: refused as such after the options */
     const char *name = settings_cmd_names[cmd - CMD_RUN];
     if (!(e->cmds & bit)) {
-        settings_join_cmds(e->cmds, ", ", " and ", who, sizeof who);
+        unsigned all = e->cmds | (id == SET_GPUS ? settings_table[SET_PREDICT_GPUS].cmds : 0);
+        settings_join_cmds(all, ", ", " and ", who, sizeof who);
         return dps_fail(DPS_ERR_USAGE, "--%s: not an option of `dpscale %s` (only of %s)", e->flag,
                         name, who);
     }
@@ -198,7 +199,7 @@ static void long_options(struct option *lo, char *letters)
     letters[k++] = ':';
     for (int id = 0; id < SET_COUNT; id++) {
         const settings_entry *e = &settings_table[id];
-        if (!e->flag) continue;
+        if (!e->flag || id == SET_PREDICT_GPUS) continue; /* --gpus once: apply_opt picks it */
         int has_arg = e->type == SETTINGS_FLAG ? no_argument : required_argument;
         lo[n++] = (struct option){e->flag, has_arg, NULL, CLI_ID_BASE + id};
         if (id == SET_LOCAL_RANK) /* as torch.distributed.launch before PyTorch 2.0 spells it */
