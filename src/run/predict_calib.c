@@ -93,7 +93,7 @@ static double bus_eff_from_steps(const fit *f, predict_consts *c, double *v, dou
  * begin, and the time from then to its end. */
 typedef struct bucket_obs {
     double full_ms, wait_ms, elapsed_ms;
-    int after;   /* began after backward ended; else 1 when it ended beside it, -1 neither */
+    int after;   /* 1: mostly after backward ended; 0: ended beside it; -1: neither */
 } bucket_obs;
 
 static bucket_obs observe(const fit *f, const predict_measured *x, int b, const predict_consts *full)
@@ -103,7 +103,9 @@ static bucket_obs observe(const fit *f, const predict_measured *x, int b, const 
     double from = fmax(x->bk_ready[b], prev_end), end = x->bk_begin[b] + x->bk_ms[b];
     bucket_obs o = {predict_allreduce_ms(x->bk_bytes[b], x->ngpus, nodes, f->m, full),
                     fmax(0.0, x->bk_begin[b] - from), end - from, -1};
-    o.after = x->bk_begin[b] >= x->backward_ms ? 1 : end <= x->backward_ms ? 0 : -1;
+    /* after: most of it past backward's end (the last bucket is ready as
+     * backward ends, and begins within noise of it) */
+    o.after = x->bk_begin[b] + x->bk_ms[b] / 2 >= x->backward_ms ? 1 : end <= x->backward_ms ? 0 : -1;
     return o;
 }
 
