@@ -107,6 +107,26 @@ static dps_status sum_rows(const csv_table *t, const char *id, const char *match
     return sum_rows_n(t, id, match, want, value, sum, NULL);
 }
 
+/* The largest median of `phase` over the devices of id (phases.csv). */
+static dps_status max_rows(const csv_table *ph, const char *id, const char *phase, double *most)
+{
+    int ci, cp, cv;
+    char a[CELL], b[CELL];
+    double x;
+    DPS_TRY(csv_table_col(ph, "config_id", &ci));
+    DPS_TRY(csv_table_col(ph, "phase", &cp));
+    DPS_TRY(csv_table_col(ph, "median_ms", &cv));
+    *most = 0;
+    for (int r = 0; r < ph->nrows; r++) {
+        if (strcmp(csv_table_cell(ph, r, ci, a, CELL), id) != 0 ||
+            strcmp(csv_table_cell(ph, r, cp, b, CELL), phase) != 0)
+            continue;
+        DPS_TRY(csv_table_num(ph, r, cv, 1, 0.0, &x));
+        *most = fmax(*most, x);
+    }
+    return DPS_OK;
+}
+
 /* Phase medians (phases.csv) into the workload's split: the rest of the
  * step's median (time between the phases) counts as forward; phases whose
  * medians add up to more than the step's are scaled down to it. */
@@ -322,24 +342,30 @@ void predict_from_free(predict_workload *w, int nw)
 }
 
 /* Row r's measured figures; the workload of its series, -1 when none. */
-/* Rank 0's rows of id in buckets.csv (bk, present): sizes, ready times,
- * all-reduce begins and times. */
+/* id's rows in buckets.csv (bk, present): each bucket's size, and of the
+ * rank whose all-reduce began last (the one the others waited for, so its
+ * time is the collective's own) its ready time, begin and time. */
 static dps_status measured_buckets(const csv_table *bk, const char *id, predict_measured *m)
 {
-    static const char *const names[] = {"config_id", "rank", "bytes", "ready_ms",
+    static const char *const names[] = {"config_id", "bucket", "bytes", "ready_ms",
                                         "allreduce_begin_ms", "allreduce_ms"};
     int col[6];
-    char a[CELL], b[CELL];
+    char a[CELL];
+    double x[5];
     for (int i = 0; i < 6; i++) DPS_TRY(csv_table_col(bk, names[i], &col[i]));
-    for (int r = 0; r < bk->nrows && m->nbk < PREDICT_MEASURED_BUCKETS; r++) {
-        if (strcmp(csv_table_cell(bk, r, col[0], a, CELL), id) != 0 ||
-            strcmp(csv_table_cell(bk, r, col[1], b, CELL), "0") != 0)
-            continue;
-        DPS_TRY(csv_table_num(bk, r, col[2], 0, 0, &m->bk_bytes[m->nbk]));
-        DPS_TRY(csv_table_num(bk, r, col[3], 0, 0, &m->bk_ready[m->nbk]));
-        DPS_TRY(csv_table_num(bk, r, col[4], 1, NAN, &m->bk_begin[m->nbk]));
-        DPS_TRY(csv_table_num(bk, r, col[5], 1, 0.0, &m->bk_ms[m->nbk]));
-        m->nbk++;
+    for (int r = 0; r < bk->nrows; r++) {
+        if (strcmp(csv_table_cell(bk, r, col[0], a, CELL), id) != 0) continue;
+        for (int i = 0; i < 5; i++) DPS_TRY(csv_table_num(bk, r, col[i + 1], i >= 3, NAN, &x[i]));
+        int b = (int)x[0];
+        if (b < 0 || b >= PREDICT_MEASURED_BUCKETS) continue;
+        if (b >= m->nbk) { /* first row of this bucket (and of any skipped before it) */
+            for (int k = m->nbk; k <= b; k++) m->bk_begin[k] = NAN, m->bk_ms[k] = 0;
+            m->nbk = b + 1;
+        } else if (!(x[3] > m->bk_begin[b])) {
+            continue; /* a rank that began earlier */
+        }
+        m->bk_bytes[b] = x[1], m->bk_ready[b] = x[2], m->bk_begin[b] = x[3];
+        m->bk_ms[b] = isnan(x[4]) ? 0.0 : x[4];
     }
     return DPS_OK;
 }
@@ -375,8 +401,7 @@ static dps_status measured_row(const runs_view *v, const csv_table *ph, const cs
     int devices = 0;
     DPS_TRY(sum_rows_n(ph, m->id, "phase", "forward", "median_ms", &m->forward_ms, &devices));
     m->forward_ms /= devices > 0 ? devices : 1; /* the devices' mean */
-    DPS_TRY(sum_rows(ph, m->id, "phase", "backward", "median_ms", &m->backward_ms));
-    m->backward_ms /= devices > 0 ? devices : 1;
+    DPS_TRY(max_rows(ph, m->id, "backward", &m->backward_ms)); /* the last rank's */
     if (bk && m->mode == MODE_DDP) DPS_TRY(measured_buckets(bk, m->id, m));
     return sum_rows(ph, w[m->workload].source, "phase", "forward", "median_ms", &m->forward_1);
 }

@@ -24,9 +24,10 @@ typedef struct predict_measured {
     int ngpus;
     char id[PREDICT_ID_MAX];
     double step_ms, forward_ms, forward_1, busbw_gbps;
-    /* ddp, traced (buckets.csv, rank 0): each bucket's bytes, ready time,
-     * all-reduce begin (NAN: none; both ms after backward began) and time,
-     * and backward's median (phases.csv) */
+    /* ddp, traced (buckets.csv): each bucket's bytes and, of the rank
+     * whose all-reduce began last, its ready time, all-reduce begin (NAN:
+     * none; both ms after backward began) and time; the slowest device's
+     * backward median (phases.csv) */
     int nbk;
     double bk_bytes[PREDICT_MEASURED_BUCKETS], bk_ready[PREDICT_MEASURED_BUCKETS];
     double bk_begin[PREDICT_MEASURED_BUCKETS], bk_ms[PREDICT_MEASURED_BUCKETS];
