@@ -886,12 +886,58 @@ def case_predict_from(binary):
         expect_exit(p, 2, "--gpus 300")
 
 
+def case_predict_calibrate(binary):
+    """--calibrate on a folder whose links, all-reduce, backward and buckets are
+    set by hand: bus_eff from the all-reduce after backward, bucket_overhead_us
+    from its wait to begin, overlap_eff from the one beside backward, each the
+    figure the model's alpha-beta ring gives (busbw 1 GB/s, 2 us a ring step,
+    NCCL's 8.4 us base)."""
+    with tempfile.TemporaryDirectory() as out:
+        dpscale(binary, "sweep", "--mode", "ddp", "--gpus", "1,2", "--model", "tiny", "--first-bucket-mb",
+                "0.0198", "--bucket-mb", "1", "--steps", "4", "--warmup", "1", out=out, name="r",
+                check_rc=0, backend=None)
+        folder = os.path.join(out, "r")
+        g2 = next(r["config_id"] for r in read_table(os.path.join(folder, "runs.csv")) if r["ngpus"] == "2")
+        write(os.path.join(folder, "links.csv"), "src,dst,method,bytes,bw_gbps,latency_us,status,backend,emulated\n"
+              "host,dev0,h2d,1048576,10.0,,ok,host,1\ndev0,dev1,d2d_write,1048576,5.0,,ok,host,1\n"
+              "dev0,dev1,latency,4,,2.0,ok,host,1\n")
+        write(os.path.join(folder, "allreduce.csv"), "backend,method,nranks,bytes,time_us,algbw_gbps,busbw_gbps,check\n"
+              "host,ring-shm,2,1048576,1048.6,1.0,1.0,pass\n")
+        with open(os.path.join(folder, "phases.csv")) as f:
+            lines = f.read().splitlines()
+        for i, line in enumerate(lines):
+            cells = line.split(",")
+            if cells[0] == g2 and cells[2] == "backward":
+                cells[3] = cells[4] = "10.0"
+                lines[i] = ",".join(cells)
+        write(os.path.join(folder, "phases.csv"), "\n".join(lines) + "\n")
+        lat = (8.4 + 2 * 2.0) / 1000                      # ms: base + 2 ring steps
+        full0, full1 = 20800 / 1e6 + lat, 16640 / 1e6 + lat  # ms at 1 GB/s, 2(n-1)/n = 1
+        ms1 = full1 / 0.5                                   # after backward at half the bus
+        busy0 = full0 / (0.25 * 0.5)                        # beside it at a quarter of that
+        ms0 = busy0 + 0.3 - (1.5 - 1.0)                     # started at ready 1.0, began at 1.5
+        rows = [f"{g2},{rank},0,20800,1.0,1.5,{ms0:.6f},3\n{g2},{rank},1,16640,9.9,10.2,{ms1:.6f},3"
+                for rank in (0, 1)]
+        with open(os.path.join(folder, "buckets.csv")) as f:
+            keep = [l for l in f.read().splitlines() if not l.startswith(g2 + ",")]
+        write(os.path.join(folder, "buckets.csv"), "\n".join(keep + rows) + "\n")
+        p = subprocess.run([binary, "predict", "--calibrate", folder, "--out", out, "--name", "c"],
+                           capture_output=True, text=True)
+        expect_exit(p, 0)
+        with open(os.path.join(out, "c", "calibration.txt")) as f:
+            got = {k: float(v) for k, v in (l.split(" = ") for l in f.read().splitlines()
+                                            if " = " in l and l[0] != "#")}
+        for key, want, tol in [("bus_eff", 0.5, 1e-3), ("overlap_eff", 0.25, 1e-3),
+                               ("bucket_overhead_us", 300.0, 0.5)]:
+            expect(abs(got[key] - want) <= tol, f"{key} = {got[key]}, expected {want}: {got}")
+
+
 CASES = {"gpu": case_gpu, "info": case_info, "links": case_links, "comm_bench_faults": case_comm_bench_faults, "profile_sh": case_profile_sh, "ab": case_ab, "check": case_check, "comm_bench": case_comm_bench, "plot": case_plot, "diagnosis": case_diagnosis, "oversubscribed": case_oversubscribed,
          "sweep_failures": case_sweep_failures, "sweep_timeout": case_sweep_timeout,
          "sweep_resume": case_sweep_resume, "sweep_skipped": case_sweep_skipped, "ddp_check": case_ddp_check, "ddp_balance": case_ddp_balance,
          "fault": case_fault, "interrupt": case_interrupt, "ddp_oom": case_ddp_oom,
          "learns": case_learns, "imbalance": case_imbalance, "dp_impl": case_dp_impl, "oom": case_oom,
-         "bad_input": case_bad_input, "predict": case_predict, "predict_from": case_predict_from, "cuda_absent": case_cuda_absent, "sweep": case_sweep}
+         "bad_input": case_bad_input, "predict": case_predict, "predict_from": case_predict_from, "predict_calibrate": case_predict_calibrate, "cuda_absent": case_cuda_absent, "sweep": case_sweep}
 
 
 def main():
