@@ -9,6 +9,14 @@
 #include "run/keyfile.h"
 #include "core/util.h"
 
+/* A table being read: the keys, the object, where each key was given. */
+typedef struct table_ctx {
+    const keyfile_key *keys;
+    int nkeys;
+    char *obj;
+    int *line_of;
+} table_ctx;
+
 #define KEYFILE_MAX (1 << 20)
 
 dps_status keyfile_fail(const char *path, int line, const char *fmt, ...)
@@ -80,4 +88,74 @@ dps_status keyfile_read(const char *path, const char *what, keyfile_fn fn, void 
     }
     free(text);
     return rc;
+}
+
+static dps_status unknown_key(const table_ctx *p, const char *path, int line, const char *key)
+{
+    char known[512] = "";
+    for (int i = 0; i < p->nkeys; i++) {
+        size_t used = strlen(known);
+        snprintf(known + used, sizeof known - used, "%s%s", i ? ", " : "", p->keys[i].key);
+    }
+    return keyfile_fail(path, line, "unknown key '%s' (expected %s)", key, known);
+}
+
+static dps_status word_value(const keyfile_key *s, char *dst, const char *path, int line,
+                             const char *val)
+{
+    char expected[160];
+    int i = dps_match_word(val, s->words, s->nwords, expected, sizeof expected);
+    if (i < 0) return keyfile_fail(path, line, "%s = %s: expected one of %s", s->key, val, expected);
+    if (s->type == KEY_CHOICE) *(int *)dst = atoi(s->words[i]);
+    else *(int *)dst = i;
+    return DPS_OK;
+}
+
+static dps_status number_value(const keyfile_key *s, char *dst, const char *path, int line,
+                               const char *val)
+{
+    double x;
+    int ok = dps_parse_f64(val, &x) == 0 && (s->zero_ok ? x >= s->lo : x > s->lo) && x <= s->hi;
+    if (s->type == KEY_INT) {
+        int64_t i;
+        ok = dps_parse_i64(val, (int64_t)s->lo, (int64_t)s->hi, &i) == 0;
+        if (ok) *(int *)dst = (int)i;
+        if (!ok)
+            return keyfile_fail(path, line, "%s = %s: expected an integer from %.0f to %.0f (%s)",
+                                s->key, val, s->lo, s->hi, s->unit);
+        return DPS_OK;
+    }
+    if (!ok)
+        return keyfile_fail(path, line, "%s = %s: expected a number %s %g, at most %g (%s)", s->key,
+                            val, s->zero_ok ? "from" : "above", s->lo, s->hi, s->unit);
+    *(double *)dst = x;
+    return DPS_OK;
+}
+
+static dps_status set_key(void *ctx, const char *path, int line, const char *key, const char *val)
+{
+    table_ctx *p = ctx;
+    int i = 0;
+    while (i < p->nkeys && strcmp(p->keys[i].key, key) != 0) i++;
+    if (i == p->nkeys) return unknown_key(p, path, line, key);
+    if (p->line_of[i])
+        return keyfile_fail(path, line, "'%s' given again (first at line %d)", key, p->line_of[i]);
+    p->line_of[i] = line;
+    const keyfile_key *s = &p->keys[i];
+    char *dst = p->obj + s->off;
+    if (s->type == KEY_WORD || s->type == KEY_CHOICE) return word_value(s, dst, path, line, val);
+    if (s->type == KEY_CUSTOM) return s->parse(p->obj, path, line, val);
+    if (s->type != KEY_TEXT) return number_value(s, dst, path, line, val);
+    if (strlen(val) > (size_t)s->hi || !dps_utf8_valid(val))
+        return keyfile_fail(path, line, "%s: expected text of at most %.0f characters", key, s->hi);
+    dps_strlcpy(dst, val, (size_t)s->hi + 1);
+    return DPS_OK;
+}
+
+dps_status keyfile_read_keys(const char *path, const char *what, const keyfile_key *keys, int n,
+                             void *obj, int *line_of)
+{
+    memset(line_of, 0, (size_t)n * sizeof *line_of);
+    table_ctx p = {keys, n, obj, line_of};
+    return keyfile_read(path, what, set_key, &p);
 }

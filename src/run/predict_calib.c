@@ -1,5 +1,6 @@
 /* Calibration of the predictor's constants (see predict_calib.h). */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -260,27 +261,21 @@ dps_status predict_calibrate(const char *dir, const predict_machine *m, const ch
     return rc;
 }
 
-static dps_status set_const(void *ctx, const char *path, int line, const char *key, const char *val)
-{
-    static const char *const keys[] = {"bus_eff", "overlap_eff", "base_latency_us",
-                                       "bucket_overhead_us", "sync_ms", "dp_sync_ms", "compute_scale"};
-    predict_consts *c = ctx;
-    double *dst[] = {&c->bus_eff, &c->overlap_eff, &c->base_latency_us, &c->bucket_overhead_us,
-                     &c->sync_ms, &c->dp_sync_ms, &c->compute_scale};
-    double x;
-    for (int i = 0; i < 7; i++) {
-        if (strcmp(key, keys[i]) != 0) continue;
-        if (dps_parse_f64(val, &x) || !isfinite(x) || x < 0 || x > 1e6 || (i < 2 && x == 0))
-            return keyfile_fail(path, line, "%s = %s: expected a number %s 0, at most 1e6", key, val,
-                                i < 2 ? "above" : "from");
-        *dst[i] = x;
-        return DPS_OK;
-    }
-    return keyfile_fail(path, line, "unknown key '%s' (expected bus_eff, base_latency_us, "
-                        "bucket_overhead_us, sync_ms, dp_sync_ms, compute_scale, overlap_eff)", key);
-}
+#define C(f) offsetof(predict_consts, f)
+
+static const keyfile_key consts_keys[] = {
+    {"bus_eff", KEY_NUM, 0, 1e6, 0, C(bus_eff), NULL, 0, "ratio", NULL},
+    {"overlap_eff", KEY_NUM, 0, 1e6, 0, C(overlap_eff), NULL, 0, "ratio", NULL},
+    {"base_latency_us", KEY_NUM, 0, 1e6, 1, C(base_latency_us), NULL, 0, "us", NULL},
+    {"bucket_overhead_us", KEY_NUM, 0, 1e6, 1, C(bucket_overhead_us), NULL, 0, "us", NULL},
+    {"sync_ms", KEY_NUM, 0, 1e6, 1, C(sync_ms), NULL, 0, "ms", NULL},
+    {"dp_sync_ms", KEY_NUM, 0, 1e6, 1, C(dp_sync_ms), NULL, 0, "ms", NULL},
+    {"compute_scale", KEY_NUM, 0, 1e6, 1, C(compute_scale), NULL, 0, "ratio", NULL},
+};
 
 dps_status predict_consts_load(const char *path, predict_consts *c)
 {
-    return keyfile_read(path, "calibration file", set_const, c);
+    int line_of[sizeof consts_keys / sizeof consts_keys[0]];
+    return keyfile_read_keys(path, "calibration file", consts_keys,
+                             (int)(sizeof consts_keys / sizeof consts_keys[0]), c, line_of);
 }
