@@ -1,5 +1,6 @@
 /* CSV files looked up by column name (see csv_table.h). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,6 +58,21 @@ dps_status csv_table_load(const char *path, const char *hint, csv_table *t)
     if (!rc) rc = read_header(t);
     if (rc) csv_table_free(t);
     return rc;
+}
+
+dps_status csv_table_open(const char *dir, const char *file, const char *hint, csv_table *t)
+{
+    char path[sizeof t->path];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    return csv_table_load(path, hint, t);
+}
+
+dps_status csv_table_open_optional(const char *dir, const char *file, csv_table *t, int *present)
+{
+    char path[sizeof t->path];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    *present = dps_file_exists(path);
+    return *present ? csv_table_load(path, "written with the configurations' rows", t) : DPS_OK;
 }
 
 void csv_table_free(csv_table *t)

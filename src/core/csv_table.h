@@ -26,6 +26,15 @@ typedef struct csv_table {
 dps_status csv_table_load(const char *path, const char *hint, csv_table *t) DPS_MUST_USE;
 void csv_table_free(csv_table *t);
 
+/* DIR/FILE, as csv_table_load. */
+dps_status csv_table_open(const char *dir, const char *file, const char *hint, csv_table *t)
+    DPS_MUST_USE;
+/* DIR/FILE, which a folder may lack (older versions, options that leave it
+ * out): *present 0 and DPS_OK when it does not exist; one that exists and
+ * is damaged is an error. */
+dps_status csv_table_open_optional(const char *dir, const char *file, csv_table *t, int *present)
+    DPS_MUST_USE;
+
 /* The index of column `name`, or a failure naming the file and column. */
 dps_status csv_table_col(const csv_table *t, const char *name, int *col) DPS_MUST_USE;
 

@@ -56,3 +56,10 @@ double stats_busbw_allreduce(double algbw_gbps, int nranks)
     if (nranks <= 1) return 0.0;
     return algbw_gbps * 2.0 * (nranks - 1) / nranks;
 }
+
+double stats_median_or(const double *x, int n, double none)
+{
+    dps_stats st;
+    stats_compute(x, n, &st);
+    return n > 0 && st.n == n ? st.median : none;
+}

@@ -11,6 +11,8 @@ typedef struct dps_stats {
 /* Summary of x[0..n); percentiles by linear interpolation between closest
  * ranks (numpy's default); stdev is the sample standard deviation (n - 1). */
 void stats_compute(const double *x, int n, dps_stats *out);
+/* The median of x[0..n); `none` when n is 0. */
+double stats_median_or(const double *x, int n, double none);
 double stats_percentile_sorted(const double *sorted, int n, double q);
 
 /* nccl-tests' all-reduce bus bandwidth: algbw * 2 (n - 1) / n. */

@@ -7,6 +7,7 @@
 
 #include "run/keyfile.h"
 #include "run/predict_calib.h"
+#include "core/stats.h"
 #include "core/util.h"
 
 typedef struct fit {
@@ -17,20 +18,6 @@ typedef struct fit {
     predict_measured *meas;
     int nmeas;
 } fit;
-
-static int by_value(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* The median of v[0..n) (sorted in place); `none` when n is 0. */
-static double median_or(double *v, int n, double none)
-{
-    if (!n) return none;
-    qsort(v, (size_t)n, sizeof *v, by_value);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 static void predict_measured_row(const fit *f, const predict_consts *c, int i, predict_row *r)
 {
@@ -48,7 +35,7 @@ static double fit_compute_scale(const fit *f, double *v)
         if (x->forward_1 > 0 && together > 1 && together <= f->m->gpus_per_node)
             v[n++] = fmax(0.0, (x->forward_ms / x->forward_1 - 1.0) / (together - 1));
     }
-    return median_or(v, n, 0.0);
+    return stats_median_or(v, n, 0.0);
 }
 
 /* measured - predicted of one mode's rows into v, their bucket counts into nb. */
@@ -70,7 +57,7 @@ static int residuals(const fit *f, const predict_consts *c, dps_mode mode, doubl
 static double ddp_residual(const fit *f, const predict_consts *c, double *v, double *nb)
 {
     int n = residuals(f, c, MODE_DDP, v, nb);
-    return median_or(v, n, 0.0);
+    return stats_median_or(v, n, 0.0);
 }
 
 /* bus_eff without measured buckets: 1 when ddp runs no slower than
@@ -133,8 +120,8 @@ static int fit_after(const fit *f, const predict_consts *full, predict_consts *c
             v[n++] = o.full_ms / f->meas[i].bk_ms[b];
         }
     if (!n) return 0;
-    c->bus_eff = fmax(0.01, median_or(v, n, 1.0));
-    c->bucket_overhead_us = median_or(wait, n, 0.0);
+    c->bus_eff = fmax(0.01, stats_median_or(v, n, 1.0));
+    c->bucket_overhead_us = stats_median_or(wait, n, 0.0);
     return n;
 }
 
@@ -150,7 +137,7 @@ static int fit_beside(const fit *f, const predict_consts *full, predict_consts *
             double busy = o.elapsed_ms - c->bucket_overhead_us / 1000.0;
             if (o.after == 0 && busy > 0) v[n++] = o.full_ms / busy;
         }
-    if (n) c->overlap_eff = fmin(1.0, fmax(0.01, median_or(v, n, 1.0) / c->bus_eff));
+    if (n) c->overlap_eff = fmin(1.0, fmax(0.01, stats_median_or(v, n, 1.0) / c->bus_eff));
     return n;
 }
 
@@ -167,7 +154,7 @@ static void fit_all(const fit *f, predict_consts *c, double *v, double *nb)
 {
     c->compute_scale = fit_compute_scale(f, v);
     int n = residuals(f, c, MODE_DP, v, nb);
-    c->dp_sync_ms = fmax(0.0, median_or(v, n, 0.0));
+    c->dp_sync_ms = fmax(0.0, stats_median_or(v, n, 0.0));
     if (!fit_from_buckets(f, c, v, nb)) c->bus_eff = bus_eff_from_steps(f, c, v, nb);
     c->sync_ms = fmax(0.0, ddp_residual(f, c, v, nb));
 }

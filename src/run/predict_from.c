@@ -12,23 +12,6 @@
 
 #define CELL CSV_TABLE_CELL
 
-static dps_status open_table(const char *dir, const char *file, const char *hint, csv_table *t)
-{
-    char path[DPS_PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/%s", dir, file);
-    return csv_table_load(path, hint, t);
-}
-
-/* A file the folder may lack (older versions, --no-trace): *present 0 when
- * it does not exist; one that exists and is damaged is an error. */
-static dps_status open_optional(const char *dir, const char *file, csv_table *t, int *present)
-{
-    char path[DPS_PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/%s", dir, file);
-    *present = dps_file_exists(path);
-    return *present ? csv_table_load(path, "written with the configurations' rows", t) : DPS_OK;
-}
-
 /* runs.csv's columns the workloads need, looked up once. */
 enum { R_ID, R_STATUS, R_MODE, R_NGPUS, R_MODEL, R_LAYERS, R_WIDTH, R_TOKENS, R_CLASSES,
        R_PARAMS, R_PRECISION, R_OPTIMIZER, R_BATCH, R_SCALING, R_BUCKET, R_STEP, R_BUSBW,
@@ -238,7 +221,7 @@ static dps_status bucket_ready(const char *dir, const csv_table *ph, const char 
     int cid, crank, cready, n = 0, present;
     double bwd, x;
     char a[CELL], b[CELL];
-    DPS_TRY(open_optional(dir, "buckets.csv", &bk, &present));
+    DPS_TRY(csv_table_open_optional(dir, "buckets.csv", &bk, &present));
     if (!present) return DPS_OK; /* ready times from the tensors */
     dps_status rc = csv_table_col(&bk, "config_id", &cid);
     if (!rc) rc = csv_table_col(&bk, "rank", &crank);
@@ -266,7 +249,7 @@ static dps_status one_workload(const char *dir, const runs_view *v, int r, predi
     DPS_TRY(run_facts(v, r, w));
     DPS_TRY(model_tensors(v, r, w));
     DPS_TRY(csv_table_num(&v->t, r, v->col[R_STEP], 0, 0, &step));
-    DPS_TRY(open_table(dir, "phases.csv", "dpscale run or sweep writes it", &ph));
+    DPS_TRY(csv_table_open(dir, "phases.csv", "dpscale run or sweep writes it", &ph));
     dps_status rc = phase_medians(&ph, w->source, step, w);
     char ddp_id[CELL];
     int q = ddp_row(v, r);
@@ -275,7 +258,7 @@ static dps_status one_workload(const char *dir, const runs_view *v, int r, predi
     csv_table_free(&ph);
     DPS_TRY(rc);
     int present;
-    DPS_TRY(open_optional(dir, "memory.csv", &mem, &present));
+    DPS_TRY(csv_table_open_optional(dir, "memory.csv", &mem, &present));
     if (present) {
         rc = sum_rows(&mem, w->source, "kind", "activations", "bytes_at_peak", &act);
         csv_table_free(&mem);
@@ -300,7 +283,7 @@ static dps_status each_once(const runs_view *v)
 
 static dps_status open_runs(const char *dir, runs_view *v)
 {
-    DPS_TRY(open_table(dir, "runs.csv", "not a results folder: dpscale run or sweep writes it", &v->t));
+    DPS_TRY(csv_table_open(dir, "runs.csv", "not a results folder: dpscale run or sweep writes it", &v->t));
     dps_status rc = DPS_OK;
     for (int c = 0; !rc && c < R_NCOLS; c++) rc = csv_table_col(&v->t, run_cols[c], &v->col[c]);
     if (!rc) rc = each_once(v);
@@ -420,9 +403,9 @@ dps_status predict_from_measured(const char *dir, const predict_workload *w, int
     csv_table ph, bk;
     int bk_open = 0;
     DPS_TRY(open_runs(dir, &v));
-    dps_status rc = open_table(dir, "phases.csv", "dpscale run or sweep writes it", &ph);
+    dps_status rc = csv_table_open(dir, "phases.csv", "dpscale run or sweep writes it", &ph);
     int ph_open = !rc;
-    if (!rc) rc = open_optional(dir, "buckets.csv", &bk, &bk_open);
+    if (!rc) rc = csv_table_open_optional(dir, "buckets.csv", &bk, &bk_open);
     bk_open = !rc && bk_open;
     *m = rc ? NULL : calloc((size_t)v.t.nrows + 1, sizeof **m);
     if (!rc && !*m) rc = dps_fail(DPS_ERR_RUNTIME, "out of host memory");

@@ -8,22 +8,11 @@
 
 #include "run/predict_from.h"
 #include "core/csv_table.h"
+#include "core/stats.h"
 #include "core/util.h"
 
 #define CELL CSV_TABLE_CELL
 #define MAX_VALUES 4096
-
-static int by_value(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, by_value);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 /* The column indices of names[0..n) in t. */
 static dps_status columns(const csv_table *t, const char *const *names, int *col, int n)
@@ -51,7 +40,7 @@ static dps_status link_median(const csv_table *t, const char *method, const char
             if (pass == 0) top = fmax(top, bytes);
             else if (bytes == top && csv_table_num(t, r, cv, 0, 0, &x) == DPS_OK) v[n++] = x;
         }
-    *out = n ? median(v, n) : 0.0;
+    *out = stats_median_or(v, n, 0.0);
     return DPS_OK;
 }
 
@@ -72,10 +61,9 @@ static int link_devices(const csv_table *t)
 
 static dps_status from_links(const char *dir, predict_machine *m, int *host)
 {
-    char path[DPS_PATH_MAX + 32], be[CELL];
+    char be[CELL];
     csv_table t;
-    snprintf(path, sizeof path, "%s/links.csv", dir);
-    DPS_TRY(csv_table_load(path, "run `dpscale links --out ... --name ...` into the folder, or "
+    DPS_TRY(csv_table_open(dir, "links.csv", "run `dpscale links --out ... --name ...` into the folder, or "
                            "give --machine FILE", &t));
     int cb;
     dps_status rc = csv_table_col(&t, "backend", &cb);
@@ -87,9 +75,9 @@ static dps_status from_links(const char *dir, predict_machine *m, int *host)
     csv_table_free(&t);
     DPS_TRY(rc);
     if (m->gpus_per_node >= 2 && m->p2p_gbps > 0 && m->h2d_gbps > 0) return DPS_OK;
-    return dps_fail(DPS_ERR_USAGE, "%s: no device-to-device copies between two devices measured "
-                    "(run `dpscale links --gpus 2` or more into the folder, or give --machine FILE)",
-                    path);
+    return dps_fail(DPS_ERR_USAGE, "%s/links.csv: no device-to-device copies between two devices "
+                    "measured (run `dpscale links --gpus 2` or more into the folder, or give "
+                    "--machine FILE)", dir);
 }
 
 /* allreduce.csv: the median busbw over rank counts at the size nearest
@@ -97,12 +85,11 @@ static dps_status from_links(const char *dir, predict_machine *m, int *host)
 static dps_status from_allreduce(const char *dir, double bucket_mb, predict_machine *m)
 {
     static const char *const names[] = {"bytes", "busbw_gbps", "check"};
-    char path[DPS_PATH_MAX + 32], a[CELL];
+    char a[CELL];
     csv_table t;
     int col[3], n = 0;
     double best = -1, bytes, x, v[MAX_VALUES], want = log(bucket_mb * 1048576.0);
-    snprintf(path, sizeof path, "%s/allreduce.csv", dir);
-    DPS_TRY(csv_table_load(path, "run `dpscale comm-bench --out ... --name ...` into the folder, "
+    DPS_TRY(csv_table_open(dir, "allreduce.csv", "run `dpscale comm-bench --out ... --name ...` into the folder, "
                            "or give --machine FILE", &t));
     dps_status rc = columns(&t, names, col, 3);
     for (int pass = 0; !rc && pass < 2; pass++)
@@ -117,9 +104,9 @@ static dps_status from_allreduce(const char *dir, double bucket_mb, predict_mach
     csv_table_free(&t);
     DPS_TRY(rc);
     if (!n)
-        return dps_fail(DPS_ERR_USAGE, "%s: no all-reduce that passed its check (run `dpscale "
-                        "comm-bench` into the folder again, or give --machine FILE)", path);
-    m->intra_busbw_gbps = median(v, n);
+        return dps_fail(DPS_ERR_USAGE, "%s/allreduce.csv: no all-reduce that passed its check (run "
+                        "`dpscale comm-bench` into the folder again, or give --machine FILE)", dir);
+    m->intra_busbw_gbps = stats_median_or(v, n, 0.0);
     return DPS_OK;
 }
 
@@ -127,13 +114,11 @@ static dps_status from_allreduce(const char *dir, double bucket_mb, predict_mach
  * most devices a configuration used (device index + 1). */
 static dps_status from_devices(const char *dir, predict_machine *m)
 {
-    char path[DPS_PATH_MAX + 32];
     csv_table t;
-    int c, ci;
+    int c, ci, present;
     double x;
-    snprintf(path, sizeof path, "%s/devices.csv", dir);
-    if (!dps_file_exists(path)) return DPS_OK; /* links and comm-bench only */
-    DPS_TRY(csv_table_load(path, "dpscale run or sweep writes it", &t));
+    DPS_TRY(csv_table_open_optional(dir, "devices.csv", &t, &present));
+    if (!present) return DPS_OK; /* links and comm-bench only */
     dps_status rc = csv_table_col(&t, "capacity_bytes", &c);
     if (!rc) rc = csv_table_col(&t, "device_index", &ci);
     if (!rc && t.nrows) rc = csv_table_num(&t, 0, c, 1, 0.0, &x);
