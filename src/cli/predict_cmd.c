@@ -114,7 +114,7 @@ static dps_status run_calibrate(cli_args *a, predict_inputs *in)
     char dir[2 * DPS_PATH_MAX], name[DPS_NAME_MAX], path[2 * DPS_PATH_MAX + 32];
     const char *base = strrchr(a->calibrate_dir, '/');
     snprintf(name, sizeof name, "calibration-%.100s", base && base[1] ? base + 1 : a->calibrate_dir);
-    /* the all-reduce at the buckets' size, as predict --from chooses it */
+    /* the profiles, once: the machine's all-reduce at their buckets' size, then the fit */
     DPS_TRY(predict_from_workloads(a->calibrate_dir, &in->w, &in->nw));
     if (a->machine_path[0]) DPS_TRY(predict_machine_load(a->machine_path, &in->m));
     else DPS_TRY(predict_from_machine(a->calibrate_dir, in->w[0].bucket_mb, &in->m));
@@ -122,7 +122,7 @@ static dps_status run_calibrate(cli_args *a, predict_inputs *in)
     snprintf(path, sizeof path, "%s/calibration.txt", dir);
     printf("# dpscale predict --calibrate %s: constants fitted on machine %s\n", a->calibrate_dir,
            in->m.name);
-    DPS_TRY(predict_calibrate(a->calibrate_dir, &in->m, path, stdout, &in->c));
+    DPS_TRY(predict_calibrate(a->calibrate_dir, &in->m, in->w, in->nw, path, stdout, &in->c));
     printf("# calibration in %s (use: dpscale predict --calibration %s ...)\n", path, path);
     return DPS_OK;
 }

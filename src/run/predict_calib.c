@@ -12,7 +12,7 @@
 
 typedef struct fit {
     const predict_machine *m;
-    predict_workload *w;
+    const predict_workload *w; /* the folder's profiles (predict_from_workloads) */
     int nw;
     predict_split *split;      /* [nw] */
     predict_measured *meas;
@@ -203,10 +203,10 @@ static void write_file(FILE *out, void *ctx)
     write_rows(out, "# ", k->f, k->c);
 }
 
-static dps_status load_fit(const char *dir, const predict_machine *m, fit *f)
+static dps_status load_fit(const char *dir, const predict_machine *m, const predict_workload *w,
+                           int nw, fit *f)
 {
-    *f = (fit){.m = m};
-    DPS_TRY(predict_from_workloads(dir, &f->w, &f->nw));
+    *f = (fit){.m = m, .w = w, .nw = nw};
     f->split = calloc((size_t)f->nw, sizeof *f->split);
     dps_status rc = f->split ? DPS_OK : dps_fail(DPS_ERR_RUNTIME, "out of host memory");
     for (int i = 0; !rc && i < f->nw; i++) rc = predict_split_step(m, &f->w[i], &f->split[i]);
@@ -221,17 +221,17 @@ static dps_status load_fit(const char *dir, const predict_machine *m, fit *f)
 
 static void free_fit(fit *f)
 {
-    predict_from_free(f->w, f->nw);
     free(f->split);
     free(f->meas);
 }
 
-dps_status predict_calibrate(const char *dir, const predict_machine *m, const char *path,
+dps_status predict_calibrate(const char *dir, const predict_machine *m, const predict_workload *w,
+                             int nw, const char *path,
                              FILE *report, predict_consts *c)
 {
     fit f;
     predict_consts_default(c);
-    dps_status rc = load_fit(dir, m, &f);
+    dps_status rc = load_fit(dir, m, w, nw, &f);
     /* room for every measured bucket, twice */
     size_t room = (size_t)f.nmeas * PREDICT_MEASURED_BUCKETS + 1;
     double *v = rc ? NULL : malloc(2 * room * sizeof *v);
