@@ -926,19 +926,41 @@ static const char *write_tmp(const char *name, const void *data, size_t len)
     return path;
 }
 
-static void expect_suite_error(const char *text, size_t len, const char *needle)
+/* A loader of a text file the tests refuse: suite, machine, workload, calibration. */
+typedef dps_status (*file_loader)(const char *path);
+
+/* data (len bytes) in a file that `load` refuses with "<path><needle>". */
+static void expect_data_refused(file_loader load, const char *data, size_t len, const char *needle)
 {
-    suite s;
-    const char *path = write_tmp("bad", text, len);
-    dps_status rc = suite_load(path, BE_HOST, &s);
-    char want[320];
-    snprintf(want, sizeof want, "%s:%s", path, needle);
+    const char *path = write_tmp("bad", data, len);
+    dps_status rc = load(path);
+    char want[520];
+    snprintf(want, sizeof want, "%.255s%.255s", path, needle);
     if (rc != DPS_ERR_USAGE || !strstr(dps_errmsg(), want)) {
-        fprintf(stderr, "suite %.40s...: rc %d, message '%s', expected '%s'\n", text, rc,
+        fprintf(stderr, "file '%.40s...': rc %d, message '%s', expected '%s'\n", data, rc,
                 dps_errmsg(), want);
         failures++;
     }
     unlink(path);
+}
+
+static void expect_file_refused(file_loader load, const char *text, const char *needle)
+{
+    expect_data_refused(load, text, strlen(text), needle);
+}
+
+static dps_status load_suite_host(const char *path)
+{
+    suite s;
+    return suite_load(path, BE_HOST, &s);
+}
+
+/* A suite file refused at "<path>:<needle>". */
+static void expect_suite_error(const char *text, size_t len, const char *needle)
+{
+    char colon[256];
+    snprintf(colon, sizeof colon, ":%s", needle);
+    expect_data_refused(load_suite_host, text, len, colon);
 }
 
 static void test_suite(void)
@@ -1353,18 +1375,25 @@ static void test_gemm(void)
     be_close(be);
 }
 
-static void expect_keyfile_error(int machine, const char *text, const char *needle)
+static dps_status load_machine(const char *path)
 {
     predict_machine m;
+    return predict_machine_load(path, &m);
+}
+
+static dps_status load_workload(const char *path)
+{
     predict_workload w;
-    const char *path = write_tmp(machine ? "machine" : "workload", text, strlen(text));
-    dps_status rc = machine ? predict_machine_load(path, &m) : predict_workload_load(path, &w);
-    if (rc != DPS_ERR_USAGE || !strstr(dps_errmsg(), needle) || !strstr(dps_errmsg(), path)) {
-        fprintf(stderr, "%s file '%.40s...': rc %d, message '%s', expected '%s'\n",
-                machine ? "machine" : "workload", text, rc, dps_errmsg(), needle);
-        failures++;
-    }
-    unlink(path);
+    dps_status rc = predict_workload_load(path, &w);
+    if (!rc) predict_workload_free(&w);
+    return rc;
+}
+
+static dps_status load_consts(const char *path)
+{
+    predict_consts c;
+    predict_consts_default(&c);
+    return predict_consts_load(path, &c);
 }
 
 static void test_predict_files(void)
@@ -1390,33 +1419,34 @@ static void test_predict_files(void)
     EXPECT(w.optimizer == OPT_ADAMW && w.bytes_per_grad == 2 && w.bucket_mb == 25);
     EXPECT(w.first_bucket_mb == 1 && w.forward_ms < 0 && w.optimizer_ms < 0);
     unlink(path);
-    expect_keyfile_error(1, "gpus_per_node = 8\ncolour = blue\n", ":2: unknown key 'colour' (expected name,");
-    expect_keyfile_error(1, "gpus_per_node = 8\nintra_busbw_gbps = 0\n",
+    expect_file_refused(load_machine, "gpus_per_node = 8\ncolour = blue\n", ":2: unknown key 'colour' (expected name,");
+    expect_file_refused(load_machine, "gpus_per_node = 8\nintra_busbw_gbps = 0\n",
                          ":2: intra_busbw_gbps = 0: expected a number above 0, at most 1e+06 (GB/s)");
-    expect_keyfile_error(1, "intra_link = ib\n", ":1: intra_link = ib: expected one of nvlink, pcie, host");
-    expect_keyfile_error(1, "gpus_per_node = 2.5\n", ":1: gpus_per_node = 2.5: expected an integer from 1");
-    expect_keyfile_error(1, "inter_latency_us = -1\n", ":1: inter_latency_us = -1: expected a number from 0");
-    expect_keyfile_error(1, "nodes = 2\n\nnodes = 3\n", ":3: 'nodes' given again (first at line 1)");
-    expect_keyfile_error(1, "gpus_per_node 8\n", ":1: expected key = value");
-    expect_keyfile_error(1, "gpus_per_node =\n", ":1: empty value for 'gpus_per_node'");
-    expect_keyfile_error(1, "intra_busbw_gbps = 10\n", ": missing key 'gpus_per_node'");
-    expect_keyfile_error(1, "gpus_per_node = 8\n", ": missing key 'intra_busbw_gbps'");
-    expect_keyfile_error(1, "gpus_per_node = 8\nintra_busbw_gbps = 10\nnodes = 2\n",
+    expect_file_refused(load_machine, "intra_link = ib\n", ":1: intra_link = ib: expected one of nvlink, pcie, host");
+    expect_file_refused(load_machine, "gpus_per_node = 2.5\n", ":1: gpus_per_node = 2.5: expected an integer from 1");
+    expect_file_refused(load_machine, "inter_latency_us = -1\n", ":1: inter_latency_us = -1: expected a number from 0");
+    expect_file_refused(load_machine, "nodes = 2\n\nnodes = 3\n", ":3: 'nodes' given again (first at line 1)");
+    expect_file_refused(load_machine, "gpus_per_node 8\n", ":1: expected key = value");
+    expect_file_refused(load_machine, "gpus_per_node =\n", ":1: empty value for 'gpus_per_node'");
+    expect_file_refused(load_machine, "intra_busbw_gbps = 10\n", ": missing key 'gpus_per_node'");
+    expect_file_refused(load_machine, "gpus_per_node = 8\n", ": missing key 'intra_busbw_gbps'");
+    expect_file_refused(load_machine, "gpus_per_node = 8\nintra_busbw_gbps = 10\nnodes = 2\n",
                          ": missing key 'inter_gbps'");
-    expect_keyfile_error(0, "params = 1e6\nstep_ms_1gpu = 10\nbytes_per_grad = 3\n",
+    expect_file_refused(load_workload, "params = 1e6\nstep_ms_1gpu = 10\nbytes_per_grad = 3\n",
                          ":3: bytes_per_grad = 3: expected one of 4, 2");
-    expect_keyfile_error(0, "params = 1e6\nstep_ms_1gpu = x\n", ":2: step_ms_1gpu = x: expected a number");
-    expect_keyfile_error(0, "params = 1e6\noptimizer = lamb\n", ":2: optimizer = lamb: expected one of sgd, adamw");
-    expect_keyfile_error(0, "step_ms_1gpu = 10\n", ": missing key 'params'");
-    expect_keyfile_error(0, "params = 1e6\nstep_ms_1gpu = 10\nforward_ms = 4\nbackward_ms = 7\n",
-                         "load_ms + forward_ms + backward_ms + optimizer_ms = 11 ms, more than step_ms_1gpu = 10 ms");
-    expect_keyfile_error(0, "params = 10\ntensor_params = 4, 2 x (2)\nstep_ms_1gpu = 1\n",
+    expect_file_refused(load_workload, "params = 1e6\nstep_ms_1gpu = x\n", ":2: step_ms_1gpu = x: expected a number");
+    expect_file_refused(load_workload, "params = 1e6\noptimizer = lamb\n", ":2: optimizer = lamb: expected one of sgd, adamw");
+    expect_file_refused(load_workload, "step_ms_1gpu = 10\n", ": missing key 'params'");
+    expect_file_refused(load_workload, "params = 1e6\nstep_ms_1gpu = 10\nforward_ms = 4\nbackward_ms = 7\n",
+                         ": load_ms + forward_ms + backward_ms + optimizer_ms = 11 ms, more than step_ms_1gpu = 10 ms");
+    expect_file_refused(load_workload, "params = 10\ntensor_params = 4, 2 x (2)\nstep_ms_1gpu = 1\n",
                          ":2: tensor_params add up to 8 parameters, params = 10");
-    expect_keyfile_error(0, "tensor_params = 4, 2 x (2\nstep_ms_1gpu = 1\n",
+    expect_file_refused(load_workload, "tensor_params = 4, 2 x (2\nstep_ms_1gpu = 1\n",
                          ":1: tensor_params: expected ')' at 'the end'");
-    expect_keyfile_error(0, "tensor_params = 4,, 2\nstep_ms_1gpu = 1\n",
+    expect_file_refused(load_workload, "tensor_params = 4,, 2\nstep_ms_1gpu = 1\n",
                          ":1: tensor_params: expected a whole number at ', 2'");
-    expect_keyfile_error(0, "tensor_params = 0\nstep_ms_1gpu = 1\n", "a tensor of 0 elements");
+    expect_file_refused(load_workload, "tensor_params = 0\nstep_ms_1gpu = 1\n",
+                        ":1: tensor_params: a tensor of 0 elements");
     wtext = "tensor_params = 10, 3 x (2, 2 x (1)), 5\nstep_ms_1gpu = 4\nload_ms = 0.5\n";
     path = write_tmp("t.workload", wtext, strlen(wtext));
     EXPECT(predict_workload_load(path, &w) == DPS_OK);
@@ -1425,22 +1455,36 @@ static void test_predict_files(void)
     for (int i = 0; i < w.ntensors && i < 11; i++) EXPECT(w.tensors[i] == want[i]);
     predict_workload_free(&w);
     unlink(path);
+    static const char nul[] = "params = 1\nst\0ep = 2\n";
+    path = write_tmp("nul", nul, sizeof nul - 1);
+    EXPECT(predict_workload_load(path, &w) == DPS_ERR_USAGE && strstr(dps_errmsg(), ":2: not a text file"));
+    unlink(path);
+    EXPECT(predict_machine_load("/dev/null", &m) == DPS_ERR_USAGE);
+    EXPECT(strstr(dps_errmsg(), "not a regular file (a machine file is a text file)") != NULL);
+    EXPECT(predict_workload_load("/nonexistent/w", &w) == DPS_ERR_USAGE);
+    EXPECT(strstr(dps_errmsg(), "/nonexistent/w: cannot read the workload file") != NULL);
+}
+
+/* Calibration files: the constants read over the defaults, refusals. */
+static void test_predict_consts(void)
+{
     predict_consts c;
     predict_consts_default(&c);
+    const char *path;
     const char *ctext = "# fitted\nbus_eff = 0.5\nsync_ms = 1.25\ncompute_scale = 0.1\n";
     path = write_tmp("calibration", ctext, strlen(ctext));
     EXPECT(predict_consts_load(path, &c) == DPS_OK);
     EXPECT(c.bus_eff == 0.5 && c.sync_ms == 1.25 && c.compute_scale == 0.1 && c.base_latency_us == 8.4);
     unlink(path);
-    ctext = "bus_eff = 0.5\nspeed = 3\n";
-    path = write_tmp("calibration", ctext, strlen(ctext));
-    EXPECT(predict_consts_load(path, &c) == DPS_ERR_USAGE && strstr(dps_errmsg(), ":2: unknown key 'speed'"));
-    unlink(path);
-    ctext = "bus_eff = 0\n";
-    path = write_tmp("calibration", ctext, strlen(ctext));
-    EXPECT(predict_consts_load(path, &c) == DPS_ERR_USAGE && strstr(dps_errmsg(), ":1: bus_eff = 0: expected a number above 0"));
-    unlink(path);
-    /* a results file looked up by column: quoted cells, numbers, damage named by line */
+    expect_file_refused(load_consts, "bus_eff = 0.5\nspeed = 3\n", ":2: unknown key 'speed'");
+    expect_file_refused(load_consts, "bus_eff = 0\n", ":1: bus_eff = 0: expected a number above 0");
+    expect_file_refused(load_consts, "sync_ms = 1\nsync_ms = 2\n", ":2: 'sync_ms' given again");
+}
+
+/* A results file looked up by column: quoted cells, numbers, damage named by line. */
+static void test_csv_table(void)
+{
+    const char *path;
     const char *csv = "a,b,c\n1,\"x,\ny\",2.5\n3,z,oops\n";
     path = write_tmp("t.csv", csv, strlen(csv));
     csv_table t;
@@ -1459,14 +1503,6 @@ static void test_predict_files(void)
     EXPECT(csv_table_load(path, "hint", &t) == DPS_ERR_USAGE && strstr(dps_errmsg(), ":2: the file ends inside a record"));
     unlink(path);
     EXPECT(csv_table_load("/nonexistent/x.csv", "run X", &t) == DPS_ERR_USAGE && strstr(dps_errmsg(), "missing or empty (run X)"));
-    static const char nul[] = "params = 1\nst\0ep = 2\n";
-    path = write_tmp("nul", nul, sizeof nul - 1);
-    EXPECT(predict_workload_load(path, &w) == DPS_ERR_USAGE && strstr(dps_errmsg(), ":2: not a text file"));
-    unlink(path);
-    EXPECT(predict_machine_load("/dev/null", &m) == DPS_ERR_USAGE);
-    EXPECT(strstr(dps_errmsg(), "not a regular file (a machine file is a text file)") != NULL);
-    EXPECT(predict_workload_load("/nonexistent/w", &w) == DPS_ERR_USAGE);
-    EXPECT(strstr(dps_errmsg(), "/nonexistent/w: cannot read the workload file") != NULL);
 }
 
 static void predict_fixture(predict_machine *m, predict_workload *w)
@@ -1607,12 +1643,6 @@ static void test_predict_configs(void)
     EXPECT(r.sync_ms == 0 && r.phase_ms[PH_FORWARD] == s.forward_ms);
 }
 
-static void test_predict(void)
-{
-    test_predict_model();
-    test_predict_configs();
-}
-
 int main(int argc, char **argv)
 {
     static const struct { const char *name; void (*fn)(void); } groups[] = {
@@ -1624,7 +1654,9 @@ int main(int argc, char **argv)
         {"comm_abort", test_comm_abort}, {"context", test_context}, {"versions", test_versions},
         {"gemm", test_gemm}, {"host_math", test_host_math},
         {"slowdown", test_slowdown}, {"world", test_world}, {"store", test_store},
-        {"predict_files", test_predict_files}, {"predict_model", test_predict},
+        {"predict_files", test_predict_files}, {"predict_consts", test_predict_consts},
+        {"csv_table", test_csv_table}, {"predict_model", test_predict_model},
+        {"predict_configs", test_predict_configs},
     };
     int ran = 0;
     for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++)
