@@ -12,6 +12,16 @@
 /* Grace for a rank told to abort to end by itself before it is ended. */
 #define ABORT_GRACE_MS 3000.0
 
+/* Ends this rank's collectives; dw->mu held. Rank 0 keeps its connections:
+ * the others closing theirs is what wakes its blocked collective (closing
+ * its own would deafen it to that), so it only marks the group aborted. */
+static void abort_comm(ddp_world *dw)
+{
+    if (!dw->comm) return;
+    if (dw->w.rank == 0) comm_shared_abort(dw->comm->sh);
+    else comm_abort(dw->comm);
+}
+
 /* On the watch's thread: the server says the group is over, or is gone. */
 static void on_lost(void *ctx, const char *why)
 {
@@ -19,10 +29,7 @@ static void on_lost(void *ctx, const char *why)
     dps_strlcpy(dw->lost_why, why, sizeof dw->lost_why);
     atomic_store(&dw->lost, 1);
     pthread_mutex_lock(&dw->mu);
-    /* Rank 0 keeps its connections: the others closing theirs is what wakes
-     * its blocked collective (closing its own would deafen it to that). */
-    if (dw->comm && dw->w.rank == 0) comm_shared_abort(dw->comm->sh);
-    else if (dw->comm) comm_abort(dw->comm);
+    abort_comm(dw);
     pthread_mutex_unlock(&dw->mu);
     if (dw->w.rank == 0) return; /* rank 0 records the failure and ends by itself */
     double end = dps_now_ms() + ABORT_GRACE_MS;
@@ -46,7 +53,7 @@ static int step_state(void *ctx, int *step)
                  dw->w.rank, (int)getpid(), dps_signal_name(sig));
         store_abort(dw->store, why);
         pthread_mutex_lock(&dw->mu);
-        if (dw->comm) comm_abort(dw->comm);
+        abort_comm(dw);
         pthread_mutex_unlock(&dw->mu);
     }
     *step = atomic_load(&dw->beat.step);
@@ -122,8 +129,7 @@ void ddp_world_set_comm(ddp_world *dw, comm *c)
     pthread_mutex_lock(&dw->mu);
     dw->ended_waiting = !c && dw->comm && comm_shared_is_waiting(dw->comm->sh, dw->w.rank);
     dw->comm = c;
-    if (c && atomic_load(&dw->lost)) /* the word to abort came while it was being opened */
-        dw->w.rank == 0 ? (void)comm_shared_abort(c->sh) : comm_abort(c);
+    if (atomic_load(&dw->lost)) abort_comm(dw); /* the word to abort came while it was opened */
     pthread_mutex_unlock(&dw->mu);
 }
 
