@@ -208,21 +208,11 @@ dps_status store_set(dps_store *s, const char *key, const void *val, size_t len)
     return set_on(s, s->req_fd, &s->req_mu, key, val, len);
 }
 
-/* The reply to GET key: a late reply to an earlier GET that timed out is
- * not this one (the server names the key it answers). */
-static int recv_reply(dps_store *s, const char *key, store_frame *f, double deadline)
-{
-    for (;;) {
-        int rc = store_recv(s->req_fd, f, deadline);
-        if (rc != 0 || strcmp(f->key, key) == 0) return rc;
-        store_frame_free(f);
-    }
-}
-
 static dps_status get_reply(dps_store *s, const char *key, void **val, size_t *len, double deadline)
 {
     store_frame f;
-    int rc = recv_reply(s, key, &f, deadline);
+    /* One GET at a time, and a connection that failed is closed: the reply is this key's */
+    int rc = store_recv(s->req_fd, &f, deadline);
     if (rc != 0) { /* a frame may have stopped half-way: the connection is unusable */
         int err = errno;
         close(s->req_fd);
@@ -236,8 +226,10 @@ static dps_status get_reply(dps_store *s, const char *key, void **val, size_t *l
         return dps_fail(DPS_ERR_RUNTIME, "rank %d: rank 0's store at %s:%d is gone while waiting "
                         "for %s (rank 0 ended or its host is unreachable)", s->rank, s->server,
                         s->port, key);
-    if (f.type == ST_GONE) {
-        dps_status code = dps_fail(DPS_ERR_RUNTIME, "%s", f.val);
+    if (f.type == ST_GONE || strcmp(f.key, key) != 0) {
+        dps_status code = f.type == ST_GONE ? dps_fail(DPS_ERR_RUNTIME, "%s", f.val)
+                          : dps_fail(DPS_ERR_RUNTIME, "rank %d: rank 0's store answered %s for %s "
+                                     "(a store of another dpscale version?)", s->rank, f.key, key);
         store_frame_free(&f);
         return code;
     }
