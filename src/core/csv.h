@@ -28,11 +28,11 @@ void csv_raw(csv_buf *b, const char *s, size_t n); /* bytes as they are, e.g. a 
 /* Header line from column names (no newline in the result's last char). */
 void csv_header(csv_buf *b, const char *const *cols, int n);
 
+/* Replaces path by the bytes of rows (dps_replace_file). */
+dps_status csv_replace(const char *path, const csv_buf *rows) DPS_MUST_USE;
 /* Appends rows to path: writes the header first into a new or empty file,
  * refuses a file whose header differs, writes everything with one write(2)
  * on an O_APPEND descriptor, then fsync. */
-/* Replaces path by the bytes of rows (dps_replace_file). */
-dps_status csv_replace(const char *path, const csv_buf *rows) DPS_MUST_USE;
 dps_status csv_append(const char *path, const char *const *cols, int ncols, const csv_buf *rows) DPS_MUST_USE;
 
 /* DPS_OK when path is missing, empty or starts with the header of cols;

@@ -10,6 +10,7 @@
 #include "core/csv.h"
 #include "model/model.h"
 #include "run/links.h"
+#include "strategies/dp.h"
 #include "core/stats.h"
 #include "core/util.h"
 
@@ -48,7 +49,7 @@ uint64_t links_config_copy_bytes(const dps_config *c)
     uint64_t logits = per * row * (uint64_t)sh.classes;
     uint64_t params = (uint64_t)model_param_count(sh) * sizeof(float);
     uint64_t tensor = (uint64_t)sh.width * max_u64((uint64_t)sh.width, (uint64_t)sh.classes) * 4;
-    uint64_t group = min_u64(params, max_u64((uint64_t)10 << 20, tensor)); /* dp's 10 MiB groups */
+    uint64_t group = min_u64(params, max_u64(DP_COALESCE_BYTES, tensor)); /* dp's coalesced groups */
     if (c->mode == MODE_DDP) {
         uint64_t cap = c->bucket_mb > 0 ? (uint64_t)(c->bucket_mb * (1 << 20)) : tensor;
         group = min_u64(params, max_u64(cap, tensor)) / n; /* the ring moves bucket / n */

@@ -2,10 +2,8 @@
  * microseconds after the first traced step began: each device's phases are
  * ms after its reference event (ptimer_mark); ddp's ranks, separate
  * processes, are placed by their references on the wall clock. */
-#include <errno.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "run/trace_json.h"
@@ -148,12 +146,6 @@ static void body(writer *w, const char *config_id)
     fputs("\n]}\n", w->f);
 }
 
-static dps_status make_dir(const char *dir)
-{
-    if (mkdir(dir, 0777) == 0 || errno == EEXIST) return DPS_OK;
-    return dps_fail(DPS_ERR_RUNTIME, "%s: cannot create the trace folder: %s", dir, strerror(errno));
-}
-
 static void write_body(FILE *f, void *ctx)
 {
     writer *w = ctx;
@@ -167,7 +159,7 @@ dps_status trace_json_write(const char *results_dir, const dps_config *c, const 
     char dir[DPS_PATH_MAX + 16], path[DPS_PATH_MAX + 224];
     snprintf(dir, sizeof dir, "%s/%s", results_dir, TRACE_JSON_DIR);
     snprintf(path, sizeof path, "%s/%s.json", dir, config_id);
-    DPS_TRY(make_dir(dir));
+    DPS_TRY(dps_mkdirs(dir, "the trace folder"));
     writer w = {NULL, c, res, 0, config_id};
     return dps_replace_file(path, write_body, &w);
 }

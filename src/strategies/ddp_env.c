@@ -272,8 +272,10 @@ dps_status ddp_env_rank(const dps_config *cfg)
     dps_config c;
     DPS_TRY(ddp_world_join(cfg->net, cfg->timeout_s));
     dps_status rc = resolve_comm(cfg, &c);
-    if (rc) store_abort(cfg->net->store, dps_errmsg()); /* the others would wait for this rank */
-    if (rc) return rc;
+    if (rc) {
+        store_abort(cfg->net->store, dps_errmsg()); /* the others would wait for this rank */
+        return rc;
+    }
     return c.comm == DPS_COMM_SHM ? shm_rank(&c) : ddp_net_rank(&c, c.net);
 }
 

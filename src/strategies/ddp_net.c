@@ -44,8 +44,10 @@ dps_status ddp_net_rank(const dps_config *cfg, ddp_world *dw)
 {
     ddp_shared *sh;
     dps_status made = make_private(cfg, &sh);
-    if (made) store_abort(dw->store, dps_errmsg()); /* the others would wait for this rank */
-    if (made) return made;
+    if (made) {
+        store_abort(dw->store, dps_errmsg()); /* the others would wait for this rank */
+        return made;
+    }
     dps_status rc = train_here(cfg, dw, sh);
     char why[DPS_ERRMSG_MAX], key[32];
     dps_strlcpy(why, dps_errmsg(), sizeof why);

@@ -6,7 +6,6 @@
 #include "strategies/ddp_shared.h"
 #include "model/bucket.h"
 #include "model/model.h"
-#include "core/util.h"
 
 static size_t align64(size_t x) { return (x + 63) & ~(size_t)63; }
 

@@ -31,7 +31,7 @@ dps_status dp_p2p(dp_state *st, dps_phase ph, int dst, void *dptr, int src, cons
 
 dps_status dp_make_groups(dp_state *st)
 {
-    size_t counts[2 * 4097 + 2];
+    size_t counts[2 * BUCKET_MAX_LAYERS + 2];
     int n = bucket_model_params(st->cfg->shape, counts, (int)(sizeof counts / sizeof counts[0]));
     st->groups = calloc((size_t)n + 1, sizeof *st->groups);
     if (!st->groups) return dps_fail(DPS_ERR_RUNTIME, "out of host memory for dp's groups");
