@@ -824,9 +824,16 @@ def case_predict(binary):
         expect_exit(p, 2, "predict needs --gpus LIST")
 
 
+def read_keyfile(path):
+    """{key: value} of a `key = value` file (a calibration file), comments left out."""
+    with open(path) as f:
+        lines = [l.split("#", 1)[0].strip() for l in f]
+    return dict(l.split(" = ", 1) for l in lines if l)
+
+
 def predict_rows(path):
-    with open(path, newline="") as f:
-        return {(r["source"], r["mode"], r["ngpus"]): r for r in csv.DictReader(f)}
+    """predictions.csv, read strictly, by (source, mode, ngpus)."""
+    return {(r["source"], r["mode"], r["ngpus"]): r for r in read_table(path)}
 
 
 def case_predict_from(binary):
@@ -864,8 +871,7 @@ def case_predict_from(binary):
                            capture_output=True, text=True)
         expect_exit(p, 0)
         cal = os.path.join(out, "c", "calibration.txt")
-        with open(cal) as f:
-            consts = dict(l.split(" = ") for l in f.read().splitlines() if " = " in l and l[0] != "#")
+        consts = read_keyfile(cal)
         expect(set(consts) == {"bus_eff", "base_latency_us", "bucket_overhead_us", "sync_ms",
                                "dp_sync_ms", "compute_scale", "overlap_eff"}, f"{consts}")
         p = subprocess.run([binary, "predict", "--from", folder, "--gpus", "2", "--calibration", cal,
@@ -903,14 +909,8 @@ def case_predict_calibrate(binary):
               "dev0,dev1,latency,4,,2.0,ok,host,1\n")
         write(os.path.join(folder, "allreduce.csv"), "backend,method,nranks,bytes,time_us,algbw_gbps,busbw_gbps,check\n"
               "host,ring-shm,2,1048576,1048.6,1.0,1.0,pass\n")
-        with open(os.path.join(folder, "phases.csv")) as f:
-            lines = f.read().splitlines()
-        for i, line in enumerate(lines):
-            cells = line.split(",")
-            if cells[0] == g2 and cells[2] == "backward":
-                cells[3] = cells[4] = "10.0"
-                lines[i] = ",".join(cells)
-        write(os.path.join(folder, "phases.csv"), "\n".join(lines) + "\n")
+        set_cells(os.path.join(folder, "phases.csv"), {"config_id": g2, "phase": "backward"},
+                  {"median_ms": "10.0", "mean_ms": "10.0"})
         lat = (8.4 + 2 * 2.0) / 1000                      # ms: base + 2 ring steps
         full0, full1 = 20800 / 1e6 + lat, 16640 / 1e6 + lat  # ms at 1 GB/s, 2(n-1)/n = 1
         ms1 = full1 / 0.5                                   # after backward at half the bus
@@ -924,9 +924,7 @@ def case_predict_calibrate(binary):
         p = subprocess.run([binary, "predict", "--calibrate", folder, "--out", out, "--name", "c"],
                            capture_output=True, text=True)
         expect_exit(p, 0)
-        with open(os.path.join(out, "c", "calibration.txt")) as f:
-            got = {k: float(v) for k, v in (l.split(" = ") for l in f.read().splitlines()
-                                            if " = " in l and l[0] != "#")}
+        got = {k: float(v) for k, v in read_keyfile(os.path.join(out, "c", "calibration.txt")).items()}
         for key, want, tol in [("bus_eff", 0.5, 1e-3), ("overlap_eff", 0.25, 1e-3),
                                ("bucket_overhead_us", 300.0, 0.5)]:
             expect(abs(got[key] - want) <= tol, f"{key} = {got[key]}, expected {want}: {got}")
