@@ -206,11 +206,14 @@ BROKEN = [  # (what, edit of the rows, what stderr must hold)
 ]
 
 
-def refused(binary, tmp, what, fn, needles, given):
-    """Why plot.py did not refuse a broken predictions.csv (given with --predictions,
-    else the results folder's own) with exit 2 and one line holding needles, or None."""
+def refused(template, tmp, what, fn, needles, given):
+    """Why plot.py did not refuse a broken copy of template's predictions.csv (given
+    with --predictions, else the results folder's own) with exit 2 and one line
+    holding needles, or None."""
     work = tempfile.mkdtemp(dir=tmp)
-    pred = predict(binary, work)
+    pred = os.path.join(work, "pred")
+    os.mkdir(pred)
+    shutil.copy(os.path.join(template, "predictions.csv"), pred)
     edit(os.path.join(pred, "predictions.csv"), fn)
     results = copy_fixture("results-host", work, "res")
     if given:
@@ -231,8 +234,9 @@ def case_refuse(binary):
     """Broken predictions, given with --predictions or in the results folder, and
     --predictions naming what holds none: exit 2, one line naming file:line."""
     with tempfile.TemporaryDirectory() as tmp:
+        template = predict(binary, tempfile.mkdtemp(dir=tmp))
         bad = [why for what, fn, needles in BROKEN for given in (True, False)
-               for why in [refused(binary, tmp, what, fn, needles, given)] if why]
+               for why in [refused(template, tmp, what, fn, needles, given)] if why]
         results = copy_fixture("results-host", tmp, "res")
         for arg, needle in ((tmp, f"--predictions {tmp}: no predictions.csv in this folder"),
                             (os.path.join(tmp, "none.csv"), "no such file")):
