@@ -31,6 +31,7 @@ import os
 import sys
 import textwrap
 from collections import defaultdict
+from statistics import median
 
 sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
 from dpsresults import (InputError, integer, number, read_folder, read_meta,  # noqa: E402
@@ -643,11 +644,6 @@ def link_use_table(use, emulated):
     return lines
 
 
-def median(xs):
-    k = len(xs) // 2
-    return xs[k] if len(xs) % 2 else (xs[k - 1] + xs[k]) / 2
-
-
 def fmt_bytes(b):
     for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if b >= scale:
@@ -921,18 +917,16 @@ def start(args):
 
 
 def plot_predictions_only(args, preds, pred_paths):
-    """A folder of predictions alone: scaling, efficiency and summary.md."""
-    try:
-        if not any(p["status"] == "ok" for p in preds):
-            raise InputError(f"{', '.join(pred_paths)}: no prediction with status ok to draw")
-        folder = Predicted(args.results, preds)
-        plt, out = start(args)
-        charts = [os.path.basename(c) for c in (
-            plot_scaling(plt, folder, out, preds=preds),
-            plot_scaling(plt, folder, out, efficiency=True, preds=preds))]
-        summary_predicted(folder, out, charts, preds, pred_paths)
-    except (InputError, ImportError) as e:
-        return refused(e)
+    """A folder of predictions alone: scaling, efficiency and summary.md
+    (main refuses what this raises)."""
+    if not any(p["status"] == "ok" for p in preds):
+        raise InputError(f"{', '.join(pred_paths)}: no prediction with status ok to draw")
+    folder = Predicted(args.results, preds)
+    plt, out = start(args)
+    charts = [os.path.basename(c) for c in (
+        plot_scaling(plt, folder, out, preds=preds),
+        plot_scaling(plt, folder, out, efficiency=True, preds=preds))]
+    summary_predicted(folder, out, charts, preds, pred_paths)
     return done(out, charts)
 
 
