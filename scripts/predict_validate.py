@@ -41,11 +41,8 @@ class BadInput(Exception):
 def predict(dpscale, machine, workload, gpus, modes="dp,ddp"):
     """{(mode, ngpus): row} of predictions.csv."""
     with tempfile.TemporaryDirectory() as out:
-        p = subprocess.run([dpscale, "predict", "--machine", machine, "--workload", workload,
-                            "--gpus", ",".join(map(str, gpus)), "--modes", modes, "--out", out,
-                            "--name", "v"], capture_output=True, text=True, timeout=60)
-        if p.returncode != 0:
-            raise BadInput(f"dpscale predict: exit {p.returncode}: {p.stderr.strip()}")
+        run(dpscale, "predict", "--machine", machine, "--workload", workload, "--gpus",
+            ",".join(map(str, gpus)), "--modes", modes, "--out", out, "--name", "v")
         with open(os.path.join(out, "v", "predictions.csv"), newline="") as f:
             return {(r["mode"], int(r["ngpus"])): r for r in csv.DictReader(f)}
 
@@ -103,6 +100,7 @@ def gpt2(dpscale, bench):
         calibrated = with_step(workload, step1, folder)
         a = predict(dpscale, nvlink, calibrated, [2])
         b = predict(dpscale, pcie, calibrated, [2], "ddp")
+        need = busbw_for(dpscale, pcie, calibrated, ms["ddp-pcie"], folder)
     print(f"  (one GPU's step, calibrated: {step1:.1f} ms)")
     got = {"ddp-nvlink": float(a[("ddp", 2)]["step_ms"]), "dp-nvlink": float(a[("dp", 2)]["step_ms"]),
            "ddp-pcie": float(b[("ddp", 2)]["step_ms"])}
@@ -112,13 +110,11 @@ def gpt2(dpscale, bench):
     order = sorted(got, key=got.get)
     print(f"  order predicted: {' < '.join(order)}; published: ddp-nvlink < dp-nvlink < ddp-pcie "
           f"({'same' if order == ['ddp-nvlink', 'dp-nvlink', 'ddp-pcie'] else 'DIFFERENT'})")
-    with tempfile.TemporaryDirectory() as folder:
-        need = busbw_for(dpscale, pcie, workload, step1, ms["ddp-pcie"], folder)
     print(f"  (the published ddp without NVLink needs an all-reduce busbw of {need:.2f} GB/s in the "
           f"model; titan-rtx-pcie.machine estimates 5)")
 
 
-def busbw_for(dpscale, machine, workload, step1, target_ms, folder):
+def busbw_for(dpscale, machine, workload, target_ms, folder):
     """The intra_busbw_gbps at which ddp on 2 devices of machine takes target_ms
     (bisection: the step falls as the bandwidth grows)."""
     lo, hi = 0.05, 1000.0
@@ -129,7 +125,7 @@ def busbw_for(dpscale, machine, workload, step1, target_ms, folder):
         mid = (lo * hi) ** 0.5
         with open(path, "w") as f:
             f.writelines(text + [f"intra_busbw_gbps = {mid!r}\n"])
-        ms = float(predict(dpscale, path, with_step(workload, step1, folder), [2], "ddp")[("ddp", 2)]["step_ms"])
+        ms = float(predict(dpscale, path, workload, [2], "ddp")[("ddp", 2)]["step_ms"])
         lo, hi = (lo, mid) if ms < target_ms else (mid, hi)
     return (lo * hi) ** 0.5
 
