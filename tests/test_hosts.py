@@ -20,12 +20,11 @@ BIG = ["--layers", "4", "--width", "2048", "--tokens", "1", "--classes", "16", "
        "--no-overlap", "--bucket-mb", "128"]
 
 
-def start(hosts, binary, out, name, *extra, port=29700, env_extra=None, rank0_addr=None):
+def start(hosts, binary, out, name, *extra, port=29700, env_extra=None):
     """One rank on each host (Open MPI's variables, rank 0's host as
-    MASTER_ADDR, or rank0_addr for rank 0 itself); their Popens in rank order."""
-    n, procs = hosts.n, []
+    MASTER_ADDR); their Popens in rank order."""
+    n, procs, addr = hosts.n, [], hosts.addr(0)
     for r in range(n):
-        addr = rank0_addr if r == 0 and rank0_addr else hosts.addr(0)
         env = dict(os.environ, OMPI_COMM_WORLD_RANK=str(r), OMPI_COMM_WORLD_SIZE=str(n),
                    OMPI_COMM_WORLD_LOCAL_RANK="0", OMPI_COMM_WORLD_LOCAL_SIZE="1",
                    MASTER_ADDR=addr, DPSCALE_PORT=str(port), **(env_extra or {}))
