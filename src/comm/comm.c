@@ -69,6 +69,7 @@ void comm_close(comm *c)
     comm_async_stop(c);
     if (c->ops) c->ops->destroy(c);
     free(c->spans);
+    free(c->span_begin);
     free(c);
 }
 

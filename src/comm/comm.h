@@ -59,9 +59,11 @@ struct comm {
     comm_async *async;          /* the thread of implementations without allreduce_async */
     struct dps_store *store;    /* the ranks' rendezvous across hosts (store.h); NULL: none */
     /* the trace (comm_trace): the last wait's async all-reduces, in issue
-     * order, begins in ms after span_ref (NULL: not traced) */
+     * order, and the events they began at; begins in ms after span_ref once
+     * comm_spans_read has run (NULL: not traced) */
     be_event *span_ref;
     tl_span *spans;
+    be_event **span_begin;
     int nspans, spans_cap;
 };
 
@@ -99,9 +101,13 @@ dps_status comm_allreduce_async(comm *c, void *buf, size_t n, comm_dtype dt, be_
 dps_status comm_wait_async(comm *c, double *busy_ms) DPS_MUST_USE;
 
 /* From now on each comm_wait_async leaves the spans of the all-reduces it
- * waited for in c->spans (bucket = issue order), begins in ms after ref, an
- * event on c's device; NULL: none. */
+ * waited for in c->spans (bucket = issue order) and their begin events;
+ * ref, an event on c's device, is where comm_spans_read measures from;
+ * NULL: none. */
 void comm_trace(comm *c, be_event *ref);
+/* After the step, outside its timing: each span's begin in ms after the
+ * reference (an event query per span, kept out of the timed wait). */
+dps_status comm_spans_read(comm *c) DPS_MUST_USE;
 
 /* From any thread: the group is over; blocked collectives return. */
 void comm_abort(comm *c);

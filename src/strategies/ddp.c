@@ -327,6 +327,7 @@ static dps_status trace_read(ddp_rank *R, int k)
     int t = k - (R->cfg->steps - sh->trace_steps);
     if (!sh->trace_steps || t < 0) return DPS_OK;
     DPS_TRY(ptimer_begins(&R->timer, 0, ddp_shared_tl_phase(sh, R->rank) + (size_t)t * PH_COUNT));
+    DPS_TRY(comm_spans_read(R->comm));
     int n = R->comm->nspans < sh->max_spans ? R->comm->nspans : sh->max_spans;
     tl_span *dst = ddp_shared_tl_span(sh, R->rank) + (size_t)t * sh->max_spans;
     if (n) memcpy(dst, R->comm->spans, (size_t)n * sizeof(tl_span));
