@@ -112,8 +112,7 @@ static dps_status run_predict(cli_args *a, predict_inputs *in)
 static dps_status run_calibrate(cli_args *a, predict_inputs *in)
 {
     char dir[2 * DPS_PATH_MAX], name[DPS_NAME_MAX], path[2 * DPS_PATH_MAX + 32];
-    const char *base = strrchr(a->calibrate_dir, '/');
-    snprintf(name, sizeof name, "calibration-%.100s", base && base[1] ? base + 1 : a->calibrate_dir);
+    snprintf(name, sizeof name, "calibration-%.100s", dps_path_base(a->calibrate_dir));
     /* the profiles, once: the machine's all-reduce at their buckets' size, then the fit */
     DPS_TRY(predict_from_workloads(a->calibrate_dir, &in->w, &in->nw));
     if (a->machine_path[0]) DPS_TRY(predict_machine_load(a->machine_path, &in->m));

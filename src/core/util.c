@@ -239,3 +239,9 @@ dps_status dps_replace_file(const char *path, void (*write)(FILE *f, void *ctx),
     unlink(tmp);
     return dps_fail(DPS_ERR_RUNTIME, "%s: cannot write: %s", path, strerror(err));
 }
+
+const char *dps_path_base(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    return slash && slash[1] ? slash + 1 : path;
+}

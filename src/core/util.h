@@ -55,5 +55,8 @@ int dps_utf8_valid(const char *s);
 
 /* Bounded string copy that always terminates. */
 void dps_strlcpy(char *dst, const char *src, size_t len);
+/* path's last component: what follows its last '/' (all of it when that is
+ * nothing, as "results/"). */
+const char *dps_path_base(const char *path);
 
 #endif

@@ -62,24 +62,30 @@ static int same_series(const runs_view *v, int r, int q)
     return 1;
 }
 
-/* The sum over rows of file whose config_id is id of column `value`, where
- * column `match` (when given) equals `want`; *count (when given) the rows. */
-static dps_status sum_rows_n(const csv_table *t, const char *id, const char *match,
-                             const char *want, const char *value, double *sum, int *count)
+/* What the rows of config id hold in column `value`, where column `match`
+ * (when given) equals `want`: their sum, largest and count (an empty cell
+ * counts as 0). */
+typedef struct rows_total {
+    double sum, max;
+    int n;
+} rows_total;
+
+static dps_status total_rows(const csv_table *t, const char *id, const char *match,
+                             const char *want, const char *value, rows_total *out)
 {
     int ci, cm = -1, cv;
     char a[CELL], b[CELL];
     DPS_TRY(csv_table_col(t, "config_id", &ci));
     DPS_TRY(csv_table_col(t, value, &cv));
     if (match) DPS_TRY(csv_table_col(t, match, &cm));
-    *sum = 0;
+    *out = (rows_total){0.0, 0.0, 0};
     for (int r = 0; r < t->nrows; r++) {
         if (strcmp(csv_table_cell(t, r, ci, a, CELL), id) != 0) continue;
         if (match && strcmp(csv_table_cell(t, r, cm, b, CELL), want) != 0) continue;
         double x;
         DPS_TRY(csv_table_num(t, r, cv, 1, 0.0, &x));
-        *sum += x;
-        if (count) (*count)++;
+        out->sum += x;
+        out->max = out->n++ ? fmax(out->max, x) : x;
     }
     return DPS_OK;
 }
@@ -87,26 +93,9 @@ static dps_status sum_rows_n(const csv_table *t, const char *id, const char *mat
 static dps_status sum_rows(const csv_table *t, const char *id, const char *match, const char *want,
                            const char *value, double *sum)
 {
-    return sum_rows_n(t, id, match, want, value, sum, NULL);
-}
-
-/* The largest median of `phase` over the devices of id (phases.csv). */
-static dps_status max_rows(const csv_table *ph, const char *id, const char *phase, double *most)
-{
-    int ci, cp, cv;
-    char a[CELL], b[CELL];
-    double x;
-    DPS_TRY(csv_table_col(ph, "config_id", &ci));
-    DPS_TRY(csv_table_col(ph, "phase", &cp));
-    DPS_TRY(csv_table_col(ph, "median_ms", &cv));
-    *most = 0;
-    for (int r = 0; r < ph->nrows; r++) {
-        if (strcmp(csv_table_cell(ph, r, ci, a, CELL), id) != 0 ||
-            strcmp(csv_table_cell(ph, r, cp, b, CELL), phase) != 0)
-            continue;
-        DPS_TRY(csv_table_num(ph, r, cv, 1, 0.0, &x));
-        *most = fmax(*most, x);
-    }
+    rows_total x;
+    DPS_TRY(total_rows(t, id, match, want, value, &x));
+    *sum = x.sum;
     return DPS_OK;
 }
 
@@ -381,10 +370,11 @@ static dps_status measured_row(const runs_view *v, const csv_table *ph, const cs
     m->ngpus = int_cell(v, r, R_NGPUS);
     DPS_TRY(csv_table_num(&v->t, r, v->col[R_STEP], 0, 0, &m->step_ms));
     DPS_TRY(csv_table_num(&v->t, r, v->col[R_BUSBW], 1, 0.0, &m->busbw_gbps));
-    int devices = 0;
-    DPS_TRY(sum_rows_n(ph, m->id, "phase", "forward", "median_ms", &m->forward_ms, &devices));
-    m->forward_ms /= devices > 0 ? devices : 1; /* the devices' mean */
-    DPS_TRY(max_rows(ph, m->id, "backward", &m->backward_ms)); /* the last rank's */
+    rows_total fwd, bwd;
+    DPS_TRY(total_rows(ph, m->id, "phase", "forward", "median_ms", &fwd));
+    DPS_TRY(total_rows(ph, m->id, "phase", "backward", "median_ms", &bwd));
+    m->forward_ms = fwd.n ? fwd.sum / fwd.n : 0.0; /* the devices' mean */
+    m->backward_ms = bwd.max;                     /* the slowest device's */
     if (bk && m->mode == MODE_DDP) DPS_TRY(measured_buckets(bk, m->id, m));
     return sum_rows(ph, w[m->workload].source, "phase", "forward", "median_ms", &m->forward_1);
 }

@@ -135,8 +135,7 @@ dps_status predict_from_machine(const char *dir, double bucket_mb, predict_machi
 {
     int host = 0;
     *m = (predict_machine){.nodes = 1, .inter_latency_us = 9.6};
-    const char *base = strrchr(dir, '/');
-    dps_strlcpy(m->name, base && base[1] ? base + 1 : dir, sizeof m->name);
+    dps_strlcpy(m->name, dps_path_base(dir), sizeof m->name);
     DPS_TRY(from_links(dir, m, &host));
     if (!host)
         return dps_fail(DPS_ERR_USAGE, "%s: measured on GPUs; the all-reduce dpscale comm-bench "

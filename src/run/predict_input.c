@@ -72,8 +72,7 @@ static const keyfile_key workload_keys[] = {
 /* The file's name without its folders and its last extension. */
 static void name_from_path(const char *path, char *name, size_t len)
 {
-    const char *base = strrchr(path, '/');
-    dps_strlcpy(name, base ? base + 1 : path, len);
+    dps_strlcpy(name, dps_path_base(path), len);
     char *dot = strrchr(name, '.');
     if (dot && dot != name) *dot = '\0';
 }

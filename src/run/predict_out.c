@@ -7,19 +7,21 @@
 #include "run/predict_out.h"
 #include "core/csv.h"
 
-#define NHEAD 15
-#define NCOLS (NHEAD + PH_COUNT + 13)
-
 /* machine, workload, the series plot.py matches (model, precision,
- * optimizer), source .. efficiency, <phase>_ms, memory, the model's terms and constants */
+ * optimizer), source .. efficiency; then <phase>_ms; then memory, the
+ * model's terms and constants (row() writes them in this order) */
+static const char *const head[] = {"machine", "workload", "model", "precision", "optimizer",
+    "source", "mode", "ngpus", "nodes", "batch_per_gpu", "status", "note", "step_ms",
+    "samples_per_s", "efficiency"};
+static const char *const tail[] = {"gpu0_mem_bytes", "other_mem_bytes", "nbuckets",
+    "busbw_gbps", "allreduce_end_ms", "bucket_copy_ms", "sync_ms", "bus_eff", "base_latency_us",
+    "bucket_overhead_us", "dp_sync_ms", "compute_scale", "overlap_eff"};
+#define NHEAD ((int)(sizeof head / sizeof head[0]))
+#define NTAIL ((int)(sizeof tail / sizeof tail[0]))
+#define NCOLS (NHEAD + PH_COUNT + NTAIL)
+
 static void columns(const char **cols)
 {
-    static const char *const head[NHEAD] = {"machine", "workload", "model", "precision",
-        "optimizer", "source", "mode", "ngpus", "nodes", "batch_per_gpu", "status", "note",
-        "step_ms", "samples_per_s", "efficiency"};
-    static const char *const tail[] = {"gpu0_mem_bytes", "other_mem_bytes", "nbuckets",
-        "busbw_gbps", "allreduce_end_ms", "bucket_copy_ms", "sync_ms", "bus_eff",
-        "base_latency_us", "bucket_overhead_us", "dp_sync_ms", "compute_scale", "overlap_eff"};
     static char phase[PH_COUNT][48];
     int k = 0;
     for (int i = 0; i < NHEAD; i++) cols[k++] = head[i];
@@ -27,7 +29,7 @@ static void columns(const char **cols)
         snprintf(phase[p], sizeof phase[p], "%s_ms", dps_phase_names[p]);
         cols[k++] = phase[p];
     }
-    for (int i = 0; i < 13; i++) cols[k++] = tail[i];
+    for (int i = 0; i < NTAIL; i++) cols[k++] = tail[i];
 }
 
 static void row(csv_buf *b, const predict_machine *m, const predict_consts *c,
