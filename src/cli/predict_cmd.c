@@ -14,6 +14,7 @@
 
 /* What one prediction reads: the machine, the workloads, the constants. */
 typedef struct predict_inputs {
+    predict_folder *folder;   /* --from or --calibrate: the results folder, read once */
     predict_machine m;
     predict_workload *w;
     int nw;
@@ -68,7 +69,8 @@ static dps_status load_inputs(const cli_args *a, predict_inputs *in)
         in->nw = 1;
         DPS_TRY(predict_workload_load(a->workload_path, in->w));
     } else {
-        DPS_TRY(predict_from_workloads(a->from_dir, &in->w, &in->nw));
+        DPS_TRY(predict_folder_open(a->from_dir, &in->folder));
+        DPS_TRY(predict_from_workloads(in->folder, &in->w, &in->nw));
     }
     if (a->machine_path[0]) return predict_machine_load(a->machine_path, &in->m);
     return predict_from_machine(a->from_dir, in->w[0].bucket_mb, &in->m);
@@ -114,14 +116,15 @@ static dps_status run_calibrate(cli_args *a, predict_inputs *in)
     char dir[2 * DPS_PATH_MAX], name[DPS_NAME_MAX], path[2 * DPS_PATH_MAX + 32];
     snprintf(name, sizeof name, "calibration-%.100s", dps_path_base(a->calibrate_dir));
     /* the profiles, once: the machine's all-reduce at their buckets' size, then the fit */
-    DPS_TRY(predict_from_workloads(a->calibrate_dir, &in->w, &in->nw));
+    DPS_TRY(predict_folder_open(a->calibrate_dir, &in->folder));
+    DPS_TRY(predict_from_workloads(in->folder, &in->w, &in->nw));
     if (a->machine_path[0]) DPS_TRY(predict_machine_load(a->machine_path, &in->m));
     else DPS_TRY(predict_from_machine(a->calibrate_dir, in->w[0].bucket_mb, &in->m));
     DPS_TRY(out_folder(a, name, dir, sizeof dir));
     snprintf(path, sizeof path, "%s/calibration.txt", dir);
     printf("# dpscale predict --calibrate %s: constants fitted on machine %s\n", a->calibrate_dir,
            in->m.name);
-    DPS_TRY(predict_calibrate(a->calibrate_dir, &in->m, in->w, in->nw, path, stdout, &in->c));
+    DPS_TRY(predict_calibrate(in->folder, &in->m, in->w, in->nw, path, stdout, &in->c));
     printf("# calibration in %s (use: dpscale predict --calibration %s ...)\n", path, path);
     return DPS_OK;
 }
@@ -132,6 +135,7 @@ int cmd_predict(cli_args *a)
     dps_status rc = check_args(a);
     if (!rc) rc = a->calibrate_dir[0] ? run_calibrate(a, &in) : run_predict(a, &in);
     predict_from_free(in.w, in.nw);
+    predict_folder_close(in.folder);
     if (rc) fprintf(stderr, "dpscale: %s\n", dps_errmsg());
     return rc == DPS_ERR_USAGE ? 2 : rc ? 1 : 0;
 }

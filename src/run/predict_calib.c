@@ -203,19 +203,19 @@ static void write_file(FILE *out, void *ctx)
     write_rows(out, "# ", k->f, k->c);
 }
 
-static dps_status load_fit(const char *dir, const predict_machine *m, const predict_workload *w,
-                           int nw, fit *f)
+static dps_status load_fit(const predict_folder *folder, const predict_machine *m,
+                           const predict_workload *w, int nw, fit *f)
 {
     *f = (fit){.m = m, .w = w, .nw = nw};
     f->split = calloc((size_t)f->nw, sizeof *f->split);
     dps_status rc = f->split ? DPS_OK : dps_fail(DPS_ERR_RUNTIME, "out of host memory");
     for (int i = 0; !rc && i < f->nw; i++) rc = predict_split_step(m, &f->w[i], &f->split[i]);
-    if (!rc) rc = predict_from_measured(dir, f->w, f->nw, &f->meas, &f->nmeas);
+    if (!rc) rc = predict_from_measured(folder, f->w, f->nw, &f->meas, &f->nmeas);
     if (!rc && !f->nmeas)
         rc = dps_fail(DPS_ERR_USAGE, "%s: no ok weak-scaling configuration on 2 or more devices "
                       "beside a one-device one of its series (ddp: overlapping, the same bucket "
                       "cap): nothing to calibrate against (run `dpscale sweep --gpus 1,2 --out "
-                      "PARENT --name FOLDER` into it)", dir);
+                      "PARENT --name FOLDER` into it)", predict_folder_dir(folder));
     return rc;
 }
 
@@ -225,20 +225,20 @@ static void free_fit(fit *f)
     free(f->meas);
 }
 
-dps_status predict_calibrate(const char *dir, const predict_machine *m, const predict_workload *w,
-                             int nw, const char *path,
-                             FILE *report, predict_consts *c)
+dps_status predict_calibrate(const predict_folder *folder, const predict_machine *m,
+                             const predict_workload *w, int nw, const char *path, FILE *report,
+                             predict_consts *c)
 {
     fit f;
     predict_consts_default(c);
-    dps_status rc = load_fit(dir, m, w, nw, &f);
+    dps_status rc = load_fit(folder, m, w, nw, &f);
     /* room for every measured bucket, twice */
     size_t room = (size_t)f.nmeas * PREDICT_MEASURED_BUCKETS + 1;
     double *v = rc ? NULL : malloc(2 * room * sizeof *v);
     if (!rc && !v) rc = dps_fail(DPS_ERR_RUNTIME, "out of host memory");
     if (!rc) {
         fit_all(&f, c, v, v + room);
-        calib_file k = {dir, &f, c};
+        calib_file k = {predict_folder_dir(folder), &f, c};
         rc = dps_replace_file(path, write_file, &k);
         write_consts(report, c);
         write_rows(report, "  ", &f, c);

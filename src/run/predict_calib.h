@@ -11,8 +11,8 @@
 #include "run/predict_model.h"
 
 /* Fits c (from its defaults) to the measured rows of several devices of
- * dir, predicted from the folder's one-device profiles w[0..nw)
- * (predict_from_workloads of dir) on machine m:
+ * folder f, predicted from its one-device profiles w[0..nw)
+ * (predict_from_workloads of f) on machine m:
  * compute_scale from their forward against one device's; dp_sync_ms, dp's
  * median residual; from buckets.csv, bus_eff and overlap_eff (the model's
  * all-reduce time at the full bus against each measured one after and
@@ -20,8 +20,8 @@
  * begin), or without it bus_eff as the efficiency that explains ddp's
  * median residual; then sync_ms, what is left of ddp's.
  * Writes the file to path and a table of the fit to report. */
-dps_status predict_calibrate(const char *dir, const predict_machine *m, const predict_workload *w,
-                             int nw, const char *path,
+dps_status predict_calibrate(const predict_folder *f, const predict_machine *m,
+                             const predict_workload *w, int nw, const char *path,
                              FILE *report, predict_consts *c) DPS_MUST_USE;
 
 /* A calibration file into c (keys absent keep c's values). */

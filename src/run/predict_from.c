@@ -25,6 +25,13 @@ typedef struct runs_view {
     int col[R_NCOLS];
 } runs_view;
 
+struct predict_folder {
+    char dir[DPS_PATH_MAX];
+    runs_view v;
+    csv_table ph, mem, bk;  /* phases.csv; memory.csv and buckets.csv when present */
+    int have_mem, have_bk;
+};
+
 static const char *cell(const runs_view *v, int r, int c, char *buf)
 {
     return csv_table_cell(&v->t, r, v->col[c], buf, CELL);
@@ -203,56 +210,44 @@ static double bucket_cap(const runs_view *v, int q)
 
 /* Each bucket's ready time in backward (buckets.csv, rank 0 of config id)
  * over backward's median (phases.csv): w->ready, when every bucket has one. */
-static dps_status bucket_ready(const char *dir, const csv_table *ph, const char *id,
-                               predict_workload *w)
+static dps_status bucket_ready(const predict_folder *f, const char *id, predict_workload *w)
 {
-    csv_table bk;
-    int cid, crank, cready, n = 0, present;
+    const csv_table *bk = &f->bk;
+    int cid, crank, cready, n = 0;
     double bwd, x;
     char a[CELL], b[CELL];
-    DPS_TRY(csv_table_open_optional(dir, "buckets.csv", &bk, &present));
-    if (!present) return DPS_OK; /* ready times from the tensors */
-    dps_status rc = csv_table_col(&bk, "config_id", &cid);
-    if (!rc) rc = csv_table_col(&bk, "rank", &crank);
-    if (!rc) rc = csv_table_col(&bk, "ready_ms", &cready);
-    if (!rc) rc = sum_rows(ph, id, "phase", "backward", "median_ms", &bwd);
-    w->ready = rc ? NULL : malloc(((size_t)bk.nrows + 1) * sizeof *w->ready);
-    if (!rc && !w->ready) rc = dps_fail(DPS_ERR_RUNTIME, "out of host memory reading buckets.csv");
-    for (int r = 0; !rc && r < bk.nrows; r++) {
-        if (strcmp(csv_table_cell(&bk, r, cid, a, CELL), id) != 0 ||
-            strcmp(csv_table_cell(&bk, r, crank, b, CELL), "0") != 0)
+    if (!f->have_bk) return DPS_OK; /* ready times from the tensors */
+    DPS_TRY(csv_table_col(bk, "config_id", &cid));
+    DPS_TRY(csv_table_col(bk, "rank", &crank));
+    DPS_TRY(csv_table_col(bk, "ready_ms", &cready));
+    DPS_TRY(sum_rows(&f->ph, id, "phase", "backward", "median_ms", &bwd));
+    w->ready = malloc(((size_t)bk->nrows + 1) * sizeof *w->ready);
+    if (!w->ready) return dps_fail(DPS_ERR_RUNTIME, "out of host memory reading buckets.csv");
+    for (int r = 0; r < bk->nrows; r++) {
+        if (strcmp(csv_table_cell(bk, r, cid, a, CELL), id) != 0 ||
+            strcmp(csv_table_cell(bk, r, crank, b, CELL), "0") != 0)
             continue;
-        rc = csv_table_num(&bk, r, cready, 0, 0, &x);
-        if (!rc && bwd > 0) w->ready[n++] = fmin(1.0, fmax(0.0, x / bwd));
+        DPS_TRY(csv_table_num(bk, r, cready, 0, 0, &x));
+        if (bwd > 0) w->ready[n++] = fmin(1.0, fmax(0.0, x / bwd));
+        w->nready = n;
     }
-    w->nready = n;
-    csv_table_free(&bk);
-    return rc;
+    return DPS_OK;
 }
 
-static dps_status one_workload(const char *dir, const runs_view *v, int r, predict_workload *w)
+static dps_status one_workload(const predict_folder *f, int r, predict_workload *w)
 {
-    csv_table ph, mem;
+    const runs_view *v = &f->v;
     double step, act = 0;
+    char ddp_id[CELL];
     predict_workload_defaults(w);
     DPS_TRY(run_facts(v, r, w));
     DPS_TRY(model_tensors(v, r, w));
     DPS_TRY(csv_table_num(&v->t, r, v->col[R_STEP], 0, 0, &step));
-    DPS_TRY(csv_table_open(dir, "phases.csv", "dpscale run or sweep writes it", &ph));
-    dps_status rc = phase_medians(&ph, w->source, step, w);
-    char ddp_id[CELL];
+    DPS_TRY(phase_medians(&f->ph, w->source, step, w));
     int q = ddp_row(v, r);
     w->bucket_mb = bucket_cap(v, q >= 0 ? q : r);
-    if (!rc && q >= 0) rc = bucket_ready(dir, &ph, cell(v, q, R_ID, ddp_id), w);
-    csv_table_free(&ph);
-    DPS_TRY(rc);
-    int present;
-    DPS_TRY(csv_table_open_optional(dir, "memory.csv", &mem, &present));
-    if (present) {
-        rc = sum_rows(&mem, w->source, "kind", "activations", "bytes_at_peak", &act);
-        csv_table_free(&mem);
-        DPS_TRY(rc);
-    }
+    if (q >= 0) DPS_TRY(bucket_ready(f, cell(v, q, R_ID, ddp_id), w));
+    if (f->have_mem) DPS_TRY(sum_rows(&f->mem, w->source, "kind", "activations", "bytes_at_peak", &act));
     w->activation_bytes_per_sample = act / w->batch_per_gpu;
     return DPS_OK;
 }
@@ -288,22 +283,44 @@ static int first_of_series(const runs_view *v, int r)
     return is_profile(v, r);
 }
 
-dps_status predict_from_workloads(const char *dir, predict_workload **w, int *nw)
+dps_status predict_folder_open(const char *dir, predict_folder **f)
 {
-    runs_view v;
-    DPS_TRY(open_runs(dir, &v));
-    *w = calloc((size_t)v.t.nrows + 1, sizeof **w);
+    *f = calloc(1, sizeof **f);
+    if (!*f) return dps_fail(DPS_ERR_RUNTIME, "out of host memory");
+    dps_strlcpy((*f)->dir, dir, sizeof (*f)->dir);
+    dps_status rc = open_runs(dir, &(*f)->v);
+    if (!rc) rc = csv_table_open(dir, "phases.csv", "dpscale run or sweep writes it", &(*f)->ph);
+    if (!rc) rc = csv_table_open_optional(dir, "memory.csv", &(*f)->mem, &(*f)->have_mem);
+    if (!rc) rc = csv_table_open_optional(dir, "buckets.csv", &(*f)->bk, &(*f)->have_bk);
+    if (rc) predict_folder_close(*f), *f = NULL;
+    return rc;
+}
+
+void predict_folder_close(predict_folder *f)
+{
+    if (!f) return;
+    csv_table_free(&f->v.t); /* each free of a table never loaded frees nothing */
+    csv_table_free(&f->ph);
+    csv_table_free(&f->mem);
+    csv_table_free(&f->bk);
+    free(f);
+}
+
+const char *predict_folder_dir(const predict_folder *f) { return f->dir; }
+
+dps_status predict_from_workloads(const predict_folder *f, predict_workload **w, int *nw)
+{
+    const runs_view *vp = &f->v;
+    *w = calloc((size_t)vp->t.nrows + 1, sizeof **w);
     *nw = 0;
     dps_status rc = *w ? DPS_OK : dps_fail(DPS_ERR_RUNTIME, "out of host memory");
-    for (int r = 0; !rc && r < v.t.nrows; r++)
-        if (first_of_series(&v, r)) rc = one_workload(dir, &v, profile_row(&v, r), &(*w)[(*nw)++]);
+    for (int r = 0; !rc && r < vp->t.nrows; r++)
+        if (first_of_series(vp, r)) rc = one_workload(f, profile_row(vp, r), &(*w)[(*nw)++]);
     if (!rc && !*nw)
         rc = dps_fail(DPS_ERR_USAGE, "%s: no weak-scaling one-device configuration with status ok "
                       "(run `dpscale run --gpus 1 --out PARENT --name FOLDER` into it first)",
-                      v.t.path);
-    csv_table_free(&v.t);
-    if (rc) predict_from_free(*w, *nw);
-    if (rc) *w = NULL, *nw = 0;
+                      vp->t.path);
+    if (rc) predict_from_free(*w, *nw), *w = NULL, *nw = 0;
     return rc;
 }
 
@@ -386,28 +403,18 @@ static int is_measured(const runs_view *v, int r)
            strcmp(cell(v, r, R_SCALING, b), "strong") != 0;
 }
 
-dps_status predict_from_measured(const char *dir, const predict_workload *w, int nw,
+dps_status predict_from_measured(const predict_folder *f, const predict_workload *w, int nw,
                                  predict_measured **m, int *n)
 {
-    runs_view v;
-    csv_table ph, bk;
-    int bk_open = 0;
-    DPS_TRY(open_runs(dir, &v));
-    dps_status rc = csv_table_open(dir, "phases.csv", "dpscale run or sweep writes it", &ph);
-    int ph_open = !rc;
-    if (!rc) rc = csv_table_open_optional(dir, "buckets.csv", &bk, &bk_open);
-    bk_open = !rc && bk_open;
-    *m = rc ? NULL : calloc((size_t)v.t.nrows + 1, sizeof **m);
-    if (!rc && !*m) rc = dps_fail(DPS_ERR_RUNTIME, "out of host memory");
+    const runs_view *vp = &f->v;
+    *m = calloc((size_t)vp->t.nrows + 1, sizeof **m);
+    dps_status rc = *m ? DPS_OK : dps_fail(DPS_ERR_RUNTIME, "out of host memory");
     *n = 0;
-    for (int r = 0; !rc && r < v.t.nrows; r++) {
-        if (!is_measured(&v, r)) continue;
-        rc = measured_row(&v, &ph, bk_open ? &bk : NULL, r, w, nw, &(*m)[*n]);
+    for (int r = 0; !rc && r < vp->t.nrows; r++) {
+        if (!is_measured(vp, r)) continue;
+        rc = measured_row(vp, &f->ph, f->have_bk ? &f->bk : NULL, r, w, nw, &(*m)[*n]);
         if (!rc && (*m)[*n].workload >= 0) (*n)++;
     }
-    if (bk_open) csv_table_free(&bk);
-    if (ph_open) csv_table_free(&ph);
-    csv_table_free(&v.t);
     if (rc) free(*m), *m = NULL, *n = 0;
     return rc;
 }

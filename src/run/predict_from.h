@@ -8,8 +8,16 @@
 
 #include "run/predict_input.h"
 
+/* A results folder's files the predictor reads (runs.csv, phases.csv and,
+ * when there, memory.csv and buckets.csv), each read once. */
+typedef struct predict_folder predict_folder;
+dps_status predict_folder_open(const char *dir, predict_folder **f) DPS_MUST_USE;
+void predict_folder_close(predict_folder *f);
+const char *predict_folder_dir(const predict_folder *f);
+
 /* *w: nw workloads (calloc'd; predict_from_free). */
-dps_status predict_from_workloads(const char *dir, predict_workload **w, int *nw) DPS_MUST_USE;
+dps_status predict_from_workloads(const predict_folder *f, predict_workload **w, int *nw)
+    DPS_MUST_USE;
 void predict_from_free(predict_workload *w, int nw);
 
 /* A measured configuration on several devices, for calibration: the
@@ -37,7 +45,7 @@ typedef struct predict_measured {
 /* The ok weak-scaling rows of 2 or more devices whose series is among w,
  * ddp's only when they overlap and have the workload's bucket cap (*m
  * calloc'd, caller frees). */
-dps_status predict_from_measured(const char *dir, const predict_workload *w, int nw,
+dps_status predict_from_measured(const predict_folder *f, const predict_workload *w, int nw,
                                  predict_measured **m, int *n) DPS_MUST_USE;
 
 /* The machine of the folder: its devices, link bandwidths and latency, and
