@@ -91,19 +91,16 @@ const char *dps_fmt_bytes_suffix(uint64_t bytes, char *buf, size_t len)
     return buf;
 }
 
-double dps_now_ms(void)
+static double clock_ms(clockid_t clock)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(clock, &ts);
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
-double dps_wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
+double dps_now_ms(void) { return clock_ms(CLOCK_MONOTONIC); }
+
+double dps_wall_ms(void) { return clock_ms(CLOCK_REALTIME); }
 
 int64_t dps_now_us(void)
 {
@@ -224,14 +221,15 @@ void dps_json_str(FILE *f, const char *s)
     fputc('"', f);
 }
 
-dps_status dps_replace_file(const char *path, void (*write)(FILE *f, void *ctx), void *ctx)
+dps_status dps_replace_file(const char *path, void (*put)(FILE *f, void *ctx), void *ctx)
 {
     char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp)
+        return dps_fail(DPS_ERR_RUNTIME, "%s: path too long to write beside", path);
     FILE *f = fopen(tmp, "w");
     if (!f) return dps_fail(DPS_ERR_RUNTIME, "%s: cannot write: %s", tmp, strerror(errno));
     errno = 0;
-    write(f, ctx);
+    put(f, ctx);
     int bad = ferror(f) | (fflush(f) != 0) | (fsync(fileno(f)) != 0);
     bad |= fclose(f) != 0;
     if (!bad && rename(tmp, path) == 0) return DPS_OK;

@@ -42,9 +42,9 @@ char *dps_trim(char *s);
  * not (from a command line in another encoding) as U+FFFD, so the file stays
  * valid JSON. */
 void dps_json_str(FILE *f, const char *s);
-/* Replaces path by what write(f, ctx) puts into f, whole or not at all: a
+/* Replaces path by what put(f, ctx) writes into f, whole or not at all: a
  * temporary file beside it, fsync, rename; a failure names path and why. */
-dps_status dps_replace_file(const char *path, void (*write)(FILE *f, void *ctx), void *ctx)
+dps_status dps_replace_file(const char *path, void (*put)(FILE *f, void *ctx), void *ctx)
     DPS_MUST_USE;
 
 /* Length of the valid UTF-8 sequence at s (1 to 4), or 0 when s does not

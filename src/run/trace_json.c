@@ -128,20 +128,24 @@ static double offset_of(const writer *w, int rank)
     return tl->ref_wall_ms[rank] - first;
 }
 
-static void body(writer *w, const char *config_id)
+static void body(writer *w)
 {
     const timeline *tl = &w->res->tl;
     int first = w->c->steps - tl->steps;
     fputs("{\"displayTimeUnit\":\"ms\",\"otherData\":{\"config_id\":", w->f);
-    dps_json_str(w->f, config_id);
+    dps_json_str(w->f, w->config_id);
     fprintf(w->f, ",\"mode\":\"%s\",\"first_step\":%d,\"steps\":%d,\"time_unit\":\"us after the "
             "first traced step began\"},\n\"traceEvents\":[", dps_mode_names[w->c->mode], first,
             tl->steps);
-    for (int r = 0; r < tl->nranks; r++) names(w, r);
+    double offset[DPS_MAX_DEVICES];
+    for (int r = 0; r < tl->nranks; r++) {
+        names(w, r);
+        offset[r] = offset_of(w, r);
+    }
     for (int t = 0; t < tl->steps; t++)
         for (int r = 0; r < tl->nranks; r++) {
-            phases(w, t, first + t, r, offset_of(w, r));
-            spans(w, t, first + t, r, offset_of(w, r));
+            phases(w, t, first + t, r, offset[r]);
+            spans(w, t, first + t, r, offset[r]);
         }
     fputs("\n]}\n", w->f);
 }
@@ -150,7 +154,7 @@ static void write_body(FILE *f, void *ctx)
 {
     writer *w = ctx;
     w->f = f;
-    body(w, w->config_id);
+    body(w);
 }
 
 dps_status trace_json_write(const char *results_dir, const dps_config *c, const train_result *res,
