@@ -25,7 +25,6 @@ struct comm_async {
     pthread_cond_t cv;
     async_item *queue;
     int cap, queued, done, stop;
-    double busy_ms;          /* time inside collectives since the last wait */
     /* traced (c->span_ref): item k's begin event, recorded on the thread's
      * stream; the thread alone touches them until the wait reads them */
     be_stream *stream;
@@ -64,7 +63,6 @@ static dps_status run_item(comm_async *a, const async_item *it, int index)
     double busy = dps_now_ms() - t0;
     trace_pop();
     pthread_mutex_lock(&a->mu);
-    a->busy_ms += busy;
     a->queue[index].ms = busy;
     pthread_mutex_unlock(&a->mu);
     return rc;
@@ -151,11 +149,12 @@ dps_status comm_async_wait(comm *c, double *busy_ms)
     pthread_mutex_lock(&a->mu);
     while (a->done < a->queued) pthread_cond_wait(&a->cv, &a->mu);
     dps_status rc = a->rc;
-    for (int k = 0; !rc && k < a->queued; k++) /* the thread waits: its events are ours */
-        comm_span_add(c, k < a->nev ? a->ev[k] : NULL, a->queue[k].ms,
-                      a->queue[k].n * comm_dtype_bytes(a->queue[k].dt));
-    *busy_ms += a->busy_ms;
-    a->busy_ms = 0.0;
+    for (int k = 0; k < a->queued; k++) { /* the thread waits: its items and events are ours */
+        *busy_ms += a->queue[k].ms;
+        if (!rc)
+            comm_span_add(c, k < a->nev ? a->ev[k] : NULL, a->queue[k].ms,
+                          a->queue[k].n * comm_dtype_bytes(a->queue[k].dt));
+    }
     a->queued = a->done = 0;
     pthread_mutex_unlock(&a->mu);
     return rc ? dps_fail_copy(rc, a->err) : DPS_OK;
