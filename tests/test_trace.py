@@ -14,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 
-from helpers import expect, has_collectives, read_folder, run_case
+from helpers import Failure, expect, has_collectives, read_folder, run_case
 
 RUN = ["run", "--backend", "host", "--model", "tiny", "--gpus", "2", "--warmup", "1"]
 # small buckets: several all-reduces a step, the first during backward
@@ -45,16 +45,17 @@ def no_constant(name):
 
 
 def load_trace(folder):
-    """The one trace file of a folder of one configuration, parsed strictly."""
+    """The one trace file of a folder of one configuration, parsed strictly,
+    and the folder's tables (read_folder: the folder still reads, trace/ and all)."""
     files = glob.glob(os.path.join(folder, "trace", "*"))
-    runs = read_folder(folder)[0]  # the folder still reads, trace/ and all
-    want = os.path.join(folder, "trace", runs[0]["config_id"] + ".json")
+    tables = read_folder(folder)
+    want = os.path.join(folder, "trace", tables[0][0]["config_id"] + ".json")
     expect(files == [want], f"trace files {files}, expected [{want}]")
     with open(want) as f:
         try:
-            return json.load(f, parse_constant=no_constant)
+            return json.load(f, parse_constant=no_constant), tables
         except ValueError as e:
-            raise AssertionError(f"{want}: {e}") from None
+            raise Failure(f"{want}: {e}") from None
 
 
 def events(trace, ph, **match):
@@ -75,19 +76,19 @@ def check_names(trace, ndev, mode):
         expect(e["pid"] in procs, f"an event of no process: {e}")
 
 
-def steps_by_key(folder):
+def steps_by_key(tables):
     """steps.csv's phase cells: {(step, rank): row}."""
-    return {(int(r["step"]), int(r["rank"])): r for r in read_folder(folder)[2]}
+    return {(int(r["step"]), int(r["rank"])): r for r in tables[2]}
 
 
 def phase_col(row, phase):
     return float(row[f"{phase}_ms"])
 
 
-def check_slices(trace, folder, traced, expected):
+def check_slices(trace, tables, traced, expected):
     """Each traced step has on each device one slice per phase it ran, as
     long as steps.csv says; the compute stream's slices do not overlap."""
-    rows = steps_by_key(folder)
+    rows = steps_by_key(tables)
     for k in traced:
         for r, want in enumerate(expected):
             mine = [e for e in events(trace, "X", pid=r + 1, cat="phase") if e["args"]["step"] == k]
@@ -105,10 +106,10 @@ def check_slices(trace, folder, traced, expected):
             expect(len(step) == 1, f"step {k} device {r}: {len(step)} step slices")
 
 
-def check_medians(trace, folder, expected):
+def check_medians(trace, tables, expected):
     """Every step traced: per device and phase, the median of the slices'
     lengths is phases.csv's median (a phase a device does not run reads 0)."""
-    for row in read_folder(folder)[3]:
+    for row in tables[3]:
         r, phase = int(row["device"]), row["phase"]
         if phase == "allreduce":
             continue  # not a slice of its own: the buckets' (check_buckets)
@@ -119,12 +120,12 @@ def check_medians(trace, folder, expected):
                f"device {r} {phase}: median {got} ms, phases.csv {row['median_ms']}")
 
 
-def check_buckets(trace, folder, traced, nranks):
+def check_buckets(trace, tables, traced, nranks):
     """ddp: each traced step on each rank has the same bucket slices, with
     their bytes (all of the gradients together), summing to steps.csv's
     allreduce; in some step a bucket's all-reduce overlaps backward."""
-    rows = steps_by_key(folder)
-    params = int(read_folder(folder)[0][0]["params"])
+    rows = steps_by_key(tables)
+    params = int(tables[0][0]["params"])
     counts, overlap = set(), False
     for k in traced:
         for r in range(nranks):
@@ -150,27 +151,27 @@ def check_buckets(trace, folder, traced, nranks):
 def case_dp(binary):
     with tempfile.TemporaryDirectory() as out:
         folder = run(binary, out, "dp", "--mode", "dp", "--steps", "6", "--trace-steps", "3")
-        trace = load_trace(folder)
+        trace, tables = load_trace(folder)
         check_names(trace, 2, "dp")
         expect(trace["otherData"]["first_step"] == 3, f"otherData {trace['otherData']}")
-        check_slices(trace, folder, [3, 4, 5], DP_PHASES)
+        check_slices(trace, tables, [3, 4, 5], DP_PHASES)
         folder = run(binary, out, "all", "--mode", "dp", "--steps", "5", "--trace-steps", "9")
-        trace = load_trace(folder)
-        check_slices(trace, folder, range(5), DP_PHASES)
-        check_medians(trace, folder, DP_PHASES)
+        trace, tables = load_trace(folder)
+        check_slices(trace, tables, range(5), DP_PHASES)
+        check_medians(trace, tables, DP_PHASES)
 
 
 def case_ddp(binary):
     with tempfile.TemporaryDirectory() as out:
         folder = run(binary, out, "ddp", *DDP, "--steps", "6", "--trace-steps", "3")
-        trace = load_trace(folder)
+        trace, tables = load_trace(folder)
         check_names(trace, 2, "ddp")
-        check_slices(trace, folder, [3, 4, 5], [DDP_PHASES] * 2)
-        check_buckets(trace, folder, [3, 4, 5], 2)
+        check_slices(trace, tables, [3, 4, 5], [DDP_PHASES] * 2)
+        check_buckets(trace, tables, [3, 4, 5], 2)
         folder = run(binary, out, "all", *DDP, "--steps", "5", "--trace-steps", "5")
-        trace = load_trace(folder)
-        check_slices(trace, folder, range(5), [DDP_PHASES] * 2)
-        check_medians(trace, folder, [DDP_PHASES] * 2)
+        trace, tables = load_trace(folder)
+        check_slices(trace, tables, range(5), [DDP_PHASES] * 2)
+        check_medians(trace, tables, [DDP_PHASES] * 2)
 
 
 def case_none(binary):
@@ -180,7 +181,7 @@ def case_none(binary):
             folder = run(binary, out, mode[1], *mode, "--steps", "4", "--trace-steps", "0")
             expect(not os.path.exists(os.path.join(folder, "trace")), f"{folder}: a trace folder")
         folder = run(binary, out, "default", "--mode", "dp", "--steps", "5")
-        trace = load_trace(folder)
+        trace, tables = load_trace(folder)
         expect(trace["otherData"]["steps"] == 3, f"default: {trace['otherData']}")
 
 
@@ -203,10 +204,10 @@ def case_launcher(binary):
             text = p.communicate(timeout=300)[0]
             expect(p.returncode == 0, f"rank exit {p.returncode}\n{text}")
         folder = os.path.join(out, "gloo")
-        trace = load_trace(folder)
+        trace, tables = load_trace(folder)
         check_names(trace, 2, "ddp")
-        check_slices(trace, folder, [1, 2, 3], [DDP_PHASES] * 2)
-        rows = steps_by_key(folder)
+        check_slices(trace, tables, [1, 2, 3], [DDP_PHASES] * 2)
+        rows = steps_by_key(tables)
         for k in (1, 2, 3):
             for r in range(2):
                 mine = [e for e in events(trace, "X", pid=r + 1, cat="allreduce")
@@ -218,8 +219,4 @@ def case_launcher(binary):
 
 if __name__ == "__main__":
     binary, case = sys.argv[1], sys.argv[2]
-    try:
-        sys.exit(run_case(case, globals()["case_" + case], binary))
-    except AssertionError as e:
-        print(f"FAIL {case}: {e}", file=sys.stderr)
-        sys.exit(1)
+    sys.exit(run_case(case, globals()["case_" + case], binary))
