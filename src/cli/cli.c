@@ -51,8 +51,7 @@ static dps_status check_command(cli_cmd cmd, settings_id id, const char *arg, in
     if (!bit) return DPS_OK; /* no subcommand: refused as such after the options */
     const char *name = settings_cmd_names[cmd - CMD_RUN];
     if (!(e->cmds & bit)) {
-        unsigned all = e->cmds | (id == SET_GPUS ? settings_table[SET_PREDICT_GPUS].cmds : 0);
-        settings_join_cmds(all, ", ", " and ", who, sizeof who);
+        settings_join_cmds(settings_flag_cmds(id), ", ", " and ", who, sizeof who);
         return dps_fail(DPS_ERR_USAGE, "--%s: not an option of `dpscale %s` (only of %s)", e->flag,
                         name, who);
     }
@@ -165,7 +164,7 @@ static void store_value(cli_args *a, settings_id id, const settings_value *v)
 /* Option id of subcommand cmd with value arg (NULL for a flag) into a. */
 static dps_status apply_opt(cli_args *a, cli_cmd cmd, settings_id id, const char *arg)
 {
-    if (id == SET_GPUS && cmd == CMD_PREDICT) id = SET_PREDICT_GPUS; /* its own range */
+    if (cmd_bit(cmd)) id = settings_entry_for(id, cmd_bit(cmd)); /* this subcommand's entry */
     const settings_entry *e = &settings_table[id];
     settings_value v;
     settings_error err;
@@ -199,7 +198,7 @@ static void long_options(struct option *lo, char *letters)
     letters[k++] = ':';
     for (int id = 0; id < SET_COUNT; id++) {
         const settings_entry *e = &settings_table[id];
-        if (!e->flag || id == SET_PREDICT_GPUS) continue; /* --gpus once: apply_opt picks it */
+        if (!e->flag || !settings_flag_first((settings_id)id)) continue; /* apply_opt picks */
         int has_arg = e->type == SETTINGS_FLAG ? no_argument : required_argument;
         lo[n++] = (struct option){e->flag, has_arg, NULL, CLI_ID_BASE + id};
         if (id == SET_LOCAL_RANK) /* as torch.distributed.launch before PyTorch 2.0 spells it */

@@ -305,6 +305,34 @@ const settings_entry settings_table[SET_COUNT] = {
         .flag = "version", .letter = 'V', .type = SETTINGS_FLAG, .help = "show the version"},
 };
 
+static int same_flag(settings_id a, settings_id b)
+{
+    const char *fa = settings_table[a].flag, *fb = settings_table[b].flag;
+    return fa && fb && strcmp(fa, fb) == 0;
+}
+
+settings_id settings_entry_for(settings_id id, unsigned cmd)
+{
+    for (int j = 0; j < SET_COUNT; j++)
+        if (same_flag(id, (settings_id)j) && (settings_table[j].cmds & cmd)) return (settings_id)j;
+    return id;
+}
+
+unsigned settings_flag_cmds(settings_id id)
+{
+    unsigned cmds = 0;
+    for (int j = 0; j < SET_COUNT; j++)
+        if (same_flag(id, (settings_id)j)) cmds |= settings_table[j].cmds;
+    return cmds ? cmds : settings_table[id].cmds;
+}
+
+int settings_flag_first(settings_id id)
+{
+    for (int j = 0; j < (int)id; j++)
+        if (same_flag(id, (settings_id)j)) return 0;
+    return 1;
+}
+
 int settings_find_key(const char *key)
 {
     for (int id = 0; id < SET_COUNT; id++)

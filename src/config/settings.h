@@ -80,6 +80,14 @@ extern const settings_entry settings_table[SET_COUNT];
 
 /* The id of the setting with suite key `key`, or -1. */
 int settings_find_key(const char *key);
+
+/* A flag may have one entry per set of subcommands (--gpus: predict's has
+ * its own range). The entry with id's flag that subcommand bit `cmd` takes
+ * (id when none does); the subcommands of all of them; whether id is the
+ * first entry of its flag (the one getopt is told of). */
+settings_id settings_entry_for(settings_id id, unsigned cmd);
+unsigned settings_flag_cmds(settings_id id);
+int settings_flag_first(settings_id id);
 /* words[] joined by sep, e.g. "dp|ddp", into buf. */
 void settings_join_words(const settings_entry *e, const char *sep, char *buf, size_t len);
 /* The subcommands of `cmds` by name, separated by sep and the last by last:
