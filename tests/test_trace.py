@@ -123,17 +123,20 @@ def check_medians(trace, tables, expected):
 def check_buckets(trace, tables, traced, nranks):
     """ddp: each traced step on each rank has the same bucket slices, with
     their bytes (all of the gradients together), summing to steps.csv's
-    allreduce; in some step a bucket's all-reduce overlaps backward."""
+    allreduce; each bucket is marked ready inside backward, one after the
+    other, so the first is handed to the communication thread while backward
+    still runs, and no all-reduce begins before its bucket is ready. (When
+    the thread gets a core is the scheduler's business, not checked.)"""
     rows = steps_by_key(tables)
     params = int(tables[0][0]["params"])
-    counts, overlap = set(), False
+    counts = set()
     for k in traced:
         for r in range(nranks):
-            mine = [e for e in events(trace, "X", pid=r + 1, cat="allreduce")
-                    if e["args"]["step"] == k]
+            mine = sorted((e for e in events(trace, "X", pid=r + 1, cat="allreduce")
+                           if e["args"]["step"] == k), key=lambda e: e["args"]["bucket"])
             counts.add(len(mine))
             expect(all(e["tid"] == 2 for e in mine), f"rank {r}: buckets off the comm track")
-            expect(sorted(e["args"]["bucket"] for e in mine) == list(range(len(mine))),
+            expect([e["args"]["bucket"] for e in mine] == list(range(len(mine))),
                    f"step {k} rank {r}: buckets {[e['args'] for e in mine]}")
             total = sum(e["args"]["bytes"] for e in mine)
             expect(total == 4 * params, f"step {k} rank {r}: {total} bytes, not {4 * params}")
@@ -143,9 +146,27 @@ def check_buckets(trace, tables, traced, nranks):
                    f"step {k} rank {r}: buckets {got} ms, steps.csv allreduce {csv_ms} ms")
             bwd = [e for e in events(trace, "X", pid=r + 1, name="backward")
                    if e["args"]["step"] == k][0]
-            overlap |= any(e["ts"] < bwd["ts"] + bwd["dur"] for e in mine)
+            check_ready(trace, k, r, mine, bwd)
     expect(len(counts) == 1 and counts.pop() >= 2, "bucket slices differ between steps or ranks")
-    expect(overlap, "no bucket all-reduce began during backward")
+
+
+def check_ready(trace, k, r, spans, bwd):
+    """Step k on rank r: the buckets' ready marks, in bucket order inside
+    backward, each before its all-reduce's begin."""
+    ready = sorted((e for e in events(trace, "i", pid=r + 1, cat="bucket_ready")
+                    if e["args"]["step"] == k), key=lambda e: e["args"]["bucket"])
+    where = f"step {k} rank {r}"
+    expect([e["args"]["bucket"] for e in ready] == list(range(len(spans))),
+           f"{where}: ready marks {[e['args'] for e in ready]}")
+    expect(all(e["tid"] == 1 for e in ready), f"{where}: ready marks off the compute track")
+    ts = [e["ts"] for e in ready]
+    bwd_end = bwd["ts"] + bwd["dur"] + 2 * JSON_ROUND_MS * 1e3
+    expect(all(bwd["ts"] <= t <= bwd_end for t in ts),
+           f"{where}: ready at {ts} us, backward {bwd['ts']}..{bwd_end} us")
+    expect(ts == sorted(ts) and ts[0] < ts[-1],
+           f"{where}: buckets ready at {ts} us, not one after the other")
+    late = [s["args"]["bucket"] for s, t in zip(spans, ts) if s["ts"] + 2 * JSON_ROUND_MS * 1e3 < t]
+    expect(not late, f"{where}: all-reduce of buckets {late} began before the bucket was ready")
 
 
 def case_dp(binary):
