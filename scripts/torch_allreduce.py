@@ -282,14 +282,15 @@ def run(argv):
     init_group(dist, rank, world, addr, port, args.timeout)
     try:
         rows = run_sizes(torch, dist, args, rank, world)
-    finally:
+    except BaseException:
         dist.destroy_process_group()
+        raise
     if rank == 0:
         if args.out:
             write_atomic(args.out, csv_text(rows))
         else:
             sys.stdout.write(csv_text(rows))
-    return 0
+    return 0  # the group is left standing: see __main__
 
 
 def main(argv=None):
@@ -302,4 +303,10 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Tearing the group down, or the interpreter with Gloo's threads alive,
+    # now and then never returns (pytorch/pytorch#75097): the rank leaves at
+    # once with its status, its output flushed.
+    status = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)

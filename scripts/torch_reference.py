@@ -551,8 +551,15 @@ def rank_main(rank, args, shape, init_method, local_rank=None):
             params = flat_params(r.net) if args.save_params else None
             write_results(args, shape, reports, params)
         dist.barrier()
-    finally:
+    except BaseException:
         dist.destroy_process_group()
+        raise
+    # The work is done and written. Tearing the process group down, or the
+    # interpreter with Gloo's threads alive, now and then never returns
+    # (pytorch/pytorch#75097): the rank leaves at once, with its output flushed.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def run_ddp(args, shape):
@@ -572,14 +579,37 @@ def run_ddp(args, shape):
         mp.set_forkserver_preload(["torch", "torch.distributed"])
     with tempfile.TemporaryDirectory(prefix="torch-reference-") as tmp:
         # a file rendezvous: no port to pick, none to collide with another run's
-        mp.start_processes(rank_main, args=(args, shape, "file://" + os.path.join(tmp, "store")),
-                           nprocs=args.gpus, start_method=args.start_method)
+        ranks = mp.start_processes(rank_main, args=(args, shape, "file://" + os.path.join(tmp, "store")),
+                                   nprocs=args.gpus, start_method=args.start_method, join=False)
+        join_ranks(ranks, args.timeout)
+
+
+def join_ranks(ranks, timeout_s, grace_s=60):
+    """Waits for the rank processes of a torch.multiprocessing context (its
+    join raises on a rank that failed, and stops the others). Once one rank
+    has ended, the rest end within --timeout (Gloo's bound on a collective)
+    or never: those still running GRACE_S past it are killed."""
+    first_end = None
+    while not ranks.join(timeout=1):
+        if first_end is None and any(not p.is_alive() for p in ranks.processes):
+            first_end = time.monotonic()
+        if first_end is not None and time.monotonic() - first_end > timeout_s + grace_s:
+            alive = [r for r, p in enumerate(ranks.processes) if p.is_alive()]
+            for p in ranks.processes:
+                p.kill()
+            raise RanksHung(f"PyTorch's ranks {alive} still ran {timeout_s + grace_s:g} s after "
+                            f"another had ended (--timeout {timeout_s:g} bounds a collective): "
+                            f"killed them; run again")
 
 
 # ---- results ------------------------------------------------------------------
 
 class Usage(Exception):
     """Bad arguments or an unusable output folder: exit 2 with the message."""
+
+
+class RanksHung(Exception):
+    """Rank processes that did not end: exit 1 with the message."""
 
 
 def percentile(xs, q):
@@ -949,6 +979,9 @@ def main(argv, prog=None):
     except Usage as e:
         print(f"torch_reference.py: {e}", file=sys.stderr)
         return 2
+    except RanksHung as e:
+        print(f"torch_reference.py: {e}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -15,6 +15,8 @@ usage: test_torch_reference.py DPSCALE CASE [ARGS...]
                                 with its single device's parameters
   results                       torch_reference.py's folder through plot.py and
                                 compare.py, and its refusals
+  hung                          a rank that outlives another past the timeout is
+                                killed, and said
 Exit 77 (skip) without numpy, or without PyTorch for the cases that train
 (scripts/setup.sh --with-torch installs python3-torch)."""
 import faulthandler
@@ -23,6 +25,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 from helpers import (PYTHON, Failure, copy_fixture, dpscale, dpsresults, expect, expect_exit,
                      png_size, read_folder, run_case, script)
@@ -267,7 +270,37 @@ def case_results(binary, fixture):
     return 0
 
 
-CASES = {"generator": case_generator, "fidelity": case_fidelity, "results": case_results}
+def sleeper(rank):
+    """Rank 0 ends at once, rank 1 never does (until killed)."""
+    if rank:
+        time.sleep(600)
+
+
+def case_hung(binary):
+    """torch_reference.py's wait for its ranks: once one has ended, the
+    others have --timeout and the grace to end, or are killed."""
+    skip = need_torch()
+    if skip:
+        return skip
+    import torch.multiprocessing as mp
+    ranks = mp.start_processes(sleeper, nprocs=2, start_method="fork", join=False)
+    t0 = time.monotonic()
+    try:
+        tr.join_ranks(ranks, 0.5, grace_s=1)
+        raise Failure("join_ranks returned while rank 1 still slept")
+    except tr.RanksHung as e:
+        took = time.monotonic() - t0
+        expect("ranks [1]" in str(e) and "killed" in str(e), f"message: {e}")
+    for p in ranks.processes:
+        p.join(timeout=10)
+    expect(not any(p.is_alive() for p in ranks.processes), "rank 1 still alive")
+    expect(took < 60, f"join_ranks took {took:.1f} s to give up on a 1.5 s limit")
+    return 0
+
+
+CASES = {"generator": case_generator, "fidelity": case_fidelity, "results": case_results,
+         "hung": case_hung}
+
 
 if __name__ == "__main__":
     binary, case, rest = sys.argv[1], sys.argv[2], sys.argv[3:]
