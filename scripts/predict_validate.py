@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""`dpscale predict` against what it predicts (issue 16), printed with the
+"""`dpscale predict` against what it predicts, printed with the
 errors; the figures are for notes, not assertions.
 
 - This machine (--host): the constants are fitted (--calibrate) to a

@@ -1,4 +1,4 @@
-/* `dpscale predict` (issue 16): the workloads (a WORKLOAD file, or --from a
+/* `dpscale predict`: the workloads (a WORKLOAD file, or --from a
  * results folder) on a machine (a MACHINE file, or the folder's), every
  * --modes x --gpus configuration, the tables and, with --out or --name,
  * predictions.csv in OUT/NAME; or --calibrate DIR, which fits the model's

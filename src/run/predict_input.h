@@ -1,4 +1,4 @@
-/* The predictor's inputs (issue 16): a MACHINE file (what the hardware
+/* The predictor's inputs: a MACHINE file (what the hardware
  * offers) and a WORKLOAD file (what one device measured), each `key = value`
  * lines with `#` comments (keyfile.h). Unknown keys, a key given twice and
  * bad values are DPS_ERR_USAGE with FILE:LINE; a missing required key names

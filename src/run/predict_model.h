@@ -1,4 +1,4 @@
-/* The predictor's model (issue 16): a step of dp or ddp on n devices from
+/* The predictor's model: a step of dp or ddp on n devices from
  * one device's phases and the machine's links. Pure functions of their
  * arguments; every constant's source is in predict_model.c. */
 #ifndef DPS_PREDICT_MODEL_H
