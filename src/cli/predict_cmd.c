@@ -59,21 +59,26 @@ static dps_status out_folder(cli_args *a, const char *name, char *dir, size_t le
     return dps_mkdirs(dir, "--out");
 }
 
+/* A results folder's workloads (read once) and machine: --machine FILE's,
+ * else the folder's own at the first workload's bucket size. */
+static dps_status load_folder(const char *dir, const char *machine_path, predict_inputs *in)
+{
+    DPS_TRY(predict_folder_open(dir, &in->folder));
+    DPS_TRY(predict_from_workloads(in->folder, &in->w, &in->nw));
+    if (machine_path[0]) return predict_machine_load(machine_path, &in->m);
+    return predict_from_machine(dir, in->w[0].bucket_mb, &in->m);
+}
+
 static dps_status load_inputs(const cli_args *a, predict_inputs *in)
 {
     predict_consts_default(&in->c);
     if (a->calibration_path[0]) DPS_TRY(predict_consts_load(a->calibration_path, &in->c));
-    if (a->workload_path[0]) {
-        in->w = calloc(1, sizeof *in->w);
-        if (!in->w) return dps_fail(DPS_ERR_RUNTIME, "out of host memory");
-        in->nw = 1;
-        DPS_TRY(predict_workload_load(a->workload_path, in->w));
-    } else {
-        DPS_TRY(predict_folder_open(a->from_dir, &in->folder));
-        DPS_TRY(predict_from_workloads(in->folder, &in->w, &in->nw));
-    }
-    if (a->machine_path[0]) return predict_machine_load(a->machine_path, &in->m);
-    return predict_from_machine(a->from_dir, in->w[0].bucket_mb, &in->m);
+    if (a->from_dir[0]) return load_folder(a->from_dir, a->machine_path, in);
+    in->w = calloc(1, sizeof *in->w);
+    if (!in->w) return dps_fail(DPS_ERR_RUNTIME, "out of host memory");
+    in->nw = 1;
+    DPS_TRY(predict_workload_load(a->workload_path, in->w));
+    return predict_machine_load(a->machine_path, &in->m);
 }
 
 /* Every workload x --gpus x --modes configuration, and each workload's table. */
@@ -104,9 +109,11 @@ static dps_status run_predict(cli_args *a, predict_inputs *in)
     char dir[2 * DPS_PATH_MAX], name[2 * DPS_NAME_MAX + 8];
     dps_status rc = predict_all(a, in, rows, &n);
     snprintf(name, sizeof name, "%s-on-%s", in->nw == 1 ? in->w[0].name : "measured", in->m.name);
-    if (!rc && (a->out_set || a->name_set)) rc = out_folder(a, name, dir, sizeof dir);
-    if (!rc && (a->out_set || a->name_set)) rc = predict_write_csv(dir, &in->m, &in->c, rows, n);
-    if (!rc && (a->out_set || a->name_set)) printf("# predictions.csv in %s\n", dir);
+    if (!rc && (a->out_set || a->name_set)) {
+        rc = out_folder(a, name, dir, sizeof dir);
+        if (!rc) rc = predict_write_csv(dir, &in->m, &in->c, rows, n);
+        if (!rc) printf("# predictions.csv in %s\n", dir);
+    }
     free(rows);
     return rc;
 }
@@ -115,11 +122,7 @@ static dps_status run_calibrate(cli_args *a, predict_inputs *in)
 {
     char dir[2 * DPS_PATH_MAX], name[DPS_NAME_MAX], path[2 * DPS_PATH_MAX + 32];
     snprintf(name, sizeof name, "calibration-%.100s", dps_path_base(a->calibrate_dir));
-    /* the profiles, once: the machine's all-reduce at their buckets' size, then the fit */
-    DPS_TRY(predict_folder_open(a->calibrate_dir, &in->folder));
-    DPS_TRY(predict_from_workloads(in->folder, &in->w, &in->nw));
-    if (a->machine_path[0]) DPS_TRY(predict_machine_load(a->machine_path, &in->m));
-    else DPS_TRY(predict_from_machine(a->calibrate_dir, in->w[0].bucket_mb, &in->m));
+    DPS_TRY(load_folder(a->calibrate_dir, a->machine_path, in));
     DPS_TRY(out_folder(a, name, dir, sizeof dir));
     snprintf(path, sizeof path, "%s/calibration.txt", dir);
     printf("# dpscale predict --calibrate %s: constants fitted on machine %s\n", a->calibrate_dir,
