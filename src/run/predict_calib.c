@@ -38,8 +38,8 @@ static double fit_compute_scale(const fit *f, double *v)
     return stats_median_or(v, n, 0.0);
 }
 
-/* measured - predicted of one mode's rows into v, their bucket counts into nb. */
-static int residuals(const fit *f, const predict_consts *c, dps_mode mode, double *v, double *nb)
+/* measured - predicted of one mode's rows into v; returns how many. */
+static int residuals(const fit *f, const predict_consts *c, dps_mode mode, double *v)
 {
     int n = 0;
     predict_row r;
@@ -47,30 +47,29 @@ static int residuals(const fit *f, const predict_consts *c, dps_mode mode, doubl
         if (f->meas[i].mode != mode) continue;
         predict_measured_row(f, c, i, &r);
         if (r.status == PRED_SKIPPED) continue;
-        nb[n] = r.nbuckets;
         v[n++] = f->meas[i].step_ms - r.step_ms;
     }
     return n;
 }
 
 /* The median of ddp's residuals with constants c. */
-static double ddp_residual(const fit *f, const predict_consts *c, double *v, double *nb)
+static double ddp_residual(const fit *f, const predict_consts *c, double *v)
 {
-    int n = residuals(f, c, MODE_DDP, v, nb);
+    int n = residuals(f, c, MODE_DDP, v);
     return stats_median_or(v, n, 0.0);
 }
 
 /* bus_eff without measured buckets: 1 when ddp runs no slower than
  * predicted at the full bus bandwidth, else the efficiency (bisection, at
  * least 0.01) at which its median residual is 0. */
-static double bus_eff_from_steps(const fit *f, predict_consts *c, double *v, double *nb)
+static double bus_eff_from_steps(const fit *f, predict_consts *c, double *v)
 {
     c->bus_eff = 1.0;
-    if (ddp_residual(f, c, v, nb) <= 0) return 1.0;
+    if (ddp_residual(f, c, v) <= 0) return 1.0;
     double lo = 0.01, hi = 1.0;
     for (int i = 0; i < 40; i++) {
         c->bus_eff = (lo + hi) / 2;
-        if (ddp_residual(f, c, v, nb) > 0) hi = c->bus_eff;
+        if (ddp_residual(f, c, v) > 0) hi = c->bus_eff;
         else lo = c->bus_eff;
     }
     return lo;
@@ -141,30 +140,45 @@ static int fit_beside(const fit *f, const predict_consts *full, predict_consts *
     return n;
 }
 
-/* From buckets.csv: after backward, then beside it. 0: no all-reduce measured. */
-static int fit_from_buckets(const fit *f, predict_consts *c, double *v, double *nb)
+/* From buckets.csv: after backward, then beside it; v and wait are
+ * scratch. 0: no all-reduce measured. */
+static int fit_from_buckets(const fit *f, predict_consts *c, double *v, double *wait)
 {
     predict_consts full = *c;
     full.bus_eff = full.overlap_eff = 1.0;
-    int after = fit_after(f, &full, c, v, nb);
+    int after = fit_after(f, &full, c, v, wait);
     return after + fit_beside(f, &full, c, v) > 0;
 }
 
-static void fit_all(const fit *f, predict_consts *c, double *v, double *nb)
+/* Every constant, in the order each needs the ones before; v and wait:
+ * scratch for every measured bucket. */
+static void fit_all(const fit *f, predict_consts *c, double *v, double *wait)
 {
     c->compute_scale = fit_compute_scale(f, v);
-    int n = residuals(f, c, MODE_DP, v, nb);
+    int n = residuals(f, c, MODE_DP, v);
     c->dp_sync_ms = fmax(0.0, stats_median_or(v, n, 0.0));
-    if (!fit_from_buckets(f, c, v, nb)) c->bus_eff = bus_eff_from_steps(f, c, v, nb);
-    c->sync_ms = fmax(0.0, ddp_residual(f, c, v, nb));
+    if (!fit_from_buckets(f, c, v, wait)) c->bus_eff = bus_eff_from_steps(f, c, v);
+    c->sync_ms = fmax(0.0, ddp_residual(f, c, v));
 }
+
+#define C(f) offsetof(predict_consts, f)
+
+static const keyfile_key consts_keys[] = {
+    {"bus_eff", KEY_NUM, 0, 1e6, 0, C(bus_eff), NULL, 0, "ratio", NULL},
+    {"overlap_eff", KEY_NUM, 0, 1e6, 0, C(overlap_eff), NULL, 0, "ratio", NULL},
+    {"base_latency_us", KEY_NUM, 0, 1e6, 1, C(base_latency_us), NULL, 0, "us", NULL},
+    {"bucket_overhead_us", KEY_NUM, 0, 1e6, 1, C(bucket_overhead_us), NULL, 0, "us", NULL},
+    {"sync_ms", KEY_NUM, 0, 1e6, 1, C(sync_ms), NULL, 0, "ms", NULL},
+    {"dp_sync_ms", KEY_NUM, 0, 1e6, 1, C(dp_sync_ms), NULL, 0, "ms", NULL},
+    {"compute_scale", KEY_NUM, 0, 1e6, 1, C(compute_scale), NULL, 0, "ratio", NULL},
+};
+#define NCONSTS ((int)(sizeof consts_keys / sizeof consts_keys[0]))
 
 static void write_consts(FILE *out, const predict_consts *c)
 {
-    fprintf(out, "bus_eff = %.4f\nbase_latency_us = %.3f\nbucket_overhead_us = %.3f\n"
-            "sync_ms = %.4f\ndp_sync_ms = %.4f\ncompute_scale = %.4f\noverlap_eff = %.4f\n",
-            c->bus_eff, c->base_latency_us, c->bucket_overhead_us, c->sync_ms, c->dp_sync_ms,
-            c->compute_scale, c->overlap_eff);
+    for (int k = 0; k < NCONSTS; k++)
+        fprintf(out, "%s = %.4f\n", consts_keys[k].key,
+                *(const double *)((const char *)c + consts_keys[k].off));
 }
 
 /* The fit's evidence: each measured row against its prediction. */
@@ -248,21 +262,8 @@ dps_status predict_calibrate(const predict_folder *folder, const predict_machine
     return rc;
 }
 
-#define C(f) offsetof(predict_consts, f)
-
-static const keyfile_key consts_keys[] = {
-    {"bus_eff", KEY_NUM, 0, 1e6, 0, C(bus_eff), NULL, 0, "ratio", NULL},
-    {"overlap_eff", KEY_NUM, 0, 1e6, 0, C(overlap_eff), NULL, 0, "ratio", NULL},
-    {"base_latency_us", KEY_NUM, 0, 1e6, 1, C(base_latency_us), NULL, 0, "us", NULL},
-    {"bucket_overhead_us", KEY_NUM, 0, 1e6, 1, C(bucket_overhead_us), NULL, 0, "us", NULL},
-    {"sync_ms", KEY_NUM, 0, 1e6, 1, C(sync_ms), NULL, 0, "ms", NULL},
-    {"dp_sync_ms", KEY_NUM, 0, 1e6, 1, C(dp_sync_ms), NULL, 0, "ms", NULL},
-    {"compute_scale", KEY_NUM, 0, 1e6, 1, C(compute_scale), NULL, 0, "ratio", NULL},
-};
-
 dps_status predict_consts_load(const char *path, predict_consts *c)
 {
-    int line_of[sizeof consts_keys / sizeof consts_keys[0]];
-    return keyfile_read_keys(path, "calibration file", consts_keys,
-                             (int)(sizeof consts_keys / sizeof consts_keys[0]), c, line_of);
+    int line_of[NCONSTS];
+    return keyfile_read_keys(path, "calibration file", consts_keys, NCONSTS, c, line_of);
 }
