@@ -43,6 +43,24 @@ typedef struct keyfile_key {
     dps_status (*parse)(void *obj, const char *path, int line, const char *val);
 } keyfile_key;
 
+/* Table entries: the key, where its value goes (offsetof), its range and unit. */
+#define KEYFILE_TEXT(k, at, max_chars) \
+    {.key = (k), .type = KEY_TEXT, .hi = (max_chars), .off = (at), .unit = "characters"}
+#define KEYFILE_INT(k, at, lo_, hi_, unit_) \
+    {.key = (k), .type = KEY_INT, .lo = (lo_), .hi = (hi_), .off = (at), .unit = (unit_)}
+#define KEYFILE_ABOVE(k, at, lo_, hi_, unit_) /* lo < x <= hi */ \
+    {.key = (k), .type = KEY_NUM, .lo = (lo_), .hi = (hi_), .off = (at), .unit = (unit_)}
+#define KEYFILE_FROM(k, at, lo_, hi_, unit_) /* lo <= x <= hi */ \
+    {.key = (k), .type = KEY_NUM, .lo = (lo_), .hi = (hi_), .zero_ok = 1, .off = (at), \
+     .unit = (unit_)}
+#define KEYFILE_WORD(k, at, w) \
+    {.key = (k), .type = KEY_WORD, .off = (at), .words = (w), .nwords = KEYFILE_COUNT(w)}
+#define KEYFILE_CHOICE(k, at, w) \
+    {.key = (k), .type = KEY_CHOICE, .off = (at), .words = (w), .nwords = KEYFILE_COUNT(w)}
+#define KEYFILE_CUSTOM(k, at, fn, unit_) \
+    {.key = (k), .type = KEY_CUSTOM, .off = (at), .unit = (unit_), .parse = (fn)}
+#define KEYFILE_COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
 /* Reads path into obj through keys[0..n): unknown keys, a key given twice
  * and bad values are FILE:LINE refusals. line_of[i] (n of them): the line
  * key i was given on, 0 when it was not. */

@@ -164,15 +164,15 @@ static void fit_all(const fit *f, predict_consts *c, double *v, double *wait)
 #define C(f) offsetof(predict_consts, f)
 
 static const keyfile_key consts_keys[] = {
-    {"bus_eff", KEY_NUM, 0, 1e6, 0, C(bus_eff), NULL, 0, "ratio", NULL},
-    {"overlap_eff", KEY_NUM, 0, 1e6, 0, C(overlap_eff), NULL, 0, "ratio", NULL},
-    {"base_latency_us", KEY_NUM, 0, 1e6, 1, C(base_latency_us), NULL, 0, "us", NULL},
-    {"bucket_overhead_us", KEY_NUM, 0, 1e6, 1, C(bucket_overhead_us), NULL, 0, "us", NULL},
-    {"sync_ms", KEY_NUM, 0, 1e6, 1, C(sync_ms), NULL, 0, "ms", NULL},
-    {"dp_sync_ms", KEY_NUM, 0, 1e6, 1, C(dp_sync_ms), NULL, 0, "ms", NULL},
-    {"compute_scale", KEY_NUM, 0, 1e6, 1, C(compute_scale), NULL, 0, "ratio", NULL},
+    KEYFILE_ABOVE("bus_eff", C(bus_eff), 0, 1e6, "ratio"),
+    KEYFILE_ABOVE("overlap_eff", C(overlap_eff), 0, 1e6, "ratio"),
+    KEYFILE_FROM("base_latency_us", C(base_latency_us), 0, 1e6, "us"),
+    KEYFILE_FROM("bucket_overhead_us", C(bucket_overhead_us), 0, 1e6, "us"),
+    KEYFILE_FROM("sync_ms", C(sync_ms), 0, 1e6, "ms"),
+    KEYFILE_FROM("dp_sync_ms", C(dp_sync_ms), 0, 1e6, "ms"),
+    KEYFILE_FROM("compute_scale", C(compute_scale), 0, 1e6, "ratio"),
 };
-#define NCONSTS ((int)(sizeof consts_keys / sizeof consts_keys[0]))
+#define NCONSTS KEYFILE_COUNT(consts_keys)
 
 static void write_consts(FILE *out, const predict_consts *c)
 {

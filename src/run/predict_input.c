@@ -27,46 +27,41 @@ static dps_status tensors_value(void *obj, const char *path, int line, const cha
 
 #define M(f) offsetof(predict_machine, f)
 #define W(f) offsetof(predict_workload, f)
-#define WORDS(w) .words = (w), .nwords = (int)(sizeof(w) / sizeof((w)[0]))
-#define NKEYS(t) ((int)(sizeof(t) / sizeof((t)[0])))
 
 static const char *const grad_bytes_words[] = {"4", "2"}; /* KEY_CHOICE: the integers allowed */
 
 static const keyfile_key machine_keys[] = {
-    {"name", KEY_TEXT, 0, DPS_NAME_MAX - 1, 0, M(name), NULL, 0, "characters", NULL},
-    {"gpus_per_node", KEY_INT, 1, 1024, 0, M(gpus_per_node), NULL, 0, "devices", NULL},
-    {"nodes", KEY_INT, 1, 1 << 20, 0, M(nodes), NULL, 0, "nodes", NULL},
-    {"gpu_mem_gib", KEY_NUM, 0, 1 << 20, 0, M(gpu_mem_gib), NULL, 0, "GiB", NULL},
-    {"intra_link", KEY_WORD, 0, 0, 0, M(intra_link), WORDS(predict_link_names), NULL, NULL},
-    {"intra_busbw_gbps", KEY_NUM, 0, 1e6, 0, M(intra_busbw_gbps), NULL, 0, "GB/s", NULL},
-    {"p2p_gbps", KEY_NUM, 0, 1e6, 0, M(p2p_gbps), NULL, 0, "GB/s", NULL},
-    {"h2d_gbps", KEY_NUM, 0, 1e6, 0, M(h2d_gbps), NULL, 0, "GB/s", NULL},
-    {"inter_gbps", KEY_NUM, 0, 1e6, 0, M(inter_gbps), NULL, 0, "GB/s", NULL},
-    {"intra_latency_us", KEY_NUM, 0, 1e6, 1, M(intra_latency_us), NULL, 0, "us", NULL},
-    {"inter_latency_us", KEY_NUM, 0, 1e6, 1, M(inter_latency_us), NULL, 0, "us", NULL},
-    {"mem_gbps", KEY_NUM, 0, 1e6, 0, M(mem_gbps), NULL, 0, "GB/s", NULL},
+    KEYFILE_TEXT("name", M(name), DPS_NAME_MAX - 1),
+    KEYFILE_INT("gpus_per_node", M(gpus_per_node), 1, 1024, "devices"),
+    KEYFILE_INT("nodes", M(nodes), 1, 1 << 20, "nodes"),
+    KEYFILE_ABOVE("gpu_mem_gib", M(gpu_mem_gib), 0, 1 << 20, "GiB"),
+    KEYFILE_WORD("intra_link", M(intra_link), predict_link_names),
+    KEYFILE_ABOVE("intra_busbw_gbps", M(intra_busbw_gbps), 0, 1e6, "GB/s"),
+    KEYFILE_ABOVE("p2p_gbps", M(p2p_gbps), 0, 1e6, "GB/s"),
+    KEYFILE_ABOVE("h2d_gbps", M(h2d_gbps), 0, 1e6, "GB/s"),
+    KEYFILE_ABOVE("inter_gbps", M(inter_gbps), 0, 1e6, "GB/s"),
+    KEYFILE_FROM("intra_latency_us", M(intra_latency_us), 0, 1e6, "us"),
+    KEYFILE_FROM("inter_latency_us", M(inter_latency_us), 0, 1e6, "us"),
+    KEYFILE_ABOVE("mem_gbps", M(mem_gbps), 0, 1e6, "GB/s"),
 };
 
 static const keyfile_key workload_keys[] = {
-    {"name", KEY_TEXT, 0, DPS_NAME_MAX - 1, 0, W(name), NULL, 0, "characters", NULL},
-    {"params", KEY_NUM, 0, 1e15, 0, W(params), NULL, 0, "parameters", NULL},
-    {"tensor_params", KEY_CUSTOM, 0, 0, 0, W(tensors), NULL, 0, "elements", tensors_value},
-    {"bytes_per_grad", KEY_CHOICE, 0, 0, 0, W(bytes_per_grad), WORDS(grad_bytes_words), NULL, NULL},
-    {"step_ms_1gpu", KEY_NUM, 0, 1e9, 0, W(step_ms_1gpu), NULL, 0, "ms", NULL},
-    {"forward_ms", KEY_NUM, 0, 1e9, 0, W(forward_ms), NULL, 0, "ms", NULL},
-    {"backward_ms", KEY_NUM, 0, 1e9, 0, W(backward_ms), NULL, 0, "ms", NULL},
-    {"optimizer_ms", KEY_NUM, 0, 1e9, 1, W(optimizer_ms), NULL, 0, "ms", NULL},
-    {"load_ms", KEY_NUM, 0, 1e9, 1, W(load_ms), NULL, 0, "ms", NULL},
-    {"batch_per_gpu", KEY_INT, 1, 1 << 24, 0, W(batch_per_gpu), NULL, 0, "samples", NULL},
-    {"input_bytes_per_sample", KEY_NUM, 0, 1e15, 1, W(input_bytes_per_sample), NULL, 0, "bytes",
-     NULL},
-    {"output_bytes_per_sample", KEY_NUM, 0, 1e15, 1, W(output_bytes_per_sample), NULL, 0, "bytes",
-     NULL},
-    {"activation_bytes_per_sample", KEY_NUM, 0, 1e15, 1, W(activation_bytes_per_sample), NULL, 0,
-     "bytes", NULL},
-    {"optimizer", KEY_WORD, 0, 0, 0, W(optimizer), WORDS(dps_optimizer_names), NULL, NULL},
-    {"bucket_mb", KEY_NUM, 0, 65536, 0, W(bucket_mb), NULL, 0, "MiB", NULL},
-    {"first_bucket_mb", KEY_NUM, 0, 65536, 0, W(first_bucket_mb), NULL, 0, "MiB", NULL},
+    KEYFILE_TEXT("name", W(name), DPS_NAME_MAX - 1),
+    KEYFILE_ABOVE("params", W(params), 0, 1e15, "parameters"),
+    KEYFILE_CUSTOM("tensor_params", W(tensors), tensors_value, "elements"),
+    KEYFILE_CHOICE("bytes_per_grad", W(bytes_per_grad), grad_bytes_words),
+    KEYFILE_ABOVE("step_ms_1gpu", W(step_ms_1gpu), 0, 1e9, "ms"),
+    KEYFILE_ABOVE("forward_ms", W(forward_ms), 0, 1e9, "ms"),
+    KEYFILE_ABOVE("backward_ms", W(backward_ms), 0, 1e9, "ms"),
+    KEYFILE_FROM("optimizer_ms", W(optimizer_ms), 0, 1e9, "ms"),
+    KEYFILE_FROM("load_ms", W(load_ms), 0, 1e9, "ms"),
+    KEYFILE_INT("batch_per_gpu", W(batch_per_gpu), 1, 1 << 24, "samples"),
+    KEYFILE_FROM("input_bytes_per_sample", W(input_bytes_per_sample), 0, 1e15, "bytes"),
+    KEYFILE_FROM("output_bytes_per_sample", W(output_bytes_per_sample), 0, 1e15, "bytes"),
+    KEYFILE_FROM("activation_bytes_per_sample", W(activation_bytes_per_sample), 0, 1e15, "bytes"),
+    KEYFILE_WORD("optimizer", W(optimizer), dps_optimizer_names),
+    KEYFILE_ABOVE("bucket_mb", W(bucket_mb), 0, 65536, "MiB"),
+    KEYFILE_ABOVE("first_bucket_mb", W(first_bucket_mb), 0, 65536, "MiB"),
 };
 
 /* The file's name without its folders and its last extension. */
@@ -92,10 +87,10 @@ static double nccl_step_latency_us(predict_link link)
 
 dps_status predict_machine_load(const char *path, predict_machine *m)
 {
-    int line_of[NKEYS(machine_keys)];
+    int line_of[KEYFILE_COUNT(machine_keys)];
     *m = (predict_machine){.nodes = 1, .intra_link = PLINK_PCIE, .p2p_gbps = -1, .h2d_gbps = -1,
                            .intra_latency_us = -1, .inter_latency_us = -1, .mem_gbps = -1};
-    DPS_TRY(keyfile_read_keys(path, "machine file", machine_keys, NKEYS(machine_keys), m, line_of));
+    DPS_TRY(keyfile_read_keys(path, "machine file", machine_keys, KEYFILE_COUNT(machine_keys), m, line_of));
     if (!m->name[0]) name_from_path(path, m->name, sizeof m->name);
     if (!m->gpus_per_node) return missing(path, "gpus_per_node", "");
     if (m->intra_busbw_gbps <= 0) return missing(path, "intra_busbw_gbps", " (GB/s, as nccl-tests' busbw)");
@@ -155,9 +150,9 @@ static dps_status workload_checks(const char *path, const int *line_of, predict_
 
 dps_status predict_workload_load(const char *path, predict_workload *w)
 {
-    int line_of[NKEYS(workload_keys)];
+    int line_of[KEYFILE_COUNT(workload_keys)];
     predict_workload_defaults(w);
-    dps_status rc = keyfile_read_keys(path, "workload file", workload_keys, NKEYS(workload_keys), w,
+    dps_status rc = keyfile_read_keys(path, "workload file", workload_keys, KEYFILE_COUNT(workload_keys), w,
                                       line_of);
     if (!rc) rc = workload_checks(path, line_of, w);
     if (rc) predict_workload_free(w);
