@@ -50,13 +50,22 @@ static dps_status row_id(const runs_view *v, int r, char *id)
                     v->t.line[r + 1], PREDICT_ID_MAX - 1);
 }
 
-/* A weak-scaling one-device ok row: the profile of its series. */
-static int is_profile(const runs_view *v, int r)
+static int int_cell(const runs_view *v, int r, int c)
 {
-    char a[CELL], b[CELL], c[CELL];
-    return strcmp(cell(v, r, R_STATUS, a), "ok") == 0 && strcmp(cell(v, r, R_NGPUS, b), "1") == 0 &&
-           strcmp(cell(v, r, R_SCALING, c), "strong") != 0;
+    char a[CELL];
+    return atoi(cell(v, r, c, a));
 }
+
+/* An ok weak-scaling row on `one` (1) or on more devices (0). */
+static int is_weak_ok(const runs_view *v, int r, int one)
+{
+    char a[CELL], b[CELL];
+    return strcmp(cell(v, r, R_STATUS, a), "ok") == 0 && strcmp(cell(v, r, R_SCALING, b), "strong") != 0 &&
+           (one ? int_cell(v, r, R_NGPUS) == 1 : int_cell(v, r, R_NGPUS) >= 2);
+}
+
+/* A weak-scaling one-device ok row: the profile of its series. */
+static int is_profile(const runs_view *v, int r) { return is_weak_ok(v, r, 1); }
 
 /* Rows r and q train the same series (model, shape, precision, optimizer, batch). */
 static int same_series(const runs_view *v, int r, int q)
@@ -131,12 +140,6 @@ static dps_status phase_medians(const csv_table *ph, const char *id, double step
     if (w->forward_ms > 0 && w->backward_ms > 0) return DPS_OK;
     return dps_fail(DPS_ERR_USAGE, "%s: configuration %s has no forward or backward time (run it "
                     "again)", ph->path, id);
-}
-
-static int int_cell(const runs_view *v, int r, int c)
-{
-    char a[CELL];
-    return atoi(cell(v, r, c, a));
 }
 
 /* The model's tensors, as the run's DDP bucketed them (bucket_model_params). */
@@ -229,8 +232,8 @@ static dps_status bucket_ready(const predict_folder *f, const char *id, predict_
             continue;
         DPS_TRY(csv_table_num(bk, r, cready, 0, 0, &x));
         if (bwd > 0) w->ready[n++] = fmin(1.0, fmax(0.0, x / bwd));
-        w->nready = n;
     }
+    w->nready = n;
     return DPS_OK;
 }
 
@@ -330,7 +333,6 @@ void predict_from_free(predict_workload *w, int nw)
     free(w);
 }
 
-/* Row r's measured figures; the workload of its series, -1 when none. */
 /* id's rows in buckets.csv (bk, present): each bucket's size, and of the
  * rank whose all-reduce began last (the one the others waited for, so its
  * time is the collective's own) its ready time, begin and time. */
@@ -396,13 +398,6 @@ static dps_status measured_row(const runs_view *v, const csv_table *ph, const cs
     return sum_rows(ph, w[m->workload].source, "phase", "forward", "median_ms", &m->forward_1);
 }
 
-static int is_measured(const runs_view *v, int r)
-{
-    char a[CELL], b[CELL];
-    return strcmp(cell(v, r, R_STATUS, a), "ok") == 0 && int_cell(v, r, R_NGPUS) >= 2 &&
-           strcmp(cell(v, r, R_SCALING, b), "strong") != 0;
-}
-
 dps_status predict_from_measured(const predict_folder *f, const predict_workload *w, int nw,
                                  predict_measured **m, int *n)
 {
@@ -411,7 +406,7 @@ dps_status predict_from_measured(const predict_folder *f, const predict_workload
     dps_status rc = *m ? DPS_OK : dps_fail(DPS_ERR_RUNTIME, "out of host memory");
     *n = 0;
     for (int r = 0; !rc && r < vp->t.nrows; r++) {
-        if (!is_measured(vp, r)) continue;
+        if (!is_weak_ok(vp, r, 0)) continue;
         rc = measured_row(vp, &f->ph, f->have_bk ? &f->bk : NULL, r, w, nw, &(*m)[*n]);
         if (!rc && (*m)[*n].workload >= 0) (*n)++;
     }
