@@ -471,9 +471,7 @@ static void bucket_medians(const timeline *tl, int r, int i, double *x, double o
             double bwd = timeline_phases(tl, t, r)[PH_BACKWARD].begin_ms;
             x[t] = f == 0 ? sp->ready_ms - bwd : f == 1 ? sp->begin_ms - bwd : sp->ms;
         }
-        dps_stats st;
-        stats_compute(x, tl->steps, &st);
-        out[f] = st.median;
+        out[f] = stats_median_or(x, tl->steps, NAN);
     }
 }
 
