@@ -296,6 +296,61 @@ def plot_predicted(ax, lines, errors, efficiency):
                     color=MODE_COLOR.get(p["mode"], "gray"))
 
 
+def ideal_line(ax, ns, base, mode):
+    """Linear scaling from one GPU's throughput, dotted in the mode's colour."""
+    ax.plot(ns, [base * n for n in ns], ":", color=MODE_COLOR.get(mode, "gray"), alpha=0.5,
+            linewidth=1)
+
+
+def draw_measured(ax, lines, efficiency):
+    """A panel's measured lines ((mode, scaling) -> [(n, samples/s)]): throughput
+    with each line's ideal, or efficiency where the line has one GPU."""
+    for (mode, scaling), pts in sorted(lines.items()):
+        ns = [p[0] for p in pts]
+        base = next((p[1] for p in pts if p[0] == 1), None)
+        if efficiency and base is None:
+            continue
+        if efficiency:
+            ys = [p[1] / (p[0] * base) for p in pts]
+        else:
+            ys = [p[1] for p in pts]
+            if base is not None:
+                ideal_line(ax, ns, base, mode)
+        ax.plot(ns, ys, style(scaling), marker="o", color=MODE_COLOR.get(mode, "gray"),
+                label=f"{mode} ({scaling} scaling)")
+
+
+def draw_predicted_ideal(ax, predicted):
+    """Predictions alone in a panel: each mode's ideal from its one predicted GPU."""
+    for (mode, _, _), rows in sorted(predicted.items()):
+        base = next((r["_sps"] for r in rows if r["_n"] == 1 and r["status"] == "ok"), None)
+        if base is not None:
+            ideal_line(ax, [r["_n"] for r in rows], base, mode)
+
+
+def finish_panel(ax, folder, key, lines, predicted, efficiency):
+    """A scaling panel's reference lines, axes, title and legend."""
+    if efficiency:
+        ax.axhline(1.0, color="gray", linestyle=":", linewidth=1, label="ideal")
+        ax.set_ylabel("scaling efficiency (ratio)")
+        ax.set_ylim(bottom=0)
+    else:
+        ax.plot([], [], ":", color="gray", label="ideal (linear from 1 GPU)")
+        ax.set_ylabel("throughput (samples/s)")
+    per_node = folder.ranks_per_node()
+    if per_node:
+        ax.axvline(per_node + 0.5, color="black", linestyle="--", linewidth=1,
+                   label=f"node boundary ({per_node} rank{'s' if per_node > 1 else ''} a node)")
+    ax.set_xlabel("GPUs (count)")
+    ax.set_xticks(sorted({p[0] for pts in lines.values() for p in pts} |
+                         {r["_n"] for rows in predicted.get(key, {}).values() for r in rows}))
+    model, prec, opt = key[:3]
+    ax.set_title(f"{model}, {prec}, {opt}" + (
+        f" (predicted, batch {key[3]} per GPU)" if len(key) > 3 else ""))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7 if key in predicted else 8)
+
+
 def plot_scaling(plt, folder, out, efficiency=False, preds=()):
     data = series(folder)
     predicted = predicted_lines(folder, preds)
@@ -304,52 +359,12 @@ def plot_scaling(plt, folder, out, efficiency=False, preds=()):
     fig, axes = grid(plt, len(keys))
     for ax, key in zip(axes, keys):
         lines = data.get(key, {})
-        model, prec, opt = key[:3]
-        top = 1
-        for (mode, scaling), pts in sorted(lines.items()):
-            ns = [p[0] for p in pts]
-            top = max(top, max(ns))
-            base = next((p[1] for p in pts if p[0] == 1), None)
-            if efficiency:
-                if base is None:
-                    continue
-                ys = [p[1] / (p[0] * base) for p in pts]
-            else:
-                ys = [p[1] for p in pts]
-                if base is not None:
-                    ax.plot(ns, [base * n for n in ns], ":", color=MODE_COLOR.get(mode, "gray"),
-                            alpha=0.5, linewidth=1)
-            ax.plot(ns, ys, style(scaling), marker="o", color=MODE_COLOR.get(mode, "gray"),
-                    label=f"{mode} ({scaling} scaling)")
-        if not lines and not efficiency:  # predictions alone: ideal from their one GPU
-            for (mode, _, _), rows in sorted(predicted.get(key, {}).items()):
-                base = next((r["_sps"] for r in rows if r["_n"] == 1 and r["status"] == "ok"),
-                            None)
-                if base is not None:
-                    ns = [r["_n"] for r in rows]
-                    ax.plot(ns, [base * n for n in ns], ":", color=MODE_COLOR.get(mode, "gray"),
-                            alpha=0.5, linewidth=1)
-        plot_predicted(ax, predicted.get(key, {}), [e for e in errors if panel_of(folder, e[0])
-                                                    == key], efficiency)
-        if efficiency:
-            ax.axhline(1.0, color="gray", linestyle=":", linewidth=1, label="ideal")
-            ax.set_ylabel("scaling efficiency (ratio)")
-            ax.set_ylim(bottom=0)
-        else:
-            ax.plot([], [], ":", color="gray", label="ideal (linear from 1 GPU)")
-            ax.set_ylabel("throughput (samples/s)")
-        per_node = folder.ranks_per_node()
-        if per_node:
-            ax.axvline(per_node + 0.5, color="black", linestyle="--", linewidth=1,
-                       label=f"node boundary ({per_node} rank{'s' if per_node > 1 else ''} "
-                             "a node)")
-        ax.set_xlabel("GPUs (count)")
-        ax.set_xticks(sorted({p[0] for pts in lines.values() for p in pts} |
-                             {r["_n"] for rows in predicted.get(key, {}).values() for r in rows}))
-        ax.set_title(f"{model}, {prec}, {opt}" + (
-            f" (predicted, batch {key[3]} per GPU)" if len(key) > 3 else ""))
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7 if key in predicted else 8)
+        draw_measured(ax, lines, efficiency)
+        if not lines and not efficiency:
+            draw_predicted_ideal(ax, predicted.get(key, {}))
+        plot_predicted(ax, predicted.get(key, {}),
+                       [e for e in errors if panel_of(folder, e[0]) == key], efficiency)
+        finish_panel(ax, folder, key, lines, predicted, efficiency)
     what = "Scaling efficiency = throughput(n) / (n · throughput(1))" if efficiency else "Throughput"
     pred = ([PRED_NOTE] if predicted else []) + ([PRED_ERROR_NOTE] if errors and not efficiency else [])
     notes = ([DP_NOTE] if folder.runs else []) + (["; ".join(pred)] if pred else [])
@@ -794,8 +809,9 @@ def write_summary(out, lines):
     return path
 
 
-def summary(folder, out, charts, torch_folder=None, preds=(), pred_paths=()):
-    peaks = peaks_by_config(folder)
+def summary_intro(folder):
+    """summary.md's title and what the reader must know first: emulated
+    devices, the nodes ddp ran on, dp's missing Python overhead."""
     lines = [f"# dpscale results: {os.path.basename(os.path.abspath(folder.path))}", "",
              f"{folder.label()}.", ""]
     if folder.emulated:
@@ -810,34 +826,43 @@ def summary(folder, out, charts, torch_folder=None, preds=(), pred_paths=()):
             launch.get("collectives"), launch.get("collectives", "unknown collectives"))
         lines += [f"ddp's ranks ran on {len(nodes)} node{'s' if len(nodes) > 1 else ''} under "
                   f"{launch.get('launcher')}: {where}; gradients moved with {link}.", ""]
-    lines += ["dp has no Python overhead: its figures are an upper bound on DataParallel's "
-              "throughput, which also pays Python (threads started per forward, module "
-              "replication, per-op dispatch under the GIL), worst at small batches; "
-              "scripts/torch_reference.py measures it where PyTorch runs.", ""]
+    return lines + ["dp has no Python overhead: its figures are an upper bound on DataParallel's "
+                    "throughput, which also pays Python (threads started per forward, module "
+                    "replication, per-op dispatch under the GIL), worst at small batches; "
+                    "scripts/torch_reference.py measures it where PyTorch runs.", ""]
+
+
+def glance_row(peaks, key, scaling, per, n):
+    """One "At a glance" row: dp and ddp at n GPUs of a series' scaling."""
+    model, prec, _ = key
+    cells, eff = {}, {}
+    for m in ("dp", "ddp"):
+        pt = per.get(m, {}).get(n)
+        base = per.get(m, {}).get(1)
+        cells[m] = f"{pt[1]:.1f}" if pt else "-"
+        eff[m] = f"{pt[1] / (n * base[1]):.2f}" if pt and base else "-"
+    best = max(("dp", "ddp"), key=lambda m: per.get(m, {}).get(n, (0, -1))[1])
+    dp_pt = per.get("dp", {}).get(n)
+    ratio = gpu0_ratio([peaks[dp_pt[2]["config_id"]][k]
+                        for k in sorted(peaks[dp_pt[2]["config_id"]])]) if dp_pt else None
+    ddp_pt = per.get("ddp", {}).get(n)
+    speed = f"{ddp_pt[1] / dp_pt[1]:.2f}x" if dp_pt and ddp_pt and dp_pt[1] else "-"
+    return (f"| {model} | {prec} | {scaling} | {n} | {cells['dp']} | {cells['ddp']} | {best} | "
+            f"{speed} | {eff['dp']} | {eff['ddp']} | {f'{ratio:.2f}' if ratio else '-'} |")
+
+
+def summary(folder, out, charts, torch_folder=None, preds=(), pred_paths=()):
+    peaks = peaks_by_config(folder)
+    lines = summary_intro(folder)
     lines += ["## At a glance", "",
               "| model | precision | scaling | GPUs | dp samples/s | ddp samples/s | best | "
               "ddp speed-up over dp | dp efficiency | ddp efficiency | dp GPU-0 memory ratio |",
               "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for (model, prec, opt), modes in sorted(series(folder).items()):
+    for key, modes in sorted(series(folder).items()):
         for scaling in ("weak", "strong"):
             per = {m: {p[0]: p for p in pts} for (m, sc), pts in modes.items() if sc == scaling}
-            ns = sorted({n for d in per.values() for n in d})
-            for n in ns:
-                cells, eff = {}, {}
-                for m in ("dp", "ddp"):
-                    pt = per.get(m, {}).get(n)
-                    base = per.get(m, {}).get(1)
-                    cells[m] = f"{pt[1]:.1f}" if pt else "-"
-                    eff[m] = f"{pt[1] / (n * base[1]):.2f}" if pt and base else "-"
-                best = max(("dp", "ddp"), key=lambda m: per.get(m, {}).get(n, (0, -1))[1])
-                dp_pt = per.get("dp", {}).get(n)
-                ratio = gpu0_ratio([peaks[dp_pt[2]["config_id"]][k]
-                                    for k in sorted(peaks[dp_pt[2]["config_id"]])]) if dp_pt else None
-                ddp_pt = per.get("ddp", {}).get(n)
-                speed = f"{ddp_pt[1] / dp_pt[1]:.2f}x" if dp_pt and ddp_pt and dp_pt[1] else "-"
-                lines.append(f"| {model} | {prec} | {scaling} | {n} | {cells['dp']} | {cells['ddp']} "
-                             f"| {best} | {speed} | {eff['dp']} | {eff['ddp']} | "
-                             f"{f'{ratio:.2f}' if ratio else '-'} |")
+            for n in sorted({n for d in per.values() for n in d}):
+                lines.append(glance_row(peaks, key, scaling, per, n))
     lines += ["", "Efficiency: throughput(n) / (n · throughput(1)) of the same mode. GPU-0 "
               "memory ratio: dp's device 0 allocation peak over the mean of the other devices.", ""]
     lines += diagnosis(folder)
