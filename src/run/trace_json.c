@@ -98,6 +98,13 @@ static void phases(writer *w, int t, int k, int rank, double offset_ms)
     fprintf(w->f, "\"step\":%d,\"step_ms\":%.4f}}", k, res->rank_step_ms[(size_t)k * res->nranks + rank]);
 }
 
+/* A bucket event's args, closing the event. */
+static void bucket_args(writer *w, const tl_span *s, int k)
+{
+    fprintf(w->f, "\"bytes\":%llu,\"bucket\":%d,\"step\":%d}}", (unsigned long long)s->bytes,
+            s->bucket, k);
+}
+
 /* ddp: timed step k's buckets of rank: when each was ready, its all-reduce. */
 static void spans(writer *w, int t, int k, int rank, double offset_ms)
 {
@@ -107,12 +114,10 @@ static void spans(writer *w, int t, int k, int rank, double offset_ms)
         char name[48];
         snprintf(name, sizeof name, "all-reduce bucket %d", s[i].bucket);
         instant(w, rank, s[i].bucket, offset_ms + s[i].ready_ms);
-        fprintf(w->f, "\"bytes\":%llu,\"bucket\":%d,\"step\":%d}}", (unsigned long long)s[i].bytes,
-                s[i].bucket, k);
+        bucket_args(w, &s[i], k);
         if (tl->nranks < 2) continue; /* one rank runs no collective */
         slice(w, rank, TID_COMM, name, "allreduce", offset_ms + s[i].begin_ms, s[i].ms);
-        fprintf(w->f, "\"bytes\":%llu,\"bucket\":%d,\"step\":%d}}", (unsigned long long)s[i].bytes,
-                s[i].bucket, k);
+        bucket_args(w, &s[i], k);
     }
 }
 
