@@ -91,27 +91,23 @@ double predict_allreduce_ms(double bytes, int n, int nodes, const predict_machin
 
 #define PIECES 4096 /* without tensor_params: this many equal pieces, buckets within 1/4096 */
 
-/* The tensors' element counts in model order: tensor_params, or the
- * parameters cut into equal pieces. Returns the count, or -1. */
-static int tensor_counts(const predict_workload *w, size_t **counts)
+/* The parameters cut into equal pieces (a workload without tensor_params):
+ * their element counts into *pieces (malloc'd). Returns the count, or -1. */
+static int equal_pieces(const predict_workload *w, size_t **pieces)
 {
-    if (w->ntensors) {
-        *counts = malloc((size_t)w->ntensors * sizeof **counts);
-        if (*counts) memcpy(*counts, w->tensors, (size_t)w->ntensors * sizeof **counts);
-        return *counts ? w->ntensors : -1;
-    }
     size_t total = (size_t)llround(w->params);
     int np = total < PIECES ? (int)total : PIECES;
-    *counts = malloc((size_t)np * sizeof **counts);
-    if (!*counts) return -1;
-    for (int i = 0; i < np; i++) (*counts)[i] = total / np + ((size_t)i < total % np);
+    *pieces = malloc((size_t)(np > 0 ? np : 1) * sizeof **pieces);
+    if (!*pieces) return -1;
+    for (int i = 0; i < np; i++) (*pieces)[i] = total / np + ((size_t)i < total % np);
     return np;
 }
 
 int predict_buckets(const predict_workload *w, double *bytes, double *ready, int max)
 {
-    size_t *counts = NULL, total = 0;
-    int np = tensor_counts(w, &counts);
+    size_t *pieces = NULL, total = 0;
+    int np = w->ntensors ? w->ntensors : equal_pieces(w, &pieces);
+    const size_t *counts = w->ntensors ? w->tensors : pieces; /* in model order */
     bucket *bk = malloc((size_t)max * sizeof *bk);
     int nb = -1;
     for (int i = 0; i < np; i++) total += counts[i];
@@ -126,7 +122,7 @@ int predict_buckets(const predict_workload *w, double *bytes, double *ready, int
         ready[i] = (double)(total - bk[i].lo) / (double)total;
         if (w->nready == nb) ready[i] = w->ready[i]; /* measured (predict --from) */
     }
-    free(counts);
+    free(pieces);
     free(bk);
     return nb;
 }

@@ -42,7 +42,11 @@ static int number(parser *ps, uint64_t *v)
 
 static int push(parser *ps, size_t count)
 {
-    if (ps->n >= TENSOR_LIST_MAX) return fail(ps, "more than 65536 tensors");
+    if (ps->n >= TENSOR_LIST_MAX) {
+        char what[40];
+        snprintf(what, sizeof what, "more than %d tensors", TENSOR_LIST_MAX);
+        return fail(ps, what);
+    }
     ps->out[ps->n++] = count;
     return 0;
 }
