@@ -16,11 +16,13 @@ usage: predict_validate.py DPSCALE [BENCH_DIR] [--host [--keep DIR]]
 Exit status: 0 printed, 2 bad input (a prediction that did not run).
 Standard library only.
 """
-import csv
+import argparse
 import os
 import subprocess
 import sys
 import tempfile
+
+import dpsresults
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -43,8 +45,8 @@ def predict(dpscale, machine, workload, gpus, modes="dp,ddp"):
     with tempfile.TemporaryDirectory() as out:
         run(dpscale, "predict", "--machine", machine, "--workload", workload, "--gpus",
             ",".join(map(str, gpus)), "--modes", modes, "--out", out, "--name", "v")
-        with open(os.path.join(out, "v", "predictions.csv"), newline="") as f:
-            return {(r["mode"], int(r["ngpus"])): r for r in csv.DictReader(f)}
+        table = dpsresults.read_predictions(os.path.join(out, "v", "predictions.csv"))
+        return {(r["mode"], int(r["ngpus"])): r for r in table}
 
 
 def with_step(workload, step_ms, folder):
@@ -147,53 +149,66 @@ def host(dpscale, keep):
     print("This machine, host backend: calibrated on medium 4x768 (1 and 2 devices), "
           "validated on medium 8x1024 (predicted from its 1-device run, then measured)")
     out = keep or tempfile.mkdtemp(prefix="predict-host-")
-    cal, val = os.path.join(out, "cal"), os.path.join(out, "val")
-    run(dpscale, "sweep", "--mode", "dp,ddp", "--gpus", "1,2", *CAL_SHAPE, *HOST_STEPS, "--out", out, "--name", "cal")
-    run(dpscale, "comm-bench", "--gpus", "2", "--out", out, "--name", "cal")
-    print("  " + run(dpscale, "predict", "--calibrate", cal, "--out", out, "--name", "calibration")
-          .replace("\n", "\n  ").rstrip())
-    # one device's run, and the links and all-reduce of the machine (the
-    # sweeps' own link matrices left out: one measurement of each link)
-    run(dpscale, "sweep", "--mode", "dp,ddp", "--gpus", "1", *VAL_SHAPE, *HOST_STEPS, "--no-links",
-        "--out", out, "--name", "val")
-    run(dpscale, "links", "--gpus", "2", "--out", out, "--name", "val")
-    run(dpscale, "comm-bench", "--gpus", "2", "--out", out, "--name", "val")
-    run(dpscale, "predict", "--from", val, "--gpus", "2", "--calibration",
-        os.path.join(out, "calibration", "calibration.txt"), "--out", out, "--name", "pred")
-    with open(os.path.join(out, "pred", "predictions.csv"), newline="") as f:
-        pred = {r["mode"]: float(r["step_ms"]) for r in csv.DictReader(f) if r["status"] == "ok"}
+    val = os.path.join(out, "val")
+    calibration = host_calibrate(dpscale, out)
+    pred = host_predict(dpscale, out, calibration)
     run(dpscale, "sweep", "--mode", "dp,ddp", "--gpus", "2", *VAL_SHAPE, *HOST_STEPS, "--no-links",
         "--out", out, "--name", "val")
-    with open(os.path.join(val, "runs.csv"), newline="") as f:
-        got = {r["mode"]: float(r["step_ms_median"]) for r in csv.DictReader(f)
-               if r["ngpus"] == "2" and r["status"] == "ok"}
+    got = {r["mode"]: float(r["step_ms_median"])
+           for r in dpsresults.read_csv(os.path.join(val, "runs.csv"))
+           if r["ngpus"] == "2" and r["status"] == "ok"}
     for mode in ("dp", "ddp"):
         if mode in pred and mode in got:
             line(f"{mode} 2 devices, medium", pred[mode], got[mode], "goal: within 15 % (measured)")
     print(f"  (folders in {out}; draw with: scripts/plot.py {val} --predictions {out}/pred)")
 
 
+def host_calibrate(dpscale, out):
+    """The calibration shape on 1 and 2 devices and its all-reduce, fitted;
+    returns the calibration file."""
+    cal = os.path.join(out, "cal")
+    run(dpscale, "sweep", "--mode", "dp,ddp", "--gpus", "1,2", *CAL_SHAPE, *HOST_STEPS, "--out", out,
+        "--name", "cal")
+    run(dpscale, "comm-bench", "--gpus", "2", "--out", out, "--name", "cal")
+    print("  " + run(dpscale, "predict", "--calibrate", cal, "--out", out, "--name", "calibration")
+          .replace("\n", "\n  ").rstrip())
+    return os.path.join(out, "calibration", "calibration.txt")
+
+
+def host_predict(dpscale, out, calibration):
+    """The validated shape on one device, with the machine's links and
+    all-reduce (the sweep's own link matrix left out: one measurement of each
+    link); its 2-device {mode: step_ms} predicted from that folder."""
+    run(dpscale, "sweep", "--mode", "dp,ddp", "--gpus", "1", *VAL_SHAPE, *HOST_STEPS, "--no-links",
+        "--out", out, "--name", "val")
+    run(dpscale, "links", "--gpus", "2", "--out", out, "--name", "val")
+    run(dpscale, "comm-bench", "--gpus", "2", "--out", out, "--name", "val")
+    run(dpscale, "predict", "--from", os.path.join(out, "val"), "--gpus", "2", "--calibration",
+        calibration, "--out", out, "--name", "pred")
+    table = dpsresults.read_predictions(os.path.join(out, "pred", "predictions.csv"))
+    return {r["mode"]: float(r["step_ms"]) for r in table if r["status"] == "ok"}
+
+
 def main(argv):
-    args = argv[1:]
-    host_run, keep = "--host" in args, None
-    if "--keep" in args:
-        keep = args[args.index("--keep") + 1]
-        args = args[:args.index("--keep")] + args[args.index("--keep") + 2:]
-    args = [a for a in args if a != "--host"]
-    if len(args) not in (1, 2):
-        raise BadInput("usage: predict_validate.py DPSCALE [BENCH_DIR] [--host [--keep DIR]]")
-    bench = args[1] if len(args) == 2 else os.path.join(HERE, "..", "bench", "predict")
+    ap = argparse.ArgumentParser(prog="predict_validate.py", description=__doc__.splitlines()[0])
+    ap.add_argument("dpscale", help="the dpscale binary")
+    ap.add_argument("bench", nargs="?", default=os.path.join(HERE, "..", "bench", "predict"),
+                    help="the MACHINE and WORKLOAD files (default: bench/predict)")
+    ap.add_argument("--host", action="store_true",
+                    help="also calibrate, predict and measure on this machine (~5 minutes on 2 cores)")
+    ap.add_argument("--keep", metavar="DIR", help="--host: keep its folders in DIR")
+    args = ap.parse_args(argv[1:])
     print(f"  {'case':<34} {'predicted':>10} {'published':>10} {'error':>10}")
-    resnet(args[0], bench)
-    gpt2(args[0], bench)
-    if host_run:
-        host(args[0], keep)
+    resnet(args.dpscale, args.bench)
+    gpt2(args.dpscale, args.bench)
+    if args.host:
+        host(args.dpscale, args.keep)
     return 0
 
 
 if __name__ == "__main__":
     try:
         sys.exit(main(sys.argv))
-    except (BadInput, OSError, subprocess.SubprocessError) as e:
+    except (BadInput, dpsresults.InputError, OSError, subprocess.SubprocessError) as e:
         print(f"predict_validate.py: {e}", file=sys.stderr)
         sys.exit(2)
