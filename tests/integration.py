@@ -852,8 +852,7 @@ def case_predict_from(binary):
         p = subprocess.run([binary, "predict", "--from", folder, "--gpus", "1,2,300", "--out", out,
                             "--name", "p"], capture_output=True, text=True)
         expect_exit(p, 0)
-        with open(os.path.join(folder, "runs.csv"), newline="") as f:
-            runs = {r["config_id"]: r for r in csv.DictReader(f)}
+        runs = {r["config_id"]: r for r in read_table(os.path.join(folder, "runs.csv"))}
         rows = predict_rows(os.path.join(out, "p", "predictions.csv"))
         sources = {k[0] for k in rows}
         expect(len(sources) == 2 and len(rows) == 12, f"two series, 3 counts, 2 modes: {sorted(rows)}")
