@@ -336,6 +336,11 @@ def number(row, col, allow_empty=False):
     return float(v)
 
 
+def strategy(run):
+    """The line a run belongs to: its mode, and dp's lean variant apart."""
+    return "dp-lean" if run["config_id"].startswith("dp-lean-") else run["mode"]
+
+
 def integer(row, col):
     """The whole number in a row's column, as an int."""
     x = number(row, col)

@@ -34,9 +34,11 @@ from collections import defaultdict
 from statistics import median
 
 sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
-from dpsresults import (InputError, integer, number, read_folder, read_meta,  # noqa: E402
-                        read_predictions)
+from dpsresults import InputError, integer, number, read_folder, read_meta, strategy  # noqa: E402
 from diagnose import diagnosis  # noqa: E402
+from predicted import (Predicted, against_measured, oom_lines, panel_of,  # noqa: E402
+                       prediction_errors, prediction_files, prediction_sources, predicted_lines,
+                       predictions_only, predictions_table, read_all_predictions)
 
 RUNS_COLS = ["config_id", "status", "backend", "mode", "ngpus", "model", "precision",
              "optimizer", "global_batch", "scaling", "samples_per_s", "step_ms_median"]
@@ -47,7 +49,6 @@ MEMORY_COLS = ["config_id", "device", "category", "bytes_at_peak"]
 PHASE_ORDER = ["load", "replicate", "scatter", "forward", "gather", "loss", "backward",
                "reduce", "allreduce_exposed", "optimizer"]
 MODE_COLOR = {"dp": "#d62728", "dp-lean": "#ff9896", "ddp": "#1f77b4"}
-PREDICTIONS = "predictions.csv"
 
 
 class Folder:
@@ -95,70 +96,6 @@ class Folder:
         return f"{self.device}, {self.backend} backend"
 
 
-class Predicted:
-    """A folder that holds predictions.csv and no runs.csv: nothing measured,
-    the predictions drawn alone."""
-    runs = []
-    emulated = False
-
-    def __init__(self, path, preds):
-        self.path = path
-        self.machines = sorted({p["machine"] for p in preds})
-
-    def ranks_per_node(self):
-        return None
-
-    def label(self):
-        return f"predicted by dpscale predict for {', '.join(self.machines)}, nothing measured"
-
-
-def predictions_only(path):
-    """Whether a results folder holds predictions.csv and no runs.csv."""
-    return not os.path.lexists(os.path.join(path, "runs.csv")) and \
-        os.path.isfile(os.path.join(path, PREDICTIONS))
-
-
-def prediction_files(results, given):
-    """The predictions.csv files to draw: each --predictions (a file, or a
-    folder holding one), then RESULTS_DIR's own; each once."""
-    paths = []
-    for g in given:
-        path = os.path.join(g, PREDICTIONS) if os.path.isdir(g) else g
-        if not os.path.isfile(path):
-            raise InputError(f"--predictions {g}: " + (
-                f"no {PREDICTIONS} in this folder" if os.path.isdir(g) else "no such file") +
-                "; give a predictions.csv, or the folder dpscale predict --out DIR --name NAME "
-                "wrote it in")
-        paths.append(path)
-    own = os.path.join(results, PREDICTIONS)
-    if os.path.isfile(own):
-        paths.append(own)
-    unique = {}
-    for path in paths:
-        unique.setdefault(os.path.realpath(path), path)
-    return list(unique.values())
-
-
-def read_all_predictions(paths):
-    """Every row of the predictions files, each with _key (model, precision,
-    optimizer), _n, _b (batch per GPU) and, unless skipped, _step, _sps, _eff."""
-    rows = []
-    for path in paths:
-        for r in read_predictions(path):
-            r["_key"] = (r["model"], r["precision"], r["optimizer"])
-            r["_n"], r["_b"] = integer(r, "ngpus"), integer(r, "batch_per_gpu")
-            if r["status"] != "skipped":
-                r["_step"], r["_sps"] = number(r, "step_ms"), number(r, "samples_per_s")
-                r["_eff"] = number(r, "efficiency")
-            rows.append(r)
-    return rows
-
-
-def strategy(run):
-    """The line a run belongs to: its mode, and dp's lean variant apart."""
-    return "dp-lean" if run["config_id"].startswith("dp-lean-") else run["mode"]
-
-
 def series(folder):
     """(model, precision, optimizer) -> (mode, scaling) -> sorted [(n, samples/s, row)]."""
     out = defaultdict(lambda: defaultdict(list))
@@ -168,55 +105,6 @@ def series(folder):
     for lines in out.values():
         for pts in lines.values():
             pts.sort(key=lambda p: p[0])
-    return out
-
-
-def is_weak(run):
-    return (run["scaling"] or "weak") == "weak"
-
-
-def weak_batch(run):
-    """A weak-scaling run's batch per GPU: its global batch over its GPUs."""
-    return integer(run, "global_batch") // run["_n"]
-
-
-def panel_of(folder, pred):
-    """The panel a prediction is drawn in: its series' (model, precision,
-    optimizer) where that series was measured (weak scaling) at its batch per
-    GPU, else a panel of its own: (model, precision, optimizer, batch per GPU)."""
-    measured = any(is_weak(r) and (r["model"], r["precision"], r["optimizer"]) == pred["_key"]
-                   and weak_batch(r) == pred["_b"] for r in folder.runs)
-    return pred["_key"] if measured else pred["_key"] + (pred["_b"],)
-
-
-def predicted_lines(folder, preds):
-    """panel -> (mode, machine, source) -> [rows] by GPU count: the predictions to
-    draw (ok and oom), each panel a key of series() or a predicted one (panel_of)."""
-    out = defaultdict(lambda: defaultdict(list))
-    for p in preds:
-        if p["status"] != "skipped":
-            out[panel_of(folder, p)][(p["mode"], p["machine"], p["source"])].append(p)
-    for lines in out.values():
-        for pts in lines.values():
-            pts.sort(key=lambda p: p["_n"])
-    return out
-
-
-def prediction_errors(folder, preds):
-    """[(prediction, measured run, error %)] for each ok prediction whose series,
-    mode, GPU count and batch per GPU were measured (weak scaling): the step
-    time's error, (predicted - measured median) / measured median."""
-    measured = defaultdict(list)
-    for r in folder.runs:
-        if is_weak(r):
-            measured[(r["model"], r["precision"], r["optimizer"], strategy(r), r["_n"],
-                      weak_batch(r))].append(r)
-    out = []
-    for p in preds:
-        if p["status"] == "ok":
-            for r in measured.get(p["_key"] + (p["mode"], p["_n"], p["_b"]), []):
-                m = number(r, "step_ms_median")
-                out.append((p, r, 100.0 * (p["_step"] - m) / m))
     return out
 
 
@@ -727,66 +615,6 @@ def beside_torch(folder, torch_folder):
                              f"{f'{y / x:.2f}' if x else '-'} | "
                              f"{'-' if oh is None else f'{oh:.4f}'} |")
     return lines + [""]
-
-
-def series_name(p):
-    return f"{p['model']}, {p['precision']}, {p['optimizer']}"
-
-
-def oom_lines(preds):
-    """The sentence naming the predicted out-of-memory points, or none."""
-    oom = [p for p in preds if p["status"] == "oom"]
-    if not oom:
-        return []
-    return ["Predicted out of memory (▼ on the charts): " + "; ".join(
-        f"{p['mode']} on {p['_n']} GPUs ({series_name(p)}, batch {p['_b']} per GPU, "
-        f"{p['machine']})" for p in sorted(oom, key=lambda p: (p["_key"], p["mode"], p["_n"])))
-        + ".", ""]
-
-
-def prediction_sources(paths):
-    return "Predictions: " + ", ".join(f"`{p}`" for p in paths) + "."
-
-
-def against_measured(folder, preds, paths):
-    """summary.md's "Predicted against measured": each ok prediction beside the
-    measured point of its series, mode, GPU count and batch per GPU, the
-    largest error, the predicted out-of-memory points."""
-    errors = sorted(prediction_errors(folder, preds),
-                    key=lambda e: (e[0]["_key"], e[0]["mode"], e[0]["_n"], e[0]["machine"]))
-    lines = ["## Predicted against measured", "", prediction_sources(paths) + " Each predicted "
-             "step time (status ok) beside the measured median of the same model, precision, "
-             "optimizer, mode, GPU count and batch per GPU (weak scaling); error = (predicted - "
-             "measured) / measured.", ""]
-    if not errors:
-        lines += ["No prediction has a measured point of its series, mode, GPU count and batch "
-                  "per GPU: nothing to set side by side.", ""]
-        return lines + oom_lines(preds)
-    lines += ["| model | precision | optimizer | mode | GPUs | machine | predicted step ms | "
-              "measured step ms | error % |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for p, r, err in errors:
-        lines.append(f"| {p['model']} | {p['precision']} | {p['optimizer']} | {p['mode']} | "
-                     f"{p['_n']} | {p['machine']} | {p['_step']:.4f} | "
-                     f"{number(r, 'step_ms_median'):.4f} | {err:+.2f} |")
-    p, r, err = max(errors, key=lambda e: abs(e[2]))
-    lines += ["", f"Largest error: {err:+.2f} %, {p['mode']} on {p['_n']} GPUs "
-              f"({series_name(p)}, {p['machine']}): predicted {p['_step']:.4f} ms a step, "
-              f"measured {number(r, 'step_ms_median'):.4f} ms ({r['config_id']}).", ""]
-    return lines + oom_lines(preds)
-
-
-def predictions_table(preds):
-    """Every prediction, for a folder of predictions alone."""
-    lines = ["| model | precision | optimizer | batch per GPU | mode | GPUs | nodes | machine | "
-             "status | step ms | samples/s | efficiency | note |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for p in sorted(preds, key=lambda p: (p["_key"], p["_b"], p["machine"], p["mode"], p["_n"])):
-        figs = (f"{p['_step']:.4f} | {p['_sps']:.1f} | {p['_eff']:.3f}"
-                if p["status"] != "skipped" else "- | - | -")
-        lines.append(f"| {p['model']} | {p['precision']} | {p['optimizer']} | {p['_b']} | "
-                     f"{p['mode']} | {p['_n']} | {p['nodes']} | {p['machine']} | {p['status']} | "
-                     f"{figs} | {p['note']} |")
-    return lines
 
 
 def summary_predicted(folder, out, charts, preds, paths):
