@@ -19,6 +19,7 @@ static const char *const tail[] = {"gpu0_mem_bytes", "other_mem_bytes", "nbucket
 #define NHEAD ((int)(sizeof head / sizeof head[0]))
 #define NTAIL ((int)(sizeof tail / sizeof tail[0]))
 #define NCOLS (NHEAD + PH_COUNT + NTAIL)
+#define NFIGURES_HEAD 3 /* step_ms, samples_per_s, efficiency: empty in a skipped row, as all after */
 
 static void columns(const char **cols)
 {
@@ -50,7 +51,7 @@ static void row(csv_buf *b, const predict_machine *m, const predict_consts *c,
     csv_str(b, predict_status_names[r->status]);
     csv_str(b, r->note);
     if (!ok) {
-        for (int i = 0; i < NCOLS - (NHEAD - 3); i++) csv_empty(b);
+        for (int i = 0; i < NCOLS - (NHEAD - NFIGURES_HEAD); i++) csv_empty(b);
         csv_end_row(b);
         return;
     }
