@@ -252,8 +252,10 @@ void predict_memory(const predict_workload *w, dps_mode mode, int n, double *gpu
         *gpu0 = *other = 3 * P + state + in + 2 * out + act;
         return;
     }
-    /* broadcast_coalesced's groups of at most 10 MiB: the coalescing buffer */
+    /* broadcast_coalesced's groups of at most 10 MiB, a larger tensor alone:
+     * the coalescing buffer holds the largest */
     double flat = fmin(P, 10 * MIB);
+    for (int t = 0; t < w->ntensors; t++) flat = fmax(flat, (double)w->tensors[t] * w->bytes_per_grad);
     /* device 0: parameters (the master copy), gradients, optimizer state,
      * reduce output, coalescing buffer, input batch and its own chunk,
      * gathered logits, logits gradient, log-probabilities and their

@@ -64,14 +64,11 @@ static dps_status alloc_torch(dp_state *st, size_t pbytes)
     DPS_TRY(be_buf_alloc(be, d0, nc, "log-probabilities", &st->logp));
     DPS_TRY(be_buf_alloc(be, d0, nc, "log-probabilities gradient", &st->dlogp));
     if (!coalesced(st)) return DPS_OK;
-    DPS_TRY(dp_make_groups(st));
-    size_t most = 0;
-    for (int k = 0; k < st->ngroups; k++)
-        if (st->groups[k].hi - st->groups[k].lo > most) most = st->groups[k].hi - st->groups[k].lo;
+    size_t most = dp_largest_group(st) * sizeof(float);
     DPS_TRY(be_buf_alloc(be, d0, pbytes, "reduce output", &st->reduce_out));
     for (int i = 0; i < st->nslots; i++) {
         dp_slot *s = &st->s[i];
-        DPS_TRY(be_buf_alloc(be, s->dev, most * sizeof(float), "coalescing buffer", &s->flat));
+        DPS_TRY(be_buf_alloc(be, s->dev, most, "coalescing buffer", &s->flat));
         if (!i) continue; /* the replicas' buffers are ordered against device 0's copies */
         DPS_TRY(be->ops->event_create(be, s->dev, &s->flat_ev));
         DPS_TRY(be->ops->event_create(be, d0, &s->taken_ev));
@@ -96,8 +93,10 @@ static dps_status alloc_primary(dp_state *st, size_t pbytes)
     DPS_TRY(be_buf_alloc(be, d0, n * (size_t)m.classes * sizeof(float), "logits gradient", &st->dlogits_full));
     DPS_TRY(be_buf_alloc(be, d0, n * sizeof(float), "per-token loss", &st->row_loss));
     DPS_TRY(be_buf_alloc(be, d0, sizeof(float), "loss", &st->loss));
-    if (st->nslots > 1) {
+    if (st->nslots > 1) { /* lean copies 10 MiB at a time, torch a whole group */
+        if (coalesced(st)) DPS_TRY(dp_make_groups(st));
         size_t stage = pbytes < DP_COALESCE_BYTES ? pbytes : DP_COALESCE_BYTES;
+        if (coalesced(st)) stage = dp_largest_group(st) * sizeof(float);
         DPS_TRY(be_buf_alloc(be, d0, stage, "reduce staging buffer", &st->staging));
     }
     st->s[0].xv = st->x_full.ptr;

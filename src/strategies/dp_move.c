@@ -46,6 +46,14 @@ dps_status dp_make_groups(dp_state *st)
     return DPS_OK;
 }
 
+size_t dp_largest_group(const dp_state *st)
+{
+    size_t most = 0;
+    for (int k = 0; k < st->ngroups; k++)
+        if (st->groups[k].hi - st->groups[k].lo > most) most = st->groups[k].hi - st->groups[k].lo;
+    return most;
+}
+
 /* A device-local copy (flatten) of n floats. */
 static dps_status flatten(dp_state *st, int slot, float *dst, const float *src, size_t n)
 {

@@ -18,7 +18,7 @@ typedef struct dp_slot {
     dps_buf params, grads;                 /* slot 0: the master copies */
     dps_buf x, logits, dlogits;            /* slot 0: x and dlogits are views */
     float *xv, *dlogitsv;
-    dps_buf flat;      /* torch: the coalescing buffer of one group (at most 10 MiB) */
+    dps_buf flat;      /* torch: the coalescing buffer of one group (the largest) */
     be_event *flat_ev, *taken_ev; /* torch, p2p reduce: flat filled / copied to device 0 */
     model_acts acts;
 } dp_slot;
@@ -55,6 +55,9 @@ dps_status dp_p2p(dp_state *st, dps_phase ph, int dst, void *dptr, int src, cons
                   size_t bytes, be_stream *on) DPS_MUST_USE;
 /* The coalescing groups of the model's parameters (torch). */
 dps_status dp_make_groups(dp_state *st) DPS_MUST_USE;
+/* The floats of the largest coalescing group: a tensor over 10 MiB is a
+ * group alone, so the buffers a group passes through are sized by this. */
+size_t dp_largest_group(const dp_state *st);
 /* Parameters from device 0 to every replica. */
 dps_status dp_replicate(dp_state *st) DPS_MUST_USE;
 /* Gradients summed onto device 0 (torch: into reduce_out). */
