@@ -802,7 +802,7 @@ def case_predict(binary):
     machine, workload = (os.path.join(bench, f) for f in ("dgx1-v100-ib.machine", "resnet50-b32.workload"))
     with tempfile.TemporaryDirectory() as out:
         p = subprocess.run([binary, "predict", "--machine", machine, "--workload", workload, "--gpus",
-                            "1,8,16,32", "--out", out, "--name", "p"], capture_output=True, text=True)
+                            "1,8,16,64", "--out", out, "--name", "p"], capture_output=True, text=True)
         expect_exit(p, 0)
         expect("ddp      8" in p.stdout and "skipped" in p.stdout, f"table: {p.stdout!r}")
         with open(os.path.join(out, "p", "predictions.csv"), newline="") as f:
@@ -813,6 +813,10 @@ def case_predict(binary):
         expect(float(by[("dp", "1")]["step_ms"]) == 97.0, f"dp on one device: {by[('dp', '1')]}")
         ddp8 = by[("ddp", "8")]
         expect(int(ddp8["nbuckets"]) > 2 and 97 < float(ddp8["step_ms"]) < 110, f"{ddp8}")
+        ddp64 = by[("ddp", "64")]  # 8 nodes of 8, past the file's nodes = 2: predicted, noted
+        expect(ddp64["status"] == "ok" and ddp64["nodes"] == "8" and
+               float(ddp64["step_ms"]) > float(ddp8["step_ms"]) and
+               "more than the machine file's nodes = 2" in ddp64["note"], f"{ddp64}")
         bad = os.path.join(out, "bad.machine")
         with open(bad, "w") as f:
             f.write("gpus_per_node = 8\nintra_busbw_gbps = fast\n")

@@ -1419,6 +1419,10 @@ static void test_predict_files(void)
     EXPECT(w.optimizer == OPT_ADAMW && w.bytes_per_grad == 2 && w.bucket_mb == 25);
     EXPECT(w.first_bucket_mb == 1 && w.forward_ms < 0 && w.optimizer_ms < 0);
     unlink(path);
+    mtext = "gpus_per_node = 8\nintra_busbw_gbps = 10\n";
+    path = write_tmp("m", mtext, strlen(mtext));
+    EXPECT(predict_machine_load(path, &m) == DPS_OK && m.nodes == 0 && m.inter_gbps == 0);
+    unlink(path);
     expect_file_refused(load_machine, "gpus_per_node = 8\ncolour = blue\n", ":2: unknown key 'colour' (expected name,");
     expect_file_refused(load_machine, "gpus_per_node = 8\nintra_busbw_gbps = 0\n",
                          ":2: intra_busbw_gbps = 0: expected a number above 0, at most 1e+06 (GB/s)");
@@ -1615,8 +1619,19 @@ static void test_predict_configs(void)
     EXPECT(r.gpu0_mem_bytes > r.other_mem_bytes && r.other_mem_bytes > 0);
     predict_config(&m, &w, &s, &c, MODE_DP, 16, &r);
     EXPECT(r.status == PRED_SKIPPED && strstr(r.note, "one node"));
+    /* nodes follow from the count: past the machine's 2, predicted with a
+     * note; without a network, more than one node is skipped */
     predict_config(&m, &w, &s, &c, MODE_DDP, 24, &r);
-    EXPECT(r.status == PRED_SKIPPED && strstr(r.note, "3 nodes of 8; the machine has 2"));
+    EXPECT(r.status == PRED_OK && r.nodes == 3 && r.busbw_gbps == 50 && r.step_ms > eight);
+    EXPECT(strstr(r.note, "3 nodes of 8, more than the machine file's nodes = 2") != NULL);
+    m.nodes = 0;
+    predict_config(&m, &w, &s, &c, MODE_DDP, 64, &r);
+    EXPECT(r.status == PRED_OK && r.nodes == 8 && r.note[0] == '\0');
+    m.inter_gbps = 0;
+    predict_config(&m, &w, &s, &c, MODE_DDP, 9, &r);
+    EXPECT(r.status == PRED_SKIPPED && strstr(r.note, "9 devices need 2 nodes of 8 and the machine has no network"));
+    m.inter_gbps = 50;
+    m.nodes = 2;
     /* memory: ddp the same everywhere; an out-of-memory forecast */
     double g0, other;
     predict_memory(&w, MODE_DDP, 4, &g0, &other);

@@ -260,8 +260,8 @@ const settings_entry settings_table[SET_COUNT] = {
     [SET_MACHINE] = {
         .cmds = SETTINGS_PREDICT,
         .flag = "machine", .type = SETTINGS_TEXT, .hi = DPS_PATH_MAX - 1, .metavar = "FILE",
-        .help = "the machine predicted: devices per node, nodes, links (key = value lines, "
-                "bench/predict/*.machine)"},
+        .help = "the machine predicted: devices per node, links, the network between nodes "
+                "(key = value lines, bench/predict/*.machine)"},
     [SET_WORKLOAD] = {
         .cmds = SETTINGS_PREDICT,
         .flag = "workload", .type = SETTINGS_TEXT, .hi = DPS_PATH_MAX - 1, .metavar = "FILE",
@@ -284,7 +284,8 @@ const settings_entry settings_table[SET_COUNT] = {
     [SET_PREDICT_GPUS] = {
         .cmds = SETTINGS_PREDICT, .list_cmds = SETTINGS_PREDICT,
         .flag = "gpus", .type = SETTINGS_INT, .lo = 1, .hi = 1 << 20, .cli_max = SETTINGS_MAX_LIST,
-        .metavar = "LIST", .help = "predict: the device counts, e.g. 1,8,64,256"},
+        .metavar = "LIST",
+        .help = "predict: the device counts, e.g. 1,8,64,256, on ceil(count / gpus_per_node) nodes"},
     [SET_MODES] = {
         .cmds = SETTINGS_PREDICT, .list_cmds = SETTINGS_PREDICT,
         .flag = "modes", .type = SETTINGS_WORD, WORDS(dps_mode_names), .cli_max = MODE_COUNT,

@@ -88,7 +88,7 @@ static double nccl_step_latency_us(predict_link link)
 dps_status predict_machine_load(const char *path, predict_machine *m)
 {
     int line_of[KEYFILE_COUNT(machine_keys)];
-    *m = (predict_machine){.nodes = 1, .intra_link = PLINK_PCIE, .p2p_gbps = -1, .h2d_gbps = -1,
+    *m = (predict_machine){.intra_link = PLINK_PCIE, .p2p_gbps = -1, .h2d_gbps = -1,
                            .intra_latency_us = -1, .inter_latency_us = -1, .mem_gbps = -1};
     DPS_TRY(keyfile_read_keys(path, "machine file", machine_keys, KEYFILE_COUNT(machine_keys), m, line_of));
     if (!m->name[0]) name_from_path(path, m->name, sizeof m->name);

@@ -22,13 +22,16 @@ extern const char *const predict_link_names[PLINK_COUNT]; /* "nvlink", "pcie", "
 typedef struct predict_machine {
     char name[DPS_NAME_MAX];     /* default: the file's name */
     int gpus_per_node;           /* required */
-    int nodes;                   /* most nodes available; default 1 */
+    int nodes;                   /* the nodes the machine has; 0: not given. A device count
+                                  * needs ceil(n / gpus_per_node) nodes; more than these are
+                                  * predicted all the same, with a note */
     double gpu_mem_gib;          /* 0: not given, no out-of-memory forecast */
     predict_link intra_link;     /* default pcie */
     double intra_busbw_gbps;     /* required: all-reduce bus bandwidth in a node */
     double p2p_gbps;             /* device-to-device copies; default intra_busbw_gbps */
     double h2d_gbps;             /* host to device; default 12 (PCIe 3.0 x16, pinned) */
-    double inter_gbps;           /* network per node, all NICs; required when nodes > 1 */
+    double inter_gbps;           /* network per node, all NICs; required when nodes > 1;
+                                  * 0: none (counts past one node skipped) */
     double intra_latency_us;     /* per ring step in a node; default NCCL's for intra_link */
     double inter_latency_us;     /* per ring step across nodes; default NCCL's */
     double mem_gbps;             /* device memory bandwidth (optimizer, loss, copies); default 900 */

@@ -276,18 +276,30 @@ static void forecast_oom(const predict_machine *m, predict_row *r)
              r->gpu0_mem_bytes >= r->other_mem_bytes ? "0" : "1", top / GIB, m->gpu_mem_gib);
 }
 
-/* Why the machine cannot run it, or "" when it can. */
+/* Why the machine cannot run it, or 0 when it can: dp across nodes, or
+ * several nodes without a network between them. */
 static int refuse(const predict_machine *m, dps_mode mode, predict_row *r)
 {
-    if (r->nodes > m->nodes)
-        snprintf(r->note, sizeof r->note, "%d devices need %d nodes of %d; the machine has %d",
-                 r->ngpus, r->nodes, m->gpus_per_node, m->nodes);
-    else if (mode == MODE_DP && r->nodes > 1)
+    if (mode == MODE_DP && r->nodes > 1)
         snprintf(r->note, sizeof r->note, "dp runs on one node (%d devices)", m->gpus_per_node);
+    else if (r->nodes > 1 && m->inter_gbps <= 0)
+        snprintf(r->note, sizeof r->note, "%d devices need %d nodes of %d and the machine has no "
+                 "network between nodes (give inter_gbps, GB/s per node, in a --machine file)",
+                 r->ngpus, r->nodes, m->gpus_per_node);
     else
         return 0;
     r->status = PRED_SKIPPED;
     return 1;
+}
+
+/* A row needing more nodes than the machine file's `nodes` is predicted
+ * all the same (the network scales by node), and says so in its note. */
+static void note_beyond_nodes(const predict_machine *m, predict_row *r)
+{
+    if (!m->nodes || r->nodes <= m->nodes) return;
+    size_t used = strlen(r->note);
+    snprintf(r->note + used, sizeof r->note - used, "%s%d nodes of %d, more than the machine "
+             "file's nodes = %d", used ? "; " : "", r->nodes, m->gpus_per_node, m->nodes);
 }
 
 void predict_config(const predict_machine *m, const predict_workload *w, const predict_split *s,
@@ -307,4 +319,5 @@ void predict_config(const predict_machine *m, const predict_workload *w, const p
     finish_row(w, c, w->step_ms_1gpu, r);
     predict_memory(w, mode, n, &r->gpu0_mem_bytes, &r->other_mem_bytes);
     forecast_oom(m, r);
+    note_beyond_nodes(m, r);
 }

@@ -95,9 +95,10 @@ dps_status predict_write_csv(const char *dir, const predict_machine *m, const pr
 void predict_print(FILE *f, const predict_machine *m, const predict_workload *w,
                    const predict_row *rows, int n)
 {
-    fprintf(f, "# dpscale predict: %s on %s (%d per node, %d node%s), %d samples per device\n",
-            w->name, m->name, m->gpus_per_node, m->nodes, m->nodes == 1 ? "" : "s",
-            w->batch_per_gpu);
+    char nodes[32] = "";
+    if (m->nodes) snprintf(nodes, sizeof nodes, ", %d node%s", m->nodes, m->nodes == 1 ? "" : "s");
+    fprintf(f, "# dpscale predict: %s on %s (%d per node%s), %d samples per device\n", w->name,
+            m->name, m->gpus_per_node, nodes, w->batch_per_gpu);
     fprintf(f, "# %-4s %5s %5s %10s %11s %6s %10s %10s %11s %9s  %s\n", "mode", "gpus", "nodes",
             "step_ms", "samples/s", "eff", "comm_ms", "exposed_ms", "gpu0_GiB", "status", "note");
     for (int i = 0; i < n; i++) {
