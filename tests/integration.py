@@ -927,10 +927,42 @@ def case_predict_calibrate(binary):
         p = subprocess.run([binary, "predict", "--calibrate", folder, "--out", out, "--name", "c"],
                            capture_output=True, text=True)
         expect_exit(p, 0)
-        got = {k: float(v) for k, v in read_keyfile(os.path.join(out, "c", "calibration.txt")).items()}
+        cal = os.path.join(out, "c", "calibration.txt")
+        got = {k: float(v) for k, v in read_keyfile(cal).items()}
         for key, want, tol in [("bus_eff", 0.5, 1e-3), ("overlap_eff", 0.25, 1e-3),
                                ("bucket_overhead_us", 300.0, 0.5)]:
             expect(abs(got[key] - want) <= tol, f"{key} = {got[key]}, expected {want}: {got}")
+        # one ddp row, one constant (sync_ms) fitted to its step: its error is n/a, not +0.0 %
+        g2_line = next(l for l in p.stdout.splitlines() if l.strip().startswith(g2))
+        expect(g2_line.endswith("n/a") and "bus_eff" not in p.stderr, f"{p.stdout}{p.stderr}")
+        with open(cal) as f:
+            text = f.read()
+        expect("# note: ddp's error is n/a: 1 step time, 1 constant (sync_ms) fitted to it" in text and
+               "bus_eff = 0.5000" in text and "# 1 point: all-reduces after backward" in text, text)
+        # the all-reduce after backward 1.8 x faster than the bus allows: held to 1, warned of
+        after = ms1 * 0.5 / 1.8
+        write(os.path.join(folder, "buckets.csv"), "\n".join(keep + [r.replace(f"{ms1:.6f}", f"{after:.6f}")
+                                                                     for r in rows]) + "\n")
+        p = subprocess.run([binary, "predict", "--calibrate", folder, "--out", out, "--name", "c"],
+                           capture_output=True, text=True)
+        expect_exit(p, 0)
+        warned = "bus_eff = 1.8, fitted to 1 point (all-reduces after backward in buckets.csv), " \
+                 "is outside its range (0, 1]: held to 1; the all-reduces ran faster than"
+        expect(f"dpscale: calibration warning: {warned}" in p.stderr and "comm-bench" in p.stderr,
+               p.stderr)
+        with open(cal) as f:
+            text = f.read()
+        expect(f"# warning: {warned}" in text and read_keyfile(cal)["bus_eff"] == "1.0000", text)
+        # without buckets.csv, bus_eff and sync_ms both from the one ddp step time
+        os.remove(os.path.join(folder, "buckets.csv"))
+        p = subprocess.run([binary, "predict", "--calibrate", folder, "--out", out, "--name", "c"],
+                           capture_output=True, text=True)
+        expect_exit(p, 0)
+        warned = "ddp: 2 constants (bus_eff and sync_ms) fitted to 1 step time: any split between them"
+        expect(f"dpscale: calibration warning: {warned}" in p.stderr and "--gpus 1,2,4" in p.stderr,
+               p.stderr)
+        with open(cal) as f:
+            expect(f"# warning: {warned}" in f.read(), cal)
 
 
 CASES = {"gpu": case_gpu, "info": case_info, "links": case_links, "comm_bench_faults": case_comm_bench_faults, "profile_sh": case_profile_sh, "ab": case_ab, "check": case_check, "comm_bench": case_comm_bench, "plot": case_plot, "diagnosis": case_diagnosis, "oversubscribed": case_oversubscribed,

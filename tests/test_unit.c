@@ -1482,6 +1482,9 @@ static void test_predict_consts(void)
     unlink(path);
     expect_file_refused(load_consts, "bus_eff = 0.5\nspeed = 3\n", ":2: unknown key 'speed'");
     expect_file_refused(load_consts, "bus_eff = 0\n", ":1: bus_eff = 0: expected a number above 0");
+    /* the efficiencies' physical range: (0, 1] */
+    expect_file_refused(load_consts, "bus_eff = 1.8\n", ":1: bus_eff = 1.8: expected a number above 0, at most 1 (ratio)");
+    expect_file_refused(load_consts, "overlap_eff = 1.01\n", ":1: overlap_eff = 1.01: expected a number above 0, at most 1");
     expect_file_refused(load_consts, "sync_ms = 1\nsync_ms = 2\n", ":2: 'sync_ms' given again");
 }
 

@@ -127,7 +127,8 @@ static dps_status run_calibrate(cli_args *a, predict_inputs *in)
     snprintf(path, sizeof path, "%s/calibration.txt", dir);
     printf("# dpscale predict --calibrate %s: constants fitted on machine %s\n", a->calibrate_dir,
            in->m.name);
-    DPS_TRY(predict_calibrate(in->folder, &in->m, in->w, in->nw, path, stdout, &in->c));
+    DPS_TRY(predict_calibrate(in->folder, &in->m, in->w, in->nw, path, stdout, stderr,
+                              &in->c));
     printf("# calibration in %s (use: dpscale predict --calibration %s ...)\n", path, path);
     return DPS_OK;
 }

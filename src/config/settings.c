@@ -276,7 +276,8 @@ const settings_entry settings_table[SET_COUNT] = {
         .cmds = SETTINGS_PREDICT,
         .flag = "calibrate", .type = SETTINGS_TEXT, .hi = DPS_PATH_MAX - 1, .metavar = "DIR",
         .help = "fit the model's constants to a results folder's runs on 1 and more devices; "
-                "writes OUT/NAME/calibration.txt"},
+                "writes OUT/NAME/calibration.txt (a constant outside its range held to it, "
+                "with a warning)"},
     [SET_CALIBRATION] = {
         .cmds = SETTINGS_PREDICT,
         .flag = "calibration", .type = SETTINGS_TEXT, .hi = DPS_PATH_MAX - 1, .metavar = "FILE",

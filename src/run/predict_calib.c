@@ -1,5 +1,10 @@
-/* Calibration of the predictor's constants (see predict_calib.h). */
+/* Calibration of the predictor's constants (see predict_calib.h). Each
+ * constant is fitted from measured points (step times, forward times,
+ * all-reduces) and held to its physical range, the one the calibration
+ * file accepts; the points, the warnings and whether the rows' errors test
+ * anything go into the file beside the constants. */
 #include <math.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +15,51 @@
 #include "core/stats.h"
 #include "core/util.h"
 
+enum { K_BUS, K_OVERLAP, K_BASE, K_OVERHEAD, K_SYNC, K_DP_SYNC, K_SCALE, NCONSTS };
+
+#define C(f) offsetof(predict_consts, f)
+
+/* The calibration file's keys; each range is the constant's physical one:
+ * efficiencies in (0, 1], overheads and the compute share at least 0. */
+static const keyfile_key consts_keys[NCONSTS] = {
+    [K_BUS] = KEYFILE_ABOVE("bus_eff", C(bus_eff), 0, 1, "ratio"),
+    [K_OVERLAP] = KEYFILE_ABOVE("overlap_eff", C(overlap_eff), 0, 1, "ratio"),
+    [K_BASE] = KEYFILE_FROM("base_latency_us", C(base_latency_us), 0, 1e6, "us"),
+    [K_OVERHEAD] = KEYFILE_FROM("bucket_overhead_us", C(bucket_overhead_us), 0, 1e6, "us"),
+    [K_SYNC] = KEYFILE_FROM("sync_ms", C(sync_ms), 0, 1e6, "ms"),
+    [K_DP_SYNC] = KEYFILE_FROM("dp_sync_ms", C(dp_sync_ms), 0, 1e6, "ms"),
+    [K_SCALE] = KEYFILE_FROM("compute_scale", C(compute_scale), 0, 1e6, "ratio"),
+};
+
+/* What a fit outside its range says about the measurement, and what to
+ * measure instead. */
+static const char *const out_of_range_fix[NCONSTS] = {
+    [K_BUS] = "the all-reduces ran faster than the machine's intra_busbw_gbps allows: measure the "
+              "all-reduce at the buckets' sizes (dpscale comm-bench --sizes into the folder) or "
+              "give --machine FILE with nccl-tests' busbw",
+    [K_OVERLAP] = "the all-reduces beside backward ran faster than those after it: measure more "
+                  "steps (--steps) for steadier bucket times",
+    [K_OVERHEAD] = "the all-reduces began before their buckets were ready: measure more steps",
+    [K_SYNC] = "ddp ran faster than the model allows with no synchronisation: check the machine's "
+               "all-reduce (allreduce.csv, or --machine's intra_busbw_gbps) and measure more steps",
+    [K_DP_SYNC] = "dp ran faster than the model allows with no synchronisation: check the "
+                  "machine's copies (links.csv: dpscale links into the folder, or --machine's "
+                  "p2p_gbps) and measure more steps",
+    [K_SCALE] = "forward on several devices ran faster than on one: measure more steps (--steps) "
+                "for steadier forward medians",
+};
+
+#define EFF_MIN 0.01     /* the least efficiency a fit gives */
+#define FIT_TOL 1e-6     /* a fit this far past its range is rounding (a bisection's), held silently */
+#define FIT_LINES_MAX (NCONSTS + 2 * MODE_COUNT)
+
+/* A warning (stderr) or a note (the report) about the fit; both go into
+ * the calibration file as comments. */
+typedef struct fit_line {
+    int warning;
+    char text[512];
+} fit_line;
+
 typedef struct fit {
     const predict_machine *m;
     const predict_workload *w; /* the folder's profiles (predict_from_workloads) */
@@ -17,7 +67,50 @@ typedef struct fit {
     predict_split *split;      /* [nw] */
     predict_measured *meas;
     int nmeas;
+    int points[NCONSTS];       /* the measured points each constant came from; 0: default kept */
+    const char *from[NCONSTS]; /* what those points are */
+    int bus_from_steps;        /* bus_eff fitted to ddp's step times (no all-reduce measured) */
+    int untested[MODE_COUNT];  /* a mode's rows had no more points than constants fitted to them */
+    fit_line lines[FIT_LINES_MAX];
+    int nlines;
 } fit;
+
+static void add_line(fit *f, int warning, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void add_line(fit *f, int warning, const char *fmt, ...)
+{
+    if (f->nlines == FIT_LINES_MAX) return;
+    fit_line *l = &f->lines[f->nlines++];
+    va_list ap;
+    va_start(ap, fmt);
+    l->warning = warning;
+    vsnprintf(l->text, sizeof l->text, fmt, ap);
+    va_end(ap);
+}
+
+/* "(0, 1]" or "[0, inf)": key k's range as the fit holds it. */
+static const char *range_text(const keyfile_key *k, char *buf, size_t len)
+{
+    if (k->hi >= 1e6) snprintf(buf, len, "%s%g, inf)", k->zero_ok ? "[" : "(", k->lo);
+    else snprintf(buf, len, "%s%g, %g]", k->zero_ok ? "[" : "(", k->lo, k->hi);
+    return buf;
+}
+
+/* Constant k fitted to raw from `points` measured `from`: held to its
+ * range, with a warning naming what to measure when it left it. */
+static void set_fitted(fit *f, predict_consts *c, int k, double raw, int points, const char *from)
+{
+    const keyfile_key *key = &consts_keys[k];
+    double held = fmin(raw, key->hi);
+    if (key->zero_ok ? held < key->lo : held <= key->lo) held = key->zero_ok ? key->lo : EFF_MIN;
+    *(double *)((char *)c + key->off) = held;
+    f->points[k] = points;
+    f->from[k] = from;
+    char range[48];
+    if (fabs(held - raw) > FIT_TOL)
+        add_line(f, 1, "%s = %.4g, fitted to %d point%s (%s), is outside its range %s: held to "
+                 "%g; %s", key->key, raw, points, points == 1 ? "" : "s", from,
+                 range_text(key, range, sizeof range), held, out_of_range_fix[k]);
+}
 
 static void predict_measured_row(const fit *f, const predict_consts *c, int i, predict_row *r)
 {
@@ -25,17 +118,18 @@ static void predict_measured_row(const fit *f, const predict_consts *c, int i, p
     predict_config(f->m, &f->w[x->workload], &f->split[x->workload], c, x->mode, x->ngpus, r);
 }
 
-/* compute_scale: each row's forward slow-down per other device. */
-static double fit_compute_scale(const fit *f, double *v)
+/* compute_scale: the median of each row's forward slow-down per other
+ * device of its node. */
+static void fit_compute_scale(fit *f, predict_consts *c, double *v)
 {
     int n = 0;
     for (int i = 0; i < f->nmeas; i++) {
         const predict_measured *x = &f->meas[i];
         int together = x->ngpus;
         if (x->forward_1 > 0 && together > 1 && together <= f->m->gpus_per_node)
-            v[n++] = fmax(0.0, (x->forward_ms / x->forward_1 - 1.0) / (together - 1));
+            v[n++] = (x->forward_ms / x->forward_1 - 1.0) / (together - 1);
     }
-    return stats_median_or(v, n, 0.0);
+    if (n) set_fitted(f, c, K_SCALE, stats_median_or(v, n, 0.0), n, "forward times within a node");
 }
 
 /* measured - predicted of one mode's rows into v; returns how many. */
@@ -61,18 +155,21 @@ static double ddp_residual(const fit *f, const predict_consts *c, double *v)
 
 /* bus_eff without measured buckets: 1 when ddp runs no slower than
  * predicted at the full bus bandwidth, else the efficiency (bisection, at
- * least 0.01) at which its median residual is 0. */
-static double bus_eff_from_steps(const fit *f, predict_consts *c, double *v)
+ * least EFF_MIN) at which its median residual is 0. */
+static void fit_bus_from_steps(fit *f, predict_consts *c, double *v)
 {
+    int n = residuals(f, c, MODE_DDP, v);
+    double lo = EFF_MIN, hi = 1.0;
     c->bus_eff = 1.0;
-    if (ddp_residual(f, c, v) <= 0) return 1.0;
-    double lo = 0.01, hi = 1.0;
-    for (int i = 0; i < 40; i++) {
+    if (!n) return;
+    f->bus_from_steps = 1;
+    if (ddp_residual(f, c, v) <= 0) lo = 1.0;
+    for (int i = 0; lo < 1.0 && i < 40; i++) {
         c->bus_eff = (lo + hi) / 2;
         if (ddp_residual(f, c, v) > 0) hi = c->bus_eff;
         else lo = c->bus_eff;
     }
-    return lo;
+    set_fitted(f, c, K_BUS, lo, n, "ddp step times, no all-reduce being in buckets.csv");
 }
 
 /* A measured bucket: the model's all-reduce time at the full bus, the
@@ -106,8 +203,7 @@ static int measured(const predict_measured *x, int b)
 /* After backward: bus_eff, the model's time at the full bus against the
  * all-reduce's, and bucket_overhead_us, the wait to begin (medians).
  * Returns how many all-reduces ran after backward. */
-static int fit_after(const fit *f, const predict_consts *full, predict_consts *c, double *v,
-                     double *wait)
+static int fit_after(fit *f, const predict_consts *full, predict_consts *c, double *v, double *wait)
 {
     int n = 0;
     for (int i = 0; i < f->nmeas; i++)
@@ -119,14 +215,16 @@ static int fit_after(const fit *f, const predict_consts *full, predict_consts *c
             v[n++] = o.full_ms / f->meas[i].bk_ms[b];
         }
     if (!n) return 0;
-    c->bus_eff = fmax(0.01, stats_median_or(v, n, 1.0));
-    c->bucket_overhead_us = stats_median_or(wait, n, 0.0);
+    set_fitted(f, c, K_BUS, fmax(EFF_MIN, stats_median_or(v, n, 1.0)), n,
+               "all-reduces after backward in buckets.csv");
+    set_fitted(f, c, K_OVERHEAD, stats_median_or(wait, n, 0.0), n,
+               "waits to begin of the all-reduces after backward in buckets.csv");
     return n;
 }
 
 /* Beside backward: overlap_eff, the model's time against the time from
- * start to end less the overhead, over bus_eff (median, 0.01 to 1). */
-static int fit_beside(const fit *f, const predict_consts *full, predict_consts *c, double *v)
+ * start to end less the overhead, over bus_eff (median, at least EFF_MIN). */
+static int fit_beside(fit *f, const predict_consts *full, predict_consts *c, double *v)
 {
     int n = 0;
     for (int i = 0; i < f->nmeas; i++)
@@ -136,13 +234,15 @@ static int fit_beside(const fit *f, const predict_consts *full, predict_consts *
             double busy = o.elapsed_ms - c->bucket_overhead_us / 1000.0;
             if (o.after == 0 && busy > 0) v[n++] = o.full_ms / busy;
         }
-    if (n) c->overlap_eff = fmin(1.0, fmax(0.01, stats_median_or(v, n, 1.0) / c->bus_eff));
+    if (n)
+        set_fitted(f, c, K_OVERLAP, fmax(EFF_MIN, stats_median_or(v, n, 1.0) / c->bus_eff), n,
+                   "all-reduces beside backward in buckets.csv");
     return n;
 }
 
 /* From buckets.csv: after backward, then beside it; v and wait are
  * scratch. 0: no all-reduce measured. */
-static int fit_from_buckets(const fit *f, predict_consts *c, double *v, double *wait)
+static int fit_from_buckets(fit *f, predict_consts *c, double *v, double *wait)
 {
     predict_consts full = *c;
     full.bus_eff = full.overlap_eff = 1.0;
@@ -150,38 +250,57 @@ static int fit_from_buckets(const fit *f, predict_consts *c, double *v, double *
     return after + fit_beside(f, &full, c, v) > 0;
 }
 
+/* A mode's step times against the constants fitted to them: fewer points
+ * than constants is a warning (any split between them fits); no more
+ * points than constants leaves the rows' errors testing nothing. */
+static void check_points(fit *f, dps_mode mode)
+{
+    int ddp = mode == MODE_DDP, k = ddp ? K_SYNC : K_DP_SYNC, n = f->points[k];
+    int nc = 1 + (ddp && f->bus_from_steps);
+    const char *name = dps_mode_name(mode);
+    const char *which = nc == 2 ? "bus_eff and sync_ms" : consts_keys[k].key;
+    if (!n || n > nc) return;
+    if (n < nc) /* only ddp's two from one step time */
+        add_line(f, 1, "%s: %d constants (%s) fitted to %d step time: any split between them fits "
+                 "it; measure %s on more device counts (dpscale sweep --mode %s --gpus 1,2,4 into "
+                 "the folder, with its buckets.csv, which fits bus_eff from the all-reduces)",
+                 name, nc, which, n, name, name);
+    f->untested[mode] = 1;
+    add_line(f, 0, "%s's error is n/a: %d step time%s, %d constant%s (%s) fitted to %s, so no "
+             "point is left to test the model against; measure %s on more device counts (dpscale "
+             "sweep --mode %s --gpus 1,2,4 into the folder)", name, n, n == 1 ? "" : "s", nc,
+             nc == 1 ? "" : "s", which, n == 1 ? "it" : "them", name, name);
+}
+
 /* Every constant, in the order each needs the ones before; v and wait:
  * scratch for every measured bucket. */
-static void fit_all(const fit *f, predict_consts *c, double *v, double *wait)
+static void fit_all(fit *f, predict_consts *c, double *v, double *wait)
 {
-    c->compute_scale = fit_compute_scale(f, v);
+    fit_compute_scale(f, c, v);
     int n = residuals(f, c, MODE_DP, v);
-    c->dp_sync_ms = fmax(0.0, stats_median_or(v, n, 0.0));
-    if (!fit_from_buckets(f, c, v, wait)) c->bus_eff = bus_eff_from_steps(f, c, v);
-    c->sync_ms = fmax(0.0, ddp_residual(f, c, v));
+    if (n) set_fitted(f, c, K_DP_SYNC, stats_median_or(v, n, 0.0), n, "dp step times");
+    if (!fit_from_buckets(f, c, v, wait)) fit_bus_from_steps(f, c, v);
+    n = residuals(f, c, MODE_DDP, v);
+    if (n) set_fitted(f, c, K_SYNC, stats_median_or(v, n, 0.0), n, "ddp step times");
+    check_points(f, MODE_DP);
+    check_points(f, MODE_DDP);
 }
 
-#define C(f) offsetof(predict_consts, f)
-
-static const keyfile_key consts_keys[] = {
-    KEYFILE_ABOVE("bus_eff", C(bus_eff), 0, 1e6, "ratio"),
-    KEYFILE_ABOVE("overlap_eff", C(overlap_eff), 0, 1e6, "ratio"),
-    KEYFILE_FROM("base_latency_us", C(base_latency_us), 0, 1e6, "us"),
-    KEYFILE_FROM("bucket_overhead_us", C(bucket_overhead_us), 0, 1e6, "us"),
-    KEYFILE_FROM("sync_ms", C(sync_ms), 0, 1e6, "ms"),
-    KEYFILE_FROM("dp_sync_ms", C(dp_sync_ms), 0, 1e6, "ms"),
-    KEYFILE_FROM("compute_scale", C(compute_scale), 0, 1e6, "ratio"),
-};
-#define NCONSTS KEYFILE_COUNT(consts_keys)
-
-static void write_consts(FILE *out, const predict_consts *c)
+/* Each constant and, as a comment, the points it was fitted from. */
+static void write_consts(FILE *out, const fit *f, const predict_consts *c)
 {
-    for (int k = 0; k < NCONSTS; k++)
-        fprintf(out, "%s = %.4f\n", consts_keys[k].key,
-                *(const double *)((const char *)c + consts_keys[k].off));
+    for (int k = 0; k < NCONSTS; k++) {
+        char line[64];
+        snprintf(line, sizeof line, "%s = %.4f", consts_keys[k].key,
+                 *(const double *)((const char *)c + consts_keys[k].off));
+        if (f->points[k]) fprintf(out, "%-30s # %d point%s: %s\n", line, f->points[k],
+                                 f->points[k] == 1 ? "" : "s", f->from[k]);
+        else fprintf(out, "%-30s # not fitted: the default\n", line);
+    }
 }
 
-/* The fit's evidence: each measured row against its prediction. */
+/* The fit's evidence: each measured row against its prediction; n/a where
+ * the row's mode had no more points than constants. */
 static void write_rows(FILE *out, const char *lead, const fit *f, const predict_consts *c)
 {
     predict_row r;
@@ -190,14 +309,25 @@ static void write_rows(FILE *out, const char *lead, const fit *f, const predict_
     for (int i = 0; i < f->nmeas; i++) {
         predict_measured_row(f, c, i, &r);
         const predict_measured *x = &f->meas[i];
+        char err[16] = "     n/a";
         if (r.status == PRED_SKIPPED) {
             fprintf(out, "%s%-44s %5s %5d %11.3f %11s  skipped: %s\n", lead, x->id,
                     dps_mode_name(x->mode), x->ngpus, x->step_ms, "-", r.note);
             continue;
         }
-        fprintf(out, "%s%-44s %5s %5d %11.3f %11.3f %+7.1f%%\n", lead, x->id, dps_mode_name(x->mode),
-                x->ngpus, x->step_ms, r.step_ms, 100.0 * (r.step_ms - x->step_ms) / x->step_ms);
+        if (!f->untested[x->mode])
+            snprintf(err, sizeof err, "%+7.1f%%", 100.0 * (r.step_ms - x->step_ms) / x->step_ms);
+        fprintf(out, "%s%-44s %5s %5d %11.3f %11.3f %s\n", lead, x->id, dps_mode_name(x->mode),
+                x->ngpus, x->step_ms, r.step_ms, err);
     }
+}
+
+/* The fit's warnings or notes, each line led by `lead`. */
+static void write_lines(FILE *out, const char *lead, const fit *f, int warnings)
+{
+    for (int i = 0; i < f->nlines; i++)
+        if (f->lines[i].warning == warnings)
+            fprintf(out, "%s%s: %s\n", lead, warnings ? "warning" : "note", f->lines[i].text);
 }
 
 typedef struct calib_file {
@@ -213,8 +343,10 @@ static void write_file(FILE *out, void *ctx)
             "# on machine %s (%d devices a node, all-reduce busbw %.3f GB/s).\n"
             "# Read with: dpscale predict --calibration FILE ...\n", k->dir, k->f->m->name,
             k->f->m->gpus_per_node, k->f->m->intra_busbw_gbps);
-    write_consts(out, k->c);
+    write_lines(out, "# ", k->f, 1);
+    write_consts(out, k->f, k->c);
     write_rows(out, "# ", k->f, k->c);
+    write_lines(out, "# ", k->f, 0);
 }
 
 static dps_status load_fit(const predict_folder *folder, const predict_machine *m,
@@ -241,7 +373,7 @@ static void free_fit(fit *f)
 
 dps_status predict_calibrate(const predict_folder *folder, const predict_machine *m,
                              const predict_workload *w, int nw, const char *path, FILE *report,
-                             predict_consts *c)
+                             FILE *warn, predict_consts *c)
 {
     fit f;
     predict_consts_default(c);
@@ -254,8 +386,10 @@ dps_status predict_calibrate(const predict_folder *folder, const predict_machine
         fit_all(&f, c, v, v + room);
         calib_file k = {predict_folder_dir(folder), &f, c};
         rc = dps_replace_file(path, write_file, &k);
-        write_consts(report, c);
+        write_lines(warn, "dpscale: calibration ", &f, 1);
+        write_consts(report, &f, c);
         write_rows(report, "  ", &f, c);
+        write_lines(report, "  ", &f, 0);
     }
     free(v);
     free_fit(&f);

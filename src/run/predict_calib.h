@@ -19,10 +19,16 @@
  * beside backward) and bucket_overhead_us (bucket 0's wait from ready to
  * begin), or without it bus_eff as the efficiency that explains ddp's
  * median residual; then sync_ms, what is left of ddp's.
- * Writes the file to path and a table of the fit to report. */
+ * A constant fitted outside its physical range (the one the file accepts:
+ * efficiencies in (0, 1], the rest at least 0) is held to it, and a mode
+ * with fewer step times than constants fitted to them is warned of: both
+ * to warn, naming what to measure. A mode with no more step times than
+ * constants has its rows' errors reported as n/a, with a note to report.
+ * Writes the file to path (constants, the points each came from, the
+ * warnings and notes as comments) and a table of the fit to report. */
 dps_status predict_calibrate(const predict_folder *f, const predict_machine *m,
                              const predict_workload *w, int nw, const char *path,
-                             FILE *report, predict_consts *c) DPS_MUST_USE;
+                             FILE *report, FILE *warn, predict_consts *c) DPS_MUST_USE;
 
 /* A calibration file into c (keys absent keep c's values). */
 dps_status predict_consts_load(const char *path, predict_consts *c) DPS_MUST_USE;
