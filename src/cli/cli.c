@@ -119,8 +119,8 @@ static void store_value(cli_args *a, settings_id id, const settings_value *v)
     case SET_STEPS: c->steps = (int)i; a->steps_set = 1; break;
     case SET_WARMUP: c->warmup = (int)i; a->warmup_set = 1; break;
     case SET_SEED: c->seed = (uint64_t)i; break;
-    case SET_BATCH: c->global_batch = (int)i; a->batch_set = 1; a->batch_per_gpu = 0; break;
-    case SET_BATCH_PER_GPU: a->batch_per_gpu = (int)i; a->batch_set = 0; break;
+    case SET_BATCH: c->global_batch = (int)i; a->batch_set = 1; break;
+    case SET_BATCH_PER_GPU: a->batch_per_gpu = (int)i; break;
     case SET_LAYERS: case SET_WIDTH: case SET_TOKENS: case SET_CLASSES:
         (&a->shape_values.layers)[id - SET_LAYERS] = (int)i; /* model_shape's order */
         a->shape_override[id - SET_LAYERS] = 1;
@@ -169,6 +169,7 @@ static dps_status apply_opt(cli_args *a, cli_cmd cmd, settings_id id, const char
     settings_value v;
     settings_error err;
     DPS_TRY(check_command(cmd, id, arg, 1));
+    a->given[id] = 1;
     if (e->type == SETTINGS_FLAG) {
         store_flag(a, id);
         return DPS_OK;
@@ -181,6 +182,39 @@ static dps_status apply_opt(cli_args *a, cli_cmd cmd, settings_id id, const char
         store_list(a, id, &v);
     else
         store_value(a, id, &v);
+    return DPS_OK;
+}
+
+/* Options that only one mode reads. */
+static const struct { settings_id id; dps_mode mode; } mode_options[] = {
+    {SET_DP_IMPL, MODE_DP},          {SET_DP_COMM, MODE_DP},
+    {SET_BUCKET_MB, MODE_DDP},       {SET_FIRST_BUCKET_MB, MODE_DDP},
+    {SET_NO_OVERLAP, MODE_DDP},      {SET_GRAD_VIEW, MODE_DDP},
+    {SET_COMM, MODE_DDP},
+};
+
+/* run and sweep: an option no configuration's mode reads, or --batch beside
+ * --batch-per-gpu, is a mistake (a suite file's modes are its own). */
+static dps_status check_given(const cli_args *a)
+{
+    if (a->cmd != CMD_RUN && a->cmd != CMD_SWEEP) return DPS_OK;
+    if (a->batch_set && a->batch_per_gpu)
+        return dps_fail(DPS_ERR_USAGE, "--batch %d and --batch-per-gpu %d: give one (--batch is "
+                        "the global batch; --batch-per-gpu N makes it N x the device count)",
+                        a->cfg.global_batch, a->batch_per_gpu);
+    if (a->cmd == CMD_SWEEP && a->suite_path[0]) return DPS_OK;
+    int runs[MODE_COUNT] = {0};
+    if (a->cmd == CMD_RUN) runs[a->cfg.mode] = 1;
+    for (int i = 0; i < a->sweep_modes_n; i++) runs[a->sweep_modes[i]] = 1;
+    if (a->cmd == CMD_SWEEP && !a->sweep_modes_n) runs[MODE_DP] = runs[MODE_DDP] = 1;
+    for (size_t k = 0; k < sizeof mode_options / sizeof mode_options[0]; k++) {
+        dps_mode m = mode_options[k].mode;
+        if (!a->given[mode_options[k].id] || runs[m]) continue;
+        const char *name = dps_mode_name(m);
+        return dps_fail(DPS_ERR_USAGE, "--%s: only the %s mode reads it, and no configuration "
+                        "here runs %s; drop it, or add --mode %s",
+                        settings_table[mode_options[k].id].flag, name, name, name);
+    }
     return DPS_OK;
 }
 
@@ -261,6 +295,7 @@ dps_status cli_parse(int argc, char **argv, cli_args *a)
     if (a->cmd != CMD_HELP && a->cmd != CMD_VERSION) a->cmd = cmd;
     if (a->cmd == CMD_NONE)
         return dps_fail(DPS_ERR_USAGE, "no command: expected run, sweep or info (see dpscale --help)");
+    DPS_TRY(check_given(a));
     if (a->gpus_set && a->devices_set && a->cfg.ngpus != a->sweep_ngpus[0])
         return dps_fail(DPS_ERR_USAGE, "--gpus %d and --devices (%d devices) disagree; give one",
                         a->sweep_ngpus[0], a->cfg.ngpus);

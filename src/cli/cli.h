@@ -23,6 +23,9 @@ typedef struct cli_args {
     dps_config cfg;
     int gpus_set, devices_set, out_set, batch_set, batch_per_gpu, lr_set, name_set, warmup_set;
     int shape_override[4];           /* layers, width, tokens, classes given */
+    unsigned char given[SET_COUNT];  /* the options on the command line */
+    int plan_argc;                   /* the command line that chose the configurations: */
+    char **plan_argv;                /* argv, or on --resume the folder's (not owned) */
     model_shape shape_values;
     /* sweep: lists */
     int sweep_ngpus[CLI_MAX_LIST], sweep_ngpus_n;

@@ -190,6 +190,11 @@ static dps_status check_sizes(const dps_config *c)
 static dps_status check_ddp(const dps_config *c)
 {
     if (c->mode == MODE_DP) {
+        if (c->global_batch < c->ngpus)
+            return dps_fail(DPS_ERR_USAGE, "--batch %d on %d devices: DataParallel's chunks would "
+                            "fill only %d of them and leave the rest idle; use a batch of at "
+                            "least %d, or --gpus %d", c->global_batch, c->ngpus, c->global_batch,
+                            c->ngpus, c->global_batch);
         if (c->fault_rank >= 0)
             return dps_fail(DPS_ERR_USAGE, "--inject-fault: only the ddp mode has ranks to fail "
                             "(add --mode ddp)");
