@@ -8,6 +8,7 @@
  *   DPS_HOST_GEMM_CBLAS     cblas_sgemm of another CBLAS (its threading as it comes)
  *   none of them            a portable C loop: correct, not fast */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "dps_config.h"
@@ -101,6 +102,24 @@ dps_status host_sgemm(int ta, int tb, int m, int n, int k, float alpha, const fl
     gemm_portable(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 #endif
     return DPS_OK;
+}
+
+double host_gemm_gflops(void)
+{
+    enum { N = 512 };
+    float *m = calloc(3 * (size_t)N * N, sizeof *m);
+    if (!m) return 0;
+    host_sgemm_init();
+    int calls = 0; /* a first call, untimed: the library may generate its kernel */
+    if (host_sgemm(0, 0, N, N, N, 1.0f, m, N, m + N * N, N, 0.0f, m + 2 * N * N, N)) calls = -1;
+    double t0 = dps_now_ms(), t = t0;
+    while (calls >= 0 && t - t0 < 50) {
+        if (host_sgemm(0, 0, N, N, N, 1.0f, m, N, m + N * N, N, 0.0f, m + 2 * N * N, N)) break;
+        calls++;
+        t = dps_now_ms();
+    }
+    free(m);
+    return calls > 0 && t > t0 ? 2.0 * N * N * N * calls / ((t - t0) * 1e6) : 0;
 }
 
 void host_sgemm_library(char *buf, size_t len)

@@ -19,6 +19,10 @@ void host_sgemm_init(void);
 dps_status host_sgemm(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
                       const float *b, int ldb, float beta, float *c, int ldc);
 
+/* GFLOP/s of this library on one thread, from square fp32 GEMMs of 512
+ * timed for about 50 ms (dry runs' time estimates); 0 when it failed. */
+double host_gemm_gflops(void);
+
 /* The library, its version and how it runs (meta.json's versions.blas). */
 void host_sgemm_library(char *buf, size_t len);
 

@@ -12,16 +12,19 @@
 #include "version.h"
 #include "cli/commands.h"
 #include "cli/world_join.h"
+#include "backend/host_gemm.h"
 #include "comm/comm.h"
 #include "run/commbench.h"
 #include "launch/ranks.h"
 #include "run/links.h"
 #include "run/results.h"
 #include "run/results_ids.h"
+#include "run/results_plan.h"
 #include "run/run.h"
 #include "run/suite.h"
 #include "run/sweep.h"
 #include "strategies/ddp.h"
+#include "strategies/footprint.h"
 #include "core/util.h"
 
 /* DATE-TIME-HOST, with -2, -3, ... when a folder of that name is in
@@ -143,17 +146,90 @@ static dps_status build_from_suite(cli_args *a, const backend *be, sweep_item **
     return DPS_OK;
 }
 
-static void print_dry_run(const sweep_item *items, int n)
+/* A step's compute at `gflops` per device thread (the host backend: no
+ * more devices at once than cores), in seconds; 0 when unknown. */
+static double compute_seconds(const dps_config *c, const backend *be, double gflops)
 {
-    int k = 0;
+    if (gflops <= 0) return 0;
+    int lanes = be->host_cores > 0 && be->host_cores < c->ngpus ? be->host_cores : c->ngpus;
+    double flops = 3 * model_fwd_flops_per_sample(c->shape) * c->global_batch;
+    return flops / (gflops * 1e9 * lanes) * (c->warmup + c->steps);
+}
+
+/* The configurations that would run (--resume: not those the folder holds),
+ * each with the memory it needs and, on the host backend, its compute time. */
+static dps_status print_dry_run(const cli_args *a, const backend *be, const sweep_item *items, int n)
+{
+    results_ids done = {0};
+    char dir[DPS_PATH_MAX + DPS_NAME_MAX + 2];
+    snprintf(dir, sizeof dir, "%s/%s", a->cfg.out_dir, a->cfg.name);
+    if (a->resume) DPS_TRY(results_ids_finished(dir, &done));
+    double gflops = be->kind == BE_HOST ? host_gemm_gflops() : 0;
+    int k = 0, held = 0;
     for (int i = 0; i < n; i++) {
+        char id[192], mem[24], devs[24];
         if (strcmp(items[i].skip, "-") == 0) continue;
-        char id[192];
         config_id(&items[i].cfg, id, sizeof id);
-        if (items[i].skip[0]) printf("%4d  %s  [skipped: %s]\n", ++k, id, items[i].skip);
-        else printf("%4d  %s\n", ++k, id);
+        if (results_ids_has(&done, id)) { held++; continue; }
+        footprint fp;
+        footprint_of(&items[i].cfg, be->kind, &fp);
+        dps_fmt_bytes(fp.total, mem, sizeof mem);
+        dps_fmt_bytes(fp.devices, devs, sizeof devs);
+        printf("%4d  %-44s  host %10s (devices %s)", ++k, id, mem, devs);
+        double sec = compute_seconds(&items[i].cfg, be, gflops);
+        if (sec >= 60) printf("  compute %.1f min", sec / 60);
+        else if (sec > 0) printf("  compute %.2g s", sec);
+        if (items[i].skip[0]) printf("  [skipped: %s]", items[i].skip);
+        putchar('\n');
     }
-    printf("# %d configuration%s\n", k, k == 1 ? "" : "s");
+    printf("# %d configuration%s", k, k == 1 ? "" : "s");
+    if (a->resume) printf(" to run; %d already in %s", held, dir);
+    if (gflops > 0) printf("; compute at %.1f GFLOP/s a device (a GEMM measured now), copies "
+                           "and set-up not counted", gflops);
+    printf("\n");
+    results_ids_free(&done);
+    return DPS_OK;
+}
+
+/* The options that choose a sweep's configurations (their ids). */
+static const settings_id plan_options[] = {
+    SET_MODE, SET_GPUS, SET_DEVICES, SET_MODEL, SET_LAYERS, SET_WIDTH, SET_TOKENS, SET_CLASSES,
+    SET_BATCH, SET_BATCH_PER_GPU, SET_PRECISION, SET_OPTIMIZER, SET_DP_IMPL, SET_DP_COMM,
+    SET_BUCKET_MB, SET_FIRST_BUCKET_MB, SET_NO_OVERLAP, SET_GRAD_VIEW,
+};
+
+/* sweep --resume with neither a suite file nor an option of plan_options
+ * continues the folder's own set: its plan, with this command's options
+ * after it (the later wins). The plan is kept in *plan for meta.json. */
+static dps_status resume_plan(cli_args *a, int argc, char **argv, results_plan *plan)
+{
+    if (a->cmd != CMD_SWEEP || !a->resume || a->suite_path[0]) return DPS_OK;
+    for (size_t i = 0; i < sizeof plan_options / sizeof plan_options[0]; i++)
+        if (a->given[plan_options[i]]) return DPS_OK;
+    char dir[DPS_PATH_MAX + DPS_NAME_MAX + 2];
+    snprintf(dir, sizeof dir, "%s/%s", a->cfg.out_dir, a->cfg.name);
+    DPS_TRY(results_plan_read(dir, plan));
+    int n = 0;
+    char **args = calloc((size_t)(plan->argc + argc + 1), sizeof *args);
+    if (!args) return dps_fail(DPS_ERR_RUNTIME, "out of host memory");
+    for (int i = 0; i < plan->argc; i++) args[n++] = plan->argv[i];
+    for (int i = 2; i < argc; i++) args[n++] = argv[i]; /* past "dpscale sweep" */
+    char name[DPS_NAME_MAX], out[DPS_PATH_MAX];
+    dps_strlcpy(name, a->cfg.name, sizeof name);
+    dps_strlcpy(out, a->cfg.out_dir, sizeof out);
+    dps_status rc = cli_parse(n, args, a);
+    free(args);
+    if (rc)
+        return dps_fail(rc, "--resume: the plan in %s/meta.json: %s", dir, dps_errmsg());
+    if (a->cmd != CMD_SWEEP)
+        return dps_fail(DPS_ERR_USAGE, "--resume: %s/meta.json was written by `dpscale %s`, not "
+                        "by a sweep; give the configurations to run", dir, plan->argv[1]);
+    dps_strlcpy(a->cfg.name, name, sizeof a->cfg.name); /* the folder found above */
+    dps_strlcpy(a->cfg.out_dir, out, sizeof a->cfg.out_dir);
+    a->name_set = a->out_set = a->resume = 1;
+    a->plan_argc = plan->argc;
+    a->plan_argv = plan->argv;
+    return DPS_OK;
 }
 
 /* --resume without --name continues the folder OUT/latest points at, which
@@ -358,12 +434,20 @@ static int run_one(const dps_config *cfg, backend *be, const results_dir *rd)
     return 1;
 }
 
-static int finish(backend *be, const dps_config *cfg, int most, const results_dir *rd, int argc,
+/* meta.json's command line and plan: this one, or --resume's from the folder. */
+static results_cmd meta_cmd(const cli_args *a, int argc, char **argv)
+{
+    return (results_cmd){argc, a->plan_argv ? a->plan_argc : argc, argv,
+                         a->plan_argv ? a->plan_argv : argv};
+}
+
+static int finish(backend *be, const cli_args *a, int most, const results_dir *rd, int argc,
                   char **argv, const char *start, int failed, int interrupted, int nothing)
 {
     char end[32];
     dps_utc_iso8601(end, sizeof end);
-    if (results_write_meta(rd, be, cfg, most, argc, argv, start, end)) dps_log("%s", dps_errmsg());
+    results_cmd cmd = meta_cmd(a, argc, argv);
+    if (results_write_meta(rd, be, &a->cfg, most, &cmd, start, end)) dps_log("%s", dps_errmsg());
     printf("# %d failed%s; results in %s\n", failed, nothing ? ", nothing ran" : "", rd->dir);
     if (interrupted) {
         dps_log("interrupted by %s", dps_signal_name(dps_interrupted()));
@@ -381,7 +465,8 @@ static int execute_in(cli_args *a, backend *be, const results_dir *rd, sweep_ite
     dps_status rc = prepare_folder(a, rd, items, n, &done);
     int most = 0; /* devices of the largest configuration */
     for (int i = 0; i < n; i++) most = items[i].cfg.ngpus > most ? items[i].cfg.ngpus : most;
-    if (!rc) rc = results_write_meta(rd, be, &a->cfg, most, argc, argv, start, NULL);
+    results_cmd cmd = meta_cmd(a, argc, argv);
+    if (!rc) rc = results_write_meta(rd, be, &a->cfg, most, &cmd, start, NULL);
     if (rc) return rc == DPS_ERR_USAGE ? cmd_usage_error() : (dps_log("%s", dps_errmsg()), 1);
     printf("# results: %s\n", rd->dir);
     if (n && items[0].cfg.inject_slowdown_pct > 0)
@@ -402,7 +487,7 @@ static int execute_in(cli_args *a, backend *be, const results_dir *rd, sweep_ite
         failed = run_sweep(a, be, rd, items, n, &done, &interrupted, &nothing);
     }
     results_ids_free(&done);
-    return finish(be, &a->cfg, most, rd, argc, argv, start, failed, interrupted, nothing);
+    return finish(be, a, most, rd, argc, argv, start, failed, interrupted, nothing);
 }
 
 /* The folder is locked from before its files are read until the end. */
@@ -435,6 +520,8 @@ int cmd_run(cli_args *a, int argc, char **argv)
     int n = 0, status = 0;
     if (a->cmd == CMD_RUN) rc = cli_join_world(a, be);
     if (!rc && a->resume && !a->name_set) rc = resume_name(a);
+    results_plan plan = {0};
+    if (!rc) rc = resume_plan(a, argc, argv, &plan);
     if (!a->name_set) default_name(a->cfg.out_dir, a->cfg.name, sizeof a->cfg.name);
     if (!rc && strcmp(a->cfg.name, "latest") == 0)
         rc = dps_fail(DPS_ERR_USAGE, "--name latest: that is the link to the newest folder; "
@@ -445,11 +532,12 @@ int cmd_run(cli_args *a, int argc, char **argv)
     if (!rc && a->cmd == CMD_SWEEP && sweep_filter(items, n, a->filter[0] ? a->filter : NULL) == 0)
         rc = dps_fail(DPS_ERR_USAGE, "--filter %s: no configuration matches", a->filter);
     if (rc) status = rc == DPS_ERR_USAGE ? cmd_usage_error() : (dps_log("%s", dps_errmsg()), 1);
-    else if (a->dry_run) print_dry_run(items, n);
+    else if (a->dry_run) status = print_dry_run(a, be, items, n) ? (dps_log("%s", dps_errmsg()), 1) : 0;
     else if (a->cfg.world.launcher != WORLD_NONE && a->cfg.world.rank != 0)
         status = run_rank_only(&items[0].cfg);
     else status = execute(a, be, items, n, argc, argv);
     free(items);
+    results_plan_free(&plan);
     cli_leave_world(a);
     be_close(be);
     return status;

@@ -197,9 +197,19 @@ static void meta_launch(FILE *f, const dps_config *cfg)
     fputs("},\n", f);
 }
 
+/* ,\n  "key": [strings] */
+static void json_args(FILE *f, const char *key, int argc, char **argv)
+{
+    fprintf(f, ",\n  \"%s\": [", key);
+    for (int i = 0; i < argc; i++) {
+        if (i) fputs(", ", f);
+        dps_json_str(f, argv[i]);
+    }
+    fputs("]", f);
+}
+
 static void meta_body(FILE *f, const backend *be, const dps_config *cfg, int most_devices,
-                      int argc, char **argv,
-                      const char *start, const char *end)
+                      const results_cmd *cmd, const char *start, const char *end)
 {
     char host[256] = "unknown";
     gethostname(host, sizeof host - 1);
@@ -209,12 +219,9 @@ static void meta_body(FILE *f, const backend *be, const dps_config *cfg, int mos
     dps_json_str(f, DPS_VERSION);
     fputs(",\n  \"git_describe\": ", f);
     dps_json_str(f, DPS_GIT_DESCRIBE);
-    fputs(",\n  \"command_line\": [", f);
-    for (int i = 0; i < argc; i++) {
-        if (i) fputs(", ", f);
-        dps_json_str(f, argv[i]);
-    }
-    fputs("],\n  \"start_time\": ", f);
+    json_args(f, "command_line", cmd->argc, cmd->argv);
+    json_args(f, "plan", cmd->plan_argc, cmd->plan_argv);
+    fputs(",\n  \"start_time\": ", f);
     dps_json_str(f, start);
     fputs(",\n  \"end_time\": ", f);
     dps_json_str(f, end ? end : "");
@@ -264,24 +271,24 @@ static void meta_body(FILE *f, const backend *be, const dps_config *cfg, int mos
 typedef struct meta_args {
     const backend *be;
     const dps_config *cfg;
-    int most_devices, argc;
-    char **argv;
+    int most_devices;
+    const results_cmd *cmd;
     const char *start_time, *end_time;
 } meta_args;
 
 static void write_meta(FILE *f, void *ctx)
 {
     const meta_args *a = ctx;
-    meta_body(f, a->be, a->cfg, a->most_devices, a->argc, a->argv, a->start_time, a->end_time);
+    meta_body(f, a->be, a->cfg, a->most_devices, a->cmd, a->start_time, a->end_time);
 }
 
 dps_status results_write_meta(const results_dir *r, const backend *be, const dps_config *cfg,
-                              int most_devices, int argc,
-                              char **argv, const char *start_time, const char *end_time)
+                              int most_devices, const results_cmd *cmd, const char *start_time,
+                              const char *end_time)
 {
     char path[DPS_PATH_MAX + 32];
     path_of(r, "meta.json", path, sizeof path);
-    meta_args a = {be, cfg, most_devices, argc, argv, start_time, end_time};
+    meta_args a = {be, cfg, most_devices, cmd, start_time, end_time};
     return dps_replace_file(path, write_meta, &a);
 }
 

@@ -48,9 +48,15 @@ dps_status results_check_headers(const results_dir *r) DPS_MUST_USE;
 /* Writes meta.json atomically (temporary file, then rename); cfg's world
  * and joined ranks say who started the ranks and on which hosts (NULL:
  * dpscale forks its ranks). */
+/* A command line (meta.json's "command_line") and the one that chose the
+ * folder's configurations ("plan": itself, or on --resume the folder's). */
+typedef struct results_cmd {
+    int argc, plan_argc;
+    char **argv, **plan_argv;
+} results_cmd;
 dps_status results_write_meta(const results_dir *r, const backend *be, const dps_config *cfg,
-                              int most_devices, int argc,
-                              char **argv, const char *start_time, const char *end_time) DPS_MUST_USE;
+                              int most_devices, const results_cmd *cmd, const char *start_time,
+                              const char *end_time) DPS_MUST_USE;
 dps_status results_append(const results_dir *r, const dps_config *c, const backend *be,
                           const train_result *res, const run_summary *s) DPS_MUST_USE;
 

@@ -113,28 +113,55 @@ static int count_not_done(const results_ids *rerun, const results_ids *done)
     return n;
 }
 
+/* runs.csv of dir read and sorted (see sort_runs); *data holds the file. */
+static dps_status read_runs(const char *dir, int resume, char **data, size_t *len, csv_buf *out,
+                            results_ids *done, results_ids *again)
+{
+    int nfiles;
+    const results_file *files = results_files(&nfiles);
+    char path[DPS_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/%s", dir, files[nfiles - 1].name); /* runs.csv */
+    memset(done, 0, sizeof *done);
+    DPS_TRY(csv_read_file(path, data, len));
+    dps_status rc = DPS_OK;
+    if (*data) sort_runs(*data, *len, resume, out, done, again, &rc);
+    if (done->n) qsort(done->ids, (size_t)done->n, sizeof *done->ids, by_text);
+    return rc;
+}
+
 dps_status results_tidy(const results_dir *r, int resume, results_ids *done, int *rerun)
 {
-    memset(done, 0, sizeof *done);
     *rerun = 0;
     int nfiles;
     const results_file *files = results_files(&nfiles);
-    char path[DPS_PATH_MAX + 32], *data;
-    size_t len;
-    snprintf(path, sizeof path, "%s/%s", r->dir, files[nfiles - 1].name); /* runs.csv */
-    DPS_TRY(csv_read_file(path, &data, &len));
+    char path[DPS_PATH_MAX + 32], *data = NULL;
+    size_t len = 0;
     csv_buf out;
     csv_init(&out);
     results_ids again = {0};
-    dps_status rc = DPS_OK;
-    if (data) sort_runs(data, len, resume, &out, done, &again, &rc);
-    if (done->n) qsort(done->ids, (size_t)done->n, sizeof *done->ids, by_text);
+    dps_status rc = read_runs(r->dir, resume, &data, &len, &out, done, &again);
+    snprintf(path, sizeof path, "%s/%s", r->dir, files[nfiles - 1].name);
     if (!rc && data && out.len != len) rc = csv_replace(path, &out);
     for (int i = 0; !rc && i < nfiles - 1; i++) {
         snprintf(path, sizeof path, "%s/%s", r->dir, files[i].name);
         rc = filter_file(path, done);
     }
     *rerun = count_not_done(&again, done);
+    results_ids_free(&again);
+    csv_free(&out);
+    free(data);
+    if (rc) results_ids_free(done);
+    return rc;
+}
+
+dps_status results_ids_finished(const char *dir, results_ids *done)
+{
+    char *data = NULL;
+    size_t len = 0;
+    csv_buf out;
+    csv_init(&out);
+    results_ids again = {0};
+    dps_status rc = read_runs(dir, 1, &data, &len, &out, done, &again);
     results_ids_free(&again);
     csv_free(&out);
     free(data);

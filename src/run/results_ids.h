@@ -24,4 +24,8 @@ void results_ids_free(results_ids *ids);
  * in runs.csv after it; *rerun: those taken out. */
 dps_status results_tidy(const results_dir *r, int resume, results_ids *done, int *rerun) DPS_MUST_USE;
 
+/* The configurations of dir's runs.csv that --resume would not run again
+ * (those that finished), read without changing the folder. */
+dps_status results_ids_finished(const char *dir, results_ids *done) DPS_MUST_USE;
+
 #endif

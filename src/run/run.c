@@ -7,6 +7,7 @@
 
 #include "strategies/ddp.h"
 #include "strategies/dp.h"
+#include "strategies/footprint.h"
 #include "core/stats.h"
 #include "backend/nvml.h"
 #include "run/run.h"
@@ -175,6 +176,15 @@ static dps_status train(const dps_config *cfg, backend *be, train_result *res)
     return rc;
 }
 
+/* The host backend's devices are host memory: a configuration that cannot
+ * fit in what is free is refused before it allocates (under a launcher a
+ * process holds its own rank only, and the hosts may differ). */
+static dps_status fits_host(const dps_config *cfg, const backend *be)
+{
+    if (be->kind != BE_HOST || cfg->world.launcher != WORLD_NONE) return DPS_OK;
+    return footprint_check(cfg, be->kind, footprint_available());
+}
+
 dps_status run_record(const dps_config *cfg, const backend *be, const results_dir *rd,
                       dps_status status, const char *why)
 {
@@ -234,7 +244,9 @@ dps_status run_config(const dps_config *cfg, backend *be, const results_dir *rd,
     *written = 0;
     DPS_TRY(train_result_init(&res, cfg, cfg->ngpus));
     nvml_sampler *nv = cfg->no_nvml ? NULL : nvml_start(be, cfg->devices, cfg->ngpus, 20);
-    res.status = train(cfg, be, &res);
+    res.status = fits_host(cfg, be);
+    if (res.status) dps_strlcpy(res.error, dps_errmsg(), sizeof res.error);
+    else res.status = train(cfg, be, &res);
     record_nvml(nv, cfg, &res);
     if (!res.status && cfg->check) {
         res.status = run_check(cfg, be, &res);

@@ -64,7 +64,8 @@ static dps_status alloc_torch(dp_state *st, size_t pbytes)
     DPS_TRY(be_buf_alloc(be, d0, nc, "log-probabilities", &st->logp));
     DPS_TRY(be_buf_alloc(be, d0, nc, "log-probabilities gradient", &st->dlogp));
     if (!coalesced(st)) return DPS_OK;
-    size_t most = dp_largest_group(st) * sizeof(float);
+    DPS_TRY(dp_make_groups(st));
+    size_t most = dp_largest_group_floats(st->cfg->shape) * sizeof(float);
     DPS_TRY(be_buf_alloc(be, d0, pbytes, "reduce output", &st->reduce_out));
     for (int i = 0; i < st->nslots; i++) {
         dp_slot *s = &st->s[i];
@@ -94,9 +95,8 @@ static dps_status alloc_primary(dp_state *st, size_t pbytes)
     DPS_TRY(be_buf_alloc(be, d0, n * sizeof(float), "per-token loss", &st->row_loss));
     DPS_TRY(be_buf_alloc(be, d0, sizeof(float), "loss", &st->loss));
     if (st->nslots > 1) { /* lean copies 10 MiB at a time, torch a whole group */
-        if (coalesced(st)) DPS_TRY(dp_make_groups(st));
         size_t stage = pbytes < DP_COALESCE_BYTES ? pbytes : DP_COALESCE_BYTES;
-        if (coalesced(st)) stage = dp_largest_group(st) * sizeof(float);
+        if (coalesced(st)) stage = dp_largest_group_floats(m) * sizeof(float);
         DPS_TRY(be_buf_alloc(be, d0, stage, "reduce staging buffer", &st->staging));
     }
     st->s[0].xv = st->x_full.ptr;

@@ -29,28 +29,40 @@ dps_status dp_p2p(dp_state *st, dps_phase ph, int dst, void *dptr, int src, cons
     return DPS_OK;
 }
 
+/* torch's _take_tensors over the model's tensors: runs of whole tensors of
+ * at most DP_COALESCE_BYTES, a larger one alone. Fills out (n + 1 at most)
+ * and returns the number of groups. */
+static int group_tensors(const size_t *counts, int n, dp_group *out)
+{
+    size_t limit = DP_COALESCE_BYTES / sizeof(float), lo = 0;
+    int ngroups = 0;
+    for (int t = 0; t < n; t++) {
+        dp_group *g = ngroups ? &out[ngroups - 1] : NULL;
+        if (g && g->hi - g->lo + counts[t] <= limit) g->hi += counts[t];
+        else out[ngroups++] = (dp_group){lo, lo + counts[t]};
+        lo += counts[t];
+    }
+    return ngroups;
+}
+
 dps_status dp_make_groups(dp_state *st)
 {
     size_t counts[2 * BUCKET_MAX_LAYERS + 2];
     int n = bucket_model_params(st->cfg->shape, counts, (int)(sizeof counts / sizeof counts[0]));
     st->groups = calloc((size_t)n + 1, sizeof *st->groups);
     if (!st->groups) return dps_fail(DPS_ERR_RUNTIME, "out of host memory for dp's groups");
-    size_t limit = DP_COALESCE_BYTES / sizeof(float), lo = 0;
-    st->ngroups = 0;
-    for (int t = 0; t < n; t++) {
-        dp_group *g = st->ngroups ? &st->groups[st->ngroups - 1] : NULL;
-        if (g && g->hi - g->lo + counts[t] <= limit) g->hi += counts[t];
-        else st->groups[st->ngroups++] = (dp_group){lo, lo + counts[t]};
-        lo += counts[t];
-    }
+    st->ngroups = group_tensors(counts, n, st->groups);
     return DPS_OK;
 }
 
-size_t dp_largest_group(const dp_state *st)
+size_t dp_largest_group_floats(model_shape s)
 {
-    size_t most = 0;
-    for (int k = 0; k < st->ngroups; k++)
-        if (st->groups[k].hi - st->groups[k].lo > most) most = st->groups[k].hi - st->groups[k].lo;
+    size_t counts[2 * BUCKET_MAX_LAYERS + 2], most = 0;
+    dp_group groups[2 * BUCKET_MAX_LAYERS + 3];
+    int n = group_tensors(counts, bucket_model_params(s, counts, (int)(sizeof counts / sizeof counts[0])),
+                          groups);
+    for (int k = 0; k < n; k++)
+        if (groups[k].hi - groups[k].lo > most) most = groups[k].hi - groups[k].lo;
     return most;
 }
 

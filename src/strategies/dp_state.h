@@ -55,9 +55,6 @@ dps_status dp_p2p(dp_state *st, dps_phase ph, int dst, void *dptr, int src, cons
                   size_t bytes, be_stream *on) DPS_MUST_USE;
 /* The coalescing groups of the model's parameters (torch). */
 dps_status dp_make_groups(dp_state *st) DPS_MUST_USE;
-/* The floats of the largest coalescing group: a tensor over 10 MiB is a
- * group alone, so the buffers a group passes through are sized by this. */
-size_t dp_largest_group(const dp_state *st);
 /* Parameters from device 0 to every replica. */
 dps_status dp_replicate(dp_state *st) DPS_MUST_USE;
 /* Gradients summed onto device 0 (torch: into reduce_out). */

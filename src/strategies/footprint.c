@@ -1,0 +1,208 @@
+/* A configuration's memory before it runs (see footprint.h): the buffers
+ * dp.c and ddp.c allocate, summed here in the same order and sizes. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "core/util.h"
+#include "model/model.h"
+#include "strategies/ddp.h"
+#include "strategies/ddp_shared.h"
+#include "strategies/dp.h"
+#include "strategies/footprint.h"
+
+#define F4 ((uint64_t)sizeof(float))
+
+/* model_acts_alloc: pre-activations and activations of every layer, two
+ * activation gradients. */
+static uint64_t acts_bytes(model_shape s, uint64_t rows)
+{
+    return rows * (uint64_t)s.width * F4 * (2 * (uint64_t)s.layers + 2);
+}
+
+static uint64_t optimizer_bytes(const dps_config *c, uint64_t pbytes)
+{
+    return pbytes * (c->optimizer == OPT_ADAMW ? 2 : 1);
+}
+
+/* dp_setup's buffers (alloc_slot, alloc_primary, alloc_torch), by slot;
+ * returns the host's (input, labels, loss, the final parameters). */
+static uint64_t dp_devices(const dps_config *c, uint64_t *dev)
+{
+    int samples[DPS_MAX_DEVICES];
+    int nslots = dp_chunk_sizes(c->global_batch, c->ngpus, samples);
+    model_shape m = c->shape;
+    uint64_t pbytes = (uint64_t)model_param_count(m) * F4, n = (uint64_t)c->global_batch * m.tokens;
+    uint64_t W = (uint64_t)m.width * F4, C = (uint64_t)m.classes * F4;
+    int torch = c->dp_impl == DPIMPL_TORCH, coalesced = torch && nslots > 1;
+    uint64_t group = (uint64_t)dp_largest_group_floats(m) * F4;
+    for (int i = 0; i < nslots; i++) {
+        uint64_t rows = (uint64_t)samples[i] * m.tokens;
+        dev[i] = 2 * pbytes + rows * C + acts_bytes(m, rows);
+        if (i) dev[i] += rows * W + rows * C;
+        if (coalesced) dev[i] += group;
+    }
+    dev[0] += optimizer_bytes(c, pbytes) + n * W + 2 * n * C + 2 * n * F4 + F4;
+    if (nslots > 1) dev[0] += coalesced ? group : (pbytes < DP_COALESCE_BYTES ? pbytes : DP_COALESCE_BYTES);
+    if (torch) dev[0] += 2 * n * C;
+    if (coalesced) dev[0] += pbytes;
+    return n * W + n * F4 + F4 + pbytes;
+}
+
+/* A rank's buffers (ddp.c's alloc_rank), by rank; returns the host's: every
+ * rank's input, labels and initial parameters, the shared region, the
+ * parent's copy of the final parameters. */
+static uint64_t ddp_devices(const dps_config *c, uint64_t *dev)
+{
+    int shard[DPS_MAX_DEVICES];
+    ddp_shard_sizes(c->global_batch, c->ngpus, shard);
+    model_shape m = c->shape;
+    uint64_t pbytes = (uint64_t)model_param_count(m) * F4, host = pbytes;
+    uint64_t W = (uint64_t)m.width * F4, C = (uint64_t)m.classes * F4;
+    for (int r = 0; r < c->ngpus; r++) {
+        uint64_t rows = (uint64_t)shard[r] * m.tokens;
+        dev[r] = (c->grad_view ? 2 : 3) * pbytes + optimizer_bytes(c, pbytes) + rows * W +
+                 2 * rows * C + 2 * rows * F4 + F4 + acts_bytes(m, rows);
+        host += rows * W + rows * F4 + F4 + pbytes;
+    }
+    ddp_shared sh;
+    ddp_shared_layout(c, &sh);
+    return host + sh.total;
+}
+
+/* One run's bytes: its devices, and its host's with the step records. */
+static void one_run(const dps_config *c, be_kind kind, footprint *fp)
+{
+    memset(fp, 0, sizeof *fp);
+    uint64_t steps = (uint64_t)c->steps, ranks = (uint64_t)c->ngpus;
+    fp->host = c->mode == MODE_DP ? dp_devices(c, fp->device) : ddp_devices(c, fp->device);
+    fp->host += steps * (sizeof(double) + ranks * (sizeof(double) + PH_COUNT * sizeof(float))) +
+                (steps + (uint64_t)c->warmup) * sizeof(float);
+    for (int i = 0; i < c->ngpus; i++) fp->devices += fp->device[i];
+    fp->total = fp->host + (kind == BE_HOST ? fp->devices : 0);
+}
+
+void footprint_of(const dps_config *cfg, be_kind kind, footprint *fp)
+{
+    one_run(cfg, kind, fp);
+    if (!cfg->check) return;
+    dps_config ref = *cfg; /* run_check: device 0 alone, after the run, beside its parameters */
+    ref.mode = MODE_DP;
+    ref.ngpus = 1;
+    ref.check = 0;
+    footprint r;
+    one_run(&ref, kind, &r);
+    uint64_t kept = (uint64_t)model_param_count(cfg->shape) * F4;
+    if (r.total + kept > fp->total) fp->total = r.total + kept;
+}
+
+/* A "Key:  N kB" line of a /proc file, in bytes; 0 when absent. */
+static uint64_t proc_kb(const char *file, const char *key)
+{
+    FILE *f = fopen(file, "r");
+    char line[256];
+    uint64_t kb = 0;
+    size_t len = strlen(key);
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, key, len) == 0 && line[len] == ':') {
+            sscanf(line + len + 1, "%" SCNu64, &kb);
+            break;
+        }
+    if (f) fclose(f);
+    return kb * 1024;
+}
+
+/* A number in a cgroup v2 file of this process's group; 0 when absent or "max". */
+static uint64_t cgroup_value(const char *name)
+{
+    char path[320], group[256] = "";
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    if (f) { /* "0::/path" */
+        if (fscanf(f, "0::%255s", group) != 1) group[0] = '\0';
+        fclose(f);
+    }
+    snprintf(path, sizeof path, "/sys/fs/cgroup%s/%s", strcmp(group, "/") ? group : "", name);
+    uint64_t v = 0;
+    f = fopen(path, "r");
+    if (f) {
+        if (fscanf(f, "%" SCNu64, &v) != 1) v = 0;
+        fclose(f);
+    }
+    return v;
+}
+
+static uint64_t least(uint64_t a, uint64_t b) { return !a ? b : (!b || a < b ? a : b); }
+
+uint64_t footprint_available(void)
+{
+    uint64_t avail = proc_kb("/proc/meminfo", "MemAvailable"), max = cgroup_value("memory.max");
+    if (max) {
+        uint64_t used = cgroup_value("memory.current");
+        avail = least(avail, max > used ? max - used : 1);
+    }
+    const struct { int limit; const char *used; } limits[] = {{RLIMIT_DATA, "VmData"},
+                                                              {RLIMIT_AS, "VmSize"}};
+    for (size_t i = 0; i < sizeof limits / sizeof limits[0]; i++) {
+        struct rlimit rl;
+        if (getrlimit(limits[i].limit, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) continue;
+        uint64_t used = proc_kb("/proc/self/status", limits[i].used);
+        avail = least(avail, rl.rlim_cur > used ? (uint64_t)rl.rlim_cur - used : 1);
+    }
+    return avail;
+}
+
+/* Whether a footprint leaves room in `available` for what no buffer
+ * accounts for: the GEMM library's workspaces, threads' stacks, the
+ * process's own pages (a tenth, and 64 MiB). */
+static int room_for(uint64_t total, uint64_t available)
+{
+    return total + total / 10 + ((uint64_t)64 << 20) <= available;
+}
+
+/* The largest value of *knob in [1, *knob) with which cfg fits; 0: none. */
+static int fitting(dps_config *c, int *knob, be_kind kind, uint64_t available)
+{
+    int lo = 0, hi = *knob, keep = *knob;
+    while (hi - lo > 1) { /* fits(lo) or lo = 0; !fits(hi) */
+        *knob = lo + (hi - lo) / 2;
+        footprint fp;
+        footprint_of(c, kind, &fp);
+        if (room_for(fp.total, available)) lo = *knob;
+        else hi = *knob;
+    }
+    *knob = keep;
+    return lo;
+}
+
+/* " --tokens N fits" (else --batch, else --layers), or why none does. */
+static void suggest(const dps_config *cfg, be_kind kind, uint64_t available, char *buf, size_t len)
+{
+    dps_config c = *cfg;
+    int v = fitting(&c, &c.shape.tokens, kind, available);
+    if (v) { snprintf(buf, len, "--tokens %d fits", v); return; }
+    c.shape.tokens = 1;
+    v = c.global_batch > c.ngpus ? fitting(&c, &c.global_batch, kind, available) : 0;
+    if (v >= c.ngpus) { snprintf(buf, len, "--tokens 1 --batch %d fits", v); return; }
+    c.global_batch = c.ngpus;
+    v = fitting(&c, &c.shape.layers, kind, available);
+    if (v) snprintf(buf, len, "--tokens 1 --batch %d --layers %d fits", c.ngpus, v);
+    else snprintf(buf, len, "even one layer, token and sample a device does not fit; use fewer --gpus");
+}
+
+dps_status footprint_check(const dps_config *cfg, be_kind kind, uint64_t available)
+{
+    footprint fp;
+    footprint_of(cfg, kind, &fp);
+    if (!available || room_for(fp.total, available)) return DPS_OK;
+    char need[24], devs[24], host[24], have[24], fix[160];
+    dps_fmt_bytes(fp.total, need, sizeof need);
+    dps_fmt_bytes(kind == BE_HOST ? fp.devices : 0, devs, sizeof devs);
+    dps_fmt_bytes(fp.host, host, sizeof host);
+    dps_fmt_bytes(available, have, sizeof have);
+    suggest(cfg, kind, available, fix, sizeof fix);
+    return dps_fail(DPS_ERR_OOM, "host memory: this configuration needs about %s (emulated "
+                    "devices %s, host buffers %s) and a tenth more for libraries and threads, "
+                    "and %s is available; refused before allocating; %s", need, devs, host,
+                    have, fix);
+}
