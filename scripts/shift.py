@@ -6,10 +6,13 @@ Hodges-Lehmann estimate of the rounds' log-ratios with the interval of
 Wilcoxon's signed-rank test (distribution-free: a process that ran in a slow
 mode counts as one round, not by its size); the within-round
 Mann-Whitney U tests, combined over rounds (Stouffer), say whether the
-samples differ at all. Standard library only."""
+samples differ at all. Two independent samples (two configurations' step
+times) get the two-sample Hodges-Lehmann estimate with Mann-Whitney's
+interval. Standard library only."""
 import functools
 import math
 from collections import namedtuple
+from statistics import NormalDist
 
 LOWER, HIGHER = "lower", "higher"  # which direction of a metric is better
 
@@ -64,6 +67,53 @@ def log_interval(logs, confidence):
     if c == 0:
         return median(w), -math.inf, math.inf
     return median(w), w[c - 1], w[len(w) - c]
+
+
+# ---- two independent samples: Hodges-Lehmann and Mann-Whitney's interval ---------
+
+EXACT_U = 30  # the exact U distribution up to samples of this size, the normal one beyond
+
+
+@functools.lru_cache(maxsize=None)
+def u_counts(m, n):
+    """How many of the C(m + n, m) orders of two samples of m and n give each
+    Mann-Whitney U (0 .. m n): f(m, n, u) = f(m - 1, n, u - n) + f(m, n - 1, u)."""
+    if m == 0 or n == 0:
+        return (1,)
+    counts = [0] * (m * n + 1)
+    for u, c in enumerate(u_counts(m, n - 1)):
+        counts[u] += c
+    for u, c in enumerate(u_counts(m - 1, n)):
+        counts[u + n] += c
+    return tuple(counts)
+
+
+def u_cut(m, n, confidence):
+    """The largest c with P(U < c) <= (1 - confidence) / 2 for samples of m
+    and n: the interval runs from the c-th smallest of the m n pairwise
+    differences to the c-th largest; 0 when the samples are too few."""
+    tail = (1.0 - confidence) / 2.0
+    if m > EXACT_U or n > EXACT_U:
+        z = NormalDist().inv_cdf(1.0 - tail)
+        return max(0, math.floor(m * n / 2.0 - z * math.sqrt(m * n * (m + n + 1) / 12.0)))
+    counts, total = u_counts(m, n), math.comb(m + n, m)
+    below, c = 0, 0
+    while c < len(counts) and (below + counts[c]) / total <= tail:
+        below += counts[c]
+        c += 1
+    return c
+
+
+def two_sample_log_interval(a, b, confidence=0.95):
+    """(center, lo, hi) of log(a / b) for two independent samples of positive
+    values: the Hodges-Lehmann estimate (the median of every log a_i - log b_j)
+    and Mann-Whitney's distribution-free interval; lo, hi infinite when the
+    samples are too few (or one is empty: the center is then nan)."""
+    d = sorted(math.log(x) - math.log(y) for x in a for y in b)
+    c = u_cut(len(a), len(b), confidence) if d else 0
+    if c == 0:
+        return median(d), -math.inf, math.inf
+    return median(d), d[c - 1], d[len(d) - c]
 
 
 # ---- the shift ------------------------------------------------------------------
