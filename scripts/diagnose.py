@@ -1,7 +1,9 @@
-"""summary.md's diagnosis: why dp loses to ddp (or wins), from a results folder's numbers."""
+"""summary.md's diagnosis: why dp (each variant: dp, dp-lean) loses to ddp, wins, or
+cannot be told from it, from a results folder's numbers."""
 from collections import defaultdict
 
-from dpsresults import integer, number
+from dpsresults import integer, number, strategy
+from speedup import NOISE, interval_text, speedup
 
 # dp's work that device 0 does alone while the others wait, in step order
 DP_SERIAL = ["replicate", "scatter", "gather", "loss", "reduce", "optimizer"]
@@ -26,18 +28,19 @@ def phases_of(folder, config_id, device=0):
 
 def pairs(folder):
     """(model, precision, optimizer, scaling, n, dp run, ddp run) at the largest
-    device count (2 or more: on one device nothing waits) where both modes
-    ran, for each model, precision, optimizer and scaling."""
+    device count (2 or more: on one device nothing waits) where both ran, for
+    each model, precision, optimizer, scaling and dp variant (dp, dp-lean)."""
     runs = defaultdict(dict)
     for r in folder.runs:
         key = (r["model"], r["precision"], r["optimizer"], r["scaling"])
-        runs[key][(r["mode"], r["_n"])] = r
+        runs[key][(strategy(r), r["_n"])] = r
     out = []
     for key, got in sorted(runs.items()):
-        both = [n for (m, n) in got if m == "dp" and n >= 2 and ("ddp", n) in got]
-        if both:
-            n = max(both)
-            out.append((*key, n, got[("dp", n)], got[("ddp", n)]))
+        for variant in ("dp", "dp-lean"):
+            both = [n for (m, n) in got if m == variant and n >= 2 and ("ddp", n) in got]
+            if both:
+                n = max(both)
+                out.append((*key, n, got[(variant, n)], got[("ddp", n)]))
     return out
 
 
@@ -83,29 +86,36 @@ def gaps(folder, slow, fast):
 def verdict(folder, dp, ddp, serial, exposed_ms):
     """The one sentence naming the bottleneck: the phase where the slower
     mode's device 0 spends the most time beyond the faster one's, named as
-    what binds dp when it is one of dp's serial phases."""
-    speed = number(ddp, "samples_per_s") / number(dp, "samples_per_s")
+    what binds dp when it is one of dp's serial phases; where the throughput
+    ratio's interval holds 1, that neither is faster."""
+    s = speedup(folder.step_ms, dp, ddp)
+    name = strategy(dp)
     dp_step, ddp_step = number(dp, "step_ms_median"), number(ddp, "step_ms_median")
     alone = sum(r[2] for r in serial)
     exposed = (f"ddp's exposed all-reduce: {exposed_ms:.3f} ms, "
                f"{100 * exposed_ms / ddp_step:.0f} % of its step")
-    if speed >= 1:
-        lead, found = f"ddp reaches {speed:.2f}x dp's throughput", gaps(folder, dp, ddp)
-        slower, longer = "dp", dp_step - ddp_step
-        aside = f"device 0 works alone {alone:.0f} % of dp's step; {exposed}"
+    if s.faster == NOISE:
+        return (f"{name} and ddp are within noise of each other: ddp's throughput is "
+                f"{s.ratio:.2f}x {name}'s ({interval_text(s)}, which holds 1), so neither is "
+                f"faster; {exposed}; {name}'s device 0 works alone {alone:.0f} % of its step.")
+    if s.faster == "ddp":
+        lead = f"ddp reaches {s.ratio:.2f}x {name}'s throughput ({interval_text(s)})"
+        found, slower, longer = gaps(folder, dp, ddp), name, dp_step - ddp_step
+        aside = f"device 0 works alone {alone:.0f} % of {name}'s step; {exposed}"
     else:
-        lead, found = f"dp reaches {1 / speed:.2f}x ddp's throughput", gaps(folder, ddp, dp)
-        slower, longer = "ddp", ddp_step - dp_step
-        aside = f"{exposed}, while dp's device 0 works alone {alone:.0f} % of its step"
+        back = speedup(folder.step_ms, ddp, dp)
+        lead = f"{name} reaches {back.ratio:.2f}x ddp's throughput ({interval_text(back)})"
+        found, slower, longer = gaps(folder, ddp, dp), "ddp", ddp_step - dp_step
+        aside = f"{exposed}, while {name}'s device 0 works alone {alone:.0f} % of its step"
     phase, gap = found[0]
     if gap < 0.25 * longer:  # device 0's own phases do not explain the longer step
         explained = sum(g for _, g in found if g > 0)
         return (f"{lead}: {slower}'s step is {longer:.3f} ms longer, of which device 0's phases "
                 f"account for {explained:.3f} ms (the most: its {NAME.get(phase, phase)}, "
                 f"+{gap:.3f} ms); the rest is device 0 waiting for the other devices; {aside}.")
-    if slower == "dp" and phase in DP_SERIAL:
+    if slower == name and phase in DP_SERIAL:
         pct = 100 * phases_of(folder, dp["config_id"])[phase] / dp_step
-        return (f"{lead}: dp is bound by {WHAT[phase]}: {pct:.0f} % of the step "
+        return (f"{lead}: {name} is bound by {WHAT[phase]}: {pct:.0f} % of the step "
                 f"({phases_of(folder, dp['config_id'])[phase]:.3f} ms of {dp_step:.3f} ms); "
                 f"{aside}.")
     return (f"{lead}: {slower}'s step is {longer:.3f} ms longer, the largest part in its "
@@ -116,11 +126,13 @@ def pair_lines(folder, pair):
     model, prec, opt, scaling, n, dp, ddp = pair
     serial = serial_phases(folder, dp)
     exposed = phases_of(folder, ddp["config_id"]).get("allreduce_exposed", 0.0)
-    lines = [f"### {model}, {prec}, {opt}, {scaling} scaling, {n} devices", "",
+    name = strategy(dp)
+    lines = [f"### {model}, {prec}, {opt}, {scaling} scaling, {n} devices: {name} and ddp", "",
              verdict(folder, dp, ddp, serial, exposed), ""]
     if serial:
         total = sum(r[1] for r in serial)
-        lines += ["| dp phase on device 0 alone | ms | % of dp's step |", "| --- | --- | --- |"]
+        lines += [f"| {name} phase on device 0 alone | ms | % of {name}'s step |",
+                  "| --- | --- | --- |"]
         lines += [f"| {p} | {ms:.3f} | {pct:.1f} |" for p, ms, pct in serial]
         lines += [f"| all of them | {total:.3f} | "
                   f"{100 * total / number(dp, 'step_ms_median'):.1f} |", ""]
@@ -128,7 +140,7 @@ def pair_lines(folder, pair):
     if extra:
         held = ", ".join(f"{k} ({mib:.2f} MiB" + (f": {', '.join(c)})" if c and c != [k] else ")")
                          for k, mib, c in extra)
-        lines += [f"dp's device 0 holds more than the others' mean at its peak: {held}.", ""]
+        lines += [f"{name}'s device 0 holds more than the others' mean at its peak: {held}.", ""]
     return lines
 
 
@@ -137,10 +149,13 @@ def diagnosis(folder):
     found = pairs(folder)
     if not found:
         return []
-    lines = ["## Diagnosis", "", "For each model at the largest device count where dp and ddp "
-             "both ran: dp's phases that device 0 runs while the other devices wait (from "
-             "phases.csv), against ddp's all-reduce left exposed after backward, and what "
-             "device 0 holds beyond the others (from memory.csv).", ""]
+    lines = ["## Diagnosis", "", "For each model and dp variant (dp as DataParallel does it; "
+             "dp-lean, --dp-impl lean) at the largest device count where it and ddp both ran: "
+             "dp's phases that device 0 runs while the other devices wait (from phases.csv), "
+             "against ddp's all-reduce left exposed after backward, and what device 0 holds "
+             "beyond the others (from memory.csv). One mode is said to reach more throughput "
+             "than the other only where the ratio's 95 % interval (from steps.csv's step "
+             "times) excludes 1.", ""]
     for pair in found:
         lines += pair_lines(folder, pair)
     return lines

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """Charts of a dpscale results folder: scaling, efficiency, GPU-0 imbalance,
-phases, links, and a summary.md that links them.
+phases, links, and a summary.md that links them and names every
+configuration that did not end ok (each chart counts those it leaves out).
 
 usage: plot.py RESULTS_DIR [--out DIR] [--torch TORCH_DIR] [--predictions PRED ...]
        (default DIR: plots/<folder name>)
@@ -36,6 +37,7 @@ from statistics import median
 sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
 from dpsresults import InputError, integer, number, read_folder, read_meta, strategy  # noqa: E402
 from diagnose import diagnosis  # noqa: E402
+from speedup import ONE_DEVICE, SAME_STEP, speedup, step_times  # noqa: E402
 from predicted import (Predicted, against_measured, oom_lines, panel_of,  # noqa: E402
                        prediction_errors, prediction_files, prediction_sources, predicted_lines,
                        predictions_only, predictions_table, read_all_predictions)
@@ -46,9 +48,12 @@ DEVICES_COLS = ["config_id", "device", "alloc_peak_bytes"]
 PHASES_COLS = ["config_id", "device", "phase", "median_ms"]
 LINKS_COLS = ["src", "dst", "method", "bytes", "bw_gbps", "status"]
 MEMORY_COLS = ["config_id", "device", "category", "bytes_at_peak"]
+STEPS_COLS = ["config_id", "step", "rank", "step_ms"]
 PHASE_ORDER = ["load", "replicate", "scatter", "forward", "gather", "loss", "backward",
                "reduce", "allreduce_exposed", "optimizer"]
 MODE_COLOR = {"dp": "#d62728", "dp-lean": "#ff9896", "ddp": "#1f77b4"}
+STRATEGIES = ("dp", "dp-lean", "ddp")  # strategy()'s names, in the order drawn
+FAILED = "Failed configurations"  # summary.md's section of the configurations not drawn
 
 
 class Folder:
@@ -56,10 +61,11 @@ class Folder:
         self.path = path
         files = read_folder(path, {"runs.csv": RUNS_COLS, "devices.csv": DEVICES_COLS,
                                    "phases.csv": PHASES_COLS, "links.csv": LINKS_COLS,
-                                   "memory.csv": MEMORY_COLS},
-                            optional=("links.csv", "memory.csv"))
+                                   "memory.csv": MEMORY_COLS, "steps.csv": STEPS_COLS},
+                            optional=("links.csv", "memory.csv", "steps.csv"))
         self.runs_path = files["runs.csv"].path
         self.runs = [r for r in files["runs.csv"] if r["status"] == "ok"]
+        self.failed = [r for r in files["runs.csv"] if r["status"] != "ok"]
         if not self.runs:
             raise InputError(f"{self.runs_path}: no configuration with status ok to draw")
         for r in self.runs:
@@ -69,6 +75,7 @@ class Folder:
         self.phases = files["phases.csv"]
         self.links = files["links.csv"]
         self.memory = files["memory.csv"]
+        self.step_ms = step_times(files["steps.csv"])
         self.meta = read_meta(path)
         devs = self.meta.get("devices") or [{}]
         self.device = devs[0].get("name", "unknown device")
@@ -146,6 +153,26 @@ def grid(plt, n, width=5.2, height=4.0):
 DP_NOTE = "dp: no Python overhead, an upper bound on DataParallel's throughput"
 
 
+def not_drawn(folder):
+    """A chart's note on the configurations it leaves out because they did not
+    end ok, counted by status; '' when every one did."""
+    if not folder.failed:
+        return ""
+    count = defaultdict(int)
+    for r in folder.failed:
+        count[r["status"]] += 1
+    n = len(folder.failed)
+    return (f"{n} configuration{'s' if n > 1 else ''} not drawn "
+            f"({', '.join(f'{c} {st}' for st, c in sorted(count.items()))}): see summary.md, "
+            f"{FAILED}")
+
+
+def with_not_drawn(title, folder):
+    """A chart's title with not_drawn's note as its last line."""
+    note = not_drawn(folder)
+    return f"{title}\n{note}" if note else title
+
+
 def style(scaling):
     return "-" if scaling == "weak" else "--"
 
@@ -192,11 +219,14 @@ def ideal_line(ax, ns, base, mode):
 
 def draw_measured(ax, lines, efficiency):
     """A panel's measured lines ((mode, scaling) -> [(n, samples/s)]): throughput
-    with each line's ideal, or efficiency where the line has one GPU."""
+    with each line's ideal, or efficiency where the line has one GPU; returns
+    the labels of the lines left out for want of one GPU."""
+    left_out = []
     for (mode, scaling), pts in sorted(lines.items()):
         ns = [p[0] for p in pts]
         base = next((p[1] for p in pts if p[0] == 1), None)
         if efficiency and base is None:
+            left_out.append(f"{mode} ({scaling} scaling)")
             continue
         if efficiency:
             ys = [p[1] / (p[0] * base) for p in pts]
@@ -206,6 +236,7 @@ def draw_measured(ax, lines, efficiency):
                 ideal_line(ax, ns, base, mode)
         ax.plot(ns, ys, style(scaling), marker="o", color=MODE_COLOR.get(mode, "gray"),
                 label=f"{mode} ({scaling} scaling)")
+    return left_out
 
 
 def draw_predicted_ideal(ax, predicted):
@@ -245,9 +276,10 @@ def plot_scaling(plt, folder, out, efficiency=False, preds=()):
     errors = prediction_errors(folder, preds)
     keys = sorted(set(data) | set(predicted))
     fig, axes = grid(plt, len(keys))
+    left_out = []
     for ax, key in zip(axes, keys):
         lines = data.get(key, {})
-        draw_measured(ax, lines, efficiency)
+        left_out += [f"{', '.join(key)}: {line}" for line in draw_measured(ax, lines, efficiency)]
         if not lines and not efficiency:
             draw_predicted_ideal(ax, predicted.get(key, {}))
         plot_predicted(ax, predicted.get(key, {}),
@@ -256,6 +288,8 @@ def plot_scaling(plt, folder, out, efficiency=False, preds=()):
     what = "Scaling efficiency = throughput(n) / (n · throughput(1))" if efficiency else "Throughput"
     pred = ([PRED_NOTE] if predicted else []) + ([PRED_ERROR_NOTE] if errors and not efficiency else [])
     notes = ([DP_NOTE] if folder.runs else []) + (["; ".join(pred)] if pred else [])
+    notes += [f"no 1-GPU run, so no efficiency: {'; '.join(left_out)}"] if left_out else []
+    notes += [not_drawn(folder)] if folder.failed else []
     lines = [f"{what}: DataParallel (dp) vs DistributedDataParallel (ddp)", folder.label()] + notes
     width = int(fig.get_figwidth() * 11)  # characters a line holds at the title's size
     fig.suptitle("\n".join(textwrap.fill(t, width) for t in lines))
@@ -298,7 +332,7 @@ def plot_imbalance(plt, folder, out):
         x = 0.0
         ticks, labels = [], []
         for n in sorted({r[2] for r in mine}):
-            for mode in ("dp", "dp-lean", "ddp"):
+            for mode in STRATEGIES:
                 for m2, p2, n2, mode2, peaks in mine:
                     if n2 != n or mode2 != mode:
                         continue
@@ -315,7 +349,7 @@ def plot_imbalance(plt, folder, out):
         ax.set_ylabel("allocation peak per device (MiB)")
         ax.set_title(f"{model}, {prec}: memory per device (hatched: device 0)")
         ax.grid(axis="y", alpha=0.3)
-        for mode in ("dp", "dp-lean", "ddp"):
+        for mode in STRATEGIES:
             pts = [(r[2], gpu0_ratio(r[4])) for r in mine if r[3] == mode and gpu0_ratio(r[4])]
             if pts:
                 ax2.plot([p[0] for p in pts], [p[1] for p in pts], marker="o",
@@ -327,7 +361,8 @@ def plot_imbalance(plt, folder, out):
         ax2.set_title(f"{model}, {prec}: GPU-0 imbalance")
         ax2.grid(alpha=0.3)
         ax2.legend(fontsize=8)
-    fig.suptitle(f"Per-device memory (harness allocation peaks)\n{folder.label()}")
+    fig.suptitle(with_not_drawn(f"Per-device memory (harness allocation peaks)\n{folder.label()}",
+                                folder))
     return save(plt, fig, out, "gpu0_imbalance.png")
 
 
@@ -380,7 +415,8 @@ def plot_memory(plt, folder, out, data):
         handles, labels = ax.get_legend_handles_labels()
         ax.legend(handles[::-1], labels[::-1], fontsize=7, loc="upper left",
                   bbox_to_anchor=(1.01, 1.0))
-    fig.suptitle(f"Memory by what it holds, per device (memory.csv)\n{folder.label()}\n{DP_NOTE}")
+    fig.suptitle(with_not_drawn(f"Memory by what it holds, per device (memory.csv)\n"
+                                f"{folder.label()}\n{DP_NOTE}", folder))
     return save(plt, fig, out, "memory.png")
 
 
@@ -396,7 +432,7 @@ def plot_phases(plt, folder, out):
     for ax, (model, prec) in zip(axes, keys):
         runs = sorted((r for r in folder.runs if r["model"] == model and r["precision"] == prec
                        and (r["scaling"] or "weak") == "weak"),
-                      key=lambda r: (r["_n"], r["mode"] != "dp"))
+                      key=lambda r: (r["_n"], STRATEGIES.index(strategy(r))))
         bottoms = [0.0] * len(runs)
         for i, ph in enumerate(PHASE_ORDER):
             vals = [med[r["config_id"]].get(ph, 0.0) for r in runs]
@@ -404,13 +440,13 @@ def plot_phases(plt, folder, out):
                 ax.bar(range(len(runs)), vals, bottom=bottoms, color=cmap(i % 10), label=ph)
                 bottoms = [b + v for b, v in zip(bottoms, vals)]
         ax.set_xticks(range(len(runs)))
-        ax.set_xticklabels([f"{r['mode']}\n{r['_n']} GPU" for r in runs], fontsize=8)
+        ax.set_xticklabels([f"{strategy(r)}\n{r['_n']} GPU" for r in runs], fontsize=8)
         ax.set_ylabel("median time on device 0 (ms)")
         ax.set_title(f"{model}, {prec}: where a step's time goes")
         ax.grid(axis="y", alpha=0.3)
         ax.legend(fontsize=7, ncol=2)
-    fig.suptitle(f"Phases of a step (device 0; ddp's all-reduce overlaps backward, "
-                 f"only its exposed part is stacked)\n{folder.label()}")
+    fig.suptitle(with_not_drawn(f"Phases of a step (device 0; ddp's all-reduce overlaps backward, "
+                                f"only its exposed part is stacked)\n{folder.label()}", folder))
     return save(plt, fig, out, "phases.png")
 
 
@@ -660,39 +696,113 @@ def summary_intro(folder):
                     "scripts/torch_reference.py measures it where PyTorch runs.", ""]
 
 
-def glance_row(peaks, key, scaling, per, n):
-    """One "At a glance" row: dp and ddp at n GPUs of a series' scaling."""
-    model, prec, _ = key
-    cells, eff = {}, {}
-    for m in ("dp", "ddp"):
-        pt = per.get(m, {}).get(n)
-        base = per.get(m, {}).get(1)
-        cells[m] = f"{pt[1]:.1f}" if pt else "-"
-        eff[m] = f"{pt[1] / (n * base[1]):.2f}" if pt and base else "-"
-    best = max(("dp", "ddp"), key=lambda m: per.get(m, {}).get(n, (0, -1))[1])
-    dp_pt = per.get("dp", {}).get(n)
-    ratio = gpu0_ratio([peaks[dp_pt[2]["config_id"]][k]
-                        for k in sorted(peaks[dp_pt[2]["config_id"]])]) if dp_pt else None
-    ddp_pt = per.get("ddp", {}).get(n)
-    speed = f"{ddp_pt[1] / dp_pt[1]:.2f}x" if dp_pt and ddp_pt and dp_pt[1] else "-"
-    return (f"| {model} | {prec} | {scaling} | {n} | {cells['dp']} | {cells['ddp']} | {best} | "
-            f"{speed} | {eff['dp']} | {eff['ddp']} | {f'{ratio:.2f}' if ratio else '-'} |")
+def glance_strategies(folder):
+    """The strategies the At a glance table has columns for: dp and ddp, and
+    dp's lean variant where the folder has it."""
+    ran = {strategy(r) for r in folder.runs}
+    return [s for s in STRATEGIES if s in ran or s != "dp-lean"]
 
 
-def summary(folder, out, charts, torch_folder=None, preds=(), pred_paths=()):
-    peaks = peaks_by_config(folder)
-    lines = summary_intro(folder)
-    lines += ["## At a glance", "",
-              "| model | precision | scaling | GPUs | dp samples/s | ddp samples/s | best | "
-              "ddp speed-up over dp | dp efficiency | ddp efficiency | dp GPU-0 memory ratio |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+def best_cell(folder, at):
+    """The fastest strategy of a row (at: strategy -> point or None), where its
+    throughput beats every other's by an interval above 1; otherwise why none."""
+    ran = [m for m in at if at[m]]
+    if len(ran) < 2:
+        return "-"
+    top = max(ran, key=lambda m: at[m][1])
+    told = {m: speedup(folder.step_ms, at[m][2], at[top][2]).faster for m in ran if m != top}
+    if ONE_DEVICE in told.values():
+        return f"- ({ONE_DEVICE})"
+    tied = [m for m in told if told[m] != top]
+    return top if not tied else "within noise: " + ", ".join(m for m in ran if m == top or m in tied)
+
+
+def speedup_cell(folder, a, b):
+    """b's throughput over a's with its interval; '-' where one did not run."""
+    if not a or not b:
+        return "-"
+    s = speedup(folder.step_ms, a[2], b[2])
+    if s.faster == ONE_DEVICE:
+        return f"- ({ONE_DEVICE})"
+    span = "[no interval]" if math.isinf(s.hi) else f"[{s.lo:.2f}, {s.hi:.2f}]"
+    return f"{s.ratio:.2f}x {span}" + (", within noise" if s.faster not in STRATEGIES else "")
+
+
+def memory_cell(peaks, pt):
+    """A dp run's device-0 allocation peak over the mean of its other devices."""
+    ratio = gpu0_ratio([peaks[pt[2]["config_id"]][k] for k in sorted(peaks[pt[2]["config_id"]])]) \
+        if pt else None
+    return f"{ratio:.2f}" if ratio else "-"
+
+
+def glance_row(folder, peaks, row, per, cols):
+    """One "At a glance" row (row: model, precision, scaling, n): each strategy
+    of cols at n GPUs of a series' scaling."""
+    n = row[3]
+    at = {m: per.get(m, {}).get(n) for m in cols}
+    dps = [m for m in cols if m != "ddp"]
+    cells = [f"{at[m][1]:.1f}" if at[m] else "-" for m in cols] + [best_cell(folder, at)]
+    cells += [speedup_cell(folder, at[m], at["ddp"]) for m in dps]
+    base = {m: per.get(m, {}).get(1) for m in cols}
+    cells += [f"{at[m][1] / (n * base[m][1]):.2f}" if at[m] and base[m] else "-" for m in cols]
+    cells += [memory_cell(peaks, at[m]) for m in dps]
+    return "| " + " | ".join([*row[:3], str(n)] + cells) + " |"
+
+
+def glance_table(folder):
+    """summary.md's "At a glance": per model, precision, scaling and GPU count,
+    each strategy's samples/s, the best, ddp's speed-up, the efficiencies."""
+    peaks, cols = peaks_by_config(folder), glance_strategies(folder)
+    dps = [m for m in cols if m != "ddp"]
+    head = ["model", "precision", "scaling", "GPUs"] + [f"{m} samples/s" for m in cols] + \
+        ["best"] + [f"ddp speed-up over {m}" for m in dps] + [f"{m} efficiency" for m in cols] + \
+        [f"{m} GPU-0 memory ratio" for m in dps]
+    lines = ["## At a glance", "", "| " + " | ".join(head) + " |",
+             "|" + " --- |" * len(head)]
     for key, modes in sorted(series(folder).items()):
         for scaling in ("weak", "strong"):
             per = {m: {p[0]: p for p in pts} for (m, sc), pts in modes.items() if sc == scaling}
             for n in sorted({n for d in per.values() for n in d}):
-                lines.append(glance_row(peaks, key, scaling, per, n))
+                lines.append(glance_row(folder, peaks, (key[0], key[1], scaling, n), per, cols))
     lines += ["", "Efficiency: throughput(n) / (n · throughput(1)) of the same mode. GPU-0 "
-              "memory ratio: dp's device 0 allocation peak over the mean of the other devices.", ""]
+              "memory ratio: dp's device 0 allocation peak over the mean of the other devices. "
+              "Speed-up: ddp's samples/s over dp's, [its 95 % interval] from steps.csv's step "
+              "times (the two-sample Hodges–Lehmann estimate with Mann–Whitney's interval). "
+              "Best: the fastest mode, named only where its interval against every other mode "
+              "lies above 1; \"within noise\" names the modes it cannot be told from. " +
+              SAME_STEP, ""]
+    if folder.failed:
+        lines += [f"Not in this table or the charts: {len(folder.failed)} configuration"
+                  f"{'s' if len(folder.failed) > 1 else ''} that did not end ok (see {FAILED}).",
+                  ""]
+    return lines
+
+
+def cell_text(text, most=160):
+    """A runs.csv cell fit for one markdown table cell: one line, at most
+    `most` characters (cut with …), pipes escaped."""
+    one = " ".join(text.split())
+    one = one if len(one) <= most else one[:most - 1].rstrip() + "…"
+    return one.replace("|", "\\|") or "-"
+
+
+def failed_lines(folder):
+    """summary.md's section naming every configuration that did not end ok,
+    with its status, the steps it did and its error; [] when every one did."""
+    if not folder.failed:
+        return []
+    one = len(folder.failed) == 1
+    lines = [f"## {FAILED}", "", f"{len(folder.failed)} configuration{'' if one else 's'} did "
+             f"not end ok; no chart or table here draws {'it' if one else 'them'} (runs.csv has "
+             f"the whole error).", "",
+             "| configuration | status | steps done | error |", "| --- | --- | --- | --- |"]
+    lines += [f"| {r['config_id']} | {r['status']} | {r['steps_done'] or '-'} of {r['steps']} | "
+              f"{cell_text(r['error'])} |" for r in folder.failed]
+    return lines + [""]
+
+
+def summary(folder, out, charts, torch_folder=None, preds=(), pred_paths=()):
+    lines = summary_intro(folder) + failed_lines(folder) + glance_table(folder)
     lines += diagnosis(folder)
     if pred_paths:
         lines += against_measured(folder, preds, pred_paths)

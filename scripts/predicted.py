@@ -15,6 +15,7 @@ class Predicted:
     """A folder that holds predictions.csv and no runs.csv: nothing measured,
     the predictions drawn alone."""
     runs = []
+    failed = []
     emulated = False
 
     def __init__(self, path, preds):

@@ -677,6 +677,9 @@ def case_diagnosis(fixture):
         runs = os.path.join(folder, "runs.csv")
         set_cells(runs, {"config_id": dp}, {"step_ms_median": "10.0", "samples_per_s": "1000"})
         set_cells(runs, {"config_id": ddp}, {"step_ms_median": "6.0", "samples_per_s": "1500"})
+        steps = os.path.join(folder, "steps.csv")  # the step times the ratio's interval reads
+        set_cells(steps, {"config_id": dp}, {"step_ms": "10.0", "rank_step_ms": "10.0"})
+        set_cells(steps, {"config_id": ddp}, {"step_ms": "6.6667", "rank_step_ms": "6.6667"})
         phases = os.path.join(folder, "phases.csv")
         set_cells(phases, {"config_id": dp, "device": "0", "phase": "reduce"}, {"median_ms": "4.1"})
         set_cells(phases, {"config_id": ddp, "device": "0", "phase": "allreduce_exposed"},
@@ -689,23 +692,27 @@ def case_diagnosis(fixture):
         p = script("plot.py", folder, "--out", os.path.join(tmp, "out"))
         expect_exit(p, 0)
         md = open(os.path.join(tmp, "out", "summary.md")).read()
-        for want in ["## At a glance", "| small | fp32 | weak | 4 | 1000.0 | 1500.0 | ddp | 1.50x |",
-                     "### small, fp32, sgd, weak scaling, 4 devices",
-                     "ddp reaches 1.50x dp's throughput: dp is bound by the reduce of the "
-                     "gradients onto device 0: 41 % of the step (4.100 ms of 10.000 ms); ",
+        for want in ["## At a glance",
+                     "| small | fp32 | weak | 4 | 1000.0 | 1500.0 | ddp | 1.50x [1.50, 1.50] |",
+                     "### small, fp32, sgd, weak scaling, 4 devices: dp and ddp",
+                     "ddp reaches 1.50x dp's throughput (95 % interval 1.50–1.50x): dp is bound "
+                     "by the reduce of the gradients onto device 0: 41 % of the step (4.100 ms "
+                     "of 10.000 ms); ",
                      "ddp's exposed all-reduce: 0.600 ms, 10 % of its step.",
                      "| reduce | 4.100 | 41.0 |",
                      "dp's device 0 holds more than the others' mean at its peak: gathered "
                      "logits (3.00 MiB), loss buffers (1.00 MiB)."]:
             expect(want in md, f"summary.md lacks {want!r}:\n{md[:4000]}")
         set_cells(runs, {"config_id": ddp}, {"step_ms_median": "20.0", "samples_per_s": "500"})
+        set_cells(steps, {"config_id": ddp}, {"step_ms": "20.0", "rank_step_ms": "20.0"})
         set_cells(phases, {"config_id": ddp, "device": "0", "phase": "allreduce_exposed"},
                   {"median_ms": "9.5"})
         p = script("plot.py", folder, "--out", os.path.join(tmp, "out2"))
         expect_exit(p, 0)
         md = open(os.path.join(tmp, "out2", "summary.md")).read()
-        want = ("dp reaches 2.00x ddp's throughput: ddp's step is 10.000 ms longer, the largest part "
-                "in its exposed all-reduce (+9.500 ms on device 0)")
+        want = ("dp reaches 2.00x ddp's throughput (95 % interval 2.00–2.00x): ddp's step is "
+                "10.000 ms longer, the largest part in its exposed all-reduce (+9.500 ms on "
+                "device 0)")
         expect(want in md, f"summary.md lacks {want!r}:\n{md[:4000]}")
 
 

@@ -253,8 +253,8 @@ def runs(intact, broken, tmp, n):
     shutil.copytree(broken, os.path.join(pool, "run-2"), symlinks=True)
     for argv in ([intact, broken, *outs], [broken, intact], [pool, intact]):
         yield ("compare.py " + " ".join(argv), *call(compare.main, argv))
-    if same_files(intact, broken, but="steps.csv"):
-        return  # plot.py reads what it drew from the intact folder
+    if same_files(intact, broken, but="buckets.csv"):
+        return  # nothing plot.py reads (every file but buckets.csv) was broken
     argv = [[broken], [broken, "--torch", intact], [intact, "--torch", broken]][n % 3] + \
         ["--out", os.path.join(tmp, "plots")]
     plot.save = SAVE if n % RENDER_EVERY == 0 else unrendered
