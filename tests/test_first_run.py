@@ -142,7 +142,24 @@ def case_resume_plan(binary):
         expect(len(ids) == 4 and all("tiny" in i for i in ids), f"runs.csv holds {ids}")
 
 
-CASES = {"mistakes": case_mistakes, "estimate": case_estimate, "host_memory": case_host_memory,
+def case_warm_up(binary):
+    """A sweep warms a process on its first configuration to run (two steps,
+    untimed, nothing written) before the first timed one; --resume warms on
+    the first it will run."""
+    with tempfile.TemporaryDirectory() as out:
+        args = ["sweep", "--mode", "dp,ddp", "--gpus", "1", "--model", "tiny", "--steps", "1",
+                "--warmup", "0", "--no-links"]
+        p = dpscale(binary, *args, "--filter", "dp-*", out=out, name="s", check_rc=0)
+        warm = p.stderr.find("warm-up: dp-tiny-fp32-sgd-g1-b8, two steps untimed")
+        first = p.stderr.find("[1/1]")
+        expect(0 <= warm < first, f"no warm-up before the first configuration:\n{p.stderr}")
+        p = dpscale(binary, *args, "--resume", out=out, name="s", check_rc=0)
+        expect("warm-up: ddp-tiny-fp32-sgd-g1-b8-bk25" in p.stderr, f"--resume:\n{p.stderr}")
+        runs = read_folder(os.path.join(out, "s"))[0]
+        expect(len(runs) == 2, f"runs.csv: {[r['config_id'] for r in runs]}")
+
+
+CASES = {"warm_up": case_warm_up, "mistakes": case_mistakes, "estimate": case_estimate, "host_memory": case_host_memory,
          "resume_plan": case_resume_plan}
 
 

@@ -185,6 +185,22 @@ static dps_status fits_host(const dps_config *cfg, const backend *be)
     return footprint_check(cfg, be->kind, footprint_available());
 }
 
+dps_status run_untimed(const dps_config *cfg, backend *be)
+{
+    dps_config c = *cfg;
+    c.warmup = c.steps = 1;
+    c.check = c.gemm_ref = c.trace_steps = 0;
+    c.save_params[0] = '\0';
+    c.profile_first = c.profile_last = c.fault_rank = -1;
+    c.no_nvml = 1;
+    DPS_TRY(fits_host(&c, be));
+    train_result res;
+    DPS_TRY(train_result_init(&res, &c, c.ngpus));
+    dps_status rc = train(&c, be, &res);
+    train_result_free(&res);
+    return rc;
+}
+
 dps_status run_record(const dps_config *cfg, const backend *be, const results_dir *rd,
                       dps_status status, const char *why)
 {

@@ -30,6 +30,9 @@ dps_status run_config(const dps_config *cfg, backend *be, const results_dir *rd,
 /* Rows for a configuration that never ran or died without writing them:
  * status (skipped, error, timeout) and why; its line in the table once
  * they are written. */
+/* cfg's training for one warm-up and one timed step, writing nothing: a
+ * process warmed before the configurations it forks are timed. */
+dps_status run_untimed(const dps_config *cfg, backend *be) DPS_MUST_USE;
 dps_status run_record(const dps_config *cfg, const backend *be, const results_dir *rd,
                       dps_status status, const char *why) DPS_MUST_USE;
 

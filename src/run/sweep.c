@@ -62,7 +62,8 @@ typedef struct child_outcome {
 } child_outcome;
 
 /* Runs one configuration in a child process and waits for it, showing
- * progress; kills it past the deadline. */
+ * progress; kills it past the deadline. rd NULL: its warm-up alone, which
+ * writes nothing (see warm_up). */
 static dps_status run_child(const dps_config *cfg, backend *be, const results_dir *rd,
                             const sweep_opts *o, child_report *shared, child_outcome *out,
                             int idx, int total, const char *id, double t_start, double eta0)
@@ -77,9 +78,9 @@ static dps_status run_child(const dps_config *cfg, backend *be, const results_di
         prctl(PR_SET_PDEATHSIG, SIGKILL); /* the configuration dies with the sweep */
         if (getppid() != parent) _exit(1);
         int w = 0;
-        dps_status rc = run_config(cfg, be, rd, &w);
+        dps_status rc = rd ? run_config(cfg, be, rd, &w) : run_untimed(cfg, be);
         if (rc) dps_strlcpy(shared->error, dps_errmsg(), sizeof shared->error);
-        if (rc && !w) dps_log("%s", shared->error); /* the table has no line for it yet */
+        if (rc && !w && rd) dps_log("%s", shared->error); /* the table has no line for it yet */
         shared->written = w;
         fflush(NULL);
         exit(rc == DPS_OK ? 0 : 1);
@@ -134,6 +135,25 @@ static void record_death(const dps_config *cfg, const backend *be, const results
     if (run_record(cfg, be, rd, st, why)) dps_log("%s", dps_errmsg());
 }
 
+/* The first configuration's process is slower than the next ones (the
+ * libraries' pages, their kernels' first calls, the clocks): before the
+ * first timed configuration, the first to run trains two steps untimed in a
+ * process of its own. A failure there is the configuration's to report. */
+static void warm_up(sweep_item *items, int n, backend *be, const sweep_opts *o,
+                    child_report *shared)
+{
+    for (int i = 0; i < n; i++) {
+        char id[192];
+        config_id(&items[i].cfg, id, sizeof id);
+        if (items[i].skip[0] || (o->done && results_ids_has(o->done, id))) continue;
+        child_outcome c;
+        if (!isatty(STDERR_FILENO)) dps_log("warm-up: %s, two steps untimed", id);
+        if (run_child(&items[i].cfg, be, NULL, o, shared, &c, 0, 0, "warm-up", dps_now_ms(), -1))
+            dps_log("%s", dps_errmsg());
+        return;
+    }
+}
+
 void sweep_run(sweep_item *items, int n, backend *be, const results_dir *rd,
                const sweep_opts *o, sweep_tally *t)
 {
@@ -147,8 +167,10 @@ void sweep_run(sweep_item *items, int n, backend *be, const results_dir *rd,
     }
     int total = 0, idx = 0;
     for (int i = 0; i < n; i++) total += strcmp(items[i].skip, "-") != 0;
+    if (!o->dry_run) warm_up(items, n, be, o, shared);
+    t->interrupted = dps_interrupted() != 0;
     double t_start = dps_now_ms(), spent = 0.0;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n && !t->interrupted; i++) {
         sweep_item *it = &items[i];
         char id[192];
         config_id(&it->cfg, id, sizeof id);
