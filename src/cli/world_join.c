@@ -32,9 +32,6 @@ static dps_status check_comm(const cli_args *a, const backend *be, int launched)
     dps_comm c = a->cfg.comm;
     const char *name = dps_comm_names[c], *impl = dps_comm_impl(c);
     if (c == DPS_COMM_AUTO) return DPS_OK;
-    if (a->cfg.mode != MODE_DDP)
-        return dps_fail(DPS_ERR_USAGE, "--comm %s is ddp's choice; dp's collectives are --dp-comm",
-                        name);
     if ((c == DPS_COMM_NCCL) != (be->kind == BE_CUDA))
         return dps_fail(DPS_ERR_USAGE, "--comm %s cannot move %s-backend buffers: %s", name,
                         be->ops->name, c == DPS_COMM_NCCL ? "NCCL is for GPUs" : "use --comm nccl");
