@@ -122,18 +122,30 @@ static dps_status check_header(int fd, const char *path, const char *want)
     return DPS_OK;
 }
 
-dps_status csv_check_header_path(const char *path, const char *const *cols, int ncols)
+dps_status csv_check_header_at(int dirfd, const char *name, const char *shown,
+                               const char *const *cols, int ncols)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = dps_openat_file(dirfd, name, O_RDONLY, 0);
     if (fd < 0 && errno == ENOENT) return DPS_OK;
-    if (fd < 0) return dps_fail(DPS_ERR_USAGE, "%s: cannot read: %s", path, strerror(errno));
+    if (fd < 0) return dps_fail(DPS_ERR_USAGE, "%s: cannot read: %s", shown, dps_open_strerror(errno));
     csv_buf head;
     csv_init(&head);
     csv_header(&head, cols, ncols);
-    dps_status rc = head.oom ? dps_fail(DPS_ERR_RUNTIME, "out of host memory reading %s", path)
-                  : lseek(fd, 0, SEEK_END) > 0 ? check_header(fd, path, head.data) : DPS_OK;
+    dps_status rc = head.oom ? dps_fail(DPS_ERR_RUNTIME, "out of host memory reading %s", shown)
+                  : lseek(fd, 0, SEEK_END) > 0 ? check_header(fd, shown, head.data) : DPS_OK;
     close(fd);
     csv_free(&head);
+    return rc;
+}
+
+dps_status csv_check_header_path(const char *path, const char *const *cols, int ncols)
+{
+    const char *base;
+    int dirfd = dps_open_parent(path, &base);
+    if (dirfd < 0 && errno == ENOENT) return DPS_OK;
+    if (dirfd < 0) return dps_fail(DPS_ERR_USAGE, "%s: cannot read: %s", path, strerror(errno));
+    dps_status rc = csv_check_header_at(dirfd, base, path, cols, ncols);
+    close(dirfd);
     return rc;
 }
 
@@ -149,43 +161,60 @@ static dps_status write_all(int fd, const char *path, const char *data, size_t l
     return DPS_OK;
 }
 
-dps_status csv_append(const char *path, const char *const *cols, int ncols, const csv_buf *rows)
+/* What a file of size `size` gets: the header and the rows when it is new
+ * or empty (one write, so it is never header-only by accident), else the
+ * rows after a check of its header. */
+static dps_status append_fd(int fd, off_t size, const char *shown, const csv_buf *head,
+                            const csv_buf *rows)
 {
-    if (rows->oom) return dps_fail(DPS_ERR_RUNTIME, "out of host memory formatting %s", path);
+    if (size > 0) {
+        DPS_TRY(check_header(fd, shown, head->data));
+        return rows->len ? write_all(fd, shown, rows->data, rows->len) : DPS_OK;
+    }
+    csv_buf first;
+    csv_init(&first);
+    csv_raw(&first, head->data, head->len);
+    csv_end_row(&first);
+    csv_raw(&first, rows->data ? rows->data : "", rows->len);
+    dps_status rc = first.oom ? dps_fail(DPS_ERR_RUNTIME, "out of host memory formatting %s", shown)
+                              : write_all(fd, shown, first.data, first.len);
+    csv_free(&first);
+    return rc;
+}
+
+dps_status csv_append_at(int dirfd, const char *name, const char *shown, const char *const *cols,
+                         int ncols, const csv_buf *rows)
+{
+    if (rows->oom) return dps_fail(DPS_ERR_RUNTIME, "out of host memory formatting %s", shown);
     csv_buf head;
     csv_init(&head);
     csv_header(&head, cols, ncols);
     if (head.oom) {
         csv_free(&head);
-        return dps_fail(DPS_ERR_RUNTIME, "out of host memory formatting %s", path);
+        return dps_fail(DPS_ERR_RUNTIME, "out of host memory formatting %s", shown);
     }
-    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0666);
+    int fd = dps_openat_file(dirfd, name, O_RDWR | O_APPEND | O_CREAT, 0666);
     if (fd < 0) {
         csv_free(&head);
-        return dps_fail(DPS_ERR_RUNTIME, "%s: cannot open for appending: %s", path, strerror(errno));
+        return dps_fail(DPS_ERR_RUNTIME, "%s: cannot open for appending: %s", shown,
+                        dps_open_strerror(errno));
     }
-    dps_status rc = DPS_OK;
-    off_t size = lseek(fd, 0, SEEK_END);
-    if (size > 0) {
-        int rfd = open(path, O_RDONLY | O_CLOEXEC);
-        rc = rfd < 0 ? dps_fail(DPS_ERR_RUNTIME, "%s: cannot read: %s", path, strerror(errno))
-                     : check_header(rfd, path, head.data);
-        if (rfd >= 0) close(rfd);
-    } else {
-        csv_end_row(&head);
-        /* header and rows in one write, so the file is never header-only by accident */
-        if (rows->len) {
-            put(&head, rows->data, rows->len);
-            if (head.oom) rc = dps_fail(DPS_ERR_RUNTIME, "out of host memory formatting %s", path);
-        }
-        if (!rc) rc = write_all(fd, path, head.data, head.len);
-        rows = NULL;
-    }
-    if (!rc && rows && rows->len) rc = write_all(fd, path, rows->data, rows->len);
+    dps_status rc = append_fd(fd, lseek(fd, 0, SEEK_END), shown, &head, rows);
     if (!rc && fsync(fd) != 0 && errno != EINVAL)
-        rc = dps_fail(DPS_ERR_RUNTIME, "%s: fsync failed: %s", path, strerror(errno));
+        rc = dps_fail(DPS_ERR_RUNTIME, "%s: fsync failed: %s", shown, strerror(errno));
     close(fd);
     csv_free(&head);
+    return rc;
+}
+
+dps_status csv_append(const char *path, const char *const *cols, int ncols, const csv_buf *rows)
+{
+    const char *base;
+    int dirfd = dps_open_parent(path, &base);
+    if (dirfd < 0)
+        return dps_fail(DPS_ERR_RUNTIME, "%s: cannot open for appending: %s", path, strerror(errno));
+    dps_status rc = csv_append_at(dirfd, base, path, cols, ncols, rows);
+    close(dirfd);
     return rc;
 }
 
@@ -199,4 +228,10 @@ dps_status csv_replace(const char *path, const csv_buf *rows)
 {
     if (rows->oom) return dps_fail(DPS_ERR_RUNTIME, "%s: cannot write: out of host memory", path);
     return dps_replace_file(path, put_bytes, (void *)rows);
+}
+
+dps_status csv_replace_at(int dirfd, const char *name, const char *shown, const csv_buf *rows)
+{
+    if (rows->oom) return dps_fail(DPS_ERR_RUNTIME, "%s: cannot write: out of host memory", shown);
+    return dps_replace_file_at(dirfd, name, shown, put_bytes, (void *)rows);
 }

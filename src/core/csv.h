@@ -39,4 +39,14 @@ dps_status csv_append(const char *path, const char *const *cols, int ncols, cons
  * DPS_ERR_USAGE, naming the file, otherwise. */
 dps_status csv_check_header_path(const char *path, const char *const *cols, int ncols) DPS_MUST_USE;
 
+/* The same three for the file `name` of the folder open at dirfd (`shown`:
+ * its path, for messages), never through a symbolic link and only into a
+ * regular file (dps_openat_file). */
+dps_status csv_replace_at(int dirfd, const char *name, const char *shown, const csv_buf *rows)
+    DPS_MUST_USE;
+dps_status csv_append_at(int dirfd, const char *name, const char *shown, const char *const *cols,
+                         int ncols, const csv_buf *rows) DPS_MUST_USE;
+dps_status csv_check_header_at(int dirfd, const char *name, const char *shown,
+                               const char *const *cols, int ncols) DPS_MUST_USE;
+
 #endif

@@ -1,6 +1,7 @@
 /* Helpers shared by the harness (see util.h). */
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -221,21 +222,128 @@ void dps_json_str(FILE *f, const char *s)
     fputc('"', f);
 }
 
-dps_status dps_replace_file(const char *path, void (*put)(FILE *f, void *ctx), void *ctx)
+int dps_openat_file(int dirfd, const char *name, int flags, unsigned mode)
 {
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp)
-        return dps_fail(DPS_ERR_RUNTIME, "%s: path too long to write beside", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f) return dps_fail(DPS_ERR_RUNTIME, "%s: cannot write: %s", tmp, strerror(errno));
+    /* O_NONBLOCK: a FIFO opens at once (or fails) rather than wait for a peer */
+    int fd = openat(dirfd, name, flags | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, (mode_t)mode);
+    if (fd < 0) {
+        if (errno == ENXIO) errno = EINVAL; /* a FIFO that nobody reads */
+        return -1;
+    }
+    struct stat st;
+    int err = fstat(fd, &st) != 0 ? errno : S_ISREG(st.st_mode) ? 0 : EINVAL;
+    if (err) {
+        close(fd);
+        errno = err;
+        return -1;
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    return fd;
+}
+
+const char *dps_open_strerror(int err)
+{
+    if (err == ELOOP)
+        return "it is a symbolic link, which dpscale does not follow inside a results folder; "
+               "remove the link";
+    if (err == EINVAL) return "it is not a regular file; remove it";
+    return strerror(err);
+}
+
+dps_status dps_read_file_at(int dirfd, const char *name, const char *shown, char **data,
+                            size_t *len)
+{
+    *data = NULL;
+    *len = 0;
+    int fd = dps_openat_file(dirfd, name, O_RDONLY, 0);
+    if (fd < 0 && errno == ENOENT) return DPS_OK;
+    if (fd < 0) return dps_fail(DPS_ERR_RUNTIME, "%s: cannot read: %s", shown, dps_open_strerror(errno));
+    struct stat st;
+    size_t cap = fstat(fd, &st) == 0 ? (size_t)st.st_size + 1 : 4096, n = 0;
+    char *buf = malloc(cap + 1);
+    ssize_t got = 0;
+    while (buf) {
+        if (n == cap) { /* the file grew since fstat */
+            char *more = realloc(buf, cap * 2 + 1);
+            if (!more) break;
+            buf = more;
+            cap *= 2;
+        }
+        got = read(fd, buf + n, cap - n);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) break;
+        n += (size_t)got;
+    }
+    close(fd);
+    if (!buf || got < 0 || n == cap) {
+        free(buf);
+        return dps_fail(DPS_ERR_RUNTIME, "%s: cannot read it into memory", shown);
+    }
+    buf[n] = '\0';
+    *data = buf;
+    *len = n;
+    return DPS_OK;
+}
+
+/* put's output into the new file `tmp` of dirfd, flushed and on disk. */
+static int write_tmp(int dirfd, const char *tmp, void (*put)(FILE *f, void *ctx), void *ctx)
+{
+    unlinkat(dirfd, tmp, 0); /* one left by a process of the same pid */
+    int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f) {
+        int err = errno;
+        if (fd >= 0) close(fd);
+        errno = err;
+        return -1;
+    }
     errno = 0;
     put(f, ctx);
-    int bad = ferror(f) | (fflush(f) != 0) | (fsync(fileno(f)) != 0);
-    bad |= fclose(f) != 0;
-    if (!bad && rename(tmp, path) == 0) return DPS_OK;
+    int bad = ferror(f) || fflush(f) != 0 || fsync(fileno(f)) != 0;
     int err = errno ? errno : EIO;
-    unlink(tmp);
-    return dps_fail(DPS_ERR_RUNTIME, "%s: cannot write: %s", path, strerror(err));
+    if (fclose(f) != 0 && !bad) {
+        bad = 1;
+        err = errno;
+    }
+    errno = err;
+    return bad ? -1 : 0;
+}
+
+dps_status dps_replace_file_at(int dirfd, const char *name, const char *shown,
+                               void (*put)(FILE *f, void *ctx), void *ctx)
+{
+    char tmp[512];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", name, (int)getpid()) >= (int)sizeof tmp)
+        return dps_fail(DPS_ERR_RUNTIME, "%s: name too long to write beside", shown);
+    if (write_tmp(dirfd, tmp, put, ctx) == 0 && renameat(dirfd, tmp, dirfd, name) == 0)
+        return DPS_OK;
+    int err = errno ? errno : EIO;
+    unlinkat(dirfd, tmp, 0);
+    return dps_fail(DPS_ERR_RUNTIME, "%s: cannot write: %s", shown, strerror(err));
+}
+
+int dps_open_parent(const char *path, const char **base)
+{
+    char dir[4096];
+    *base = dps_path_base(path);
+    size_t n = (size_t)(*base - path);
+    if (n >= sizeof dir) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    if (n) dps_strlcpy(dir, path, n + 1);
+    else dps_strlcpy(dir, ".", sizeof dir);
+    return open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+}
+
+dps_status dps_replace_file(const char *path, void (*put)(FILE *f, void *ctx), void *ctx)
+{
+    const char *base;
+    int dirfd = dps_open_parent(path, &base);
+    if (dirfd < 0) return dps_fail(DPS_ERR_RUNTIME, "%s: cannot write: %s", path, strerror(errno));
+    dps_status rc = dps_replace_file_at(dirfd, base, path, put, ctx);
+    close(dirfd);
+    return rc;
 }
 
 const char *dps_path_base(const char *path)

@@ -46,6 +46,27 @@ void dps_json_str(FILE *f, const char *s);
  * temporary file beside it, fsync, rename; a failure names path and why. */
 dps_status dps_replace_file(const char *path, void (*put)(FILE *f, void *ctx), void *ctx)
     DPS_MUST_USE;
+/* The same for the file `name` of the folder open at dirfd (`shown`: its
+ * path, for messages); neither name nor its temporary file is followed if a
+ * symbolic link. */
+dps_status dps_replace_file_at(int dirfd, const char *name, const char *shown,
+                               void (*put)(FILE *f, void *ctx), void *ctx) DPS_MUST_USE;
+
+/* Inside a folder dpscale writes, files are opened by name relative to the
+ * folder's descriptor and never through a symbolic link: openat(2) with
+ * O_NOFOLLOW and O_CLOEXEC, and only a regular file (a FIFO or a device is
+ * refused before it could block or be written). -1 with errno: ELOOP for a
+ * symbolic link, EINVAL for another kind of file. */
+int dps_openat_file(int dirfd, const char *name, int flags, unsigned mode);
+/* The folder that holds path, opened (O_DIRECTORY); *base: path's last
+ * component. -1 with errno when it cannot be opened. */
+int dps_open_parent(const char *path, const char **base);
+/* What an errno from dps_openat_file means, for a message. */
+const char *dps_open_strerror(int err);
+/* The whole file `name` of the folder at dirfd into *data (NUL-terminated,
+ * *len bytes); *data NULL when there is no such file. */
+dps_status dps_read_file_at(int dirfd, const char *name, const char *shown, char **data,
+                            size_t *len) DPS_MUST_USE;
 
 /* Length of the valid UTF-8 sequence at s (1 to 4), or 0 when s does not
  * start one (a stray or overlong byte, a surrogate, past U+10FFFF). */
