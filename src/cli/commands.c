@@ -1,10 +1,12 @@
 /* The commands behind main(): run and sweep (one configuration in-process,
  * or a list of them each in its own process), info, links and comm-bench.
  * Each returns the exit status. */
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -20,6 +22,7 @@
 #include "run/results.h"
 #include "run/results_ids.h"
 #include "run/results_plan.h"
+#include "run/results_txn.h"
 #include "run/run.h"
 #include "run/suite.h"
 #include "run/sweep.h"
@@ -324,12 +327,11 @@ static int links_child(void *ctx, int rank, rank_beat *beat)
  * configurations it forks can use the GPUs. */
 static void sweep_links(cli_args *a, backend *be, const results_dir *rd, sweep_item *items, int n)
 {
-    char path[DPS_PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/links.csv", rd->dir);
+    struct stat st;
     int most = 1;
     for (int i = 0; i < n; i++)
         if (!items[i].skip[0] && items[i].cfg.ngpus > most) most = items[i].cfg.ngpus;
-    if (a->no_links || dps_file_exists(path)) return;
+    if (a->no_links || fstatat(rd->dir_fd, "links.csv", &st, AT_SYMLINK_NOFOLLOW) == 0) return;
     links_job job = {be, rd, most > be->ndev ? be->ndev : most, {0}};
     if (links_range(a, sweep_copy_max(a, items, n), &job.sizes)) {
         dps_warn("link matrix not measured: %s", dps_errmsg());
@@ -339,6 +341,10 @@ static void sweep_links(cli_args *a, backend *be, const results_dir *rd, sweep_i
                        .timeout_s = a->config_timeout_s};
     if (ranks_run(&spec) && !dps_interrupted())
         dps_warn("link matrix not measured: %s", dps_errmsg());
+    int rolled; /* a links process killed mid-write leaves its journal */
+    if (results_settle(rd, 0, &rolled, NULL, 0)) dps_log("%s", dps_errmsg());
+    else if (rolled) dps_warn("link matrix not measured: its process ended while writing links.csv, "
+                              "whose rows were taken back out");
 }
 
 int cmd_links(cli_args *a)
@@ -349,7 +355,7 @@ int cmd_links(cli_args *a)
         return 1;
     }
     int ndev = a->gpus_set ? a->cfg.ngpus : be->emulated && be->ndev > 4 ? 4 : be->ndev;
-    results_dir rd = {.lock_fd = -1};
+    results_dir rd = {.dir_fd = -1, .lock_fd = -1};
     links_sizes sizes;
     int status = 0;
     if (!a->name_set) default_name(a->cfg.out_dir, a->cfg.name, sizeof a->cfg.name);

@@ -9,6 +9,7 @@
 
 #include "comm/comm.h"
 #include "run/commbench.h"
+#include "run/results_txn.h"
 #include "core/csv.h"
 #include "core/stats.h"
 #include "launch/ranks.h"
@@ -213,9 +214,9 @@ dps_status commbench_write(const results_dir *rd, const commbench_row *rows, int
         csv_str(&b, rows[i].check_ok ? "pass" : "fail");
         csv_end_row(&b);
     }
-    char path[DPS_PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/allreduce.csv", rd->dir);
-    dps_status rc = csv_append(path, cols, 8, &b);
+    results_part part = {"allreduce.csv", cols, 8, &b};
+    results_txn t = {"the all-reduce timings (allreduce.csv)", "the all-reduce timings'", NULL, &part, 1};
+    dps_status rc = results_commit(rd, &t);
     csv_free(&b);
     return rc;
 }

@@ -10,6 +10,7 @@
 #include "core/csv.h"
 #include "model/model.h"
 #include "run/links.h"
+#include "run/results_txn.h"
 #include "strategies/dp.h"
 #include "core/stats.h"
 #include "core/util.h"
@@ -349,9 +350,9 @@ dps_status links_write(const results_dir *rd, const backend *be, const link_row 
         csv_int(&b, be->emulated);
         csv_end_row(&b);
     }
-    char path[DPS_PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/links.csv", rd->dir);
-    dps_status rc = csv_append(path, cols, (int)(sizeof cols / sizeof cols[0]), &b);
+    results_part part = {"links.csv", cols, (int)(sizeof cols / sizeof cols[0]), &b};
+    results_txn t = {"the link matrix (links.csv)", "the link matrix's", NULL, &part, 1};
+    dps_status rc = results_commit(rd, &t);
     csv_free(&b);
     return rc;
 }

@@ -15,6 +15,7 @@
 #include "core/csv.h"
 #include "backend/nvml.h"
 #include "run/results.h"
+#include "run/results_txn.h"
 #include "strategies/ddp_world.h"
 #include "core/util.h"
 
@@ -61,14 +62,30 @@ static long lock_holder(int fd)
     return strtol(text, NULL, 10);
 }
 
+/* The lock file, opened in the folder (never through a symbolic link, and
+ * only a file of its own: it is truncated to hold the pid). */
+static dps_status open_lock(const results_dir *r, const char *path, int *fd)
+{
+    *fd = dps_openat_file(r->dir_fd, RESULTS_LOCK_FILE, O_RDWR | O_CREAT, 0666);
+    if (*fd < 0)
+        return dps_fail(DPS_ERR_USAGE, "%s: cannot open the folder's lock: %s", path,
+                        dps_open_strerror(errno));
+    struct stat st;
+    if (fstat(*fd, &st) == 0 && st.st_nlink == 1) return DPS_OK;
+    close(*fd);
+    *fd = -1;
+    return dps_fail(DPS_ERR_USAGE, "%s: the folder's lock has other names (hard links), so "
+                    "writing the pid into it would change another file; remove it", path);
+}
+
 /* One writer a folder: an exclusive flock(2) on its lock file, held until
  * the process and its children end; the file holds the holder's pid. */
 static dps_status take_lock(results_dir *r)
 {
     char path[DPS_PATH_MAX + 32];
     path_of(r, RESULTS_LOCK_FILE, path, sizeof path);
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-    if (fd < 0) return dps_fail(DPS_ERR_USAGE, "%s: cannot create: %s", path, strerror(errno));
+    int fd;
+    DPS_TRY(open_lock(r, path, &fd));
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         int err = errno;
         long pid = lock_holder(fd);
@@ -88,14 +105,41 @@ static dps_status take_lock(results_dir *r)
     return DPS_OK;
 }
 
+/* Under the lock: the rows a writer left half-written when it died taken out. */
+static dps_status settle_previous(const results_dir *r)
+{
+    int rolled = 0;
+    char what[256] = "";
+    if (results_settle(r, 0, &rolled, what, sizeof what))
+        return dps_fail(DPS_ERR_USAGE, "%s", dps_errmsg());
+    if (rolled)
+        dps_log("%s: the rows of %s were left half-written by a dpscale that ended mid-write; "
+                "they were taken out (%s), and --resume runs it again", r->dir, what,
+                RESULTS_JOURNAL_FILE);
+    return DPS_OK;
+}
+
+static dps_status open_folder(results_dir *r)
+{
+    DPS_TRY(dps_mkdirs(r->dir, "--out"));
+    r->dir_fd = open(r->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (r->dir_fd < 0)
+        return dps_fail(DPS_ERR_USAGE, "%s: cannot open the results folder: %s", r->dir,
+                        strerror(errno));
+    DPS_TRY(take_lock(r));
+    return settle_previous(r);
+}
+
 dps_status results_open(results_dir *r, const char *out_dir, const char *name)
 {
-    r->lock_fd = -1;
+    r->lock_fd = r->dir_fd = -1;
+    r->committed = NULL;
     int n = snprintf(r->dir, sizeof r->dir, "%s/%s", out_dir, name);
     if (n < 0 || (size_t)n >= sizeof r->dir)
         return dps_fail(DPS_ERR_USAGE, "--out/--name: results path too long");
-    DPS_TRY(dps_mkdirs(r->dir, "--out"));
-    return take_lock(r);
+    dps_status rc = open_folder(r);
+    if (rc) results_close(r);
+    return rc;
 }
 
 /* The lock file stays: removing it could let a third writer lock a new file
@@ -103,7 +147,8 @@ dps_status results_open(results_dir *r, const char *out_dir, const char *name)
 void results_close(results_dir *r)
 {
     if (r->lock_fd >= 0) close(r->lock_fd);
-    r->lock_fd = -1;
+    if (r->dir_fd >= 0) close(r->dir_fd);
+    r->lock_fd = r->dir_fd = -1;
 }
 
 static void meta_devices(FILE *f, const backend *be)
@@ -289,7 +334,8 @@ dps_status results_write_meta(const results_dir *r, const backend *be, const dps
     char path[DPS_PATH_MAX + 32];
     path_of(r, "meta.json", path, sizeof path);
     meta_args a = {be, cfg, most_devices, cmd, start_time, end_time};
-    return dps_replace_file(path, write_meta, &a);
+    DPS_TRY(results_check_folder(r));
+    return dps_replace_file_at(r->dir_fd, "meta.json", path, write_meta, &a);
 }
 
 static void runs_identity(csv_buf *b, const dps_config *c, const backend *be,
@@ -551,61 +597,8 @@ dps_status results_check_headers(const results_dir *r)
     for (int i = 0; i < n; i++) {
         char path[DPS_PATH_MAX + 32];
         path_of(r, files[i].name, path, sizeof path);
-        DPS_TRY(csv_check_header_path(path, files[i].cols, files[i].ncols));
-    }
-    return DPS_OK;
-}
-
-/* A file's size before a configuration's rows are appended to it. */
-typedef struct file_mark {
-    char path[DPS_PATH_MAX + 32];
-    off_t size;
-    int existed;
-} file_mark;
-
-static dps_status mark_file(const results_dir *r, const char *name, file_mark *m)
-{
-    struct stat st;
-    path_of(r, name, m->path, sizeof m->path);
-    m->existed = stat(m->path, &st) == 0;
-    m->size = m->existed ? st.st_size : 0;
-    if (!m->existed && errno != ENOENT)
-        return dps_fail(DPS_ERR_RUNTIME, "%s: cannot read its size: %s", m->path, strerror(errno));
-    return DPS_OK;
-}
-
-/* Takes a failed configuration's rows back out of the first n files. */
-static void roll_back(const file_mark *m, int n)
-{
-    for (int i = 0; i < n; i++) {
-        int bad = m[i].existed ? truncate(m[i].path, m[i].size) != 0
-                               : unlink(m[i].path) != 0 && errno != ENOENT;
-        if (bad)
-            dps_warn("%s: cannot take back a partly written configuration (%s): remove its last "
-                     "rows by hand, or --resume will refuse the folder", m[i].path, strerror(errno));
-    }
-}
-
-/* Every file's rows or none: each file's size is noted first, and on any
- * failure every file is cut back to it. */
-static dps_status append_all(const results_dir *r, const csv_buf *rows)
-{
-    int n;
-    const results_file *files = results_files(&n);
-    file_mark marks[F_COUNT];
-    for (int i = 0; i < n; i++) {
-        if (rows[i].oom) return dps_fail(DPS_ERR_RUNTIME, "out of host memory formatting %s",
-                                         files[i].name);
-        DPS_TRY(mark_file(r, files[i].name, &marks[i]));
-    }
-    for (int i = 0; i < n; i++) {
-        dps_status rc = csv_append(marks[i].path, files[i].cols, files[i].ncols, &rows[i]);
-        if (rc) {
-            char why[DPS_ERRMSG_MAX];
-            dps_strlcpy(why, dps_errmsg(), sizeof why);
-            roll_back(marks, i + 1);
-            return dps_fail(rc, "%s; none of the configuration's rows were kept", why);
-        }
+        DPS_TRY(csv_check_header_at(r->dir_fd, files[i].name, path, files[i].cols,
+                                    files[i].ncols));
     }
     return DPS_OK;
 }
@@ -621,7 +614,17 @@ dps_status results_append(const results_dir *r, const dps_config *c, const backe
     memory_rows(&b[F_MEMORY], c, res, s);
     buckets_rows(&b[F_BUCKETS], c, res, s);
     runs_row(&b[F_RUNS], c, be, res, s);
-    dps_status rc = append_all(r, b);
+    int n;
+    const results_file *files = results_files(&n);
+    results_part parts[F_COUNT];
+    for (int i = 0; i < n; i++) parts[i] = (results_part){files[i].name, files[i].cols,
+                                                          files[i].ncols, &b[i]};
+    char what[256], trace[224];
+    snprintf(what, sizeof what, "configuration %s", s->config_id);
+    snprintf(trace, sizeof trace, "%s.json", s->config_id);
+    if (res->status) results_drop_trace(r, trace); /* only an ok configuration has a timeline */
+    results_txn t = {what, "the configuration's", trace, parts, n};
+    dps_status rc = results_commit(r, &t);
     for (int i = 0; i < F_COUNT; i++) csv_free(&b[i]);
     return rc;
 }

@@ -21,9 +21,15 @@ typedef struct run_summary {
     char start_time[32], end_time[32];
 } run_summary;
 
+/* An open results folder. Every file in it is opened through dir_fd, never
+ * by path again, and each write first checks that dir still names it
+ * (results_check_folder). */
 typedef struct results_dir {
-    char dir[DPS_PATH_MAX];
-    int lock_fd;            /* holds the folder's lock; -1: none */
+    char dir[DPS_PATH_MAX];  /* its path, for messages and the check */
+    int dir_fd;              /* the folder, opened once; -1: none */
+    int lock_fd;             /* holds the folder's lock; -1: none */
+    volatile int *committed; /* set to 1 as a transaction's rows are all in (a sweep's
+                                child tells its parent, in shared memory); NULL: unused */
 } results_dir;
 
 /* A file of a configuration's rows and its columns. */
@@ -36,9 +42,10 @@ typedef struct results_file {
 /* The lock file in a results folder; it holds its writer's pid. */
 #define RESULTS_LOCK_FILE ".dpscale.lock"
 
-/* Creates (or reuses) out_dir/name and takes its lock for this process and
- * its children until results_close; DPS_ERR_USAGE when it cannot be written
- * or another process holds the lock (named by its pid). */
+/* Creates (or reuses) out_dir/name, opens it and takes its lock for this
+ * process and its children until results_close, then takes back the rows
+ * of a writer that died mid-commit (results_settle); DPS_ERR_USAGE when it
+ * cannot be written or another process holds the lock (named by its pid). */
 dps_status results_open(results_dir *r, const char *out_dir, const char *name) DPS_MUST_USE;
 void results_close(results_dir *r);
 /* The files of a configuration's rows, runs.csv last; *n of them. */

@@ -1,6 +1,7 @@
 /* The configurations a results folder holds, and --resume's clean-up of it
  * (see results_ids.h). */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,18 +90,19 @@ static void sort_runs(const char *data, size_t len, int resume, csv_buf *out, re
 }
 
 /* Keeps in one detail file the complete rows of configurations in done. */
-static dps_status filter_file(const char *path, const results_ids *done)
+static dps_status filter_file(const results_dir *r, const char *name, const results_ids *done)
 {
-    char *data;
+    char *data, path[DPS_PATH_MAX + 32];
     size_t len, pos = 0;
-    DPS_TRY(csv_read_file(path, &data, &len));
+    snprintf(path, sizeof path, "%s/%s", r->dir, name);
+    DPS_TRY(dps_read_file_at(r->dir_fd, name, path, &data, &len));
     if (!data) return DPS_OK;
     csv_buf out;
     csv_init(&out);
     record rec;
     for (int row = 0; next_record(data, len, &pos, &rec); row++)
         if (!row || results_ids_has(done, rec.id)) csv_raw(&out, rec.p, rec.len);
-    dps_status rc = out.len == len ? DPS_OK : csv_replace(path, &out);
+    dps_status rc = out.len == len ? DPS_OK : csv_replace_at(r->dir_fd, name, path, &out);
     csv_free(&out);
     free(data);
     return rc;
@@ -113,16 +115,18 @@ static int count_not_done(const results_ids *rerun, const results_ids *done)
     return n;
 }
 
-/* runs.csv of dir read and sorted (see sort_runs); *data holds the file. */
-static dps_status read_runs(const char *dir, int resume, char **data, size_t *len, csv_buf *out,
-                            results_ids *done, results_ids *again)
+/* runs.csv of the folder at dirfd (dir: its path) read and sorted (see
+ * sort_runs); *data holds the file. */
+static dps_status read_runs(int dirfd, const char *dir, int resume, char **data, size_t *len,
+                            csv_buf *out, results_ids *done, results_ids *again)
 {
     int nfiles;
     const results_file *files = results_files(&nfiles);
+    const char *name = files[nfiles - 1].name; /* runs.csv */
     char path[DPS_PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/%s", dir, files[nfiles - 1].name); /* runs.csv */
+    snprintf(path, sizeof path, "%s/%s", dir, name);
     memset(done, 0, sizeof *done);
-    DPS_TRY(csv_read_file(path, data, len));
+    DPS_TRY(dps_read_file_at(dirfd, name, path, data, len));
     dps_status rc = DPS_OK;
     if (*data) sort_runs(*data, *len, resume, out, done, again, &rc);
     if (done->n) qsort(done->ids, (size_t)done->n, sizeof *done->ids, by_text);
@@ -139,13 +143,11 @@ dps_status results_tidy(const results_dir *r, int resume, results_ids *done, int
     csv_buf out;
     csv_init(&out);
     results_ids again = {0};
-    dps_status rc = read_runs(r->dir, resume, &data, &len, &out, done, &again);
-    snprintf(path, sizeof path, "%s/%s", r->dir, files[nfiles - 1].name);
-    if (!rc && data && out.len != len) rc = csv_replace(path, &out);
-    for (int i = 0; !rc && i < nfiles - 1; i++) {
-        snprintf(path, sizeof path, "%s/%s", r->dir, files[i].name);
-        rc = filter_file(path, done);
-    }
+    dps_status rc = read_runs(r->dir_fd, r->dir, resume, &data, &len, &out, done, &again);
+    const char *runs = files[nfiles - 1].name;
+    snprintf(path, sizeof path, "%s/%s", r->dir, runs);
+    if (!rc && data && out.len != len) rc = csv_replace_at(r->dir_fd, runs, path, &out);
+    for (int i = 0; !rc && i < nfiles - 1; i++) rc = filter_file(r, files[i].name, done);
     *rerun = count_not_done(&again, done);
     results_ids_free(&again);
     csv_free(&out);
@@ -161,7 +163,14 @@ dps_status results_ids_finished(const char *dir, results_ids *done)
     csv_buf out;
     csv_init(&out);
     results_ids again = {0};
-    dps_status rc = read_runs(dir, 1, &data, &len, &out, done, &again);
+    memset(done, 0, sizeof *done);
+    int dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dirfd < 0 && errno == ENOENT) return DPS_OK; /* no folder yet: nothing in it */
+    if (dirfd < 0)
+        return dps_fail(DPS_ERR_RUNTIME, "%s: cannot open the results folder: %s", dir,
+                        strerror(errno));
+    dps_status rc = read_runs(dirfd, dir, 1, &data, &len, &out, done, &again);
+    close(dirfd);
     results_ids_free(&again);
     csv_free(&out);
     free(data);

@@ -280,7 +280,7 @@ dps_status run_config(const dps_config *cfg, backend *be, const results_dir *rd,
         if (res.status) dps_strlcpy(res.error, dps_errmsg(), sizeof res.error);
     }
     if (!res.status && res.tl.steps && res.steps_done == cfg->steps) {
-        res.status = trace_json_write(rd->dir, cfg, &res, sum.config_id);
+        res.status = trace_json_write(rd, cfg, &res, sum.config_id);
         if (res.status) dps_strlcpy(res.error, dps_errmsg(), sizeof res.error);
     }
     dps_utc_iso8601(sum.end_time, sizeof sum.end_time);

@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "run/results_txn.h"
 #include "run/run.h"
 #include "run/sweep.h"
 #include "core/util.h"
@@ -56,6 +57,8 @@ typedef struct child_report {
 
 typedef struct child_outcome {
     int written;          /* the child wrote its rows */
+    int rolled_back;      /* it died mid-commit: the rows it had appended were taken back */
+    int unsettled;        /* and they could not all be: nothing more is written */
     int timed_out;
     int ws;               /* wait status */
     char error[DPS_ERRMSG_MAX];
@@ -78,7 +81,9 @@ static dps_status run_child(const dps_config *cfg, backend *be, const results_di
         prctl(PR_SET_PDEATHSIG, SIGKILL); /* the configuration dies with the sweep */
         if (getppid() != parent) _exit(1);
         int w = 0;
-        dps_status rc = rd ? run_config(cfg, be, rd, &w) : run_untimed(cfg, be);
+        results_dir mine = rd ? *rd : (results_dir){.dir_fd = -1, .lock_fd = -1};
+        mine.committed = &shared->written; /* set as its rows are all in (results_commit) */
+        dps_status rc = rd ? run_config(cfg, be, &mine, &w) : run_untimed(cfg, be);
         if (rc) dps_strlcpy(shared->error, dps_errmsg(), sizeof shared->error);
         if (rc && !w && rd) dps_log("%s", shared->error); /* the table has no line for it yet */
         shared->written = w;
@@ -110,6 +115,11 @@ static dps_status run_child(const dps_config *cfg, backend *be, const results_di
     if (tty) fprintf(stderr, "\r\033[K");
     out->written = shared->written;
     dps_strlcpy(out->error, shared->error, sizeof out->error);
+    /* a child that died mid-commit left its journal: its rows are taken back */
+    if (rd && results_settle(rd, out->written, &out->rolled_back, NULL, 0)) {
+        dps_log("%s", dps_errmsg());
+        out->unsettled = 1;
+    }
     return DPS_OK;
 }
 
@@ -124,8 +134,9 @@ static void record_death(const dps_config *cfg, const backend *be, const results
         snprintf(why, sizeof why, "the configuration ran past --config-timeout %g s and was killed",
                  o->config_timeout_s);
     } else if (WIFSIGNALED(c->ws)) {
-        snprintf(why, sizeof why, "the configuration's process was killed by %s (signal %d)",
-                 dps_signal_name(WTERMSIG(c->ws)), WTERMSIG(c->ws));
+        snprintf(why, sizeof why, "the configuration's process was killed by %s (signal %d)%s",
+                 dps_signal_name(WTERMSIG(c->ws)), WTERMSIG(c->ws), c->rolled_back
+                 ? " while writing its rows, which were taken back out" : "");
     } else if (c->error[0]) {
         snprintf(why, sizeof why, "%s", c->error);
     } else {
@@ -185,6 +196,11 @@ void sweep_run(sweep_item *items, int n, backend *be, const results_dir *rd,
             if (!t->skipped++) t->first_skipped = i;
             continue;
         }
+        if (results_check_folder(rd)) { /* moved or deleted: stop, nothing more is written */
+            dps_log("%s", dps_errmsg());
+            t->failed++;
+            break;
+        }
         double eta = t->ran ? spent / t->ran * (total - idx + 1) : -1.0;
         if (!isatty(STDERR_FILENO)) progress(idx, total, id, (dps_now_ms() - t_start) / 1e3, eta, 0);
         double t0 = dps_now_ms();
@@ -198,6 +214,11 @@ void sweep_run(sweep_item *items, int n, backend *be, const results_dir *rd,
         t->ran++;
         int ok = !c.timed_out && WIFEXITED(c.ws) && WEXITSTATUS(c.ws) == 0;
         if (!ok) t->failed++;
+        if (c.unsettled) break; /* run_child said why */
+        if (!c.written && results_check_folder(rd)) {
+            dps_log("the sweep stops: %s", dps_errmsg());
+            break;
+        }
         if (!c.written) record_death(&it->cfg, be, rd, &c, o);
         if (dps_interrupted()) {
             t->interrupted = 1;

@@ -2,10 +2,14 @@
  * microseconds after the first traced step began: each device's phases are
  * ms after its reference event (ptimer_mark); ddp's ranks, separate
  * processes, are placed by their references on the wall clock. */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "run/results_txn.h"
 #include "run/trace_json.h"
 #include "core/util.h"
 
@@ -162,13 +166,31 @@ static void write_body(FILE *f, void *ctx)
     body(w);
 }
 
-dps_status trace_json_write(const char *results_dir, const dps_config *c, const train_result *res,
+/* The folder's trace/, made if need be and opened (never through a link). */
+static dps_status open_trace_dir(const results_dir *rd, int *fd)
+{
+    if (mkdirat(rd->dir_fd, TRACE_JSON_DIR, 0777) != 0 && errno != EEXIST)
+        return dps_fail(DPS_ERR_RUNTIME, "%s/%s: cannot create the trace folder: %s", rd->dir,
+                        TRACE_JSON_DIR, strerror(errno));
+    *fd = openat(rd->dir_fd, TRACE_JSON_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (*fd < 0)
+        return dps_fail(DPS_ERR_RUNTIME, "%s/%s: cannot open the trace folder: %s", rd->dir,
+                        TRACE_JSON_DIR, errno == ELOOP || errno == ENOTDIR
+                        ? "it is a symbolic link or not a folder; remove it" : strerror(errno));
+    return DPS_OK;
+}
+
+dps_status trace_json_write(const results_dir *rd, const dps_config *c, const train_result *res,
                             const char *config_id)
 {
-    char dir[DPS_PATH_MAX + 16], path[DPS_PATH_MAX + 224];
-    snprintf(dir, sizeof dir, "%s/%s", results_dir, TRACE_JSON_DIR);
-    snprintf(path, sizeof path, "%s/%s.json", dir, config_id);
-    DPS_TRY(dps_mkdirs(dir, "the trace folder"));
+    char name[224], path[DPS_PATH_MAX + 256];
+    snprintf(name, sizeof name, "%s.json", config_id);
+    snprintf(path, sizeof path, "%s/%s/%s", rd->dir, TRACE_JSON_DIR, name);
+    int fd = -1;
+    DPS_TRY(results_check_folder(rd));
+    DPS_TRY(open_trace_dir(rd, &fd));
     writer w = {NULL, c, res, 0, config_id};
-    return dps_replace_file(path, write_body, &w);
+    dps_status rc = dps_replace_file_at(fd, name, path, write_body, &w);
+    close(fd);
+    return rc;
 }

@@ -9,13 +9,14 @@
 #define DPS_TRACE_JSON_H
 
 #include "config/config.h"
+#include "run/results.h"
 
 #define TRACE_JSON_DIR "trace"
 
 /* The file of a configuration that ran all its steps and has a trace
  * (res->tl.steps > 0); DPS_ERR_RUNTIME naming the file when it cannot be
  * written, and then no file is left. */
-dps_status trace_json_write(const char *results_dir, const dps_config *c, const train_result *res,
+dps_status trace_json_write(const results_dir *rd, const dps_config *c, const train_result *res,
                             const char *config_id) DPS_MUST_USE;
 
 #endif
