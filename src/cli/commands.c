@@ -30,13 +30,29 @@
 #include "strategies/footprint.h"
 #include "core/util.h"
 
+/* This host's name up to its first dot, as --name accepts it: a byte other
+ * than a letter, a digit, '-' or '_' (a '/', a byte that is not UTF-8)
+ * becomes '-'; "host" when there is none. */
+static void host_for_name(char *host, size_t len)
+{
+    memset(host, 0, len);
+    if (gethostname(host, len - 1) != 0) host[0] = '\0';
+    host[strcspn(host, ".")] = '\0';
+    for (char *p = host; *p; p++) {
+        unsigned char c = (unsigned char)*p;
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '-' || c == '_'))
+            *p = '-';
+    }
+    if (!host[0]) dps_strlcpy(host, "host", len);
+}
+
 /* DATE-TIME-HOST, with -2, -3, ... when a folder of that name is in
  * out_dir already (two runs started within one second). */
 static void default_name(const char *out_dir, char *buf, size_t len)
 {
-    char host[64] = "host";
-    gethostname(host, sizeof host - 1);
-    host[strcspn(host, ".")] = '\0';
+    char host[64];
+    host_for_name(host, sizeof host);
     time_t t = time(NULL);
     struct tm tm;
     localtime_r(&t, &tm);

@@ -642,6 +642,15 @@ void results_table_header(FILE *f, const backend *be, int most_devices)
             "samples/s", "TFLOP/s", "gpu0_peak", "other_peak", "loss", "check", "status");
 }
 
+/* stdout's reader went away (`dpscale sweep | head`): the table ends there,
+ * the run and its results folder go on; stdout writes to /dev/null. */
+static void stop_printing(void)
+{
+    int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    if (null >= 0 && dup2(null, STDOUT_FILENO) >= 0) clearerr(stdout);
+    if (null >= 0) close(null);
+}
+
 void results_table_row(FILE *f, const dps_config *c, const train_result *res,
                        const run_summary *s)
 {
@@ -665,5 +674,5 @@ void results_table_row(FILE *f, const dps_config *c, const train_result *res,
             dps_optimizer_name(c->optimizer), c->global_batch, num[0], num[1], num[2], num[3],
             num[4], g0, other, num[5], check, dps_status_name(res->status));
     if (res->status) fprintf(f, "#   %s: %s\n", dps_status_name(res->status), res->error);
-    fflush(f);
+    if (fflush(f) != 0 && f == stdout && errno == EPIPE) stop_printing();
 }
