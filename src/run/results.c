@@ -580,12 +580,12 @@ static const char *const *steps_columns(void)
 const results_file *results_files(int *n)
 {
     static results_file files[F_COUNT];
-    files[F_STEPS] = (results_file){"steps.csv", steps_columns(), 7 + PH_COUNT};
-    files[F_DEVICES] = (results_file){"devices.csv", devices_cols, NCOLS(devices_cols)};
-    files[F_PHASES] = (results_file){"phases.csv", phases_cols, NCOLS(phases_cols)};
-    files[F_MEMORY] = (results_file){"memory.csv", memory_cols, NCOLS(memory_cols)};
-    files[F_BUCKETS] = (results_file){"buckets.csv", buckets_cols, NCOLS(buckets_cols)};
-    files[F_RUNS] = (results_file){"runs.csv", results_runs_cols, results_runs_ncols};
+    files[F_STEPS] = (results_file){"steps.csv", steps_columns(), 7 + PH_COUNT, 3};
+    files[F_DEVICES] = (results_file){"devices.csv", devices_cols, NCOLS(devices_cols), 2};
+    files[F_PHASES] = (results_file){"phases.csv", phases_cols, NCOLS(phases_cols), 3};
+    files[F_MEMORY] = (results_file){"memory.csv", memory_cols, NCOLS(memory_cols), 4};
+    files[F_BUCKETS] = (results_file){"buckets.csv", buckets_cols, NCOLS(buckets_cols), 3};
+    files[F_RUNS] = (results_file){"runs.csv", results_runs_cols, results_runs_ncols, 1};
     *n = F_COUNT;
     return files;
 }

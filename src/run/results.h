@@ -37,6 +37,7 @@ typedef struct results_file {
     const char *name;
     const char *const *cols;
     int ncols;
+    int nkey;    /* its first nkey columns name a row: no two rows of a folder share them */
 } results_file;
 
 /* The lock file in a results folder; it holds its writer's pid. */

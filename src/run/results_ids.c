@@ -19,7 +19,7 @@ static dps_status ids_add(results_ids *s, const char *id)
     if (more) s->ids = more;
     if (!more || !copy) {
         free(copy);
-        return dps_fail(DPS_ERR_RUNTIME, "out of host memory reading runs.csv");
+        return dps_fail(DPS_ERR_RUNTIME, "out of host memory reading the results folder");
     }
     s->ids[s->n++] = copy;
     return DPS_OK;
@@ -75,14 +75,16 @@ static int finished(const char *status)
 }
 
 /* runs.csv's rows to keep into out (resume: those that finished, once
-each; else all); done: their ids, rerun: the others'. */
-static void sort_runs(const char *data, size_t len, int resume, csv_buf *out, results_ids *done,
-                      results_ids *rerun, dps_status *rc)
+each, unless their rows repeat in a detail file: in twice); done: their ids,
+rerun: the others'. */
+static void sort_runs(const char *data, size_t len, int resume, const results_ids *twice,
+                      csv_buf *out, results_ids *done, results_ids *rerun, dps_status *rc)
 {
     size_t pos = 0;
     record rec;
     for (int row = 0; !*rc && next_record(data, len, &pos, &rec); row++) {
-        int keep = !row || !resume || (finished(rec.status) && !ids_has_unsorted(done, rec.id));
+        int keep = !row || !resume || (finished(rec.status) && !ids_has_unsorted(done, rec.id) &&
+                                       !results_ids_has(twice, rec.id));
         if (keep) csv_raw(out, rec.p, rec.len);
         if (keep && row) *rc = ids_add(done, rec.id);
         else if (!keep && !ids_has_unsorted(rerun, rec.id)) *rc = ids_add(rerun, rec.id);
@@ -108,6 +110,48 @@ static dps_status filter_file(const results_dir *r, const char *name, const resu
     return rc;
 }
 
+/* A record's key, its first nkey fields joined by a unit separator, into key. */
+static void key_of(const record *rec, int nkey, char *key, size_t len)
+{
+    size_t n = 0;
+    key[0] = '\0';
+    for (int i = 0; i < nkey && n + 1 < len; i++) {
+        if (i) key[n++] = '\x1f';
+        if (!csv_field(rec->p, rec->len, i, key + n, len - n)) key[n] = '\0';
+        n += strlen(key + n);
+    }
+}
+
+/* Adds to *twice each configuration of which the file holds two rows with
+ * one key (written twice by an earlier dpscale): --resume runs it again. */
+static dps_status find_repeats(const results_dir *r, const results_file *f, results_ids *twice)
+{
+    char *data, path[DPS_PATH_MAX + 32], key[1024];
+    size_t len, pos = 0;
+    snprintf(path, sizeof path, "%s/%s", r->dir, f->name);
+    DPS_TRY(dps_read_file_at(r->dir_fd, f->name, path, &data, &len));
+    results_ids keys = {0};
+    record rec;
+    dps_status rc = DPS_OK;
+    for (int row = 0; !rc && data && next_record(data, len, &pos, &rec); row++) {
+        key_of(&rec, f->nkey, key, sizeof key);
+        if (row) rc = ids_add(&keys, key);
+    }
+    if (keys.n) qsort(keys.ids, (size_t)keys.n, sizeof *keys.ids, by_text);
+    for (int i = 1; !rc && i < keys.n; i++) {
+        char id[256];
+        dps_strlcpy(id, keys.ids[i], sizeof id);
+        id[strcspn(id, "\x1f")] = '\0';
+        if (strcmp(keys.ids[i - 1], keys.ids[i]) != 0 || ids_has_unsorted(twice, id)) continue;
+        dps_log("--resume: %s holds rows of %s twice (written twice by an earlier dpscale): it is "
+                "taken out of the folder, to run again", path, id);
+        rc = ids_add(twice, id);
+    }
+    results_ids_free(&keys);
+    free(data);
+    return rc;
+}
+
 static int count_not_done(const results_ids *rerun, const results_ids *done)
 {
     int n = 0;
@@ -117,8 +161,9 @@ static int count_not_done(const results_ids *rerun, const results_ids *done)
 
 /* runs.csv of the folder at dirfd (dir: its path) read and sorted (see
  * sort_runs); *data holds the file. */
-static dps_status read_runs(int dirfd, const char *dir, int resume, char **data, size_t *len,
-                            csv_buf *out, results_ids *done, results_ids *again)
+static dps_status read_runs(int dirfd, const char *dir, int resume, const results_ids *twice,
+                            char **data, size_t *len, csv_buf *out, results_ids *done,
+                            results_ids *again)
 {
     int nfiles;
     const results_file *files = results_files(&nfiles);
@@ -128,7 +173,7 @@ static dps_status read_runs(int dirfd, const char *dir, int resume, char **data,
     memset(done, 0, sizeof *done);
     DPS_TRY(dps_read_file_at(dirfd, name, path, data, len));
     dps_status rc = DPS_OK;
-    if (*data) sort_runs(*data, *len, resume, out, done, again, &rc);
+    if (*data) sort_runs(*data, *len, resume, twice, out, done, again, &rc);
     if (done->n) qsort(done->ids, (size_t)done->n, sizeof *done->ids, by_text);
     return rc;
 }
@@ -142,8 +187,12 @@ dps_status results_tidy(const results_dir *r, int resume, results_ids *done, int
     size_t len = 0;
     csv_buf out;
     csv_init(&out);
-    results_ids again = {0};
-    dps_status rc = read_runs(r->dir_fd, r->dir, resume, &data, &len, &out, done, &again);
+    results_ids again = {0}, twice = {0};
+    dps_status rc = DPS_OK;
+    for (int i = 0; resume && !rc && i < nfiles - 1; i++) rc = find_repeats(r, &files[i], &twice);
+    if (twice.n) qsort(twice.ids, (size_t)twice.n, sizeof *twice.ids, by_text);
+    if (!rc) rc = read_runs(r->dir_fd, r->dir, resume, &twice, &data, &len, &out, done, &again);
+    results_ids_free(&twice);
     const char *runs = files[nfiles - 1].name;
     snprintf(path, sizeof path, "%s/%s", r->dir, runs);
     if (!rc && data && out.len != len) rc = csv_replace_at(r->dir_fd, runs, path, &out);
@@ -169,7 +218,8 @@ dps_status results_ids_finished(const char *dir, results_ids *done)
     if (dirfd < 0)
         return dps_fail(DPS_ERR_RUNTIME, "%s: cannot open the results folder: %s", dir,
                         strerror(errno));
-    dps_status rc = read_runs(dirfd, dir, 1, &data, &len, &out, done, &again);
+    results_ids none = {0};
+    dps_status rc = read_runs(dirfd, dir, 1, &none, &data, &len, &out, done, &again);
     close(dirfd);
     results_ids_free(&again);
     csv_free(&out);
