@@ -4,7 +4,7 @@ and which are noise.
 
 usage: compare.py BASELINE CURRENT [--alpha 0.01] [--fail-above 0.10]
                   [--markdown FILE] [--junit FILE] [--json FILE] [--plot FILE]
-                  [--warn-only] [--force]
+                  [--stopped WHY] [--warn-only] [--force]
 
 BASELINE and CURRENT are results folders (or their runs.csv / steps.csv);
 BASELINE may also be a folder of several runs of the same suite, whose
@@ -13,13 +13,19 @@ Per configuration (matched by config_id) and metric: medians of the raw
 per-step samples, noise = IQR / median, an exact two-sided Mann-Whitney U
 test (normal approximation with tie correction for large samples), the
 ratio new / base. Memory (nearly deterministic) uses a static rule instead.
-Exit status: 0 pass or warn, 1 regression, 2 bad input. Standard library
-only (matplotlib for --plot).
+The report's first line gives the verdict: REGRESSION, INCONCLUSIVE (a
+step time undecided: paired rounds' WARN or NOISY, or else NOISY) or PASS.
+Exit status: 0 pass, warn or inconclusive, 1 regression, 2 bad input (the
+gate, regress.py, exits 3 for inconclusive). Standard library only;
+matplotlib for --plot, from /usr/bin/python3 (this script runs itself again
+under it when the Python running it has none).
 """
 import argparse
+import importlib.util
 import json
 import math
 import os
+import subprocess
 import sys
 from xml.sax.saxutils import escape, quoteattr
 
@@ -39,6 +45,10 @@ STEPS_COLS = ["config_id", "step", "rank", "step_ms", "allreduce_ms"]
 DEVICES_COLS = ["config_id", "device", "alloc_peak_bytes", "device_peak_bytes"]
 MEM_REL, MEM_ABS = 0.02, 64 << 20
 NOISY = 0.10
+# Debian's Python, which has python3-matplotlib (scripts/setup.sh installs it).
+PLOT_PYTHON = "/usr/bin/python3"
+# Set when compare.py has run itself again under PLOT_PYTHON, so it does not loop.
+REEXEC_ENV = "DPSCALE_COMPARE_REEXEC"
 
 
 # ---- statistics -------------------------------------------------------------
@@ -390,6 +400,30 @@ def check_comparable(base, cur, force):
     return why
 
 
+def recorded_by(meta):
+    """'dpscale 0.1.0 (c338c34)': the version that wrote a folder's meta.json."""
+    if not meta.get("dpscale_version"):
+        return None
+    return f"dpscale {meta['dpscale_version']} ({meta.get('git_describe', '?')})"
+
+
+def version_warnings(base, cur, paired):
+    """Warnings when the baseline was recorded by another dpscale than the
+    current run (not for paired rounds, whose base and head differ by
+    design): a change of memory is then the code's, not necessarily this
+    change's."""
+    if paired:
+        return []
+    mine = recorded_by(cur.meta)
+    theirs = sorted({v for v in (recorded_by(p.meta) for p in base.parts) if v})
+    if not mine or not theirs or theirs == [mine]:
+        return []
+    return [f"the baseline was recorded by {', '.join(theirs)}, the current run by {mine}: "
+            f"differences may come from every change between them; if the baseline is stale, "
+            f"record it again with the current code (scripts/regress.sh BUILD/src/dpscale "
+            f"--update-baseline, bench/baselines/README.md)"]
+
+
 # ---- output -----------------------------------------------------------------
 
 ORDER = {"FAILED": 0, "REGRESSION": 1, "MISSING": 2, "WARN": 3, "NOISY": 4, "NEW": 5,
@@ -397,17 +431,44 @@ ORDER = {"FAILED": 0, "REGRESSION": 1, "MISSING": 2, "WARN": 3, "NOISY": 4, "NEW
 
 
 UNDECIDED = ("WARN", "NOISY")
+BAD = ("REGRESSION", "FAILED", "MISSING")
 
 
-def summary(rows, base, cur, warned, paired):
-    """The JSON report: the rows, and for a gate adding rounds, how many
-    configurations are undecided (their step time WARN or NOISY) and the
-    most rounds one of them asks for."""
+def undecided(rows, paired):
+    """Configurations whose step time paired rounds have not decided yet."""
+    return sum(r["metric"] == "step_ms" and r["status"] in UNDECIDED for r in rows) if paired else 0
+
+
+def verdict(rows, base, paired, stopped=None):
+    """(word, line) of the report's first line: REGRESSION; INCONCLUSIVE
+    where a step time is not decided (paired rounds: WARN or NOISY, stopped
+    says why no more rounds were run; otherwise NOISY); or PASS."""
+    bad = sorted({r["config"] for r in rows if r["status"] in BAD})
+    if bad:
+        return "REGRESSION", f"REGRESSION in {len(bad)} configuration(s)"
+    steps = [r for r in rows if r["metric"] == "step_ms"]
+    n = undecided(rows, paired) if paired else sum(r["status"] == "NOISY" for r in steps)
+    if not n:
+        return "PASS", "PASS"
+    if paired:
+        why = f"undecided after {len(base.parts)} round(s)" + (f"; stopped: {stopped}"
+                                                               if stopped else "")
+    else:
+        why = f"too noisy to judge (noise above {100 * NOISY:.0f} %)"
+    return "INCONCLUSIVE", f"INCONCLUSIVE: {n} of {len(steps)} configuration(s) {why}"
+
+
+def summary(rows, base, cur, warned, paired, stopped=None):
+    """The JSON report: the verdict, the rows, and for a gate adding rounds,
+    how many configurations are undecided (their step time WARN or NOISY)
+    and the most rounds one of them asks for."""
     steps = [r for r in rows if r["metric"] == "step_ms"]
     needs = [r["rounds_needed"] for r in steps if r.get("rounds_needed")]
-    return {"baseline": base.folder, "current": cur.folder, "warnings": warned,
+    word, line = verdict(rows, base, paired, stopped)
+    return {"verdict": word, "verdict_line": line, "baseline": base.folder,
+            "current": cur.folder, "warnings": warned,
             "paired": paired, "rounds": len(base.parts) if paired else None,
-            "undecided": sum(r["status"] in UNDECIDED for r in steps) if paired else 0,
+            "undecided": undecided(rows, paired),
             "rounds_needed": max(needs) if needs else None, "rows": rows}
 
 
@@ -429,7 +490,8 @@ def how(base, paired, rows):
                 f"with its confidence interval; REGRESSION when the whole interval is worse than "
                 f"{100 * t:.0f} %." if t is not None else f"Paired rounds ({len(base.parts)}).")
     m = base.meta
-    return (f"Baseline recorded {m.get('start_time', '?')} on {m.get('host', '?')}; not run "
+    by = f" by {recorded_by(m)}" if recorded_by(m) else ""
+    return (f"Baseline recorded {m.get('start_time', '?')} on {m.get('host', '?')}{by}; not run "
             f"beside the current one, so the machine's drift since widens the threshold.")
 
 
@@ -443,11 +505,11 @@ def delta(r):
     return f"{r['delta_pct']:+.1f} [{lo}, {hi}]"
 
 
-def markdown(rows, base, cur, warned, paired=False):
+def markdown(rows, base, cur, warned, paired=False, stopped=None):
     counts = {}
     for r in rows:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
-    out = ["## dpscale performance comparison", "",
+    out = [f"## dpscale performance comparison: {verdict(rows, base, paired, stopped)[1]}", "",
            f"Baseline `{base.folder}`, current `{cur.folder}`. {how(base, paired, rows)}", "",
            ", ".join(f"{counts[k]} {k.lower()}" for k in sorted(counts, key=ORDER.get)) + ".", ""]
     out += [f"> warning: {w}" for w in warned]
@@ -465,7 +527,7 @@ def markdown(rows, base, cur, warned, paired=False):
 
 
 def junit(rows):
-    fails = sum(r["status"] in ("REGRESSION", "FAILED", "MISSING") for r in rows)
+    fails = sum(r["status"] in BAD for r in rows)
     skips = sum(r["status"] == "NOISY" for r in rows)
     out = ['<?xml version="1.0" encoding="UTF-8"?>',
            f'<testsuites><testsuite name="dpscale.compare" tests="{len(rows)}" failures="{fails}" '
@@ -478,7 +540,7 @@ def junit(rows):
                + ("" if r["p"] is None else f", p = {r['p']:.2g}")
                + ("" if r["noise"] is None else f", noise {100 * r['noise']:.1f} %")
                + (f": {r['detail']}" if r.get("detail") else ""))
-        if r["status"] in ("REGRESSION", "FAILED", "MISSING"):
+        if r["status"] in BAD:
             out.append(f'    <failure message={quoteattr(msg)}>{escape(msg)}</failure>')
         elif r["status"] == "NOISY":
             out.append(f'    <skipped message={quoteattr(msg)}/>')
@@ -525,6 +587,25 @@ def plot(rows, path):
         plt.close(fig)
 
 
+def plot_python(argv):
+    """--plot needs matplotlib. A Python without it (a python3 on PATH other
+    than Debian's) runs the whole command again under PLOT_PYTHON when that
+    one has it; else the command is refused before anything is written."""
+    if importlib.util.find_spec("matplotlib"):
+        return
+    here = f"{sys.executable or 'this Python'} (Python {sys.version.split()[0]})"
+    if not os.environ.get(REEXEC_ENV) and os.access(PLOT_PYTHON, os.X_OK) and subprocess.run(
+            [PLOT_PYTHON, "-c", "import matplotlib"], capture_output=True).returncode == 0:
+        print(f"compare.py: --plot: {here} has no matplotlib; running under {PLOT_PYTHON}",
+              file=sys.stderr, flush=True)
+        os.execve(PLOT_PYTHON, [PLOT_PYTHON, os.path.realpath(__file__), *argv],
+                  {**os.environ, REEXEC_ENV: "1"})
+    raise InputError(f"--plot needs matplotlib: {here} has none, nor has "
+                     f"{PLOT_PYTHON}; install it (apt-get install python3-matplotlib, or "
+                     f"scripts/setup.sh) and run {PLOT_PYTHON} {os.path.realpath(__file__)} ..., "
+                     f"or leave out --plot")
+
+
 def option_number(least, most=math.inf, open_ends=False):
     """An argparse type: a finite number in [least, most] (open_ends: in (least, most))."""
     def parse(text):
@@ -565,7 +646,11 @@ def main(argv):
     ap.add_argument("--markdown", help="write the Markdown table here too")
     ap.add_argument("--junit", help="write JUnit XML here")
     ap.add_argument("--json", help="write JSON here")
-    ap.add_argument("--plot", help="draw base against new (PNG)")
+    ap.add_argument("--plot", help="draw base against new (PNG; needs matplotlib: run under "
+                                   f"{PLOT_PYTHON} if the Python running compare.py has none)")
+    ap.add_argument("--stopped", metavar="WHY",
+                    help="why the rounds stopped (the gate's), for an inconclusive report's "
+                         "first line")
     ap.add_argument("--warn-only", action="store_true", help="exit 0 even on a regression")
     ap.add_argument("--force", action="store_true", help="compare different machines anyway")
     try:
@@ -573,6 +658,8 @@ def main(argv):
     except SystemExit as e:
         return 2 if e.code else 0
     try:
+        if args.plot:
+            plot_python(argv)
         base, cur = Results(args.baseline), Results(args.current)
         mine = os.path.realpath(cur.newest.folder)
         if base.pooled and any(os.path.realpath(p.folder) == mine for p in base.parts):
@@ -580,8 +667,9 @@ def main(argv):
                              f"{cur.newest.folder} itself; give a baseline without it")
         warned = check_comparable(base, cur, args.force)
         paired = bool(base.round_names()) and base.round_names() == cur.round_names()
+        warned += version_warnings(base, cur, paired)
         rows = compare(base, cur, args, paired)
-        md = markdown(rows, base, cur, warned, paired)
+        md = markdown(rows, base, cur, warned, paired, args.stopped)
         sys.stdout.write(md)
         if args.markdown:
             write_file("--markdown", args.markdown, md)
@@ -590,18 +678,18 @@ def main(argv):
         if args.junit:
             write_file("--junit", args.junit, junit(rows))
         if args.json:
-            write_file("--json", args.json, json.dumps(summary(rows, base, cur, warned, paired),
-                                                       indent=1, default=str))
+            write_file("--json", args.json, json.dumps(
+                summary(rows, base, cur, warned, paired, args.stopped), indent=1, default=str))
         if args.plot:
             plot(rows, args.plot)
     except InputError as e:
         print(f"compare.py: {e}", file=sys.stderr)
         return 2
-    except ImportError as e:
-        print(f"compare.py: --plot: {e}: install python3-matplotlib (scripts/setup.sh does) and "
-              f"run with /usr/bin/python3", file=sys.stderr)
+    except ImportError as e:  # matplotlib imports, but not its parts
+        print(f"compare.py: --plot: {e}: reinstall python3-matplotlib (scripts/setup.sh) and run "
+              f"under {PLOT_PYTHON}", file=sys.stderr)
         return 2
-    bad = any(r["status"] in ("REGRESSION", "FAILED", "MISSING") for r in rows)
+    bad = any(r["status"] in BAD for r in rows)
     return 1 if bad and not args.warn_only else 0
 
 

@@ -6,18 +6,29 @@ in BUILD/regress-base/<commit>/, kept for the next time), runs the suite
 with the base and the head binary interleaved, round after round, and
 compares them with compare.py as paired rounds. It stops as soon as every
 configuration is decided (REGRESSION, IMPROVED or SAME) after --min-rounds,
-or when --budget-min is spent. --stored compares one run with a stored
-baseline (bench/baselines/<backend>-<device>/) instead, for runners where
-the base cannot be built; --update-baseline adds a run to that baseline.
+or when --budget-min is spent; stopped with some undecided, it is
+INCONCLUSIVE (exit 3). --stored compares one run with a stored baseline
+(bench/baselines/<backend>-<device>/) instead, for runners where the base
+cannot be built; --update-baseline adds a run to that baseline, stamped with
+the dpscale that recorded it (baseline.json).
 
 usage: regress.py HEAD_DPSCALE [--base REF | --base-binary DPSCALE] [--budget-min 5]
                   [--min-rounds 6] [--max-rounds 200] [--suite FILE] [--steps N]
                   [--out DIR]
                   [--inject-slowdown PCT] [--stored | --update-baseline]
                   [compare.py options...]
-Exit status: compare.py's (0 pass or warn, 1 regression, 2 bad input);
-2 when the base cannot be built or a sweep refuses its input.
 """
+EXIT_STATUS = """exit status:
+  0  pass
+  1  regression (or a failed or missing configuration)
+  2  bad input, a base that cannot be built or a sweep that refuses its input
+  3  inconclusive: the rounds stopped at --budget-min or --max-rounds with
+     configurations undecided (WARN or NOISY), the report's first line says
+     INCONCLUSIVE and why; --stored: a step time NOISY, or no baseline for
+     this machine
+ninja -C build regress fails on 3 as on 1; a CI job that accepts an undecided
+gate runs: scripts/regress.sh BUILD/src/dpscale || [ $? -eq 3 ]
+--warn-only exits 0 for 1 and 3 alike (docs/regression.md)."""
 import argparse
 import datetime
 import json
@@ -31,6 +42,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 PYTHON = "/usr/bin/python3"
+INCONCLUSIVE = 3  # the exit status of a gate that stopped with configurations undecided
 
 
 class GateError(Exception):
@@ -149,9 +161,9 @@ def sweep(binary, suite, out, name, extra, logf):
         raise GateError(f"{' '.join(cmd)}: exit {p.returncode} (see {logf.name})")
 
 
-def compare(base, head, json_path, extra, report=None, quiet=True):
+def compare(base, head, json_path, extra, report=None, quiet=True, stopped=None):
     cmd = [PYTHON, os.path.join(ROOT, "scripts", "compare.py"), base, head, "--json", json_path,
-           *extra]
+           *extra, *(["--stopped", stopped] if stopped else [])]
     if report:
         cmd += ["--markdown", report + ".md", "--junit", report + ".xml", "--plot", report + ".png"]
     p = subprocess.run(cmd, capture_output=quiet, text=True)
@@ -163,7 +175,8 @@ def compare(base, head, json_path, extra, report=None, quiet=True):
 
 def run_rounds(a, base_bin, head_bin, out, extra, t0):
     """Rounds until decided, --max-rounds or the budget (counted from t0,
-    the gate's start); returns the rounds run."""
+    the gate's start); returns the rounds run and, unless every
+    configuration was decided, why no more were run."""
     done, decided = 0, False
     slow = ["--inject-slowdown", str(a.inject_slowdown)] if a.inject_slowdown else []
     steps = ["--steps", str(a.steps)] if a.steps else []
@@ -185,10 +198,13 @@ def run_rounds(a, base_bin, head_bin, out, extra, t0):
                     break
             if spent + per_round > a.budget_min * 60:
                 break
-    if not decided:
-        log(f"stopped after {done} rounds ({'--max-rounds' if done >= a.max_rounds else '--budget-min'}) "
-            f"with configurations undecided: see NOISY rows for the rounds they need")
-    return done
+    if decided:
+        return done, None
+    why = (f"--max-rounds {a.max_rounds} reached" if done >= a.max_rounds else
+           f"--budget-min {a.budget_min:g} reached after {spent:.0f} s")
+    log(f"stopped after {done} rounds ({why}) with configurations undecided: see the WARN and "
+        f"NOISY rows for the rounds they need")
+    return done, why
 
 
 def gate(a, extra):
@@ -203,12 +219,26 @@ def gate(a, extra):
         base_bin = build_base(commit, os.path.dirname(os.path.dirname(head_bin)))
     out = os.path.join(a.out, f"regress-{stamp()}")
     os.makedirs(out)
-    rounds = run_rounds(a, base_bin, head_bin, out, extra, t0)
-    rc, _ = compare(os.path.join(out, "base"), os.path.join(out, "head"),
-                    os.path.join(out, "regression.json"), extra,
-                    report=os.path.join(out, "regression"), quiet=False)
+    rounds, stopped = run_rounds(a, base_bin, head_bin, out, extra, t0)
+    rc, res = compare(os.path.join(out, "base"), os.path.join(out, "head"),
+                      os.path.join(out, "regression.json"), extra,
+                      report=os.path.join(out, "regression"), quiet=False, stopped=stopped)
     log(f"{rounds} rounds; report in {out}/regression.{{md,xml,json,png}}")
-    return rc
+    return inconclusive(rc, res, extra)
+
+
+def inconclusive(rc, res, extra):
+    """compare.py's exit status, or INCONCLUSIVE where it passed with a
+    step time undecided: a gate that could not decide must not pass
+    silently (--warn-only: 0)."""
+    if rc != 0 or res.get("verdict") != "INCONCLUSIVE":
+        return rc
+    status = 0 if "--warn-only" in extra else INCONCLUSIVE
+    fix = ("the undecided rows say about how many rounds would decide them (--budget-min, "
+           "--max-rounds; a quieter runner)" if res.get("paired") else
+           "a quieter runner, or the default gate (the base run beside the head), decides it")
+    log(f"{res.get('verdict_line')}: exit {status}{' (--warn-only)' if not status else ''}; {fix}")
+    return status
 
 
 def stamp():
@@ -222,8 +252,55 @@ def machine_key(meta_path):
     return re.sub(r"[^a-z0-9]+", "-", f"{m.get('backend', 'unknown')}-{dev}".lower()).strip("-")
 
 
+def commit_of(describe):
+    """The full commit a git_describe names ('c338c34', 'v1-3-gc338c34',
+    '…-dirty'), where this checkout has it; '' otherwise."""
+    name = describe[:-len("-dirty")] if describe.endswith("-dirty") else describe
+    name = re.sub(r"^.*-g(?=[0-9a-f]{4,}$)", "", name)
+    p = subprocess.run(["git", "-C", ROOT, "rev-parse", "--verify", "--quiet", name + "^{commit}"],
+                       capture_output=True, text=True)
+    return p.stdout.strip() if name and p.returncode == 0 else ""
+
+
+def version_of(binary):
+    """'dpscale 0.1.0 (c338c34)': what a dpscale binary says it is."""
+    p = subprocess.run([binary, "--version"], capture_output=True, text=True)
+    if p.returncode or not p.stdout.startswith("dpscale "):
+        raise GateError(f"{binary} --version: exit {p.returncode}, {p.stdout.strip()!r}, not "
+                        f"'dpscale VERSION (COMMIT)'; record a baseline with a dpscale build")
+    return p.stdout.strip()
+
+
+def stamp_baseline(run, version, suite):
+    """baseline.json of a baseline run: the dpscale that recorded it (its
+    --version, the commit its git_describe names), the suite and when."""
+    with open(os.path.join(run, "meta.json")) as f:
+        meta = json.load(f)
+    describe = meta.get("git_describe", "")
+    record = {"recorded_by": version, "dpscale_version": meta.get("dpscale_version", ""),
+              "git_describe": describe, "git_commit": commit_of(describe),
+              "suite": os.path.relpath(os.path.realpath(suite), ROOT),
+              "recorded_at": meta.get("start_time", "")}
+    with open(os.path.join(run, "baseline.json"), "w") as f:
+        json.dump(record, f, indent=1)
+        f.write("\n")
+    if describe.endswith("-dirty"):
+        log(f"warning: {version} was built from a working tree with changes: no commit "
+            f"reproduces this baseline; commit first, rebuild and record it again")
+
+
+def recorded_by(run_dir, meta):
+    """Who recorded a baseline run: its baseline.json's stamp, else meta.json's version."""
+    try:
+        with open(os.path.join(run_dir, "baseline.json")) as f:
+            return json.load(f)["recorded_by"]
+    except (OSError, ValueError, KeyError):
+        return f"dpscale {meta.get('dpscale_version', '?')} ({meta.get('git_describe', '?')})"
+
+
 def staleness(base_dir):
-    """'recorded 2026-11-30T02:06:26Z, 3 days ago, on HOST' of the newest baseline run."""
+    """'recorded 2026-11-30T02:06:26Z (3 days ago) on HOST by dpscale 0.1.0
+    (c338c34), 3 run(s)' of the newest baseline run."""
     runs = sorted(d for d in os.listdir(base_dir) if d.startswith("run-"))
     with open(os.path.join(base_dir, runs[-1], "meta.json")) as f:
         m = json.load(f)
@@ -235,7 +312,8 @@ def staleness(base_dir):
         ago = f"{age.days} days ago" if age.days else f"{age.seconds // 3600} hours ago"
     except ValueError:
         ago = "at an unknown time"
-    return f"recorded {when or '?'} ({ago}) on {m.get('host', '?')}, {len(runs)} run(s)"
+    by = recorded_by(os.path.join(base_dir, runs[-1]), m)
+    return f"recorded {when or '?'} ({ago}) on {m.get('host', '?')} by {by}, {len(runs)} run(s)"
 
 
 def stored(a, extra):
@@ -249,28 +327,34 @@ def stored(a, extra):
     key = machine_key(os.path.join(out, "meta.json"))
     base = os.path.join(ROOT, "bench", "baselines", key)
     if a.update_baseline:
+        by = version_of(os.path.realpath(a.dpscale))
         run = os.path.join(base, f"run-{datetime.datetime.now():%Y%m%d-%H%M%S}")
         os.makedirs(run)
         for name in ("runs.csv", "steps.csv", "devices.csv", "meta.json"):
             shutil.copy(os.path.join(out, name), run)
+        stamp_baseline(run, by, a.suite)
         for old in sorted(d for d in os.listdir(base) if d.startswith("run-"))[:-3]:
             shutil.rmtree(os.path.join(base, old))
-        log(f"baseline {key}: {len(os.listdir(base))} run(s) in bench/baselines/{key} (commit them)")
+        log(f"baseline {key}: {os.path.basename(run)} recorded by {by}; "
+            f"{len(os.listdir(base))} run(s) in bench/baselines/{key} (commit them)")
         return 0
     if not os.path.isdir(base) or not any(d.startswith("run-") for d in os.listdir(base)):
-        log(f"no stored baseline for this machine ({key}) in bench/baselines/; make one from a "
-            f"run you trust: scripts/regress.sh {a.dpscale} --update-baseline")
-        return 0
+        log(f"INCONCLUSIVE: no stored baseline for this machine ({key}) in bench/baselines/: "
+            f"exit {INCONCLUSIVE}; make one from a run you trust: scripts/regress.sh "
+            f"{a.dpscale} --update-baseline")
+        return 0 if "--warn-only" in extra else INCONCLUSIVE
     log(f"stored baseline bench/baselines/{key}: {staleness(base)}; another day or machine "
         f"drifts by more than a change: prefer the default, base built beside head")
-    rc, _ = compare(base, out, os.path.join(out, "regression.json"), extra,
-                    report=os.path.join(out, "regression"), quiet=False)
+    rc, res = compare(base, out, os.path.join(out, "regression.json"), extra,
+                      report=os.path.join(out, "regression"), quiet=False)
     log(f"report in {out}/regression.{{md,xml,json,png}}")
-    return rc
+    return inconclusive(rc, res, extra)
 
 
 def parse(argv):
-    ap = argparse.ArgumentParser(description="The regression gate: base and head interleaved.")
+    ap = argparse.ArgumentParser(description="The regression gate: base and head interleaved.",
+                                 epilog=EXIT_STATUS,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dpscale", help="the head build's dpscale (BUILD/src/dpscale)")
     ap.add_argument("--base", help="the base commit (default: the merge-base with main)")
     ap.add_argument("--base-binary", metavar="DPSCALE",

@@ -6,11 +6,12 @@ import csv
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 
-from helpers import (FIXTURES, copy_fixture, dpsresults, expect, expect_exit, png_size,
-                     run_case, script)
+from helpers import (FIXTURES, PYTHON, SCRIPTS, copy_fixture, dpsresults, expect, expect_exit,
+                     png_size, run_case, script)
 import compare  # scripts/compare.py: helpers puts scripts/ on sys.path
 
 FIXTURE = os.path.join(FIXTURES, "ci-host")
@@ -104,6 +105,10 @@ def case_noisy():
         p, st = report(FIXTURE, cur, tmp, "--junit", os.path.join(tmp, "j.xml"))
         expect(st[(cid, "step_ms")] == "NOISY", f"step_ms: {st[(cid, 'step_ms')]}")
         expect(p.returncode == 0, f"exit {p.returncode}")
+        first = p.stdout.splitlines()[0]
+        expect(first == "## dpscale performance comparison: INCONCLUSIVE: 1 of 4 "
+                        "configuration(s) too noisy to judge (noise above 10 %)",
+               f"a noisy step time, first line {first!r}")
         expect("<skipped" in open(os.path.join(tmp, "j.xml")).read(), "no <skipped> in JUnit")
 
 
@@ -209,6 +214,83 @@ def case_versions():
         meta["versions"]["driver"] = "580.65"
         json.dump(meta, open(path, "w"))
         expect_exit(run(FIXTURE, cur), 2, "driver differs: 'none' in the baseline, '580.65' now")
+
+
+def set_describe(folder, describe):
+    path = os.path.join(folder, "meta.json")
+    meta = json.load(open(path))
+    meta["git_describe"] = describe
+    json.dump(meta, open(path, "w"))
+
+
+def case_recorded_by():
+    """A baseline recorded by another dpscale than the current run is named
+    in the report and warned about (its differences may be any change's);
+    the same version is not; paired rounds, whose base and head differ by
+    design, are not warned about, and their first line says INCONCLUSIVE
+    while rounds leave configurations undecided."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cur = copy(tmp)
+        was = f"dpscale 0.1.0 ({dpsresults.read_meta(FIXTURE)['git_describe']})"
+        p = run(FIXTURE, cur, "--json", os.path.join(tmp, "same.json"))
+        expect_exit(p, 0)
+        first = p.stdout.splitlines()[0]
+        expect(first == "## dpscale performance comparison: PASS", f"first line {first!r}")
+        expect(f"on vm by {was};" in p.stdout and "recorded by" not in p.stdout,
+               f"the same version:\n{p.stdout}")
+        set_describe(cur, "0123abc")
+        js = os.path.join(tmp, "r.json")
+        p = run(FIXTURE, cur, "--json", js)
+        expect_exit(p, 0)
+        want = f"the baseline was recorded by {was}, the current run by dpscale 0.1.0 (0123abc)"
+        expect(f"> warning: {want}" in p.stdout, f"no version warning:\n{p.stdout}")
+        warned = json.load(open(js))["warnings"]
+        expect(len(warned) == 1 and warned[0].startswith(want) and "--update-baseline" in warned[0],
+               f"JSON warnings {warned}")
+        base, head = os.path.join(tmp, "base"), os.path.join(tmp, "head")
+        shutil.copytree(FIXTURE, os.path.join(base, "run-001"))
+        shutil.copytree(cur, os.path.join(head, "run-001"))
+        p = run(base, head, "--json", js, "--stopped", "--max-rounds 1 reached")
+        expect_exit(p, 0)
+        first = p.stdout.splitlines()[0]
+        expect(first == "## dpscale performance comparison: INCONCLUSIVE: 4 of 4 "
+                        "configuration(s) undecided after 1 round(s); stopped: --max-rounds 1 "
+                        "reached", f"paired, one round: first line {first!r}")
+        res = json.load(open(js))
+        expect(res["verdict"] == "INCONCLUSIVE" and res["undecided"] == 4 and not res["warnings"],
+               f"paired: verdict {res['verdict']}, warnings {res['warnings']}")
+
+
+def case_plot_python():
+    """--plot from a Python without matplotlib (/usr/bin/python3 -S: no
+    site-packages) runs compare.py again under /usr/bin/python3, which
+    draws; where that one has none either it refuses (exit 2) before
+    writing anything and says what to install."""
+    def imports_matplotlib(*flags):
+        return subprocess.run([PYTHON, *flags, "-c", "import matplotlib"],
+                              capture_output=True).returncode == 0
+    if not imports_matplotlib():
+        print(f"SKIP: {PYTHON} has no matplotlib (scripts/setup.sh installs python3-matplotlib)")
+        return 77
+    if imports_matplotlib("-S"):
+        print(f"SKIP: {PYTHON} -S imports matplotlib: no Python without it to run from")
+        return 77
+    compare_py = os.path.join(SCRIPTS, "compare.py")
+    with tempfile.TemporaryDirectory() as tmp:
+        cur, png, js = copy(tmp), os.path.join(tmp, "r.png"), os.path.join(tmp, "r.json")
+        env = {**os.environ, "GITHUB_STEP_SUMMARY": ""}
+        env.pop(compare.REEXEC_ENV, None)
+        cmd = [PYTHON, "-S", compare_py, FIXTURE, cur, "--plot", png, "--json", js]
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+        expect_exit(p, 0, f"has no matplotlib; running under {PYTHON}")
+        png_size(png)
+        expect(p.stdout.count("## dpscale performance comparison") == 1,
+               f"the report written {p.stdout.count('## dpscale')} times:\n{p.stdout}")
+        os.remove(js)
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
+                           env={**env, compare.REEXEC_ENV: "1"})
+        expect_exit(p, 2, "--plot needs matplotlib", "apt-get install python3-matplotlib")
+        expect(not p.stdout and not os.path.exists(js), f"written before refusing:\n{p.stdout}")
 
 
 def case_utest():
