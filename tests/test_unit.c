@@ -9,16 +9,23 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 
 #include "dps_config.h"
 #include "backend/backend.h"
 #include "model/bucket.h"
 #include "comm/comm.h"
+#include "comm/store_keys.h"
+#include "comm/store_wire.h"
 #include "strategies/ddp.h"
 #include "launch/ranks.h"
 #include "cli/cli.h"
@@ -467,6 +474,236 @@ static void test_world(void)
     expect_world_refused(port, "MASTER_PORT=70000: expected a whole number from 1 to 65534");
 }
 
+static int store_keys_not_c0(const store_key *e, const void *ctx)
+{
+    (void)ctx;
+    return strncmp(e->key, "c0/", 3) != 0;
+}
+
+/* The key table: found at any count, dropped by a rule, full at its size. */
+static void test_store_keys(void)
+{
+    store_keys t;
+    EXPECT(store_keys_init(&t, 1000) == DPS_OK);
+    char key[32];
+    for (int i = 0; i < 1000; i++) {
+        snprintf(key, sizeof key, "c%d/k%d", i % 3, i);
+        char *val = malloc(8);
+        snprintf(val, 8, "%d", i);
+        EXPECT(store_keys_add(&t, key, val, strlen(val), i % 7, 0) != NULL);
+    }
+    char *extra = malloc(1);
+    EXPECT(store_keys_add(&t, "one too many", extra, 0, 0, 0) == NULL);
+    free(extra);
+    store_key *e = store_keys_find(&t, "c1/k421");
+    EXPECT(e && !strcmp(e->val, "421") && e->owner == 421 % 7);
+    EXPECT(!store_keys_find(&t, "c1/k1000") && !store_keys_find(&t, ""));
+    EXPECT(store_keys_drop(&t, store_keys_not_c0, NULL) == 334 && t.n == 666);
+    EXPECT(!store_keys_find(&t, "c0/k0") && store_keys_find(&t, "c2/k998"));
+    store_keys_free(&t);
+}
+
+/* A frame read as its bytes come, one at a time; values and words held to
+ * their limits before anything is allocated; bytes that are no frame. */
+static void test_store_reader(void)
+{
+    int sv[2];
+    EXPECT(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+    unsigned char h[STORE_HEAD_BYTES];
+    store_head(h, ST_SET, 3, 5);
+    const char *rest = "keyhello";
+    store_reader r = {0};
+    store_frame f;
+    int rc = 1;
+    for (int i = 0; i < STORE_HEAD_BYTES + 8; i++) {
+        EXPECT(rc == 1);
+        const char *next = i < STORE_HEAD_BYTES ? (const char *)h + i : rest + i - STORE_HEAD_BYTES;
+        (void)!write(sv[1], next, 1);
+        rc = store_read(sv[0], &r, &f, 5, 1 << 20);
+    }
+    EXPECT(rc == 0 && f.type == ST_SET && !strcmp(f.key, "key") && f.len == 5 &&
+           !strcmp(f.val, "hello") && r.got == 0);
+    store_frame_free(&f);
+    store_head(h, ST_SET, 1, 1u << 30); /* 1 GiB announced, 64 KiB allowed */
+    (void)!write(sv[1], h, sizeof h);
+    (void)!write(sv[1], "k", 1);
+    EXPECT(store_read(sv[0], &r, &f, 65536, 1 << 20) == -1 && errno == EMSGSIZE &&
+           r.f.len == 1u << 30 && !strcmp(r.f.key, "k") && !r.f.val);
+    store_reader_free(&r);
+    store_head(h, ST_ABORT, 0, STORE_WORDS_MAX + 1); /* words, not a value */
+    (void)!write(sv[1], h, sizeof h);
+    EXPECT(store_read(sv[0], &r, &f, 1 << 20, 1 << 20) == -1 && errno == EMSGSIZE);
+    store_reader_free(&r);
+    close(sv[1]);
+    EXPECT(store_read(sv[0], &r, &f, 0, 1 << 20) == 2); /* the end, between frames */
+    close(sv[0]);
+    EXPECT(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+    (void)!write(sv[1], "GET / HTTP/1.1\r\n", 16);
+    EXPECT(store_read(sv[0], &r, &f, 1 << 20, 1 << 20) == -1 && errno == EPROTO);
+    store_reader_free(&r);
+    close(sv[1]);
+    close(sv[0]);
+}
+
+/* A raw connection to the store on 127.0.0.1:port. */
+static int store_raw(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    EXPECT(fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0);
+    return fd;
+}
+
+/* Everything the store sends fd until it closes it, within ms. */
+static size_t store_raw_drain(int fd, char *buf, size_t len, int ms)
+{
+    size_t n = 0;
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    while (n + 1 < len && poll(&p, 1, ms) > 0) {
+        ssize_t got = recv(fd, buf + n, len - 1 - n, 0);
+        if (got <= 0) break;
+        n += (size_t)got;
+    }
+    buf[n] = '\0';
+    for (size_t i = 0; i < n; i++) if (!buf[i]) buf[i] = ' '; /* headers' zeros */
+    return n;
+}
+
+/* A second process claiming a rank is refused, named, and the job goes
+ * on; a peer that stalls mid-frame or says nothing stalls no one and is
+ * refused at the timeout. */
+static void test_store_peers(void)
+{
+    store_server *srv;
+    EXPECT(store_server_start(0, 2, 600.0, &srv) == DPS_OK);
+    int port = store_server_port(srv), slow = store_raw(port), idle = store_raw(port);
+    (void)!write(slow, "\x02", 1); /* a frame's first byte, then nothing */
+    double t0 = dps_now_ms();
+    dps_store *c[3];
+    store_member m[2];
+    EXPECT(store_connect("127.0.0.1", port, 0, 2, 5000.0, &c[0]) == DPS_OK);
+    EXPECT(store_connect("127.0.0.1", port, 1, 2, 5000.0, &c[1]) == DPS_OK);
+    EXPECT(store_connect("127.0.0.1", port, 1, 2, 5000.0, &c[2]) == DPS_ERR_RUNTIME);
+    EXPECT(strstr(dps_errmsg(), "refused this process: two processes claim rank 1"));
+    EXPECT(store_roster(c[1], m, 2) == DPS_OK && dps_now_ms() - t0 < 400.0);
+    char buf[2048];
+    store_raw_drain(slow, buf, sizeof buf, 2000);
+    EXPECT(strstr(buf, "a frame began (1 bytes) and the rest did not come within --timeout 0.6 s"));
+    store_raw_drain(idle, buf, sizeof buf, 2000);
+    EXPECT(strstr(buf, "it said no hello within --timeout 0.6 s"));
+    EXPECT(dps_now_ms() - t0 < 600.0 + 1500.0);
+    int asked;
+    char why[DPS_ERRMSG_MAX];
+    EXPECT(store_server_failure(srv, &asked, why, sizeof why) == DPS_OK); /* the job goes on */
+    close(slow);
+    close(idle);
+    store_close(c[0]);
+    store_close(c[1]);
+    store_server_stop(srv);
+}
+
+/* A raw peer that says hello as rank r of pid 4242, both connections. */
+static void store_raw_hello(int ctl, int req, int r)
+{
+    char hello[64];
+    int n = snprintf(hello, sizeof hello, "%d 4242 evil lo", r);
+    EXPECT(store_send(ctl, ST_HELLO, "ctl", hello, (size_t)n, 0) == 0);
+    EXPECT(store_send(req, ST_HELLO, "req", hello, (size_t)n, 0) == 0);
+}
+
+/* A rank's share: keys beyond it, a value over the rendezvous limit and
+ * records over the configuration's are refused, the peer named, and the
+ * group fails; the keys of configurations before the last two begun are
+ * dropped, so that any number of configurations stays within the share. */
+static void test_store_bounds(void)
+{
+    store_server *srv;
+    EXPECT(store_server_start(0, 3, 5000.0, &srv) == DPS_OK);
+    int port = store_server_port(srv), ctl = store_raw(port), req = store_raw(port);
+    store_raw_hello(ctl, req, 1);
+    char key[32], why[DPS_ERRMSG_MAX];
+    for (int i = 0; i <= STORE_KEYS_PER_RANK; i++) {
+        snprintf(key, sizeof key, "k%d", i);
+        EXPECT(store_send(req, ST_SET, key, "v", 1, 0) == 0);
+    }
+    int asked;
+    for (int i = 0; i < 200 && !store_server_failure(srv, &asked, why, sizeof why); i++) usleep(5000);
+    EXPECT(strstr(why, "refused 127.0.0.1:") && strstr(why, "rank 1's request connection, pid 4242 "
+           "on host evil") && strstr(why, "it set key k16 beyond the 16 keys a rank needs"));
+    close(ctl);
+    close(req);
+    store_server_stop(srv);
+
+    EXPECT(store_server_start(0, 2, 5000.0, &srv) == DPS_OK);
+    port = store_server_port(srv);
+    ctl = store_raw(port);
+    req = store_raw(port);
+    store_raw_hello(ctl, req, 1);
+    size_t big = store_rendezvous_max(2) + 1;
+    char *blob = calloc(1, big);
+    EXPECT(store_send(req, ST_SET, "addr", blob, big, 0) == 0);
+    for (int i = 0; i < 200 && !store_server_failure(srv, &asked, why, sizeof why); i++) usleep(5000);
+    EXPECT(strstr(why, "it sent 4609 bytes for key \"addr\" (frame type 2); a key of a 2-rank "
+           "world holds 4608 bytes at most"));
+    free(blob);
+    close(ctl);
+    close(req);
+    store_server_stop(srv);
+
+    EXPECT(store_server_start(0, 2, 5000.0, &srv) == DPS_OK);
+    dps_store *c[2];
+    for (int r = 0; r < 2; r++)
+        EXPECT(store_connect("127.0.0.1", store_server_port(srv), r, 2, 5000.0, &c[r]) == DPS_OK);
+    for (int cfg = 0; cfg < 12; cfg++) { /* 4 keys a configuration: 12 × 4 > 16 */
+        char prefix[16];
+        snprintf(prefix, sizeof prefix, "c%d/", cfg);
+        store_server_begin(srv, prefix, 100);
+        store_set_prefix(c[0], prefix);
+        store_set_prefix(c[1], prefix);
+        for (int k = 0; k < 4; k++) {
+            snprintf(key, sizeof key, "k%d", k);
+            EXPECT(store_set(c[1], key, "v", 1) == DPS_OK);
+        }
+        void *val = NULL;
+        size_t len = 0;
+        EXPECT(store_get(c[0], "k3", 1, &val, &len, 2000.0) == DPS_OK && len == 1);
+        free(val);
+    }
+    EXPECT(store_server_failure(srv, &asked, why, sizeof why) == DPS_OK);
+    char rec[101] = {0};
+    EXPECT(store_post(c[1], "report", rec, sizeof rec) == DPS_OK);
+    for (int i = 0; i < 200 && !store_server_failure(srv, &asked, why, sizeof why); i++) usleep(5000);
+    EXPECT(strstr(why, "rank 1's control connection") &&
+           strstr(why, "this configuration's records are 100 bytes at most"));
+    store_close(c[0]);
+    store_close(c[1]);
+    store_server_stop(srv);
+}
+
+/* A listener whose accept queue is full drops connections' SYNs: a rank
+ * gives up at its timeout, not after the kernel's minutes of retries. */
+static void test_store_no_accept(void)
+{
+    int l = socket(AF_INET, SOCK_STREAM, 0), fill[4];
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof a;
+    EXPECT(bind(l, (struct sockaddr *)&a, sizeof a) == 0 && listen(l, 0) == 0);
+    EXPECT(getsockname(l, (struct sockaddr *)&a, &al) == 0);
+    for (int i = 0; i < 4; i++) {
+        fill[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        (void)!connect(fill[i], (struct sockaddr *)&a, sizeof a);
+    }
+    usleep(200000);
+    dps_store *c = NULL;
+    double t0 = dps_now_ms();
+    EXPECT(store_connect("127.0.0.1", ntohs(a.sin_port), 1, 2, 400.0, &c) == DPS_ERR_TIMEOUT);
+    EXPECT(dps_now_ms() - t0 < 400.0 + 500.0);
+    EXPECT(strstr(dps_errmsg(), "within --timeout 0.4 s"));
+    for (int i = 0; i < 4; i++) close(fill[i]);
+    close(l);
+}
+
 /* What a store client's watch saw: the server's word to abort. */
 typedef struct store_seen { _Atomic int lost; char why[DPS_ERRMSG_MAX]; } store_seen;
 
@@ -489,7 +726,8 @@ static void test_store(void)
     EXPECT(store_server_start(0, 3, 10000.0, &srv) == DPS_OK);
     int port = store_server_port(srv);
     dps_store *c[3];
-    for (int r = 0; r < 3; r++) EXPECT(store_connect("127.0.0.1", port, r, 5000.0, &c[r]) == DPS_OK);
+    for (int r = 0; r < 3; r++)
+        EXPECT(store_connect("127.0.0.1", port, r, 3, 5000.0, &c[r]) == DPS_OK);
     store_member m[3];
     EXPECT(store_roster(c[2], m, 3) == DPS_OK && m[1].pid == (int)getpid());
     EXPECT(!strcmp(m[0].addr, "127.0.0.1"));
@@ -518,12 +756,17 @@ static void test_store(void)
     store_server_stop(srv);
 
     EXPECT(store_server_start(0, 2, 300.0, &srv) == DPS_OK);
-    EXPECT(store_connect("127.0.0.1", store_server_port(srv), 0, 300.0, &c[0]) == DPS_OK);
+    EXPECT(store_connect("127.0.0.1", store_server_port(srv), 0, 2, 300.0, &c[0]) == DPS_OK);
     EXPECT(store_roster(c[0], m, 2) != DPS_OK);
     EXPECT(strstr(dps_errmsg(), "1 of 2 ranks arrived within --timeout 0.3 s; missing: 1"));
     EXPECT(store_server_failure(srv, &asked, why, sizeof why) == DPS_ERR_TIMEOUT);
     store_close(c[0]);
     store_server_stop(srv);
+    test_store_keys();
+    test_store_reader();
+    test_store_peers();
+    test_store_bounds();
+    test_store_no_accept();
 }
 
 /* One timed step of a phase whose work keeps the stream busy work_ms. */

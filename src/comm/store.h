@@ -19,6 +19,24 @@
  * "rank pid host address interface". */
 #define STORE_ROSTER_KEY "dpscale/roster"
 
+/* What a world of n ranks can need, and so all the store takes from
+ * anyone (docs/DESIGN.md, "The store's bounds"). A configuration's keys
+ * are at most 4 a rank (Gloo's host name and addresses, rank 0's file
+ * prefix and NCCL id) and one record (a rank's records, on its control
+ * connection); at most three configurations' keys are live at once (the
+ * two rank 0 began last, and the next one a faster rank began). */
+#define STORE_KEYS_PER_RANK 16
+#define STORE_RECORDS_PER_RANK 3
+/* A roster line: two numbers, a host, an address, an interface, spaces. */
+#define STORE_ROSTER_LINE_MAX (2 * 12 + STORE_HOST_MAX + 64 + 32 + 8)
+/* Connections beyond a rank's two: newcomers not yet said hello. */
+#define STORE_CONNS_SPARE 8
+/* The largest value a rendezvous key holds: Gloo's addresses (one of 136
+ * bytes a peer at most), NCCL's id, a file prefix. */
+size_t store_rendezvous_max(int nranks);
+/* The largest roster of nranks. */
+size_t store_roster_max(int nranks);
+
 typedef struct store_server store_server;
 typedef struct dps_store dps_store;
 
@@ -43,14 +61,21 @@ dps_status store_server_failure(store_server *s, int *asked, char *why, size_t l
 /* "rank 0 step 4, rank 1 step 2 (host b, pid 7)": the step each rank began
  * last, for a timeout's message. */
 void store_server_explain(store_server *s, char *buf, size_t len);
+/* Rank 0, as a configuration whose keys start with prefix begins: a
+ * record (a rank's records, set on its control connection) may be up to
+ * records_bytes, and the keys of every configuration before the last one
+ * begun are dropped (every rank has ended those). */
+void store_server_begin(store_server *s, const char *prefix, size_t records_bytes);
 /* Waits until every rank has ended or is gone (at most timeout_ms; 0: no limit). */
 void store_server_wait_ended(store_server *s, double timeout_ms);
 /* Closes every connection (ranks still running then end) and frees s. */
 void store_server_stop(store_server *s);
 
-/* A rank: connects to the server at addr:port (retrying until timeout_ms,
- * the server may not listen yet) and says where it runs. */
-dps_status store_connect(const char *addr, int port, int rank, double timeout_ms,
+/* Rank `rank` of nranks: connects to the server at addr:port (retrying until timeout_ms,
+ * the server may not listen yet; each connect and each answer waited for
+ * within what is left of it) and says where it runs; refused (another
+ * process has this rank), DPS_ERR_RUNTIME with the server's reason. */
+dps_status store_connect(const char *addr, int port, int rank, int nranks, double timeout_ms,
                          dps_store **out) DPS_MUST_USE;
 /* Every later key of this rank's is prefix + key ("c2/": the third
  * configuration's), so that one run's keys never meet another's. */
@@ -61,7 +86,12 @@ dps_status store_set(dps_store *s, const char *key, const void *val, size_t len)
  * without setting it, DPS_ERR_RUNTIME at once. timeout_ms 0: the store's. */
 dps_status store_get(dps_store *s, const char *key, int owner, void **val, size_t *len,
                      double timeout_ms) DPS_MUST_USE;
-/* Every rank's place, once all have arrived (waits up to the timeout). */
+/* store_get of a value that may be up to max_len bytes (a rank's records;
+ * store_get's values are rendezvous keys, store_rendezvous_max). */
+dps_status store_get_max(dps_store *s, const char *key, int owner, size_t max_len, void **val,
+                         size_t *len, double timeout_ms) DPS_MUST_USE;
+/* Every rank's place, once all have arrived (waits until the timeout
+ * store_connect began ends; rank 0 half a second more, past its server's). */
 dps_status store_roster(dps_store *s, store_member *members, int nranks) DPS_MUST_USE;
 /* The address this rank reached the server from: where its peers reach it. */
 const char *store_local_addr(const dps_store *s);

@@ -31,6 +31,8 @@ static dps_status train_here(const dps_config *cfg, ddp_world *dw, ddp_shared *s
     char prefix[32];
     snprintf(prefix, sizeof prefix, "c%d/", dw->runs++);
     store_set_prefix(dw->store, prefix);
+    if (dw->server) /* rank 0: the records it takes now, the keys it may drop */
+        store_server_begin(dw->server, prefix, ddp_shared_pack_bytes(sh));
     dps_status rc = ddp_rank_main(cfg, sh, dw->w.rank, &dw->beat, dw);
     ddp_report *me = &sh->rank[dw->w.rank];
     if (rc && !me->secondary) store_abort(dw->store, me->error); /* the others wait for it */
@@ -70,7 +72,7 @@ static dps_status fetch_report(ddp_world *dw, ddp_shared *sh, int r, double time
     report_key(r, key, sizeof key);
     void *val;
     size_t len;
-    DPS_TRY(store_get(dw->store, key, r, &val, &len, timeout_ms));
+    DPS_TRY(store_get_max(dw->store, key, r, ddp_shared_pack_bytes(sh), &val, &len, timeout_ms));
     dps_status rc = ddp_shared_unpack(sh, r, val, len);
     free(val);
     return rc;

@@ -152,7 +152,7 @@ static void records(ddp_shared *sh, int r, void *at[NRECORDS], size_t bytes[NREC
     bytes[5] = t * sizeof(int);
 }
 
-static size_t pack_bytes(ddp_shared *sh)
+size_t ddp_shared_pack_bytes(ddp_shared *sh)
 {
     void *at[NRECORDS];
     size_t bytes[NRECORDS], total = sizeof(pack_head) + sizeof(ddp_report);
@@ -163,7 +163,7 @@ static size_t pack_bytes(ddp_shared *sh)
 
 void *ddp_shared_pack(ddp_shared *sh, int r, size_t *len)
 {
-    *len = pack_bytes(sh);
+    *len = ddp_shared_pack_bytes(sh);
     char *buf = malloc(*len), *p = buf;
     if (!buf) return NULL;
     pack_head h = {PACK_MAGIC, sizeof(ddp_report), r, sh->steps, sh->warmup, sh->trace_steps,
@@ -183,7 +183,7 @@ dps_status ddp_shared_unpack(ddp_shared *sh, int r, const void *buf, size_t len)
     pack_head h;
     const char *p = buf;
     if (len >= sizeof h) memcpy(&h, p, sizeof h);
-    if (len != pack_bytes(sh) || h.magic != PACK_MAGIC || h.report_bytes != sizeof(ddp_report) ||
+    if (len != ddp_shared_pack_bytes(sh) || h.magic != PACK_MAGIC || h.report_bytes != sizeof(ddp_report) ||
         h.rank != r || h.steps != sh->steps || h.warmup != sh->warmup ||
         h.trace_steps != sh->trace_steps || h.max_spans != sh->max_spans)
         return dps_fail(DPS_ERR_RUNTIME, "rank %d's records do not fit rank 0's (%zu bytes): is "

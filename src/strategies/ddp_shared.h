@@ -57,6 +57,8 @@ void ddp_collect(const dps_config *c, ddp_shared *sh, train_result *res);
 /* Rank r's report and records as one buffer (malloc'd, *len bytes), to
  * reach rank 0 on another host; unpack puts them into rank 0's region. */
 void *ddp_shared_pack(ddp_shared *sh, int r, size_t *len);
+/* The bytes pack makes of one rank's records (every rank's alike). */
+size_t ddp_shared_pack_bytes(ddp_shared *sh);
 dps_status ddp_shared_unpack(ddp_shared *sh, int r, const void *buf, size_t len) DPS_MUST_USE;
 /* Rank 0's final parameters into res (for --check and --save-params). */
 dps_status ddp_copy_params(ddp_shared *sh, train_result *res) DPS_MUST_USE;

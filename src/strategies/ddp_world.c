@@ -77,7 +77,7 @@ static dps_status join(ddp_world *dw, double timeout_ms)
 {
     const world *w = &dw->w;
     if (w->rank == 0) DPS_TRY(store_server_start(w->port, w->size, timeout_ms, &dw->server));
-    DPS_TRY(store_connect(w->addr, w->port, w->rank, timeout_ms, &dw->store));
+    DPS_TRY(store_connect(w->addr, w->port, w->rank, w->size, timeout_ms, &dw->store));
     DPS_TRY(store_roster(dw->store, dw->members, w->size));
     count_nodes(dw);
     if (dw->nnodes > 1) store_route_past_loopback(dw->store, dw->members, w->size);
