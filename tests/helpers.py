@@ -2,6 +2,7 @@
 binary and the scripts, fixtures copied to a temporary folder, results
 folders read through scripts/dpsresults.py and checked, and the
 assertions. Importing it puts scripts/ on sys.path."""
+import csv
 import os
 import shutil
 import subprocess
@@ -55,6 +56,21 @@ def copy_fixture(fixture, tmp, name):
     dst = os.path.join(tmp, name)
     shutil.copytree(os.path.join(FIXTURES, fixture), dst)
     return dst
+
+
+def rows_of(path):
+    """A CSV file's rows as dicts, read leniently (to edit a fixture's copy)."""
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def edit(path, fn):
+    """Rewrites a CSV file with fn(rows) (dicts; the header: the first row's keys)."""
+    rows = fn(rows_of(path))
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]), lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
 
 
 def write(path, text):

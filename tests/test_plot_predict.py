@@ -6,13 +6,12 @@ checked against the two files; a folder of predictions alone drawn; malformed
 predictions refused (exit 2, file:line). Each case runs `dpscale predict` on
 a small machine and workload file (no benchmark).
 Usage: test_plot_predict.py schema|errors|alone|refuse DPSCALE; exit 0 pass, 1 fail."""
-import csv
 import os
 import shutil
 import sys
 import tempfile
 
-from helpers import (copy_fixture, dpscale, expect, expect_exit, png_size, read_table, run_case,
+from helpers import (copy_fixture, dpscale, edit, expect, expect_exit, png_size, read_table, rows_of, run_case,
                      script, write)
 import dpsresults  # noqa: E402 (helpers puts scripts/ on the path)
 
@@ -40,20 +39,6 @@ def predict(binary, tmp, workload=WORKLOAD, name="pred"):
          lambda rows: [dict(r, status="oom") if (r["mode"], r["ngpus"]) == OOM else r
                        for r in rows])
     return folder
-
-
-def rows_of(path):
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
-
-
-def edit(path, fn):
-    """Rewrites a CSV file with fn(rows) (dicts; the header: the first row's keys)."""
-    rows = fn(rows_of(path))
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]), lineterminator="\n")
-        w.writeheader()
-        w.writerows(rows)
 
 
 def section(md, title):

@@ -5,32 +5,17 @@ chart that leaves it out; dp's lean variant named apart from dp in the table,
 the diagnosis and phases.png; no mode called faster or best at one device
 or where the ratio's interval holds 1. Runs on copies of tests/fixtures.
 Usage: test_summary.py failed|left_out|lean|one_device|noise; exit 0 pass, 1 fail."""
-import csv
 import os
 import sys
 import tempfile
 from statistics import median
 
-from helpers import copy_fixture, expect, run_case
+from helpers import copy_fixture, edit, expect, rows_of, run_case
 import plot  # scripts/: helpers puts it on sys.path
 
 CHARTS = ("scaling.png", "efficiency.png", "gpu0_imbalance.png", "phases.png")
 FAILED = "Failed configurations"  # summary.md's section of the configurations not drawn
 MODES = ("dp", "dp-lean", "ddp")
-
-
-def rows_of(path):
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
-
-
-def edit(path, fn):
-    """Rewrites a CSV file with fn(rows) (dicts; the header: the first row's keys)."""
-    rows = fn(rows_of(path))
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]), lineterminator="\n")
-        w.writeheader()
-        w.writerows(rows)
 
 
 def set_run(folder, cid, **cells):
