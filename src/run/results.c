@@ -62,11 +62,11 @@ static long lock_holder(int fd)
     return strtol(text, NULL, 10);
 }
 
-/* The lock file, opened in the folder (never through a symbolic link, and
- * only a file of its own: it is truncated to hold the pid). */
-static dps_status open_lock(const results_dir *r, const char *path, int *fd)
+/* The lock file, opened in the folder: never through a symbolic link, and
+ * only a file of its own (the pid is written into it). */
+static dps_status open_lock(const results_dir *r, const char *path, int flags, int *fd)
 {
-    *fd = dps_openat_file(r->dir_fd, RESULTS_LOCK_FILE, O_RDWR | O_CREAT, 0666);
+    *fd = dps_openat_file(r->dir_fd, RESULTS_LOCK_FILE, flags, 0666);
     if (*fd < 0)
         return dps_fail(DPS_ERR_USAGE, "%s: cannot open the folder's lock: %s", path,
                         dps_open_strerror(errno));
@@ -78,14 +78,34 @@ static dps_status open_lock(const results_dir *r, const char *path, int *fd)
                     "writing the pid into it would change another file; remove it", path);
 }
 
+/* This process's pid into the lock file held open at lock_fd. */
+static void write_pid(const results_dir *r, const char *path, int lock_fd)
+{
+    char text[32];
+    int n = snprintf(text, sizeof text, "%ld\n", (long)getpid()), fd;
+    if (open_lock(r, path, O_WRONLY, &fd)) {
+        dps_warn("cannot write this process's pid into the lock: %s", dps_errmsg());
+        return;
+    }
+    struct stat a, b;
+    int same = fstat(fd, &a) == 0 && fstat(lock_fd, &b) == 0 && a.st_dev == b.st_dev &&
+               a.st_ino == b.st_ino;
+    if (!same || ftruncate(fd, 0) != 0 || pwrite(fd, text, (size_t)n, 0) != n)
+        dps_warn("%s: cannot write this process's pid into it: %s", path,
+                 same ? strerror(errno) : "another file took its name");
+    close(fd);
+}
+
 /* One writer a folder: an exclusive flock(2) on its lock file, held until
- * the process and its children end; the file holds the holder's pid. */
+ * the process and its children end; the file holds the holder's pid. It is
+ * held open for reading only, so that no file of the folder stays open for
+ * writing while a sweep runs (its file system can still be made read-only). */
 static dps_status take_lock(results_dir *r)
 {
     char path[DPS_PATH_MAX + 32];
     path_of(r, RESULTS_LOCK_FILE, path, sizeof path);
     int fd;
-    DPS_TRY(open_lock(r, path, &fd));
+    DPS_TRY(open_lock(r, path, O_RDONLY | O_CREAT, &fd));
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         int err = errno;
         long pid = lock_holder(fd);
@@ -97,10 +117,7 @@ static dps_status take_lock(results_dir *r)
                             "or write to another folder with --name", r->dir, who, path);
         return dps_fail(DPS_ERR_USAGE, "%s: cannot lock: %s", path, strerror(err));
     }
-    char text[32];
-    int n = snprintf(text, sizeof text, "%ld\n", (long)getpid());
-    if (ftruncate(fd, 0) != 0 || pwrite(fd, text, (size_t)n, 0) != n)
-        dps_warn("%s: cannot write this process's pid into it: %s", path, strerror(errno));
+    write_pid(r, path, fd);
     r->lock_fd = fd;
     return DPS_OK;
 }
