@@ -2,17 +2,23 @@
 """The results folder as one writer leaves it: a configuration's rows are
 all in it or none (a write that fails midway is taken back), one writer at a
 time (the lock), headers checked before anything runs, --resume that runs
-again what did not finish, and a row for every failure. Usage:
+again what did not finish, and a row for every failure; and whatever happens
+to it meanwhile (stdout's reader gone, a writer killed or hung up on
+mid-commit, the folder deleted, moved or made read-only, links planted in
+it, stdout or stderr closed), nothing in it is duplicated, torn or written
+elsewhere, and the strict readers accept it. Usage:
 test_folder.py DPSCALE CASE; exit 0 pass, 1 fail (meson's convention)."""
 import os
+import re
 import resource
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
 
-from helpers import dpscale, expect, expect_exit, read_folder, run_case, write
+from helpers import dpscale, dpsresults, expect, expect_exit, read_folder, run_case, write
 
 SUITE = "modes = dp, ddp\ngpus = 1, 2\nmodels = tiny\nsteps = 30\nwarmup = 0\n"
 ROW_FILES = ("runs.csv", "steps.csv", "devices.csv", "phases.csv", "memory.csv", "buckets.csv")
@@ -28,10 +34,12 @@ def records(path):
     return data.decode().splitlines(), not data or data.endswith(b"\n")
 
 
-def check_whole(folder):
+def check_whole(folder, ended=True):
     """Every file ends on a whole row and holds one header; the detail files
-    hold rows of runs.csv's configurations only; runs.csv names each once.
-    Returns runs.csv's rows."""
+    hold rows of runs.csv's configurations only; runs.csv names each once;
+    the strict readers accept the folder (ended: with read_folder's checks
+    of a run that ended, meta.json's end time among them). Returns runs.csv's
+    rows."""
     ids = {}
     for name in ROW_FILES:
         lines, whole = records(os.path.join(folder, name))
@@ -45,7 +53,12 @@ def check_whole(folder):
     for name, got in ids.items():
         stray = set(got) - set(runs)
         expect(not stray, f"{name} holds rows of {sorted(stray)}, which runs.csv lacks")
-    return read_folder(folder)[0] if runs else []
+    if not runs:
+        return []
+    if ended:
+        return read_folder(folder)[0]
+    present = [n for n in ROW_FILES if os.path.exists(os.path.join(folder, n))]
+    return dpsresults.read_folder(folder, {n: [] for n in present})["runs.csv"]
 
 
 def limit_file_size(limit):
@@ -191,8 +204,372 @@ def case_row_always(binary):
                    "step records" in runs[0]["error"], f"{cmd}: runs.csv {runs}")
 
 
+def check_traces(folder, runs):
+    """trace/ holds a timeline only for configurations in runs.csv that ended ok."""
+    ok = {r["config_id"] for r in runs if r["status"] == "ok"}
+    trace = os.path.join(folder, "trace")
+    names = os.listdir(trace) if os.path.isdir(trace) else []
+    stray = sorted(n for n in names if n[:-len(".json")] not in ok)
+    expect(not stray, f"trace/ holds {stray}, of no configuration that ended ok in runs.csv")
+
+
+LONG_SWEEP = ["sweep", "--mode", "dp", "--gpus", "1,2", "--model", "small", "--steps", "40",
+              "--warmup", "0", "--no-links", "--backend", "host"]
+
+
+def wait_for(cond, what, proc=None, timeout=120):
+    """Polls cond() every 10 ms until it holds; fails past the timeout, or
+    when proc ends first."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        expect(time.monotonic() < deadline, f"{what}: not within {timeout} s")
+        expect(proc is None or proc.poll() is None, f"{what}: the process ended first "
+               f"(exit {proc and proc.returncode})")
+        time.sleep(0.01)
+
+
+def children(pid):
+    """The pids whose parent is pid, from /proc."""
+    out = []
+    for d in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == pid:
+            out.append(int(d))
+    return out
+
+
+def case_closed_pipe(binary):
+    """stdout's reader goes away (`dpscale sweep | head -c 1`): the sweep runs
+    on, exits 0 and writes every configuration once."""
+    with tempfile.TemporaryDirectory() as out:
+        suite = write(os.path.join(out, "s.suite"), SUITE)
+        with open(os.path.join(out, "err"), "w") as err:
+            p = subprocess.Popen([binary, "sweep", suite, "--no-links", "--backend", "host",
+                                  "--out", out, "--name", "t"], stdout=subprocess.PIPE, stderr=err)
+            p.stdout.read(1)
+            p.stdout.close()
+            rc = p.wait(timeout=300)
+        stderr = open(os.path.join(out, "err")).read()
+        expect(rc == 0, f"exit {rc} once stdout's reader went away (a negative exit is the signal "
+                        f"that killed it):\n{stderr}")
+        runs = check_whole(os.path.join(out, "t"))
+        expect(len(runs) == 4 and all(r["status"] == "ok" for r in runs), f"runs.csv: {runs}")
+
+
+def slow_fsync(delay_ms):
+    """A command prefix under which every fsync(2) takes delay_ms longer
+    (strace's fault injection), so that a commit can be hit midway; None
+    where strace is missing or may not trace."""
+    if not shutil.which("strace"):
+        return None
+    prefix = ["strace", "-f", "-o", "/dev/null", "-e", "trace=fsync", "-e",
+              f"inject=fsync:delay_enter={delay_ms * 1000}"]
+    ok = subprocess.run(prefix + ["true"], capture_output=True, timeout=60).returncode == 0
+    return prefix if ok else None
+
+
+def sweep_hit_mid_commit(binary, prefix, out, sig, whom, *extra):
+    """A sweep (dp on 1 and 2 devices) run under prefix and sent sig while
+    its first configuration's rows are being written, once a row file
+    appears: whom "child" signals the configuration's process, "sweep" the
+    sweep itself. Returns the sweep's exit status and stderr."""
+    folder = os.path.join(out, "t")
+    cmd = prefix + [binary, "sweep", "--mode", "dp", "--gpus", "1,2", "--model", "tiny",
+                    "--steps", "3", "--warmup", "0", "--no-links", "--backend", "host",
+                    "--out", out, "--name", "t", *extra]
+    with open(os.path.join(out, "err"), "w") as err:
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
+        try:
+            wait_for(lambda: os.path.exists(os.path.join(folder, "devices.csv")), "devices.csv", p)
+            sweep = children(p.pid)
+            expect(len(sweep) == 1, f"the sweep's process under strace: {sweep}")
+            target = sweep[0] if whom == "sweep" else max(children(sweep[0]), default=None)
+            expect(target, "no configuration process")
+            os.kill(target, sig)
+            rc = p.wait(timeout=120)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return rc, open(os.path.join(out, "err")).read()
+
+
+def case_kill_commit(binary):
+    """A configuration's process killed (SIGKILL) or hung up on (SIGHUP)
+    while it writes its rows, and a sweep killed while its configuration
+    writes them: the folder holds each configuration once, whole, and reads;
+    the next writer takes back what the killed sweep left half-written."""
+    prefix = slow_fsync(400)
+    if not prefix:
+        print("SKIP: strace cannot delay fsync here (missing, or ptrace not permitted)")
+        return 77
+    for sig in (signal.SIGKILL, signal.SIGHUP):
+        with tempfile.TemporaryDirectory() as out:
+            rc, err = sweep_hit_mid_commit(binary, prefix, out, sig, "child")
+            expect(rc == 1, f"{sig.name}: exit {rc}, expected 1:\n{err}")
+            runs = check_whole(os.path.join(out, "t"))
+            check_traces(os.path.join(out, "t"), runs)
+            expect(len(runs) == 2, f"{sig.name}: runs.csv {runs}")
+            first = runs[0] if runs[0]["ngpus"] == "1" else runs[1]
+            if sig == signal.SIGKILL:  # its rows taken back, the parent's row says why
+                expect(first["status"] == "error" and "SIGKILL" in first["error"],
+                       f"runs.csv: {first}")
+            else:  # held until its rows were all in
+                expect(first["status"] == "ok", f"runs.csv: {first}")
+    with tempfile.TemporaryDirectory() as out:
+        rc, err = sweep_hit_mid_commit(binary, prefix, out, signal.SIGKILL, "sweep")
+        expect(rc != 0, f"the killed sweep: exit {rc}:\n{err}")
+        p = dpscale(binary, "sweep", "--mode", "dp", "--gpus", "1,2", "--model", "tiny",
+                    "--steps", "3", "--warmup", "0", "--no-links", "--resume", out=out, check_rc=0)
+        expect("left half-written" in p.stderr, f"the next writer took nothing back:\n{p.stderr}")
+        runs = check_whole(os.path.join(out, "t"))
+        expect(sorted(r["status"] for r in runs) == ["ok", "ok"], f"after --resume: {runs}")
+
+
+def stopped_after_first(binary, out, change):
+    """A long sweep stopped (SIGSTOP) once its first configuration is in
+    runs.csv, change() done meanwhile, then let go: its exit status and
+    stderr."""
+    folder = os.path.join(out, "t")
+    p = subprocess.Popen([binary, *LONG_SWEEP, "--out", out, "--name", "t"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        wait_for(lambda: os.path.exists(os.path.join(folder, "runs.csv")), "runs.csv", p)
+        os.killpg(p.pid, signal.SIGSTOP)
+        change()
+        os.killpg(p.pid, signal.SIGCONT)
+        err = p.communicate(timeout=300)[1]
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    return p.returncode, err
+
+
+def case_folder_deleted(binary):
+    """The folder deleted under a sweep and made again by a second one: the
+    first writes nothing more (its lock was on the folder that went) and
+    says why; the new folder holds the second sweep's rows alone."""
+    with tempfile.TemporaryDirectory() as out:
+        folder = os.path.join(out, "t")
+        second = []
+
+        def replace():
+            shutil.rmtree(folder)
+            second.append(dpscale(binary, "sweep", "--mode", "ddp", "--gpus", "1", "--model",
+                                  "tiny", "--steps", "3", "--no-links", out=out))
+        rc, err = stopped_after_first(binary, out, replace)
+        expect_exit(second[0], 0)
+        expect(rc == 1 and "no longer the folder" in err, f"the first sweep: exit {rc}:\n{err}")
+        runs = check_whole(folder)
+        expect([r["config_id"] for r in runs] == ["ddp-tiny-fp32-sgd-g1-b8-bk25"],
+               f"the new folder holds the first sweep's rows too: {runs}")
+        check_traces(folder, runs)
+
+
+def case_folder_moved(binary):
+    """The folder renamed under a sweep: nothing is written at the old path
+    again (no folder made there); the moved folder holds whole
+    configurations and reads."""
+    with tempfile.TemporaryDirectory() as out:
+        folder, moved = os.path.join(out, "t"), os.path.join(out, "t-moved")
+        rc, err = stopped_after_first(binary, out, lambda: os.rename(folder, moved))
+        expect(rc == 1 and "no longer the folder" in err, f"the sweep: exit {rc}:\n{err}")
+        expect(not os.path.exists(folder), f"{folder} made again, unlocked")
+        runs = check_whole(moved, ended=False)
+        expect(len(runs) == 1 and runs[0]["status"] == "ok", f"the moved folder: {runs}")
+        check_traces(moved, runs)
+
+
+READ_ONLY_SH = r'''
+D=$1; OUT=$2; NEW=$3; shift 3
+mkdir -p "$OUT/t"
+[ "$NEW" = 1 ] || mount --bind "$OUT/t" "$OUT/t" || exit 77
+"$D" "$@" --out "$OUT" --name t > "$OUT/out" 2> "$OUT/err" &
+pid=$!
+for i in $(seq 3000); do grep -q '\[1/2\]' "$OUT/err" && break; sleep 0.01; done
+if [ "$NEW" = 1 ]; then mount --bind "$OUT/t" "$OUT/t" || exit 77; fi
+made=0
+for i in $(seq 200); do mount -o remount,bind,ro "$OUT/t" 2>/dev/null && { made=1; break; }; sleep 0.01; done
+wait $pid
+echo "$? $made"
+'''
+
+
+def read_only_sweep(binary, out, new_mount):
+    """A long sweep whose folder turns read-only as its first configuration
+    runs: in a mount namespace of its own, the folder's mount (new_mount: a
+    read-only mount made over it then) remounted read-only. (exit status,
+    whether it could be made read-only, stderr), or None where namespaces
+    or mounts are not permitted."""
+    p = subprocess.run(["unshare", "-m", "--propagation", "private", "bash", "-c", READ_ONLY_SH,
+                        "ro", binary, out, str(int(new_mount)), *LONG_SWEEP],
+                       capture_output=True, text=True, timeout=300)
+    if p.returncode == 77 or p.returncode != 0 and "unshare" in p.stderr:
+        return None
+    expect(p.returncode == 0, f"the namespace's script: exit {p.returncode}:\n{p.stderr}")
+    rc, made = map(int, p.stdout.split())
+    return rc, made, open(os.path.join(out, "err")).read()
+
+
+def no_false_take_back(err):
+    """A warning that rows could not be taken back names a file that is there."""
+    for path in re.findall(r"(/\S+): cannot take back", err):
+        expect(os.path.exists(path), f"a warning names {path}, which does not exist:\n{err}")
+
+
+def case_read_only(binary):
+    """The folder turns read-only mid-sweep: each configuration fails saying
+    why, and a warning names only files that are there; nothing partial is
+    left. A read-only mount made over the folder meanwhile changes nothing:
+    the folder is written through what was opened and locked."""
+    if not shutil.which("unshare") or subprocess.run(
+            ["unshare", "-m", "true"], capture_output=True).returncode != 0:
+        print("SKIP: no mount namespace here (unshare -m needs CAP_SYS_ADMIN)")
+        return 77
+    with tempfile.TemporaryDirectory() as out:
+        got = read_only_sweep(binary, out, new_mount=False)
+        if got is None:
+            print("SKIP: mounts not permitted here")
+            return 77
+        rc, made, err = got
+        expect(made, "the folder could not be made read-only while dpscale ran (a file of it "
+                     f"stays open for writing):\n{err}")
+        expect(rc == 1 and "Read-only file system" in err, f"exit {rc}:\n{err}")
+        no_false_take_back(err)
+        expect(check_whole(os.path.join(out, "t")) == [], "rows written to a read-only folder")
+    with tempfile.TemporaryDirectory() as out:
+        rc, made, err = read_only_sweep(binary, out, new_mount=True)
+        expect(made, f"no read-only mount over the folder:\n{err}")
+        no_false_take_back(err)
+        expect(rc == 0, f"exit {rc} with a read-only mount over the folder:\n{err}")
+        runs = check_whole(os.path.join(out, "t"))
+        expect(len(runs) == 2 and all(r["status"] == "ok" for r in runs), f"runs.csv: {runs}")
+
+
+def case_rollback_trace(binary):
+    """Files that cannot grow (as full_disk): a configuration taken back
+    takes its timeline (trace/) with it."""
+    with tempfile.TemporaryDirectory() as out:
+        suite = write(os.path.join(out, "s.suite"), SUITE)
+        p = subprocess.run([binary, "sweep", suite, "--no-links", "--backend", "host", "--out", out,
+                            "--name", "t"], capture_output=True, text=True, timeout=300,
+                           preexec_fn=limit_file_size(12000))
+        expect_exit(p, 1, "none of the configuration's rows were kept")
+        folder = os.path.join(out, "t")
+        runs = check_whole(folder)
+        expect(any(r["status"] == "ok" for r in runs), f"no configuration fitted: {runs}")
+        check_traces(folder, runs)
+
+
+def case_symlinks(binary):
+    """Symbolic links planted in the folder (the lock, a row file, trace/)
+    are refused with a message, never followed: their targets stay as they
+    were."""
+    run = ["run", "--model", "tiny", "--steps", "2"]
+    with tempfile.TemporaryDirectory() as out:
+        folder, other = os.path.join(out, "t"), os.path.join(out, "other")
+        os.mkdir(folder)
+        os.mkdir(other)
+        victim, empty = write(os.path.join(out, "victim"), "important\n"), \
+            write(os.path.join(out, "empty"), "")
+        for name, target, rc in ((".dpscale.lock", victim, 2), ("steps.csv", empty, 2),
+                                 ("trace", other, 1)):
+            os.symlink(target, os.path.join(folder, name))
+            p = dpscale(binary, *run, out=out)
+            said = p.stdout + p.stderr  # a configuration's error is its table row's
+            expect(p.returncode == rc and name in said and "symbolic link" in said,
+                   f"{name} a link: exit {p.returncode}, expected {rc}, naming it:\n{said}")
+            expect(open(victim).read() == "important\n" and open(empty).read() == "" and
+                   not os.listdir(other), f"{name}: a link's target was written")
+            os.unlink(os.path.join(folder, name))
+        runs = check_whole(folder)
+        expect([r["status"] for r in runs] == ["error"] and "trace" in runs[0]["error"],
+               f"runs.csv: {runs}")
+
+
+def case_closed_stdio(binary):
+    """stdout or stderr closed when dpscale starts: the lock file holds the
+    pid only, and what would have gone to the closed one is dropped."""
+    for fd in (1, 2):
+        with tempfile.TemporaryDirectory() as out:
+            p = subprocess.run([binary, "sweep", "--mode", "dp", "--gpus", "1", "--model", "tiny",
+                                "--steps", "2", "--no-links", "--backend", "host", "--out", out,
+                                "--name", "t"], capture_output=True, text=True, timeout=120,
+                               preexec_fn=lambda fd=fd: os.close(fd))
+            lock = open(os.path.join(out, "t", ".dpscale.lock")).read()
+            expect(lock.strip().isdigit(), f"fd {fd} closed: the lock file holds {lock!r}")
+            expect(p.returncode == 0, f"fd {fd} closed: exit {p.returncode}:\n{p.stderr}")
+            check_whole(os.path.join(out, "t"))
+            if fd == 2:
+                expect(" ok\n" in p.stdout, f"stderr closed: the table is lost:\n{p.stdout}")
+
+
+HOSTNAME_PY = r'''
+import socket, subprocess, sys
+socket.sethostname(b"ev\xffil/sub.example")
+cmd = sys.argv[1:]
+print(subprocess.run(cmd, capture_output=True).returncode)
+r = subprocess.run(cmd + ["--resume"], capture_output=True, text=True, errors="replace")
+print(r.returncode)
+print(r.stderr.replace("\n", " | "))
+'''
+
+
+def case_hostname(binary):
+    """A hostname with '/' and a byte that is not UTF-8 gives a default
+    folder name directly under --out that --resume continues."""
+    if not shutil.which("unshare") or subprocess.run(
+            ["unshare", "-u", "true"], capture_output=True).returncode != 0:
+        print("SKIP: no UTS namespace here (unshare -u needs CAP_SYS_ADMIN)")
+        return 77
+    with tempfile.TemporaryDirectory() as out:
+        p = subprocess.run(["unshare", "-u", sys.executable, "-c", HOSTNAME_PY, binary, "sweep",
+                            "--mode", "dp", "--gpus", "1", "--model", "tiny", "--steps", "2",
+                            "--no-links", "--backend", "host", "--out", out],
+                           capture_output=True, text=True, timeout=300)
+        expect(p.returncode == 0, f"exit {p.returncode}:\n{p.stderr}")
+        first, resumed, err = p.stdout.splitlines()
+        names = sorted(os.listdir(out))
+        expect(first == "0" and resumed == "0", f"sweep exit {first}, --resume exit {resumed}: {err}")
+        expect(len(names) == 2 and names[0].endswith("-ev-il-sub") and names[1] == "latest",
+               f"{out} holds {names}")
+
+
+def case_repeated_rows(binary):
+    """A folder in which an earlier dpscale wrote a configuration twice (its
+    devices.csv rows repeated, a second runs.csv row): --resume takes it out
+    and runs it again, and the strict readers accept the folder after."""
+    with tempfile.TemporaryDirectory() as out:
+        suite = write(os.path.join(out, "s.suite"), SUITE)
+        dpscale(binary, "sweep", suite, "--no-links", out=out, check_rc=0)
+        folder = os.path.join(out, "t")
+        runs = check_whole(folder)
+        twice = runs[0]["config_id"]
+        for name in ("devices.csv", "runs.csv"):
+            lines, _ = records(os.path.join(folder, name))
+            mine = [line for line in lines if line.startswith(twice + ",")]
+            if name == "runs.csv":
+                mine = [",".join(mine[0].split(",")[:1] + ["error"] + mine[0].split(",")[2:])]
+            append_bytes(os.path.join(folder, name), ("\n".join(mine) + "\n").encode())
+        p = dpscale(binary, "sweep", suite, "--no-links", "--resume", out=out, check_rc=0)
+        expect("twice" in p.stderr, f"stderr: {p.stderr}")
+        runs = check_whole(folder)
+        expect(sorted(r["status"] for r in runs) == ["ok"] * 4, f"after --resume: {runs}")
+
+
 CASES = {"full_disk": case_full_disk, "lock": case_lock, "headers": case_headers,
-         "resume": case_resume, "row_always": case_row_always}
+         "resume": case_resume, "row_always": case_row_always, "closed_pipe": case_closed_pipe,
+         "kill_commit": case_kill_commit, "deleted": case_folder_deleted,
+         "moved": case_folder_moved, "read_only": case_read_only,
+         "rollback_trace": case_rollback_trace, "symlinks": case_symlinks,
+         "closed_stdio": case_closed_stdio, "hostname": case_hostname,
+         "repeated_rows": case_repeated_rows}
 
 
 def main():
