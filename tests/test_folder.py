@@ -281,8 +281,11 @@ def sweep_hit_mid_commit(binary, prefix, out, sig, whom, *extra):
     cmd = prefix + [binary, "sweep", "--mode", "dp", "--gpus", "1,2", "--model", "tiny",
                     "--steps", "3", "--warmup", "0", "--no-links", "--backend", "host",
                     "--out", out, "--name", "t", *extra]
+    env = dict(os.environ)
+    if "ASAN_OPTIONS" in env:  # LeakSanitizer cannot run under ptrace
+        env["ASAN_OPTIONS"] += ":detect_leaks=0"
     with open(os.path.join(out, "err"), "w") as err:
-        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env)
         try:
             wait_for(lambda: os.path.exists(os.path.join(folder, "devices.csv")), "devices.csv", p)
             sweep = children(p.pid)
