@@ -441,7 +441,9 @@ dps_status dp_train(const dps_config *cfg, backend *be, train_result *res)
     if (!rc) rc = dp_loop(st, res);
     for (int i = 0; i < cfg->ngpus; i++) {
         int dev = cfg->devices[i];
-        dps_status sampled = be_sample_mem(be, dev); /* the peak of a failed run too */
+        /* the peak of a failed run too; a device that got no chunk is left
+         * alone (sampling it would make a CUDA context there, ~0.5 GB) */
+        dps_status sampled = i < st->nslots ? be_sample_mem(be, dev) : DPS_OK;
         if (!rc) rc = sampled;
         res->dev[i].dev = dev;
         dps_strlcpy(res->dev[i].name, be->info[dev].name, sizeof res->dev[i].name);
