@@ -63,6 +63,14 @@ DPS_HD void dps_adamw_update(float *p, float g, float *m, float *v, dps_opt_hpar
     *p -= (h.lr / bc1) * (*m / denom);
 }
 
+/* DDP's bucket copy: a gradient divided by the world size while it is
+ * copied into its bucket, in one pass (PyTorch's reducer: mul_out into the
+ * bucket view "to save one scan"); dst may be src. */
+DPS_HD float dps_scale_copy(float x, float a)
+{
+    return x * a;
+}
+
 /* float -> bfloat16 bits, round to nearest even (NaN kept quiet). */
 DPS_HD uint16_t dps_f32_to_bf16(float f)
 {

@@ -147,6 +147,11 @@ __global__ void scale_kernel(int64_t n, float *x, float a)
     GRID_STRIDE(i, n) x[i] *= a;
 }
 
+__global__ void scale_copy_kernel(int64_t n, float *dst, const float *src, float a)
+{
+    GRID_STRIDE(i, n) dst[i] = dps_scale_copy(src[i], a);
+}
+
 __global__ void add_kernel(int64_t n, float *dst, const float *src)
 {
     GRID_STRIDE(i, n) dst[i] += src[i];
@@ -236,6 +241,13 @@ cudaError_t dps_k_cast_bf16(cudaStream_t s, int64_t n, const float *x, uint16_t 
 cudaError_t dps_k_scale(cudaStream_t s, int64_t n, float *x, float a)
 {
     scale_kernel<<<grid_for(n), kThreads, 0, s>>>(n, x, a);
+    return cudaGetLastError();
+}
+
+cudaError_t dps_k_scale_copy(cudaStream_t s, int64_t n, float *dst, const float *src, float a)
+{
+    if (n <= 0) return cudaSuccess;
+    scale_copy_kernel<<<grid_for(n), kThreads, 0, s>>>(n, dst, src, a);
     return cudaGetLastError();
 }
 

@@ -40,6 +40,8 @@ cudaError_t dps_k_adamw(cudaStream_t s, int64_t n, float *p, const float *g, flo
                         float *v, dps_opt_hparams h);
 cudaError_t dps_k_cast_bf16(cudaStream_t s, int64_t n, const float *x, uint16_t *y);
 cudaError_t dps_k_scale(cudaStream_t s, int64_t n, float *x, float a);
+/* dst = src * a, one pass (dst may be src): DDP's bucket copy */
+cudaError_t dps_k_scale_copy(cudaStream_t s, int64_t n, float *dst, const float *src, float a);
 /* dst += src (the reduce-add of peer-copy collectives) */
 cudaError_t dps_k_add(cudaStream_t s, int64_t n, float *dst, const float *src);
 

@@ -874,6 +874,27 @@ static void test_host_math(void)
 }
 
 /* Loss of the model on the host backend, in double for finite differences. */
+/* DDP's bucket copy: one pass, the same bits as a copy then a scale, in place too. */
+static void test_scale_copy(void)
+{
+    be_options o = {.kind = BE_HOST, .host_devices = 1, .quiet = 1};
+    backend *be = NULL;
+    EXPECT(be_open(&o, &be) == DPS_OK);
+    if (!be) return;
+    enum { N = 1001 };
+    float g[N], two_pass[N], one_pass[N], in_place[N];
+    for (int i = 0; i < N; i++) in_place[i] = g[i] = dps_uniform(5, 1, (uint64_t)i) * 7.0f;
+    const float a = 1.0f / 3.0f;
+    EXPECT(be->ops->copy(be, NULL, two_pass, 0, g, 0, sizeof g) == DPS_OK);
+    EXPECT(be->ops->scale(be, NULL, N, two_pass, a) == DPS_OK);
+    EXPECT(be->ops->scale_copy(be, NULL, N, one_pass, g, a) == DPS_OK);
+    EXPECT(be->ops->scale_copy(be, NULL, N, in_place, in_place, a) == DPS_OK);
+    EXPECT(memcmp(one_pass, two_pass, sizeof g) == 0 && memcmp(in_place, two_pass, sizeof g) == 0);
+    EXPECT(be->ops->scale_copy(be, NULL, 0, NULL, NULL, a) == DPS_OK);
+    EXPECT(dps_scale_copy(3.0f, 0.5f) == 1.5f);
+    be_close(be);
+}
+
 static double host_loss(backend *be, model_shape s, float *params, model_acts *a, int rows,
                         const float *x, const int32_t *labels, float *logits, float *dl, float *rl)
 {
@@ -1913,7 +1934,7 @@ int main(int argc, char **argv)
         {"accounting", test_accounting}, {"buckets", test_buckets}, {"ring", test_ring},
         {"suite", test_suite}, {"settings", test_settings}, {"nvml", test_nvml},
         {"comm_abort", test_comm_abort}, {"context", test_context}, {"versions", test_versions},
-        {"gemm", test_gemm}, {"host_math", test_host_math},
+        {"gemm", test_gemm}, {"host_math", test_host_math}, {"scale_copy", test_scale_copy},
         {"slowdown", test_slowdown}, {"world", test_world}, {"store", test_store},
         {"predict_files", test_predict_files}, {"predict_consts", test_predict_consts},
         {"csv_table", test_csv_table}, {"predict_model", test_predict_model},

@@ -140,6 +140,9 @@ typedef struct be_ops {
     dps_status (*adamw)(backend *, be_stream *s, int64_t n, float *p, const float *g,
                         float *m, float *v, dps_opt_hparams h);
     dps_status (*scale)(backend *, be_stream *s, int64_t n, float *x, float a);
+    /* dst = src * a in one pass, dst == src allowed (DDP's bucket copy) */
+    dps_status (*scale_copy)(backend *, be_stream *s, int64_t n, float *dst, const float *src,
+                             float a);
     dps_status (*add)(backend *, be_stream *s, int64_t n, float *dst, const float *src);
     /* start (on = 1) or stop the profiler's capture range (cudaProfilerStart/Stop) */
     /* the stream stays busy for us microseconds (--inject-slowdown) */

@@ -338,6 +338,12 @@ static dps_status cu_scale(backend *be, be_stream *s, int64_t n, float *x, float
     KERNEL(s, dps_k_scale(s->s, n, x, a));
 }
 
+static dps_status cu_scale_copy(backend *be, be_stream *s, int64_t n, float *dst,
+                                const float *src, float a)
+{
+    KERNEL(s, dps_k_scale_copy(s->s, n, dst, src, a));
+}
+
 static dps_status cu_spin(backend *be, be_stream *s, double us)
 {
     KERNEL(s, dps_k_spin(s->s, us));
@@ -413,6 +419,7 @@ static const be_ops cuda_ops = {
     .sgd = cu_sgd,
     .adamw = cu_adamw,
     .scale = cu_scale,
+    .scale_copy = cu_scale_copy,
     .add = cu_add,
     .spin = cu_spin,
     .profile = cu_profile,

@@ -400,6 +400,14 @@ static dps_status host_scale(backend *be, be_stream *s, int64_t n, float *x, flo
     return DPS_OK;
 }
 
+static dps_status host_scale_copy(backend *be, be_stream *s, int64_t n, float *dst,
+                                  const float *src, float a)
+{
+    (void)be; (void)s;
+    for (int64_t i = 0; i < n; i++) dst[i] = dps_scale_copy(src[i], a);
+    return DPS_OK;
+}
+
 /* The stream is the calling thread: it is kept busy (a sleep would give
  * the core away and stretch by the scheduler's whim). */
 static dps_status host_spin(backend *be, be_stream *s, double us)
@@ -473,6 +481,7 @@ static const be_ops host_ops = {
     .sgd = host_sgd,
     .adamw = host_adamw,
     .scale = host_scale,
+    .scale_copy = host_scale_copy,
     .add = host_add,
     .spin = host_spin,
     .profile = host_profile,

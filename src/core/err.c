@@ -25,22 +25,6 @@ dps_status dps_fail_copy(dps_status code, const char *msg)
 
 const char *dps_errmsg(void) { return errmsg; }
 
-static volatile sig_atomic_t interrupt_signal;
-
-static void on_interrupt(int sig) { interrupt_signal = sig; }
-
-void dps_install_interrupt_handlers(void)
-{
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_interrupt;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-}
-
-int dps_interrupted(void) { return interrupt_signal; }
-
 const char *dps_signal_name(int sig)
 {
     switch (sig) {

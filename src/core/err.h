@@ -36,10 +36,22 @@ const char *dps_status_name(dps_status code);
             return dps_try_rc_;              \
     } while (0)
 
-/* SIGINT/SIGTERM: the handlers only record the signal; long loops poll it,
- * end the configuration with status error and the sweep stops. */
+/* SIGINT and SIGTERM, by the two-signal rule (core/interrupt.c). The first
+ * asks for an orderly stop: the handlers only record it, long loops poll
+ * dps_interrupted(), the running configuration ends after its step with its
+ * row, and a sweep stops. The second escalates, as a launcher's SIGKILL
+ * would but keeping what finished: dps_escalated() turns true, the step
+ * that runs is cut short (device operations not yet begun fail at once, the
+ * waits for other processes stop), its row is written with the steps before
+ * it and the process exits 128 + the first signal. A process still running
+ * DPS_ESCALATE_GRACE_S after the second signal exits so from the handler. */
+#define DPS_ESCALATE_GRACE_S 10
+/* Installs the handlers of SIGINT, SIGTERM and the grace's SIGALRM. */
 void dps_install_interrupt_handlers(void);
-int dps_interrupted(void); /* the signal number, 0 if none */
+int dps_interrupted(void); /* the first signal's number, 0 if none */
+int dps_escalated(void);   /* a second one came: the running step ends now */
+/* DPS_ERR_RUNTIME: `what` was not done, as the second signal ended the step. */
+dps_status dps_fail_escalated(const char *what) DPS_MUST_USE;
 const char *dps_signal_name(int sig); /* "SIGINT", "SIGTERM", ... */
 
 /* Logging to stderr, prefixed "dpscale: ". */

@@ -54,17 +54,17 @@ static float *bucket_data(ddp_rank *R, int b)
     return base + R->bk[b].lo;
 }
 
-/* Bucket b's gradients scaled by 1/N into the bucket (in place when the
- * gradients are bucket views), then its all-reduce issued after them. */
+/* Bucket b's gradients scaled by 1/N into the bucket in one pass (in place
+ * when the gradients are bucket views): PyTorch's reducer "divides while
+ * copying into the bucket view to save one scan" (mul_out by 1/N). Then
+ * its all-reduce, issued after them. */
 static dps_status launch_bucket(ddp_rank *R, int b)
 {
     const be_ops *o = R->be->ops;
     size_t n = R->bk[b].hi - R->bk[b].lo;
     float *dst = bucket_data(R, b);
-    if (!R->cfg->grad_view)
-        DPS_TRY(o->copy(R->be, R->st, dst, R->dev, (float *)R->grads.ptr + R->bk[b].lo, R->dev,
-                        n * sizeof(float)));
-    DPS_TRY(o->scale(R->be, R->st, (int64_t)n, dst, 1.0f / (float)R->nranks));
+    const float *grad = (const float *)R->grads.ptr + R->bk[b].lo; /* dst itself with views */
+    DPS_TRY(o->scale_copy(R->be, R->st, (int64_t)n, dst, grad, 1.0f / (float)R->nranks));
     DPS_TRY(o->event_record(R->be, R->bk_ev[b], R->st)); /* no host synchronisation */
     return comm_allreduce_async(R->comm, dst, n, COMM_F32, R->bk_ev[b]);
 }

@@ -95,6 +95,7 @@ static dps_status open_region(const dps_config *cfg, const char *name, ddp_share
     ddp_shared_layout(cfg, &layout);
     double end = dps_now_ms() + cfg->timeout_s * 1e3;
     while (!(*out = try_open_region(name, layout.total))) {
+        if (dps_escalated()) return dps_fail_escalated("waiting for rank 0's shared region");
         if (dps_now_ms() > end)
             return dps_fail(DPS_ERR_TIMEOUT, "ddp rank %d: rank 0 made no shared region %s within "
                             "--timeout %g s: is rank 0 on this host (the ring needs every rank on "
@@ -130,13 +131,19 @@ static int silent_death(ddp_shared *sh, int n)
     return 0;
 }
 
+/* After a second SIGINT or SIGTERM, how long the others are waited for. */
+#define ESCALATED_WAIT_MS 1000.0
+
 /* Waits until every rank has done what *counter counts, or one of them is
- * gone without a word (first_failure then names it). */
+ * gone without a word (first_failure then names it); after a second signal
+ * no more than ESCALATED_WAIT_MS. */
 static dps_status wait_all(const dps_config *cfg, ddp_shared *sh, _Atomic int *counter,
                            const char *what)
 {
-    double end = dps_now_ms() + cfg->timeout_s * 1e3;
+    double end = dps_now_ms() + cfg->timeout_s * 1e3, cut = 0.0;
     while (atomic_load(counter) < cfg->world.size && !silent_death(sh, cfg->world.size)) {
+        if (dps_escalated() && !cut) cut = dps_now_ms() + ESCALATED_WAIT_MS;
+        if (cut && dps_now_ms() > cut) return dps_fail_escalated("waiting for every rank");
         if (dps_now_ms() > end)
             return dps_fail(DPS_ERR_TIMEOUT, "ddp rank %d: %d of %d ranks %s within --timeout %g s "
                             "(%s started them)", cfg->world.rank, atomic_load(counter),

@@ -388,6 +388,15 @@ static dps_status trace_read(dp_state *st, train_result *res, int k)
     return DPS_OK;
 }
 
+/* A second SIGINT or SIGTERM during step `step` failed its next device operation. */
+static dps_status cut_short(const train_result *res, int step)
+{
+    return dps_fail(DPS_ERR_RUNTIME, "interrupted by %s during step %d, which a second signal "
+                    "cut short (the %d timed step%s before it kept)",
+                    dps_signal_name(dps_interrupted()), step, res->steps_done,
+                    res->steps_done == 1 ? "" : "s");
+}
+
 static dps_status dp_loop(dp_state *st, train_result *res)
 {
     const dps_config *c = st->cfg;
@@ -410,7 +419,8 @@ static dps_status dp_loop(dp_state *st, train_result *res)
         double ms = 0.0;
         DPS_TRY(config_profile_hook(c, st->be, step, 1));
         if (timed) DPS_TRY(trace_mark(st, res, step - c->warmup));
-        DPS_TRY(dp_step(st, step, &ms));
+        dps_status rc = dp_step(st, step, &ms);
+        if (rc) return dps_escalated() ? cut_short(res, step) : rc;
         DPS_TRY(config_profile_hook(c, st->be, step, 0));
         res->loss[step] = *st->h_loss / (float)st->rows_total;
         res->losses_done = step + 1;
