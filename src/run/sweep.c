@@ -60,9 +60,43 @@ typedef struct child_outcome {
     int rolled_back;      /* it died mid-commit: the rows it had appended were taken back */
     int unsettled;        /* and they could not all be: nothing more is written */
     int timed_out;
+    int killed_escalated; /* it outlived the second signal's grace and was killed */
     int ws;               /* wait status */
     char error[DPS_ERRMSG_MAX];
 } child_outcome;
+
+/* A child outliving the second signal by this much is killed: the sweep's
+ * own grace (DPS_ESCALATE_GRACE_S) must leave time to record it after. */
+#define CHILD_ESCALATE_GRACE_MS 5000.0
+
+typedef struct forward_state {
+    int sent;             /* signals passed on to the child: 0, 1 or 2 */
+    double second_ms;     /* when the second was */
+    int killed;
+} forward_state;
+
+/* The two-signal rule passed on to the child: the first signal, so that it
+ * ends after its step with its row, then on the second another signal (two
+ * of the same, pending together, would count once), then SIGKILL if it is
+ * still running CHILD_ESCALATE_GRACE_MS later. 1 when it was killed now. */
+static int forward_interrupts(pid_t pid, forward_state *fw, double now)
+{
+    int first = dps_interrupted();
+    if (!first) return 0;
+    if (fw->sent == 0) {
+        kill(pid, first);
+        fw->sent = 1;
+    } else if (fw->sent == 1 && dps_escalated()) {
+        kill(pid, first == SIGTERM ? SIGINT : SIGTERM);
+        fw->sent = 2;
+        fw->second_ms = now;
+    } else if (fw->sent == 2 && !fw->killed && now - fw->second_ms > CHILD_ESCALATE_GRACE_MS) {
+        kill(pid, SIGKILL);
+        fw->killed = 1;
+        return 1;
+    }
+    return 0;
+}
 
 /* Runs one configuration in a child process and waits for it, showing
  * progress; kills it past the deadline. rd NULL: its warm-up alone, which
@@ -90,16 +124,14 @@ static dps_status run_child(const dps_config *cfg, backend *be, const results_di
         fflush(NULL);
         exit(rc == DPS_OK ? 0 : 1);
     }
-    int tty = isatty(STDERR_FILENO), forwarded = 0;
+    int tty = isatty(STDERR_FILENO);
     double begin = dps_now_ms(), last = 0.0;
+    forward_state fw = {0};
     for (;;) {
         pid_t r = waitpid(pid, &out->ws, WNOHANG);
         if (r == pid) break;
-        if (dps_interrupted() && !forwarded) { /* the child records what it finished */
-            kill(pid, dps_interrupted());
-            forwarded = 1;
-        }
         double now = dps_now_ms();
+        if (forward_interrupts(pid, &fw, now)) out->killed_escalated = 1;
         if (!out->timed_out && o->config_timeout_s > 0 && now - begin > o->config_timeout_s * 1e3) {
             out->timed_out = 1;
             kill(pid, SIGKILL);
@@ -133,6 +165,10 @@ static void record_death(const dps_config *cfg, const backend *be, const results
         st = DPS_ERR_TIMEOUT;
         snprintf(why, sizeof why, "the configuration ran past --config-timeout %g s and was killed",
                  o->config_timeout_s);
+    } else if (c->killed_escalated) {
+        snprintf(why, sizeof why, "interrupted by %s twice: the configuration's process was still "
+                 "running %g s after the second signal and was killed", dps_signal_name(
+                 dps_interrupted()), CHILD_ESCALATE_GRACE_MS / 1e3);
     } else if (WIFSIGNALED(c->ws)) {
         snprintf(why, sizeof why, "the configuration's process was killed by %s (signal %d)%s",
                  dps_signal_name(WTERMSIG(c->ws)), WTERMSIG(c->ws), c->rolled_back
@@ -178,7 +214,7 @@ void sweep_run(sweep_item *items, int n, backend *be, const results_dir *rd,
     }
     int total = 0, idx = 0;
     for (int i = 0; i < n; i++) total += strcmp(items[i].skip, "-") != 0;
-    if (!o->dry_run) warm_up(items, n, be, o, shared);
+    if (!o->dry_run && !dps_interrupted()) warm_up(items, n, be, o, shared);
     t->interrupted = dps_interrupted() != 0;
     double t_start = dps_now_ms(), spent = 0.0;
     for (int i = 0; i < n && !t->interrupted; i++) {
