@@ -472,7 +472,8 @@ static int finish(backend *be, const cli_args *a, int most, const results_dir *r
     if (results_write_meta(rd, be, &a->cfg, most, &cmd, start, end)) dps_log("%s", dps_errmsg());
     printf("# %d failed%s; results in %s\n", failed, nothing ? ", nothing ran" : "", rd->dir);
     if (interrupted) {
-        dps_log("interrupted by %s", dps_signal_name(dps_interrupted()));
+        dps_log("interrupted by %s%s", dps_signal_name(dps_interrupted()),
+                dps_escalated() ? " twice" : "");
         return 128 + (dps_interrupted() ? dps_interrupted() : SIGINT);
     }
     return failed || nothing ? 1 : 0;
@@ -483,6 +484,9 @@ static int execute_in(cli_args *a, backend *be, const results_dir *rd, sweep_ite
 {
     results_ids done = {0};
     char start[32];
+    /* before anything long (the folder's tidying, the link matrix): a
+     * SIGINT from here on ends with meta.json's end time and exit 128 + it */
+    dps_install_interrupt_handlers();
     dps_utc_iso8601(start, sizeof start);
     dps_status rc = prepare_folder(a, rd, items, n, &done);
     int most = 0; /* devices of the largest configuration */
@@ -500,7 +504,6 @@ static int execute_in(cli_args *a, backend *be, const results_dir *rd, sweep_ite
         dps_log("%s", dps_errmsg());
     if (a->cmd == CMD_SWEEP) sweep_links(a, be, rd, items, n);
     results_table_header(stdout, be, most);
-    dps_install_interrupt_handlers();
     int failed = 0, interrupted = 0, nothing = 0;
     if (a->cmd == CMD_RUN) {
         failed = run_one(&items[0].cfg, be, rd);
@@ -522,12 +525,15 @@ static int execute(cli_args *a, backend *be, sweep_item *items, int n, int argc,
     return status;
 }
 
-/* A rank other than global rank 0: trains; rank 0 writes the results. */
+/* A rank other than global rank 0: trains; rank 0 writes the results. A
+ * SIGINT or SIGTERM (its launcher's) tells the group and ends this rank by
+ * the two-signal rule, exit 128 + it. */
 static int run_rank_only(const dps_config *cfg)
 {
+    dps_install_interrupt_handlers();
     if (!ddp_env_rank(cfg)) return 0;
     fprintf(stderr, "dpscale: %s\n", dps_errmsg());
-    return 1;
+    return dps_interrupted() ? 128 + dps_interrupted() : 1;
 }
 
 int cmd_run(cli_args *a, int argc, char **argv)
