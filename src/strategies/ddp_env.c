@@ -1,10 +1,11 @@
 /* ddp started by a launcher (torchrun, mpirun, srun): chooses the
  * collectives from where the ranks run, and, with the shared-memory ring
  * (every rank on one host), meets the ranks in a named shared region
- * (shm_open) that global rank 0 makes and removes, where they run ddp.c's
- * rank as the forked ranks do in the anonymous one. Rank 0 collects every
- * rank's records when all have finished, as the fork launcher's parent
- * does. Other collectives: ddp_net.c. */
+ * (shm_open) that global rank 0 makes and removes (its name as soon as
+ * every rank has mapped it), where they run ddp.c's rank as the forked
+ * ranks do in the anonymous one. Rank 0 collects every rank's records when
+ * all have finished, as the fork launcher's parent does. Other
+ * collectives: ddp_net.c. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -178,13 +179,16 @@ static void *watch_main(void *arg)
     return NULL;
 }
 
-/* This process's rank, from arrival to its records in the region. */
-static dps_status run_rank(const dps_config *cfg, ddp_shared *sh)
+/* This process's rank, from arrival to its records in the region. Rank 0
+ * removes the region's name (`name`; NULL on the others) once every rank
+ * has mapped it, so that a rank 0 killed later leaves nothing in /dev/shm. */
+static dps_status run_rank(const dps_config *cfg, ddp_shared *sh, const char *name)
 {
     ddp_report *me = &sh->rank[cfg->world.rank];
     me->pid = (int)getpid();
     atomic_fetch_add(&sh->arrived, 1);
     dps_status rc = wait_all(cfg, sh, &sh->arrived, "arrived");
+    if (!rc && name) shm_unlink(name);
     rank_watch w = {.sh = sh, .n = cfg->world.size};
     w.started = !rc && pthread_create(&w.thread, NULL, watch_main, &w) == 0;
     cfg->net->runs++;
@@ -221,7 +225,7 @@ static dps_status shm_rank(const dps_config *cfg)
     ddp_shared *sh;
     DPS_TRY(open_region(cfg, name, &sh));
     size_t total = sh->total;
-    dps_status rc = run_rank(cfg, sh);
+    dps_status rc = run_rank(cfg, sh, NULL);
     munmap(sh, total);
     return rc;
 }
@@ -252,7 +256,7 @@ static dps_status shm_train(const dps_config *cfg, train_result *res)
     region_name(&cfg->world, name, sizeof name);
     ddp_shared *sh;
     DPS_TRY(make_region(cfg, name, &sh));
-    dps_status rc = run_rank(cfg, sh);
+    dps_status rc = run_rank(cfg, sh, name);
     if (rc) dps_strlcpy(res->error, dps_errmsg(), sizeof res->error);
     if (atomic_load(&sh->arrived) >= cfg->world.size) { /* the others ran: wait for their end */
         dps_status all = wait_all(cfg, sh, &sh->finished, "finished");
