@@ -3,6 +3,7 @@
 its results folder. Usage: integration.py DPSCALE CASE [ARGS...]; exit 0
 pass, 1 fail, 77 skip (meson's convention). Standard library only."""
 import csv
+import json
 import os
 import resource
 import shutil
@@ -163,6 +164,39 @@ def case_imbalance(binary):
         expect(sent[0] > max(sent[1:]), f"device 0 does not send the most: {sent}")
         rep = [p for p in phases if p["phase"] == "replicate" and p["device"] == "1"]
         expect(rep and float(rep[0]["bytes_per_step"]) > 0, "replicate moved no bytes to device 1")
+
+
+def case_replica_phases(binary, backend="host"):
+    """Each replica's phases hold its own work, not its waits on device 0: its forward begins
+    after device 0's replicate ends, its backward after device 0's loss and after it received
+    its rows of the logits' gradient, which are its scatter's second part (bytes and time).
+    The host backend does its work as it is issued, so there the order holds by construction;
+    `replica_phases cuda` runs three replicas on GPU 0's streams, where it is what is tested."""
+    devices = ["--devices", "0,0,0"] if backend == "cuda" else ["--gpus", "3"]
+    with tempfile.TemporaryDirectory() as out:
+        dpscale(binary, "run", "--model", "small", *devices, "--steps", "2", "--warmup", "1",
+                "--trace-steps", "1", out=out, backend=backend, check_rc=0)
+        folder = os.path.join(out, "t")
+        runs, _, _, phases, _ = read_folder(folder)
+        with open(os.path.join(folder, "trace", runs[0]["config_id"] + ".json")) as f:
+            trace = json.load(f)["traceEvents"]
+        span = {(e["pid"] - 1, e["name"]): (e["ts"] / 1e3, (e["ts"] + e["dur"]) / 1e3)
+                for e in trace if e["ph"] == "X" and e.get("cat") == "phase"}
+        tol = 0.1 if backend == "host" else 0.005  # ms: streams placed by the host's clock
+        for d in (1, 2):
+            for phase, after, what in (("forward", "replicate", "device 0's replicate"),
+                                       ("backward", "loss", "device 0's loss")):
+                begin, end = span[(d, phase)][0], span[(0, after)][1]
+                expect(begin >= end - tol, f"device {d}'s {phase} begins at {begin:.3f} ms, "
+                       f"before {what} ends ({end:.3f} ms): it counts its wait")
+        rows, classes, width, f32 = 16 * 16, 128, 256, 4  # small: 16 samples x 16 tokens a device
+        got = {(p["device"], p["phase"]): float(p["bytes_per_step"]) for p in phases}
+        chunk = rows * (width + classes) * f32  # its input chunk, then its logits gradient rows
+        for d in ("1", "2"):
+            expect(got[(d, "scatter")] == chunk and got[(d, "backward")] == 0,
+                   f"device {d}: scatter {got[(d, 'scatter')]} B, backward {got[(d, 'backward')]} B; "
+                   f"{chunk} and 0 expected")
+        expect(got[("0", "scatter")] == 2 * chunk, f"device 0's scatter: {got[('0', 'scatter')]} B")
 
 
 def case_dp_impl(binary):
@@ -977,6 +1011,7 @@ CASES = {"gpu": case_gpu, "info": case_info, "links": case_links, "comm_bench_fa
          "sweep_resume": case_sweep_resume, "sweep_skipped": case_sweep_skipped, "ddp_check": case_ddp_check, "ddp_balance": case_ddp_balance,
          "fault": case_fault, "interrupt": case_interrupt, "ddp_oom": case_ddp_oom,
          "learns": case_learns, "imbalance": case_imbalance, "dp_impl": case_dp_impl, "oom": case_oom,
+         "replica_phases": case_replica_phases,
          "bad_input": case_bad_input, "predict": case_predict, "predict_from": case_predict_from, "predict_calibrate": case_predict_calibrate, "cuda_absent": case_cuda_absent, "sweep": case_sweep}
 
 

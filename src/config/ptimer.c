@@ -30,8 +30,9 @@ void ptimer_free(phase_timer *t)
     for (int s = 0; s < t->nslots; s++)
         for (int p = 0; p < PH_COUNT; p++)
             for (int k = 0; k < 2; k++)
-                for (int on = 0; on < 2; on++) {
-                    be_event *e = on ? t->ev_on[s][p][k] : t->ev[s][p][k];
+                for (int on = 0; on < 3; on++) {
+                    be_event *e = on == 2 ? t->ev_more[s][p][k]
+                                : on ? t->ev_on[s][p][k] : t->ev[s][p][k];
                     if (e) t->be->ops->event_destroy(t->be, e);
                 }
     for (int s = 0; s < t->nslots; s++)
@@ -39,12 +40,14 @@ void ptimer_free(phase_timer *t)
     memset(t->ref, 0, sizeof t->ref);
     memset(t->ev, 0, sizeof t->ev);
     memset(t->ev_on, 0, sizeof t->ev_on);
+    memset(t->ev_more, 0, sizeof t->ev_more);
 }
 
 void ptimer_reset(phase_timer *t)
 {
     memset(t->used, 0, sizeof t->used);
     memset(t->on_other, 0, sizeof t->on_other);
+    memset(t->more, 0, sizeof t->more);
 }
 
 dps_status ptimer_begin(phase_timer *t, int slot, dps_phase ph)
@@ -97,6 +100,23 @@ dps_status ptimer_end_on(phase_timer *t, int slot, dps_phase ph, int where)
     return t->be->ops->event_record(t->be, t->ev_on[slot][ph][1], t->stream[where]);
 }
 
+dps_status ptimer_begin_more(phase_timer *t, int slot, dps_phase ph)
+{
+    if (!t->used[slot][ph]) return ptimer_begin(t, slot, ph);
+    for (int k = 0; k < 2; k++)
+        if (!t->ev_more[slot][ph][k])
+            DPS_TRY(t->be->ops->event_create(t->be, t->dev[slot], &t->ev_more[slot][ph][k]));
+    t->more[slot][ph] = 1;
+    be_mem_phase(t->be, t->dev[slot], (int)ph);
+    return t->be->ops->event_record(t->be, t->ev_more[slot][ph][0], t->stream[slot]);
+}
+
+dps_status ptimer_end_more(phase_timer *t, int slot, dps_phase ph)
+{
+    if (!t->more[slot][ph]) return ptimer_end(t, slot, ph);
+    return t->be->ops->event_record(t->be, t->ev_more[slot][ph][1], t->stream[slot]);
+}
+
 dps_status ptimer_read(phase_timer *t, int slot, float *ms)
 {
     for (int p = 0; p < PH_COUNT; p++) {
@@ -104,6 +124,12 @@ dps_status ptimer_read(phase_timer *t, int slot, float *ms)
         if (!t->used[slot][p]) continue;
         be_event *const *ev = t->on_other[slot][p] ? t->ev_on[slot][p] : t->ev[slot][p];
         DPS_TRY(t->be->ops->event_ms(t->be, ev[0], ev[1], &ms[p]));
+        if (t->more[slot][p]) {
+            float second = 0.0f;
+            DPS_TRY(t->be->ops->event_ms(t->be, t->ev_more[slot][p][0], t->ev_more[slot][p][1],
+                                         &second));
+            ms[p] += second;
+        }
         float base = ms[p] - t->spun_ms[slot][p];
         t->base_ms[slot][p] = base > 0 ? base : 0.0f;
         t->spun_ms[slot][p] = 0.0f;

@@ -21,6 +21,10 @@ typedef struct phase_timer {
     be_event *ev_on[DPS_MAX_DEVICES][PH_COUNT][2];
     unsigned char on_other[DPS_MAX_DEVICES][PH_COUNT];
     unsigned char where[DPS_MAX_DEVICES][PH_COUNT]; /* the slot whose stream ran it */
+    /* (slot, phase) run a second time in a step, on the slot's own stream
+     * (ptimer_begin_more): events on its device, added to the first span */
+    be_event *ev_more[DPS_MAX_DEVICES][PH_COUNT][2];
+    unsigned char more[DPS_MAX_DEVICES][PH_COUNT];
     /* the trace's reference per slot, recorded on its stream (ptimer_mark) */
     be_event *ref[DPS_MAX_DEVICES];
     double ref_host_ms[DPS_MAX_DEVICES]; /* the host clock as each was recorded */
@@ -42,6 +46,13 @@ dps_status ptimer_end(phase_timer *t, int slot, dps_phase ph) DPS_MUST_USE;
  * begin and end within a step). */
 dps_status ptimer_begin_on(phase_timer *t, int slot, dps_phase ph, int where) DPS_MUST_USE;
 dps_status ptimer_end_on(phase_timer *t, int slot, dps_phase ph, int where) DPS_MUST_USE;
+/* A second span of slot's ph in the same step, on the slot's own stream
+ * (dp's scatter to a replica: its input chunk in forward, its rows of the
+ * logits' gradient in backward): its time is added to the first span's;
+ * where the phase began (ptimer_begins) stays the first span's. A phase
+ * not begun yet in the step is begun by it. */
+dps_status ptimer_begin_more(phase_timer *t, int slot, dps_phase ph) DPS_MUST_USE;
+dps_status ptimer_end_more(phase_timer *t, int slot, dps_phase ph) DPS_MUST_USE;
 /* Every compute phase stretched by fraction (0: none) from the second step. */
 void ptimer_set_slowdown(phase_timer *t, double fraction);
 /* After the slot's stream is synchronised: ms per phase. */

@@ -184,33 +184,50 @@ static void dp_teardown(dp_state *st)
     free(st->groups);
 }
 
-/* Forward and backward of one replica, on its own thread. */
-static dps_status dp_worker(void *ctx, int slot, int job)
+/* Forward of one replica: with torch's replicate its parameters arrive on
+ * device 0's stream, so it waits for that before its forward begins. */
+static dps_status worker_forward(dp_state *st, int slot)
 {
-    dp_state *st = ctx;
+    dp_slot *s = &st->s[slot];
+    backend *be = st->be;
+    if (slot && coalesced(st))
+        DPS_TRY(be->ops->stream_wait(be, s->st, st->timer.ev[0][PH_REPLICATE][1]));
+    DPS_TRY(ptimer_begin(&st->timer, slot, PH_FORWARD));
+    DPS_TRY(model_forward(be, s->st, st->cfg->shape, s->params.ptr, &s->acts, s->rows, s->xv,
+                          s->logits.ptr));
+    return ptimer_end(&st->timer, slot, PH_FORWARD);
+}
+
+/* Backward of one replica. A replica other than device 0's first waits for
+ * the loss and receives its rows of the logits' gradient: the gather's
+ * backward, which is a scatter from device 0 (torch's Gather.backward is
+ * Scatter.apply), timed as the second part of its scatter phase. */
+static dps_status worker_backward(dp_state *st, int slot)
+{
     dp_slot *s = &st->s[slot];
     backend *be = st->be;
     model_shape m = st->cfg->shape;
-    DPS_TRY(be->ops->set_device(be, s->dev));
-    dps_phase ph = job == JOB_FORWARD ? PH_FORWARD : PH_BACKWARD;
-    trace_push_phase(ph);
-    dps_status rc = ptimer_begin(&st->timer, slot, ph);
-    if (!rc && job == JOB_FORWARD && slot && coalesced(st)) /* its parameters arrive on device 0's stream */
-        rc = be->ops->stream_wait(be, s->st, st->timer.ev[0][PH_REPLICATE][1]);
-    if (!rc && job == JOB_FORWARD) {
-        rc = model_forward(be, s->st, m, s->params.ptr, &s->acts, s->rows, s->xv, s->logits.ptr);
-    } else if (!rc) {
-        /* grad of the gather: this replica's rows of the logits gradient */
-        if (slot) {
-            rc = be->ops->stream_wait(be, s->st, st->timer.ev[0][PH_LOSS][1]);
-            if (!rc) rc = be->ops->copy(be, s->st, s->dlogits.ptr, s->dev,
-                                        (float *)st->dlogits_full.ptr + s->row0 * m.classes,
-                                        st->s[0].dev, (size_t)s->rows * m.classes * sizeof(float));
-        }
-        if (!rc) rc = model_backward(be, s->st, m, s->params.ptr, &s->acts, s->rows, s->xv,
-                                     s->dlogitsv, s->grads.ptr, NULL, NULL);
+    if (slot) {
+        DPS_TRY(be->ops->stream_wait(be, s->st, st->timer.ev[0][PH_LOSS][1]));
+        DPS_TRY(ptimer_begin_more(&st->timer, slot, PH_SCATTER));
+        DPS_TRY(be->ops->copy(be, s->st, s->dlogitsv, s->dev,
+                              (float *)st->dlogits_full.ptr + s->row0 * m.classes, st->s[0].dev,
+                              (size_t)s->rows * m.classes * sizeof(float)));
+        DPS_TRY(ptimer_end_more(&st->timer, slot, PH_SCATTER));
     }
-    if (!rc) rc = ptimer_end(&st->timer, slot, ph);
+    DPS_TRY(ptimer_begin(&st->timer, slot, PH_BACKWARD));
+    DPS_TRY(model_backward(be, s->st, m, s->params.ptr, &s->acts, s->rows, s->xv, s->dlogitsv,
+                           s->grads.ptr, NULL, NULL));
+    return ptimer_end(&st->timer, slot, PH_BACKWARD);
+}
+
+/* Forward or backward of one replica, on its own thread. */
+static dps_status dp_worker(void *ctx, int slot, int job)
+{
+    dp_state *st = ctx;
+    DPS_TRY(st->be->ops->set_device(st->be, st->s[slot].dev));
+    trace_push_phase(job == JOB_FORWARD ? PH_FORWARD : PH_BACKWARD);
+    dps_status rc = job == JOB_FORWARD ? worker_forward(st, slot) : worker_backward(st, slot);
     trace_pop();
     return rc;
 }
@@ -260,13 +277,15 @@ static dps_status phase_gather(dp_state *st)
     return ptimer_end(&st->timer, 0, PH_GATHER);
 }
 
+/* Backward on every replica; the logits gradient's rows each one received
+ * are its scatter's bytes (worker_backward). */
 static dps_status phase_backward(dp_state *st)
 {
     DPS_TRY(pool_run(&st->pool, JOB_BACKWARD));
     size_t row_bytes = (size_t)st->cfg->shape.classes * sizeof(float);
     for (int i = 1; i < st->nslots; i++) {
-        dp_count(st, 0, PH_BACKWARD, LINK_P2P_SENT, (size_t)st->s[i].rows * row_bytes);
-        dp_count(st, i, PH_BACKWARD, LINK_P2P_RECV, (size_t)st->s[i].rows * row_bytes);
+        dp_count(st, 0, PH_SCATTER, LINK_P2P_SENT, (size_t)st->s[i].rows * row_bytes);
+        dp_count(st, i, PH_SCATTER, LINK_P2P_RECV, (size_t)st->s[i].rows * row_bytes);
     }
     return DPS_OK;
 }
