@@ -30,6 +30,54 @@ DPS_HD float dps_gelu_grad(float x)
     return cdf + x * pdf;
 }
 
+/* The bias gradient: column sums of a rows x cols row-major matrix, in an
+ * order fixed by the shape alone, so that a sum is the same bit for bit
+ * run to run, on every GPU and on the host backend (its col_sum follows
+ * the same plan). The rows are cut into `chunks` runs of `chunk_rows`; in
+ * a run, lane l of DPS_COLSUM_LANES sums rows l, l + LANES, ... in order,
+ * the lanes are combined by dps_col_sum_lanes, and the runs' sums are added
+ * in run order. On a GPU a block takes 32 columns of one run (lanes are
+ * its threads' y), so a gpt2-sized layer (8192 x 1536) is 48 x 64 blocks. */
+#define DPS_COLSUM_LANES 8
+#define DPS_COLSUM_MIN_RUN 64                 /* rows a run has at least */
+#define DPS_COLSUM_MAX_RUNS 64
+#define DPS_COLSUM_WORKSPACE_FLOATS (1 << 20) /* the runs' partial sums: at most 4 MiB */
+
+typedef struct dps_col_sum_plan {
+    int chunks, chunk_rows;
+} dps_col_sum_plan;
+
+DPS_HD dps_col_sum_plan dps_col_sum_plan_for(int rows, int cols)
+{
+    int chunks = (rows + DPS_COLSUM_MIN_RUN - 1) / DPS_COLSUM_MIN_RUN;
+    int by_space = cols > 0 ? DPS_COLSUM_WORKSPACE_FLOATS / cols : 1;
+    if (chunks > DPS_COLSUM_MAX_RUNS) chunks = DPS_COLSUM_MAX_RUNS;
+    if (chunks > by_space) chunks = by_space;
+    if (chunks < 1) chunks = 1;
+    dps_col_sum_plan p;
+    p.chunk_rows = rows > 0 ? (rows + chunks - 1) / chunks : 0;
+    p.chunks = p.chunk_rows > 0 ? (rows + p.chunk_rows - 1) / p.chunk_rows : 1;
+    return p;
+}
+
+/* Floats of workspace the plan needs (the runs' partial sums); 0 for one run. */
+DPS_HD int64_t dps_col_sum_workspace(int rows, int cols)
+{
+    dps_col_sum_plan p = dps_col_sum_plan_for(rows, cols);
+    return p.chunks > 1 ? (int64_t)p.chunks * cols : 0;
+}
+
+/* The lanes' sums of one column combined as a fixed tree:
+ * ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)). */
+DPS_HD float dps_col_sum_lanes(const float *v, int stride)
+{
+    float t[DPS_COLSUM_LANES];
+    for (int l = 0; l < DPS_COLSUM_LANES; l++) t[l] = v[l * stride];
+    for (int w = DPS_COLSUM_LANES / 2; w > 0; w /= 2)
+        for (int l = 0; l < w; l++) t[l] += t[l + w];
+    return t[0];
+}
+
 /* Optimizer hyper-parameters, passed by value to kernels. */
 typedef struct dps_opt_hparams {
     float lr;

@@ -31,13 +31,31 @@ __global__ void gelu_bwd_kernel(int64_t n, const float *dh, const float *pre, fl
     GRID_STRIDE(i, n) dpre[i] = dh[i] * dps_gelu_grad(pre[i]);
 }
 
-/* One thread per column (grid-stride: grid_for caps the grid), rows summed
- * in order: deterministic. */
-__global__ void col_sum_kernel(int rows, int cols, const float *x, float *out)
+/* Column sums in the order of dps_col_sum_plan_for (elementwise.h): block
+ * (x, y) is 32 columns of run y; thread (tx, ty) is column tx's lane ty, so
+ * a warp reads 32 consecutive floats of one row. One run: the lanes'
+ * combination is the sum; else it is run y's partial sum, which
+ * col_sum_runs_kernel adds up in run order. */
+__global__ void col_sum_lanes_kernel(int rows, int cols, int chunk_rows, const float *x,
+                                     float *partial)
+{
+    __shared__ float lane[DPS_COLSUM_LANES][32];
+    int c = blockIdx.x * 32 + threadIdx.x;
+    int r0 = blockIdx.y * chunk_rows, r1 = min(rows, r0 + chunk_rows);
+    float acc = 0.0f;
+    if (c < cols)
+        for (int r = r0 + threadIdx.y; r < r1; r += DPS_COLSUM_LANES) acc += x[(int64_t)r * cols + c];
+    lane[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < cols)
+        partial[(int64_t)blockIdx.y * cols + c] = dps_col_sum_lanes(&lane[0][threadIdx.x], 32);
+}
+
+__global__ void col_sum_runs_kernel(int cols, int chunks, const float *partial, float *out)
 {
     GRID_STRIDE(c, cols) {
-        float acc = 0.0f;
-        for (int r = 0; r < rows; r++) acc += x[(int64_t)r * cols + c];
+        float acc = partial[c];
+        for (int k = 1; k < chunks; k++) acc += partial[(int64_t)k * cols + c];
         out[c] = acc;
     }
 }
@@ -173,9 +191,16 @@ cudaError_t dps_k_gelu_bwd(cudaStream_t s, int64_t n, const float *dh, const flo
     return cudaGetLastError();
 }
 
-cudaError_t dps_k_col_sum(cudaStream_t s, int rows, int cols, const float *x, float *out)
+cudaError_t dps_k_col_sum(cudaStream_t s, int rows, int cols, const float *x, float *out,
+                          float *workspace)
 {
-    col_sum_kernel<<<grid_for(cols), kThreads, 0, s>>>(rows, cols, x, out);
+    if (cols <= 0) return cudaSuccess;
+    dps_col_sum_plan p = dps_col_sum_plan_for(rows, cols);
+    if (rows <= 0) return cudaMemsetAsync(out, 0, (size_t)cols * sizeof(float), s);
+    dim3 grid((unsigned)((cols + 31) / 32), (unsigned)p.chunks), block(32, DPS_COLSUM_LANES);
+    float *partial = p.chunks > 1 ? workspace : out;
+    col_sum_lanes_kernel<<<grid, block, 0, s>>>(rows, cols, p.chunk_rows, x, partial);
+    if (p.chunks > 1) col_sum_runs_kernel<<<grid_for(cols), kThreads, 0, s>>>(cols, p.chunks, partial, out);
     return cudaGetLastError();
 }
 

@@ -18,8 +18,10 @@ cudaError_t dps_k_bias_act(cudaStream_t s, int rows, int cols, float *pre,
 /* dpre = dh * gelu'(pre), n elements */
 cudaError_t dps_k_gelu_bwd(cudaStream_t s, int64_t n, const float *dh,
                            const float *pre, float *dpre);
-/* out[c] = sum over rows of x[r, c] */
-cudaError_t dps_k_col_sum(cudaStream_t s, int rows, int cols, const float *x, float *out);
+/* out[c] = sum over rows of x[r, c], in dps_col_sum_plan_for's order;
+ * workspace: dps_col_sum_workspace(rows, cols) floats (NULL when 0) */
+cudaError_t dps_k_col_sum(cudaStream_t s, int rows, int cols, const float *x, float *out,
+                          float *workspace);
 /* row_loss[r] = cross-entropy of row r; dlogits = (softmax - onehot) * scale */
 cudaError_t dps_k_xent(cudaStream_t s, int rows, int classes, const float *logits,
                        const int32_t *labels, float scale, float *dlogits, float *row_loss);

@@ -874,6 +874,77 @@ static void test_host_math(void)
 }
 
 /* Loss of the model on the host backend, in double for finite differences. */
+/* The CUDA bias-gradient kernels (kernels.cu) simulated thread by thread:
+ * block (bx, run), thread (tx, lane); then the runs added in order. */
+static void col_sum_as_gpu(int rows, int cols, const float *x, float *out)
+{
+    dps_col_sum_plan p = dps_col_sum_plan_for(rows, cols);
+    float *part = malloc((size_t)p.chunks * (size_t)cols * sizeof(float));
+    for (int run = 0; run < p.chunks; run++)
+        for (int bx = 0; bx < (cols + 31) / 32; bx++) {
+            float lane[DPS_COLSUM_LANES][32];
+            int r0 = run * p.chunk_rows, r1 = r0 + p.chunk_rows < rows ? r0 + p.chunk_rows : rows;
+            for (int ty = 0; ty < DPS_COLSUM_LANES; ty++)
+                for (int tx = 0; tx < 32; tx++) {
+                    int c = bx * 32 + tx;
+                    float acc = 0.0f;
+                    for (int r = r0 + ty; c < cols && r < r1; r += DPS_COLSUM_LANES)
+                        acc += x[(size_t)r * cols + c];
+                    lane[ty][tx] = acc;
+                }
+            for (int tx = 0; tx < 32 && bx * 32 + tx < cols; tx++)
+                part[(size_t)run * cols + bx * 32 + tx] = dps_col_sum_lanes(&lane[0][tx], 32);
+        }
+    for (int c = 0; c < cols; c++) {
+        float acc = part[c];
+        for (int k = 1; k < p.chunks; k++) acc += part[(size_t)k * cols + c];
+        out[c] = acc;
+    }
+    free(part);
+}
+
+/* The bias gradient's plan, and the host backend's col_sum: the sums
+ * within float rounding of exact ones, bit for bit the GPU kernels' order,
+ * the same on every call. */
+static void test_col_sum(void)
+{
+    dps_col_sum_plan g = dps_col_sum_plan_for(8192, 1536); /* gpt2's hidden layers */
+    EXPECT(g.chunks == 64 && g.chunk_rows == 128);
+    g = dps_col_sum_plan_for(8192, 50257); /* its classifier: the workspace bounded */
+    EXPECT(dps_col_sum_workspace(8192, 50257) <= DPS_COLSUM_WORKSPACE_FLOATS && g.chunks > 1);
+    EXPECT(dps_col_sum_workspace(64, 1536) == 0 && dps_col_sum_plan_for(0, 4).chunks == 1);
+    be_options o = {.kind = BE_HOST, .host_devices = 1, .quiet = 1};
+    backend *be = NULL;
+    EXPECT(be_open(&o, &be) == DPS_OK);
+    if (!be) return;
+    static const int shapes[][2] = {{0, 3}, {1, 1}, {7, 33}, {64, 300}, {65, 257}, {1000, 31},
+                                    {4099, 513}, {8192, 40}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        int rows = shapes[i][0], cols = shapes[i][1];
+        dps_col_sum_plan p = dps_col_sum_plan_for(rows, cols);
+        EXPECT((int64_t)p.chunks * p.chunk_rows >= rows && (p.chunks - 1) * p.chunk_rows < rows + (rows == 0));
+        float *x = malloc(((size_t)rows * cols + 1) * sizeof(float));
+        float *out = malloc((size_t)cols * sizeof(float)), *again = malloc((size_t)cols * sizeof(float));
+        float *gpu = malloc((size_t)cols * sizeof(float));
+        for (size_t k = 0; k < (size_t)rows * cols; k++) x[k] = dps_uniform(3, 9, k) * 1e3f;
+        EXPECT(be->ops->col_sum(be, NULL, rows, cols, x, out) == DPS_OK);
+        EXPECT(be->ops->col_sum(be, NULL, rows, cols, x, again) == DPS_OK);
+        col_sum_as_gpu(rows, cols, x, gpu);
+        EXPECT(memcmp(out, again, (size_t)cols * sizeof(float)) == 0);
+        EXPECT(memcmp(out, gpu, (size_t)cols * sizeof(float)) == 0);
+        for (int c = 0; c < cols; c++) {
+            double exact = 0.0, mag = 0.0;
+            for (int r = 0; r < rows; r++) {
+                exact += x[(size_t)r * cols + c];
+                mag += fabs(x[(size_t)r * cols + c]);
+            }
+            EXPECT_NEAR(out[c], exact, 1e-6 * mag + 1e-30);
+        }
+        free(x); free(out); free(again); free(gpu);
+    }
+    be_close(be);
+}
+
 /* DDP's bucket copy: one pass, the same bits as a copy then a scale, in place too. */
 static void test_scale_copy(void)
 {
@@ -1935,6 +2006,7 @@ int main(int argc, char **argv)
         {"suite", test_suite}, {"settings", test_settings}, {"nvml", test_nvml},
         {"comm_abort", test_comm_abort}, {"context", test_context}, {"versions", test_versions},
         {"gemm", test_gemm}, {"host_math", test_host_math}, {"scale_copy", test_scale_copy},
+        {"col_sum", test_col_sum},
         {"slowdown", test_slowdown}, {"world", test_world}, {"store", test_store},
         {"predict_files", test_predict_files}, {"predict_consts", test_predict_consts},
         {"csv_table", test_csv_table}, {"predict_model", test_predict_model},

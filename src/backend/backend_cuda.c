@@ -28,6 +28,7 @@ struct be_stream {
     int dev;
     cublasHandle_t blas;    /* made on the first GEMM */
     dps_buf scratch[2];     /* bf16 copies of GEMM inputs */
+    dps_buf col_sum_ws;     /* the bias gradients' partial sums (dps_col_sum_workspace) */
 };
 struct be_event { cudaEvent_t e; int dev; };
 
@@ -112,6 +113,7 @@ static void cu_stream_destroy(backend *be, be_stream *s)
         cudaStreamSynchronize(s->s);
         if (s->blas) cublasDestroy(s->blas);
         for (int k = 0; k < 2; k++) be_buf_free(be, &s->scratch[k]);
+        be_buf_free(be, &s->col_sum_ws);
         cudaStreamDestroy(s->s);
     }
     free(s);
@@ -227,16 +229,23 @@ static dps_status cu_memset0(backend *be, be_stream *s, void *p, size_t bytes)
     return DPS_OK;
 }
 
+/* s's buffer b, made at least `bytes` long; a buffer too short is freed
+ * once the stream's work, which may still read it, is done. */
+static dps_status stream_scratch(backend *be, be_stream *s, dps_buf *b, size_t bytes,
+                                 const char *what)
+{
+    if (b->bytes >= bytes) return DPS_OK;
+    CUDA_TRY(cudaStreamSynchronize(s->s));
+    be_buf_free(be, b);
+    return be_buf_alloc(be, s->dev, bytes, what, b);
+}
+
 /* bf16 copy of a GEMM operand in the stream's scratch buffer `slot`. */
 static dps_status to_bf16(backend *be, be_stream *s, int slot, const float *x, size_t n,
                           const void **out)
 {
     dps_buf *b = &s->scratch[slot];
-    if (b->bytes < n * 2) {
-        CUDA_TRY(cudaStreamSynchronize(s->s));
-        be_buf_free(be, b);
-        DPS_TRY(be_buf_alloc(be, s->dev, n * 2, "bf16 GEMM inputs", b));
-    }
+    DPS_TRY(stream_scratch(be, s, b, n * 2, "bf16 GEMM inputs"));
     CUDA_TRY(dps_k_cast_bf16(s->s, (int64_t)n, x, b->ptr));
     *out = b->ptr;
     return DPS_OK;
@@ -259,7 +268,7 @@ static dps_status cu_gemm(backend *be, be_stream *s, int ta, int tb, int m, int 
         CUBLAS_TRY(cublasSgemm(h, ob, oa, n, m, k, &alpha, b, ldb, a, lda, &beta, c, ldc));
         return DPS_OK;
     }
-    const void *a16, *b16;
+    const void *a16 = NULL, *b16 = NULL;
     DPS_TRY(to_bf16(be, s, 0, a, (size_t)(ta ? k : m) * (size_t)lda, &a16));
     DPS_TRY(to_bf16(be, s, 1, b, (size_t)(tb ? n : k) * (size_t)ldb, &b16));
     CUBLAS_TRY(cublasGemmEx(h, ob, oa, n, m, k, &alpha, b16, CUDA_R_16BF, ldb, a16, CUDA_R_16BF,
@@ -289,7 +298,10 @@ static dps_status cu_gelu_bwd(backend *be, be_stream *s, int64_t n, const float 
 static dps_status cu_col_sum(backend *be, be_stream *s, int rows, int cols, const float *x,
                              float *out)
 {
-    KERNEL(s, dps_k_col_sum(s->s, rows, cols, x, out));
+    DPS_TRY(ensure_device(be, s->dev));
+    size_t ws = (size_t)dps_col_sum_workspace(rows, cols) * sizeof(float);
+    DPS_TRY(stream_scratch(be, s, &s->col_sum_ws, ws, "bias-gradient workspace"));
+    KERNEL(s, dps_k_col_sum(s->s, rows, cols, x, out, s->col_sum_ws.ptr));
 }
 
 static dps_status cu_xent(backend *be, be_stream *s, int rows, int classes, const float *logits,

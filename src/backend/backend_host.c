@@ -293,14 +293,38 @@ static dps_status host_gelu_bwd(backend *be, be_stream *s, int64_t n, const floa
     return DPS_OK;
 }
 
+/* Run k's partial sums of columns [c0, c0 + n) into part, in the plan's
+ * order (elementwise.h): lane l sums rows r0 + l, r0 + l + LANES, ... */
+#define HOST_COLSUM_BLOCK 256
+HOST_VECTOR_CLONES
+static void host_col_sum_run(int r0, int r1, int cols, int c0, int n, const float *x, float *part)
+{
+    float lane[DPS_COLSUM_LANES][HOST_COLSUM_BLOCK];
+    for (int l = 0; l < DPS_COLSUM_LANES; l++)
+        for (int c = 0; c < n; c++) lane[l][c] = 0.0f;
+    for (int r = r0; r < r1; r++) {
+        const float *row = x + (size_t)r * cols + c0;
+        float *acc = lane[(r - r0) % DPS_COLSUM_LANES];
+        for (int c = 0; c < n; c++) acc[c] += row[c];
+    }
+    for (int c = 0; c < n; c++) part[c] = dps_col_sum_lanes(&lane[0][c], HOST_COLSUM_BLOCK);
+}
+
+/* The bias gradient, bit for bit what the CUDA kernel computes. */
 static dps_status host_col_sum(backend *be, be_stream *s, int rows, int cols, const float *x,
                                float *out)
 {
     (void)be; (void)s;
-    for (int c = 0; c < cols; c++) out[c] = 0.0f;
-    for (int r = 0; r < rows; r++) {
-        const float *row = x + (size_t)r * cols;
-        for (int c = 0; c < cols; c++) out[c] += row[c];
+    dps_col_sum_plan p = dps_col_sum_plan_for(rows, cols);
+    float part[HOST_COLSUM_BLOCK];
+    for (int c0 = 0; c0 < cols; c0 += HOST_COLSUM_BLOCK) {
+        int n = cols - c0 < HOST_COLSUM_BLOCK ? cols - c0 : HOST_COLSUM_BLOCK;
+        for (int c = 0; c < n; c++) out[c0 + c] = 0.0f;
+        for (int k = 0; k < p.chunks; k++) {
+            int r0 = k * p.chunk_rows, r1 = r0 + p.chunk_rows < rows ? r0 + p.chunk_rows : rows;
+            host_col_sum_run(r0, r1, cols, c0, n, x, part);
+            for (int c = 0; c < n; c++) out[c0 + c] = k ? out[c0 + c] + part[c] : part[c];
+        }
     }
     return DPS_OK;
 }

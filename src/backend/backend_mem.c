@@ -41,7 +41,8 @@ void be_mem_phase(backend *be, int dev, int phase)
 const char *be_mem_kind(const char *what)
 {
     static const struct { const char *part, *kind; } kinds[] = { /* the first that matches */
-        {"bf16", "workspace"}, {"GEMM", "workspace"}, {"optimizer", "optimizer state"},
+        {"bf16", "workspace"}, {"GEMM", "workspace"}, {"workspace", "workspace"},
+        {"optimizer", "optimizer state"},
         {"bucket", "communication"}, {"coalescing", "communication"},
         {"reduce", "communication"}, {"staging", "communication"},
         {"logits gradient", "loss buffers"}, {"log-prob", "loss buffers"},
