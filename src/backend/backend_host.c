@@ -180,6 +180,7 @@ static dps_status host_copy(backend *be, be_stream *s, void *dst, int dst_dev,
                             const void *src, int src_dev, size_t bytes)
 {
     (void)be; (void)s; (void)dst_dev; (void)src_dev;
+    if (dps_escalated()) return dps_fail_escalated("a copy"); /* the step is being cut short */
     if (bytes) memmove(dst, src, bytes);
     return DPS_OK;
 }
@@ -196,6 +197,7 @@ static dps_status host_gemm(backend *be, be_stream *s, int ta, int tb, int m, in
                             float beta, float *c, int ldc)
 {
     (void)be; (void)s;
+    if (dps_escalated()) return dps_fail_escalated("a GEMM"); /* the step is being cut short */
     return host_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
@@ -438,8 +440,8 @@ static dps_status host_spin(backend *be, be_stream *s, double us)
 {
     (void)be; (void)s;
     double end = dps_now_ms() + us * 1e-3;
-    while (dps_now_ms() < end) {
-    }
+    while (dps_now_ms() < end)
+        if (dps_escalated()) return dps_fail_escalated("the rest of --inject-slowdown's spin");
     return DPS_OK;
 }
 

@@ -343,6 +343,15 @@ static dps_status trace_read(ddp_rank *R, int k)
     return DPS_OK;
 }
 
+/* A second SIGINT or SIGTERM during step `step` failed its next device operation. */
+static dps_status cut_short(const ddp_rank *R, int step)
+{
+    int kept = R->rep->steps_done;
+    return dps_fail(DPS_ERR_RUNTIME, "rank %d: interrupted by %s during step %d, which a second "
+                    "signal cut short (the %d timed step%s before it kept)", R->rank,
+                    dps_signal_name(dps_interrupted()), step, kept, kept == 1 ? "" : "s");
+}
+
 static dps_status rank_loop(ddp_rank *R)
 {
     DPS_TRY(be_sample_mem(R->be, R->dev));
@@ -356,7 +365,8 @@ static dps_status rank_loop(ddp_rank *R)
         double ms = 0.0;
         DPS_TRY(config_profile_hook(c, R->be, step, 1));
         if (step >= c->warmup) DPS_TRY(trace_mark(R, step - c->warmup));
-        DPS_TRY(rank_step(R, step, &ms));
+        dps_status rc = rank_step(R, step, &ms);
+        if (rc) return dps_escalated() ? cut_short(R, step) : rc;
         DPS_TRY(config_profile_hook(c, R->be, step, 0));
         ddp_shared_loss_sum(sh, R->rank)[step] = *R->h_loss;
         R->rep->losses_done = step + 1;
