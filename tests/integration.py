@@ -226,6 +226,19 @@ def case_dp_impl(binary):
             expect(cats_t.get(what) == size and what not in cats_l,
                    f"device 0's {what}: {cats_t.get(what)} with torch, {cats_l.get(what)} lean; "
                    f"{size} expected with torch only")
+        # as DataParallel frees a replica's output after the gather, a replica's logits and their
+        # gradient share one buffer, and device 0's replica's live in device 0's logits gradient
+        chunk = rows // 3 * classes * f32
+        for impl, runs in (("torch", runs_t), ("lean", runs_l)):
+            cats = memory_at_peak(os.path.join(out, impl))
+            on0 = [c for c in cats[(runs[0]["config_id"], "0")] if "replica logits" in c]
+            expect(not on0, f"{impl}: device 0 holds its replica's logits apart: {on0}")
+            for d in ("1", "2"):
+                got = cats[(runs[0]["config_id"], d)]
+                expect(got.get("replica logits, then their gradient") == chunk and
+                       not any("gradient chunk" in c for c in got),
+                       f"{impl}: device {d}'s logits and their gradient: {got}; one buffer of "
+                       f"{chunk} B expected")
         others = [int(t["alloc_peak_bytes"]) - int(l["alloc_peak_bytes"])
                   for t, l in zip(dev_t[1:], dev_l[1:])]
         expect(all(0 < o <= min(params * f32, 10 << 20) for o in others),

@@ -35,14 +35,13 @@ static dps_status alloc_slot(dp_state *st, int i, size_t pbytes)
     size_t rows = (size_t)s->rows;
     DPS_TRY(be_buf_alloc(be, s->dev, pbytes, i ? "replica parameters" : "parameters", &s->params));
     DPS_TRY(be_buf_alloc(be, s->dev, pbytes, "gradients", &s->grads));
-    if (i) {
+    if (i) { /* slot 0's are device 0's batch and logits gradient (alloc_primary) */
         DPS_TRY(be_buf_alloc(be, s->dev, rows * (size_t)m.width * sizeof(float), "input chunk", &s->x));
-        DPS_TRY(be_buf_alloc(be, s->dev, rows * (size_t)m.classes * sizeof(float), "logits gradient chunk",
-                             &s->dlogits));
+        DPS_TRY(be_buf_alloc(be, s->dev, rows * (size_t)m.classes * sizeof(float),
+                             "replica logits, then their gradient", &s->logits));
         s->xv = s->x.ptr;
-        s->dlogitsv = s->dlogits.ptr;
+        s->logitsv = s->dlogitsv = s->logits.ptr;
     }
-    DPS_TRY(be_buf_alloc(be, s->dev, rows * (size_t)m.classes * sizeof(float), "replica logits", &s->logits));
     return model_acts_alloc(be, s->dev, m, s->rows, &s->acts);
 }
 
@@ -100,7 +99,7 @@ static dps_status alloc_primary(dp_state *st, size_t pbytes)
         DPS_TRY(be_buf_alloc(be, d0, stage, "reduce staging buffer", &st->staging));
     }
     st->s[0].xv = st->x_full.ptr;
-    st->s[0].dlogitsv = st->dlogits_full.ptr;
+    st->s[0].logitsv = st->s[0].dlogitsv = st->dlogits_full.ptr; /* its rows come first */
     return st->cfg->dp_impl == DPIMPL_TORCH ? alloc_torch(st, pbytes) : DPS_OK;
 }
 
@@ -168,7 +167,6 @@ static void dp_teardown(dp_state *st)
         be_buf_free(be, &s->grads);
         be_buf_free(be, &s->x);
         be_buf_free(be, &s->logits);
-        be_buf_free(be, &s->dlogits);
         be_buf_free(be, &s->flat);
         if (s->flat_ev) be->ops->event_destroy(be, s->flat_ev);
         if (s->taken_ev) be->ops->event_destroy(be, s->taken_ev);
@@ -194,7 +192,7 @@ static dps_status worker_forward(dp_state *st, int slot)
         DPS_TRY(be->ops->stream_wait(be, s->st, st->timer.ev[0][PH_REPLICATE][1]));
     DPS_TRY(ptimer_begin(&st->timer, slot, PH_FORWARD));
     DPS_TRY(model_forward(be, s->st, st->cfg->shape, s->params.ptr, &s->acts, s->rows, s->xv,
-                          s->logits.ptr));
+                          s->logitsv));
     return ptimer_end(&st->timer, slot, PH_FORWARD);
 }
 
@@ -271,7 +269,7 @@ static dps_status phase_gather(dp_state *st)
         DPS_TRY(st->be->ops->stream_wait(st->be, s0->st, st->timer.ev[i][PH_FORWARD][1]));
         if (i) DPS_TRY(ptimer_begin_on(&st->timer, i, PH_GATHER, 0)); /* copies run on slot 0's stream */
         DPS_TRY(dp_p2p(st, PH_GATHER, 0, (float *)st->logits_full.ptr + s->row0 * classes, i,
-                    s->logits.ptr, (size_t)s->rows * classes * sizeof(float), s0->st));
+                    s->logitsv, (size_t)s->rows * classes * sizeof(float), s0->st));
         if (i) DPS_TRY(ptimer_end_on(&st->timer, i, PH_GATHER, 0));
     }
     return ptimer_end(&st->timer, 0, PH_GATHER);

@@ -16,8 +16,13 @@ typedef struct dp_slot {
     int64_t row0;      /* first row in the global batch */
     be_stream *st;
     dps_buf params, grads;                 /* slot 0: the master copies */
-    dps_buf x, logits, dlogits;            /* slot 0: x and dlogits are views */
-    float *xv, *dlogitsv;
+    dps_buf x;                             /* slot 0: a view of the batch (xv) */
+    /* Its logits, then their gradient, as DataParallel frees a replica's
+     * output after the gather and its gradient comes after the loss: one
+     * buffer on a replica; on slot 0 both are rows of device 0's logits
+     * gradient, which the loss writes only after the gather read them. */
+    dps_buf logits;                        /* the replicas' buffer; none on slot 0 */
+    float *xv, *logitsv, *dlogitsv;
     dps_buf flat;      /* torch: the coalescing buffer of one group (the largest) */
     be_event *flat_ev, *taken_ev; /* torch, p2p reduce: flat filled / copied to device 0 */
     model_acts acts;

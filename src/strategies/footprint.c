@@ -39,8 +39,8 @@ static uint64_t dp_devices(const dps_config *c, uint64_t *dev)
     uint64_t group = (uint64_t)dp_largest_group_floats(m) * F4;
     for (int i = 0; i < nslots; i++) {
         uint64_t rows = (uint64_t)samples[i] * m.tokens;
-        dev[i] = 2 * pbytes + rows * C + acts_bytes(m, rows);
-        if (i) dev[i] += rows * W + rows * C;
+        dev[i] = 2 * pbytes + acts_bytes(m, rows);
+        if (i) dev[i] += rows * W + rows * C; /* slot 0's live in device 0's batch and dlogits */
         if (coalesced) dev[i] += group;
     }
     dev[0] += optimizer_bytes(c, pbytes) + n * W + 2 * n * C + 2 * n * F4 + F4;
