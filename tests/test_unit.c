@@ -24,6 +24,7 @@
 #include "backend/backend.h"
 #include "model/bucket.h"
 #include "comm/comm.h"
+#include "comm/comm_watch.h"
 #include "comm/store_keys.h"
 #include "comm/store_wire.h"
 #include "strategies/ddp.h"
@@ -1503,18 +1504,22 @@ static int abort_rank(void *ctx, int rank, rank_beat *beat)
     bad |= comm_broadcast(c, buf, sizeof buf, 0) == DPS_OK || strcmp(dps_errmsg(), first) != 0;
     bad |= comm_barrier(c) == DPS_OK;
     be_event *ev = NULL;
-    bad |= be->ops->event_create(be, 0, &ev) != DPS_OK;
+    be_stream *st = NULL;
+    bad |= be->ops->event_create(be, 0, &ev) != DPS_OK || be->ops->stream_create(be, 0, &st) != DPS_OK;
     bad |= comm_allreduce_async(c, buf, 64, COMM_F32, ev) == DPS_OK;
     double busy = 0.0;
-    bad |= comm_wait_async(c, &busy) == DPS_OK || strcmp(dps_errmsg(), first) != 0;
+    bad |= comm_wait_async(c, st) == DPS_OK || strcmp(dps_errmsg(), first) != 0;
+    bad |= comm_sync(c, st, &busy) == DPS_OK || strcmp(dps_errmsg(), first) != 0;
     if (bad) fprintf(stderr, "comm_abort: a collective after the abort did not fail with '%s'\n", first);
     if (ev) be->ops->event_destroy(be, ev);
+    if (st) be->ops->stream_destroy(be, st);
     comm_close(c);
     be_close(be);
     return bad;
 }
 
-/* Every async all-reduce issued before a wait is done after it, in order. */
+/* Every async all-reduce issued before a wait is done after it, in order;
+ * the step's sync hands out the time they ran. */
 static int async_rank(void *ctx, int rank, rank_beat *beat)
 {
     (void)beat;
@@ -1522,20 +1527,119 @@ static int async_rank(void *ctx, int rank, rank_beat *beat)
     backend *be = NULL;
     comm *c = NULL;
     be_event *ev = NULL;
+    be_stream *st = NULL;
     float buf[3][100];
-    if (open_rank(sh, rank, &be, &c) || be->ops->event_create(be, rank, &ev)) return 1;
+    if (open_rank(sh, rank, &be, &c) || be->ops->event_create(be, rank, &ev) ||
+        be->ops->stream_create(be, rank, &st))
+        return 1;
     for (int k = 0; k < 3; k++)
         for (int i = 0; i < 100; i++) buf[k][i] = (float)(rank + k * i);
     int bad = 0;
     for (int k = 0; k < 3; k++) bad |= comm_allreduce_async(c, buf[k], 100, COMM_F32, ev) != DPS_OK;
     double busy = 0.0;
-    bad |= comm_wait_async(c, &busy) != DPS_OK || !(busy >= 0.0);
+    bad |= comm_wait_async(c, st) != DPS_OK;
     for (int k = 0; k < 3; k++)
         for (int i = 0; i < 100; i++) bad |= buf[k][i] != (float)(0 + 1 + 2 * k * i);
+    double waited = c->waited_ms;
+    bad |= comm_sync(c, st, &busy) != DPS_OK || !(waited >= 0.0) || busy != waited;
+    bad |= c->waited_ms != 0.0; /* handed out once */
     be->ops->event_destroy(be, ev);
+    be->ops->stream_destroy(be, st);
     comm_close(c);
     be_close(be);
     return bad;
+}
+
+/* A fake of what comm_watch watches: collectives that report an error
+ * after `fail_at` checks (0: never), and a device wait that ends when its
+ * work is done (done_ms after it began; 0: never) or when aborted. */
+typedef struct fake_coll {
+    _Atomic int checks, aborts;
+    int fail_at;
+} fake_coll;
+
+static dps_status fake_check(void *ctx, char *why, size_t len)
+{
+    fake_coll *f = ctx;
+    int n = atomic_fetch_add(&f->checks, 1) + 1;
+    if (!f->fail_at || n < f->fail_at) return DPS_OK;
+    snprintf(why, len, "fake asynchronous error");
+    return DPS_ERR_RUNTIME;
+}
+
+static void fake_abort(void *ctx) { atomic_fetch_add(&((fake_coll *)ctx)->aborts, 1); }
+
+/* The host's blocking wait; how long it took. */
+static double fake_wait(fake_coll *f, double done_ms)
+{
+    double t0 = dps_now_ms();
+    while (!atomic_load(&f->aborts) && (done_ms <= 0 || dps_now_ms() - t0 < done_ms)) {
+        struct timespec ts = {0, 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return dps_now_ms() - t0;
+}
+
+/* One armed wait of the fake: its status, why, the wait's length. */
+static dps_status watched(comm_watch *w, fake_coll *f, double timeout_ms, double done_ms,
+                          char *why, double *ms)
+{
+    comm_watch_arm(w, timeout_ms);
+    *ms = fake_wait(f, done_ms);
+    return comm_watch_disarm(w, why, DPS_ERRMSG_MAX);
+}
+
+/* The watchdog ends a wait on a timeout, an error the collectives report or
+ * the group's abort, each by aborting them once; a wait that ends in time
+ * is left alone, and nothing is looked at while the host does not wait. */
+static void test_comm_watch(void)
+{
+    static const comm_watch_ops ops = {fake_check, fake_abort};
+    char why[DPS_ERRMSG_MAX];
+    double ms = 0.0;
+    _Atomic int flag = 0;
+    fake_coll f = {0, 0, 0};
+    comm_watch *w = NULL;
+    EXPECT(comm_watch_start(&w, &ops, &f, &flag) == DPS_OK);
+    if (!w) return;
+    EXPECT(watched(w, &f, 10000.0, 20.0, why, &ms) == DPS_OK); /* done in time */
+    EXPECT(atomic_load(&f.aborts) == 0 && atomic_load(&f.checks) >= 1);
+    atomic_store(&flag, 1); /* while nobody waits: not looked at */
+    struct timespec pause = {0, 30 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+    EXPECT(atomic_load(&f.aborts) == 0 && !comm_watch_aborted(w));
+    EXPECT(watched(w, &f, 0.0, 0.0, why, &ms) == DPS_ERR_RUNTIME);
+    EXPECT(strstr(why, "group was aborted") != NULL && atomic_load(&f.aborts) == 1);
+    EXPECT(comm_watch_aborted(w) && ms < 5000.0);
+    comm_watch_stop(w);
+
+    f = (fake_coll){0, 0, 0};
+    EXPECT(comm_watch_start(&w, &ops, &f, NULL) == DPS_OK);
+    if (!w) return;
+    EXPECT(watched(w, &f, 50.0, 0.0, why, &ms) == DPS_ERR_TIMEOUT);
+    EXPECT(strstr(why, "--timeout") != NULL && atomic_load(&f.aborts) == 1);
+    EXPECT(ms >= 50.0 && ms < 5000.0);
+    EXPECT(watched(w, &f, 50.0, 1.0, why, &ms) == DPS_ERR_TIMEOUT); /* the first failure kept */
+    comm_watch_fail(w, DPS_ERR_RUNTIME, "seen by the host");
+    EXPECT(atomic_load(&f.aborts) == 1); /* aborted once */
+    comm_watch_stop(w);
+
+    f = (fake_coll){0, 0, 3};
+    EXPECT(comm_watch_start(&w, &ops, &f, NULL) == DPS_OK);
+    if (!w) return;
+    EXPECT(watched(w, &f, 0.0, 0.0, why, &ms) == DPS_ERR_RUNTIME);
+    EXPECT(strcmp(why, "fake asynchronous error") == 0 && atomic_load(&f.checks) == 3);
+    EXPECT(atomic_load(&f.aborts) == 1);
+    comm_watch_stop(w);
+
+    f = (fake_coll){0, 0, 0};
+    EXPECT(comm_watch_start(&w, &ops, &f, NULL) == DPS_OK);
+    if (!w) return;
+    comm_watch_fail(w, DPS_ERR_OOM, "a failure the host saw");
+    EXPECT(atomic_load(&f.aborts) == 1 && comm_watch_aborted(w));
+    EXPECT(watched(w, &f, 0.0, 1.0, why, &ms) == DPS_ERR_OOM && strstr(why, "host saw") != NULL);
+    comm_watch_stop(w);
+    comm_watch_stop(NULL);
 }
 
 static void test_comm_abort(void)
@@ -2004,7 +2108,7 @@ int main(int argc, char **argv)
         {"gradients", test_gradients}, {"rel_diff", test_rel_diff},
         {"accounting", test_accounting}, {"buckets", test_buckets}, {"ring", test_ring},
         {"suite", test_suite}, {"settings", test_settings}, {"nvml", test_nvml},
-        {"comm_abort", test_comm_abort}, {"context", test_context}, {"versions", test_versions},
+        {"comm_abort", test_comm_abort}, {"comm_watch", test_comm_watch}, {"context", test_context}, {"versions", test_versions},
         {"gemm", test_gemm}, {"host_math", test_host_math}, {"scale_copy", test_scale_copy},
         {"col_sum", test_col_sum},
         {"slowdown", test_slowdown}, {"world", test_world}, {"store", test_store},

@@ -130,11 +130,22 @@ dps_status comm_allreduce_async(comm *c, void *buf, size_t n, comm_dtype dt, be_
     COMM_CALL(c, comm_async_push(c, buf, n, dt, after));
 }
 
-dps_status comm_wait_async(comm *c, double *busy_ms)
+dps_status comm_wait_async(comm *c, be_stream *s)
 {
     c->nspans = 0;
-    if (c->ops->wait_async) COMM_CALL(c, c->ops->wait_async(c, busy_ms));
-    COMM_CALL(c, comm_async_wait(c, busy_ms));
+    c->waited_ms = 0.0;
+    if (c->ops->wait_async) COMM_CALL(c, c->ops->wait_async(c, s));
+    COMM_CALL(c, comm_async_wait(c, &c->waited_ms));
+}
+
+dps_status comm_sync(comm *c, be_stream *s, double *busy_ms)
+{
+    if (c->failed) return failed(c);
+    dps_status rc = c->ops->sync ? c->ops->sync(c, s, busy_ms) : c->be->ops->stream_sync(c->be, s);
+    if (rc) return comm_fail(c, rc);
+    *busy_ms += c->waited_ms; /* the host waited for comm_async.c's thread: times known then */
+    c->waited_ms = 0.0;
+    return DPS_OK;
 }
 
 void comm_trace(comm *c, be_event *ref) { c->span_ref = ref; }

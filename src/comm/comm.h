@@ -35,8 +35,15 @@ typedef struct comm_ops {
      * returns at once; NULL when the implementation has none, and then
      * comm_async.c runs the blocking one on a thread. */
     dps_status (*allreduce_async)(comm *c, void *buf, size_t n, comm_dtype dt, be_event *after);
-    /* Waits for every async collective; adds the milliseconds they ran to *busy_ms. */
-    dps_status (*wait_async)(comm *c, double *busy_ms);
+    /* Work issued on s from now on starts after every async all-reduce, on
+     * the device: returns at once (NULL with allreduce_async NULL: the host
+     * waits for comm_async.c's thread instead). */
+    dps_status (*wait_async)(comm *c, be_stream *s);
+    /* The end of a step: the host waits until s and the collectives are
+     * done, while a watchdog looks for asynchronous errors, the group's abort
+     * and the timeout; adds to *busy_ms the milliseconds the async
+     * all-reduces ran and leaves their spans (NULL: s's stream_sync). */
+    dps_status (*sync)(comm *c, be_stream *s, double *busy_ms);
     /* From any thread: makes the blocked and every later collective fail
      * now (NULL: the shared region's abort flag is enough). */
     void (*abort)(comm *c);
@@ -52,6 +59,7 @@ struct comm {
     int rank, nranks;
     double timeout_ms;          /* a collective longer than this fails; 0: until the group aborts */
     uint64_t bytes_sent, bytes_received;
+    double waited_ms;           /* comm_async.c's all-reduces of the last wait, until comm_sync */
     dps_status failed;          /* the first failure: every later collective returns it */
     int secondary;              /* the group had been aborted before that failure */
     char failed_msg[DPS_ERRMSG_MAX];
@@ -96,12 +104,21 @@ dps_status comm_barrier(comm *c) DPS_MUST_USE;
 /* All-reduce after `after` completes, in issue order; returns at once. */
 dps_status comm_allreduce_async(comm *c, void *buf, size_t n, comm_dtype dt, be_event *after)
     DPS_MUST_USE;
-/* Waits for every async all-reduce issued since the last wait; *busy_ms
- * gets the milliseconds they spent in the collective. */
-dps_status comm_wait_async(comm *c, double *busy_ms) DPS_MUST_USE;
+/* Work issued on stream s from now on runs after every async all-reduce
+ * issued since the last wait: on the device where the implementation is
+ * stream-ordered (NCCL: s waits for the last one's end event, and the host
+ * returns at once), else the host waits for them here (the ring's thread). */
+dps_status comm_wait_async(comm *c, be_stream *s) DPS_MUST_USE;
+/* The end of a step, the one place the host waits for the device: until
+ * stream s (and with it every collective it waited for) is idle. With NCCL
+ * a watchdog thread meanwhile polls its asynchronous errors, the group's
+ * abort flag and the timeout, and aborts the communicator on any of them.
+ * Then *busy_ms gets the milliseconds the async all-reduces of the last
+ * comm_wait_async ran, and c->spans their spans when traced. */
+dps_status comm_sync(comm *c, be_stream *s, double *busy_ms) DPS_MUST_USE;
 
-/* From now on each comm_wait_async leaves the spans of the all-reduces it
- * waited for in c->spans (bucket = issue order) and their begin events;
+/* From now on each comm_wait_async and comm_sync leave the spans of the
+ * all-reduces waited for in c->spans (bucket = issue order) and their begin events;
  * ref, an event on c's device, is where comm_spans_read measures from;
  * NULL: none. */
 void comm_trace(comm *c, be_event *ref);

@@ -3,18 +3,21 @@
  * communicator's own stream. The async all-reduce is stream-ordered, as
  * PyTorch's reducer does it: the stream waits for the gradients' event on
  * the device, the all-reduce is enqueued between two timing events, and the
- * host returns at once; comm_wait_async waits once for all of them. While
- * the host waits it polls ncclCommGetAsyncError, the group's abort flag and
- * the timeout, so a broken communicator or a dead peer ends the wait; the
- * communicator is then aborted, never destroyed with work pending. */
+ * host returns at once; comm_wait_async makes the caller's stream wait on
+ * the device for the last one's end event (WorkNCCL::synchronizeStream), so
+ * the host never blocks before the optimizer. The host waits once, at the
+ * end of the step (comm_sync), in cudaStreamSynchronize under a watchdog
+ * (nccl_watch.h) that polls ncclCommGetAsyncError, the group's abort flag
+ * and the timeout from its own thread and aborts the communicator on any of
+ * them, so a broken communicator or a dead peer ends the wait. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <nccl.h>
 
 #include "dps_config.h"
 #include "comm/comm_impl.h"
+#include "comm/nccl_watch.h"
 #include "comm/store.h"
 #include "backend/cuda_check.h"
 #include "core/util.h"
@@ -22,11 +25,12 @@
 _Static_assert(sizeof(ncclUniqueId) <= COMM_ID_BYTES, "ncclUniqueId must fit the region's id slot");
 
 typedef struct nccl_rank {
-    ncclComm_t comm;
+    ncclComm_t comm;            /* NULL once the watch has aborted it */
+    nccl_watch *watch;
     be_stream *stream;          /* the communicator's stream */
     be_event **start, **end;    /* [cap]: timing events of the async collectives */
     size_t *bytes;              /* [cap]: their sizes, for the trace */
-    int pending, cap;           /* async collectives since the last wait */
+    int pending, cap;           /* async collectives since the last comm_sync */
 } nccl_rank;
 
 static nccl_rank *nccl_of(comm *c) { return c->impl; }
@@ -41,35 +45,19 @@ static void count_allreduce(comm *c, size_t bytes)
     c->bytes_received += moved;
 }
 
-/* Why the wait ends, or NULL to go on waiting. */
-static const char *wait_problem(comm *c, cudaError_t q, ncclResult_t async, double start)
+/* The host waits until the communicator's stream and `also` (NULL: none)
+ * are idle, watched (nccl_watch.h); marked as waiting in a collective for
+ * the launcher's timeout message. */
+static dps_status watched_sync(comm *c, be_stream *also, const char *what)
 {
-    if (q != cudaSuccess && q != cudaErrorNotReady) return cudaGetErrorString(q);
-    if (cuda_check_nccl_failed(async)) return ncclGetErrorString(async);
-    if (atomic_load(&c->sh->abort)) return "the group was aborted";
-    if (c->timeout_ms > 0 && dps_now_ms() - start > c->timeout_ms) return "timed out";
-    return NULL;
-}
-
-/* Waits for the communicator's stream, polling for asynchronous errors. */
-static dps_status wait_stream(comm *c, const char *what)
-{
-    double start = dps_now_ms();
-    dps_status rc = DPS_OK;
+    void *streams[2];
+    int ns = 0;
+    if (also) streams[ns++] = c->be->ops->native_stream(c->be, also);
+    streams[ns++] = native(c);
+    char who[32];
+    snprintf(who, sizeof who, "rank %d", c->rank);
     comm_shared_waiting(c->sh, c->rank, 1);
-    for (;;) {
-        cudaError_t q = cudaStreamQuery(native(c));
-        if (q == cudaSuccess) break;
-        ncclResult_t async = ncclSuccess;
-        ncclCommGetAsyncError(nccl_of(c)->comm, &async);
-        const char *why = wait_problem(c, q, async, start);
-        if (why) {
-            rc = dps_fail(DPS_ERR_RUNTIME, "rank %d: %s did not complete: %s", c->rank, what, why);
-            break;
-        }
-        struct timespec ts = {0, 200 * 1000};
-        nanosleep(&ts, NULL);
-    }
+    dps_status rc = nccl_watch_sync(nccl_of(c)->watch, streams, ns, c->timeout_ms, who, what);
     comm_shared_waiting(c->sh, c->rank, 0);
     return rc;
 }
@@ -84,19 +72,19 @@ static dps_status nccl_allreduce_enqueue(comm *c, void *buf, size_t n, comm_dtyp
 static dps_status nccl_allreduce(comm *c, void *buf, size_t n, comm_dtype dt)
 {
     DPS_TRY(nccl_allreduce_enqueue(c, buf, n, dt));
-    return wait_stream(c, "ncclAllReduce");
+    return watched_sync(c, NULL, "ncclAllReduce");
 }
 
 static dps_status nccl_broadcast(comm *c, void *buf, size_t bytes, int root)
 {
     NCCL_TRY(ncclBroadcast(buf, buf, bytes, ncclChar, root, nccl_of(c)->comm, native(c)));
-    return wait_stream(c, "ncclBroadcast");
+    return watched_sync(c, NULL, "ncclBroadcast");
 }
 
 static dps_status nccl_reduce(comm *c, void *buf, size_t n, comm_dtype dt, int root)
 {
     NCCL_TRY(ncclReduce(buf, buf, n, nccl_type(dt), ncclSum, root, nccl_of(c)->comm, native(c)));
-    return wait_stream(c, "ncclReduce");
+    return watched_sync(c, NULL, "ncclReduce");
 }
 
 static dps_status nccl_barrier(comm *c)
@@ -144,13 +132,24 @@ static dps_status nccl_allreduce_async(comm *c, void *buf, size_t n, comm_dtype 
     return DPS_OK;
 }
 
-static dps_status nccl_wait_async(comm *c, double *busy_ms)
+/* Work issued on s from now on waits, on the device, for the last async
+ * all-reduce's end event (so for all of them: they run in issue order on
+ * one stream), as WorkNCCL::synchronizeStream does; the host returns at once. */
+static dps_status nccl_wait_async(comm *c, be_stream *s)
+{
+    nccl_rank *nr = nccl_of(c);
+    if (!nr->pending) return DPS_OK;
+    return c->be->ops->stream_wait(c->be, s, nr->end[nr->pending - 1]);
+}
+
+/* The step's end: the host waits for s and the collectives, watched; then
+ * the async all-reduces' times, from their events, which are done. */
+static dps_status nccl_sync(comm *c, be_stream *s, double *busy_ms)
 {
     nccl_rank *nr = nccl_of(c);
     int n = nr->pending;
     nr->pending = 0;
-    if (!n) return DPS_OK;
-    DPS_TRY(wait_stream(c, "ncclAllReduce"));
+    DPS_TRY(watched_sync(c, s, n ? "the step, with its all-reduces (ncclAllReduce)," : "the step"));
     for (int k = 0; k < n; k++) {
         float ms = 0.0f;
         DPS_TRY(c->be->ops->event_ms(c->be, nr->start[k], nr->end[k], &ms));
@@ -164,10 +163,8 @@ static void nccl_destroy(comm *c)
 {
     nccl_rank *nr = nccl_of(c);
     if (!nr) return;
-    if (nr->comm) {
-        if (c->failed) ncclCommAbort(nr->comm); /* pending work must not block the exit */
-        else ncclCommDestroy(nr->comm);
-    }
+    if (nr->watch) nccl_watch_close(nr->watch, c->failed != DPS_OK); /* and the communicator */
+    else if (nr->comm) ncclCommAbort(nr->comm); /* opened, but never watched */
     for (int k = 0; k < nr->cap; k++) {
         if (nr->start[k]) c->be->ops->event_destroy(c->be, nr->start[k]);
         if (nr->end[k]) c->be->ops->event_destroy(c->be, nr->end[k]);
@@ -188,6 +185,7 @@ static const comm_ops nccl_ops = {
     .barrier = nccl_barrier,
     .allreduce_async = nccl_allreduce_async,
     .wait_async = nccl_wait_async,
+    .sync = nccl_sync,
     .destroy = nccl_destroy,
 };
 
@@ -228,7 +226,7 @@ static dps_status nccl_open(comm *c)
     snprintf(name, sizeof name, "comm-%d", c->dev);
     c->be->ops->name_stream(c->be, nr->stream, name);
     NCCL_TRY(ncclCommInitRank(&nr->comm, c->nranks, id, c->rank));
-    return DPS_OK;
+    return nccl_watch_open(&nr->watch, &nr->comm, 1, &c->sh->abort);
 }
 
 const comm_impl comm_nccl_impl = {"nccl", nccl_suits, nccl_open, 0};

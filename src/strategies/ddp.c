@@ -2,9 +2,10 @@
  * own shard -> forward -> loss -> backward, during which each layer's
  * gradients, once computed, are scaled by 1/N into their bucket and a full
  * bucket's all-reduce is issued at once, in bucket order, to start when its
- * gradients are in place (comm_allreduce_async) -> wait for the buckets ->
- * optimizer, on every rank. Parameters are broadcast from rank 0 once,
- * before the first step. */
+ * gradients are in place (comm_allreduce_async) -> the compute stream waits
+ * for the buckets (comm_wait_async: on the device with NCCL) -> optimizer,
+ * on every rank -> the host waits for the step (comm_sync). Parameters are
+ * broadcast from rank 0 once, before the first step. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -245,14 +246,16 @@ static dps_status phase_backward(ddp_rank *R)
 }
 
 /* What all-reduce adds to the step: launching what backward did not, waiting
- * for the last bucket, and copying buckets back into the gradients. */
+ * for the last bucket, and copying buckets back into the gradients. With
+ * NCCL the wait is the compute stream's, on the device (the host goes on to
+ * issue the optimizer), so the phase's events time it there. */
 static dps_status phase_exposed(ddp_rank *R)
 {
     set_phase(R, PH_ALLREDUCE_EXPOSED);
     DPS_TRY(ptimer_begin(&R->timer, 0, PH_ALLREDUCE_EXPOSED));
     R->ready_lo = 0;
     DPS_TRY(launch_ready(R));
-    DPS_TRY(comm_wait_async(R->comm, &R->allreduce_ms));
+    DPS_TRY(comm_wait_async(R->comm, R->st));
     if (!R->cfg->grad_view)
         DPS_TRY(R->be->ops->copy(R->be, R->st, R->grads.ptr, R->dev, R->bucket_buf.ptr, R->dev,
                                  R->nparams * sizeof(float)));
@@ -286,7 +289,7 @@ static dps_status rank_step(ddp_rank *R, int step, double *ms)
     if (!rc) rc = phase_backward(R);
     if (!rc) rc = phase_exposed(R);
     if (!rc) rc = phase_optimizer(R, step);
-    if (!rc) rc = R->be->ops->stream_sync(R->be, R->st);
+    if (!rc) rc = comm_sync(R->comm, R->st, &R->allreduce_ms); /* the host's one wait */
     *ms = dps_now_ms() - t0;
     trace_pop();
     return rc;

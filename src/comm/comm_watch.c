@@ -1,0 +1,166 @@
+/* The watchdog beside a host's device wait (see comm_watch.h). The thread
+ * sleeps on a condition variable while the host does not wait, and looks
+ * every tick while it does; the host's side is two lock/unlock pairs and one
+ * signal per wait. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "comm/comm_watch.h"
+#include "core/trace.h"
+#include "core/util.h"
+
+struct comm_watch {
+    comm_watch_ops ops;
+    void *ctx;
+    _Atomic int *abort_flag;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;       /* on CLOCK_MONOTONIC */
+    int armed, stop, aborted;
+    double since_ms, timeout_ms;
+    dps_status rc;           /* the first failure seen */
+    char why[DPS_ERRMSG_MAX];
+};
+
+/* Why the armed wait must end (why filled), or DPS_OK. With the lock held. */
+static dps_status problem(comm_watch *w)
+{
+    dps_status rc = w->ops.check(w->ctx, w->why, sizeof w->why);
+    if (rc) return rc;
+    if (w->abort_flag && atomic_load(w->abort_flag)) {
+        snprintf(w->why, sizeof w->why, "the group was aborted while this process waited "
+                 "(another rank failed: its own message says why)");
+        return DPS_ERR_RUNTIME;
+    }
+    double waited = dps_now_ms() - w->since_ms;
+    if (w->timeout_ms > 0 && waited > w->timeout_ms) {
+        snprintf(w->why, sizeof w->why, "not done %.0f ms after the host began to wait, beyond "
+                 "--timeout (%.0f ms): a rank is stuck or gone (its own message says which), or "
+                 "raise --timeout", waited, w->timeout_ms);
+        return DPS_ERR_TIMEOUT;
+    }
+    return DPS_OK;
+}
+
+/* The collectives aborted, once. With the lock held. */
+static void abort_locked(comm_watch *w)
+{
+    if (w->aborted) return;
+    w->aborted = 1;
+    w->ops.abort(w->ctx);
+}
+
+static void wait_tick(comm_watch *w)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    long ns = ts.tv_nsec + (long)(COMM_WATCH_TICK_MS * 1e6);
+    ts.tv_sec += ns / 1000000000L;
+    ts.tv_nsec = ns % 1000000000L;
+    pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+}
+
+static void *watch_main(void *arg)
+{
+    comm_watch *w = arg;
+    trace_name_thread("comm-watch");
+    pthread_mutex_lock(&w->mu);
+    while (!w->stop) {
+        if (w->armed && !w->rc) {
+            w->rc = problem(w);
+            if (w->rc) abort_locked(w);
+        }
+        if (w->armed && !w->rc) wait_tick(w);
+        else if (!w->stop) pthread_cond_wait(&w->cv, &w->mu);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+static int init_sync(comm_watch *w)
+{
+    pthread_condattr_t ca;
+    if (pthread_condattr_init(&ca) != 0) return 0;
+    int ok = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 &&
+             pthread_cond_init(&w->cv, &ca) == 0;
+    pthread_condattr_destroy(&ca);
+    if (ok && pthread_mutex_init(&w->mu, NULL) == 0) return 1;
+    if (ok) pthread_cond_destroy(&w->cv);
+    return 0;
+}
+
+dps_status comm_watch_start(comm_watch **out, const comm_watch_ops *ops, void *ctx,
+                            _Atomic int *abort_flag)
+{
+    *out = NULL;
+    comm_watch *w = calloc(1, sizeof *w);
+    if (!w) return dps_fail(DPS_ERR_RUNTIME, "out of host memory for the collectives' watchdog");
+    *w = (comm_watch){.ops = *ops, .ctx = ctx, .abort_flag = abort_flag};
+    if (!init_sync(w)) {
+        free(w);
+        return dps_fail(DPS_ERR_RUNTIME, "cannot make the collectives' watchdog's lock");
+    }
+    if (pthread_create(&w->thread, NULL, watch_main, w) != 0) {
+        pthread_mutex_destroy(&w->mu);
+        pthread_cond_destroy(&w->cv);
+        free(w);
+        return dps_fail(DPS_ERR_RUNTIME, "cannot start the collectives' watchdog thread "
+                        "(too many threads? see ulimit -u)");
+    }
+    *out = w;
+    return DPS_OK;
+}
+
+void comm_watch_arm(comm_watch *w, double timeout_ms)
+{
+    pthread_mutex_lock(&w->mu);
+    w->armed = 1;
+    w->since_ms = dps_now_ms();
+    w->timeout_ms = timeout_ms;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+dps_status comm_watch_disarm(comm_watch *w, char *why, size_t len)
+{
+    pthread_mutex_lock(&w->mu);
+    w->armed = 0;
+    dps_status rc = w->rc;
+    if (rc) dps_strlcpy(why, w->why, len);
+    pthread_mutex_unlock(&w->mu);
+    return rc;
+}
+
+void comm_watch_fail(comm_watch *w, dps_status code, const char *why)
+{
+    pthread_mutex_lock(&w->mu);
+    if (!w->rc) {
+        w->rc = code;
+        dps_strlcpy(w->why, why, sizeof w->why);
+    }
+    abort_locked(w);
+    pthread_mutex_unlock(&w->mu);
+}
+
+int comm_watch_aborted(comm_watch *w)
+{
+    pthread_mutex_lock(&w->mu);
+    int aborted = w->aborted;
+    pthread_mutex_unlock(&w->mu);
+    return aborted;
+}
+
+void comm_watch_stop(comm_watch *w)
+{
+    if (!w) return;
+    pthread_mutex_lock(&w->mu);
+    w->stop = 1;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    pthread_join(w->thread, NULL);
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+    free(w);
+}
