@@ -24,9 +24,10 @@ dps_status comm_group_broadcast(comm_group *g, void *const *bufs, size_t count,
 dps_status comm_group_reduce(comm_group *g, void *const *bufs, void *root_out, size_t count,
                              void *const *streams) DPS_MUST_USE;
 
-/* Waits until every device's stream is idle, polling the communicators'
- * asynchronous errors; a failure or timeout_ms (0: none) aborts them, and
- * every later call fails with the first message. */
+/* The end of a step: the host waits until every device's stream is idle
+ * (cudaStreamSynchronize, as ddp's comm_sync does), while a watchdog thread
+ * polls the communicators' asynchronous errors and timeout_ms (0: none);
+ * a failure aborts them, and every later call fails with the first message. */
 dps_status comm_group_sync(comm_group *g, void *const *streams, double timeout_ms)
     DPS_MUST_USE;
 

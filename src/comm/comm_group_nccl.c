@@ -1,17 +1,20 @@
 /* dp's collective group through NCCL (see comm_group.h). Every call of a
  * group is issued between ncclGroupStart and ncclGroupEnd; an error inside
- * still closes the group before it is returned. */
+ * still closes the group before it is returned. The step ends as ddp's
+ * does: the host blocks in cudaStreamSynchronize while nccl_watch.h's
+ * thread watches the communicators. */
 #include <stdlib.h>
-#include <time.h>
 #include <nccl.h>
 
 #include "comm/comm_group.h"
+#include "comm/nccl_watch.h"
 #include "backend/cuda_check.h"
 #include "core/util.h"
 
 struct comm_group {
     int n;
-    ncclComm_t comm[DPS_MAX_DEVICES];
+    ncclComm_t comm[DPS_MAX_DEVICES];  /* NULL once the watch has aborted them */
+    nccl_watch *watch;
     dps_status failed;                 /* after an abort: every call returns it */
     char failed_msg[DPS_ERRMSG_MAX];
 };
@@ -28,6 +31,12 @@ dps_status comm_group_open(comm_group **out, const int *devs, int n)
         free(g);
         return cuda_check_nccl_fail(rc, __FILE__, __LINE__, "ncclCommInitAll");
     }
+    dps_status watched = nccl_watch_open(&g->watch, g->comm, n, NULL);
+    if (watched) {
+        for (int i = 0; i < n; i++) ncclCommAbort(g->comm[i]);
+        free(g);
+        return watched;
+    }
     *out = g;
     return DPS_OK;
 }
@@ -35,14 +44,12 @@ dps_status comm_group_open(comm_group **out, const int *devs, int n)
 void comm_group_close(comm_group *g)
 {
     if (!g) return;
-    for (int i = 0; i < g->n; i++) {
-        if (g->failed) ncclCommAbort(g->comm[i]); /* never block on pending work */
-        else ncclCommDestroy(g->comm[i]);
-    }
+    nccl_watch_close(g->watch, g->failed != DPS_OK); /* never block on pending work */
     free(g);
 }
 
-/* Aborts every communicator and keeps the message for later calls. */
+/* The group's failure (the watch has aborted the communicators), kept for
+ * every later call. */
 static dps_status group_abort(comm_group *g, dps_status rc)
 {
     g->failed = rc;
@@ -50,35 +57,12 @@ static dps_status group_abort(comm_group *g, dps_status rc)
     return rc;
 }
 
-/* Device i's state: 1 idle, 0 busy, or a failure (message set). */
-static int stream_state(comm_group *g, int i, void *const *streams, dps_status *rc)
-{
-    cudaError_t q = cudaStreamQuery((cudaStream_t)streams[i]);
-    if (q == cudaSuccess) return 1;
-    ncclResult_t async = ncclSuccess;
-    ncclCommGetAsyncError(g->comm[i], &async);
-    if (q != cudaErrorNotReady) *rc = cuda_check_fail(q, __FILE__, __LINE__, "cudaStreamQuery");
-    else if (cuda_check_nccl_failed(async)) *rc = cuda_check_nccl_fail(async, __FILE__, __LINE__, "NCCL (asynchronous)");
-    return 0;
-}
-
 dps_status comm_group_sync(comm_group *g, void *const *streams, double timeout_ms)
 {
     if (g->failed) return dps_fail_copy(g->failed, g->failed_msg);
-    double start = dps_now_ms();
-    for (;;) {
-        int idle = 0;
-        dps_status rc = DPS_OK;
-        for (int i = 0; i < g->n && !rc; i++) idle += stream_state(g, i, streams, &rc);
-        if (rc) return group_abort(g, rc);
-        if (idle == g->n) return DPS_OK;
-        if (timeout_ms > 0 && dps_now_ms() - start > timeout_ms)
-            return group_abort(g, dps_fail(DPS_ERR_TIMEOUT, "dp: the devices' work with NCCL "
-                                           "collectives did not end within --timeout %.0f s",
-                                           timeout_ms / 1e3));
-        struct timespec ts = {0, 200 * 1000};
-        nanosleep(&ts, NULL);
-    }
+    dps_status rc = nccl_watch_sync(g->watch, streams, g->n, timeout_ms, "dp",
+                                    "the step, with its NCCL broadcasts and reduces,");
+    return rc ? group_abort(g, rc) : DPS_OK;
 }
 
 /* One collective per device, grouped; the first error is returned after
