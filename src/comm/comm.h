@@ -47,7 +47,8 @@ typedef struct comm_ops {
     /* From any thread: makes the blocked and every later collective fail
      * now (NULL: the shared region's abort flag is enough). */
     void (*abort)(comm *c);
-    void (*destroy)(comm *c); /* frees c->impl; after a failure it aborts, not waits */
+    /* frees c->impl; after a failure of c or of its group it aborts, not waits */
+    void (*destroy)(comm *c);
 } comm_ops;
 
 /* One rank's end of a group. */
@@ -90,7 +91,10 @@ typedef struct comm_params {
 /* The implementation for this backend (NCCL on GPUs when built in, else the
  * shared-memory ring), opened; collective with the other ranks. */
 dps_status comm_open(const comm_params *p, comm **out) DPS_MUST_USE;
-/* Ends the async thread and frees the implementation. NULL is a no-op. */
+/* Ends the async thread and frees the implementation. A communicator that
+ * failed, or whose group was aborted (comm_fail and comm_abort set the flag,
+ * as every rank whose run fails must), is aborted rather than destroyed: a
+ * destroy could wait for a peer that never comes. NULL is a no-op. */
 void comm_close(comm *c);
 
 /* The collectives. After one fails, every later one returns that failure. */

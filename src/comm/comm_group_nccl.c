@@ -15,6 +15,7 @@ struct comm_group {
     int n;
     ncclComm_t comm[DPS_MAX_DEVICES];  /* NULL once the watch has aborted them */
     nccl_watch *watch;
+    int unsettled;                     /* collectives issued since the last good sync */
     dps_status failed;                 /* after an abort: every call returns it */
     char failed_msg[DPS_ERRMSG_MAX];
 };
@@ -41,10 +42,13 @@ dps_status comm_group_open(comm_group **out, const int *devs, int n)
     return DPS_OK;
 }
 
+/* A group that failed, or that a run left with collectives not seen done
+ * (it failed elsewhere mid-step), is aborted: a destroy would wait for
+ * their work. */
 void comm_group_close(comm_group *g)
 {
     if (!g) return;
-    nccl_watch_close(g->watch, g->failed != DPS_OK); /* never block on pending work */
+    nccl_watch_close(g->watch, g->failed != DPS_OK || g->unsettled);
     free(g);
 }
 
@@ -62,7 +66,9 @@ dps_status comm_group_sync(comm_group *g, void *const *streams, double timeout_m
     if (g->failed) return dps_fail_copy(g->failed, g->failed_msg);
     dps_status rc = nccl_watch_sync(g->watch, streams, g->n, timeout_ms, "dp",
                                     "the step, with its NCCL broadcasts and reduces,");
-    return rc ? group_abort(g, rc) : DPS_OK;
+    if (rc) return group_abort(g, rc);
+    g->unsettled = 0;
+    return DPS_OK;
 }
 
 /* One collective per device, grouped; the first error is returned after
@@ -71,6 +77,7 @@ static dps_status grouped(comm_group *g, int reduce, void *const *bufs, void *ro
                           size_t count, void *const *streams)
 {
     if (g->failed) return dps_fail_copy(g->failed, g->failed_msg);
+    g->unsettled = 1;
     ncclResult_t first = ncclGroupStart();
     if (cuda_check_nccl_failed(first)) return cuda_check_nccl_fail(first, __FILE__, __LINE__, "ncclGroupStart");
     for (int i = 0; i < g->n && !cuda_check_nccl_failed(first); i++)

@@ -159,11 +159,17 @@ static dps_status nccl_sync(comm *c, be_stream *s, double *busy_ms)
     return DPS_OK;
 }
 
+/* Whether the communicator must be aborted rather than destroyed: it
+ * failed, or its group was aborted (a rank whose run failed, for any
+ * reason, sets the flag), and a destroy would wait for work a peer may
+ * never finish: under torchrun or mpirun nothing would end that wait. */
+static int must_abort(comm *c) { return c->failed != DPS_OK || atomic_load(&c->sh->abort); }
+
 static void nccl_destroy(comm *c)
 {
     nccl_rank *nr = nccl_of(c);
     if (!nr) return;
-    if (nr->watch) nccl_watch_close(nr->watch, c->failed != DPS_OK); /* and the communicator */
+    if (nr->watch) nccl_watch_close(nr->watch, must_abort(c)); /* and the communicator */
     else if (nr->comm) ncclCommAbort(nr->comm); /* opened, but never watched */
     for (int k = 0; k < nr->cap; k++) {
         if (nr->start[k]) c->be->ops->event_destroy(c->be, nr->start[k]);

@@ -458,6 +458,7 @@ dps_status ddp_rank_main(const dps_config *cfg, ddp_shared *sh, int rank, rank_b
         rank_report_final(R);
     }
     if (rc) report_failure(R, rc);
+    if (rc && R->comm) comm_abort(R->comm); /* whatever failed: comm_close then aborts NCCL */
     if (R->be) {
         rank_teardown(R);
         be_close(R->be);
