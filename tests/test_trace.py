@@ -3,7 +3,8 @@
 JSON, one process per device (dp) or rank (ddp) with names, a slice per
 phase per traced step whose length is the step record's (steps.csv; with
 every step traced, the medians are phases.csv's), ddp's bucket all-reduces
-with their bytes, and no file with --trace-steps 0. Usage: test_trace.py
+with their bytes and the bandwidths runs.csv takes from them, and no file
+with --trace-steps 0. Usage: test_trace.py
 DPSCALE CASE; exit 0 pass, 1 fail, 77 skip."""
 import glob
 import json
@@ -169,6 +170,30 @@ def check_ready(trace, k, r, spans, bwd):
     expect(not late, f"{where}: all-reduce of buckets {late} began before the bucket was ready")
 
 
+def check_busbw(trace, tables, traced, nranks):
+    """ddp: runs.csv's algbw and busbw are what the trace's spans imply, each
+    bucket timed from the last rank's begin to the last rank's end (no rank's
+    wait for a slower one counted as transfer), at the median over the traced
+    steps; never below that, as the slowest rank's own sum would put them."""
+    run = tables[0][0]
+    nbytes = 4 * int(run["params"])
+    per_step = []
+    for k in traced:
+        spans = [e for e in events(trace, "X", cat="allreduce") if e["args"]["step"] == k]
+        total = 0.0
+        for b in {e["args"]["bucket"] for e in spans}:
+            mine = [e for e in spans if e["args"]["bucket"] == b]
+            expect(len(mine) == nranks, f"step {k} bucket {b}: {len(mine)} ranks' spans")
+            total += max(e["ts"] + e["dur"] for e in mine) - max(e["ts"] for e in mine)
+        per_step.append(total)
+    algbw = nbytes / (statistics.median(per_step) * 1e-6) / 1e9
+    busbw = algbw * 2 * (nranks - 1) / nranks
+    for col, want in (("algbw_gbps", algbw), ("busbw_gbps", busbw)):
+        got = float(run[col])
+        expect(got >= want * (1 - 1e-3) - 1e-3, f"{col} {got} below the spans' {want:.4f}")
+        expect(abs(got - want) <= 1e-3 * want + 1e-3, f"{col} {got}, the spans give {want:.4f}")
+
+
 def case_dp(binary):
     with tempfile.TemporaryDirectory() as out:
         folder = run(binary, out, "dp", "--mode", "dp", "--steps", "6", "--trace-steps", "3")
@@ -189,10 +214,12 @@ def case_ddp(binary):
         check_names(trace, 2, "ddp")
         check_slices(trace, tables, [3, 4, 5], [DDP_PHASES] * 2)
         check_buckets(trace, tables, [3, 4, 5], 2)
+        check_busbw(trace, tables, [3, 4, 5], 2)
         folder = run(binary, out, "all", *DDP, "--steps", "5", "--trace-steps", "5")
         trace, tables = load_trace(folder)
         check_slices(trace, tables, range(5), [DDP_PHASES] * 2)
         check_medians(trace, tables, [DDP_PHASES] * 2)
+        check_busbw(trace, tables, range(5), 2)
 
 
 def case_none(binary):

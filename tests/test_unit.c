@@ -1550,6 +1550,37 @@ static int async_rank(void *ctx, int rank, rank_beat *beat)
     return bad;
 }
 
+/* One made-up span of rank r in traced step t. */
+static void put_span(timeline *tl, int t, int r, int i, double begin_ms, double ms, uint64_t bytes)
+{
+    timeline_spans(tl, t, r)[i] = (tl_span){begin_ms, ms, bytes, i, 0.0};
+    if (*timeline_nspans(tl, t, r) <= i) *timeline_nspans(tl, t, r) = i + 1;
+}
+
+/* A step's all-reduce time from the ranks' spans: per bucket the last
+ * rank's end minus the last rank's begin, on the clock the references
+ * align; rank 0 waits 2 ms in bucket 0 for rank 1, which the slowest
+ * rank's own sum (4 ms) would count as transfer. */
+static void test_busbw(void)
+{
+    timeline tl;
+    EXPECT(timeline_alloc(&tl, 2, 2, 4) == DPS_OK);
+    tl.ref_wall_ms[0] = 1.7e12;
+    tl.ref_wall_ms[1] = 1.7e12 + 0.5; /* rank 1's reference half a ms later */
+    put_span(&tl, 0, 0, 0, 1.0, 3.0, 600); /* 1..4 */
+    put_span(&tl, 0, 1, 0, 2.5, 1.0, 600); /* 3..4 on rank 0's clock */
+    put_span(&tl, 0, 0, 1, 5.0, 1.0, 400); /* 5..6 */
+    put_span(&tl, 0, 1, 1, 5.0, 0.5, 400); /* 5.5..6 */
+    EXPECT_NEAR(run_allreduce_span_ms(&tl, 0, 1000.0), 1.0 + 0.5, 1e-9);
+    EXPECT(run_allreduce_span_ms(&tl, 0, 1200.0) == -1.0); /* spans short of the bytes */
+    EXPECT(run_allreduce_span_ms(&tl, 1, 1000.0) == -1.0); /* a step without spans */
+    put_span(&tl, 1, 0, 0, 0.0, 2.0, 1000);
+    EXPECT(run_allreduce_span_ms(&tl, 1, 1000.0) == -1.0); /* rank 1 lacks its span */
+    put_span(&tl, 1, 1, 0, 1.0, 2.0, 1000); /* 1.5..3.5: ends after rank 0 */
+    EXPECT_NEAR(run_allreduce_span_ms(&tl, 1, 1000.0), 3.5 - 1.5, 1e-9);
+    timeline_free(&tl);
+}
+
 /* A fake of what comm_watch watches: collectives that report an error
  * after `fail_at` checks (0: never), and a device wait that ends when its
  * work is done (done_ms after it began; 0: never) or when aborted. */
@@ -2108,7 +2139,8 @@ int main(int argc, char **argv)
         {"gradients", test_gradients}, {"rel_diff", test_rel_diff},
         {"accounting", test_accounting}, {"buckets", test_buckets}, {"ring", test_ring},
         {"suite", test_suite}, {"settings", test_settings}, {"nvml", test_nvml},
-        {"comm_abort", test_comm_abort}, {"comm_watch", test_comm_watch}, {"context", test_context}, {"versions", test_versions},
+        {"comm_abort", test_comm_abort}, {"comm_watch", test_comm_watch},
+        {"busbw", test_busbw}, {"context", test_context}, {"versions", test_versions},
         {"gemm", test_gemm}, {"host_math", test_host_math}, {"scale_copy", test_scale_copy},
         {"col_sum", test_col_sum},
         {"slowdown", test_slowdown}, {"world", test_world}, {"store", test_store},

@@ -144,27 +144,46 @@ dps_status run_gemm_reference(backend *be, int dev, model_shape s, int rows, dou
     return rc;
 }
 
-/* All-reduce time of a step: the slowest rank's; bandwidths from its median. */
+double run_allreduce_span_ms(const timeline *tl, int t, double bytes)
+{
+    int n = *timeline_nspans(tl, t, 0);
+    double base = tl->ref_wall_ms[0], covered = 0.0, total = 0.0;
+    for (int r = 1; r < tl->nranks; r++) {
+        if (*timeline_nspans(tl, t, r) != n) return -1.0; /* a span left out */
+        if (tl->ref_wall_ms[r] < base) base = tl->ref_wall_ms[r];
+    }
+    for (int i = 0; i < n; i++) {
+        double last_begin = -INFINITY, last_end = -INFINITY;
+        for (int r = 0; r < tl->nranks; r++) {
+            const tl_span *sp = timeline_spans(tl, t, r) + i;
+            double at = tl->ref_wall_ms[r] - base + sp->begin_ms; /* on the trace's clock */
+            if (at > last_begin) last_begin = at;
+            if (at + sp->ms > last_end) last_end = at + sp->ms;
+        }
+        total += last_end - last_begin;
+        covered += (double)timeline_spans(tl, t, 0)[i].bytes;
+    }
+    return n > 0 && covered == bytes ? total : -1.0;
+}
+
+/* algbw and busbw from the traced steps' all-reduce time
+ * (run_allreduce_span_ms), at its median; none without a trace, or when a
+ * traced step lacks a span: the slowest rank's own time would count its
+ * wait for the others as transfer. */
 static void allreduce_bandwidth(const dps_config *c, const train_result *res, run_summary *s)
 {
-    int n = res->steps_done;
+    const timeline *tl = &res->tl;
+    int n = tl->steps;
     double *t = malloc(((size_t)n + 1) * sizeof *t);
-    if (!t || n == 0 || res->allreduce_bytes <= 0) {
-        free(t);
-        return;
+    int ok = t && n > 0 && tl->nranks > 1 && res->allreduce_bytes > 0;
+    for (int k = 0; ok && k < n; k++) {
+        t[k] = run_allreduce_span_ms(tl, k, res->allreduce_bytes);
+        ok = t[k] > 0.0;
     }
-    for (int k = 0; k < n; k++) {
-        t[k] = 0.0;
-        for (int r = 0; r < res->nranks; r++) {
-            double ms = res->phase_ms[((size_t)k * res->nranks + r) * PH_COUNT + PH_ALLREDUCE];
-            if (ms > t[k]) t[k] = ms;
-        }
-    }
-    dps_stats st;
-    stats_compute(t, n, &st);
+    double median = ok ? stats_median_or(t, n, 0.0) : 0.0;
     free(t);
-    if (st.median > 0) {
-        s->algbw_gbps = res->allreduce_bytes / (st.median * 1e-3) / 1e9;
+    if (median > 0) {
+        s->algbw_gbps = res->allreduce_bytes / (median * 1e-3) / 1e9;
         s->busbw_gbps = stats_busbw_allreduce(s->algbw_gbps, c->ngpus);
     }
 }

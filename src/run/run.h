@@ -39,7 +39,16 @@ dps_status run_record(const dps_config *cfg, const backend *be, const results_di
 /* max|a - b| / max|b| over n values (0 when b is all zeros and a == b). */
 double run_max_rel_diff(const float *a, const float *b, size_t n);
 
+/* Traced step t's all-reduce time in ms, as nccl-tests times a collective
+ * once every rank has joined it: per bucket, the last rank's end minus the
+ * last rank's begin (each rank's spans placed by its reference on the wall
+ * clock, as the trace places them), summed over the buckets, so that no
+ * rank's wait for a slower one counts as transfer. -1 when the ranks' spans
+ * differ in number or do not add up to `bytes`. */
+double run_allreduce_span_ms(const timeline *tl, int t, double bytes);
+
 /* Times the GEMMs of one step on `rows` rows of one device: TFLOP/s. */
+
 dps_status run_gemm_reference(backend *be, int dev, model_shape s, int rows, double *tflops) DPS_MUST_USE;
 
 #endif
