@@ -22,6 +22,7 @@
 
 #include "dps_config.h"
 #include "backend/backend.h"
+#include "model/batches.h"
 #include "model/bucket.h"
 #include "comm/comm.h"
 #include "comm/comm_watch.h"
@@ -964,6 +965,37 @@ static void test_scale_copy(void)
     EXPECT(memcmp(one_pass, two_pass, sizeof g) == 0 && memcmp(in_place, two_pass, sizeof g) == 0);
     EXPECT(be->ops->scale_copy(be, NULL, 0, NULL, NULL, a) == DPS_OK);
     EXPECT(dps_scale_copy(3.0f, 0.5f) == 1.5f);
+    be_close(be);
+}
+
+/* The batches made on the helper thread, ahead of each step or when asked:
+ * model_make_batch's own, bit for bit, step after step. */
+static void test_batches(void)
+{
+    be_options o = {.kind = BE_HOST, .host_devices = 1, .quiet = 1};
+    backend *be = NULL;
+    EXPECT(be_open(&o, &be) == DPS_OK);
+    if (!be) return;
+    model_shape s = {2, 64, 4, 16};
+    enum { ROWS = 12, STEPS = 5 };
+    float want_x[ROWS * 64];
+    int32_t want_y[ROWS];
+    for (int ahead = 0; ahead < 2; ahead++) {
+        batches b;
+        EXPECT(batches_start(&b, be, s, 1234, 7, ROWS, STEPS, ahead) == DPS_OK);
+        for (int k = 0; k < STEPS; k++) {
+            const float *x = NULL;
+            const int32_t *y = NULL;
+            batches_get(&b, k, &x, &y);
+            model_make_batch(s, 1234, k, 7, ROWS, want_x, want_y);
+            EXPECT(memcmp(x, want_x, sizeof want_x) == 0 && memcmp(y, want_y, sizeof want_y) == 0);
+        }
+        batches_stop(&b);
+        batches_stop(&b); /* twice: nothing left to end or free */
+    }
+    batches zeroed;
+    memset(&zeroed, 0, sizeof zeroed);
+    batches_stop(&zeroed);
     be_close(be);
 }
 
@@ -2142,7 +2174,7 @@ int main(int argc, char **argv)
         {"comm_abort", test_comm_abort}, {"comm_watch", test_comm_watch},
         {"busbw", test_busbw}, {"context", test_context}, {"versions", test_versions},
         {"gemm", test_gemm}, {"host_math", test_host_math}, {"scale_copy", test_scale_copy},
-        {"col_sum", test_col_sum},
+        {"col_sum", test_col_sum}, {"batches", test_batches},
         {"slowdown", test_slowdown}, {"world", test_world}, {"store", test_store},
         {"predict_files", test_predict_files}, {"predict_consts", test_predict_consts},
         {"csv_table", test_csv_table}, {"predict_model", test_predict_model},

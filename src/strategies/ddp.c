@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "model/batches.h"
 #include "model/bucket.h"
 #include "comm/comm.h"
 #include "strategies/ddp.h"
@@ -33,8 +34,10 @@ typedef struct ddp_rank {
     size_t nparams;
     dps_buf params, grads, bucket_buf, opt_state[2];
     dps_buf x, labels, logits, dlogits, row_loss, loss;
-    float *h_x, *h_loss;
-    int32_t *h_labels;
+    batches batches;          /* the steps' shards, made on a helper thread */
+    const float *h_x;         /* this step's shard (batches_get) */
+    const int32_t *h_labels;
+    float *h_loss;
     model_acts acts;
     phase_timer timer;
     bucket bk[DPS_MAX_BUCKETS];
@@ -113,9 +116,11 @@ static dps_status alloc_buffers(ddp_rank *R)
     DPS_TRY(be_buf_alloc(be, d, rows * sizeof(float), "per-token loss", &R->row_loss));
     DPS_TRY(be_buf_alloc(be, d, sizeof(float), "loss", &R->loss));
     DPS_TRY(model_acts_alloc(be, d, m, R->rows, &R->acts));
-    DPS_TRY(be->ops->host_alloc(be, rows * (size_t)m.width * sizeof(float), (void **)&R->h_x));
-    DPS_TRY(be->ops->host_alloc(be, rows * sizeof(int32_t), (void **)&R->h_labels));
-    return be->ops->host_alloc(be, sizeof(float), (void **)&R->h_loss);
+    DPS_TRY(be->ops->host_alloc(be, sizeof(float), (void **)&R->h_loss));
+    /* each next shard made during the step, but not on the host backend,
+     * whose devices are the cores that would make it */
+    return batches_start(&R->batches, be, m, R->cfg->seed, R->row0, R->rows,
+                         R->cfg->warmup + R->cfg->steps, !be->emulated);
 }
 
 static dps_status make_buckets(ddp_rank *R)
@@ -191,9 +196,8 @@ static void rank_teardown(ddp_rank *R)
     dps_buf *bufs[] = {&R->params, &R->grads, &R->bucket_buf, &R->opt_state[0], &R->opt_state[1],
                        &R->x, &R->labels, &R->logits, &R->dlogits, &R->row_loss, &R->loss};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be_buf_free(be, bufs[i]);
-    void *host[] = {R->h_x, R->h_labels, R->h_loss};
-    for (size_t i = 0; i < 3; i++)
-        if (host[i]) be->ops->host_free(be, host[i]);
+    batches_stop(&R->batches);
+    if (R->h_loss) be->ops->host_free(be, R->h_loss);
     if (R->st) be->ops->stream_destroy(be, R->st);
 }
 
@@ -364,7 +368,7 @@ static dps_status rank_loop(ddp_rank *R)
     for (int step = 0; step < c->warmup + c->steps; step++) {
         ranks_beat_step(R->beat, step);
         if (step == c->warmup) reset_traffic(R);
-        model_make_batch(c->shape, c->seed, step, R->row0, R->rows, R->h_x, R->h_labels);
+        batches_get(&R->batches, step, &R->h_x, &R->h_labels);
         double ms = 0.0;
         DPS_TRY(config_profile_hook(c, R->be, step, 1));
         if (step >= c->warmup) DPS_TRY(trace_mark(R, step - c->warmup));

@@ -147,17 +147,18 @@ static dps_status dp_setup(dp_state *st)
     DPS_TRY(alloc_primary(st, pbytes));
     for (int i = 1; i < st->nslots; i++) DPS_TRY(alloc_slot(st, i, pbytes));
     DPS_TRY(dp_comm_setup(st, devs));
-    size_t n = (size_t)st->rows_total;
-    DPS_TRY(be->ops->host_alloc(be, n * (size_t)c->shape.width * sizeof(float), (void **)&st->h_x));
-    DPS_TRY(be->ops->host_alloc(be, n * sizeof(int32_t), (void **)&st->h_labels));
     DPS_TRY(be->ops->host_alloc(be, sizeof(float), (void **)&st->h_loss));
-    return DPS_OK;
+    /* each next batch made during the step, but not on the host backend,
+     * whose devices are the cores that would make it */
+    return batches_start(&st->batches, be, c->shape, c->seed, 0, st->rows_total,
+                         c->warmup + c->steps, !be->emulated);
 }
 
 static void dp_teardown(dp_state *st)
 {
     backend *be = st->be;
     if (st->pool_up) pool_stop(&st->pool);
+    batches_stop(&st->batches);
     comm_group_close(st->nccl);
     ptimer_free(&st->timer);
     for (int i = 0; i < st->nslots; i++) {
@@ -176,8 +177,6 @@ static void dp_teardown(dp_state *st)
                        &st->row_loss, &st->loss, &st->staging, &st->opt_state[0],
                        &st->opt_state[1], &st->logp, &st->dlogp, &st->reduce_out};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be_buf_free(be, bufs[i]);
-    if (st->h_x) be->ops->host_free(be, st->h_x);
-    if (st->h_labels) be->ops->host_free(be, st->h_labels);
     if (st->h_loss) be->ops->host_free(be, st->h_loss);
     free(st->groups);
 }
@@ -432,7 +431,7 @@ static dps_status dp_loop(dp_state *st, train_result *res)
                 memset(st->traffic[i].phase_bytes, 0, sizeof st->traffic[i].phase_bytes);
                 memset(st->traffic[i].link_bytes, 0, sizeof st->traffic[i].link_bytes);
             }
-        model_make_batch(c->shape, c->seed, step, 0, st->rows_total, st->h_x, st->h_labels);
+        batches_get(&st->batches, step, &st->h_x, &st->h_labels);
         double ms = 0.0;
         DPS_TRY(config_profile_hook(c, st->be, step, 1));
         if (timed) DPS_TRY(trace_mark(st, res, step - c->warmup));

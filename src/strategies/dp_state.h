@@ -8,6 +8,7 @@
 #include "config/config.h"
 #include "config/ptimer.h"
 #include "core/pool.h"
+#include "model/batches.h"
 #include "model/model.h"
 
 typedef struct dp_slot {
@@ -44,8 +45,10 @@ typedef struct dp_state {
     dps_buf opt_state[2];
     dp_group *groups;      /* torch: replicate's and reduce's coalescing groups */
     int ngroups;
-    float *h_x, *h_loss;
-    int32_t *h_labels;
+    batches batches;       /* the steps' batches, made on a helper thread */
+    const float *h_x;      /* this step's batch (batches_get) */
+    const int32_t *h_labels;
+    float *h_loss;
     phase_timer timer;
     worker_pool pool;
     int pool_up;

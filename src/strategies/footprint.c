@@ -47,7 +47,7 @@ static uint64_t dp_devices(const dps_config *c, uint64_t *dev)
     if (nslots > 1) dev[0] += coalesced ? group : (pbytes < DP_COALESCE_BYTES ? pbytes : DP_COALESCE_BYTES);
     if (torch) dev[0] += 2 * n * C;
     if (coalesced) dev[0] += pbytes;
-    return n * W + n * F4 + F4 + pbytes;
+    return 2 * (n * W + n * F4) + F4 + pbytes; /* two steps' batches (batches.h) */
 }
 
 /* A rank's buffers (ddp.c's alloc_rank), by rank; returns the host's: every
@@ -64,7 +64,7 @@ static uint64_t ddp_devices(const dps_config *c, uint64_t *dev)
         uint64_t rows = (uint64_t)shard[r] * m.tokens;
         dev[r] = (c->grad_view ? 2 : 3) * pbytes + optimizer_bytes(c, pbytes) + rows * W +
                  2 * rows * C + 2 * rows * F4 + F4 + acts_bytes(m, rows);
-        host += rows * W + rows * F4 + F4 + pbytes;
+        host += 2 * (rows * W + rows * F4) + F4 + pbytes; /* two steps' shards (batches.h) */
     }
     ddp_shared sh;
     ddp_shared_layout(c, &sh);

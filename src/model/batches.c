@@ -1,0 +1,99 @@
+/* The batches of the coming steps on a helper thread (see batches.h). */
+#include <string.h>
+
+#include "core/trace.h"
+#include "model/batches.h"
+
+static void *batches_thread(void *arg)
+{
+    batches *b = arg;
+    trace_name_thread("batches");
+    pthread_mutex_lock(&b->mu);
+    while (!b->stop) {
+        if (b->asked <= b->made) {
+            pthread_cond_wait(&b->cv, &b->mu);
+            continue;
+        }
+        int k = b->asked;
+        pthread_mutex_unlock(&b->mu);
+        model_make_batch(b->shape, b->seed, k, b->row0, b->rows, b->x[k % 2], b->labels[k % 2]);
+        pthread_mutex_lock(&b->mu);
+        b->made = k;
+        pthread_cond_broadcast(&b->cv);
+    }
+    pthread_mutex_unlock(&b->mu);
+    return NULL;
+}
+
+/* Asks for step k (lock held). */
+static void ask(batches *b, int k)
+{
+    if (k >= b->steps || k <= b->asked) return;
+    b->asked = k;
+    pthread_cond_broadcast(&b->cv);
+}
+
+static dps_status buffers(batches *b)
+{
+    size_t xb = (size_t)b->rows * (size_t)b->shape.width * sizeof(float);
+    for (int i = 0; i < 2; i++) {
+        DPS_TRY(b->be->ops->host_alloc(b->be, xb, (void **)&b->x[i]));
+        DPS_TRY(b->be->ops->host_alloc(b->be, (size_t)b->rows * sizeof(int32_t),
+                                       (void **)&b->labels[i]));
+    }
+    return DPS_OK;
+}
+
+dps_status batches_start(batches *b, backend *be, model_shape shape, uint64_t seed, int64_t row0,
+                         int rows, int steps, int ahead)
+{
+    *b = (batches){.be = be, .shape = shape, .seed = seed, .row0 = row0, .rows = rows,
+                   .steps = steps, .ahead = ahead, .asked = -1, .made = -1};
+    DPS_TRY(buffers(b));
+    pthread_mutex_init(&b->mu, NULL);
+    pthread_cond_init(&b->cv, NULL);
+    int err = pthread_create(&b->thread, NULL, batches_thread, b);
+    if (err) {
+        pthread_cond_destroy(&b->cv);
+        pthread_mutex_destroy(&b->mu);
+        return dps_fail(DPS_ERR_RUNTIME, "%s:%d: cannot start the thread that makes the batches: "
+                        "%s; the process may be at its thread limit (ulimit -u)", __FILE__,
+                        __LINE__, strerror(err));
+    }
+    b->started = 1;
+    pthread_mutex_lock(&b->mu);
+    if (ahead) ask(b, 0);
+    pthread_mutex_unlock(&b->mu);
+    return DPS_OK;
+}
+
+void batches_get(batches *b, int step, const float **x, const int32_t **labels)
+{
+    pthread_mutex_lock(&b->mu);
+    ask(b, step);
+    while (b->made < step) pthread_cond_wait(&b->cv, &b->mu);
+    if (b->ahead) ask(b, step + 1);
+    pthread_mutex_unlock(&b->mu);
+    *x = b->x[step % 2];
+    *labels = b->labels[step % 2];
+}
+
+void batches_stop(batches *b)
+{
+    if (b->started) {
+        pthread_mutex_lock(&b->mu);
+        b->stop = 1;
+        pthread_cond_broadcast(&b->cv);
+        pthread_mutex_unlock(&b->mu);
+        pthread_join(b->thread, NULL);
+        pthread_cond_destroy(&b->cv);
+        pthread_mutex_destroy(&b->mu);
+        b->started = 0;
+    }
+    for (int i = 0; i < 2; i++) {
+        if (b->x[i]) b->be->ops->host_free(b->be, b->x[i]);
+        if (b->labels[i]) b->be->ops->host_free(b->be, b->labels[i]);
+        b->x[i] = NULL;
+        b->labels[i] = NULL;
+    }
+}
