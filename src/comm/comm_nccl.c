@@ -37,7 +37,11 @@ static nccl_rank *nccl_of(comm *c) { return c->impl; }
 static cudaStream_t native(comm *c) { return c->be->ops->native_stream(c->be, nccl_of(c)->stream); }
 static ncclDataType_t nccl_type(comm_dtype dt) { return dt == COMM_BF16 ? ncclBfloat16 : ncclFloat32; }
 
-/* Ring traffic of an all-reduce of `bytes`, each way: 2 (n - 1) / n. */
+/* An all-reduce of `bytes` in nccl-tests' bus bytes: 2 (n - 1) / n of it
+ * each way, a bandwidth-optimal ring's traffic, from which busbw is
+ * defined. NCCL may pick another algorithm (tree, NVLS: the switch reduces)
+ * that moves more or less; which, only NCCL knows: NVML's counters are what
+ * the links carried. */
 static void count_allreduce(comm *c, size_t bytes)
 {
     uint64_t moved = 2 * (uint64_t)bytes * (uint64_t)(c->nranks - 1) / (uint64_t)c->nranks;

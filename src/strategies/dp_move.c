@@ -66,6 +66,21 @@ size_t dp_largest_group_floats(model_shape s)
     return most;
 }
 
+/* An NCCL broadcast (replicate) or reduce of `bytes` over every slot, in
+ * nccl-tests' bus bytes (its busbw factor is 1 for both): the buffer
+ * leaves device 0 once and reaches every other device once (broadcast), or
+ * leaves every other device once and reaches device 0 once (reduce). How
+ * NCCL relays it among the others (its ring forwards it on) is the
+ * algorithm's and cannot be known here: not counted; NVML's counters are
+ * what the links carried. */
+static void count_nccl(dp_state *st, dps_phase ph, size_t bytes)
+{
+    int bcast = ph == PH_REPLICATE;
+    if (st->nslots > 1) dp_count(st, 0, ph, bcast ? LINK_P2P_SENT : LINK_P2P_RECV, bytes);
+    for (int i = 1; i < st->nslots; i++)
+        dp_count(st, i, ph, bcast ? LINK_P2P_RECV : LINK_P2P_SENT, bytes);
+}
+
 /* A device-local copy (flatten) of n floats. */
 static dps_status flatten(dp_state *st, int slot, float *dst, const float *src, size_t n)
 {
@@ -85,11 +100,8 @@ static dps_status nccl_whole(dp_state *st, dps_phase ph)
         if (i && ph == PH_REPLICATE)
             DPS_TRY(st->be->ops->stream_wait(st->be, s->st, st->timer.ev[0][PH_LOAD][1]));
         DPS_TRY(ptimer_begin(&st->timer, i, ph));
-        if (i) { /* what crosses a link: device 0 sends (replicate) or receives (reduce) */
-            dp_count(st, 0, ph, ph == PH_REPLICATE ? LINK_P2P_SENT : LINK_P2P_RECV, bytes);
-            dp_count(st, i, ph, ph == PH_REPLICATE ? LINK_P2P_RECV : LINK_P2P_SENT, bytes);
-        }
     }
+    count_nccl(st, ph, bytes);
     DPS_TRY(ph == PH_REPLICATE ? comm_group_broadcast(st->nccl, bufs, st->nparams, streams)
                                : comm_group_reduce(st->nccl, bufs, NULL, st->nparams, streams));
     for (int i = 0; i < st->nslots; i++) DPS_TRY(ptimer_end(&st->timer, i, ph));
@@ -125,11 +137,8 @@ static dps_status replicate_group(dp_state *st, const dp_group *g, void *const *
     if (st->nccl) {
         void *bufs[DPS_MAX_DEVICES];
         bufs[0] = s0->flat.ptr;
-        for (int i = 1; i < st->nslots; i++) {
-            bufs[i] = (float *)st->s[i].params.ptr + g->lo;
-            dp_count(st, 0, PH_REPLICATE, LINK_P2P_SENT, n * sizeof(float));
-            dp_count(st, i, PH_REPLICATE, LINK_P2P_RECV, n * sizeof(float));
-        }
+        for (int i = 1; i < st->nslots; i++) bufs[i] = (float *)st->s[i].params.ptr + g->lo;
+        count_nccl(st, PH_REPLICATE, n * sizeof(float));
         return comm_group_broadcast(st->nccl, bufs, n, streams);
     }
     for (int i = 1; i < st->nslots; i++)
@@ -220,11 +229,8 @@ static dps_status reduce_group_nccl(dp_state *st, const dp_group *g, void *const
         dp_slot *s = &st->s[i];
         DPS_TRY(flatten(st, i, s->flat.ptr, (const float *)s->grads.ptr + g->lo, n));
         bufs[i] = s->flat.ptr;
-        if (i) {
-            dp_count(st, 0, PH_REDUCE, LINK_P2P_RECV, n * sizeof(float));
-            dp_count(st, i, PH_REDUCE, LINK_P2P_SENT, n * sizeof(float));
-        }
     }
+    count_nccl(st, PH_REDUCE, n * sizeof(float));
     return comm_group_reduce(st->nccl, bufs, (float *)st->reduce_out.ptr + g->lo, n, streams);
 }
 
