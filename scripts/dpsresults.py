@@ -75,7 +75,7 @@ ABOVE_0 = Kind(number=True, positive=True)
 COUNT = Kind(number=True, whole=True, least=0)
 COUNT_1 = Kind(number=True, whole=True, least=1)
 # A run's status (dps_status_name in src/core/err.c) and mode (src/core/names.c).
-STATUS = Kind(words=("ok", "oom", "error", "timeout", "skipped", "usage"))
+STATUS = Kind(words=("ok", "oom", "error", "timeout", "skipped"))
 MODE = Kind(words=("dp", "ddp"))
 # A prediction's status (predict_status_names in src/run/predict_model.c).
 PREDICTED = Kind(words=("ok", "oom", "skipped"))

@@ -22,7 +22,8 @@ dps_status dps_fail(dps_status code, const char *fmt, ...)
 const char *dps_errmsg(void);
 /* Copies a message (from another thread) into this thread's slot. */
 dps_status dps_fail_copy(dps_status code, const char *msg);
-/* Status name as written in runs.csv. */
+/* Status name as written in runs.csv: ok, oom, timeout, skipped or error
+ * (DPS_ERR_USAGE and DPS_ERR_RUNTIME). */
 const char *dps_status_name(dps_status code);
 
 /* On a function returning dps_status: the caller must look at it. */
