@@ -212,13 +212,19 @@ static dps_status check_ddp(const dps_config *c)
     return DPS_OK;
 }
 
-dps_status config_check(const dps_config *c, const backend *be)
+dps_status config_check_values(const dps_config *c)
 {
-    DPS_TRY(check_devices(c, be));
     if (c->profile_last >= c->warmup + c->steps)
         return dps_fail(DPS_ERR_USAGE, "--profile-steps %d:%d: the run has steps 0..%d "
                         "(warm-up included)", c->profile_first, c->profile_last,
                         c->warmup + c->steps - 1);
+    DPS_TRY(check_sizes(c));
+    return check_ddp(c);
+}
+
+dps_status config_check(const dps_config *c, const backend *be)
+{
+    DPS_TRY(check_devices(c, be));
     if (c->dp_comm == DPCOMM_NCCL && (be->kind != BE_CUDA || c->mode != MODE_DP))
         return dps_fail(DPS_ERR_USAGE, "--dp-comm nccl: only dp on the cuda backend uses it");
 #ifndef DPS_HAVE_NCCL
@@ -232,8 +238,7 @@ dps_status config_check(const dps_config *c, const backend *be)
     if (c->precision == PREC_BF16 && be->kind == BE_HOST)
         return dps_fail(DPS_ERR_USAGE, "--precision bf16: the host backend computes in fp32 "
                         "only; use --precision fp32 or --backend cuda");
-    DPS_TRY(check_sizes(c));
-    return check_ddp(c);
+    return config_check_values(c);
 }
 
 void dev_stats_memory(dev_stats *d, const backend *be, int dev)

@@ -64,8 +64,12 @@ int config_batch_per_gpu(const dps_config *c);
 /* Stable identity of a configuration, e.g. "dp-tiny-fp32-sgd-g4-b32". */
 void config_id(const dps_config *c, char *buf, size_t len);
 /* Checks a configuration against the backend: device count and indices,
- * precision, sizes, ddp's constraints. DPS_ERR_USAGE with a one-line message. */
+ * precision, then config_check_values. DPS_ERR_USAGE with a one-line message. */
 dps_status config_check(const dps_config *c, const backend *be);
+/* What no machine can run, whatever its devices: --profile-steps past the
+ * run, a batch or model over the sizes' limits, a batch below the device
+ * count, --inject-fault past the ranks or steps. DPS_ERR_USAGE. */
+dps_status config_check_values(const dps_config *c);
 /* Optimizer defaults as PyTorch's (lr per optimizer). */
 void config_optimizer_defaults(dps_config *c);
 

@@ -250,8 +250,11 @@ static int gpu_counts(const suite *s, const backend *be, int *out)
     return n;
 }
 
-static void fill(const suite *s, const dps_config *base, const backend *be, int model,
-                 int strong, int g, int maxg, sweep_item *it)
+/* One configuration of the suite into *it: skipped (it->skip says why) when
+ * this machine cannot run it; a value no machine can run is bad input, the
+ * same refusal (exit 2) as on the command line. */
+static dps_status fill(const suite *s, const dps_config *base, const backend *be, int model,
+                       int strong, int g, int maxg, sweep_item *it)
 {
     dps_config *c = &it->cfg;
     *c = *base;
@@ -269,7 +272,15 @@ static void fill(const suite *s, const dps_config *base, const backend *be, int 
     /* a fault injected for the sweep applies where its rank exists */
     if (c->mode == MODE_DP || c->fault_rank >= g || c->fault_step >= c->warmup + c->steps)
         c->fault_rank = -1;
+    if (config_check_values(c) != DPS_OK) {
+        char id[192], why[DPS_ERRMSG_MAX];
+        config_id(c, id, sizeof id);
+        dps_strlcpy(why, dps_errmsg(), sizeof why);
+        return dps_fail(DPS_ERR_USAGE, "%s: configuration %s: %s (no machine runs it: change the "
+                        "suite's values)", s->path, id, why);
+    }
     if (config_check(c, be) != DPS_OK) dps_strlcpy(it->skip, dps_errmsg(), sizeof it->skip);
+    return DPS_OK;
 }
 
 /* The dimensions of a suite, outermost first (suite.h's order). */
@@ -320,7 +331,13 @@ dps_status suite_expand(const suite *s, const dps_config *base, const backend *b
         c.overlap = s->overlap[idx[D_OVERLAP]];
         if (s->ndp_impls) c.dp_impl = s->dp_impls[idx[D_DP_IMPL]];
         sweep_item *it = &(*items)[(*n)++];
-        fill(s, &c, be, idx[D_MODEL], s->policies[idx[D_POLICY]], gpus[idx[D_GPUS]], maxg, it);
+        dps_status rc = fill(s, &c, be, idx[D_MODEL], s->policies[idx[D_POLICY]],
+                             gpus[idx[D_GPUS]], maxg, it);
+        if (rc) {
+            free(*items);
+            *items = NULL;
+            return rc;
+        }
     }
     return DPS_OK;
 }
