@@ -2,6 +2,7 @@
  * (see results_ids.h). */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,8 +26,46 @@ static dps_status ids_add(results_ids *s, const char *id)
     return DPS_OK;
 }
 
-static int ids_has_unsorted(const results_ids *s, const char *id)
+/* FNV-1a: where an id's search begins among the hash index's slots. */
+static size_t id_hash(const char *id)
 {
+    uint64_t h = 14695981039346656037ULL;
+    for (; *id; id++) h = (h ^ (unsigned char)*id) * 1099511628211ULL;
+    return (size_t)h;
+}
+
+/* The slot holding id, or the empty one where it would go (open addressing,
+ * linear probing; the index is never more than half full). */
+static const char **id_slot(const results_ids *s, const char *id)
+{
+    size_t mask = (size_t)s->nslots - 1, i = id_hash(id) & mask;
+    while (s->slots[i] && strcmp(s->slots[i], id) != 0) i = (i + 1) & mask;
+    return &s->slots[i];
+}
+
+/* Indexes the ids appended since the last call, the index grown to twice
+ * the ids or more; 0 when out of memory (the caller scans them instead). */
+static int ids_index(results_ids *s)
+{
+    if (!s->slots || 2 * s->n > s->nslots) {
+        int nslots = s->nslots ? s->nslots : 64;
+        while (2 * s->n > nslots) nslots *= 2;
+        const char **slots = calloc((size_t)nslots, sizeof *slots);
+        if (!slots) return 0;
+        free(s->slots);
+        s->slots = slots;
+        s->nslots = nslots;
+        s->indexed = 0;
+    }
+    for (; s->indexed < s->n; s->indexed++) *id_slot(s, s->ids[s->indexed]) = s->ids[s->indexed];
+    return 1;
+}
+
+/* Whether id is among s's ids while they are appended in file order (not
+ * yet sorted): a hash lookup, so a runs.csv of n rows is read in O(n). */
+static int ids_has_unsorted(results_ids *s, const char *id)
+{
+    if (ids_index(s)) return *id_slot(s, id) != NULL;
     for (int i = 0; i < s->n; i++)
         if (strcmp(s->ids[i], id) == 0) return 1;
     return 0;
@@ -46,6 +85,7 @@ void results_ids_free(results_ids *s)
 {
     for (int i = 0; i < s->n; i++) free(s->ids[i]);
     free(s->ids);
+    free(s->slots); /* ids_has_unsorted's index */
     memset(s, 0, sizeof *s);
 }
 

@@ -11,6 +11,10 @@ typedef struct results_ids {
     char **ids;  /* sorted */
     int n;
     char *text;  /* the strings ids point into */
+    /* results_ids.c's hash index of the ids while they are appended, before
+     * they are sorted: slots of ids, NULL where empty, the first `indexed` in */
+    const char **slots;
+    int nslots, indexed;
 } results_ids;
 
 int results_ids_has(const results_ids *ids, const char *id);
