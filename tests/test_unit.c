@@ -11,6 +11,7 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -1510,6 +1511,34 @@ static void test_nvml(void)
     be_close(be);
 }
 
+typedef struct nvml_stub {
+    int (*inits)(void), (*init_pid)(void);
+} nvml_stub;
+
+/* NVML through tests/nvml_stub.c (DPSCALE_NVML_STUB names it): initialised
+ * again in a forked child, once in the parent. */
+static void test_nvml_stub(void)
+{
+    const char *path = getenv("DPSCALE_NVML_STUB");
+    EXPECT(path != NULL);
+    if (!path) return;
+    nvml_use_library(path);
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    EXPECT(h != NULL);
+    if (!h) return;
+    nvml_stub st;
+    *(void **)&st.inits = dlsym(h, "nvml_stub_inits");
+    *(void **)&st.init_pid = dlsym(h, "nvml_stub_init_pid");
+    char why[256];
+    EXPECT(nvml_available(why, sizeof why) && st.inits() == 1 && st.init_pid() == (int)getpid());
+    pid_t pid = fork();
+    if (pid == 0) _exit(nvml_available(NULL, 0) && st.init_pid() == (int)getpid() ? 0 : 1);
+    int ws = 0;
+    EXPECT(pid > 0 && waitpid(pid, &ws, 0) == pid && WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+    EXPECT(nvml_available(NULL, 0) && st.inits() == 1); /* the parent's is kept */
+    dlclose(h);
+}
+
 /* Rank 1 aborts the group; rank 0's collective in flight fails, and so does
  * every later one (blocking and async), with the same message. */
 static int abort_rank(void *ctx, int rank, rank_beat *beat)
@@ -2171,6 +2200,7 @@ int main(int argc, char **argv)
         {"gradients", test_gradients}, {"rel_diff", test_rel_diff},
         {"accounting", test_accounting}, {"buckets", test_buckets}, {"ring", test_ring},
         {"suite", test_suite}, {"settings", test_settings}, {"nvml", test_nvml},
+        {"nvml_stub", test_nvml_stub},
         {"comm_abort", test_comm_abort}, {"comm_watch", test_comm_watch},
         {"busbw", test_busbw}, {"context", test_context}, {"versions", test_versions},
         {"gemm", test_gemm}, {"host_math", test_host_math}, {"scale_copy", test_scale_copy},

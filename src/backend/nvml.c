@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "backend/nvml.h"
 #include "core/util.h"
@@ -23,8 +24,9 @@ enum { FI_NVLINK_TX = 138, FI_NVLINK_RX = 139, PCIE_TX = 0, PCIE_RX = 1, CLOCK_S
 #define NVML_NVLINK_MAX_LINKS 18   /* NVML_NVLINK_MAX_LINKS in nvml.h */
 
 static struct {
-    pthread_once_t once;
-    void *lib;
+    const char *path;     /* the library: libnvidia-ml.so.1, or a test's */
+    void *lib;            /* dlopen'ed, symbols resolved (survives fork) */
+    pid_t pid;            /* the process in which nvmlInit_v2 succeeded; 0: none */
     char why[256];
     int (*init)(void);
     int (*by_bus)(const char *, nvml_dev *);
@@ -37,16 +39,30 @@ static struct {
     int (*link_state)(nvml_dev, unsigned, int *);
     int (*link_remote)(nvml_dev, unsigned, int *);
     int (*ancestor)(nvml_dev, nvml_dev, int *);
-} nv = {.once = PTHREAD_ONCE_INIT};
+} nv = {.path = "libnvidia-ml.so.1"};
+
+/* Held while NVML is loaded and initialised, and across fork, so that a
+ * child never inherits it locked. */
+static pthread_mutex_t nv_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t nv_atfork_once = PTHREAD_ONCE_INIT;
+
+static void nv_prepare(void) { pthread_mutex_lock(&nv_lock); }
+static void nv_parent(void) { pthread_mutex_unlock(&nv_lock); }
+static void nv_child(void) { pthread_mutex_unlock(&nv_lock); }
+static void nv_atfork(void) { pthread_atfork(nv_prepare, nv_parent, nv_child); }
+
+void nvml_use_library(const char *path) { nv.path = path; }
 
 static void *sym(const char *name) { return nv.lib ? dlsym(nv.lib, name) : NULL; }
 
-static void load(void)
+/* dlopen and the symbols, once per address space (a fork keeps them). */
+static int open_library(void)
 {
-    nv.lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (nv.lib) return 1;
+    nv.lib = dlopen(nv.path, RTLD_NOW | RTLD_LOCAL);
     if (!nv.lib) {
-        snprintf(nv.why, sizeof nv.why, "libnvidia-ml.so.1 not loaded: %s", dlerror());
-        return;
+        snprintf(nv.why, sizeof nv.why, "%s not loaded: %s", nv.path, dlerror());
+        return 0;
     }
     *(void **)&nv.init = sym("nvmlInit_v2");
     *(void **)&nv.by_bus = sym("nvmlDeviceGetHandleByPciBusId_v2");
@@ -60,18 +76,32 @@ static void load(void)
     *(void **)&nv.link_state = sym("nvmlDeviceGetNvLinkState");
     *(void **)&nv.link_remote = sym("nvmlDeviceGetNvLinkRemoteDeviceType");
     *(void **)&nv.ancestor = sym("nvmlDeviceGetTopologyCommonAncestor");
-    if (!nv.init || !nv.by_bus || nv.init() != 0) {
-        snprintf(nv.why, sizeof nv.why, "NVML present but nvmlInit_v2 failed or is missing");
-        dlclose(nv.lib);
-        nv.lib = NULL;
-    }
+    if (nv.init && nv.by_bus) return 1;
+    snprintf(nv.why, sizeof nv.why, "%s has no nvmlInit_v2 or nvmlDeviceGetHandleByPciBusId_v2; "
+             "NVML's counters stay empty (a driver older than R450?)", nv.path);
+    dlclose(nv.lib);
+    nv.lib = NULL;
+    return 0;
 }
 
+/* NVML initialised in the calling process: a child forked after its parent
+ * initialised it (a sweep's configuration, after meta.json's topology)
+ * initialises it again, as NVML's state is the process's. */
 int nvml_available(char *why, size_t len)
 {
-    pthread_once(&nv.once, load);
-    if (why) dps_strlcpy(why, nv.lib ? "" : nv.why, len);
-    return nv.lib != NULL;
+    pthread_once(&nv_atfork_once, nv_atfork);
+    pthread_mutex_lock(&nv_lock);
+    pid_t me = getpid();
+    if (nv.pid != me && open_library()) {
+        int rc = nv.init();
+        if (rc == 0) nv.pid = me;
+        else snprintf(nv.why, sizeof nv.why, "nvmlInit_v2 failed (NVML error %d) in process %d; "
+                      "NVML's counters stay empty", rc, (int)me);
+    }
+    int ok = nv.pid == me;
+    if (why) dps_strlcpy(why, ok ? "" : nv.why, len);
+    pthread_mutex_unlock(&nv_lock);
+    return ok;
 }
 
 struct nvml_sampler {
@@ -152,7 +182,7 @@ static void *sampler_main(void *arg)
 
 nvml_sampler *nvml_start(const backend *be, const int *devs, int n, int period_ms)
 {
-    if (!nvml_available(NULL, 0) || be->kind != BE_CUDA) return NULL;
+    if (be->kind != BE_CUDA || !nvml_available(NULL, 0)) return NULL;
     nvml_sampler *s = calloc(1, sizeof *s);
     if (!s) return NULL;
     s->n = n;

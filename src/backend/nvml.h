@@ -1,7 +1,9 @@
 /* NVML, loaded with dlopen("libnvidia-ml.so.1") so one binary runs with or
- * without a driver, and a sampler thread that reads PCIe and NVLink traffic,
- * SM clocks and throttle reasons while a configuration runs. A missing
- * library or counter leaves its fields empty; it is never an error. */
+ * without a driver, and initialised in each process that uses it (a forked
+ * child again); a sampler thread reads the cumulative PCIe and NVLink
+ * traffic counters, SM clocks and throttle reasons while a configuration
+ * runs. A missing library or counter leaves its fields empty; it is never
+ * an error. */
 #ifndef DPS_NVML_H
 #define DPS_NVML_H
 
@@ -20,6 +22,10 @@ typedef struct nvml_counters {
 } nvml_counters;
 
 typedef struct nvml_sampler nvml_sampler;
+
+/* Tests: the library to load instead of libnvidia-ml.so.1 (a stub), before
+ * the first nvml_available. */
+void nvml_use_library(const char *path);
 
 /* Loads NVML; returns 0 and says why in `why` when it is not there. */
 int nvml_available(char *why, size_t len);
