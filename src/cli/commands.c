@@ -380,7 +380,7 @@ int cmd_links(cli_args *a)
     } else if (ndev > be->ndev) {
         status = (dps_fail(DPS_ERR_USAGE, "--gpus %d: the %s backend has %d devices", ndev,
                            be->ops->name, be->ndev), cmd_usage_error());
-    } else if (results_open(&rd, a->cfg.out_dir, a->cfg.name)) {
+    } else if (results_open(&rd, a->cfg.out_dir, a->cfg.name) || links_check_header(&rd)) {
         status = cmd_usage_error();
     } else if (measure_links(be, &rd, ndev, &sizes, a->steps_set ? a->cfg.steps : 10, 1)) {
         dps_log("%s", dps_errmsg());
@@ -393,6 +393,15 @@ int cmd_links(cli_args *a)
     return status;
 }
 
+/* Every results file the folder may hold, the link matrix's and the
+ * all-reduce timings' too, has this version's header (or is absent). */
+static dps_status check_all_headers(const results_dir *rd)
+{
+    DPS_TRY(results_check_headers(rd));
+    DPS_TRY(links_check_header(rd));
+    return commbench_check_header(rd);
+}
+
 /* Before anything is written: every file of the folder has this version's
  * header; rows cut short or stray are taken out, and with --resume what did
  * not finish, to run it again; without it, no configuration to run may be
@@ -400,7 +409,7 @@ int cmd_links(cli_args *a)
 static dps_status prepare_folder(const cli_args *a, const results_dir *rd, const sweep_item *items,
                                  int n, results_ids *done)
 {
-    DPS_TRY(results_check_headers(rd));
+    DPS_TRY(check_all_headers(rd));
     int rerun;
     DPS_TRY(results_tidy(rd, a->resume, done, &rerun));
     if (rerun)
@@ -628,6 +637,10 @@ int cmd_comm_bench(cli_args *a)
     if ((spec.fault && check_bench_fault(a, ng, nng, &spec)) ||
         results_open(&rd, a->cfg.out_dir, a->cfg.name))
         return cmd_usage_error();
+    if (commbench_check_header(&rd)) {
+        results_close(&rd);
+        return cmd_usage_error();
+    }
     printf("# dpscale comm-bench: host ring all-reduce over shared memory, fp32 sum in place\n"
            "# %6s %12s %12s %11s %11s %6s\n", "ranks", "bytes", "time_us", "algbw_GB/s",
            "busbw_GB/s", "check");

@@ -197,10 +197,20 @@ dps_status commbench_run(const commbench_spec *spec, commbench_row *rows)
     return rc;
 }
 
+/* allreduce.csv's columns, in the order commbench_write writes them. */
+static const char *const bench_cols[] = {"backend", "method", "nranks", "bytes", "time_us",
+                                         "algbw_gbps", "busbw_gbps", "check"};
+#define NBENCH_COLS ((int)(sizeof bench_cols / sizeof bench_cols[0]))
+
+dps_status commbench_check_header(const results_dir *rd)
+{
+    char path[DPS_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/allreduce.csv", rd->dir);
+    return csv_check_header_at(rd->dir_fd, "allreduce.csv", path, bench_cols, NBENCH_COLS);
+}
+
 dps_status commbench_write(const results_dir *rd, const commbench_row *rows, int n)
 {
-    static const char *const cols[] = {"backend", "method", "nranks", "bytes", "time_us",
-                                       "algbw_gbps", "busbw_gbps", "check"};
     csv_buf b;
     csv_init(&b);
     for (int i = 0; i < n; i++) {
@@ -214,7 +224,7 @@ dps_status commbench_write(const results_dir *rd, const commbench_row *rows, int
         csv_str(&b, rows[i].check_ok ? "pass" : "fail");
         csv_end_row(&b);
     }
-    results_part part = {"allreduce.csv", cols, 8, &b};
+    results_part part = {"allreduce.csv", bench_cols, NBENCH_COLS, &b};
     results_txn t = {"the all-reduce timings (allreduce.csv)", "the all-reduce timings'", NULL, &part, 1};
     dps_status rc = results_commit(rd, &t);
     csv_free(&b);

@@ -38,5 +38,8 @@ dps_status commbench_run(const commbench_spec *spec, commbench_row *rows)
     DPS_MUST_USE;
 /* Appends rows to DIR/allreduce.csv. */
 dps_status commbench_write(const results_dir *rd, const commbench_row *rows, int n) DPS_MUST_USE;
+/* DPS_ERR_USAGE, naming the file, when the folder's allreduce.csv exists
+ * with another header than commbench_write's (checked before measuring). */
+dps_status commbench_check_header(const results_dir *rd) DPS_MUST_USE;
 
 #endif

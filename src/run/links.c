@@ -329,10 +329,20 @@ static void endpoint(int dev, char *buf, size_t len)
     else snprintf(buf, len, "dev%d", dev);
 }
 
+/* links.csv's columns, in the order links_write writes them. */
+static const char *const links_cols[] = {"src", "dst", "method", "bytes", "bw_gbps", "latency_us",
+                                         "status", "backend", "emulated"};
+#define NLINKS_COLS ((int)(sizeof links_cols / sizeof links_cols[0]))
+
+dps_status links_check_header(const results_dir *rd)
+{
+    char path[DPS_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/links.csv", rd->dir);
+    return csv_check_header_at(rd->dir_fd, "links.csv", path, links_cols, NLINKS_COLS);
+}
+
 dps_status links_write(const results_dir *rd, const backend *be, const link_row *rows, int n)
 {
-    static const char *const cols[] = {"src", "dst", "method", "bytes", "bw_gbps", "latency_us",
-                                       "status", "backend", "emulated"};
     csv_buf b;
     csv_init(&b);
     for (int i = 0; i < n; i++) {
@@ -350,7 +360,7 @@ dps_status links_write(const results_dir *rd, const backend *be, const link_row 
         csv_int(&b, be->emulated);
         csv_end_row(&b);
     }
-    results_part part = {"links.csv", cols, (int)(sizeof cols / sizeof cols[0]), &b};
+    results_part part = {"links.csv", links_cols, NLINKS_COLS, &b};
     results_txn t = {"the link matrix (links.csv)", "the link matrix's", NULL, &part, 1};
     dps_status rc = results_commit(rd, &t);
     csv_free(&b);

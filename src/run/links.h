@@ -38,6 +38,9 @@ int links_max_rows(int ndev, const links_sizes *sizes);
 dps_status links_measure(backend *be, int ndev, const links_sizes *sizes, int samples,
                          link_row *rows, int *nrows) DPS_MUST_USE;
 dps_status links_write(const results_dir *rd, const backend *be, const link_row *rows, int n) DPS_MUST_USE;
+/* DPS_ERR_USAGE, naming the file, when the folder's links.csv exists with
+ * another header than links_write's (checked before anything is measured). */
+dps_status links_check_header(const results_dir *rd) DPS_MUST_USE;
 void links_print(FILE *f, const backend *be, int ndev, const link_row *rows, int n);
 
 #endif
