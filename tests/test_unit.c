@@ -156,7 +156,7 @@ static void test_csv_read(const char *path)
             EXPECT(csv_field(data + pos, n[i], 0, field, sizeof field) && !strcmp(field, "quote\"d"));
             EXPECT(csv_field(data + pos, n[i], 1, field, sizeof field) && !field[0]);
             EXPECT(csv_field(data + pos, n[i], 2, field, sizeof field) &&
-                   !strcmp(field, "line\nbreak"));
+                   !strcmp(field, "line break \xef\xbf\xbd\xef\xbf\xbd[0m"));
             EXPECT(!csv_field(data + pos, n[i], 3, field, sizeof field)); /* three fields */
             EXPECT(!csv_field(data + pos, n[i], 2, field, 4));             /* does not fit */
         }
@@ -185,7 +185,7 @@ static void test_csv(void)
     csv_end_row(&b);
     csv_str(&b, "quote\"d");
     csv_num(&b, NAN, 2);
-    csv_str(&b, "line\nbreak");
+    csv_str(&b, "line\nbreak\t\xff\x1b[0m"); /* csv_clean_text: spaces, U+FFFD */
     csv_end_row(&b);
     csv_str(&b, " padded");
     csv_int(&b, -3);
@@ -193,7 +193,7 @@ static void test_csv(void)
     csv_end_row(&b);
     EXPECT(csv_append(path, cols, 3, &b) == DPS_OK);
     const char *want = "name,value_ms,note\nplain,1.50,\"has,comma\"\n"
-                       "\"quote\"\"d\",,\"line\nbreak\"\n\" padded\",-3,\n";
+                       "\"quote\"\"d\",,line break \xef\xbf\xbd\xef\xbf\xbd[0m\n\" padded\",-3,\n";
     char *got = slurp(path);
     EXPECT(got && strcmp(got, want) == 0);
     test_csv_read(path);

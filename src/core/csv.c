@@ -44,11 +44,38 @@ static void sep(csv_buf *b)
     if (b->col++) put(b, ",", 1);
 }
 
-void csv_str(csv_buf *b, const char *s)
+/* The bytes one character of s stands for in a text cell (csv_clean_text's
+ * rule) into out (at most 3); *used: the bytes of s it took. */
+static size_t clean_char(const char *s, char *out, int *used)
 {
-    sep(b);
-    if (!s) return;
-    size_t n = strlen(s);
+    static const char replacement[] = "\xef\xbf\xbd"; /* U+FFFD */
+    unsigned char ch = (unsigned char)*s;
+    int n = ch < 0x80 ? 1 : dps_utf8_len(s);
+    *used = n ? n : 1;
+    if (ch == '\t' || ch == '\n' || ch == '\r') {
+        out[0] = ' ';
+        return 1;
+    }
+    int control = ch < 0x20 || ch == 0x7f || (ch == 0xc2 && (unsigned char)s[1] < 0xa0);
+    if (!n || control) {
+        memcpy(out, replacement, 3);
+        return 3;
+    }
+    memcpy(out, s, (size_t)n);
+    return (size_t)n;
+}
+
+size_t csv_clean_text(const char *s, char *out)
+{
+    size_t k = 0;
+    for (int used; *s; s += used) k += clean_char(s, out + k, &used);
+    out[k] = '\0';
+    return k;
+}
+
+/* s quoted as RFC 4180 wants it, when it needs to be. */
+static void put_quoted(csv_buf *b, const char *s, size_t n)
+{
     int quote = n && (s[0] == ' ' || s[n - 1] == ' ');
     for (size_t i = 0; i < n && !quote; i++)
         if (s[i] == ',' || s[i] == '"' || s[i] == '\n' || s[i] == '\r') quote = 1;
@@ -62,6 +89,19 @@ void csv_str(csv_buf *b, const char *s)
         put(b, &s[i], 1);
     }
     put(b, "\"", 1);
+}
+
+void csv_str(csv_buf *b, const char *s)
+{
+    sep(b);
+    if (!s || b->oom) return;
+    char *clean = malloc(3 * strlen(s) + 1);
+    if (!clean) {
+        b->oom = 1;
+        return;
+    }
+    put_quoted(b, clean, csv_clean_text(s, clean));
+    free(clean);
 }
 
 static void putf(csv_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

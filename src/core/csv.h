@@ -17,13 +17,20 @@ typedef struct csv_buf {
 
 void csv_init(csv_buf *b);
 void csv_free(csv_buf *b);
-void csv_str(csv_buf *b, const char *s);      /* quoted when needed */
+void csv_str(csv_buf *b, const char *s);      /* csv_clean_text's, quoted when needed */
 void csv_int(csv_buf *b, long long v);
 void csv_u64(csv_buf *b, uint64_t v);
 void csv_num(csv_buf *b, double v, int decimals); /* NaN -> empty */
 void csv_empty(csv_buf *b);
 void csv_end_row(csv_buf *b);
 void csv_raw(csv_buf *b, const char *s, size_t n); /* bytes as they are, e.g. a record read back */
+
+/* The one rule of every text cell (csv_str) and of the same text shown on a
+ * terminal: a byte that does not begin valid UTF-8 becomes U+FFFD, a tab or
+ * line end a space, any other control character (C0, DEL, C1: a terminal's
+ * escape sequences) U+FFFD; so a file stays UTF-8 that the readers take.
+ * out holds at least 3 x strlen(s) + 1 bytes; returns the length written. */
+size_t csv_clean_text(const char *s, char *out);
 
 /* Header line from column names (no newline in the result's last char). */
 void csv_header(csv_buf *b, const char *const *cols, int n);

@@ -690,6 +690,10 @@ void results_table_row(FILE *f, const dps_config *c, const train_result *res,
             dps_mode_name(c->mode), c->ngpus, c->model, dps_precision_name(c->precision),
             dps_optimizer_name(c->optimizer), c->global_batch, num[0], num[1], num[2], num[3],
             num[4], g0, other, num[5], check, dps_status_name(res->status));
-    if (res->status) fprintf(f, "#   %s: %s\n", dps_status_name(res->status), res->error);
+    if (res->status) {
+        char shown[3 * sizeof res->error]; /* the error as its cell holds it: no escapes */
+        csv_clean_text(res->error, shown);
+        fprintf(f, "#   %s: %s\n", dps_status_name(res->status), shown);
+    }
     if (fflush(f) != 0 && f == stdout && errno == EPIPE) stop_printing();
 }
