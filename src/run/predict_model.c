@@ -302,6 +302,58 @@ static void note_beyond_nodes(const predict_machine *m, predict_row *r)
              "file's nodes = %d", used ? "; " : "", r->nodes, m->gpus_per_node, m->nodes);
 }
 
+/* What predictions.csv holds of a figure, the readers' range (docs/results.md:
+ * dpsresults.py refuses a non-zero magnitude below 1e-9 or from 2^64 on, and
+ * predict_out.c writes a figure above 0 with as many of 9 decimals as it
+ * needs): finite, at least 0, under 1e19; at least 1e-9 where it must be
+ * above 0 (step_ms, samples_per_s). */
+#define FIGURE_MIN 1e-9
+#define FIGURE_MAX 1e19
+
+static int figure_fits(double x, int above_0)
+{
+    return isfinite(x) && x >= 0 && x < FIGURE_MAX && (!above_0 || x >= FIGURE_MIN);
+}
+
+/* Whether r has a figure the file cannot hold: its column's name into name
+ * and its value into *value. */
+static int unwritable_figure(const predict_row *r, char *name, size_t len, double *value)
+{
+    const struct { const char *name; double x; int above_0; } figs[] = {
+        {"step_ms", r->step_ms, 1}, {"samples_per_s", r->samples_per_s, 1},
+        {"efficiency", r->efficiency, 0}, {"gpu0_mem_bytes", r->gpu0_mem_bytes, 0},
+        {"other_mem_bytes", r->other_mem_bytes, 0}, {"busbw_gbps", r->busbw_gbps, 0},
+        {"allreduce_end_ms", r->allreduce_end_ms, 0}, {"bucket_copy_ms", r->bucket_copy_ms, 0},
+        {"sync_ms", r->sync_ms, 0}};
+    for (size_t i = 0; i < sizeof figs / sizeof figs[0]; i++) {
+        if (figure_fits(figs[i].x, figs[i].above_0)) continue;
+        snprintf(name, len, "%s", figs[i].name);
+        *value = figs[i].x;
+        return 1;
+    }
+    for (int p = 0; p < PH_COUNT; p++) {
+        if (figure_fits(r->phase_ms[p], 0)) continue;
+        snprintf(name, len, "%s_ms", dps_phase_names[p]);
+        *value = r->phase_ms[p];
+        return 1;
+    }
+    return 0;
+}
+
+/* A prediction whose figures predictions.csv cannot hold (from inputs far
+ * from any machine's: a bandwidth of 1e-9 GB/s, an efficiency of 1e-300) is
+ * skipped, its note naming the figure, so that what predict accepts it
+ * writes as its readers take it. */
+static void skip_unwritable(predict_row *r)
+{
+    double x;
+    char name[48];
+    if (!unwritable_figure(r, name, sizeof name, &x)) return;
+    r->status = PRED_SKIPPED;
+    snprintf(r->note, sizeof r->note, "%s would be %.4g, beyond what predictions.csv holds "
+             "(0, or 1e-09 to 1e+19): check the machine's bandwidths and calibration", name, x);
+}
+
 void predict_config(const predict_machine *m, const predict_workload *w, const predict_split *s,
                     const predict_consts *c, dps_mode mode, int n, predict_row *r)
 {
@@ -320,4 +372,5 @@ void predict_config(const predict_machine *m, const predict_workload *w, const p
     predict_memory(w, mode, n, &r->gpu0_mem_bytes, &r->other_mem_bytes);
     forecast_oom(m, r);
     note_beyond_nodes(m, r);
+    skip_unwritable(r);
 }

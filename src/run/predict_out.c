@@ -1,5 +1,6 @@
 /* predictions.csv and the table (see predict_out.h). */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -33,6 +34,14 @@ static void columns(const char **cols)
     for (int i = 0; i < NTAIL; i++) cols[k++] = tail[i];
 }
 
+/* A figure with `decimals` places, or more (at most 9, the readers' finest)
+ * where fewer would show a value above 0 as 0. */
+static void figure(csv_buf *b, double v, int decimals)
+{
+    while (decimals < 9 && v > 0 && v < 0.5 * pow(10.0, -decimals)) decimals++;
+    csv_num(b, v, decimals);
+}
+
 static void row(csv_buf *b, const predict_machine *m, const predict_consts *c,
                 const predict_row *r)
 {
@@ -55,23 +64,23 @@ static void row(csv_buf *b, const predict_machine *m, const predict_consts *c,
         csv_end_row(b);
         return;
     }
-    csv_num(b, r->step_ms, 4);
-    csv_num(b, r->samples_per_s, 3);
-    csv_num(b, r->efficiency, 4);
-    for (int p = 0; p < PH_COUNT; p++) csv_num(b, r->phase_ms[p], 4);
-    csv_num(b, r->gpu0_mem_bytes, 0);
+    figure(b, r->step_ms, 4);
+    figure(b, r->samples_per_s, 3);
+    figure(b, r->efficiency, 4);
+    for (int p = 0; p < PH_COUNT; p++) figure(b, r->phase_ms[p], 4);
+    csv_num(b, r->gpu0_mem_bytes, 0); /* whole bytes */
     csv_num(b, r->other_mem_bytes, 0);
     csv_int(b, r->nbuckets);
-    csv_num(b, r->mode == MODE_DDP ? r->busbw_gbps : 0.0, 3);
-    csv_num(b, r->allreduce_end_ms, 4);
-    csv_num(b, r->bucket_copy_ms, 4);
-    csv_num(b, r->sync_ms, 4);
-    csv_num(b, c->bus_eff, 4);
-    csv_num(b, c->base_latency_us, 3);
-    csv_num(b, c->bucket_overhead_us, 3);
-    csv_num(b, c->dp_sync_ms, 4);
-    csv_num(b, c->compute_scale, 4);
-    csv_num(b, c->overlap_eff, 4);
+    figure(b, r->mode == MODE_DDP ? r->busbw_gbps : 0.0, 3);
+    figure(b, r->allreduce_end_ms, 4);
+    figure(b, r->bucket_copy_ms, 4);
+    figure(b, r->sync_ms, 4);
+    figure(b, c->bus_eff, 4);
+    figure(b, c->base_latency_us, 3);
+    figure(b, c->bucket_overhead_us, 3);
+    figure(b, c->dp_sync_ms, 4);
+    figure(b, c->compute_scale, 4);
+    figure(b, c->overlap_eff, 4);
     csv_end_row(b);
 }
 
