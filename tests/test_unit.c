@@ -1511,12 +1511,61 @@ static void test_nvml(void)
     be_close(be);
 }
 
+/* The counters' arithmetic: a field's integer, a wrapped counter's difference. */
+static void test_nvml_fields(void)
+{
+    nvml_field f;
+    memset(&f, 0, sizeof f);
+    unsigned long long v = 0;
+    int bits = 0;
+    f.value_type = NVML_VALUE_UINT;
+    f.value.u = 4000000000u;
+    EXPECT(nvml_field_u64(&f, &v, &bits) && v == 4000000000ull && bits == 32);
+    f.value_type = NVML_VALUE_ULONGLONG;
+    f.value.ull = 1ull << 40;
+    EXPECT(nvml_field_u64(&f, &v, &bits) && v == 1ull << 40 && bits == 64);
+    f.ret = 3; /* NVML_ERROR_NOT_SUPPORTED */
+    EXPECT(!nvml_field_u64(&f, &v, &bits));
+    f.ret = 0;
+    f.value_type = 0; /* a double */
+    EXPECT(!nvml_field_u64(&f, &v, &bits));
+    EXPECT(nvml_counter_delta(0xffffff00u, 0x100u, 32) == 0x200);
+    EXPECT(nvml_counter_delta(10, 25, 32) == 15 && nvml_counter_delta(10, 25, 64) == 15);
+    EXPECT(nvml_counter_delta(~0ull - 4, 5, 64) == 10);
+}
+
 typedef struct nvml_stub {
     int (*inits)(void), (*init_pid)(void);
+    void (*set_pcie)(unsigned, unsigned long long, unsigned long long);
+    void (*set_nvlink)(int, int, int, unsigned long long);
 } nvml_stub;
 
+/* One sampling of two GPUs through the stub: PCIe counters from `tx0`/`rx0`
+ * to `tx1`/`rx1` (of `type`), NVLink from 1000 to 1500 KiB a link. */
+static void nvml_stub_sample(const nvml_stub *st, unsigned type, const unsigned long long pcie[4],
+                             int links, int agg, int ignores, nvml_counters c[2])
+{
+    static backend fake; /* a cuda backend in all but name: NVML reads bus ids only */
+    memset(&fake, 0, sizeof fake);
+    fake.kind = BE_CUDA;
+    fake.ndev = 2;
+    snprintf(fake.info[0].bus_id, sizeof fake.info[0].bus_id, "0000:01:00.0");
+    snprintf(fake.info[1].bus_id, sizeof fake.info[1].bus_id, "0000:02:00.0");
+    st->set_pcie(type, pcie[0], pcie[1]);
+    st->set_nvlink(links, agg, ignores, 1000);
+    const int devs[2] = {0, 1};
+    nvml_sampler *s = nvml_start(&fake, devs, 2, 5);
+    EXPECT(s != NULL);
+    usleep(30 * 1000);
+    st->set_pcie(type, pcie[2], pcie[3]);
+    st->set_nvlink(links, agg, ignores, 1500);
+    memset(c, 0, 2 * sizeof *c);
+    nvml_stop(s, c);
+}
+
 /* NVML through tests/nvml_stub.c (DPSCALE_NVML_STUB names it): initialised
- * again in a forked child, once in the parent. */
+ * again in a forked child; PCIe bytes from the cumulative counters, 32-bit
+ * ones across a wrap; NVLink from the aggregate scope. */
 static void test_nvml_stub(void)
 {
     const char *path = getenv("DPSCALE_NVML_STUB");
@@ -1529,6 +1578,8 @@ static void test_nvml_stub(void)
     nvml_stub st;
     *(void **)&st.inits = dlsym(h, "nvml_stub_inits");
     *(void **)&st.init_pid = dlsym(h, "nvml_stub_init_pid");
+    *(void **)&st.set_pcie = dlsym(h, "nvml_stub_set_pcie");
+    *(void **)&st.set_nvlink = dlsym(h, "nvml_stub_set_nvlink");
     char why[256];
     EXPECT(nvml_available(why, sizeof why) && st.inits() == 1 && st.init_pid() == (int)getpid());
     pid_t pid = fork();
@@ -1536,6 +1587,16 @@ static void test_nvml_stub(void)
     int ws = 0;
     EXPECT(pid > 0 && waitpid(pid, &ws, 0) == pid && WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
     EXPECT(nvml_available(NULL, 0) && st.inits() == 1); /* the parent's is kept */
+    nvml_counters c[2];
+    const unsigned long long wrap[4] = {0xffffff00u, 100, 0x100, 3000000100u};
+    nvml_stub_sample(&st, NVML_VALUE_UINT, wrap, 4, 0, 1, c);
+    for (int i = 0; i < 2; i++)
+        EXPECT(c[i].have_pcie && c[i].pcie_tx_bytes == 512.0 && c[i].pcie_rx_bytes == 3e9);
+    const unsigned long long wide[4] = {1ull << 40, 7, (1ull << 40) + 5000000000ull, 7};
+    nvml_stub_sample(&st, NVML_VALUE_ULONGLONG, wide, 3, 0, 0, c);
+    EXPECT(c[0].pcie_tx_bytes == 5e9 && c[0].pcie_rx_bytes == 0.0);
+    nvml_stub_sample(&st, NVML_VALUE_ULONGLONG, wide, 18, 1, 0, c);
+    EXPECT(c[1].nvlink_tx_bytes == 171 * 500.0 * 1024 && c[1].nvlink_rx_bytes == 342 * 500.0 * 1024);
     dlclose(h);
 }
 
@@ -2200,7 +2261,7 @@ int main(int argc, char **argv)
         {"gradients", test_gradients}, {"rel_diff", test_rel_diff},
         {"accounting", test_accounting}, {"buckets", test_buckets}, {"ring", test_ring},
         {"suite", test_suite}, {"settings", test_settings}, {"nvml", test_nvml},
-        {"nvml_stub", test_nvml_stub},
+        {"nvml_fields", test_nvml_fields}, {"nvml_stub", test_nvml_stub},
         {"comm_abort", test_comm_abort}, {"comm_watch", test_comm_watch},
         {"busbw", test_busbw}, {"context", test_context}, {"versions", test_versions},
         {"gemm", test_gemm}, {"host_math", test_host_math}, {"scale_copy", test_scale_copy},

@@ -12,14 +12,8 @@
 #include "core/util.h"
 
 typedef void *nvml_dev;
-typedef struct nvml_field {  /* nvmlFieldValue_t */
-    unsigned field_id, scope_id;
-    long long timestamp, latency_us;
-    unsigned value_type, ret;
-    union { double d; unsigned u; unsigned long ul; unsigned long long ull; long long sll; } value;
-} nvml_field;
 
-enum { FI_NVLINK_TX = 138, FI_NVLINK_RX = 139, PCIE_TX = 0, PCIE_RX = 1, CLOCK_SM = 1 };
+enum { FI_NVLINK_TX = 138, FI_NVLINK_RX = 139, FI_PCIE_TX = 197, FI_PCIE_RX = 198, CLOCK_SM = 1 };
 #define NVML_NVLINK_ALL UINT_MAX   /* scope_id of a field summed over every link */
 #define NVML_NVLINK_MAX_LINKS 18   /* NVML_NVLINK_MAX_LINKS in nvml.h */
 
@@ -30,7 +24,6 @@ static struct {
     char why[256];
     int (*init)(void);
     int (*by_bus)(const char *, nvml_dev *);
-    int (*pcie)(nvml_dev, int, unsigned *);
     int (*fields)(nvml_dev, int, nvml_field *);
     int (*clock)(nvml_dev, int, unsigned *);
     int (*reasons)(nvml_dev, unsigned long long *);
@@ -66,7 +59,6 @@ static int open_library(void)
     }
     *(void **)&nv.init = sym("nvmlInit_v2");
     *(void **)&nv.by_bus = sym("nvmlDeviceGetHandleByPciBusId_v2");
-    *(void **)&nv.pcie = sym("nvmlDeviceGetPcieThroughput");
     *(void **)&nv.fields = sym("nvmlDeviceGetFieldValues");
     *(void **)&nv.clock = sym("nvmlDeviceGetClockInfo");
     *(void **)&nv.reasons = sym("nvmlDeviceGetCurrentClocksEventReasons");
@@ -104,10 +96,35 @@ int nvml_available(char *why, size_t len)
     return ok;
 }
 
+int nvml_field_u64(const nvml_field *f, unsigned long long *v, int *bits)
+{
+    if (f->ret != 0) return 0;
+    switch (f->value_type) {
+    case NVML_VALUE_UINT: *v = f->value.u; *bits = 32; return 1;
+    case NVML_VALUE_ULONG: *v = f->value.ul; *bits = (int)(8 * sizeof(unsigned long)); return 1;
+    case NVML_VALUE_ULONGLONG: *v = f->value.ull; *bits = 64; return 1;
+    case NVML_VALUE_SLONGLONG: *v = (unsigned long long)f->value.sll; *bits = 64; return 1;
+    default: return 0;
+    }
+}
+
+unsigned long long nvml_counter_delta(unsigned long long before, unsigned long long now, int bits)
+{
+    unsigned long long d = now - before; /* modulo 2^64 */
+    return bits < 64 ? d & ((1ull << bits) - 1) : d;
+}
+
+/* A counter read through nvmlDeviceGetFieldValues, and what it had read before. */
+typedef struct nvml_count {
+    int have, bits;
+    unsigned long long last;
+} nvml_count;
+
 struct nvml_sampler {
     int n, period_ms, stop;
     nvml_dev dev[DPS_MAX_DEVICES];
     nvml_counters c[DPS_MAX_DEVICES];
+    nvml_count pcie[DPS_MAX_DEVICES][2];   /* TX, RX: bytes, may wrap */
     unsigned long long nvlink0[DPS_MAX_DEVICES][2];
     pthread_t thread;
     pthread_mutex_t mu;
@@ -122,10 +139,9 @@ static int nvlink_read(nvml_dev d, unsigned scope, unsigned long long out[2])
     f[0].field_id = FI_NVLINK_TX;
     f[1].field_id = FI_NVLINK_RX;
     f[0].scope_id = f[1].scope_id = scope;
-    if (!nv.fields || nv.fields(d, 2, f) != 0 || f[0].ret != 0 || f[1].ret != 0) return 0;
-    out[0] = f[0].value.ull;
-    out[1] = f[1].value.ull;
-    return 1;
+    int bits;
+    return nv.fields && nv.fields(d, 2, f) == 0 && nvml_field_u64(&f[0], &out[0], &bits) &&
+           nvml_field_u64(&f[1], &out[1], &bits);
 }
 
 /* Data KiB over every NVLink of the device (an H100 or H200 has 18): the
@@ -145,15 +161,34 @@ static int nvlink_kib(nvml_dev d, unsigned long long out[2])
     return any;
 }
 
-static void sample(nvml_sampler *s, int i, double dt_s)
+/* The cumulative PCIe TX and RX byte counters (NVML_FI_DEV_PCIE_COUNT_*,
+ * drivers R550 and later): each read's difference from the one before,
+ * modulo the counter's width, added to the device's bytes. Read every
+ * period, so a 32-bit counter wraps at most once between two reads. */
+static void pcie_read(nvml_sampler *s, int i)
+{
+    nvml_field f[2];
+    memset(f, 0, sizeof f);
+    f[0].field_id = FI_PCIE_TX;
+    f[1].field_id = FI_PCIE_RX;
+    if (!nv.fields || nv.fields(s->dev[i], 2, f) != 0) return;
+    double *bytes[2] = {&s->c[i].pcie_tx_bytes, &s->c[i].pcie_rx_bytes};
+    for (int k = 0; k < 2; k++) {
+        nvml_count *n = &s->pcie[i][k];
+        unsigned long long v;
+        int bits;
+        if (!nvml_field_u64(&f[k], &v, &bits)) continue;
+        if (n->have) *bytes[k] += (double)nvml_counter_delta(n->last, v, n->bits);
+        *n = (nvml_count){1, bits, v};
+    }
+    s->c[i].have_pcie = s->pcie[i][0].have && s->pcie[i][1].have;
+}
+
+static void sample(nvml_sampler *s, int i)
 {
     nvml_counters *c = &s->c[i];
-    unsigned tx, rx, mhz;
-    if (nv.pcie && nv.pcie(s->dev[i], PCIE_TX, &tx) == 0 && nv.pcie(s->dev[i], PCIE_RX, &rx) == 0) {
-        c->have_pcie = 1;
-        c->pcie_tx_bytes += tx * 1024.0 * dt_s; /* KB/s over the last 20 ms */
-        c->pcie_rx_bytes += rx * 1024.0 * dt_s;
-    }
+    unsigned mhz;
+    pcie_read(s, i);
     if (nv.clock && nv.clock(s->dev[i], CLOCK_SM, &mhz) == 0) {
         if (!c->have_clock || mhz < c->sm_clock_min_mhz) c->sm_clock_min_mhz = mhz;
         if (mhz > c->sm_clock_max_mhz) c->sm_clock_max_mhz = mhz;
@@ -166,15 +201,12 @@ static void sample(nvml_sampler *s, int i, double dt_s)
 static void *sampler_main(void *arg)
 {
     nvml_sampler *s = arg;
-    double last = dps_now_ms();
     for (;;) {
         struct timespec ts = {0, (long)s->period_ms * 1000000L};
         nanosleep(&ts, NULL);
         pthread_mutex_lock(&s->mu);
         int stop = s->stop;
-        double now = dps_now_ms();
-        for (int i = 0; i < s->n; i++) sample(s, i, (now - last) * 1e-3);
-        last = now;
+        for (int i = 0; i < s->n; i++) sample(s, i);
         pthread_mutex_unlock(&s->mu);
         if (stop) return NULL;
     }
@@ -193,6 +225,7 @@ nvml_sampler *nvml_start(const backend *be, const int *devs, int n, int period_m
             return NULL;
         }
         s->c[i].have_nvlink = nvlink_kib(s->dev[i], s->nvlink0[i]);
+        pcie_read(s, i); /* the counters' starting values */
     }
     pthread_mutex_init(&s->mu, NULL);
     if (pthread_create(&s->thread, NULL, sampler_main, s) != 0) {
@@ -207,7 +240,7 @@ void nvml_stop(nvml_sampler *s, nvml_counters *out)
 {
     if (!s) return;
     pthread_mutex_lock(&s->mu);
-    s->stop = 1;
+    s->stop = 1; /* the thread's last sample reads the counters' final values */
     pthread_mutex_unlock(&s->mu);
     pthread_join(s->thread, NULL);
     for (int i = 0; i < s->n; i++) {

@@ -15,7 +15,7 @@
 
 typedef struct nvml_counters {
     int have_pcie, have_nvlink, have_clock;
-    double pcie_tx_bytes, pcie_rx_bytes;      /* integrated from KB/s samples */
+    double pcie_tx_bytes, pcie_rx_bytes;      /* differences of cumulative bytes */
     double nvlink_tx_bytes, nvlink_rx_bytes;  /* differences of cumulative KiB */
     unsigned sm_clock_min_mhz, sm_clock_max_mhz;
     unsigned long long throttle_reasons;      /* OR of every sample */
@@ -23,6 +23,21 @@ typedef struct nvml_counters {
 
 typedef struct nvml_sampler nvml_sampler;
 
+/* nvmlFieldValue_t, with NVML's layout (no NVML header is needed to build). */
+typedef struct nvml_field {
+    unsigned field_id, scope_id;
+    long long timestamp, latency_us;
+    unsigned value_type, ret;
+    union { double d; unsigned u; unsigned long ul; unsigned long long ull; long long sll; } value;
+} nvml_field;
+/* nvmlValueType_t's integer kinds */
+enum { NVML_VALUE_UINT = 1, NVML_VALUE_ULONG = 2, NVML_VALUE_ULONGLONG = 3, NVML_VALUE_SLONGLONG = 4 };
+
+/* A field's integer value and its width in bits; 0 when the field failed
+ * (ret) or is not an integer. */
+int nvml_field_u64(const nvml_field *f, unsigned long long *v, int *bits);
+/* now - before for a counter of `bits` bits that may have wrapped (once). */
+unsigned long long nvml_counter_delta(unsigned long long before, unsigned long long now, int bits);
 /* Tests: the library to load instead of libnvidia-ml.so.1 (a stub), before
  * the first nvml_available. */
 void nvml_use_library(const char *path);
