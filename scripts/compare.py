@@ -156,7 +156,7 @@ class RunFolder:
         if not runs:
             raise InputError(f"{runs.path}: no configuration rows")
         self.runs = {r["config_id"]: r for r in runs}
-        self.steps = by_config(files["steps.csv"])
+        self.steps = files["steps.csv"].of
         self.devices = by_config(files["devices.csv"])
         self.meta = read_meta(folder, missing_ok=True)
         self.cache = {}
@@ -179,14 +179,7 @@ class RunFolder:
 
     def read_samples(self, cid, metric):
         run = self.runs[cid]
-        by_step = {}
-        for s in self.steps.get(cid, []):
-            step = integer(s, "step")
-            t = number(s, "step_ms")
-            ar = number(s, "allreduce_ms", allow_empty=True) or 0.0
-            prev = by_step.get(step, (0.0, 0.0))
-            by_step[step] = (max(prev[0], t), max(prev[1], ar))
-        vals = [by_step[k] for k in sorted(by_step)]
+        vals = slowest_ranks(self.steps.get(cid))
         if metric == "step_ms":
             return [v[0] for v in vals]
         if metric == "samples_per_s":
@@ -201,6 +194,20 @@ class RunFolder:
     def memory(self, cid, col):
         return {integer(d, "device"): number(d, col)
                 for d in self.devices.get(cid, [])}
+
+
+def slowest_ranks(rows):
+    """[(step_ms, allreduce_ms)] per step in step order, each its slowest
+    rank's, of one configuration's steps.csv rows (dpsresults.StepRows; an
+    empty allreduce_ms counts as 0)."""
+    by_step = {}
+    if rows:
+        values = rows.values
+        for step, t, ar in zip(rows.step, values["step_ms"], values["allreduce_ms"]):
+            ar = 0.0 if math.isnan(ar) else ar
+            prev = by_step.get(step, (0.0, 0.0))
+            by_step[step] = (max(prev[0], t), max(prev[1], ar))
+    return [by_step[k] for k in sorted(by_step)]
 
 
 # The files that stand for their folder on the command line.

@@ -5,6 +5,8 @@ promise each other, meta.json's types and the library versions it records;
 and `dpscale predict`'s predictions.csv (read_predictions).
 Shared by compare.py, plot.py and the tests; standard library only.
 """
+import array
+import codecs
 import copy
 import csv
 import io
@@ -12,6 +14,7 @@ import json
 import math
 import os
 import re
+import stat
 
 # The phases of a step, in steps.csv's order (dps_phase_names in src/core/names.c).
 PHASES = ["load", "replicate", "scatter", "forward", "gather", "loss", "backward", "reduce",
@@ -43,6 +46,27 @@ class Kind:
             return None if v in self.words else f"is not one of {', '.join(self.words)}"
         return number_problem(v, self) if self.number else None
 
+    def pattern(self):
+        """A regular expression that only cells of this kind match (row_pattern's
+        quick check; a cell it does not match is judged by problem())."""
+        if self.words is not None:
+            core = "|".join(re.escape(w) for w in self.words)
+        elif not self.number:
+            core = "[^\x00]+" if self.nonempty else "[^\x00]*"
+        else:
+            core = quick_number_pattern(self)
+        return f"(?:{core})?" if self.empty else f"(?:{core})"
+
+
+# The cells dpscale writes (src/core/csv.c's csv_int, csv_u64, csv_num; torch_reference.py's
+# fmt the same): whole numbers in ASCII digits without sign or leading zero, other numbers
+# as printf's %.Nf, N from 0 to 9, a '-' only before a negative one. Python's int() and
+# float() take much more ('２', '٢', ' 2', '+2', '2e0', '2_0' as 20): a number cell must match
+# these first. src/core/csv_table.c (predict --from) holds the same grammar.
+WHOLE = re.compile(r"0|[1-9][0-9]*")
+DECIMAL = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]{1,9})?")
+WRITTEN = ("digits, a '.' and at most 9 decimals, a '-' only before a negative number: no '+', "
+           "exponent, space, '_' or leading zero")
 
 # The magnitudes of the non-zero numbers dpscale writes: at most 9 decimals,
 # at most a 64-bit count. Beyond them, sums and ratios of cells could overflow.
@@ -50,21 +74,44 @@ SMALLEST, LARGEST = 1e-9, 2.0 ** 64
 
 
 def number_problem(v, kind):
+    if not (WHOLE if kind.whole else DECIMAL).fullmatch(v):
+        return unwritten_problem(v, kind)
+    x = int(v) if kind.whole else float(v)
+    if x and not SMALLEST <= abs(x) < LARGEST:
+        return f"is out of range (non-zero values lie between {SMALLEST:g} and 2^64)"
+    if kind.least is not None and x < kind.least:
+        return f"is below {kind.least}"
+    if kind.positive and x <= 0:
+        return "is not above 0"
+    return None
+
+
+def unwritten_problem(v, kind):
+    """What a number cell that dpscale would not write holds instead."""
+    if kind.whole and DECIMAL.fullmatch(v):
+        below = kind.least is not None and float(v) < kind.least
+        return f"is below {kind.least}" if below else \
+            "is not a whole number (dpscale writes those in digits alone)"
     try:
         x = float(v)
     except ValueError:
         return "is not a number"
     if not math.isfinite(x):
         return "is not finite"
-    if x and not SMALLEST <= abs(x) < LARGEST:
-        return f"is out of range (non-zero values lie between {SMALLEST:g} and 2^64)"
-    if kind.whole and x != int(x):
-        return "is not a whole number"
-    if kind.least is not None and x < kind.least:
-        return f"is below {kind.least}"
-    if kind.positive and x <= 0:
-        return "is not above 0"
-    return None
+    return f"is not a number as dpscale writes them ({WRITTEN})"
+
+
+def quick_number_pattern(kind):
+    """The numbers of a kind that need no more check: at most 19 digits before
+    the point (under 2^64) and 9 after (no non-zero value below 1e-9)."""
+    digits = "[1-9][0-9]{0,18}" if kind.whole and kind.least == 1 else "0|[1-9][0-9]{0,18}"
+    if kind.least not in (None, 0, 1) or (kind.least == 1 and not kind.whole):
+        return "(?!)"  # every cell through problem()
+    if kind.whole:
+        return digits
+    sign = "-?" if kind.least is None and not kind.positive else ""
+    nonzero = "(?![0.]*(?:\x00|\\Z))" if kind.positive else ""
+    return f"{nonzero}{sign}(?:{digits})(?:\\.[0-9]{{1,9}})?"
 
 
 TEXT = Kind()
@@ -216,17 +263,80 @@ class Table(list):
         self.fix = fix
 
 
-def read_text(path, fix=FIX):
-    """A file's text (UTF-8; a leading byte-order mark is skipped)."""
-    if not os.path.exists(path):
-        raise InputError(f"{path}: no such file (is this a dpscale results folder?)")
-    if os.path.isdir(path):
+# The largest file the readers take, in bytes (docs/results.md; src/core/csv_read.h's
+# CSV_READ_MAX_BYTES the same): steps.csv (a row per step and rank) is held compactly
+# (Steps: about 140 bytes a row at the peak, as much as the file); every other file's rows
+# are dicts, about 15 times the file. A larger file is refused before it is read.
+MAX_BYTES = {"steps.csv": 1 << 30}
+MAX_BYTES_OTHER = 64 << 20
+# What to do about a file over its limit.
+TOO_BIG_FIX = ("dpscale writes less than that: restore the file as it wrote it, or record the "
+               "configurations in folders of their own (--name)")
+
+
+def byte_limit(name):
+    return MAX_BYTES.get(name, MAX_BYTES_OTHER)
+
+
+def refuse_unreadable(path, st, fix, limit):
+    """Refuses, by its stat st, a file that is not a regular file of at most
+    limit bytes (a FIFO would block its reader, /dev/zero never end)."""
+    if stat.S_ISDIR(st.st_mode):
         raise InputError(f"{path}: a folder, not a file; {fix}")
+    if not stat.S_ISREG(st.st_mode):
+        what = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a socket" \
+            if stat.S_ISSOCK(st.st_mode) else "a device"
+        raise InputError(f"{path}: {what}, not a regular file (dpscale writes files); {fix}")
+    if st.st_size > limit:
+        raise InputError(f"{path}: {st.st_size} bytes, more than the {limit} the readers take "
+                         f"(docs/results.md); {TOO_BIG_FIX}")
+
+
+def open_regular(path, fix=FIX, limit=None):
+    """path opened for reading in binary, once it is known to be a regular file
+    of at most limit bytes (default: byte_limit of its name); refused before
+    it is opened otherwise, and again by what was opened."""
+    limit = byte_limit(os.path.basename(path)) if limit is None else limit
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        refuse_unreadable(path, os.stat(path), fix, limit)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        dangling = os.path.lexists(path)
+        raise InputError(f"{path}: " + ("a symbolic link to nothing; " + fix if dangling else
+                                        "no such file (is this a dpscale results folder?)")) \
+            from None
     except OSError as e:
         raise InputError(f"{path}: cannot read: {e.strerror}") from None
+    try:
+        refuse_unreadable(path, os.fstat(fd), fix, limit)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def not_utf8(path, fix):
+    """The InputError of a file that does not decode as UTF-8, naming the line
+    of its first bad byte (the file read again, a MiB at a time)."""
+    decoder, line = codecs.getincrementaldecoder("utf-8")(), 1
+    with open_regular(path, fix) as f:
+        for piece in iter(lambda: f.read(1 << 20), b""):
+            try:
+                decoder.decode(piece)
+            except UnicodeDecodeError as e:  # e.object: the bytes it held, then piece
+                line += e.object.count(b"\n", 0, e.start)
+                return InputError(f"{path}:{line}: not UTF-8 (byte 0x{e.object[e.start]:02x}); "
+                                  f"{fix}")
+            line += piece.count(b"\n")
+    return InputError(f"{path}:{line}: not UTF-8 (it ends inside a character); {fix}")
+
+
+def read_text(path, fix=FIX):
+    """A file's text (UTF-8; a leading byte-order mark is skipped), read once
+    open_regular has checked the file."""
+    with open_regular(path, fix) as f:
+        data = f.read()
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
@@ -235,32 +345,84 @@ def read_text(path, fix=FIX):
             from None
 
 
+def row_pattern(header, kinds):
+    """One regular expression that a row's cells joined by NUL match only
+    when every cell holds what its column's kind may (most rows need no more
+    check: see Kind.pattern)."""
+    return re.compile("\x00".join(kinds[c].pattern() if c in kinds else "[^\x00]*"
+                                  for c in header), re.DOTALL)
+
+
+def csv_rows(path, required, schema, fix):
+    """(header, rows): rows yields (line, cells) of each row of a CSV file,
+    streamed, once its field count and every cell are checked (the header:
+    at least the required columns, none twice)."""
+    f = open_regular(path, fix)
+    text = io.TextIOWrapper(f, encoding="utf-8-sig", newline="")
+    reader = csv.reader(text)
+    try:
+        header = next(reader, None)
+    except (csv.Error, UnicodeDecodeError) as e:
+        f.close()
+        raise reading_error(path, reader, e, fix) from None
+    if not header:
+        f.close()
+        raise InputError(f"{path}:1: empty file (no header)")
+    try:
+        check_header(path, header, required, fix)
+    except InputError:
+        f.close()
+        raise
+    return header, checked_rows(path, f, reader, header, KINDS.get(schema, {}), fix)
+
+
+def checked_rows(path, f, reader, header, kinds, fix):
+    quick, width = row_pattern(header, kinds).fullmatch, len(header)
+    checked = [(i, c, kinds[c]) for i, c in enumerate(header) if c in kinds]
+    with f:
+        try:
+            for cells in reader:
+                if len(cells) != width:
+                    raise InputError(f"{path}:{reader.line_num}: wrong number of fields (the "
+                                     f"header has {width}); {fix}")
+                if not quick("\x00".join(cells)):
+                    check_cells(path, reader.line_num, cells, checked, fix)
+                yield reader.line_num, cells
+        except (csv.Error, UnicodeDecodeError) as e:
+            raise reading_error(path, reader, e, fix) from None
+
+
+def reading_error(path, reader, e, fix):
+    if isinstance(e, UnicodeDecodeError):
+        return not_utf8(path, fix)
+    why = f"a field longer than {csv.field_size_limit()} characters" \
+        if "field limit" in str(e) else f"not CSV as dpscale writes it ({e})"
+    return InputError(f"{path}:{reader.line_num}: {why}; {fix}")
+
+
+def check_cells(path, line, cells, checked, fix):
+    for i, col, kind in checked:
+        why = kind.problem(cells[i])
+        if why:
+            raise InputError(f"{path}:{line}: column {col} {why}: {short(cells[i])}; {fix}")
+
+
 def read_csv(path, required=(), schema=None, fix=FIX):
     """The Table of a CSV file that has at least the required columns, every
     row with as many fields as the header, every cell as its column's kind
     (KINDS) and no two rows with the same key (KEYS); schema: the file name
     whose kinds and key apply (default: the file's own name), fix: what an
-    error says to do."""
-    reader = csv.DictReader(io.StringIO(read_text(path, fix), newline=""))
-    try:
-        header = reader.fieldnames
-        if not header:
-            raise InputError(f"{path}:1: empty file (no header)")
-        check_header(path, header, required, fix)
-        rows = []
-        for row in reader:
-            if None in row or None in row.values():
-                raise InputError(f"{path}:{reader.line_num}: wrong number of fields (the header "
-                                 f"has {len(header)}); {fix}")
-            row["_path"], row["_line"] = path, reader.line_num
-            rows.append(row)
-    except csv.Error as e:
-        why = f"a field longer than {csv.field_size_limit()} characters" \
-            if "field limit" in str(e) else f"not CSV as dpscale writes it ({e})"
-        raise InputError(f"{path}:{reader.reader.line_num}: {why}; {fix}") from None
-    table = Table(path, list(header), rows, schema, fix)
-    check_cells(table)
-    check_keys(table)
+    error says to do. Streamed: what it holds is the rows' dicts."""
+    schema = schema or os.path.basename(path)
+    header, rows = csv_rows(path, required, schema, fix)
+    key = key_of(header, schema)
+    table, first = Table(path, list(header), [], schema, fix), {}
+    for line, cells in rows:
+        row = dict(zip(header, cells))
+        row["_path"], row["_line"] = path, line
+        if key:
+            repeated(first, tuple(cells[i] for i in key), row, schema)
+        table.append(row)
     return table
 
 
@@ -273,48 +435,106 @@ def check_header(path, header, required, fix=FIX):
         raise InputError(f"{path}:1: column(s) {', '.join(twice)} more than once; {fix}")
 
 
-def check_cells(table):
-    kinds = KINDS.get(table.schema, {})
-    checked = [(col, kinds[col]) for col in table.columns if col in kinds]
-    for row in table:
-        for col, kind in checked:
-            why = kind.problem(row[col])
-            if why:
-                raise InputError(f"{where(row)}: column {col} {why}: {short(row[col])}; "
-                                 f"{table.fix}")
-
-
 def short(v):
     return repr(v) if len(v) <= 40 else repr(v[:40]) + "..."
 
 
-def check_keys(table):
-    key = KEYS.get(table.schema)
-    if not key or any(c not in table.columns for c in key):
-        return
-    kinds = KINDS[table.schema]
-    remedy = REPEAT_FIX.get(table.schema, "remove the repeated rows, or record each run in a "
-                                          "folder of its own (--name)")
-    first = {}
-    for row in table:
-        k = tuple(float(row[c]) if kinds[c].number else row[c] for c in key)
-        if k in first:
-            what = ", ".join(f"{c} {row[c]}" for c in key[1:] if row[c] != "")
-            raise InputError(f"{where(row)}: {'configuration ' if not what else ''}{row[key[0]]}"
-                             f"{': ' + what if what else ''} again (first at line {first[k]}); "
-                             f"{remedy}")
+def key_of(header, schema):
+    """The indexes of a file's key columns (KEYS), or None when it has none.
+    The key's cells compare as text: whole numbers have one spelling."""
+    key = KEYS.get(schema)
+    if not key or any(c not in header for c in key):
+        return None
+    return [header.index(c) for c in key]
+
+
+def repeated(first, k, row, schema):
+    """Refuses a row whose key k an earlier row had; else notes its line."""
+    if k not in first:
         first[k] = row["_line"]
+        return
+    key = KEYS[schema]
+    remedy = REPEAT_FIX.get(schema, "remove the repeated rows, or record each run in a folder of "
+                                    "its own (--name)")
+    what = ", ".join(f"{c} {row[c]}" for c in key[1:] if row[c] != "")
+    raise InputError(f"{where(row)}: {'configuration ' if not what else ''}{row[key[0]]}"
+                     f"{': ' + what if what else ''} again (first at line {first[k]}); {remedy}")
+
+
+class StepRows:
+    """One configuration's rows of steps.csv in file order: arrays of their
+    step, rank and line, and values[col] of each other column read (floats,
+    NaN where empty)."""
+    __slots__ = ("step", "rank", "line", "values", "seen")
+
+    def __init__(self, columns):
+        self.step, self.rank, self.line = array.array("Q"), array.array("Q"), array.array("Q")
+        self.values = {c: array.array("d") for c in columns}
+        self.seen = set()  # (step, rank) codes while the file is read
+
+    def __len__(self):
+        return len(self.step)
+
+    def where(self, path, i):
+        return f"{path}:{self.line[i]}"
+
+
+class Steps:
+    """steps.csv held compactly (read_steps): .of {config_id: StepRows}, in
+    file order; .path, .columns (the header)."""
+
+    def __init__(self, path, columns):
+        self.path, self.columns, self.of = path, columns, {}
+
+    def __len__(self):
+        return sum(len(g) for g in self.of.values())
+
+
+def read_steps(path, required=()):
+    """steps.csv as Steps: every cell checked as read_csv checks it, no step
+    and rank of a configuration twice; of each row only config_id, step, rank
+    and the other required columns are kept."""
+    header, rows = csv_rows(path, ["config_id", "step", "rank", *required], "steps.csv", FIX)
+    steps = Steps(path, list(header))
+    ci, si, ri = (header.index(c) for c in ("config_id", "step", "rank"))
+    floats = [(c, header.index(c)) for c in required if c not in ("config_id", "step", "rank")]
+    names = [c for c, _ in floats]
+    for line, cells in rows:
+        g = steps.of.get(cells[ci])
+        if g is None:
+            g = steps.of[cells[ci]] = StepRows(names)
+        step, rank = int(cells[si]), int(cells[ri])
+        code = step << 64 | rank
+        if code in g.seen:
+            raise step_again(steps, cells[ci], g, step, rank, line)
+        g.seen.add(code)
+        g.step.append(step)
+        g.rank.append(rank)
+        g.line.append(line)
+        for c, i in floats:
+            g.values[c].append(float(cells[i]) if cells[i] else math.nan)
+    for g in steps.of.values():
+        g.seen = None
+    return steps
+
+
+def step_again(steps, cid, g, step, rank, line):
+    first = next(g.line[i] for i in range(len(g)) if g.step[i] == step and g.rank[i] == rank)
+    return InputError(f"{steps.path}:{line}: {cid}: step {step}, rank {rank} again (first at "
+                      f"line {first}); remove the repeated rows, or record each run in a folder "
+                      f"of its own (--name)")
 
 
 def read_folder(folder, columns, optional=()):
     """{file name: Table} for each file of a {file name: required columns}
-    map, read in the map's order, checked against each other (check_runs); a
-    file named in optional that is absent reads as None."""
+    map (steps.csv: Steps), read in the map's order, checked against each
+    other (check_runs); a file named in optional that is absent reads as None."""
     tables = {}
     for name, required in columns.items():
         path = os.path.join(folder, name)
         absent = name in optional and not os.path.lexists(path)
-        tables[name] = None if absent else read_csv(path, required)
+        read = read_steps if name == "steps.csv" else read_csv
+        tables[name] = None if absent else read(path, required)
     if tables.get("runs.csv") is not None:
         check_runs(tables)
     return tables
@@ -341,13 +561,16 @@ def strategy(run):
     return "dp-lean" if run["config_id"].startswith("dp-lean-") else run["mode"]
 
 
+WHOLE_NUMBER = Kind(number=True, whole=True)
+
+
 def integer(row, col):
     """The whole number in a row's column, as an int."""
-    x = number(row, col)
-    if x != int(x):
-        raise InputError(f"{where(row)}: column {col} is not a whole number: {short(row[col])}; "
-                         f"{FIX}")
-    return int(x)
+    v = row[col]
+    why = number_problem(v, WHOLE_NUMBER) if v else "is empty"
+    if why:
+        raise InputError(f"{where(row)}: column {col} {why}: {short(v)}; {FIX}")
+    return int(v)
 
 
 def by_config(rows):
@@ -366,25 +589,35 @@ def check_runs(tables):
     row per device, each device that takes part with an allocation peak."""
     ok = [r for r in tables["runs.csv"] if r["status"] == "ok"]
     steps, devices = tables.get("steps.csv"), tables.get("devices.csv")
-    if steps is not None and {"step", "rank"} <= set(steps.columns):
+    if steps is not None:
         check_steps(ok, steps)
     if devices is not None:
         check_devices(ok, devices)
 
 
 def check_steps(ok, steps):
-    mine = by_config(steps)
+    """steps: Steps (read_steps)."""
+    empty = StepRows([])
     for run in ok:
         cid, n, done = run["config_id"], integer(run, "ngpus"), integer(run, "steps_done")
-        rows = mine.get(cid, [])
-        for s in rows:
-            if integer(s, "rank") >= n or integer(s, "step") >= done:
-                raise InputError(f"{where(s)}: {cid}: step {s['step']}, rank {s['rank']} is past "
-                                 f"what {where(run)} says (ngpus {n}, steps_done {done}); {FIX}")
+        rows = steps.of.get(cid, empty)
+        past = first_past(rows, n, done)
+        if past is not None:
+            raise InputError(f"{rows.where(steps.path, past)}: {cid}: step {rows.step[past]}, rank "
+                             f"{rows.rank[past]} is past what {where(run)} says (ngpus {n}, "
+                             f"steps_done {done}); {FIX}")
         if len(rows) != n * done:
             raise InputError(f"{steps.path}: {cid}: {len(rows)} rows, but {where(run)} promises "
                              f"{n * done} ({n} rank(s) x steps_done {done}): the file was cut "
                              f"short or edited; {FIX}")
+
+
+def first_past(rows, n, done):
+    """The index of a configuration's first steps.csv row past its n ranks or
+    its steps done, or None."""
+    if not rows or (max(rows.rank) < n and max(rows.step) < done):
+        return None
+    return next(i for i in range(len(rows)) if rows.rank[i] >= n or rows.step[i] >= done)
 
 
 def check_devices(ok, devices):

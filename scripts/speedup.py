@@ -19,12 +19,14 @@ SAME_STEP = ("At one device dp and ddp run the same step (one replica: no scatte
 
 
 def step_times(steps):
-    """{config_id: [step_ms, one per step]} of steps.csv's rows (rank 0's: a
-    step's time is its slowest rank's, written on every rank's row)."""
+    """{config_id: [step_ms, one per step]} of steps.csv (dpsresults.Steps,
+    or None) from rank 0's rows: a step's time is its slowest rank's,
+    written on every rank's row."""
     out = {}
-    for s in steps or []:
-        if integer(s, "rank") == 0:
-            out.setdefault(s["config_id"], []).append(number(s, "step_ms"))
+    for cid, rows in (steps.of.items() if steps else ()):
+        times = [t for rank, t in zip(rows.rank, rows.values["step_ms"]) if rank == 0]
+        if times:
+            out[cid] = times
     return out
 
 
