@@ -1511,7 +1511,8 @@ static void test_nvml(void)
     be_close(be);
 }
 
-/* The counters' arithmetic: a field's integer, a wrapped counter's difference. */
+/* The counters' arithmetic: a field's integer, a wrapped counter's
+ * difference, per-link reads added up or, all alike, taken once. */
 static void test_nvml_fields(void)
 {
     nvml_field f;
@@ -1532,6 +1533,9 @@ static void test_nvml_fields(void)
     EXPECT(nvml_counter_delta(0xffffff00u, 0x100u, 32) == 0x200);
     EXPECT(nvml_counter_delta(10, 25, 32) == 15 && nvml_counter_delta(10, 25, 64) == 15);
     EXPECT(nvml_counter_delta(~0ull - 4, 5, 64) == 10);
+    const unsigned long long alike[3] = {7, 7, 7}, apart[3] = {1, 2, 3}, one[1] = {9};
+    EXPECT(nvml_links_total(alike, 3) == 7 && nvml_links_total(apart, 3) == 6);
+    EXPECT(nvml_links_total(one, 1) == 9 && nvml_links_total(one, 0) == 0);
 }
 
 typedef struct nvml_stub {
@@ -1565,7 +1569,8 @@ static void nvml_stub_sample(const nvml_stub *st, unsigned type, const unsigned 
 
 /* NVML through tests/nvml_stub.c (DPSCALE_NVML_STUB names it): initialised
  * again in a forked child; PCIe bytes from the cumulative counters, 32-bit
- * ones across a wrap; NVLink from the aggregate scope. */
+ * ones across a wrap; NVLink from the aggregate, or the links added, or
+ * taken once where the driver answers each link with the total. */
 static void test_nvml_stub(void)
 {
     const char *path = getenv("DPSCALE_NVML_STUB");
@@ -1590,11 +1595,15 @@ static void test_nvml_stub(void)
     nvml_counters c[2];
     const unsigned long long wrap[4] = {0xffffff00u, 100, 0x100, 3000000100u};
     nvml_stub_sample(&st, NVML_VALUE_UINT, wrap, 4, 0, 1, c);
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 2; i++) {
         EXPECT(c[i].have_pcie && c[i].pcie_tx_bytes == 512.0 && c[i].pcie_rx_bytes == 3e9);
+        EXPECT(c[i].have_nvlink && c[i].nvlink_tx_bytes == 500.0 * 1024 &&
+               c[i].nvlink_rx_bytes == 1000.0 * 1024);
+    }
     const unsigned long long wide[4] = {1ull << 40, 7, (1ull << 40) + 5000000000ull, 7};
     nvml_stub_sample(&st, NVML_VALUE_ULONGLONG, wide, 3, 0, 0, c);
     EXPECT(c[0].pcie_tx_bytes == 5e9 && c[0].pcie_rx_bytes == 0.0);
+    EXPECT(c[0].nvlink_tx_bytes == 6 * 500.0 * 1024); /* links 1 + 2 + 3 times 500 KiB */
     nvml_stub_sample(&st, NVML_VALUE_ULONGLONG, wide, 18, 1, 0, c);
     EXPECT(c[1].nvlink_tx_bytes == 171 * 500.0 * 1024 && c[1].nvlink_rx_bytes == 342 * 500.0 * 1024);
     dlclose(h);

@@ -36,6 +36,8 @@ typedef struct cuda_impl {
     pthread_mutex_t init_lock;
     /* peer access switched on from device i to device j, on first use */
     unsigned char peer_on[DPS_MAX_DEVICES][DPS_MAX_DEVICES];
+    /* held off by peer_access(i, j, 0) until it is switched on again */
+    unsigned char peer_held_off[DPS_MAX_DEVICES][DPS_MAX_DEVICES];
     be_cuda_versions versions; /* read by the probe at open */
 } cuda_impl;
 
@@ -53,14 +55,16 @@ static dps_status ensure_device(backend *be, int dev)
 }
 
 /* Peer access from dev to peer's memory, switched on the first time a copy
- * between the two needs it (dp's replicate, scatter, gather and reduce).
- * dev is current. Pairs without peer access copy through the host. */
+ * between the two needs it (dp's replicate, scatter, gather and reduce),
+ * unless it is held off. dev is current. Pairs without peer access copy
+ * through the host. */
 static dps_status ensure_peer(backend *be, int dev, int peer)
 {
     cuda_impl *im = impl_of(be);
     if (dev == peer || !be->peer[dev][peer] || im->peer_on[dev][peer]) return DPS_OK;
     pthread_mutex_lock(&im->init_lock);
-    cudaError_t e = im->peer_on[dev][peer] ? cudaSuccess : cudaDeviceEnablePeerAccess(peer, 0);
+    int skip = im->peer_on[dev][peer] || im->peer_held_off[dev][peer];
+    cudaError_t e = skip ? cudaSuccess : cudaDeviceEnablePeerAccess(peer, 0);
     if (e == cudaErrorPeerAccessAlreadyEnabled) e = cudaSuccess;
     if (e == cudaSuccess) im->peer_on[dev][peer] = 1;
     pthread_mutex_unlock(&im->init_lock);
@@ -184,20 +188,57 @@ static void *cu_native_stream(backend *be, be_stream *s)
     return (void *)s->s;
 }
 
+/* Switches `from`'s access to `to`'s memory, under init_lock; a direction
+ * already in the state asked for is no error (and is cleared from the
+ * thread's last error). */
+static cudaError_t switch_peer(cuda_impl *im, int from, int to, int on)
+{
+    cudaError_t e = cudaSetDevice(from);
+    if (e == cudaSuccess) e = on ? cudaDeviceEnablePeerAccess(to, 0) : cudaDeviceDisablePeerAccess(to);
+    if (e == cudaErrorPeerAccessAlreadyEnabled || e == cudaErrorPeerAccessNotEnabled) {
+        cudaGetLastError();
+        e = cudaSuccess;
+    }
+    if (e == cudaSuccess) im->peer_on[from][to] = (unsigned char)on;
+    return e;
+}
+
+static dps_status cuda_peer_fail(cudaError_t e, int on, int from, int to)
+{
+    cudaGetLastError();
+    return dps_fail(DPS_ERR_RUNTIME, "%s:%d: switching GPU %d's access to GPU %d's memory %s "
+                    "failed: %s (%s); the pair's copies cannot be measured %s peer access",
+                    __FILE__, __LINE__, from, to, on ? "on" : "off", cudaGetErrorName(e),
+                    cudaGetErrorString(e), on ? "with" : "without");
+}
+
+/* on = 0: both directions between dev and peer switched off and held off,
+ * so that copies between the two go through the host (links' d2d_nopeer:
+ * a copy engine may use either direction's mapping); on = 1: dev's access
+ * to peer switched on again, the other direction left to the first copy
+ * that needs it. The calling thread's device is kept. */
 static dps_status cu_peer_access(backend *be, int dev, int peer, int on)
 {
-    if (!be->peer[dev][peer])
-        return dps_fail(DPS_SKIPPED, "GPU %d cannot access GPU %d's memory directly", dev, peer);
-    DPS_TRY(ensure_device(be, dev));
+    if (!be->peer[dev][peer] && !be->peer[peer][dev])
+        return dps_fail(DPS_SKIPPED, "GPUs %d and %d cannot access each other's memory directly",
+                        dev, peer);
     cuda_impl *im = impl_of(be);
+    int current = dev;
+    CUDA_TRY(cudaGetDevice(&current));
     pthread_mutex_lock(&im->init_lock);
-    cudaError_t e = on ? cudaDeviceEnablePeerAccess(peer, 0) : cudaDeviceDisablePeerAccess(peer);
-    if (e == cudaErrorPeerAccessAlreadyEnabled || e == cudaErrorPeerAccessNotEnabled) e = cudaSuccess;
-    if (e == cudaSuccess) im->peer_on[dev][peer] = (unsigned char)on;
+    const int from[2] = {dev, peer}, to[2] = {peer, dev};
+    cudaError_t e = cudaSuccess;
+    int failed = 0;
+    for (int k = 0; k < 2 && e == cudaSuccess; k++) {
+        im->peer_held_off[from[k]][to[k]] = (unsigned char)!on;
+        if (be->peer[from[k]][to[k]] && (!on || k == 0)) e = switch_peer(im, from[k], to[k], on);
+        failed = k;
+    }
     pthread_mutex_unlock(&im->init_lock);
+    cudaError_t back = cudaSetDevice(current);
     if (e != cudaSuccess)
-        return cuda_check_fail(e, __FILE__, __LINE__, on ? "cudaDeviceEnablePeerAccess" : "cudaDeviceDisablePeerAccess");
-    cudaGetLastError();
+        return cuda_peer_fail(e, on, from[failed], to[failed]);
+    CUDA_TRY(back);
     return DPS_OK;
 }
 

@@ -114,6 +114,17 @@ unsigned long long nvml_counter_delta(unsigned long long before, unsigned long l
     return bits < 64 ? d & ((1ull << bits) - 1) : d;
 }
 
+unsigned long long nvml_links_total(const unsigned long long *per_link, int n)
+{
+    unsigned long long sum = 0;
+    int same = n > 1;
+    for (int l = 0; l < n; l++) {
+        sum += per_link[l];
+        if (per_link[l] != per_link[0]) same = 0;
+    }
+    return same ? per_link[0] : sum;
+}
+
 /* A counter read through nvmlDeviceGetFieldValues, and what it had read before. */
 typedef struct nvml_count {
     int have, bits;
@@ -145,20 +156,23 @@ static int nvlink_read(nvml_dev d, unsigned scope, unsigned long long out[2])
 }
 
 /* Data KiB over every NVLink of the device (an H100 or H200 has 18): the
- * aggregate scope where the driver has it, else link by link. */
+ * aggregate scope where the driver has it, else the active links one by
+ * one (nvml_links_total: a driver that answers each link with the
+ * GPU-wide total is counted once). */
 static int nvlink_kib(nvml_dev d, unsigned long long out[2])
 {
     if (nvlink_read(d, NVML_NVLINK_ALL, out)) return 1;
-    unsigned long long link[2];
-    int any = 0;
-    out[0] = out[1] = 0;
-    for (unsigned l = 0; l < NVML_NVLINK_MAX_LINKS; l++)
-        if (nvlink_read(d, l, link)) {
-            out[0] += link[0];
-            out[1] += link[1];
-            any = 1;
-        }
-    return any;
+    unsigned long long tx[NVML_NVLINK_MAX_LINKS], rx[NVML_NVLINK_MAX_LINKS], link[2];
+    int n = 0;
+    for (unsigned l = 0; nv.link_state && l < NVML_NVLINK_MAX_LINKS; l++) {
+        int on = 0;
+        if (nv.link_state(d, l, &on) != 0 || !on || !nvlink_read(d, l, link)) continue;
+        tx[n] = link[0];
+        rx[n++] = link[1];
+    }
+    out[0] = nvml_links_total(tx, n);
+    out[1] = nvml_links_total(rx, n);
+    return n > 0;
 }
 
 /* The cumulative PCIe TX and RX byte counters (NVML_FI_DEV_PCIE_COUNT_*,

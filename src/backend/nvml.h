@@ -38,6 +38,10 @@ enum { NVML_VALUE_UINT = 1, NVML_VALUE_ULONG = 2, NVML_VALUE_ULONGLONG = 3, NVML
 int nvml_field_u64(const nvml_field *f, unsigned long long *v, int *bits);
 /* now - before for a counter of `bits` bits that may have wrapped (once). */
 unsigned long long nvml_counter_delta(unsigned long long before, unsigned long long now, int bits);
+/* The device's total from its active links' reads: their sum, or, when
+ * every link read the same value, that value once (a driver that ignores
+ * the link and answers each with the GPU-wide total). */
+unsigned long long nvml_links_total(const unsigned long long *per_link, int n);
 /* Tests: the library to load instead of libnvidia-ml.so.1 (a stub), before
  * the first nvml_available. */
 void nvml_use_library(const char *path);
