@@ -1511,6 +1511,47 @@ static void test_nvml(void)
     be_close(be);
 }
 
+/* --backend auto's choice without a CUDA device: the host only where no
+ * NVIDIA GPU shows; else a failure naming what was seen, CUDA's reason and
+ * --backend host. */
+static void test_backend_auto(void)
+{
+    be_auto_signs none = {.cuda_why = "no NVIDIA driver is installed", .nvml_gpus = -1,
+                          .built_with_cuda = 1};
+    EXPECT(be_auto_decide(&none) == DPS_OK);
+    be_auto_signs nodes = none;
+    nodes.dev_nodes = 8;
+    EXPECT(be_auto_decide(&nodes) == DPS_ERR_RUNTIME);
+    EXPECT(strstr(dps_errmsg(), "8 /dev/nvidiaN device nodes") && strstr(dps_errmsg(), "no NVIDIA "
+           "driver is installed") && strstr(dps_errmsg(), "--backend host"));
+    be_auto_signs nvml = none;
+    nvml.nvml_gpus = 1;
+    nvml.visible = "";
+    nvml.cuda_why = "cudaGetDeviceCount: no CUDA-capable device is detected";
+    EXPECT(be_auto_decide(&nvml) == DPS_ERR_RUNTIME);
+    EXPECT(strstr(dps_errmsg(), "NVML sees 1 GPU)") && strstr(dps_errmsg(), "no CUDA-capable") &&
+           strstr(dps_errmsg(), "CUDA_VISIBLE_DEVICES=\"\" may hide them"));
+    nvml.built_with_cuda = 0;
+    EXPECT(be_auto_decide(&nvml) == DPS_ERR_RUNTIME && strstr(dps_errmsg(), "built without CUDA"));
+    char dir[] = "/tmp/dps-devXXXXXX";
+    EXPECT(mkdtemp(dir) != NULL);
+    static const char *const names[] = {"nvidia0", "nvidia12", "nvidiactl", "nvidia-uvm",
+                                        "nvidia-caps", "nvidia", "nvme0", "nvidia3x"};
+    char path[64];
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        FILE *f = fopen(path, "w");
+        EXPECT(f != NULL);
+        if (f) fclose(f);
+    }
+    EXPECT(be_nvidia_dev_nodes(dir) == 2 && be_nvidia_dev_nodes("/nonexistent") == 0);
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        unlink(path);
+    }
+    rmdir(dir);
+}
+
 /* The counters' arithmetic: a field's integer, a wrapped counter's
  * difference, per-link reads added up or, all alike, taken once. */
 static void test_nvml_fields(void)
@@ -2270,7 +2311,7 @@ int main(int argc, char **argv)
         {"gradients", test_gradients}, {"rel_diff", test_rel_diff},
         {"accounting", test_accounting}, {"buckets", test_buckets}, {"ring", test_ring},
         {"suite", test_suite}, {"settings", test_settings}, {"nvml", test_nvml},
-        {"nvml_fields", test_nvml_fields}, {"nvml_stub", test_nvml_stub},
+        {"nvml_fields", test_nvml_fields}, {"nvml_stub", test_nvml_stub}, {"backend_auto", test_backend_auto},
         {"comm_abort", test_comm_abort}, {"comm_watch", test_comm_watch},
         {"busbw", test_busbw}, {"context", test_context}, {"versions", test_versions},
         {"gemm", test_gemm}, {"host_math", test_host_math}, {"scale_copy", test_scale_copy},

@@ -1,11 +1,14 @@
-/* Backend selection (be_open: cuda when a GPU is visible, else host) and
- * the versions of what it runs on. */
+/* Backend selection (be_open: cuda when a GPU is visible, else host, but
+ * never the host when the machine shows NVIDIA GPUs that CUDA cannot use)
+ * and the versions of what it runs on. */
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dps_config.h"
 #include "backend/backend.h"
+#include "backend/nvml.h"
 #include "core/util.h"
 
 const char *const be_kind_names[BE_KIND_COUNT] = {"auto", "host", "cuda"};
@@ -22,6 +25,61 @@ static dps_status open_cuda(const be_options *opt, backend **out, char *why, siz
 #endif
 }
 
+int be_nvidia_dev_nodes(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        const char *p = e->d_name, *digits = p + 6;
+        if (strncmp(p, "nvidia", 6) != 0) continue;
+        for (p = digits; *p >= '0' && *p <= '9'; p++) {}
+        n += p > digits && *p == '\0'; /* nvidia0, nvidia1, ...: not nvidiactl or nvidia-uvm */
+    }
+    closedir(d);
+    return n;
+}
+
+dps_status be_auto_decide(const be_auto_signs *s)
+{
+    if (s->dev_nodes <= 0 && s->nvml_gpus <= 0) return DPS_OK;
+    char seen[96], hidden[192] = "";
+    if (s->nvml_gpus > 0)
+        snprintf(seen, sizeof seen, "NVML sees %d GPU%s", s->nvml_gpus, s->nvml_gpus == 1 ? "" : "s");
+    else
+        snprintf(seen, sizeof seen, "%d /dev/nvidiaN device node%s", s->dev_nodes,
+                 s->dev_nodes == 1 ? "" : "s");
+    if (s->visible) snprintf(hidden, sizeof hidden, " (CUDA_VISIBLE_DEVICES=\"%.100s\" may hide them)", s->visible);
+    if (!s->built_with_cuda)
+        return dps_fail(DPS_ERR_RUNTIME, "--backend auto: this machine has NVIDIA GPUs (%s) but this "
+                        "dpscale was built without CUDA (-Dcuda=disabled or no toolkit); rebuild it "
+                        "with the CUDA toolkit to measure them, or pass --backend host to benchmark "
+                        "the CPU's emulated devices on purpose", seen);
+    return dps_fail(DPS_ERR_RUNTIME, "--backend auto: this machine has NVIDIA GPUs (%s) but CUDA "
+                    "cannot use them: %s%s; fix that to measure the GPUs, or pass --backend host "
+                    "to benchmark the CPU's emulated devices on purpose", seen,
+                    s->cuda_why && *s->cuda_why ? s->cuda_why : "no reason given", hidden);
+}
+
+/* --backend auto without a CUDA device: the host backend, unless the
+ * machine shows NVIDIA GPUs that CUDA could not start on. */
+static dps_status open_auto_host(const be_options *opt, backend **out, const char *cuda_why)
+{
+    be_auto_signs s = {.cuda_why = cuda_why, .dev_nodes = be_nvidia_dev_nodes("/dev"),
+                       .nvml_gpus = nvml_device_count(), .visible = getenv("CUDA_VISIBLE_DEVICES")};
+#ifdef DPS_HAVE_CUDA
+    s.built_with_cuda = 1;
+#endif
+    DPS_TRY(be_auto_decide(&s));
+    if (!opt->quiet && s.built_with_cuda)
+        dps_log("backend auto: no CUDA device (%s); taking the host backend (emulated devices "
+                "on the CPU)", cuda_why);
+    else if (!opt->quiet)
+        dps_log("backend auto: built without CUDA; taking the host backend "
+                "(emulated devices on the CPU)");
+    return be_host_open(opt, out);
+}
+
 dps_status be_open(const be_options *opt, backend **out)
 {
     *out = NULL;
@@ -33,15 +91,8 @@ dps_status be_open(const be_options *opt, backend **out)
         if (!opt->quiet) dps_log("backend auto: %d CUDA device(s); taking the cuda backend", (*out)->ndev);
         return DPS_OK;
     }
-    if (!opt->quiet)
-        dps_log("backend auto: no CUDA device (%s); taking the host backend (emulated devices "
-                "on the CPU)", why);
-#else
-    if (!opt->quiet)
-        dps_log("backend auto: built without CUDA; taking the host backend "
-                "(emulated devices on the CPU)");
 #endif
-    return be_host_open(opt, out);
+    return open_auto_host(opt, out, why);
 }
 
 void be_close(backend *be)

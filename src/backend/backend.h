@@ -181,8 +181,23 @@ typedef struct be_options {
 } be_options;
 
 /* Opens the backend; for BE_AUTO takes cuda when a GPU is visible, else host,
- * and says which. */
+ * and says which; fails (be_auto_decide) rather than take the host on a
+ * machine with NVIDIA GPUs that CUDA cannot use. */
 dps_status be_open(const be_options *opt, backend **out) DPS_MUST_USE;
+
+/* What --backend auto sees when CUDA found no device. */
+typedef struct be_auto_signs {
+    const char *cuda_why;   /* why CUDA found none (the probe's words) */
+    int dev_nodes;          /* /dev/nvidia0, /dev/nvidia1, ... (be_nvidia_dev_nodes) */
+    int nvml_gpus;          /* NVML's device count; -1 without NVML */
+    const char *visible;    /* CUDA_VISIBLE_DEVICES, NULL when unset */
+    int built_with_cuda;
+} be_auto_signs;
+/* DPS_OK when the host backend may be taken: no sign of an NVIDIA GPU;
+ * else a failure that says what was seen, why CUDA has none, and what to do. */
+dps_status be_auto_decide(const be_auto_signs *s) DPS_MUST_USE;
+/* The nvidiaN device nodes in dir (/dev). */
+int be_nvidia_dev_nodes(const char *dir);
 void be_close(backend *be);
 
 /* The device now runs phase (a dps_phase; -1: setting up), for the phase of

@@ -1,5 +1,5 @@
-/* NVML through dlopen (see nvml.h). The few types used are declared here
- * with NVML's layout, so no NVML header is needed to build. */
+/* NVML through dlopen (see nvml.h). The few types used are declared with
+ * NVML's layout (nvml_field in nvml.h), so no NVML header is needed to build. */
 #include <dlfcn.h>
 #include <limits.h>
 #include <stdio.h>
@@ -24,6 +24,7 @@ static struct {
     char why[256];
     int (*init)(void);
     int (*by_bus)(const char *, nvml_dev *);
+    int (*count)(unsigned *);
     int (*fields)(nvml_dev, int, nvml_field *);
     int (*clock)(nvml_dev, int, unsigned *);
     int (*reasons)(nvml_dev, unsigned long long *);
@@ -59,6 +60,7 @@ static int open_library(void)
     }
     *(void **)&nv.init = sym("nvmlInit_v2");
     *(void **)&nv.by_bus = sym("nvmlDeviceGetHandleByPciBusId_v2");
+    *(void **)&nv.count = sym("nvmlDeviceGetCount_v2");
     *(void **)&nv.fields = sym("nvmlDeviceGetFieldValues");
     *(void **)&nv.clock = sym("nvmlDeviceGetClockInfo");
     *(void **)&nv.reasons = sym("nvmlDeviceGetCurrentClocksEventReasons");
@@ -94,6 +96,13 @@ int nvml_available(char *why, size_t len)
     if (why) dps_strlcpy(why, ok ? "" : nv.why, len);
     pthread_mutex_unlock(&nv_lock);
     return ok;
+}
+
+int nvml_device_count(void)
+{
+    unsigned n = 0;
+    if (!nvml_available(NULL, 0) || !nv.count || nv.count(&n) != 0) return -1;
+    return (int)n;
 }
 
 int nvml_field_u64(const nvml_field *f, unsigned long long *v, int *bits)

@@ -48,6 +48,8 @@ void nvml_use_library(const char *path);
 
 /* Loads NVML; returns 0 and says why in `why` when it is not there. */
 int nvml_available(char *why, size_t len);
+/* The GPUs NVML sees (any process's driver view, CUDA or not); -1 without NVML. */
+int nvml_device_count(void);
 /* Starts sampling the devices (by PCI bus id) every period_ms; NULL when
  * NVML is not there (nothing to stop then). */
 nvml_sampler *nvml_start(const backend *be, const int *devs, int n, int period_ms);
