@@ -1843,6 +1843,19 @@ static void test_comm_watch(void)
     EXPECT(watched(w, &f, 0.0, 1.0, why, &ms) == DPS_ERR_OOM && strstr(why, "host saw") != NULL);
     comm_watch_stop(w);
     comm_watch_stop(NULL);
+
+    /* last: the process stays escalated (its grace's alarm taken back) */
+    f = (fake_coll){0, 0, 0};
+    EXPECT(comm_watch_start(&w, &ops, &f, NULL) == DPS_OK);
+    if (!w) return;
+    dps_install_interrupt_handlers();
+    raise(SIGINT);
+    raise(SIGINT);
+    alarm(0);
+    EXPECT(dps_escalated());
+    EXPECT(watched(w, &f, 0.0, 0.0, why, &ms) == DPS_ERR_RUNTIME);
+    EXPECT(strstr(why, "second SIGINT") != NULL && atomic_load(&f.aborts) == 1);
+    comm_watch_stop(w);
 }
 
 static void test_comm_abort(void)

@@ -1,7 +1,9 @@
 /* The watchdog beside a host's device wait (see comm_watch.h). The thread
  * sleeps on a condition variable while the host does not wait, and looks
  * every tick while it does; the host's side is two lock/unlock pairs and one
- * signal per wait. */
+ * signal per wait. A second SIGINT or SIGTERM (the two-signal rule, err.h)
+ * ends a watched wait too, which the host, blocked in the runtime, cannot
+ * poll itself. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +34,11 @@ static dps_status problem(comm_watch *w)
     if (w->abort_flag && atomic_load(w->abort_flag)) {
         snprintf(w->why, sizeof w->why, "the group was aborted while this process waited "
                  "(another rank failed: its own message says why)");
+        return DPS_ERR_RUNTIME;
+    }
+    if (dps_escalated()) {
+        snprintf(w->why, sizeof w->why, "a second %s ends the running step at once (the steps "
+                 "before it are kept)", dps_signal_name(dps_interrupted()));
         return DPS_ERR_RUNTIME;
     }
     double waited = dps_now_ms() - w->since_ms;

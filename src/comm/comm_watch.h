@@ -2,8 +2,9 @@
  * PyTorch's ProcessGroupNCCL watchdog does: the host arms it and waits in
  * the runtime (cudaStreamSynchronize: no polling, no sleeping on the step's
  * path), the watch looks every COMM_WATCH_TICK_MS at what the collectives
- * report themselves (NCCL's asynchronous errors), the group's abort flag
- * and the wait's deadline, and on any of them aborts the collectives
+ * report themselves (NCCL's asynchronous errors), the group's abort flag,
+ * a second SIGINT or SIGTERM (dps_escalated) and the wait's deadline, and
+ * on any of them aborts the collectives
  * (ncclCommAbort), which ends their kernels, so the host's wait returns and
  * the host learns why when it disarms. No NCCL here: nccl_watch.c binds it
  * to communicators, and tests/test_unit.c drives it with a fake. */
