@@ -890,8 +890,10 @@ def parse(argv):
     ap.add_argument("--device", choices=["cpu", "cuda"],
                     help="cuda (default when PyTorch sees a GPU) or cpu")
     ap.add_argument("--ddp-loss", choices=["global", "stock"], default="global",
-                    help="ddp: global = dpscale's (gradient of the global mean even for uneven "
-                         "shards), stock = PyTorch's usual per-rank mean averaged over ranks")
+                    help="ddp: the loss's scaling (computed as nn.CrossEntropyLoss does, "
+                         "dpscale's --ddp-impl torch, either way): global = dpscale's (gradient "
+                         "of the global mean even for uneven shards), stock = PyTorch's usual "
+                         "per-rank mean averaged over ranks")
     ap.add_argument("--model", default="small")
     ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     ap.add_argument("--optimizer", choices=["sgd", "adamw"], default="sgd")

@@ -5,6 +5,7 @@ pass, 1 fail, 77 skip (meson's convention). Standard library only."""
 import csv
 import json
 import os
+import re
 import resource
 import shutil
 import signal
@@ -243,6 +244,44 @@ def case_dp_impl(binary):
                   for t, l in zip(dev_t[1:], dev_l[1:])]
         expect(all(0 < o <= min(params * f32, 10 << 20) for o in others),
                f"replicas' extra is not one coalescing buffer: {others}")
+
+
+def case_ddp_impl(binary):
+    """ddp's loss as nn.CrossEntropyLoss runs it under DDP holds, on every rank, what the fused
+    one (--ddp-impl lean, configurations ddp-lean-...) does not: the log-probabilities and their
+    gradient, rows x C each; both train as one device does, to the same loss. A suite's ddp_impl
+    list multiplies ddp's configurations only, dp_impl dp's only."""
+    with tempfile.TemporaryDirectory() as out:
+        args = ["run", "--mode", "ddp", "--model", "small", "--gpus", "3", "--batch", "7",
+                "--steps", "3", "--check"]
+        dpscale(binary, *args, out=out, name="torch", check_rc=0)
+        dpscale(binary, *args, "--ddp-impl", "lean", out=out, name="lean", check_rc=0)
+        runs_t = read_folder(os.path.join(out, "torch"))[0]
+        runs_l = read_folder(os.path.join(out, "lean"))[0]
+        cid_t, cid_l = runs_t[0]["config_id"], runs_l[0]["config_id"]
+        expect(cid_t == "ddp-small-fp32-sgd-g3-b7-bk25" and cid_l == "ddp-lean-small-fp32-sgd-g3-b7-bk25",
+               f"config ids {cid_t}, {cid_l}")
+        expect(runs_t[0]["check"] == runs_l[0]["check"] == "pass", "a --check failed")
+        lt, ll = float(runs_t[0]["loss_last"]), float(runs_l[0]["loss_last"])
+        expect(abs(lt - ll) <= 1e-5 * abs(lt), f"losses differ: {lt} (torch) {ll} (lean)")
+        cats_t = memory_at_peak(os.path.join(out, "torch"))
+        cats_l = memory_at_peak(os.path.join(out, "lean"))
+        classes, f32 = 128, 4  # the small preset: 16 tokens, 128 classes
+        for rank, samples in enumerate((3, 2, 2)):  # numpy.array_split of 7 over 3
+            size = samples * 16 * classes * f32
+            t, l = cats_t[(cid_t, str(rank))], cats_l[(cid_l, str(rank))]
+            for what in ("log-probabilities", "log-probabilities gradient"):
+                expect(t.get(what) == size and what not in l,
+                       f"rank {rank}'s {what}: {t.get(what)} with torch, {l.get(what)} lean; "
+                       f"{size} expected with torch only")
+        suite = os.path.join(out, "impls.suite")
+        write(suite, "modes = dp, ddp\ngpus = 2\nmodels = tiny\ndp_impl = torch, lean\n"
+                     "ddp_impl = torch, lean\n")
+        p = dpscale(binary, "sweep", suite, "--dry-run", out=out, name="s", check_rc=0)
+        listed = sorted(re.findall(r"^\s*\d+\s+(\S+)", p.stdout, re.M))
+        expect(listed == ["ddp-lean-tiny-fp32-sgd-g2-b16-bk25", "ddp-tiny-fp32-sgd-g2-b16-bk25",
+                          "dp-lean-tiny-fp32-sgd-g2-b16", "dp-tiny-fp32-sgd-g2-b16"],
+               f"the suite's configurations: {listed}\n{p.stdout}")
 
 
 def case_oom(binary):
@@ -1024,7 +1063,7 @@ CASES = {"gpu": case_gpu, "info": case_info, "links": case_links, "comm_bench_fa
          "sweep_resume": case_sweep_resume, "sweep_skipped": case_sweep_skipped, "ddp_check": case_ddp_check, "ddp_balance": case_ddp_balance,
          "fault": case_fault, "interrupt": case_interrupt, "ddp_oom": case_ddp_oom,
          "learns": case_learns, "imbalance": case_imbalance, "dp_impl": case_dp_impl, "oom": case_oom,
-         "replica_phases": case_replica_phases,
+         "replica_phases": case_replica_phases, "ddp_impl": case_ddp_impl,
          "bad_input": case_bad_input, "predict": case_predict, "predict_from": case_predict_from, "predict_calibrate": case_predict_calibrate, "cuda_absent": case_cuda_absent, "sweep": case_sweep}
 
 

@@ -25,6 +25,7 @@ MISTAKES = [
     (["sweep", "--mode", "dp", "--grad-as-bucket-view"],
      "--grad-as-bucket-view: only the ddp mode reads it"),
     (["sweep", "--mode", "ddp", "--dp-impl", "lean"], "--dp-impl: only the dp mode reads it"),
+    (["run", "--ddp-impl", "lean"], "--ddp-impl: only the ddp mode reads it"),
 ]
 
 
@@ -65,6 +66,7 @@ ESTIMATED = [
     ["--mode", "ddp", "--gpus", "3", "--model", "small", "--batch", "10"],
     ["--mode", "ddp", "--gpus", "2", "--model", "small", "--grad-as-bucket-view",
      "--optimizer", "adamw"],
+    ["--mode", "ddp", "--ddp-impl", "lean", "--gpus", "3", "--model", "small", "--batch", "7"],
 ]
 
 

@@ -9,7 +9,8 @@ usage: test_torch_reference.py DPSCALE CASE [ARGS...]
   generator                     numpy's copy of dpscale's generator (needs numpy)
   fidelity MODE GPUS OPT BATCH [stock] [params]
                                 dpscale --backend host and PyTorch --device cpu:
-                                the same loss at every step; stock: --ddp-loss stock
+                                the same loss at every step (ddp: dpscale's
+                                --ddp-impl lean too); stock: --ddp-loss stock
                                 too (differs from dpscale's with uneven shards,
                                 agrees with even ones); params: PyTorch's ddp ends
                                 with its single device's parameters
@@ -184,6 +185,14 @@ def case_fidelity(binary, mode, gpus, optimizer, batch, *checks):
                f"relative difference {worst:.3g} > {TOL}: the host backend no longer trains as "
                f"PyTorch does (look at the model, the loss scaling or the optimizer of the "
                f"change)")
+        if mode == "ddp":  # the fused loss trains as nn.CrossEntropyLoss's three operations do
+            dpscale(binary, "run", *common, "--ddp-impl", "lean", out=out, name="lean", check_rc=0)
+            lcid, lean = losses(os.path.join(out, "lean"))
+            worst, k = compare_losses(lean, ref, lcid)
+            print(f"{lcid}: largest relative loss difference from PyTorch {worst:.3g} (step {k})")
+            expect(worst <= TOL, f"{lcid}: step {k}'s loss is {lean[k]} with dpscale's fused loss "
+                   f"({out}/lean/steps.csv) and {ref[k]} in PyTorch, relative difference "
+                   f"{worst:.3g} > {TOL}")
         d = params_diff(np.load(saved), np.load(params))
         print(f"{cid}: final parameters, dpscale against PyTorch: {d:.3g}")
         expect(d <= PARAMS_TOL[optimizer], f"{cid}: dpscale's final parameters ({saved}) are "

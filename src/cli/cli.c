@@ -112,6 +112,7 @@ static void store_value(cli_args *a, settings_id id, const settings_value *v)
     case SET_OPTIMIZER: c->optimizer = (dps_optimizer)i; break;
     case SET_DP_COMM: c->dp_comm = (dps_dp_comm)i; break;
     case SET_DP_IMPL: c->dp_impl = (dps_dp_impl)i; break;
+    case SET_DDP_IMPL: c->ddp_impl = (dps_dp_impl)i; break;
     case SET_LAUNCHER: a->launcher = (dps_launch)i; break;
     case SET_COMM: c->comm = (dps_comm)i; break;
     case SET_LOCAL_RANK: a->local_rank = (int)i; break;
@@ -190,7 +191,7 @@ static const struct { settings_id id; dps_mode mode; } mode_options[] = {
     {SET_DP_IMPL, MODE_DP},          {SET_DP_COMM, MODE_DP},
     {SET_BUCKET_MB, MODE_DDP},       {SET_FIRST_BUCKET_MB, MODE_DDP},
     {SET_NO_OVERLAP, MODE_DDP},      {SET_GRAD_VIEW, MODE_DDP},
-    {SET_COMM, MODE_DDP},
+    {SET_COMM, MODE_DDP},            {SET_DDP_IMPL, MODE_DDP},
 };
 
 /* run and sweep: an option no configuration's mode reads, or --batch beside

@@ -52,6 +52,7 @@ void config_defaults(dps_config *c)
     c->timeout_s = t[SET_TIMEOUT].def.x;
     c->dp_comm = (dps_dp_comm)t[SET_DP_COMM].def.i;
     c->dp_impl = (dps_dp_impl)t[SET_DP_IMPL].def.i;
+    c->ddp_impl = (dps_dp_impl)t[SET_DDP_IMPL].def.i;
     c->fault_rank = -1;
     c->profile_first = c->profile_last = -1;
     c->trace_steps = (int)t[SET_TRACE_STEPS].def.i;
@@ -83,7 +84,7 @@ void config_id(const dps_config *c, char *buf, size_t len)
 {
     int dp = c->mode == MODE_DP;
     int n = snprintf(buf, len, "%s%s%s-%s-%s-%s-g%d-b%d", dps_mode_name(c->mode),
-                     dp && c->dp_impl == DPIMPL_LEAN ? "-lean" : "",
+                     (dp ? c->dp_impl : c->ddp_impl) == DPIMPL_LEAN ? "-lean" : "",
                      dp && c->dp_comm == DPCOMM_P2P ? "-p2p" : "", c->model,
                      dps_precision_name(c->precision), dps_optimizer_name(c->optimizer),
                      c->ngpus, c->global_batch);

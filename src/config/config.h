@@ -45,6 +45,7 @@ typedef struct dps_config {
     int no_nvml;              /* --no-nvml: no sampler thread */
     dps_dp_comm dp_comm;
     dps_dp_impl dp_impl;      /* dp: DataParallel's implementation or the lean one */
+    dps_dp_impl ddp_impl;     /* ddp: nn.CrossEntropyLoss's three operations or the fused loss */
     dps_fault fault_kind;
     char out_dir[DPS_PATH_MAX];
     char name[DPS_NAME_MAX];

@@ -148,6 +148,13 @@ const settings_entry settings_table[SET_COUNT] = {
         .cmds = TRAIN,
         .flag = "grad-as-bucket-view", .type = SETTINGS_FLAG,
         .help = "ddp: gradients are views into the buckets (no copy)"},
+    [SET_DDP_IMPL] = {
+        .cmds = TRAIN,
+        .flag = "ddp-impl", .key = "ddp_impl", .type = SETTINGS_WORD, WORDS(dps_dp_impl_names),
+        .suite_max = DPIMPL_COUNT, DEFAULT_INT(DPIMPL_TORCH),
+        .help = "ddp: the loss as nn.CrossEntropyLoss runs under DistributedDataParallel "
+                "(log-softmax kept, its gradient materialised), or lean: one fused pass "
+                "writing only the logits' gradient (suite files: a list)"},
     [SET_TIMEOUT] = {
         .cmds = TRAIN | SETTINGS_COMM_BENCH,
         .flag = "timeout", .type = SETTINGS_NUMBER, .lo = 0, .hi = 1000000,

@@ -36,7 +36,8 @@ extern const char *const dps_fault_names[FAULT_COUNT];
 typedef enum dps_dp_comm { DPCOMM_AUTO, DPCOMM_NCCL, DPCOMM_P2P, DPCOMM_COUNT } dps_dp_comm;
 extern const char *const dps_dp_comm_names[DPCOMM_COUNT];
 /* dp's implementation: as torch.nn.DataParallel does it (torch), or the
- * lean lower bound of a scatter/gather strategy (lean) */
+ * lean lower bound of a scatter/gather strategy (lean); ddp's the same two
+ * words: PyTorch's loss (torch) or the fused one (lean) */
 typedef enum dps_dp_impl { DPIMPL_TORCH, DPIMPL_LEAN, DPIMPL_COUNT } dps_dp_impl;
 extern const char *const dps_dp_impl_names[DPIMPL_COUNT];
 

@@ -58,6 +58,7 @@ static int *list_count(suite *s, settings_id id)
     case SET_BUCKET_MB: return &s->nbucket_mb;
     case SET_OVERLAP: return &s->noverlap;
     case SET_DP_IMPL: return &s->ndp_impls;
+    case SET_DDP_IMPL: return &s->nddp_impls;
     default: return NULL;
     }
 }
@@ -76,6 +77,7 @@ static void store(suite *s, settings_id id, const settings_value *v)
         case SET_BUCKET_MB: s->bucket_mb[i] = v->v[i].x; break;
         case SET_OVERLAP: s->overlap[i] = (int)n; break;
         case SET_DP_IMPL: s->dp_impls[i] = (dps_dp_impl)n; break;
+        case SET_DDP_IMPL: s->ddp_impls[i] = (dps_dp_impl)n; break;
         case SET_BATCH_PER_GPU: s->batch_per_gpu = (int)n; break;
         case SET_BATCH: s->global_batch = (int)n; break;
         case SET_STEPS: s->steps = (int)n; break;
@@ -168,7 +170,7 @@ static void suite_defaults(suite *s, const char *path)
     s->nbucket_mb = 1;
     s->overlap[0] = (int)t[SET_OVERLAP].def.i;
     s->noverlap = 1;
-    s->ndp_impls = 0; /* none given: the command line's */
+    s->ndp_impls = s->nddp_impls = 0; /* none given: the command line's */
     s->policies[0] = (int)t[SET_SCALING].def.i;
     s->npolicies = 1;
 }
@@ -285,7 +287,7 @@ static dps_status fill(const suite *s, const dps_config *base, const backend *be
 
 /* The dimensions of a suite, outermost first (suite.h's order). */
 enum { D_MODEL, D_PRECISION, D_OPTIMIZER, D_MODE, D_POLICY, D_GPUS, D_BUCKET, D_OVERLAP,
-       D_DP_IMPL, D_COUNT };
+       D_DP_IMPL, D_DDP_IMPL, D_COUNT };
 
 /* Advances the index vector (an odometer over the dimensions); 0 when done. */
 static int next_index(int *idx, const int *count)
@@ -297,10 +299,11 @@ static int next_index(int *idx, const int *count)
     return 0;
 }
 
-/* dp has no buckets and ddp no dp implementation: one entry, not one each. */
+/* dp has no buckets and no ddp implementation, ddp no dp implementation:
+ * one entry, not one each. */
 static int redundant(const suite *s, const int *idx)
 {
-    if (s->modes[idx[D_MODE]] == MODE_DP) return idx[D_BUCKET] || idx[D_OVERLAP];
+    if (s->modes[idx[D_MODE]] == MODE_DP) return idx[D_BUCKET] || idx[D_OVERLAP] || idx[D_DDP_IMPL];
     return idx[D_DP_IMPL] != 0;
 }
 
@@ -312,7 +315,8 @@ dps_status suite_expand(const suite *s, const dps_config *base, const backend *b
     for (int i = 0; i < ng; i++)
         if (gpus[i] > maxg) maxg = gpus[i];
     int count[D_COUNT] = {s->nmodels, s->nprecisions, s->noptimizers, s->nmodes, s->npolicies,
-                          ng, s->nbucket_mb, s->noverlap, s->ndp_impls ? s->ndp_impls : 1};
+                          ng, s->nbucket_mb, s->noverlap, s->ndp_impls ? s->ndp_impls : 1,
+                          s->nddp_impls ? s->nddp_impls : 1};
     size_t most = 1;
     for (int d = 0; d < D_COUNT; d++) most *= (size_t)count[d];
     *items = calloc(most ? most : 1, sizeof **items);
@@ -327,6 +331,7 @@ dps_status suite_expand(const suite *s, const dps_config *base, const backend *b
         c.optimizer = s->optimizers[idx[D_OPTIMIZER]];
         config_optimizer_defaults(&c);
         if (lr_override > 0) c.hp.lr = (float)lr_override;
+        if (s->nddp_impls) c.ddp_impl = s->ddp_impls[idx[D_DDP_IMPL]];
         c.bucket_mb = s->bucket_mb[idx[D_BUCKET]];
         c.overlap = s->overlap[idx[D_OVERLAP]];
         if (s->ndp_impls) c.dp_impl = s->dp_impls[idx[D_DP_IMPL]];

@@ -29,6 +29,8 @@ typedef struct suite {
     int overlap[2], noverlap;
     dps_dp_impl dp_impls[DPIMPL_COUNT];
     int ndp_impls;
+    dps_dp_impl ddp_impls[DPIMPL_COUNT];
+    int nddp_impls;
     int steps, warmup;                 /* 0: the CLI's */
     uint64_t device_mem;               /* host capacity, 0: the CLI's */
 } suite;
@@ -45,7 +47,7 @@ typedef struct sweep_item {
 
 /* Every configuration of the suite on top of `base` (the CLI's options), in
  * the order models x precisions x optimizers x modes x scaling x gpus x buckets x
- * overlap x dp implementations.
+ * overlap x dp implementations x ddp implementations.
  * lr_override > 0 replaces every optimizer's default learning rate. */
 dps_status suite_expand(const suite *s, const dps_config *base, const backend *be,
                         double lr_override, sweep_item **items, int *n);

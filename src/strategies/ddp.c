@@ -34,6 +34,7 @@ typedef struct ddp_rank {
     size_t nparams;
     dps_buf params, grads, bucket_buf, opt_state[2];
     dps_buf x, labels, logits, dlogits, row_loss, loss;
+    dps_buf logp, dlogp;      /* torch: log-probabilities and their gradient */
     batches batches;          /* the steps' shards, made on a helper thread */
     const float *h_x;         /* this step's shard (batches_get) */
     const int32_t *h_labels;
@@ -113,6 +114,12 @@ static dps_status alloc_buffers(ddp_rank *R)
     DPS_TRY(be_buf_alloc(be, d, rows * sizeof(int32_t), "labels", &R->labels));
     DPS_TRY(be_buf_alloc(be, d, rows * (size_t)m.classes * sizeof(float), "logits", &R->logits));
     DPS_TRY(be_buf_alloc(be, d, rows * (size_t)m.classes * sizeof(float), "logits gradient", &R->dlogits));
+    if (R->cfg->ddp_impl == DPIMPL_TORCH) { /* nn.CrossEntropyLoss's, kept for backward */
+        DPS_TRY(be_buf_alloc(be, d, rows * (size_t)m.classes * sizeof(float), "log-probabilities",
+                             &R->logp));
+        DPS_TRY(be_buf_alloc(be, d, rows * (size_t)m.classes * sizeof(float),
+                             "log-probabilities gradient", &R->dlogp));
+    }
     DPS_TRY(be_buf_alloc(be, d, rows * sizeof(float), "per-token loss", &R->row_loss));
     DPS_TRY(be_buf_alloc(be, d, sizeof(float), "loss", &R->loss));
     DPS_TRY(model_acts_alloc(be, d, m, R->rows, &R->acts));
@@ -194,7 +201,8 @@ static void rank_teardown(ddp_rank *R)
     ptimer_free(&R->timer);
     model_acts_free(be, &R->acts);
     dps_buf *bufs[] = {&R->params, &R->grads, &R->bucket_buf, &R->opt_state[0], &R->opt_state[1],
-                       &R->x, &R->labels, &R->logits, &R->dlogits, &R->row_loss, &R->loss};
+                       &R->x, &R->labels, &R->logits, &R->dlogits, &R->row_loss, &R->loss,
+                       &R->logp, &R->dlogp};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be_buf_free(be, bufs[i]);
     batches_stop(&R->batches);
     if (R->h_loss) be->ops->host_free(be, R->h_loss);
@@ -213,9 +221,28 @@ static dps_status phase_load(ddp_rank *R)
     return ptimer_end(&R->timer, 0, PH_LOAD);
 }
 
-/* Local loss, scaled by N / global rows: the 1/N average of the ranks'
- * gradients is then the gradient of the global mean even for uneven shards
- * (with even shards this is PyTorch's local mean). */
+/* The local loss and the logits' gradient, scaled by N / global rows: the
+ * 1/N average of the ranks' gradients is then the gradient of the global
+ * mean even for uneven shards (with even shards this is PyTorch's local
+ * mean). torch: as nn.CrossEntropyLoss runs under DDP, three operations on
+ * rows x C tensors: log-softmax, kept for backward; the negative
+ * log-likelihood and its gradient; log-softmax's backward into the logits'
+ * gradient. lean: one fused pass writing only the logits' gradient. */
+static dps_status rank_loss(ddp_rank *R)
+{
+    const be_ops *o = R->be->ops;
+    int rows = R->rows, classes = R->cfg->shape.classes;
+    float scale = (float)R->nranks / (float)R->rows_total;
+    if (R->cfg->ddp_impl == DPIMPL_LEAN)
+        return o->xent(R->be, R->st, rows, classes, R->logits.ptr, R->labels.ptr, scale,
+                       R->dlogits.ptr, R->row_loss.ptr);
+    DPS_TRY(o->log_softmax(R->be, R->st, rows, classes, R->logits.ptr, R->logp.ptr));
+    DPS_TRY(o->nll(R->be, R->st, rows, classes, R->logp.ptr, R->labels.ptr, scale,
+                   R->row_loss.ptr, R->dlogp.ptr));
+    return o->log_softmax_bwd(R->be, R->st, rows, classes, R->logp.ptr, R->dlogp.ptr,
+                              R->dlogits.ptr);
+}
+
 static dps_status phase_forward_loss(ddp_rank *R, int step)
 {
     const be_ops *o = R->be->ops;
@@ -227,8 +254,7 @@ static dps_status phase_forward_loss(ddp_rank *R, int step)
     DPS_TRY(ptimer_end(&R->timer, 0, PH_FORWARD));
     set_phase(R, PH_LOSS);
     DPS_TRY(ptimer_begin(&R->timer, 0, PH_LOSS));
-    DPS_TRY(o->xent(R->be, R->st, R->rows, m.classes, R->logits.ptr, R->labels.ptr,
-                    (float)R->nranks / (float)R->rows_total, R->dlogits.ptr, R->row_loss.ptr));
+    DPS_TRY(rank_loss(R));
     DPS_TRY(o->sum(R->be, R->st, R->rows, R->row_loss.ptr, R->loss.ptr));
     DPS_TRY(o->copy(R->be, R->st, R->h_loss, DPS_HOST, R->loss.ptr, R->dev, sizeof(float)));
     return ptimer_end(&R->timer, 0, PH_LOSS);

@@ -64,6 +64,7 @@ static uint64_t ddp_devices(const dps_config *c, uint64_t *dev)
         uint64_t rows = (uint64_t)shard[r] * m.tokens;
         dev[r] = (c->grad_view ? 2 : 3) * pbytes + optimizer_bytes(c, pbytes) + rows * W +
                  2 * rows * C + 2 * rows * F4 + F4 + acts_bytes(m, rows);
+        if (c->ddp_impl == DPIMPL_TORCH) dev[r] += 2 * rows * C; /* log-probabilities, gradient */
         host += 2 * (rows * W + rows * F4) + F4 + pbytes; /* two steps' shards (batches.h) */
     }
     ddp_shared sh;
