@@ -50,9 +50,9 @@ static void count_allreduce(comm *c, size_t bytes)
 }
 
 /* The host waits until the communicator's stream and `also` (NULL: none)
- * are idle, watched (nccl_watch.h); marked as waiting in a collective for
- * the launcher's timeout message. */
-static dps_status watched_sync(comm *c, be_stream *also, const char *what)
+ * are idle, watched (nccl_watch.h); marked as waiting in a collective, for
+ * the launcher's timeout message, unless `what` has none (a step of one rank). */
+static dps_status watched_sync(comm *c, be_stream *also, const char *what, int collective)
 {
     void *streams[2];
     int ns = 0;
@@ -60,7 +60,7 @@ static dps_status watched_sync(comm *c, be_stream *also, const char *what)
     streams[ns++] = native(c);
     char who[32];
     snprintf(who, sizeof who, "rank %d", c->rank);
-    comm_shared_waiting(c->sh, c->rank, 1);
+    comm_shared_waiting(c->sh, c->rank, collective);
     dps_status rc = nccl_watch_sync(nccl_of(c)->watch, streams, ns, c->timeout_ms, who, what);
     comm_shared_waiting(c->sh, c->rank, 0);
     return rc;
@@ -76,19 +76,19 @@ static dps_status nccl_allreduce_enqueue(comm *c, void *buf, size_t n, comm_dtyp
 static dps_status nccl_allreduce(comm *c, void *buf, size_t n, comm_dtype dt)
 {
     DPS_TRY(nccl_allreduce_enqueue(c, buf, n, dt));
-    return watched_sync(c, NULL, "ncclAllReduce");
+    return watched_sync(c, NULL, "ncclAllReduce", 1);
 }
 
 static dps_status nccl_broadcast(comm *c, void *buf, size_t bytes, int root)
 {
     NCCL_TRY(ncclBroadcast(buf, buf, bytes, ncclChar, root, nccl_of(c)->comm, native(c)));
-    return watched_sync(c, NULL, "ncclBroadcast");
+    return watched_sync(c, NULL, "ncclBroadcast", 1);
 }
 
 static dps_status nccl_reduce(comm *c, void *buf, size_t n, comm_dtype dt, int root)
 {
     NCCL_TRY(ncclReduce(buf, buf, n, nccl_type(dt), ncclSum, root, nccl_of(c)->comm, native(c)));
-    return watched_sync(c, NULL, "ncclReduce");
+    return watched_sync(c, NULL, "ncclReduce", 1);
 }
 
 static dps_status nccl_barrier(comm *c)
@@ -153,7 +153,8 @@ static dps_status nccl_sync(comm *c, be_stream *s, double *busy_ms)
     nccl_rank *nr = nccl_of(c);
     int n = nr->pending;
     nr->pending = 0;
-    DPS_TRY(watched_sync(c, s, n ? "the step, with its all-reduces (ncclAllReduce)," : "the step"));
+    const char *what = n ? "the step, with its all-reduces (ncclAllReduce)," : "the step";
+    DPS_TRY(watched_sync(c, s, what, n > 0));
     for (int k = 0; k < n; k++) {
         float ms = 0.0f;
         DPS_TRY(c->be->ops->event_ms(c->be, nr->start[k], nr->end[k], &ms));

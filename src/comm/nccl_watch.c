@@ -25,7 +25,8 @@ static dps_status async_error(void *ctx, char *why, size_t len)
         if (cuda_check_nccl_failed(rc)) async = rc;
         if (!cuda_check_nccl_failed(async)) continue;
         snprintf(why, len, "NCCL reported an asynchronous error on communicator %d of %d: %s "
-                 "(NCCL_DEBUG=WARN prints NCCL's own account)", i, nw->n, ncclGetErrorString(async));
+                 "(NCCL_DEBUG=WARN prints NCCL's own account)", i, nw->n,
+                 ncclGetErrorString(async));
         return DPS_ERR_RUNTIME;
     }
     return DPS_OK;
