@@ -88,7 +88,7 @@ for l in "${links_paths[@]}"; do
   links_figs+=("links $lm $ls->$ld")
 done
 dc_plan build "dpscale info" "${checks[@]}" "check dp fp32 devices=0,0" "check dp bf16 devices=0,0" \
-  "sweep dp,ddp gpus=1" "bf16 TFLOP/s vs GEMMs" "step time vs torch" "no-trace cost" \
+  "sweep dp,ddp gpus=1" "params same bits" "nvml pcie in sweep" "bf16 TFLOP/s vs GEMMs" "step time vs torch" "no-trace cost" \
   "no-nvml cost" "${links_figs[@]}" "memcheck dp" "memcheck ddp" "ncu step kernels" \
   "ncu step report"
 
@@ -216,6 +216,24 @@ if dc_step "sweep with links measured" 15 "sweep dp,ddp gpus=1"; then
     --config-timeout 60 --out "$res" --name sweep
   dps_figure "sweep dp,ddp gpus=1" $? sweep "$res/sweep" 2
 fi
+
+# --- The CUDA backend's own figures (scripts/device_check_backend.py), apart from the steps
+# around them. dp fp32 run twice with --save-params: the parameters equal bit for bit (the
+# bias gradients' reduction has a fixed order; cuBLAS is deterministic on one GPU), ~8 s.
+# NVML's PCIe bytes in the sweep's devices.csv: NVML initialised in each configuration's
+# process, read from the cumulative counters, at least the host-to-device bytes counted.
+if dc_step "backend: the same bits run to run, NVML in the sweep's processes" 10 \
+    "params same bits" "nvml pcie in sweep"; then
+  for k in 1 2; do
+    run "$bin" run --backend "$backend" --mode dp --gpus 1 --model small --steps 5 --warmup 1 \
+      --save-params "$res/bits-$k.params" --out "$res" --name "bits-$k"
+  done
+  dc_figures_from "params same bits" "$py" scripts/device_check_backend.py same-bits \
+    "params same bits" "$res/bits-1.params" "$res/bits-2.params"
+  dc_figures_from "nvml pcie in sweep" "$py" scripts/device_check_backend.py nvml-pcie \
+    "nvml pcie in sweep" "$res/sweep" "$backend"
+fi
+# --- end of the CUDA backend's own figures
 
 # ddp across two "nodes" on one machine: one rank each, its own GPU (CUDA_VISIBLE_DEVICES),
 # told apart by NCCL as two hosts (NCCL_HOSTID: no P2P or shared memory between them, NCCL's

@@ -239,7 +239,7 @@ case_syntax() {
     echo "shellcheck not installed: only bash -n checked"
   fi
   "$py" -c 'import ast, sys; [ast.parse(open(f).read(), f) for f in sys.argv[1:]]' \
-    "$scripts/device_check_summary.py" "$scripts/torch_copies.py" \
+    "$scripts/device_check_summary.py" "$scripts/torch_copies.py" "$scripts/device_check_backend.py" \
     || fail "python cannot parse the check's scripts"
 }
 
