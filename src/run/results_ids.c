@@ -13,9 +13,12 @@
 #include "core/util.h"
 #include "run/results_ids.h"
 
+/* Appends a copy of id; the array doubles when full (its capacity is the
+ * power of two at or above n), so n ids are appended in O(n). */
 static dps_status ids_add(results_ids *s, const char *id)
 {
-    char **more = realloc(s->ids, ((size_t)s->n + 1) * sizeof *more);
+    int full = (s->n & (s->n - 1)) == 0; /* 0, 1, 2, 4, ...: as many as it holds */
+    char **more = full ? realloc(s->ids, (size_t)(s->n ? 2 * s->n : 1) * sizeof *more) : s->ids;
     char *copy = strdup(id);
     if (more) s->ids = more;
     if (!more || !copy) {
