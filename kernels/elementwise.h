@@ -136,6 +136,22 @@ DPS_HD float dps_bf16_to_f32(uint16_t b)
     return x.f;
 }
 
+/* Linear then GELU under autocast, for one element: the bias (cast to bf16,
+ * as autocast casts every input of a Linear) added to the fp32 product and
+ * rounded once, as addmm's bf16 output; then GELU of that bf16 value,
+ * rounded to bf16. */
+DPS_HD void dps_bias_act_bf16(float acc, uint16_t bias, uint16_t *pre, uint16_t *out)
+{
+    *pre = dps_f32_to_bf16(acc + dps_bf16_to_f32(bias));
+    if (out) *out = dps_f32_to_bf16(dps_gelu(dps_bf16_to_f32(*pre)));
+}
+
+/* GELU's backward on bf16 tensors (gelu_backward's bf16 output). */
+DPS_HD uint16_t dps_gelu_bwd_bf16(uint16_t dh, uint16_t pre)
+{
+    return dps_f32_to_bf16(dps_bf16_to_f32(dh) * dps_gelu_grad(dps_bf16_to_f32(pre)));
+}
+
 /* SplitMix64: the counter-based generator behind initialisation and data,
  * so any element can be produced independently (and reproduced in Python). */
 DPS_HD uint64_t dps_mix64(uint64_t z)

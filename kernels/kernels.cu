@@ -36,15 +36,19 @@ __global__ void gelu_bwd_kernel(int64_t n, const float *dh, const float *pre, fl
  * a warp reads 32 consecutive floats of one row. One run: the lanes'
  * combination is the sum; else it is run y's partial sum, which
  * col_sum_runs_kernel adds up in run order. */
-__global__ void col_sum_lanes_kernel(int rows, int cols, int chunk_rows, const float *x,
-                                     float *partial)
+__device__ __forceinline__ float as_f32(float x) { return x; }
+__device__ __forceinline__ float as_f32(uint16_t x) { return dps_bf16_to_f32(x); }
+
+template <typename T>
+__global__ void col_sum_lanes_kernel(int rows, int cols, int chunk_rows, const T *x, float *partial)
 {
     __shared__ float lane[DPS_COLSUM_LANES][32];
     int c = blockIdx.x * 32 + threadIdx.x;
     int r0 = blockIdx.y * chunk_rows, r1 = min(rows, r0 + chunk_rows);
     float acc = 0.0f;
     if (c < cols)
-        for (int r = r0 + threadIdx.y; r < r1; r += DPS_COLSUM_LANES) acc += x[(int64_t)r * cols + c];
+        for (int r = r0 + threadIdx.y; r < r1; r += DPS_COLSUM_LANES)
+            acc += as_f32(x[(int64_t)r * cols + c]);
     lane[threadIdx.y][threadIdx.x] = acc;
     __syncthreads();
     if (threadIdx.y == 0 && c < cols)
@@ -160,6 +164,24 @@ __global__ void cast_bf16_kernel(int64_t n, const float *x, uint16_t *y)
     GRID_STRIDE(i, n) y[i] = dps_f32_to_bf16(x[i]);
 }
 
+__global__ void bf16_to_f32_kernel(int64_t n, const uint16_t *x, float *y)
+{
+    GRID_STRIDE(i, n) y[i] = dps_bf16_to_f32(x[i]);
+}
+
+__global__ void bias_act_bf16_kernel(int rows, int cols, const float *acc, const uint16_t *bias,
+                                     uint16_t *pre, uint16_t *out)
+{
+    int64_t n = (int64_t)rows * cols;
+    GRID_STRIDE(i, n) dps_bias_act_bf16(acc[i], bias[i % cols], &pre[i], out ? &out[i] : NULL);
+}
+
+__global__ void gelu_bwd_bf16_kernel(int64_t n, const uint16_t *dh, const uint16_t *pre,
+                                     uint16_t *dpre)
+{
+    GRID_STRIDE(i, n) dpre[i] = dps_gelu_bwd_bf16(dh[i], pre[i]);
+}
+
 __global__ void scale_kernel(int64_t n, float *x, float a)
 {
     GRID_STRIDE(i, n) x[i] *= a;
@@ -173,6 +195,19 @@ __global__ void scale_copy_kernel(int64_t n, float *dst, const float *src, float
 __global__ void add_kernel(int64_t n, float *dst, const float *src)
 {
     GRID_STRIDE(i, n) dst[i] += src[i];
+}
+
+template <typename T>
+static cudaError_t col_sum(cudaStream_t s, int rows, int cols, const T *x, float *out, float *workspace)
+{
+    if (cols <= 0) return cudaSuccess;
+    dps_col_sum_plan p = dps_col_sum_plan_for(rows, cols);
+    if (rows <= 0) return cudaMemsetAsync(out, 0, (size_t)cols * sizeof(float), s);
+    dim3 grid((unsigned)((cols + 31) / 32), (unsigned)p.chunks), block(32, DPS_COLSUM_LANES);
+    float *partial = p.chunks > 1 ? workspace : out;
+    col_sum_lanes_kernel<T><<<grid, block, 0, s>>>(rows, cols, p.chunk_rows, x, partial);
+    if (p.chunks > 1) col_sum_runs_kernel<<<grid_for(cols), kThreads, 0, s>>>(cols, p.chunks, partial, out);
+    return cudaGetLastError();
 }
 
 extern "C" {
@@ -194,14 +229,13 @@ cudaError_t dps_k_gelu_bwd(cudaStream_t s, int64_t n, const float *dh, const flo
 cudaError_t dps_k_col_sum(cudaStream_t s, int rows, int cols, const float *x, float *out,
                           float *workspace)
 {
-    if (cols <= 0) return cudaSuccess;
-    dps_col_sum_plan p = dps_col_sum_plan_for(rows, cols);
-    if (rows <= 0) return cudaMemsetAsync(out, 0, (size_t)cols * sizeof(float), s);
-    dim3 grid((unsigned)((cols + 31) / 32), (unsigned)p.chunks), block(32, DPS_COLSUM_LANES);
-    float *partial = p.chunks > 1 ? workspace : out;
-    col_sum_lanes_kernel<<<grid, block, 0, s>>>(rows, cols, p.chunk_rows, x, partial);
-    if (p.chunks > 1) col_sum_runs_kernel<<<grid_for(cols), kThreads, 0, s>>>(cols, p.chunks, partial, out);
-    return cudaGetLastError();
+    return col_sum(s, rows, cols, x, out, workspace);
+}
+
+cudaError_t dps_k_col_sum_bf16(cudaStream_t s, int rows, int cols, const uint16_t *x, float *out,
+                               float *workspace)
+{
+    return col_sum(s, rows, cols, x, out, workspace);
 }
 
 cudaError_t dps_k_xent(cudaStream_t s, int rows, int classes, const float *logits,
@@ -260,6 +294,30 @@ cudaError_t dps_k_adamw(cudaStream_t s, int64_t n, float *p, const float *g, flo
 cudaError_t dps_k_cast_bf16(cudaStream_t s, int64_t n, const float *x, uint16_t *y)
 {
     cast_bf16_kernel<<<grid_for(n), kThreads, 0, s>>>(n, x, y);
+    return cudaGetLastError();
+}
+
+cudaError_t dps_k_bf16_to_f32(cudaStream_t s, int64_t n, const uint16_t *x, float *y)
+{
+    if (n <= 0) return cudaSuccess;
+    bf16_to_f32_kernel<<<grid_for(n), kThreads, 0, s>>>(n, x, y);
+    return cudaGetLastError();
+}
+
+cudaError_t dps_k_bias_act_bf16(cudaStream_t s, int rows, int cols, const float *acc,
+                                const uint16_t *bias, uint16_t *pre, uint16_t *out)
+{
+    int64_t n = (int64_t)rows * cols;
+    if (n <= 0) return cudaSuccess;
+    bias_act_bf16_kernel<<<grid_for(n), kThreads, 0, s>>>(rows, cols, acc, bias, pre, out);
+    return cudaGetLastError();
+}
+
+cudaError_t dps_k_gelu_bwd_bf16(cudaStream_t s, int64_t n, const uint16_t *dh, const uint16_t *pre,
+                                uint16_t *dpre)
+{
+    if (n <= 0) return cudaSuccess;
+    gelu_bwd_bf16_kernel<<<grid_for(n), kThreads, 0, s>>>(n, dh, pre, dpre);
     return cudaGetLastError();
 }
 

@@ -41,6 +41,15 @@ cudaError_t dps_k_sgd(cudaStream_t s, int64_t n, float *p, const float *g, float
 cudaError_t dps_k_adamw(cudaStream_t s, int64_t n, float *p, const float *g, float *m,
                         float *v, dps_opt_hparams h);
 cudaError_t dps_k_cast_bf16(cudaStream_t s, int64_t n, const float *x, uint16_t *y);
+cudaError_t dps_k_bf16_to_f32(cudaStream_t s, int64_t n, const uint16_t *x, float *y);
+/* autocast's Linear + GELU and GELU's backward on bf16 (elementwise.h) */
+cudaError_t dps_k_bias_act_bf16(cudaStream_t s, int rows, int cols, const float *acc,
+                                const uint16_t *bias, uint16_t *pre, uint16_t *out);
+cudaError_t dps_k_gelu_bwd_bf16(cudaStream_t s, int64_t n, const uint16_t *dh, const uint16_t *pre,
+                                uint16_t *dpre);
+/* dps_k_col_sum of a bf16 matrix (fp32 sums) */
+cudaError_t dps_k_col_sum_bf16(cudaStream_t s, int rows, int cols, const uint16_t *x, float *out,
+                               float *workspace);
 cudaError_t dps_k_scale(cudaStream_t s, int64_t n, float *x, float a);
 /* dst = src * a, one pass (dst may be src): DDP's bucket copy */
 cudaError_t dps_k_scale_copy(cudaStream_t s, int64_t n, float *dst, const float *src, float a);

@@ -948,6 +948,66 @@ static void test_col_sum(void)
     be_close(be);
 }
 
+/* The autocast ops on the host backend (an exact emulation): casts as
+ * elementwise.h rounds; a bf16 GEMM is the fp32 GEMM of the rounded
+ * operands, its bf16 output rounded once; Linear + GELU and GELU's
+ * backward per element; bf16 bias gradients in col_sum's order. */
+static void test_autocast_ops(void)
+{
+    be_options o = {.kind = BE_HOST, .host_devices = 1, .quiet = 1};
+    backend *be = NULL;
+    EXPECT(be_open(&o, &be) == DPS_OK);
+    if (!be) return;
+    const be_ops *op = be->ops;
+    enum { M = 37, N = 45, K = 29 };
+    float a[M * K], b[K * N], ar[M * K], br[K * N], want[M * N], got[M * N], c0[M * N];
+    uint16_t a16[M * K], b16[K * N], c16[M * N];
+    for (int i = 0; i < M * K; i++) a[i] = dps_uniform(11, 1, (uint64_t)i);
+    for (int i = 0; i < K * N; i++) b[i] = dps_uniform(11, 2, (uint64_t)i);
+    for (int i = 0; i < M * N; i++) c0[i] = dps_uniform(11, 3, (uint64_t)i);
+    EXPECT(op->cast(be, NULL, M * K, a, BE_F32, a16, BE_BF16) == DPS_OK);
+    EXPECT(op->cast(be, NULL, K * N, b, BE_F32, b16, BE_BF16) == DPS_OK);
+    EXPECT(op->cast(be, NULL, M * K, a16, BE_BF16, ar, BE_F32) == DPS_OK);
+    EXPECT(op->cast(be, NULL, K * N, b16, BE_BF16, br, BE_F32) == DPS_OK);
+    EXPECT(a16[5] == dps_f32_to_bf16(a[5]) && ar[5] == dps_bf16_to_f32(a16[5]));
+    memcpy(want, c0, sizeof want);
+    EXPECT(op->gemm(be, NULL, 0, 0, M, N, K, 1.0f, ar, K, br, N, 0.5f, want, N) == DPS_OK);
+    memcpy(got, c0, sizeof got);
+    EXPECT(op->gemm_ex(be, NULL, 0, 0, M, N, K, 1.0f, a16, BE_BF16, K, b16, BE_BF16, N, 0.5f, got,
+                       BE_F32, N) == DPS_OK);
+    EXPECT(memcmp(got, want, sizeof got) == 0);
+    memcpy(got, c0, sizeof got); /* an fp32 A beside a bf16 B is rounded first */
+    EXPECT(op->gemm_ex(be, NULL, 0, 0, M, N, K, 1.0f, a, BE_F32, K, b16, BE_BF16, N, 0.5f, got,
+                       BE_F32, N) == DPS_OK);
+    EXPECT(memcmp(got, want, sizeof got) == 0);
+    EXPECT(op->cast(be, NULL, M * N, c0, BE_F32, c16, BE_BF16) == DPS_OK);
+    for (int i = 0; i < M * N; i++) want[i] = dps_bf16_to_f32(c16[i]);
+    EXPECT(op->gemm(be, NULL, 0, 0, M, N, K, 1.0f, ar, K, br, N, 1.0f, want, N) == DPS_OK);
+    EXPECT(op->gemm_ex(be, NULL, 0, 0, M, N, K, 1.0f, a16, BE_BF16, K, b16, BE_BF16, N, 1.0f, c16,
+                       BE_BF16, N) == DPS_OK);
+    int rounded_once = 1;
+    for (int i = 0; i < M * N; i++) rounded_once &= c16[i] == dps_f32_to_bf16(want[i]);
+    EXPECT(rounded_once);
+    EXPECT(op->gemm_ex(be, NULL, 0, 0, M, N, K, 1.0f, a, BE_F32, K, b, BE_F32, N, 0.0f, c16,
+                       BE_BF16, N) == DPS_ERR_RUNTIME && strstr(dps_errmsg(), "cast A or B"));
+    /* Linear + GELU, GELU's backward, the bias gradient */
+    uint16_t bias[N], pre[M * N], post[M * N], dpre[M * N];
+    for (int c = 0; c < N; c++) bias[c] = dps_f32_to_bf16(dps_uniform(11, 4, (uint64_t)c));
+    EXPECT(op->bias_act_bf16(be, NULL, M, N, c0, bias, pre, post) == DPS_OK);
+    uint16_t p1, q1;
+    dps_bias_act_bf16(c0[N + 3], bias[3], &p1, &q1);
+    EXPECT(pre[N + 3] == p1 && post[N + 3] == q1);
+    EXPECT(pre[7] == dps_f32_to_bf16(c0[7] + dps_bf16_to_f32(bias[7])));
+    EXPECT(op->gelu_bwd_bf16(be, NULL, M * N, post, pre, dpre) == DPS_OK);
+    EXPECT(dpre[9] == dps_gelu_bwd_bf16(post[9], pre[9]));
+    float sums[N], sums_wide[N];
+    EXPECT(op->cast(be, NULL, M * N, dpre, BE_BF16, got, BE_F32) == DPS_OK);
+    EXPECT(op->col_sum(be, NULL, M, N, got, sums_wide) == DPS_OK);
+    EXPECT(op->col_sum_bf16(be, NULL, M, N, dpre, sums) == DPS_OK);
+    EXPECT(memcmp(sums, sums_wide, sizeof sums) == 0);
+    be_close(be);
+}
+
 /* DDP's bucket copy: one pass, the same bits as a copy then a scale, in place too. */
 static void test_scale_copy(void)
 {
@@ -2328,7 +2388,7 @@ int main(int argc, char **argv)
         {"comm_abort", test_comm_abort}, {"comm_watch", test_comm_watch},
         {"busbw", test_busbw}, {"context", test_context}, {"versions", test_versions},
         {"gemm", test_gemm}, {"host_math", test_host_math}, {"scale_copy", test_scale_copy},
-        {"col_sum", test_col_sum}, {"batches", test_batches},
+        {"col_sum", test_col_sum}, {"autocast_ops", test_autocast_ops}, {"batches", test_batches},
         {"slowdown", test_slowdown}, {"world", test_world}, {"store", test_store},
         {"predict_files", test_predict_files}, {"predict_consts", test_predict_consts},
         {"csv_table", test_csv_table}, {"predict_model", test_predict_model},

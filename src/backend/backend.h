@@ -63,6 +63,11 @@ typedef struct dps_buf {
 
 #define DPS_HOST (-1) /* device index of host memory in copies */
 
+/* An operand's element type in the mixed-precision ops (autocast's bf16):
+ * fp32, or bfloat16 bits (uint16_t) */
+typedef enum be_dtype { BE_F32, BE_BF16 } be_dtype;
+static inline size_t be_dtype_bytes(be_dtype t) { return t == BE_BF16 ? 2 : 4; }
+
 /* The machine's CUDA stack, as a child process sees it (the asking process
  * stays CUDA-free); "" in a build without CUDA. */
 typedef struct be_cuda_versions {
@@ -146,6 +151,26 @@ typedef struct be_ops {
     dps_status (*scale_copy)(backend *, be_stream *s, int64_t n, float *dst, const float *src,
                              float a);
     dps_status (*add)(backend *, be_stream *s, int64_t n, float *dst, const float *src);
+    /* The ops of a model under autocast (bf16): every tensor cast once, outputs
+     * in bf16 where autocast writes them. gemm_ex is gemm with each operand's
+     * type: bf16 operands with fp32 accumulation, C rounded once (an fp32 A or B
+     * beside a bf16 one is cast first; fp32 A and B with a bf16 C are refused) */
+    dps_status (*gemm_ex)(backend *, be_stream *s, int trans_a, int trans_b, int m, int n, int k,
+                          float alpha, const void *a, be_dtype at, int lda, const void *b,
+                          be_dtype bt, int ldb, float beta, void *c, be_dtype ct, int ldc);
+    /* y = x in y's type: fp32 -> bf16 rounds to nearest even, bf16 -> fp32 is exact */
+    dps_status (*cast)(backend *, be_stream *s, int64_t n, const void *x, be_dtype xt, void *y,
+                       be_dtype yt);
+    /* pre = bf16(acc + bias) from an fp32 GEMM output; out = bf16(gelu(pre)) when
+     * out != NULL (dps_bias_act_bf16) */
+    dps_status (*bias_act_bf16)(backend *, be_stream *s, int rows, int cols, const float *acc,
+                                const uint16_t *bias, uint16_t *pre, uint16_t *out);
+    /* dpre = bf16(dh * gelu'(pre)), bf16 tensors; dpre may be dh */
+    dps_status (*gelu_bwd_bf16)(backend *, be_stream *s, int64_t n, const uint16_t *dh,
+                                const uint16_t *pre, uint16_t *dpre);
+    /* col_sum of a bf16 matrix into fp32, in col_sum's order */
+    dps_status (*col_sum_bf16)(backend *, be_stream *s, int rows, int cols, const uint16_t *x,
+                               float *out);
     /* start (on = 1) or stop the profiler's capture range (cudaProfilerStart/Stop) */
     /* the stream stays busy for us microseconds (--inject-slowdown) */
     dps_status (*spin)(backend *, be_stream *s, double us);

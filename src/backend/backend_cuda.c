@@ -292,28 +292,77 @@ static dps_status to_bf16(backend *be, be_stream *s, int slot, const float *x, s
     return DPS_OK;
 }
 
-/* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T. */
-static dps_status cu_gemm(backend *be, be_stream *s, int ta, int tb, int m, int n, int k,
-                          float alpha, const float *a, int lda, const float *b, int ldb,
-                          float beta, float *c, int ldc)
+/* The stream's cuBLAS handle, made on its first GEMM; dev current. */
+static dps_status blas_for(backend *be, be_stream *s)
 {
-    if (m <= 0 || n <= 0) return DPS_OK;
     DPS_TRY(ensure_device(be, s->dev));
     if (!s->blas) {
         CUBLAS_TRY(cublasCreate(&s->blas));
         CUBLAS_TRY(cublasSetStream(s->blas, s->s));
     }
-    cublasHandle_t h = s->blas;
+    return DPS_OK;
+}
+
+/* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T. */
+static dps_status cu_gemm_f32(backend *be, be_stream *s, int ta, int tb, int m, int n, int k,
+                              float alpha, const float *a, int lda, const float *b, int ldb,
+                              float beta, float *c, int ldc)
+{
+    DPS_TRY(blas_for(be, s));
     cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    if (!be->gemm_bf16) {
-        CUBLAS_TRY(cublasSgemm(h, ob, oa, n, m, k, &alpha, b, ldb, a, lda, &beta, c, ldc));
-        return DPS_OK;
-    }
+    CUBLAS_TRY(cublasSgemm(s->blas, ob, oa, n, m, k, &alpha, b, ldb, a, lda, &beta, c, ldc));
+    return DPS_OK;
+}
+
+/* fp32 operands; with gemm_bf16 both are rounded to bf16 first (fp32
+ * accumulation and C), at every call. */
+static dps_status cu_gemm(backend *be, be_stream *s, int ta, int tb, int m, int n, int k,
+                          float alpha, const float *a, int lda, const float *b, int ldb,
+                          float beta, float *c, int ldc)
+{
+    if (m <= 0 || n <= 0) return DPS_OK;
+    if (!be->gemm_bf16) return cu_gemm_f32(be, s, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    DPS_TRY(blas_for(be, s));
     const void *a16 = NULL, *b16 = NULL;
     DPS_TRY(to_bf16(be, s, 0, a, (size_t)(ta ? k : m) * (size_t)lda, &a16));
     DPS_TRY(to_bf16(be, s, 1, b, (size_t)(tb ? n : k) * (size_t)ldb, &b16));
-    CUBLAS_TRY(cublasGemmEx(h, ob, oa, n, m, k, &alpha, b16, CUDA_R_16BF, ldb, a16, CUDA_R_16BF,
+    cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    CUBLAS_TRY(cublasGemmEx(s->blas, ob, oa, n, m, k, &alpha, b16, CUDA_R_16BF, ldb, a16, CUDA_R_16BF,
                             lda, &beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return DPS_OK;
+}
+
+static cudaDataType_t cuda_type(be_dtype t) { return t == BE_BF16 ? CUDA_R_16BF : CUDA_R_32F; }
+
+/* An operand of gemm_ex as bf16: itself, or its cast in scratch `slot`. */
+static dps_status operand_bf16(backend *be, be_stream *s, int slot, const void *x, be_dtype t,
+                               size_t n, const void **out)
+{
+    if (t == BE_BF16) {
+        *out = x;
+        return DPS_OK;
+    }
+    return to_bf16(be, s, slot, x, n, out);
+}
+
+static dps_status cu_gemm_ex(backend *be, be_stream *s, int ta, int tb, int m, int n, int k,
+                             float alpha, const void *a, be_dtype at, int lda, const void *b,
+                             be_dtype bt, int ldb, float beta, void *c, be_dtype ct, int ldc)
+{
+    if (m <= 0 || n <= 0) return DPS_OK;
+    if (at == BE_F32 && bt == BE_F32) {
+        if (ct == BE_F32) return cu_gemm_f32(be, s, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        return dps_fail(DPS_ERR_RUNTIME, "%s:%d: gemm_ex: fp32 A and B with a bf16 C is no "
+                        "autocast GEMM; cast A or B to bf16 first", __FILE__, __LINE__);
+    }
+    DPS_TRY(blas_for(be, s));
+    const void *a16 = NULL, *b16 = NULL;
+    DPS_TRY(operand_bf16(be, s, 0, a, at, (size_t)(ta ? k : m) * (size_t)lda, &a16));
+    DPS_TRY(operand_bf16(be, s, 1, b, bt, (size_t)(tb ? n : k) * (size_t)ldb, &b16));
+    cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    CUBLAS_TRY(cublasGemmEx(s->blas, ob, oa, n, m, k, &alpha, b16, CUDA_R_16BF, ldb, a16,
+                            CUDA_R_16BF, lda, &beta, c, cuda_type(ct), ldc, CUBLAS_COMPUTE_32F,
+                            CUBLAS_GEMM_DEFAULT));
     return DPS_OK;
 }
 
@@ -389,6 +438,35 @@ static dps_status cu_adamw(backend *be, be_stream *s, int64_t n, float *p, const
 static dps_status cu_scale(backend *be, be_stream *s, int64_t n, float *x, float a)
 {
     KERNEL(s, dps_k_scale(s->s, n, x, a));
+}
+
+static dps_status cu_cast(backend *be, be_stream *s, int64_t n, const void *x, be_dtype xt, void *y,
+                          be_dtype yt)
+{
+    if (xt == yt) return cu_copy(be, s, y, s->dev, x, s->dev, (size_t)n * be_dtype_bytes(xt));
+    if (xt == BE_F32) KERNEL(s, dps_k_cast_bf16(s->s, n, x, y));
+    KERNEL(s, dps_k_bf16_to_f32(s->s, n, x, y));
+}
+
+static dps_status cu_bias_act_bf16(backend *be, be_stream *s, int rows, int cols, const float *acc,
+                                   const uint16_t *bias, uint16_t *pre, uint16_t *out)
+{
+    KERNEL(s, dps_k_bias_act_bf16(s->s, rows, cols, acc, bias, pre, out));
+}
+
+static dps_status cu_gelu_bwd_bf16(backend *be, be_stream *s, int64_t n, const uint16_t *dh,
+                                   const uint16_t *pre, uint16_t *dpre)
+{
+    KERNEL(s, dps_k_gelu_bwd_bf16(s->s, n, dh, pre, dpre));
+}
+
+static dps_status cu_col_sum_bf16(backend *be, be_stream *s, int rows, int cols, const uint16_t *x,
+                                  float *out)
+{
+    DPS_TRY(ensure_device(be, s->dev));
+    size_t ws = (size_t)dps_col_sum_workspace(rows, cols) * sizeof(float);
+    DPS_TRY(stream_scratch(be, s, &s->col_sum_ws, ws, "bias-gradient workspace"));
+    KERNEL(s, dps_k_col_sum_bf16(s->s, rows, cols, x, out, s->col_sum_ws.ptr));
 }
 
 static dps_status cu_scale_copy(backend *be, be_stream *s, int64_t n, float *dst,
@@ -473,6 +551,11 @@ static const be_ops cuda_ops = {
     .adamw = cu_adamw,
     .scale = cu_scale,
     .scale_copy = cu_scale_copy,
+    .gemm_ex = cu_gemm_ex,
+    .cast = cu_cast,
+    .bias_act_bf16 = cu_bias_act_bf16,
+    .gelu_bwd_bf16 = cu_gelu_bwd_bf16,
+    .col_sum_bf16 = cu_col_sum_bf16,
     .add = cu_add,
     .spin = cu_spin,
     .profile = cu_profile,

@@ -434,6 +434,90 @@ static dps_status host_scale_copy(backend *be, be_stream *s, int64_t n, float *d
     return DPS_OK;
 }
 
+/* The autocast ops, emulated exactly on the CPU (the host backend runs no
+ * bf16 configuration, but tests check these semantics here): operands
+ * widened to fp32 (an fp32 A or B beside a bf16 one rounded to bf16 first,
+ * as the CUDA backend casts it), the fp32 GEMM, its output rounded once. */
+static float *widened(const void *x, be_dtype t, int round, size_t n, float **owned)
+{
+    *owned = NULL;
+    if (t == BE_F32 && !round) return (float *)x;
+    float *y = malloc((n ? n : 1) * sizeof(float));
+    if (!y) return NULL;
+    for (size_t i = 0; i < n; i++)
+        y[i] = t == BE_BF16 ? dps_bf16_to_f32(((const uint16_t *)x)[i])
+                            : dps_bf16_to_f32(dps_f32_to_bf16(((const float *)x)[i]));
+    return *owned = y;
+}
+
+static dps_status host_gemm_ex(backend *be, be_stream *s, int ta, int tb, int m, int n, int k,
+                               float alpha, const void *a, be_dtype at, int lda, const void *b,
+                               be_dtype bt, int ldb, float beta, void *c, be_dtype ct, int ldc)
+{
+    (void)be; (void)s;
+    if (m <= 0 || n <= 0) return DPS_OK;
+    int mixed = at == BE_BF16 || bt == BE_BF16;
+    if (!mixed && ct == BE_BF16)
+        return dps_fail(DPS_ERR_RUNTIME, "%s:%d: gemm_ex: fp32 A and B with a bf16 C is no "
+                        "autocast GEMM; cast A or B to bf16 first", __FILE__, __LINE__);
+    float *oa, *ob, *oc;
+    size_t nc = (size_t)(m - 1) * (size_t)ldc + (size_t)n;
+    float *fa = widened(a, at, mixed, (size_t)(ta ? k : m) * (size_t)lda, &oa);
+    float *fb = widened(b, bt, mixed, (size_t)(tb ? n : k) * (size_t)ldb, &ob);
+    float *fc = widened(c, ct, 0, nc, &oc);
+    dps_status rc = fa && fb && fc ? host_sgemm(ta, tb, m, n, k, alpha, fa, lda, fb, ldb, beta, fc, ldc)
+                                   : dps_fail(DPS_ERR_RUNTIME, "out of host memory widening "
+                                              "bf16 GEMM operands (%d x %d x %d)", m, n, k);
+    for (size_t i = 0; !rc && oc && i < nc; i++) ((uint16_t *)c)[i] = dps_f32_to_bf16(oc[i]);
+    free(oa);
+    free(ob);
+    free(oc);
+    return rc;
+}
+
+static dps_status host_cast(backend *be, be_stream *s, int64_t n, const void *x, be_dtype xt,
+                            void *y, be_dtype yt)
+{
+    (void)be; (void)s;
+    for (int64_t i = 0; i < n; i++) {
+        float v = xt == BE_F32 ? ((const float *)x)[i] : dps_bf16_to_f32(((const uint16_t *)x)[i]);
+        if (yt == BE_F32) ((float *)y)[i] = v;
+        else ((uint16_t *)y)[i] = xt == BE_BF16 ? ((const uint16_t *)x)[i] : dps_f32_to_bf16(v);
+    }
+    return DPS_OK;
+}
+
+static dps_status host_bias_act_bf16(backend *be, be_stream *s, int rows, int cols,
+                                     const float *acc, const uint16_t *bias, uint16_t *pre,
+                                     uint16_t *out)
+{
+    (void)be; (void)s;
+    for (size_t i = 0; i < (size_t)rows * (size_t)cols; i++)
+        dps_bias_act_bf16(acc[i], bias[i % (size_t)cols], &pre[i], out ? &out[i] : NULL);
+    return DPS_OK;
+}
+
+static dps_status host_gelu_bwd_bf16(backend *be, be_stream *s, int64_t n, const uint16_t *dh,
+                                     const uint16_t *pre, uint16_t *dpre)
+{
+    (void)be; (void)s;
+    for (int64_t i = 0; i < n; i++) dpre[i] = dps_gelu_bwd_bf16(dh[i], pre[i]);
+    return DPS_OK;
+}
+
+static dps_status host_col_sum_bf16(backend *be, be_stream *s, int rows, int cols,
+                                    const uint16_t *x, float *out)
+{
+    float *owned;
+    size_t n = (size_t)rows * (size_t)cols;
+    const float *fx = widened(x, BE_BF16, 0, n, &owned);
+    if (!fx) return dps_fail(DPS_ERR_RUNTIME, "out of host memory widening a %d x %d bf16 matrix",
+                             rows, cols);
+    dps_status rc = host_col_sum(be, s, rows, cols, fx, out);
+    free(owned);
+    return rc;
+}
+
 /* The stream is the calling thread: it is kept busy (a sleep would give
  * the core away and stretch by the scheduler's whim). */
 static dps_status host_spin(backend *be, be_stream *s, double us)
@@ -508,6 +592,11 @@ static const be_ops host_ops = {
     .adamw = host_adamw,
     .scale = host_scale,
     .scale_copy = host_scale_copy,
+    .gemm_ex = host_gemm_ex,
+    .cast = host_cast,
+    .bias_act_bf16 = host_bias_act_bf16,
+    .gelu_bwd_bf16 = host_gelu_bwd_bf16,
+    .col_sum_bf16 = host_col_sum_bf16,
     .add = host_add,
     .spin = host_spin,
     .profile = host_profile,
