@@ -1110,6 +1110,65 @@ static void test_gradients(void)
     free(p); free(g); free(x); free(logits); free(dl); free(rl); free(labels);
 }
 
+/* The model as under autocast (acts made with gemm_bf16 set), on the host
+ * backend's exact emulation of the bf16 ops: logits are bf16 values and
+ * near the fp32 model's; the gradients near the fp32 ones; the layers'
+ * hooks come in the same order; every buffer is freed. */
+static int bf16_hooks[8], bf16_nhooks;
+static dps_status bf16_hook(void *ctx, int layer)
+{
+    (void)ctx;
+    if (bf16_nhooks < 8) bf16_hooks[bf16_nhooks++] = layer;
+    return DPS_OK;
+}
+
+static void test_model_bf16(void)
+{
+    be_options o = {.kind = BE_HOST, .host_devices = 1, .quiet = 1};
+    backend *be = NULL;
+    EXPECT(be_open(&o, &be) == DPS_OK);
+    if (!be) return;
+    model_shape s = {3, 32, 4, 24};
+    int rows = 5 * s.tokens;
+    size_t n = model_param_count(s), nl = (size_t)rows * s.classes;
+    float *p = malloc(n * 4), *g32 = malloc(n * 4), *g16 = malloc(n * 4);
+    float *x = malloc((size_t)rows * s.width * 4), *l32 = malloc(nl * 4), *l16 = malloc(nl * 4);
+    float *dl = malloc(nl * 4), *rl = malloc((size_t)rows * 4);
+    int32_t *labels = malloc((size_t)rows * 4);
+    model_init_params(s, 5, p);
+    model_make_batch(s, 5, 0, 0, rows, x, labels);
+    model_acts a32, a16;
+    EXPECT(model_acts_alloc(be, 0, s, rows, &a32) == DPS_OK && !a32.bf16);
+    be->gemm_bf16 = 1;
+    EXPECT(model_acts_alloc(be, 0, s, rows, &a16) == DPS_OK && a16.bf16);
+    EXPECT(model_forward(be, NULL, s, p, &a32, rows, x, l32) == DPS_OK);
+    EXPECT(model_forward(be, NULL, s, p, &a16, rows, x, l16) == DPS_OK);
+    double worst = 0, top = 0;
+    int representable = 1;
+    for (size_t i = 0; i < nl; i++) {
+        representable &= dps_bf16_to_f32(dps_f32_to_bf16(l16[i])) == l16[i];
+        worst = fmax(worst, fabs(l16[i] - l32[i]));
+        top = fmax(top, fabs(l32[i]));
+    }
+    EXPECT(representable && worst <= 0.03 * top + 1e-3);
+    EXPECT(be->ops->xent(be, NULL, rows, s.classes, l32, labels, 1.0f / rows, dl, rl) == DPS_OK);
+    EXPECT(model_backward(be, NULL, s, p, &a32, rows, x, dl, g32, NULL, NULL) == DPS_OK);
+    EXPECT(model_backward(be, NULL, s, p, &a16, rows, x, dl, g16, bf16_hook, NULL) == DPS_OK);
+    worst = top = 0;
+    for (size_t i = 0; i < n; i++) {
+        worst = fmax(worst, fabs(g16[i] - g32[i]));
+        top = fmax(top, fabs(g32[i]));
+    }
+    EXPECT(top > 0 && worst <= 0.03 * top);
+    if (worst > 0.03 * top) fprintf(stderr, "bf16 gradients off by %.3g of %.3g\n", worst, top);
+    EXPECT(bf16_nhooks == 4 && bf16_hooks[0] == 3 && bf16_hooks[3] == 0);
+    model_acts_free(be, &a16);
+    model_acts_free(be, &a32);
+    EXPECT(be->mem[0].in_use == 0);
+    be_close(be);
+    free(p); free(g32); free(g16); free(x); free(l32); free(l16); free(dl); free(rl); free(labels);
+}
+
 static void test_rel_diff(void)
 {
     float a[] = {1.0f, 2.0f, -4.0f}, b[] = {1.0f, 2.0f, -4.0f}, c[] = {1.0f, 2.5f, -4.0f};
@@ -2388,7 +2447,8 @@ int main(int argc, char **argv)
         {"comm_abort", test_comm_abort}, {"comm_watch", test_comm_watch},
         {"busbw", test_busbw}, {"context", test_context}, {"versions", test_versions},
         {"gemm", test_gemm}, {"host_math", test_host_math}, {"scale_copy", test_scale_copy},
-        {"col_sum", test_col_sum}, {"autocast_ops", test_autocast_ops}, {"batches", test_batches},
+        {"col_sum", test_col_sum}, {"autocast_ops", test_autocast_ops},
+        {"model_bf16", test_model_bf16}, {"batches", test_batches},
         {"slowdown", test_slowdown}, {"world", test_world}, {"store", test_store},
         {"predict_files", test_predict_files}, {"predict_consts", test_predict_consts},
         {"csv_table", test_csv_table}, {"predict_model", test_predict_model},

@@ -1,5 +1,6 @@
 /* The token MLP (see model.h): presets, layout, initialisation, synthetic
- * data, and forward/backward as a sequence of backend calls. */
+ * data, and forward/backward as a sequence of backend calls, in fp32 or as
+ * under autocast (bf16). */
 #include <math.h>
 #include <string.h>
 
@@ -81,25 +82,47 @@ void model_make_batch(model_shape s, uint64_t seed, int step, int64_t row0, int 
     }
 }
 
+/* The autocast buffers: activations and their gradients in bf16, the cast
+ * parameters and input, the fp32 GEMM output of a hidden layer. */
+static dps_status acts_alloc_bf16(backend *be, int dev, model_shape s, int max_rows, model_acts *a)
+{
+    size_t layer = (size_t)max_rows * (size_t)s.width * 2;
+    dps_status rc = be_buf_alloc(be, dev, layer * (size_t)s.layers, "autocast pre-activations", &a->pre);
+    if (!rc) rc = be_buf_alloc(be, dev, layer * (size_t)s.layers, "autocast activations", &a->post);
+    if (!rc) rc = be_buf_alloc(be, dev, layer, "autocast activation gradients", &a->dh[0]);
+    if (!rc) rc = be_buf_alloc(be, dev, layer, "autocast activation gradients", &a->dh[1]);
+    if (!rc) rc = be_buf_alloc(be, dev, model_param_count(s) * 2, "autocast parameters", &a->params16);
+    if (!rc) rc = be_buf_alloc(be, dev, layer, "autocast inputs", &a->x16);
+    if (!rc) rc = be_buf_alloc(be, dev, layer * 2, "autocast GEMM output", &a->acc);
+    if (!rc) rc = be_buf_alloc(be, dev, (size_t)max_rows * (size_t)s.classes * 2,
+                               "autocast logits gradient", &a->dlogits16);
+    return rc;
+}
+
 dps_status model_acts_alloc(backend *be, int dev, model_shape s, int max_rows, model_acts *a)
 {
     memset(a, 0, sizeof *a);
     a->max_rows = max_rows;
+    a->bf16 = be->gemm_bf16;
     size_t layer = (size_t)max_rows * (size_t)s.width * sizeof(float);
-    dps_status rc = be_buf_alloc(be, dev, layer * (size_t)s.layers, "pre-activations", &a->pre);
-    if (!rc) rc = be_buf_alloc(be, dev, layer * (size_t)s.layers, "activations", &a->post);
-    if (!rc) rc = be_buf_alloc(be, dev, layer, "activation gradients", &a->dh[0]);
-    if (!rc) rc = be_buf_alloc(be, dev, layer, "activation gradients", &a->dh[1]);
+    dps_status rc;
+    if (a->bf16) {
+        rc = acts_alloc_bf16(be, dev, s, max_rows, a);
+    } else {
+        rc = be_buf_alloc(be, dev, layer * (size_t)s.layers, "pre-activations", &a->pre);
+        if (!rc) rc = be_buf_alloc(be, dev, layer * (size_t)s.layers, "activations", &a->post);
+        if (!rc) rc = be_buf_alloc(be, dev, layer, "activation gradients", &a->dh[0]);
+        if (!rc) rc = be_buf_alloc(be, dev, layer, "activation gradients", &a->dh[1]);
+    }
     if (rc) model_acts_free(be, a);
     return rc;
 }
 
 void model_acts_free(backend *be, model_acts *a)
 {
-    be_buf_free(be, &a->pre);
-    be_buf_free(be, &a->post);
-    be_buf_free(be, &a->dh[0]);
-    be_buf_free(be, &a->dh[1]);
+    dps_buf *all[] = {&a->pre, &a->post, &a->dh[0], &a->dh[1], &a->params16, &a->x16, &a->acc,
+                      &a->dlogits16};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) be_buf_free(be, all[i]);
 }
 
 static float *layer_ptr(const dps_buf *b, model_shape s, int rows_cap, int l)
@@ -107,9 +130,44 @@ static float *layer_ptr(const dps_buf *b, model_shape s, int rows_cap, int l)
     return (float *)b->ptr + (size_t)l * (size_t)rows_cap * (size_t)s.width;
 }
 
+static uint16_t *layer_ptr16(const dps_buf *b, model_shape s, int rows_cap, int l)
+{
+    return (uint16_t *)b->ptr + (size_t)l * (size_t)rows_cap * (size_t)s.width;
+}
+
+/* Forward as under autocast: Linear's inputs (parameters, x) cast to bf16
+ * once, each Linear's bf16 output rounded once from its fp32 product plus
+ * bias, GELU on bf16; logits rounded to bf16, handed on as fp32
+ * (logits.float()). The classifier's fp32 product is formed in logits. */
+static dps_status forward_bf16(backend *be, be_stream *st, model_shape s, const float *params,
+                               model_acts *a, int rows, const float *x, float *logits)
+{
+    const be_ops *o = be->ops;
+    int d = s.width;
+    const uint16_t *p16 = a->params16.ptr;
+    DPS_TRY(o->cast(be, st, (int64_t)model_param_count(s), params, BE_F32, a->params16.ptr, BE_BF16));
+    DPS_TRY(o->cast(be, st, (int64_t)rows * d, x, BE_F32, a->x16.ptr, BE_BF16));
+    const uint16_t *h = a->x16.ptr;
+    for (int l = 0; l < s.layers; l++) {
+        uint16_t *pre = layer_ptr16(&a->pre, s, a->max_rows, l);
+        uint16_t *post = layer_ptr16(&a->post, s, a->max_rows, l);
+        DPS_TRY(o->gemm_ex(be, st, 0, 0, rows, d, d, 1.0f, h, BE_BF16, d, p16 + model_weight_offset(s, l),
+                           BE_BF16, d, 0.0f, a->acc.ptr, BE_F32, d));
+        DPS_TRY(o->bias_act_bf16(be, st, rows, d, a->acc.ptr, p16 + model_bias_offset(s, l), pre, post));
+        h = post;
+    }
+    DPS_TRY(o->gemm_ex(be, st, 0, 0, rows, s.classes, d, 1.0f, h, BE_BF16, d,
+                       p16 + model_weight_offset(s, s.layers), BE_BF16, s.classes, 0.0f, logits,
+                       BE_F32, s.classes));
+    DPS_TRY(o->bias_act_bf16(be, st, rows, s.classes, logits, p16 + model_bias_offset(s, s.layers),
+                             a->dlogits16.ptr, NULL));
+    return o->cast(be, st, (int64_t)rows * s.classes, a->dlogits16.ptr, BE_BF16, logits, BE_F32);
+}
+
 dps_status model_forward(backend *be, be_stream *st, model_shape s, const float *params,
                          model_acts *a, int rows, const float *x, float *logits)
 {
+    if (a->bf16) return forward_bf16(be, st, s, params, a, rows, x, logits);
     const be_ops *o = be->ops;
     int d = s.width;
     const float *h = x;
@@ -128,10 +186,57 @@ dps_status model_forward(backend *be, be_stream *st, model_shape s, const float 
                        params + model_bias_offset(s, s.layers), NULL);
 }
 
+/* Hidden layer l's gradients under autocast: dh (bf16) becomes d pre in
+ * place, then its weight's and bias's fp32 gradients. */
+static dps_status layer_grads_bf16(backend *be, be_stream *st, model_shape s, model_acts *a,
+                                   int rows, int l, uint16_t *dh, float *grads)
+{
+    const be_ops *o = be->ops;
+    int d = s.width;
+    const uint16_t *h_in = l ? layer_ptr16(&a->post, s, a->max_rows, l - 1) : a->x16.ptr;
+    DPS_TRY(o->gelu_bwd_bf16(be, st, (int64_t)rows * d, dh, layer_ptr16(&a->pre, s, a->max_rows, l), dh));
+    DPS_TRY(o->gemm_ex(be, st, 1, 0, d, d, rows, 1.0f, h_in, BE_BF16, d, dh, BE_BF16, d, 0.0f,
+                       grads + model_weight_offset(s, l), BE_F32, d));
+    return o->col_sum_bf16(be, st, rows, d, dh, grads + model_bias_offset(s, l));
+}
+
+/* Backward as under autocast, from forward_bf16's casts: dlogits cast to
+ * bf16 once (the backward of logits.float()), activation gradients in
+ * bf16, the parameters' gradients in fp32. */
+static dps_status backward_bf16(backend *be, be_stream *st, model_shape s, model_acts *a, int rows,
+                                const float *dlogits, float *grads, model_grad_hook hook, void *hook_ctx)
+{
+    const be_ops *o = be->ops;
+    int d = s.width, c = s.classes, L = s.layers;
+    const uint16_t *p16 = a->params16.ptr, *dl16 = a->dlogits16.ptr;
+    const uint16_t *h_last = L ? layer_ptr16(&a->post, s, a->max_rows, L - 1) : a->x16.ptr;
+    uint16_t *dh = a->dh[0].ptr, *dh_next = a->dh[1].ptr;
+    DPS_TRY(o->cast(be, st, (int64_t)rows * c, dlogits, BE_F32, a->dlogits16.ptr, BE_BF16));
+    DPS_TRY(o->gemm_ex(be, st, 1, 0, d, c, rows, 1.0f, h_last, BE_BF16, d, dl16, BE_BF16, c, 0.0f,
+                       grads + model_weight_offset(s, L), BE_F32, c));
+    DPS_TRY(o->col_sum_bf16(be, st, rows, c, dl16, grads + model_bias_offset(s, L)));
+    if (hook) DPS_TRY(hook(hook_ctx, L));
+    if (L == 0) return DPS_OK;
+    DPS_TRY(o->gemm_ex(be, st, 0, 1, rows, d, c, 1.0f, dl16, BE_BF16, c, p16 + model_weight_offset(s, L),
+                       BE_BF16, c, 0.0f, dh, BE_BF16, d));
+    for (int l = L - 1; l >= 0; l--) {
+        DPS_TRY(layer_grads_bf16(be, st, s, a, rows, l, dh, grads));
+        if (hook) DPS_TRY(hook(hook_ctx, l));
+        if (l == 0) break;
+        DPS_TRY(o->gemm_ex(be, st, 0, 1, rows, d, d, 1.0f, dh, BE_BF16, d,
+                           p16 + model_weight_offset(s, l), BE_BF16, d, 0.0f, dh_next, BE_BF16, d));
+        uint16_t *t = dh;
+        dh = dh_next;
+        dh_next = t;
+    }
+    return DPS_OK;
+}
+
 dps_status model_backward(backend *be, be_stream *st, model_shape s, const float *params,
                           model_acts *a, int rows, const float *x, const float *dlogits,
                           float *grads, model_grad_hook hook, void *hook_ctx)
 {
+    if (a->bf16) return backward_bf16(be, st, s, a, rows, dlogits, grads, hook, hook_ctx);
     const be_ops *o = be->ops;
     int d = s.width, c = s.classes, L = s.layers;
     const float *h_last = L ? layer_ptr(&a->post, s, a->max_rows, L - 1) : x;

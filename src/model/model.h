@@ -44,11 +44,20 @@ void model_init_params(model_shape s, uint64_t seed, float *params);
 void model_make_batch(model_shape s, uint64_t seed, int step, int64_t row0, int rows,
                       float *x, int32_t *labels);
 
-/* Activations of one replica for up to max_rows rows on one device. */
+/* Activations of one replica for up to max_rows rows on one device. With
+ * the backend's gemm_bf16 set when they are made, the model runs as under
+ * autocast: parameters and inputs cast to bf16 once a forward, activations
+ * and their gradients kept in bf16 (every GEMM writes bf16 where autocast's
+ * Linear would, fp32 for the parameters' gradients), logits rounded to bf16
+ * and their gradient cast to bf16 once a backward. */
 typedef struct model_acts {
     int max_rows;
+    int bf16;               /* the autocast buffers below, not the fp32 ones */
     dps_buf pre, post;      /* [layers][max_rows][width]: pre-activation, gelu output */
     dps_buf dh[2];          /* [max_rows][width] gradient ping-pong */
+    dps_buf params16, x16;  /* bf16: the parameters and the input, cast by model_forward */
+    dps_buf acc;            /* bf16: a hidden layer's fp32 GEMM output [max_rows][width] */
+    dps_buf dlogits16;      /* bf16: [max_rows][classes], the logits in forward, their gradient in backward */
 } model_acts;
 
 dps_status model_acts_alloc(backend *be, int dev, model_shape s, int max_rows, model_acts *a) DPS_MUST_USE;
@@ -61,7 +70,9 @@ dps_status model_forward(backend *be, be_stream *st, model_shape s, const float 
  * classifier (l == layers) down to layer 0: where DDP's buckets start. */
 typedef dps_status (*model_grad_hook)(void *ctx, int layer);
 
-/* grads = d loss / d params given dlogits (overwrites grads); hook may be NULL. */
+/* grads = d loss / d params given dlogits (overwrites grads); hook may be NULL.
+ * In bf16 (a->bf16) it uses the parameters and input that model_forward
+ * cast into a: call it after the forward of the same step. */
 dps_status model_backward(backend *be, be_stream *st, model_shape s, const float *params,
                           model_acts *a, int rows, const float *x, const float *dlogits,
                           float *grads, model_grad_hook hook, void *hook_ctx) DPS_MUST_USE;
