@@ -48,7 +48,6 @@ double run_max_rel_diff(const float *a, const float *b, size_t n);
 double run_allreduce_span_ms(const timeline *tl, int t, double bytes);
 
 /* Times the GEMMs of one step on `rows` rows of one device: TFLOP/s. */
-
 dps_status run_gemm_reference(backend *be, int dev, model_shape s, int rows, double *tflops) DPS_MUST_USE;
 
 #endif
