@@ -557,8 +557,11 @@ def number(row, col, allow_empty=False):
 
 
 def strategy(run):
-    """The line a run belongs to: its mode, and dp's lean variant apart."""
-    return "dp-lean" if run["config_id"].startswith("dp-lean-") else run["mode"]
+    """The line a run belongs to: its mode, and each mode's lean variant apart."""
+    for lean in ("dp-lean", "ddp-lean"):
+        if run["config_id"].startswith(lean + "-"):
+            return lean
+    return run["mode"]
 
 
 WHOLE_NUMBER = Kind(number=True, whole=True)

@@ -51,8 +51,8 @@ MEMORY_COLS = ["config_id", "device", "category", "bytes_at_peak"]
 STEPS_COLS = ["config_id", "step", "rank", "step_ms"]
 PHASE_ORDER = ["load", "replicate", "scatter", "forward", "gather", "loss", "backward",
                "reduce", "allreduce_exposed", "optimizer"]
-MODE_COLOR = {"dp": "#d62728", "dp-lean": "#ff9896", "ddp": "#1f77b4"}
-STRATEGIES = ("dp", "dp-lean", "ddp")  # strategy()'s names, in the order drawn
+MODE_COLOR = {"dp": "#d62728", "dp-lean": "#ff9896", "ddp": "#1f77b4", "ddp-lean": "#aec7e8"}
+STRATEGIES = ("dp", "dp-lean", "ddp", "ddp-lean")  # strategy()'s names, in the order drawn
 FAILED = "Failed configurations"  # summary.md's section of the configurations not drawn
 
 
@@ -700,7 +700,7 @@ def glance_strategies(folder):
     """The strategies the At a glance table has columns for: dp and ddp, and
     dp's lean variant where the folder has it."""
     ran = {strategy(r) for r in folder.runs}
-    return [s for s in STRATEGIES if s in ran or s != "dp-lean"]
+    return [s for s in STRATEGIES if s in ran or not s.endswith("-lean")]
 
 
 def best_cell(folder, at):

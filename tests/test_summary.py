@@ -164,7 +164,13 @@ def reduce_ms(folder, cid):
 
 def case_lean():
     """dp-lean beside dp: a column of its own in At a glance, a diagnosis of
-    its own (dp's keeps dp's numbers), its own bars on phases.png."""
+    its own (dp's keeps dp's numbers), its own bars on phases.png; ddp-lean
+    is a line of its own too."""
+    for cid, mode, want in (("ddp-lean-tiny-fp32-sgd-g2-b16-bk25", "ddp", "ddp-lean"),
+                            ("ddp-tiny-fp32-sgd-g2-b16-bk25", "ddp", "ddp"),
+                            ("dp-lean-tiny-fp32-sgd-g2-b16", "dp", "dp-lean")):
+        got = plot.strategy({"config_id": cid, "mode": mode})
+        expect(got == want, f"strategy of {cid}: {got}, expected {want}")
     with tempfile.TemporaryDirectory() as tmp:
         folder = copy_fixture("results-host", tmp, "res")
         add_lean(folder)
