@@ -385,12 +385,19 @@ static dps_status cu_gelu_bwd(backend *be, be_stream *s, int64_t n, const float 
     KERNEL(s, dps_k_gelu_bwd(s->s, n, dh, pre, dpre));
 }
 
-static dps_status cu_col_sum(backend *be, be_stream *s, int rows, int cols, const float *x,
-                             float *out)
+/* The stream's bias-gradient workspace, grown to the partial sums of a
+ * rows x cols column sum. */
+static dps_status col_sum_workspace(backend *be, be_stream *s, int rows, int cols)
 {
     DPS_TRY(ensure_device(be, s->dev));
     size_t ws = (size_t)dps_col_sum_workspace(rows, cols) * sizeof(float);
-    DPS_TRY(stream_scratch(be, s, &s->col_sum_ws, ws, "bias-gradient workspace"));
+    return stream_scratch(be, s, &s->col_sum_ws, ws, "bias-gradient workspace");
+}
+
+static dps_status cu_col_sum(backend *be, be_stream *s, int rows, int cols, const float *x,
+                             float *out)
+{
+    DPS_TRY(col_sum_workspace(be, s, rows, cols));
     KERNEL(s, dps_k_col_sum(s->s, rows, cols, x, out, s->col_sum_ws.ptr));
 }
 
@@ -463,9 +470,7 @@ static dps_status cu_gelu_bwd_bf16(backend *be, be_stream *s, int64_t n, const u
 static dps_status cu_col_sum_bf16(backend *be, be_stream *s, int rows, int cols, const uint16_t *x,
                                   float *out)
 {
-    DPS_TRY(ensure_device(be, s->dev));
-    size_t ws = (size_t)dps_col_sum_workspace(rows, cols) * sizeof(float);
-    DPS_TRY(stream_scratch(be, s, &s->col_sum_ws, ws, "bias-gradient workspace"));
+    DPS_TRY(col_sum_workspace(be, s, rows, cols));
     KERNEL(s, dps_k_col_sum_bf16(s->s, rows, cols, x, out, s->col_sum_ws.ptr));
 }
 
