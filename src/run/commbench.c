@@ -204,9 +204,7 @@ static const char *const bench_cols[] = {"backend", "method", "nranks", "bytes",
 
 dps_status commbench_check_header(const results_dir *rd)
 {
-    char path[DPS_PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/allreduce.csv", rd->dir);
-    return csv_check_header_at(rd->dir_fd, "allreduce.csv", path, bench_cols, NBENCH_COLS);
+    return results_check_header(rd, "allreduce.csv", bench_cols, NBENCH_COLS);
 }
 
 dps_status commbench_write(const results_dir *rd, const commbench_row *rows, int n)

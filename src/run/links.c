@@ -336,9 +336,7 @@ static const char *const links_cols[] = {"src", "dst", "method", "bytes", "bw_gb
 
 dps_status links_check_header(const results_dir *rd)
 {
-    char path[DPS_PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/links.csv", rd->dir);
-    return csv_check_header_at(rd->dir_fd, "links.csv", path, links_cols, NLINKS_COLS);
+    return results_check_header(rd, "links.csv", links_cols, NLINKS_COLS);
 }
 
 dps_status links_write(const results_dir *rd, const backend *be, const link_row *rows, int n)

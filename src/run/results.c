@@ -607,16 +607,20 @@ const results_file *results_files(int *n)
     return files;
 }
 
+dps_status results_check_header(const results_dir *r, const char *name,
+                                 const char *const *cols, int ncols)
+{
+    char path[DPS_PATH_MAX + 32];
+    path_of(r, name, path, sizeof path);
+    return csv_check_header_at(r->dir_fd, name, path, cols, ncols);
+}
+
 dps_status results_check_headers(const results_dir *r)
 {
     int n;
     const results_file *files = results_files(&n);
-    for (int i = 0; i < n; i++) {
-        char path[DPS_PATH_MAX + 32];
-        path_of(r, files[i].name, path, sizeof path);
-        DPS_TRY(csv_check_header_at(r->dir_fd, files[i].name, path, files[i].cols,
-                                    files[i].ncols));
-    }
+    for (int i = 0; i < n; i++)
+        DPS_TRY(results_check_header(r, files[i].name, files[i].cols, files[i].ncols));
     return DPS_OK;
 }
 

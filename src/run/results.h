@@ -53,6 +53,9 @@ void results_close(results_dir *r);
 const results_file *results_files(int *n);
 /* DPS_ERR_USAGE, naming the file, when one of them has another header. */
 dps_status results_check_headers(const results_dir *r) DPS_MUST_USE;
+/* The same for one file of the folder (links.csv, allreduce.csv) and its columns. */
+dps_status results_check_header(const results_dir *r, const char *name, const char *const *cols,
+                                int ncols) DPS_MUST_USE;
 /* Writes meta.json atomically (temporary file, then rename); cfg's world
  * and joined ranks say who started the ranks and on which hosts (NULL:
  * dpscale forks its ranks). */
