@@ -308,19 +308,39 @@ def raw_interval(s, direction):
     return inv(s.estimate), inv(s.hi), inv(s.lo)
 
 
-def judge_paired(b_rounds, h_rounds, direction, opts):
-    """The shift of paired rounds, its interval, and the decision on it."""
-    s = shift.paired_shift(b_rounds, h_rounds, direction, opts.confidence)
+# Metrics whose rows are separate evidence: samples/s is the batch over the
+# step time, the same measurement as step_ms, so it widens no interval.
+FAMILY_METRICS = ("step_ms", "busbw_gbps")
+
+
+def paired_family(base, cur):
+    """How many rows paired rounds decide together: each a chance of a false
+    REGRESSION, so each interval is drawn at the report's --confidence
+    divided among them (Bonferroni), and identical code is flagged in at
+    most 1 - confidence of reports, not of rows."""
+    n = 0
+    for cid in set(base.runs) & set(cur.runs):
+        if all(side.runs[cid]["status"] == "ok" for side in (base, cur)):
+            n += sum(bool(rounds_of(base, cur, cid, m)[0]) for m in FAMILY_METRICS)
+    return max(n, 1)
+
+
+def judge_paired(b_rounds, h_rounds, direction, opts, family=1):
+    """The shift of paired rounds, its interval (at the confidence left to
+    one of `family` rows), and the decision on it."""
+    confidence = 1.0 - (1.0 - opts.confidence) / family
+    s = shift.paired_shift(b_rounds, h_rounds, direction, confidence)
     p = shift.rounds_u_test(b_rounds, h_rounds)
-    status = shift.decide(s, opts.threshold, p, opts.alpha)
+    status = shift.decide(s, opts.threshold, p, opts.alpha / family)
     est, lo, hi = raw_interval(s, direction)
     b_all = [x for r in b_rounds for x in r]
     h_all = [x for r in h_rounds for x in r]
     row = {"base": median(b_all), "new": median(h_all), "delta_pct": est, "lo_pct": lo,
            "hi_pct": hi, "p": p, "noise": max(noise(b_all), noise(h_all)),
-           "threshold": opts.threshold, "rounds": s.rounds, "status": status}
+           "threshold": opts.threshold, "rounds": s.rounds, "confidence": confidence,
+           "status": status}
     if status == shift.NOISY:
-        need = shift.rounds_needed(s, opts.threshold, opts.confidence)
+        need = shift.rounds_needed(s, opts.threshold, confidence)
         row["rounds_needed"] = need
         row["detail"] = (f"needs about {need} rounds to decide" if need <= 1000 else
                          "at the threshold: more rounds will not decide it")
@@ -341,6 +361,7 @@ def judge_memory(base, new):
 
 def compare(base, cur, opts, paired):
     rows = []
+    family = paired_family(base, cur) if paired else 1
 
     def add(cid, metric, **kw):
         rows.append(dict(config=cid, metric=metric, **kw))
@@ -375,7 +396,7 @@ def compare(base, cur, opts, paired):
             if paired:
                 br, hr = rounds_of(base, cur, cid, metric)
                 if br:
-                    add(cid, metric, **judge_paired(br, hr, direction, opts))
+                    add(cid, metric, **judge_paired(br, hr, direction, opts, family))
                     continue
             add(cid, metric, **judge_timing(b, n, direction, opts.alpha, opts.fail_above,
                                             base.drift(cid, metric)))
@@ -492,10 +513,12 @@ def fmt(v, digits=4):
 def how(base, paired, rows):
     """One line on how the rows were judged."""
     if paired:
-        t = next((r["threshold"] for r in rows if r.get("rounds")), None)
+        r = next((r for r in rows if r.get("rounds")), None)
         return (f"Paired rounds ({len(base.parts)}): Δ is the shift of head's median over base's "
-                f"with its confidence interval; REGRESSION when the whole interval is worse than "
-                f"{100 * t:.0f} %." if t is not None else f"Paired rounds ({len(base.parts)}).")
+                f"with its {100 * r['confidence']:.2f} % interval (the report's confidence "
+                f"shared among the rows it decides); REGRESSION when the whole interval is worse "
+                f"than {100 * r['threshold']:.0f} %." if r else
+                f"Paired rounds ({len(base.parts)}).")
     m = base.meta
     by = f" by {recorded_by(m)}" if recorded_by(m) else ""
     return (f"Baseline recorded {m.get('start_time', '?')} on {m.get('host', '?')}{by}; not run "
@@ -649,7 +672,8 @@ def main(argv):
                     help="paired rounds: a shift whose whole interval is above this fraction "
                          "is a regression (0.03)")
     ap.add_argument("--confidence", type=option_number(0, 1, open_ends=True), default=0.95,
-                    help="paired rounds: the confidence of the shift's interval (0.95)")
+                    help="paired rounds: the confidence of the whole report (0.95), shared "
+                         "among the step-time and busbw rows (Bonferroni)")
     ap.add_argument("--markdown", help="write the Markdown table here too")
     ap.add_argument("--junit", help="write JUnit XML here")
     ap.add_argument("--json", help="write JSON here")

@@ -79,9 +79,9 @@ RULES = [
     (ENV + r"srun .*", skip("Slurm (srun): no cluster here")),
     (r"export MASTER_ADDR=\$\(scontrol .*", skip("Slurm (scontrol): an sbatch script's line")),
     (r"scripts/plot\.py results/latest", run(latest=True, out="charts in")),
-    # exit 1 is a regression found: the baseline is another machine's, not run beside this one
-    (r"scripts/compare\.py bench/baselines/\S+ results/latest",
-     run(rc=(0, 1), latest=True, out="## dpscale performance comparison")),
+    # exit 1: a regression found (a baseline of another day); 3: no baseline of this machine
+    (r"scripts/regress\.sh \S+ --stored",
+     run(add="--suite bench/quick.suite", rc=(0, 1, 3), out="stored baseline")),
     # ROUNDS and SUITE: two rounds of the quick suite instead of six of bench/ci.suite
     (r"scripts/ab\.sh old/dpscale " + DPS, run(add="2 bench/quick.suite", rc=(0, 1),
                                                 out="dpscale performance comparison")),
