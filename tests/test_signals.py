@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """SIGINT and SIGTERM by the two-signal rule (docs/usage.md, exit status):
-the first ends the configuration after its step, the second ends the step
-that runs at once, its row written with the steps before it, exit 130; in
+the first ends the configuration after its step (cut short if it runs 5 s
+more), the second ends the step that runs at once, its row written with the steps before it, exit 130; in
 dp's process, in a sweep's child, in ddp's parent and its ranks, in ranks a
 launcher started; a SIGINT while a sweep measures its links; no shared
 region left by a rank 0 killed under a launcher. Steps last far longer than
@@ -106,20 +106,47 @@ def case_dp_twice(binary):
               f"{row['steps_done']} step(s) kept")
 
 
+def start_long_sweep(binary, out):
+    """A sweep of tiny then medium, in the medium configuration's first step
+    (15 s or more) when it returns."""
+    p = start(binary, "sweep", "--mode", "dp", "--gpus", "1", "--model", "tiny,medium",
+              "--batch", "512", "--tokens", "32", "--steps", "3", "--warmup", "0",
+              "--no-links", "--out", out, "--name", "s")
+    deadline = time.monotonic() + 120
+    seen = ""
+    while "[2/2]" not in seen and time.monotonic() < deadline and p.poll() is None:
+        seen = p.stderr.readline()  # one plain line per configuration
+    expect("[2/2]" in seen, f"the sweep never began its second configuration ({seen!r})")
+    time.sleep(3.0)  # its set-up done, in its first step
+    expect(p.poll() is None, f"the sweep ended before the signals: exit {p.returncode}")
+    return p
+
+
+def case_sweep_once(binary):
+    """One SIGINT to the sweep's process group (a terminal's ^C, or what
+    `timeout` passes on before it ignores the signal itself) during a long
+    step: the step is cut short at the latest DPS_STEP_GRACE_S (5 s) after
+    it, the row written; exit 130."""
+    with tempfile.TemporaryDirectory(prefix="dpscale-sig-") as out:
+        p = start_long_sweep(binary, out)
+        os.killpg(p.pid, signal.SIGINT)
+        _, err, took = finish(p, "the sweep after one SIGINT", 60)
+        expect(took < 5.0 + PROMPT_S, f"ended {took:.1f} s after one SIGINT, not within the "
+               f"5 s grace and {PROMPT_S:g} s more")
+        expect(p.returncode == 130, f"exit {p.returncode}, expected 130\n{err}")
+        # cut short, or before step 0 where the set-up outlasted the signal
+        row, _ = check_interrupted_row(os.path.join(out, "s"))
+        expect(row["config_id"].startswith("dp-medium"),
+               f"the last row is not the medium configuration's: {row}")
+        no_processes_left(out)
+        print(f"sweep: ended {took:.2f} s after one SIGINT: {row['error']}")
+
+
 def case_sweep_twice(binary):
     """A sweep: the second SIGINT reaches the running configuration's
     process, which ends its long step at once and writes its row; exit 130."""
     with tempfile.TemporaryDirectory(prefix="dpscale-sig-") as out:
-        p = start(binary, "sweep", "--mode", "dp", "--gpus", "1", "--model", "tiny,medium",
-                  "--batch", "512", "--tokens", "32", "--steps", "3", "--warmup", "0",
-                  "--no-links", "--out", out, "--name", "s")
-        deadline = time.monotonic() + 120
-        seen = ""
-        while "[2/2]" not in seen and time.monotonic() < deadline and p.poll() is None:
-            seen = p.stderr.readline()  # one plain line per configuration
-        expect("[2/2]" in seen, f"the sweep never began its second configuration ({seen!r})")
-        time.sleep(3.0)  # its set-up done, in its first step (15 s or more)
-        expect(p.poll() is None, f"the sweep ended before the signals: exit {p.returncode}")
+        p = start_long_sweep(binary, out)
         twice([p])
         _, err, took = finish(p, "the sweep after the second SIGINT", 60)
         expect(took < PROMPT_S, f"ended {took:.1f} s after the second SIGINT")
@@ -247,7 +274,7 @@ def case_links_interrupt(binary):
         print(f"links: ended {took:.2f} s after SIGINT")
 
 
-CASES = {"dp_twice": case_dp_twice, "sweep_twice": case_sweep_twice,
+CASES = {"dp_twice": case_dp_twice, "sweep_once": case_sweep_once, "sweep_twice": case_sweep_twice,
          "ddp_twice": case_ddp_twice, "launcher_twice": case_launcher_twice,
          "rank0_killed": case_rank0_killed, "links_interrupt": case_links_interrupt}
 

@@ -482,7 +482,8 @@ static int finish(backend *be, const cli_args *a, int most, const results_dir *r
     printf("# %d failed%s; results in %s\n", failed, nothing ? ", nothing ran" : "", rd->dir);
     if (interrupted) {
         dps_log("interrupted by %s%s", dps_signal_name(dps_interrupted()),
-                dps_escalated() ? " twice" : "");
+                !dps_escalated() ? "" : dps_escalated_by_grace()
+                ? ", the step that ran cut short after the grace" : " twice");
         return 128 + (dps_interrupted() ? dps_interrupted() : SIGINT);
     }
     return failed || nothing ? 1 : 0;

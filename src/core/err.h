@@ -40,17 +40,22 @@ const char *dps_status_name(dps_status code);
 /* SIGINT and SIGTERM, by the two-signal rule (core/interrupt.c). The first
  * asks for an orderly stop: the handlers only record it, long loops poll
  * dps_interrupted(), the running configuration ends after its step with its
- * row, and a sweep stops. The second escalates, as a launcher's SIGKILL
- * would but keeping what finished: dps_escalated() turns true, the step
- * that runs is cut short (device operations not yet begun fail at once, the
- * waits for other processes stop), its row is written with the steps before
- * it and the process exits 128 + the first signal. A process still running
- * DPS_ESCALATE_GRACE_S after the second signal exits so from the handler. */
+ * row, and a sweep stops. The second, or DPS_STEP_GRACE_S after the first
+ * with the step still running, escalates, as a launcher's SIGKILL would but
+ * keeping what finished: dps_escalated() turns true, the step that runs is
+ * cut short (device operations not yet begun fail at once, the waits for
+ * other processes stop), its row is written with the steps before it and
+ * the process exits 128 + the first signal. A process still running
+ * DPS_ESCALATE_GRACE_S after escalating exits so from the handler. */
+#define DPS_STEP_GRACE_S 5
 #define DPS_ESCALATE_GRACE_S 10
-/* Installs the handlers of SIGINT, SIGTERM and the grace's SIGALRM. */
+/* Installs the handlers of SIGINT, SIGTERM and the graces' SIGALRM. */
 void dps_install_interrupt_handlers(void);
 int dps_interrupted(void); /* the first signal's number, 0 if none */
-int dps_escalated(void);   /* a second one came: the running step ends now */
+int dps_escalated(void);   /* a second one came, or the grace ended: the step ends now */
+int dps_escalated_by_grace(void); /* it was the grace, no second signal */
+/* What escalated: "a second signal" or "the signal's 5 s grace". */
+const char *dps_escalation_cause(void);
 /* DPS_ERR_RUNTIME: `what` was not done, as the second signal ended the step. */
 dps_status dps_fail_escalated(const char *what) DPS_MUST_USE;
 const char *dps_signal_name(int sig); /* "SIGINT", "SIGTERM", ... */

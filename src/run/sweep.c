@@ -77,7 +77,8 @@ typedef struct forward_state {
 
 /* The two-signal rule passed on to the child: the first signal, so that it
  * ends after its step with its row, then on the second another signal (two
- * of the same, pending together, would count once), then SIGKILL if it is
+ * of the same, pending together, would count once; the child's own grace
+ * ends when the sweep's does, so that needs none), then SIGKILL if it is
  * still running CHILD_ESCALATE_GRACE_MS later. 1 when it was killed now. */
 static int forward_interrupts(pid_t pid, forward_state *fw, double now)
 {
@@ -87,7 +88,7 @@ static int forward_interrupts(pid_t pid, forward_state *fw, double now)
         kill(pid, first);
         fw->sent = 1;
     } else if (fw->sent == 1 && dps_escalated()) {
-        kill(pid, first == SIGTERM ? SIGINT : SIGTERM);
+        if (!dps_escalated_by_grace()) kill(pid, first == SIGTERM ? SIGINT : SIGTERM);
         fw->sent = 2;
         fw->second_ms = now;
     } else if (fw->sent == 2 && !fw->killed && now - fw->second_ms > CHILD_ESCALATE_GRACE_MS) {
@@ -166,9 +167,9 @@ static void record_death(const dps_config *cfg, const backend *be, const results
         snprintf(why, sizeof why, "the configuration ran past --config-timeout %g s and was killed",
                  o->config_timeout_s);
     } else if (c->killed_escalated) {
-        snprintf(why, sizeof why, "interrupted by %s twice: the configuration's process was still "
-                 "running %g s after the second signal and was killed", dps_signal_name(
-                 dps_interrupted()), CHILD_ESCALATE_GRACE_MS / 1e3);
+        snprintf(why, sizeof why, "interrupted by %s: the configuration's process was still "
+                 "running %g s after %s cut its step short and was killed", dps_signal_name(
+                 dps_interrupted()), CHILD_ESCALATE_GRACE_MS / 1e3, dps_escalation_cause());
     } else if (WIFSIGNALED(c->ws)) {
         snprintf(why, sizeof why, "the configuration's process was killed by %s (signal %d)%s",
                  dps_signal_name(WTERMSIG(c->ws)), WTERMSIG(c->ws), c->rolled_back

@@ -376,13 +376,15 @@ static dps_status trace_read(ddp_rank *R, int k)
     return DPS_OK;
 }
 
-/* A second SIGINT or SIGTERM during step `step` failed its next device operation. */
+/* Escalation (a second SIGINT or SIGTERM, or the first's grace) during
+ * step `step` failed its next device operation. */
 static dps_status cut_short(const ddp_rank *R, int step)
 {
     int kept = R->rep->steps_done;
-    return dps_fail(DPS_ERR_RUNTIME, "rank %d: interrupted by %s during step %d, which a second "
-                    "signal cut short (the %d timed step%s before it kept)", R->rank,
-                    dps_signal_name(dps_interrupted()), step, kept, kept == 1 ? "" : "s");
+    return dps_fail(DPS_ERR_RUNTIME, "rank %d: interrupted by %s during step %d, which %s cut "
+                    "short (the %d timed step%s before it kept)", R->rank,
+                    dps_signal_name(dps_interrupted()), step, dps_escalation_cause(), kept,
+                    kept == 1 ? "" : "s");
 }
 
 static dps_status rank_loop(ddp_rank *R)

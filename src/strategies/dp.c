@@ -404,12 +404,13 @@ static dps_status trace_read(dp_state *st, train_result *res, int k)
     return DPS_OK;
 }
 
-/* A second SIGINT or SIGTERM during step `step` failed its next device operation. */
+/* Escalation (a second SIGINT or SIGTERM, or the first's grace) during
+ * step `step` failed its next device operation. */
 static dps_status cut_short(const train_result *res, int step)
 {
-    return dps_fail(DPS_ERR_RUNTIME, "interrupted by %s during step %d, which a second signal "
-                    "cut short (the %d timed step%s before it kept)",
-                    dps_signal_name(dps_interrupted()), step, res->steps_done,
+    return dps_fail(DPS_ERR_RUNTIME, "interrupted by %s during step %d, which %s cut short "
+                    "(the %d timed step%s before it kept)", dps_signal_name(dps_interrupted()),
+                    step, dps_escalation_cause(), res->steps_done,
                     res->steps_done == 1 ? "" : "s");
 }
 
