@@ -224,6 +224,19 @@ static void record_nvml(nvml_sampler *nv, const dps_config *cfg, train_result *r
     }
 }
 
+/* A run that failed after a signal failed because of it, whatever broke
+ * first (under a launcher another rank's abort can reach a rank before its
+ * own signal's handler has run): the row says so. */
+static void name_interrupt(train_result *res)
+{
+    int sig = dps_interrupted();
+    if (!res->status || !sig || strstr(res->error, dps_signal_name(sig))) return;
+    char why[sizeof res->error];
+    snprintf(why, sizeof why, "interrupted by %s: %.*s", dps_signal_name(sig),
+             (int)sizeof why - 32, res->error);
+    dps_strlcpy(res->error, why, sizeof res->error);
+}
+
 /* The mode's training loop; ranks of ddp open the backend the parent chose. */
 static dps_status train(const dps_config *cfg, backend *be, train_result *res)
 {
@@ -342,6 +355,7 @@ dps_status run_config(const dps_config *cfg, backend *be, const results_dir *rd,
         res.status = trace_json_write(rd, cfg, &res, sum.config_id);
         if (res.status) dps_strlcpy(res.error, dps_errmsg(), sizeof res.error);
     }
+    name_interrupt(&res);
     dps_utc_iso8601(sum.end_time, sizeof sum.end_time);
     summarize(cfg, &res, &sum);
     dps_status rc = results_append(rd, cfg, be, &res, &sum);
