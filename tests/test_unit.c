@@ -2413,7 +2413,17 @@ static void test_predict_configs(void)
     /* memory: ddp the same everywhere; an out-of-memory forecast */
     double g0, other;
     predict_memory(&w, MODE_DDP, 4, &g0, &other);
-    EXPECT(g0 == other && g0 == 3 * 26.0 * 1048576 + 26.0 * 1048576 + 32 * (602112 + 8000 + 1e8));
+    /* logits, their gradient, the log-probabilities and theirs: 4 x 4000 a sample */
+    EXPECT(g0 == other && g0 == 3 * 26.0 * 1048576 + 26.0 * 1048576 + 32 * (602112 + 16000 + 1e8));
+    /* dp on 4: device 0 the batch, the gathered logits' four buffers, two
+     * coalescing buffers (no tensor listed: groups of 10 MiB) and the
+     * reduce output */
+    double P = 26.0 * 1048576, F = 10.0 * 1048576;
+    predict_memory(&w, MODE_DP, 4, &g0, &other);
+    EXPECT(g0 == 3 * P + P + 2 * F + 4 * 32 * 602112.0 + 16 * 32 * 4000.0 + 32 * 1e8);
+    EXPECT(other == 2 * P + F + 32 * (602112 + 4000 + 1e8));
+    predict_memory(&w, MODE_DP, 1, &g0, &other);
+    EXPECT(g0 == 2 * P + P + 32 * (602112 + 16000 + 1e8) && other == 0);
     m.gpu_mem_gib = 3;
     predict_config(&m, &w, &s, &c, MODE_DDP, 2, &r);
     EXPECT(r.status == PRED_OOM && strstr(r.note, "more than gpu_mem_gib 3"));

@@ -15,10 +15,10 @@ typedef struct comm_group comm_group;
 /* Whether this build has the group (dp then uses peer copies without it). */
 int comm_group_available(void);
 dps_status comm_group_open(comm_group **g, const int *devs, int n) DPS_MUST_USE;
-/* Aborts the communicators when the group failed or collectives were
- * issued since the last comm_group_sync that succeeded (a run that failed
- * mid-step), else destroys them. NULL is a no-op. */
-void comm_group_close(comm_group *g);
+/* Aborts the communicators when the run failed (`run` is its status), the
+ * group failed or collectives were issued since the last comm_group_sync
+ * that succeeded, else destroys them. NULL is a no-op. */
+void comm_group_close(comm_group *g, dps_status run);
 /* count floats from device 0's buffer to every device's; streams: native handles. */
 dps_status comm_group_broadcast(comm_group *g, void *const *bufs, size_t count,
                                 void *const *streams) DPS_MUST_USE;

@@ -45,10 +45,10 @@ dps_status comm_group_open(comm_group **out, const int *devs, int n)
 /* A group that failed, or that a run left with collectives not seen done
  * (it failed elsewhere mid-step), is aborted: a destroy would wait for
  * their work. */
-void comm_group_close(comm_group *g)
+void comm_group_close(comm_group *g, dps_status run)
 {
     if (!g) return;
-    nccl_watch_close(g->watch, g->failed != DPS_OK || g->unsettled);
+    nccl_watch_close(g->watch, run != DPS_OK || g->failed != DPS_OK || g->unsettled);
     free(g);
 }
 

@@ -12,7 +12,7 @@ dps_status comm_group_open(comm_group **g, const int *devs, int n)
                     "NCCL; rebuild with -Dnccl=enabled, or use --dp-comm p2p", n);
 }
 
-void comm_group_close(comm_group *g) { (void)g; }
+void comm_group_close(comm_group *g, dps_status run) { (void)g, (void)run; }
 
 dps_status comm_group_broadcast(comm_group *g, void *const *bufs, size_t count,
                                 void *const *streams)

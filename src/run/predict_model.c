@@ -248,23 +248,28 @@ void predict_memory(const predict_workload *w, dps_mode mode, int n, double *gpu
     double act = B * w->activation_bytes_per_sample;
     if (mode == MODE_DDP) {
         /* parameters, gradients, gradient buckets, optimizer state, input
-         * shard, logits, logits gradient, activations */
-        *gpu0 = *other = 3 * P + state + in + 2 * out + act;
+         * shard, logits, logits gradient, log-probabilities and their
+         * gradient (nn.CrossEntropyLoss's), activations */
+        *gpu0 = *other = 3 * P + state + in + 4 * out + act;
         return;
     }
+    /* device 0: parameters (the master copy), gradients, optimizer state,
+     * the input batch, the gathered logits and their gradient, the
+     * log-probabilities and their gradient (its replica's logits live in
+     * the gathered ones), activations */
+    *gpu0 = 2 * P + state + n * in + 4.0 * n * out + act;
+    *other = 0.0;
+    if (n < 2) return;
     /* broadcast_coalesced's groups of at most 10 MiB, a larger tensor alone:
-     * the coalescing buffer holds the largest */
+     * the coalescing buffer holds the largest, on every device and once
+     * more on device 0 for reduce_add_coalesced, whose output is device
+     * 0's reduced gradients */
     double flat = fmin(P, 10 * MIB);
     for (int t = 0; t < w->ntensors; t++) flat = fmax(flat, (double)w->tensors[t] * w->bytes_per_grad);
-    /* device 0: parameters (the master copy), gradients, optimizer state,
-     * reduce output, coalescing buffer, input batch and its own chunk,
-     * gathered logits, logits gradient, log-probabilities and their
-     * gradient (n x), its replica's logits and logits gradient chunk,
-     * activations */
-    *gpu0 = 3 * P + state + flat + (n + 1) * in + (4.0 * n + 2) * out + act;
+    *gpu0 += 2 * flat + P;
     /* another: replica parameters, gradients, coalescing buffer, input
-     * chunk, replica logits, logits gradient chunk, activations */
-    *other = n > 1 ? 2 * P + flat + in + 2 * out + act : 0.0;
+     * chunk, logits gradient chunk, activations */
+    *other = 2 * P + flat + in + out + act;
 }
 
 static void forecast_oom(const predict_machine *m, predict_row *r)

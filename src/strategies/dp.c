@@ -154,12 +154,14 @@ static dps_status dp_setup(dp_state *st)
                          c->warmup + c->steps, !be->emulated);
 }
 
-static void dp_teardown(dp_state *st)
+/* Frees everything; `run` is the run's status (a failed run's NCCL
+ * communicators are aborted, never destroyed). */
+static void dp_teardown(dp_state *st, dps_status run)
 {
     backend *be = st->be;
     if (st->pool_up) pool_stop(&st->pool);
     batches_stop(&st->batches);
-    comm_group_close(st->nccl);
+    comm_group_close(st->nccl, run);
     ptimer_free(&st->timer);
     for (int i = 0; i < st->nslots; i++) {
         dp_slot *s = &st->s[i];
@@ -305,7 +307,8 @@ static dps_status phase_optimizer(dp_state *st, int step)
     return ptimer_end(&st->timer, 0, PH_OPTIMIZER);
 }
 
-/* Every device idle; with NCCL, polling its errors and --timeout (a hung
+/* Every device idle: the host waits on each stream; with NCCL a watchdog
+ * thread meanwhile checks its asynchronous errors and --timeout (a hung
  * collective ends the configuration instead of the process). */
 static dps_status dp_sync(dp_state *st)
 {
@@ -481,7 +484,7 @@ dps_status dp_train(const dps_config *cfg, backend *be, train_result *res)
             for (int l = 0; l < LINK_COUNT; l++) res->dev[i].link_bytes[l] /= res->steps_done;
     }
     if (rc) dps_strlcpy(res->error, dps_errmsg(), sizeof res->error);
-    dp_teardown(st);
+    dp_teardown(st, rc);
     free(st);
     return rc;
 }
