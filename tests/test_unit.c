@@ -37,6 +37,7 @@
 #include "config/ptimer.h"
 #include "config/world.h"
 #include "strategies/dp.h"
+#include "strategies/footprint.h"
 #include "core/stats.h"
 #include "model/model.h"
 #include "backend/nvml.h"
@@ -1167,6 +1168,77 @@ static void test_model_bf16(void)
     EXPECT(be->mem[0].in_use == 0);
     be_close(be);
     free(p); free(g32); free(g16); free(x); free(l32); free(l16); free(dl); free(rl); free(labels);
+}
+
+/* dp over 2 host devices for 3 steps of a small model, in fp32 or as
+ * under autocast (the host backend's exact bf16 emulation); NULL if it
+ * failed to run. */
+static train_result *dp_two_devices(int bf16)
+{
+    be_options o = {.kind = BE_HOST, .host_devices = 2, .quiet = 1};
+    backend *be = NULL;
+    if (be_open(&o, &be) != DPS_OK || !be) return NULL;
+    dps_config c;
+    config_defaults(&c);
+    c.mode = MODE_DP;
+    c.shape = (model_shape){2, 64, 4, 48};
+    c.ngpus = 2;
+    c.devices[0] = 0;
+    c.devices[1] = 1;
+    c.global_batch = 6;
+    c.warmup = 0;
+    c.steps = 3;
+    c.trace_steps = 0;
+    c.precision = bf16 ? PREC_BF16 : PREC_FP32;
+    be->gemm_bf16 = bf16;
+    static train_result res[2];
+    train_result *r = &res[bf16];
+    dps_status rc = train_result_init(r, &c, c.ngpus);
+    if (!rc) rc = dp_train(&c, be, r);
+    if (!rc) {
+        footprint fp;
+        footprint_of(&c, BE_HOST, &fp);
+        for (int i = 0; i < 2; i++) EXPECT(r->dev[i].alloc_peak == fp.device[i]);
+        for (int i = 0; i < 2; i++) EXPECT(be->mem[i].in_use == 0);
+    }
+    be_close(be);
+    if (rc) fprintf(stderr, "dp %s: %s\n", bf16 ? "bf16" : "fp32", dps_errmsg());
+    return rc ? NULL : r;
+}
+
+/* dp under autocast gathers bf16 logits and scatters their bf16 gradient,
+ * as DataParallel does: half the logits' bytes between the devices, losses
+ * within 3 % of fp32's, memory as footprint.c says. */
+static void test_dp_bf16(void)
+{
+    train_result *f32 = dp_two_devices(0), *b16 = dp_two_devices(1);
+    EXPECT(f32 && b16);
+    if (!f32 || !b16) return;
+    for (int k = 0; k < 3; k++) EXPECT(fabs(b16->loss[k] - f32->loss[k]) <= 0.03 * f32->loss[k]);
+    /* device 1: 3 samples of 4 tokens, 48 classes: its logits sent, their gradient received */
+    double half = 3 * 4 * 48 * 2.0;
+    EXPECT(b16->dev[1].link_bytes[LINK_P2P_SENT] == f32->dev[1].link_bytes[LINK_P2P_SENT] - half);
+    EXPECT(b16->dev[1].link_bytes[LINK_P2P_RECV] == f32->dev[1].link_bytes[LINK_P2P_RECV] - half);
+    train_result_free(f32);
+    train_result_free(b16);
+}
+
+/* The GEMMs-alone reference in fp32 and as under autocast (bf16 operands
+ * on the host backend's emulation): a rate, every buffer freed. */
+static void test_gemm_reference(void)
+{
+    be_options o = {.kind = BE_HOST, .host_devices = 1, .quiet = 1};
+    backend *be = NULL;
+    EXPECT(be_open(&o, &be) == DPS_OK);
+    if (!be) return;
+    model_shape s = {2, 64, 4, 96};
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        be->gemm_bf16 = bf16;
+        double tflops = 0;
+        EXPECT(run_gemm_reference(be, 0, s, 32, &tflops) == DPS_OK && tflops > 0);
+        EXPECT(be->mem[0].in_use == 0);
+    }
+    be_close(be);
 }
 
 static void test_rel_diff(void)
@@ -2459,7 +2531,7 @@ int main(int argc, char **argv)
         {"busbw", test_busbw}, {"context", test_context}, {"versions", test_versions},
         {"gemm", test_gemm}, {"host_math", test_host_math}, {"scale_copy", test_scale_copy},
         {"col_sum", test_col_sum}, {"autocast_ops", test_autocast_ops},
-        {"model_bf16", test_model_bf16}, {"batches", test_batches},
+        {"model_bf16", test_model_bf16}, {"dp_bf16", test_dp_bf16}, {"gemm_reference", test_gemm_reference}, {"batches", test_batches},
         {"slowdown", test_slowdown}, {"world", test_world}, {"store", test_store},
         {"predict_files", test_predict_files}, {"predict_consts", test_predict_consts},
         {"csv_table", test_csv_table}, {"predict_model", test_predict_model},

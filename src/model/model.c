@@ -161,6 +161,7 @@ static dps_status forward_bf16(backend *be, be_stream *st, model_shape s, const 
                        BE_F32, s.classes));
     DPS_TRY(o->bias_act_bf16(be, st, rows, s.classes, logits, p16 + model_bias_offset(s, s.layers),
                              a->dlogits16.ptr, NULL));
+    if (a->logits16_out) return DPS_OK;
     return o->cast(be, st, (int64_t)rows * s.classes, a->dlogits16.ptr, BE_BF16, logits, BE_F32);
 }
 
@@ -211,7 +212,7 @@ static dps_status backward_bf16(backend *be, be_stream *st, model_shape s, model
     const uint16_t *p16 = a->params16.ptr, *dl16 = a->dlogits16.ptr;
     const uint16_t *h_last = L ? layer_ptr16(&a->post, s, a->max_rows, L - 1) : a->x16.ptr;
     uint16_t *dh = a->dh[0].ptr, *dh_next = a->dh[1].ptr;
-    DPS_TRY(o->cast(be, st, (int64_t)rows * c, dlogits, BE_F32, a->dlogits16.ptr, BE_BF16));
+    if (dlogits) DPS_TRY(o->cast(be, st, (int64_t)rows * c, dlogits, BE_F32, a->dlogits16.ptr, BE_BF16));
     DPS_TRY(o->gemm_ex(be, st, 1, 0, d, c, rows, 1.0f, h_last, BE_BF16, d, dl16, BE_BF16, c, 0.0f,
                        grads + model_weight_offset(s, L), BE_F32, c));
     DPS_TRY(o->col_sum_bf16(be, st, rows, c, dl16, grads + model_bias_offset(s, L)));

@@ -58,12 +58,15 @@ typedef struct model_acts {
     dps_buf params16, x16;  /* bf16: the parameters and the input, cast by model_forward */
     dps_buf acc;            /* bf16: a hidden layer's fp32 GEMM output [max_rows][width] */
     dps_buf dlogits16;      /* bf16: [max_rows][classes], the logits in forward, their gradient in backward */
+    int logits16_out;       /* bf16: model_forward leaves the logits in dlogits16 only */
 } model_acts;
 
 dps_status model_acts_alloc(backend *be, int dev, model_shape s, int max_rows, model_acts *a) DPS_MUST_USE;
 void model_acts_free(backend *be, model_acts *a);
 
-/* logits[rows, classes] = model(x). */
+/* logits[rows, classes] = model(x); in bf16 with a->logits16_out set,
+ * logits is the classifier's fp32 product only and the logits are
+ * a->dlogits16's bf16 values (what DataParallel gathers under autocast). */
 dps_status model_forward(backend *be, be_stream *st, model_shape s, const float *params,
                          model_acts *a, int rows, const float *x, float *logits) DPS_MUST_USE;
 /* Called when layer l's gradients (weight and bias) are complete, from the
@@ -72,7 +75,8 @@ typedef dps_status (*model_grad_hook)(void *ctx, int layer);
 
 /* grads = d loss / d params given dlogits (overwrites grads); hook may be NULL.
  * In bf16 (a->bf16) it uses the parameters and input that model_forward
- * cast into a: call it after the forward of the same step. */
+ * cast into a: call it after the forward of the same step; dlogits NULL
+ * takes the gradient already in bf16 from a->dlogits16. */
 dps_status model_backward(backend *be, be_stream *st, model_shape s, const float *params,
                           model_acts *a, int rows, const float *x, const float *dlogits,
                           float *grads, model_grad_hook hook, void *hook_ctx) DPS_MUST_USE;

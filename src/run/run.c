@@ -102,21 +102,73 @@ static dps_status gemm_step(backend *be, be_stream *st, model_shape s, int rows,
     return o->stream_sync(be, st);
 }
 
-/* The reference's buffers: x, w, y, dw, dx of gemm_step. */
-enum { GX, GW, GY, GDW, GDX, GBUFS };
+/* The same GEMMs as the model runs them under autocast (model.c's
+ * forward_bf16, backward_bf16): bf16 operands, fp32 accumulation, the
+ * hidden layers' and logits' products and the weights' gradients in fp32,
+ * the activations' gradients in bf16; x16, w16 and y16 are x, w and the
+ * gradients that come back, cast once. */
+static dps_status gemm_step_bf16(backend *be, be_stream *st, model_shape s, int rows,
+                                 const uint16_t *x16, const uint16_t *w16, const uint16_t *y16,
+                                 float *y, float *dw, uint16_t *dx16)
+{
+    const be_ops *o = be->ops;
+    int d = s.width, c = s.classes;
+    const be_dtype H = BE_BF16, F = BE_F32;
+    for (int l = 0; l < s.layers; l++) /* forward */
+        DPS_TRY(o->gemm_ex(be, st, 0, 0, rows, d, d, 1.0f, x16, H, d, w16, H, d, 0.0f, y, F, d));
+    DPS_TRY(o->gemm_ex(be, st, 0, 0, rows, c, d, 1.0f, x16, H, d, w16, H, c, 0.0f, y, F, c));
+    DPS_TRY(o->gemm_ex(be, st, 1, 0, d, c, rows, 1.0f, x16, H, d, y16, H, c, 0.0f, dw, F, c));
+    if (s.layers)
+        DPS_TRY(o->gemm_ex(be, st, 0, 1, rows, d, c, 1.0f, y16, H, c, w16, H, c, 0.0f, dx16, H, d));
+    for (int l = s.layers - 1; l >= 0; l--) { /* backward */
+        DPS_TRY(o->gemm_ex(be, st, 1, 0, d, d, rows, 1.0f, x16, H, d, y16, H, d, 0.0f, dw, F, d));
+        if (l > 0)
+            DPS_TRY(o->gemm_ex(be, st, 0, 1, rows, d, d, 1.0f, y16, H, d, w16, H, d, 0.0f, dx16, H,
+                               d));
+    }
+    return o->stream_sync(be, st);
+}
+
+/* The reference's buffers: x, w, y, dw, dx of gemm_step, and under
+ * autocast the bf16 x, w and returning gradients of gemm_step_bf16. */
+enum { GX, GW, GY, GDW, GDX, GX16, GW16, GY16, GBUFS };
+
+/* bf16 copies of x and w, and gradients that come back as uniform as the
+ * inputs (y is then only written). */
+static dps_status gemm_buffers_bf16(backend *be, be_stream *st, int dev, dps_buf *b)
+{
+    const be_ops *o = be->ops;
+    for (int i = GX16; i <= GY16; i++)
+        DPS_TRY(be_buf_alloc(be, dev, b[i - GX16].bytes / 2, "GEMM reference (bf16)", &b[i]));
+    DPS_TRY(gemm_fill(be, st, &b[GY], 1.0f, 3));
+    for (int i = GX16; i <= GY16; i++)
+        DPS_TRY(o->cast(be, st, (int64_t)(b[i].bytes / 2), b[i - GX16].ptr, BE_F32, b[i].ptr,
+                        BE_BF16));
+    return o->stream_sync(be, st);
+}
 
 static dps_status gemm_buffers(backend *be, be_stream *st, int dev, model_shape s, int rows,
                                dps_buf *b)
 {
     size_t d = (size_t)s.width, big = (size_t)(s.width > s.classes ? s.width : s.classes);
-    size_t floats[GBUFS] = {(size_t)rows * d, d * big, (size_t)rows * big, d * big, (size_t)rows * d};
-    for (int i = 0; i < GBUFS; i++)
+    size_t floats[GX16] = {(size_t)rows * d, d * big, (size_t)rows * big, d * big, (size_t)rows * d};
+    for (int i = 0; i < GX16; i++)
         DPS_TRY(be_buf_alloc(be, dev, floats[i] * sizeof(float), "GEMM reference", &b[i]));
     DPS_TRY(gemm_fill(be, st, &b[GX], 1.0f, 1));                        /* as the inputs */
     DPS_TRY(gemm_fill(be, st, &b[GW], 1.0f / sqrtf((float)s.width), 2)); /* as nn.Linear's */
+    if (be->gemm_bf16) DPS_TRY(gemm_buffers_bf16(be, st, dev, b));
     DPS_TRY(be->ops->memset0(be, st, b[GY].ptr, b[GY].bytes));
     DPS_TRY(be->ops->memset0(be, st, b[GDW].ptr, b[GDW].bytes));
     return be->ops->memset0(be, st, b[GDX].ptr, b[GDX].bytes);
+}
+
+/* One repetition of the reference, as the model's precision runs it. */
+static dps_status gemm_rep(backend *be, be_stream *st, model_shape s, int rows, dps_buf *b)
+{
+    if (be->gemm_bf16)
+        return gemm_step_bf16(be, st, s, rows, b[GX16].ptr, b[GW16].ptr, b[GY16].ptr, b[GY].ptr,
+                              b[GDW].ptr, b[GDX].ptr);
+    return gemm_step(be, st, s, rows, b[GX].ptr, b[GW].ptr, b[GY].ptr, b[GDW].ptr, b[GDX].ptr);
 }
 
 dps_status run_gemm_reference(backend *be, int dev, model_shape s, int rows, double *tflops)
@@ -128,7 +180,7 @@ dps_status run_gemm_reference(backend *be, int dev, model_shape s, int rows, dou
     double times[6];
     for (int rep = 0; !rc && rep < 6; rep++) {
         double t0 = dps_now_ms();
-        rc = gemm_step(be, st, s, rows, b[GX].ptr, b[GW].ptr, b[GY].ptr, b[GDW].ptr, b[GDX].ptr);
+        rc = gemm_rep(be, st, s, rows, b);
         times[rep] = dps_now_ms() - t0;
     }
     if (!rc) {
@@ -240,6 +292,7 @@ static void name_interrupt(train_result *res)
 /* The mode's training loop; ranks of ddp open the backend the parent chose. */
 static dps_status train(const dps_config *cfg, backend *be, train_result *res)
 {
+    be->gemm_bf16 = cfg->precision == PREC_BF16; /* autocast, timed or not */
     if (cfg->mode == MODE_DP) return dp_train(cfg, be, res);
     dps_config c = *cfg;
     c.be.kind = be->kind;
@@ -324,7 +377,6 @@ dps_status run_config(const dps_config *cfg, backend *be, const results_dir *rd,
     config_id(cfg, sum.config_id, sizeof sum.config_id);
     dps_utc_iso8601(sum.start_time, sizeof sum.start_time);
     be_reset_peaks(be);
-    be->gemm_bf16 = cfg->precision == PREC_BF16;
     if (config_shares_device(cfg))
         dps_warn("%s: several replicas share a GPU: the copies between them are local, so "
                  "the timings say nothing about a multi-GPU machine", sum.config_id);

@@ -42,7 +42,16 @@ static dps_status alloc_slot(dp_state *st, int i, size_t pbytes)
         s->xv = s->x.ptr;
         s->logitsv = s->dlogitsv = s->logits.ptr;
     }
-    return model_acts_alloc(be, s->dev, m, s->rows, &s->acts);
+    DPS_TRY(model_acts_alloc(be, s->dev, m, s->rows, &s->acts));
+    s->acts.logits16_out = s->acts.bf16; /* gathered in bf16 */
+    return DPS_OK;
+}
+
+/* The bytes of one logit as the replicas hand them over: bf16 under
+ * autocast, fp32 otherwise. */
+static size_t logit_bytes(const dp_state *st)
+{
+    return st->be->gemm_bf16 ? 2 : sizeof(float);
 }
 
 /* Whether replicate and reduce run (DataParallel over one device calls the
@@ -91,6 +100,9 @@ static dps_status alloc_primary(dp_state *st, size_t pbytes)
     DPS_TRY(be_buf_alloc(be, d0, n * sizeof(int32_t), "labels", &st->labels_full));
     DPS_TRY(be_buf_alloc(be, d0, n * (size_t)m.classes * sizeof(float), "gathered logits", &st->logits_full));
     DPS_TRY(be_buf_alloc(be, d0, n * (size_t)m.classes * sizeof(float), "logits gradient", &st->dlogits_full));
+    if (be->gemm_bf16)
+        DPS_TRY(be_buf_alloc(be, d0, n * (size_t)m.classes * 2, "gathered bf16 logits, then their "
+                             "gradient", &st->logits16_full));
     DPS_TRY(be_buf_alloc(be, d0, n * sizeof(float), "per-token loss", &st->row_loss));
     DPS_TRY(be_buf_alloc(be, d0, sizeof(float), "loss", &st->loss));
     if (st->nslots > 1) { /* lean copies 10 MiB at a time, torch a whole group */
@@ -176,6 +188,7 @@ static void dp_teardown(dp_state *st, dps_status run)
         if (s->st) be->ops->stream_destroy(be, s->st);
     }
     dps_buf *bufs[] = {&st->x_full, &st->labels_full, &st->logits_full, &st->dlogits_full,
+                       &st->logits16_full,
                        &st->row_loss, &st->loss, &st->staging, &st->opt_state[0],
                        &st->opt_state[1], &st->logp, &st->dlogp, &st->reduce_out};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be_buf_free(be, bufs[i]);
@@ -197,26 +210,45 @@ static dps_status worker_forward(dp_state *st, int slot)
     return ptimer_end(&st->timer, slot, PH_FORWARD);
 }
 
+/* Where replica `slot`'s rows of the logits' gradient are on device 0, and
+ * where they go: fp32 into its buffer, bf16 into its autocast one. */
+static void dlogits_rows(dp_state *st, int slot, const void **from, void **to)
+{
+    dp_slot *s = &st->s[slot];
+    size_t first = (size_t)s->row0 * (size_t)st->cfg->shape.classes;
+    if (st->be->gemm_bf16) {
+        *from = (const uint16_t *)st->logits16_full.ptr + first;
+        *to = s->acts.dlogits16.ptr;
+    } else {
+        *from = (const float *)st->dlogits_full.ptr + first;
+        *to = s->dlogitsv;
+    }
+}
+
 /* Backward of one replica. A replica other than device 0's first waits for
  * the loss and receives its rows of the logits' gradient: the gather's
  * backward, which is a scatter from device 0 (torch's Gather.backward is
- * Scatter.apply), timed as the second part of its scatter phase. */
+ * Scatter.apply), timed as the second part of its scatter phase. Under
+ * autocast the rows are bf16 (device 0's first take theirs locally). */
 static dps_status worker_backward(dp_state *st, int slot)
 {
     dp_slot *s = &st->s[slot];
     backend *be = st->be;
     model_shape m = st->cfg->shape;
+    const void *from;
+    void *to;
+    dlogits_rows(st, slot, &from, &to);
+    size_t bytes = (size_t)s->rows * m.classes * logit_bytes(st);
     if (slot) {
         DPS_TRY(be->ops->stream_wait(be, s->st, st->timer.ev[0][PH_LOSS][1]));
         DPS_TRY(ptimer_begin_more(&st->timer, slot, PH_SCATTER));
-        DPS_TRY(be->ops->copy(be, s->st, s->dlogitsv, s->dev,
-                              (float *)st->dlogits_full.ptr + s->row0 * m.classes, st->s[0].dev,
-                              (size_t)s->rows * m.classes * sizeof(float)));
+        DPS_TRY(be->ops->copy(be, s->st, to, s->dev, from, st->s[0].dev, bytes));
         DPS_TRY(ptimer_end_more(&st->timer, slot, PH_SCATTER));
     }
     DPS_TRY(ptimer_begin(&st->timer, slot, PH_BACKWARD));
-    DPS_TRY(model_backward(be, s->st, m, s->params.ptr, &s->acts, s->rows, s->xv, s->dlogitsv,
-                           s->grads.ptr, NULL, NULL));
+    if (!slot && be->gemm_bf16) DPS_TRY(be->ops->copy(be, s->st, to, s->dev, from, s->dev, bytes));
+    DPS_TRY(model_backward(be, s->st, m, s->params.ptr, &s->acts, s->rows, s->xv,
+                           be->gemm_bf16 ? NULL : s->dlogitsv, s->grads.ptr, NULL, NULL));
     return ptimer_end(&st->timer, slot, PH_BACKWARD);
 }
 
@@ -259,18 +291,21 @@ static dps_status phase_scatter(dp_state *st)
     return ptimer_end(&st->timer, 0, PH_SCATTER);
 }
 
-/* Outputs of every replica copied to device 0 and concatenated. */
+/* Outputs of every replica copied to device 0 and concatenated: bf16
+ * under autocast (the loss casts them to fp32), fp32 otherwise. */
 static dps_status phase_gather(dp_state *st)
 {
-    int classes = st->cfg->shape.classes;
+    size_t row = (size_t)st->cfg->shape.classes * logit_bytes(st);
+    int bf16 = st->be->gemm_bf16;
+    char *into = bf16 ? st->logits16_full.ptr : st->logits_full.ptr;
     dp_slot *s0 = &st->s[0];
     DPS_TRY(ptimer_begin(&st->timer, 0, PH_GATHER));
     for (int i = 0; i < st->nslots; i++) {
         dp_slot *s = &st->s[i];
         DPS_TRY(st->be->ops->stream_wait(st->be, s0->st, st->timer.ev[i][PH_FORWARD][1]));
         if (i) DPS_TRY(ptimer_begin_on(&st->timer, i, PH_GATHER, 0)); /* copies run on slot 0's stream */
-        DPS_TRY(dp_p2p(st, PH_GATHER, 0, (float *)st->logits_full.ptr + s->row0 * classes, i,
-                    s->logitsv, (size_t)s->rows * classes * sizeof(float), s0->st));
+        DPS_TRY(dp_p2p(st, PH_GATHER, 0, into + (size_t)s->row0 * row, i,
+                       bf16 ? s->acts.dlogits16.ptr : s->logitsv, (size_t)s->rows * row, s0->st));
         if (i) DPS_TRY(ptimer_end_on(&st->timer, i, PH_GATHER, 0));
     }
     return ptimer_end(&st->timer, 0, PH_GATHER);
@@ -281,7 +316,7 @@ static dps_status phase_gather(dp_state *st)
 static dps_status phase_backward(dp_state *st)
 {
     DPS_TRY(pool_run(&st->pool, JOB_BACKWARD));
-    size_t row_bytes = (size_t)st->cfg->shape.classes * sizeof(float);
+    size_t row_bytes = (size_t)st->cfg->shape.classes * logit_bytes(st);
     for (int i = 1; i < st->nslots; i++) {
         dp_count(st, 0, PH_SCATTER, LINK_P2P_SENT, (size_t)st->s[i].rows * row_bytes);
         dp_count(st, i, PH_SCATTER, LINK_P2P_RECV, (size_t)st->s[i].rows * row_bytes);

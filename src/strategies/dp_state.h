@@ -41,6 +41,9 @@ typedef struct dp_state {
     dp_slot s[DPS_MAX_DEVICES];
     dps_buf x_full, labels_full, logits_full, dlogits_full, row_loss, loss, staging;
     dps_buf logp, dlogp;   /* torch: log-probabilities and their gradient (device 0) */
+    /* bf16: the replicas' bf16 logits gathered, then their gradient cast
+     * to bf16 for the scatter (device 0), as DataParallel under autocast */
+    dps_buf logits16_full;
     dps_buf reduce_out;    /* torch: the summed gradients, a new buffer on device 0 */
     dps_buf opt_state[2];
     dp_group *groups;      /* torch: replicate's and reduce's coalescing groups */

@@ -15,10 +15,15 @@
 #define F4 ((uint64_t)sizeof(float))
 
 /* model_acts_alloc: pre-activations and activations of every layer, two
- * activation gradients. */
-static uint64_t acts_bytes(model_shape s, uint64_t rows)
+ * activation gradients; under autocast (bf16) those in bf16, and the cast
+ * parameters and input, an fp32 GEMM output and the bf16 logits. */
+static uint64_t acts_bytes(const dps_config *c, uint64_t rows)
 {
-    return rows * (uint64_t)s.width * F4 * (2 * (uint64_t)s.layers + 2);
+    model_shape s = c->shape;
+    uint64_t layer = rows * (uint64_t)s.width;
+    if (c->precision != PREC_BF16) return layer * F4 * (2 * (uint64_t)s.layers + 2);
+    return layer * 2 * (2 * (uint64_t)s.layers + 3) + (uint64_t)model_param_count(s) * 2 +
+           layer * F4 + rows * (uint64_t)s.classes * 2;
 }
 
 static uint64_t optimizer_bytes(const dps_config *c, uint64_t pbytes)
@@ -39,13 +44,14 @@ static uint64_t dp_devices(const dps_config *c, uint64_t *dev)
     uint64_t group = (uint64_t)dp_largest_group_floats(m) * F4;
     for (int i = 0; i < nslots; i++) {
         uint64_t rows = (uint64_t)samples[i] * m.tokens;
-        dev[i] = 2 * pbytes + acts_bytes(m, rows);
+        dev[i] = 2 * pbytes + acts_bytes(c, rows);
         if (i) dev[i] += rows * W + rows * C; /* slot 0's live in device 0's batch and dlogits */
         if (coalesced) dev[i] += group;
     }
     dev[0] += optimizer_bytes(c, pbytes) + n * W + 2 * n * C + 2 * n * F4 + F4;
     if (nslots > 1) dev[0] += coalesced ? group : (pbytes < DP_COALESCE_BYTES ? pbytes : DP_COALESCE_BYTES);
     if (torch) dev[0] += 2 * n * C;
+    if (c->precision == PREC_BF16) dev[0] += n * (uint64_t)m.classes * 2; /* gathered bf16 logits */
     if (coalesced) dev[0] += pbytes;
     return 2 * (n * W + n * F4) + F4 + pbytes; /* two steps' batches (batches.h) */
 }
@@ -63,7 +69,7 @@ static uint64_t ddp_devices(const dps_config *c, uint64_t *dev)
     for (int r = 0; r < c->ngpus; r++) {
         uint64_t rows = (uint64_t)shard[r] * m.tokens;
         dev[r] = (c->grad_view ? 2 : 3) * pbytes + optimizer_bytes(c, pbytes) + rows * W +
-                 2 * rows * C + 2 * rows * F4 + F4 + acts_bytes(m, rows);
+                 2 * rows * C + 2 * rows * F4 + F4 + acts_bytes(c, rows);
         if (c->ddp_impl == DPIMPL_TORCH) dev[r] += 2 * rows * C; /* log-probabilities, gradient */
         host += 2 * (rows * W + rows * F4) + F4 + pbytes; /* two steps' shards (batches.h) */
     }
