@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""The README's options block: the options part of `dpscale --help` (the lines
-after "options:" up to the first blank line), fenced as ```text between the
-lines <!-- options:begin --> and <!-- options:end -->.
+"""The options block of docs/reference.md: the options part of `dpscale --help`
+(the lines after "options:" up to the first blank line), fenced as ```text
+between the lines <!-- options:begin --> and <!-- options:end -->.
 
-usage: readme_options.py DPSCALE README            rewrite the block from --help
-       readme_options.py DPSCALE README --check    exit 1 with a diff where they differ
+usage: readme_options.py DPSCALE PAGE            rewrite PAGE's block from --help
+       readme_options.py DPSCALE PAGE --check    exit 1 with a diff where they differ
 
 Exit status: 0 in sync (or rewritten), 1 differs (--check), 2 bad input.
 Standard library only.
@@ -32,7 +32,7 @@ def help_options(dpscale):
     return lines[start:end]
 
 
-def split_readme(path, text):
+def split_page(path, text):
     """(lines before the block, the block's option lines, lines after it)."""
     lines = text.split("\n")
     if lines.count(BEGIN) != 1 or lines.count(END) != 1 or lines.index(BEGIN) > lines.index(END):
@@ -46,23 +46,23 @@ def split_readme(path, text):
 
 def main(argv):
     if len(argv) not in (3, 4) or (len(argv) == 4 and argv[3] != "--check"):
-        raise BadInput("usage: readme_options.py DPSCALE README [--check]")
-    dpscale, readme = argv[1], argv[2]
-    with open(readme, encoding="utf-8") as f:
-        before, block, after = split_readme(readme, f.read())
+        raise BadInput("usage: readme_options.py DPSCALE PAGE [--check]")
+    dpscale, page = argv[1], argv[2]
+    with open(page, encoding="utf-8") as f:
+        before, block, after = split_page(page, f.read())
     want = help_options(dpscale)
     if block == want:
         return 0
     if len(argv) == 4:
         sys.stdout.writelines(difflib.unified_diff(
             [l + "\n" for l in block], [l + "\n" for l in want],
-            f"{readme} (options block)", f"{dpscale} --help"))
-        print(f"{readme}: the options block differs from `dpscale --help`; "
+            f"{page} (options block)", f"{dpscale} --help"))
+        print(f"{page}: the options block differs from `dpscale --help`; "
               "rewrite it with `ninja -C build readme-options`")
         return 1
-    with open(readme, "w", encoding="utf-8") as f:
+    with open(page, "w", encoding="utf-8") as f:
         f.write("\n".join(before + want + after))
-    print(f"{readme}: options block rewritten from `{dpscale} --help`")
+    print(f"{page}: options block rewritten from `{dpscale} --help`")
     return 0
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""The README's options block is `dpscale --help`'s options part, and
-scripts/readme_options.py finds a difference and rewrites the block.
-Usage: test_readme_options.py DPSCALE README; exit 0 pass, 1 fail."""
+"""The options block of docs/reference.md is `dpscale --help`'s options part,
+and scripts/readme_options.py finds a difference and rewrites the block.
+Usage: test_readme_options.py DPSCALE PAGE; exit 0 pass, 1 fail."""
 import os
 import subprocess
 import sys
@@ -11,21 +11,21 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "..", "scripts", "readme_options.py")
 
 
-def tool(dpscale, readme, *extra):
-    return subprocess.run([sys.executable, SCRIPT, dpscale, readme, *extra], capture_output=True,
+def tool(dpscale, page, *extra):
+    return subprocess.run([sys.executable, SCRIPT, dpscale, page, *extra], capture_output=True,
                           text=True, timeout=120)
 
 
-def main(dpscale, readme):
+def main(dpscale, page):
     failures = []
-    p = tool(dpscale, readme, "--check")
+    p = tool(dpscale, page, "--check")
     if p.returncode != 0:
-        failures.append(f"README.md differs from `dpscale --help` (exit {p.returncode}):\n"
+        failures.append(f"{os.path.basename(page)} differs from `dpscale --help` (exit {p.returncode}):\n"
                         f"{p.stdout}{p.stderr}")
-    with open(readme, encoding="utf-8") as f:
+    with open(page, encoding="utf-8") as f:
         text = f.read()
     with tempfile.TemporaryDirectory() as tmp:
-        stale = os.path.join(tmp, "README.md")
+        stale = os.path.join(tmp, os.path.basename(page))
         with open(stale, "w", encoding="utf-8") as f:
             f.write(text.replace("  --steps N ", "  --stepz N ", 1))
         p = tool(dpscale, stale, "--check")
@@ -39,7 +39,7 @@ def main(dpscale, readme):
             f.write(text.replace("<!-- options:end -->", ""))
         p = tool(dpscale, stale, "--check")
         if p.returncode != 2 or "options:end" not in p.stderr:
-            failures.append(f"a README without the end marker: exit {p.returncode} {p.stderr}")
+            failures.append(f"a page without the end marker: exit {p.returncode} {p.stderr}")
     for f in failures:
         print(f"FAIL: {f}")
     return 1 if failures else 0

@@ -288,7 +288,7 @@ const settings_entry settings_table[SET_COUNT] = {
     [SET_CALIBRATION] = {
         .cmds = SETTINGS_PREDICT,
         .flag = "calibration", .type = SETTINGS_TEXT, .hi = DPS_PATH_MAX - 1, .metavar = "FILE",
-        .help = "the constants --calibrate wrote (default: uncalibrated, see README)"},
+        .help = "the constants --calibrate wrote (default: uncalibrated, see docs/predict.md)"},
     [SET_PREDICT_GPUS] = {
         .cmds = SETTINGS_PREDICT, .list_cmds = SETTINGS_PREDICT,
         .flag = "gpus", .type = SETTINGS_INT, .lo = 1, .hi = 1 << 20, .cli_max = SETTINGS_MAX_LIST,

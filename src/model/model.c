@@ -7,7 +7,7 @@
 #include "model/model.h"
 
 /* Workload-shaped presets: parameter count and FLOPs per sample match the
- * named model (README, "Presets"). */
+ * named model (docs/method.md, "The model and its presets"). */
 const model_preset model_presets[] = {
     {"tiny",       {2, 64, 4, 16},           8, "unit tests"},
     {"small",      {4, 256, 16, 128},        16, "host-backend smoke runs"},
