@@ -2222,6 +2222,71 @@ static void test_gemm(void)
     be_close(be);
 }
 
+/* A signal that reaches a thread inside a host GEMM runs its handler on the
+ * thread's own stack. oneDNN's generated AVX-512 and AVX2 sgemm kernels
+ * (before oneDNN 3.11.2) point rsp into their heap workspace, so a handler
+ * run there writes its signal frame over the heap (a launcher's SIGINT to a
+ * rank in a step, then "corrupted size vs. prev_size" or "munmap_chunk():
+ * invalid pointer"). The handler compares its frame with the caller's;
+ * signals arrive from another thread every 50 us during the GEMMs. On a
+ * library or CPU without such kernels this passes either way. */
+static _Atomic uintptr_t gemm_caller_sp;
+static _Atomic int gemm_signals_seen, gemm_signals_off_stack, gemm_signals_stop;
+
+static void gemm_signal_handler(int sig)
+{
+    (void)sig;
+    char here;
+    uintptr_t sp = (uintptr_t)&here, caller = atomic_load(&gemm_caller_sp);
+    uintptr_t apart = sp > caller ? sp - caller : caller - sp;
+    atomic_fetch_add(&gemm_signals_seen, 1);
+    if (apart > ((uintptr_t)8 << 20)) atomic_fetch_add(&gemm_signals_off_stack, 1);
+}
+
+static void *gemm_signal_sender(void *arg)
+{
+    pthread_t target = *(pthread_t *)arg;
+    while (!atomic_load(&gemm_signals_stop)) {
+        pthread_kill(target, SIGUSR1);
+        struct timespec ts = {0, 50000};
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+static void test_gemm_signals(void)
+{
+    be_options o = {.kind = BE_HOST, .host_devices = 1, .quiet = 1};
+    backend *be = NULL;
+    EXPECT(be_open(&o, &be) == DPS_OK);
+    if (!be) return;
+    enum { N = 512 };
+    float *a = calloc((size_t)N * N, 4), *b = calloc((size_t)N * N, 4), *c = calloc((size_t)N * N, 4);
+    for (size_t i = 0; a && b && i < (size_t)N * N; i++) a[i] = b[i] = (float)(i % 7) - 3.0f;
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = gemm_signal_handler;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGUSR1, &sa, &old);
+    char caller;
+    atomic_store(&gemm_caller_sp, (uintptr_t)&caller);
+    pthread_t self = pthread_self(), sender;
+    EXPECT(pthread_create(&sender, NULL, gemm_signal_sender, &self) == 0);
+    for (int r = 0; a && b && c && r < 8; r++)
+        EXPECT(be->ops->gemm(be, NULL, r & 1, (r >> 1) & 1, N, N, N, 1.0f, a, N, b, N, 0.0f, c,
+                             N) == DPS_OK);
+    atomic_store(&gemm_signals_stop, 1);
+    pthread_join(sender, NULL);
+    sigaction(SIGUSR1, &old, NULL);
+    if (atomic_load(&gemm_signals_off_stack))
+        fprintf(stderr, "%d of %d signals ran their handler off the GEMM thread's stack\n",
+                atomic_load(&gemm_signals_off_stack), atomic_load(&gemm_signals_seen));
+    EXPECT(atomic_load(&gemm_signals_seen) > 0);
+    EXPECT(atomic_load(&gemm_signals_off_stack) == 0);
+    free(a); free(b); free(c);
+    be_close(be);
+}
+
 static dps_status load_machine(const char *path)
 {
     predict_machine m;
@@ -2529,7 +2594,7 @@ int main(int argc, char **argv)
         {"nvml_fields", test_nvml_fields}, {"nvml_stub", test_nvml_stub}, {"backend_auto", test_backend_auto},
         {"comm_abort", test_comm_abort}, {"comm_watch", test_comm_watch},
         {"busbw", test_busbw}, {"context", test_context}, {"versions", test_versions},
-        {"gemm", test_gemm}, {"host_math", test_host_math}, {"scale_copy", test_scale_copy},
+        {"gemm", test_gemm}, {"gemm_signals", test_gemm_signals}, {"host_math", test_host_math}, {"scale_copy", test_scale_copy},
         {"col_sum", test_col_sum}, {"autocast_ops", test_autocast_ops},
         {"model_bf16", test_model_bf16}, {"dp_bf16", test_dp_bf16}, {"gemm_reference", test_gemm_reference}, {"batches", test_batches},
         {"slowdown", test_slowdown}, {"world", test_world}, {"store", test_store},

@@ -29,6 +29,27 @@
 #include <cblas.h>
 #endif
 
+#if defined(DPS_HOST_GEMM_DNNL)
+#include <pthread.h>
+#include <signal.h>
+
+/* oneDNN's generated AVX2 and AVX-512 sgemm kernels (before oneDNN 3.11.2:
+ * uxlfoundation/oneDNN issue 4845) point rsp into their heap workspace while
+ * they run, so a signal handled on the thread then would write its frame
+ * over the heap (a launcher's SIGINT reaching a rank in a step, the
+ * two-signal rule's SIGALRM). The calling thread holds back every signal but
+ * the faults for the call: one sent meanwhile goes to another thread of the
+ * process, or to this one as the GEMM returns. */
+static void hold_signals(sigset_t *old)
+{
+    static const int faults[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT, SIGSYS};
+    sigset_t held;
+    sigfillset(&held);
+    for (size_t i = 0; i < sizeof faults / sizeof faults[0]; i++) sigdelset(&held, faults[i]);
+    pthread_sigmask(SIG_BLOCK, &held, old);
+}
+#endif
+
 #if defined(DPS_HOST_GEMM_DNNL) && DNNL_CPU_RUNTIME == DNNL_RUNTIME_OMP
 /* OpenMP's team size is an internal control variable of each thread: a
  * thread that never set it would run dnnl_sgemm on every core. */
@@ -84,8 +105,11 @@ dps_status host_sgemm(int ta, int tb, int m, int n, int k, float alpha, const fl
         omp_single = 1;
     }
 #endif
+    sigset_t old;
+    hold_signals(&old);
     dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb,
                                   beta, c, ldc);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (st != dnnl_success)
         return dps_fail(DPS_ERR_RUNTIME, "dnnl_sgemm(%c%c, m=%d n=%d k=%d, lda=%d ldb=%d ldc=%d): %s",
                         ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, lda, ldb, ldc,

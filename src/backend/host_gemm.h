@@ -15,7 +15,8 @@ void host_sgemm_init(void);
 
 /* Row-major C = alpha op(A) op(B) + beta C, op(X) = X or X^T (ta, tb), with
  * C m x n, op(A) m x k, op(B) k x n and leading dimensions lda, ldb, ldc in
- * elements. C is not read when beta is 0; k = 0 scales C by beta. */
+ * elements. C is not read when beta is 0; k = 0 scales C by beta. With
+ * oneDNN the calling thread holds back signals for the call (host_gemm.c). */
 dps_status host_sgemm(int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda,
                       const float *b, int ldb, float beta, float *c, int ldc);
 
