@@ -1,29 +1,44 @@
 #!/usr/bin/env bash
-# The GPU checks of dpscale in under 8 minutes, build included, on a machine
-# with NVIDIA GPUs whose image has nvcc, meson, ninja and PyTorch but no
-# package registry. Builds build-gpu/ (NCCL from the toolkit or PyTorch's
-# nvidia-nccl wheel, else without NCCL), then, most important first: dp and
-# ddp --check in fp32 and bf16; dp with two replicas on GPU 0; a sweep with
-# links measured; bf16 model TFLOP/s against the GEMMs alone; step time
-# against PyTorch (scripts/torch_reference.py); what --no-trace and
-# --no-nvml save; dpscale links against PyTorch's copies; compute-sanitizer
-# memcheck on dp and ddp; an Nsight Compute capture filtered to the step
-# ranges. Each result is a figure (name, value, goal, PASS/FAIL/SKIP/INFO)
-# in OUTDIR/summary.txt, written even when a step fails or hangs or the
-# build fails; past the deadline the remaining steps are recorded as
-# 'skipped (deadline)'. Everything printed is in OUTDIR/device-check.log,
-# the results folders in OUTDIR/results.tar.gz. Exit status 1 when a figure
-# failed.
+# The GPU checks of dpscale in one pass of under 8 minutes, build included,
+# on a machine with NVIDIA GPUs whose image has nvcc, meson, ninja and
+# PyTorch but no package registry. Each figure is asserted against a goal:
+# a line (name, value, goal, PASS/FAIL/SKIP/INFO) in OUTDIR/summary.txt,
+# written even when a step fails or hangs or the build fails; past the
+# deadline the remaining steps are recorded as 'skipped (deadline)'.
+# Everything printed is in OUTDIR/device-check.log, the results folders in
+# OUTDIR/results.tar.gz. Exit status 1 when a figure failed. The figures
+# are computed by scripts/device_check_compare.py (against PyTorch's
+# results, scripts/torch_reference.py), device_check_summary.py and
+# device_check_backend.py.
 #   scripts/device-check.sh OUTDIR
 #
-# Steps and their time on one H200 (16 cores), cold: machine 5 s, build
-# 45 s, info 3 s, --check x4 20 s, two replicas on GPU 0 x2 8 s, sweep 15 s,
-# TFLOP/s 10 s, against PyTorch 30 s, --no-trace/--no-nvml x6 20 s, links
-# 12 s, memcheck x2 60 s, ncu 50 s: about 280 s of the 480 s budget.
+# Steps, most valuable first, and their estimated time on one H200 (16 cores):
+#   machine 5 s, build 45 s, info 3 s
+#   1 losses against PyTorch (small, 20 steps, the host tests' learning
+#     rates; --check too): dp and ddp x SGD and AdamW x fp32 (TF32 off) and
+#     bf16, on every GPU: 8 pairs of ~3 s + ~8 s (ddp ~12 s): ~100 s
+#   2 memory and step time against PyTorch, bf16, one GPU: dp medium,
+#     ddp medium, dp gpt2 (memory: per-device peak within 10 %; step
+#     <= 0.85 x PyTorch's): ~50 s; gpt2 --gemm-ref (TFLOP/s >= 0.8 x the
+#     GEMMs alone; the GEMM-free phases' share of the step): ~8 s
+#   3 several ranks on GPU 0: dp --devices 0,0 fp32 and bf16, ddp with two
+#     ranks over NCCL's network transport (host-staged): ~20 s
+#   4 on 2+ GPUs: ddp medium (3 buckets, overlap asserted), dp medium (4
+#     coalescing groups), ddp AdamW, --grad-as-bucket-view, --no-overlap,
+#     --dp-impl lean, each --check: ~30 s (skipped on one GPU)
+#   5 counters: a sweep with links (NVML columns in its children's rows),
+#     the same bits twice, NVML's PCIe bytes against a links run: ~30 s
+#   6 failure paths: --inject-fault exit and hang (--timeout 10): ~25 s
+#   7 what --no-trace and --no-nvml save 20 s, links against PyTorch's
+#     copies 12 s, compute-sanitizer memcheck x2 ~90 s, ncu ~60 s
+# about 480 s in all with a reserve of 20: the last of 7 is what a slow
+# machine leaves out.
 # Environment: DC_BUDGET (seconds, default 480) and the other settings of
-# scripts/device-check-lib.sh; DC_BACKEND=host rehearses the steps on a
-# machine without a GPU (dpscale's emulated devices: bf16, PyTorch and the
-# GPU tools then fail or are skipped, so its figures mean nothing).
+# scripts/device-check-lib.sh. DC_BACKEND=host rehearses every step on a
+# machine without a GPU (dpscale's emulated devices, PyTorch on the CPU, fp32
+# and smaller presets where the GPU's need bf16): a figure that needs a GPU
+# is then SKIP with its reason and what the rehearsal computed; the checks
+# of dpscale alone (--check, the failure paths) keep their PASS/FAIL.
 set -uo pipefail
 if [ $# -ne 1 ]; then
   echo "usage: scripts/device-check.sh OUTDIR" >&2
@@ -41,10 +56,23 @@ res="$out/results"
 rm -rf "$res"
 mkdir -p "$res"
 bin="$root/build-gpu/src/dpscale"
-py=python3
-command -v python3 >/dev/null || py=/usr/bin/python3
+# the first python3 with PyTorch (the scripts' own need only numpy)
+py=
+for c in python3 /usr/bin/python3; do
+  command -v "$c" >/dev/null || continue
+  [ -n "$py" ] || py=$c
+  if "$c" -c 'import importlib.util as u, sys; sys.exit(u.find_spec("torch") is None)' 2>/dev/null; then
+    py=$c
+    break
+  fi
+done
 summary=("$py" "$root/scripts/device_check_summary.py")
 backend=${DC_BACKEND:-cuda}
+host=0
+[ "$backend" = host ] && host=1
+cmp=("$py" "$root/scripts/device_check_compare.py")
+gcmp=("${cmp[@]}") # a GPU figure: on the host backend a rehearsal, recorded SKIP
+[ "$host" = 1 ] && gcmp+=(--rehearsal "not a GPU figure: host backend (DC_BACKEND=host)")
 
 # shellcheck disable=SC2317 # called from the EXIT trap
 pack() {
@@ -66,6 +94,7 @@ find_tool() {
   return 1
 }
 
+
 # A run of dpscale into $res/NAME, then its figure FIG through the parser
 # (KIND and its arguments after the folder).
 dps_figure() {
@@ -75,10 +104,83 @@ dps_figure() {
   dc_figures_from "$fig" "${summary[@]}" "$kind" "$fig" "$@"
 }
 
+# dpscale run OPTIONS... into $res/NAME.
+dps() {
+  local name=$1
+  shift
+  run "$bin" run --backend "$backend" "$@" --out "$res" --name "$name"
+}
+
+# PyTorch's run of the same options into $res/NAME (on the CPU on the host backend).
+tref() {
+  local name=$1
+  shift
+  run "$py" scripts/torch_reference.py --device "$tdev" --dpscale "$bin" "$@" --out "$res" \
+    --name "$name"
+}
+
+# FIG as SKIP with REASON for each FIG after it.
+skip_all() {
+  local why=$1 f
+  shift
+  for f in "$@"; do figure "$f" "$why" "-" SKIP; done
+}
+
+# ddp with two ranks started as a launcher would (one process each, meeting
+# through rank 0's store), rank R on CUDA device ${cvd[R]}; told apart by
+# NCCL as two hosts (NCCL_HOSTID: no P2P or shared memory between them, and
+# no refusal of two ranks on one GPU), so NCCL's network transport, staged
+# through host memory, carries the all-reduce. Each rank's status in
+# two_rc (124: killed after two_timeout seconds); returns rank 0's, or rank
+# 1's when rank 0's is 0.
+two_rc=()
+two_timeout=120
+two_ranks() {
+  local name=$1 port=$((29900 + RANDOM % 1000)) r pids=()
+  shift
+  two_rc=()
+  for r in 0 1; do
+    env OMPI_COMM_WORLD_RANK=$r OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_LOCAL_RANK=0 \
+      OMPI_COMM_WORLD_LOCAL_SIZE=1 MASTER_ADDR=127.0.0.1 DPSCALE_PORT=$port \
+      CUDA_VISIBLE_DEVICES="${cvd[$r]}" NCCL_HOSTID="dpscale-node$r" NCCL_SOCKET_IFNAME=lo \
+      NCCL_IB_DISABLE=1 timeout "$two_timeout" "$bin" run --backend "$backend" --mode ddp --comm "$two_comm" \
+      "$@" --out "$res" --name "$name" >"$res/$name-rank$r.log" 2>&1 &
+    pids+=($!)
+  done
+  for r in 0 1; do
+    wait "${pids[$r]}"
+    two_rc+=($?)
+  done
+  tail -n 3 "$res/$name-rank0.log" "$res/$name-rank1.log"
+  [ "${two_rc[0]}" -ne 0 ] && return "${two_rc[0]}"
+  return "${two_rc[1]}"
+}
+
 ngpu=$(timeout 30 nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
 [ "$ngpu" -ge 1 ] || ngpu=1
-checks=()
-for m in dp ddp; do for p in fp32 bf16; do checks+=("check $m $p gpus=$ngpu"); done; done
+tdev=cuda
+[ "$host" = 1 ] && tdev=cpu
+# the learning rates and steps at which a loss sees a wrong hyper-parameter (the host tests')
+read -r lr_sgd lr_adamw fid_steps < <("$py" -c 'import sys; sys.path.insert(0, "scripts")
+import torch_reference as t; print(t.FIDELITY_LR["sgd"], t.FIDELITY_LR["adamw"], t.FIDELITY_STEPS)' \
+  2>/dev/null || echo "0.1 0.01 20")
+loss_cfgs=()
+for p in fp32 bf16; do for o in sgd adamw; do for m in dp ddp; do loss_cfgs+=("$m $p $o"); done; done; done
+loss_figs=()
+for c in "${loss_cfgs[@]}"; do
+  read -r m p o <<<"$c"
+  loss_figs+=("loss $m $p $o vs torch gpus=$ngpu" "check $m $p $o gpus=$ngpu")
+done
+# the speed and memory configurations: bf16 on a GPU; rehearsed in fp32 on smaller presets
+sp=bf16 m1=medium m2=gpt2
+[ "$host" = 1 ] && sp=fp32 m1=small m2=medium
+mem_figs=("memory dp medium bf16 vs torch" "step dp medium bf16 vs torch" "memory ddp medium bf16 vs torch"
+  "memory dp gpt2 bf16 vs torch" "step dp gpt2 bf16 vs torch" "TFLOP/s gpt2 bf16 vs GEMMs" "non-GEMM share gpt2 bf16")
+one_figs=("check dp fp32 devices=0,0" "check dp bf16 devices=0,0" "check ddp 2 ranks nccl-net")
+mg=2
+mg_figs=("check ddp medium gpus=$mg" "overlap ddp medium gpus=$mg" "check dp medium gpus=$mg"
+  "check ddp adamw gpus=$mg" "check ddp grad-as-bucket-view gpus=$mg" "check ddp no-overlap gpus=$mg"
+  "check dp-impl lean gpus=$mg")
 lgpus=$((ngpu > 1 ? 2 : 1))
 links_paths=(h2d:host:dev0 d2h:dev0:host)
 [ "$lgpus" -gt 1 ] && links_paths+=(d2d_write:dev0:dev1)
@@ -87,11 +189,10 @@ for l in "${links_paths[@]}"; do
   IFS=: read -r lm ls ld <<<"$l"
   links_figs+=("links $lm $ls->$ld")
 done
-dc_plan build "dpscale info" "${checks[@]}" "check dp fp32 devices=0,0" "check dp bf16 devices=0,0" \
-  "sweep dp,ddp gpus=1" "params same bits" "nvml pcie in sweep" "bf16 TFLOP/s vs GEMMs" "step time vs torch" "no-trace cost" \
-  "no-nvml cost" "${links_figs[@]}" "memcheck dp" "memcheck ddp" "ncu step kernels" \
-  "ncu step report"
-
+dc_plan build "dpscale info" "${loss_figs[@]}" "${mem_figs[@]}" "${one_figs[@]}" "${mg_figs[@]}" \
+  "sweep dp,ddp gpus=1" "params same bits" "nvml pcie in sweep" "nvml bytes on links" \
+  "fault exit rank 1" "fault hang rank 1 --timeout" "no-trace cost" "no-nvml cost" "${links_figs[@]}" \
+  "memcheck dp" "memcheck ddp" "ncu step kernels" "ncu step report"
 # ~3 s
 dc_step "machine" 0
 gpu=$(timeout 30 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)
@@ -174,6 +275,7 @@ if [ ! -x "$bin" ]; then
   exit 1
 fi
 
+
 # ~3 s
 if dc_step "info" 5 "dpscale info"; then
   run "$bin" info --backend "$backend"
@@ -184,149 +286,234 @@ if dc_step "info" 5 "dpscale info"; then
   fi
 fi
 
-# 4 runs of ~4 s (ddp forks a rank and sets NCCL up): ~20 s
-if dc_step "correctness on $ngpu GPU(s) (--check)" 20 "${checks[@]}"; then
-  for m in dp ddp; do
-    for p in fp32 bf16; do
-      name="check-$m-$p"
-      run "$bin" run --backend "$backend" --mode "$m" --gpus "$ngpu" --precision "$p" --model small \
-        --steps 10 --check --out "$res" --name "$name"
-      dps_figure "check $m $p gpus=$ngpu" $? check "$res/$name"
-    done
-  done
+# 1. Losses against PyTorch: the same seed, shapes, optimizer and learning rate, every step's
+# loss within torch_reference.py's LOSS_TOL (fp32, TF32 off in both) or LOSS_TOL_BF16; dpscale's
+# run with --check also trains on one device. dpscale ~3 s, PyTorch ~8 s (ddp ~12 s) a pair.
+for c in "${loss_cfgs[@]}"; do
+  read -r m p o <<<"$c"
+  lfig="loss $m $p $o vs torch gpus=$ngpu" cfig="check $m $p $o gpus=$ngpu"
+  dc_step "loss against PyTorch: $m $p $o on $ngpu device(s)" 16 "$lfig" "$cfig" || continue
+  if [ "$host" = 1 ] && [ "$p" = bf16 ]; then
+    skip_all "not a GPU figure: the host backend has no bf16" "$lfig" "$cfig"
+    continue
+  fi
+  lr=$lr_sgd
+  [ "$o" = adamw ] && lr=$lr_adamw
+  opts=(--mode "$m" --gpus "$ngpu" --model small --precision "$p" --optimizer "$o" --lr "$lr"
+    --steps "$fid_steps" --warmup 0)
+  dps "loss-$m-$p-$o" "${opts[@]}" --check
+  dps_figure "$cfig" $? check "$res/loss-$m-$p-$o"
+  tref "loss-$m-$p-$o-torch" "${opts[@]}"
+  rc=$?
+  dc_was_skipped "$lfig" "$rc" || dc_figures_from "$lfig" "${gcmp[@]}" losses "$lfig" \
+    "$res/loss-$m-$p-$o" "$res/loss-$m-$p-$o-torch" "$p"
+done
+
+# 2. Memory and speed against PyTorch on one GPU, bf16: the per-device allocation peak within
+# 10 % of torch.cuda.max_memory_allocated; the step at most 0.85 x PyTorch's.
+# medium: dpscale ~3 s, PyTorch ~8 s; ddp ~4 s and ~12 s; gpt2 ~6 s and ~15 s.
+pair() { # NAME MODE MODEL: dpscale's and PyTorch's runs; 0 when both ran
+  local name=$1 mode=$2 model=$3 rc
+  local opts=(--mode "$mode" --gpus 1 --model "$model" --precision "$sp" --steps 10 --warmup 3)
+  dps "$name" "${opts[@]}"
+  rc=$?
+  [ "$rc" -eq "$DC_SKIP_RC" ] && return "$rc"
+  tref "$name-torch" "${opts[@]}"
+  rc=$?
+  [ "$rc" -eq "$DC_SKIP_RC" ] && return "$rc"
+  return 0
+}
+if dc_step "memory and step time against PyTorch: dp medium $sp" 15 "${mem_figs[@]:0:2}"; then
+  if pair sp-dp-m1 dp "$m1"; then
+    dc_figures_from "${mem_figs[0]}" "${gcmp[@]}" memory "${mem_figs[0]}" "$res/sp-dp-m1" "$res/sp-dp-m1-torch" 0.10
+    dc_figures_from "${mem_figs[1]}" "${gcmp[@]}" step "${mem_figs[1]}" "$res/sp-dp-m1" "$res/sp-dp-m1-torch" 0.85
+  else
+    skip_all "skipped (deadline)" "${mem_figs[@]:0:2}"
+  fi
+fi
+if dc_step "memory against PyTorch: ddp medium $sp" 20 "${mem_figs[2]}"; then
+  if pair sp-ddp-m1 ddp "$m1"; then
+    dc_figures_from "${mem_figs[2]}" "${gcmp[@]}" memory "${mem_figs[2]}" "$res/sp-ddp-m1" "$res/sp-ddp-m1-torch" 0.10
+  else
+    skip_all "skipped (deadline)" "${mem_figs[2]}"
+  fi
+fi
+if dc_step "memory and step time against PyTorch: dp gpt2 $sp" 25 "${mem_figs[@]:3:2}"; then
+  if pair sp-dp-m2 dp "$m2"; then
+    dc_figures_from "${mem_figs[3]}" "${gcmp[@]}" memory "${mem_figs[3]}" "$res/sp-dp-m2" "$res/sp-dp-m2-torch" 0.10
+    dc_figures_from "${mem_figs[4]}" "${gcmp[@]}" step "${mem_figs[4]}" "$res/sp-dp-m2" "$res/sp-dp-m2-torch" 0.85
+  else
+    skip_all "skipped (deadline)" "${mem_figs[@]:3:2}"
+  fi
+fi
+# gpt2 with its GEMMs timed alone on the same data shapes (random, as the model's): ~8 s. The
+# phases that run no GEMM (load, loss, optimizer, dp's copies, the exposed all-reduce), timed
+# by their NVTX ranges, at most 10 % of the step.
+if dc_step "TFLOP/s against the GEMMs alone: gpt2 $sp" 10 "${mem_figs[@]:5:2}"; then
+  dps tflops --mode dp --gpus 1 --model "$m2" --precision "$sp" --steps 10 --warmup 3 --gemm-ref
+  rc=$?
+  if ! dc_was_skipped "${mem_figs[5]}" "$rc"; then
+    dc_figures_from "${mem_figs[5]}" "${gcmp[@]}" tflops "${mem_figs[5]}" "$res/tflops" 0.80
+    dc_figures_from "${mem_figs[6]}" "${gcmp[@]}" nongemm "${mem_figs[6]}" "$res/tflops" 0.10
+  else
+    skip_all "skipped (deadline)" "${mem_figs[6]}"
+  fi
 fi
 
-# 2 runs of ~4 s
-if dc_step "dp with two replicas on GPU 0" 8 "check dp fp32 devices=0,0"; then
-  run "$bin" run --backend "$backend" --mode dp --devices 0,0 --model small --steps 10 --check \
-    --out "$res" --name check-dp-fp32-00
-  dps_figure "check dp fp32 devices=0,0" $? check "$res/check-dp-fp32-00"
-fi
-if dc_step "dp with two replicas on GPU 0, bf16" 8 "check dp bf16 devices=0,0"; then
-  run "$bin" run --backend "$backend" --mode dp --devices 0,0 --precision bf16 --model small --steps 10 \
-    --check --out "$res" --name check-dp-bf16-00
-  dps_figure "check dp bf16 devices=0,0" $? check "$res/check-dp-bf16-00"
+# 3. Several ranks on GPU 0. dp: two replicas through copies, ~4 s each. ddp: two ranks over
+# NCCL's network transport (on 2+ GPUs each on its own), ~10 s; on the host backend over Gloo.
+for p in fp32 bf16; do
+  fig="check dp $p devices=0,0"
+  dc_step "dp with two replicas on GPU 0, $p" 8 "$fig" || continue
+  if [ "$host" = 1 ]; then
+    figure "$fig" "not a GPU figure: several replicas on one device run on the cuda backend only" \
+      "status ok, check pass" SKIP
+    continue
+  fi
+  dps "check-dp-$p-00" --mode dp --devices 0,0 --precision "$p" --model small --steps 10 --check
+  dps_figure "$fig" $? check "$res/check-dp-$p-00"
+done
+cvd=(0 0)
+[ "$ngpu" -ge 2 ] && cvd=(0 1)
+two_comm=nccl
+[ "$host" = 1 ] && two_comm=gloo
+if dc_step "ddp, two ranks on GPU(s) ${cvd[*]} over $two_comm (NCCL: its network transport)" 15 \
+    "${one_figs[2]}"; then
+  two_ranks two-ranks --model small --steps 10 --check --timeout 60
+  dps_figure "${one_figs[2]}" $? check "$res/two-ranks"
 fi
 
-# The links child (~3 s) and two configurations (~4 s each): ~15 s. Every
-# configuration must end ok: the sweep's parent must not initialise CUDA
-# before it forks them.
+# 4. On 2+ GPUs (on the host backend, 2 emulated devices): NCCL's dp and ddp on medium (9.4 M
+# parameters: ddp's 3 buckets of a 1 MiB first and 25 MiB others, dp's 4 coalescing groups of
+# 10 MiB), the all-reduce overlapped with backward, the variants, each --check: ~5 s each.
+mg_steps=(--steps 10 --warmup 3)
+[ "$host" = 1 ] && mg_steps=(--steps 3 --warmup 1)
+mg_run() { # FIG NAME OPTIONS...: one --check run on $mg devices
+  local fig=$1 name=$2
+  shift 2
+  dps "$name" --gpus "$mg" "${mg_steps[@]}" --check "$@"
+  dps_figure "$fig" $? check "$res/$name"
+}
+if dc_step "dp and ddp on $mg GPUs" 30 "${mg_figs[@]}"; then
+  if [ "$host" = 0 ] && [ "$ngpu" -lt 2 ]; then
+    skip_all "skipped: $ngpu GPU here, these need 2 or more" "${mg_figs[@]}"
+  else
+    mg_run "${mg_figs[0]}" mg-ddp --mode ddp --model medium
+    dc_figures_from "${mg_figs[1]}" "${gcmp[@]}" overlap "${mg_figs[1]}" "$res/mg-ddp" 0.5
+    mg_run "${mg_figs[2]}" mg-dp --mode dp --model medium
+    mg_run "${mg_figs[3]}" mg-adamw --mode ddp --model small --optimizer adamw
+    mg_run "${mg_figs[4]}" mg-view --mode ddp --model medium --grad-as-bucket-view
+    mg_run "${mg_figs[5]}" mg-nooverlap --mode ddp --model medium --no-overlap
+    mg_run "${mg_figs[6]}" mg-lean --mode dp --model medium --dp-impl lean
+  fi
+fi
+
+# 5. Counters. The links child (~3 s) and two configurations (~4 s each): ~15 s. Every
+# configuration must end ok: the sweep's parent must not initialise CUDA before it forks them.
 if dc_step "sweep with links measured" 15 "sweep dp,ddp gpus=1"; then
   run "$bin" sweep --backend "$backend" --mode dp,ddp --gpus 1 --model small --steps 5 --warmup 2 \
     --config-timeout 60 --out "$res" --name sweep
   dps_figure "sweep dp,ddp gpus=1" $? sweep "$res/sweep" 2
 fi
-
-# --- The CUDA backend's own figures (scripts/device_check_backend.py), apart from the steps
-# around them. dp fp32 run twice with --save-params: the parameters equal bit for bit (the
-# bias gradients' reduction has a fixed order; cuBLAS is deterministic on one GPU), ~8 s.
-# NVML's PCIe bytes in the sweep's devices.csv: NVML initialised in each configuration's
-# process, read from the cumulative counters, at least the host-to-device bytes counted.
-if dc_step "backend: the same bits run to run, NVML in the sweep's processes" 10 \
+# dp fp32 run twice with --save-params: the parameters equal bit for bit (the bias gradients'
+# reduction has a fixed order; cuBLAS is deterministic on one GPU), ~8 s. NVML's PCIe bytes in
+# the sweep's devices.csv: NVML initialised in each configuration's process.
+if dc_step "the same bits run to run, NVML in the sweep's processes" 10 \
     "params same bits" "nvml pcie in sweep"; then
   for k in 1 2; do
-    run "$bin" run --backend "$backend" --mode dp --gpus 1 --model small --steps 5 --warmup 1 \
-      --save-params "$res/bits-$k.params" --out "$res" --name "bits-$k"
+    dps "bits-$k" --mode dp --gpus 1 --model small --steps 5 --warmup 1 --save-params "$res/bits-$k.params"
   done
   dc_figures_from "params same bits" "$py" scripts/device_check_backend.py same-bits \
     "params same bits" "$res/bits-1.params" "$res/bits-2.params"
   dc_figures_from "nvml pcie in sweep" "$py" scripts/device_check_backend.py nvml-pcie \
     "nvml pcie in sweep" "$res/sweep" "$backend"
 fi
-# --- end of the CUDA backend's own figures
-
-# ddp across two "nodes" on one machine: one rank each, its own GPU (CUDA_VISIBLE_DEVICES),
-# told apart by NCCL as two hosts (NCCL_HOSTID: no P2P or shared memory between them, NCCL's
-# network transport instead), meeting through rank 0's store as under mpirun: ~10 s.
-two_nodes() {
-  local port=$((29900 + RANDOM % 1000)) r pids=() rc=0 one
-  for r in 0 1; do
-    env OMPI_COMM_WORLD_RANK=$r OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_LOCAL_RANK=0 \
-      OMPI_COMM_WORLD_LOCAL_SIZE=1 MASTER_ADDR=127.0.0.1 DPSCALE_PORT=$port \
-      CUDA_VISIBLE_DEVICES=$r NCCL_HOSTID=dpscale-node$r \
-      timeout 120 "$bin" run --backend "$backend" --mode ddp --comm nccl --model small --steps 10 \
-      --check --timeout 60 --out "$res" --name nodes-nccl >"$res/nodes-nccl-rank$r.log" 2>&1 &
-    pids+=($!)
-  done
-  for r in 0 1; do
-    wait "${pids[$r]}"
-    one=$?
-    [ "$rc" -ne 0 ] || rc=$one
-  done
-  tail -n 3 "$res/nodes-nccl-rank0.log" "$res/nodes-nccl-rank1.log"
-  return "$rc"
-}
-if dc_step "ddp across two emulated nodes over NCCL" 15 "check ddp 2 nodes nccl"; then
-  if [ "$ngpu" -lt 2 ]; then
-    figure "check ddp 2 nodes nccl" "skipped: 1 GPU here, and each emulated node needs its own" \
-      "check pass" SKIP
+# NVML's cumulative PCIe counters of GPU 0 (CUDA's device 0 in PCI order) before and after a
+# links run of 64 MiB copies, 10 a path (0.7 GB each way, under a 32-bit counter's wrap): ~5 s.
+if dc_step "NVML's PCIe bytes against a links run" 8 "nvml bytes on links"; then
+  if [ "$host" = 1 ]; then
+    figure "nvml bytes on links" "not a GPU figure: the host backend has no NVML" \
+      "NVML RX >= h2d bytes and TX >= d2h bytes copied" SKIP
   else
-    two_nodes
-    dps_figure "check ddp 2 nodes nccl" $? check "$res/nodes-nccl"
-  fi
-fi
-
-# bert-large bf16, 13 steps of ~20 ms and the GEMMs alone: ~10 s per preset tried.
-if dc_step "bf16 model TFLOP/s against the GEMMs alone" 12 "bf16 TFLOP/s vs GEMMs"; then
-  rc=$DC_SKIP_RC
-  for m in bert-large gpt2 resnet50; do
-    name="tflops-$m"
-    run "$bin" run --backend "$backend" --precision bf16 --model "$m" --steps 10 --warmup 3 --gemm-ref \
-      --out "$res" --name "$name"
+    "$py" scripts/device_check_backend.py nvml-read "$res/nvml-before.txt"
+    CUDA_DEVICE_ORDER=PCI_BUS_ID run "$bin" links --backend "$backend" --gpus 1 --sizes 64M --steps 10 \
+      --out "$res" --name nvml-links
     rc=$?
-    [ "$("${summary[@]}" field "$res/$name" status 2>/dev/null)" = oom ] || break
-    echo "device-check: $m does not fit (oom); trying a smaller preset"
-  done
-  dps_figure "bf16 TFLOP/s vs GEMMs" "$rc" gemm "$res/$name" 0.80
-fi
-
-# resnet50 bf16 (batch 32): dpscale ~4 s; PyTorch ~25 s (numpy draws the
-# parameters and each step's batch as dpscale's generator does).
-if dc_step "step time against PyTorch" 35 "step time vs torch"; then
-  run "$bin" run --backend "$backend" --mode dp --gpus 1 --precision bf16 --model resnet50 --steps 10 \
-    --warmup 3 --out "$res" --name vs-torch-dpscale
-  rc=$?
-  if ! dc_was_skipped "step time vs torch" "$rc"; then
-    run "$py" scripts/torch_reference.py --mode dp --gpus 1 --model resnet50 --precision bf16 \
-      --steps 10 --warmup 3 --out "$res" --name vs-torch-torch --dpscale "$bin"
-    dps_figure "step time vs torch" $? torch "$res/vs-torch-dpscale" "$res/vs-torch-torch" 0.85
+    "$py" scripts/device_check_backend.py nvml-read "$res/nvml-after.txt"
+    dc_was_skipped "nvml bytes on links" "$rc" || dc_figures_from "nvml bytes on links" "$py" \
+      scripts/device_check_backend.py nvml-links "nvml bytes on links" "$res/nvml-links" 10 \
+      "$res/nvml-before.txt" "$res/nvml-after.txt"
   fi
 fi
 
+# 6. Failure paths: rank 1 exits, or hangs under --timeout 10, at step 2: the run ends with its
+# row (status error, timeout) and exit 1, no hang. ddp on 2 devices, or on one GPU the two
+# ranks of step 3: ~5 s and ~15 s.
+fault() { # FIG NAME STATUS MAX_SECONDS OPTIONS...
+  local fig=$1 name=$2 status=$3 max=$4 t0 rc
+  shift 4
+  t0=$(dc_now)
+  if [ "$host" = 0 ] && [ "$ngpu" -lt 2 ]; then
+    two_timeout=$((max + 5)) two_ranks "$name" --model small --steps 6 --warmup 1 "$@"
+    rc=${two_rc[0]}
+    [ "${two_rc[1]}" -eq 124 ] && rc=124 # the other rank hung on
+  else
+    dps "$name" --mode ddp --gpus 2 --model small --steps 6 --warmup 1 "$@"
+    rc=$?
+  fi
+  dc_was_skipped "$fig" "$rc" || dc_figures_from "$fig" "${cmp[@]}" fault "$fig" "$res/$name" \
+    "$status" 1 "$rc" $(($(dc_now) - t0)) "$max"
+}
+if dc_step "a rank that exits" 10 "fault exit rank 1"; then
+  fault "fault exit rank 1" fault-exit error 60 --inject-fault 1:2:exit --timeout 30
+fi
+if dc_step "a rank that hangs, --timeout 10" 30 "fault hang rank 1 --timeout"; then
+  fault "fault hang rank 1 --timeout" fault-hang timeout 60 --inject-fault 1:2:hang --timeout 10
+fi
+
+# 7. What the ranges and the sampler cost, links against PyTorch's copies, the GPU tools.
 # 6 runs of ~3 s, interleaved (default, --no-trace, --no-nvml, twice) so
 # that drift reaches all three alike.
 if dc_step "what NVTX ranges and the NVML sampler cost" 20 "no-trace cost" "no-nvml cost"; then
-  cost_args=(run --backend "$backend" --mode dp --gpus 1 --precision bf16 --model resnet50 --steps 50 --warmup 5
-        --out "$res")
-  rc=0
-  for r in 1 2; do
-    run "$bin" "${cost_args[@]}" --name "cost-default-$r" || rc=$?
-    run "$bin" "${cost_args[@]}" --no-trace --name "cost-notrace-$r" || rc=$?
-    run "$bin" "${cost_args[@]}" --no-nvml --name "cost-nonvml-$r" || rc=$?
-  done
-  if ! dc_was_skipped "no-trace cost" "$rc"; then
-    dps_figure "no-trace cost" 0 cost 0.01 "$res/cost-default-1" "$res/cost-default-2" -- \
-      "$res/cost-notrace-1" "$res/cost-notrace-2"
-  fi
-  if ! dc_was_skipped "no-nvml cost" "$rc"; then
-    dps_figure "no-nvml cost" 0 cost 0.01 "$res/cost-default-1" "$res/cost-default-2" -- \
-      "$res/cost-nonvml-1" "$res/cost-nonvml-2"
+  if [ "$host" = 1 ]; then
+    skip_all "not a GPU figure: the host backend has no bf16, NVTX or NVML" "no-trace cost" "no-nvml cost"
+  else
+    cost_args=(run --backend "$backend" --mode dp --gpus 1 --precision bf16 --model resnet50 --steps 50 --warmup 5
+          --out "$res")
+    rc=0
+    for r in 1 2; do
+      run "$bin" "${cost_args[@]}" --name "cost-default-$r" || rc=$?
+      run "$bin" "${cost_args[@]}" --no-trace --name "cost-notrace-$r" || rc=$?
+      run "$bin" "${cost_args[@]}" --no-nvml --name "cost-nonvml-$r" || rc=$?
+    done
+    if ! dc_was_skipped "no-trace cost" "$rc"; then
+      dps_figure "no-trace cost" 0 cost 0.01 "$res/cost-default-1" "$res/cost-default-2" -- \
+        "$res/cost-notrace-1" "$res/cost-notrace-2"
+    fi
+    if ! dc_was_skipped "no-nvml cost" "$rc"; then
+      dps_figure "no-nvml cost" 0 cost 0.01 "$res/cost-default-1" "$res/cost-default-2" -- \
+        "$res/cost-nonvml-1" "$res/cost-nonvml-2"
+    fi
   fi
 fi
 
 # dpscale links ~3 s, PyTorch's copies ~8 s (its start included).
 if dc_step "links against PyTorch's copies" 12 "${links_figs[@]}"; then
-  run "$bin" links --backend "$backend" --gpus "$lgpus" --sizes 256M --steps 10 --out "$res" --name links
-  rc=$?
-  if [ "$rc" -ne "$DC_SKIP_RC" ]; then
-    run "$py" scripts/torch_copies.py "$res/torch_copies.csv" --bytes $((256 << 20)) --samples 10
-    rc=$?
-  fi
-  if [ "$rc" -eq "$DC_SKIP_RC" ]; then
-    for f in "${links_figs[@]}"; do figure "$f" "skipped (deadline)" "-" SKIP; done
+  if [ "$host" = 1 ]; then
+    skip_all "not a GPU figure: PyTorch's copies need CUDA" "${links_figs[@]}"
   else
-    dc_figures_from links "${summary[@]}" links links "$res/links" "$res/torch_copies.csv" 0.05 \
-      "${links_paths[@]}"
+    run "$bin" links --backend "$backend" --gpus "$lgpus" --sizes 256M --steps 10 --out "$res" --name links
+    rc=$?
+    if [ "$rc" -ne "$DC_SKIP_RC" ]; then
+      run "$py" scripts/torch_copies.py "$res/torch_copies.csv" --bytes $((256 << 20)) --samples 10
+      rc=$?
+    fi
+    if [ "$rc" -eq "$DC_SKIP_RC" ]; then
+      for f in "${links_figs[@]}"; do figure "$f" "skipped (deadline)" "-" SKIP; done
+    else
+      dc_figures_from links "${summary[@]}" links links "$res/links" "$res/torch_copies.csv" 0.05 \
+        "${links_paths[@]}"
+    fi
   fi
 fi
 

@@ -9,10 +9,107 @@ a line as NAME<TAB>VALUE<TAB>GOAL<TAB>RESULT.
                                  sweep's configurations, each NVML initialised
                                  in its own process) against the host-to-device
                                  bytes dpscale counted; SKIP off the cuda backend
+  nvml-read FILE                 NVML's cumulative PCIe TX and RX byte counters of
+                                 GPU 0 (NVML's index: run CUDA with
+                                 CUDA_DEVICE_ORDER=PCI_BUS_ID to match) into FILE
+                                 as "tx rx bits", or the reason they cannot be read
+  nvml-links NAME FOLDER STEPS BEFORE AFTER
+                                 the counters' growth over a `dpscale links` run
+                                 (FOLDER/links.csv, --steps STEPS) against the
+                                 bytes its copies moved: RX >= the h2d bytes, TX >= the d2h bytes
+                                 (each path's copies: bytes x steps, at least)
 """
 import csv
+import ctypes
 import os
 import sys
+
+FI_PCIE_TX, FI_PCIE_RX = 197, 198  # NVML_FI_DEV_PCIE_COUNT_TX_BYTES, _RX_BYTES
+
+
+class FieldValue(ctypes.Structure):
+    """nvmlFieldValue_t."""
+    _fields_ = [("fieldId", ctypes.c_uint), ("scopeId", ctypes.c_uint),
+                ("timestamp", ctypes.c_longlong), ("latencyUsec", ctypes.c_longlong),
+                ("valueType", ctypes.c_int), ("nvmlReturn", ctypes.c_int),
+                ("value", ctypes.c_ulonglong)]
+
+
+def nvml_counters():
+    """(tx, rx, bits) of GPU 0's PCIe byte counters; raises OSError with the reason."""
+    try:
+        lib = ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError as e:
+        raise OSError(f"no NVML ({e})") from None
+    if lib.nvmlInit_v2() != 0:
+        raise OSError("nvmlInit_v2 failed")
+    dev = ctypes.c_void_p()
+    if lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(dev)) != 0:
+        raise OSError("NVML has no device 0")
+    f = (FieldValue * 2)()
+    f[0].fieldId, f[1].fieldId = FI_PCIE_TX, FI_PCIE_RX
+    rc = lib.nvmlDeviceGetFieldValues(dev, 2, f)
+    if rc != 0 or f[0].nvmlReturn != 0 or f[1].nvmlReturn != 0:
+        raise OSError(f"nvmlDeviceGetFieldValues: {rc}, fields {f[0].nvmlReturn} "
+                      f"{f[1].nvmlReturn} (drivers before R550 lack the PCIe byte counters)")
+    bits = 32 if f[0].valueType in (1, 5) else 64  # unsigned int, signed int: 32 bits
+    mask = (1 << bits) - 1
+    return f[0].value & mask, f[1].value & mask, bits
+
+
+def nvml_read(path):
+    try:
+        tx, rx, bits = nvml_counters()
+        text = f"{tx} {rx} {bits}\n"
+    except OSError as e:
+        text = f"error {e}\n"
+    with open(path, "w") as f:
+        f.write(text)
+    return []
+
+
+def read_counters(path):
+    try:
+        with open(path) as f:
+            words = f.read().split()
+    except OSError as e:
+        raise OSError(f"cannot read {path}: {e.strerror}") from None
+    if len(words) != 3 or words[0] == "error":
+        raise OSError(f"{path}: {' '.join(words) or 'empty'}")
+    return [int(w) for w in words]
+
+
+def nvml_links(name, folder, steps, before, after):
+    goal = "NVML RX >= h2d bytes and TX >= d2h bytes copied"
+    try:
+        tx0, rx0, bits = read_counters(before)
+        tx1, rx1, _ = read_counters(after)
+    except (OSError, ValueError) as e:
+        return [(name, f"no NVML counters: {e}", goal, "FAIL")]
+    path = os.path.join(folder, "links.csv")
+    try:
+        with open(path, newline="") as f:
+            rows = list(csv.DictReader(f))
+    except OSError as e:
+        return [(name, f"cannot read {path}: {e.strerror}", goal, "FAIL")]
+    steps = int(steps)
+    moved = {"h2d": 0, "d2h": 0}
+    for r in rows:
+        if r.get("method") in moved and r.get("status") == "ok" and r.get("bytes", "").isdigit():
+            moved[r["method"]] += int(r["bytes"]) * steps
+    mod = 1 << bits
+    rx, tx = (rx1 - rx0) % mod, (tx1 - tx0) % mod
+    if not steps or not moved["h2d"] or not moved["d2h"]:
+        return [(name, f"links.csv in {folder} has no ok h2d and d2h rows, or the steps are "
+                       f"not above 0", goal, "FAIL")]
+    ok = rx >= moved["h2d"] and tx >= moved["d2h"]
+    value = (f"RX {rx / 1e9:.3f} GB for h2d {moved['h2d'] / 1e9:.3f} GB ({rx / moved['h2d']:.2f}x), "
+             f"TX {tx / 1e9:.3f} GB for d2h {moved['d2h'] / 1e9:.3f} GB "
+             f"({tx / moved['d2h']:.2f}x)")
+    if not ok:
+        value += ("; NVML counted fewer bytes than the copies moved: NVML's device 0 may not be "
+                  "CUDA's (CUDA_DEVICE_ORDER=PCI_BUS_ID), or a counter wrapped")
+    return [(name, value, goal, "PASS" if ok else "FAIL")]
 
 
 def same_bits(name, a, b):
@@ -59,7 +156,8 @@ def nvml_pcie(name, folder, backend):
 
 
 def main(argv):
-    kinds = {"same-bits": (same_bits, 3), "nvml-pcie": (nvml_pcie, 3)}
+    kinds = {"same-bits": (same_bits, 3), "nvml-pcie": (nvml_pcie, 3), "nvml-read": (nvml_read, 1),
+             "nvml-links": (nvml_links, 5)}
     if len(argv) < 2 or argv[1] not in kinds or len(argv) != 2 + kinds[argv[1]][1]:
         sys.stderr.write(__doc__)
         return 2

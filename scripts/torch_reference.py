@@ -53,6 +53,25 @@ MASK = np.uint64(0xFFFFFFFFFFFFFFFF)
 RNG_PARAMS, RNG_INPUT = 1, 2
 BUCKET_MB = 25  # DistributedDataParallel's bucket_cap_mb, as dpscale's --bucket-mb default
 
+# How closely dpscale's loss must follow this script's at every step, as a
+# relative difference, for the same seed, shapes, optimizer and learning
+# rate (tests/test_torch_reference.py on the host backend, and
+# scripts/device-check.sh on GPUs, read these). fp32: both compute the same
+# operations in other summation orders (GEMM algorithms, the bias sums, the
+# cross-entropy, the all-reduce), each about 1 ulp (6e-8); on the host
+# backend every step agreed to 6 decimals (relative <= 5.6e-7), so 1e-5
+# leaves a margin of 15 or more. On GPUs TF32 is off in both (configure()).
+LOSS_TOL = 1e-5
+# bf16: the GEMMs' inputs rounded to 8 significant bits (2**-8 = 3.9e-3
+# relative), at other points in each (autocast casts each Linear's input and
+# keeps GELU in bf16): a step's loss moves by a few of those roundings
+# averaged over its rows; 2e-2 bounds five of them.
+LOSS_TOL_BF16 = 2e-2
+# The learning rates and step count at which the loss sees a wrong
+# hyper-parameter (tests/test_torch_reference.py says how they were found).
+FIDELITY_LR = {"sgd": 0.1, "adamw": 0.01}
+FIDELITY_STEPS = 20
+
 
 def mix64(z):
     """SplitMix64 on uint64 arrays (wrapping arithmetic), as kernels/elementwise.h."""
@@ -245,16 +264,20 @@ class AllreduceTimer:
     events, the second recorded in the callback on the stream that PyTorch
     makes wait for the collective), and the hand-over of the last bucket
     marks the end of backward's own work: what follows, until backward()
-    returns, is the exposed all-reduce."""
+    returns, is the exposed all-reduce. Each bucket's span (hand-over,
+    completion) is also kept on the wall clock, so that the ranks' spans of
+    one bucket line up (Gathered.bandwidth)."""
 
     def __init__(self, torch, world, device):
         self.torch, self.world = torch, world
         self.device = device  # the rank's CUDA device, None on the CPU
         self.cuda = device is not None
+        self.wall_offset_ms = (time.time() - time.perf_counter()) * 1e3
         self.reset()
 
     def reset(self):
         self.host_ms = []
+        self.spans = []  # (begin, end) per bucket in wall-clock ms
         self.events = []  # (start, end) per bucket
         self.last_ready = None  # host time of the last hand-over
         self.last_event = None
@@ -276,7 +299,9 @@ def timed_allreduce(timer, bucket):
     fut = torch.distributed.all_reduce(buf, async_op=True).get_future()
 
     def done(f):
-        timer.host_ms.append((time.perf_counter() - t0) * 1e3)
+        t1 = time.perf_counter()
+        timer.host_ms.append((t1 - t0) * 1e3)
+        timer.spans.append((t0 * 1e3 + timer.wall_offset_ms, t1 * 1e3 + timer.wall_offset_ms))
         if timer.cuda:
             with torch.cuda.device(timer.device):  # the callback's thread may be on another
                 end = torch.cuda.Event(enable_timing=True)
@@ -326,6 +351,9 @@ class Rank:
         self.devices = cuda_devices
         self.device = torch.device("cuda", cuda_devices[0]) if self.cuda else torch.device("cpu")
         self.clock = Clock(torch, cuda_devices)
+        for d in cuda_devices:  # the peak of the whole run, as dpscale's (from before the model)
+            torch.cuda.synchronize(d)
+            torch.cuda.reset_peak_memory_stats(d)
         flat = init_params(shape, args.seed)
         self.net = build_model(torch, shape, flat).to(self.device)
         self.hook = None
@@ -396,6 +424,7 @@ class Rank:
         device = clock.device_ms()
         if self.hook:
             self.split_backward(phases, device)
+        self.last_spans = list(self.hook.spans) if self.hook else []
         return host_ms, phases, device, float(loss_sum)
 
     def split_backward(self, phases, device):
@@ -425,10 +454,6 @@ class Rank:
         recs = []
         busy = []  # device phases of held warm-up steps
         for step in range(args.warmup + args.steps):
-            if step == args.warmup and self.cuda:
-                for d in self.devices:
-                    torch.cuda.synchronize(d)
-                    torch.cuda.reset_peak_memory_stats(d)
             held = self.cuda and 0 < step < args.warmup
             host_ms, phases, device, loss_sum = self.step(step, held)
             if step == 0:
@@ -437,7 +462,7 @@ class Rank:
                 busy.append({d: {p: v for p, v in per.items() if p not in self.clock.dropped}
                              for d, per in device.items()})
             recs.append({"step_ms": host_ms, "phases": phases, "device": device,
-                         "loss_sum": loss_sum})
+                         "loss_sum": loss_sum, "spans": self.last_spans})
         return recs, busy
 
     def report(self, recs, busy):
@@ -463,6 +488,7 @@ class Rank:
                 "phases": [r["phases"] for r in timed],
                 "device_phases": [r["device"] for r in timed],
                 "busy": busy, "loss_sums": [r["loss_sum"] for r in recs],
+                "allreduce_spans": [r["spans"] for r in timed],
                 "load_bytes": self.rows * self.shape[1] * 4 + self.rows * 8}
 
 
@@ -758,14 +784,36 @@ class Gathered:
                         dv["device_peak_bytes"] - base})
         return out
 
+    def allreduce_span_ms(self, k):
+        """Timed step k's all-reduce time as dpscale's run_allreduce_span_ms
+        defines it: per bucket, the last rank's completion minus the last
+        rank's hand-over (so a rank's wait for the others is not counted as
+        transfer), summed over the buckets; None when the ranks timed other
+        numbers of buckets."""
+        spans = [rep["allreduce_spans"][k] for rep in self.reports]
+        n = len(spans[0])
+        if n == 0 or any(len(s) != n for s in spans):
+            return None
+        return sum(max(s[i][1] for s in spans) - max(s[i][0] for s in spans) for i in range(n))
+
     def bandwidth(self):
-        """ddp's (algbw, busbw) in GB/s from the median all-reduce time of the
-        slowest rank, as dpscale's; (None, None) without an all-reduce."""
+        """ddp's (algbw, busbw) in GB/s from the median all-reduce time;
+        (None, None) without an all-reduce. On the CPU that time is dpscale's
+        (allreduce_span_ms: Gloo's callback marks each bucket's completion
+        on the host clock). On GPUs the host callback runs when NCCL's work is
+        queued, not done, so the time is the slowest rank's summed bucket
+        time between CUDA events, its wait for the other ranks included: a
+        lower bound of the bandwidth dpscale's definition would give."""
         args = self.args
         if args.mode != "ddp" or args.gpus < 2:
             return None, None
-        ar = [max(self.phase_ms(rep, ci, k)["allreduce"] for _, rep, _, ci in self.rows)
-              for k in range(args.steps)]
+        if self.cuda:
+            ar = [max(self.phase_ms(rep, ci, k)["allreduce"] for _, rep, _, ci in self.rows)
+                  for k in range(args.steps)]
+        else:
+            ar = [self.allreduce_span_ms(k) for k in range(args.steps)]
+            if any(t is None for t in ar):
+                return None, None
         if not median(ar) > 0:
             return None, None
         algbw = param_count(*self.shape) * 4 / (median(ar) * 1e-3) / 1e9
@@ -859,8 +907,9 @@ def write_meta(folder, args):
         how = "nn.DataParallel" if args.gpus > 1 else "one device"
     what = f"PyTorch {torch.__version__} on {'CUDA' if cuda else 'the CPU'}: {how}"
     if cuda:
-        memory = {"alloc_peak_bytes": "torch.cuda.max_memory_allocated after warm-up",
-                  "device_peak_bytes": "torch.cuda.max_memory_reserved after warm-up"}
+        memory = {"alloc_peak_bytes": "torch.cuda.max_memory_allocated over the whole run "
+                                      "(reset before the model is built, as dpscale's peak)",
+                  "device_peak_bytes": "torch.cuda.max_memory_reserved over the whole run"}
     else:
         what += "; one process per rank with one thread"
         memory = {"alloc_peak_bytes": "growth of the rank process's peak resident set over "

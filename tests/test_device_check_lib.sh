@@ -2,11 +2,13 @@
 # Tests of the GPU check's pieces that need no GPU: scripts/device-check-lib.sh
 # (run's exit status, timeouts, the deadline, the summary written by the EXIT
 # trap), scripts/device_check_summary.py on dpscale's own results files (host
-# backend), the arguments scripts/profile.sh gives nsys, and the scripts'
-# syntax (bash -n, shellcheck when installed).
-#   tests/test_device_check_lib.sh run|trap|summary|profile|syntax DPSCALE
+# backend), scripts/device_check_compare.py on such folders beside altered
+# copies (as PyTorch's would be) and device_check_backend.py's NVML figure on
+# written counters, the arguments scripts/profile.sh gives nsys, and the
+# scripts' syntax (bash -n, shellcheck when installed).
+#   tests/test_device_check_lib.sh run|trap|summary|compare|profile|syntax DPSCALE
 set -u
-case_=${1:?usage: test_device_check_lib.sh run|trap|summary|profile|syntax DPSCALE}
+case_=${1:?usage: test_device_check_lib.sh run|trap|summary|compare|profile|syntax DPSCALE}
 dpscale=${2:?usage: test_device_check_lib.sh CASE DPSCALE}
 here=$(cd "$(dirname "$0")" && pwd)
 scripts="$here/../scripts"
@@ -208,6 +210,106 @@ PY
   return 0
 }
 
+# A copy of results folder $1 as $2 with a column of one of its files scaled:
+# alter SRC DST FILE COLUMN FACTOR [ROW] (every row, or the ROW-th, 0-based).
+alter() {
+  cp -r "$1" "$2"
+  "$py" - "$2/$3" "$4" "$5" "${6:-}" <<'PY' || fail "could not alter $2/$3"
+import csv, sys
+path, col, f, only = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
+rows = list(csv.DictReader(open(path, newline="")))
+for i, r in enumerate(rows):
+    if only == "" or i == int(only):
+        r[col] = f"{float(r[col]) * f:.9g}" if col != "alloc_peak_bytes" else str(int(float(r[col]) * f))
+with open(path, "w", newline="") as out:
+    w = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+PY
+}
+
+# device_check_compare.py's figures: each passes on a folder against itself or within its
+# goal, and fails on an altered copy, a missing file or another configuration.
+case_compare() {
+  local c=("$py" "$scripts/device_check_compare.py") o="$tmp/r" out
+  "$dpscale" run --backend host --model small --steps 4 --warmup 1 --gemm-ref --out "$o" --name a \
+    >/dev/null || fail "dpscale run failed on the host backend"
+  "$dpscale" run --backend host --model small --steps 4 --warmup 1 --optimizer adamw --out "$o" \
+    --name adamw >/dev/null || fail "dpscale run --optimizer adamw failed"
+  "$dpscale" run --backend host --mode ddp --gpus 2 --model small --steps 4 --warmup 1 --out "$o" \
+    --name ddp >/dev/null || fail "dpscale ddp failed on the host backend"
+  out=$("${c[@]}" losses L "$o/a" "$o/a" fp32)
+  [[ $out == $'L\t0 at step 0 of 4 ('*$'\tevery step within 1e-05 relative\tPASS' ]] || fail "losses, itself: $out"
+  alter "$o/a" "$o/loss" steps.csv loss 1.0001 2
+  out=$("${c[@]}" losses L "$o/loss" "$o/a" fp32)
+  [[ $out == $'L\t0.0001 at step 2 of 4 '*"meson test --suite torch"*$'\tFAIL' ]] || fail "losses 1e-4 off, fp32: $out"
+  out=$("${c[@]}" losses L "$o/loss" "$o/a" bf16)
+  [[ $out == *$'\tevery step within 0.02 relative\tPASS' ]] || fail "losses 1e-4 off, bf16 tolerance: $out"
+  out=$("${c[@]}" losses L "$o/adamw" "$o/a" fp32)
+  [[ $out == $'L\tno figure: '*"not the same configuration"*$'\tFAIL' ]] || fail "losses, other optimizer: $out"
+  out=$("${c[@]}" memory M "$o/a" "$o/a" 0.10)
+  [[ $out == $'M\tdevice 0 +0.0 % (dpscale '*$'\teach device within 10 %\tPASS' ]] || fail "memory, itself: $out"
+  alter "$o/a" "$o/mem" devices.csv alloc_peak_bytes 1.2
+  out=$("${c[@]}" memory M "$o/mem" "$o/a" 0.10)
+  [[ $out == $'M\tdevice 0 +20.0 % '*$'\tFAIL' ]] || fail "memory 20 % more: $out"
+  out=$("${c[@]}" memory M "$o/a" "$o/mem" 0.20)
+  [[ $out == $'M\tdevice 0 -16.7 % '*$'\tPASS' ]] || fail "memory 16.7 % less, goal 20 %: $out"
+  out=$("${c[@]}" step S "$o/a" "$o/a" 0.85)
+  [[ $out == $'S\t1.000 ('*$'\t<= 0.85\tFAIL' ]] || fail "step, a ratio of 1 against 0.85: $out"
+  alter "$o/a" "$o/slow" runs.csv step_ms_median 2
+  out=$("${c[@]}" step S "$o/a" "$o/slow" 0.85)
+  [[ $out == $'S\t0.500 ('*$'\t<= 0.85\tPASS' ]] || fail "step, twice as fast: $out"
+  out=$("${c[@]}" tflops T "$o/a" 0)
+  [[ $out == $'T\t'*"(small fp32: model "*$'\t>= 0\tPASS' ]] || fail "tflops: $out"
+  out=$("${c[@]}" tflops T "$o/adamw" 0.8)
+  [[ $out == $'T\tno figure: '*"gemm_ref_tflops"*$'\tFAIL' ]] || fail "tflops without --gemm-ref: $out"
+  out=$("${c[@]}" nongemm N "$o/a" 1)
+  [[ $out == $'N\t0.'*" ms (largest: "*"; all but the GEMMs alone: "*$'\t<= 1\tPASS' ]] || fail "nongemm: $out"
+  out=$("${c[@]}" nongemm N "$o/a" 0)
+  [[ $out == *$'\t<= 0\tFAIL' ]] || fail "nongemm, a share above 0 passed a bound of 0: $out"
+  out=$("${c[@]}" overlap V "$o/ddp" 1000)
+  [[ $out == $'V\t'*" on device "*"(allreduce "*$'\texposed <= 1000 x allreduce\tPASS' ]] || fail "overlap: $out"
+  alter "$o/ddp" "$o/exposed" phases.csv median_ms 0
+  out=$("${c[@]}" overlap V "$o/ddp" 0)
+  [[ $out == *$'\texposed <= 0 x allreduce\tFAIL' ]] || fail "overlap, an exposed part against 0: $out"
+  out=$("${c[@]}" overlap V "$o/exposed" 0.5)
+  [[ $out == $'V\tno figure: '*"no all-reduce timed"*$'\tFAIL' ]] || fail "overlap, no all-reduce time: $out"
+  out=$("${c[@]}" overlap V "$o/a" 0.5)
+  [[ $out == $'V\tno figure: '*"no all-reduce timed"*$'\tFAIL' ]] || fail "overlap on dp: $out"
+  "$dpscale" run --backend host --mode ddp --gpus 2 --model tiny --steps 4 --warmup 1 \
+    --inject-fault 1:2:exit --out "$o" --name fault >/dev/null 2>&1
+  rc=$?
+  out=$("${c[@]}" fault F "$o/fault" error 1 "$rc" 3 60)
+  [[ $out == $'F\tstatus error (rank 1 exited '*", exit 1, 3 s"$'\ta row with status error, exit 1, within 60 s\tPASS' ]] \
+    || fail "fault: $out"
+  out=$("${c[@]}" fault F "$o/fault" timeout 1 "$rc" 3 60)
+  [[ $out == *$'\tFAIL' ]] || fail "fault with another status passed: $out"
+  out=$("${c[@]}" fault F "$o/fault" error 1 124 60 60)
+  [[ $out == $'F\tkilled by the check\'s timeout after 60 s (exit 124): the run hung'*$'\tFAIL' ]] || fail "fault, hung: $out"
+  out=$("${c[@]}" --rehearsal "no GPU" memory M "$o/a" "$o/a" 0.10)
+  [[ $out == $'M\tno GPU; rehearsal gave PASS: device 0 +0.0 %'*$'\tSKIP' ]] || fail "rehearsal: $out"
+  out=$("${c[@]}" losses L "$o/nothing" "$o/a" fp32)
+  [[ $out == $'L\tno figure: no '*"runs.csv"*$'\t-\tFAIL' ]] || fail "losses, no folder: $out"
+  "${c[@]}" losses only-two args >/dev/null 2>&1 && fail "the helper took a short command line"
+  # NVML's bytes over a links run: written counters (32-bit, one wrapped) against links.csv
+  local b=("$py" "$scripts/device_check_backend.py")
+  mkdir -p "$tmp/lk"
+  printf 'src,dst,method,bytes,bw_gbps,latency_us,status,backend,emulated\nhost,dev0,h2d,1000,1,,ok,cuda,0\ndev0,host,d2h,1000,1,,ok,cuda,0\n' >"$tmp/lk/links.csv"
+  printf '100 4294967000 32\n' >"$tmp/before"
+  printf '10200 20000 32\n' >"$tmp/after"
+  out=$("${b[@]}" nvml-links K "$tmp/lk" 10 "$tmp/before" "$tmp/after")
+  [[ $out == $'K\tRX 0.000 GB for h2d 0.000 GB (2.03x), TX 0.000 GB for d2h 0.000 GB (1.01x)\t'*$'\tPASS' ]] \
+    || fail "nvml-links: $out"
+  out=$("${b[@]}" nvml-links K "$tmp/lk" 20 "$tmp/before" "$tmp/after")
+  [[ $out == *"NVML counted fewer bytes"*$'\tFAIL' ]] || fail "nvml-links, fewer bytes than copied: $out"
+  "${b[@]}" nvml-read "$tmp/none" # no NVML here: the reason is written
+  out=$(LD_LIBRARY_PATH=/nonexistent "${b[@]}" nvml-links K "$tmp/lk" 10 "$tmp/none" "$tmp/after")
+  if grep -q '^error' "$tmp/none"; then
+    [[ $out == $'K\tno NVML counters: '*$'\tFAIL' ]] || fail "nvml-links without counters: $out"
+  fi
+  return 0
+}
+
 # profile.sh hands nsys --trace-fork-before-exec=true (ddp's ranks are forked without exec).
 case_profile() {
   mkdir -p "$tmp/bin"
@@ -240,6 +342,7 @@ case_syntax() {
   fi
   "$py" -c 'import ast, sys; [ast.parse(open(f).read(), f) for f in sys.argv[1:]]' \
     "$scripts/device_check_summary.py" "$scripts/torch_copies.py" "$scripts/device_check_backend.py" \
+    "$scripts/device_check_compare.py" \
     || fail "python cannot parse the check's scripts"
 }
 
@@ -247,8 +350,9 @@ case $case_ in
   run) case_run ;;
   trap) case_trap ;;
   summary) case_summary ;;
+  compare) case_compare ;;
   profile) case_profile ;;
   syntax) case_syntax ;;
-  *) fail "unknown case '$case_': expected run, trap, summary, profile or syntax" ;;
+  *) fail "unknown case '$case_': expected run, trap, summary, compare, profile or syntax" ;;
 esac
 echo "ok $case_"

@@ -50,8 +50,9 @@ except ImportError as e:
 # agreed to dpscale's last printed digit (6 decimals: |diff| <= 1e-6,
 # relative <= 5.6e-7); PyTorch's ddp against its single device: parameters
 # within 6e-8 (SGD) and 2.2e-7 (AdamW) at the default rates, 1.8e-7 and
-# 6.4e-7 at the rates below. 1e-5 leaves a margin of 15 or more.
-TOL = 1e-5
+# 6.4e-7 at the rates below. 1e-5 leaves a margin of 15 or more
+# (torch_reference.LOSS_TOL, which scripts/device-check.sh applies on GPUs too).
+TOL = tr.LOSS_TOL
 # Final parameters (dpscale's --save-params against PyTorch's): SGD within
 # TOL; AdamW within PARAMS_TOL_ADAMW, dpscale's own --check tolerance for it:
 # dividing each update by its running RMS turns the rounding of near-zero
@@ -65,8 +66,8 @@ PARAMS_TOL = {"sgd": TOL, "adamw": 1e-4}
 # (5.5e-4, 9.9e-4, 1.4e-4, 2.8e-4) and a weight decay 10 % off (2.8e-5),
 # while a correct run still agrees to the last digit. Stock DDP's averaging
 # of per-shard means with uneven shards moves the loss by more than 1e-4.
-STEPS = "20"
-LR = {"sgd": "0.1", "adamw": "0.01"}
+STEPS = str(tr.FIDELITY_STEPS)  # these two: torch_reference.FIDELITY_*
+LR = {k: str(v) for k, v in tr.FIDELITY_LR.items()}
 
 
 def need_torch():

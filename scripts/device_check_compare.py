@@ -1,0 +1,263 @@
+#!/usr/bin/env python3
+"""Figures of scripts/device-check.sh that hold dpscale's results against
+PyTorch's (scripts/torch_reference.py's folder) or against a goal read from
+the same results: one line per figure, NAME<TAB>VALUE<TAB>GOAL<TAB>RESULT,
+as device-check-lib.sh's dc_figures_from records them. The folders are read
+with scripts/dpsresults.py's readers; a missing or malformed file is a FAIL
+line that names it, never a crash. A FAIL's value ends with what to do.
+
+usage: device_check_compare.py [--rehearsal REASON] COMMAND FIG ARGS...
+  losses FIG DPSCALE TORCH PRECISION
+        every step's loss (steps.csv) within torch_reference.LOSS_TOL (fp32)
+        or LOSS_TOL_BF16 (bf16), relative; the same config_id, both runs ok
+  memory FIG DPSCALE TORCH MAX_FRACTION
+        each device's alloc_peak_bytes (devices.csv) within MAX_FRACTION of
+        PyTorch's torch.cuda.max_memory_allocated
+  step FIG DPSCALE TORCH MAX_RATIO
+        dpscale's median step time at most MAX_RATIO x PyTorch's
+  tflops FIG FOLDER MIN_RATIO
+        model_tflops at least MIN_RATIO x gemm_ref_tflops (--gemm-ref)
+  nongemm FIG FOLDER MAX_SHARE
+        the share of the step in the NVTX-timed phases that run no GEMM
+        (phases.csv: all but forward and backward; the all-reduce's exposed
+        part counted, its overlapped part not) at most MAX_SHARE
+  overlap FIG FOLDER MAX_EXPOSED
+        ddp on 2+ devices: allreduce_exposed at most MAX_EXPOSED x allreduce
+        (phases.csv medians, the worst device): the all-reduce overlapped
+  fault FIG FOLDER STATUS WANT_EXIT EXIT SECONDS MAX_SECONDS
+        a run that must fail: its row has STATUS (error, timeout), dpscale
+        exited with WANT_EXIT (its exit status EXIT; 124 or 137: killed by
+        the check's timeout, a hang), and it ended (after SECONDS) within
+        MAX_SECONDS
+--rehearsal REASON: the figure is computed, but recorded SKIP with REASON
+(on the host backend, where a GPU figure means nothing).
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+import dpsresults  # noqa: E402
+
+REHEARSAL = None
+
+
+class Missing(Exception):
+    """A results file that is absent or lacks what the figure needs."""
+
+
+def line(name, value, goal, result, fix=""):
+    if result == "FAIL" and fix:
+        value = f"{value}; {fix}"
+    if REHEARSAL and result in ("PASS", "FAIL"):
+        value, result = f"{REHEARSAL}; rehearsal gave {result}: {value}", "SKIP"
+    print("\t".join(str(x).replace("\t", " ").replace("\n", " ")
+                    for x in (name, value, goal, result)))
+
+
+def table(folder, name, required=()):
+    path = os.path.join(folder, name)
+    if not os.path.exists(path):
+        raise Missing(f"no {path} (the run wrote no results: see device-check.log)")
+    try:
+        rows = dpsresults.read_csv(path, required)
+    except dpsresults.InputError as e:
+        raise Missing(str(e)) from None
+    if not rows:
+        raise Missing(f"{path} has no rows")
+    return rows
+
+
+def run_row(folder):
+    return table(folder, "runs.csv", ["config_id", "status", "error"])[-1]
+
+
+def num(row, col):
+    try:
+        return dpsresults.number(row, col)
+    except (dpsresults.InputError, KeyError) as e:
+        raise Missing(f"{e} (status {row.get('status')}: {row.get('error') or 'no error given'})") \
+            from None
+
+
+def ok_runs(*folders):
+    """The runs.csv rows of the folders; Missing names the first not ok."""
+    out = []
+    for f in folders:
+        r = run_row(f)
+        if r["status"] != "ok":
+            raise Missing(f"{f}: status {r['status']} ({r.get('error') or 'no error given'})")
+        out.append(r)
+    return out
+
+
+def same_config(d, t, dps, tor):
+    if d["config_id"] != t["config_id"]:
+        raise Missing(f"dpscale ran {d['config_id']} ({dps}), PyTorch {t['config_id']} ({tor}): "
+                      f"not the same configuration; give both the same options")
+
+
+def losses_of(folder):
+    """The loss of every step of a one-configuration folder (ranks' rows agree)."""
+    rows = table(folder, "steps.csv", ["config_id", "step", "rank", "loss"])
+    by_step = {}
+    for r in rows:
+        k, v = dpsresults.integer(r, "step"), num(r, "loss")
+        if by_step.setdefault(k, v) != v:
+            raise Missing(f"{dpsresults.where(r)}: rank {r['rank']}'s loss {v} differs from "
+                          f"another rank's {by_step[k]} at step {k}")
+    return [by_step[k] for k in sorted(by_step)]
+
+
+def cmd_losses(fig, dps, tor, precision):
+    import torch_reference as tr
+    tol = tr.LOSS_TOL_BF16 if precision == "bf16" else tr.LOSS_TOL
+    goal = f"every step within {tol:g} relative"
+    d, t = ok_runs(dps, tor)
+    same_config(d, t, dps, tor)
+    mine, ref = losses_of(dps), losses_of(tor)
+    if len(mine) != len(ref) or not ref:
+        raise Missing(f"{len(mine)} steps in {dps}/steps.csv, {len(ref)} in {tor}/steps.csv")
+    rel = [abs(a - b) / abs(b) if b else abs(a) for a, b in zip(mine, ref)]
+    k = max(range(len(rel)), key=rel.__getitem__)
+    line(fig, f"{rel[k]:.3g} at step {k} of {len(ref)} (dpscale {mine[k]:.6g}, torch "
+              f"{ref[k]:.6g}; {d['config_id']})", goal, "PASS" if rel[k] <= tol else "FAIL",
+         f"dpscale's loss ({dps}/steps.csv) leaves PyTorch's ({tor}/steps.csv): run the same "
+         f"configuration in fp32 on the host (meson test --suite torch) to tell a CUDA kernel "
+         f"from the model or optimizer")
+
+
+def cmd_memory(fig, dps, tor, frac):
+    frac = float(frac)
+    goal = f"each device within {frac * 100:g} %"
+    d, t = ok_runs(dps, tor)
+    same_config(d, t, dps, tor)
+    cols = ["device", "alloc_peak_bytes"]
+    mine = {r["device"]: num(r, "alloc_peak_bytes") for r in table(dps, "devices.csv", cols)}
+    ref = {r["device"]: num(r, "alloc_peak_bytes") for r in table(tor, "devices.csv", cols)}
+    if sorted(mine) != sorted(ref):
+        raise Missing(f"devices {sorted(mine)} in {dps}/devices.csv, {sorted(ref)} in "
+                      f"{tor}/devices.csv")
+    parts, worst = [], 0.0
+    for dev in sorted(mine, key=int):
+        if not ref[dev] > 0:
+            raise Missing(f"{tor}/devices.csv: device {dev}'s alloc_peak_bytes is {ref[dev]}")
+        diff = (mine[dev] - ref[dev]) / ref[dev]
+        worst = max(worst, abs(diff))
+        parts.append(f"device {dev} {diff * 100:+.1f} % (dpscale {mine[dev] / 2**20:.1f} MiB, "
+                     f"torch {ref[dev] / 2**20:.1f} MiB)")
+    line(fig, "; ".join(parts), goal, "PASS" if worst <= frac else "FAIL",
+         f"the categories at the peak are in dpscale's summary.txt ({dps}); PyTorch's peak is "
+         f"max_memory_allocated over the whole run, cuBLAS's workspace included")
+
+
+def cmd_step(fig, dps, tor, ratio):
+    d, t = ok_runs(dps, tor)
+    same_config(d, t, dps, tor)
+    dm, tm = num(d, "step_ms_median"), num(t, "step_ms_median")
+    if not tm > 0:
+        raise Missing(f"{tor}/runs.csv: step_ms_median {tm}")
+    r = dm / tm
+    line(fig, f"{r:.3f} ({d['config_id']}: dpscale {dm:.3f} ms, torch {tm:.3f} ms)",
+         f"<= {ratio}", "PASS" if r <= float(ratio) else "FAIL",
+         f"phases.csv of both folders ({dps}, {tor}) show which phase is slower; "
+         f"scripts/profile.sh captures the kernels")
+
+
+def cmd_tflops(fig, folder, goal):
+    (r,) = ok_runs(folder)
+    model, gemm = num(r, "model_tflops"), num(r, "gemm_ref_tflops")
+    if not gemm > 0:
+        raise Missing(f"{folder}/runs.csv: gemm_ref_tflops {gemm} (run with --gemm-ref)")
+    ratio = model / gemm
+    line(fig, f"{ratio:.3f} ({r['model']} {r['precision']}: model {model:.4g} / GEMMs alone "
+              f"{gemm:.4g} TFLOP/s)", f">= {goal}", "PASS" if ratio >= float(goal) else "FAIL",
+         f"the step loses time outside its GEMMs: see figure 'non-GEMM share' and "
+         f"{folder}/phases.csv")
+
+
+NO_GEMM_PHASES = ("load", "replicate", "scatter", "gather", "loss", "reduce",
+                  "allreduce_exposed", "optimizer")
+
+
+def cmd_nongemm(fig, folder, goal):
+    (r,) = ok_runs(folder)
+    rows = table(folder, "phases.csv", ["device", "phase", "median_ms"])
+    step = num(r, "step_ms_median")
+    if not step > 0:
+        raise Missing(f"{folder}/runs.csv: step_ms_median {step}")
+    dev0 = {p["phase"]: num(p, "median_ms") for p in rows if p["device"] == "0"}
+    missing = [p for p in NO_GEMM_PHASES + ("forward", "backward") if p not in dev0]
+    if missing:
+        raise Missing(f"{folder}/phases.csv: device 0 has no phase {', '.join(missing)}")
+    share = sum(dev0[p] for p in NO_GEMM_PHASES) / step
+    top = sorted(NO_GEMM_PHASES, key=lambda p: -dev0[p])[:3]
+    extra = ""
+    if r.get("gemm_ref_tflops") and r.get("model_tflops"):  # the rest is in forward/backward
+        gemm = num(r, "gemm_ref_tflops")
+        if gemm > 0:
+            extra = f"; all but the GEMMs alone: {1 - num(r, 'model_tflops') / gemm:.3f}"
+    line(fig, f"{share:.3f} of {step:.3f} ms (largest: "
+              + ", ".join(f"{p} {dev0[p]:.3f} ms" for p in top) + f"){extra}",
+         f"<= {goal}", "PASS" if share <= float(goal) else "FAIL",
+         f"the largest phases above are the kernels to look at ({folder}/phases.csv)")
+
+
+def cmd_overlap(fig, folder, goal):
+    ok_runs(folder)
+    rows = table(folder, "phases.csv", ["device", "phase", "median_ms"])
+    per = {}
+    for p in rows:
+        if p["phase"] in ("allreduce", "allreduce_exposed"):
+            per.setdefault(p["device"], {})[p["phase"]] = num(p, "median_ms")
+    if not per or any(len(v) != 2 for v in per.values()) or \
+            not any(v["allreduce"] > 0 for v in per.values()):
+        raise Missing(f"{folder}/phases.csv: no all-reduce timed (allreduce and "
+                      f"allreduce_exposed rows of ddp on 2+ devices)")
+    worst, dev = max((v["allreduce_exposed"] / v["allreduce"] if v["allreduce"] > 0
+                      else float("inf"), d) for d, v in per.items())
+    v = per[dev]
+    line(fig, f"{worst:.3f} on device {dev} (allreduce {v['allreduce']:.3f} ms, exposed "
+              f"{v['allreduce_exposed']:.3f} ms)", f"exposed <= {goal} x allreduce",
+         "PASS" if worst <= float(goal) else "FAIL",
+         f"the all-reduce waits for backward's end: the trace ({folder}/trace) shows whether "
+         f"buckets start during backward")
+
+
+def cmd_fault(fig, folder, status, want_rc, rc, seconds, max_seconds):
+    goal = f"a row with status {status}, exit {want_rc}, within {max_seconds} s"
+    rc, secs = int(rc), float(seconds)
+    if rc in (124, 137):
+        line(fig, f"killed by the check's timeout after {secs:.0f} s (exit {rc}): the run hung",
+             goal, "FAIL", f"{folder}: the watchdog of --timeout or of a rank's exit did not end "
+                           f"the run; see device-check.log for the last step printed")
+        return
+    r = run_row(folder)
+    ok = r["status"] == status and rc == int(want_rc) and secs <= float(max_seconds)
+    line(fig, f"status {r['status']} ({r.get('error') or 'no error'}), exit {rc}, "
+              f"{secs:.0f} s", goal, "PASS" if ok else "FAIL",
+         f"{folder}/runs.csv: the failure did not end the run as it should")
+
+
+COMMANDS = {"losses": (cmd_losses, 4), "memory": (cmd_memory, 4), "step": (cmd_step, 4),
+            "tflops": (cmd_tflops, 3), "nongemm": (cmd_nongemm, 3), "overlap": (cmd_overlap, 3),
+            "fault": (cmd_fault, 7)}
+
+
+def main(argv):
+    global REHEARSAL
+    args = argv[1:]
+    if len(args) >= 2 and args[0] == "--rehearsal":
+        REHEARSAL, args = args[1], args[2:]
+    if not args or args[0] not in COMMANDS or len(args) - 1 != COMMANDS[args[0]][1]:
+        print(__doc__.strip(), file=sys.stderr)
+        return 2
+    fn = COMMANDS[args[0]][0]
+    try:
+        fn(*args[1:])
+    except Missing as e:
+        line(args[1], f"no figure: {e}", "-", "FAIL")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
