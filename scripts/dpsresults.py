@@ -124,11 +124,11 @@ COUNT_1 = Kind(number=True, whole=True, least=1)
 # A run's status (dps_status_name in src/core/err.c) and mode (src/core/names.c).
 STATUS = Kind(words=("ok", "oom", "error", "timeout", "skipped"))
 MODE = Kind(words=("dp", "ddp"))
-# A prediction's status (predict_status_names in src/run/predict_model.c).
+# A prediction's status (predict_status_names in src/predict/predict_model.c).
 PREDICTED = Kind(words=("ok", "oom", "skipped"))
 
 # Every column of each file with what its cells hold, in the order dpscale writes
-# them (src/run/results.c, src/run/links.c, src/run/commbench.c); empty where a
+# them (src/results/results.c, src/microbench/links.c, src/microbench/commbench.c); empty where a
 # figure may be unmeasured (any result of a configuration that did not run).
 # Readers demand only the columns they use, so that older folders and
 # torch_reference.py's files still read.
@@ -188,7 +188,7 @@ SCHEMA = {
                       ("bytes", COUNT), ("time_us", AT_LEAST_0.or_empty()),
                       ("algbw_gbps", AT_LEAST_0.or_empty()), ("busbw_gbps", AT_LEAST_0.or_empty()),
                       ("check", TEXT)],
-    # `dpscale predict` (src/run/predict_out.c): one row per mode and GPU count of
+    # `dpscale predict` (src/predict/predict_out.c): one row per mode and GPU count of
     # the series model, precision, optimizer (source: the measured configuration
     # it was predicted from, empty for a workload file); from step_ms on, the
     # cells are empty exactly where status is skipped (read_predictions).
@@ -225,7 +225,7 @@ KEYS = {"runs.csv": ["config_id"], "steps.csv": ["config_id", "step", "rank"],
 REPEAT_FIX = {"predictions.csv": "remove the repeated rows, or predict into a folder of its own "
                                  "(dpscale predict --name)"}
 
-# The keys of meta.json (src/run/results.c) and the JSON type of each.
+# The keys of meta.json (src/results/results.c) and the JSON type of each.
 META_TYPES = {"dpscale_version": str, "git_describe": str, "command_line": list,
               "start_time": str, "end_time": str, "host": str, "os": str, "backend": str,
               "emulated": bool, "note": str, "memory": dict, "devices": list,

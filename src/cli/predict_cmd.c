@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "cli/commands.h"
-#include "run/predict_calib.h"
-#include "run/predict_out.h"
+#include "predict/predict_calib.h"
+#include "predict/predict_out.h"
 #include "core/util.h"
 
 /* What one prediction reads: the machine, the workloads, the constants. */

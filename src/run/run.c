@@ -11,7 +11,7 @@
 #include "core/stats.h"
 #include "backend/nvml.h"
 #include "run/run.h"
-#include "run/trace_json.h"
+#include "results/trace_json.h"
 #include "core/util.h"
 
 double run_max_rel_diff(const float *a, const float *b, size_t n)

@@ -6,7 +6,7 @@
 
 #include "backend/backend.h"
 #include "config/config.h"
-#include "run/results.h"
+#include "results/results.h"
 
 /* Tolerances of --check on the normwise relative difference of the final
  * parameters, max|p - p_ref| / max|p_ref|. In fp32 only the summation order

@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "run/results_txn.h"
+#include "results/results_txn.h"
 #include "run/run.h"
 #include "run/sweep.h"
 #include "core/util.h"

@@ -5,8 +5,8 @@
 #define DPS_SWEEP_H
 
 #include "backend/backend.h"
-#include "run/results.h"
-#include "run/results_ids.h"
+#include "results/results.h"
+#include "results/results_ids.h"
 #include "run/suite.h"
 
 typedef struct sweep_opts {

@@ -15,7 +15,7 @@
 #include "model/bucket.h"
 #include "comm/comm.h"
 #include "strategies/ddp.h"
-#include "config/ptimer.h"
+#include "strategies/ptimer.h"
 #include "model/model.h"
 #include "core/trace.h"
 #include "core/util.h"

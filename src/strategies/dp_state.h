@@ -6,7 +6,7 @@
 
 #include "comm/comm_group.h"
 #include "config/config.h"
-#include "config/ptimer.h"
+#include "strategies/ptimer.h"
 #include "core/pool.h"
 #include "model/batches.h"
 #include "model/model.h"

@@ -8,8 +8,8 @@
 #include <sys/mman.h>
 
 #include "comm/comm.h"
-#include "run/commbench.h"
-#include "run/results_txn.h"
+#include "microbench/commbench.h"
+#include "results/results_txn.h"
 #include "core/csv.h"
 #include "core/stats.h"
 #include "launch/ranks.h"

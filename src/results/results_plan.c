@@ -7,7 +7,7 @@
 #include "core/csv_read.h"
 #include "config/config.h"
 #include "core/util.h"
-#include "run/results_plan.h"
+#include "results/results_plan.h"
 
 /* One \uXXXX's code point at s (4 hex digits); -1 when not hex. */
 static long hex4(const char *s)

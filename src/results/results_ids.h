@@ -5,7 +5,7 @@
 #ifndef DPS_RESULTS_IDS_H
 #define DPS_RESULTS_IDS_H
 
-#include "run/results.h"
+#include "results/results.h"
 
 typedef struct results_ids {
     char **ids;  /* sorted */

@@ -6,7 +6,7 @@
 #ifndef DPS_PREDICT_FROM_H
 #define DPS_PREDICT_FROM_H
 
-#include "run/predict_input.h"
+#include "predict/predict_input.h"
 
 /* A results folder's files the predictor reads (runs.csv, phases.csv and,
  * when there, memory.csv and buckets.csv), each read once. */

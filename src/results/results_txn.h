@@ -11,7 +11,7 @@
 #define DPS_RESULTS_TXN_H
 
 #include "core/csv.h"
-#include "run/results.h"
+#include "results/results.h"
 
 #define RESULTS_JOURNAL_FILE ".dpscale.journal"
 

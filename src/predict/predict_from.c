@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "run/predict_from.h"
+#include "predict/predict_from.h"
 #include "core/csv_table.h"
 #include "core/util.h"
 #include "model/bucket.h"

@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "run/keyfile.h"
-#include "run/predict_input.h"
-#include "run/tensor_list.h"
+#include "core/keyfile.h"
+#include "predict/predict_input.h"
+#include "predict/tensor_list.h"
 #include "core/util.h"
 
 const char *const predict_link_names[PLINK_COUNT] = {"nvlink", "pcie", "host"};

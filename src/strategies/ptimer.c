@@ -1,7 +1,7 @@
 /* Phase timers on backend events (see ptimer.h). */
 #include <string.h>
 
-#include "config/ptimer.h"
+#include "strategies/ptimer.h"
 #include "core/util.h"
 
 dps_status ptimer_init(phase_timer *t, backend *be, int nslots, const int *devs,

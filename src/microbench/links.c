@@ -9,8 +9,8 @@
 
 #include "core/csv.h"
 #include "model/model.h"
-#include "run/links.h"
-#include "run/results_txn.h"
+#include "microbench/links.h"
+#include "results/results_txn.h"
 #include "strategies/dp.h"
 #include "core/stats.h"
 #include "core/util.h"

@@ -7,7 +7,7 @@
 
 #include "backend/backend.h"
 #include "config/config.h"
-#include "run/results.h"
+#include "results/results.h"
 
 typedef struct link_row {
     int src, dst;            /* device index or DPS_HOST */

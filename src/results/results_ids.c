@@ -11,7 +11,7 @@
 #include "core/csv.h"
 #include "core/csv_read.h"
 #include "core/util.h"
-#include "run/results_ids.h"
+#include "results/results_ids.h"
 
 /* Appends a copy of id; the array doubles when full (its capacity is the
  * power of two at or above n), so n ids are appended in O(n). */

@@ -4,7 +4,7 @@
 #ifndef DPS_PREDICT_MODEL_H
 #define DPS_PREDICT_MODEL_H
 
-#include "run/predict_input.h"
+#include "predict/predict_input.h"
 
 /* The constants a calibration would fit; predict_consts_default says where
  * each default comes from. */

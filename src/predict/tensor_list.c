@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "run/tensor_list.h"
+#include "predict/tensor_list.h"
 
 typedef struct parser {
     const char *p;

@@ -5,7 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "run/predict_out.h"
+#include "predict/predict_out.h"
 #include "core/csv.h"
 
 /* machine, workload, the series plot.py matches (model, precision,

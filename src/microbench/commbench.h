@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #include "launch/ranks.h"
-#include "run/results.h"
+#include "results/results.h"
 
 #define COMMBENCH_MAX_SIZES 16
 

@@ -7,8 +7,8 @@
 
 #include <stdio.h>
 
-#include "run/predict_from.h"
-#include "run/predict_model.h"
+#include "predict/predict_from.h"
+#include "predict/predict_model.h"
 
 /* Fits c (from its defaults) to the measured rows of several devices of
  * folder f, predicted from its one-device profiles w[0..nw)

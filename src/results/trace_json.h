@@ -9,7 +9,7 @@
 #define DPS_TRACE_JSON_H
 
 #include "config/config.h"
-#include "run/results.h"
+#include "results/results.h"
 
 #define TRACE_JSON_DIR "trace"
 

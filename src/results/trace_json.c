@@ -9,8 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "run/results_txn.h"
-#include "run/trace_json.h"
+#include "results/results_txn.h"
+#include "results/trace_json.h"
 #include "core/util.h"
 
 enum { TID_COMPUTE = 1, TID_COMM = 2 };

@@ -14,8 +14,8 @@
 #include "version.h"
 #include "core/csv.h"
 #include "backend/nvml.h"
-#include "run/results.h"
-#include "run/results_txn.h"
+#include "results/results.h"
+#include "results/results_txn.h"
 #include "strategies/ddp_world.h"
 #include "core/util.h"
 

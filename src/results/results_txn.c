@@ -10,8 +10,8 @@
 #include <unistd.h>
 
 #include "core/util.h"
-#include "run/results_txn.h"
-#include "run/trace_json.h"
+#include "results/results_txn.h"
+#include "results/trace_json.h"
 
 #define TXN_MAX_FILES 8
 #define JOURNAL_MAGIC "dpscale journal 1"

@@ -6,7 +6,7 @@
 
 #include <stdio.h>
 
-#include "run/predict_model.h"
+#include "predict/predict_model.h"
 
 /* dir/predictions.csv, replacing a file of that name; each row names its
  * workload. */

@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "run/keyfile.h"
-#include "run/predict_calib.h"
+#include "core/keyfile.h"
+#include "predict/predict_calib.h"
 #include "core/stats.h"
 #include "core/util.h"
 

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "run/predict_model.h"
+#include "predict/predict_model.h"
 #include "model/bucket.h"
 
 const char *const predict_status_names[3] = {"ok", "oom", "skipped"};

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "run/keyfile.h"
+#include "core/keyfile.h"
 #include "core/util.h"
 
 /* A table being read: the keys, the object, where each key was given. */
