@@ -323,29 +323,23 @@ pair() { # NAME MODE MODEL: dpscale's and PyTorch's runs; 0 when both ran
   [ "$rc" -eq "$DC_SKIP_RC" ] && return "$rc"
   return 0
 }
-if dc_step "memory and step time against PyTorch: dp medium $sp" 15 "${mem_figs[@]:0:2}"; then
-  if pair sp-dp-m1 dp "$m1"; then
-    dc_figures_from "${mem_figs[0]}" "${gcmp[@]}" memory "${mem_figs[0]}" "$res/sp-dp-m1" "$res/sp-dp-m1-torch" 0.10
-    dc_figures_from "${mem_figs[1]}" "${gcmp[@]}" step "${mem_figs[1]}" "$res/sp-dp-m1" "$res/sp-dp-m1-torch" 0.85
-  else
-    skip_all "skipped (deadline)" "${mem_figs[@]:0:2}"
+# One step of part 2: NAME MODE MODEL BUDGET MEMORY_FIG [STEP_FIG]: the pair of runs, then
+# the memory figure (within 10 %) and the step-time figure (at most 0.85 x) when given.
+mem_step() {
+  local name=$1 mode=$2 model=$3 budget=$4 figs=("${@:5}")
+  local what="memory${figs[1]:+ and step time}"
+  dc_step "$what against PyTorch: $mode $model $sp" "$budget" "${figs[@]}" || return 0
+  if ! pair "$name" "$mode" "$model"; then
+    skip_all "skipped (deadline)" "${figs[@]}"
+    return 0
   fi
-fi
-if dc_step "memory against PyTorch: ddp medium $sp" 20 "${mem_figs[2]}"; then
-  if pair sp-ddp-m1 ddp "$m1"; then
-    dc_figures_from "${mem_figs[2]}" "${gcmp[@]}" memory "${mem_figs[2]}" "$res/sp-ddp-m1" "$res/sp-ddp-m1-torch" 0.10
-  else
-    skip_all "skipped (deadline)" "${mem_figs[2]}"
-  fi
-fi
-if dc_step "memory and step time against PyTorch: dp gpt2 $sp" 25 "${mem_figs[@]:3:2}"; then
-  if pair sp-dp-m2 dp "$m2"; then
-    dc_figures_from "${mem_figs[3]}" "${gcmp[@]}" memory "${mem_figs[3]}" "$res/sp-dp-m2" "$res/sp-dp-m2-torch" 0.10
-    dc_figures_from "${mem_figs[4]}" "${gcmp[@]}" step "${mem_figs[4]}" "$res/sp-dp-m2" "$res/sp-dp-m2-torch" 0.85
-  else
-    skip_all "skipped (deadline)" "${mem_figs[@]:3:2}"
-  fi
-fi
+  dc_figures_from "${figs[0]}" "${gcmp[@]}" memory "${figs[0]}" "$res/$name" "$res/$name-torch" 0.10
+  [ -n "${figs[1]:-}" ] || return 0
+  dc_figures_from "${figs[1]}" "${gcmp[@]}" step "${figs[1]}" "$res/$name" "$res/$name-torch" 0.85
+}
+mem_step sp-dp-m1 dp "$m1" 15 "${mem_figs[@]:0:2}"
+mem_step sp-ddp-m1 ddp "$m1" 20 "${mem_figs[2]}"
+mem_step sp-dp-m2 dp "$m2" 25 "${mem_figs[@]:3:2}"
 # gpt2 with its GEMMs timed alone on the same data shapes (random, as the model's): ~8 s. The
 # phases that run no GEMM (load, loss, optimizer, dp's copies, the exposed all-reduce), timed
 # by their NVTX ranges, at most 10 % of the step.

@@ -79,6 +79,15 @@ def read_counters(path):
     return [int(w) for w in words]
 
 
+def csv_rows(path):
+    """(the rows of a CSV file, None), or ([], why it cannot be read)."""
+    try:
+        with open(path, newline="") as f:
+            return list(csv.DictReader(f)), None
+    except OSError as e:
+        return [], f"cannot read {path}: {e.strerror}"
+
+
 def nvml_links(name, folder, steps, before, after):
     goal = "NVML RX >= h2d bytes and TX >= d2h bytes copied"
     try:
@@ -86,12 +95,9 @@ def nvml_links(name, folder, steps, before, after):
         tx1, rx1, _ = read_counters(after)
     except (OSError, ValueError) as e:
         return [(name, f"no NVML counters: {e}", goal, "FAIL")]
-    path = os.path.join(folder, "links.csv")
-    try:
-        with open(path, newline="") as f:
-            rows = list(csv.DictReader(f))
-    except OSError as e:
-        return [(name, f"cannot read {path}: {e.strerror}", goal, "FAIL")]
+    rows, failed = csv_rows(os.path.join(folder, "links.csv"))
+    if failed:
+        return [(name, failed, goal, "FAIL")]
     steps = int(steps)
     moved = {"h2d": 0, "d2h": 0}
     for r in rows:
@@ -128,12 +134,9 @@ def nvml_pcie(name, folder, backend):
     goal = "every GPU's nvml_pcie_rx_bytes >= its counted h2d bytes"
     if backend != "cuda":
         return [(name, f"backend {backend}: no NVML", goal, "SKIP")]
-    path = os.path.join(folder, "devices.csv")
-    try:
-        with open(path, newline="") as f:
-            rows = list(csv.DictReader(f))
-    except OSError as e:
-        return [(name, f"cannot read {path}: {e.strerror}", goal, "FAIL")]
+    rows, failed = csv_rows(os.path.join(folder, "devices.csv"))
+    if failed:
+        return [(name, failed, goal, "FAIL")]
     steps = {}
     try:
         with open(os.path.join(folder, "runs.csv"), newline="") as f:

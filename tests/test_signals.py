@@ -122,6 +122,19 @@ def start_long_sweep(binary, out):
     return p
 
 
+def end_long_sweep(p, out, after, within):
+    """The sweep ends within `within` s `after` the signals, exit 130, the
+    medium configuration's row written, no process left."""
+    _, err, took = finish(p, f"the sweep after {after}", 60)
+    expect(took < within, f"ended {took:.1f} s after {after}, not within {within:g} s")
+    expect(p.returncode == 130, f"exit {p.returncode}, expected 130\n{err}")
+    row, _ = check_interrupted_row(os.path.join(out, "s"))
+    expect(row["config_id"].startswith("dp-medium"),
+           f"the last row is not the medium configuration's: {row}")
+    no_processes_left(out)
+    print(f"sweep: ended {took:.2f} s after {after}: {row['error']}")
+
+
 def case_sweep_once(binary):
     """One SIGINT to the sweep's process group (a terminal's ^C, or what
     `timeout` passes on before it ignores the signal itself) during a long
@@ -130,16 +143,8 @@ def case_sweep_once(binary):
     with tempfile.TemporaryDirectory(prefix="dpscale-sig-") as out:
         p = start_long_sweep(binary, out)
         os.killpg(p.pid, signal.SIGINT)
-        _, err, took = finish(p, "the sweep after one SIGINT", 60)
-        expect(took < 5.0 + PROMPT_S, f"ended {took:.1f} s after one SIGINT, not within the "
-               f"5 s grace and {PROMPT_S:g} s more")
-        expect(p.returncode == 130, f"exit {p.returncode}, expected 130\n{err}")
         # cut short, or before step 0 where the set-up outlasted the signal
-        row, _ = check_interrupted_row(os.path.join(out, "s"))
-        expect(row["config_id"].startswith("dp-medium"),
-               f"the last row is not the medium configuration's: {row}")
-        no_processes_left(out)
-        print(f"sweep: ended {took:.2f} s after one SIGINT: {row['error']}")
+        end_long_sweep(p, out, "one SIGINT", 5.0 + PROMPT_S)
 
 
 def case_sweep_twice(binary):
@@ -148,14 +153,7 @@ def case_sweep_twice(binary):
     with tempfile.TemporaryDirectory(prefix="dpscale-sig-") as out:
         p = start_long_sweep(binary, out)
         twice([p])
-        _, err, took = finish(p, "the sweep after the second SIGINT", 60)
-        expect(took < PROMPT_S, f"ended {took:.1f} s after the second SIGINT")
-        expect(p.returncode == 130, f"exit {p.returncode}, expected 130\n{err}")
-        row, _ = check_interrupted_row(os.path.join(out, "s"))
-        expect(row["config_id"].startswith("dp-medium"),
-               f"the last row is not the medium configuration's: {row}")
-        no_processes_left(out)
-        print(f"sweep: ended {took:.2f} s after the second SIGINT: {row['error']}")
+        end_long_sweep(p, out, "the second SIGINT", PROMPT_S)
 
 
 def case_ddp_twice(binary):
