@@ -29,7 +29,7 @@
 #   5 counters: a sweep with links (NVML columns in its children's rows),
 #     the same bits twice, NVML's PCIe bytes against a links run: ~30 s
 #   6 failure paths: --inject-fault exit and hang (--timeout 10): ~25 s
-#   7 what --no-trace and --no-nvml save 20 s, links against PyTorch's
+#   7 what --no-nvtx and --no-nvml save 20 s, links against PyTorch's
 #     copies 12 s, compute-sanitizer memcheck x2 ~90 s, ncu ~60 s
 # about 480 s in all with a reserve of 20: the last of 7 is what a slow
 # machine leaves out.
@@ -191,7 +191,7 @@ for l in "${links_paths[@]}"; do
 done
 dc_plan build "dpscale info" "${loss_figs[@]}" "${mem_figs[@]}" "${one_figs[@]}" "${mg_figs[@]}" \
   "sweep dp,ddp gpus=1" "params same bits" "nvml pcie in sweep" "nvml bytes on links" \
-  "fault exit rank 1" "fault hang rank 1 --timeout" "no-trace cost" "no-nvml cost" "${links_figs[@]}" \
+  "fault exit rank 1" "fault hang rank 1 --timeout" "no-nvtx cost" "no-nvml cost" "${links_figs[@]}" \
   "memcheck dp" "memcheck ddp" "ncu step kernels" "ncu step report"
 # ~3 s
 dc_step "machine" 0
@@ -466,23 +466,23 @@ if dc_step "a rank that hangs, --timeout 10" 30 "fault hang rank 1 --timeout"; t
 fi
 
 # 7. What the ranges and the sampler cost, links against PyTorch's copies, the GPU tools.
-# 6 runs of ~3 s, interleaved (default, --no-trace, --no-nvml, twice) so
+# 6 runs of ~3 s, interleaved (default, --no-nvtx, --no-nvml, twice) so
 # that drift reaches all three alike.
-if dc_step "what NVTX ranges and the NVML sampler cost" 20 "no-trace cost" "no-nvml cost"; then
+if dc_step "what NVTX ranges and the NVML sampler cost" 20 "no-nvtx cost" "no-nvml cost"; then
   if [ "$host" = 1 ]; then
-    skip_all "not a GPU figure: the host backend has no bf16, NVTX or NVML" "no-trace cost" "no-nvml cost"
+    skip_all "not a GPU figure: the host backend has no bf16, NVTX or NVML" "no-nvtx cost" "no-nvml cost"
   else
     cost_args=(run --backend "$backend" --mode dp --gpus 1 --precision bf16 --model resnet50 --steps 50 --warmup 5
           --out "$res")
     rc=0
     for r in 1 2; do
       run "$bin" "${cost_args[@]}" --name "cost-default-$r" || rc=$?
-      run "$bin" "${cost_args[@]}" --no-trace --name "cost-notrace-$r" || rc=$?
+      run "$bin" "${cost_args[@]}" --no-nvtx --name "cost-nonvtx-$r" || rc=$?
       run "$bin" "${cost_args[@]}" --no-nvml --name "cost-nonvml-$r" || rc=$?
     done
-    if ! dc_was_skipped "no-trace cost" "$rc"; then
-      dps_figure "no-trace cost" 0 cost 0.01 "$res/cost-default-1" "$res/cost-default-2" -- \
-        "$res/cost-notrace-1" "$res/cost-notrace-2"
+    if ! dc_was_skipped "no-nvtx cost" "$rc"; then
+      dps_figure "no-nvtx cost" 0 cost 0.01 "$res/cost-default-1" "$res/cost-default-2" -- \
+        "$res/cost-nonvtx-1" "$res/cost-nonvtx-2"
     fi
     if ! dc_was_skipped "no-nvml cost" "$rc"; then
       dps_figure "no-nvml cost" 0 cost 0.01 "$res/cost-default-1" "$res/cost-default-2" -- \

@@ -142,7 +142,7 @@ def run(dpscale, *args):
 # The host runs: the calibration shape and the validated one (medium).
 CAL_SHAPE = ["--model", "medium", "--layers", "4", "--width", "768"]
 VAL_SHAPE = ["--model", "medium"]
-HOST_STEPS = ["--steps", "15", "--warmup", "3", "--no-trace"]
+HOST_STEPS = ["--steps", "15", "--warmup", "3", "--no-nvtx"]
 
 
 def host(dpscale, keep):

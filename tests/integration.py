@@ -939,7 +939,7 @@ def case_predict_from(binary):
     fits the constants, --calibration reads them back; refusals exit 2."""
     with tempfile.TemporaryDirectory() as out:
         dpscale(binary, "sweep", "--mode", "dp,ddp", "--gpus", "1,2", "--model", "tiny,small", "--steps",
-                "4", "--warmup", "1", "--no-trace", out=out, name="r", check_rc=0, backend=None)
+                "4", "--warmup", "1", "--no-nvtx", out=out, name="r", check_rc=0, backend=None)
         folder = os.path.join(out, "r")
         p = subprocess.run([binary, "predict", "--from", folder, "--gpus", "1,2"], capture_output=True,
                            text=True)

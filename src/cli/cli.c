@@ -7,10 +7,11 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "core/trace.h"
+#include "core/nvtx.h"
 #include "core/util.h"
 
 #define CLI_ID_BASE 256 /* getopt_long's value of a long option: CLI_ID_BASE + its settings_id */
+#define CLI_ID_NO_TRACE (CLI_ID_BASE + SET_COUNT) /* --no-trace, --no-nvtx's old name */
 
 void cli_usage(FILE *f)
 {
@@ -90,7 +91,7 @@ static void store_flag(cli_args *a, settings_id id)
     case SET_CHECK: a->cfg.check = 1; break;
     case SET_GEMM_REF: a->cfg.gemm_ref = 1; break;
     case SET_NO_NVML: a->cfg.no_nvml = 1; break;
-    case SET_NO_TRACE: trace_set_enabled(0); break;
+    case SET_NO_NVTX: nvtx_set_enabled(0); break;
     case SET_RESUME: a->resume = 1; break;
     case SET_DRY_RUN: a->dry_run = 1; break;
     case SET_NO_LINKS: a->no_links = 1; break;
@@ -238,6 +239,8 @@ static void long_options(struct option *lo, char *letters)
         lo[n++] = (struct option){e->flag, has_arg, NULL, CLI_ID_BASE + id};
         if (id == SET_LOCAL_RANK) /* as torch.distributed.launch before PyTorch 2.0 spells it */
             lo[n++] = (struct option){"local_rank", has_arg, NULL, CLI_ID_BASE + id};
+        if (id == SET_NO_NVTX) /* the old name, which said trace but meant NVTX ranges */
+            lo[n++] = (struct option){"no-trace", no_argument, NULL, CLI_ID_NO_TRACE};
         if (e->letter) letters[k++] = e->letter;
         if (e->letter && has_arg == required_argument) letters[k++] = ':';
     }
@@ -261,7 +264,7 @@ dps_status cli_parse(int argc, char **argv, cli_args *a)
     a->link_min = (uint64_t)settings_table[SET_LINK_MIN_BYTES].def.i;
     a->link_factor = (int)settings_table[SET_LINK_FACTOR].def.i;
     a->local_rank = -1;
-    struct option lo[SET_COUNT + 2]; /* one alias */
+    struct option lo[SET_COUNT + 3]; /* two aliases */
     char letters[2 * SET_COUNT + 2];
     long_options(lo, letters);
     int first = 1;
@@ -283,6 +286,13 @@ dps_status cli_parse(int argc, char **argv, cli_args *a)
         if (id == ':')
             return dps_fail(DPS_ERR_USAGE, "option '%s' needs a value (see dpscale --help)",
                             argv[optind - 1]);
+        if (id == CLI_ID_NO_TRACE) {
+            static int warned;
+            if (!warned)
+                dps_warn("--no-trace is now --no-nvtx (NVTX ranges; the timeline is --trace-steps)");
+            warned = 1;
+            id = CLI_ID_BASE + SET_NO_NVTX;
+        }
         settings_id sid = id >= CLI_ID_BASE ? (settings_id)(id - CLI_ID_BASE) : id_of_letter(id);
         DPS_TRY(apply_opt(a, cmd, sid, optarg));
     }

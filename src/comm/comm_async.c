@@ -7,7 +7,7 @@
 #include <stdlib.h>
 
 #include "comm/comm_impl.h"
-#include "core/trace.h"
+#include "core/nvtx.h"
 #include "core/util.h"
 
 typedef struct async_item {
@@ -57,11 +57,11 @@ static dps_status run_item(comm_async *a, const async_item *it, int index)
     comm *c = a->c;
     DPS_TRY(c->be->ops->event_sync(c->be, it->after));
     DPS_TRY(mark_begin(a, index));
-    trace_push_bucket(index, it->n * comm_dtype_bytes(it->dt));
+    nvtx_push_bucket(index, it->n * comm_dtype_bytes(it->dt));
     double t0 = dps_now_ms();
     dps_status rc = c->ops->allreduce(c, it->buf, it->n, it->dt);
     double busy = dps_now_ms() - t0;
-    trace_pop();
+    nvtx_pop();
     pthread_mutex_lock(&a->mu);
     a->queue[index].ms = busy;
     pthread_mutex_unlock(&a->mu);
@@ -73,7 +73,7 @@ static void *async_main(void *arg)
     comm_async *a = arg;
     char name[32];
     snprintf(name, sizeof name, "comm-rank-%d", a->c->rank);
-    trace_name_thread(name);
+    nvtx_name_thread(name);
     dps_status bound = a->c->be->ops->set_device(a->c->be, a->c->dev);
     pthread_mutex_lock(&a->mu);
     if (bound) {

@@ -10,7 +10,7 @@
 #include <time.h>
 
 #include "comm/comm_watch.h"
-#include "core/trace.h"
+#include "core/nvtx.h"
 #include "core/util.h"
 
 struct comm_watch {
@@ -72,7 +72,7 @@ static void wait_tick(comm_watch *w)
 static void *watch_main(void *arg)
 {
     comm_watch *w = arg;
-    trace_name_thread("comm-watch");
+    nvtx_name_thread("comm-watch");
     pthread_mutex_lock(&w->mu);
     while (!w->stop) {
         if (w->armed && !w->rc) {

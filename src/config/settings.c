@@ -233,10 +233,11 @@ const settings_entry settings_table[SET_COUNT] = {
         .cmds = SETTINGS_SWEEP | SETTINGS_LINKS,
         .flag = "link-factor", .type = SETTINGS_INT, .lo = 2, .hi = 1024, DEFAULT_INT(4),
         .metavar = "N", .help = "the link matrix's sizes grow by this factor (nccl-tests' -f)"},
-    [SET_NO_TRACE] = {
+    [SET_NO_NVTX] = {
         .cmds = TRAIN,
-        .flag = "no-trace", .type = SETTINGS_FLAG,
-        .help = "no NVTX ranges (to measure what they cost)"},
+        .flag = "no-nvtx", .type = SETTINGS_FLAG,
+        .help = "no NVTX ranges, to measure what they cost (the --trace-steps timeline is still "
+                "written; --no-trace, the old name, is accepted with a warning)"},
     [SET_NO_NVML] = {
         .cmds = TRAIN,
         .flag = "no-nvml", .type = SETTINGS_FLAG,

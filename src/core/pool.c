@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "core/pool.h"
-#include "core/trace.h"
+#include "core/nvtx.h"
 
 static void *worker_main(void *arg)
 {
@@ -11,7 +11,7 @@ static void *worker_main(void *arg)
     worker_pool *p = a->p;
     char name[32];
     snprintf(name, sizeof name, "%s%d", p->name_prefix, a->dev);
-    trace_name_thread(name);
+    nvtx_name_thread(name);
     unsigned long seen = 0;
     for (;;) {
         pthread_mutex_lock(&p->mu);

@@ -1,13 +1,13 @@
 /* The batches of the coming steps on a helper thread (see batches.h). */
 #include <string.h>
 
-#include "core/trace.h"
+#include "core/nvtx.h"
 #include "model/batches.h"
 
 static void *batches_thread(void *arg)
 {
     batches *b = arg;
-    trace_name_thread("batches");
+    nvtx_name_thread("batches");
     pthread_mutex_lock(&b->mu);
     while (!b->stop) {
         if (b->asked <= b->made) {

@@ -17,7 +17,7 @@
 #include "strategies/ddp.h"
 #include "strategies/ptimer.h"
 #include "model/model.h"
-#include "core/trace.h"
+#include "core/nvtx.h"
 #include "core/util.h"
 
 typedef struct ddp_rank {
@@ -267,10 +267,10 @@ static dps_status phase_backward(ddp_rank *R)
     R->next_launch = 0;
     R->ready_lo = R->nparams;
     DPS_TRY(ptimer_begin(&R->timer, 0, PH_BACKWARD));
-    trace_push_phase(PH_BACKWARD);
+    nvtx_push_phase(PH_BACKWARD);
     dps_status rc = model_backward(R->be, R->st, R->cfg->shape, R->params.ptr, &R->acts, R->rows,
                                    R->x.ptr, R->dlogits.ptr, R->grads.ptr, grad_hook, R);
-    trace_pop();
+    nvtx_pop();
     DPS_TRY(rc);
     return ptimer_end(&R->timer, 0, PH_BACKWARD);
 }
@@ -311,7 +311,7 @@ static dps_status phase_optimizer(ddp_rank *R, int step)
 static dps_status rank_step(ddp_rank *R, int step, double *ms)
 {
     ptimer_reset(&R->timer);
-    trace_push_step(step);
+    nvtx_push_step(step);
     double t0 = dps_now_ms();
     set_phase(R, PH_LOAD);
     dps_status rc = phase_load(R);
@@ -321,7 +321,7 @@ static dps_status rank_step(ddp_rank *R, int step, double *ms)
     if (!rc) rc = phase_optimizer(R, step);
     if (!rc) rc = comm_sync(R->comm, R->st, &R->allreduce_ms); /* the host's one wait */
     *ms = dps_now_ms() - t0;
-    trace_pop();
+    nvtx_pop();
     return rc;
 }
 
@@ -473,7 +473,7 @@ dps_status ddp_rank_main(const dps_config *cfg, ddp_shared *sh, int rank, rank_b
                     .dev = cfg->devices[rank], .rep = &sh->rank[rank], .beat = beat, .dw = dw};
     char name[32];
     snprintf(name, sizeof name, "ddp-rank-%d", rank);
-    trace_name_thread(name);
+    nvtx_name_thread(name);
     be_options bo = cfg->be;
     bo.quiet = 1;
     /* a launcher placed this process (mpirun binds it; emulated hosts share

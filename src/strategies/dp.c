@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/trace.h"
+#include "core/nvtx.h"
 #include "core/util.h"
 #include "strategies/dp.h"
 #include "strategies/dp_state.h"
@@ -257,9 +257,9 @@ static dps_status dp_worker(void *ctx, int slot, int job)
 {
     dp_state *st = ctx;
     DPS_TRY(st->be->ops->set_device(st->be, st->s[slot].dev));
-    trace_push_phase(job == JOB_FORWARD ? PH_FORWARD : PH_BACKWARD);
+    nvtx_push_phase(job == JOB_FORWARD ? PH_FORWARD : PH_BACKWARD);
     dps_status rc = job == JOB_FORWARD ? worker_forward(st, slot) : worker_backward(st, slot);
-    trace_pop();
+    nvtx_pop();
     return rc;
 }
 
@@ -377,22 +377,22 @@ static dps_status dp_step(dp_state *st, int step, double *step_ms)
     };
     const phase_entry *phases = st->cfg->dp_impl == DPIMPL_TORCH ? torch : lean;
     ptimer_reset(&st->timer);
-    trace_push_step(step);
+    nvtx_push_step(step);
     double t0 = dps_now_ms();
     dps_status rc = DPS_OK;
     for (size_t i = 0; !rc && i < sizeof torch / sizeof torch[0]; i++) {
-        trace_push_phase(phases[i].ph);
+        nvtx_push_phase(phases[i].ph);
         rc = phases[i].fn(st);
-        trace_pop();
+        nvtx_pop();
     }
     if (!rc) {
-        trace_push_phase(PH_OPTIMIZER);
+        nvtx_push_phase(PH_OPTIMIZER);
         rc = phase_optimizer(st, step);
-        trace_pop();
+        nvtx_pop();
     }
     if (!rc) rc = dp_sync(st);
     *step_ms = dps_now_ms() - t0;
-    trace_pop();
+    nvtx_pop();
     return rc;
 }
 

@@ -1,10 +1,10 @@
-/* NVTX ranges (see trace.h): a domain, registered phase names, one colour
+/* NVTX ranges (see nvtx.h): a domain, registered phase names, one colour
  * per phase. Built only with NVTX. */
-#include "core/trace.h"
+#include "core/nvtx.h"
 
 static int enabled = 1;
 
-void trace_set_enabled(int on) { enabled = on; }
+void nvtx_set_enabled(int on) { enabled = on; }
 
 #ifdef DPS_HAVE_NVTX
 #include <pthread.h>
@@ -28,7 +28,7 @@ static void init_once(void)
     step_str = nvtxDomainRegisterStringA(domain, "step");
 }
 
-void trace_init(void) { pthread_once(&once, init_once); }
+void nvtx_init(void) { pthread_once(&once, init_once); }
 
 static void push(nvtxStringHandle_t name, uint32_t color, int64_t payload, int has_payload,
                  uint32_t category)
@@ -48,33 +48,33 @@ static void push(nvtxStringHandle_t name, uint32_t color, int64_t payload, int h
     nvtxDomainRangePushEx(domain, &a);
 }
 
-void trace_push_phase(dps_phase ph)
+void nvtx_push_phase(dps_phase ph)
 {
     if (!enabled) return;
-    trace_init();
+    nvtx_init();
     push(phase_str[ph], phase_color[ph], 0, 0, 0);
 }
 
-void trace_push_step(int step)
+void nvtx_push_step(int step)
 {
     if (!enabled) return;
-    trace_init();
+    nvtx_init();
     push(step_str, 0xff546e7a, step, 1, 0);
 }
 
-void trace_push_bucket(int bucket, uint64_t bytes)
+void nvtx_push_bucket(int bucket, uint64_t bytes)
 {
     if (!enabled) return;
-    trace_init();
+    nvtx_init();
     push(phase_str[PH_ALLREDUCE], phase_color[PH_ALLREDUCE], (int64_t)bytes, 1, (uint32_t)bucket);
 }
 
-void trace_pop(void)
+void nvtx_pop(void)
 {
     if (enabled) nvtxDomainRangePop(domain);
 }
 
-void trace_name_thread(const char *name)
+void nvtx_name_thread(const char *name)
 {
     if (enabled) nvtxNameOsThreadA((uint32_t)syscall(SYS_gettid), name);
 }
