@@ -21,7 +21,7 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 
-#include "dps_config.h"
+#include "build_config.h"
 #include "backend/backend.h"
 #include "model/batches.h"
 #include "model/bucket.h"

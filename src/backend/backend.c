@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dps_config.h"
+#include "build_config.h"
 #include "backend/backend.h"
 #include "backend/nvml.h"
 #include "core/util.h"

@@ -12,7 +12,7 @@
 #include <cuda_profiler_api.h>
 #include <cublas_v2.h>
 
-#include "dps_config.h"
+#include "build_config.h"
 #include "backend/backend.h"
 #include "kernels.h"
 #ifdef DPS_HAVE_NVTX

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dps_config.h"
+#include "build_config.h"
 #include "backend/backend.h"
 #include "backend/host_gemm.h"
 #include "core/util.h"

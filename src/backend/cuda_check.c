@@ -1,5 +1,5 @@
 /* The failure messages of CUDA_TRY, CUBLAS_TRY and NCCL_TRY (cuda_check.h). */
-#include "dps_config.h"
+#include "build_config.h"
 #include <cublas_v2.h>
 #ifdef DPS_HAVE_NCCL
 #include <nccl.h>

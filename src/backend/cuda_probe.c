@@ -9,7 +9,7 @@
 #include <cuda_runtime_api.h>
 #include <cublas_api.h>
 
-#include "dps_config.h"
+#include "build_config.h"
 #include "backend/backend.h"
 #include "core/util.h"
 #ifdef DPS_HAVE_NCCL

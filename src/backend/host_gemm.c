@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dps_config.h"
+#include "build_config.h"
 #include "backend/host_gemm.h"
 #include "core/util.h"
 

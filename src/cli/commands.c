@@ -10,7 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dps_config.h"
+#include "build_config.h"
 #include "version.h"
 #include "cli/commands.h"
 #include "cli/world_join.h"

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "dps_config.h"
+#include "build_config.h"
 #include "version.h"
 #include "cli/cli.h"
 #include "cli/commands.h"

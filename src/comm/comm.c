@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dps_config.h"
+#include "build_config.h"
 #include "comm/comm_impl.h"
 #include "core/util.h"
 

@@ -15,7 +15,7 @@
 #include <string.h>
 #include <nccl.h>
 
-#include "dps_config.h"
+#include "build_config.h"
 #include "comm/comm_impl.h"
 #include "comm/nccl_watch.h"
 #include "comm/store.h"

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dps_config.h"
+#include "build_config.h"
 #include "config/config.h"
 #include "config/settings.h"
 #include "core/util.h"

@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 
-#include "dps_config.h"
+#include "build_config.h"
 #include "core/names.h"
 
 /* --no-nvtx: ranges off at run time (to measure what they cost). */

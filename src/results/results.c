@@ -10,7 +10,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
-#include "dps_config.h"
+#include "build_config.h"
 #include "version.h"
 #include "core/csv.h"
 #include "backend/nvml.h"
