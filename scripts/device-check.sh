@@ -245,7 +245,7 @@ PY
       sos=("$wheel"/lib/libnccl.so*)
       for so in "${sos[@]}"; do ln -sfn "$so" "$shim/lib/$(basename "$so")"; done
       [ -e "$shim/lib/libnccl.so" ] || ln -sfn "${sos[0]}" "$shim/lib/libnccl.so"
-      nccl_opt=(-Dnccl=enabled "-Dnccl_path=$shim")
+      nccl_opt=(-Dnccl=enabled "-Dnccl-root=$shim")
       nccl_from="PyTorch's wheel ($wheel)"
       export LD_LIBRARY_PATH="$wheel/lib:${LD_LIBRARY_PATH:-}"
     fi

@@ -233,7 +233,7 @@ dps_status config_check(const dps_config *c, const backend *be)
         return dps_fail(DPS_ERR_USAGE, "--dp-comm nccl: this dpscale was built without NCCL");
     if (be->kind == BE_CUDA && c->mode == MODE_DDP && c->ngpus > 1)
         return dps_fail(DPS_ERR_USAGE, "--mode ddp --gpus %d: ddp across GPUs needs NCCL, and "
-                        "this dpscale was built without it (-Dnccl_path=DIR); use --gpus 1 or "
+                        "this dpscale was built without it (-Dnccl-root=DIR); use --gpus 1 or "
                         "--mode dp", c->ngpus);
 #endif
     if (c->precision == PREC_BF16 && be->kind == BE_HOST)
