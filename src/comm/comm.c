@@ -111,12 +111,6 @@ dps_status comm_broadcast(comm *c, void *buf, size_t bytes, int root)
     COMM_CALL(c, c->ops->broadcast(c, buf, bytes, root));
 }
 
-dps_status comm_reduce(comm *c, void *buf, size_t n, comm_dtype dt, int root)
-{
-    if (c->nranks == 1 || n == 0) return c->failed ? failed(c) : DPS_OK;
-    COMM_CALL(c, c->ops->reduce(c, buf, n, dt, root));
-}
-
 dps_status comm_barrier(comm *c)
 {
     if (c->nranks == 1) return c->failed ? failed(c) : DPS_OK;

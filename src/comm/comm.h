@@ -28,7 +28,6 @@ typedef struct comm_ops {
     /* Blocking collectives: the data is in place when they return. */
     dps_status (*allreduce)(comm *c, void *buf, size_t n, comm_dtype dt);      /* sum */
     dps_status (*broadcast)(comm *c, void *buf, size_t bytes, int root);
-    dps_status (*reduce)(comm *c, void *buf, size_t n, comm_dtype dt, int root); /* sum onto root */
     dps_status (*barrier)(comm *c);
     /* Stream-ordered all-reduce: starts once `after` (an event recorded on
      * the caller's stream) has completed, after every earlier one, and
@@ -101,8 +100,6 @@ void comm_close(comm *c);
 dps_status comm_allreduce(comm *c, void *buf, size_t n, comm_dtype dt)
     DPS_MUST_USE;
 dps_status comm_broadcast(comm *c, void *buf, size_t bytes, int root)
-    DPS_MUST_USE;
-dps_status comm_reduce(comm *c, void *buf, size_t n, comm_dtype dt, int root)
     DPS_MUST_USE;
 dps_status comm_barrier(comm *c) DPS_MUST_USE;
 /* All-reduce after `after` completes, in issue order; returns at once. */

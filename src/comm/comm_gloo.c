@@ -54,14 +54,6 @@ static dps_status gloo_broadcast(comm *c, void *buf, size_t bytes, int root)
                      "broadcast", err);
 }
 
-static dps_status gloo_reduce(comm *c, void *buf, size_t n, comm_dtype dt, int root)
-{
-    comm_shared_waiting(c->sh, c->rank, 1); /* for a timeout's message */
-    char err[DPS_ERRMSG_MAX] = "";
-    return status_of(c, gloo_shim_reduce(c->impl, buf, n, dt == COMM_BF16, root, err, sizeof err),
-                     "reduce", err);
-}
-
 static dps_status gloo_barrier(comm *c)
 {
     comm_shared_waiting(c->sh, c->rank, 1); /* for a timeout's message */
@@ -84,7 +76,6 @@ static const comm_ops gloo_ops = {
     .name = "gloo",
     .allreduce = gloo_allreduce,
     .broadcast = gloo_broadcast,
-    .reduce = gloo_reduce,
     .barrier = gloo_barrier,
     .abort = gloo_abort,
     .destroy = gloo_destroy,

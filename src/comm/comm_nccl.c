@@ -85,12 +85,6 @@ static dps_status nccl_broadcast(comm *c, void *buf, size_t bytes, int root)
     return watched_sync(c, NULL, "ncclBroadcast", 1);
 }
 
-static dps_status nccl_reduce(comm *c, void *buf, size_t n, comm_dtype dt, int root)
-{
-    NCCL_TRY(ncclReduce(buf, buf, n, nccl_type(dt), ncclSum, root, nccl_of(c)->comm, native(c)));
-    return watched_sync(c, NULL, "ncclReduce", 1);
-}
-
 static dps_status nccl_barrier(comm *c)
 {
     float *one = NULL;
@@ -192,7 +186,6 @@ static const comm_ops nccl_ops = {
     .name = "nccl",
     .allreduce = nccl_allreduce,
     .broadcast = nccl_broadcast,
-    .reduce = nccl_reduce,
     .barrier = nccl_barrier,
     .allreduce_async = nccl_allreduce_async,
     .wait_async = nccl_wait_async,

@@ -181,12 +181,6 @@ static dps_status ring_broadcast(comm *c, void *buf, size_t bytes, int root)
     return DPS_OK;
 }
 
-static dps_status ring_reduce(comm *c, void *buf, size_t n, comm_dtype dt, int root)
-{
-    (void)root; /* the ring all-reduce leaves the sum on every rank, root included */
-    return ring_allreduce(c, buf, n, dt);
-}
-
 /* Every rank sends one empty message around the ring and gets one back. */
 static dps_status ring_barrier(comm *c)
 {
@@ -204,7 +198,6 @@ static const comm_ops ring_ops = {
     .name = "ring-shm",
     .allreduce = ring_allreduce,
     .broadcast = ring_broadcast,
-    .reduce = ring_reduce,
     .barrier = ring_barrier,
     .destroy = ring_destroy,
 };

@@ -16,7 +16,6 @@
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/math.h>
-#include <gloo/reduce.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/file_store.h>
 #include <gloo/rendezvous/store.h>
@@ -241,17 +240,6 @@ extern "C" int gloo_shim_broadcast(gloo_shim* g, void* buf, size_t bytes, int ro
     opts.setRoot(root);
     stamp(g, opts);
     gloo::broadcast(opts);
-  });
-}
-
-extern "C" int gloo_shim_reduce(gloo_shim* g, void* buf, size_t n, int bf16, int root, char* err,
-                                size_t errlen) {
-  return guarded(err, errlen, [&] {
-    gloo::ReduceOptions opts(g->context);
-    sum_in_place(opts, buf, n, bf16);
-    opts.setRoot(root);
-    stamp(g, opts);
-    gloo::reduce(opts);
   });
 }
 

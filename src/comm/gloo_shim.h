@@ -41,9 +41,6 @@ int gloo_shim_open(int rank, int size, const char *addr, const char *iface, doub
 /* Sums n elements in place on every rank (bf16: 2-byte bfloat16, else float). */
 int gloo_shim_allreduce(gloo_shim *g, void *buf, size_t n, int bf16, char *err, size_t errlen);
 int gloo_shim_broadcast(gloo_shim *g, void *buf, size_t bytes, int root, char *err, size_t errlen);
-/* Sums n elements onto root's buf. */
-int gloo_shim_reduce(gloo_shim *g, void *buf, size_t n, int bf16, int root, char *err,
-                     size_t errlen);
 int gloo_shim_barrier(gloo_shim *g, char *err, size_t errlen);
 /* From any thread: closes every connection, so that the peers' blocked
  * calls fail at once. This rank's own blocked call is not woken (Gloo
