@@ -182,9 +182,7 @@ static void meta_devices(FILE *f, const backend *be)
     fputs("  ],\n", f);
 }
 
-/* "versions": one field each, then the one-line forms that results folders
- * held before the fields existed ("backend"; "cuda" beside another backend),
- * for readers of those. */
+/* "versions": one field per library (be_version_fields). */
 static void meta_versions(FILE *f, const backend *be)
 {
     be_version_info v;
@@ -195,15 +193,6 @@ static void meta_versions(FILE *f, const backend *be)
     for (int i = 0; i < BE_VERSION_NFIELDS; i++) {
         fprintf(f, "%s\"%s\": ", i ? ", " : "", fields[i].key);
         dps_json_str(f, fields[i].value);
-    }
-    char cuda[192];
-    snprintf(cuda, sizeof cuda, "CUDA driver %s, runtime %s, cuBLAS %s, NCCL %s", v.cuda.driver,
-             v.cuda.runtime, v.cuda.cublas, v.cuda.nccl);
-    fputs(", \"backend\": ", f);
-    dps_json_str(f, be->kind == BE_CUDA ? cuda : v.blas);
-    if (be->kind != BE_CUDA && v.cuda.driver[0]) {
-        fputs(", \"cuda\": ", f);
-        dps_json_str(f, cuda);
     }
     fputs("}\n", f);
 }
