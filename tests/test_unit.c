@@ -1,8 +1,13 @@
-/* Unit tests of the harness pieces that need no device: chunking, statistics,
- * the CSV writer, CLI errors, the settings table, presets, number parsing,
- * the shared element-wise math, and the model's gradients against finite
- * differences.
- * Usage: test_unit GROUP (one meson test per group). */
+/* Unit tests of the harness pieces that need no GPU, on the host backend:
+ * chunking, statistics, the CSV writer and reader, CLI errors, the settings
+ * table, suites, presets, number parsing, the shared element-wise math, the
+ * model's gradients against finite differences and its bf16 paths, the host
+ * GEMM and its signals, memory accounting, DDP's buckets, the shared-memory
+ * ring, the collectives' abort and watchdog, bus bandwidth, versions,
+ * --backend auto's choice, the fork rule of devices, NVML (through a stub),
+ * the launchers' world, the ranks' TCP store, the batch thread, the
+ * slowdown injection and the predictor's inputs, constants and model.
+ * Usage: test_unit GROUP (one meson test per group; main() lists them). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
