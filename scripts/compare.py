@@ -2,10 +2,6 @@
 """Compares two dpscale results and says which differences are regressions
 and which are noise.
 
-usage: compare.py BASELINE CURRENT [--alpha 0.01] [--fail-above 0.10]
-                  [--markdown FILE] [--junit FILE] [--json FILE] [--plot FILE]
-                  [--stopped WHY] [--warn-only] [--force]
-
 BASELINE and CURRENT are results folders (or their runs.csv / steps.csv);
 BASELINE may also be a folder of several runs of the same suite, whose
 run-to-run drift then widens the threshold.
@@ -661,7 +657,8 @@ def write_file(option, path, text, mode="w"):
 
 
 def main(argv):
-    ap = argparse.ArgumentParser(description="Compare two dpscale results folders.")
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("baseline")
     ap.add_argument("current")
     ap.add_argument("--alpha", type=option_number(0, 1, open_ends=True), default=0.01,

@@ -10,14 +10,7 @@ or when --budget-min is spent; stopped with some undecided, it is
 INCONCLUSIVE (exit 3). --stored compares one run with a stored baseline
 (bench/baselines/<backend>-<device>/) instead, for runners where the base
 cannot be built; --update-baseline adds a run to that baseline, stamped with
-the dpscale that recorded it (baseline.json).
-
-usage: regress.py HEAD_DPSCALE [--base REF | --base-binary DPSCALE] [--budget-min 5]
-                  [--min-rounds 6] [--max-rounds 200] [--suite FILE] [--steps N]
-                  [--out DIR]
-                  [--inject-slowdown PCT] [--stored | --update-baseline]
-                  [compare.py options...]
-"""
+the dpscale that recorded it (baseline.json)."""
 EXIT_STATUS = """exit status:
   0  pass
   1  regression (or a failed or missing configuration)
@@ -352,7 +345,7 @@ def stored(a, extra):
 
 
 def parse(argv):
-    ap = argparse.ArgumentParser(description="The regression gate: base and head interleaved.",
+    ap = argparse.ArgumentParser(description=__doc__,
                                  epilog=EXIT_STATUS,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dpscale", help="the head build's dpscale (BUILD/src/dpscale)")

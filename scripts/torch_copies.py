@@ -4,10 +4,7 @@ memory, one untimed copy, then SAMPLES copies each between two CUDA events
 on the stream that issues it, and the median kept; GB/s = bytes / time /
 1e9. Host to device 0 and back, and device 0 to device 1 (issued on the
 source's stream, as dpscale's d2d_write) when there are two GPUs. Writes
-CSV rows named as links.csv's (src, dst, method, bytes, bw_gbps).
-
-usage: torch_copies.py OUT_CSV [--bytes N] [--samples N]
-"""
+CSV rows named as links.csv's (src, dst, method, bytes, bw_gbps)."""
 import argparse
 import csv
 import statistics
@@ -31,7 +28,8 @@ def median_ms(torch, stream, dst, src, samples):
 
 
 def main():
-    ap = argparse.ArgumentParser(description="PyTorch copy bandwidth, timed as dpscale links")
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out_csv")
     ap.add_argument("--bytes", type=int, default=256 << 20)
     ap.add_argument("--samples", type=int, default=10)

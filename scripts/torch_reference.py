@@ -7,13 +7,6 @@ every column of dpsresults.COLUMNS), so that plot.py draws it and
 compare.py compares it like a dpscale folder, and the loss at every step
 can be checked against dpscale's.
 
-usage: torch_reference.py --mode dp|ddp --gpus N --model PRESET
-                          [--device cpu|cuda] [--ddp-loss global|stock]
-                          [--precision fp32|bf16] [--optimizer sgd|adamw] [--lr X]
-                          [--batch N] [--steps N] [--warmup N] [--seed N]
-                          [--out DIR] [--name NAME] [--dpscale PATH]
-                          [--start-method spawn|forkserver] [--save-params FILE.npy]
-
 --device cuda (the default when PyTorch sees a GPU): dp is nn.DataParallel
 over --gpus GPUs, ddp one process per GPU over NCCL. --device cpu: one
 device (--gpus 1), or ddp over gloo with one process per rank, each with one
@@ -933,7 +926,8 @@ def write_meta(folder, args):
 # ---- main ---------------------------------------------------------------------
 
 def parse(argv):
-    ap = argparse.ArgumentParser(description="dpscale's model in PyTorch (DataParallel or DDP)")
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mode", choices=["dp", "ddp"], default="dp")
     ap.add_argument("--gpus", type=int, default=1, help="devices: GPUs, or ranks on the CPU")
     ap.add_argument("--device", choices=["cpu", "cuda"],
