@@ -8,8 +8,7 @@ import subprocess
 import sys
 import tempfile
 
-import dpsresults
-import netns
+from dpstools import netns, results
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 USAGE = """As root (network namespaces): two or more emulated hosts joined by a
@@ -48,7 +47,7 @@ def dpscale_busbw(hosts, binary, width, tmp, name, port):
                           "--width", str(width), "--tokens", "1", "--classes", "16", "--batch",
                           str(hosts.n), "--steps", "5", "--warmup", "1", "--no-overlap",
                           "--bucket-mb", "65536", "--out", tmp, "--name", name], port)
-    phases = dpsresults.read_csv(os.path.join(tmp, name, "phases.csv"))
+    phases = results.read_csv(os.path.join(tmp, name, "phases.csv"))
     row = next(p for p in phases if p["device"] == "0" and p["phase"] == "allreduce")
     nbytes, ms = int(row["bytes_per_step"]), float(row["median_ms"])
     n = hosts.n

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 
-import dpsresults
+from dpstools import results
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -45,7 +45,7 @@ def predict(dpscale, machine, workload, gpus, modes="dp,ddp"):
     with tempfile.TemporaryDirectory() as out:
         run(dpscale, "predict", "--machine", machine, "--workload", workload, "--gpus",
             ",".join(map(str, gpus)), "--modes", modes, "--out", out, "--name", "v")
-        table = dpsresults.read_predictions(os.path.join(out, "v", "predictions.csv"))
+        table = results.read_predictions(os.path.join(out, "v", "predictions.csv"))
         return {(r["mode"], int(r["ngpus"])): r for r in table}
 
 
@@ -155,7 +155,7 @@ def host(dpscale, keep):
     run(dpscale, "sweep", "--mode", "dp,ddp", "--gpus", "2", *VAL_SHAPE, *HOST_STEPS, "--no-links",
         "--out", out, "--name", "val")
     got = {r["mode"]: float(r["step_ms_median"])
-           for r in dpsresults.read_csv(os.path.join(val, "runs.csv"))
+           for r in results.read_csv(os.path.join(val, "runs.csv"))
            if r["ngpus"] == "2" and r["status"] == "ok"}
     for mode in ("dp", "ddp"):
         if mode in pred and mode in got:
@@ -185,7 +185,7 @@ def host_predict(dpscale, out, calibration):
     run(dpscale, "comm-bench", "--gpus", "2", "--out", out, "--name", "val")
     run(dpscale, "predict", "--from", os.path.join(out, "val"), "--gpus", "2", "--calibration",
         calibration, "--out", out, "--name", "pred")
-    table = dpsresults.read_predictions(os.path.join(out, "pred", "predictions.csv"))
+    table = results.read_predictions(os.path.join(out, "pred", "predictions.csv"))
     return {r["mode"]: float(r["step_ms"]) for r in table if r["status"] == "ok"}
 
 
@@ -209,6 +209,6 @@ def main(argv):
 if __name__ == "__main__":
     try:
         sys.exit(main(sys.argv))
-    except (BadInput, dpsresults.InputError, OSError, subprocess.SubprocessError) as e:
+    except (BadInput, results.InputError, OSError, subprocess.SubprocessError) as e:
         print(f"predict_validate.py: {e}", file=sys.stderr)
         sys.exit(2)
