@@ -7,8 +7,9 @@ source's stream, as dpscale's d2d_write) when there are two GPUs. Writes
 CSV rows named as links.csv's (src, dst, method, bytes, bw_gbps)."""
 import argparse
 import csv
-import statistics
 import sys
+
+from dpstools.stats import median
 
 
 def median_ms(torch, stream, dst, src, samples):
@@ -24,7 +25,7 @@ def median_ms(torch, stream, dst, src, samples):
             b.record(stream)
             stream.synchronize()
             times.append(a.elapsed_time(b))
-    return statistics.median(times)
+    return median(times)
 
 
 def main():

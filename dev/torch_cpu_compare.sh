@@ -9,7 +9,7 @@
 #              counts are printed: OpenBLAS takes every core by default)
 # then the median step time of each side by side, dpscale / torch-1t, and
 # dpscale's model TFLOP/s against its GEMM reference on the same shapes.
-#   scripts/torch_cpu_compare.sh [PRESET] [ROUNDS] [STEPS]   (default: medium 5 10)
+#   dev/torch_cpu_compare.sh [PRESET] [ROUNDS] [STEPS]   (default: medium 5 10)
 #   DPSCALE=path/to/dpscale (default build/src/dpscale); results/torch-cpu-<date>/
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
