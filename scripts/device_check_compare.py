@@ -36,12 +36,9 @@ import os
 import sys
 
 from dpstools import results
+from dpstools.figures import Missing, figure_line
 
 REHEARSAL = None
-
-
-class Missing(Exception):
-    """A results file that is absent or lacks what the figure needs."""
 
 
 def line(name, value, goal, result, fix=""):
@@ -49,8 +46,7 @@ def line(name, value, goal, result, fix=""):
         value = f"{value}; {fix}"
     if REHEARSAL and result in ("PASS", "FAIL"):
         value, result = f"{REHEARSAL}; rehearsal gave {result}: {value}", "SKIP"
-    print("\t".join(str(x).replace("\t", " ").replace("\n", " ")
-                    for x in (name, value, goal, result)))
+    print(figure_line(name, value, goal, result))
 
 
 def table(folder, name, required=()):
