@@ -8,19 +8,20 @@ compares them with compare.py as paired rounds. It stops as soon as every
 configuration is decided (REGRESSION, IMPROVED or SAME) after --min-rounds,
 or when --budget-min is spent; stopped with some undecided, it is
 INCONCLUSIVE (exit 3). --base-binary takes a base built elsewhere, and
---rounds N runs exactly N rounds before judging them (scripts/ab.sh
-OLD NEW is regress.py NEW --base-binary OLD --rounds 6). --stored compares one run with a stored baseline
-(bench/baselines/<backend>-<device>/) instead, for runners where the base
-cannot be built; --update-baseline adds a run to that baseline, stamped with
-the dpscale that recorded it (baseline.json)."""
+--rounds N runs exactly N rounds before judging them (scripts/ab.sh OLD
+NEW is regress.py NEW --base-binary OLD --rounds 6). --stored compares
+one run with a stored baseline (bench/baselines/<backend>-<device>/)
+instead, for runners where the base cannot be built; --update-baseline
+adds a run to that baseline, stamped with the dpscale that recorded it
+(baseline.json)."""
 EXIT_STATUS = """exit status:
   0  pass
   1  regression (or a failed or missing configuration)
   2  bad input, a base that cannot be built or a sweep that refuses its input
   3  inconclusive: the rounds stopped at --budget-min, --max-rounds or
-     --rounds with configurations undecided (WARN or NOISY), the report's first line says
-     INCONCLUSIVE and why; --stored: a step time NOISY, or no baseline for
-     this machine
+     --rounds with configurations undecided (WARN or NOISY), the report's
+     first line says INCONCLUSIVE and why; --stored: a step time NOISY, or
+     no baseline for this machine
 ninja -C build regress fails on 3 as on 1; a CI job that accepts an undecided
 gate runs: scripts/regress.sh BUILD/src/dpscale || [ $? -eq 3 ]
 --warn-only exits 0 for 1 and 3 alike (docs/regression.md)."""

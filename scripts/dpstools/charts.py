@@ -1,4 +1,4 @@
-"""plot.py's charts of a results folder: scaling, efficiency, GPU-0 imbalance, phases, links, memory.
+"""plot.py's charts: scaling, efficiency, GPU-0 imbalance, phases, links, memory.
 
 Each drawn with matplotlib's pyplot (the caller's, Agg) into --out and named
 by save; predictions (predicted) drawn beside the measured series; each

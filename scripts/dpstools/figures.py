@@ -1,8 +1,9 @@
-"""The GPU check's figure lines, NAME<TAB>VALUE<TAB>GOAL<TAB>RESULT, as device-check-lib.sh records them.
+"""The GPU check's figure lines, NAME<TAB>VALUE<TAB>GOAL<TAB>RESULT, and their error.
 
-Shared by the device_check_*.py scripts that scripts/device-check.sh runs:
-a figure that cannot be computed is a FAIL line naming what is missing
-(Missing), never a crash. Standard library only.
+Shared by the device_check_*.py scripts that scripts/device-check.sh runs,
+whose lines device-check-lib.sh's dc_figures_from records: a figure that
+cannot be computed is a FAIL line naming what is missing (Missing), never
+a crash. Standard library only.
 """
 
 

@@ -1,4 +1,4 @@
-"""The dpscale model in numpy and PyTorch: its random numbers, parameters, batches, presets, optimizer.
+"""The dpscale model in numpy and PyTorch: random numbers, parameters, batches, presets.
 
 dpscale's own generator (SplitMix64, kernels/elementwise.h), initialisation
 and synthetic batches, bit for bit; the model as nn.Sequential of Linear and

@@ -1,9 +1,9 @@
-"""The PyTorch reference's results folder: steps.csv, devices.csv, phases.csv, runs.csv and meta.json.
+"""The PyTorch reference's results folder, written as dpscale writes its own.
 
-Written as dpscale writes them (every column of results.COLUMNS, and the
-optional python_overhead_ms), so that plot.py draws the folder and
-compare.py compares it like a dpscale folder, from every rank's report
-gathered on rank 0.
+steps.csv, devices.csv, phases.csv, runs.csv and meta.json from every
+rank's report gathered on rank 0, each with every column of
+results.COLUMNS (and the optional python_overhead_ms), so that plot.py
+draws the folder and compare.py compares it like a dpscale folder.
 """
 import contextlib
 import csv

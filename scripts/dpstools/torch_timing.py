@@ -1,4 +1,4 @@
-"""The PyTorch reference's clocks: its phases timed on the host and with CUDA events, DDP's all-reduce hooked.
+"""The PyTorch reference's clocks: phases on the host and in CUDA events, DDP's all-reduce.
 
 Clock times one process's phases a step at a time (and how long its devices
 are really busy, for python_overhead_ms); AllreduceTimer and timed_allreduce

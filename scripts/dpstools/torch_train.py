@@ -1,4 +1,4 @@
-"""The PyTorch reference's training: one process per rank, its steps, and the ranks started and joined.
+"""The PyTorch reference's training: a process per rank, its steps, the ranks started.
 
 Rank builds the model (torch_model), times its steps (torch_timing) and
 reports what the results need; run_single runs dp (nn.DataParallel, or one
