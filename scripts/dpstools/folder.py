@@ -24,6 +24,10 @@ FAILED = "Failed configurations"  # summary.md's section of the configurations n
 
 
 class Folder:
+    """A results folder to draw: runs (ok, each with _n and _sps), failed,
+    devices, phases, links and memory (None where absent), step_ms (rank 0's
+    step times by config_id), meta and its device, backend and label."""
+
     def __init__(self, path):
         self.path = path
         files = read_folder(path, {"runs.csv": RUNS_COLS, "devices.csv": DEVICES_COLS,
