@@ -161,9 +161,8 @@ ngpu=$(timeout 30 nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
 tdev=cuda
 [ "$host" = 1 ] && tdev=cpu
 # the learning rates and steps at which a loss sees a wrong hyper-parameter (the host tests')
-read -r lr_sgd lr_adamw fid_steps < <("$py" -c 'import sys; sys.path.insert(0, "scripts")
-import torch_reference as t; print(t.FIDELITY_LR["sgd"], t.FIDELITY_LR["adamw"], t.FIDELITY_STEPS)' \
-  2>/dev/null || echo "0.1 0.01 20")
+read -r lr_sgd lr_adamw fid_steps < <(PYTHONPATH=scripts "$py" -c 'from dpstools import torch_model as t
+print(t.FIDELITY_LR["sgd"], t.FIDELITY_LR["adamw"], t.FIDELITY_STEPS)' 2>/dev/null || echo "0.1 0.01 20")
 loss_cfgs=()
 for p in fp32 bf16; do for o in sgd adamw; do for m in dp ddp; do loss_cfgs+=("$m $p $o"); done; done; done
 loss_figs=()

@@ -24,6 +24,8 @@ import ctypes
 import os
 import sys
 
+from dpstools.figures import figure_line
+
 FI_PCIE_TX, FI_PCIE_RX = 197, 198  # NVML_FI_DEV_PCIE_COUNT_TX_BYTES, _RX_BYTES
 
 
@@ -166,7 +168,7 @@ def main(argv):
         return 2
     fn = kinds[argv[1]][0]
     for fig in fn(*argv[2:]):
-        print("\t".join(str(x).replace("\t", " ") for x in fig))
+        print(figure_line(*fig))
     return 0
 
 

@@ -3,12 +3,12 @@
 PyTorch's (scripts/torch_reference.py's folder) or against a goal read from
 the same results: one line per figure, NAME<TAB>VALUE<TAB>GOAL<TAB>RESULT,
 as device-check-lib.sh's dc_figures_from records them. The folders are read
-with scripts/dpsresults.py's readers; a missing or malformed file is a FAIL
+with scripts/dpstools/results.py's readers; a missing or malformed file is a FAIL
 line that names it, never a crash. A FAIL's value ends with what to do.
 
 usage: device_check_compare.py [--rehearsal REASON] COMMAND FIG ARGS...
   losses FIG DPSCALE TORCH PRECISION
-        every step's loss (steps.csv) within torch_reference.LOSS_TOL (fp32)
+        every step's loss (steps.csv) within torch_model.LOSS_TOL (fp32)
         or LOSS_TOL_BF16 (bf16), relative; the same config_id, both runs ok
   memory FIG DPSCALE TORCH MAX_FRACTION
         each device's alloc_peak_bytes (devices.csv) within MAX_FRACTION of
@@ -35,14 +35,10 @@ usage: device_check_compare.py [--rehearsal REASON] COMMAND FIG ARGS...
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
-import dpsresults  # noqa: E402
+from dpstools import results
+from dpstools.figures import Missing, figure_line
 
 REHEARSAL = None
-
-
-class Missing(Exception):
-    """A results file that is absent or lacks what the figure needs."""
 
 
 def line(name, value, goal, result, fix=""):
@@ -50,8 +46,7 @@ def line(name, value, goal, result, fix=""):
         value = f"{value}; {fix}"
     if REHEARSAL and result in ("PASS", "FAIL"):
         value, result = f"{REHEARSAL}; rehearsal gave {result}: {value}", "SKIP"
-    print("\t".join(str(x).replace("\t", " ").replace("\n", " ")
-                    for x in (name, value, goal, result)))
+    print(figure_line(name, value, goal, result))
 
 
 def table(folder, name, required=()):
@@ -59,8 +54,8 @@ def table(folder, name, required=()):
     if not os.path.exists(path):
         raise Missing(f"no {path} (the run wrote no results: see device-check.log)")
     try:
-        rows = dpsresults.read_csv(path, required)
-    except dpsresults.InputError as e:
+        rows = results.read_csv(path, required)
+    except results.InputError as e:
         raise Missing(str(e)) from None
     if not rows:
         raise Missing(f"{path} has no rows")
@@ -73,8 +68,8 @@ def run_row(folder):
 
 def num(row, col):
     try:
-        return dpsresults.number(row, col)
-    except (dpsresults.InputError, KeyError) as e:
+        return results.number(row, col)
+    except (results.InputError, KeyError) as e:
         raise Missing(f"{e} (status {row.get('status')}: {row.get('error') or 'no error given'})") \
             from None
 
@@ -101,16 +96,16 @@ def losses_of(folder):
     rows = table(folder, "steps.csv", ["config_id", "step", "rank", "loss"])
     by_step = {}
     for r in rows:
-        k, v = dpsresults.integer(r, "step"), num(r, "loss")
+        k, v = results.integer(r, "step"), num(r, "loss")
         if by_step.setdefault(k, v) != v:
-            raise Missing(f"{dpsresults.where(r)}: rank {r['rank']}'s loss {v} differs from "
+            raise Missing(f"{results.where(r)}: rank {r['rank']}'s loss {v} differs from "
                           f"another rank's {by_step[k]} at step {k}")
     return [by_step[k] for k in sorted(by_step)]
 
 
 def cmd_losses(fig, dps, tor, precision):
-    import torch_reference as tr
-    tol = tr.LOSS_TOL_BF16 if precision == "bf16" else tr.LOSS_TOL
+    from dpstools import torch_model  # numpy: imported by the one figure that needs it
+    tol = torch_model.LOSS_TOL_BF16 if precision == "bf16" else torch_model.LOSS_TOL
     goal = f"every step within {tol:g} relative"
     d, t = ok_runs(dps, tor)
     same_config(d, t, dps, tor)

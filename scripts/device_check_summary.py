@@ -21,13 +21,11 @@ import re
 import statistics
 import sys
 
-
-class Missing(Exception):
-    """A results file that is absent or lacks what the figure needs."""
+from dpstools.figures import Missing, figure_line
 
 
 def line(name, value, goal, result):
-    print(f"{name}\t{value}\t{goal}\t{result}")
+    print(figure_line(name, value, goal, result))
 
 
 def rows(path):

@@ -7,11 +7,13 @@ source's stream, as dpscale's d2d_write) when there are two GPUs. Writes
 CSV rows named as links.csv's (src, dst, method, bytes, bw_gbps)."""
 import argparse
 import csv
-import statistics
 import sys
 
+from dpstools.stats import median
 
-def median_ms(torch, stream, dst, src, samples):
+
+def copy_ms(torch, stream, dst, src, samples):
+    """The median time of SAMPLES copies of src into dst on stream, in ms."""
     with torch.cuda.stream(stream):
         dst.copy_(src, non_blocking=True)
         stream.synchronize()
@@ -24,7 +26,7 @@ def median_ms(torch, stream, dst, src, samples):
             b.record(stream)
             stream.synchronize()
             times.append(a.elapsed_time(b))
-    return statistics.median(times)
+    return median(times)
 
 
 def main():
@@ -49,15 +51,15 @@ def main():
         out.append({"src": src, "dst": dst, "method": method, "bytes": n,
                     "bw_gbps": f"{n / (ms * 1e-3) / 1e9:.3f}"})
 
-    put("host", "dev0", "h2d", median_ms(torch, s0, d0, host, args.samples))
+    put("host", "dev0", "h2d", copy_ms(torch, s0, d0, host, args.samples))
     back = torch.empty(n, dtype=torch.uint8).pin_memory()
-    put("dev0", "host", "d2h", median_ms(torch, s0, back, d0, args.samples))
+    put("dev0", "host", "d2h", copy_ms(torch, s0, back, d0, args.samples))
     if not torch.equal(back, host):
         print("torch_copies.py: the data differs after host -> dev0 -> host", file=sys.stderr)
         return 1
     if torch.cuda.device_count() > 1:
         d1 = torch.empty(n, dtype=torch.uint8, device="cuda:1")
-        put("dev0", "dev1", "d2d_write", median_ms(torch, s0, d1, d0, args.samples))
+        put("dev0", "dev1", "d2d_write", copy_ms(torch, s0, d1, d0, args.samples))
     with open(args.out_csv, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=["src", "dst", "method", "bytes", "bw_gbps"],
                            lineterminator="\n")

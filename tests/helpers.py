@@ -1,20 +1,21 @@
 """What the Python tests share: the checkout's paths, running the dpscale
 binary and the scripts, fixtures copied to a temporary folder, results
-folders read through scripts/dpsresults.py and checked, and the
-assertions. Importing it puts scripts/ on sys.path."""
+folders read through scripts/dpstools/results.py and checked, and the
+assertions. The tests import the scripts' package, dpstools: meson runs
+them with scripts/ on PYTHONPATH (tests/meson.build's default test setup)."""
 import csv
 import os
 import shutil
 import subprocess
 import sys
 
+from dpstools import results as dpsresults
+from dpstools.results import COLUMNS, OPTIONAL_COLUMNS
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPTS = os.path.join(HERE, "..", "scripts")
 FIXTURES = os.path.join(HERE, "fixtures")
 PYTHON = "/usr/bin/python3"  # the scripts' interpreter (numpy, matplotlib)
-sys.path.insert(0, SCRIPTS)
-import dpsresults  # noqa: E402
-from dpsresults import COLUMNS, OPTIONAL_COLUMNS  # noqa: E402
 
 
 class Failure(Exception):
@@ -88,9 +89,10 @@ def read_table(path, torch=False):
     table = dpsresults.read_csv(path, want)
     unlisted = [c for c in table.columns if c not in want]
     expect(not unlisted, f"{path}: column(s) {', '.join(unlisted)} missing from "
-           f"dpsresults.COLUMNS[{name!r}] (scripts/dpsresults.py)")
+           f"dpstools.results.COLUMNS[{name!r}] (scripts/dpstools/results.py)")
     expect(table.columns == want,
-           f"{path}: columns in another order than dpsresults.COLUMNS[{name!r}]: {table.columns}")
+           f"{path}: columns in another order than dpstools.results.COLUMNS[{name!r}]: "
+           f"{table.columns}")
     return table
 
 

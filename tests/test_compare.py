@@ -12,7 +12,8 @@ import tempfile
 
 from helpers import (FIXTURES, PYTHON, SCRIPTS, copy_fixture, dpsresults, expect, expect_exit,
                      png_size, run_case, script)
-import compare  # scripts/compare.py: helpers puts scripts/ on sys.path
+import compare  # scripts/compare.py (scripts/ is on PYTHONPATH)
+from dpstools import stats
 
 FIXTURE = os.path.join(FIXTURES, "ci-host")
 
@@ -294,7 +295,7 @@ def case_plot_python():
 
 
 def case_utest():
-    mw = compare.mann_whitney
+    mw = stats.mann_whitney
     # exact: complete separation of 3 and 3 is 1 of 20 arrangements each side
     u, p = mw([1, 2, 3], [4, 5, 6])
     expect(u == 0 and abs(p - 0.1) < 1e-12, f"{u} {p}")
@@ -314,7 +315,7 @@ def case_utest():
     # ties: every value tied gives no evidence
     _, p = mw([5.0] * 10, [5.0] * 12)
     expect(p == 1.0, f"all ties: {p}")
-    expect(abs(compare.noise([1, 2, 3, 4, 5]) - 2 / 3) < 1e-12, "noise = IQR / median")
+    expect(abs(stats.noise([1, 2, 3, 4, 5]) - 2 / 3) < 1e-12, "noise = IQR / median")
 
 
 CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}

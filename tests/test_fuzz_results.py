@@ -26,8 +26,9 @@ import time
 import traceback
 
 from helpers import FIXTURES, copy_fixture
-import compare  # scripts/: helpers puts it on sys.path
+import compare  # scripts/compare.py and plot.py (scripts/ is on PYTHONPATH)
 import plot
+from dpstools import charts
 
 FOLDERS = ["ci-host", "results-host", "mixed-host"]
 RENDER_EVERY = 10  # plot.py renders the charts of every tenth mutation (rendering is slow)
@@ -232,11 +233,11 @@ def call(main, argv):
     return rc, err.getvalue()
 
 
-SAVE = plot.save  # writes the PNG
+SAVE = charts.save  # writes the PNG
 
 
 def unrendered(plt, fig, out, name):
-    """plot.save without the rendering that takes most of plot.py's time."""
+    """charts.save without the rendering that takes most of plot.py's time."""
     plt.close(fig)
     return os.path.join(out, name)
 
@@ -257,9 +258,9 @@ def runs(intact, broken, tmp, n):
         return  # nothing plot.py reads (every file but buckets.csv) was broken
     argv = [[broken], [broken, "--torch", intact], [intact, "--torch", broken]][n % 3] + \
         ["--out", os.path.join(tmp, "plots")]
-    plot.save = SAVE if n % RENDER_EVERY == 0 else unrendered
+    charts.save = SAVE if n % RENDER_EVERY == 0 else unrendered
     rc, err = call(plot.main, argv)
-    plot.save = SAVE
+    charts.save = SAVE
     plot_close_all()
     yield "plot.py " + " ".join(argv), rc, err
 

@@ -291,10 +291,9 @@ def million_rows(folder, rows):
 
 PEAK_PROBE = """
 import resource, sys
-sys.path.insert(0, sys.argv[1])
-import compare, plot
-plot.Folder(sys.argv[2])
-compare.RunFolder(sys.argv[2])
+from dpstools import folder, judge
+folder.Folder(sys.argv[1])
+judge.RunFolder(sys.argv[1])
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
 """
 
@@ -308,8 +307,9 @@ def case_memory(binary):
         million_rows(folder, 1000000)
         limit = lambda: resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))  # noqa: E731
         start = time.monotonic()
-        p = subprocess.run([PYTHON, "-c", PEAK_PROBE, SCRIPTS, folder], capture_output=True,
-                           text=True, timeout=300, preexec_fn=limit)
+        p = subprocess.run([PYTHON, "-c", PEAK_PROBE, folder], capture_output=True, text=True,
+                           timeout=300, preexec_fn=limit,
+                           env={**os.environ, "PYTHONPATH": SCRIPTS})
         took = time.monotonic() - start
         expect(p.returncode == 0, f"the readers failed (exit {p.returncode}):\n{p.stderr[-2000:]}")
         peak = int(p.stdout.split()[-1])

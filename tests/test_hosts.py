@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """ddp across emulated hosts: network namespaces with hostnames of their own
-(netns.py), joined by shaped veth links; one rank a host, started with
+(dpstools/netns.py), joined by shaped veth links; one rank a host, started with
 Open MPI's variables, meeting over Gloo. Usage: test_hosts.py DPSCALE CASE;
 exit 0 pass, 1 fail, 77 skip (no namespaces here, or no Gloo in the build)."""
 import os
@@ -11,7 +11,7 @@ import tempfile
 import time
 
 from helpers import expect, has_collectives, read_folder, run_case
-import netns  # scripts/netns.py
+from dpstools import netns
 
 PLOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "plot.py")
 BASE = ["run", "--mode", "ddp", "--backend", "host", "--warmup", "1"]

@@ -13,7 +13,7 @@ import tempfile
 
 from helpers import (copy_fixture, dpscale, edit, expect, expect_exit, png_size, read_table, rows_of, run_case,
                      script, write)
-import dpsresults  # noqa: E402 (helpers puts scripts/ on the path)
+from dpstools import results as dpsresults
 
 # The fixture's tiny series: fp32, sgd, weak scaling at 8 samples a GPU on 1, 2 and 4 devices.
 WORKLOAD = """name = tiny

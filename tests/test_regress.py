@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""The regression gate, scripts/regress.py: the base commit it chooses and
-builds in a worktree (a clone of this checkout with a commit of its own),
-a planted slowdown caught end to end on a small suite while identical
-binaries pass, a gate that stops undecided (INCONCLUSIVE, exit 3), and the
-stored baseline against what this build allocates. Usage: test_regress.py
-DPSCALE CASE; exit 0 pass, 1 fail, 77 skip."""
+"""The regression gate, scripts/regress.py (scripts/dpstools/gate.py): the
+base commit it chooses and builds in a worktree (a clone of this checkout
+with a commit of its own), a planted slowdown caught end to end on a small
+suite while identical binaries pass, a gate that stops undecided
+(INCONCLUSIVE, exit 3), and the stored baseline against what this build
+allocates. Usage: test_regress.py DPSCALE CASE; exit 0 pass, 1 fail, 77 skip."""
+import importlib.util
 import json
 import os
 import re
@@ -42,10 +43,13 @@ def clone_with_commit(tmp):
 
 
 def gate_module(repo):
-    """The clone's regress.py, imported (ROOT is the clone)."""
-    sys.path.insert(0, os.path.join(repo, "scripts"))
-    import regress
-    return regress
+    """The clone's gate (scripts/dpstools/gate.py), imported from its file,
+    so that its ROOT is the clone's."""
+    spec = importlib.util.spec_from_file_location(
+        "clone_gate", os.path.join(repo, "scripts", "dpstools", "gate.py"))
+    gate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gate)
+    return gate
 
 
 def case_worktree(binary):

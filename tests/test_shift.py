@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The regression gate's statistics (scripts/shift.py) on synthetic rounds
+"""The regression gate's statistics (scripts/dpstools/stats.py) on synthetic rounds
 with a known shift and known noise: the signed-rank interval against its
 table, the
 interval's coverage, the gate's power against a 5 % shift and its false
@@ -9,7 +9,7 @@ import random
 import sys
 
 from helpers import expect, run_case
-import shift
+from dpstools import stats as shift
 
 THRESHOLD = 0.03
 

@@ -11,7 +11,9 @@ import tempfile
 from statistics import median
 
 from helpers import copy_fixture, edit, expect, rows_of, run_case
-import plot  # scripts/: helpers puts it on sys.path
+import plot  # scripts/plot.py (scripts/ is on PYTHONPATH)
+from dpstools import charts
+from dpstools.results import strategy
 
 CHARTS = ("scaling.png", "efficiency.png", "gpu0_imbalance.png", "phases.png")
 FAILED = "Failed configurations"  # summary.md's section of the configurations not drawn
@@ -52,11 +54,11 @@ def draw(folder, out):
         texts[name] = [t.get_text() for t in fig.findobj(lambda o: hasattr(o, "get_text"))]
         plt.close(fig)
         return os.path.join(out, name)
-    saved, plot.save = plot.save, keep
+    saved, charts.save = charts.save, keep
     try:
         rc = plot.main([folder, "--out", out])
     finally:
-        plot.save = saved
+        charts.save = saved
     expect(rc == 0, f"plot.py {folder}: exit {rc}")
     with open(os.path.join(out, "summary.md")) as f:
         return f.read(), texts
@@ -169,7 +171,7 @@ def case_lean():
     for cid, mode, want in (("ddp-lean-tiny-fp32-sgd-g2-b16-bk25", "ddp", "ddp-lean"),
                             ("ddp-tiny-fp32-sgd-g2-b16-bk25", "ddp", "ddp"),
                             ("dp-lean-tiny-fp32-sgd-g2-b16", "dp", "dp-lean")):
-        got = plot.strategy({"config_id": cid, "mode": mode})
+        got = strategy({"config_id": cid, "mode": mode})
         expect(got == want, f"strategy of {cid}: {got}, expected {want}")
     with tempfile.TemporaryDirectory() as tmp:
         folder = copy_fixture("results-host", tmp, "res")

@@ -33,7 +33,7 @@ from helpers import (PYTHON, Failure, copy_fixture, dpscale, dpsresults, expect,
 
 try:
     import numpy as np
-    import torch_reference as tr  # scripts/: helpers puts it on sys.path
+    from dpstools import torch_model as tr, torch_train
 except ImportError as e:
     print(f"skipped: {e} (install python3-numpy)")
     sys.exit(77)
@@ -51,7 +51,7 @@ except ImportError as e:
 # relative <= 5.6e-7); PyTorch's ddp against its single device: parameters
 # within 6e-8 (SGD) and 2.2e-7 (AdamW) at the default rates, 1.8e-7 and
 # 6.4e-7 at the rates below. 1e-5 leaves a margin of 15 or more
-# (torch_reference.LOSS_TOL, which scripts/device-check.sh applies on GPUs too).
+# (dpstools.torch_model.LOSS_TOL, which scripts/device-check.sh applies on GPUs too).
 TOL = tr.LOSS_TOL
 # Final parameters (dpscale's --save-params against PyTorch's): SGD within
 # TOL; AdamW within PARAMS_TOL_ADAMW, dpscale's own --check tolerance for it:
@@ -66,7 +66,7 @@ PARAMS_TOL = {"sgd": TOL, "adamw": 1e-4}
 # (5.5e-4, 9.9e-4, 1.4e-4, 2.8e-4) and a weight decay 10 % off (2.8e-5),
 # while a correct run still agrees to the last digit. Stock DDP's averaging
 # of per-shard means with uneven shards moves the loss by more than 1e-4.
-STEPS = str(tr.FIDELITY_STEPS)  # these two: torch_reference.FIDELITY_*
+STEPS = str(tr.FIDELITY_STEPS)  # these two: torch_model.FIDELITY_*
 LR = {k: str(v) for k, v in tr.FIDELITY_LR.items()}
 
 
@@ -296,9 +296,9 @@ def case_hung(binary):
     ranks = mp.start_processes(sleeper, nprocs=2, start_method="fork", join=False)
     t0 = time.monotonic()
     try:
-        tr.join_ranks(ranks, 0.5, grace_s=1)
+        torch_train.join_ranks(ranks, 0.5, grace_s=1)
         raise Failure("join_ranks returned while rank 1 still slept")
-    except tr.RanksHung as e:
+    except torch_train.RanksHung as e:
         took = time.monotonic() - t0
         expect("ranks [1]" in str(e) and "killed" in str(e), f"message: {e}")
     for p in ranks.processes:

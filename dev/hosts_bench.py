@@ -8,10 +8,10 @@ import subprocess
 import sys
 import tempfile
 
-import dpsresults
-import netns
-
 HERE = os.path.dirname(os.path.abspath(__file__))
+# dev/ is beside scripts/, not in it: the package is found there, as for a script of scripts/
+sys.path.insert(0, os.path.join(HERE, "..", "scripts"))
+from dpstools import netns, results  # noqa: E402
 USAGE = """As root (network namespaces): two or more emulated hosts joined by a
 bridge, each link shaped with tc tbf to each --rates figure in turn; one
 rank a host. dpscale runs ddp with one all-reduce of about --mbytes MiB a
@@ -20,7 +20,7 @@ all-reduce phase's median gives its bus bandwidth; torch_allreduce.py then
 all-reduces the same bytes over PyTorch's gloo on the same link. Prints one
 line per rate, and writes CSV (rate,nranks,bytes,dpscale_busbw_gbs,
 torch_busbw_gbs,ratio) to --out when given.
-  scripts/hosts_bench.py build/src/dpscale --rates 1gbit,10gbit --mbytes 64
+  dev/hosts_bench.py build/src/dpscale --rates 1gbit,10gbit --mbytes 64
 """
 
 
@@ -48,7 +48,7 @@ def dpscale_busbw(hosts, binary, width, tmp, name, port):
                           "--width", str(width), "--tokens", "1", "--classes", "16", "--batch",
                           str(hosts.n), "--steps", "5", "--warmup", "1", "--no-overlap",
                           "--bucket-mb", "65536", "--out", tmp, "--name", name], port)
-    phases = dpsresults.read_csv(os.path.join(tmp, name, "phases.csv"))
+    phases = results.read_csv(os.path.join(tmp, name, "phases.csv"))
     row = next(p for p in phases if p["device"] == "0" and p["phase"] == "allreduce")
     nbytes, ms = int(row["bytes_per_step"]), float(row["median_ms"])
     n = hosts.n

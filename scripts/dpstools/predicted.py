@@ -1,12 +1,13 @@
-"""`dpscale predict`'s predictions beside a results folder (plot.py): which
-predictions.csv files, their rows, the chart panel each is drawn in, the
-step-time errors against measured points, and summary.md's tables of them.
-Standard library only.
+"""`dpscale predict`'s predictions on the charts and in summary.md, beside what was measured.
+
+Which predictions.csv files, their rows, the chart panel each is drawn in,
+the step-time errors against measured points, and summary.md's tables of
+them. Standard library only.
 """
 import os
 from collections import defaultdict
 
-from dpsresults import InputError, integer, number, read_predictions, strategy
+from dpstools.results import InputError, integer, number, read_predictions, strategy
 
 PREDICTIONS = "predictions.csv"
 

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Which GEMM library should the host backend use on this machine? Builds
-# bench/host_gemm.c once per library (build-gemm-LIB/, -Dcuda=disabled
+# dev/host_gemm.c once per library (build-gemm-LIB/, -Dcuda=disabled
 # -Dhost-gemm=LIB; a library that is not installed is skipped), runs them
 # interleaved (the order rotates every round) on the shapes of each preset's
 # training step, one thread each, and prints the median GFLOP/s of every
 # shape per library, the step's mix last. Raw rows and the load average
 # before and after: results/host-gemm-<date>/.
-#   scripts/host_gemm_bench.sh [ROUNDS] [PRESET...]   (default: 3 rounds, small medium)
+#   dev/host_gemm_bench.sh [ROUNDS] [PRESET...]   (default: 3 rounds, small medium)
 #   HOST_GEMM_LIBS="dnnl openblas blis" picks the libraries.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -28,7 +28,7 @@ for lib in "${libs[@]}"; do
     rm -rf "$dir"
     continue
   fi
-  ninja -C "$dir" bench/host_gemm_bench >/dev/null
+  ninja -C "$dir" dev/host_gemm_bench >/dev/null
   built+=("$lib")
 done
 [ ${#built[@]} -gt 0 ] || { echo "host_gemm_bench.sh: no library could be built" >&2; exit 1; }
@@ -40,7 +40,7 @@ for r in $(seq 1 "$rounds"); do
     for i in $(seq 0 $((n - 1))); do
       lib=${built[$(((i + r) % n))]}
       echo "round $r/$rounds: $preset, $lib" >&2
-      "$root/build-gemm-$lib/bench/host_gemm_bench" "$preset" | tail -n +2 |
+      "$root/build-gemm-$lib/dev/host_gemm_bench" "$preset" | tail -n +2 |
         sed "s/^/$lib,$r,/" >> "$out/rows.csv"
     done
   done

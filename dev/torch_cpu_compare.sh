@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # dpscale's host backend against PyTorch on the CPU, same model, data,
-# initialisation and optimizer (scripts/torch_reference.py's), one device:
+# initialisation and optimizer (the PyTorch reference's, dpstools.torch_model), one device:
 # interleaved rounds (the order rotates every round) of
 #   dpscale    dpscale run --backend host --gpus 1 --gemm-ref (one thread)
 #   torch-1t   PyTorch with torch.set_num_threads(1) and OPENBLAS_NUM_THREADS=1
@@ -9,7 +9,7 @@
 #              counts are printed: OpenBLAS takes every core by default)
 # then the median step time of each side by side, dpscale / torch-1t, and
 # dpscale's model TFLOP/s against its GEMM reference on the same shapes.
-#   scripts/torch_cpu_compare.sh [PRESET] [ROUNDS] [STEPS]   (default: medium 5 10)
+#   dev/torch_cpu_compare.sh [PRESET] [ROUNDS] [STEPS]   (default: medium 5 10)
 #   DPSCALE=path/to/dpscale (default build/src/dpscale); results/torch-cpu-<date>/
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -30,13 +30,13 @@ mkdir -p "$out"
 
 # One PyTorch run on the CPU: prints "step_ms loss_first loss_last threads".
 torch_step() {
-  /usr/bin/python3 - "$root/scripts" "$dpscale" "$preset" "$steps" "$warmup" "$1" <<'PY'
-import ctypes, statistics, sys, time
-sys.path.insert(0, sys.argv[1])
-import torch_reference as ref
+  PYTHONPATH="$root/scripts" /usr/bin/python3 - "$dpscale" "$preset" "$steps" "$warmup" "$1" <<'PY'
+import ctypes, sys, time
+from dpstools import torch_model as ref
+from dpstools.stats import median
 import torch
 
-dpscale, preset, steps, warmup, threads = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
+dpscale, preset, steps, warmup, threads = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 if threads != "default":
     torch.set_num_threads(int(threads))
 table = ref.presets(dpscale)
@@ -65,7 +65,7 @@ for line in open("/proc/self/maps"):
         lib = ctypes.CDLL(line.split()[-1])
         blas = f"+openblas{lib.openblas_get_num_threads()}"
         break
-print(f"{statistics.median(times):.3f} {losses[0]:.6f} {losses[-1]:.6f} "
+print(f"{median(times):.3f} {losses[0]:.6f} {losses[-1]:.6f} "
       f"torch{torch.get_num_threads()}{blas}")
 PY
 }
@@ -96,13 +96,15 @@ for r in $(seq 1 "$rounds"); do
 done
 echo "loadavg after: $(cat /proc/loadavg)" | tee -a "$out/load.txt"
 
-/usr/bin/python3 - "$out/rounds.txt" "$preset" "$("$dpscale" info --backend host | sed -n 's/^ *host BLAS *//p')" <<'PY'
-import collections, statistics, sys
+PYTHONPATH="$root/scripts" /usr/bin/python3 - "$out/rounds.txt" "$preset" \
+  "$("$dpscale" info --backend host | sed -n 's/^ *host BLAS *//p')" <<'PY'
+import collections, sys
+from dpstools.stats import median
 rows = [l.split() for l in open(sys.argv[1]).read().splitlines()[1:]]
 by = collections.defaultdict(list)
 for r in rows:
     by[r[1]].append(r)
-med = {s: statistics.median(float(r[2]) for r in rs) for s, rs in by.items()}
+med = {s: median(float(r[2]) for r in rs) for s, rs in by.items()}
 print(f"\n{sys.argv[2]}, one device, {len(by['dpscale'])} rounds, median of the rounds' median step")
 print(f"  {'side':20} {'threads':18} {'step ms':>9}")
 print(f"  {'dpscale host':20} {'1 per device':18} {med['dpscale']:9.2f}   {sys.argv[3]}")
@@ -110,8 +112,8 @@ for s, label in (("torch-1t", "PyTorch one thread"), ("torch-def", "PyTorch defa
     print(f"  {label:20} {by[s][0][5]:18} {med[s]:9.2f}")
 print(f"  dpscale / PyTorch one thread: {med['dpscale'] / med['torch-1t']:.3f}, "
       f"dpscale / PyTorch default: {med['dpscale'] / med['torch-def']:.3f}")
-tf = statistics.median(float(r[5]) for r in by["dpscale"])
-ref = statistics.median(float(r[6]) for r in by["dpscale"])
+tf = median(float(r[5]) for r in by["dpscale"])
+ref = median(float(r[6]) for r in by["dpscale"])
 print(f"  dpscale model TFLOP/s {tf:.4f}, its GEMMs alone (--gemm-ref) {ref:.4f}: {tf / ref:.0%}")
 print(f"  loss first/last: dpscale {by['dpscale'][0][3]} {by['dpscale'][0][4]}, "
       f"PyTorch {by['torch-1t'][0][3]} {by['torch-1t'][0][4]}")

@@ -2,8 +2,8 @@
 # Host all-reduce of dpscale beside OpenMPI's MPI_Allreduce, timed the same
 # way in the same run. OpenMPI is used only here: this script installs
 # Debian's libopenmpi-dev/openmpi-bin when missing and builds
-# bench/mpi_allreduce.c into the build folder.
-#   scripts/allreduce_vs_mpi.sh [BUILD_DIR] [RANKS...]   (default: build 2 4)
+# dev/mpi_allreduce.c into the build folder.
+#   dev/allreduce_vs_mpi.sh [BUILD_DIR] [RANKS...]   (default: build 2 4)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -20,7 +20,7 @@ if ! command -v mpicc >/dev/null || ! command -v mpirun >/dev/null; then
   echo "installing OpenMPI (libopenmpi-dev openmpi-bin) for the comparison"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends libopenmpi-dev openmpi-bin
 fi
-mpicc -O2 -o "$build/mpi_allreduce" bench/mpi_allreduce.c
+mpicc -O2 -o "$build/mpi_allreduce" dev/mpi_allreduce.c
 
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT

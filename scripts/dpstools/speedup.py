@@ -1,12 +1,14 @@
-"""Whether one configuration's throughput beats another's, for summary.md
-(plot.py's table, diagnose.py's verdicts): the ratio of their samples/s
-with a 95 % interval from steps.csv's per-step times, and the rule for
-saying "faster": more than one device and an interval that excludes 1."""
+"""Whether one configuration's throughput beats another's, with its interval.
+
+For summary.md (its At a glance table, diagnose's verdicts): the ratio of
+their samples/s with a 95 % interval from steps.csv's per-step times, and
+the rule for saying "faster": more than one device and an interval that
+excludes 1."""
 import math
 from collections import namedtuple
 
-import shift
-from dpsresults import integer, number, strategy
+from dpstools import stats
+from dpstools.results import integer, number, strategy
 
 CONFIDENCE = 0.95
 ONE_DEVICE, NOISE = "one device", "within noise"
@@ -19,7 +21,7 @@ SAME_STEP = ("At one device dp and ddp run the same step (one replica: no scatte
 
 
 def step_times(steps):
-    """{config_id: [step_ms, one per step]} of steps.csv (dpsresults.Steps,
+    """{config_id: [step_ms, one per step]} of steps.csv (results.Steps,
     or None) from rank 0's rows: a step's time is its slowest rank's,
     written on every rank's row."""
     out = {}
@@ -36,7 +38,7 @@ def speedup(times, a, b):
     b's, scaled by the ratio of their global batches) and which is faster."""
     ratio = number(b, "samples_per_s") / number(a, "samples_per_s")
     ta, tb = times.get(a["config_id"], []), times.get(b["config_id"], [])
-    _, lo, hi = shift.two_sample_log_interval(ta, tb, CONFIDENCE) if ta and tb \
+    _, lo, hi = stats.two_sample_log_interval(ta, tb, CONFIDENCE) if ta and tb \
         else (0.0, -math.inf, math.inf)
     batch = math.log(integer(b, "global_batch") / integer(a, "global_batch"))
     lo, hi = math.exp(lo + batch), math.exp(hi + batch)

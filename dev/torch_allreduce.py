@@ -11,9 +11,9 @@ from datetime import timedelta
 
 USAGE = """Started by a launcher, one process per rank:
   torchrun -r 2 -t 2 --nproc_per_node 2 --master_port 29555 \\
-      scripts/torch_allreduce.py --sizes 1M,64M
+      dev/torch_allreduce.py --sizes 1M,64M
   MASTER_ADDR=10.0.0.1 MASTER_PORT=29556 mpirun -np 2 -x MASTER_ADDR \\
-      -x MASTER_PORT /usr/bin/python3 scripts/torch_allreduce.py
+      -x MASTER_PORT /usr/bin/python3 dev/torch_allreduce.py
 The rank and world size come from RANK and WORLD_SIZE (torchrun) or else
 from OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE (Open MPI); MASTER_ADDR
 and MASTER_PORT name rank 0's rendezvous. Per size: a tensor filled with

@@ -1,9 +1,12 @@
-"""Reading and checking a dpscale results folder: the columns of each CSV
-file as dpscale writes them and what their cells may hold, CSV reading whose
-every error names file:line and says what to do, what the files of a folder
-promise each other, meta.json's types and the library versions it records;
-and `dpscale predict`'s predictions.csv (read_predictions).
-Shared by compare.py, plot.py and the tests; standard library only.
+"""A dpscale results folder read and checked: the files' schema, their readers, meta.json.
+
+The columns of each CSV file as dpscale writes them and what their cells
+may hold (SCHEMA), CSV reading whose every error names file:line and says
+what to do, what the files of a folder promise each other, meta.json's
+types and the library versions it records; and `dpscale predict`'s
+predictions.csv (read_predictions). Shared by every tool that reads results
+and by the tests; src/core/csv_kinds.h's table is generated from SCHEMA
+(scripts/csv_kinds.py). Standard library only.
 """
 import array
 import codecs

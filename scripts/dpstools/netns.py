@@ -310,7 +310,7 @@ class EmulatedHosts:
             os.kill(os.getpid(), sig)
 
 
-# --- self-check: /usr/bin/python3 tests/netns.py
+# --- self-check: /usr/bin/python3 scripts/dpstools/netns.py (as root)
 
 PY = "/usr/bin/python3"
 SERVER = """

@@ -1,14 +1,17 @@
-"""The shift between a base and a head measured in interleaved rounds, and
-the regression gate's decision on it. Each round is a paired block: base and
-head ran one after the other on the same machine, so the machine's drift
-between rounds cancels in the round's ratio of medians. The shift is the
-Hodges-Lehmann estimate of the rounds' log-ratios with the interval of
-Wilcoxon's signed-rank test (distribution-free: a process that ran in a slow
-mode counts as one round, not by its size); the within-round
-Mann-Whitney U tests, combined over rounds (Stouffer), say whether the
-samples differ at all. Two independent samples (two configurations' step
-times) get the two-sample Hodges-Lehmann estimate with Mann-Whitney's
-interval. Standard library only."""
+"""The statistics of the tools, each written once: median, quantile, U test, paired shift.
+
+median, quantile and noise (IQR / median) of one sample; the Mann-Whitney U
+test of two; and the shift between a base and a head measured in
+interleaved rounds, with the regression gate's decision on it. Each round is
+a paired block: base and head ran one after the other on the same machine,
+so the machine's drift between rounds cancels in the round's ratio of
+medians. The shift is the Hodges-Lehmann estimate of the rounds' log-ratios
+with the interval of Wilcoxon's signed-rank test (distribution-free: a
+process that ran in a slow mode counts as one round, not by its size); the
+within-round Mann-Whitney U tests, combined over rounds (Stouffer), say
+whether the samples differ at all. Two independent samples (two
+configurations' step times) get the two-sample Hodges-Lehmann estimate with
+Mann-Whitney's interval. Standard library only."""
 import functools
 import math
 from collections import namedtuple
@@ -22,10 +25,75 @@ LOWER, HIGHER = "lower", "higher"  # which direction of a metric is better
 Shift = namedtuple("Shift", "estimate lo hi rounds half log_center")
 
 
+# ---- one sample: the median, a quantile, the noise ----------------------------------
+
 def median(xs):
+    """The median (the mean of the two middle values of an even count); nan
+    when xs is empty."""
     s = sorted(xs)
     n = len(s)
     return (s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])) if n else float("nan")
+
+
+def quantile(xs, q):
+    """Linear interpolation between closest ranks (numpy's default)."""
+    s = sorted(xs)
+    pos = q * (len(s) - 1)
+    lo = int(math.floor(pos))
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def noise(xs):
+    """The interquartile range over the median; nan when there is none."""
+    m = median(xs)
+    return (quantile(xs, 0.75) - quantile(xs, 0.25)) / abs(m) if xs and m else float("nan")
+
+
+# ---- two samples: the Mann-Whitney U test -------------------------------------------
+
+def ranks(values):
+    """Mid-ranks (1-based) of values, and the tie groups' sizes."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    r = [0.0] * len(values)
+    ties = []
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            r[order[k]] = (i + j) / 2.0 + 1.0
+        ties.append(j - i + 1)
+        i = j + 1
+    return r, ties
+
+
+def mann_whitney(a, b, exact_limit=20):
+    """Two-sided Mann-Whitney U test: (U of a, p). Exact distribution by
+    enumeration (u_counts) when both samples are small and untied; otherwise
+    the normal approximation with tie correction and continuity correction."""
+    n1, n2 = len(a), len(b)
+    if n1 == 0 or n2 == 0:
+        return float("nan"), float("nan")
+    r, ties = ranks(list(a) + list(b))
+    r1 = sum(r[:n1])
+    u1 = r1 - n1 * (n1 + 1) / 2.0
+    u = min(u1, n1 * n2 - u1)
+    if n1 <= exact_limit and n2 <= exact_limit and all(t == 1 for t in ties):
+        counts = u_counts(n1, n2)
+        total = sum(counts)
+        p = 2.0 * sum(counts[: int(u) + 1]) / total
+        return u1, min(1.0, p)
+    n = n1 + n2
+    mu = n1 * n2 / 2.0
+    tie_term = sum(t ** 3 - t for t in ties) / (n * (n - 1)) if n > 1 else 0.0
+    var = n1 * n2 / 12.0 * ((n + 1) - tie_term)
+    if var <= 0:
+        return u1, 1.0
+    z = (abs(u1 - mu) - 0.5) / math.sqrt(var)
+    p = math.erfc(max(z, 0.0) / math.sqrt(2.0))
+    return u1, min(1.0, p)
 
 
 # ---- the interval: Hodges-Lehmann and Wilcoxon's signed ranks ------------------

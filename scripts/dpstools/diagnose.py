@@ -1,9 +1,11 @@
-"""summary.md's diagnosis: why dp (each variant: dp, dp-lean) loses to ddp, wins, or
-cannot be told from it, from a results folder's numbers."""
+"""summary.md's diagnosis: why dp (dp, dp-lean) loses to ddp, wins, or is within noise of it.
+
+Read from a results folder's numbers: dp's phases on device 0 alone, ddp's
+exposed all-reduce, what device 0 holds beyond the others."""
 from collections import defaultdict
 
-from dpsresults import integer, number, strategy
-from speedup import NOISE, interval_text, speedup
+from dpstools.results import integer, number, strategy
+from dpstools.speedup import NOISE, interval_text, speedup
 
 # dp's work that device 0 does alone while the others wait, in step order
 DP_SERIAL = ["replicate", "scatter", "gather", "loss", "reduce", "optimizer"]

@@ -1,0 +1,129 @@
+"""A results folder as plot.py reads it, and what its charts and summary.md share.
+
+Folder holds the ok and the failed configurations of runs.csv, devices.csv,
+phases.csv, links.csv, memory.csv, the step times of steps.csv and
+meta.json, read through results; series, the allocation peaks and the link
+curves are read from it for the charts and the summary alike.
+"""
+from collections import defaultdict
+
+from dpstools.results import InputError, integer, number, read_folder, read_meta, strategy
+from dpstools.speedup import step_times
+
+RUNS_COLS = ["config_id", "status", "backend", "mode", "ngpus", "model", "precision",
+             "optimizer", "global_batch", "scaling", "samples_per_s", "step_ms_median"]
+DEVICES_COLS = ["config_id", "device", "alloc_peak_bytes"]
+PHASES_COLS = ["config_id", "device", "phase", "median_ms"]
+LINKS_COLS = ["src", "dst", "method", "bytes", "bw_gbps", "status"]
+MEMORY_COLS = ["config_id", "device", "category", "bytes_at_peak"]
+STEPS_COLS = ["config_id", "step", "rank", "step_ms"]
+PHASE_ORDER = ["load", "replicate", "scatter", "forward", "gather", "loss", "backward",
+               "reduce", "allreduce_exposed", "optimizer"]
+STRATEGIES = ("dp", "dp-lean", "ddp", "ddp-lean")  # strategy()'s names, in the order drawn
+FAILED = "Failed configurations"  # summary.md's section of the configurations not drawn
+
+
+class Folder:
+    """A results folder to draw: runs (ok, each with _n and _sps), failed,
+    devices, phases, links and memory (None where absent), step_ms (rank 0's
+    step times by config_id), meta and its device, backend and label."""
+
+    def __init__(self, path):
+        self.path = path
+        files = read_folder(path, {"runs.csv": RUNS_COLS, "devices.csv": DEVICES_COLS,
+                                   "phases.csv": PHASES_COLS, "links.csv": LINKS_COLS,
+                                   "memory.csv": MEMORY_COLS, "steps.csv": STEPS_COLS},
+                            optional=("links.csv", "memory.csv", "steps.csv"))
+        self.runs_path = files["runs.csv"].path
+        self.runs = [r for r in files["runs.csv"] if r["status"] == "ok"]
+        self.failed = [r for r in files["runs.csv"] if r["status"] != "ok"]
+        if not self.runs:
+            raise InputError(f"{self.runs_path}: no configuration with status ok to draw")
+        for r in self.runs:
+            r["_n"] = integer(r, "ngpus")
+            r["_sps"] = number(r, "samples_per_s")
+        self.devices = files["devices.csv"]
+        self.phases = files["phases.csv"]
+        self.links = files["links.csv"]
+        self.memory = files["memory.csv"]
+        self.step_ms = step_times(files["steps.csv"])
+        self.meta = read_meta(path)
+        devs = self.meta.get("devices") or [{}]
+        self.device = devs[0].get("name", "unknown device")
+        self.backend = self.meta.get("backend", self.runs[0]["backend"])
+        self.emulated = bool(self.meta.get("emulated")) or self.backend == "host"
+
+    def nodes(self):
+        """The launcher's nodes (meta.json's launch.nodes: host, address,
+        ranks), [] when dpscale forked its ranks on one host."""
+        launch = self.meta.get("launch")
+        nodes = launch.get("nodes") if isinstance(launch, dict) else None
+        return nodes if isinstance(nodes, list) else []
+
+    def ranks_per_node(self):
+        """Ranks on the fullest node when the run spans nodes, else None."""
+        nodes = self.nodes()
+        return max(len(n.get("ranks", [])) for n in nodes) if len(nodes) > 1 else None
+
+    def label(self):
+        if self.emulated:
+            text = (f"{self.backend} backend, emulated devices on "
+                    f"{self.device.replace('emulated device on ', '')}")
+            over = self.meta.get("oversubscribed")
+            return f"{text}; {over}" if isinstance(over, str) and over else text
+        return f"{self.device}, {self.backend} backend"
+
+
+def series(folder):
+    """(model, precision, optimizer) -> (mode, scaling) -> sorted [(n, samples/s, row)]."""
+    out = defaultdict(lambda: defaultdict(list))
+    for r in folder.runs:
+        key = (r["model"], r["precision"], r["optimizer"])
+        out[key][(strategy(r), r["scaling"] or "weak")].append((r["_n"], r["_sps"], r))
+    for lines in out.values():
+        for pts in lines.values():
+            pts.sort(key=lambda p: p[0])
+    return out
+
+
+
+def cannot_write(path, e):
+    return InputError(f"{path}: cannot write: {e.strerror}; give --out a folder you may write in")
+
+
+
+def peaks_by_config(folder):
+    peaks = defaultdict(dict)
+    for d in folder.devices:
+        peaks[d["config_id"]][integer(d, "device")] = number(d, "alloc_peak_bytes")
+    return peaks
+
+
+
+def gpu0_ratio(peaks):
+    if len(peaks) < 2:
+        return None
+    others = [p for p in peaks[1:] if p > 0]
+    return peaks[0] / (sum(others) / len(others)) if others else None
+
+
+
+def link_curves(folder):
+    """(method, src, dst) -> [(bytes, GB/s)] ascending: each path's measured sizes."""
+    curves = defaultdict(list)
+    for r in folder.links or []:
+        if r["status"] == "ok" and r.get("bw_gbps"):
+            curves[(r["method"], r["src"], r["dst"])].append(
+                (integer(r, "bytes"), number(r, "bw_gbps")))
+    for pts in curves.values():
+        pts.sort()
+    return curves
+
+
+
+def fmt_bytes(b):
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if b >= scale:
+            return f"{b / scale:.3g} {unit}"
+    return f"{b:.0f} B"
+

@@ -1,0 +1,134 @@
+"""The dpscale model in numpy and PyTorch: random numbers, parameters, batches, presets.
+
+dpscale's own generator (SplitMix64, kernels/elementwise.h), initialisation
+and synthetic batches, bit for bit; the model as nn.Sequential of Linear and
+GELU with dpscale's parameters; the presets read from `dpscale info`; and
+how closely dpscale's loss must follow PyTorch's (LOSS_TOL, read by the
+tests and the GPU check). PyTorch is passed in, not imported.
+"""
+import re
+import subprocess
+
+import numpy as np
+
+MASK = np.uint64(0xFFFFFFFFFFFFFFFF)
+RNG_PARAMS, RNG_INPUT = 1, 2
+BUCKET_MB = 25  # DistributedDataParallel's bucket_cap_mb, as dpscale's --bucket-mb default
+
+# How closely dpscale's loss must follow this script's at every step, as a
+# relative difference, for the same seed, shapes, optimizer and learning
+# rate (tests/test_torch_reference.py on the host backend, and
+# scripts/device-check.sh on GPUs, read these). fp32: both compute the same
+# operations in other summation orders (GEMM algorithms, the bias sums, the
+# cross-entropy, the all-reduce), each about 1 ulp (6e-8); on the host
+# backend every step agreed to 6 decimals (relative <= 5.6e-7), so 1e-5
+# leaves a margin of 15 or more. On GPUs TF32 is off in both (configure()).
+LOSS_TOL = 1e-5
+# bf16: the GEMMs' inputs rounded to 8 significant bits (2**-8 = 3.9e-3
+# relative), at other points in each (autocast casts each Linear's input and
+# keeps GELU in bf16): a step's loss moves by a few of those roundings
+# averaged over its rows; 2e-2 bounds five of them.
+LOSS_TOL_BF16 = 2e-2
+# The learning rates and step count at which the loss sees a wrong
+# hyper-parameter (tests/test_torch_reference.py says how they were found).
+FIDELITY_LR = {"sgd": 0.1, "adamw": 0.01}
+FIDELITY_STEPS = 20
+
+
+def mix64(z):
+    """SplitMix64 on uint64 arrays (wrapping arithmetic), as kernels/elementwise.h."""
+    with np.errstate(over="ignore"):
+        z = (z + np.uint64(0x9E3779B97F4A7C15)) & MASK
+        z = ((z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)) & MASK
+        z = ((z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)) & MASK
+        return z ^ (z >> np.uint64(31))
+
+
+def uniform(seed, stream, index):
+    """dps_uniform: U[-1, 1) from (seed, stream, index), float32."""
+    index = np.asarray(index, dtype=np.uint64)
+    r = mix64(np.uint64(seed) ^ mix64(np.uint64(stream) ^ mix64(index)))
+    return ((r >> np.uint64(40)).astype(np.float32) * np.float32(2.0 / 16777216.0)
+            - np.float32(1.0))
+
+
+def param_count(L, D, T, C):
+    return L * (D * D + D) + D * C + C
+
+
+def init_params(shape, seed):
+    """The flat parameter buffer of model_init_params, chunked to bound memory."""
+    L, D, T, C = shape
+    n = param_count(*shape)
+    out = np.empty(n, dtype=np.float32)
+    bound = np.float32(1.0) / np.sqrt(np.float32(D))
+    step = 1 << 24
+    for lo in range(0, n, step):
+        idx = np.arange(lo, min(n, lo + step), dtype=np.uint64)
+        out[lo:lo + len(idx)] = bound * uniform(seed, RNG_PARAMS, idx)
+    return out
+
+
+def make_batch(shape, seed, step, rows, row0=0):
+    """model_make_batch for rows [row0, row0 + rows) of the global batch."""
+    L, D, T, C = shape
+    stream = RNG_INPUT + (step << 8)
+    idx = np.arange(row0 * D, (row0 + rows) * D, dtype=np.uint64)
+    x = uniform(seed, stream, idx).reshape(rows, D)
+    k = min(D, C)
+    labels = np.argmax(x[:, :k], axis=1).astype(np.int64)
+    return x, labels
+
+
+def shards(batch, world):
+    """Samples per rank, as dpscale's ddp (numpy.array_split: 10 on 4 is 3, 3, 2, 2)."""
+    return [batch // world + (i < batch % world) for i in range(world)]
+
+
+def presets(dpscale):
+    out = subprocess.run([dpscale, "info", "--backend", "host"], capture_output=True, text=True,
+                         check=True).stdout
+    table = {}
+    for line in out.splitlines():
+        m = re.match(r"\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s", line)
+        if m:  # name, layers, width, tokens, classes, batch per GPU, params
+            table[m.group(1)] = tuple(int(m.group(i)) for i in range(2, 7))
+    return table
+
+
+def build_model(torch, shape, flat):
+    """nn.Sequential of Linear + GELU, with dpscale's parameters (W is
+    [in, out] there, Linear.weight is [out, in])."""
+    L, D, T, C = shape
+    nn = torch.nn
+    layers, off = [], 0
+    for li in range(L + 1):
+        out = D if li < L else C
+        lin = nn.Linear(D, out)
+        w = flat[off:off + D * out].reshape(D, out)
+        off += D * out
+        b = flat[off:off + out]
+        off += out
+        with torch.no_grad():
+            lin.weight.copy_(torch.from_numpy(np.ascontiguousarray(w.T)))
+            lin.bias.copy_(torch.from_numpy(b.copy()))
+        layers.append(lin)
+        if li < L:
+            layers.append(nn.GELU())
+    return nn.Sequential(*layers)
+
+
+def flat_params(model):
+    """The parameters of build_model's Sequential as dpscale's flat buffer."""
+    parts = []
+    for lin in (m for m in model.modules() if m.__class__.__name__ == "Linear"):
+        parts.append(lin.weight.detach().float().cpu().numpy().T.ravel())
+        parts.append(lin.bias.detach().float().cpu().numpy().ravel())
+    return np.concatenate(parts).astype(np.float32)
+
+
+def optimizer(torch, args, params):
+    if args.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=args.lr, momentum=0.9)
+    return torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.999), eps=1e-8,
+                             weight_decay=0.01)
