@@ -13,7 +13,7 @@
  * the thread's CPU time (less sensitive to other processes on the machine).
  * The last row, shape "step", is the step's GEMMs together: their FLOPs
  * over the sum of calls x median ms; dpscale run --gemm-ref measures the
- * same sequence back to back. scripts/host_gemm_bench.sh runs this for
+ * same sequence back to back. dev/host_gemm_bench.sh runs this for
  * every library, interleaved. */
 #include <stdio.h>
 #include <stdlib.h>

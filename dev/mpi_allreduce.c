@@ -1,6 +1,6 @@
 /* Reference for `dpscale comm-bench`: MPI_Allreduce timed the same way
  * (in place, fp32 sum, slowest rank per iteration, median of iterations,
- * busbw = algbw * 2 (n - 1) / n). Built and run by scripts/allreduce_vs_mpi.sh;
+ * busbw = algbw * 2 (n - 1) / n). Built and run by dev/allreduce_vs_mpi.sh;
  * not part of dpscale. Usage: mpi_allreduce WARMUP ITERS BYTES... */
 #include <mpi.h>
 #include <stdio.h>

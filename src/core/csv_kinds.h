@@ -1,11 +1,11 @@
 /* What each column of dpscale's CSV files may hold: one table for the C
- * readers (csv_table), generated at build time from scripts/dpsresults.py's
+ * readers (csv_table), generated at build time from scripts/dpstools/results.py's
  * SCHEMA by scripts/csv_kinds.py, so that both readers refuse the same
  * cells; and the check of one cell against its kind. */
 #ifndef DPS_CSV_KINDS_H
 #define DPS_CSV_KINDS_H
 
-/* A column's cells (dpsresults.Kind): text (nonempty: not empty), one of
+/* A column's cells (dpstools.results.Kind): text (nonempty: not empty), one of
  * `words` ("ok|oom|..."), or numbers: whole ones (digits alone) or decimals
  * (at most 9 places, a '-' only before a negative one), at least `least`
  * (when has_least), above 0 when `positive`; `empty`: may be empty. */
@@ -30,7 +30,7 @@ extern const int csv_ncolumn_kinds;
 const csv_kind *csv_kind_of(const char *file, const char *column);
 
 /* Why `cell` is not what kind k may hold ("is not a number", "is below 1",
- * ...: the words of dpsresults.py), or NULL when it is. */
+ * ...: the words of dpstools/results.py), or NULL when it is. */
 const char *csv_cell_problem(const csv_kind *k, const char *cell);
 
 #endif

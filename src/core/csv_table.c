@@ -1,6 +1,6 @@
 /* CSV files looked up by column name (see csv_table.h), every cell checked
  * as it is loaded against its column's kind (csv_kinds.h), by the grammar
- * scripts/dpsresults.py holds. */
+ * scripts/dpstools/results.py holds. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -26,7 +26,7 @@ const csv_kind *csv_kind_of(const char *file, const char *column)
 
 /* Whether s is a number as dpscale writes it (core/csv.c: csv_int, csv_u64,
  * csv_num): whole ones 0|[1-9][0-9]*, others -?(0|[1-9][0-9]*)(.[0-9]{1,9})?,
- * dpsresults.py's WHOLE and DECIMAL. */
+ * dpstools/results.py's WHOLE and DECIMAL. */
 static int written_number(const char *s, int whole)
 {
     if (!whole && *s == '-') s++;
