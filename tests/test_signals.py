@@ -18,7 +18,7 @@ import tempfile
 import time
 
 from helpers import Failure, expect, read_folder, run_case
-from test_dp import processes_mentioning
+from helpers import processes_mentioning
 
 PROMPT_S = 5.0  # a second SIGINT ends the process within this
 # dp on one device: about 2 s a step unstretched, 11 times that stretched by
