@@ -20,6 +20,23 @@ usage: test_torch_reference.py DPSCALE CASE [ARGS...]
                                 killed, and said
 Exit 77 (skip) without numpy, or without PyTorch for the cases that train
 (scripts/setup.sh --with-torch installs python3-torch)."""
+from listing import DPSCALE, FIXTURES, exit_if_listing, test
+
+# PyTorch on the CPU against the host backend (exit 77, skipped, without python3-torch:
+# scripts/setup.sh --with-torch); fidelity's [mode, gpus, optimizer, batch, extra checks...]:
+# stock = --ddp-loss stock too, params = PyTorch's ddp against its single device
+FIDELITY = [["dp", "1", "sgd", "8"], ["dp", "1", "adamw", "8"],
+            ["ddp", "2", "sgd", "3", "stock"], ["ddp", "2", "adamw", "8", "stock"],
+            ["ddp", "4", "sgd", "10", "params"], ["ddp", "4", "adamw", "10", "params"]]
+TESTS = [test("torch_reference generator", DPSCALE, "generator", suite="scripts")]
+TESTS += [test("torch fidelity " + " ".join(c), DPSCALE, "fidelity", *c, suite="torch",
+               timeout=300, parallel=False) for c in FIDELITY]
+TESTS += [test("torch hung ranks", DPSCALE, "hung", suite="torch", timeout=300),
+          test("torch results", DPSCALE, "results", FIXTURES + "/results-host", suite="torch",
+               timeout=300)]
+if __name__ == "__main__":
+    exit_if_listing(TESTS)  # --list: before the imports below
+
 import faulthandler
 import importlib.util
 import os
