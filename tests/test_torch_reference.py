@@ -149,7 +149,7 @@ def compare_losses(mine, ref, what):
 
 
 def case_generator(binary):
-    # golden values, as asserted for the C generator in tests/test_unit.c
+    # golden values, as asserted for the C generator in tests/unit/test_backend.c
     got = tr.uniform(1234, 1, [0, 7919])
     expect(got[0] == np.float32(-0.651825905) and got[1] == np.float32(0.878929496),
            f"uniform(1234, 1, ...) = {got}")
