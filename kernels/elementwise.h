@@ -3,7 +3,7 @@
  * the synthetic data generator. Written once so both backends compute the
  * same thing; compiles as C11 and as CUDA C++. The host backend evaluates
  * GELU and its derivative with its own vectorizable arithmetic, checked
- * against dps_gelu and dps_gelu_grad (test_unit host_math). */
+ * against dps_gelu and dps_gelu_grad (test_backend host_math). */
 #ifndef DPS_ELEMENTWISE_H
 #define DPS_ELEMENTWISE_H
 

@@ -188,3 +188,32 @@ def has_collectives(binary, name):
         print(f"SKIP: this build has no {name} collectives ({line.strip() or 'dpscale info'}); "
               f"scripts/setup.sh installs what it needs")
     return found
+
+
+def processes_mentioning(text):
+    """The pids of the processes (but this one) whose command line holds text."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if text.encode() in f.read():
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+def set_cells(path, match, values):
+    """Rewrites the rows of a CSV whose cells match `match` ({col: value})
+    with `values` ({col: value})."""
+    lines = open(path).read().splitlines()
+    head = lines[0].split(",")
+    for k, line in enumerate(lines[1:], 1):
+        cells = line.split(",")
+        if all(cells[head.index(c)] == v for c, v in match.items()):
+            for c, v in values.items():
+                cells[head.index(c)] = str(v)
+            lines[k] = ",".join(cells)
+    write(path, "\n".join(lines) + "\n")

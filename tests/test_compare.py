@@ -2,6 +2,14 @@
 """Tests of scripts/compare.py on a real host-backend results folder
 (tests/fixtures/ci-host, a bench/ci.suite run) and planted changes of it.
 Usage: test_compare.py CASE; exit 0 pass, 1 fail."""
+from listing import NOSAN, exit_if_listing, test
+
+TESTS = [test("compare " + c, c, suite=NOSAN)
+         for c in ("identical", "slowdown_20", "slowdown_3", "noisy", "memory", "refuse",
+                   "bad_input", "drift", "utest", "versions", "recorded_by", "plot_python")]
+if __name__ == "__main__":
+    exit_if_listing(TESTS)  # --list: before the imports below
+
 import csv
 import json
 import os

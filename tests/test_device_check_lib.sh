@@ -8,6 +8,12 @@
 # scripts' syntax (bash -n, shellcheck when installed).
 #   tests/test_device_check_lib.sh run|trap|summary|compare|profile|syntax DPSCALE
 set -u
+cases="run trap summary compare profile syntax"
+# --list: this file's meson tests, for tests/meson.build (the format of tests/listing.py)
+if [ "${1:-}" = --list ]; then
+  for c in $cases; do printf 'device-check %s\tscripts\t120\ttrue\t%s\t@dpscale@\n' "$c" "$c"; done
+  exit 0
+fi
 case_=${1:?usage: test_device_check_lib.sh run|trap|summary|compare|profile|syntax DPSCALE}
 dpscale=${2:?usage: test_device_check_lib.sh CASE DPSCALE}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -346,13 +352,8 @@ case_syntax() {
     || fail "python cannot parse the check's scripts"
 }
 
-case $case_ in
-  run) case_run ;;
-  trap) case_trap ;;
-  summary) case_summary ;;
-  compare) case_compare ;;
-  profile) case_profile ;;
-  syntax) case_syntax ;;
+case " $cases " in
+  *" $case_ "*) "case_$case_" ;;
   *) fail "unknown case '$case_': expected run, trap, summary, compare, profile or syntax" ;;
 esac
 echo "ok $case_"

@@ -3,6 +3,14 @@
 10 MiB coalescing unit is a group alone, and every buffer a group passes
 through must hold it. Usage: test_dp_sizes.py DPSCALE CASE; exit 0 pass,
 1 fail (meson's convention)."""
+from listing import DPSCALE, exit_if_listing, test
+
+# dp with real models' tensor sizes: a weight over the 10 MiB coalescing unit, every preset
+TESTS = [test("dp sizes " + c.replace("_", " "), DPSCALE, c, timeout=300)
+         for c in ("large_tensor", "check_around", "presets")]
+if __name__ == "__main__":
+    exit_if_listing(TESTS)  # --list: before the imports below
+
 import os
 import subprocess
 import sys

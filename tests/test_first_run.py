@@ -3,6 +3,14 @@
 host memory a configuration needs known (and refused) before it allocates,
 --dry-run's estimates, and --resume continuing the folder's own set.
 Usage: test_first_run.py DPSCALE CASE; exit 0 pass, 1 fail, 77 skip."""
+from listing import DPSCALE, exit_if_listing, test
+
+# a new user's first commands: mistakes refused, host memory estimated and refused, --resume's plan
+TESTS = [test("first run " + c.replace("_", " "), DPSCALE, c, timeout=300)
+         for c in ("mistakes", "estimate", "host_memory", "resume_plan", "warm_up")]
+if __name__ == "__main__":
+    exit_if_listing(TESTS)  # --list: before the imports below
+
 import os
 import re
 import resource

@@ -8,6 +8,20 @@ mid-commit, the folder deleted, moved or made read-only, links planted in
 it, stdout or stderr closed), nothing in it is duplicated, torn or written
 elsewhere, and the strict readers accept it. Usage:
 test_folder.py DPSCALE CASE; exit 0 pass, 1 fail (meson's convention)."""
+from listing import DPSCALE, exit_if_listing, test
+
+# the results folder: transaction, lock, headers, resume, a row for every failure; stdout's
+# reader gone, a writer killed mid-commit (strace slows fsync; 77 without it), the folder
+# deleted, moved or read-only under a sweep (mount namespace; 77 without), the trace of a
+# roll-back, links planted in it, stdout or stderr closed, an odd hostname (UTS namespace;
+# 77 without), a configuration an earlier dpscale wrote twice
+TESTS = [test("folder " + c.replace("_", " "), DPSCALE, c, timeout=300)
+         for c in ("full_disk", "lock", "headers", "resume", "row_always", "closed_pipe",
+                   "kill_commit", "deleted", "moved", "read_only", "rollback_trace", "symlinks",
+                   "closed_stdio", "hostname", "repeated_rows")]
+if __name__ == "__main__":
+    exit_if_listing(TESTS)  # --list: before the imports below
+
 import os
 import re
 import resource

@@ -10,6 +10,19 @@ a file past the readers' size limit refused at once; the readers' peak
 memory on a folder of a million steps.csv rows under the bound
 docs/results.md states; --resume over 100 000 rows in linear time.
 Usage: test_hostile_files.py DPSCALE CASE; exit 0 pass, 1 fail, 77 skipped."""
+from listing import DPSCALE, exit_if_listing, test
+
+# what dpscale writes its readers take, and only that: text cells, predict's ranges, cells
+# dpscale never writes (Python readers and predict --from alike), status words, foreign
+# headers, a suite's limits, FIFOs and files past the size limit; the readers' peak memory
+# on 1M steps.csv rows (alone: measured) and --resume over 100 000 rows (timed)
+TESTS = [test("hostile " + c.replace("_", " "), DPSCALE, c, suite="scripts", timeout=300,
+              parallel=c not in ("memory", "resume_rows"))
+         for c in ("text_cells", "predict_ranges", "strict_cells", "from_cells", "status_words",
+                   "foreign_headers", "suite_limit", "fifo", "big_files", "memory", "resume_rows")]
+if __name__ == "__main__":
+    exit_if_listing(TESTS)  # --list: before the imports below
+
 import csv
 import os
 import resource

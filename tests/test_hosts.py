@@ -3,6 +3,14 @@
 (dpstools/netns.py), joined by shaped veth links; one rank a host, started with
 Open MPI's variables, meeting over Gloo. Usage: test_hosts.py DPSCALE CASE;
 exit 0 pass, 1 fail, 77 skip (no namespaces here, or no Gloo in the build)."""
+from listing import DPSCALE, exit_if_listing, test
+
+# network namespaces, shaped veth links; root only, else skipped
+TESTS = [test("hosts " + c.replace("_", " "), DPSCALE, c, timeout=300, parallel=c != "shaping")
+         for c in ("gloo", "loopback_master", "shaping", "rank_killed", "rank_hangs")]
+if __name__ == "__main__":
+    exit_if_listing(TESTS)  # --list: before the imports below
+
 import os
 import signal
 import subprocess

@@ -3,6 +3,15 @@
 Open MPI's mpirun themselves, the environment contracts of Open MPI, MPICH and Slurm (ranks started here
 with their variables), the refusals, and a rank that never comes. Usage:
 test_launch.py DPSCALE CASE; exit 0 pass, 1 fail, 77 skip."""
+from listing import DPSCALE, exit_if_listing, test
+
+# ddp under a launcher on one host: torchrun, the MPI and Slurm contracts, refusals, failures
+TESTS = [test("launch " + c.replace("_", " "), DPSCALE, c, timeout=300)
+         for c in ("torchrun", "torchrun_nodes", "torchrun_fault", "legacy_launch", "mpirun",
+                   "contracts", "refusals", "missing_rank", "rank_dies")]
+if __name__ == "__main__":
+    exit_if_listing(TESTS)  # --list: before the imports below
+
 import os
 import random
 import shutil

@@ -3,7 +3,8 @@
 only headers of its own layer or of the layers below it that its layer may
 use (the table MAY_INCLUDE), written with the layer ("comm/comm.h"); and no
 two source files call each other (read from the symbols of the harness's
-static library with nm).
+static library with nm); and each unit test file, tests/unit/test_<layer>.c,
+is named for a layer.
 
 usage: test_layers.py SRC_DIR LIBDPSCALE_CORE.a
 """
@@ -91,6 +92,26 @@ def file_problems(path, layer):
     return problems
 
 
+def unit_test_problems(src):
+    """tests/unit/test_<layer>.c: every unit test file named for a layer, and
+    the layer named in tests/unit/meson.build, which builds it."""
+    folder = os.path.join(os.path.dirname(os.path.abspath(src)), "tests", "unit")
+    if not os.path.isdir(folder):
+        return []
+    with open(os.path.join(folder, "meson.build"), encoding="utf-8") as f:
+        build = f.read()
+    problems = []
+    for name in sorted(os.listdir(folder)):
+        if not (name.startswith("test_") and name.endswith(".c")):
+            continue
+        layer = name[len("test_"):-len(".c")]
+        if layer not in LAYERS:
+            problems.append(f"{folder}/{name}: not test_<layer>.c for a layer of {LAYERS}")
+        elif f"'{layer}'" not in build:
+            problems.append(f"{folder}/{name}: layer '{layer}' not in {folder}/meson.build")
+    return problems
+
+
 def calls(library):
     """{object: set of objects whose symbols it uses}, from nm on the archive."""
     out = subprocess.run(["nm", "-A", library], capture_output=True, text=True, check=True).stdout
@@ -121,7 +142,8 @@ def main(argv):
     if len(argv) != 3:
         print(__doc__, file=sys.stderr)
         return 2
-    problems = table_problems() + include_problems(argv[1]) + mutual_calls(argv[2])
+    problems = (table_problems() + include_problems(argv[1]) + unit_test_problems(argv[1]) +
+                mutual_calls(argv[2]))
     for p in problems:
         print(p, file=sys.stderr)
     return 1 if problems else 0

@@ -4,6 +4,16 @@ and links.png, on the results-host fixture (the default host suite's modes,
 device counts and scalings) with a links.csv whose answers are known; and a
 links.csv from a real `dpscale links` run drawn.
 Usage: test_link_use.py table|chart|real [DPSCALE]; exit 0 pass, 1 fail."""
+from listing import DPSCALE, NOSAN, exit_if_listing, test
+
+# plot.py's link figures: the compact Link use table and its flags on a known fixture,
+# links.png; and a real `dpscale links` run's several sizes a path, drawn
+TESTS = [test("link use table", "table", suite=NOSAN),
+         test("link use chart", "chart", suite=NOSAN),
+         test("link use real", "real", DPSCALE, timeout=120)]
+if __name__ == "__main__":
+    exit_if_listing(TESTS)  # --list: before the imports below
+
 import csv
 import os
 import sys

@@ -6,6 +6,13 @@ call to DPSCALE_NVTX_LOG; the log is checked against docs/gpu.md's ranges.
 Usage: test_nvtx.py DPSCALE CASE LIBRARY, CASE one of dp, ddp, off; LIBRARY
 is `none` in a build without NVTX (meson builds the library exactly when it
 defines DPS_HAVE_NVTX), and the test skips. Exit 0 pass, 1 fail, 77 skip."""
+from listing import DPSCALE, NVTX_RECORD, exit_if_listing, test
+
+# NVTX_RECORD: tests/nvtx_record.c's library, or "none" in a build without NVTX
+TESTS = [test("nvtx " + c, DPSCALE, c, NVTX_RECORD, timeout=120) for c in ("dp", "ddp", "off")]
+if __name__ == "__main__":
+    exit_if_listing(TESTS)  # --list: before the imports below
+
 import os
 import sys
 import tempfile

@@ -6,6 +6,15 @@ checked against the two files; a folder of predictions alone drawn; malformed
 predictions refused (exit 2, file:line). Each case runs `dpscale predict` on
 a small machine and workload file (no benchmark).
 Usage: test_plot_predict.py schema|errors|alone|refuse DPSCALE; exit 0 pass, 1 fail."""
+from listing import DPSCALE, exit_if_listing, test
+
+# plot.py with dpscale predict's predictions.csv: the file against dpsresults' schema, the
+# fixture's errors in summary.md, a folder of predictions alone, broken predictions refused
+TESTS = [test("plot predict " + c, c, DPSCALE, suite="scripts", timeout=120)
+         for c in ("schema", "errors", "alone", "refuse")]
+if __name__ == "__main__":
+    exit_if_listing(TESTS)  # --list: before the imports below
+
 import os
 import shutil
 import sys

@@ -4,6 +4,12 @@ refused with exit 2 and one line that names the file (and line) and what to
 do, never a traceback; a folder with failed and skipped configurations
 (mixed-host) is read. Usage: test_readers.py compare|plot|mixed; exit 0
 pass, 1 fail (every broken copy that was not refused so is listed)."""
+from listing import NOSAN, exit_if_listing, test
+
+TESTS = [test("readers " + c, c, suite=NOSAN) for c in ("compare", "plot", "mixed")]
+if __name__ == "__main__":
+    exit_if_listing(TESTS)  # --list: before the imports below
+
 import csv
 import json
 import os

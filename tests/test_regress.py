@@ -5,6 +5,18 @@ with a commit of its own), a planted slowdown caught end to end on a small
 suite while identical binaries pass, a gate that stops undecided
 (INCONCLUSIVE, exit 3), and the stored baseline against what this build
 allocates. Usage: test_regress.py DPSCALE CASE; exit 0 pass, 1 fail, 77 skip."""
+from listing import DPSCALE, NOSAN, exit_if_listing, test
+
+# the base built in a worktree; a planted slowdown end to end (alone: timed); a gate that
+# stops undecided is INCONCLUSIVE, exit 3 (rounds of a stand-in for dpscale); the stored
+# baseline holds what this build allocates and the version that recorded it
+TESTS = [test("regress worktree", DPSCALE, "worktree", suite=NOSAN, timeout=300),
+         test("regress planted", DPSCALE, "planted", suite="scripts", timeout=600, parallel=False),
+         test("regress inconclusive", DPSCALE, "inconclusive", suite="scripts", timeout=120),
+         test("regress baseline", DPSCALE, "baseline", suite="scripts", timeout=300)]
+if __name__ == "__main__":
+    exit_if_listing(TESTS)  # --list: before the imports below
+
 import importlib.util
 import json
 import os

@@ -4,6 +4,14 @@ with a known shift and known noise: the signed-rank interval against its
 table, the
 interval's coverage, the gate's power against a 5 % shift and its false
 alarms on none, over many seeded draws. Usage: test_shift.py CASE [SEED]."""
+from listing import NOSAN, exit_if_listing, test
+
+TESTS = [test("shift " + c, c, suite=NOSAN)
+         for c in ("signed_rank", "coverage", "power", "false_alarm", "rounds", "format",
+                   "two_sample")]
+if __name__ == "__main__":
+    exit_if_listing(TESTS)  # --list: before the imports below
+
 import math
 import random
 import sys

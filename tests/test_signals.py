@@ -8,6 +8,16 @@ region left by a rank 0 killed under a launcher. Steps last far longer than
 the bounds checked (a second SIGINT ends the process within 5 s, where the
 step would take 15 s or more), so only generous bounds are timed. Usage:
 test_signals.py DPSCALE CASE; exit 0 pass, 1 fail, 77 skip."""
+from listing import DPSCALE, exit_if_listing, test
+
+# dp, a sweep (once, twice), ddp's parent and ranks, ranks under a launcher, the link
+# matrix; a rank 0 killed under a launcher leaves no region (alone: each times its ending)
+TESTS = [test("signals " + c.replace("_", " "), DPSCALE, c, timeout=300, parallel=False)
+         for c in ("dp_twice", "sweep_once", "sweep_twice", "ddp_twice", "launcher_twice",
+                   "rank0_killed", "links_interrupt")]
+if __name__ == "__main__":
+    exit_if_listing(TESTS)  # --list: before the imports below
+
 import json
 import os
 import random
@@ -18,7 +28,7 @@ import tempfile
 import time
 
 from helpers import Failure, expect, read_folder, run_case
-from integration import processes_mentioning
+from helpers import processes_mentioning
 
 PROMPT_S = 5.0  # a second SIGINT ends the process within this
 # dp on one device: about 2 s a step unstretched, 11 times that stretched by

@@ -7,6 +7,15 @@ case ends within --timeout and a second, in bounded memory (docs/DESIGN.md,
 "The store's bounds"; a second beyond this binary's own start and end,
 measured beside it: a sanitizer's build or a loaded machine start slower).
 Usage: test_store.py DPSCALE CASE; exit 0 pass, 1 fail."""
+from listing import DPSCALE, exit_if_listing, test
+
+# each case ends within --timeout and a second, in bounded memory; alone, as they are timed
+TESTS = [test("store " + c.replace("_", " "), DPSCALE, c, timeout=120, parallel=False)
+         for c in ("no_accept", "stalled_rank0", "big_roster", "stalled_peer", "flood",
+                   "duplicate_rank")]
+if __name__ == "__main__":
+    exit_if_listing(TESTS)  # --list: before the imports below
+
 import contextlib
 import os
 import socket

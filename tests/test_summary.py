@@ -5,6 +5,14 @@ chart that leaves it out; dp's lean variant named apart from dp in the table,
 the diagnosis and phases.png; no mode called faster or best at one device
 or where the ratio's interval holds 1. Runs on copies of tests/fixtures.
 Usage: test_summary.py failed|left_out|lean|one_device|noise; exit 0 pass, 1 fail."""
+from listing import NOSAN, exit_if_listing, test
+
+# summary.md and the charts: failed configurations named, dp's variants apart, noise not a result
+TESTS = [test("summary " + c.replace("_", " "), c, suite=NOSAN, timeout=120)
+         for c in ("failed", "left_out", "lean", "one_device", "noise")]
+if __name__ == "__main__":
+    exit_if_listing(TESTS)  # --list: before the imports below
+
 import os
 import sys
 import tempfile

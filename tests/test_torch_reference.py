@@ -20,6 +20,23 @@ usage: test_torch_reference.py DPSCALE CASE [ARGS...]
                                 killed, and said
 Exit 77 (skip) without numpy, or without PyTorch for the cases that train
 (scripts/setup.sh --with-torch installs python3-torch)."""
+from listing import DPSCALE, FIXTURES, exit_if_listing, test
+
+# PyTorch on the CPU against the host backend (exit 77, skipped, without python3-torch:
+# scripts/setup.sh --with-torch); fidelity's [mode, gpus, optimizer, batch, extra checks...]:
+# stock = --ddp-loss stock too, params = PyTorch's ddp against its single device
+FIDELITY = [["dp", "1", "sgd", "8"], ["dp", "1", "adamw", "8"],
+            ["ddp", "2", "sgd", "3", "stock"], ["ddp", "2", "adamw", "8", "stock"],
+            ["ddp", "4", "sgd", "10", "params"], ["ddp", "4", "adamw", "10", "params"]]
+TESTS = [test("torch_reference generator", DPSCALE, "generator", suite="scripts")]
+TESTS += [test("torch fidelity " + " ".join(c), DPSCALE, "fidelity", *c, suite="torch",
+               timeout=300, parallel=False) for c in FIDELITY]
+TESTS += [test("torch hung ranks", DPSCALE, "hung", suite="torch", timeout=300),
+          test("torch results", DPSCALE, "results", FIXTURES + "/results-host", suite="torch",
+               timeout=300)]
+if __name__ == "__main__":
+    exit_if_listing(TESTS)  # --list: before the imports below
+
 import faulthandler
 import importlib.util
 import os
@@ -132,7 +149,7 @@ def compare_losses(mine, ref, what):
 
 
 def case_generator(binary):
-    # golden values, as asserted for the C generator in tests/test_unit.c
+    # golden values, as asserted for the C generator in tests/unit/test_backend.c
     got = tr.uniform(1234, 1, [0, 7919])
     expect(got[0] == np.float32(-0.651825905) and got[1] == np.float32(0.878929496),
            f"uniform(1234, 1, ...) = {got}")

@@ -6,6 +6,13 @@ every step traced, the medians are phases.csv's), ddp's bucket all-reduces
 with their bytes and the bandwidths runs.csv takes from them, and no file
 with --trace-steps 0. Usage: test_trace.py
 DPSCALE CASE; exit 0 pass, 1 fail, 77 skip."""
+from listing import DPSCALE, exit_if_listing, test
+
+# trace/<config_id>.json of dp, ddp (forked; under a launcher with Gloo), none
+TESTS = [test("trace " + c, DPSCALE, c, timeout=300) for c in ("dp", "ddp", "none", "launcher")]
+if __name__ == "__main__":
+    exit_if_listing(TESTS)  # --list: before the imports below
+
 import glob
 import json
 import os

@@ -205,7 +205,7 @@ static dps_status host_gemm(backend *be, be_stream *s, int ta, int tb, int m, in
  * vectorizes: libm's erff and expf are calls it cannot, and next to oneDNN's
  * GEMM they took a sixth of a medium step. Same functions as dps_gelu and
  * dps_gelu_grad (elementwise.h, which the GPU kernels use), as accurate
- * (within 2e-7 + 2.5e-7 |value| of them, test_unit host_math):
+ * (within 2e-7 + 2.5e-7 |value| of them, test_backend host_math):
  *   Phi(x) = erfc(-x / sqrt 2) / 2 with erfc from the Chebyshev fit of
  *            Numerical Recipes' erfcc (fractional error below 1.2e-7 for
  *            every argument, so the tails keep their relative accuracy)

@@ -7,7 +7,7 @@
  * on any of them aborts the collectives
  * (ncclCommAbort), which ends their kernels, so the host's wait returns and
  * the host learns why when it disarms. No NCCL here: nccl_watch.c binds it
- * to communicators, and tests/test_unit.c drives it with a fake. */
+ * to communicators, and tests/unit/test_comm.c drives it with a fake. */
 #ifndef DPS_COMM_WATCH_H
 #define DPS_COMM_WATCH_H
 

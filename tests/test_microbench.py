@@ -1,0 +1,191 @@
+#!/usr/bin/env python3
+"""The micro-benchmarks: comm-bench's all-reduce times and checks, a rank that
+exits, hangs, runs out of memory or is killed; dpscale links's paths, sizes
+and host memory.
+Usage: test_microbench.py DPSCALE CASE [ARGS...] | --list; exit 0 pass, 1
+fail, 77 skip (meson's convention)."""
+from listing import DPSCALE, exit_if_listing, test
+
+TESTS = [test("comm-bench", DPSCALE, "comm_bench"),
+         test("comm-bench faults", DPSCALE, "comm_bench_faults"),
+         test("links", DPSCALE, "links", timeout=300)]
+if __name__ == "__main__":
+    exit_if_listing(TESTS)  # --list: before the imports below
+
+import os
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+
+from helpers import dpscale, expect, expect_exit, read_table, run_case
+
+
+def case_comm_bench(binary):
+    """comm-bench times and checks the host all-reduce for every size and rank count."""
+    with tempfile.TemporaryDirectory() as out:
+        dpscale(binary, "comm-bench", "--gpus", "2,3", "--sizes", "4,1M", "--steps", "2",
+                "--warmup", "1", out=out, backend=None, check_rc=0, timeout=120)
+        rows = read_table(os.path.join(out, "t", "allreduce.csv"))
+        got = sorted((int(r["nranks"]), int(r["bytes"])) for r in rows)
+        expect(got == [(2, 4), (2, 1 << 20), (3, 4), (3, 1 << 20)], f"rows {got}")
+        for r in rows:
+            expect(r["check"] == "pass" and float(r["time_us"]) > 0, f"row {r}")
+            algbw = int(r["bytes"]) / (float(r["time_us"]) * 1e-6) / 1e9
+            expect(abs(float(r["algbw_gbps"]) - algbw) <= 0.01 * algbw + 1e-3, f"algbw {r}")
+            n = int(r["nranks"])
+            expect(abs(float(r["busbw_gbps"]) - float(r["algbw_gbps"]) * 2 * (n - 1) / n) < 2e-3,
+                   f"busbw {r}")
+
+
+def comm_bench_fails(binary, out, name, *args, rc=1):
+    """comm-bench ARGS fails with rc in one line, within 20 s; returns (stdout, that line)."""
+    t0 = time.monotonic()
+    p = dpscale(binary, "comm-bench", "--sizes", "64K", *args, out=out, name=name, backend=None,
+                timeout=60)
+    took = time.monotonic() - t0
+    expect(p.returncode == rc, f"{args}: exit {p.returncode}, expected {rc}\n{p.stderr}")
+    lines = p.stderr.splitlines()
+    expect(len(lines) == 1, f"{args}: expected one line on stderr, got {p.stderr!r}")
+    expect(took < 20, f"{args}: took {took:.1f} s to end")
+    return p.stdout, lines[0]
+
+
+def children(pid):
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                if entry.isdigit() and int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry))
+        except OSError:
+            pass
+    return found
+
+
+def case_comm_bench_faults(binary):
+    """A comm-bench rank that exits, hangs or is killed: which rank and how, one line, no results line."""
+    with tempfile.TemporaryDirectory() as out:
+        stdout, err = comm_bench_fails(binary, out, "exit", "--gpus", "3", "--steps", "1000",
+                                       "--inject-fault", "1:4:exit")
+        expect("comm-bench with 3 ranks: rank 1 exited with status 3 during step 4 (injected by "
+               "--inject-fault 1:4:exit)" in err, err)
+        expect("# results in" not in stdout and not os.path.exists(os.path.join(out, "exit", "allreduce.csv")),
+               f"results announced or written: {stdout}")
+        stdout, err = comm_bench_fails(binary, out, "hang", "--gpus", "3", "--steps", "1000",
+                                       "--inject-fault", "2:3:hang", "--timeout", "1")
+        expect("step 3 exceeded --timeout 1 s" in err and "ranks not in a collective: 2" in err and
+               "waiting in a collective: 0, 1" in err, err)
+        expect("injected by --inject-fault 2:3:hang" in err, err)
+        # the fault applies where its rank exists: 2 ranks run and are written, 3 fail
+        stdout, err = comm_bench_fails(binary, out, "some", "--gpus", "2,3", "--steps", "2",
+                                       "--inject-fault", "2:1:exit")
+        rows = read_table(os.path.join(out, "some", "allreduce.csv"))
+        expect([r["nranks"] for r in rows] == ["2"] and "# results in" in stdout, f"{rows} {stdout}")
+        _, err = comm_bench_fails(binary, out, "bad", "--gpus", "2", "--inject-fault", "2:1:exit", rc=2)
+        expect("--inject-fault 2:1:exit: comm-bench has ranks 0..1" in err, err)
+        _, err = comm_bench_fails(binary, out, "bad", "--steps", "2", "--warmup", "1", "--inject-fault",
+                                  "1:3:exit", rc=2)
+        expect("--inject-fault 1:3:exit: comm-bench has steps 0..2" in err, err)
+        if not sanitized(binary):  # a rank's own message: out of memory for its buffer
+            limit = lambda: resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))  # noqa: E731
+            p = subprocess.run([binary, "comm-bench", "--gpus", "2", "--sizes", "16G", "--out", out,
+                                "--name", "oom"], capture_output=True, text=True, timeout=60,
+                               preexec_fn=limit)
+            expect(p.returncode == 1 and len(p.stderr.splitlines()) == 1 and
+                   "comm-bench with 2 ranks: rank " in p.stderr and "out of host memory" in p.stderr,
+                   f"exit {p.returncode}: {p.stderr!r}")
+        # a rank killed from outside
+        cmd = [binary, "comm-bench", "--gpus", "3", "--sizes", "64K", "--steps", "10000000",
+               "--out", out, "--name", "killed"]
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 20
+        while len(children(p.pid)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)
+        ranks = sorted(children(p.pid))
+        expect(len(ranks) == 3, f"ranks {ranks}")
+        os.kill(ranks[1], signal.SIGKILL)
+        stdout, stderr = p.communicate(timeout=20)
+        expect(p.returncode == 1 and stderr.splitlines() == [stderr.strip()], f"{p.returncode} {stderr!r}")
+        expect("rank 1 was killed by signal 9 (SIGKILL)" in stderr and "# results in" not in stdout,
+               f"{stderr} {stdout}")
+
+
+def case_links(binary):
+    """dpscale links on the host backend: every path measured, verified, in links.csv."""
+    with tempfile.TemporaryDirectory() as out:
+        p = dpscale(binary, "links", "--gpus", "3", "--sizes", "1M", "--steps", "3", out=out,
+                    check_rc=0)
+        expect("d2d_write (GB/s)" in p.stdout and "emulated" in p.stdout, p.stdout)
+        rows = read_table(os.path.join(out, "t", "links.csv"))
+        got = sorted((r["method"], r["src"], r["dst"]) for r in rows)
+        devs = ["dev0", "dev1", "dev2"]
+        want = sorted([("h2d", "host", d) for d in devs] + [("d2h", d, "host") for d in devs] +
+                      [(m, a, b) for m in ("d2d_write", "d2d_read", "latency", "d2d_nopeer")
+                       for a in devs for b in devs if a != b] +
+                      [("d2d_bidir", a, b) for i, a in enumerate(devs) for b in devs[i + 1:]])
+        expect(got == want, f"rows {got}")
+        for r in rows:
+            if r["method"] == "d2d_nopeer":  # the host backend has no peer access to switch off
+                expect(r["status"].startswith("WAIVED") and r["bw_gbps"] == "", f"{r}")
+                continue
+            expect(r["status"] == "ok", f"{r}")
+            v = r["latency_us"] if r["method"] == "latency" else r["bw_gbps"]
+            expect(float(v) > 0, f"{r}")
+        p = dpscale(binary, "links", "--gpus", "9", out=out, name="x")
+        expect_exit(p, 2, "--gpus 9")
+        links_out_of_memory(binary, out)
+        links_sizes(binary, out)
+
+
+def links_sizes(binary, out):
+    """--link-min-bytes/--link-max-bytes/--link-factor: every path at every size (nccl-tests'
+    -b/-e/-f, the maximum itself included), the latency once a direction."""
+    p = dpscale(binary, "links", "--gpus", "2", "--link-min-bytes", "4K", "--link-max-bytes",
+                "600K", "--link-factor", "4", "--steps", "3", out=out, name="sizes", check_rc=0)
+    expect("GB/s by copy size" in p.stdout, p.stdout)
+    rows = read_table(os.path.join(out, "sizes", "links.csv"))
+    sizes = defaultdict(list)
+    for r in rows:
+        sizes[(r["method"], r["src"], r["dst"])].append(int(r["bytes"]))
+    want = [4096, 16384, 65536, 262144, 614400]
+    for path, got in sorted(sizes.items()):
+        expect(sorted(got) == ([4] if path[0] == "latency" else want), f"{path}: sizes {got}")
+    expect(len(sizes) == 2 + 2 + 2 * 4 + 1, f"paths {sorted(sizes)}")
+    p = dpscale(binary, "links", "--link-min-bytes", "1M", "--link-max-bytes", "64K", out=out,
+                name="bad")
+    expect_exit(p, 2, "--link-min-bytes 1M is above --link-max-bytes 64K")
+
+
+def sanitized(binary):
+    """Whether the binary is built with AddressSanitizer (which an address-space limit breaks)."""
+    with open(binary, "rb") as f:
+        return b"libasan" in f.read()
+
+
+def links_out_of_memory(binary, out):
+    """links without the memory for its host buffers names the host, not a device -1."""
+    if sanitized(binary):
+        return
+    limit = lambda: resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))  # noqa: E731
+    p = subprocess.run([binary, "links", "--backend", "host", "--gpus", "2", "--sizes", "16G",
+                        "--out", out, "--name", "oom"], capture_output=True, text=True,
+                       timeout=120, preexec_fn=limit)
+    expect_exit(p, 1, "pinned host memory", "16.00 GiB")
+    expect("device -1" not in p.stderr, f"stderr names device -1: {p.stderr}")
+
+
+CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
+
+
+def main():
+    binary, case, args = sys.argv[1], sys.argv[2], sys.argv[3:]
+    return run_case(" ".join([case, *args]), CASES[case], binary, *args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,201 @@
+#!/usr/bin/env python3
+"""dpscale predict: from machine and workload files, --from a results folder,
+--calibrate's constants fitted and read back, refusals.
+Usage: test_predict.py DPSCALE CASE [ARGS...] | --list; exit 0 pass, 1 fail,
+77 skip (meson's convention)."""
+from listing import DPSCALE, exit_if_listing, test
+
+TESTS = [test("predict", DPSCALE, "predict"),
+         test("predict from", DPSCALE, "predict_from", timeout=300),
+         test("predict calibrate", DPSCALE, "predict_calibrate", timeout=300)]
+if __name__ == "__main__":
+    exit_if_listing(TESTS)  # --list: before the imports below
+
+import csv
+import os
+import subprocess
+import sys
+import tempfile
+
+from helpers import SCRIPTS, dpscale, expect, expect_exit, read_table, run_case, set_cells, write
+
+
+def case_predict(binary):
+    """dpscale predict: the table, predictions.csv written whole, and FILE:LINE refusals (exit 2)."""
+    bench = os.path.join(os.path.dirname(SCRIPTS), "bench", "predict")
+    machine, workload = (os.path.join(bench, f) for f in ("dgx1-v100-ib.machine", "resnet50-b32.workload"))
+    with tempfile.TemporaryDirectory() as out:
+        p = subprocess.run([binary, "predict", "--machine", machine, "--workload", workload, "--gpus",
+                            "1,8,16,64", "--out", out, "--name", "p"], capture_output=True, text=True)
+        expect_exit(p, 0)
+        expect("ddp      8" in p.stdout and "skipped" in p.stdout, f"table: {p.stdout!r}")
+        with open(os.path.join(out, "p", "predictions.csv"), newline="") as f:
+            rows = list(csv.DictReader(f))
+        expect(len(rows) == 8 and os.listdir(os.path.join(out, "p")) == ["predictions.csv"], f"{rows}")
+        by = {(r["mode"], r["ngpus"]): r for r in rows}
+        expect(by[("dp", "16")]["status"] == "skipped" and by[("ddp", "16")]["status"] == "ok", f"{by}")
+        expect(float(by[("dp", "1")]["step_ms"]) == 97.0, f"dp on one device: {by[('dp', '1')]}")
+        ddp8 = by[("ddp", "8")]
+        expect(int(ddp8["nbuckets"]) > 2 and 97 < float(ddp8["step_ms"]) < 110, f"{ddp8}")
+        ddp64 = by[("ddp", "64")]  # 8 nodes of 8, past the file's nodes = 2: predicted, noted
+        expect(ddp64["status"] == "ok" and ddp64["nodes"] == "8" and
+               float(ddp64["step_ms"]) > float(ddp8["step_ms"]) and
+               "more than the machine file's nodes = 2" in ddp64["note"], f"{ddp64}")
+        bad = os.path.join(out, "bad.machine")
+        with open(bad, "w") as f:
+            f.write("gpus_per_node = 8\nintra_busbw_gbps = fast\n")
+        p = subprocess.run([binary, "predict", "--machine", bad, "--workload", workload, "--gpus", "2"],
+                           capture_output=True, text=True)
+        expect_exit(p, 2, f"{bad}:2: intra_busbw_gbps = fast: expected a number")
+        p = subprocess.run([binary, "predict", "--machine", machine, "--workload", workload],
+                           capture_output=True, text=True)
+        expect_exit(p, 2, "predict needs --gpus LIST")
+
+
+def read_keyfile(path):
+    """{key: value} of a `key = value` file (a calibration file), comments left out."""
+    with open(path) as f:
+        lines = [l.split("#", 1)[0].strip() for l in f]
+    return dict(l.split(" = ", 1) for l in lines if l)
+
+
+def predict_rows(path):
+    """predictions.csv, read strictly, by (source, mode, ngpus)."""
+    return {(r["source"], r["mode"], r["ngpus"]): r for r in read_table(path)}
+
+
+def case_predict_from(binary):
+    """predict --from a folder of one- and two-device runs and its comm-bench: a
+    workload per series, profiled by its fastest one-device row; --calibrate
+    fits the constants, --calibration reads them back; refusals exit 2."""
+    with tempfile.TemporaryDirectory() as out:
+        dpscale(binary, "sweep", "--mode", "dp,ddp", "--gpus", "1,2", "--model", "tiny,small", "--steps",
+                "4", "--warmup", "1", "--no-nvtx", out=out, name="r", check_rc=0, backend=None)
+        folder = os.path.join(out, "r")
+        p = subprocess.run([binary, "predict", "--from", folder, "--gpus", "1,2"], capture_output=True,
+                           text=True)
+        expect_exit(p, 2, f"{folder}/allreduce.csv: missing or empty (run `dpscale comm-bench")
+        dpscale(binary, "comm-bench", "--gpus", "2", "--sizes", "64K,1M", out=out, name="r",
+                check_rc=0, backend=None)
+        p = subprocess.run([binary, "predict", "--from", folder, "--gpus", "1,2,300", "--out", out,
+                            "--name", "p"], capture_output=True, text=True)
+        expect_exit(p, 0)
+        runs = {r["config_id"]: r for r in read_table(os.path.join(folder, "runs.csv"))}
+        rows = predict_rows(os.path.join(out, "p", "predictions.csv"))
+        sources = {k[0] for k in rows}
+        expect(len(sources) == 2 and len(rows) == 12, f"two series, 3 counts, 2 modes: {sorted(rows)}")
+        for src in sources:
+            one = [r for r in runs.values() if r["ngpus"] == "1" and r["model"] == runs[src]["model"]
+                   and r["scaling"] != "strong"]
+            fastest = min(one, key=lambda r: float(r["step_ms_median"]))
+            expect(src == fastest["config_id"], f"profile {src}, fastest {fastest['config_id']}")
+            dp1 = rows[(src, "dp", "1")]
+            expect(abs(float(dp1["step_ms"]) - float(fastest["step_ms_median"])) < 1e-3 and
+                   dp1["model"] == fastest["model"], f"{dp1}")
+            expect(rows[(src, "ddp", "300")]["status"] == "skipped" and
+                   "300 devices need 150 nodes of 2" in rows[(src, "ddp", "300")]["note"], f"{rows}")
+        p = subprocess.run([binary, "predict", "--calibrate", folder, "--out", out, "--name", "c"],
+                           capture_output=True, text=True)
+        expect_exit(p, 0)
+        cal = os.path.join(out, "c", "calibration.txt")
+        consts = read_keyfile(cal)
+        expect(set(consts) == {"bus_eff", "base_latency_us", "bucket_overhead_us", "sync_ms",
+                               "dp_sync_ms", "compute_scale", "overlap_eff"}, f"{consts}")
+        p = subprocess.run([binary, "predict", "--from", folder, "--gpus", "2", "--calibration", cal,
+                            "--out", out, "--name", "p2"], capture_output=True, text=True)
+        expect_exit(p, 0)
+        for r in predict_rows(os.path.join(out, "p2", "predictions.csv")).values():
+            applied = {"sync_ms": consts["dp_sync_ms" if r["mode"] == "dp" else "sync_ms"]}
+            for k, v in {**consts, **applied}.items():
+                expect(abs(float(r[k]) - float(v)) < 1e-3, f"{k}: {r[k]} in predictions, {v} in {cal}")
+        for args, needle in [(["--from", out + "/none", "--gpus", "2"], "runs.csv: missing or empty"),
+                             (["--from", folder, "--workload", cal, "--gpus", "2"], "not both"),
+                             (["--calibrate", folder, "--gpus", "2"], "--calibrate DIR fits constants only"),
+                             (["--from", folder, "--gpus", "2", "--calibration", folder + "/runs.csv"],
+                              "runs.csv:1: expected key = value")]:
+            p = subprocess.run([binary, "predict", *args], capture_output=True, text=True)
+            expect_exit(p, 2, needle)
+        p = subprocess.run([binary, "run", "--gpus", "300"], capture_output=True, text=True)
+        expect_exit(p, 2, "--gpus 300")
+
+
+def case_predict_calibrate(binary):
+    """--calibrate on a folder whose links, all-reduce, backward and buckets are
+    set by hand: bus_eff from the all-reduce after backward, bucket_overhead_us
+    from its wait to begin, overlap_eff from the one beside backward, each the
+    figure the model's alpha-beta ring gives (busbw 1 GB/s, 2 us a ring step,
+    NCCL's 8.4 us base)."""
+    with tempfile.TemporaryDirectory() as out:
+        dpscale(binary, "sweep", "--mode", "ddp", "--gpus", "1,2", "--model", "tiny", "--first-bucket-mb",
+                "0.0198", "--bucket-mb", "1", "--steps", "4", "--warmup", "1", out=out, name="r",
+                check_rc=0, backend=None)
+        folder = os.path.join(out, "r")
+        g2 = next(r["config_id"] for r in read_table(os.path.join(folder, "runs.csv")) if r["ngpus"] == "2")
+        write(os.path.join(folder, "links.csv"), "src,dst,method,bytes,bw_gbps,latency_us,status,backend,emulated\n"
+              "host,dev0,h2d,1048576,10.0,,ok,host,1\ndev0,dev1,d2d_write,1048576,5.0,,ok,host,1\n"
+              "dev0,dev1,latency,4,,2.0,ok,host,1\n")
+        write(os.path.join(folder, "allreduce.csv"), "backend,method,nranks,bytes,time_us,algbw_gbps,busbw_gbps,check\n"
+              "host,ring-shm,2,1048576,1048.6,1.0,1.0,pass\n")
+        set_cells(os.path.join(folder, "phases.csv"), {"config_id": g2, "phase": "backward"},
+                  {"median_ms": "10.0", "mean_ms": "10.0"})
+        lat = (8.4 + 2 * 2.0) / 1000                      # ms: base + 2 ring steps
+        full0, full1 = 20800 / 1e6 + lat, 16640 / 1e6 + lat  # ms at 1 GB/s, 2(n-1)/n = 1
+        ms1 = full1 / 0.5                                   # after backward at half the bus
+        busy0 = full0 / (0.25 * 0.5)                        # beside it at a quarter of that
+        ms0 = busy0 + 0.3 - (1.5 - 1.0)                     # started at ready 1.0, began at 1.5
+        rows = [f"{g2},{rank},0,20800,1.0,1.5,{ms0:.6f},3\n{g2},{rank},1,16640,9.9,10.2,{ms1:.6f},3"
+                for rank in (0, 1)]
+        with open(os.path.join(folder, "buckets.csv")) as f:
+            keep = [l for l in f.read().splitlines() if not l.startswith(g2 + ",")]
+        write(os.path.join(folder, "buckets.csv"), "\n".join(keep + rows) + "\n")
+        p = subprocess.run([binary, "predict", "--calibrate", folder, "--out", out, "--name", "c"],
+                           capture_output=True, text=True)
+        expect_exit(p, 0)
+        cal = os.path.join(out, "c", "calibration.txt")
+        got = {k: float(v) for k, v in read_keyfile(cal).items()}
+        for key, want, tol in [("bus_eff", 0.5, 1e-3), ("overlap_eff", 0.25, 1e-3),
+                               ("bucket_overhead_us", 300.0, 0.5)]:
+            expect(abs(got[key] - want) <= tol, f"{key} = {got[key]}, expected {want}: {got}")
+        # one ddp row, one constant (sync_ms) fitted to its step: its error is n/a, not +0.0 %
+        g2_line = next(l for l in p.stdout.splitlines() if l.strip().startswith(g2))
+        expect(g2_line.endswith("n/a") and "bus_eff" not in p.stderr, f"{p.stdout}{p.stderr}")
+        with open(cal) as f:
+            text = f.read()
+        expect("# note: ddp's error is n/a: 1 step time, 1 constant (sync_ms) fitted to it" in text and
+               "bus_eff = 0.5000" in text and "# 1 point: all-reduces after backward" in text, text)
+        # the all-reduce after backward 1.8 x faster than the bus allows: held to 1, warned of
+        after = ms1 * 0.5 / 1.8
+        write(os.path.join(folder, "buckets.csv"), "\n".join(keep + [r.replace(f"{ms1:.6f}", f"{after:.6f}")
+                                                                     for r in rows]) + "\n")
+        p = subprocess.run([binary, "predict", "--calibrate", folder, "--out", out, "--name", "c"],
+                           capture_output=True, text=True)
+        expect_exit(p, 0)
+        warned = "bus_eff = 1.8, fitted to 1 point (all-reduces after backward in buckets.csv), " \
+                 "is outside its range (0, 1]: held to 1; the all-reduces ran faster than"
+        expect(f"dpscale: calibration warning: {warned}" in p.stderr and "comm-bench" in p.stderr,
+               p.stderr)
+        with open(cal) as f:
+            text = f.read()
+        expect(f"# warning: {warned}" in text and read_keyfile(cal)["bus_eff"] == "1.0000", text)
+        # without buckets.csv, bus_eff and sync_ms both from the one ddp step time
+        os.remove(os.path.join(folder, "buckets.csv"))
+        p = subprocess.run([binary, "predict", "--calibrate", folder, "--out", out, "--name", "c"],
+                           capture_output=True, text=True)
+        expect_exit(p, 0)
+        warned = "ddp: 2 constants (bus_eff and sync_ms) fitted to 1 step time: any split between them"
+        expect(f"dpscale: calibration warning: {warned}" in p.stderr and "--gpus 1,2,4" in p.stderr,
+               p.stderr)
+        with open(cal) as f:
+            expect(f"# warning: {warned}" in f.read(), cal)
+
+
+CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
+
+
+def main():
+    binary, case, args = sys.argv[1], sys.argv[2], sys.argv[3:]
+    return run_case(" ".join([case, *args]), CASES[case], binary, *args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,734 @@
+/* Unit tests of backend/ and kernels/elementwise.h: the shared element-wise
+ * math; the host backend's GELU, softmax, bias sums, autocast ops and bucket
+ * copy; memory accounting, versions, NVML (absent, its fields, through a
+ * stub), --backend auto's choice, the fork rule of devices, the host GEMM
+ * and signals during it. */
+#include <dirent.h>
+#include <dlfcn.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <sys/wait.h>
+
+#include "build_config.h"
+#include "backend/backend.h"
+#include "backend/nvml.h"
+#include "launch/ranks.h"
+
+#include "expect.h"
+#ifdef DPS_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+static void test_elementwise(void)
+{
+    for (float x = -4.0f; x <= 4.0f; x += 0.37f) {
+        double h = 1e-3;
+        double num = (dps_gelu(x + (float)h) - dps_gelu(x - (float)h)) / (2 * h);
+        EXPECT_NEAR(dps_gelu_grad(x), num, 2e-3);
+    }
+    EXPECT_NEAR(dps_gelu(1.0f), 0.8413447, 1e-6); /* torch.nn.functional.gelu(1.0) */
+    EXPECT(dps_f32_to_bf16(1.0f) == 0x3f80);
+    EXPECT(dps_f32_to_bf16(1.00390625f) == 0x3f80);   /* tie rounds to even */
+    EXPECT(dps_f32_to_bf16(1.01171875f) == 0x3f82);   /* tie rounds up to even */
+    EXPECT(dps_bf16_to_f32(0x4049) == 3.140625f);
+    /* AdamW, one step from zero state: p -= lr * sign(g) (approximately), decay first */
+    dps_opt_hparams h = {.lr = 0.1f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+                         .weight_decay = 0.01f, .step = 1};
+    float p = 1.0f, m = 0.0f, v = 0.0f;
+    dps_adamw_update(&p, 0.5f, &m, &v, h);
+    EXPECT_NEAR(p, 1.0 * (1 - 0.1 * 0.01) - 0.1 * (0.05 / 0.1) / (sqrt(0.00025) / sqrt(0.001) + 1e-8), 1e-6);
+    /* SGD momentum: buf = g, then buf = m*buf + g */
+    dps_opt_hparams s = {.lr = 0.1f, .momentum = 0.9f};
+    float q = 1.0f, buf = 0.0f;
+    dps_sgd_update(&q, 2.0f, &buf, s);
+    dps_sgd_update(&q, 1.0f, &buf, s);
+    EXPECT_NEAR(buf, 2.8, 1e-6);
+    EXPECT_NEAR(q, 1.0 - 0.2 - 0.28, 1e-6);
+    /* the generator is uniform in [-1, 1) and reproducible */
+    double sum = 0;
+    for (int i = 0; i < 10000; i++) {
+        float u = dps_uniform(7, 1, (uint64_t)i);
+        EXPECT(u >= -1.0f && u < 1.0f);
+        sum += u;
+    }
+    EXPECT(fabs(sum / 10000) < 0.03);
+    EXPECT(dps_uniform(7, 1, 42) == dps_uniform(7, 1, 42));
+    /* golden values, shared with tests/test_torch_reference.py (the numpy copy) */
+    EXPECT(dps_uniform(1234, 1, 0) == -0.651825905f);
+    EXPECT(dps_uniform(1234, 1, 7919) == 0.878929496f);
+    EXPECT(dps_uniform(42, 2 + (5u << 8), 123456789) == 0.278357625f);
+    EXPECT(dps_uniform(7, 1, 42) != dps_uniform(8, 1, 42));
+}
+
+/* The host backend's GELU, its derivative and softmax cross-entropy (its own
+ * vectorizable arithmetic) against dps_gelu / dps_gelu_grad (libm's erff and
+ * expf, what the GPU kernels run) and a double-precision softmax. */
+static void test_host_math(void)
+{
+    be_options o = {.kind = BE_HOST, .host_devices = 1, .quiet = 1};
+    backend *be = NULL;
+    EXPECT(be_open(&o, &be) == DPS_OK);
+    if (!be) return;
+    const float special[] = {0.0f, -0.0f, 1e-30f, -1e-30f, 30.0f, -30.0f, 1e30f, -1e30f, 87.5f,
+                             -87.5f, INFINITY, NAN};
+    int nsp = (int)(sizeof special / sizeof special[0]), n = 240001 + nsp;
+    float *x = malloc((size_t)n * 4), *y = malloc((size_t)n * 4), *bias = calloc((size_t)n, 4);
+    float *dh = malloc((size_t)n * 4), *g = malloc((size_t)n * 4);
+    for (int i = 0; i < n - nsp; i++) x[i] = -12.0f + 24.0f * (float)i / (float)(n - nsp - 1);
+    for (int i = 0; i < nsp; i++) x[n - nsp + i] = special[i];
+    for (int i = 0; i < n; i++) dh[i] = 1.0f - (float)(i % 3);
+    EXPECT(be->ops->bias_act(be, NULL, 1, n, x, bias, y) == DPS_OK);
+    EXPECT(be->ops->gelu_bwd(be, NULL, n, dh, x, g) == DPS_OK);
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        double want = dps_gelu(x[i]), want_g = dh[i] * dps_gelu_grad(x[i]);
+        int ok = y[i] == want || fabs(y[i] - want) <= 2e-7 + 2.5e-7 * fabs(want) ||
+                 (isnan(want) && isnan(y[i]));
+        ok &= g[i] == want_g || fabs(g[i] - want_g) <= 2e-7 + 2.5e-7 * fabs(want_g) ||
+              (isnan(want_g) && isnan(g[i]));
+        if (!ok && bad++ < 5)
+            fprintf(stderr, "x = %.9g: gelu %.9g, dps_gelu %.9g; grad %.9g, want %.9g\n", x[i],
+                    y[i], want, g[i], want_g);
+    }
+    EXPECT(bad == 0);
+    /* softmax cross-entropy: rows of growing spread, the label anywhere */
+    int rows = 6, classes = 1000;
+    float *logits = malloc((size_t)rows * classes * 4), *dl = malloc((size_t)rows * classes * 4);
+    float loss[6];
+    int32_t labels[6] = {0, 999, 500, 3, 17, 998};
+    for (int i = 0; i < rows * classes; i++)
+        logits[i] = dps_uniform(9, 1, (uint64_t)i) * (float)(1 << (2 * (i / classes)));
+    EXPECT(be->ops->xent(be, NULL, rows, classes, logits, labels, 0.25f, dl, loss) == DPS_OK);
+    double worst = 0;
+    for (int r = 0; r < rows; r++) {
+        const float *z = logits + (size_t)r * classes;
+        double mx = -INFINITY, sum = 0;
+        for (int c = 0; c < classes; c++) mx = fmax(mx, z[c]);
+        for (int c = 0; c < classes; c++) sum += exp(z[c] - mx);
+        double want = log(sum) + mx - z[labels[r]];
+        worst = fmax(worst, fabs(loss[r] - want) / (fabs(want) + 1e-3));
+        for (int c = 0; c < classes; c++) {
+            double d = (exp(z[c] - mx) / sum - (c == labels[r])) * 0.25;
+            worst = fmax(worst, fabs(dl[(size_t)r * classes + c] - d) / (fabs(d) + 1e-9));
+        }
+    }
+    if (worst > 2e-5) fprintf(stderr, "softmax cross-entropy: worst relative error %.3g\n", worst);
+    EXPECT(worst <= 2e-5);
+    logits[7] = NAN; /* a NaN logit is not hidden: the row's loss is NaN */
+    EXPECT(be->ops->xent(be, NULL, 1, classes, logits, labels, 0.25f, dl, loss) == DPS_OK);
+    EXPECT(isnan(loss[0]));
+    free(x); free(y); free(bias); free(dh); free(g); free(logits); free(dl);
+    be_close(be);
+}
+/* The CUDA bias-gradient kernels (kernels.cu) simulated thread by thread:
+ * block (bx, run), thread (tx, lane); then the runs added in order. */
+static void col_sum_as_gpu(int rows, int cols, const float *x, float *out)
+{
+    dps_col_sum_plan p = dps_col_sum_plan_for(rows, cols);
+    float *part = malloc((size_t)p.chunks * (size_t)cols * sizeof(float));
+    for (int run = 0; run < p.chunks; run++)
+        for (int bx = 0; bx < (cols + 31) / 32; bx++) {
+            float lane[DPS_COLSUM_LANES][32];
+            int r0 = run * p.chunk_rows, r1 = r0 + p.chunk_rows < rows ? r0 + p.chunk_rows : rows;
+            for (int ty = 0; ty < DPS_COLSUM_LANES; ty++)
+                for (int tx = 0; tx < 32; tx++) {
+                    int c = bx * 32 + tx;
+                    float acc = 0.0f;
+                    for (int r = r0 + ty; c < cols && r < r1; r += DPS_COLSUM_LANES)
+                        acc += x[(size_t)r * cols + c];
+                    lane[ty][tx] = acc;
+                }
+            for (int tx = 0; tx < 32 && bx * 32 + tx < cols; tx++)
+                part[(size_t)run * cols + bx * 32 + tx] = dps_col_sum_lanes(&lane[0][tx], 32);
+        }
+    for (int c = 0; c < cols; c++) {
+        float acc = part[c];
+        for (int k = 1; k < p.chunks; k++) acc += part[(size_t)k * cols + c];
+        out[c] = acc;
+    }
+    free(part);
+}
+
+/* The bias gradient's plan, and the host backend's col_sum: the sums
+ * within float rounding of exact ones, bit for bit the GPU kernels' order,
+ * the same on every call. */
+static void test_col_sum(void)
+{
+    dps_col_sum_plan g = dps_col_sum_plan_for(8192, 1536); /* gpt2's hidden layers */
+    EXPECT(g.chunks == 64 && g.chunk_rows == 128);
+    g = dps_col_sum_plan_for(8192, 50257); /* its classifier: the workspace bounded */
+    EXPECT(dps_col_sum_workspace(8192, 50257) <= DPS_COLSUM_WORKSPACE_FLOATS && g.chunks > 1);
+    EXPECT(dps_col_sum_workspace(64, 1536) == 0 && dps_col_sum_plan_for(0, 4).chunks == 1);
+    be_options o = {.kind = BE_HOST, .host_devices = 1, .quiet = 1};
+    backend *be = NULL;
+    EXPECT(be_open(&o, &be) == DPS_OK);
+    if (!be) return;
+    static const int shapes[][2] = {{0, 3}, {1, 1}, {7, 33}, {64, 300}, {65, 257}, {1000, 31},
+                                    {4099, 513}, {8192, 40}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        int rows = shapes[i][0], cols = shapes[i][1];
+        dps_col_sum_plan p = dps_col_sum_plan_for(rows, cols);
+        EXPECT((int64_t)p.chunks * p.chunk_rows >= rows && (p.chunks - 1) * p.chunk_rows < rows + (rows == 0));
+        float *x = malloc(((size_t)rows * cols + 1) * sizeof(float));
+        float *out = malloc((size_t)cols * sizeof(float)), *again = malloc((size_t)cols * sizeof(float));
+        float *gpu = malloc((size_t)cols * sizeof(float));
+        for (size_t k = 0; k < (size_t)rows * cols; k++) x[k] = dps_uniform(3, 9, k) * 1e3f;
+        EXPECT(be->ops->col_sum(be, NULL, rows, cols, x, out) == DPS_OK);
+        EXPECT(be->ops->col_sum(be, NULL, rows, cols, x, again) == DPS_OK);
+        col_sum_as_gpu(rows, cols, x, gpu);
+        EXPECT(memcmp(out, again, (size_t)cols * sizeof(float)) == 0);
+        EXPECT(memcmp(out, gpu, (size_t)cols * sizeof(float)) == 0);
+        for (int c = 0; c < cols; c++) {
+            double exact = 0.0, mag = 0.0;
+            for (int r = 0; r < rows; r++) {
+                exact += x[(size_t)r * cols + c];
+                mag += fabs(x[(size_t)r * cols + c]);
+            }
+            EXPECT_NEAR(out[c], exact, 1e-6 * mag + 1e-30);
+        }
+        free(x); free(out); free(again); free(gpu);
+    }
+    be_close(be);
+}
+
+/* The autocast ops on the host backend (an exact emulation): casts as
+ * elementwise.h rounds; a bf16 GEMM is the fp32 GEMM of the rounded
+ * operands, its bf16 output rounded once; Linear + GELU and GELU's
+ * backward per element; bf16 bias gradients in col_sum's order. */
+static void test_autocast_ops(void)
+{
+    be_options o = {.kind = BE_HOST, .host_devices = 1, .quiet = 1};
+    backend *be = NULL;
+    EXPECT(be_open(&o, &be) == DPS_OK);
+    if (!be) return;
+    const be_ops *op = be->ops;
+    enum { M = 37, N = 45, K = 29 };
+    float a[M * K], b[K * N], ar[M * K], br[K * N], want[M * N], got[M * N], c0[M * N];
+    uint16_t a16[M * K], b16[K * N], c16[M * N];
+    for (int i = 0; i < M * K; i++) a[i] = dps_uniform(11, 1, (uint64_t)i);
+    for (int i = 0; i < K * N; i++) b[i] = dps_uniform(11, 2, (uint64_t)i);
+    for (int i = 0; i < M * N; i++) c0[i] = dps_uniform(11, 3, (uint64_t)i);
+    EXPECT(op->cast(be, NULL, M * K, a, BE_F32, a16, BE_BF16) == DPS_OK);
+    EXPECT(op->cast(be, NULL, K * N, b, BE_F32, b16, BE_BF16) == DPS_OK);
+    EXPECT(op->cast(be, NULL, M * K, a16, BE_BF16, ar, BE_F32) == DPS_OK);
+    EXPECT(op->cast(be, NULL, K * N, b16, BE_BF16, br, BE_F32) == DPS_OK);
+    EXPECT(a16[5] == dps_f32_to_bf16(a[5]) && ar[5] == dps_bf16_to_f32(a16[5]));
+    memcpy(want, c0, sizeof want);
+    EXPECT(op->gemm(be, NULL, 0, 0, M, N, K, 1.0f, ar, K, br, N, 0.5f, want, N) == DPS_OK);
+    memcpy(got, c0, sizeof got);
+    EXPECT(op->gemm_ex(be, NULL, 0, 0, M, N, K, 1.0f, a16, BE_BF16, K, b16, BE_BF16, N, 0.5f, got,
+                       BE_F32, N) == DPS_OK);
+    EXPECT(memcmp(got, want, sizeof got) == 0);
+    memcpy(got, c0, sizeof got); /* an fp32 A beside a bf16 B is rounded first */
+    EXPECT(op->gemm_ex(be, NULL, 0, 0, M, N, K, 1.0f, a, BE_F32, K, b16, BE_BF16, N, 0.5f, got,
+                       BE_F32, N) == DPS_OK);
+    EXPECT(memcmp(got, want, sizeof got) == 0);
+    EXPECT(op->cast(be, NULL, M * N, c0, BE_F32, c16, BE_BF16) == DPS_OK);
+    for (int i = 0; i < M * N; i++) want[i] = dps_bf16_to_f32(c16[i]);
+    EXPECT(op->gemm(be, NULL, 0, 0, M, N, K, 1.0f, ar, K, br, N, 1.0f, want, N) == DPS_OK);
+    EXPECT(op->gemm_ex(be, NULL, 0, 0, M, N, K, 1.0f, a16, BE_BF16, K, b16, BE_BF16, N, 1.0f, c16,
+                       BE_BF16, N) == DPS_OK);
+    int rounded_once = 1;
+    for (int i = 0; i < M * N; i++) rounded_once &= c16[i] == dps_f32_to_bf16(want[i]);
+    EXPECT(rounded_once);
+    EXPECT(op->gemm_ex(be, NULL, 0, 0, M, N, K, 1.0f, a, BE_F32, K, b, BE_F32, N, 0.0f, c16,
+                       BE_BF16, N) == DPS_ERR_RUNTIME && strstr(dps_errmsg(), "cast A or B"));
+    /* Linear + GELU, GELU's backward, the bias gradient */
+    uint16_t bias[N], pre[M * N], post[M * N], dpre[M * N];
+    for (int c = 0; c < N; c++) bias[c] = dps_f32_to_bf16(dps_uniform(11, 4, (uint64_t)c));
+    EXPECT(op->bias_act_bf16(be, NULL, M, N, c0, bias, pre, post) == DPS_OK);
+    uint16_t p1, q1;
+    dps_bias_act_bf16(c0[N + 3], bias[3], &p1, &q1);
+    EXPECT(pre[N + 3] == p1 && post[N + 3] == q1);
+    EXPECT(pre[7] == dps_f32_to_bf16(c0[7] + dps_bf16_to_f32(bias[7])));
+    EXPECT(op->gelu_bwd_bf16(be, NULL, M * N, post, pre, dpre) == DPS_OK);
+    EXPECT(dpre[9] == dps_gelu_bwd_bf16(post[9], pre[9]));
+    float sums[N], sums_wide[N];
+    EXPECT(op->cast(be, NULL, M * N, dpre, BE_BF16, got, BE_F32) == DPS_OK);
+    EXPECT(op->col_sum(be, NULL, M, N, got, sums_wide) == DPS_OK);
+    EXPECT(op->col_sum_bf16(be, NULL, M, N, dpre, sums) == DPS_OK);
+    EXPECT(memcmp(sums, sums_wide, sizeof sums) == 0);
+    be_close(be);
+}
+
+/* DDP's bucket copy: one pass, the same bits as a copy then a scale, in place too. */
+static void test_scale_copy(void)
+{
+    be_options o = {.kind = BE_HOST, .host_devices = 1, .quiet = 1};
+    backend *be = NULL;
+    EXPECT(be_open(&o, &be) == DPS_OK);
+    if (!be) return;
+    enum { N = 1001 };
+    float g[N], two_pass[N], one_pass[N], in_place[N];
+    for (int i = 0; i < N; i++) in_place[i] = g[i] = dps_uniform(5, 1, (uint64_t)i) * 7.0f;
+    const float a = 1.0f / 3.0f;
+    EXPECT(be->ops->copy(be, NULL, two_pass, 0, g, 0, sizeof g) == DPS_OK);
+    EXPECT(be->ops->scale(be, NULL, N, two_pass, a) == DPS_OK);
+    EXPECT(be->ops->scale_copy(be, NULL, N, one_pass, g, a) == DPS_OK);
+    EXPECT(be->ops->scale_copy(be, NULL, N, in_place, in_place, a) == DPS_OK);
+    EXPECT(memcmp(one_pass, two_pass, sizeof g) == 0 && memcmp(in_place, two_pass, sizeof g) == 0);
+    EXPECT(be->ops->scale_copy(be, NULL, 0, NULL, NULL, a) == DPS_OK);
+    EXPECT(dps_scale_copy(3.0f, 0.5f) == 1.5f);
+    be_close(be);
+}
+
+/* An allocation the host itself refuses (more than the address space):
+ * both the harness's reason and the allocator's reach the message intact. */
+static void test_accounting_refused(void)
+{
+#ifndef __SANITIZE_ADDRESS__ /* the sanitizer's allocator aborts on such a request */
+    be_options o = {.kind = BE_HOST, .host_devices = 1, .quiet = 1};
+    backend *be = NULL;
+    dps_buf d;
+    EXPECT(be_open(&o, &be) == DPS_OK);
+    if (!be) return;
+    EXPECT(be_buf_alloc(be, 0, (size_t)1 << 48, "pre-activations", &d) == DPS_ERR_OOM);
+    EXPECT(strstr(dps_errmsg(), "device 0: out of memory allocating 256.00 TiB for "
+                                "pre-activations") != NULL);
+    EXPECT(strstr(dps_errmsg(), "host memory exhausted allocating 256.00 TiB of device 0") != NULL);
+    be_close(be);
+#endif
+}
+
+static void test_accounting(void)
+{
+    be_options o = {.kind = BE_HOST, .host_devices = 2, .device_mem = 1000};
+    backend *be = NULL;
+    EXPECT(be_open(&o, &be) == DPS_OK);
+    dps_buf a, b, c;
+    EXPECT(be_buf_alloc(be, 1, 600, "first", &a) == DPS_OK);
+    EXPECT(be_buf_alloc(be, 1, 500, "second", &b) == DPS_ERR_OOM);
+    EXPECT(strstr(dps_errmsg(), "device 1: out of memory allocating 500 B for second") != NULL);
+    EXPECT(be_buf_alloc(be, 0, 500, "other device", &c) == DPS_OK);
+    be_buf_free(be, &a);
+    EXPECT(be_buf_alloc(be, 1, 900, "third", &b) == DPS_OK);
+    EXPECT(be->mem[1].peak == 900 && be->mem[1].in_use == 900 && be->mem[0].peak == 500);
+    be_buf_free(be, &b);
+    be_buf_free(be, &c);
+    EXPECT(be->mem[0].in_use == 0 && be->mem[1].in_use == 0);
+    be_close(be);
+    test_accounting_refused();
+}
+
+static void test_versions(void)
+{
+    be_options o = {.kind = BE_HOST, .host_devices = 1, .quiet = 1};
+    backend *be = NULL;
+    EXPECT(be_open(&o, &be) == DPS_OK);
+    if (!be) return;
+    be_version_info v;
+    be_versions(be, &v);
+    be_version_field f[BE_VERSION_NFIELDS];
+    be_version_fields(&v, f);
+    EXPECT(strcmp(f[0].key, "driver") == 0 && f[0].value == v.cuda.driver);
+    EXPECT(strcmp(f[4].key, "nccl_build") == 0 && f[4].value == v.nccl_build);
+    EXPECT(strcmp(f[5].key, "blas") == 0 && f[5].value == v.blas && v.blas[0]);
+    EXPECT(strcmp(v.nccl_build, DPS_NCCL_BUILD_VERSION) == 0);
+#ifdef DPS_HAVE_CUDA
+    /* from the probe's child process: the runtime this test is linked with */
+    char rt[32];
+    snprintf(rt, sizeof rt, "%d.%d", CUDART_VERSION / 1000, (CUDART_VERSION % 1000) / 10);
+    EXPECT(strcmp(v.cuda.runtime, rt) == 0);
+    EXPECT(v.cuda.driver[0] && v.cuda.cublas[0] && v.cuda.nccl[0]);
+#else
+    EXPECT(!v.cuda.driver[0] && !v.cuda.runtime[0] && !v.cuda.cublas[0] && !v.cuda.nccl[0]);
+#endif
+    be_close(be);
+}
+
+/* Without libnvidia-ml.so.1 (as on machines without a driver) NVML is
+ * reported absent and the sampler is simply not started. */
+static void test_nvml(void)
+{
+    char why[256];
+    if (nvml_available(why, sizeof why)) {
+        fprintf(stderr, "NVML is present here; only the absent case is tested\n");
+        return;
+    }
+    EXPECT(strstr(why, "libnvidia-ml.so.1") != NULL);
+    be_options o = {.kind = BE_HOST, .host_devices = 2};
+    backend *be = NULL;
+    EXPECT(be_open(&o, &be) == DPS_OK);
+    int devs[2] = {0, 1};
+    nvml_sampler *s = nvml_start(be, devs, 2, 20);
+    EXPECT(s == NULL);
+    nvml_counters c[2];
+    memset(c, 0, sizeof c);
+    nvml_stop(s, c); /* a NULL sampler is a no-op */
+    EXPECT(!c[0].have_pcie && !c[1].have_nvlink);
+    be_close(be);
+}
+
+/* --backend auto's choice without a CUDA device: the host only where no
+ * NVIDIA GPU shows; else a failure naming what was seen, CUDA's reason and
+ * --backend host. */
+static void test_backend_auto(void)
+{
+    be_auto_signs none = {.cuda_why = "no NVIDIA driver is installed", .nvml_gpus = -1,
+                          .built_with_cuda = 1};
+    EXPECT(be_auto_decide(&none) == DPS_OK);
+    be_auto_signs nodes = none;
+    nodes.dev_nodes = 8;
+    EXPECT(be_auto_decide(&nodes) == DPS_ERR_RUNTIME);
+    EXPECT(strstr(dps_errmsg(), "8 /dev/nvidiaN device nodes") && strstr(dps_errmsg(), "no NVIDIA "
+           "driver is installed") && strstr(dps_errmsg(), "--backend host"));
+    be_auto_signs nvml = none;
+    nvml.nvml_gpus = 1;
+    nvml.visible = "";
+    nvml.cuda_why = "cudaGetDeviceCount: no CUDA-capable device is detected";
+    EXPECT(be_auto_decide(&nvml) == DPS_ERR_RUNTIME);
+    EXPECT(strstr(dps_errmsg(), "NVML sees 1 GPU)") && strstr(dps_errmsg(), "no CUDA-capable") &&
+           strstr(dps_errmsg(), "CUDA_VISIBLE_DEVICES=\"\" may hide them"));
+    nvml.built_with_cuda = 0;
+    EXPECT(be_auto_decide(&nvml) == DPS_ERR_RUNTIME && strstr(dps_errmsg(), "built without CUDA"));
+    char dir[] = "/tmp/dps-devXXXXXX";
+    EXPECT(mkdtemp(dir) != NULL);
+    static const char *const names[] = {"nvidia0", "nvidia12", "nvidiactl", "nvidia-uvm",
+                                        "nvidia-caps", "nvidia", "nvme0", "nvidia3x"};
+    char path[64];
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        FILE *f = fopen(path, "w");
+        EXPECT(f != NULL);
+        if (f) fclose(f);
+    }
+    EXPECT(be_nvidia_dev_nodes(dir) == 2 && be_nvidia_dev_nodes("/nonexistent") == 0);
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        unlink(path);
+    }
+    rmdir(dir);
+}
+
+/* The counters' arithmetic: a field's integer, a wrapped counter's
+ * difference, per-link reads added up or, all alike, taken once. */
+static void test_nvml_fields(void)
+{
+    nvml_field f;
+    memset(&f, 0, sizeof f);
+    unsigned long long v = 0;
+    int bits = 0;
+    f.value_type = NVML_VALUE_UINT;
+    f.value.u = 4000000000u;
+    EXPECT(nvml_field_u64(&f, &v, &bits) && v == 4000000000ull && bits == 32);
+    f.value_type = NVML_VALUE_ULONGLONG;
+    f.value.ull = 1ull << 40;
+    EXPECT(nvml_field_u64(&f, &v, &bits) && v == 1ull << 40 && bits == 64);
+    f.ret = 3; /* NVML_ERROR_NOT_SUPPORTED */
+    EXPECT(!nvml_field_u64(&f, &v, &bits));
+    f.ret = 0;
+    f.value_type = 0; /* a double */
+    EXPECT(!nvml_field_u64(&f, &v, &bits));
+    EXPECT(nvml_counter_delta(0xffffff00u, 0x100u, 32) == 0x200);
+    EXPECT(nvml_counter_delta(10, 25, 32) == 15 && nvml_counter_delta(10, 25, 64) == 15);
+    EXPECT(nvml_counter_delta(~0ull - 4, 5, 64) == 10);
+    const unsigned long long alike[3] = {7, 7, 7}, apart[3] = {1, 2, 3}, one[1] = {9};
+    EXPECT(nvml_links_total(alike, 3) == 7 && nvml_links_total(apart, 3) == 6);
+    EXPECT(nvml_links_total(one, 1) == 9 && nvml_links_total(one, 0) == 0);
+}
+
+typedef struct nvml_stub {
+    int (*inits)(void), (*init_pid)(void);
+    void (*set_pcie)(unsigned, unsigned long long, unsigned long long);
+    void (*set_nvlink)(int, int, int, unsigned long long);
+} nvml_stub;
+
+/* One sampling of two GPUs through the stub: PCIe counters from `tx0`/`rx0`
+ * to `tx1`/`rx1` (of `type`), NVLink from 1000 to 1500 KiB a link. */
+static void nvml_stub_sample(const nvml_stub *st, unsigned type, const unsigned long long pcie[4],
+                             int links, int agg, int ignores, nvml_counters c[2])
+{
+    static backend fake; /* a cuda backend in all but name: NVML reads bus ids only */
+    memset(&fake, 0, sizeof fake);
+    fake.kind = BE_CUDA;
+    fake.ndev = 2;
+    snprintf(fake.info[0].bus_id, sizeof fake.info[0].bus_id, "0000:01:00.0");
+    snprintf(fake.info[1].bus_id, sizeof fake.info[1].bus_id, "0000:02:00.0");
+    st->set_pcie(type, pcie[0], pcie[1]);
+    st->set_nvlink(links, agg, ignores, 1000);
+    const int devs[2] = {0, 1};
+    nvml_sampler *s = nvml_start(&fake, devs, 2, 5);
+    EXPECT(s != NULL);
+    usleep(30 * 1000);
+    st->set_pcie(type, pcie[2], pcie[3]);
+    st->set_nvlink(links, agg, ignores, 1500);
+    memset(c, 0, 2 * sizeof *c);
+    nvml_stop(s, c);
+}
+
+/* NVML through tests/nvml_stub.c (DPSCALE_NVML_STUB names it): initialised
+ * again in a forked child; PCIe bytes from the cumulative counters, 32-bit
+ * ones across a wrap; NVLink from the aggregate, or the links added, or
+ * taken once where the driver answers each link with the total. */
+static void test_nvml_stub(void)
+{
+    const char *path = getenv("DPSCALE_NVML_STUB");
+    EXPECT(path != NULL);
+    if (!path) return;
+    nvml_use_library(path);
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    EXPECT(h != NULL);
+    if (!h) return;
+    nvml_stub st;
+    *(void **)&st.inits = dlsym(h, "nvml_stub_inits");
+    *(void **)&st.init_pid = dlsym(h, "nvml_stub_init_pid");
+    *(void **)&st.set_pcie = dlsym(h, "nvml_stub_set_pcie");
+    *(void **)&st.set_nvlink = dlsym(h, "nvml_stub_set_nvlink");
+    char why[256];
+    EXPECT(nvml_available(why, sizeof why) && st.inits() == 1 && st.init_pid() == (int)getpid());
+    pid_t pid = fork();
+    if (pid == 0) _exit(nvml_available(NULL, 0) && st.init_pid() == (int)getpid() ? 0 : 1);
+    int ws = 0;
+    EXPECT(pid > 0 && waitpid(pid, &ws, 0) == pid && WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+    EXPECT(nvml_available(NULL, 0) && st.inits() == 1); /* the parent's is kept */
+    nvml_counters c[2];
+    const unsigned long long wrap[4] = {0xffffff00u, 100, 0x100, 3000000100u};
+    nvml_stub_sample(&st, NVML_VALUE_UINT, wrap, 4, 0, 1, c);
+    for (int i = 0; i < 2; i++) {
+        EXPECT(c[i].have_pcie && c[i].pcie_tx_bytes == 512.0 && c[i].pcie_rx_bytes == 3e9);
+        EXPECT(c[i].have_nvlink && c[i].nvlink_tx_bytes == 500.0 * 1024 &&
+               c[i].nvlink_rx_bytes == 1000.0 * 1024);
+    }
+    const unsigned long long wide[4] = {1ull << 40, 7, (1ull << 40) + 5000000000ull, 7};
+    nvml_stub_sample(&st, NVML_VALUE_ULONGLONG, wide, 3, 0, 0, c);
+    EXPECT(c[0].pcie_tx_bytes == 5e9 && c[0].pcie_rx_bytes == 0.0);
+    EXPECT(c[0].nvlink_tx_bytes == 6 * 500.0 * 1024); /* links 1 + 2 + 3 times 500 KiB */
+    nvml_stub_sample(&st, NVML_VALUE_ULONGLONG, wide, 18, 1, 0, c);
+    EXPECT(c[1].nvlink_tx_bytes == 171 * 500.0 * 1024 && c[1].nvlink_rx_bytes == 342 * 500.0 * 1024);
+    dlclose(h);
+}
+
+static int child_uses_device(void *ctx, int rank, rank_beat *beat)
+{
+    (void)rank, (void)beat;
+    backend *be = ctx;
+    be_stream *st = NULL;
+    dps_status rc = be->ops->stream_create(be, 0, &st);
+    if (st) be->ops->stream_destroy(be, st);
+    return rc == DPS_OK ? 0 : 3;
+}
+
+/* The host backend keeps CUDA's rule: devices used by a parent cannot be
+ * used by a child it forks afterwards; a child of a parent that never used
+ * them can. */
+static void test_context(void)
+{
+    backend *be = NULL;
+    be_options bo = {.kind = BE_HOST, .host_devices = 2, .quiet = 1};
+    EXPECT(be_open(&bo, &be) == DPS_OK);
+    if (!be) return;
+    ranks_spec spec = {.nranks = 1, .rank_main = child_uses_device, .ctx = be, .timeout_s = 30};
+    EXPECT(ranks_run(&spec) == DPS_OK);
+    be_stream *st = NULL;
+    EXPECT(be->ops->stream_create(be, 0, &st) == DPS_OK);
+    EXPECT(ranks_run(&spec) != DPS_OK && strstr(dps_errmsg(), "exited with status 3"));
+    be->ops->stream_destroy(be, st);
+    be_close(be);
+}
+
+/* C = alpha op(A) op(B) + beta C in double, row-major (the GEMM's definition). */
+static void gemm_reference(int ta, int tb, int m, int n, int k, double alpha, const float *a,
+                           int lda, const float *b, int ldb, double beta, const float *c0,
+                           int ldc, double *out)
+{
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            double acc = 0;
+            for (int p = 0; p < k; p++)
+                acc += (double)(ta ? a[(size_t)p * lda + i] : a[(size_t)i * lda + p]) *
+                       (tb ? b[(size_t)j * ldb + p] : b[(size_t)p * ldb + j]);
+            out[(size_t)i * n + j] = alpha * acc + (beta == 0 ? 0 : beta * c0[(size_t)i * ldc + j]);
+        }
+}
+
+static int thread_count(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    int n = 0;
+    if (!d) return -1;
+    for (struct dirent *e; (e = readdir(d));)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+typedef struct gemm_thread_args {
+    backend *be;
+    int n;         /* square GEMM size */
+    int threads;   /* /proc/self/task after the GEMMs, from inside the thread */
+    dps_status rc;
+} gemm_thread_args;
+
+static void *gemm_thread(void *arg)
+{
+    gemm_thread_args *g = arg;
+    size_t nn = (size_t)g->n * g->n;
+    float *a = calloc(nn, 4), *b = calloc(nn, 4), *c = calloc(nn, 4);
+    g->rc = DPS_ERR_RUNTIME;
+    if (a && b && c) {
+        for (size_t i = 0; i < nn; i++) a[i] = b[i] = (float)(i % 7) - 3.0f;
+        g->rc = DPS_OK;
+        for (int t = 0; t < 4 && !g->rc; t++)
+            g->rc = g->be->ops->gemm(g->be, NULL, t & 1, t >> 1, g->n, g->n, g->n, 1.0f, a, g->n,
+                                     b, g->n, 0.0f, c, g->n);
+    }
+    g->threads = thread_count();
+    free(a); free(b); free(c);
+    return NULL;
+}
+
+/* The host GEMM, whichever library the build uses: row-major with leading
+ * dimensions wider than the matrices, every transpose, alpha and beta, C
+ * unread when beta is 0 (NaN there stays out), k = 0, m = 0; and it runs on
+ * the calling thread alone (an emulated device is one thread: a library
+ * that starts its own threads for a GEMM shows in /proc/self/task). */
+/* One GEMM with padded leading dimensions against a double-precision
+ * reference; the padding past each row of C must stay untouched. */
+static void gemm_case(backend *be, int ta, int tb, int m, int n, int k, int with_beta)
+{
+    int lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 5, ldc = n + 2;
+    size_t na = (size_t)(ta ? k : m) * lda, nb = (size_t)(tb ? n : k) * ldb;
+    size_t nc = (size_t)m * ldc;
+    float *a = malloc(na * 4), *b = malloc(nb * 4), *c = malloc(nc * 4);
+    double *want = malloc((size_t)m * n * sizeof *want);
+    for (size_t i = 0; i < na; i++) a[i] = dps_uniform(5, 1, i);
+    for (size_t i = 0; i < nb; i++) b[i] = dps_uniform(5, 2, i);
+    for (size_t i = 0; i < nc; i++) c[i] = with_beta ? dps_uniform(5, 3, i) : NAN;
+    float beta = with_beta ? 0.5f : 0.0f;
+    gemm_reference(ta, tb, m, n, k, 0.75, a, lda, b, ldb, beta, c, ldc, want);
+    EXPECT(be->ops->gemm(be, NULL, ta, tb, m, n, k, 0.75f, a, lda, b, ldb, beta, c, ldc) == DPS_OK);
+    double worst = 0;
+    int pad_kept = 1;
+    for (int i = 0; i < m; i++) {
+        for (int j = 0; j < n; j++) {
+            double err = fabs(c[(size_t)i * ldc + j] - want[(size_t)i * n + j]);
+            if (!(err <= worst)) worst = isnan(err) ? INFINITY : err;
+        }
+        for (int j = n; j < ldc; j++) /* past the row: not C's */
+            pad_kept &= with_beta ? c[(size_t)i * ldc + j] == dps_uniform(5, 3, (uint64_t)i * ldc + j)
+                                  : isnan(c[(size_t)i * ldc + j]);
+    }
+    if (worst > 1e-5 * k)
+        fprintf(stderr, "gemm %c%c m=%d n=%d k=%d beta=%g: max error %g\n", ta ? 'T' : 'N',
+                tb ? 'T' : 'N', m, n, k, beta, worst);
+    EXPECT(worst <= 1e-5 * k);
+    EXPECT(pad_kept);
+    free(a); free(b); free(c); free(want);
+}
+
+/* k = 0: C = beta C (zeros from NaN when beta is 0); m = 0 or n = 0: nothing */
+static void gemm_edges(backend *be)
+{
+    float a1 = 1.0f, b1 = 1.0f, c2[2] = {NAN, NAN}, c3[2] = {4.0f, -2.0f};
+    EXPECT(be->ops->gemm(be, NULL, 0, 0, 1, 2, 0, 1.0f, &a1, 1, &b1, 2, 0.0f, c2, 2) == DPS_OK);
+    EXPECT(c2[0] == 0.0f && c2[1] == 0.0f);
+    EXPECT(be->ops->gemm(be, NULL, 1, 0, 1, 2, 0, 1.0f, &a1, 1, &b1, 2, 0.5f, c3, 2) == DPS_OK);
+    EXPECT(c3[0] == 2.0f && c3[1] == -1.0f);
+    c2[0] = NAN;
+    EXPECT(be->ops->gemm(be, NULL, 0, 0, 0, 2, 1, 1.0f, &a1, 1, &b1, 2, 0.0f, c2, 2) == DPS_OK);
+    EXPECT(be->ops->gemm(be, NULL, 0, 0, 1, 0, 1, 1.0f, &a1, 1, &b1, 1, 0.0f, c2, 1) == DPS_OK);
+    EXPECT(isnan(c2[0]));
+}
+
+static void test_gemm(void)
+{
+    be_options o = {.kind = BE_HOST, .host_devices = 1, .quiet = 1};
+    backend *be = NULL;
+    EXPECT(be_open(&o, &be) == DPS_OK);
+    if (!be) return;
+    const int dims[][3] = {{1, 1, 1}, {5, 7, 3}, {33, 17, 65}, {64, 48, 130}, {7, 129, 40}};
+    for (size_t s = 0; s < sizeof dims / sizeof dims[0]; s++)
+        for (int t = 0; t < 8; t++)
+            gemm_case(be, t & 1, (t >> 1) & 1, dims[s][0], dims[s][1], dims[s][2], t >> 2);
+    gemm_edges(be);
+    /* two device threads one after the other, GEMMs big enough to be split */
+    for (int i = 0; i < 2; i++) {
+        int before = thread_count();
+        gemm_thread_args g = {.be = be, .n = 384};
+        pthread_t th;
+        EXPECT(pthread_create(&th, NULL, gemm_thread, &g) == 0);
+        pthread_join(th, NULL);
+        EXPECT(g.rc == DPS_OK);
+        if (g.threads != before + 1)
+            fprintf(stderr, "a GEMM thread saw %d threads, %d before it started\n", g.threads,
+                    before);
+        EXPECT(g.threads == before + 1);
+    }
+    be_close(be);
+}
+
+/* A signal that reaches a thread inside a host GEMM runs its handler on the
+ * thread's own stack. oneDNN's generated AVX-512 and AVX2 sgemm kernels
+ * (before oneDNN 3.11.2) point rsp into their heap workspace, so a handler
+ * run there writes its signal frame over the heap (a launcher's SIGINT to a
+ * rank in a step, then "corrupted size vs. prev_size" or "munmap_chunk():
+ * invalid pointer"). The handler compares its frame with the caller's;
+ * signals arrive from another thread every 50 us during the GEMMs. On a
+ * library or CPU without such kernels this passes either way. */
+static _Atomic uintptr_t gemm_caller_sp;
+static _Atomic int gemm_signals_seen, gemm_signals_off_stack, gemm_signals_stop;
+
+static void gemm_signal_handler(int sig)
+{
+    (void)sig;
+    char here;
+    uintptr_t sp = (uintptr_t)&here, caller = atomic_load(&gemm_caller_sp);
+    uintptr_t apart = sp > caller ? sp - caller : caller - sp;
+    atomic_fetch_add(&gemm_signals_seen, 1);
+    if (apart > ((uintptr_t)8 << 20)) atomic_fetch_add(&gemm_signals_off_stack, 1);
+}
+
+static void *gemm_signal_sender(void *arg)
+{
+    pthread_t target = *(pthread_t *)arg;
+    while (!atomic_load(&gemm_signals_stop)) {
+        pthread_kill(target, SIGUSR1);
+        struct timespec ts = {0, 50000};
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+static void test_gemm_signals(void)
+{
+    be_options o = {.kind = BE_HOST, .host_devices = 1, .quiet = 1};
+    backend *be = NULL;
+    EXPECT(be_open(&o, &be) == DPS_OK);
+    if (!be) return;
+    enum { N = 512 };
+    float *a = calloc((size_t)N * N, 4), *b = calloc((size_t)N * N, 4), *c = calloc((size_t)N * N, 4);
+    for (size_t i = 0; a && b && i < (size_t)N * N; i++) a[i] = b[i] = (float)(i % 7) - 3.0f;
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = gemm_signal_handler;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGUSR1, &sa, &old);
+    char caller;
+    atomic_store(&gemm_caller_sp, (uintptr_t)&caller);
+    pthread_t self = pthread_self(), sender;
+    EXPECT(pthread_create(&sender, NULL, gemm_signal_sender, &self) == 0);
+    for (int r = 0; a && b && c && r < 8; r++)
+        EXPECT(be->ops->gemm(be, NULL, r & 1, (r >> 1) & 1, N, N, N, 1.0f, a, N, b, N, 0.0f, c,
+                             N) == DPS_OK);
+    atomic_store(&gemm_signals_stop, 1);
+    pthread_join(sender, NULL);
+    sigaction(SIGUSR1, &old, NULL);
+    if (atomic_load(&gemm_signals_off_stack))
+        fprintf(stderr, "%d of %d signals ran their handler off the GEMM thread's stack\n",
+                atomic_load(&gemm_signals_off_stack), atomic_load(&gemm_signals_seen));
+    EXPECT(atomic_load(&gemm_signals_seen) > 0);
+    EXPECT(atomic_load(&gemm_signals_off_stack) == 0);
+    free(a); free(b); free(c);
+    be_close(be);
+}
+
+EXPECT_GROUPS(GROUP(elementwise), GROUP(host_math), GROUP(col_sum), GROUP(autocast_ops),
+              GROUP(scale_copy), GROUP(accounting), GROUP(versions), GROUP(nvml),
+              GROUP(backend_auto), GROUP(nvml_fields), GROUP(nvml_stub), GROUP(context),
+              GROUP(gemm), GROUP(gemm_signals));

@@ -1,0 +1,632 @@
+/* Unit tests of comm/: the shared-memory ring, the collectives' abort and
+ * watchdog, the ranks' TCP store. */
+#include <errno.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+
+#include "backend/backend.h"
+#include "comm/comm.h"
+#include "comm/comm_watch.h"
+#include "comm/store_keys.h"
+#include "comm/store_wire.h"
+#include "core/util.h"
+#include "launch/ranks.h"
+
+#include "expect.h"
+
+static float ring_value(int rank, size_t i) { return (float)((rank * 7 + (int)(i % 13)) % 19); }
+
+typedef struct ring_case {
+    size_t n;
+    comm_dtype dt;
+    int bcast;           /* broadcast from rank 1 instead of all-reduce */
+} ring_case;
+
+/* Every case of one group of ranks, run in one set of rank processes. */
+typedef struct ring_cases {
+    comm_shared *sh;
+    ring_case c[32];
+    int n;
+} ring_cases;
+
+/* A rank's comm on a host backend of nranks emulated devices. */
+static dps_status open_rank(comm_shared *sh, int rank, backend **be, comm **c)
+{
+    be_options bo = {.kind = BE_HOST, .host_devices = sh->nranks, .quiet = 1};
+    DPS_TRY(be_open(&bo, be));
+    comm_params cp = {sh, rank, *be, rank, 20000.0, NULL, NULL};
+    return comm_open(&cp, c);
+}
+
+static int ring_check(const ring_case *k, int nranks, int rank, const char *buf)
+{
+    for (size_t i = 0; i < k->n; i++) {
+        float want = 0.0f;
+        if (k->bcast) want = ring_value(9, i);
+        else
+            for (int r = 0; r < nranks; r++) want += ring_value(r, i);
+        float got = k->dt == COMM_F32 ? ((const float *)buf)[i]
+                                      : dps_bf16_to_f32(((const uint16_t *)buf)[i]);
+        if (got != want) {
+            fprintf(stderr, "rank %d/%d n=%zu %s: [%zu] = %g, expected %g\n", rank, nranks, k->n,
+                    k->bcast ? "broadcast" : k->dt == COMM_F32 ? "f32" : "bf16", i, got, want);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* One case: all-reduce (or broadcast) n elements and compare with the exact result. */
+static int ring_one(comm *c, const ring_case *k, int rank)
+{
+    char *buf = malloc(k->n * comm_dtype_bytes(k->dt) + 1);
+    if (!buf) return 1;
+    for (size_t i = 0; i < k->n; i++) {
+        float v = k->bcast ? (rank == 1 ? ring_value(9, i) : -1.0f) : ring_value(rank, i);
+        if (k->dt == COMM_F32) ((float *)buf)[i] = v;
+        else ((uint16_t *)buf)[i] = dps_f32_to_bf16(v);
+    }
+    dps_status rc = k->bcast ? comm_broadcast(c, buf, k->n * comm_dtype_bytes(k->dt), 1)
+                             : comm_allreduce(c, buf, k->n, k->dt);
+    int bad = rc != DPS_OK || ring_check(k, c->nranks, rank, buf);
+    free(buf);
+    return bad;
+}
+
+static int ring_rank(void *ctx, int rank, rank_beat *beat)
+{
+    const ring_cases *a = ctx;
+    backend *be = NULL;
+    comm *c = NULL;
+    int bad = open_rank(a->sh, rank, &be, &c) != DPS_OK;
+    for (int k = 0; !bad && k < a->n; k++) {
+        ranks_beat_step(beat, k);
+        bad = ring_one(c, &a->c[k], rank);
+    }
+    comm_close(c);
+    if (be) be_close(be);
+    return bad;
+}
+
+static void run_ranks(int nranks, int (*rank_main)(void *, int, rank_beat *), void *ctx,
+                      const char *what)
+{
+    ranks_spec spec = {.nranks = nranks, .rank_main = rank_main, .ctx = ctx, .timeout_s = 60};
+    if (ranks_run(&spec) != DPS_OK) {
+        fprintf(stderr, "%s with %d ranks: %s\n", what, nranks, dps_errmsg());
+        failures++;
+    }
+}
+
+static void add_case(ring_cases *a, size_t n, comm_dtype dt, int bcast)
+{
+    if (a->n < (int)(sizeof a->c / sizeof a->c[0])) a->c[a->n++] = (ring_case){n, dt, bcast};
+    else failures++;
+}
+
+/* Counts around the ring's chunk and slot boundaries, f32 and bf16, and
+ * broadcasts, for 1 to 5 ranks: one group of rank processes per count. */
+static void test_ring(void)
+{
+    size_t slot = COMM_SLOT_BYTES / 4;
+    size_t counts[] = {0, 1, 2, 3, 5, 7, 1000, 4099, slot - 1, slot + 5, 3 * slot + 1};
+    for (int nr = 1; nr <= 5; nr++) {
+        size_t bytes = comm_shared_bytes(nr);
+        ring_cases *a = calloc(1, sizeof *a);
+        comm_shared *sh = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        EXPECT(a && sh != MAP_FAILED);
+        if (!a || sh == MAP_FAILED) return;
+        comm_shared_init(sh, nr);
+        a->sh = sh;
+        for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
+            add_case(a, counts[i], COMM_F32, 0);
+            if (counts[i] < 5000) add_case(a, counts[i], COMM_BF16, 0);
+        }
+        if (nr == 3) add_case(a, 2 * slot + 3, COMM_BF16, 0); /* bf16 pieces cross slots */
+        if (nr >= 2 && nr <= 4) {
+            add_case(a, 1, COMM_F32, 1);
+            add_case(a, 3 * slot + 7, COMM_F32, 1);
+        }
+        run_ranks(nr, ring_rank, a, "ring");
+        munmap(sh, bytes);
+        free(a);
+    }
+}
+
+/* Rank 1 aborts the group; rank 0's collective in flight fails, and so does
+ * every later one (blocking and async), with the same message. */
+static int abort_rank(void *ctx, int rank, rank_beat *beat)
+{
+    (void)beat;
+    comm_shared *sh = ctx;
+    if (rank == 1) {
+        comm_shared_abort(sh);
+        return 0;
+    }
+    backend *be = NULL;
+    comm *c = NULL;
+    float buf[64] = {0};
+    char first[DPS_ERRMSG_MAX];
+    if (open_rank(sh, rank, &be, &c)) return 1;
+    int bad = comm_allreduce(c, buf, 64, COMM_F32) == DPS_OK;
+    dps_strlcpy(first, dps_errmsg(), sizeof first);
+    bad |= strstr(first, "aborted") == NULL;
+    /* the flag cleared, only the comm's own memory of the failure stops the
+     * calls below (without it they would wait and time out differently) */
+    atomic_store(&sh->abort, 0);
+    c->timeout_ms = 100.0;
+    bad |= comm_allreduce(c, buf, 64, COMM_F32) == DPS_OK || strcmp(dps_errmsg(), first) != 0;
+    bad |= comm_broadcast(c, buf, sizeof buf, 0) == DPS_OK || strcmp(dps_errmsg(), first) != 0;
+    bad |= comm_barrier(c) == DPS_OK;
+    be_event *ev = NULL;
+    be_stream *st = NULL;
+    bad |= be->ops->event_create(be, 0, &ev) != DPS_OK || be->ops->stream_create(be, 0, &st) != DPS_OK;
+    bad |= comm_allreduce_async(c, buf, 64, COMM_F32, ev) == DPS_OK;
+    double busy = 0.0;
+    bad |= comm_wait_async(c, st) == DPS_OK || strcmp(dps_errmsg(), first) != 0;
+    bad |= comm_sync(c, st, &busy) == DPS_OK || strcmp(dps_errmsg(), first) != 0;
+    if (bad) fprintf(stderr, "comm_abort: a collective after the abort did not fail with '%s'\n", first);
+    if (ev) be->ops->event_destroy(be, ev);
+    if (st) be->ops->stream_destroy(be, st);
+    comm_close(c);
+    be_close(be);
+    return bad;
+}
+
+/* Every async all-reduce issued before a wait is done after it, in order;
+ * the step's sync hands out the time they ran. */
+static int async_rank(void *ctx, int rank, rank_beat *beat)
+{
+    (void)beat;
+    comm_shared *sh = ctx;
+    backend *be = NULL;
+    comm *c = NULL;
+    be_event *ev = NULL;
+    be_stream *st = NULL;
+    float buf[3][100];
+    if (open_rank(sh, rank, &be, &c) || be->ops->event_create(be, rank, &ev) ||
+        be->ops->stream_create(be, rank, &st))
+        return 1;
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < 100; i++) buf[k][i] = (float)(rank + k * i);
+    int bad = 0;
+    for (int k = 0; k < 3; k++) bad |= comm_allreduce_async(c, buf[k], 100, COMM_F32, ev) != DPS_OK;
+    double busy = 0.0;
+    bad |= comm_wait_async(c, st) != DPS_OK;
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < 100; i++) bad |= buf[k][i] != (float)(0 + 1 + 2 * k * i);
+    double waited = c->waited_ms;
+    bad |= comm_sync(c, st, &busy) != DPS_OK || !(waited >= 0.0) || busy != waited;
+    bad |= c->waited_ms != 0.0; /* handed out once */
+    be->ops->event_destroy(be, ev);
+    be->ops->stream_destroy(be, st);
+    comm_close(c);
+    be_close(be);
+    return bad;
+}
+
+/* A fake of what comm_watch watches: collectives that report an error
+ * after `fail_at` checks (0: never), and a device wait that ends when its
+ * work is done (done_ms after it began; 0: never) or when aborted. */
+typedef struct fake_coll {
+    _Atomic int checks, aborts;
+    int fail_at;
+} fake_coll;
+
+static dps_status fake_check(void *ctx, char *why, size_t len)
+{
+    fake_coll *f = ctx;
+    int n = atomic_fetch_add(&f->checks, 1) + 1;
+    if (!f->fail_at || n < f->fail_at) return DPS_OK;
+    snprintf(why, len, "fake asynchronous error");
+    return DPS_ERR_RUNTIME;
+}
+
+static void fake_abort(void *ctx) { atomic_fetch_add(&((fake_coll *)ctx)->aborts, 1); }
+
+/* The host's blocking wait; how long it took. */
+static double fake_wait(fake_coll *f, double done_ms)
+{
+    double t0 = dps_now_ms();
+    while (!atomic_load(&f->aborts) && (done_ms <= 0 || dps_now_ms() - t0 < done_ms)) {
+        struct timespec ts = {0, 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return dps_now_ms() - t0;
+}
+
+/* One armed wait of the fake: its status, why, the wait's length. */
+static dps_status watched(comm_watch *w, fake_coll *f, double timeout_ms, double done_ms,
+                          char *why, double *ms)
+{
+    comm_watch_arm(w, timeout_ms);
+    *ms = fake_wait(f, done_ms);
+    return comm_watch_disarm(w, why, DPS_ERRMSG_MAX);
+}
+
+/* The watchdog ends a wait on a timeout, an error the collectives report or
+ * the group's abort, each by aborting them once; a wait that ends in time
+ * is left alone, and nothing is looked at while the host does not wait. */
+static void test_comm_watch(void)
+{
+    static const comm_watch_ops ops = {fake_check, fake_abort};
+    char why[DPS_ERRMSG_MAX];
+    double ms = 0.0;
+    _Atomic int flag = 0;
+    fake_coll f = {0, 0, 0};
+    comm_watch *w = NULL;
+    EXPECT(comm_watch_start(&w, &ops, &f, &flag) == DPS_OK);
+    if (!w) return;
+    EXPECT(watched(w, &f, 10000.0, 20.0, why, &ms) == DPS_OK); /* done in time */
+    EXPECT(atomic_load(&f.aborts) == 0 && atomic_load(&f.checks) >= 1);
+    atomic_store(&flag, 1); /* while nobody waits: not looked at */
+    struct timespec pause = {0, 30 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+    EXPECT(atomic_load(&f.aborts) == 0 && !comm_watch_aborted(w));
+    EXPECT(watched(w, &f, 0.0, 0.0, why, &ms) == DPS_ERR_RUNTIME);
+    EXPECT(strstr(why, "group was aborted") != NULL && atomic_load(&f.aborts) == 1);
+    EXPECT(comm_watch_aborted(w) && ms < 5000.0);
+    comm_watch_stop(w);
+
+    f = (fake_coll){0, 0, 0};
+    EXPECT(comm_watch_start(&w, &ops, &f, NULL) == DPS_OK);
+    if (!w) return;
+    EXPECT(watched(w, &f, 50.0, 0.0, why, &ms) == DPS_ERR_TIMEOUT);
+    EXPECT(strstr(why, "--timeout") != NULL && atomic_load(&f.aborts) == 1);
+    EXPECT(ms >= 50.0 && ms < 5000.0);
+    EXPECT(watched(w, &f, 50.0, 1.0, why, &ms) == DPS_ERR_TIMEOUT); /* the first failure kept */
+    comm_watch_fail(w, DPS_ERR_RUNTIME, "seen by the host");
+    EXPECT(atomic_load(&f.aborts) == 1); /* aborted once */
+    comm_watch_stop(w);
+
+    f = (fake_coll){0, 0, 3};
+    EXPECT(comm_watch_start(&w, &ops, &f, NULL) == DPS_OK);
+    if (!w) return;
+    EXPECT(watched(w, &f, 0.0, 0.0, why, &ms) == DPS_ERR_RUNTIME);
+    EXPECT(strcmp(why, "fake asynchronous error") == 0 && atomic_load(&f.checks) == 3);
+    EXPECT(atomic_load(&f.aborts) == 1);
+    comm_watch_stop(w);
+
+    f = (fake_coll){0, 0, 0};
+    EXPECT(comm_watch_start(&w, &ops, &f, NULL) == DPS_OK);
+    if (!w) return;
+    comm_watch_fail(w, DPS_ERR_OOM, "a failure the host saw");
+    EXPECT(atomic_load(&f.aborts) == 1 && comm_watch_aborted(w));
+    EXPECT(watched(w, &f, 0.0, 1.0, why, &ms) == DPS_ERR_OOM && strstr(why, "host saw") != NULL);
+    comm_watch_stop(w);
+    comm_watch_stop(NULL);
+
+    /* last: the process stays escalated (its grace's alarm taken back) */
+    f = (fake_coll){0, 0, 0};
+    EXPECT(comm_watch_start(&w, &ops, &f, NULL) == DPS_OK);
+    if (!w) return;
+    dps_install_interrupt_handlers();
+    raise(SIGINT);
+    nanosleep(&(struct timespec){0, 150 * 1000 * 1000}, NULL); /* not the same ^C again */
+    raise(SIGINT);
+    alarm(0);
+    EXPECT(dps_escalated());
+    EXPECT(watched(w, &f, 0.0, 0.0, why, &ms) == DPS_ERR_RUNTIME);
+    EXPECT(strstr(why, "second SIGINT") != NULL && atomic_load(&f.aborts) == 1);
+    comm_watch_stop(w);
+}
+
+static void test_comm_abort(void)
+{
+    size_t bytes = comm_shared_bytes(2);
+    comm_shared *sh = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    EXPECT(sh != MAP_FAILED);
+    if (sh == MAP_FAILED) return;
+    comm_shared_init(sh, 2);
+    run_ranks(2, async_rank, sh, "async all-reduce");
+    comm_shared_init(sh, 2);
+    run_ranks(2, abort_rank, sh, "abort");
+    munmap(sh, bytes);
+}
+
+static int store_keys_not_c0(const store_key *e, const void *ctx)
+{
+    (void)ctx;
+    return strncmp(e->key, "c0/", 3) != 0;
+}
+
+/* The key table: found at any count, dropped by a rule, full at its size. */
+static void test_store_keys(void)
+{
+    store_keys t;
+    EXPECT(store_keys_init(&t, 1000) == DPS_OK);
+    char key[32];
+    for (int i = 0; i < 1000; i++) {
+        snprintf(key, sizeof key, "c%d/k%d", i % 3, i);
+        char *val = malloc(8);
+        snprintf(val, 8, "%d", i);
+        EXPECT(store_keys_add(&t, key, val, strlen(val), i % 7, 0) != NULL);
+    }
+    char *extra = malloc(1);
+    EXPECT(store_keys_add(&t, "one too many", extra, 0, 0, 0) == NULL);
+    free(extra);
+    store_key *e = store_keys_find(&t, "c1/k421");
+    EXPECT(e && !strcmp(e->val, "421") && e->owner == 421 % 7);
+    EXPECT(!store_keys_find(&t, "c1/k1000") && !store_keys_find(&t, ""));
+    EXPECT(store_keys_drop(&t, store_keys_not_c0, NULL) == 334 && t.n == 666);
+    EXPECT(!store_keys_find(&t, "c0/k0") && store_keys_find(&t, "c2/k998"));
+    store_keys_free(&t);
+}
+
+/* A frame read as its bytes come, one at a time; values and words held to
+ * their limits before anything is allocated; bytes that are no frame. */
+static void test_store_reader(void)
+{
+    int sv[2];
+    EXPECT(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+    unsigned char h[STORE_HEAD_BYTES];
+    store_head(h, ST_SET, 3, 5);
+    const char *rest = "keyhello";
+    store_reader r = {0};
+    store_frame f;
+    int rc = 1;
+    for (int i = 0; i < STORE_HEAD_BYTES + 8; i++) {
+        EXPECT(rc == 1);
+        const char *next = i < STORE_HEAD_BYTES ? (const char *)h + i : rest + i - STORE_HEAD_BYTES;
+        (void)!write(sv[1], next, 1);
+        rc = store_read(sv[0], &r, &f, 5, 1 << 20);
+    }
+    EXPECT(rc == 0 && f.type == ST_SET && !strcmp(f.key, "key") && f.len == 5 &&
+           !strcmp(f.val, "hello") && r.got == 0);
+    store_frame_free(&f);
+    store_head(h, ST_SET, 1, 1u << 30); /* 1 GiB announced, 64 KiB allowed */
+    (void)!write(sv[1], h, sizeof h);
+    (void)!write(sv[1], "k", 1);
+    EXPECT(store_read(sv[0], &r, &f, 65536, 1 << 20) == -1 && errno == EMSGSIZE &&
+           r.f.len == 1u << 30 && !strcmp(r.f.key, "k") && !r.f.val);
+    store_reader_free(&r);
+    store_head(h, ST_ABORT, 0, STORE_WORDS_MAX + 1); /* words, not a value */
+    (void)!write(sv[1], h, sizeof h);
+    EXPECT(store_read(sv[0], &r, &f, 1 << 20, 1 << 20) == -1 && errno == EMSGSIZE);
+    store_reader_free(&r);
+    close(sv[1]);
+    EXPECT(store_read(sv[0], &r, &f, 0, 1 << 20) == 2); /* the end, between frames */
+    close(sv[0]);
+    EXPECT(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+    (void)!write(sv[1], "GET / HTTP/1.1\r\n", 16);
+    EXPECT(store_read(sv[0], &r, &f, 1 << 20, 1 << 20) == -1 && errno == EPROTO);
+    store_reader_free(&r);
+    close(sv[1]);
+    close(sv[0]);
+}
+
+/* A raw connection to the store on 127.0.0.1:port. */
+static int store_raw(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    EXPECT(fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0);
+    return fd;
+}
+
+/* Everything the store sends fd until it closes it, within ms. */
+static size_t store_raw_drain(int fd, char *buf, size_t len, int ms)
+{
+    size_t n = 0;
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    while (n + 1 < len && poll(&p, 1, ms) > 0) {
+        ssize_t got = recv(fd, buf + n, len - 1 - n, 0);
+        if (got <= 0) break;
+        n += (size_t)got;
+    }
+    buf[n] = '\0';
+    for (size_t i = 0; i < n; i++) if (!buf[i]) buf[i] = ' '; /* headers' zeros */
+    return n;
+}
+
+/* A second process claiming a rank is refused, named, and the job goes
+ * on; a peer that stalls mid-frame or says nothing stalls no one and is
+ * refused at the timeout. */
+static void test_store_peers(void)
+{
+    store_server *srv;
+    EXPECT(store_server_start(0, 2, 600.0, &srv) == DPS_OK);
+    int port = store_server_port(srv), slow = store_raw(port), idle = store_raw(port);
+    (void)!write(slow, "\x02", 1); /* a frame's first byte, then nothing */
+    double t0 = dps_now_ms();
+    dps_store *c[3];
+    store_member m[2];
+    EXPECT(store_connect("127.0.0.1", port, 0, 2, 5000.0, &c[0]) == DPS_OK);
+    EXPECT(store_connect("127.0.0.1", port, 1, 2, 5000.0, &c[1]) == DPS_OK);
+    EXPECT(store_connect("127.0.0.1", port, 1, 2, 5000.0, &c[2]) == DPS_ERR_RUNTIME);
+    EXPECT(strstr(dps_errmsg(), "refused this process: two processes claim rank 1"));
+    EXPECT(store_roster(c[1], m, 2) == DPS_OK && dps_now_ms() - t0 < 400.0);
+    char buf[2048];
+    store_raw_drain(slow, buf, sizeof buf, 2000);
+    EXPECT(strstr(buf, "a frame began (1 bytes) and the rest did not come within --timeout 0.6 s"));
+    store_raw_drain(idle, buf, sizeof buf, 2000);
+    EXPECT(strstr(buf, "it said no hello within --timeout 0.6 s"));
+    EXPECT(dps_now_ms() - t0 < 600.0 + 1500.0);
+    int asked;
+    char why[DPS_ERRMSG_MAX];
+    EXPECT(store_server_failure(srv, &asked, why, sizeof why) == DPS_OK); /* the job goes on */
+    close(slow);
+    close(idle);
+    store_close(c[0]);
+    store_close(c[1]);
+    store_server_stop(srv);
+}
+
+/* A raw peer that says hello as rank r of pid 4242, both connections. */
+static void store_raw_hello(int ctl, int req, int r)
+{
+    char hello[64];
+    int n = snprintf(hello, sizeof hello, "%d 4242 evil lo", r);
+    EXPECT(store_send(ctl, ST_HELLO, "ctl", hello, (size_t)n, 0) == 0);
+    EXPECT(store_send(req, ST_HELLO, "req", hello, (size_t)n, 0) == 0);
+}
+
+/* A rank's share: keys beyond it, a value over the rendezvous limit and
+ * records over the configuration's are refused, the peer named, and the
+ * group fails; the keys of configurations before the last two begun are
+ * dropped, so that any number of configurations stays within the share. */
+static void test_store_bounds(void)
+{
+    store_server *srv;
+    EXPECT(store_server_start(0, 3, 5000.0, &srv) == DPS_OK);
+    int port = store_server_port(srv), ctl = store_raw(port), req = store_raw(port);
+    store_raw_hello(ctl, req, 1);
+    char key[32], why[DPS_ERRMSG_MAX];
+    for (int i = 0; i <= STORE_KEYS_PER_RANK; i++) {
+        snprintf(key, sizeof key, "k%d", i);
+        EXPECT(store_send(req, ST_SET, key, "v", 1, 0) == 0);
+    }
+    int asked;
+    for (int i = 0; i < 200 && !store_server_failure(srv, &asked, why, sizeof why); i++) usleep(5000);
+    EXPECT(strstr(why, "refused 127.0.0.1:") && strstr(why, "rank 1's request connection, pid 4242 "
+           "on host evil") && strstr(why, "it set key k16 beyond the 16 keys a rank needs"));
+    close(ctl);
+    close(req);
+    store_server_stop(srv);
+
+    EXPECT(store_server_start(0, 2, 5000.0, &srv) == DPS_OK);
+    port = store_server_port(srv);
+    ctl = store_raw(port);
+    req = store_raw(port);
+    store_raw_hello(ctl, req, 1);
+    size_t big = store_rendezvous_max(2) + 1;
+    char *blob = calloc(1, big);
+    EXPECT(store_send(req, ST_SET, "addr", blob, big, 0) == 0);
+    for (int i = 0; i < 200 && !store_server_failure(srv, &asked, why, sizeof why); i++) usleep(5000);
+    EXPECT(strstr(why, "it sent 4609 bytes for key \"addr\" (frame type 2); a key of a 2-rank "
+           "world holds 4608 bytes at most"));
+    free(blob);
+    close(ctl);
+    close(req);
+    store_server_stop(srv);
+
+    EXPECT(store_server_start(0, 2, 5000.0, &srv) == DPS_OK);
+    dps_store *c[2];
+    for (int r = 0; r < 2; r++)
+        EXPECT(store_connect("127.0.0.1", store_server_port(srv), r, 2, 5000.0, &c[r]) == DPS_OK);
+    for (int cfg = 0; cfg < 12; cfg++) { /* 4 keys a configuration: 12 × 4 > 16 */
+        char prefix[16];
+        snprintf(prefix, sizeof prefix, "c%d/", cfg);
+        store_server_begin(srv, prefix, 100);
+        store_set_prefix(c[0], prefix);
+        store_set_prefix(c[1], prefix);
+        for (int k = 0; k < 4; k++) {
+            snprintf(key, sizeof key, "k%d", k);
+            EXPECT(store_set(c[1], key, "v", 1) == DPS_OK);
+        }
+        void *val = NULL;
+        size_t len = 0;
+        EXPECT(store_get(c[0], "k3", 1, &val, &len, 2000.0) == DPS_OK && len == 1);
+        free(val);
+    }
+    EXPECT(store_server_failure(srv, &asked, why, sizeof why) == DPS_OK);
+    char rec[101] = {0};
+    EXPECT(store_post(c[1], "report", rec, sizeof rec) == DPS_OK);
+    for (int i = 0; i < 200 && !store_server_failure(srv, &asked, why, sizeof why); i++) usleep(5000);
+    EXPECT(strstr(why, "rank 1's control connection") &&
+           strstr(why, "this configuration's records are 100 bytes at most"));
+    store_close(c[0]);
+    store_close(c[1]);
+    store_server_stop(srv);
+}
+
+/* A listener whose accept queue is full drops connections' SYNs: a rank
+ * gives up at its timeout, not after the kernel's minutes of retries. */
+static void test_store_no_accept(void)
+{
+    int l = socket(AF_INET, SOCK_STREAM, 0), fill[4];
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof a;
+    EXPECT(bind(l, (struct sockaddr *)&a, sizeof a) == 0 && listen(l, 0) == 0);
+    EXPECT(getsockname(l, (struct sockaddr *)&a, &al) == 0);
+    for (int i = 0; i < 4; i++) {
+        fill[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        (void)!connect(fill[i], (struct sockaddr *)&a, sizeof a);
+    }
+    usleep(200000);
+    dps_store *c = NULL;
+    double t0 = dps_now_ms();
+    EXPECT(store_connect("127.0.0.1", ntohs(a.sin_port), 1, 2, 400.0, &c) == DPS_ERR_TIMEOUT);
+    EXPECT(dps_now_ms() - t0 < 400.0 + 500.0);
+    EXPECT(strstr(dps_errmsg(), "within --timeout 0.4 s"));
+    for (int i = 0; i < 4; i++) close(fill[i]);
+    close(l);
+}
+
+/* What a store client's watch saw: the server's word to abort. */
+typedef struct store_seen { _Atomic int lost; char why[DPS_ERRMSG_MAX]; } store_seen;
+
+static int store_idle(void *ctx, int *step) { (void)ctx; *step = 1; return 0; }
+
+static void store_lost(void *ctx, const char *why)
+{
+    store_seen *s = ctx;
+    dps_strlcpy(s->why, why, sizeof s->why);
+    atomic_store(&s->lost, 1);
+}
+
+/* The ranks' store: keys, the roster, a rank that ends without its key
+ * (GONE at once, named), a rank whose connection closes without a word
+ * (every other rank told to abort, the rank named), and ranks that never
+ * arrive (named, within the timeout). */
+static void test_store(void)
+{
+    store_server *srv;
+    EXPECT(store_server_start(0, 3, 10000.0, &srv) == DPS_OK);
+    int port = store_server_port(srv);
+    dps_store *c[3];
+    for (int r = 0; r < 3; r++)
+        EXPECT(store_connect("127.0.0.1", port, r, 3, 5000.0, &c[r]) == DPS_OK);
+    store_member m[3];
+    EXPECT(store_roster(c[2], m, 3) == DPS_OK && m[1].pid == (int)getpid());
+    EXPECT(!strcmp(m[0].addr, "127.0.0.1"));
+    store_set_prefix(c[0], "c0/");
+    store_set_prefix(c[1], "c0/");
+    EXPECT(store_set(c[0], "k", "hello", 5) == DPS_OK);
+    void *val = NULL;
+    size_t len = 0;
+    EXPECT(store_get(c[1], "k", 0, &val, &len, 1000.0) == DPS_OK && len == 5 && !memcmp(val, "hello", 5));
+    free(val);
+    EXPECT(store_get(c[2], "k", 0, &val, &len, 200.0) == DPS_ERR_TIMEOUT); /* another prefix */
+    store_seen seen = {0};
+    EXPECT(store_watch(c[0], store_idle, store_lost, &seen) == DPS_OK);
+    store_finish(c[2]);
+    store_close(c[2]);
+    EXPECT(store_get(c[1], "never", 2, &val, &len, 5000.0) == DPS_ERR_RUNTIME);
+    EXPECT(strstr(dps_errmsg(), "rank 2 (pid") && strstr(dps_errmsg(), "ended without setting"));
+    store_close(c[1]); /* gone without a word */
+    for (int i = 0; i < 300 && !atomic_load(&seen.lost); i++) usleep(10000);
+    EXPECT(atomic_load(&seen.lost) && strstr(seen.why, "rank 1 (pid") &&
+           strstr(seen.why, "ended without a word"));
+    int asked;
+    char why[DPS_ERRMSG_MAX];
+    EXPECT(store_server_failure(srv, &asked, why, sizeof why) == DPS_ERR_RUNTIME && !asked);
+    store_close(c[0]);
+    store_server_stop(srv);
+
+    EXPECT(store_server_start(0, 2, 300.0, &srv) == DPS_OK);
+    EXPECT(store_connect("127.0.0.1", store_server_port(srv), 0, 2, 300.0, &c[0]) == DPS_OK);
+    EXPECT(store_roster(c[0], m, 2) != DPS_OK);
+    EXPECT(strstr(dps_errmsg(), "1 of 2 ranks arrived within --timeout 0.3 s; missing: 1"));
+    EXPECT(store_server_failure(srv, &asked, why, sizeof why) == DPS_ERR_TIMEOUT);
+    store_close(c[0]);
+    store_server_stop(srv);
+    test_store_keys();
+    test_store_reader();
+    test_store_peers();
+    test_store_bounds();
+    test_store_no_accept();
+}
+
+EXPECT_GROUPS(GROUP(ring), GROUP(comm_abort), GROUP(comm_watch), GROUP(store));

@@ -1,0 +1,222 @@
+/* Unit tests of model/: the presets, the batch thread, the gradients against
+ * finite differences, the model under autocast, DDP's buckets. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend/backend.h"
+#include "model/batches.h"
+#include "model/bucket.h"
+#include "model/model.h"
+#include "strategies/ddp.h"
+
+#include "expect.h"
+
+static void test_presets(void)
+{
+    /* hand-computed: tiny = 2 * (64*64 + 64) + 64*16 + 16 */
+    const model_preset *t = model_find_preset("tiny");
+    EXPECT(t && model_param_count(t->shape) == 9360);
+    EXPECT(model_matmul_params(t->shape) == 2 * 64 * 64 + 64 * 16);
+    struct { const char *name; double params, fwd_gflop; } want[] = {
+        {"resnet50", 25.6e6, 8.2}, {"bert-large", 335e6, 343.0}, {"gpt2", 124e6, 254.0},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        const model_preset *p = model_find_preset(want[i].name);
+        EXPECT(p != NULL);
+        if (!p) continue;
+        double params = (double)model_param_count(p->shape);
+        double gflop = model_fwd_flops_per_sample(p->shape) / 1e9;
+        EXPECT(fabs(params / want[i].params - 1.0) < 0.02);
+        EXPECT(fabs(gflop / want[i].fwd_gflop - 1.0) < 0.03);
+    }
+    EXPECT(model_find_preset("nope") == NULL);
+    /* the layout tiles the flat buffer exactly */
+    model_shape s = {3, 5, 2, 7};
+    EXPECT(model_weight_offset(s, 1) == 30 && model_bias_offset(s, 0) == 25);
+    EXPECT(model_bias_offset(s, 3) + 7 == model_param_count(s));
+}
+
+/* The batches made on the helper thread, ahead of each step or when asked:
+ * model_make_batch's own, bit for bit, step after step. */
+static void test_batches(void)
+{
+    be_options o = {.kind = BE_HOST, .host_devices = 1, .quiet = 1};
+    backend *be = NULL;
+    EXPECT(be_open(&o, &be) == DPS_OK);
+    if (!be) return;
+    model_shape s = {2, 64, 4, 16};
+    enum { ROWS = 12, STEPS = 5 };
+    float want_x[ROWS * 64];
+    int32_t want_y[ROWS];
+    for (int ahead = 0; ahead < 2; ahead++) {
+        batches b;
+        EXPECT(batches_start(&b, be, s, 1234, 7, ROWS, STEPS, ahead) == DPS_OK);
+        for (int k = 0; k < STEPS; k++) {
+            const float *x = NULL;
+            const int32_t *y = NULL;
+            batches_get(&b, k, &x, &y);
+            model_make_batch(s, 1234, k, 7, ROWS, want_x, want_y);
+            EXPECT(memcmp(x, want_x, sizeof want_x) == 0 && memcmp(y, want_y, sizeof want_y) == 0);
+        }
+        batches_stop(&b);
+        batches_stop(&b); /* twice: nothing left to end or free */
+    }
+    batches zeroed;
+    memset(&zeroed, 0, sizeof zeroed);
+    batches_stop(&zeroed);
+    be_close(be);
+}
+
+/* Loss of the model on the host backend, in double for finite differences. */
+static double host_loss(backend *be, model_shape s, float *params, model_acts *a, int rows,
+                        const float *x, const int32_t *labels, float *logits, float *dl, float *rl)
+{
+    EXPECT(model_forward(be, NULL, s, params, a, rows, x, logits) == DPS_OK);
+    EXPECT(be->ops->xent(be, NULL, rows, s.classes, logits, labels, 1.0f / rows, dl, rl) == DPS_OK);
+    double sum = 0;
+    for (int r = 0; r < rows; r++) sum += rl[r];
+    return sum / rows;
+}
+
+static void test_gradients(void)
+{
+    be_options o = {.kind = BE_HOST, .host_devices = 1};
+    backend *be = NULL;
+    EXPECT(be_open(&o, &be) == DPS_OK);
+    model_shape s = {2, 6, 3, 5};
+    int rows = 4 * s.tokens;
+    size_t n = model_param_count(s);
+    float *p = malloc(n * 4), *g = malloc(n * 4), *x = malloc((size_t)rows * s.width * 4);
+    float *logits = malloc((size_t)rows * s.classes * 4), *dl = malloc((size_t)rows * s.classes * 4);
+    float *rl = malloc((size_t)rows * 4);
+    int32_t *labels = malloc((size_t)rows * 4);
+    model_init_params(s, 3, p);
+    for (size_t i = 0; i < n; i++) p[i] *= 3.0f; /* larger weights: visible GELU curvature */
+    model_make_batch(s, 3, 0, 0, rows, x, labels);
+    model_acts a;
+    EXPECT(model_acts_alloc(be, 0, s, rows, &a) == DPS_OK);
+    host_loss(be, s, p, &a, rows, x, labels, logits, dl, rl);
+    EXPECT(model_backward(be, NULL, s, p, &a, rows, x, dl, g, NULL, NULL) == DPS_OK);
+    double worst = 0;
+    for (size_t i = 0; i < n; i += 3) {
+        float keep = p[i];
+        double h = 1e-2;
+        p[i] = keep + (float)h;
+        double up = host_loss(be, s, p, &a, rows, x, labels, logits, dl, rl);
+        p[i] = keep - (float)h;
+        double down = host_loss(be, s, p, &a, rows, x, labels, logits, dl, rl);
+        p[i] = keep;
+        double num = (up - down) / (2 * h);
+        double err = fabs(num - g[i]) / (fabs(num) + fabs(g[i]) + 1e-3);
+        if (err > worst) worst = err;
+    }
+    EXPECT(worst < 2e-2);
+    if (worst >= 2e-2) fprintf(stderr, "worst relative gradient error %.3g\n", worst);
+    model_acts_free(be, &a);
+    EXPECT(be->mem[0].in_use == 0);
+    be_close(be);
+    free(p); free(g); free(x); free(logits); free(dl); free(rl); free(labels);
+}
+
+/* The model as under autocast (acts made with gemm_bf16 set), on the host
+ * backend's exact emulation of the bf16 ops: logits are bf16 values and
+ * near the fp32 model's; the gradients near the fp32 ones; the layers'
+ * hooks come in the same order; every buffer is freed. */
+static int bf16_hooks[8], bf16_nhooks;
+static dps_status bf16_hook(void *ctx, int layer)
+{
+    (void)ctx;
+    if (bf16_nhooks < 8) bf16_hooks[bf16_nhooks++] = layer;
+    return DPS_OK;
+}
+
+static void test_model_bf16(void)
+{
+    be_options o = {.kind = BE_HOST, .host_devices = 1, .quiet = 1};
+    backend *be = NULL;
+    EXPECT(be_open(&o, &be) == DPS_OK);
+    if (!be) return;
+    model_shape s = {3, 32, 4, 24};
+    int rows = 5 * s.tokens;
+    size_t n = model_param_count(s), nl = (size_t)rows * s.classes;
+    float *p = malloc(n * 4), *g32 = malloc(n * 4), *g16 = malloc(n * 4);
+    float *x = malloc((size_t)rows * s.width * 4), *l32 = malloc(nl * 4), *l16 = malloc(nl * 4);
+    float *dl = malloc(nl * 4), *rl = malloc((size_t)rows * 4);
+    int32_t *labels = malloc((size_t)rows * 4);
+    model_init_params(s, 5, p);
+    model_make_batch(s, 5, 0, 0, rows, x, labels);
+    model_acts a32, a16;
+    EXPECT(model_acts_alloc(be, 0, s, rows, &a32) == DPS_OK && !a32.bf16);
+    be->gemm_bf16 = 1;
+    EXPECT(model_acts_alloc(be, 0, s, rows, &a16) == DPS_OK && a16.bf16);
+    EXPECT(model_forward(be, NULL, s, p, &a32, rows, x, l32) == DPS_OK);
+    EXPECT(model_forward(be, NULL, s, p, &a16, rows, x, l16) == DPS_OK);
+    double worst = 0, top = 0;
+    int representable = 1;
+    for (size_t i = 0; i < nl; i++) {
+        representable &= dps_bf16_to_f32(dps_f32_to_bf16(l16[i])) == l16[i];
+        worst = fmax(worst, fabs(l16[i] - l32[i]));
+        top = fmax(top, fabs(l32[i]));
+    }
+    EXPECT(representable && worst <= 0.03 * top + 1e-3);
+    EXPECT(be->ops->xent(be, NULL, rows, s.classes, l32, labels, 1.0f / rows, dl, rl) == DPS_OK);
+    EXPECT(model_backward(be, NULL, s, p, &a32, rows, x, dl, g32, NULL, NULL) == DPS_OK);
+    EXPECT(model_backward(be, NULL, s, p, &a16, rows, x, dl, g16, bf16_hook, NULL) == DPS_OK);
+    worst = top = 0;
+    for (size_t i = 0; i < n; i++) {
+        worst = fmax(worst, fabs(g16[i] - g32[i]));
+        top = fmax(top, fabs(g32[i]));
+    }
+    EXPECT(top > 0 && worst <= 0.03 * top);
+    if (worst > 0.03 * top) fprintf(stderr, "bf16 gradients off by %.3g of %.3g\n", worst, top);
+    EXPECT(bf16_nhooks == 4 && bf16_hooks[0] == 3 && bf16_hooks[3] == 0);
+    model_acts_free(be, &a16);
+    model_acts_free(be, &a32);
+    EXPECT(be->mem[0].in_use == 0);
+    be_close(be);
+    free(p); free(g32); free(g16); free(x); free(l32); free(l16); free(dl); free(rl); free(labels);
+}
+
+static void test_buckets(void)
+{
+    /* model order; reverse order is 5, 50, 10, 100, 10, 100 elements (4 bytes) */
+    size_t counts[] = {100, 10, 100, 10, 50, 5};
+    bucket b[16];
+    int n = bucket_assign(counts, 6, 4, 200, 400, b, 16);
+    EXPECT(n == 3);
+    /* first bucket closes at >= 200 bytes: params 5 and 4 */
+    EXPECT(b[0].first_param == 4 && b[0].nparams == 2 && b[0].lo == 220 && b[0].hi == 275);
+    EXPECT(b[1].first_param == 2 && b[1].nparams == 2 && b[1].lo == 110 && b[1].hi == 220);
+    EXPECT(b[2].first_param == 0 && b[2].nparams == 2 && b[2].lo == 0 && b[2].hi == 110);
+    /* a cap above the total: one bucket for all */
+    n = bucket_assign(counts, 6, 4, 1 << 20, 1 << 20, b, 16);
+    EXPECT(n == 1 && b[0].lo == 0 && b[0].hi == 275 && b[0].nparams == 6);
+    /* a cap below every parameter: one bucket per parameter, last parameter first */
+    n = bucket_assign(counts, 6, 4, 1, 1, b, 16);
+    EXPECT(n == 6);
+    for (int i = 0; i < n && n == 6; i++) EXPECT(b[i].first_param == 5 - i && b[i].nparams == 1);
+    /* the first bucket's cap differs from the others' */
+    n = bucket_assign(counts, 6, 4, 1, 100000, b, 16);
+    EXPECT(n == 2 && b[0].nparams == 1 && b[1].nparams == 5);
+    EXPECT(bucket_assign(counts, 6, 4, 1, 1, b, 3) == -1);
+    /* buckets tile the parameters in reverse order for the model too */
+    model_shape s = {3, 300, 4, 1000};
+    size_t mc[16];
+    int np = bucket_model_params(s, mc, 16);
+    EXPECT(np == 8);
+    n = bucket_assign(mc, np, 4, 1 << 20, 1 << 20, b, 16);
+    size_t hi = model_param_count(s);
+    for (int i = 0; i < n; i++) {
+        EXPECT(b[i].hi == hi);
+        hi = b[i].lo;
+    }
+    EXPECT(hi == 0);
+    int sizes[4];
+    ddp_shard_sizes(10, 4, sizes);
+    EXPECT(sizes[0] == 3 && sizes[1] == 3 && sizes[2] == 2 && sizes[3] == 2);
+}
+
+EXPECT_GROUPS(GROUP(presets), GROUP(batches), GROUP(gradients), GROUP(model_bf16), GROUP(buckets));

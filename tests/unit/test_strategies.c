@@ -1,0 +1,145 @@
+/* Unit tests of strategies/: dp's chunks, the slowdown injection, dp under
+ * autocast. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend/backend.h"
+#include "config/config.h"
+#include "strategies/dp.h"
+#include "strategies/footprint.h"
+#include "strategies/ptimer.h"
+
+#include "expect.h"
+
+static void expect_chunks(int batch, int n, const int *want, int want_chunks)
+{
+    int got[64];
+    int k = dp_chunk_sizes(batch, n, got);
+    EXPECT(k == want_chunks);
+    for (int i = 0; i < n; i++)
+        if (got[i] != want[i]) {
+            fprintf(stderr, "chunk(%d, %d)[%d] = %d, expected %d\n", batch, n, i, got[i], want[i]);
+            failures++;
+        }
+}
+
+static void test_chunk(void)
+{
+    expect_chunks(10, 4, (int[]){3, 3, 3, 1}, 4);
+    expect_chunks(5, 4, (int[]){2, 2, 1, 0}, 3);  /* torch.chunk: only 3 chunks */
+    expect_chunks(8, 4, (int[]){2, 2, 2, 2}, 4);
+    expect_chunks(2, 4, (int[]){1, 1, 0, 0}, 2);
+    expect_chunks(7, 1, (int[]){7}, 1);
+    expect_chunks(9, 2, (int[]){5, 4}, 2);
+    expect_chunks(6, 4, (int[]){2, 2, 2, 0}, 3);
+    expect_chunks(1, 3, (int[]){1, 0, 0}, 1);
+    /* the sizes always add up to the batch */
+    for (int b = 1; b < 70; b++)
+        for (int n = 1; n <= 8; n++) {
+            int got[8], sum = 0;
+            dp_chunk_sizes(b, n, got);
+            for (int i = 0; i < n; i++) sum += got[i];
+            EXPECT(sum == b);
+        }
+}
+
+/* One timed step of a phase whose work keeps the stream busy work_ms. */
+static float timed_phase(phase_timer *t, dps_phase ph, double work_ms)
+{
+    float ms[PH_COUNT];
+    ptimer_reset(t);
+    EXPECT(ptimer_begin(t, 0, ph) == DPS_OK);
+    EXPECT(t->be->ops->spin(t->be, t->stream[0], work_ms * 1e3) == DPS_OK);
+    EXPECT(ptimer_end(t, 0, ph) == DPS_OK);
+    EXPECT(t->be->ops->stream_sync(t->be, t->stream[0]) == DPS_OK);
+    EXPECT(ptimer_read(t, 0, ms) == DPS_OK);
+    return ms[ph];
+}
+
+/* --inject-slowdown: a compute phase is stretched by the fraction of its
+ * unstretched time in the previous step (none in the first step), the
+ * stretch does not compound, and a copy phase is left alone. */
+static void test_slowdown(void)
+{
+    be_options o = {.kind = BE_HOST, .host_devices = 1, .quiet = 1};
+    backend *be = NULL;
+    be_stream *st = NULL;
+    EXPECT(be_open(&o, &be) == DPS_OK);
+    if (!be) return;
+    EXPECT(be->ops->stream_create(be, 0, &st) == DPS_OK);
+    phase_timer t;
+    int dev = 0;
+    EXPECT(ptimer_init(&t, be, 1, &dev, &st) == DPS_OK);
+    ptimer_set_slowdown(&t, 0.5);
+    float first = timed_phase(&t, PH_FORWARD, 4.0);
+    EXPECT(first >= 4.0f);
+    for (int step = 0; step < 3; step++) {
+        float ms = timed_phase(&t, PH_FORWARD, 4.0);
+        EXPECT(ms >= 4.0f * 1.5f * 0.999f); /* 4 ms of work, 2 of stretch (or more) */
+        EXPECT(t.base_ms[0][PH_FORWARD] < ms - 1.9f); /* what comes next is not compounded */
+    }
+    timed_phase(&t, PH_SCATTER, 4.0);
+    float copy = timed_phase(&t, PH_SCATTER, 4.0);
+    EXPECT(copy >= 4.0f && t.spun_ms[0][PH_SCATTER] == 0.0f);
+    ptimer_free(&t);
+    be->ops->stream_destroy(be, st);
+    be_close(be);
+}
+
+/* dp over 2 host devices for 3 steps of a small model, in fp32 or as
+ * under autocast (the host backend's exact bf16 emulation); NULL if it
+ * failed to run. */
+static train_result *dp_two_devices(int bf16)
+{
+    be_options o = {.kind = BE_HOST, .host_devices = 2, .quiet = 1};
+    backend *be = NULL;
+    if (be_open(&o, &be) != DPS_OK || !be) return NULL;
+    dps_config c;
+    config_defaults(&c);
+    c.mode = MODE_DP;
+    c.shape = (model_shape){2, 64, 4, 48};
+    c.ngpus = 2;
+    c.devices[0] = 0;
+    c.devices[1] = 1;
+    c.global_batch = 6;
+    c.warmup = 0;
+    c.steps = 3;
+    c.trace_steps = 0;
+    c.precision = bf16 ? PREC_BF16 : PREC_FP32;
+    be->gemm_bf16 = bf16;
+    static train_result res[2];
+    train_result *r = &res[bf16];
+    dps_status rc = train_result_init(r, &c, c.ngpus);
+    if (!rc) rc = dp_train(&c, be, r);
+    if (!rc) {
+        footprint fp;
+        footprint_of(&c, BE_HOST, &fp);
+        for (int i = 0; i < 2; i++) EXPECT(r->dev[i].alloc_peak == fp.device[i]);
+        for (int i = 0; i < 2; i++) EXPECT(be->mem[i].in_use == 0);
+    }
+    be_close(be);
+    if (rc) fprintf(stderr, "dp %s: %s\n", bf16 ? "bf16" : "fp32", dps_errmsg());
+    return rc ? NULL : r;
+}
+
+/* dp under autocast gathers bf16 logits and scatters their bf16 gradient,
+ * as DataParallel does: half the logits' bytes between the devices, losses
+ * within 3 % of fp32's, memory as footprint.c says. */
+static void test_dp_bf16(void)
+{
+    train_result *f32 = dp_two_devices(0), *b16 = dp_two_devices(1);
+    EXPECT(f32 && b16);
+    if (!f32 || !b16) return;
+    for (int k = 0; k < 3; k++) EXPECT(fabs(b16->loss[k] - f32->loss[k]) <= 0.03 * f32->loss[k]);
+    /* device 1: 3 samples of 4 tokens, 48 classes: its logits sent, their gradient received */
+    double half = 3 * 4 * 48 * 2.0;
+    EXPECT(b16->dev[1].link_bytes[LINK_P2P_SENT] == f32->dev[1].link_bytes[LINK_P2P_SENT] - half);
+    EXPECT(b16->dev[1].link_bytes[LINK_P2P_RECV] == f32->dev[1].link_bytes[LINK_P2P_RECV] - half);
+    train_result_free(f32);
+    train_result_free(b16);
+}
+
+EXPECT_GROUPS(GROUP(chunk), GROUP(slowdown), GROUP(dp_bf16));
