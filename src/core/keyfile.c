@@ -52,26 +52,39 @@ static dps_status slurp(const char *path, const char *what, char **text, size_t 
     return DPS_OK;
 }
 
-/* One line, NUL-terminated in place: blank, comment or key = value. */
-static dps_status one_line(const char *path, int n, char *line, keyfile_fn fn, void *ctx)
+/* One line, NUL-terminated in place, checked and without its comment:
+ * its trimmed text, empty when blank. */
+static dps_status record_of(const char *path, int n, char *line, char **rec)
 {
     for (char *c = line; *c; c++)
         if ((unsigned char)*c < 0x20 && *c != '\t' && *c != '\r')
             return keyfile_fail(path, n, "not a text line (control characters)");
     char *hash = strchr(line, '#');
     if (hash) *hash = '\0';
-    char *t = dps_trim(line);
-    if (!*t) return DPS_OK;
+    *rec = dps_trim(line);
+    return DPS_OK;
+}
+
+/* A key file's record: key = value. */
+typedef struct kv_ctx {
+    keyfile_fn fn;
+    void *ctx;
+} kv_ctx;
+
+static dps_status key_value(void *ctx, const char *path, int n, char *t)
+{
+    const kv_ctx *kv = ctx;
     char *eq = strchr(t, '=');
     if (!eq) return keyfile_fail(path, n, "expected key = value, got '%s'", t);
     *eq = '\0';
     char *key = dps_trim(t), *val = dps_trim(eq + 1);
     if (!*key) return keyfile_fail(path, n, "missing key before '='");
     if (!*val) return keyfile_fail(path, n, "empty value for '%s'", key);
-    return fn(ctx, path, n, key, val);
+    return kv->fn(kv->ctx, path, n, key, val);
 }
 
-dps_status keyfile_read(const char *path, const char *what, keyfile_fn fn, void *ctx)
+dps_status keyfile_read_records(const char *path, const char *what, keyfile_record_fn fn,
+                                void *ctx)
 {
     char *text = NULL;
     size_t len = 0;
@@ -79,15 +92,22 @@ dps_status keyfile_read(const char *path, const char *what, keyfile_fn fn, void 
     dps_status rc = DPS_OK;
     size_t pos = len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0 ? 3 : 0; /* a UTF-8 BOM */
     for (int n = 1; !rc && pos < len; n++) {
-        char *line = text + pos, *nl = memchr(line, '\n', len - pos);
+        char *line = text + pos, *nl = memchr(line, '\n', len - pos), *rec = NULL;
         size_t k = nl ? (size_t)(nl - line) : len - pos;
         if (memchr(line, '\0', k)) rc = keyfile_fail(path, n, "not a text file (NUL byte)");
         line[k] = '\0';
-        if (!rc) rc = one_line(path, n, line, fn, ctx);
+        if (!rc) rc = record_of(path, n, line, &rec);
+        if (!rc && *rec) rc = fn(ctx, path, n, rec);
         pos += k + 1;
     }
     free(text);
     return rc;
+}
+
+dps_status keyfile_read(const char *path, const char *what, keyfile_fn fn, void *ctx)
+{
+    kv_ctx kv = {fn, ctx};
+    return keyfile_read_records(path, what, key_value, &kv);
 }
 
 static dps_status unknown_key(const table_ctx *p, const char *path, int line, const char *key)

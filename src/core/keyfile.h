@@ -1,9 +1,10 @@
 /* Key files: `key = value` lines with `#` comments, as suite files but
  * without sections (the predictor's MACHINE, WORKLOAD and calibration
- * files), read line by line or through a table of typed keys. The reader
- * checks the text (no NUL or control bytes, at most 1 MiB, a UTF-8 BOM
- * skipped) and hands each key and value, trimmed, to a callback; every error
- * is DPS_ERR_USAGE with "FILE:LINE: what". */
+ * files), read line by line or through a table of typed keys, and files of
+ * records of words (model files). The reader checks the text (no NUL or
+ * control bytes, at most 1 MiB, a UTF-8 BOM skipped) and hands each record,
+ * or key and value, trimmed, to a callback; every error is DPS_ERR_USAGE
+ * with "FILE:LINE: what". */
 #ifndef DPS_KEYFILE_H
 #define DPS_KEYFILE_H
 
@@ -19,6 +20,15 @@ typedef dps_status (*keyfile_fn)(void *ctx, const char *path, int line, const ch
 /* Reads path line by line; `what` names the file's kind in messages
  * ("machine file"). */
 dps_status keyfile_read(const char *path, const char *what, keyfile_fn fn, void *ctx) DPS_MUST_USE;
+
+/* Called once per record: a line without its comment, trimmed, not empty;
+ * the text may be changed in place. */
+typedef dps_status (*keyfile_record_fn)(void *ctx, const char *path, int line, char *record);
+
+/* Reads path's records, as keyfile_read does but without the `key = value`
+ * form (model files: docs/model-file.md). */
+dps_status keyfile_read_records(const char *path, const char *what, keyfile_record_fn fn,
+                                void *ctx) DPS_MUST_USE;
 
 /* One key of a table: its type, range, unit and where its value goes in
  * the object the table fills. */

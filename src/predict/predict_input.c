@@ -9,9 +9,10 @@
 #include <string.h>
 
 #include "core/keyfile.h"
+#include "core/util.h"
+#include "model/model_file.h"
 #include "predict/predict_input.h"
 #include "predict/tensor_list.h"
-#include "core/util.h"
 
 const char *const predict_link_names[PLINK_COUNT] = {"nvlink", "pcie", "host"};
 
@@ -62,7 +63,10 @@ static const keyfile_key workload_keys[] = {
     KEYFILE_WORD("optimizer", W(optimizer), dps_optimizer_names),
     KEYFILE_ABOVE("bucket_mb", W(bucket_mb), 0, 65536, "MiB"),
     KEYFILE_ABOVE("first_bucket_mb", W(first_bucket_mb), 0, 65536, "MiB"),
+    KEYFILE_TEXT("model", W(model_file), PREDICT_PATH_MAX - 1),
 };
+#define LINE_TENSORS 2 /* workload_keys' index of tensor_params */
+#define LINE_MODEL (KEYFILE_COUNT(workload_keys) - 1)
 
 /* The file's name without its folders and its last extension. */
 static void name_from_path(const char *path, char *name, size_t len)
@@ -116,8 +120,10 @@ void predict_workload_free(predict_workload *w)
 {
     free(w->tensors);
     free(w->ready);
+    free(w->tensor_ready);
     w->tensors = NULL;
     w->ready = NULL;
+    w->tensor_ready = NULL;
     w->ntensors = w->nready = 0;
 }
 
@@ -128,14 +134,81 @@ static dps_status tensors_agree(const char *path, const int *line_of, predict_wo
     for (int i = 0; i < w->ntensors; i++) sum += (double)w->tensors[i];
     if (w->params <= 0) w->params = sum;
     if (w->params == sum) return DPS_OK;
-    int line = line_of[2]; /* tensor_params */
-    return keyfile_fail(path, line, "tensor_params add up to %.0f parameters, params = %.0f "
-                        "(give one, or make them agree)", sum, w->params);
+    int line = line_of[w->model_file[0] ? LINE_MODEL : LINE_TENSORS];
+    return keyfile_fail(path, line, "%s add up to %.0f parameters, params = %.0f "
+                        "(give one, or make them agree)", w->model_file[0] ? "the model file's tensors" : "tensor_params",
+                        sum, w->params);
+}
+
+/* Each tensor's place in backward: backward runs the ops from the last, each
+ * taking twice its forward GEMM FLOPs; a tensor is ready after the first
+ * op that names it. ready[t] indexes the file's tensors. */
+static void tensor_ready_at(const model_file *mf, double *ready)
+{
+    double total = 2.0 * model_file_fwd_flops(mf), done = 0;
+    for (int i = mf->nops - 1; i >= 0; i--) {
+        const mf_op *o = &mf->ops[i];
+        if (o->kind == MF_GEMM) done += 4.0 * (double)o->b * (double)o->m * (double)o->k * (double)o->n;
+        for (int t = 0; t < mf->ntensors; t++)
+            if (mf->tensors[t].first_op == i) ready[t] = total > 0 ? done / total : 1.0;
+    }
+}
+
+/* The workload's tensors, bytes and name from its model file. */
+static dps_status from_model(const model_file *mf, predict_workload *w)
+{
+    int n = mf->ntensors, *order = malloc((size_t)n * sizeof *order);
+    double *at = malloc((size_t)n * sizeof *at);
+    w->tensors = malloc((size_t)n * sizeof *w->tensors);
+    w->tensor_ready = malloc((size_t)n * sizeof *w->tensor_ready);
+    dps_status rc = order && at && w->tensors && w->tensor_ready ? DPS_OK
+                  : dps_fail(DPS_ERR_RUNTIME, "out of host memory reading a model file");
+    if (!rc) {
+        model_file_ready_order(mf, order);
+        tensor_ready_at(mf, at);
+        for (int i = 0; i < n; i++) { /* reverse ready order: bucket_assign walks it backwards */
+            w->tensors[n - 1 - i] = mf->tensors[order[i]].numel;
+            w->tensor_ready[n - 1 - i] = at[order[i]];
+        }
+        w->ntensors = n;
+    }
+    free(order);
+    free(at);
+    if (!w->model[0]) dps_strlcpy(w->model, mf->name, sizeof w->model);
+    double saved = 0;
+    for (int i = 0; i < mf->nops; i++) saved += (double)mf->ops[i].saved;
+    if (w->output_bytes_per_sample <= 0)
+        w->output_bytes_per_sample = (double)mf->ops[mf->nops - 1].out_elems * sizeof(float);
+    if (w->activation_bytes_per_sample <= 0) w->activation_bytes_per_sample = saved;
+    return rc;
+}
+
+/* model = FILE: read relative to the workload's folder; not with tensor_params. */
+static dps_status load_model_file(const char *path, const int *line_of, predict_workload *w)
+{
+    if (w->ntensors)
+        return keyfile_fail(path, line_of[LINE_MODEL], "model and tensor_params (line %d) both give "
+                            "the tensors: keep one", line_of[LINE_TENSORS]);
+    char file[PREDICT_PATH_MAX + 512];
+    const char *base = dps_path_base(path);
+    if (w->model_file[0] == '/' || base == path)
+        snprintf(file, sizeof file, "%s", w->model_file);
+    else
+        snprintf(file, sizeof file, "%.*s%s", (int)(base - path), path, w->model_file);
+    model_file mf;
+    dps_status rc = model_file_read(file, &mf);
+    if (rc)
+        return dps_fail(DPS_ERR_USAGE, "%s:%d: model = %s: %s", path, line_of[LINE_MODEL],
+                        w->model_file, dps_errmsg());
+    rc = from_model(&mf, w);
+    model_file_free(&mf);
+    return rc;
 }
 
 static dps_status workload_checks(const char *path, const int *line_of, predict_workload *w)
 {
     if (!w->name[0]) name_from_path(path, w->name, sizeof w->name);
+    if (w->model_file[0]) DPS_TRY(load_model_file(path, line_of, w));
     w->precision = w->bytes_per_grad == 2 ? PREC_BF16 : PREC_FP32;
     if (w->ntensors) DPS_TRY(tensors_agree(path, line_of, w));
     if (w->params <= 0) return missing(path, "params", " (the parameter count)");

@@ -15,6 +15,7 @@
 #include "config/config.h"
 
 #define PREDICT_ID_MAX 192     /* a configuration id and its NUL, as runs.csv's */
+#define PREDICT_PATH_MAX 1024  /* a workload's model file path and its NUL */
 
 typedef enum predict_link { PLINK_NVLINK, PLINK_PCIE, PLINK_HOST, PLINK_COUNT } predict_link;
 extern const char *const predict_link_names[PLINK_COUNT]; /* "nvlink", "pcie", "host" */
@@ -42,9 +43,16 @@ typedef struct predict_workload {
     char source[PREDICT_ID_MAX]; /* --from: the measured configuration's id; "" from a file */
     char model[DPS_NAME_MAX];    /* --from: the measured model; from a file: name */
     double params;               /* required (or the tensors' sum): parameter count */
-    size_t *tensors;             /* tensor_params: element counts in model.parameters()
+    size_t *tensors;             /* element counts in the order bucket_assign takes them, the
+                                  * reverse of the order backward readies them: tensor_params'
+                                  * model.parameters() order, or a model file's reverse ready
                                   * order (owned; predict_workload_free); NULL: equal pieces */
     int ntensors;
+    double *tensor_ready;        /* model file: where in backward each tensor's gradient is
+                                  * complete, as a fraction of its GEMM FLOPs (owned); NULL:
+                                  * at a pace proportional to the parameters */
+    char model_file[PREDICT_PATH_MAX]; /* model: a model file (docs/model-file.md), relative
+                                        * to the workload file's folder */
     double *ready;               /* --from: each bucket's measured ready time as a fraction of
                                   * backward (buckets.csv; owned); NULL: from the tensors */
     int nready;

@@ -103,6 +103,14 @@ static int equal_pieces(const predict_workload *w, size_t **pieces)
     return np;
 }
 
+/* When a bucket is ready: once the last of its tensors is, by the model file's layers. */
+static double bucket_ready_at(const predict_workload *w, const bucket *b)
+{
+    double at = 0;
+    for (int t = b->first_param; t < b->first_param + b->nparams; t++) at = fmax(at, w->tensor_ready[t]);
+    return at;
+}
+
 int predict_buckets(const predict_workload *w, double *bytes, double *ready, int max)
 {
     size_t *pieces = NULL, total = 0;
@@ -120,6 +128,7 @@ int predict_buckets(const predict_workload *w, double *bytes, double *ready, int
          * proportional to the parameters it has passed; a bucket is ready
          * once its first (lowest) tensor's gradient is */
         ready[i] = (double)(total - bk[i].lo) / (double)total;
+        if (w->tensor_ready) ready[i] = bucket_ready_at(w, &bk[i]); /* a model file's layers */
         if (w->nready == nb) ready[i] = w->ready[i]; /* measured (predict --from) */
     }
     free(pieces);
@@ -308,7 +317,7 @@ static void note_beyond_nodes(const predict_machine *m, predict_row *r)
 }
 
 /* What predictions.csv holds of a figure, the readers' range (docs/results.md:
- * dpsresults.py refuses a non-zero magnitude below 1e-9 or from 2^64 on, and
+ * dpstools/results.py refuses a non-zero magnitude below 1e-9 or from 2^64 on, and
  * predict_out.c writes a figure above 0 with as many of 9 decimals as it
  * needs): finite, at least 0, under 1e19; at least 1e-9 where it must be
  * above 0 (step_ms, samples_per_s). */

@@ -1,5 +1,5 @@
 /* Unit tests of model/: the presets, the batch thread, the gradients against
- * finite differences, the model under autocast, DDP's buckets. */
+ * finite differences, the model under autocast, DDP's buckets, model files. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +10,7 @@
 #include "model/batches.h"
 #include "model/bucket.h"
 #include "model/model.h"
+#include "model/model_file.h"
 #include "strategies/ddp.h"
 
 #include "expect.h"
@@ -219,4 +220,60 @@ static void test_buckets(void)
     EXPECT(sizes[0] == 3 && sizes[1] == 3 && sizes[2] == 2 && sizes[3] == 2);
 }
 
-EXPECT_GROUPS(GROUP(presets), GROUP(batches), GROUP(gradients), GROUP(model_bf16), GROUP(buckets));
+#define MF_HEAD "dpscale-model 1\nname tiny\ninput 12\nclasses 3\n"
+#define MF_TENSORS "tensor fc1.weight 4x6 ready=2\ntensor fc1.bias 4 ready=3\n" \
+                   "tensor ln.weight 4 ready=1\ntensor fc2.weight 3x4 ready=0\n"
+#define MF_OPS "op gemm fc1 m=2 k=6 n=4 weight=fc1.weight bias=fc1.bias saved=48\n" \
+               "op act relu fn=gelu saved=32\nop norm ln c=4 weight=ln.weight\n" \
+               "op add res from=fc1\nop gemm fc2 m=2 k=4 n=3 weight=fc2.weight\n"
+
+static dps_status load_model_file(const char *path)
+{
+    model_file mf;
+    dps_status rc = model_file_read(path, &mf);
+    if (!rc) model_file_free(&mf);
+    return rc;
+}
+
+static void test_model_file(void)
+{
+    const char *path = write_tmp("tiny.model", MF_HEAD MF_TENSORS MF_OPS, strlen(MF_HEAD MF_TENSORS MF_OPS));
+    model_file mf;
+    EXPECT(model_file_read(path, &mf) == DPS_OK);
+    EXPECT(mf.ntensors == 4 && mf.nops == 5 && mf.classes == 3 && mf.input == 12);
+    EXPECT(model_file_params(&mf) == 24 + 4 + 4 + 12);
+    EXPECT_NEAR(model_file_fwd_flops(&mf), 2.0 * 2 * 6 * 4 + 2.0 * 2 * 4 * 3, 0);
+    EXPECT(model_file_rows(&mf) == 2);
+    EXPECT(mf.ops[3].from == 0 && mf.ops[3].in == 2 && mf.ops[0].in == MF_INPUT);
+    EXPECT(mf.tensors[2].first_op == 2 && mf.ops[1].fn == MF_GELU && mf.ops[0].saved == 48);
+    int order[4];
+    model_file_ready_order(&mf, order);
+    EXPECT(order[0] == 3 && order[1] == 2 && order[2] == 0 && order[3] == 1);
+    unlink(path);
+    model_file_free(&mf);
+    const struct { const char *text, *needle; } bad[] = {
+        {"name x\n", ":1: expected 'dpscale-model 1'"},
+        {"dpscale-model 2\n", ":1: model file format 2"},
+        {MF_HEAD "layer x\n", ":5: unknown record 'layer'"},
+        {MF_HEAD MF_TENSORS "op conv fc1 m=2\n", ":9: op kind conv: expected one of"},
+        {MF_HEAD MF_TENSORS "op gemm fc1 m=2 k=6 n=4 weight=fc1.weight bias=fc1.bias c=3\n",
+         ":9: a gemm op takes no key 'c'"},
+        {MF_HEAD MF_TENSORS "op gemm fc1 m=two k=6 n=4 weight=fc1.weight\n", ":9: m=two: expected a whole number"},
+        {MF_HEAD "tensor a 4 ready=0\ntensor a 4 ready=1\n", ":6: tensor a given twice"},
+        {MF_HEAD "tensor a 4x0 ready=0\n", ":5: shape=0: expected a whole number"},
+        {MF_HEAD MF_TENSORS "op gemm fc1 m=2 k=6 n=4 weight=fc9.weight\n", ":9: tensor fc9.weight is not given above"},
+        {MF_HEAD MF_TENSORS "op gemm fc1 m=2 k=6 n=4 weight=fc2.weight\n", ":9: weight fc2.weight has 12 elements"},
+        {MF_HEAD MF_TENSORS "op gemm fc1 m=3 k=6 n=4 weight=fc1.weight\n", ":9: op fc1 takes 18 elements per sample, but its input (the input) gives 12: put a resample op"},
+        {MF_HEAD MF_TENSORS MF_OPS "op add r2 from=nowhere\n", ":14: nowhere: no op of that name"},
+        {MF_HEAD MF_TENSORS MF_OPS "op act relu fn=relu\n", ":14: op relu given twice"},
+        {MF_HEAD MF_TENSORS "op gemm fc1 m=2 k=6 n=4 weight=fc1.weight bias=fc1.bias\n", ":7: tensor ln.weight: no op names it"},
+        {MF_HEAD "tensor a 6x6 ready=1\nop gemm g m=2 k=6 n=6 weight=a\n", ":5: tensor a: ready=1, but the ready values must be 0 to 0"},
+        {MF_HEAD "tensor a 4x6 ready=0\nop gemm g m=2 k=6 n=4 weight=a\nop resample r n=7\n", ":7: the last op's output (7 elements per sample) is not rows of classes 3"},
+        {MF_HEAD MF_TENSORS "op act a\n", ":9: an act op needs fn="},
+        {"dpscale-model 1\nname x\nop act a fn=relu\n", ":3: an op before the 'input N' record"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) expect_file_refused(load_model_file, bad[i].text, bad[i].needle);
+}
+
+EXPECT_GROUPS(GROUP(presets), GROUP(batches), GROUP(gradients), GROUP(model_bf16), GROUP(buckets),
+              GROUP(model_file));

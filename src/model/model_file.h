@@ -1,0 +1,68 @@
+/* Model files (docs/model-file.md): a PyTorch model's parameter tensors in
+ * model.parameters() order with the order their gradients become ready, and
+ * its forward as a sequence of ops with their GEMM shapes and activation
+ * bytes; read whole and checked, every refusal "FILE:LINE: what". */
+#ifndef DPS_MODEL_FILE_H
+#define DPS_MODEL_FILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/err.h"
+
+#define MF_FORMAT 1
+#define MF_NAME_MAX 128
+#define MF_MAX_DIMS 8
+#define MF_INPUT (-1) /* an op's `in` or `from`: the model's input */
+
+typedef enum mf_kind { MF_GEMM, MF_RESAMPLE, MF_NORM, MF_ACT, MF_ADD, MF_EMBEDDING, MF_KIND_COUNT } mf_kind;
+typedef enum mf_fn { MF_RELU, MF_GELU, MF_SOFTMAX, MF_TANH, MF_SIGMOID, MF_FN_COUNT } mf_fn;
+
+extern const char *const mf_kind_names[MF_KIND_COUNT];
+extern const char *const mf_fn_names[MF_FN_COUNT];
+
+typedef struct mf_tensor {
+    char name[MF_NAME_MAX];
+    int ndims;
+    int64_t dims[MF_MAX_DIMS];
+    size_t numel;
+    int ready;     /* its place in the first backward's gradient-ready order */
+    int first_op;  /* the first op that names it: its gradient is complete after that op's backward */
+    int line;
+} mf_tensor;
+
+typedef struct mf_op {
+    mf_kind kind;
+    char name[MF_NAME_MAX];
+    int in, from;            /* op indices, or MF_INPUT; from: add's other operand */
+    int64_t m, k, n, b, c;   /* the keys its kind takes (0 when not given) */
+    mf_fn fn;
+    int weight, bias;        /* tensor indices, -1 when none */
+    size_t in_elems, out_elems; /* per sample */
+    uint64_t saved, moved;   /* bytes per sample: kept for backward, moved by an element-wise op */
+    int line;
+} mf_op;
+
+typedef struct model_file {
+    char name[MF_NAME_MAX];
+    size_t input;   /* elements of one sample's input */
+    int classes;
+    mf_tensor *tensors;
+    int ntensors;
+    mf_op *ops;
+    int nops;
+} model_file;
+
+/* Reads and checks path; on failure nothing is left to free. */
+dps_status model_file_read(const char *path, model_file *mf) DPS_MUST_USE;
+void model_file_free(model_file *mf);
+
+size_t model_file_params(const model_file *mf);
+/* Forward GEMM FLOPs of one sample: 2·b·m·k·n summed over the gemm ops. */
+double model_file_fwd_flops(const model_file *mf);
+/* Rows of the loss per sample: the last op's output over classes. */
+size_t model_file_rows(const model_file *mf);
+/* The tensors' indices in ready order (order[0] is ready first). */
+void model_file_ready_order(const model_file *mf, int *order);
+
+#endif
