@@ -4,9 +4,10 @@
 # folder is left as it is.
 #   scripts/setup.sh                  configure build/
 #   scripts/setup.sh DIR [-Dopt=val]  configure DIR with extra Meson options
-#   scripts/setup.sh --with-torch ... also PyTorch (python3-torch), for
-#                                     scripts/torch_reference.py and the tests
-#                                     that check dpscale against it, and Open
+#   scripts/setup.sh --with-torch ... also PyTorch (python3-torch) and
+#                                     torchvision, for scripts/torch_reference.py,
+#                                     scripts/model_export.py and the tests
+#                                     that check dpscale against them, and Open
 #                                     MPI's mpirun (openmpi-bin) for the
 #                                     launcher tests (they are skipped without
 #                                     them); DPSCALE_WITH_TORCH=1 in the
@@ -40,6 +41,7 @@ command -v ip >/dev/null 2>&1 && command -v tc >/dev/null 2>&1 || missing+=(ipro
 if [ "$with_torch" = 1 ]; then
   /usr/bin/python3 -c 'import numpy' >/dev/null 2>&1 || missing+=(python3-numpy)
   /usr/bin/python3 -c 'import torch' >/dev/null 2>&1 || missing+=(python3-torch)
+  /usr/bin/python3 -c 'import torchvision' >/dev/null 2>&1 || missing+=(python3-torchvision)
   command -v mpirun >/dev/null 2>&1 || missing+=(openmpi-bin) # the launcher tests' mpirun
 fi
 

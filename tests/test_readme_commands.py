@@ -94,6 +94,13 @@ RULES = [
      skip("the resnet50 preset in PyTorch is for GPUs: on 4 CPU ranks, one step of one sample "
           "each takes 20 to 40 s here (--device cpu with the small preset runs)")),
     (r"(python3 )?scripts/torch_reference\.py .*", run(add=STEPS, needs="torch")),
+    (r"/usr/bin/python3 scripts/model_export\.py torchvision\.models\.resnet\w+ .*",
+     run(needs="torchvision", out="lines in")),
+    (r"/usr/bin/python3 scripts/model_export\.py dpstools\.reference_models:\w+ .*",
+     skip("GPT-2 and BERT-large at full size, a minute each on the CPU: test 'model export "
+          "transformer' exports a small GPT the same way")),
+    (r"/usr/bin/python3 scripts/model_export\.py mypkg\.models:build .*",
+     skip("a user's own package: test 'model export refuses' names a module that is not there")),
 ]
 
 
@@ -123,6 +130,9 @@ def missing(needs):
     if needs == "torch" and subprocess.run([PYTHON, "-c", "import torch"],
                                            capture_output=True).returncode != 0:
         return "no PyTorch (python3-torch; scripts/setup.sh --with-torch)"
+    if needs == "torchvision" and subprocess.run([PYTHON, "-c", "import torchvision"],
+                                                 capture_output=True).returncode != 0:
+        return "no torchvision (python3-torchvision; scripts/setup.sh --with-torch)"
     if needs == "mpirun" and not shutil.which("mpirun"):
         return "no mpirun (openmpi-bin; scripts/setup.sh --with-torch)"
     return None

@@ -1,0 +1,419 @@
+"""A model file (docs/model-file.md) from a PyTorch module: its parameter
+tensors in model.parameters() order with the order their gradients become
+ready, and its forward as dpscale's ops, traced with torch.fx on the CPU.
+
+torch.fx traces the module (torch.nn's modules are leaves, their containers
+are not); each node maps to ops: Linear and Conv2d to gemm (a convolution
+after a resample to its im2col size), norms to norm, activations to act,
+Embedding to embedding, residual additions to add, matmuls of two
+activations to gemm without weight, nn.TransformerEncoderLayer to its
+GEMMs; views, pools and dropout are the values of their input, resampled
+where a consumer needs another size. One forward and backward on a batch of
+two records the bytes autograd saves per node and the order in which the
+parameters' gradients become ready."""
+import importlib
+import math
+import operator
+
+import torch
+import torch.fx
+from torch import nn
+from torch.fx.passes.shape_prop import ShapeProp
+
+FORMAT = 1
+BATCH = 2  # samples traced; per-sample figures are divided by it
+ACTS = {nn.ReLU: "relu", nn.GELU: "gelu", nn.Tanh: "tanh", nn.Sigmoid: "sigmoid",
+        nn.Softmax: "softmax"}
+ACT_FUNCS = {torch.relu: "relu", nn.functional.relu: "relu", nn.functional.gelu: "gelu",
+             torch.tanh: "tanh", torch.sigmoid: "sigmoid", torch.softmax: "softmax",
+             nn.functional.softmax: "softmax", "relu": "relu", "softmax": "softmax",
+             "tanh": "tanh", "sigmoid": "sigmoid"}
+NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.LayerNorm, nn.GroupNorm)
+POOLS = (nn.MaxPool2d, nn.AvgPool2d, nn.AdaptiveAvgPool2d, nn.Flatten, nn.Dropout, nn.Identity)
+# functions and methods whose output is their first input's values, rearranged, kept
+# or scaled: views of it, made a resample only where a consumer needs another size
+VIEWS = {torch.flatten, torch.reshape, torch.permute, torch.transpose, torch.squeeze,
+         torch.unsqueeze, nn.functional.dropout, operator.getitem, operator.mul,
+         operator.truediv, torch.mul, "view", "reshape", "flatten", "permute", "transpose",
+         "contiguous", "float", "squeeze", "unsqueeze", "split", "chunk", "masked_fill",
+         "mul", "div", "expand_as", "type_as", "to"}
+ADDS = {operator.add, operator.iadd, torch.add, "add"}
+MATMULS = {operator.matmul, torch.matmul, torch.bmm, "matmul", "bmm"}
+ACT_OF_ENCODER = {nn.functional.relu: "relu", nn.functional.gelu: "gelu"}
+
+
+class ExportError(Exception):
+    """A module or function the exporter cannot map, named."""
+
+
+def load(spec):
+    """The module a MODULE.FUNCTION or MODULE:FUNCTION spec builds."""
+    mod, _, fn = spec.rpartition(":") if ":" in spec else spec.rpartition(".")
+    if not mod or not fn:
+        raise ExportError(f"{spec}: give MODULE.FUNCTION or MODULE:FUNCTION, e.g. "
+                          "torchvision.models.resnet50")
+    try:
+        built = getattr(importlib.import_module(mod), fn)()
+    except (ImportError, AttributeError) as e:
+        raise ExportError(f"{spec}: {e}") from None
+    if not isinstance(built, nn.Module):
+        raise ExportError(f"{spec}: returned a {type(built).__name__}, not an nn.Module")
+    return built
+
+
+def shape(node):
+    meta = node.meta.get("tensor_meta") if isinstance(node, torch.fx.Node) else None
+    return tuple(meta.shape) if meta is not None and hasattr(meta, "shape") else None
+
+
+def numel(node):
+    s = shape(node)
+    return math.prod(s) // BATCH if s is not None else None
+
+
+class Ops:
+    """The op lines written so far, and for each fx node the op holding its
+    values (a view's node holds its op's values in another shape)."""
+
+    def __init__(self, model):
+        self.lines = []           # (op name, kind, keys, fx node or None)
+        self.size = {}            # op name (or "input") -> elements per sample
+        self.value = {}           # fx node -> op name holding its values
+        self.const = set()        # fx nodes made from no input: arange, buffers
+        self.param_name = {}
+        for n, p in model.named_parameters():
+            self.param_name.setdefault(p, n)
+        self.used = set()
+        self.unbatched = set()    # fx nodes without the batch dimension (an embedding of positions)
+        self.last = "input"
+        self.input_int = False
+
+    def tensor(self, p, where):
+        if p not in self.param_name:
+            raise ExportError(f"{where}: uses a tensor that is not one of the model's parameters")
+        name = self.param_name[p]
+        self.used.add(name)
+        return name
+
+    def add(self, kind, name, keys, src, node=None):
+        name = self.unique(name)
+        if src != self.last:
+            keys = {"in": src, **keys}
+        self.lines.append((name, kind, keys, node))
+        self.size[name] = out_size(kind, keys, self.size[src], self)
+        self.last = name
+        if node is not None:
+            self.value[node] = name
+        return name
+
+    def unique(self, name):
+        taken = {line[0] for line in self.lines} | {"input"}
+        base, i = name, 1
+        while name in taken:
+            name, i = f"{base}.{i}", i + 1
+        return name
+
+    def resample(self, name, src, n):
+        """src's values as n elements per sample."""
+        return src if self.size[src] == n else self.add("resample", name, {"n": n}, src)
+
+    def numel(self, node):
+        """node's elements per sample."""
+        s = shape(node)
+        if s is None:
+            return None
+        return math.prod(s) if node in self.unbatched else math.prod(s) // BATCH
+
+    def source(self, node, name):
+        """The op whose output is node's values at node's size."""
+        src = self.value.get(node, "input")
+        n = self.numel(node)
+        if src == "input" and self.input_int:
+            return src
+        return self.resample(f"{name}.in", src, n) if n is not None else src
+
+    def inputs(self, node):
+        """node's tensor inputs that come from the model's input."""
+        args = list(node.args) + list(node.kwargs.values())
+        return [a for a in args if isinstance(a, torch.fx.Node) and a in self.value
+                and a not in self.const]
+
+
+def out_size(kind, keys, have, ops):
+    if kind == "gemm":
+        return keys.get("b", 1) * keys["m"] * keys["n"]
+    if kind == "resample":
+        return keys["n"]
+    return have
+
+
+def export(model, input_shape, integer_input=False):
+    """The ops of model's forward on a batch of input_shape samples."""
+    model.train()
+    try:
+        traced = Tracer().trace(model)
+    except (torch.fx.proxy.TraceError, TypeError) as e:
+        raise ExportError(f"{type(model).__name__}: torch.fx cannot trace its forward ({e}); "
+                          "a forward that branches on a tensor's values or unpacks a tensor "
+                          "cannot be exported") from None
+    gm = torch.fx.GraphModule(model, traced)
+    example = (torch.randint(0, 2, (BATCH, *input_shape)) if integer_input
+               else torch.randn(BATCH, *input_shape))
+    ShapeProp(gm).propagate(example)
+    modules = dict(gm.named_modules())
+    ops = Ops(model)
+    ops.input_int = integer_input
+    for node in gm.graph.nodes:
+        map_node(ops, node, modules)
+    return ops, gm, example
+
+
+class Tracer(torch.fx.Tracer):
+    """torch.nn's modules are leaves, as fx's default, but not its containers;
+    each node notes the module it was made in (meta "scope"), which names
+    the ops of functions ("h.0.attn.matmul")."""
+
+    def __init__(self):
+        super().__init__()
+        self.scope = []
+
+    def call_module(self, m, forward, args, kwargs):
+        self.scope.append(self.path_of_module(m))
+        try:
+            return super().call_module(m, forward, args, kwargs)
+        finally:
+            self.scope.pop()
+
+    def create_node(self, *args, **kwargs):
+        node = super().create_node(*args, **kwargs)
+        node.meta["scope"] = self.scope[-1] if self.scope else ""
+        return node
+
+    def is_leaf_module(self, m, qualname):
+        if isinstance(m, (nn.TransformerEncoder, nn.Sequential, nn.ModuleList)):
+            return False
+        return super().is_leaf_module(m, qualname)
+
+
+def map_node(ops, node, modules):
+    if node.op == "placeholder":
+        ops.value[node] = "input"
+        if not ops.input_int:
+            ops.size["input"] = numel(node)
+    elif node.op == "get_attr":
+        ops.value[node] = "input"
+        ops.const.add(node)
+    elif node.op == "call_module":
+        map_module(ops, node, modules[node.target])
+    elif node.op in ("call_function", "call_method"):
+        map_function(ops, node)
+
+
+def src_of(ops, node, name):
+    ins = ops.inputs(node)
+    return ops.source(ins[0], name) if ins else "input"
+
+
+def map_module(ops, node, m):
+    name = node.target
+    if isinstance(m, nn.Conv2d):
+        map_conv(ops, node, m, name)
+    elif isinstance(m, nn.Linear):
+        linear(ops, node, name, src_of(ops, node, name), m.weight, m.bias, numel(node))
+    elif isinstance(m, NORMS):
+        c = (m.num_channels if isinstance(m, nn.GroupNorm) else
+             m.num_features if hasattr(m, "num_features") else math.prod(m.normalized_shape))
+        norm(ops, node, name, src_of(ops, node, name), c, m.weight, m.bias)
+    elif type(m) in ACTS:
+        ops.add("act", name, {"fn": ACTS[type(m)]}, src_of(ops, node, name), node)
+    elif isinstance(m, nn.Embedding):
+        map_embedding(ops, node, m, name)
+    elif isinstance(m, POOLS):
+        ins = ops.inputs(node)
+        ops.value[node] = ops.value[ins[0]] if ins else "input"
+    elif isinstance(m, nn.TransformerEncoderLayer):
+        map_encoder_layer(ops, node, m, name)
+    else:
+        raise ExportError(f"{name}: {type(m).__name__} is not a module the exporter maps "
+                          "(it maps Linear, Conv2d, Embedding, norms, activations, pooling, "
+                          "TransformerEncoderLayer)")
+
+
+def linear(ops, node, name, src, weight, bias, out):
+    rows = out // weight.shape[0]
+    src = ops.resample(f"{name}.view", src, rows * weight.shape[1])
+    keys = {"m": rows, "k": weight.shape[1], "n": weight.shape[0], "weight": ops.tensor(weight, name)}
+    if bias is not None:
+        keys["bias"] = ops.tensor(bias, name)
+    return ops.add("gemm", name, keys, src, node)
+
+
+def norm(ops, node, name, src, c, weight, bias):
+    keys = {"c": c}
+    if weight is not None:
+        keys["weight"] = ops.tensor(weight, name)
+    if bias is not None:
+        keys["bias"] = ops.tensor(bias, name)
+    return ops.add("norm", name, keys, src, node)
+
+
+def map_conv(ops, node, m, name):
+    if m.groups != 1:
+        raise ExportError(f"{name}: a grouped convolution (groups={m.groups}) is not mapped")
+    rows = math.prod(shape(node)[2:])
+    k = m.in_channels * math.prod(m.kernel_size)
+    src = ops.resample(f"{name}.im2col", src_of(ops, node, name), rows * k)
+    keys = {"m": rows, "k": k, "n": m.out_channels, "weight": ops.tensor(m.weight, name)}
+    if m.bias is not None:
+        keys["bias"] = ops.tensor(m.bias, name)
+    ops.add("gemm", name, keys, src, node)
+
+
+def map_embedding(ops, node, m, name):
+    arg = node.args[0]
+    if arg in ops.const:
+        ops.unbatched.add(node)
+    out = ops.numel(node)
+    if ops.input_int:
+        ops.size.setdefault("input", out)
+        if ops.size["input"] != out:
+            raise ExportError(f"{name}: its output ({out} elements a sample) is not the size of "
+                              f"the first embedding's ({ops.size['input']})")
+    src = "input" if ops.input_int else src_of(ops, node, name)
+    ops.add("embedding", name, {"m": out // m.embedding_dim, "weight": ops.tensor(m.weight, name)},
+            src, node)
+
+
+def map_encoder_layer(ops, node, m, name):
+    """nn.TransformerEncoderLayer as its GEMMs: in_proj, the two attention
+    matmuls, out_proj, the feed-forward pair, the norms and residuals."""
+    if m.norm_first:
+        raise ExportError(f"{name}: a norm_first TransformerEncoderLayer is not mapped")
+    b, t, d = shape(node) if m.self_attn.batch_first else (shape(node)[1], shape(node)[0], shape(node)[2])
+    h, hd = m.self_attn.num_heads, d // m.self_attn.num_heads
+    x = src_of(ops, node, name)
+    a = m.self_attn
+    qkv = linear(ops, node, f"{name}.self_attn.in_proj", x, a.in_proj_weight, a.in_proj_bias, t * 3 * d)
+    qk = ops.resample(f"{name}.self_attn.qk", qkv, h * 2 * t * hd)
+    s = ops.add("gemm", f"{name}.self_attn.scores", {"m": t, "k": hd, "n": t, "b": h}, qk)
+    p = ops.add("act", f"{name}.self_attn.softmax", {"fn": "softmax"}, s)
+    pv = ops.resample(f"{name}.self_attn.pv", p, h * (t * t + t * hd))
+    y = ops.add("gemm", f"{name}.self_attn.context", {"m": t, "k": t, "n": hd, "b": h}, pv)
+    y = linear(ops, None, f"{name}.self_attn.out_proj", y, a.out_proj.weight, a.out_proj.bias, t * d)
+    y = ops.add("add", f"{name}.add1", {"from": x}, y)
+    y = norm(ops, None, f"{name}.norm1", y, d, m.norm1.weight, m.norm1.bias)
+    f = linear(ops, None, f"{name}.linear1", y, m.linear1.weight, m.linear1.bias,
+               t * m.linear1.out_features)
+    act = ACT_OF_ENCODER.get(m.activation, "relu") if callable(m.activation) else m.activation
+    f = ops.add("act", f"{name}.activation", {"fn": act}, f)
+    f = linear(ops, None, f"{name}.linear2", f, m.linear2.weight, m.linear2.bias, t * d)
+    f = ops.add("add", f"{name}.add2", {"from": y}, f)
+    norm(ops, node, f"{name}.norm2", f, d, m.norm2.weight, m.norm2.bias)
+    del b
+
+
+def op_name(node):
+    """A function's op: its fx name inside the module it ran in."""
+    scope = node.meta.get("scope", "")
+    base = getattr(node.target, "__name__", str(node.target)).strip("_")
+    return f"{scope}.{base}" if scope else base
+
+
+def map_function(ops, node):
+    fn = node.target
+    name = op_name(node)
+    ins = ops.inputs(node)
+    if not ins:  # arange, zeros, a mask from a buffer: made from no input
+        ops.value[node] = "input"
+        ops.const.add(node)
+        return
+    out = ops.numel(node)
+    if out is None:  # size(), shape: no tensor
+        ops.value[node] = ops.value[ins[0]]
+        return
+    if fn in ADDS and len(ins) == 2:
+        a = ops.source(ins[0], name)
+        bsrc = ops.source(ins[1], f"{name}.other")
+        ops.add("add", name, {"from": bsrc}, a, node)
+    elif fn in ADDS or fn in VIEWS:
+        ops.value[node] = ops.value[ins[0]]
+        if ins[0] in ops.unbatched:
+            ops.unbatched.add(node)
+    elif fn in MATMULS and len(ins) == 2:
+        map_matmul(ops, node, ins, name)
+    elif fn in ACT_FUNCS:
+        ops.add("act", name, {"fn": ACT_FUNCS[fn]}, ops.source(ins[0], name), node)
+    else:
+        raise ExportError(f"{name}: {getattr(fn, '__name__', fn)} is not a function the "
+                          "exporter maps")
+
+
+def map_matmul(ops, node, ins, name):
+    """A matmul of two activations: a gemm without weight over the first's
+    values, resampled to hold both operands."""
+    a, b = shape(ins[0]), shape(ins[1])
+    batches = math.prod(shape(node)[:-2]) // BATCH
+    m, k, n = a[-2], a[-1], b[-1]
+    src = ops.resample(f"{name}.in", ops.value[ins[0]], batches * (m * k + k * n))
+    ops.add("gemm", name, {"m": m, "k": k, "n": n, "b": batches}, src, node)
+
+
+def ready_order(model, gm, example):
+    """Parameter names in the order the first backward makes their gradients ready."""
+    order = []
+    names = {}
+    for n, p in model.named_parameters():
+        names.setdefault(p, n)
+    hooks = [p.register_hook(lambda g, n=n: order.append(n)) for p, n in names.items()]
+    gm(example).float().sum().backward()
+    for h in hooks:
+        h.remove()
+    model.zero_grad(set_to_none=True)
+    return order
+
+
+def saved_bytes(model, gm, example):
+    """Per fx node, the activation bytes autograd keeps from it, one sample."""
+    params = {p.data_ptr() for p in model.parameters()}
+    seen, by_node = set(), {}
+
+    class Counting(torch.fx.Interpreter):
+        def run_node(self, n):
+            def pack(t):
+                key = (t.data_ptr(), t.numel(), t.dtype)
+                if t.data_ptr() not in params and key not in seen:
+                    seen.add(key)
+                    by_node[n] = by_node.get(n, 0) + t.numel() * t.element_size()
+                return t
+            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                return super().run_node(n)
+
+    Counting(gm).run(example)
+    return {node: b // BATCH for node, b in by_node.items()}
+
+
+def model_file(name, source, model, input_shape, integer_input=False):
+    """The model file's lines."""
+    ops, gm, example = export(model, input_shape, integer_input)
+    unused = [n for n, _ in model.named_parameters() if n not in ops.used]
+    if unused:
+        raise ExportError(f"{unused[0]}: a parameter no mapped op uses")
+    place = {n: i for i, n in enumerate(ready_order(model, gm, example))}
+    saved = saved_bytes(model, gm, example)
+    out = [n for n in gm.graph.nodes if n.op == "output"][0].args[0]
+    lines = [f"# {name}, exported by scripts/model_export.py from {source}, input "
+             f"{'x'.join(map(str, input_shape))}{' (token ids)' if integer_input else ''}",
+             f"dpscale-model {FORMAT}", f"name {name}", f"input {ops.size['input']}",
+             f"classes {shape(out)[-1]}"]
+    for n, p in model.named_parameters():
+        lines.append(f"tensor {n} {'x'.join(map(str, p.shape)) or '1'} ready={place[n]}")
+    first_of = {}
+    for op, kind, keys, node in ops.lines:
+        if node is not None and node not in first_of:
+            first_of[node] = op
+    for op, kind, keys, node in ops.lines:
+        words = " ".join(f"{k}={v}" for k, v in keys.items())
+        if node is not None and first_of[node] == op and saved.get(node):
+            words += f" saved={saved[node]}"
+        lines.append(f"op {kind} {op} {words}".rstrip())
+    return lines

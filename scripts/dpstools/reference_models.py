@@ -1,0 +1,120 @@
+"""Plain-PyTorch definitions of GPT-2 small and BERT-large, the transformer
+presets' sources (bench/models/): GPT-2 as its paper's code writes it (tied
+embeddings, 124,439,808 parameters), BERT-large as nn.TransformerEncoderLayer
+blocks with a masked-LM head (tied decoder)."""
+import math
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+class Attention(nn.Module):
+    """GPT-2's causal self-attention."""
+
+    def __init__(self, d, heads, tokens):
+        super().__init__()
+        self.c_attn = nn.Linear(d, 3 * d)
+        self.c_proj = nn.Linear(d, d)
+        self.heads, self.d = heads, d
+        self.register_buffer("mask", torch.tril(torch.ones(tokens, tokens)).view(1, 1, tokens, tokens))
+
+    def forward(self, x):
+        b, t, c = x.size(0), x.size(1), x.size(2)
+        parts = self.c_attn(x).split(self.d, dim=2)
+        q, k, v = parts[0], parts[1], parts[2]
+        hd = c // self.heads
+        q = q.view(b, t, self.heads, hd).transpose(1, 2)
+        k = k.view(b, t, self.heads, hd).transpose(1, 2)
+        v = v.view(b, t, self.heads, hd).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
+        att = att.masked_fill(self.mask == 0, float("-inf"))
+        att = F.softmax(att, dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(b, t, c)
+        return self.c_proj(y)
+
+
+class Mlp(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.c_fc = nn.Linear(d, 4 * d)
+        self.gelu = nn.GELU()
+        self.c_proj = nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        return self.c_proj(self.gelu(self.c_fc(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, d, heads, tokens):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(d)
+        self.attn = Attention(d, heads, tokens)
+        self.ln_2 = nn.LayerNorm(d)
+        self.mlp = Mlp(d)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class Gpt2(nn.Module):
+    """GPT-2: token and position embeddings, blocks, a final norm, the head tied to wte."""
+
+    def __init__(self, vocab=50257, tokens=1024, d=768, layers=12, heads=12):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, d)
+        self.wpe = nn.Embedding(tokens, d)
+        self.h = nn.ModuleList(Block(d, heads, tokens) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(d)
+        self.lm_head = nn.Linear(d, vocab, bias=False)
+        self.lm_head.weight = self.wte.weight
+        self.tokens = tokens
+
+    def forward(self, idx):
+        pos = torch.arange(0, self.tokens, dtype=torch.long)
+        x = self.wte(idx) + self.wpe(pos)
+        for block in self.h:
+            x = block(x)
+        return self.lm_head(self.ln_f(x))
+
+
+class Bert(nn.Module):
+    """BERT: word, position and token-type embeddings, post-norm encoder layers, the MLM head."""
+
+    def __init__(self, vocab=30522, tokens=512, d=1024, layers=24, heads=16, ff=4096):
+        super().__init__()
+        self.word = nn.Embedding(vocab, d)
+        self.position = nn.Embedding(tokens, d)
+        self.token_type = nn.Embedding(2, d)
+        self.norm = nn.LayerNorm(d, eps=1e-12)
+        self.layers = nn.ModuleList(
+            nn.TransformerEncoderLayer(d, heads, ff, dropout=0.0, activation="gelu", batch_first=True)
+            for _ in range(layers))
+        self.transform = nn.Linear(d, d)
+        self.transform_act = nn.GELU()
+        self.transform_norm = nn.LayerNorm(d, eps=1e-12)
+        self.decoder = nn.Linear(d, vocab)
+        self.decoder.weight = self.word.weight
+        self.tokens = tokens
+
+    def forward(self, idx):
+        pos = torch.arange(0, self.tokens, dtype=torch.long)
+        kind = torch.zeros(self.tokens, dtype=torch.long)
+        x = self.norm(self.word(idx) + self.position(pos) + self.token_type(kind))
+        for layer in self.layers:
+            x = layer(x)
+        return self.decoder(self.transform_norm(self.transform_act(self.transform(x))))
+
+
+def gpt2():
+    return Gpt2()
+
+
+def bert_large():
+    return Bert()
+
+
+def tiny_gpt():
+    """A GPT of four small blocks, for tests that run it."""
+    return Gpt2(vocab=512, tokens=16, d=64, layers=2, heads=4)

@@ -1,0 +1,194 @@
+#!/usr/bin/env python3
+"""Model files from PyTorch modules (scripts/model_export.py) and read by
+dpscale: torchvision's ResNets with their exact tensor lists and GEMM FLOPs,
+a GPT with tied weights and attention's matmuls, the committed presets as
+the exporter writes them today, and the modules it refuses, named.
+
+usage: test_model_file.py DPSCALE CASE
+  resnet        resnet18 and resnet50: every tensor (name, shape) in
+                model.parameters() order, 11,689,512 and 25,557,032
+                parameters, GEMM FLOPs within 1 % of a count from the
+                module's Conv2d and Linear layers; dpscale reads the file
+  transformer   a small GPT: the head tied to the token embedding, each
+                attention matmul a gemm without weight over the heads
+  presets       bench/models/resnet50.model is what the exporter writes now;
+                every file there is read by dpscale predict
+  refuses       a module, a function and a forward the exporter cannot map,
+                and a bad MODULE, each refused with its name (exit 2)
+Exit 77 (skip) without PyTorch or torchvision (scripts/setup.sh --with-torch)."""
+from listing import DPSCALE, exit_if_listing, test
+
+TESTS = [test("model export " + c, DPSCALE, c, suite="torch", timeout=300)
+         for c in ("resnet", "transformer", "presets", "refuses")]
+if __name__ == "__main__":
+    exit_if_listing(TESTS)  # --list: before the imports below
+
+import math
+import os
+import subprocess
+import sys
+import tempfile
+
+from helpers import HERE, PYTHON, expect, run_case
+
+REPO = os.path.dirname(HERE)
+EXPORT = os.path.join(REPO, "scripts", "model_export.py")
+MACHINE = os.path.join(REPO, "bench", "predict", "dgx1-v100-ib.machine")
+try:
+    import torch
+    import torchvision
+    from torch import nn
+    from dpstools import model_export, reference_models
+except ImportError as e:
+    print(f"skipped: {e} (scripts/setup.sh --with-torch installs PyTorch and torchvision)")
+    sys.exit(77)
+
+
+def records(lines, kind):
+    return [line.split() for line in lines if line.startswith(kind + " ")]
+
+
+def hooked_flops(model, shape):
+    """Forward GEMM FLOPs of one sample, counted on the module's own Conv2d and Linear layers."""
+    total = [0]
+
+    def conv(m, args, out):
+        total[0] += 2 * out.numel() * m.in_channels // m.groups * math.prod(m.kernel_size)
+
+    def linear(m, args, out):
+        total[0] += 2 * out.numel() * m.in_features
+
+    hooks = [m.register_forward_hook(conv if isinstance(m, nn.Conv2d) else linear)
+             for m in model.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
+    with torch.no_grad():
+        model.eval()(torch.randn(2, *shape))
+    for h in hooks:
+        h.remove()
+    return total[0] / 2
+
+
+def file_flops(lines):
+    f = 0
+    for r in records(lines, "op"):
+        if r[1] == "gemm":
+            keys = dict(w.split("=", 1) for w in r[3:])
+            f += 2 * int(keys.get("b", 1)) * int(keys["m"]) * int(keys["k"]) * int(keys["n"])
+    return f
+
+
+def read_by_dpscale(dpscale, path, what):
+    """dpscale predict reads the model file through a workload's model key."""
+    with tempfile.TemporaryDirectory() as tmp:
+        workload = os.path.join(tmp, "w.workload")
+        with open(workload, "w") as f:
+            f.write(f"model = {os.path.abspath(path)}\nstep_ms_1gpu = 100\nbatch_per_gpu = 2\n")
+        r = subprocess.run([dpscale, "predict", "--machine", MACHINE, "--workload", workload,
+                            "--gpus", "1,2"], capture_output=True, text=True)
+    expect(r.returncode == 0, f"{what}: dpscale predict refused it: {r.stderr.strip()}")
+    return r.stdout
+
+
+def case_resnet(dpscale):
+    for name, count in (("resnet18", 11689512), ("resnet50", 25557032)):
+        model = getattr(torchvision.models, name)()
+        lines = model_export.model_file(name, f"torchvision.models.{name}", model, (3, 224, 224))
+        tensors = records(lines, "tensor")
+        want = [(n, "x".join(map(str, p.shape))) for n, p in model.named_parameters()]
+        expect([(t[1], t[2]) for t in tensors] == want, f"{name}: the tensor list is not "
+               "model.named_parameters()'s")
+        got = sum(math.prod(int(d) for d in t[2].split("x")) for t in tensors)
+        expect(got == count, f"{name}: {got} parameters, expected {count}")
+        ready = sorted(int(t[3].split("=")[1]) for t in tensors)
+        expect(ready == list(range(len(tensors))), f"{name}: ready is not 0..{len(tensors) - 1}")
+        flops, hooked = file_flops(lines), hooked_flops(model, (3, 224, 224))
+        expect(abs(flops / hooked - 1) < 0.01, f"{name}: {flops:.4g} GEMM FLOPs in the file, "
+               f"{hooked:.4g} counted on the module")
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, name + ".model")
+            with open(path, "w") as f:
+                f.write("\n".join(lines) + "\n")
+            read_by_dpscale(dpscale, path, name)
+        print(f"{name}: {len(tensors)} tensors, {got} parameters, {flops / 1e9:.3f} GFLOP a sample")
+
+
+def case_transformer(dpscale):
+    model = reference_models.tiny_gpt()
+    lines = model_export.model_file("tiny_gpt", "tiny_gpt", model, (16,), integer_input=True)
+    tensors = [t[1] for t in records(lines, "tensor")]
+    expect(tensors == [n for n, _ in model.named_parameters()], "tiny_gpt: tensor list")
+    expect("lm_head.weight" not in tensors, "tiny_gpt: the tied head is a tensor of its own")
+    ops = records(lines, "op")
+    head = [r for r in ops if r[2] == "lm_head"]
+    expect(head and "weight=wte.weight" in head[0], f"tiny_gpt: lm_head does not read wte: {head}")
+    matmuls = [dict(w.split("=", 1) for w in r[3:]) for r in ops if r[1] == "gemm" and
+               not any(w.startswith("weight=") for w in r[3:])]
+    expect(len(matmuls) == 4 and all(m.get("b") == "4" for m in matmuls),
+           f"tiny_gpt: attention's matmuls are not 4 gemms over 4 heads: {matmuls}")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "tiny_gpt.model")
+        with open(path, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        read_by_dpscale(dpscale, path, "tiny_gpt")
+
+
+def case_presets(dpscale):
+    folder = os.path.join(REPO, "bench", "models")
+    with open(os.path.join(folder, "resnet50.model")) as f:
+        committed = f.read().splitlines()
+    model = torchvision.models.resnet50()
+    now = model_export.model_file("resnet50", "torchvision.models.resnet50", model, (3, 224, 224))
+    expect(committed == now, "bench/models/resnet50.model is not what model_export.py writes "
+           "now: export it again (docs/model-file.md)")
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".model"):
+            read_by_dpscale(dpscale, os.path.join(folder, name), name)
+
+
+class Lstm(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.LSTM(8, 8)
+
+    def forward(self, x):
+        return self.rnn(x)[0]
+
+
+class Cumsum(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return torch.cumsum(self.fc(x), dim=1)
+
+
+class Branches(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.fc(x) if x.sum() > 0 else x
+
+
+def case_refuses(dpscale):
+    del dpscale
+    for model, needle in ((Lstm(), "rnn: LSTM is not a module the exporter maps"),
+                          (Cumsum(), "cumsum is not a function the exporter maps"),
+                          (Branches(), "Branches: torch.fx cannot trace its forward")):
+        try:
+            model_export.model_file("m", "m", model, (4, 8))
+            expect(False, f"{type(model).__name__}: exported, expected a refusal")
+        except model_export.ExportError as e:
+            expect(needle in str(e), f"{type(model).__name__}: refused with {e!s}, expected {needle}")
+    r = subprocess.run([PYTHON, EXPORT, "nosuchpackage.build", "--input", "8"],
+                       capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.path.dirname(EXPORT)})
+    expect(r.returncode == 2 and "nosuchpackage.build: No module named 'nosuchpackage'" in r.stderr,
+           f"a module that does not exist: exit {r.returncode}, {r.stderr.strip()}")
+
+
+CASES = {"resnet": case_resnet, "transformer": case_transformer, "presets": case_presets,
+         "refuses": case_refuses}
+
+if __name__ == "__main__":
+    sys.exit(run_case(sys.argv[2], CASES[sys.argv[2]], sys.argv[1]))
