@@ -15,11 +15,16 @@ usage: test_model_file.py DPSCALE CASE
                 every file there is read by dpscale predict
   refuses       a module, a function and a forward the exporter cannot map,
                 and a bad MODULE, each refused with its name (exit 2)
+  buckets       dpscale info --model FILE's DDP buckets, byte for byte, against
+                PyTorch's DDP's rebuilt buckets (two gloo ranks on the CPU) for
+                resnet18 and a GPT with tied weights at two bucket caps
 Exit 77 (skip) without PyTorch or torchvision (scripts/setup.sh --with-torch)."""
 from listing import DPSCALE, exit_if_listing, test
 
 TESTS = [test("model export " + c, DPSCALE, c, suite="torch", timeout=300)
          for c in ("resnet", "transformer", "presets", "refuses")]
+TESTS += [test("model buckets torch", DPSCALE, "buckets", suite="torch", timeout=300,
+               parallel=False)]
 if __name__ == "__main__":
     exit_if_listing(TESTS)  # --list: before the imports below
 
@@ -187,8 +192,77 @@ def case_refuses(dpscale):
            f"a module that does not exist: exit {r.returncode}, {r.stderr.strip()}")
 
 
+DDP_BUCKETS = r"""
+import json, os, sys
+import torch, torch.distributed as dist, torch.multiprocessing as mp, torchvision
+from torch.nn.parallel import DistributedDataParallel as DDP
+from dpstools import reference_models
+GPT = (4096, 16, 128, 4, 4)  # vocab, tokens, width, layers, heads
+
+def rank(r, spec, cap, port, out):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=r, world_size=2)
+    torch.manual_seed(0)
+    if spec == "gpt":
+        model, x = reference_models.Gpt2(*GPT), torch.randint(0, GPT[0], (2, GPT[1]))
+    else:
+        model, x = getattr(torchvision.models, spec)(), torch.randn(2, 3, 64, 64)
+    ddp = DDP(model, bucket_cap_mb=cap)
+    for _ in range(3):
+        ddp(x).float().sum().backward()
+    if r == 0:
+        with open(out, "w") as f:
+            json.dump(ddp._get_ddp_logging_data()["rebuilt_bucket_sizes"], f)
+    dist.destroy_process_group()
+
+if __name__ == "__main__":
+    spec, cap, port, out = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    mp.spawn(rank, args=(spec, cap, port, out), nprocs=2)
+"""
+
+
+def torch_buckets(spec, cap, tmp):
+    """PyTorch DDP's rebuilt bucket sizes in bytes, from two gloo ranks on the CPU."""
+    import json
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out, script = os.path.join(tmp, "buckets.json"), os.path.join(tmp, "ddp_buckets.py")
+    with open(script, "w") as f:  # a file: mp.spawn's children import their __main__ again
+        f.write(DDP_BUCKETS)
+    r = subprocess.run([PYTHON, script, spec, str(cap), str(port), out],
+                       capture_output=True, text=True, timeout=240)
+    expect(r.returncode == 0, f"PyTorch DDP on {spec}: exit {r.returncode}: {r.stderr[-2000:]}")
+    with open(out) as f:
+        sizes = json.load(f)
+    return [int(x) for x in (sizes.split(", ") if isinstance(sizes, str) else sizes)]
+
+
+def dpscale_buckets(dpscale, path, cap):
+    r = subprocess.run([dpscale, "info", "--model", path, "--bucket-mb", str(cap)],
+                       capture_output=True, text=True)
+    expect(r.returncode == 0, f"dpscale info --model {path}: {r.stderr.strip()}")
+    return [int(line.split()[2]) for line in r.stdout.splitlines() if not line.startswith("#")]
+
+
+def case_buckets(dpscale):
+    models = {"resnet18": (torchvision.models.resnet18(), (3, 224, 224), False),
+              "gpt": (reference_models.Gpt2(4096, 16, 128, 4, 4), (16,), True)}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, (model, shape, tokens) in models.items():
+            path = os.path.join(tmp, name + ".model")
+            with open(path, "w") as f:
+                f.write("\n".join(model_export.model_file(name, name, model, shape, tokens)) + "\n")
+            for cap in (25, 1 if tokens else 5):
+                want, got = torch_buckets(name, cap, tmp), dpscale_buckets(dpscale, path, cap)
+                expect(got == want, f"{name}, --bucket-mb {cap}: dpscale's buckets {got}, "
+                       f"PyTorch DDP's rebuilt {want}")
+                print(f"{name} --bucket-mb {cap}: {len(got)} buckets, as DDP's: {got}")
+
+
 CASES = {"resnet": case_resnet, "transformer": case_transformer, "presets": case_presets,
-         "refuses": case_refuses}
+         "refuses": case_refuses, "buckets": case_buckets}
 
 if __name__ == "__main__":
     sys.exit(run_case(sys.argv[2], CASES[sys.argv[2]], sys.argv[1]))

@@ -151,6 +151,7 @@ static void store_value(cli_args *a, settings_id id, const settings_value *v)
     case SET_OUT: dps_strlcpy(c->out_dir, v->text, sizeof c->out_dir); a->out_set = 1; break;
     case SET_MACHINE: dps_strlcpy(a->machine_path, v->text, sizeof a->machine_path); break;
     case SET_WORKLOAD: dps_strlcpy(a->workload_path, v->text, sizeof a->workload_path); break;
+    case SET_MODEL_FILE: dps_strlcpy(a->model_file, v->text, sizeof a->model_file); break;
     case SET_FROM: dps_strlcpy(a->from_dir, v->text, sizeof a->from_dir); break;
     case SET_CALIBRATE: dps_strlcpy(a->calibrate_dir, v->text, sizeof a->calibrate_dir); break;
     case SET_CALIBRATION:

@@ -50,6 +50,8 @@ typedef struct cli_args {
     /* predict: the files; the modes are sweep_modes */
     char machine_path[DPS_PATH_MAX], workload_path[DPS_PATH_MAX];
     char from_dir[DPS_PATH_MAX], calibrate_dir[DPS_PATH_MAX], calibration_path[DPS_PATH_MAX];
+    /* info: a model file to describe */
+    char model_file[DPS_PATH_MAX];
 } cli_args;
 
 /* Parses argv; DPS_ERR_USAGE with a one-line message on bad input. */

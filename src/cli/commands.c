@@ -659,6 +659,12 @@ int cmd_comm_bench(cli_args *a)
 
 int cmd_info(cli_args *a)
 {
+    if (a->model_file[0]) return cmd_model_info(a);
+    if (a->given[SET_BUCKET_MB] || a->given[SET_FIRST_BUCKET_MB]) {
+        dps_fail(DPS_ERR_USAGE, "info: --bucket-mb and --first-bucket-mb are for a model file's "
+                 "buckets: add --model FILE");
+        return cmd_usage_error();
+    }
     backend *be = NULL;
     if (be_open(&a->cfg.be, &be) != DPS_OK) {
         fprintf(stderr, "dpscale: %s\n", dps_errmsg());

@@ -6,6 +6,7 @@
 
 int cmd_run(cli_args *a, int argc, char **argv); /* run and sweep */
 int cmd_info(cli_args *a);
+int cmd_model_info(cli_args *a); /* info --model FILE: model_info.c */
 int cmd_links(cli_args *a);
 int cmd_comm_bench(cli_args *a);
 int cmd_predict(cli_args *a);   /* predict_cmd.c */

@@ -129,12 +129,12 @@ const settings_entry settings_table[SET_COUNT] = {
         .help = "dp: as DataParallel does it (materialised log-softmax loss, coalesced "
                 "replicate and reduce into a new buffer), or the lean lower bound (suite files: a list)"},
     [SET_BUCKET_MB] = {
-        .cmds = TRAIN,
+        .cmds = TRAIN | SETTINGS_INFO,
         .flag = "bucket-mb", .key = "bucket_mb", .type = SETTINGS_NUMBER, .lo = 0, .hi = 65536,
         .suite_max = SETTINGS_MAX_LIST, DEFAULT_NUMBER(25.0), .metavar = "X",
         .help = "ddp: gradient bucket cap in MiB"},
     [SET_FIRST_BUCKET_MB] = {
-        .cmds = TRAIN,
+        .cmds = TRAIN | SETTINGS_INFO,
         .flag = "first-bucket-mb", .type = SETTINGS_NUMBER, .lo = 0, .hi = 65536,
         DEFAULT_NUMBER(1.0), .metavar = "X", .help = "ddp: cap of the first bucket in MiB"},
     [SET_NO_OVERLAP] = {
@@ -299,6 +299,10 @@ const settings_entry settings_table[SET_COUNT] = {
         .cmds = SETTINGS_PREDICT, .list_cmds = SETTINGS_PREDICT,
         .flag = "modes", .type = SETTINGS_WORD, WORDS(dps_mode_names), .cli_max = MODE_COUNT,
         .help = "predict: the modes, dp, ddp or both (default both)"},
+    [SET_MODEL_FILE] = {
+        .cmds = SETTINGS_INFO,
+        .flag = "model", .type = SETTINGS_TEXT, .hi = DPS_PATH_MAX - 1, .metavar = "FILE",
+        .help = "info: a model file's tensors, ops and DDP buckets (docs/model-file.md)"},
     [SET_OUT] = {
         .cmds = TRAIN | SETTINGS_COMM_BENCH | SETTINGS_LINKS | SETTINGS_PREDICT,
         .flag = "out", .type = SETTINGS_TEXT, .hi = DPS_PATH_MAX - 1, DEFAULT_TEXT("results"),
