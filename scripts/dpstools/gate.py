@@ -201,8 +201,7 @@ def gate(a, extra):
         commit, why = choose_base(a.base)
         log(f"base: {commit[:12]}, {why}; head: {head_bin}")
         base_bin = build_base(commit, os.path.dirname(os.path.dirname(head_bin)))
-    out = os.path.join(a.out, f"regress-{stamp()}")
-    os.makedirs(out)
+    out = new_out(a.out, make=True)
     rounds, stopped = run_rounds(a, base_bin, head_bin, out, extra, t0)
     rc, res = compare(os.path.join(out, "base"), os.path.join(out, "head"),
                       os.path.join(out, "regression.json"), extra,
@@ -228,6 +227,27 @@ def inconclusive(rc, res, extra, rounds=None):
 
 def stamp():
     return f"{datetime.datetime.now():%Y%m%d-%H%M%S}-{socket.gethostname().split('.')[0]}"
+
+
+def new_out(parent, make):
+    """A results path under parent named for now that nothing holds yet
+    (regress-STAMP, then regress-STAMP-2, ...: two gates started within a
+    second keep apart); made as a folder when make."""
+    os.makedirs(parent, exist_ok=True)
+    base = os.path.join(parent, f"regress-{stamp()}")
+    for i in range(1, 1000):
+        out = base if i == 1 else f"{base}-{i}"
+        if os.path.lexists(out + ".log"):
+            continue
+        try:
+            if make:
+                os.mkdir(out)
+            elif os.path.lexists(out):
+                continue
+            return out
+        except FileExistsError:
+            continue
+    raise RuntimeError(f"{base}: 999 results folders of this second already")
 
 
 def machine_key(meta_path):
@@ -303,9 +323,8 @@ def staleness(base_dir):
 
 def stored(a, extra):
     """One run compared with bench/baselines/<machine>/ (or added to it)."""
-    out = os.path.join(a.out, f"regress-{stamp()}")
+    out = new_out(a.out, make=False)
     slow = ["--inject-slowdown", str(a.inject_slowdown)] if a.inject_slowdown else []
-    os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out + ".log", "w") as logf:
         sweep(os.path.realpath(a.dpscale), a.suite, os.path.dirname(out), os.path.basename(out),
               slow, logf)
