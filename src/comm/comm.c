@@ -14,7 +14,7 @@ static const comm_impl *const impls[] = {
 #ifdef DPS_HAVE_NCCL
     &comm_nccl_impl,
 #endif
-    &comm_ring_impl,
+    &comm_shm_impl,
 #ifdef DPS_HAVE_GLOO
     &comm_gloo_impl,
 #endif

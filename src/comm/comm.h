@@ -1,6 +1,6 @@
 /* Collectives between the ranks of a group, behind one table of operations
  * (comm_ops), as backend.h does for devices. Each implementation is one
- * file that fills the table (comm_ring.c: NCCL's ring over shared memory
+ * file that fills the table (comm_shm.c: NCCL's ring over shared memory
  * between processes; comm_nccl.c: one NCCL rank per process on GPUs; comm_gloo.c: Gloo over
  * TCP between hosts);
  * comm_open (comm.c) chooses one. Strategies call the comm_* functions
@@ -24,7 +24,7 @@ typedef struct comm comm;
 typedef struct comm_async comm_async; /* comm_async.c */
 
 typedef struct comm_ops {
-    const char *name;  /* as results and messages name it: "ring-shm", "nccl" */
+    const char *name;  /* as results and messages name it: "shm", "gloo", "nccl", as --comm */
     /* Blocking collectives: the data is in place when they return. */
     dps_status (*allreduce)(comm *c, void *buf, size_t n, comm_dtype dt);      /* sum */
     dps_status (*broadcast)(comm *c, void *buf, size_t bytes, int root);
@@ -83,7 +83,7 @@ typedef struct comm_params {
     backend *be;
     int dev;
     double timeout_ms;
-    const char *impl;           /* "ring-shm", "gloo", "nccl"; NULL: the first that suits */
+    const char *impl;           /* "shm", "gloo", "nccl"; NULL: the first that suits */
     struct dps_store *store;    /* under a launcher: the ranks' store (gloo needs it) */
 } comm_params;
 

@@ -213,7 +213,7 @@ dps_status commbench_write(const results_dir *rd, const commbench_row *rows, int
     csv_init(&b);
     for (int i = 0; i < n; i++) {
         csv_str(&b, "host");
-        csv_str(&b, "ring-shm");
+        csv_str(&b, "shm");
         csv_int(&b, rows[i].nranks);
         csv_u64(&b, rows[i].bytes);
         csv_num(&b, rows[i].time_us, 1);
