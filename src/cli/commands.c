@@ -541,7 +541,7 @@ static int execute(cli_args *a, backend *be, sweep_item *items, int n, int argc,
 static int run_rank_only(const dps_config *cfg)
 {
     dps_install_interrupt_handlers();
-    if (!ddp_env_rank(cfg)) return 0;
+    if (!ddp_launched_rank(cfg)) return 0;
     fprintf(stderr, "dpscale: %s\n", dps_errmsg());
     return dps_interrupted() ? 128 + dps_interrupted() : 1;
 }

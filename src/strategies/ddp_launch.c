@@ -54,7 +54,7 @@ static dps_status reported(void *ctx, char *buf, size_t len)
 
 dps_status ddp_train(const dps_config *cfg, train_result *res)
 {
-    if (cfg->world.launcher != WORLD_NONE) return ddp_env_train(cfg, res);
+    if (cfg->world.launcher != WORLD_NONE) return ddp_launched_train(cfg, res);
     ddp_shared layout;
     ddp_shared_layout(cfg, &layout);
     void *mem = mmap(NULL, layout.total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);

@@ -2,8 +2,9 @@
  * 0 serves the store (comm/store.h), every rank connects, says where it
  * runs and gets the roster (which rank on which host), and a thread
  * watches the group: a rank gone on any host aborts every other rank's
- * collectives. Each configuration then trains in it (ddp_env.c on one
- * host's shared memory, ddp_net.c through the store and Gloo or NCCL). */
+ * collectives. Each configuration then trains in it (ddp_launched_shm.c on
+ * one host's shared memory, ddp_launched_store.c through the store and Gloo
+ * or NCCL). */
 #ifndef DPS_DDP_WORLD_H
 #define DPS_DDP_WORLD_H
 

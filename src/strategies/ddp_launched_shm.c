@@ -1,11 +1,12 @@
-/* ddp started by a launcher (torchrun, mpirun, srun): chooses the
- * collectives from where the ranks run, and, with the shared-memory ring
- * (every rank on one host), meets the ranks in a named shared region
- * (shm_open) that global rank 0 makes and removes (its name as soon as
- * every rank has mapped it), where they run ddp.c's rank as the forked
- * ranks do in the anonymous one. Rank 0 collects every rank's records when
- * all have finished, as the fork launcher's parent does. Other
- * collectives: ddp_net.c. */
+/* Launched ranks (torchrun, mpirun, srun), and those on one host through
+ * shared memory: the entry points of a launcher's ranks choose the
+ * collectives from where the ranks run; with shm (every rank on one host)
+ * the ranks meet in a named shared region (shm_open) that global rank 0
+ * makes and removes (its name as soon as every rank has mapped it), where
+ * they run ddp.c's rank as the forked ranks do in the anonymous one. Rank 0
+ * collects every rank's records when all have finished, as the fork
+ * launcher's parent does. Ranks that share no memory:
+ * ddp_launched_store.c. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -278,7 +279,7 @@ static dps_status shm_train(const dps_config *cfg, train_result *res)
     return rc ? dps_fail_copy(rc, res->error) : DPS_OK;
 }
 
-dps_status ddp_env_rank(const dps_config *cfg)
+dps_status ddp_launched_rank(const dps_config *cfg)
 {
     dps_config c;
     DPS_TRY(ddp_world_join(cfg->net, cfg->timeout_s));
@@ -287,10 +288,10 @@ dps_status ddp_env_rank(const dps_config *cfg)
         store_abort(cfg->net->store, dps_errmsg()); /* the others would wait for this rank */
         return rc;
     }
-    return c.comm == DPS_COMM_SHM ? shm_rank(&c) : ddp_net_rank(&c, c.net);
+    return c.comm == DPS_COMM_SHM ? shm_rank(&c) : ddp_launched_store_rank(&c, c.net);
 }
 
-dps_status ddp_env_train(const dps_config *cfg, train_result *res)
+dps_status ddp_launched_train(const dps_config *cfg, train_result *res)
 {
     dps_config c;
     dps_status rc = ddp_world_join(cfg->net, cfg->timeout_s);
@@ -299,5 +300,5 @@ dps_status ddp_env_train(const dps_config *cfg, train_result *res)
         dps_strlcpy(res->error, dps_errmsg(), sizeof res->error);
         return rc;
     }
-    return c.comm == DPS_COMM_SHM ? shm_train(&c, res) : ddp_net_train(&c, c.net, res);
+    return c.comm == DPS_COMM_SHM ? shm_train(&c, res) : ddp_launched_store_train(&c, c.net, res);
 }
