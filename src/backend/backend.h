@@ -110,7 +110,7 @@ typedef struct be_ops {
     void *(*native_stream)(backend *, be_stream *s); /* cudaStream_t; NULL on the host */
     /* on = 0: peer access between dev and peer switched off both ways and held off
      * (their copies go through the host) until on = 1 switches dev's access to
-     * peer's memory on again; DPS_SKIPPED (with why) when there is none */
+     * peer's memory on again; DPS_WAIVED (with why) when there is none */
     dps_status (*peer_access)(backend *, int dev, int peer, int on);
     /* elapsed ms between two recorded, completed events */
     dps_status (*event_ms)(backend *, be_event *start, be_event *end, float *ms);

@@ -220,7 +220,7 @@ static dps_status cuda_peer_fail(cudaError_t e, int on, int from, int to)
 static dps_status cu_peer_access(backend *be, int dev, int peer, int on)
 {
     if (!be->peer[dev][peer] && !be->peer[peer][dev])
-        return dps_fail(DPS_SKIPPED, "GPUs %d and %d cannot access each other's memory directly",
+        return dps_fail(DPS_WAIVED, "GPUs %d and %d cannot access each other's memory directly",
                         dev, peer);
     cuda_impl *im = impl_of(be);
     int current = dev;

@@ -186,7 +186,7 @@ static dps_status nopeer_link(ctx *c, side *s, side *d)
 {
     link_row *r = &c->rows[c->n++];
     dps_status rc = c->be->ops->peer_access(c->be, s->dev, d->dev, 0);
-    if (rc == DPS_SKIPPED) {
+    if (rc == DPS_WAIVED) { /* a row that says so; the matrix goes on */
         put(r, s->dev, d->dev, "d2d_nopeer", c->bytes, 1.0, 1, 0);
         r->gbps = NAN;
         snprintf(r->status, sizeof r->status, "WAIVED (no peer access to switch off)");
