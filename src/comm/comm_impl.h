@@ -21,7 +21,7 @@ dps_status comm_async_push(comm *c, void *buf, size_t n, comm_dtype dt, be_event
 dps_status comm_async_wait(comm *c, double *busy_ms) DPS_MUST_USE;
 void comm_async_stop(comm *c);
 
-/* comm_span.c: one async all-reduce of the wait into c->spans when traced: it
+/* comm_span.c: one async all-reduce of the wait into c->trace when traced: it
  * began at event `begin` (on c's device) and ran ms. Nothing is measured
  * here, inside the wait; a span there is no memory for is left out. */
 void comm_span_add(comm *c, be_event *begin, double ms, size_t bytes);

@@ -28,6 +28,7 @@ typedef struct ddp_rank {
     rank_beat *beat;
     ddp_world *dw;            /* under a launcher: the joined world; NULL: forked */
     comm *comm;
+    comm_spans spans;         /* the traced steps' all-reduces (comm_trace) */
     int rank, nranks, dev, rows, rows_total;
     int64_t row0;
     be_stream *st;
@@ -195,6 +196,7 @@ static void rank_teardown(ddp_rank *R)
     backend *be = R->be;
     if (R->dw) ddp_world_set_comm(R->dw, NULL);
     comm_close(R->comm);
+    comm_spans_free(&R->spans);
     for (int b = 0; R->bk_ev && b < R->nbk; b++)
         if (R->bk_ev[b]) be->ops->event_destroy(be, R->bk_ev[b]);
     free(R->bk_ev);
@@ -348,7 +350,8 @@ static dps_status trace_mark(ddp_rank *R, int k)
     if (!R->sh->trace_steps || k != R->cfg->steps - R->sh->trace_steps) return DPS_OK;
     DPS_TRY(ptimer_mark(&R->timer));
     R->rep->trace_ref_wall_ms = dps_wall_ms();
-    comm_trace(R->comm, R->timer.ref[0]);
+    R->spans.ref = R->timer.ref[0];
+    comm_trace(R->comm, &R->spans);
     return DPS_OK;
 }
 
@@ -360,10 +363,11 @@ static dps_status trace_read(ddp_rank *R, int k)
     int t = k - (R->cfg->steps - sh->trace_steps);
     if (!sh->trace_steps || t < 0) return DPS_OK;
     DPS_TRY(ptimer_begins(&R->timer, 0, ddp_shared_tl_phase(sh, R->rank) + (size_t)t * PH_COUNT));
-    DPS_TRY(comm_spans_read(R->comm));
-    int n = R->comm->nspans < sh->max_spans ? R->comm->nspans : sh->max_spans;
+    DPS_TRY(comm_spans_read(R->be, &R->spans));
+    int n = R->spans.n < sh->max_spans ? R->spans.n : sh->max_spans;
     tl_span *dst = ddp_shared_tl_span(sh, R->rank) + (size_t)t * sh->max_spans;
-    if (n) memcpy(dst, R->comm->spans, (size_t)n * sizeof(tl_span));
+    for (int i = 0; i < n; i++) /* bucket = issue order */
+        dst[i] = (tl_span){R->spans.span[i].begin_ms, R->spans.span[i].ms, R->spans.span[i].bytes, i, 0.0};
     int nb = R->nbk < sh->max_spans ? R->nbk : sh->max_spans;
     for (int b = 0; b < nb; b++) {
         float ready = 0.0f;
