@@ -289,14 +289,15 @@ static void name_interrupt(train_result *res)
     dps_strlcpy(res->error, why, sizeof res->error);
 }
 
-/* The mode's training loop; ranks of ddp open the backend the parent chose. */
-static dps_status train(const dps_config *cfg, backend *be, train_result *res)
+/* The mode's training loop; ranks of ddp open the backend the parent chose
+ * (under a launcher in dw, the joined world). */
+static dps_status train(const dps_config *cfg, ddp_world *dw, backend *be, train_result *res)
 {
     be->gemm_bf16 = cfg->precision == PREC_BF16; /* autocast, timed or not */
     if (cfg->mode == MODE_DP) return dp_train(cfg, be, res);
     dps_config c = *cfg;
     c.be.kind = be->kind;
-    dps_status rc = ddp_train(&c, res);
+    dps_status rc = ddp_train(&c, dw, res);
     if (rc && !res->error[0]) dps_strlcpy(res->error, dps_errmsg(), sizeof res->error);
     return rc;
 }
@@ -321,7 +322,7 @@ dps_status run_untimed(const dps_config *cfg, backend *be)
     DPS_TRY(fits_host(&c, be));
     train_result res;
     DPS_TRY(train_result_init(&res, &c, c.ngpus));
-    dps_status rc = train(&c, be, &res);
+    dps_status rc = train(&c, NULL, be, &res);
     train_result_free(&res);
     return rc;
 }
@@ -370,7 +371,8 @@ dps_status run_save_params(const char *path, const float *params, size_t n)
     return DPS_OK;
 }
 
-dps_status run_config(const dps_config *cfg, backend *be, const results_dir *rd, int *written)
+dps_status run_config(const dps_config *cfg, ddp_world *dw, backend *be, const results_dir *rd,
+                      int *written)
 {
     run_summary sum;
     memset(&sum, 0, sizeof sum);
@@ -386,7 +388,7 @@ dps_status run_config(const dps_config *cfg, backend *be, const results_dir *rd,
     nvml_sampler *nv = cfg->no_nvml ? NULL : nvml_start(be, cfg->devices, cfg->ngpus, 20);
     res.status = fits_host(cfg, be);
     if (res.status) dps_strlcpy(res.error, dps_errmsg(), sizeof res.error);
-    else res.status = train(cfg, be, &res);
+    else res.status = train(cfg, dw, be, &res);
     record_nvml(nv, cfg, &res);
     if (!res.status && cfg->check) {
         res.status = run_check(cfg, be, &res);

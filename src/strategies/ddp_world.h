@@ -49,6 +49,9 @@ dps_status ddp_world_join(ddp_world *dw, double timeout_s) DPS_MUST_USE;
 void ddp_world_note_devices(ddp_world *dw, const dev_stats *dev);
 /* Every rank on one host. */
 int ddp_world_one_host(const ddp_world *dw);
+/* Where the joined ranks run, for meta.json (results_write_meta); 0 (and
+ * *out untouched) when dw is NULL or has not joined. */
+int ddp_world_nodes(const ddp_world *dw, world_nodes *out);
 /* The running configuration's collectives, for the watch to abort (NULL: none). */
 void ddp_world_set_comm(ddp_world *dw, comm *c);
 /* This rank is done; rank 0 waits for the others (up to timeout_s), then
