@@ -187,7 +187,6 @@ struct backend {
     be_kind kind;
     int ndev;
     int emulated;                /* timings describe the CPU, not a GPU */
-    int gemm_bf16;               /* GEMM inputs rounded to bf16, fp32 accumulation (AMP) */
     int unpinned;                /* host: be_options.unpinned */
     int host_cores;              /* host: the cores this process may use; 0 on GPUs */
     be_device_info info[DPS_MAX_DEVICES];

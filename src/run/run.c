@@ -148,7 +148,7 @@ static dps_status gemm_buffers_bf16(backend *be, be_stream *st, int dev, dps_buf
 }
 
 static dps_status gemm_buffers(backend *be, be_stream *st, int dev, model_shape s, int rows,
-                               dps_buf *b)
+                               dps_precision prec, dps_buf *b)
 {
     size_t d = (size_t)s.width, big = (size_t)(s.width > s.classes ? s.width : s.classes);
     size_t floats[GX16] = {(size_t)rows * d, d * big, (size_t)rows * big, d * big, (size_t)rows * d};
@@ -156,31 +156,33 @@ static dps_status gemm_buffers(backend *be, be_stream *st, int dev, model_shape 
         DPS_TRY(be_buf_alloc(be, dev, floats[i] * sizeof(float), "GEMM reference", &b[i]));
     DPS_TRY(gemm_fill(be, st, &b[GX], 1.0f, 1));                        /* as the inputs */
     DPS_TRY(gemm_fill(be, st, &b[GW], 1.0f / sqrtf((float)s.width), 2)); /* as nn.Linear's */
-    if (be->gemm_bf16) DPS_TRY(gemm_buffers_bf16(be, st, dev, b));
+    if (prec == PREC_BF16) DPS_TRY(gemm_buffers_bf16(be, st, dev, b));
     DPS_TRY(be->ops->memset0(be, st, b[GY].ptr, b[GY].bytes));
     DPS_TRY(be->ops->memset0(be, st, b[GDW].ptr, b[GDW].bytes));
     return be->ops->memset0(be, st, b[GDX].ptr, b[GDX].bytes);
 }
 
 /* One repetition of the reference, as the model's precision runs it. */
-static dps_status gemm_rep(backend *be, be_stream *st, model_shape s, int rows, dps_buf *b)
+static dps_status gemm_rep(backend *be, be_stream *st, model_shape s, int rows, dps_precision prec,
+                           dps_buf *b)
 {
-    if (be->gemm_bf16)
+    if (prec == PREC_BF16)
         return gemm_step_bf16(be, st, s, rows, b[GX16].ptr, b[GW16].ptr, b[GY16].ptr, b[GY].ptr,
                               b[GDW].ptr, b[GDX].ptr);
     return gemm_step(be, st, s, rows, b[GX].ptr, b[GW].ptr, b[GY].ptr, b[GDW].ptr, b[GDX].ptr);
 }
 
-dps_status run_gemm_reference(backend *be, int dev, model_shape s, int rows, double *tflops)
+dps_status run_gemm_reference(backend *be, int dev, model_shape s, int rows, dps_precision prec,
+                              double *tflops)
 {
     dps_buf b[GBUFS] = {{0}};
     be_stream *st = NULL;
     dps_status rc = be->ops->stream_create(be, dev, &st);
-    if (!rc) rc = gemm_buffers(be, st, dev, s, rows, b);
+    if (!rc) rc = gemm_buffers(be, st, dev, s, rows, prec, b);
     double times[6];
     for (int rep = 0; !rc && rep < 6; rep++) {
         double t0 = dps_now_ms();
-        rc = gemm_rep(be, st, s, rows, b);
+        rc = gemm_rep(be, st, s, rows, prec, b);
         times[rep] = dps_now_ms() - t0;
     }
     if (!rc) {
@@ -293,7 +295,6 @@ static void name_interrupt(train_result *res)
  * (under a launcher in dw, the joined world). */
 static dps_status train(const dps_config *cfg, ddp_world *dw, backend *be, train_result *res)
 {
-    be->gemm_bf16 = cfg->precision == PREC_BF16; /* autocast, timed or not */
     if (cfg->mode == MODE_DP) return dp_train(cfg, be, res);
     dps_config c = *cfg;
     c.be.kind = be->kind;
@@ -402,7 +403,8 @@ dps_status run_config(const dps_config *cfg, ddp_world *dw, backend *be, const r
         int samples[DPS_MAX_DEVICES];
         dp_chunk_sizes(cfg->global_batch, cfg->ngpus, samples);
         res.status = run_gemm_reference(be, cfg->devices[0], cfg->shape,
-                                    samples[0] * cfg->shape.tokens, &res.gemm_ref_tflops);
+                                        samples[0] * cfg->shape.tokens, cfg->precision,
+                                        &res.gemm_ref_tflops);
         if (res.status) dps_strlcpy(res.error, dps_errmsg(), sizeof res.error);
     }
     if (!res.status && res.tl.steps && res.steps_done == cfg->steps) {

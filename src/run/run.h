@@ -51,7 +51,9 @@ double run_max_rel_diff(const float *a, const float *b, size_t n);
  * differ in number or do not add up to `bytes`. */
 double run_allreduce_span_ms(const timeline *tl, int t, double bytes);
 
-/* Times the GEMMs of one step on `rows` rows of one device: TFLOP/s. */
-dps_status run_gemm_reference(backend *be, int dev, model_shape s, int rows, double *tflops) DPS_MUST_USE;
+/* Times the GEMMs of one step on `rows` rows of one device, as the model
+ * runs them in precision prec: TFLOP/s. */
+dps_status run_gemm_reference(backend *be, int dev, model_shape s, int rows, dps_precision prec,
+                              double *tflops) DPS_MUST_USE;
 
 #endif

@@ -123,7 +123,7 @@ static dps_status alloc_buffers(ddp_rank *R)
     }
     DPS_TRY(be_buf_alloc(be, d, rows * sizeof(float), "per-token loss", &R->row_loss));
     DPS_TRY(be_buf_alloc(be, d, sizeof(float), "loss", &R->loss));
-    DPS_TRY(model_acts_alloc(be, d, m, R->rows, &R->acts));
+    DPS_TRY(model_acts_alloc(be, d, m, R->rows, R->cfg->precision, &R->acts));
     DPS_TRY(be->ops->host_alloc(be, sizeof(float), (void **)&R->h_loss));
     /* each next shard made during the step, but not on the host backend,
      * whose devices are the cores that would make it */
@@ -484,7 +484,6 @@ dps_status ddp_rank_main(const dps_config *cfg, ddp_shared *sh, int rank, rank_b
      * one box, where every rank is its host's device 0) */
     bo.unpinned = dw != NULL;
     dps_status rc = be_open(&bo, &R->be);
-    if (!rc) R->be->gemm_bf16 = cfg->precision == PREC_BF16;
     if (!rc && dw) rc = local_device(R);
     if (!rc) rc = rank_setup(R);
     if (!rc) rc = rank_loop(R);
