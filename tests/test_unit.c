@@ -27,6 +27,7 @@
 #include <sys/wait.h>
 
 #include "build_config.h"
+#include "elementwise.h"
 #include "backend/backend.h"
 #include "model/batches.h"
 #include "model/bucket.h"

@@ -12,8 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend/opt_hparams.h"
 #include "core/err.h"
-#include "elementwise.h"
 
 #define DPS_MAX_DEVICES 64
 

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "build_config.h"
+#include "elementwise.h"
 #include "backend/backend.h"
 #include "backend/host_gemm.h"
 #include "core/util.h"

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "elementwise.h"
 #include "comm/comm_impl.h"
 #include "core/util.h"
 

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "elementwise.h"
 #include "model/model.h"
 
 /* Workload-shaped presets: parameter count and FLOPs per sample match the

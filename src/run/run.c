@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "elementwise.h"
 #include "strategies/ddp.h"
 #include "strategies/dp.h"
 #include "strategies/footprint.h"
