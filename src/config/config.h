@@ -77,6 +77,8 @@ void config_optimizer_defaults(dps_config *c);
 typedef struct dev_stats {
     int dev;                          /* backend device index */
     char name[128];
+    int samples;                      /* of each step, as the strategy split the batch:
+                                         its chunk (dp) or shard (ddp); 0: none */
     uint64_t alloc_peak, device_peak, capacity;
     uint64_t device_base;             /* device's used memory before the run allocated */
     struct {                          /* what the allocation peak was made of */

@@ -400,11 +400,9 @@ dps_status run_config(const dps_config *cfg, ddp_world *dw, backend *be, const r
         res.status = run_save_params(cfg->save_params, res.final_params, res.nparams);
         if (res.status) dps_strlcpy(res.error, dps_errmsg(), sizeof res.error);
     }
-    if (!res.status && cfg->gemm_ref) {
-        int samples[DPS_MAX_DEVICES];
-        dp_chunk_sizes(cfg->global_batch, cfg->ngpus, samples);
+    if (!res.status && cfg->gemm_ref) { /* device 0's rows, as the strategy split the batch */
         res.status = run_gemm_reference(be, cfg->devices[0], cfg->shape,
-                                        samples[0] * cfg->shape.tokens, cfg->precision,
+                                        res.dev[0].samples * cfg->shape.tokens, cfg->precision,
                                         &res.gemm_ref_tflops);
         if (res.status) dps_strlcpy(res.error, dps_errmsg(), sizeof res.error);
     }

@@ -171,6 +171,7 @@ static dps_status rank_setup(ddp_rank *R)
     ddp_shard_sizes(c->global_batch, R->nranks, shards);
     for (int i = 0; i < R->rank; i++) R->row0 += (int64_t)shards[i] * c->shape.tokens;
     R->rows = shards[R->rank] * c->shape.tokens;
+    R->rep->dev.samples = shards[R->rank];
     R->rows_total = c->global_batch * c->shape.tokens;
     R->nparams = model_param_count(c->shape);
     DPS_TRY(R->be->ops->set_device(R->be, R->dev));

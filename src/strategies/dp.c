@@ -512,6 +512,7 @@ dps_status dp_train(const dps_config *cfg, backend *be, train_result *res)
         dps_status sampled = i < st->nslots ? be_sample_mem(be, dev) : DPS_OK;
         if (!rc) rc = sampled;
         res->dev[i].dev = dev;
+        res->dev[i].samples = i < st->nslots ? st->s[i].rows / cfg->shape.tokens : 0;
         dps_strlcpy(res->dev[i].name, be->info[dev].name, sizeof res->dev[i].name);
         dev_stats_memory(&res->dev[i], be, dev);
         if (rc == DPS_OK && res->steps_done > 0)
