@@ -332,11 +332,12 @@ static void endpoint(int dev, char *buf, size_t len)
 /* links.csv's columns, in the order links_write writes them. */
 static const char *const links_cols[] = {"src", "dst", "method", "bytes", "bw_gbps", "latency_us",
                                          "status", "backend", "emulated"};
-#define NLINKS_COLS ((int)(sizeof links_cols / sizeof links_cols[0]))
+static const results_table links_table = {
+    "links.csv", links_cols, (int)(sizeof links_cols / sizeof links_cols[0]), "the link matrix"};
 
 dps_status links_check_header(const results_dir *rd)
 {
-    return results_check_header(rd, "links.csv", links_cols, NLINKS_COLS);
+    return results_check_header(rd, links_table.name, links_table.cols, links_table.ncols);
 }
 
 dps_status links_write(const results_dir *rd, const backend *be, const link_row *rows, int n)
@@ -358,9 +359,7 @@ dps_status links_write(const results_dir *rd, const backend *be, const link_row 
         csv_int(&b, be->emulated);
         csv_end_row(&b);
     }
-    results_part part = {"links.csv", links_cols, NLINKS_COLS, &b};
-    results_txn t = {"the link matrix (links.csv)", "the link matrix's", NULL, &part, 1};
-    dps_status rc = results_commit(rd, &t);
+    dps_status rc = results_commit_table(rd, &links_table, &b);
     csv_free(&b);
     return rc;
 }
