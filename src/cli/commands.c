@@ -513,7 +513,8 @@ static int execute_in(cli_args *a, backend *be, const results_dir *rd, sweep_ite
     for (int i = 0; i < n; i++) most = items[i].cfg.ngpus > most ? items[i].cfg.ngpus : most;
     results_cmd cmd = meta_cmd(a, argc, argv);
     world_nodes nodes;
-    if (!rc) rc = results_write_meta(rd, be, &a->cfg, joined_nodes(a, &nodes), most, &cmd, start, NULL);
+    if (!rc)
+        rc = results_write_meta(rd, be, &a->cfg, joined_nodes(a, &nodes), most, &cmd, start, NULL);
     if (rc) return rc == DPS_ERR_USAGE ? cmd_usage_error() : (dps_log("%s", dps_errmsg()), 1);
     printf("# results: %s\n", rd->dir);
     if (n && items[0].cfg.inject_slowdown_pct > 0)

@@ -367,8 +367,10 @@ static dps_status trace_read(ddp_rank *R, int k)
     DPS_TRY(comm_spans_read(R->be, &R->spans));
     int n = R->spans.n < sh->max_spans ? R->spans.n : sh->max_spans;
     tl_span *dst = ddp_shared_tl_span(sh, R->rank) + (size_t)t * sh->max_spans;
-    for (int i = 0; i < n; i++) /* bucket = issue order */
-        dst[i] = (tl_span){R->spans.span[i].begin_ms, R->spans.span[i].ms, R->spans.span[i].bytes, i, 0.0};
+    for (int i = 0; i < n; i++) { /* bucket = issue order */
+        const comm_span *sp = &R->spans.span[i];
+        dst[i] = (tl_span){sp->begin_ms, sp->ms, sp->bytes, i, 0.0};
+    }
     int nb = R->nbk < sh->max_spans ? R->nbk : sh->max_spans;
     for (int b = 0; b < nb; b++) {
         float ready = 0.0f;

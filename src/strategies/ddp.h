@@ -35,7 +35,8 @@ dps_status ddp_train(const dps_config *cfg, ddp_world *dw, train_result *res) DP
 dps_status ddp_launched_train(const dps_config *cfg, ddp_world *dw, train_result *res)
     DPS_MUST_USE;
 dps_status ddp_launched_rank(const dps_config *cfg, ddp_world *dw) DPS_MUST_USE;
-dps_status ddp_launched_store_train(const dps_config *cfg, ddp_world *dw, train_result *res) DPS_MUST_USE;
+dps_status ddp_launched_store_train(const dps_config *cfg, ddp_world *dw, train_result *res)
+    DPS_MUST_USE;
 dps_status ddp_launched_store_rank(const dps_config *cfg, ddp_world *dw) DPS_MUST_USE;
 
 #endif
