@@ -10,6 +10,8 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "backend/opt_hparams.h"
+
 #ifdef __CUDACC__
 #define DPS_HD __host__ __device__ __forceinline__
 #else
@@ -77,16 +79,6 @@ DPS_HD float dps_col_sum_lanes(const float *v, int stride)
         for (int l = 0; l < w; l++) t[l] += t[l + w];
     return t[0];
 }
-
-/* Optimizer hyper-parameters, passed by value to kernels. */
-typedef struct dps_opt_hparams {
-    float lr;
-    float momentum;     /* SGD */
-    float beta1, beta2; /* AdamW */
-    float eps;
-    float weight_decay;
-    int step;           /* 1-based step count, for AdamW bias correction */
-} dps_opt_hparams;
 
 /* torch.optim.SGD(momentum=m, dampening=0, nesterov=False) for one element.
  * On the first step buf is zero, so buf = g as PyTorch's clone(g). */

@@ -16,10 +16,12 @@ import sys
 
 # From the bottom (docs/DESIGN.md, "Layers"): each layer and the layers below
 # it whose headers it may include (its own always). comm and launch sit side
-# by side and may not include each other; the predictor reads files and does
+# by side and may not include each other; the collectives know nothing of a
+# configuration or its trace (a strategy hands them its own span record); the predictor reads files and does
 # arithmetic, so it includes neither the backend, the collectives, the
-# launcher nor a strategy; the results writers include no collective or
-# launcher; run drives a strategy and the results writers, not the
+# launcher nor a strategy; the results writers include no collective,
+# launcher or strategy (the joined hosts come to them as config's plain
+# world_nodes); run drives a strategy and the results writers, not the
 # collectives, the launcher or the micro-benchmarks.
 MAY_INCLUDE = {
     "core": set(),
@@ -27,10 +29,10 @@ MAY_INCLUDE = {
     "model": {"core", "backend"},
     "config": {"core", "backend", "model"},
     "predict": {"core", "model", "config"},
-    "comm": {"core", "backend", "model", "config"},
+    "comm": {"core", "backend"},
     "launch": {"core", "backend", "model", "config"},
     "strategies": {"core", "backend", "model", "config", "comm", "launch"},
-    "results": {"core", "backend", "config", "strategies"},
+    "results": {"core", "backend", "config"},
     "microbench": {"core", "backend", "model", "config", "comm", "launch", "strategies", "results"},
     "run": {"core", "backend", "config", "strategies", "results"},
     "cli": {"core", "backend", "model", "config", "predict", "comm", "launch", "strategies",

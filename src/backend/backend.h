@@ -12,8 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend/opt_hparams.h"
 #include "core/err.h"
-#include "elementwise.h"
 
 #define DPS_MAX_DEVICES 64
 
@@ -110,7 +110,7 @@ typedef struct be_ops {
     void *(*native_stream)(backend *, be_stream *s); /* cudaStream_t; NULL on the host */
     /* on = 0: peer access between dev and peer switched off both ways and held off
      * (their copies go through the host) until on = 1 switches dev's access to
-     * peer's memory on again; DPS_SKIPPED (with why) when there is none */
+     * peer's memory on again; DPS_WAIVED (with why) when there is none */
     dps_status (*peer_access)(backend *, int dev, int peer, int on);
     /* elapsed ms between two recorded, completed events */
     dps_status (*event_ms)(backend *, be_event *start, be_event *end, float *ms);
@@ -187,7 +187,6 @@ struct backend {
     be_kind kind;
     int ndev;
     int emulated;                /* timings describe the CPU, not a GPU */
-    int gemm_bf16;               /* GEMM inputs rounded to bf16, fp32 accumulation (AMP) */
     int unpinned;                /* host: be_options.unpinned */
     int host_cores;              /* host: the cores this process may use; 0 on GPUs */
     be_device_info info[DPS_MAX_DEVICES];

@@ -220,7 +220,7 @@ static dps_status cuda_peer_fail(cudaError_t e, int on, int from, int to)
 static dps_status cu_peer_access(backend *be, int dev, int peer, int on)
 {
     if (!be->peer[dev][peer] && !be->peer[peer][dev])
-        return dps_fail(DPS_SKIPPED, "GPUs %d and %d cannot access each other's memory directly",
+        return dps_fail(DPS_WAIVED, "GPUs %d and %d cannot access each other's memory directly",
                         dev, peer);
     cuda_impl *im = impl_of(be);
     int current = dev;
@@ -314,22 +314,14 @@ static dps_status cu_gemm_f32(backend *be, be_stream *s, int ta, int tb, int m, 
     return DPS_OK;
 }
 
-/* fp32 operands; with gemm_bf16 both are rounded to bf16 first (fp32
- * accumulation and C), at every call. */
+/* fp32 operands, accumulation and C (a model under autocast calls gemm_ex:
+ * the precision is the caller's, per call, not the backend's). */
 static dps_status cu_gemm(backend *be, be_stream *s, int ta, int tb, int m, int n, int k,
                           float alpha, const float *a, int lda, const float *b, int ldb,
                           float beta, float *c, int ldc)
 {
     if (m <= 0 || n <= 0) return DPS_OK;
-    if (!be->gemm_bf16) return cu_gemm_f32(be, s, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    DPS_TRY(blas_for(be, s));
-    const void *a16 = NULL, *b16 = NULL;
-    DPS_TRY(to_bf16(be, s, 0, a, (size_t)(ta ? k : m) * (size_t)lda, &a16));
-    DPS_TRY(to_bf16(be, s, 1, b, (size_t)(tb ? n : k) * (size_t)ldb, &b16));
-    cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    CUBLAS_TRY(cublasGemmEx(s->blas, ob, oa, n, m, k, &alpha, b16, CUDA_R_16BF, ldb, a16, CUDA_R_16BF,
-                            lda, &beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    return DPS_OK;
+    return cu_gemm_f32(be, s, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 static cudaDataType_t cuda_type(be_dtype t) { return t == BE_BF16 ? CUDA_R_16BF : CUDA_R_32F; }

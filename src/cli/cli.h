@@ -37,6 +37,7 @@ typedef struct cli_args {
     char suite_path[DPS_PATH_MAX];
     int resume, dry_run, steps_set, no_links;
     dps_launch launcher;             /* --launcher */
+    struct ddp_world *dw;            /* under a launcher: the joined ranks; NULL: none */
     int local_rank;                  /* --local-rank: torch.distributed.launch's; -1: none */
     char filter[SETTINGS_PATTERN_MAX];
     double config_timeout_s;

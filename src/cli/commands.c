@@ -452,11 +452,12 @@ static int run_sweep(cli_args *a, backend *be, const results_dir *rd, sweep_item
     return 0;
 }
 
-/* One configuration in this process; a failure that left no row gets one. */
-static int run_one(const dps_config *cfg, backend *be, const results_dir *rd)
+/* One configuration in this process (under a launcher in dw, the joined
+ * ranks); a failure that left no row gets one. */
+static int run_one(const dps_config *cfg, ddp_world *dw, backend *be, const results_dir *rd)
 {
     int written = 0;
-    dps_status rc = run_config(cfg, be, rd, &written);
+    dps_status rc = run_config(cfg, dw, be, rd, &written);
     if (!rc || written) return rc != DPS_OK;
     char why[DPS_ERRMSG_MAX];
     dps_strlcpy(why, dps_errmsg(), sizeof why);
@@ -472,13 +473,22 @@ static results_cmd meta_cmd(const cli_args *a, int argc, char **argv)
                          a->plan_argv ? a->plan_argv : argv};
 }
 
+/* Where the ranks a launcher started have joined (into *buf); NULL: they
+ * have not (yet), or dpscale forks them. */
+static const world_nodes *joined_nodes(const cli_args *a, world_nodes *buf)
+{
+    return ddp_world_nodes(a->dw, buf) ? buf : NULL;
+}
+
 static int finish(backend *be, const cli_args *a, int most, const results_dir *rd, int argc,
                   char **argv, const char *start, int failed, int interrupted, int nothing)
 {
     char end[32];
     dps_utc_iso8601(end, sizeof end);
     results_cmd cmd = meta_cmd(a, argc, argv);
-    if (results_write_meta(rd, be, &a->cfg, most, &cmd, start, end)) dps_log("%s", dps_errmsg());
+    world_nodes nodes;
+    if (results_write_meta(rd, be, &a->cfg, joined_nodes(a, &nodes), most, &cmd, start, end))
+        dps_log("%s", dps_errmsg());
     printf("# %d failed%s; results in %s\n", failed, nothing ? ", nothing ran" : "", rd->dir);
     if (interrupted) {
         dps_log("interrupted by %s%s", dps_signal_name(dps_interrupted()),
@@ -502,7 +512,9 @@ static int execute_in(cli_args *a, backend *be, const results_dir *rd, sweep_ite
     int most = 0; /* devices of the largest configuration */
     for (int i = 0; i < n; i++) most = items[i].cfg.ngpus > most ? items[i].cfg.ngpus : most;
     results_cmd cmd = meta_cmd(a, argc, argv);
-    if (!rc) rc = results_write_meta(rd, be, &a->cfg, most, &cmd, start, NULL);
+    world_nodes nodes;
+    if (!rc)
+        rc = results_write_meta(rd, be, &a->cfg, joined_nodes(a, &nodes), most, &cmd, start, NULL);
     if (rc) return rc == DPS_ERR_USAGE ? cmd_usage_error() : (dps_log("%s", dps_errmsg()), 1);
     printf("# results: %s\n", rd->dir);
     if (n && items[0].cfg.inject_slowdown_pct > 0)
@@ -516,7 +528,7 @@ static int execute_in(cli_args *a, backend *be, const results_dir *rd, sweep_ite
     results_table_header(stdout, be, most);
     int failed = 0, interrupted = 0, nothing = 0;
     if (a->cmd == CMD_RUN) {
-        failed = run_one(&items[0].cfg, be, rd);
+        failed = run_one(&items[0].cfg, a->dw, be, rd);
         interrupted = dps_interrupted() != 0;
     } else {
         failed = run_sweep(a, be, rd, items, n, &done, &interrupted, &nothing);
@@ -538,10 +550,10 @@ static int execute(cli_args *a, backend *be, sweep_item *items, int n, int argc,
 /* A rank other than global rank 0: trains; rank 0 writes the results. A
  * SIGINT or SIGTERM (its launcher's) tells the group and ends this rank by
  * the two-signal rule, exit 128 + it. */
-static int run_rank_only(const dps_config *cfg)
+static int run_rank_only(const dps_config *cfg, ddp_world *dw)
 {
     dps_install_interrupt_handlers();
-    if (!ddp_env_rank(cfg)) return 0;
+    if (!ddp_launched_rank(cfg, dw)) return 0;
     fprintf(stderr, "dpscale: %s\n", dps_errmsg());
     return dps_interrupted() ? 128 + dps_interrupted() : 1;
 }
@@ -572,7 +584,7 @@ int cmd_run(cli_args *a, int argc, char **argv)
     if (rc) status = rc == DPS_ERR_USAGE ? cmd_usage_error() : (dps_log("%s", dps_errmsg()), 1);
     else if (a->dry_run) status = print_dry_run(a, be, items, n) ? (dps_log("%s", dps_errmsg()), 1) : 0;
     else if (a->cfg.world.launcher != WORLD_NONE && a->cfg.world.rank != 0)
-        status = run_rank_only(&items[0].cfg);
+        status = run_rank_only(&items[0].cfg, a->dw);
     else status = execute(a, be, items, n, argc, argv);
     free(items);
     results_plan_free(&plan);

@@ -70,11 +70,11 @@ dps_status cli_join_world(cli_args *a, const backend *be)
     DPS_TRY(check_world(a, &w));
     a->cfg.ngpus = w.size; /* what build_from_lists takes when --gpus is not given */
     a->cfg.world = w;
-    return ddp_world_new(&w, &a->cfg.net);
+    return ddp_world_new(&w, &a->dw);
 }
 
 void cli_leave_world(cli_args *a)
 {
-    ddp_world_leave(a->cfg.net, a->cfg.timeout_s);
-    a->cfg.net = NULL;
+    ddp_world_leave(a->dw, a->cfg.timeout_s);
+    a->dw = NULL;
 }

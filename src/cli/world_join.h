@@ -8,7 +8,7 @@
 #include "cli/cli.h"
 
 /* Reads the world (--launcher auto|env), checks it and --comm, and joins
- * the ranks: a->cfg.world, a->cfg.net and --gpus are set. Without a
+ * the ranks: a->cfg.world, a->dw and --gpus are set. Without a
  * launcher only --comm is checked. */
 dps_status cli_join_world(cli_args *a, const backend *be) DPS_MUST_USE;
 /* Leaves the joined ranks (rank 0 waits for the others to end). */

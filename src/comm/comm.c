@@ -14,7 +14,7 @@ static const comm_impl *const impls[] = {
 #ifdef DPS_HAVE_NCCL
     &comm_nccl_impl,
 #endif
-    &comm_ring_impl,
+    &comm_shm_impl,
 #ifdef DPS_HAVE_GLOO
     &comm_gloo_impl,
 #endif
@@ -68,8 +68,6 @@ void comm_close(comm *c)
     if (!c) return;
     comm_async_stop(c);
     if (c->ops) c->ops->destroy(c);
-    free(c->spans);
-    free(c->span_begin);
     free(c);
 }
 
@@ -126,7 +124,7 @@ dps_status comm_allreduce_async(comm *c, void *buf, size_t n, comm_dtype dt, be_
 
 dps_status comm_wait_async(comm *c, be_stream *s)
 {
-    c->nspans = 0;
+    if (c->trace) c->trace->n = 0;
     c->waited_ms = 0.0;
     if (c->ops->wait_async) COMM_CALL(c, c->ops->wait_async(c, s));
     COMM_CALL(c, comm_async_wait(c, &c->waited_ms));
@@ -142,4 +140,4 @@ dps_status comm_sync(comm *c, be_stream *s, double *busy_ms)
     return DPS_OK;
 }
 
-void comm_trace(comm *c, be_event *ref) { c->span_ref = ref; }
+void comm_trace(comm *c, comm_spans *t) { c->trace = t; }

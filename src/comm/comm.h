@@ -1,6 +1,6 @@
 /* Collectives between the ranks of a group, behind one table of operations
  * (comm_ops), as backend.h does for devices. Each implementation is one
- * file that fills the table (comm_ring.c: NCCL's ring over shared memory
+ * file that fills the table (comm_shm.c: NCCL's ring over shared memory
  * between processes; comm_nccl.c: one NCCL rank per process on GPUs; comm_gloo.c: Gloo over
  * TCP between hosts);
  * comm_open (comm.c) chooses one. Strategies call the comm_* functions
@@ -13,7 +13,6 @@
 
 #include "backend/backend.h"
 #include "comm/comm_shared.h"
-#include "config/timeline.h"
 
 typedef enum comm_dtype { COMM_F32, COMM_BF16 } comm_dtype;
 
@@ -23,8 +22,25 @@ static inline size_t comm_dtype_bytes(comm_dtype dt) { return dt == COMM_BF16 ? 
 typedef struct comm comm;
 typedef struct comm_async comm_async; /* comm_async.c */
 
+/* One async all-reduce of a traced wait, in issue order: where it began
+ * (ms after the trace's reference, once comm_spans_read has run), how long
+ * it ran and its bytes. */
+typedef struct comm_span {
+    double begin_ms, ms;
+    uint64_t bytes;
+} comm_span;
+
+/* A trace of the waits' async all-reduces, owned by the caller, who zeroes
+ * it, sets ref and hands it to comm_trace (comm_span.c). */
+typedef struct comm_spans {
+    be_event *ref;     /* an event on the comm's device: begins are ms after it */
+    comm_span *span;   /* [n] */
+    be_event **begin;  /* [n]: the event each began at, read by comm_spans_read */
+    int n, cap;
+} comm_spans;
+
 typedef struct comm_ops {
-    const char *name;  /* as results and messages name it: "ring-shm", "nccl" */
+    const char *name;  /* as results and messages name it: "shm", "gloo", "nccl", as --comm */
     /* Blocking collectives: the data is in place when they return. */
     dps_status (*allreduce)(comm *c, void *buf, size_t n, comm_dtype dt);      /* sum */
     dps_status (*broadcast)(comm *c, void *buf, size_t bytes, int root);
@@ -66,13 +82,7 @@ struct comm {
     void *impl;                 /* the implementation's state */
     comm_async *async;          /* the thread of implementations without allreduce_async */
     struct dps_store *store;    /* the ranks' rendezvous across hosts (store.h); NULL: none */
-    /* the trace (comm_trace): the last wait's async all-reduces, in issue
-     * order, and the events they began at; begins in ms after span_ref once
-     * comm_spans_read has run (NULL: not traced) */
-    be_event *span_ref;
-    tl_span *spans;
-    be_event **span_begin;
-    int nspans, spans_cap;
+    comm_spans *trace;          /* comm_trace's, the caller's; NULL: not traced */
 };
 
 /* What comm_open needs: the group's region (made before the ranks started)
@@ -83,7 +93,7 @@ typedef struct comm_params {
     backend *be;
     int dev;
     double timeout_ms;
-    const char *impl;           /* "ring-shm", "gloo", "nccl"; NULL: the first that suits */
+    const char *impl;           /* "shm", "gloo", "nccl"; NULL: the first that suits */
     struct dps_store *store;    /* under a launcher: the ranks' store (gloo needs it) */
 } comm_params;
 
@@ -115,17 +125,19 @@ dps_status comm_wait_async(comm *c, be_stream *s) DPS_MUST_USE;
  * a watchdog thread meanwhile polls its asynchronous errors, the group's
  * abort flag and the timeout, and aborts the communicator on any of them.
  * Then *busy_ms gets the milliseconds the async all-reduces of the last
- * comm_wait_async ran, and c->spans their spans when traced. */
+ * comm_wait_async ran, and the trace their spans when traced. */
 dps_status comm_sync(comm *c, be_stream *s, double *busy_ms) DPS_MUST_USE;
 
-/* From now on each comm_wait_async and comm_sync leave the spans of the
- * all-reduces waited for in c->spans (bucket = issue order) and their begin events;
- * ref, an event on c's device, is where comm_spans_read measures from;
- * NULL: none. */
-void comm_trace(comm *c, be_event *ref);
-/* After the step, outside its timing: each span's begin in ms after the
- * reference (an event query per span, kept out of the timed wait). */
-dps_status comm_spans_read(comm *c) DPS_MUST_USE;
+/* From now on each comm_wait_async empties *t, and it and the comm_sync
+ * after it leave there the spans of the all-reduces waited for (in issue
+ * order) and their begin events; t stays the caller's and must outlive
+ * the tracing (NULL: no more tracing). */
+void comm_trace(comm *c, comm_spans *t);
+/* After the step, outside its timing: each span's begin in ms after t->ref
+ * (an event query per span on be, kept out of the timed wait). */
+dps_status comm_spans_read(backend *be, comm_spans *t) DPS_MUST_USE;
+/* Frees what the spans hold (the events are the implementation's). */
+void comm_spans_free(comm_spans *t);
 
 /* From any thread: the group is over; blocked collectives return. */
 void comm_abort(comm *c);

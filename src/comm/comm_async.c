@@ -25,7 +25,7 @@ struct comm_async {
     pthread_cond_t cv;
     async_item *queue;
     int cap, queued, done, stop;
-    /* traced (c->span_ref): item k's begin event, recorded on the thread's
+    /* traced (c->trace): item k's begin event, recorded on the thread's
      * stream; the thread alone touches them until the wait reads them */
     be_stream *stream;
     be_event **ev;
@@ -39,7 +39,7 @@ static dps_status mark_begin(comm_async *a, int index)
 {
     comm *c = a->c;
     const be_ops *o = c->be->ops;
-    if (!c->span_ref) return DPS_OK;
+    if (!c->trace || !c->trace->ref) return DPS_OK;
     if (!a->stream) DPS_TRY(o->stream_create(c->be, c->dev, &a->stream));
     if (index >= a->nev) {
         int n = 2 * index + 8;

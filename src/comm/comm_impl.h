@@ -1,4 +1,4 @@
-/* For the files that implement the collectives (comm_ring.c, comm_nccl.c, comm_gloo.c)
+/* For the files that implement the collectives (comm_shm.c, comm_nccl.c, comm_gloo.c)
  * and for comm.c's chooser: an implementation is one file that defines a
  * comm_impl. A new one is that file plus one line in comm.c's list. */
 #ifndef DPS_COMM_IMPL_H
@@ -14,14 +14,14 @@ typedef struct comm_impl {
     int needs_store;                   /* only when asked for by name, with the store */
 } comm_impl;
 
-extern const comm_impl comm_ring_impl;
+extern const comm_impl comm_shm_impl;
 /* comm_async.c: the thread that runs a blocking implementation's async
  * all-reduces in issue order (comm.c calls these). */
 dps_status comm_async_push(comm *c, void *buf, size_t n, comm_dtype dt, be_event *after) DPS_MUST_USE;
 dps_status comm_async_wait(comm *c, double *busy_ms) DPS_MUST_USE;
 void comm_async_stop(comm *c);
 
-/* comm_span.c: one async all-reduce of the wait into c->spans when traced: it
+/* comm_span.c: one async all-reduce of the wait into c->trace when traced: it
  * began at event `begin` (on c's device) and ran ms. Nothing is measured
  * here, inside the wait; a span there is no memory for is left out. */
 void comm_span_add(comm *c, be_event *begin, double ms, size_t bytes);

@@ -1,37 +1,45 @@
-/* The trace's spans of a wait's async all-reduces (see comm_impl.h), for
- * every implementation: kept during the wait, measured after the step. */
+/* The trace's spans of a wait's async all-reduces (comm_spans in comm.h),
+ * for every implementation: kept during the wait, measured after the step. */
 #include <stdlib.h>
 
 #include "comm/comm_impl.h"
 
-/* Room for one more span; 0 when there is no memory for it. */
-static int room(comm *c)
+/* Room for one more span in t; 0 when there is no memory for it. */
+static int room(comm_spans *t)
 {
-    if (c->nspans < c->spans_cap) return 1;
-    int cap = c->spans_cap ? 2 * c->spans_cap : 64;
-    tl_span *s = realloc(c->spans, (size_t)cap * sizeof *s);
-    if (s) c->spans = s;
-    be_event **b = s ? realloc(c->span_begin, (size_t)cap * sizeof *b) : NULL;
-    if (b) c->span_begin = b;
+    if (t->n < t->cap) return 1;
+    int cap = t->cap ? 2 * t->cap : 64;
+    comm_span *s = realloc(t->span, (size_t)cap * sizeof *s);
+    if (s) t->span = s;
+    be_event **b = s ? realloc(t->begin, (size_t)cap * sizeof *b) : NULL;
+    if (b) t->begin = b;
     if (!b) return 0;
-    c->spans_cap = cap;
+    t->cap = cap;
     return 1;
 }
 
 void comm_span_add(comm *c, be_event *begin, double ms, size_t bytes)
 {
-    if (!c->span_ref || !begin || !room(c)) return;
-    c->span_begin[c->nspans] = begin;
-    c->spans[c->nspans] = (tl_span){0.0, ms, bytes, c->nspans, 0.0};
-    c->nspans++;
+    comm_spans *t = c->trace;
+    if (!t || !t->ref || !begin || !room(t)) return;
+    t->begin[t->n] = begin;
+    t->span[t->n] = (comm_span){0.0, ms, bytes};
+    t->n++;
 }
 
-dps_status comm_spans_read(comm *c)
+dps_status comm_spans_read(backend *be, comm_spans *t)
 {
-    for (int i = 0; c->span_ref && i < c->nspans; i++) {
+    for (int i = 0; t->ref && i < t->n; i++) {
         float at = 0.0f;
-        DPS_TRY(c->be->ops->event_ms(c->be, c->span_ref, c->span_begin[i], &at));
-        c->spans[i].begin_ms = at;
+        DPS_TRY(be->ops->event_ms(be, t->ref, t->begin[i], &at));
+        t->span[i].begin_ms = at;
     }
     return DPS_OK;
+}
+
+void comm_spans_free(comm_spans *t)
+{
+    free(t->span);
+    free(t->begin);
+    *t = (comm_spans){0};
 }

@@ -39,7 +39,6 @@ typedef struct dps_config {
     double inject_slowdown_pct; /* compute phases stretched by this percentage (a gate's test) */
     world world;                /* ddp under a launcher: this process's rank; WORLD_NONE: forked */
     dps_comm comm;              /* ddp: --comm */
-    struct ddp_world *net;      /* under a launcher: the joined ranks (strategies/ddp_world.h) */
     int profile_first, profile_last; /* --profile-steps A:B, -1 = none */
     int trace_steps;          /* --trace-steps: the last N timed steps into trace/; 0 none */
     int no_nvml;              /* --no-nvml: no sampler thread */
@@ -78,6 +77,8 @@ void config_optimizer_defaults(dps_config *c);
 typedef struct dev_stats {
     int dev;                          /* backend device index */
     char name[128];
+    int samples;                      /* of each step, as the strategy split the batch:
+                                         its chunk (dp) or shard (ddp); 0: none */
     uint64_t alloc_peak, device_peak, capacity;
     uint64_t device_base;             /* device's used memory before the run allocated */
     struct {                          /* what the allocation peak was made of */

@@ -2,10 +2,12 @@
  * the world's size, its rank and the rank count on its node, its node, and
  * where the group meets, read from the launcher's environment (torchrun,
  * Open MPI, MPICH/PMI, Slurm; checked in that order, since torchrun inside
- * srun leaves SLURM_PROCID naming the node, not the worker). */
+ * srun leaves SLURM_PROCID naming the node, not the worker); and, once the
+ * ranks have joined, the hosts they run on (world_nodes). */
 #ifndef DPS_WORLD_H
 #define DPS_WORLD_H
 
+#include "backend/backend.h"
 #include "core/err.h"
 
 typedef enum world_launcher {
@@ -29,6 +31,24 @@ typedef struct world {
     char addr[WORLD_ADDR_MAX];  /* MASTER_ADDR: where global rank 0 listens */
     int port;                   /* the port dpscale's rendezvous uses */
 } world;
+
+/* The joined ranks' hosts, as meta.json's "nodes" lists them: per rank
+ * where it runs, and the collectives the last configuration ran. Plain data,
+ * filled by the layer that joined the ranks, read by meta.json's writer. */
+#define WORLD_HOST_MAX 64
+typedef struct world_place {
+    int node;                   /* its host: 0, 1, ... in order of first appearance */
+    char host[WORLD_HOST_MAX];  /* that host's name */
+    char addr[64];              /* the address rank 0's store saw it at */
+    char nic[32];               /* that address's interface ("eth0"; "unknown") */
+    char device[128];           /* its device as its records named it; "": none did */
+} world_place;
+
+typedef struct world_nodes {
+    int nranks, nnodes;
+    world_place rank[DPS_MAX_DEVICES];
+    char collectives[16];       /* --comm the last configuration resolved to; "": none ran */
+} world_nodes;
 
 /* The environment as a lookup (getenv, or a table in the tests). */
 typedef const char *(*world_getenv)(const char *name);

@@ -40,7 +40,8 @@ const char *dps_signal_name(int sig)
 }
 
 /* runs.csv's five words (docs/results.md): a configuration refused by a
- * check made while it ran (DPS_ERR_USAGE) did not run, as one that failed. */
+ * check made while it ran (DPS_ERR_USAGE) did not run, as one that failed;
+ * and a measurement's waived (links.csv says WAIVED). */
 const char *dps_status_name(dps_status code)
 {
     switch (code) {
@@ -48,6 +49,7 @@ const char *dps_status_name(dps_status code)
     case DPS_ERR_OOM: return "oom";
     case DPS_ERR_TIMEOUT: return "timeout";
     case DPS_SKIPPED: return "skipped";
+    case DPS_WAIVED: return "waived";
     case DPS_ERR_USAGE:
     case DPS_ERR_RUNTIME: break;
     }

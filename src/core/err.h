@@ -11,6 +11,8 @@ typedef enum dps_status {
     DPS_ERR_TIMEOUT,  /* a step or a rank exceeded its time */
     DPS_ERR_USAGE,    /* bad input from the user: exit 2 */
     DPS_SKIPPED,      /* a configuration this machine cannot run (sweeps) */
+    DPS_WAIVED,       /* a measurement with nothing to measure on this machine (links'
+                       * WAIVED: no peer access to switch off); never a failure */
 } dps_status;
 
 #define DPS_ERRMSG_MAX 1024
@@ -23,7 +25,7 @@ const char *dps_errmsg(void);
 /* Copies a message (from another thread) into this thread's slot. */
 dps_status dps_fail_copy(dps_status code, const char *msg);
 /* Status name as written in runs.csv: ok, oom, timeout, skipped or error
- * (DPS_ERR_USAGE and DPS_ERR_RUNTIME). */
+ * (DPS_ERR_USAGE and DPS_ERR_RUNTIME); waived, which no configuration is. */
 const char *dps_status_name(dps_status code);
 
 /* On a function returning dps_status: the caller must look at it. */

@@ -22,8 +22,7 @@ const char *const dps_comm_names[DPS_COMM_COUNT] = {"auto", "shm", "gloo", "nccl
 
 const char *dps_comm_impl(dps_comm c)
 {
-    static const char *const impls[DPS_COMM_COUNT] = {NULL, "ring-shm", "gloo", "nccl"};
-    return (unsigned)c < DPS_COMM_COUNT ? impls[c] : NULL;
+    return c != DPS_COMM_AUTO && (unsigned)c < DPS_COMM_COUNT ? dps_comm_names[c] : NULL;
 }
 const char *const dps_scaling_names[2] = {"weak", "strong"};
 

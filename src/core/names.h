@@ -49,7 +49,8 @@ extern const char *const dps_launch_names[LAUNCH_COUNT];
  * a host, gloo otherwise) */
 typedef enum dps_comm { DPS_COMM_AUTO, DPS_COMM_SHM, DPS_COMM_GLOO, DPS_COMM_NCCL, DPS_COMM_COUNT } dps_comm;
 extern const char *const dps_comm_names[DPS_COMM_COUNT];
-/* The comm implementation's name (comm_params.impl) for c; NULL for auto. */
+/* The comm implementation's name (comm_params.impl) for c, its --comm word;
+ * NULL for auto. */
 const char *dps_comm_impl(dps_comm c);
 /* Scaling of a sweep's batch, by dps_config.strong: weak (per-device batch
  * fixed) or strong (global batch fixed). */

@@ -200,11 +200,13 @@ dps_status commbench_run(const commbench_spec *spec, commbench_row *rows)
 /* allreduce.csv's columns, in the order commbench_write writes them. */
 static const char *const bench_cols[] = {"backend", "method", "nranks", "bytes", "time_us",
                                          "algbw_gbps", "busbw_gbps", "check"};
-#define NBENCH_COLS ((int)(sizeof bench_cols / sizeof bench_cols[0]))
+static const results_table bench_table = {
+    "allreduce.csv", bench_cols, (int)(sizeof bench_cols / sizeof bench_cols[0]),
+    "the all-reduce timings"};
 
 dps_status commbench_check_header(const results_dir *rd)
 {
-    return results_check_header(rd, "allreduce.csv", bench_cols, NBENCH_COLS);
+    return results_check_header(rd, bench_table.name, bench_table.cols, bench_table.ncols);
 }
 
 dps_status commbench_write(const results_dir *rd, const commbench_row *rows, int n)
@@ -213,7 +215,7 @@ dps_status commbench_write(const results_dir *rd, const commbench_row *rows, int
     csv_init(&b);
     for (int i = 0; i < n; i++) {
         csv_str(&b, "host");
-        csv_str(&b, "ring-shm");
+        csv_str(&b, "shm");
         csv_int(&b, rows[i].nranks);
         csv_u64(&b, rows[i].bytes);
         csv_num(&b, rows[i].time_us, 1);
@@ -222,9 +224,7 @@ dps_status commbench_write(const results_dir *rd, const commbench_row *rows, int
         csv_str(&b, rows[i].check_ok ? "pass" : "fail");
         csv_end_row(&b);
     }
-    results_part part = {"allreduce.csv", bench_cols, NBENCH_COLS, &b};
-    results_txn t = {"the all-reduce timings (allreduce.csv)", "the all-reduce timings'", NULL, &part, 1};
-    dps_status rc = results_commit(rd, &t);
+    dps_status rc = results_commit_table(rd, &bench_table, &b);
     csv_free(&b);
     return rc;
 }

@@ -186,7 +186,7 @@ static dps_status nopeer_link(ctx *c, side *s, side *d)
 {
     link_row *r = &c->rows[c->n++];
     dps_status rc = c->be->ops->peer_access(c->be, s->dev, d->dev, 0);
-    if (rc == DPS_SKIPPED) {
+    if (rc == DPS_WAIVED) { /* a row that says so; the matrix goes on */
         put(r, s->dev, d->dev, "d2d_nopeer", c->bytes, 1.0, 1, 0);
         r->gbps = NAN;
         snprintf(r->status, sizeof r->status, "WAIVED (no peer access to switch off)");
@@ -332,11 +332,12 @@ static void endpoint(int dev, char *buf, size_t len)
 /* links.csv's columns, in the order links_write writes them. */
 static const char *const links_cols[] = {"src", "dst", "method", "bytes", "bw_gbps", "latency_us",
                                          "status", "backend", "emulated"};
-#define NLINKS_COLS ((int)(sizeof links_cols / sizeof links_cols[0]))
+static const results_table links_table = {
+    "links.csv", links_cols, (int)(sizeof links_cols / sizeof links_cols[0]), "the link matrix"};
 
 dps_status links_check_header(const results_dir *rd)
 {
-    return results_check_header(rd, "links.csv", links_cols, NLINKS_COLS);
+    return results_check_header(rd, links_table.name, links_table.cols, links_table.ncols);
 }
 
 dps_status links_write(const results_dir *rd, const backend *be, const link_row *rows, int n)
@@ -358,9 +359,7 @@ dps_status links_write(const results_dir *rd, const backend *be, const link_row 
         csv_int(&b, be->emulated);
         csv_end_row(&b);
     }
-    results_part part = {"links.csv", links_cols, NLINKS_COLS, &b};
-    results_txn t = {"the link matrix (links.csv)", "the link matrix's", NULL, &part, 1};
-    dps_status rc = results_commit(rd, &t);
+    dps_status rc = results_commit_table(rd, &links_table, &b);
     csv_free(&b);
     return rc;
 }

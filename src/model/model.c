@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "elementwise.h"
 #include "model/model.h"
 
 /* Workload-shaped presets: parameter count and FLOPs per sample match the
@@ -99,11 +100,12 @@ static dps_status acts_alloc_bf16(backend *be, int dev, model_shape s, int max_r
     return rc;
 }
 
-dps_status model_acts_alloc(backend *be, int dev, model_shape s, int max_rows, model_acts *a)
+dps_status model_acts_alloc(backend *be, int dev, model_shape s, int max_rows, dps_precision prec,
+                            model_acts *a)
 {
     memset(a, 0, sizeof *a);
     a->max_rows = max_rows;
-    a->bf16 = be->gemm_bf16;
+    a->bf16 = prec == PREC_BF16;
     size_t layer = (size_t)max_rows * (size_t)s.width * sizeof(float);
     dps_status rc;
     if (a->bf16) {

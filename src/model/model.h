@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "core/names.h"
 
 typedef struct model_shape {
     int layers;   /* hidden layers, width x width each */
@@ -44,9 +45,9 @@ void model_init_params(model_shape s, uint64_t seed, float *params);
 void model_make_batch(model_shape s, uint64_t seed, int step, int64_t row0, int rows,
                       float *x, int32_t *labels);
 
-/* Activations of one replica for up to max_rows rows on one device. With
- * the backend's gemm_bf16 set when they are made, the model runs as under
- * autocast: parameters and inputs cast to bf16 once a forward, activations
+/* Activations of one replica for up to max_rows rows on one device. Made
+ * for PREC_BF16 (the run's precision, model_acts_alloc's), the model runs
+ * as under autocast: parameters and inputs cast to bf16 once a forward, activations
  * and their gradients kept in bf16 (every GEMM writes bf16 where autocast's
  * Linear would, fp32 for the parameters' gradients), logits rounded to bf16
  * and their gradient cast to bf16 once a backward. */
@@ -61,7 +62,8 @@ typedef struct model_acts {
     int logits16_out;       /* bf16: model_forward leaves the logits in dlogits16 only */
 } model_acts;
 
-dps_status model_acts_alloc(backend *be, int dev, model_shape s, int max_rows, model_acts *a) DPS_MUST_USE;
+dps_status model_acts_alloc(backend *be, int dev, model_shape s, int max_rows, dps_precision prec,
+                            model_acts *a) DPS_MUST_USE;
 void model_acts_free(backend *be, model_acts *a);
 
 /* logits[rows, classes] = model(x); in bf16 with a->logits16_out set,

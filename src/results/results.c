@@ -16,7 +16,6 @@
 #include "backend/nvml.h"
 #include "results/results.h"
 #include "results/results_txn.h"
-#include "strategies/ddp_world.h"
 #include "core/util.h"
 
 const char *const results_runs_cols[] = {
@@ -199,38 +198,39 @@ static void meta_versions(FILE *f, const backend *be)
 
 /* The hosts of the joined ranks (name, the address rank 0 saw, ranks) and
  * the collectives between them. */
-static void meta_nodes(FILE *f, const ddp_world *dw)
+static void meta_nodes(FILE *f, const world_nodes *wn)
 {
     fprintf(f, ", \"nodes\": [");
-    for (int n = 0; n < dw->nnodes; n++) {
+    for (int n = 0; n < wn->nnodes; n++) {
         int first = -1;
-        for (int r = 0; r < dw->w.size; r++)
-            if (dw->node_of[r] == n && first < 0) first = r;
+        for (int r = 0; r < wn->nranks; r++)
+            if (wn->rank[r].node == n && first < 0) first = r;
+        const world_place *p = &wn->rank[first];
         fputs(n ? ", {\"host\": " : "{\"host\": ", f);
-        dps_json_str(f, dw->members[first].host);
+        dps_json_str(f, p->host);
         fputs(", \"address\": ", f);
-        dps_json_str(f, dw->members[first].addr);
+        dps_json_str(f, p->addr);
         fputs(", \"nic\": ", f);
-        dps_json_str(f, dw->members[first].nic);
+        dps_json_str(f, p->nic);
         fputs(", \"devices\": [", f);
-        for (int r = 0, k = 0; r < dw->w.size; r++)
-            if (dw->node_of[r] == n) {
+        for (int r = 0, k = 0; r < wn->nranks; r++)
+            if (wn->rank[r].node == n) {
                 fputs(k++ ? ", " : "", f);
-                dps_json_str(f, dw->device[r][0] ? dw->device[r] : "unknown");
+                dps_json_str(f, wn->rank[r].device[0] ? wn->rank[r].device : "unknown");
             }
         fputs("]", f);
         fputs(", \"ranks\": [", f);
-        for (int r = 0, k = 0; r < dw->w.size; r++)
-            if (dw->node_of[r] == n) fprintf(f, "%s%d", k++ ? ", " : "", r);
+        for (int r = 0, k = 0; r < wn->nranks; r++)
+            if (wn->rank[r].node == n) fprintf(f, "%s%d", k++ ? ", " : "", r);
         fputs("]}", f);
     }
     fputs("], \"collectives\": ", f);
-    dps_json_str(f, dw->comm_used[0] ? dw->comm_used : "none ran");
+    dps_json_str(f, wn->collectives[0] ? wn->collectives : "none ran");
 }
 
 /* Who started the ranks: dpscale itself, or a launcher and where this
  * rank 0 stood in its world. */
-static void meta_launch(FILE *f, const dps_config *cfg)
+static void meta_launch(FILE *f, const dps_config *cfg, const world_nodes *nodes)
 {
     const world *w = cfg ? &cfg->world : NULL;
     fputs("  \"launch\": {\"launcher\": ", f);
@@ -244,7 +244,7 @@ static void meta_launch(FILE *f, const dps_config *cfg)
             w->local_size > 0 ? w->local_size : w->size);
     dps_json_str(f, w->addr);
     fprintf(f, ", \"port\": %d", w->port);
-    if (cfg->net && cfg->net->joined > 0) meta_nodes(f, cfg->net);
+    if (nodes) meta_nodes(f, nodes);
     fputs("},\n", f);
 }
 
@@ -259,9 +259,20 @@ static void json_args(FILE *f, const char *key, int argc, char **argv)
     fputs("]", f);
 }
 
-static void meta_body(FILE *f, const backend *be, const dps_config *cfg, int most_devices,
-                      const results_cmd *cmd, const char *start, const char *end)
+/* meta.json's writer's arguments, for dps_replace_file. */
+typedef struct meta_args {
+    const backend *be;
+    const dps_config *cfg;
+    const world_nodes *nodes;
+    int most_devices;
+    const results_cmd *cmd;
+    const char *start, *end;
+} meta_args;
+
+static void meta_body(FILE *f, const meta_args *a)
 {
+    const backend *be = a->be;
+    const results_cmd *cmd = a->cmd;
     char host[256] = "unknown";
     gethostname(host, sizeof host - 1);
     struct utsname u;
@@ -273,9 +284,9 @@ static void meta_body(FILE *f, const backend *be, const dps_config *cfg, int mos
     json_args(f, "command_line", cmd->argc, cmd->argv);
     json_args(f, "plan", cmd->plan_argc, cmd->plan_argv);
     fputs(",\n  \"start_time\": ", f);
-    dps_json_str(f, start);
+    dps_json_str(f, a->start);
     fputs(",\n  \"end_time\": ", f);
-    dps_json_str(f, end ? end : "");
+    dps_json_str(f, a->end ? a->end : "");
     fputs(",\n  \"host\": ", f);
     dps_json_str(f, host);
     fprintf(f, ",\n  \"os\": \"%s %s %s\",\n  \"backend\": ", u.sysname, u.release, u.machine);
@@ -284,7 +295,7 @@ static void meta_body(FILE *f, const backend *be, const dps_config *cfg, int mos
     if (be->emulated) {
         char note[160];
         fprintf(f, "  \"host_cores\": %d,\n  \"oversubscribed\": ", be->host_cores);
-        if (be_oversubscribed(be, most_devices, note, sizeof note)) dps_json_str(f, note);
+        if (be_oversubscribed(be, a->most_devices, note, sizeof note)) dps_json_str(f, note);
         else fputs("null", f);
         fputs(",\n", f);
     }
@@ -298,7 +309,7 @@ static void meta_body(FILE *f, const backend *be, const dps_config *cfg, int mos
           "\"device_peak_over_base_bytes\": \"device_peak_bytes - device_base_bytes\", "
           "\"regressions_judged_on\": \"alloc_peak_bytes\"},\n", f);
     meta_devices(f, be);
-    meta_launch(f, cfg);
+    meta_launch(f, a->cfg, a->nodes);
     fputs("  \"topology\": ", f);
     if (be->emulated) {
         dps_json_str(f, "emulated devices in host memory (copies are memcpy)");
@@ -318,28 +329,15 @@ static void meta_body(FILE *f, const backend *be, const dps_config *cfg, int mos
     fputs("}\n", f);
 }
 
-/* meta.json's writer's arguments, for dps_replace_file. */
-typedef struct meta_args {
-    const backend *be;
-    const dps_config *cfg;
-    int most_devices;
-    const results_cmd *cmd;
-    const char *start_time, *end_time;
-} meta_args;
-
-static void write_meta(FILE *f, void *ctx)
-{
-    const meta_args *a = ctx;
-    meta_body(f, a->be, a->cfg, a->most_devices, a->cmd, a->start_time, a->end_time);
-}
+static void write_meta(FILE *f, void *ctx) { meta_body(f, ctx); }
 
 dps_status results_write_meta(const results_dir *r, const backend *be, const dps_config *cfg,
-                              int most_devices, const results_cmd *cmd, const char *start_time,
-                              const char *end_time)
+                              const world_nodes *nodes, int most_devices, const results_cmd *cmd,
+                              const char *start_time, const char *end_time)
 {
     char path[DPS_PATH_MAX + 32];
     path_of(r, "meta.json", path, sizeof path);
-    meta_args a = {be, cfg, most_devices, cmd, start_time, end_time};
+    meta_args a = {be, cfg, nodes, most_devices, cmd, start_time, end_time};
     DPS_TRY(results_check_folder(r));
     return dps_replace_file_at(r->dir_fd, "meta.json", path, write_meta, &a);
 }

@@ -56,18 +56,18 @@ dps_status results_check_headers(const results_dir *r) DPS_MUST_USE;
 /* The same for one file of the folder (links.csv, allreduce.csv) and its columns. */
 dps_status results_check_header(const results_dir *r, const char *name, const char *const *cols,
                                 int ncols) DPS_MUST_USE;
-/* Writes meta.json atomically (temporary file, then rename); cfg's world
- * and joined ranks say who started the ranks and on which hosts (NULL:
- * dpscale forks its ranks). */
 /* A command line (meta.json's "command_line") and the one that chose the
  * folder's configurations ("plan": itself, or on --resume the folder's). */
 typedef struct results_cmd {
     int argc, plan_argc;
     char **argv, **plan_argv;
 } results_cmd;
+/* Writes meta.json atomically (temporary file, then rename); cfg's world
+ * says who started the ranks (NULL: dpscale forks its ranks) and nodes on
+ * which hosts they joined (NULL: not joined, or forked). */
 dps_status results_write_meta(const results_dir *r, const backend *be, const dps_config *cfg,
-                              int most_devices, const results_cmd *cmd, const char *start_time,
-                              const char *end_time) DPS_MUST_USE;
+                              const world_nodes *nodes, int most_devices, const results_cmd *cmd,
+                              const char *start_time, const char *end_time) DPS_MUST_USE;
 dps_status results_append(const results_dir *r, const dps_config *c, const backend *be,
                           const train_result *res, const run_summary *s) DPS_MUST_USE;
 

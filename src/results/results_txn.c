@@ -310,6 +310,17 @@ dps_status results_commit(const results_dir *r, const results_txn *x)
     return rc;
 }
 
+dps_status results_commit_table(const results_dir *r, const results_table *t, const csv_buf *rows)
+{
+    char what[160], rows_of[160];
+    snprintf(what, sizeof what, "%s (%s)", t->what, t->name);
+    size_t n = strlen(t->what);
+    snprintf(rows_of, sizeof rows_of, "%s%s", t->what, n && t->what[n - 1] == 's' ? "'" : "'s");
+    results_part part = {t->name, t->cols, t->ncols, rows};
+    results_txn x = {what, rows_of, NULL, &part, 1};
+    return results_commit(r, &x);
+}
+
 dps_status results_settle(const results_dir *r, int committed, int *rolled_back, char *what,
                           size_t what_len)
 {

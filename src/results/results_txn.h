@@ -33,6 +33,21 @@ typedef struct results_txn {
     int nparts;
 } results_txn;
 
+/* A file of the folder whose rows one command writes in one transaction
+ * (links.csv, allreduce.csv): its name, its header and what messages call
+ * it ("the link matrix": "the link matrix (links.csv)", "the link
+ * matrix's" rows; "the all-reduce timings'"). */
+typedef struct results_table {
+    const char *name;
+    const char *const *cols;
+    int ncols;
+    const char *what;
+} results_table;
+
+/* Appends rows to t's file as one transaction (results_commit's). */
+dps_status results_commit_table(const results_dir *r, const results_table *t, const csv_buf *rows)
+    DPS_MUST_USE;
+
 /* Appends every part, or on a failure none (each file cut back, the trace
  * removed); the folder must still be the one locked. Signals that would
  * end the process are held until the end, so only SIGKILL (or a crash)

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "elementwise.h"
 #include "strategies/ddp.h"
 #include "strategies/dp.h"
 #include "strategies/footprint.h"
@@ -148,7 +149,7 @@ static dps_status gemm_buffers_bf16(backend *be, be_stream *st, int dev, dps_buf
 }
 
 static dps_status gemm_buffers(backend *be, be_stream *st, int dev, model_shape s, int rows,
-                               dps_buf *b)
+                               dps_precision prec, dps_buf *b)
 {
     size_t d = (size_t)s.width, big = (size_t)(s.width > s.classes ? s.width : s.classes);
     size_t floats[GX16] = {(size_t)rows * d, d * big, (size_t)rows * big, d * big, (size_t)rows * d};
@@ -156,31 +157,33 @@ static dps_status gemm_buffers(backend *be, be_stream *st, int dev, model_shape 
         DPS_TRY(be_buf_alloc(be, dev, floats[i] * sizeof(float), "GEMM reference", &b[i]));
     DPS_TRY(gemm_fill(be, st, &b[GX], 1.0f, 1));                        /* as the inputs */
     DPS_TRY(gemm_fill(be, st, &b[GW], 1.0f / sqrtf((float)s.width), 2)); /* as nn.Linear's */
-    if (be->gemm_bf16) DPS_TRY(gemm_buffers_bf16(be, st, dev, b));
+    if (prec == PREC_BF16) DPS_TRY(gemm_buffers_bf16(be, st, dev, b));
     DPS_TRY(be->ops->memset0(be, st, b[GY].ptr, b[GY].bytes));
     DPS_TRY(be->ops->memset0(be, st, b[GDW].ptr, b[GDW].bytes));
     return be->ops->memset0(be, st, b[GDX].ptr, b[GDX].bytes);
 }
 
 /* One repetition of the reference, as the model's precision runs it. */
-static dps_status gemm_rep(backend *be, be_stream *st, model_shape s, int rows, dps_buf *b)
+static dps_status gemm_rep(backend *be, be_stream *st, model_shape s, int rows, dps_precision prec,
+                           dps_buf *b)
 {
-    if (be->gemm_bf16)
+    if (prec == PREC_BF16)
         return gemm_step_bf16(be, st, s, rows, b[GX16].ptr, b[GW16].ptr, b[GY16].ptr, b[GY].ptr,
                               b[GDW].ptr, b[GDX].ptr);
     return gemm_step(be, st, s, rows, b[GX].ptr, b[GW].ptr, b[GY].ptr, b[GDW].ptr, b[GDX].ptr);
 }
 
-dps_status run_gemm_reference(backend *be, int dev, model_shape s, int rows, double *tflops)
+dps_status run_gemm_reference(backend *be, int dev, model_shape s, int rows, dps_precision prec,
+                              double *tflops)
 {
     dps_buf b[GBUFS] = {{0}};
     be_stream *st = NULL;
     dps_status rc = be->ops->stream_create(be, dev, &st);
-    if (!rc) rc = gemm_buffers(be, st, dev, s, rows, b);
+    if (!rc) rc = gemm_buffers(be, st, dev, s, rows, prec, b);
     double times[6];
     for (int rep = 0; !rc && rep < 6; rep++) {
         double t0 = dps_now_ms();
-        rc = gemm_rep(be, st, s, rows, b);
+        rc = gemm_rep(be, st, s, rows, prec, b);
         times[rep] = dps_now_ms() - t0;
     }
     if (!rc) {
@@ -289,14 +292,14 @@ static void name_interrupt(train_result *res)
     dps_strlcpy(res->error, why, sizeof res->error);
 }
 
-/* The mode's training loop; ranks of ddp open the backend the parent chose. */
-static dps_status train(const dps_config *cfg, backend *be, train_result *res)
+/* The mode's training loop; ranks of ddp open the backend the parent chose
+ * (under a launcher in dw, the joined world). */
+static dps_status train(const dps_config *cfg, ddp_world *dw, backend *be, train_result *res)
 {
-    be->gemm_bf16 = cfg->precision == PREC_BF16; /* autocast, timed or not */
     if (cfg->mode == MODE_DP) return dp_train(cfg, be, res);
     dps_config c = *cfg;
     c.be.kind = be->kind;
-    dps_status rc = ddp_train(&c, res);
+    dps_status rc = ddp_train(&c, dw, res);
     if (rc && !res->error[0]) dps_strlcpy(res->error, dps_errmsg(), sizeof res->error);
     return rc;
 }
@@ -321,7 +324,7 @@ dps_status run_untimed(const dps_config *cfg, backend *be)
     DPS_TRY(fits_host(&c, be));
     train_result res;
     DPS_TRY(train_result_init(&res, &c, c.ngpus));
-    dps_status rc = train(&c, be, &res);
+    dps_status rc = train(&c, NULL, be, &res);
     train_result_free(&res);
     return rc;
 }
@@ -370,7 +373,8 @@ dps_status run_save_params(const char *path, const float *params, size_t n)
     return DPS_OK;
 }
 
-dps_status run_config(const dps_config *cfg, backend *be, const results_dir *rd, int *written)
+dps_status run_config(const dps_config *cfg, ddp_world *dw, backend *be, const results_dir *rd,
+                      int *written)
 {
     run_summary sum;
     memset(&sum, 0, sizeof sum);
@@ -386,7 +390,7 @@ dps_status run_config(const dps_config *cfg, backend *be, const results_dir *rd,
     nvml_sampler *nv = cfg->no_nvml ? NULL : nvml_start(be, cfg->devices, cfg->ngpus, 20);
     res.status = fits_host(cfg, be);
     if (res.status) dps_strlcpy(res.error, dps_errmsg(), sizeof res.error);
-    else res.status = train(cfg, be, &res);
+    else res.status = train(cfg, dw, be, &res);
     record_nvml(nv, cfg, &res);
     if (!res.status && cfg->check) {
         res.status = run_check(cfg, be, &res);
@@ -396,11 +400,10 @@ dps_status run_config(const dps_config *cfg, backend *be, const results_dir *rd,
         res.status = run_save_params(cfg->save_params, res.final_params, res.nparams);
         if (res.status) dps_strlcpy(res.error, dps_errmsg(), sizeof res.error);
     }
-    if (!res.status && cfg->gemm_ref) {
-        int samples[DPS_MAX_DEVICES];
-        dp_chunk_sizes(cfg->global_batch, cfg->ngpus, samples);
+    if (!res.status && cfg->gemm_ref) { /* device 0's rows, as the strategy split the batch */
         res.status = run_gemm_reference(be, cfg->devices[0], cfg->shape,
-                                    samples[0] * cfg->shape.tokens, &res.gemm_ref_tflops);
+                                        res.dev[0].samples * cfg->shape.tokens, cfg->precision,
+                                        &res.gemm_ref_tflops);
         if (res.status) dps_strlcpy(res.error, dps_errmsg(), sizeof res.error);
     }
     if (!res.status && res.tl.steps && res.steps_done == cfg->steps) {

@@ -7,6 +7,7 @@
 #include "backend/backend.h"
 #include "config/config.h"
 #include "results/results.h"
+#include "strategies/ddp_world.h"
 
 /* Tolerances of --check on the normwise relative difference of the final
  * parameters, max|p - p_ref| / max|p_ref|. In fp32 only the summation order
@@ -23,16 +24,19 @@ double run_check_tolerance(const dps_config *cfg);
 dps_status run_save_params(const char *path, const float *params, size_t n) DPS_MUST_USE;
 
 /* Returns the configuration's status (DPS_OK, DPS_ERR_OOM, ...) with its
- * message. *written says whether its rows reached the files (and its line
- * the table); when not, the caller records the failure with run_record. */
-dps_status run_config(const dps_config *cfg, backend *be, const results_dir *rd, int *written) DPS_MUST_USE;
+ * message. dw: under a launcher the joined ranks, which ddp trains in (NULL:
+ * dpscale forks them). *written says whether its rows reached the files
+ * (and its line the table); when not, the caller records the failure with
+ * run_record. */
+dps_status run_config(const dps_config *cfg, ddp_world *dw, backend *be, const results_dir *rd,
+                      int *written) DPS_MUST_USE;
 
-/* Rows for a configuration that never ran or died without writing them:
- * status (skipped, error, timeout) and why; its line in the table once
- * they are written. */
 /* cfg's training for one warm-up and one timed step, writing nothing: a
  * process warmed before the configurations it forks are timed. */
 dps_status run_untimed(const dps_config *cfg, backend *be) DPS_MUST_USE;
+/* Rows for a configuration that never ran or died without writing them:
+ * status (skipped, error, timeout) and why; its line in the table once
+ * they are written. */
 dps_status run_record(const dps_config *cfg, const backend *be, const results_dir *rd,
                       dps_status status, const char *why) DPS_MUST_USE;
 
@@ -47,7 +51,9 @@ double run_max_rel_diff(const float *a, const float *b, size_t n);
  * differ in number or do not add up to `bytes`. */
 double run_allreduce_span_ms(const timeline *tl, int t, double bytes);
 
-/* Times the GEMMs of one step on `rows` rows of one device: TFLOP/s. */
-dps_status run_gemm_reference(backend *be, int dev, model_shape s, int rows, double *tflops) DPS_MUST_USE;
+/* Times the GEMMs of one step on `rows` rows of one device, as the model
+ * runs them in precision prec: TFLOP/s. */
+dps_status run_gemm_reference(backend *be, int dev, model_shape s, int rows, dps_precision prec,
+                              double *tflops) DPS_MUST_USE;
 
 #endif

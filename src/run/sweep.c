@@ -118,7 +118,7 @@ static dps_status run_child(const dps_config *cfg, backend *be, const results_di
         int w = 0;
         results_dir mine = rd ? *rd : (results_dir){.dir_fd = -1, .lock_fd = -1};
         mine.committed = &shared->written; /* set as its rows are all in (results_commit) */
-        dps_status rc = rd ? run_config(cfg, be, &mine, &w) : run_untimed(cfg, be);
+        dps_status rc = rd ? run_config(cfg, NULL, be, &mine, &w) : run_untimed(cfg, be);
         if (rc) dps_strlcpy(shared->error, dps_errmsg(), sizeof shared->error);
         if (rc && !w && rd) dps_log("%s", shared->error); /* the table has no line for it yet */
         shared->written = w;

@@ -28,6 +28,7 @@ typedef struct ddp_rank {
     rank_beat *beat;
     ddp_world *dw;            /* under a launcher: the joined world; NULL: forked */
     comm *comm;
+    comm_spans spans;         /* the traced steps' all-reduces (comm_trace) */
     int rank, nranks, dev, rows, rows_total;
     int64_t row0;
     be_stream *st;
@@ -122,7 +123,7 @@ static dps_status alloc_buffers(ddp_rank *R)
     }
     DPS_TRY(be_buf_alloc(be, d, rows * sizeof(float), "per-token loss", &R->row_loss));
     DPS_TRY(be_buf_alloc(be, d, sizeof(float), "loss", &R->loss));
-    DPS_TRY(model_acts_alloc(be, d, m, R->rows, &R->acts));
+    DPS_TRY(model_acts_alloc(be, d, m, R->rows, R->cfg->precision, &R->acts));
     DPS_TRY(be->ops->host_alloc(be, sizeof(float), (void **)&R->h_loss));
     /* each next shard made during the step, but not on the host backend,
      * whose devices are the cores that would make it */
@@ -170,6 +171,7 @@ static dps_status rank_setup(ddp_rank *R)
     ddp_shard_sizes(c->global_batch, R->nranks, shards);
     for (int i = 0; i < R->rank; i++) R->row0 += (int64_t)shards[i] * c->shape.tokens;
     R->rows = shards[R->rank] * c->shape.tokens;
+    R->rep->dev.samples = shards[R->rank];
     R->rows_total = c->global_batch * c->shape.tokens;
     R->nparams = model_param_count(c->shape);
     DPS_TRY(R->be->ops->set_device(R->be, R->dev));
@@ -195,6 +197,7 @@ static void rank_teardown(ddp_rank *R)
     backend *be = R->be;
     if (R->dw) ddp_world_set_comm(R->dw, NULL);
     comm_close(R->comm);
+    comm_spans_free(&R->spans);
     for (int b = 0; R->bk_ev && b < R->nbk; b++)
         if (R->bk_ev[b]) be->ops->event_destroy(be, R->bk_ev[b]);
     free(R->bk_ev);
@@ -348,7 +351,8 @@ static dps_status trace_mark(ddp_rank *R, int k)
     if (!R->sh->trace_steps || k != R->cfg->steps - R->sh->trace_steps) return DPS_OK;
     DPS_TRY(ptimer_mark(&R->timer));
     R->rep->trace_ref_wall_ms = dps_wall_ms();
-    comm_trace(R->comm, R->timer.ref[0]);
+    R->spans.ref = R->timer.ref[0];
+    comm_trace(R->comm, &R->spans);
     return DPS_OK;
 }
 
@@ -360,10 +364,13 @@ static dps_status trace_read(ddp_rank *R, int k)
     int t = k - (R->cfg->steps - sh->trace_steps);
     if (!sh->trace_steps || t < 0) return DPS_OK;
     DPS_TRY(ptimer_begins(&R->timer, 0, ddp_shared_tl_phase(sh, R->rank) + (size_t)t * PH_COUNT));
-    DPS_TRY(comm_spans_read(R->comm));
-    int n = R->comm->nspans < sh->max_spans ? R->comm->nspans : sh->max_spans;
+    DPS_TRY(comm_spans_read(R->be, &R->spans));
+    int n = R->spans.n < sh->max_spans ? R->spans.n : sh->max_spans;
     tl_span *dst = ddp_shared_tl_span(sh, R->rank) + (size_t)t * sh->max_spans;
-    if (n) memcpy(dst, R->comm->spans, (size_t)n * sizeof(tl_span));
+    for (int i = 0; i < n; i++) { /* bucket = issue order */
+        const comm_span *sp = &R->spans.span[i];
+        dst[i] = (tl_span){sp->begin_ms, sp->ms, sp->bytes, i, 0.0};
+    }
     int nb = R->nbk < sh->max_spans ? R->nbk : sh->max_spans;
     for (int b = 0; b < nb; b++) {
         float ready = 0.0f;
@@ -480,7 +487,6 @@ dps_status ddp_rank_main(const dps_config *cfg, ddp_shared *sh, int rank, rank_b
      * one box, where every rank is its host's device 0) */
     bo.unpinned = dw != NULL;
     dps_status rc = be_open(&bo, &R->be);
-    if (!rc) R->be->gemm_bf16 = cfg->precision == PREC_BF16;
     if (!rc && dw) rc = local_device(R);
     if (!rc) rc = rank_setup(R);
     if (!rc) rc = rank_loop(R);

@@ -20,19 +20,23 @@ dps_status ddp_rank_main(const dps_config *cfg, ddp_shared *sh, int rank, rank_b
                          ddp_world *dw) DPS_MUST_USE;
 
 /* Starts the ranks, watches them, fills res. In the parent, which never
- * opens a device. Under a launcher (cfg->world), global rank 0 runs its
- * rank itself and collects the others' records (ddp_env.c). */
-dps_status ddp_train(const dps_config *cfg, train_result *res) DPS_MUST_USE;
+ * opens a device. Under a launcher (cfg->world) dw is the joined world
+ * (NULL: dpscale forks the ranks), and global rank 0 runs its rank itself
+ * and collects the others' records (ddp_launched_shm.c). */
+dps_status ddp_train(const dps_config *cfg, ddp_world *dw, train_result *res) DPS_MUST_USE;
 
 
-/* Under a launcher (cfg->net): every rank is a process the launcher
+/* Under a launcher (dw, the joined world): every rank is a process the launcher
  * started. With --comm shm they meet in a named shared region that global
- * rank 0 makes (ddp_env.c); else each trains on its own and sends its
- * records to rank 0 through the store (ddp_net.c). ddp_env_train is rank
- * 0's part (it fills res); ddp_env_rank the others'. */
-dps_status ddp_env_train(const dps_config *cfg, train_result *res) DPS_MUST_USE;
-dps_status ddp_env_rank(const dps_config *cfg) DPS_MUST_USE;
-dps_status ddp_net_train(const dps_config *cfg, ddp_world *dw, train_result *res) DPS_MUST_USE;
-dps_status ddp_net_rank(const dps_config *cfg, ddp_world *dw) DPS_MUST_USE;
+ * rank 0 makes (ddp_launched_shm.c); else each trains on its own and sends
+ * its records to rank 0 through the store (ddp_launched_store.c).
+ * ddp_launched_train is rank 0's part (it fills res); ddp_launched_rank the
+ * others'. */
+dps_status ddp_launched_train(const dps_config *cfg, ddp_world *dw, train_result *res)
+    DPS_MUST_USE;
+dps_status ddp_launched_rank(const dps_config *cfg, ddp_world *dw) DPS_MUST_USE;
+dps_status ddp_launched_store_train(const dps_config *cfg, ddp_world *dw, train_result *res)
+    DPS_MUST_USE;
+dps_status ddp_launched_store_rank(const dps_config *cfg, ddp_world *dw) DPS_MUST_USE;
 
 #endif

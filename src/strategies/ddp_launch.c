@@ -52,9 +52,13 @@ static dps_status reported(void *ctx, char *buf, size_t len)
     return DPS_OK;
 }
 
-dps_status ddp_train(const dps_config *cfg, train_result *res)
+dps_status ddp_train(const dps_config *cfg, ddp_world *dw, train_result *res)
 {
-    if (cfg->world.launcher != WORLD_NONE) return ddp_env_train(cfg, res);
+    if (cfg->world.launcher != WORLD_NONE && !dw)
+        return dps_fail(DPS_ERR_RUNTIME, "ddp under %s: ddp_train got no joined world "
+                        "(cli_join_world makes it): dpscale's bug, please report it",
+                        world_launcher_name(cfg->world.launcher));
+    if (cfg->world.launcher != WORLD_NONE) return ddp_launched_train(cfg, dw, res);
     ddp_shared layout;
     ddp_shared_layout(cfg, &layout);
     void *mem = mmap(NULL, layout.total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);

@@ -1,7 +1,7 @@
 /* The region a ddp run shares between its rank processes and the parent:
  * one anonymous MAP_SHARED mapping made before fork (under a launcher, a
- * named one that global rank 0 makes, ddp_env.c), holding a header with
- * each rank's report, then the per-rank step records, rank 0's final
+ * named one that global rank 0 makes, ddp_launched_shm.c), holding a header
+ * with each rank's report, then the per-rank step records, rank 0's final
  * parameters and the collectives' region (comm_shared.h). */
 #ifndef DPS_DDP_SHARED_H
 #define DPS_DDP_SHARED_H
@@ -27,8 +27,8 @@ typedef struct ddp_report {
 } ddp_report;
 
 typedef struct ddp_shared {
-    /* under a launcher (ddp_env.c): the region's maker, and the ranks that
-     * have mapped it and that have finished */
+    /* under a launcher (ddp_launched_shm.c): the region's maker, and the
+     * ranks that have mapped it and that have finished */
     int owner_pid;
     _Atomic int ready, arrived, finished;
     int nranks, steps, warmup;

@@ -118,6 +118,22 @@ dps_status ddp_world_join(ddp_world *dw, double timeout_s)
 
 int ddp_world_one_host(const ddp_world *dw) { return dw->nnodes == 1; }
 
+int ddp_world_nodes(const ddp_world *dw, world_nodes *out)
+{
+    if (!dw || dw->joined <= 0) return 0;
+    *out = (world_nodes){.nranks = dw->w.size, .nnodes = dw->nnodes};
+    for (int r = 0; r < dw->w.size; r++) {
+        world_place *p = &out->rank[r];
+        p->node = dw->node_of[r];
+        dps_strlcpy(p->host, dw->members[r].host, sizeof p->host);
+        dps_strlcpy(p->addr, dw->members[r].addr, sizeof p->addr);
+        dps_strlcpy(p->nic, dw->members[r].nic, sizeof p->nic);
+        dps_strlcpy(p->device, dw->device[r], sizeof p->device);
+    }
+    dps_strlcpy(out->collectives, dw->comm_used, sizeof out->collectives);
+    return 1;
+}
+
 void ddp_world_note_devices(ddp_world *dw, const dev_stats *dev)
 {
     for (int r = 0; r < dw->w.size; r++)

@@ -2,8 +2,9 @@
  * 0 serves the store (comm/store.h), every rank connects, says where it
  * runs and gets the roster (which rank on which host), and a thread
  * watches the group: a rank gone on any host aborts every other rank's
- * collectives. Each configuration then trains in it (ddp_env.c on one
- * host's shared memory, ddp_net.c through the store and Gloo or NCCL). */
+ * collectives. Each configuration then trains in it (ddp_launched_shm.c on
+ * one host's shared memory, ddp_launched_store.c through the store and Gloo
+ * or NCCL). */
 #ifndef DPS_DDP_WORLD_H
 #define DPS_DDP_WORLD_H
 
@@ -48,6 +49,9 @@ dps_status ddp_world_join(ddp_world *dw, double timeout_s) DPS_MUST_USE;
 void ddp_world_note_devices(ddp_world *dw, const dev_stats *dev);
 /* Every rank on one host. */
 int ddp_world_one_host(const ddp_world *dw);
+/* Where the joined ranks run, for meta.json (results_write_meta); 0 (and
+ * *out untouched) when dw is NULL or has not joined. */
+int ddp_world_nodes(const ddp_world *dw, world_nodes *out);
 /* The running configuration's collectives, for the watch to abort (NULL: none). */
 void ddp_world_set_comm(ddp_world *dw, comm *c);
 /* This rank is done; rank 0 waits for the others (up to timeout_s), then

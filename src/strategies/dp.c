@@ -42,7 +42,7 @@ static dps_status alloc_slot(dp_state *st, int i, size_t pbytes)
         s->xv = s->x.ptr;
         s->logitsv = s->dlogitsv = s->logits.ptr;
     }
-    DPS_TRY(model_acts_alloc(be, s->dev, m, s->rows, &s->acts));
+    DPS_TRY(model_acts_alloc(be, s->dev, m, s->rows, st->cfg->precision, &s->acts));
     s->acts.logits16_out = s->acts.bf16; /* gathered in bf16 */
     return DPS_OK;
 }
@@ -51,7 +51,7 @@ static dps_status alloc_slot(dp_state *st, int i, size_t pbytes)
  * autocast, fp32 otherwise. */
 static size_t logit_bytes(const dp_state *st)
 {
-    return st->be->gemm_bf16 ? 2 : sizeof(float);
+    return st->bf16 ? 2 : sizeof(float);
 }
 
 /* Whether replicate and reduce run (DataParallel over one device calls the
@@ -100,7 +100,7 @@ static dps_status alloc_primary(dp_state *st, size_t pbytes)
     DPS_TRY(be_buf_alloc(be, d0, n * sizeof(int32_t), "labels", &st->labels_full));
     DPS_TRY(be_buf_alloc(be, d0, n * (size_t)m.classes * sizeof(float), "gathered logits", &st->logits_full));
     DPS_TRY(be_buf_alloc(be, d0, n * (size_t)m.classes * sizeof(float), "logits gradient", &st->dlogits_full));
-    if (be->gemm_bf16)
+    if (st->bf16)
         DPS_TRY(be_buf_alloc(be, d0, n * (size_t)m.classes * 2, "gathered bf16 logits, then their "
                              "gradient", &st->logits16_full));
     DPS_TRY(be_buf_alloc(be, d0, n * sizeof(float), "per-token loss", &st->row_loss));
@@ -216,7 +216,7 @@ static void dlogits_rows(dp_state *st, int slot, const void **from, void **to)
 {
     dp_slot *s = &st->s[slot];
     size_t first = (size_t)s->row0 * (size_t)st->cfg->shape.classes;
-    if (st->be->gemm_bf16) {
+    if (st->bf16) {
         *from = (const uint16_t *)st->logits16_full.ptr + first;
         *to = s->acts.dlogits16.ptr;
     } else {
@@ -246,9 +246,9 @@ static dps_status worker_backward(dp_state *st, int slot)
         DPS_TRY(ptimer_end_more(&st->timer, slot, PH_SCATTER));
     }
     DPS_TRY(ptimer_begin(&st->timer, slot, PH_BACKWARD));
-    if (!slot && be->gemm_bf16) DPS_TRY(be->ops->copy(be, s->st, to, s->dev, from, s->dev, bytes));
+    if (!slot && st->bf16) DPS_TRY(be->ops->copy(be, s->st, to, s->dev, from, s->dev, bytes));
     DPS_TRY(model_backward(be, s->st, m, s->params.ptr, &s->acts, s->rows, s->xv,
-                           be->gemm_bf16 ? NULL : s->dlogitsv, s->grads.ptr, NULL, NULL));
+                           st->bf16 ? NULL : s->dlogitsv, s->grads.ptr, NULL, NULL));
     return ptimer_end(&st->timer, slot, PH_BACKWARD);
 }
 
@@ -296,7 +296,7 @@ static dps_status phase_scatter(dp_state *st)
 static dps_status phase_gather(dp_state *st)
 {
     size_t row = (size_t)st->cfg->shape.classes * logit_bytes(st);
-    int bf16 = st->be->gemm_bf16;
+    int bf16 = st->bf16;
     char *into = bf16 ? st->logits16_full.ptr : st->logits_full.ptr;
     dp_slot *s0 = &st->s[0];
     DPS_TRY(ptimer_begin(&st->timer, 0, PH_GATHER));
@@ -499,6 +499,7 @@ dps_status dp_train(const dps_config *cfg, backend *be, train_result *res)
     if (!st) return dps_fail(DPS_ERR_RUNTIME, "out of host memory for the dp state");
     st->cfg = cfg;
     st->be = be;
+    st->bf16 = cfg->precision == PREC_BF16;
     st->traffic = res->dev;
     dps_status rc = timeline_alloc(&res->tl, timeline_steps(cfg->trace_steps, cfg->steps),
                                    res->nranks, 0);
@@ -511,6 +512,7 @@ dps_status dp_train(const dps_config *cfg, backend *be, train_result *res)
         dps_status sampled = i < st->nslots ? be_sample_mem(be, dev) : DPS_OK;
         if (!rc) rc = sampled;
         res->dev[i].dev = dev;
+        res->dev[i].samples = i < st->nslots ? st->s[i].rows / cfg->shape.tokens : 0;
         dps_strlcpy(res->dev[i].name, be->info[dev].name, sizeof res->dev[i].name);
         dev_stats_memory(&res->dev[i], be, dev);
         if (rc == DPS_OK && res->steps_done > 0)

@@ -25,7 +25,7 @@ dps_status dp_loss(dp_state *st)
     float scale = 1.0f / (float)n;
     DPS_TRY(ptimer_begin(&st->timer, 0, PH_LOSS));
     int64_t nc = (int64_t)n * classes;
-    if (be->gemm_bf16) /* autocast's cross_entropy runs in fp32 */
+    if (st->bf16) /* autocast's cross_entropy runs in fp32 */
         DPS_TRY(be->ops->cast(be, s0->st, nc, st->logits16_full.ptr, BE_BF16, st->logits_full.ptr,
                               BE_F32));
     if (st->cfg->dp_impl == DPIMPL_TORCH)
@@ -33,7 +33,7 @@ dps_status dp_loss(dp_state *st)
     else
         DPS_TRY(be->ops->xent(be, s0->st, n, classes, st->logits_full.ptr, st->labels_full.ptr,
                               scale, st->dlogits_full.ptr, st->row_loss.ptr));
-    if (be->gemm_bf16) /* that cast's backward: the gradient in bf16, for the scatter */
+    if (st->bf16) /* that cast's backward: the gradient in bf16, for the scatter */
         DPS_TRY(be->ops->cast(be, s0->st, nc, st->dlogits_full.ptr, BE_F32, st->logits16_full.ptr,
                               BE_BF16));
     DPS_TRY(be->ops->sum(be, s0->st, n, st->row_loss.ptr, st->loss.ptr));

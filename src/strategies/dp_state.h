@@ -36,6 +36,7 @@ typedef struct dp_group { size_t lo, hi; } dp_group;
 typedef struct dp_state {
     const dps_config *cfg;
     backend *be;
+    int bf16;              /* as under autocast: cfg->precision is PREC_BF16 */
     size_t nparams;
     int nslots, rows_total;
     dp_slot s[DPS_MAX_DEVICES];

@@ -17,6 +17,7 @@
 
 #include "build_config.h"
 #include "backend/backend.h"
+#include "elementwise.h"
 #include "backend/nvml.h"
 #include "launch/ranks.h"
 

@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 
 #include "backend/backend.h"
+#include "elementwise.h"
 #include "comm/comm.h"
 #include "comm/comm_watch.h"
 #include "comm/store_keys.h"

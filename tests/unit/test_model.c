@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
+#include "elementwise.h"
 #include "model/batches.h"
 #include "model/bucket.h"
 #include "model/model.h"
@@ -98,7 +99,7 @@ static void test_gradients(void)
     for (size_t i = 0; i < n; i++) p[i] *= 3.0f; /* larger weights: visible GELU curvature */
     model_make_batch(s, 3, 0, 0, rows, x, labels);
     model_acts a;
-    EXPECT(model_acts_alloc(be, 0, s, rows, &a) == DPS_OK);
+    EXPECT(model_acts_alloc(be, 0, s, rows, PREC_FP32, &a) == DPS_OK);
     host_loss(be, s, p, &a, rows, x, labels, logits, dl, rl);
     EXPECT(model_backward(be, NULL, s, p, &a, rows, x, dl, g, NULL, NULL) == DPS_OK);
     double worst = 0;
@@ -122,7 +123,7 @@ static void test_gradients(void)
     free(p); free(g); free(x); free(logits); free(dl); free(rl); free(labels);
 }
 
-/* The model as under autocast (acts made with gemm_bf16 set), on the host
+/* The model as under autocast (acts made for PREC_BF16), on the host
  * backend's exact emulation of the bf16 ops: logits are bf16 values and
  * near the fp32 model's; the gradients near the fp32 ones; the layers'
  * hooks come in the same order; every buffer is freed. */
@@ -150,9 +151,8 @@ static void test_model_bf16(void)
     model_init_params(s, 5, p);
     model_make_batch(s, 5, 0, 0, rows, x, labels);
     model_acts a32, a16;
-    EXPECT(model_acts_alloc(be, 0, s, rows, &a32) == DPS_OK && !a32.bf16);
-    be->gemm_bf16 = 1;
-    EXPECT(model_acts_alloc(be, 0, s, rows, &a16) == DPS_OK && a16.bf16);
+    EXPECT(model_acts_alloc(be, 0, s, rows, PREC_FP32, &a32) == DPS_OK && !a32.bf16);
+    EXPECT(model_acts_alloc(be, 0, s, rows, PREC_BF16, &a16) == DPS_OK && a16.bf16);
     EXPECT(model_forward(be, NULL, s, p, &a32, rows, x, l32) == DPS_OK);
     EXPECT(model_forward(be, NULL, s, p, &a16, rows, x, l16) == DPS_OK);
     double worst = 0, top = 0;

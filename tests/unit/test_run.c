@@ -23,9 +23,9 @@ static void test_gemm_reference(void)
     if (!be) return;
     model_shape s = {2, 64, 4, 96};
     for (int bf16 = 0; bf16 < 2; bf16++) {
-        be->gemm_bf16 = bf16;
         double tflops = 0;
-        EXPECT(run_gemm_reference(be, 0, s, 32, &tflops) == DPS_OK && tflops > 0);
+        EXPECT(run_gemm_reference(be, 0, s, 32, bf16 ? PREC_BF16 : PREC_FP32, &tflops) == DPS_OK &&
+               tflops > 0);
         EXPECT(be->mem[0].in_use == 0);
     }
     be_close(be);

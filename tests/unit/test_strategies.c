@@ -109,7 +109,6 @@ static train_result *dp_two_devices(int bf16)
     c.steps = 3;
     c.trace_steps = 0;
     c.precision = bf16 ? PREC_BF16 : PREC_FP32;
-    be->gemm_bf16 = bf16;
     static train_result res[2];
     train_result *r = &res[bf16];
     dps_status rc = train_result_init(r, &c, c.ngpus);

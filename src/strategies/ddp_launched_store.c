@@ -1,7 +1,8 @@
-/* ddp between processes that share no memory (--comm gloo, or nccl under a
- * launcher): each rank trains in a private region, ranks other than 0 send
- * their records to global rank 0 through the store when they end, and rank
- * 0 collects them as the fork launcher's parent does (see ddp_world.h). */
+/* Launched ranks that share no memory (--comm gloo across hosts, or nccl
+ * under a launcher): each rank trains in a private region, ranks other
+ * than 0 send their records to global rank 0 through the store when they
+ * end, and rank 0 collects them as the fork launcher's parent does (see
+ * ddp_world.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,7 +43,7 @@ static dps_status train_here(const dps_config *cfg, ddp_world *dw, ddp_shared *s
 /* Where rank r's records go in the store. */
 static void report_key(int r, char *buf, size_t len) { snprintf(buf, len, "report/%d", r); }
 
-dps_status ddp_net_rank(const dps_config *cfg, ddp_world *dw)
+dps_status ddp_launched_store_rank(const dps_config *cfg, ddp_world *dw)
 {
     ddp_shared *sh;
     dps_status made = make_private(cfg, &sh);
@@ -112,7 +113,7 @@ static void explain(ddp_world *dw, dps_status code, char *why, size_t len)
     store_server_explain(dw->server, why + n, len - n);
 }
 
-dps_status ddp_net_train(const dps_config *cfg, ddp_world *dw, train_result *res)
+dps_status ddp_launched_store_train(const dps_config *cfg, ddp_world *dw, train_result *res)
 {
     ddp_shared *sh;
     DPS_TRY(make_private(cfg, &sh));

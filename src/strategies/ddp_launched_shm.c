@@ -1,11 +1,12 @@
-/* ddp started by a launcher (torchrun, mpirun, srun): chooses the
- * collectives from where the ranks run, and, with the shared-memory ring
- * (every rank on one host), meets the ranks in a named shared region
- * (shm_open) that global rank 0 makes and removes (its name as soon as
- * every rank has mapped it), where they run ddp.c's rank as the forked
- * ranks do in the anonymous one. Rank 0 collects every rank's records when
- * all have finished, as the fork launcher's parent does. Other
- * collectives: ddp_net.c. */
+/* Launched ranks (torchrun, mpirun, srun), and those on one host through
+ * shared memory: the entry points of a launcher's ranks choose the
+ * collectives from where the ranks run; with shm (every rank on one host)
+ * the ranks meet in a named shared region (shm_open) that global rank 0
+ * makes and removes (its name as soon as every rank has mapped it), where
+ * they run ddp.c's rank as the forked ranks do in the anonymous one. Rank 0
+ * collects every rank's records when all have finished, as the fork
+ * launcher's parent does. Ranks that share no memory:
+ * ddp_launched_store.c. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -182,7 +183,7 @@ static void *watch_main(void *arg)
 /* This process's rank, from arrival to its records in the region. Rank 0
  * removes the region's name (`name`; NULL on the others) once every rank
  * has mapped it, so that a rank 0 killed later leaves nothing in /dev/shm. */
-static dps_status run_rank(const dps_config *cfg, ddp_shared *sh, const char *name)
+static dps_status run_rank(const dps_config *cfg, ddp_world *dw, ddp_shared *sh, const char *name)
 {
     ddp_report *me = &sh->rank[cfg->world.rank];
     me->pid = (int)getpid();
@@ -191,8 +192,8 @@ static dps_status run_rank(const dps_config *cfg, ddp_shared *sh, const char *na
     if (!rc && name) shm_unlink(name);
     rank_watch w = {.sh = sh, .n = cfg->world.size};
     w.started = !rc && pthread_create(&w.thread, NULL, watch_main, &w) == 0;
-    cfg->net->runs++;
-    if (!rc) rc = ddp_rank_main(cfg, sh, cfg->world.rank, &cfg->net->beat, cfg->net);
+    dw->runs++;
+    if (!rc) rc = ddp_rank_main(cfg, sh, cfg->world.rank, &dw->beat, dw);
     atomic_store(&w.stop, 1);
     if (w.started) pthread_join(w.thread, NULL);
     if (rc) comm_shared_abort(ddp_shared_comm(sh));
@@ -203,14 +204,13 @@ static dps_status run_rank(const dps_config *cfg, ddp_shared *sh, const char *na
 
 /* The collectives for where the ranks run: --comm, or for auto NCCL on
  * GPUs, the shared-memory ring on one host, Gloo across hosts. */
-static dps_status resolve_comm(const dps_config *cfg, dps_config *out)
+static dps_status resolve_comm(const dps_config *cfg, ddp_world *dw, dps_config *out)
 {
-    const ddp_world *dw = cfg->net;
     *out = *cfg;
     if (out->comm == DPS_COMM_AUTO)
         out->comm = cfg->be.kind == BE_CUDA ? DPS_COMM_NCCL
                     : ddp_world_one_host(dw) ? DPS_COMM_SHM : DPS_COMM_GLOO;
-    dps_strlcpy(cfg->net->comm_used, dps_comm_names[out->comm], sizeof cfg->net->comm_used);
+    dps_strlcpy(dw->comm_used, dps_comm_names[out->comm], sizeof dw->comm_used);
     if (out->comm != DPS_COMM_SHM || ddp_world_one_host(dw)) return DPS_OK;
     return dps_fail(DPS_ERR_USAGE, "--comm shm: the %d ranks run on %d hosts (rank 0 on %s, rank "
                     "%d on %s), and the shared-memory ring needs one: use --comm gloo (or auto)",
@@ -218,14 +218,14 @@ static dps_status resolve_comm(const dps_config *cfg, dps_config *out)
                     dw->members[dw->w.size - 1].host);
 }
 
-static dps_status shm_rank(const dps_config *cfg)
+static dps_status shm_rank(const dps_config *cfg, ddp_world *dw)
 {
     char name[128];
     region_name(&cfg->world, name, sizeof name);
     ddp_shared *sh;
     DPS_TRY(open_region(cfg, name, &sh));
     size_t total = sh->total;
-    dps_status rc = run_rank(cfg, sh, NULL);
+    dps_status rc = run_rank(cfg, dw, sh, NULL);
     munmap(sh, total);
     return rc;
 }
@@ -250,13 +250,13 @@ static dps_status first_failure(ddp_shared *sh, int n, char *buf, size_t len)
     return DPS_OK;
 }
 
-static dps_status shm_train(const dps_config *cfg, train_result *res)
+static dps_status shm_train(const dps_config *cfg, ddp_world *dw, train_result *res)
 {
     char name[128];
     region_name(&cfg->world, name, sizeof name);
     ddp_shared *sh;
     DPS_TRY(make_region(cfg, name, &sh));
-    dps_status rc = run_rank(cfg, sh, name);
+    dps_status rc = run_rank(cfg, dw, sh, name);
     if (rc) dps_strlcpy(res->error, dps_errmsg(), sizeof res->error);
     if (atomic_load(&sh->arrived) >= cfg->world.size) { /* the others ran: wait for their end */
         dps_status all = wait_all(cfg, sh, &sh->finished, "finished");
@@ -270,7 +270,7 @@ static dps_status shm_train(const dps_config *cfg, train_result *res)
         dps_strlcpy(res->error, why, sizeof res->error);
     }
     ddp_collect(cfg, sh, res);
-    ddp_world_note_devices(cfg->net, res->dev);
+    ddp_world_note_devices(dw, res->dev);
     if (!rc) rc = ddp_copy_params(sh, res);
     size_t total = sh->total;
     munmap(sh, total);
@@ -278,26 +278,26 @@ static dps_status shm_train(const dps_config *cfg, train_result *res)
     return rc ? dps_fail_copy(rc, res->error) : DPS_OK;
 }
 
-dps_status ddp_env_rank(const dps_config *cfg)
+dps_status ddp_launched_rank(const dps_config *cfg, ddp_world *dw)
 {
     dps_config c;
-    DPS_TRY(ddp_world_join(cfg->net, cfg->timeout_s));
-    dps_status rc = resolve_comm(cfg, &c);
+    DPS_TRY(ddp_world_join(dw, cfg->timeout_s));
+    dps_status rc = resolve_comm(cfg, dw, &c);
     if (rc) {
-        store_abort(cfg->net->store, dps_errmsg()); /* the others would wait for this rank */
+        store_abort(dw->store, dps_errmsg()); /* the others would wait for this rank */
         return rc;
     }
-    return c.comm == DPS_COMM_SHM ? shm_rank(&c) : ddp_net_rank(&c, c.net);
+    return c.comm == DPS_COMM_SHM ? shm_rank(&c, dw) : ddp_launched_store_rank(&c, dw);
 }
 
-dps_status ddp_env_train(const dps_config *cfg, train_result *res)
+dps_status ddp_launched_train(const dps_config *cfg, ddp_world *dw, train_result *res)
 {
     dps_config c;
-    dps_status rc = ddp_world_join(cfg->net, cfg->timeout_s);
-    if (!rc) rc = resolve_comm(cfg, &c);
+    dps_status rc = ddp_world_join(dw, cfg->timeout_s);
+    if (!rc) rc = resolve_comm(cfg, dw, &c);
     if (rc) {
         dps_strlcpy(res->error, dps_errmsg(), sizeof res->error);
         return rc;
     }
-    return c.comm == DPS_COMM_SHM ? shm_train(&c, res) : ddp_net_train(&c, c.net, res);
+    return c.comm == DPS_COMM_SHM ? shm_train(&c, dw, res) : ddp_launched_store_train(&c, dw, res);
 }

@@ -1,11 +1,11 @@
-/* The shared-memory ring (see comm_impl.h): collectives between rank
- * processes on one machine through mailboxes in the group's region, with
- * NCCL's ring algorithm. All-reduce is reduce-scatter then all-gather over
- * nranks chunks, each step sending one chunk to the next rank. Messages are
- * at most COMM_SLOT_BYTES and go through two slots per rank (double
- * buffering); a rank waits on a futex for its predecessor's next message or
- * its successor's acknowledgement. Buffers are host memory: the host
- * backend's devices. */
+/* The shared-memory collectives, "shm" (--comm shm; see comm_impl.h):
+ * between rank processes on one machine through mailboxes in the group's
+ * region, with NCCL's ring algorithm (the ring_* functions). All-reduce is
+ * reduce-scatter then all-gather over nranks chunks, each step sending one
+ * chunk to the next rank. Messages are at most COMM_SLOT_BYTES and go
+ * through two slots per rank (double buffering); a rank waits on a futex
+ * for its predecessor's next message or its successor's acknowledgement.
+ * Buffers are host memory: the host backend's devices. */
 #include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>
@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "elementwise.h"
 #include "comm/comm_impl.h"
 #include "core/util.h"
 
@@ -195,7 +196,7 @@ static void ring_destroy(comm *c)
 }
 
 static const comm_ops ring_ops = {
-    .name = "ring-shm",
+    .name = "shm",
     .allreduce = ring_allreduce,
     .broadcast = ring_broadcast,
     .barrier = ring_barrier,
@@ -212,4 +213,4 @@ static dps_status ring_open(comm *c)
     return DPS_OK;
 }
 
-const comm_impl comm_ring_impl = {"ring-shm", ring_suits, ring_open, 0};
+const comm_impl comm_shm_impl = {"shm", ring_suits, ring_open, 0};
