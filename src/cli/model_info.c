@@ -55,9 +55,10 @@ static int print_buckets(const model_file *mf, double first_mb, double mb)
 int cmd_model_info(cli_args *a)
 {
     model_file mf;
-    if (model_file_read(a->model_file, &mf)) {
+    dps_status rc = model_file_read(a->model_file, &mf);
+    if (rc) {
         fprintf(stderr, "dpscale: %s\n", dps_errmsg());
-        return 2; /* a usage error, as cmd_usage_error's */
+        return rc == DPS_ERR_USAGE ? 2 : 1; /* a file refused is a usage error, as cmd_usage_error's */
     }
     print_summary(a->model_file, &mf);
     int status = print_buckets(&mf, a->cfg.first_bucket_mb, a->cfg.bucket_mb);

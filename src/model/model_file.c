@@ -364,8 +364,9 @@ static dps_status whole_file(const reader *r, const char *path, int last_line)
 {
     const model_file *mf = r->mf;
     if (!r->format_line) return keyfile_fail(path, 1, "empty: not a model file %s", HOWTO);
-    if (!r->name_line || !r->classes_line || !mf->nops)
-        return keyfile_fail(path, last_line, "a model file needs name, input, classes and ops %s", HOWTO);
+    if (!r->name_line || !r->classes_line || !mf->nops || !mf->ntensors)
+        return keyfile_fail(path, last_line, "a model file needs name, input, classes, tensors and "
+                            "ops %s", HOWTO);
     int *seen = calloc((size_t)mf->ntensors + 1, sizeof *seen);
     if (!seen) return dps_fail(DPS_ERR_RUNTIME, "out of host memory reading %s", path);
     dps_status rc = DPS_OK;

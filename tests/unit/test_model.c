@@ -271,6 +271,7 @@ static void test_model_file(void)
         {MF_HEAD "tensor a 4x6 ready=0\nop gemm g m=2 k=6 n=4 weight=a\nop resample r n=7\n", ":7: the last op's output (7 elements per sample) is not rows of classes 3"},
         {MF_HEAD MF_TENSORS "op act a\n", ":9: an act op needs fn="},
         {"dpscale-model 1\nname x\nop act a fn=relu\n", ":3: an op before the 'input N' record"},
+        {MF_HEAD "op act a fn=relu\n", ":5: a model file needs name, input, classes, tensors and ops"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) expect_file_refused(load_model_file, bad[i].text, bad[i].needle);
 }
