@@ -177,6 +177,15 @@ def run_case(label, fn, *args):
         return 1
 
 
+def run_cases(namespace):
+    """The exit status of `FILE FIRST CASE ARGS...`: namespace's
+    case_CASE(FIRST, *ARGS) through run_case (FIRST: the dpscale binary, or
+    the folder the case reads)."""
+    cases = {k[5:]: v for k, v in namespace.items() if k.startswith("case_")}
+    first, case, args = sys.argv[1], sys.argv[2], sys.argv[3:]
+    return run_case(" ".join([case, *args]), cases[case], first, *args)
+
+
 def has_collectives(binary, name):
     """Whether the build has ddp's collectives `name` (dpscale info says);
     when not, says so and the caller skips (77)."""

@@ -37,7 +37,7 @@ import tempfile
 import time
 
 from helpers import (Failure, dpscale, dpsresults, expect, expect_exit, memory_at_peak,
-                     processes_mentioning, read_folder, run_case, script, write)
+                     processes_mentioning, read_folder, run_cases, script, write)
 import test_dp  # case_check: dp's --check, in ddp mode
 
 
@@ -205,13 +205,5 @@ def case_oversubscribed(binary):
                f"2 devices on {cores} cores: oversubscribed {fits.get('oversubscribed')!r}")
 
 
-CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
-
-
-def main():
-    binary, case, args = sys.argv[1], sys.argv[2], sys.argv[3:]
-    return run_case(" ".join([case, *args]), CASES[case], binary, *args)
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_cases(globals()))

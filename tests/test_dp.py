@@ -25,7 +25,7 @@ import sys
 import tempfile
 
 from helpers import (dpscale, dpsresults, expect, expect_exit, memory_at_peak, read_folder,
-                     run_case, write)
+                     run_cases, write)
 
 
 def case_check(binary, ngpus, optimizer, batch, *extra, mode="dp"):
@@ -280,13 +280,5 @@ def case_info(binary):
                f"info does not list {key} {value!r}:\n{p.stdout}")
 
 
-CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
-
-
-def main():
-    binary, case, args = sys.argv[1], sys.argv[2], sys.argv[3:]
-    return run_case(" ".join([case, *args]), CASES[case], binary, *args)
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_cases(globals()))

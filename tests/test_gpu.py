@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 
-from helpers import dpscale, expect, read_folder, run_case
+from helpers import dpscale, expect, read_folder, run_cases
 
 
 def case_gpu(binary, mode, precision, *devices):
@@ -37,13 +37,5 @@ def case_gpu(binary, mode, precision, *devices):
     return 0
 
 
-CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
-
-
-def main():
-    binary, case, args = sys.argv[1], sys.argv[2], sys.argv[3:]
-    return run_case(" ".join([case, *args]), CASES[case], binary, *args)
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_cases(globals()))

@@ -21,7 +21,7 @@ import tempfile
 import time
 from collections import defaultdict
 
-from helpers import dpscale, expect, expect_exit, read_table, run_case
+from helpers import dpscale, expect, expect_exit, read_table, run_cases
 
 
 def case_comm_bench(binary):
@@ -179,13 +179,5 @@ def links_out_of_memory(binary, out):
     expect("device -1" not in p.stderr, f"stderr names device -1: {p.stderr}")
 
 
-CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
-
-
-def main():
-    binary, case, args = sys.argv[1], sys.argv[2], sys.argv[3:]
-    return run_case(" ".join([case, *args]), CASES[case], binary, *args)
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_cases(globals()))

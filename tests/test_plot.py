@@ -15,7 +15,7 @@ import os
 import sys
 import tempfile
 
-from helpers import (copy_fixture, dpsresults, expect, expect_exit, png_size, run_case, script,
+from helpers import (copy_fixture, dpsresults, expect, expect_exit, png_size, run_cases, script,
                      set_cells, write)
 
 
@@ -117,13 +117,5 @@ def case_plot(fixture):
         expect_exit(p, 2, "runs.csv: no such file")
 
 
-CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
-
-
-def main():
-    binary, case, args = sys.argv[1], sys.argv[2], sys.argv[3:]
-    return run_case(" ".join([case, *args]), CASES[case], binary, *args)
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_cases(globals()))

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 
-from helpers import SCRIPTS, dpscale, expect, expect_exit, read_table, run_case, set_cells, write
+from helpers import SCRIPTS, dpscale, expect, expect_exit, read_table, run_cases, set_cells, write
 
 
 def case_predict(binary):
@@ -189,13 +189,5 @@ def case_predict_calibrate(binary):
             expect(f"# warning: {warned}" in f.read(), cal)
 
 
-CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
-
-
-def main():
-    binary, case, args = sys.argv[1], sys.argv[2], sys.argv[3:]
-    return run_case(" ".join([case, *args]), CASES[case], binary, *args)
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_cases(globals()))

@@ -19,7 +19,7 @@ import tempfile
 import time
 
 from helpers import (dpscale, expect, expect_exit, processes_mentioning, read_folder, read_table,
-                     run_case, write)
+                     run_cases, write)
 
 
 def case_sweep(binary):
@@ -148,13 +148,5 @@ def case_sweep_skipped(binary):
         expect_exit(p, 2, "missing.suite: cannot read")
 
 
-CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
-
-
-def main():
-    binary, case, args = sys.argv[1], sys.argv[2], sys.argv[3:]
-    return run_case(" ".join([case, *args]), CASES[case], binary, *args)
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_cases(globals()))

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 
-from helpers import SCRIPTS, expect, expect_exit, run_case, write
+from helpers import SCRIPTS, expect, expect_exit, run_cases, write
 
 
 def case_profile_sh(binary):
@@ -50,13 +50,5 @@ def case_ab(binary):
         expect_exit(p, 2, "usage")
 
 
-CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
-
-
-def main():
-    binary, case, args = sys.argv[1], sys.argv[2], sys.argv[3:]
-    return run_case(" ".join([case, *args]), CASES[case], binary, *args)
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_cases(globals()))
