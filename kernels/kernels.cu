@@ -197,6 +197,37 @@ __global__ void add_kernel(int64_t n, float *dst, const float *src)
     GRID_STRIDE(i, n) dst[i] += src[i];
 }
 
+__global__ void resample_kernel(int64_t samples, int64_t n_in, int64_t n_out, const float *x,
+                                float *y)
+{
+    GRID_STRIDE(t, samples * n_out) {
+        int64_t r = t / n_out, i = t % n_out;
+        y[t] = x[r * n_in + i % n_in];
+    }
+}
+
+/* one thread per input element: its sum over the outputs it fed, in order */
+__global__ void resample_bwd_kernel(int64_t samples, int64_t n_in, int64_t n_out, const float *dy,
+                                    float *dx)
+{
+    GRID_STRIDE(t, samples * n_in) {
+        int64_t r = t / n_in, j = t % n_in;
+        float acc = 0.0f;
+        for (int64_t i = j; i < n_out; i += n_in) acc += dy[r * n_out + i];
+        dx[t] = acc;
+    }
+}
+
+__global__ void col_scale_kernel(int64_t rows, int cols, const float *x, const float *g, float *y)
+{
+    GRID_STRIDE(t, rows * cols) y[t] = x[t] * g[t % cols];
+}
+
+__global__ void mul_kernel(int64_t n, const float *a, const float *b, float *y)
+{
+    GRID_STRIDE(i, n) y[i] = a[i] * b[i];
+}
+
 template <typename T>
 static cudaError_t col_sum(cudaStream_t s, int rows, int cols, const T *x, float *out, float *workspace)
 {
@@ -337,6 +368,37 @@ cudaError_t dps_k_scale_copy(cudaStream_t s, int64_t n, float *dst, const float 
 cudaError_t dps_k_add(cudaStream_t s, int64_t n, float *dst, const float *src)
 {
     add_kernel<<<grid_for(n), kThreads, 0, s>>>(n, dst, src);
+    return cudaGetLastError();
+}
+
+cudaError_t dps_k_resample(cudaStream_t s, int64_t samples, int64_t n_in, int64_t n_out,
+                           const float *x, float *y)
+{
+    if (samples * n_out <= 0) return cudaSuccess;
+    resample_kernel<<<grid_for(samples * n_out), kThreads, 0, s>>>(samples, n_in, n_out, x, y);
+    return cudaGetLastError();
+}
+
+cudaError_t dps_k_resample_bwd(cudaStream_t s, int64_t samples, int64_t n_in, int64_t n_out,
+                               const float *dy, float *dx)
+{
+    if (samples * n_in <= 0) return cudaSuccess;
+    resample_bwd_kernel<<<grid_for(samples * n_in), kThreads, 0, s>>>(samples, n_in, n_out, dy, dx);
+    return cudaGetLastError();
+}
+
+cudaError_t dps_k_col_scale(cudaStream_t s, int64_t rows, int cols, const float *x, const float *g,
+                            float *y)
+{
+    if (rows * cols <= 0) return cudaSuccess;
+    col_scale_kernel<<<grid_for(rows * cols), kThreads, 0, s>>>(rows, cols, x, g, y);
+    return cudaGetLastError();
+}
+
+cudaError_t dps_k_mul(cudaStream_t s, int64_t n, const float *a, const float *b, float *y)
+{
+    if (n <= 0) return cudaSuccess;
+    mul_kernel<<<grid_for(n), kThreads, 0, s>>>(n, a, b, y);
     return cudaGetLastError();
 }
 

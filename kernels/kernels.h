@@ -55,6 +55,14 @@ cudaError_t dps_k_scale(cudaStream_t s, int64_t n, float *x, float a);
 cudaError_t dps_k_scale_copy(cudaStream_t s, int64_t n, float *dst, const float *src, float a);
 /* dst += src (the reduce-add of peer-copy collectives) */
 cudaError_t dps_k_add(cudaStream_t s, int64_t n, float *dst, const float *src);
+/* a model file's reshaping and its gradient, a norm's scale, a product (backend.h) */
+cudaError_t dps_k_resample(cudaStream_t s, int64_t samples, int64_t n_in, int64_t n_out,
+                           const float *x, float *y);
+cudaError_t dps_k_resample_bwd(cudaStream_t s, int64_t samples, int64_t n_in, int64_t n_out,
+                               const float *dy, float *dx);
+cudaError_t dps_k_col_scale(cudaStream_t s, int64_t rows, int cols, const float *x, const float *g,
+                            float *y);
+cudaError_t dps_k_mul(cudaStream_t s, int64_t n, const float *a, const float *b, float *y);
 
 /* One thread busy for us microseconds on stream s (a stretched phase). */
 cudaError_t dps_k_spin(cudaStream_t s, double us);

@@ -151,6 +151,18 @@ typedef struct be_ops {
     dps_status (*scale_copy)(backend *, be_stream *s, int64_t n, float *dst, const float *src,
                              float a);
     dps_status (*add)(backend *, be_stream *s, int64_t n, float *dst, const float *src);
+    /* A model file's reshaping (model/graph.c): per sample y[i] = x[i mod n_in]
+     * for i < n_out; resample_bwd writes dx[j], the sum over c of dy[j + c n_in]
+     * in c's order */
+    dps_status (*resample)(backend *, be_stream *s, int64_t samples, int64_t n_in, int64_t n_out,
+                           const float *x, float *y);
+    dps_status (*resample_bwd)(backend *, be_stream *s, int64_t samples, int64_t n_in,
+                               int64_t n_out, const float *dy, float *dx);
+    /* y[r,c] = x[r,c] * g[c] (a norm's scale); y may be x */
+    dps_status (*col_scale)(backend *, be_stream *s, int64_t rows, int cols, const float *x,
+                            const float *g, float *y);
+    /* y = a * b element-wise; y may be a or b */
+    dps_status (*mul)(backend *, be_stream *s, int64_t n, const float *a, const float *b, float *y);
     /* The ops of a model under autocast (bf16): every tensor cast once, outputs
      * in bf16 where autocast writes them. gemm_ex is gemm with each operand's
      * type: bf16 operands with fp32 accumulation, C rounded once (an fp32 A or B

@@ -482,6 +482,30 @@ static dps_status cu_add(backend *be, be_stream *s, int64_t n, float *dst, const
     KERNEL(s, dps_k_add(s->s, n, dst, src));
 }
 
+static dps_status cu_resample(backend *be, be_stream *s, int64_t samples, int64_t n_in,
+                              int64_t n_out, const float *x, float *y)
+{
+    KERNEL(s, dps_k_resample(s->s, samples, n_in, n_out, x, y));
+}
+
+static dps_status cu_resample_bwd(backend *be, be_stream *s, int64_t samples, int64_t n_in,
+                                  int64_t n_out, const float *dy, float *dx)
+{
+    KERNEL(s, dps_k_resample_bwd(s->s, samples, n_in, n_out, dy, dx));
+}
+
+static dps_status cu_col_scale(backend *be, be_stream *s, int64_t rows, int cols, const float *x,
+                               const float *g, float *y)
+{
+    KERNEL(s, dps_k_col_scale(s->s, rows, cols, x, g, y));
+}
+
+static dps_status cu_mul(backend *be, be_stream *s, int64_t n, const float *a, const float *b,
+                         float *y)
+{
+    KERNEL(s, dps_k_mul(s->s, n, a, b, y));
+}
+
 /* The device's used memory: CUDA context, cuBLAS workspace and NCCL buffers included. */
 static dps_status cu_mem_used(backend *be, int dev, size_t *used)
 {
@@ -554,6 +578,10 @@ static const be_ops cuda_ops = {
     .gelu_bwd_bf16 = cu_gelu_bwd_bf16,
     .col_sum_bf16 = cu_col_sum_bf16,
     .add = cu_add,
+    .resample = cu_resample,
+    .resample_bwd = cu_resample_bwd,
+    .col_scale = cu_col_scale,
+    .mul = cu_mul,
     .spin = cu_spin,
     .profile = cu_profile,
     .mem_used = cu_mem_used,

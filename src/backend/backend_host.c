@@ -537,6 +537,45 @@ static dps_status host_add(backend *be, be_stream *s, int64_t n, float *dst, con
     return DPS_OK;
 }
 
+static dps_status host_resample(backend *be, be_stream *s, int64_t samples, int64_t n_in,
+                                int64_t n_out, const float *x, float *y)
+{
+    (void)be; (void)s;
+    for (int64_t r = 0; r < samples; r++)
+        for (int64_t i = 0; i < n_out; i++) y[r * n_out + i] = x[r * n_in + i % n_in];
+    return DPS_OK;
+}
+
+static dps_status host_resample_bwd(backend *be, be_stream *s, int64_t samples, int64_t n_in,
+                                    int64_t n_out, const float *dy, float *dx)
+{
+    (void)be; (void)s;
+    for (int64_t r = 0; r < samples; r++)
+        for (int64_t j = 0; j < n_in; j++) {
+            float acc = 0.0f;
+            for (int64_t i = j; i < n_out; i += n_in) acc += dy[r * n_out + i];
+            dx[r * n_in + j] = acc;
+        }
+    return DPS_OK;
+}
+
+static dps_status host_col_scale(backend *be, be_stream *s, int64_t rows, int cols, const float *x,
+                                 const float *g, float *y)
+{
+    (void)be; (void)s;
+    for (int64_t r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) y[r * cols + c] = x[r * cols + c] * g[c];
+    return DPS_OK;
+}
+
+static dps_status host_mul(backend *be, be_stream *s, int64_t n, const float *a, const float *b,
+                           float *y)
+{
+    (void)be; (void)s;
+    for (int64_t i = 0; i < n; i++) y[i] = a[i] * b[i];
+    return DPS_OK;
+}
+
 static dps_status host_mem_used(backend *be, int dev, size_t *used)
 {
     pthread_mutex_lock(&be->mem_lock);
@@ -599,6 +638,10 @@ static const be_ops host_ops = {
     .gelu_bwd_bf16 = host_gelu_bwd_bf16,
     .col_sum_bf16 = host_col_sum_bf16,
     .add = host_add,
+    .resample = host_resample,
+    .resample_bwd = host_resample_bwd,
+    .col_scale = host_col_scale,
+    .mul = host_mul,
     .spin = host_spin,
     .profile = host_profile,
     .mem_used = host_mem_used,

@@ -299,6 +299,7 @@ static dps_status op_record(reader *r, const char *path, int line, char **w, int
     for (int i = 3; i < n; i++) DPS_TRY(op_key(mf, o, path, line, w[i]));
     if (o->in == UNSET) o->in = mf->nops ? mf->nops - 1 : MF_INPUT;
     size_t have = out_of(mf, o->in), need = 0;
+    o->in_elems = have;
     DPS_TRY(op_sizes(mf, o, path, have, &need));
     if (!o->out_elems || !need)
         return keyfile_fail(path, line, "op %s: more than 2^40 elements per sample", o->name);

@@ -1,5 +1,6 @@
 /* Unit tests of model/: the presets, the batch thread, the gradients against
- * finite differences, the model under autocast, DDP's buckets, model files. */
+ * finite differences, the model under autocast, DDP's buckets, model files
+ * and their ops run on the host backend against finite differences. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 #include "model/batches.h"
 #include "model/bucket.h"
 #include "model/model.h"
+#include "model/graph.h"
 #include "model/model_file.h"
 #include "strategies/ddp.h"
 
@@ -276,5 +278,87 @@ static void test_model_file(void)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) expect_file_refused(load_model_file, bad[i].text, bad[i].needle);
 }
 
+/* Every kind of op, a tied weight, a residual, growing and shrinking resamples. */
+static const char graph_file[] =
+    "dpscale-model 1\nname kinds\ninput 24\nclasses 3\n"
+    "tensor emb.weight 5x6 ready=5\ntensor fc1.weight 8x6 ready=4\ntensor fc1.bias 8 ready=3\n"
+    "tensor ln.weight 8 ready=2\ntensor ln.bias 8 ready=1\ntensor fc2.weight 3x8 ready=0\n"
+    "op embedding emb m=4 weight=emb.weight\nop gemm fc1 m=4 k=6 n=8 weight=fc1.weight bias=fc1.bias\n"
+    "op norm ln c=8 weight=ln.weight bias=ln.bias\nop act a1 fn=gelu\nop resample r1 n=24\n"
+    "op gemm att m=2 k=2 n=4 b=2\nop resample r2 n=32\nop add res from=a1\nop resample r3 n=24\n"
+    "op gemm tie m=4 k=6 n=5 weight=emb.weight\nop resample r4 n=32\n"
+    "op gemm fc2 m=4 k=8 n=3 weight=fc2.weight\n";
+
+typedef struct graph_case {
+    backend *be;
+    model_file mf;
+    graph_layout l;
+    graph_acts a;
+    float *x, *r;
+    int samples, hooks[8], nhooks;
+} graph_case;
+
+/* sum(logits * r), in double */
+static double graph_loss(graph_case *g, const float *p)
+{
+    EXPECT(graph_forward(g->be, NULL, &g->mf, &g->l, p, &g->a, g->samples, g->x) == DPS_OK);
+    const float *y = g->a.out[g->mf.nops - 1].ptr;
+    double loss = 0;
+    for (int i = 0; i < g->samples * 12; i++) loss += (double)y[i] * g->r[i];
+    return loss;
+}
+
+static dps_status graph_hook(void *ctx, int t)
+{
+    graph_case *g = ctx;
+    if (g->nhooks < 8) g->hooks[g->nhooks] = t;
+    g->nhooks++;
+    return DPS_OK;
+}
+
+static void test_graph_gradients(void)
+{
+    graph_case g = {.samples = 2};
+    be_options o = {.kind = BE_HOST, .host_devices = 1, .quiet = 1};
+    const char *path = write_tmp("kinds.model", graph_file, sizeof graph_file - 1);
+    EXPECT(model_file_read(path, &g.mf) == DPS_OK && be_open(&o, &g.be) == DPS_OK);
+    unlink(path);
+    if (!g.be || !g.mf.nops) return;
+    EXPECT(graph_layout_make(&g.mf, &g.l) == DPS_OK && g.l.total == 126);
+    EXPECT(g.l.offset[0] == 0 && g.l.offset[5] == 102); /* the last ready (emb) first */
+    EXPECT(graph_acts_alloc(g.be, 0, &g.mf, g.samples, &g.a) == DPS_OK);
+    float *p = malloc(g.l.total * sizeof *p), *grads = malloc(g.l.total * sizeof *grads);
+    g.x = malloc(48 * sizeof *g.x);
+    g.r = malloc(24 * sizeof *g.r);
+    graph_init_params(&g.mf, &g.l, 7, p);
+    for (int i = 0; i < 48; i++) g.x[i] = dps_uniform(8, 1, (uint64_t)i);
+    for (int i = 0; i < 24; i++) g.r[i] = dps_uniform(8, 2, (uint64_t)i);
+    for (size_t i = 0; i < g.l.total; i++) p[i] *= 3.0f; /* visible GELU curvature */
+    graph_loss(&g, p);
+    EXPECT(graph_backward(g.be, NULL, &g.mf, &g.l, p, &g.a, g.samples, g.x, g.r, grads, graph_hook,
+                          &g) == DPS_OK);
+    EXPECT(g.nhooks == 6);
+    for (int i = 0; i < 6 && i < g.nhooks; i++) EXPECT(g.mf.tensors[g.hooks[i]].ready == i);
+    double worst = 0, h = 1e-2;
+    for (size_t i = 0; i < g.l.total; i++) {
+        float keep = p[i];
+        p[i] = keep + (float)h;
+        double up = graph_loss(&g, p);
+        p[i] = keep - (float)h;
+        double down = graph_loss(&g, p);
+        p[i] = keep;
+        double num = (up - down) / (2 * h), err = fabs(num - grads[i]) / (1.0 + fabs(num));
+        if (err > worst) worst = err;
+    }
+    EXPECT(worst < 1e-2);
+    if (worst >= 1e-2) fprintf(stderr, "graph gradients: worst relative error %g\n", worst);
+    graph_acts_free(g.be, &g.mf, &g.a);
+    EXPECT(g.be->mem[0].in_use == 0);
+    graph_layout_free(&g.l);
+    model_file_free(&g.mf);
+    be_close(g.be);
+    free(p); free(grads); free(g.x); free(g.r);
+}
+
 EXPECT_GROUPS(GROUP(presets), GROUP(batches), GROUP(gradients), GROUP(model_bf16), GROUP(buckets),
-              GROUP(model_file));
+              GROUP(model_file), GROUP(graph_gradients));

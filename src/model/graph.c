@@ -1,0 +1,375 @@
+/* A model file's forward and backward on a backend (see graph.h). */
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "elementwise.h"
+#include "model/graph.h"
+
+#define F(b) ((float *)(b).ptr)
+enum { RNG_GRAPH_PARAMS = 11 }; /* the generator's stream of a model file's parameters */
+
+dps_status graph_layout_make(const model_file *mf, graph_layout *l)
+{
+    int n = mf->ntensors, *order = malloc((size_t)n * sizeof *order);
+    l->offset = malloc((size_t)n * sizeof *l->offset);
+    l->total = 0;
+    if (!order || !l->offset) {
+        free(order);
+        graph_layout_free(l);
+        return dps_fail(DPS_ERR_RUNTIME, "out of host memory laying out %s's parameters", mf->name);
+    }
+    model_file_ready_order(mf, order);
+    for (int i = n - 1; i >= 0; i--) { /* the last ready first */
+        l->offset[order[i]] = l->total;
+        l->total += mf->tensors[order[i]].numel;
+    }
+    free(order);
+    return DPS_OK;
+}
+
+void graph_layout_free(graph_layout *l)
+{
+    free(l->offset);
+    l->offset = NULL;
+    l->total = 0;
+}
+
+void graph_init_params(const model_file *mf, const graph_layout *l, uint64_t seed, float *params)
+{
+    for (int t = 0; t < mf->ntensors; t++) {
+        const mf_tensor *ts = &mf->tensors[t];
+        size_t fan_in = ts->ndims > 1 ? ts->numel / (size_t)ts->dims[0] : ts->numel;
+        float bound = 1.0f / sqrtf((float)fan_in);
+        for (size_t i = 0; i < ts->numel; i++)
+            params[l->offset[t] + i] = bound * dps_uniform(seed, RNG_GRAPH_PARAMS + (uint64_t)t, i);
+    }
+}
+
+/* The largest per-sample input or output of any op, the widest norm or
+ * embedding output (columns), and the largest embedding table. */
+static void widest(const model_file *mf, size_t *elems, size_t *cols, size_t *table)
+{
+    *elems = mf->input;
+    *cols = 1;
+    *table = 0;
+    for (int i = 0; i < mf->nops; i++) {
+        const mf_op *o = &mf->ops[i];
+        if (o->out_elems > *elems) *elems = o->out_elems;
+        if (o->in_elems > *elems) *elems = o->in_elems;
+        if (o->kind == MF_NORM && (size_t)o->c > *cols) *cols = (size_t)o->c;
+        if (o->kind != MF_EMBEDDING) continue;
+        if (o->out_elems > *cols) *cols = o->out_elems;
+        if (mf->tensors[o->weight].numel > *table) *table = mf->tensors[o->weight].numel;
+    }
+}
+
+dps_status graph_acts_alloc(backend *be, int dev, const model_file *mf, int max_samples, graph_acts *a)
+{
+    memset(a, 0, sizeof *a);
+    a->max_samples = max_samples;
+    a->out = calloc((size_t)mf->nops, sizeof *a->out);
+    a->grad = calloc((size_t)mf->nops, sizeof *a->grad);
+    if (!a->out || !a->grad) {
+        graph_acts_free(be, mf, a);
+        return dps_fail(DPS_ERR_RUNTIME, "out of host memory for %s's activations", mf->name);
+    }
+    size_t s = (size_t)max_samples * sizeof(float), elems, cols, table;
+    widest(mf, &elems, &cols, &table);
+    size_t work = s * elems > table * sizeof(float) ? s * elems : table * sizeof(float);
+    dps_status rc = DPS_OK;
+    for (int i = 0; i < mf->nops && !rc; i++) {
+        rc = be_buf_alloc(be, dev, s * mf->ops[i].out_elems, "activations", &a->out[i]);
+        if (!rc) rc = be_buf_alloc(be, dev, s * mf->ops[i].out_elems, "activation gradients", &a->grad[i]);
+    }
+    if (!rc) rc = be_buf_alloc(be, dev, work, "graph workspace", &a->work);
+    if (!rc) rc = be_buf_alloc(be, dev, cols * sizeof(float), "graph workspace columns", &a->cols);
+    if (!rc) rc = be_buf_alloc(be, dev, sizeof(float), "graph workspace zero", &a->zero);
+    if (!rc) rc = be->ops->memset0(be, NULL, a->zero.ptr, a->zero.bytes);
+    if (rc) graph_acts_free(be, mf, a);
+    return rc;
+}
+
+void graph_acts_free(backend *be, const model_file *mf, graph_acts *a)
+{
+    for (int i = 0; a->out && i < mf->nops; i++) be_buf_free(be, &a->out[i]);
+    for (int i = 0; a->grad && i < mf->nops; i++) be_buf_free(be, &a->grad[i]);
+    free(a->out);
+    free(a->grad);
+    be_buf_free(be, &a->work);
+    be_buf_free(be, &a->cols);
+    be_buf_free(be, &a->zero);
+    memset(a, 0, sizeof *a);
+}
+
+/* The rows a pass over n elements a sample takes, as the int the backend's ops take. */
+static dps_status rows_of(const mf_op *o, int samples, size_t per_sample, int *rows)
+{
+    size_t r = (size_t)samples * per_sample;
+    if (r > INT_MAX)
+        return dps_fail(DPS_ERR_USAGE, "op %s: %zu rows at %d samples, more than one pass takes; "
+                        "use fewer samples a device", o->name, r, samples);
+    *rows = (int)r;
+    return DPS_OK;
+}
+
+static const float *input_of(const graph_acts *a, int op_in, const float *x)
+{
+    return op_in == MF_INPUT ? x : F(a->out[op_in]);
+}
+
+static dps_status copy(backend *be, be_stream *st, int dev, float *dst, const float *src, size_t n)
+{
+    return be->ops->copy(be, st, dst, dev, src, dev, n * sizeof(float));
+}
+
+/* One op of forward: a->out[i] from its input (x or an op's output). */
+typedef struct fwd_ctx {
+    backend *be;
+    be_stream *st;
+    const model_file *mf;
+    const graph_layout *l;
+    const float *params;
+    graph_acts *a;
+    int samples;
+    const float *x;
+} fwd_ctx;
+
+static const float *tensor_at(const fwd_ctx *c, int t)
+{
+    return t < 0 ? NULL : c->params + c->l->offset[t];
+}
+
+static dps_status gemm_fwd(const fwd_ctx *c, const mf_op *o, const float *in, float *y)
+{
+    backend *be = c->be;
+    int m = (int)o->m, k = (int)o->k, n = (int)o->n, rows = 0;
+    if (o->weight >= 0) {
+        DPS_TRY(rows_of(o, c->samples, (size_t)o->m, &rows));
+        DPS_TRY(be->ops->gemm(be, c->st, 0, 1, rows, n, k, 1.0f, in, k, tensor_at(c, o->weight), k,
+                              0.0f, y, n));
+        return o->bias < 0 ? DPS_OK : be->ops->bias_act(be, c->st, rows, n, y, tensor_at(c, o->bias), NULL);
+    }
+    size_t a_elems = (size_t)(m * (int64_t)k), b_elems = (size_t)(k * (int64_t)n);
+    for (int s = 0; s < c->samples; s++)
+        for (int j = 0; j < (int)o->b; j++) {
+            const float *A = in + (size_t)s * o->in_elems + (size_t)j * a_elems;
+            const float *B = in + (size_t)s * o->in_elems + (size_t)o->b * a_elems + (size_t)j * b_elems;
+            float *C = y + (size_t)s * o->out_elems + (size_t)j * m * (size_t)n;
+            DPS_TRY(be->ops->gemm(be, c->st, 0, 0, m, n, k, 1.0f, A, k, B, n, 0.0f, C, n));
+        }
+    return DPS_OK;
+}
+
+static dps_status norm_fwd(const fwd_ctx *c, const mf_op *o, const float *in, float *y, int dev)
+{
+    backend *be = c->be;
+    int cols = (int)o->c, rows = 0;
+    DPS_TRY(rows_of(o, c->samples, o->in_elems / (size_t)o->c, &rows));
+    if (o->weight >= 0) DPS_TRY(be->ops->col_scale(be, c->st, rows, cols, in, tensor_at(c, o->weight), y));
+    else DPS_TRY(copy(be, c->st, dev, y, in, (size_t)rows * (size_t)cols));
+    return o->bias < 0 ? DPS_OK : be->ops->bias_act(be, c->st, rows, cols, y, tensor_at(c, o->bias), NULL);
+}
+
+/* y = x + W's elements tiled along the sample (W read at fixed positions) */
+static dps_status embedding_fwd(const fwd_ctx *c, const mf_op *o, const float *in, float *y, int dev)
+{
+    backend *be = c->be;
+    const mf_tensor *w = &c->mf->tensors[o->weight];
+    float *tiled = F(c->a->cols);
+    int cols = 0;
+    DPS_TRY(rows_of(o, 1, o->out_elems, &cols));
+    DPS_TRY(be->ops->resample(be, c->st, 1, (int64_t)w->numel, (int64_t)o->out_elems,
+                              tensor_at(c, o->weight), tiled));
+    DPS_TRY(copy(be, c->st, dev, y, in, (size_t)c->samples * o->out_elems));
+    return be->ops->bias_act(be, c->st, c->samples, cols, y, tiled, NULL);
+}
+
+static dps_status op_fwd(const fwd_ctx *c, int i)
+{
+    const mf_op *o = &c->mf->ops[i];
+    backend *be = c->be;
+    const float *in = input_of(c->a, o->in, c->x);
+    float *y = F(c->a->out[i]);
+    int dev = c->a->out[i].dev, rows = 0;
+    size_t n = (size_t)c->samples * o->out_elems;
+    switch (o->kind) {
+    case MF_GEMM: return gemm_fwd(c, o, in, y);
+    case MF_RESAMPLE:
+        return be->ops->resample(be, c->st, c->samples, (int64_t)o->in_elems, (int64_t)o->out_elems, in, y);
+    case MF_NORM: return norm_fwd(c, o, in, y, dev);
+    case MF_ACT: /* GELU's pass: in + 0, then its GELU into y */
+        DPS_TRY(rows_of(o, c->samples, o->out_elems, &rows));
+        return be->ops->bias_act(be, c->st, rows, 1, (float *)in, F(c->a->zero), y);
+    case MF_ADD:
+        DPS_TRY(copy(be, c->st, dev, y, in, n));
+        return be->ops->add(be, c->st, (int64_t)n, y, input_of(c->a, o->from, c->x));
+    case MF_EMBEDDING: return embedding_fwd(c, o, in, y, dev);
+    case MF_KIND_COUNT: break;
+    }
+    return dps_fail(DPS_ERR_RUNTIME, "op %s: kind %d has no forward", o->name, (int)o->kind);
+}
+
+dps_status graph_forward(backend *be, be_stream *st, const model_file *mf, const graph_layout *l,
+                         const float *params, graph_acts *a, int samples, const float *x)
+{
+    if (samples > a->max_samples)
+        return dps_fail(DPS_ERR_RUNTIME, "graph_forward: %d samples, activations for %d", samples,
+                        a->max_samples);
+    fwd_ctx c = {be, st, mf, l, params, a, samples, x};
+    for (int i = 0; i < mf->nops; i++) DPS_TRY(op_fwd(&c, i));
+    return DPS_OK;
+}
+
+/* One op of backward: its parameters' gradients added into grads, its
+ * input's gradient into work (then added to the input op's gradient). */
+typedef struct bwd_ctx {
+    fwd_ctx f;
+    float *grads;
+} bwd_ctx;
+
+static float *grad_at(const bwd_ctx *c, int t)
+{
+    return c->grads + c->f.l->offset[t];
+}
+
+/* grads of tensor t += the column sums of a rows x cols matrix */
+static dps_status add_col_sums(const bwd_ctx *c, int t, int rows, int cols, const float *g)
+{
+    backend *be = c->f.be;
+    float *sums = F(c->f.a->cols);
+    DPS_TRY(be->ops->col_sum(be, c->f.st, rows, cols, g, sums));
+    return be->ops->add(be, c->f.st, cols, grad_at(c, t), sums);
+}
+
+static dps_status gemm_bwd(const bwd_ctx *c, const mf_op *o, const float *in, const float *g, float *din)
+{
+    backend *be = c->f.be;
+    be_stream *st = c->f.st;
+    int m = (int)o->m, k = (int)o->k, n = (int)o->n, rows = 0;
+    if (o->weight >= 0) {
+        DPS_TRY(rows_of(o, c->f.samples, (size_t)o->m, &rows));
+        DPS_TRY(be->ops->gemm(be, st, 1, 0, n, k, rows, 1.0f, g, n, in, k, 1.0f, grad_at(c, o->weight), k));
+        if (o->bias >= 0) DPS_TRY(add_col_sums(c, o->bias, rows, n, g));
+        if (!din) return DPS_OK;
+        return be->ops->gemm(be, st, 0, 0, rows, k, n, 1.0f, g, n, tensor_at(&c->f, o->weight), k, 0.0f,
+                             din, k);
+    }
+    if (!din) return DPS_OK;
+    size_t a_elems = (size_t)(m * (int64_t)k), b_elems = (size_t)(k * (int64_t)n);
+    for (int s = 0; s < c->f.samples; s++)
+        for (int j = 0; j < (int)o->b; j++) {
+            size_t at_a = (size_t)s * o->in_elems + (size_t)j * a_elems;
+            size_t at_b = (size_t)s * o->in_elems + (size_t)o->b * a_elems + (size_t)j * b_elems;
+            const float *G = g + (size_t)s * o->out_elems + (size_t)j * m * (size_t)n;
+            DPS_TRY(be->ops->gemm(be, st, 0, 1, m, k, n, 1.0f, G, n, in + at_b, n, 0.0f, din + at_a, k));
+            DPS_TRY(be->ops->gemm(be, st, 1, 0, k, n, m, 1.0f, in + at_a, k, G, n, 0.0f, din + at_b, n));
+        }
+    return DPS_OK;
+}
+
+static dps_status norm_bwd(const bwd_ctx *c, const mf_op *o, const float *in, const float *g, float *din)
+{
+    backend *be = c->f.be;
+    be_stream *st = c->f.st;
+    int cols = (int)o->c, rows = 0, dev = c->f.a->work.dev;
+    DPS_TRY(rows_of(o, c->f.samples, o->in_elems / (size_t)o->c, &rows));
+    size_t n = (size_t)rows * (size_t)cols;
+    if (o->bias >= 0) DPS_TRY(add_col_sums(c, o->bias, rows, cols, g));
+    if (o->weight >= 0) { /* d gamma = column sums of g * x, through the workspace */
+        float *gx = F(c->f.a->work);
+        DPS_TRY(be->ops->mul(be, st, (int64_t)n, g, in, gx));
+        DPS_TRY(add_col_sums(c, o->weight, rows, cols, gx));
+    }
+    if (!din) return DPS_OK;
+    if (o->weight < 0) return copy(be, st, dev, din, g, n);
+    return be->ops->col_scale(be, st, rows, cols, g, tensor_at(&c->f, o->weight), din);
+}
+
+/* d W: the samples' column sums, each position summed back onto the element
+ * it read (the workspace holds them before they are added); d x = g */
+static dps_status embedding_bwd(const bwd_ctx *c, const mf_op *o, const float *g, float *din)
+{
+    backend *be = c->f.be;
+    be_stream *st = c->f.st;
+    const mf_tensor *w = &c->f.mf->tensors[o->weight];
+    float *sums = F(c->f.a->cols), *back = F(c->f.a->work);
+    int cols = 0, dev = c->f.a->work.dev;
+    DPS_TRY(rows_of(o, 1, o->out_elems, &cols));
+    DPS_TRY(be->ops->col_sum(be, st, c->f.samples, cols, g, sums));
+    DPS_TRY(be->ops->resample_bwd(be, st, 1, (int64_t)w->numel, (int64_t)o->out_elems, sums, back));
+    DPS_TRY(be->ops->add(be, st, (int64_t)w->numel, grad_at(c, o->weight), back));
+    return din ? copy(be, st, dev, din, g, (size_t)c->f.samples * o->out_elems) : DPS_OK;
+}
+
+/* Op i's backward from its output's gradient; din (NULL: the input's is not
+ * needed) receives its input's. */
+static dps_status op_bwd(const bwd_ctx *c, int i, float *din)
+{
+    const mf_op *o = &c->f.mf->ops[i];
+    backend *be = c->f.be;
+    be_stream *st = c->f.st;
+    const float *in = input_of(c->f.a, o->in, c->f.x), *g = F(c->f.a->grad[i]);
+    size_t n = (size_t)c->f.samples * o->out_elems;
+    switch (o->kind) {
+    case MF_GEMM: return gemm_bwd(c, o, in, g, din);
+    case MF_RESAMPLE:
+        return din ? be->ops->resample_bwd(be, st, c->f.samples, (int64_t)o->in_elems,
+                                           (int64_t)o->out_elems, g, din) : DPS_OK;
+    case MF_NORM: return norm_bwd(c, o, in, g, din);
+    case MF_ACT: return din ? be->ops->gelu_bwd(be, st, (int64_t)n, g, in, din) : DPS_OK;
+    case MF_ADD:
+        if (o->from != MF_INPUT) DPS_TRY(be->ops->add(be, st, (int64_t)n, F(c->f.a->grad[o->from]), g));
+        return din ? copy(be, st, c->f.a->work.dev, din, g, n) : DPS_OK;
+    case MF_EMBEDDING: return embedding_bwd(c, o, g, din);
+    case MF_KIND_COUNT: break;
+    }
+    return dps_fail(DPS_ERR_RUNTIME, "op %s: kind %d has no backward", o->name, (int)o->kind);
+}
+
+/* Every tensor whose gradient op i's backward completed, in ready order. */
+static dps_status hooks_after(const model_file *mf, const int *ready, int i, graph_grad_hook hook,
+                              void *ctx)
+{
+    for (int r = 0; hook && r < mf->ntensors; r++)
+        if (mf->tensors[ready[r]].first_op == i) DPS_TRY(hook(ctx, ready[r]));
+    return DPS_OK;
+}
+
+static dps_status backward_ops(const bwd_ctx *c, const int *ready, graph_grad_hook hook, void *ctx)
+{
+    const model_file *mf = c->f.mf;
+    backend *be = c->f.be;
+    graph_acts *a = c->f.a;
+    for (int i = mf->nops - 1; i >= 0; i--) {
+        const mf_op *o = &mf->ops[i];
+        float *din = o->in == MF_INPUT ? NULL : F(a->work);
+        /* a norm's and an embedding's backward use the workspace first */
+        DPS_TRY(op_bwd(c, i, din));
+        if (din)
+            DPS_TRY(be->ops->add(be, c->f.st, (int64_t)((size_t)c->f.samples * o->in_elems),
+                                 F(a->grad[o->in]), din));
+        DPS_TRY(hooks_after(mf, ready, i, hook, ctx));
+    }
+    return DPS_OK;
+}
+
+dps_status graph_backward(backend *be, be_stream *st, const model_file *mf, const graph_layout *l,
+                          const float *params, graph_acts *a, int samples, const float *x,
+                          const float *dlogits, float *grads, graph_grad_hook hook, void *hook_ctx)
+{
+    bwd_ctx c = {{be, st, mf, l, params, a, samples, x}, grads};
+    int last = mf->nops - 1, *ready = malloc((size_t)mf->ntensors * sizeof *ready);
+    if (!ready) return dps_fail(DPS_ERR_RUNTIME, "out of host memory in %s's backward", mf->name);
+    model_file_ready_order(mf, ready);
+    dps_status rc = be->ops->memset0(be, st, grads, l->total * sizeof(float));
+    for (int i = 0; i < last && !rc; i++)
+        rc = be->ops->memset0(be, st, a->grad[i].ptr, (size_t)samples * mf->ops[i].out_elems * sizeof(float));
+    if (!rc)
+        rc = copy(be, st, a->grad[last].dev, F(a->grad[last]), dlogits,
+                  (size_t)samples * mf->ops[last].out_elems);
+    if (!rc) rc = backward_ops(&c, ready, hook, hook_ctx);
+    free(ready);
+    return rc;
+}

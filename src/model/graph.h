@@ -1,0 +1,60 @@
+/* A model file's forward and backward as calls on a backend, in fp32: each
+ * op of the file on rows of `samples` samples, its parameters read from one
+ * flat buffer in which the tensors lie in the reverse of the order backward
+ * readies them (so that DDP's buckets, assigned by model/bucket.c over that
+ * order, are contiguous ranges of it), a hook as each tensor's gradient is
+ * complete. Every act runs GELU's element-wise pass; the maths is
+ * deterministic and differentiable, its shapes and costs the file's. */
+#ifndef DPS_GRAPH_H
+#define DPS_GRAPH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "model/model_file.h"
+
+/* Where each tensor lies in the flat buffer. */
+typedef struct graph_layout {
+    size_t *offset;  /* per tensor of the file, in floats */
+    size_t total;    /* the buffer's floats */
+} graph_layout;
+
+dps_status graph_layout_make(const model_file *mf, graph_layout *l) DPS_MUST_USE;
+void graph_layout_free(graph_layout *l);
+/* Deterministic initialisation: each tensor U(-b, b), b = 1/sqrt(its fan-in:
+ * its elements over its first dimension), as torch.nn's default for
+ * Linear and Conv2d. */
+void graph_init_params(const model_file *mf, const graph_layout *l, uint64_t seed, float *params);
+
+/* The buffers of one replica for up to max_samples samples on one device:
+ * each op's output and its gradient, and the workspace of norms and embeddings. */
+typedef struct graph_acts {
+    int max_samples;
+    dps_buf *out, *grad;  /* per op: [samples][out_elems] */
+    dps_buf dinput;       /* [samples][input]: the input's gradient (not used further) */
+    dps_buf work;         /* [max_samples][largest op input or output], or an embedding table */
+    dps_buf cols;         /* [widest norm or embedding]: column sums, an embedding's rows */
+    dps_buf zero;         /* one 0.0f: the bias of an act's GELU pass */
+} graph_acts;
+
+dps_status graph_acts_alloc(backend *be, int dev, const model_file *mf, int max_samples,
+                            graph_acts *a) DPS_MUST_USE;
+void graph_acts_free(backend *be, const model_file *mf, graph_acts *a);
+
+/* The last op's output, [samples][out_elems], as rows x classes logits: a->out[nops - 1]. */
+dps_status graph_forward(backend *be, be_stream *st, const model_file *mf, const graph_layout *l,
+                         const float *params, graph_acts *a, int samples, const float *x) DPS_MUST_USE;
+
+/* Called once a tensor's gradient is complete, in the order backward completes them. */
+typedef dps_status (*graph_grad_hook)(void *ctx, int tensor);
+
+/* grads = d loss / d params given dlogits (the last op's output gradient,
+ * [samples][out_elems]), after graph_forward of the same samples; grads
+ * is overwritten; hook may be NULL. */
+dps_status graph_backward(backend *be, be_stream *st, const model_file *mf, const graph_layout *l,
+                          const float *params, graph_acts *a, int samples, const float *x,
+                          const float *dlogits, float *grads, graph_grad_hook hook,
+                          void *hook_ctx) DPS_MUST_USE;
+
+#endif
