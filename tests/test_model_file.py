@@ -11,18 +11,23 @@ usage: test_model_file.py DPSCALE CASE
                 module's Conv2d and Linear layers; dpscale reads the file
   transformer   a small GPT: the head tied to the token embedding, each
                 attention matmul a gemm without weight over the heads
+  custom        a user's module (tests/model_examples.py): its own parameters
+                through F.embedding, F.linear and F.layer_norm, and
+                nn.MultiheadAttention
   presets       bench/models/resnet50.model is what the exporter writes now;
                 every file there is read by dpscale predict
   refuses       a module, a function and a forward the exporter cannot map,
                 and a bad MODULE, each refused with its name (exit 2)
   buckets       dpscale info --model FILE's DDP buckets, byte for byte, against
                 PyTorch's DDP's rebuilt buckets (two gloo ranks on the CPU) for
-                resnet18 and a GPT with tied weights at two bucket caps
+                resnet18, a GPT with tied weights and the custom module, each
+                at two bucket caps (the custom module's with a first bucket cap
+                of its own)
 Exit 77 (skip) without PyTorch or torchvision (scripts/setup.sh --with-torch)."""
 from listing import DPSCALE, exit_if_listing, test
 
 TESTS = [test("model export " + c, DPSCALE, c, suite="torch", timeout=300)
-         for c in ("resnet", "transformer", "presets", "refuses")]
+         for c in ("resnet", "transformer", "custom", "presets", "refuses")]
 TESTS += [test("model buckets torch", DPSCALE, "buckets", suite="torch", timeout=300,
                parallel=False)]
 if __name__ == "__main__":
@@ -35,6 +40,7 @@ import sys
 import tempfile
 
 from helpers import HERE, PYTHON, expect, run_case
+import model_examples
 
 REPO = os.path.dirname(HERE)
 EXPORT = os.path.join(REPO, "scripts", "model_export.py")
@@ -136,6 +142,22 @@ def case_transformer(dpscale):
         read_by_dpscale(dpscale, path, "tiny_gpt")
 
 
+def case_custom(dpscale):
+    model = model_examples.tagger()
+    lines = model_export.model_file("tagger", "model_examples:tagger", model, (16,), integer_input=True)
+    tensors = [(t[1], t[2]) for t in records(lines, "tensor")]
+    want = [(n, "x".join(map(str, p.shape))) for n, p in model.named_parameters()]
+    expect(tensors == want, f"tagger: tensors {tensors}, expected {want}")
+    kinds = [r[1] for r in records(lines, "op")]
+    expect(kinds[0] == "embedding" and kinds.count("gemm") == 5 and "norm" in kinds and "add" in kinds,
+           f"tagger: ops {kinds}")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "tagger.model")
+        with open(path, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        read_by_dpscale(dpscale, path, "tagger")
+
+
 def case_presets(dpscale):
     folder = os.path.join(REPO, "bench", "models")
     with open(os.path.join(folder, "resnet50.model")) as f:
@@ -199,12 +221,16 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from dpstools import reference_models
 GPT = (4096, 16, 128, 4, 4)  # vocab, tokens, width, layers, heads
 
-def rank(r, spec, cap, port, out):
+def rank(r, spec, cap, first, port, out):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist._DEFAULT_FIRST_BUCKET_BYTES = int(first * 1048576)  # DDP's first bucket cap
     dist.init_process_group("gloo", rank=r, world_size=2)
     torch.manual_seed(0)
     if spec == "gpt":
         model, x = reference_models.Gpt2(*GPT), torch.randint(0, GPT[0], (2, GPT[1]))
+    elif spec == "tagger":
+        import model_examples
+        model, x = model_examples.tagger(), torch.randint(0, 8000, (2, 16))
     else:
         model, x = getattr(torchvision.models, spec)(), torch.randn(2, 3, 64, 64)
     ddp = DDP(model, bucket_cap_mb=cap)
@@ -216,12 +242,12 @@ def rank(r, spec, cap, port, out):
     dist.destroy_process_group()
 
 if __name__ == "__main__":
-    spec, cap, port, out = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-    mp.spawn(rank, args=(spec, cap, port, out), nprocs=2)
+    spec, cap, first, port, out = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+    mp.spawn(rank, args=(spec, cap, first, port, out), nprocs=2)
 """
 
 
-def torch_buckets(spec, cap, tmp):
+def torch_buckets(spec, cap, first, tmp):
     """PyTorch DDP's rebuilt bucket sizes in bytes, from two gloo ranks on the CPU."""
     import json
     import socket
@@ -231,7 +257,8 @@ def torch_buckets(spec, cap, tmp):
     out, script = os.path.join(tmp, "buckets.json"), os.path.join(tmp, "ddp_buckets.py")
     with open(script, "w") as f:  # a file: mp.spawn's children import their __main__ again
         f.write(DDP_BUCKETS)
-    r = subprocess.run([PYTHON, script, spec, str(cap), str(port), out],
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(REPO, "scripts"), HERE]))
+    r = subprocess.run([PYTHON, script, spec, str(cap), str(first), str(port), out], env=env,
                        capture_output=True, text=True, timeout=240)
     expect(r.returncode == 0, f"PyTorch DDP on {spec}: exit {r.returncode}: {r.stderr[-2000:]}")
     with open(out) as f:
@@ -239,29 +266,35 @@ def torch_buckets(spec, cap, tmp):
     return [int(x) for x in (sizes.split(", ") if isinstance(sizes, str) else sizes)]
 
 
-def dpscale_buckets(dpscale, path, cap):
-    r = subprocess.run([dpscale, "info", "--model", path, "--bucket-mb", str(cap)],
+def dpscale_buckets(dpscale, path, cap, first):
+    r = subprocess.run([dpscale, "info", "--model", path, "--bucket-mb", str(cap),
+                        "--first-bucket-mb", str(first)],
                        capture_output=True, text=True)
     expect(r.returncode == 0, f"dpscale info --model {path}: {r.stderr.strip()}")
     return [int(line.split()[2]) for line in r.stdout.splitlines() if not line.startswith("#")]
 
 
 def case_buckets(dpscale):
-    models = {"resnet18": (torchvision.models.resnet18(), (3, 224, 224), False),
-              "gpt": (reference_models.Gpt2(4096, 16, 128, 4, 4), (16,), True)}
+    # each model, its input, and (--bucket-mb, --first-bucket-mb) pairs
+    models = {"resnet18": (torchvision.models.resnet18(), (3, 224, 224), False, ((25, 1), (5, 1))),
+              "gpt": (reference_models.Gpt2(4096, 16, 128, 4, 4), (16,), True, ((25, 1), (1, 1))),
+              "tagger": (model_examples.tagger(), (16,), True, ((25, 1), (0.05, 0.01)))}
     with tempfile.TemporaryDirectory() as tmp:
-        for name, (model, shape, tokens) in models.items():
+        for name, (model, shape, tokens, caps) in models.items():
             path = os.path.join(tmp, name + ".model")
             with open(path, "w") as f:
                 f.write("\n".join(model_export.model_file(name, name, model, shape, tokens)) + "\n")
-            for cap in (25, 1 if tokens else 5):
-                want, got = torch_buckets(name, cap, tmp), dpscale_buckets(dpscale, path, cap)
-                expect(got == want, f"{name}, --bucket-mb {cap}: dpscale's buckets {got}, "
-                       f"PyTorch DDP's rebuilt {want}")
-                print(f"{name} --bucket-mb {cap}: {len(got)} buckets, as DDP's: {got}")
+            for cap, first in caps:
+                want = torch_buckets(name, cap, first, tmp)
+                got = dpscale_buckets(dpscale, path, cap, first)
+                expect(got == want, f"{name}, --bucket-mb {cap} --first-bucket-mb {first}: "
+                       f"dpscale's buckets {got}, PyTorch DDP's rebuilt {want}")
+                print(f"{name} --bucket-mb {cap} --first-bucket-mb {first}: {len(got)} buckets, "
+                      f"as DDP's: {got}")
 
 
-CASES = {"resnet": case_resnet, "transformer": case_transformer, "presets": case_presets,
+CASES = {"resnet": case_resnet, "transformer": case_transformer, "custom": case_custom,
+         "presets": case_presets,
          "refuses": case_refuses, "buckets": case_buckets}
 
 if __name__ == "__main__":

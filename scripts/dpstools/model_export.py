@@ -5,9 +5,11 @@ ready, and its forward as dpscale's ops, traced with torch.fx on the CPU.
 torch.fx traces the module (torch.nn's modules are leaves, their containers
 are not); each node maps to ops: Linear and Conv2d to gemm (a convolution
 after a resample to its im2col size), norms to norm, activations to act,
-Embedding to embedding, residual additions to add, matmuls of two
-activations to gemm without weight, nn.TransformerEncoderLayer to its
-GEMMs; views, pools and dropout are the values of their input, resampled
+Embedding to embedding, the same through torch.nn.functional on the
+model's own parameters (F.linear, F.layer_norm, F.embedding), residual
+additions to add, matmuls of two activations to gemm without weight,
+nn.MultiheadAttention (self-attention) and nn.TransformerEncoderLayer to
+their GEMMs; views, pools and dropout are the values of their input, resampled
 where a consumer needs another size. One forward and backward on a batch of
 two records the bytes autograd saves per node and the order in which the
 parameters' gradients become ready."""
@@ -85,6 +87,8 @@ class Ops:
             self.param_name.setdefault(p, n)
         self.used = set()
         self.unbatched = set()    # fx nodes without the batch dimension (an embedding of positions)
+        self.param_of = {}        # get_attr fx nodes that read a parameter -> the parameter
+        self.model = model
         self.last = "input"
         self.input_int = False
 
@@ -195,6 +199,14 @@ class Tracer(torch.fx.Tracer):
         return super().is_leaf_module(m, qualname)
 
 
+def attr_of(model, target):
+    """What a get_attr node's dotted target names in model."""
+    held = model
+    for part in target.split("."):
+        held = getattr(held, part)
+    return held
+
+
 def map_node(ops, node, modules):
     if node.op == "placeholder":
         ops.value[node] = "input"
@@ -203,6 +215,9 @@ def map_node(ops, node, modules):
     elif node.op == "get_attr":
         ops.value[node] = "input"
         ops.const.add(node)
+        held = attr_of(ops.model, node.target)
+        if isinstance(held, nn.Parameter):
+            ops.param_of[node] = held
     elif node.op == "call_module":
         map_module(ops, node, modules[node.target])
     elif node.op in ("call_function", "call_method"):
@@ -233,10 +248,12 @@ def map_module(ops, node, m):
         ops.value[node] = ops.value[ins[0]] if ins else "input"
     elif isinstance(m, nn.TransformerEncoderLayer):
         map_encoder_layer(ops, node, m, name)
+    elif isinstance(m, nn.MultiheadAttention):
+        map_mha(ops, node, m, name)
     else:
         raise ExportError(f"{name}: {type(m).__name__} is not a module the exporter maps "
                           "(it maps Linear, Conv2d, Embedding, norms, activations, pooling, "
-                          "TransformerEncoderLayer)")
+                          "MultiheadAttention, TransformerEncoderLayer)")
 
 
 def linear(ops, node, name, src, weight, bias, out):
@@ -284,22 +301,47 @@ def map_embedding(ops, node, m, name):
             src, node)
 
 
+def attention(ops, node, a, name, x, t, d):
+    """nn.MultiheadAttention's self-attention on x (t tokens of d): in_proj,
+    the scores and context matmuls over the heads, out_proj; its last op."""
+    if not a._qkv_same_embed_dim or a.in_proj_weight is None:
+        raise ExportError(f"{name}: a MultiheadAttention with kdim or vdim of its own is not mapped")
+    h = a.num_heads
+    hd = d // h
+    qkv = linear(ops, node, f"{name}.in_proj", x, a.in_proj_weight, a.in_proj_bias, t * 3 * d)
+    qk = ops.resample(f"{name}.qk", qkv, h * 2 * t * hd)
+    s = ops.add("gemm", f"{name}.scores", {"m": t, "k": hd, "n": t, "b": h}, qk)
+    p = ops.add("act", f"{name}.softmax", {"fn": "softmax"}, s)
+    pv = ops.resample(f"{name}.pv", p, h * (t * t + t * hd))
+    y = ops.add("gemm", f"{name}.context", {"m": t, "k": t, "n": hd, "b": h}, pv)
+    return linear(ops, None, f"{name}.out_proj", y, a.out_proj.weight, a.out_proj.bias, t * d)
+
+
+def tokens_width(node, batch_first):
+    """(tokens, width) of a [batch, tokens, width] (or [tokens, batch, width]) node."""
+    s = shape(node)
+    return (s[1], s[2]) if batch_first else (s[0], s[2])
+
+
+def map_mha(ops, node, m, name):
+    """nn.MultiheadAttention called on one tensor as query, key and value."""
+    args = [a for a in node.args if isinstance(a, torch.fx.Node)]
+    if len(args) < 3 or not (args[0] is args[1] is args[2]):
+        raise ExportError(f"{name}: MultiheadAttention other than self-attention (one tensor as "
+                          "query, key and value) is not mapped")
+    t, d = tokens_width(args[0], m.batch_first)
+    out = attention(ops, node, m, name, src_of(ops, node, name), t, d)
+    ops.value[node] = out
+
+
 def map_encoder_layer(ops, node, m, name):
-    """nn.TransformerEncoderLayer as its GEMMs: in_proj, the two attention
-    matmuls, out_proj, the feed-forward pair, the norms and residuals."""
+    """nn.TransformerEncoderLayer as its GEMMs: the attention, the
+    feed-forward pair, the norms and residuals."""
     if m.norm_first:
         raise ExportError(f"{name}: a norm_first TransformerEncoderLayer is not mapped")
-    b, t, d = shape(node) if m.self_attn.batch_first else (shape(node)[1], shape(node)[0], shape(node)[2])
-    h, hd = m.self_attn.num_heads, d // m.self_attn.num_heads
+    t, d = tokens_width(node, m.self_attn.batch_first)
     x = src_of(ops, node, name)
-    a = m.self_attn
-    qkv = linear(ops, node, f"{name}.self_attn.in_proj", x, a.in_proj_weight, a.in_proj_bias, t * 3 * d)
-    qk = ops.resample(f"{name}.self_attn.qk", qkv, h * 2 * t * hd)
-    s = ops.add("gemm", f"{name}.self_attn.scores", {"m": t, "k": hd, "n": t, "b": h}, qk)
-    p = ops.add("act", f"{name}.self_attn.softmax", {"fn": "softmax"}, s)
-    pv = ops.resample(f"{name}.self_attn.pv", p, h * (t * t + t * hd))
-    y = ops.add("gemm", f"{name}.self_attn.context", {"m": t, "k": t, "n": hd, "b": h}, pv)
-    y = linear(ops, None, f"{name}.self_attn.out_proj", y, a.out_proj.weight, a.out_proj.bias, t * d)
+    y = attention(ops, node, m.self_attn, f"{name}.self_attn", x, t, d)
     y = ops.add("add", f"{name}.add1", {"from": x}, y)
     y = norm(ops, None, f"{name}.norm1", y, d, m.norm1.weight, m.norm1.bias)
     f = linear(ops, None, f"{name}.linear1", y, m.linear1.weight, m.linear1.bias,
@@ -309,7 +351,6 @@ def map_encoder_layer(ops, node, m, name):
     f = linear(ops, None, f"{name}.linear2", f, m.linear2.weight, m.linear2.bias, t * d)
     f = ops.add("add", f"{name}.add2", {"from": y}, f)
     norm(ops, node, f"{name}.norm2", f, d, m.norm2.weight, m.norm2.bias)
-    del b
 
 
 def op_name(node):
@@ -339,6 +380,8 @@ def map_function(ops, node):
         ops.value[node] = ops.value[ins[0]]
         if ins[0] in ops.unbatched:
             ops.unbatched.add(node)
+    elif fn in FUNCTIONAL_LAYERS:
+        FUNCTIONAL_LAYERS[fn](ops, node, name, ops.source(ins[0], name), node_params(ops, node))
     elif fn in MATMULS and len(ins) == 2:
         map_matmul(ops, node, ins, name)
     elif fn in ACT_FUNCS:
@@ -346,6 +389,42 @@ def map_function(ops, node):
     else:
         raise ExportError(f"{name}: {getattr(fn, '__name__', fn)} is not a function the "
                           "exporter maps")
+
+
+def node_params(ops, node):
+    """The parameters a function's arguments read (get_attr nodes), by argument name."""
+    names = {F.linear: ("input", "weight", "bias"), F.layer_norm: ("input", "normalized_shape", "weight",
+             "bias"), F.embedding: ("input", "weight")}[node.target]
+    got = dict(zip(names, node.args))
+    got.update(node.kwargs)
+    return {k: ops.param_of.get(v) for k, v in got.items() if isinstance(v, torch.fx.Node)}
+
+
+def functional_linear(ops, node, name, src, p):
+    if p.get("weight") is None:
+        raise ExportError(f"{name}: F.linear of a weight that is not a parameter of the model")
+    linear(ops, node, name, src, p["weight"], p.get("bias"), ops.numel(node))
+
+
+def functional_layer_norm(ops, node, name, src, p):
+    c = shape(node)[-1]
+    norm(ops, node, name, src, c, p.get("weight"), p.get("bias"))
+
+
+def functional_embedding(ops, node, name, src, p):
+    w = p.get("weight")
+    if w is None:
+        raise ExportError(f"{name}: F.embedding of a table that is not a parameter of the model")
+    out = ops.numel(node)
+    if ops.input_int:
+        ops.size.setdefault("input", out)
+    ops.add("embedding", name, {"m": out // w.shape[1], "weight": ops.tensor(w, name)},
+            "input" if ops.input_int else src, node)
+
+
+F = nn.functional
+FUNCTIONAL_LAYERS = {F.linear: functional_linear, F.layer_norm: functional_layer_norm,
+                     F.embedding: functional_embedding}
 
 
 def map_matmul(ops, node, ins, name):
