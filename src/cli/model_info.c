@@ -26,7 +26,7 @@ static void print_summary(const char *path, const model_file *mf)
            model_file_rows(mf), mf->classes, act);
 }
 
-/* The tensors as bucket_assign takes them: the reverse of ready order. */
+/* The tensors as bucket_assign takes them (model_file_bucket_order). */
 static int print_buckets(const model_file *mf, double first_mb, double mb)
 {
     int n = mf->ntensors, *order = malloc((size_t)n * sizeof *order);
@@ -37,16 +37,16 @@ static int print_buckets(const model_file *mf, double first_mb, double mb)
         fprintf(stderr, "dpscale: out of host memory\n");
         return 1;
     }
-    model_file_ready_order(mf, order);
-    for (int i = 0; i < n; i++) counts[n - 1 - i] = mf->tensors[order[i]].numel;
+    model_file_bucket_order(mf, order);
+    for (int i = 0; i < n; i++) counts[i] = mf->tensors[order[i]].numel;
     int nb = bucket_assign(counts, n, sizeof(float), (size_t)(first_mb * MIB), (size_t)(mb * MIB), b, n);
     printf("# ddp buckets of fp32 gradients (--first-bucket-mb %g, --bucket-mb %g), as DDP rebuilds "
            "them after the first step: %d\n", first_mb, mb, nb);
     printf("# %6s %8s %14s  %s\n", "bucket", "tensors", "bytes", "first ready .. last ready");
     for (int i = 0; i < nb; i++) {
-        int hi = n - 1 - b[i].first_param, lo = hi - b[i].nparams + 1; /* ready-order places */
+        int last = b[i].first_param, first = last + b[i].nparams - 1; /* ready first: highest place */
         printf("  %6d %8d %14zu  %s .. %s\n", i, b[i].nparams, (b[i].hi - b[i].lo) * sizeof(float),
-               mf->tensors[order[lo]].name, mf->tensors[order[hi]].name);
+               mf->tensors[order[first]].name, mf->tensors[order[last]].name);
     }
     free(order), free(counts), free(b);
     return 0;

@@ -20,8 +20,8 @@ dps_status graph_layout_make(const model_file *mf, graph_layout *l)
         graph_layout_free(l);
         return dps_fail(DPS_ERR_RUNTIME, "out of host memory laying out %s's parameters", mf->name);
     }
-    model_file_ready_order(mf, order);
-    for (int i = n - 1; i >= 0; i--) { /* the last ready first */
+    model_file_bucket_order(mf, order);
+    for (int i = 0; i < n; i++) {
         l->offset[order[i]] = l->total;
         l->total += mf->tensors[order[i]].numel;
     }

@@ -431,3 +431,8 @@ void model_file_ready_order(const model_file *mf, int *order)
 {
     for (int i = 0; i < mf->ntensors; i++) order[mf->tensors[i].ready] = i;
 }
+
+void model_file_bucket_order(const model_file *mf, int *order)
+{
+    for (int i = 0; i < mf->ntensors; i++) order[mf->ntensors - 1 - mf->tensors[i].ready] = i;
+}

@@ -64,5 +64,9 @@ double model_file_fwd_flops(const model_file *mf);
 size_t model_file_rows(const model_file *mf);
 /* The tensors' indices in ready order (order[0] is ready first). */
 void model_file_ready_order(const model_file *mf, int *order);
+/* The tensors' indices in the order bucket_assign takes them and the flat
+ * parameter buffer holds them: the reverse of ready order (order[0] is
+ * ready last), so that every bucket is one range. */
+void model_file_bucket_order(const model_file *mf, int *order);
 
 #endif

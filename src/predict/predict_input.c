@@ -164,11 +164,11 @@ static dps_status from_model(const model_file *mf, predict_workload *w)
     dps_status rc = order && at && w->tensors && w->tensor_ready ? DPS_OK
                   : dps_fail(DPS_ERR_RUNTIME, "out of host memory reading a model file");
     if (!rc) {
-        model_file_ready_order(mf, order);
+        model_file_bucket_order(mf, order);
         tensor_ready_at(mf, at);
-        for (int i = 0; i < n; i++) { /* reverse ready order: bucket_assign walks it backwards */
-            w->tensors[n - 1 - i] = mf->tensors[order[i]].numel;
-            w->tensor_ready[n - 1 - i] = at[order[i]];
+        for (int i = 0; i < n; i++) {
+            w->tensors[i] = mf->tensors[order[i]].numel;
+            w->tensor_ready[i] = at[order[i]];
         }
         w->ntensors = n;
     }

@@ -251,6 +251,8 @@ static void test_model_file(void)
     int order[4];
     model_file_ready_order(&mf, order);
     EXPECT(order[0] == 3 && order[1] == 2 && order[2] == 0 && order[3] == 1);
+    model_file_bucket_order(&mf, order);
+    EXPECT(order[0] == 1 && order[1] == 0 && order[2] == 2 && order[3] == 3);
     unlink(path);
     model_file_free(&mf);
     const struct { const char *text, *needle; } bad[] = {
