@@ -87,6 +87,21 @@ def file_flops(lines):
     return f
 
 
+def write_model(tmp, name, lines):
+    """lines as TMP/NAME.model; its path."""
+    path = os.path.join(tmp, name + ".model")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return path
+
+
+def expect_tensors(name, lines, model):
+    """The file's tensors are model.named_parameters()' names and shapes, in order."""
+    got = [(t[1], t[2]) for t in records(lines, "tensor")]
+    want = [(n, "x".join(map(str, p.shape)) or "1") for n, p in model.named_parameters()]
+    expect(got == want, f"{name}: the tensor list is not model.named_parameters()'s: {got}")
+
+
 def read_by_dpscale(dpscale, path, what):
     """dpscale predict reads the model file through a workload's model key."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -103,10 +118,8 @@ def case_resnet(dpscale):
     for name, count in (("resnet18", 11689512), ("resnet50", 25557032)):
         model = getattr(torchvision.models, name)()
         lines = model_export.model_file(name, f"torchvision.models.{name}", model, (3, 224, 224))
+        expect_tensors(name, lines, model)
         tensors = records(lines, "tensor")
-        want = [(n, "x".join(map(str, p.shape))) for n, p in model.named_parameters()]
-        expect([(t[1], t[2]) for t in tensors] == want, f"{name}: the tensor list is not "
-               "model.named_parameters()'s")
         got = sum(math.prod(int(d) for d in t[2].split("x")) for t in tensors)
         expect(got == count, f"{name}: {got} parameters, expected {count}")
         ready = sorted(int(t[3].split("=")[1]) for t in tensors)
@@ -115,18 +128,15 @@ def case_resnet(dpscale):
         expect(abs(flops / hooked - 1) < 0.01, f"{name}: {flops:.4g} GEMM FLOPs in the file, "
                f"{hooked:.4g} counted on the module")
         with tempfile.TemporaryDirectory() as tmp:
-            path = os.path.join(tmp, name + ".model")
-            with open(path, "w") as f:
-                f.write("\n".join(lines) + "\n")
-            read_by_dpscale(dpscale, path, name)
+            read_by_dpscale(dpscale, write_model(tmp, name, lines), name)
         print(f"{name}: {len(tensors)} tensors, {got} parameters, {flops / 1e9:.3f} GFLOP a sample")
 
 
 def case_transformer(dpscale):
     model = reference_models.tiny_gpt()
     lines = model_export.model_file("tiny_gpt", "tiny_gpt", model, (16,), integer_input=True)
+    expect_tensors("tiny_gpt", lines, model)
     tensors = [t[1] for t in records(lines, "tensor")]
-    expect(tensors == [n for n, _ in model.named_parameters()], "tiny_gpt: tensor list")
     expect("lm_head.weight" not in tensors, "tiny_gpt: the tied head is a tensor of its own")
     ops = records(lines, "op")
     head = [r for r in ops if r[2] == "lm_head"]
@@ -136,26 +146,18 @@ def case_transformer(dpscale):
     expect(len(matmuls) == 4 and all(m.get("b") == "4" for m in matmuls),
            f"tiny_gpt: attention's matmuls are not 4 gemms over 4 heads: {matmuls}")
     with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "tiny_gpt.model")
-        with open(path, "w") as f:
-            f.write("\n".join(lines) + "\n")
-        read_by_dpscale(dpscale, path, "tiny_gpt")
+        read_by_dpscale(dpscale, write_model(tmp, "tiny_gpt", lines), "tiny_gpt")
 
 
 def case_custom(dpscale):
     model = model_examples.tagger()
     lines = model_export.model_file("tagger", "model_examples:tagger", model, (16,), integer_input=True)
-    tensors = [(t[1], t[2]) for t in records(lines, "tensor")]
-    want = [(n, "x".join(map(str, p.shape))) for n, p in model.named_parameters()]
-    expect(tensors == want, f"tagger: tensors {tensors}, expected {want}")
+    expect_tensors("tagger", lines, model)
     kinds = [r[1] for r in records(lines, "op")]
     expect(kinds[0] == "embedding" and kinds.count("gemm") == 5 and "norm" in kinds and "add" in kinds,
            f"tagger: ops {kinds}")
     with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "tagger.model")
-        with open(path, "w") as f:
-            f.write("\n".join(lines) + "\n")
-        read_by_dpscale(dpscale, path, "tagger")
+        read_by_dpscale(dpscale, write_model(tmp, "tagger", lines), "tagger")
 
 
 def case_presets(dpscale):
@@ -281,9 +283,7 @@ def case_buckets(dpscale):
               "tagger": (model_examples.tagger(), (16,), True, ((25, 1), (0.05, 0.01)))}
     with tempfile.TemporaryDirectory() as tmp:
         for name, (model, shape, tokens, caps) in models.items():
-            path = os.path.join(tmp, name + ".model")
-            with open(path, "w") as f:
-                f.write("\n".join(model_export.model_file(name, name, model, shape, tokens)) + "\n")
+            path = write_model(tmp, name, model_export.model_file(name, name, model, shape, tokens))
             for cap, first in caps:
                 want = torch_buckets(name, cap, first, tmp)
                 got = dpscale_buckets(dpscale, path, cap, first)
