@@ -1,9 +1,12 @@
 """What the Python tests share: the checkout's paths, running the dpscale
 binary and the scripts, fixtures copied to a temporary folder, results
-folders read through scripts/dpstools/results.py and checked, and the
-assertions. The tests import the scripts' package, dpstools: meson runs
-them with scripts/ on PYTHONPATH (tests/meson.build's default test setup)."""
+folders read through scripts/dpstools/results.py and checked, the
+assertions, and the PyTorch tests' steps (PyTorch looked up,
+torch_reference.py run, loss curves and parameters compared). The tests
+import the scripts' package, dpstools: meson runs them with scripts/ on
+PYTHONPATH (tests/meson.build's default test setup)."""
 import csv
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -184,6 +187,67 @@ def run_cases(namespace):
     cases = {k[5:]: v for k, v in namespace.items() if k.startswith("case_")}
     first, case, args = sys.argv[1], sys.argv[2], sys.argv[3:]
     return run_case(" ".join([case, *args]), cases[case], first, *args)
+
+
+def need_torch():
+    """None when the scripts' interpreter has PyTorch, else 77 after saying
+    why. Looked up, not imported: an import costs seconds."""
+    if os.path.realpath(sys.executable) == os.path.realpath(PYTHON):
+        found = importlib.util.find_spec("torch") is not None
+    else:
+        found = subprocess.run([PYTHON, "-c", "import importlib.util as u, sys; "
+                                "sys.exit(u.find_spec('torch') is None)"]).returncode == 0
+    if not found:
+        print(f"skipped: PyTorch is not installed for {PYTHON} (scripts/setup.sh "
+              f"--with-torch installs python3-torch)")
+        return 77
+    return None
+
+
+def torch_ref(binary, *args, out, name, check_rc=0):
+    """Runs torch_reference.py on the CPU into OUT/NAME, in a process of its own
+    (a second group of gloo ranks started from one Python process, after a
+    first, has been seen to hang)."""
+    p = script("torch_reference.py", "--device", "cpu", "--dpscale", binary, "--out", out,
+               "--name", name, "--timeout", "120", *args, timeout=300)
+    if check_rc is not None and p.returncode != check_rc:
+        raise Failure(f"torch_reference.py {' '.join(args)} --out {out} --name {name}: exit "
+                      f"{p.returncode}, expected {check_rc}\nstdout:\n{p.stdout}\n"
+                      f"stderr:\n{p.stderr}")
+    return p
+
+
+def losses(folder):
+    """(config_id, [loss of each step]) of a folder with one configuration;
+    every rank's row of a step must carry the same loss."""
+    steps = dpsresults.read_csv(os.path.join(folder, "steps.csv"),
+                                ["config_id", "step", "rank", "loss"])
+    ids = {r["config_id"] for r in steps}
+    expect(len(ids) == 1, f"{steps.path}: configurations {sorted(ids)}, expected one")
+    by_step = {}
+    for r in steps:
+        k, v = dpsresults.integer(r, "step"), dpsresults.number(r, "loss")
+        expect(by_step.setdefault(k, v) == v,
+               f"{dpsresults.where(r)}: rank {r['rank']}'s loss {v} differs from another "
+               f"rank's {by_step[k]} at step {k}")
+    return ids.pop(), [by_step[k] for k in sorted(by_step)]
+
+
+def rel_diff(a, b):
+    return abs(a - b) / abs(b)
+
+
+def params_diff(a, b):
+    """max |a - b| / max |b| of two numpy arrays, as dpscale's check_max_rel_diff."""
+    return float(abs(a - b).max() / abs(b).max())
+
+
+def compare_losses(mine, ref, what):
+    """The largest relative difference of two loss curves and its step;
+    fails when they have other lengths."""
+    expect(len(mine) == len(ref), f"{what}: {len(mine)} steps against {len(ref)}")
+    k = max(range(len(ref)), key=lambda i: rel_diff(mine[i], ref[i]))
+    return rel_diff(mine[k], ref[k]), k
 
 
 def has_collectives(binary, name):

@@ -38,15 +38,14 @@ if __name__ == "__main__":
     exit_if_listing(TESTS)  # --list: before the imports below
 
 import faulthandler
-import importlib.util
 import os
-import subprocess
 import sys
 import tempfile
 import time
 
-from helpers import (PYTHON, Failure, copy_fixture, dpscale, dpsresults, expect, expect_exit,
-                     png_size, read_folder, run_case, script)
+from helpers import (Failure, compare_losses, copy_fixture, dpscale, dpsresults, expect,
+                     expect_exit, losses, need_torch, params_diff, png_size, read_folder,
+                     run_case, script, torch_ref)
 
 try:
     import numpy as np
@@ -85,67 +84,6 @@ PARAMS_TOL = {"sgd": TOL, "adamw": 1e-4}
 # of per-shard means with uneven shards moves the loss by more than 1e-4.
 STEPS = str(tr.FIDELITY_STEPS)  # these two: torch_model.FIDELITY_*
 LR = {k: str(v) for k, v in tr.FIDELITY_LR.items()}
-
-
-def need_torch():
-    """None when the scripts' interpreter has PyTorch, else 77 after saying
-    why. Looked up, not imported: an import costs seconds."""
-    if os.path.realpath(sys.executable) == os.path.realpath(PYTHON):
-        found = importlib.util.find_spec("torch") is not None
-    else:
-        found = subprocess.run([PYTHON, "-c", "import importlib.util as u, sys; "
-                                "sys.exit(u.find_spec('torch') is None)"]).returncode == 0
-    if not found:
-        print(f"skipped: PyTorch is not installed for {PYTHON} (scripts/setup.sh "
-              f"--with-torch installs python3-torch)")
-        return 77
-    return None
-
-
-def torch_ref(binary, *args, out, name, check_rc=0):
-    """Runs torch_reference.py on the CPU into OUT/NAME, in a process of its own
-    (a second group of gloo ranks started from one Python process, after a
-    first, has been seen to hang)."""
-    p = script("torch_reference.py", "--device", "cpu", "--dpscale", binary, "--out", out,
-               "--name", name, "--timeout", "120", *args, timeout=300)
-    if check_rc is not None and p.returncode != check_rc:
-        raise Failure(f"torch_reference.py {' '.join(args)} --out {out} --name {name}: exit "
-                      f"{p.returncode}, expected {check_rc}\nstdout:\n{p.stdout}\n"
-                      f"stderr:\n{p.stderr}")
-    return p
-
-
-def losses(folder):
-    """(config_id, [loss of each step]) of a folder with one configuration;
-    every rank's row of a step must carry the same loss."""
-    steps = dpsresults.read_csv(os.path.join(folder, "steps.csv"),
-                                ["config_id", "step", "rank", "loss"])
-    ids = {r["config_id"] for r in steps}
-    expect(len(ids) == 1, f"{steps.path}: configurations {sorted(ids)}, expected one")
-    by_step = {}
-    for r in steps:
-        k, v = dpsresults.integer(r, "step"), dpsresults.number(r, "loss")
-        expect(by_step.setdefault(k, v) == v,
-               f"{dpsresults.where(r)}: rank {r['rank']}'s loss {v} differs from another "
-               f"rank's {by_step[k]} at step {k}")
-    return ids.pop(), [by_step[k] for k in sorted(by_step)]
-
-
-def rel_diff(a, b):
-    return abs(a - b) / abs(b)
-
-
-def params_diff(a, b):
-    """max |a - b| / max |b|, as dpscale's check_max_rel_diff."""
-    return float(np.abs(a - b).max() / np.abs(b).max())
-
-
-def compare_losses(mine, ref, what):
-    """The largest relative difference of two loss curves and its step;
-    fails when they have other lengths."""
-    expect(len(mine) == len(ref), f"{what}: {len(mine)} steps against {len(ref)}")
-    k = max(range(len(ref)), key=lambda i: rel_diff(mine[i], ref[i]))
-    return rel_diff(mine[k], ref[k]), k
 
 
 def case_generator(binary):
