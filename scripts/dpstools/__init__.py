@@ -4,8 +4,8 @@ results reads and checks a results folder (the schema of its files); stats
 holds the statistics (median, quantile, the U test, the paired-shift test);
 judge and report compare two results (compare.py); folder, charts, summary,
 speedup, diagnose and predicted draw one (plot.py); gate is the regression
-gate (regress.py); torch_model, torch_timing, torch_train and torch_results
-are the PyTorch reference (torch_reference.py); validate checks dpscale
+gate (regress.py); torch_model, torch_graph, torch_timing, torch_train and
+torch_results are the PyTorch reference (torch_reference.py); validate checks dpscale
 predict (predict_validate.py); figures holds the GPU check's figure lines;
 netns emulates hosts for the tests. Standard library only, but for
 matplotlib (charts, report's chart) and numpy and PyTorch (torch_*).

@@ -1,0 +1,420 @@
+"""A dpscale model file in PyTorch: its reader, and its ops as model/graph.c computes them.
+
+read() takes a model file (docs/model-file.md) as dpscale reads it: the
+tensors (name, dims, ready), the ops (kind, name, input, keys, tensors,
+elements per sample), and refuses what dpscale refuses with FILE:LINE.
+Graph holds what the PyTorch reference trains: dpscale's initialisation
+(graph_init_params) in its flat parameter layout (the tensors in the reverse
+of ready order), its synthetic batches of samples, and the module, built on
+flat fp32 tensors [samples, elements] with model/graph.c's semantics: a gemm
+is x·Wᵀ + b on m rows of a sample (W viewed as n × k) or, without weight,
+b matmuls between the two halves of its input; a resample reads
+x[i mod n_in]; a norm scales and shifts c columns; every act is the exact
+erf GELU; an embedding adds its table's elements at fixed positions; an add
+is a residual. numpy only at import: PyTorch is passed in.
+"""
+import collections
+import math
+
+import numpy as np
+
+from dpstools.torch_model import uniform
+
+INPUT = -1  # an op's `in` or `from`: the model's input
+RNG_GRAPH_PARAMS = 11  # dpscale's generator stream of a model file's parameters
+RNG_INPUT, RNG_LABELS = 2, 3  # the streams of a step's inputs and labels (+ step << 8)
+KINDS = ("gemm", "resample", "norm", "act", "add", "embedding")
+FNS = ("relu", "gelu", "softmax", "tanh", "sigmoid")
+KIND_KEYS = {"gemm": {"m", "k", "n", "b", "weight", "bias"}, "resample": {"n"},
+             "norm": {"c", "weight", "bias"}, "act": {"fn"}, "add": {"from"},
+             "embedding": {"m", "weight"}}
+COMMON_KEYS = {"in", "saved", "moved"}
+NUMBER_KEYS = ("m", "k", "n", "b", "c")
+NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:/-[]")
+DIM_MAX = 1 << 31
+HOWTO = "(docs/model-file.md)"
+
+Tensor = collections.namedtuple("Tensor", "name dims numel ready line")
+Op = collections.namedtuple("Op", "kind name inp frm m k n b c fn weight bias "
+                                  "in_elems out_elems line")
+
+
+class ModelFileError(ValueError):
+    """A file dpscale would refuse: FILE:LINE: what."""
+
+
+class Graph:
+    """A model file as read: name, input, classes, tensors and ops (file
+    order), rows of the loss a sample, and the flat layout's offsets."""
+
+    def __init__(self, path, name, input_elems, classes, tensors, ops):
+        self.path, self.name, self.input, self.classes = path, name, input_elems, classes
+        self.tensors, self.ops = tensors, ops
+        self.rows = ops[-1].out_elems // classes
+        self.params = sum(t.numel for t in tensors)
+        self.order = sorted(range(len(tensors)), key=lambda t: -tensors[t].ready)
+        self.offset, at = [0] * len(tensors), 0
+        for t in self.order:
+            self.offset[t], at = at, at + tensors[t].numel
+
+    def columns(self):
+        """runs.csv's model columns, as dpscale writes them for a model file."""
+        return {"model": self.name, "layers": len(self.ops),
+                "width": max(1, self.input // self.rows), "tokens": self.rows,
+                "classes": self.classes, "params": self.params}
+
+    def fwd_flops(self):
+        """Forward GEMM FLOPs of one sample (model_file_fwd_flops)."""
+        return sum(2 * o.b * o.m * o.k * o.n for o in self.ops if o.kind == "gemm")
+
+    def init(self, seed):
+        """graph_init_params: tensor t is bound * U(seed, 11 + t, i), bound
+        1/sqrt(fan-in) in float32, in the flat layout."""
+        flat = np.empty(self.params, dtype=np.float32)
+        for t, ts in enumerate(self.tensors):
+            fan_in = ts.numel // ts.dims[0] if len(ts.dims) > 1 else ts.numel
+            bound = np.float32(1.0) / np.sqrt(np.float32(fan_in))
+            for lo in range(0, ts.numel, 1 << 24):
+                idx = np.arange(lo, min(ts.numel, lo + (1 << 24)), dtype=np.uint64)
+                at = self.offset[t] + lo
+                flat[at:at + len(idx)] = bound * uniform(seed, RNG_GRAPH_PARAMS + t, idx)
+        return flat
+
+    def split(self, flat):
+        """The flat buffer as one array per tensor (file order, the tensor's dims)."""
+        return [flat[self.offset[t]:self.offset[t] + ts.numel].reshape(ts.dims)
+                for t, ts in enumerate(self.tensors)]
+
+    def join(self, arrays):
+        """One array per tensor (file order) as the flat buffer."""
+        flat = np.empty(self.params, dtype=np.float32)
+        for t, a in enumerate(arrays):
+            flat[self.offset[t]:self.offset[t] + self.tensors[t].numel] = np.ravel(a)
+        return flat
+
+    def batch(self, seed, step, samples, sample0=0):
+        """Samples [sample0, sample0 + samples) of step's global batch:
+        x [samples, input] and one label a loss row [samples * rows]."""
+        stream = step << 8
+        lo = sample0 * self.input
+        idx = np.arange(lo, lo + samples * self.input, dtype=np.uint64)
+        x = uniform(seed, RNG_INPUT + stream, idx).reshape(samples, self.input)
+        rows = np.arange(sample0 * self.rows, (sample0 + samples) * self.rows, dtype=np.uint64)
+        u = uniform(seed, RNG_LABELS + stream, rows).astype(np.float64)
+        labels = np.floor((u + 1.0) * 0.5 * self.classes).astype(np.int64)
+        return x, np.minimum(labels, self.classes - 1)
+
+    def module(self, torch, flat):
+        """The nn.Module of the ops with the parameters of the flat buffer."""
+        return make_module(torch, self, flat)
+
+    @staticmethod
+    def flat(module):
+        return flat_params(module)
+
+    def sample_bytes(self):
+        """A sample's input and labels as loaded (fp32 and int64)."""
+        return self.input * 4 + self.rows * 8
+
+
+def make_module(torch, graph, flat):
+    nn = torch.nn
+
+    class GraphModule(nn.Module):
+        """The file's ops on [samples, input] → logits [samples * rows, classes];
+        tensor t of the file is parameter `t{t}` (not an nn.ParameterList,
+        which nn.DataParallel's replicas see empty)."""
+
+        def __init__(self):
+            super().__init__()
+            self.graph = graph
+            for t, a in enumerate(graph.split(flat)):
+                self.register_parameter(f"t{t}", nn.Parameter(
+                    torch.from_numpy(np.array(a, dtype=np.float32))))
+
+        def weights(self):
+            """The parameters in the file's tensor order."""
+            return [getattr(self, f"t{t}") for t in range(len(graph.tensors))]
+
+        def forward(self, x):
+            w, outs = self.weights(), []
+            for op in graph.ops:
+                outs.append(op_forward(torch, op, w, x, outs))
+            return outs[-1].reshape(-1, graph.classes)
+
+    return GraphModule()
+
+
+def flat_params(module):
+    """A GraphModule's parameters as dpscale's flat buffer (float32)."""
+    return module.graph.join([p.detach().float().cpu().numpy() for p in module.weights()])
+
+
+def source(x, outs, op_index):
+    return x if op_index == INPUT else outs[op_index]
+
+
+def op_forward(torch, op, w, x, outs):
+    """One op on [samples, in_elems] → [samples, out_elems], as model/graph.c."""
+    a = source(x, outs, op.inp)
+    if op.kind == "gemm":
+        return gemm(torch, op, w, a)
+    if op.kind == "resample":
+        return resample(torch, a, op.out_elems)
+    if op.kind == "norm":
+        v = a.reshape(-1, op.c)
+        v = v * w[op.weight] if op.weight >= 0 else v
+        v = v + w[op.bias] if op.bias >= 0 else v
+        return v.reshape(a.shape[0], op.out_elems)
+    if op.kind == "act":  # GELU's pass for every fn
+        return torch.nn.functional.gelu(a)
+    if op.kind == "add":
+        return a + source(x, outs, op.frm)
+    return a + resample(torch, w[op.weight].reshape(1, -1), op.out_elems)  # embedding
+
+
+def gemm(torch, op, w, a):
+    samples = a.shape[0]
+    if op.weight >= 0:
+        y = a.reshape(samples * op.m, op.k) @ w[op.weight].reshape(op.n, op.k).t()
+        if op.bias >= 0:
+            y = y + w[op.bias]
+        return y.reshape(samples, op.out_elems)
+    half = op.b * op.m * op.k
+    left = a[:, :half].reshape(samples, op.b, op.m, op.k)
+    right = a[:, half:].reshape(samples, op.b, op.k, op.n)
+    return torch.matmul(left, right).reshape(samples, op.out_elems)
+
+
+def resample(torch, a, n):
+    """y[:, i] = a[:, i mod n_in] for i < n; its gradient sums what each element fed."""
+    n_in = a.shape[1]
+    if n <= n_in:
+        return a[:, :n]
+    idx = torch.arange(n, device=a.device) % n_in
+    return a.index_select(1, idx)
+
+
+# ---- the reader ----
+
+def read(path):
+    """The model file at path as a Graph; ModelFileError (FILE:LINE: what) for
+    one dpscale would refuse, OSError when it does not read."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        text = f.read()
+    r = Reader(path)
+    for number, line in enumerate(text.splitlines(), 1):
+        words = line.split("#", 1)[0].split()
+        if words:
+            r.record(number, words)
+    return r.whole(len(text.splitlines()) or 1)
+
+
+class Reader:
+    """The records of one file as they come, each checked as dpscale does."""
+
+    def __init__(self, path):
+        self.path = path
+        self.header = {}  # name, input, classes: (value, line)
+        self.format_line = 0
+        self.tensors, self.ops = [], []
+        self.tensor_at, self.op_at = {}, {}
+        self.first_op = {}  # tensor index: the first op that names it
+
+    def fail(self, line, what):
+        raise ModelFileError(f"{self.path}:{line}: {what}")
+
+    def record(self, line, w):
+        if not self.format_line:
+            if w != ["dpscale-model", "1"]:
+                self.fail(line, f"expected 'dpscale-model 1' as the first record: not a model "
+                                f"file of the format this reads {HOWTO}")
+            self.format_line = line
+        elif w[0] == "tensor":
+            self.tensor(line, w)
+        elif w[0] == "op":
+            self.op(line, w)
+        elif w[0] in ("name", "input", "classes"):
+            self.header_record(line, w)
+        else:
+            self.fail(line, f"unknown record '{w[0]}' (expected dpscale-model, name, input, "
+                            f"classes, tensor or op) {HOWTO}")
+
+    def whole_number(self, line, key, v, lo, hi):
+        if not v.isdigit() or not lo <= int(v) <= hi:
+            self.fail(line, f"{key}={v}: expected a whole number from {lo} to {hi} {HOWTO}")
+        return int(v)
+
+    def good_name(self, line, what, name):
+        if not 0 < len(name) < 128 or set(name) - NAME_CHARS:
+            self.fail(line, f"{what} '{name}': expected letters, digits and _.:/-[] {HOWTO}")
+
+    def header_record(self, line, w):
+        key = w[0]
+        if len(w) != 2:
+            self.fail(line, f"expected '{key} VALUE' {HOWTO}")
+        if key in self.header:
+            self.fail(line, f"'{key}' given again (first at line {self.header[key][1]})")
+        if self.ops:
+            self.fail(line, f"'{key}' after the first op {HOWTO}")
+        if key == "name":
+            self.good_name(line, "name", w[1])
+            value = w[1]
+        else:
+            value = self.whole_number(line, key, w[1], 1 if key == "input" else 2,
+                                      1 << 40 if key == "input" else DIM_MAX)
+        self.header[key] = (value, line)
+
+    def tensor(self, line, w):
+        if len(w) != 4 or not w[3].startswith("ready="):
+            self.fail(line, f"expected 'tensor NAME SHAPE ready=K' {HOWTO}")
+        self.good_name(line, "tensor name", w[1])
+        if w[1] in self.tensor_at:
+            self.fail(line, f"tensor {w[1]} given twice")
+        dims = tuple(self.whole_number(line, "shape", d, 1, DIM_MAX) for d in w[2].split("x"))
+        ready = self.whole_number(line, "ready", w[3][6:], 0, DIM_MAX - 1)
+        self.tensor_at[w[1]] = len(self.tensors)
+        self.tensors.append(Tensor(w[1], dims, math.prod(dims), ready, line))
+
+    def op(self, line, w):
+        if len(w) < 3 or w[1] not in KINDS:
+            self.fail(line, f"expected 'op KIND NAME key=value ...', KIND one of "
+                            f"{', '.join(KINDS)} {HOWTO}")
+        kind, name = w[1], w[2]
+        self.good_name(line, "op name", name)
+        if name == "input" or name in self.op_at:
+            self.fail(line, f"op {name}: 'input' or a name given twice {HOWTO}")
+        if "input" not in self.header:
+            self.fail(line, f"an op before the 'input N' record {HOWTO}")
+        keys = self.op_keys(line, kind, w[3:])
+        op = self.sized(line, kind, name, keys)
+        self.op_at[name] = len(self.ops)
+        self.ops.append(op)
+
+    def op_keys(self, line, kind, words):
+        keys = {}
+        for kv in words:
+            key, eq, v = kv.partition("=")
+            if not key or not eq or not v:
+                self.fail(line, f"'{kv}': expected key=value {HOWTO}")
+            if key not in KIND_KEYS[kind] | COMMON_KEYS:
+                self.fail(line, f"a {kind} op takes no key '{key}' (it takes "
+                                f"{' '.join(sorted(KIND_KEYS[kind]))}, in, saved, moved) {HOWTO}")
+            if key in keys:
+                self.fail(line, f"key {key} given twice")
+            keys[key] = self.key_value(line, key, v)
+        return keys
+
+    def key_value(self, line, key, v):
+        if key in NUMBER_KEYS:
+            return self.whole_number(line, key, v, 1, DIM_MAX)
+        if key in ("saved", "moved"):
+            return self.whole_number(line, key, v, 0, 1 << 50)
+        if key in ("weight", "bias"):
+            if v not in self.tensor_at:
+                self.fail(line, f"tensor {v} is not given above this op {HOWTO}")
+            self.first_op.setdefault(self.tensor_at[v], len(self.ops))
+            return self.tensor_at[v]
+        if key == "fn":
+            if v not in FNS:
+                self.fail(line, f"fn={v}: expected one of {', '.join(FNS)}")
+            return v
+        if v != "input" and v not in self.op_at:  # in, from
+            self.fail(line, f"{v}: no op of that name above this one (or 'input') {HOWTO}")
+        return INPUT if v == "input" else self.op_at[v]
+
+    def out_of(self, op_index):
+        return self.header["input"][0] if op_index == INPUT else self.ops[op_index].out_elems
+
+    def sized(self, line, kind, name, keys):
+        """The op with its elements per sample in and out, checked against its input."""
+        inp = keys.get("in", len(self.ops) - 1 if self.ops else INPUT)
+        have = self.out_of(inp)
+        k = {key: keys.get(key, 0) for key in NUMBER_KEYS}
+        need, out = self.sizes(line, kind, keys, k, have)
+        if need != have:
+            where = "the input" if inp == INPUT else self.ops[inp].name
+            self.fail(line, f"op {name} takes {need} elements per sample, but its input "
+                            f"({where}) gives {have}: put a resample op between them {HOWTO}")
+        return Op(kind, name, inp, keys.get("from", INPUT), k["m"], k["k"], k["n"],
+                  k["b"] or 1, k["c"], keys.get("fn"), keys.get("weight", -1),
+                  keys.get("bias", -1), have, out, line)
+
+    def needs(self, line, kind, k, letters):
+        for key in letters:
+            if not k[key]:
+                self.fail(line, f"a {kind} op needs {key}= {HOWTO}")
+
+    def numel(self, keys, key):
+        return self.tensors[keys[key]].numel if key in keys else None
+
+    def sizes(self, line, kind, keys, k, have):
+        """(elements it takes, elements it gives) per sample."""
+        if kind == "gemm":
+            return self.gemm_sizes(line, keys, k)
+        if kind == "resample":
+            self.needs(line, kind, k, "n")
+            return have, k["n"]
+        if kind == "norm":
+            self.needs(line, kind, k, "c")
+            if have % k["c"]:
+                self.fail(line, f"norm c={k['c']}: its input's {have} elements are not rows "
+                                f"of c {HOWTO}")
+            self.tensor_size(line, keys, "weight", k["c"])
+            self.tensor_size(line, keys, "bias", k["c"])
+            return have, have
+        if kind == "act" and "fn" not in keys:
+            self.fail(line, f"an act op needs fn= {HOWTO}")
+        if kind == "add":
+            if "from" not in keys:
+                self.fail(line, f"an add op needs from=OP {HOWTO}")
+            return self.out_of(keys["from"]), have
+        if kind == "embedding":
+            self.needs(line, kind, k, "m")
+            if "weight" not in keys or len(self.tensors[keys["weight"]].dims) != 2:
+                self.fail(line, f"an embedding op needs weight=T of two dimensions {HOWTO}")
+            n = k["m"] * self.tensors[keys["weight"]].dims[1]
+            return n, n
+        return have, have
+
+    def gemm_sizes(self, line, keys, k):
+        self.needs(line, "gemm", k, "mkn")
+        b = k["b"] or 1
+        if "weight" not in keys:
+            if "bias" in keys:
+                self.fail(line, f"a gemm without weight takes no bias {HOWTO}")
+            return b * (k["m"] * k["k"] + k["k"] * k["n"]), b * k["m"] * k["n"]
+        if b > 1:
+            self.fail(line, f"b= is for a gemm without weight {HOWTO}")
+        self.tensor_size(line, keys, "weight", k["n"] * k["k"])
+        self.tensor_size(line, keys, "bias", k["n"])
+        return k["m"] * k["k"], k["m"] * k["n"]
+
+    def tensor_size(self, line, keys, key, want):
+        got = self.numel(keys, key)
+        if got is not None and got != want:
+            self.fail(line, f"{key} {self.tensors[keys[key]].name} has {got} elements, the "
+                            f"op's keys need {want} {HOWTO}")
+
+    def whole(self, last_line):
+        """What the file promises as a whole; the Graph."""
+        if not self.format_line:
+            self.fail(1, f"empty: not a model file {HOWTO}")
+        if set(self.header) != {"name", "input", "classes"} or not self.ops or not self.tensors:
+            self.fail(last_line, f"a model file needs name, input, classes, tensors and ops "
+                                 f"{HOWTO}")
+        n, seen = len(self.tensors), set()
+        for t, ts in enumerate(self.tensors):
+            if t not in self.first_op:
+                self.fail(ts.line, f"tensor {ts.name}: no op names it {HOWTO}")
+            if ts.ready >= n or ts.ready in seen:
+                self.fail(ts.line, f"tensor {ts.name}: ready={ts.ready}, but the ready values "
+                                   f"must be 0 to {n - 1}, once each {HOWTO}")
+            seen.add(ts.ready)
+        classes = self.header["classes"][0]
+        if self.ops[-1].out_elems % classes:
+            self.fail(self.ops[-1].line, f"the last op's output ({self.ops[-1].out_elems} "
+                                         f"elements per sample) is not rows of classes "
+                                         f"{classes} {HOWTO}")
+        return Graph(self.path, self.header["name"][0], self.header["input"][0], classes,
+                     self.tensors, self.ops)
