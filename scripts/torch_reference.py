@@ -18,6 +18,17 @@ forkserver with PyTorch preloaded), or by torchrun, e.g. `torchrun
 (Debian's PyTorch 1.13 under Python 3.11 needs the `-r 2 -t 2`).
 
 Presets are read from `dpscale info`, so the shapes are dpscale's own.
+
+--model FILE (a value naming an existing file, or ending in .model): a model
+file (docs/model-file.md) as `dpscale run --model FILE` trains it, built by
+dpstools.torch_graph with PyTorch's autograd: each op with dpscale's maths
+(model/graph.c: a gemm as x·Wᵀ + b or a matmul of its input's halves, a
+resample reading x[i mod n], a norm's scale and shift, GELU for every act, an
+embedding adding its table at fixed positions, a residual add), dpscale's
+initialisation and synthetic samples, the loss the mean cross-entropy of
+every row of the global batch; --batch defaults to 8 samples a device, and
+--save-params writes dpscale's flat layout (the tensors in the reverse of
+ready order). The results carry the file's name as the model.
 """
 import argparse
 import os
@@ -25,9 +36,12 @@ import subprocess
 import sys
 import time
 
-from dpstools.torch_model import presets
+from dpstools.torch_graph import ModelFileError, read as read_model_file
+from dpstools.torch_model import Preset, presets
 from dpstools.torch_results import Usage, check_folder, utc_now
 from dpstools.torch_train import RanksHung, run_ddp, run_single
+
+FILE_BATCH_PER_DEVICE = 8  # a model file's default samples a device
 
 
 def parse(argv):
@@ -42,11 +56,13 @@ def parse(argv):
                          "dpscale's --ddp-impl torch, either way): global = dpscale's (gradient "
                          "of the global mean even for uneven shards), stock = PyTorch's usual "
                          "per-rank mean averaged over ranks")
-    ap.add_argument("--model", default="small")
+    ap.add_argument("--model", default="small",
+                    help="a preset (dpscale info) or a model file (docs/model-file.md)")
     ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     ap.add_argument("--optimizer", choices=["sgd", "adamw"], default="sgd")
     ap.add_argument("--lr", type=float, default=0.0, help="default per optimizer, as dpscale's")
-    ap.add_argument("--batch", type=int, default=0, help="global batch (default: preset's x gpus)")
+    ap.add_argument("--batch", type=int, default=0,
+                    help="global batch (default: the preset's, or 8 for a model file, x gpus)")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--timeout", type=float, default=300,
                     help="ddp: seconds a rank waits for the others or for a collective (300)")
@@ -65,8 +81,9 @@ def parse(argv):
 
 
 def setup(args):
-    """Checks the arguments, the output folder, the presets and PyTorch;
-    fills the defaults. What the arguments alone decide is refused before
+    """Checks the arguments, the output folder, the model and PyTorch;
+    fills the defaults; returns the model (torch_model.Preset or
+    torch_graph.Graph). What the arguments alone decide is refused before
     PyTorch is imported."""
     if args.gpus < 1:
         raise Usage(f"--gpus {args.gpus}: at least 1")
@@ -76,14 +93,8 @@ def setup(args):
         raise Usage("--ddp-loss: applies to --mode ddp only")
     cpu_refusal(args)
     check_folder(os.path.join(args.out, args.name))
-    try:
-        table = presets(args.dpscale)
-    except (OSError, subprocess.CalledProcessError) as e:
-        raise Usage(f"--dpscale {args.dpscale}: cannot run `dpscale info` ({e}); build dpscale "
-                    f"(ninja -C build) or point --dpscale at it") from None
-    if args.model not in table:
-        raise Usage(f"--model {args.model}: not one of {sorted(table)}")
-    shape, per_gpu = table[args.model][:4], table[args.model][4]
+    spec, per_gpu = model_spec(args)
+    args.model = spec.name  # the results' model and config_id
     args.batch = args.batch or per_gpu * args.gpus
     if args.batch < args.gpus:
         raise Usage(f"--batch {args.batch}: fewer samples than the {args.gpus} devices")
@@ -101,7 +112,36 @@ def setup(args):
                     f"(PyTorch {torch.__version__}, built with CUDA {torch.version.cuda}); "
                     f"use fewer --gpus, or --device cpu")
     args.start_time = utc_now()
-    return shape
+    return spec
+
+
+def model_spec(args):
+    """The model --model names and its default samples per device: a model
+    file (a value naming an existing file, or ending in .model), else a
+    preset of `dpscale info`."""
+    if os.path.isfile(args.model) or args.model.endswith(".model"):
+        if args.precision != "fp32":
+            raise Usage(f"--model {args.model} --precision {args.precision}: dpscale runs a "
+                        f"model file in fp32; use --precision fp32")
+        return model_file(args.model), FILE_BATCH_PER_DEVICE
+    try:
+        table = presets(args.dpscale)
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise Usage(f"--dpscale {args.dpscale}: cannot run `dpscale info` ({e}); build dpscale "
+                    f"(ninja -C build) or point --dpscale at it") from None
+    if args.model not in table:
+        raise Usage(f"--model {args.model}: not one of {sorted(table)}, nor a model file")
+    return Preset(args.model, table[args.model][:4]), table[args.model][4]
+
+
+def model_file(path):
+    try:
+        return read_model_file(path)
+    except ModelFileError as e:
+        raise Usage(f"--model {e}") from None
+    except OSError as e:
+        raise Usage(f"--model {path}: cannot read the model file ({e.strerror or e}); "
+                    f"scripts/model_export.py writes one (docs/model-file.md)") from None
 
 
 def cpu_refusal(args):
@@ -121,11 +161,11 @@ def main(argv, prog=None):
     args = parse(argv)
     args.command_line = [prog or sys.argv[0]] + list(argv)
     try:
-        shape = setup(args)
+        spec = setup(args)
         if args.mode == "dp":
-            run_single(args, shape)
+            run_single(args, spec)
         else:
-            run_ddp(args, shape)
+            run_ddp(args, spec)
     except Usage as e:
         print(f"torch_reference.py: {e}", file=sys.stderr)
         return 2

@@ -127,6 +127,44 @@ def flat_params(model):
     return np.concatenate(parts).astype(np.float32)
 
 
+class Preset:
+    """A preset's MLP as the trainer takes a model (torch_graph.Graph is the
+    other): its name, loss rows a sample, initialisation, module, batches
+    and runs.csv columns. A sample is `tokens` rows of `width` inputs."""
+
+    def __init__(self, name, shape):
+        self.name, self.shape = name, shape
+        self.rows = shape[2]
+        self.params = param_count(*shape)
+
+    def init(self, seed):
+        return init_params(self.shape, seed)
+
+    def module(self, torch, flat):
+        return build_model(torch, self.shape, flat)
+
+    @staticmethod
+    def flat(module):
+        return flat_params(module)
+
+    def batch(self, seed, step, samples, sample0=0):
+        """x [samples * rows, width] and a label a row."""
+        return make_batch(self.shape, seed, step, samples * self.rows, sample0 * self.rows)
+
+    def sample_bytes(self):
+        """A sample's input and labels as loaded (fp32 and int64)."""
+        return self.rows * (self.shape[1] * 4 + 8)
+
+    def fwd_flops(self):
+        L, D, T, C = self.shape
+        return 2 * (L * D * D + D * C) * T
+
+    def columns(self):
+        L, D, T, C = self.shape
+        return {"model": self.name, "layers": L, "width": D, "tokens": T, "classes": C,
+                "params": self.params}
+
+
 def optimizer(torch, args, params):
     if args.optimizer == "sgd":
         return torch.optim.SGD(params, lr=args.lr, momentum=0.9)

@@ -21,7 +21,7 @@ import numpy as np
 
 from dpstools.results import COLUMNS, OPTIONAL_COLUMNS, PHASES
 from dpstools.stats import median, quantile
-from dpstools.torch_model import BUCKET_MB, param_count
+from dpstools.torch_model import BUCKET_MB
 
 class Usage(Exception):
     """Bad arguments or an unusable output folder: exit 2 with the message."""
@@ -92,10 +92,11 @@ def write_rows(folder, name, rows):
 class Gathered:
     """Every process's report, one row per device (a rank's device, or each
     of dp's GPUs), and what the files share: the step times (a step's is
-    its slowest rank's) and the loss of every step (the global mean)."""
+    its slowest rank's) and the loss of every step (the global mean);
+    spec: the model (torch_model.Preset or torch_graph.Graph)."""
 
-    def __init__(self, args, shape, reports):
-        self.args, self.shape = args, shape
+    def __init__(self, args, spec, reports):
+        self.args, self.spec = args, spec
         self.cuda = args.device == "cuda"
         self.reports = sorted(reports, key=lambda r: r["rank"])
         self.rows = []  # (device number, report, device record, CUDA index or None)
@@ -105,7 +106,7 @@ class Gathered:
         self.step_ms = [max(rep["step_ms"][k] for rep in self.reports)
                         for k in range(args.steps)]
         self.median_step = median(self.step_ms)
-        rows_total = args.batch * shape[2]
+        rows_total = args.batch * spec.rows
         self.loss = [sum(rep["loss_sums"][k] for rep in self.reports) / rows_total
                      for k in range(args.warmup + args.steps)]
 
@@ -205,11 +206,11 @@ class Gathered:
                 return None, None
         if not median(ar) > 0:
             return None, None
-        algbw = param_count(*self.shape) * 4 / (median(ar) * 1e-3) / 1e9
+        algbw = self.spec.params * 4 / (median(ar) * 1e-3) / 1e9
         return algbw, algbw * 2 * (args.gpus - 1) / args.gpus
 
     def run_row(self):
-        args, (L, D, T, C) = self.args, self.shape
+        args, cols = self.args, self.spec.columns()
         t, med = self.step_ms, self.median_step
         peaks = [dv["alloc_peak_bytes"] for _, _, dv, _ in self.rows]
         sps = args.batch / (med * 1e-3)
@@ -218,8 +219,7 @@ class Gathered:
         return {"config_id": config_id(args), "status": "ok", "error": "", "backend": "torch",
                 "emulated": 0, "mode": args.mode, "ngpus": args.gpus,
                 "devices": " ".join(str(dv["index"]) for _, _, dv, _ in self.rows),
-                "model": args.model, "layers": L, "width": D, "tokens": T, "classes": C,
-                "params": param_count(*self.shape), "precision": args.precision,
+                **cols, "precision": args.precision,
                 "optimizer": args.optimizer, "lr": fmt(args.lr, 6), "global_batch": args.batch,
                 "batch_per_gpu": -(-args.batch // args.gpus), "scaling": "weak",
                 "bucket_mb": fmt(float(BUCKET_MB), 3) if ddp else "",
@@ -229,8 +229,8 @@ class Gathered:
                 "step_ms_p90": fmt(quantile(t, 0.9), 4),
                 "step_ms_mean": fmt(statistics.mean(t), 4),
                 "step_ms_stdev": fmt(statistics.stdev(t) if len(t) > 1 else 0.0, 4),
-                "samples_per_s": fmt(sps, 3), "tokens_per_s": fmt(sps * T, 1),
-                "model_tflops": fmt(6 * (L * D * D + D * C) * args.batch * T / (med * 1e-3)
+                "samples_per_s": fmt(sps, 3), "tokens_per_s": fmt(sps * cols["tokens"], 1),
+                "model_tflops": fmt(3 * self.spec.fwd_flops() * args.batch / (med * 1e-3)
                                     / 1e12, 6),
                 "loss_first": fmt(self.loss[0], 6), "loss_last": fmt(self.loss[-1], 6),
                 "check": "off", "gpu0_alloc_peak_bytes": peaks[0],
@@ -239,11 +239,11 @@ class Gathered:
                 "start_time": args.start_time, "end_time": utc_now()}
 
 
-def write_results(args, shape, reports, params):
+def write_results(args, spec, reports, params):
     """steps.csv, devices.csv, phases.csv, runs.csv (last, as dpscale) and
     meta.json; the final parameters where asked."""
     folder = os.path.join(args.out, args.name)
-    g = Gathered(args, shape, reports)
+    g = Gathered(args, spec, reports)
     os.makedirs(folder, exist_ok=True)
     write_rows(folder, "steps.csv", g.steps_rows())
     write_rows(folder, "devices.csv", g.devices_rows())

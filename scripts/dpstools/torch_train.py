@@ -1,6 +1,7 @@
 """The PyTorch reference's training: a process per rank, its steps, the ranks started.
 
-Rank builds the model (torch_model), times its steps (torch_timing) and
+Rank builds the model (a preset's, torch_model, or a model file's,
+torch_graph), times its steps (torch_timing) and
 reports what the results need; run_single runs dp (nn.DataParallel, or one
 device), run_ddp the ranks of DistributedDataParallel (spawned by
 torch.multiprocessing, or started by torchrun); rank 0 writes the results
@@ -15,8 +16,7 @@ import sys
 import tempfile
 import time
 
-from dpstools.torch_model import (BUCKET_MB, build_model, flat_params, init_params, make_batch,
-                                  optimizer, shards)
+from dpstools.torch_model import BUCKET_MB, optimizer, shards
 from dpstools.torch_results import Usage, cpu_name, write_results
 from dpstools.torch_timing import AllreduceTimer, Clock, timed_allreduce, timed_data_parallel
 
@@ -26,11 +26,12 @@ class RanksHung(Exception):
 
 
 class Rank:
-    """One training process: its rank, the devices it drives, its model."""
+    """One training process: its rank, the devices it drives, its model
+    (spec: a torch_model.Preset or a torch_graph.Graph)."""
 
-    def __init__(self, torch, args, shape, rank, world, cuda_devices):
+    def __init__(self, torch, args, spec, rank, world, cuda_devices):
         self.base_rss = rss_bytes()  # before the model, its data and its optimizer
-        self.torch, self.args, self.shape = torch, args, shape
+        self.torch, self.args, self.spec = torch, args, spec
         self.rank, self.world = rank, world
         self.cuda = bool(cuda_devices)
         self.devices = cuda_devices
@@ -39,8 +40,7 @@ class Rank:
         for d in cuda_devices:  # the peak of the whole run, as dpscale's (from before the model)
             torch.cuda.synchronize(d)
             torch.cuda.reset_peak_memory_stats(d)
-        flat = init_params(shape, args.seed)
-        self.net = build_model(torch, shape, flat).to(self.device)
+        self.net = spec.module(torch, spec.init(args.seed)).to(self.device)
         self.hook = None
         if args.mode == "ddp":
             kw = {"device_ids": [cuda_devices[0]]} if self.cuda else {}
@@ -54,11 +54,9 @@ class Rank:
             self.model = self.net
         self.opt = optimizer(torch, args, self.net.parameters())
         self.ce = torch.nn.CrossEntropyLoss(reduction="none")
-        T = shape[2]
         sh = shards(args.batch, world)
-        self.rows_total = args.batch * T
-        self.row0 = sum(sh[:rank]) * T
-        self.rows = sh[rank] * T
+        self.rows_total = args.batch * spec.rows
+        self.sample0, self.samples = sum(sh[:rank]), sh[rank]
 
     def objective(self, per_row):
         """The scalar whose gradient is taken. dp and stock ddp: the mean over
@@ -74,7 +72,7 @@ class Rank:
     def step(self, step, held):
         """One training step; returns (host ms, phases, device phases, loss sum)."""
         torch, args, clock = self.torch, self.args, self.clock
-        x, y = make_batch(self.shape, args.seed, step, self.rows, self.row0)
+        x, y = self.spec.batch(args.seed, step, self.samples, self.sample0)
         xs, ys = torch.from_numpy(x), torch.from_numpy(y)
         if self.cuda:
             xs, ys = xs.pin_memory(), ys.pin_memory()
@@ -174,7 +172,7 @@ class Rank:
                 "device_phases": [r["device"] for r in timed],
                 "busy": busy, "loss_sums": [r["loss_sum"] for r in recs],
                 "allreduce_spans": [r["spans"] for r in timed],
-                "load_bytes": self.rows * self.shape[1] * 4 + self.rows * 8}
+                "load_bytes": self.samples * self.spec.sample_bytes()}
 
 
 def rss_bytes():
@@ -215,18 +213,18 @@ def configure(torch, args):
         torch.backends.cudnn.allow_tf32 = False
 
 
-def run_single(args, shape):
+def run_single(args, spec):
     """dp: one process driving --gpus GPUs (DataParallel), or one CPU device."""
     import torch
     configure(torch, args)
     devices = list(range(args.gpus)) if args.device == "cuda" else []
-    r = Rank(torch, args, shape, 0, 1, devices)
+    r = Rank(torch, args, spec, 0, 1, devices)
     recs, busy = r.train()
-    params = flat_params(r.net) if args.save_params else None
-    write_results(args, shape, [r.report(recs, busy)], params)
+    params = spec.flat(r.net) if args.save_params else None
+    write_results(args, spec, [r.report(recs, busy)], params)
 
 
-def rank_main(rank, args, shape, init_method, local_rank=None):
+def rank_main(rank, args, spec, init_method, local_rank=None):
     """One ddp rank (spawned, or started by torchrun)."""
     import torch
     import torch.distributed as dist
@@ -240,13 +238,13 @@ def rank_main(rank, args, shape, init_method, local_rank=None):
     dist.init_process_group("nccl" if cuda else "gloo", init_method=init_method, rank=rank,
                             world_size=args.gpus, timeout=datetime.timedelta(seconds=args.timeout))
     try:
-        r = Rank(torch, args, shape, rank, args.gpus, [gpu] if cuda else [])
+        r = Rank(torch, args, spec, rank, args.gpus, [gpu] if cuda else [])
         recs, busy = r.train()
         reports = [None] * args.gpus
         dist.all_gather_object(reports, r.report(recs, busy))
         if rank == 0:
-            params = flat_params(r.net) if args.save_params else None
-            write_results(args, shape, reports, params)
+            params = spec.flat(r.net) if args.save_params else None
+            write_results(args, spec, reports, params)
         dist.barrier()
     except BaseException:
         dist.destroy_process_group()
@@ -259,14 +257,14 @@ def rank_main(rank, args, shape, init_method, local_rank=None):
     os._exit(0)
 
 
-def run_ddp(args, shape):
+def run_ddp(args, spec):
     env = os.environ
     if "RANK" in env and "WORLD_SIZE" in env:  # started by torchrun
         world = int(env["WORLD_SIZE"])
         if world != args.gpus:
             raise Usage(f"--gpus {args.gpus}: torchrun started {world} processes "
                         f"(--nproc_per_node); give the same number")
-        rank_main(int(env["RANK"]), args, shape, "env://", int(env.get("LOCAL_RANK", 0)))
+        rank_main(int(env["RANK"]), args, spec, "env://", int(env.get("LOCAL_RANK", 0)))
         return
     import torch.multiprocessing as mp
     if args.device == "cpu":  # ranks (and a fork server) start with single-threaded libraries
@@ -276,7 +274,7 @@ def run_ddp(args, shape):
         mp.set_forkserver_preload(["torch", "torch.distributed"])
     with tempfile.TemporaryDirectory(prefix="torch-reference-") as tmp:
         # a file rendezvous: no port to pick, none to collide with another run's
-        ranks = mp.start_processes(rank_main, args=(args, shape, "file://" + os.path.join(tmp, "store")),
+        ranks = mp.start_processes(rank_main, args=(args, spec, "file://" + os.path.join(tmp, "store")),
                                    nprocs=args.gpus, start_method=args.start_method, join=False)
         join_ranks(ranks, args.timeout)
 
