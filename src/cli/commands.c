@@ -171,7 +171,7 @@ static double compute_seconds(const dps_config *c, const backend *be, double gfl
 {
     if (gflops <= 0) return 0;
     int lanes = be->host_cores > 0 && be->host_cores < c->ngpus ? be->host_cores : c->ngpus;
-    double flops = 3 * model_fwd_flops_per_sample(c->shape) * c->global_batch;
+    double flops = 3 * config_fwd_flops(c) * c->global_batch;
     return flops / (gflops * 1e9 * lanes) * (c->warmup + c->steps);
 }
 

@@ -59,6 +59,27 @@ void config_defaults(dps_config *c)
     dps_strlcpy(c->out_dir, t[SET_OUT].def_text, sizeof c->out_dir);
 }
 
+dps_status config_net(const dps_config *c, net *own, const net **out)
+{
+    memset(own, 0, sizeof *own);
+    if (c->net_file) {
+        *out = c->net_file;
+        return DPS_OK;
+    }
+    *out = own;
+    return net_mlp(c->shape, own);
+}
+
+size_t config_params(const dps_config *c)
+{
+    return c->net_file ? c->net_file->params : model_param_count(c->shape);
+}
+
+double config_fwd_flops(const dps_config *c)
+{
+    return c->net_file ? c->net_file->fwd_flops : model_fwd_flops_per_sample(c->shape);
+}
+
 dps_status config_profile_hook(const dps_config *c, backend *be, int step, int before)
 {
     if (c->profile_first < 0) return DPS_OK;
@@ -174,8 +195,26 @@ static dps_status check_devices(const dps_config *c, const backend *be)
 
 /* Rows of the global batch and the largest buffer must fit the GEMM's int
  * dimensions and size_t. */
+/* A model file's: fp32, and the batch's input and logits under 2^40 elements. */
+static dps_status check_file(const dps_config *c)
+{
+    const net *n = c->net_file;
+    if (c->precision != PREC_FP32)
+        return dps_fail(DPS_ERR_USAGE, "--precision %s --model %s: a model file runs in fp32; use "
+                        "--precision fp32, or an MLP preset for %s", dps_precision_name(c->precision),
+                        n->path, dps_precision_name(c->precision));
+    int64_t rows = (int64_t)c->global_batch * n->rows;
+    if (rows > INT_MAX || (int64_t)c->global_batch * (int64_t)n->input > ((int64_t)1 << 40) ||
+        rows * n->classes > ((int64_t)1 << 40))
+        return dps_fail(DPS_ERR_USAGE, "--batch %d with %s (%zu input elements and %d rows of %d "
+                        "classes a sample): the batch is too large; use a smaller --batch",
+                        c->global_batch, n->path, n->input, n->rows, n->classes);
+    return DPS_OK;
+}
+
 static dps_status check_sizes(const dps_config *c)
 {
+    if (c->net_file) return check_file(c);
     int64_t rows = (int64_t)c->global_batch * c->shape.tokens;
     int64_t widest = c->shape.width > c->shape.classes ? c->shape.width : c->shape.classes;
     if (rows > INT_MAX || rows * widest > ((int64_t)1 << 40))

@@ -7,6 +7,7 @@
 
 #include "backend/backend.h"
 #include "model/model.h"
+#include "model/net.h"
 #include "core/names.h"
 #include "config/timeline.h"
 #include "config/world.h"
@@ -20,7 +21,8 @@ typedef struct dps_config {
     int ngpus;
     int devices[DPS_MAX_DEVICES];
     char model[DPS_NAME_MAX];
-    model_shape shape;
+    model_shape shape;        /* the MLP's; with net_file, the file's as net.h reports it */
+    const net *net_file;      /* a model file's model (net_load); NULL: the MLP of shape */
     int global_batch;         /* samples per step, all devices together */
     int strong;               /* sweeps: strong scaling (global batch fixed over GPU counts) */
     dps_precision precision;
@@ -54,6 +56,12 @@ typedef struct dps_config {
 /* Fills the defaults of settings.c's table (small preset, dp, 1 device, fp32,
  * SGD, host capacity off). */
 void config_defaults(dps_config *c);
+/* The model c trains: c->net_file, or the MLP of c->shape made in *own
+ * (net_free it after: safe either way). */
+dps_status config_net(const dps_config *c, net *own, const net **out) DPS_MUST_USE;
+/* Parameters, and forward GEMM FLOPs of one sample, of c's model. */
+size_t config_params(const dps_config *c);
+double config_fwd_flops(const dps_config *c);
 /* Starts or stops the profiler's capture range around step `step` (call
  * with before = 1 ahead of the step, 0 after it). */
 dps_status config_profile_hook(const dps_config *c, backend *be, int step, int before);

@@ -43,13 +43,16 @@ static uint64_t min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 
 uint64_t links_config_copy_bytes(const dps_config *c)
 {
-    model_shape sh = c->shape;
-    uint64_t n = c->ngpus > 0 ? (uint64_t)c->ngpus : 1, row = (uint64_t)sh.tokens * sizeof(float);
+    net own;
+    const net *m = NULL;
+    if (config_net(c, &own, &m) != DPS_OK) return DP_COALESCE_BYTES;
+    uint64_t n = c->ngpus > 0 ? (uint64_t)c->ngpus : 1, sample = (uint64_t)m->input * sizeof(float);
     uint64_t per = ((uint64_t)c->global_batch + n - 1) / n;
-    uint64_t batch = (c->mode == MODE_DP ? (uint64_t)c->global_batch : per) * row * (uint64_t)sh.width;
-    uint64_t logits = per * row * (uint64_t)sh.classes;
-    uint64_t params = (uint64_t)model_param_count(sh) * sizeof(float);
-    uint64_t tensor = (uint64_t)sh.width * max_u64((uint64_t)sh.width, (uint64_t)sh.classes) * 4;
+    uint64_t batch = (c->mode == MODE_DP ? (uint64_t)c->global_batch : per) * sample;
+    uint64_t logits = per * (uint64_t)m->rows * (uint64_t)m->classes * sizeof(float);
+    uint64_t params = (uint64_t)m->params * sizeof(float), tensor = 0;
+    for (int t = 0; t < m->ntensors; t++) tensor = max_u64(tensor, (uint64_t)m->counts[t] * sizeof(float));
+    net_free(&own);
     uint64_t group = min_u64(params, max_u64(DP_COALESCE_BYTES, tensor)); /* dp's coalesced groups */
     if (c->mode == MODE_DDP) {
         uint64_t cap = c->bucket_mb > 0 ? (uint64_t)(c->bucket_mb * (1 << 20)) : tensor;

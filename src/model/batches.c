@@ -16,7 +16,7 @@ static void *batches_thread(void *arg)
         }
         int k = b->asked;
         pthread_mutex_unlock(&b->mu);
-        model_make_batch(b->shape, b->seed, k, b->row0, b->rows, b->x[k % 2], b->labels[k % 2]);
+        net_make_batch(b->net, b->seed, k, b->sample0, b->samples, b->x[k % 2], b->labels[k % 2]);
         pthread_mutex_lock(&b->mu);
         b->made = k;
         pthread_cond_broadcast(&b->cv);
@@ -35,19 +35,20 @@ static void ask(batches *b, int k)
 
 static dps_status buffers(batches *b)
 {
-    size_t xb = (size_t)b->rows * (size_t)b->shape.width * sizeof(float);
+    size_t xb = (size_t)b->samples * b->net->input * sizeof(float);
+    size_t lb = (size_t)b->samples * (size_t)b->net->rows * sizeof(int32_t);
     for (int i = 0; i < 2; i++) {
         DPS_TRY(b->be->ops->host_alloc(b->be, xb, (void **)&b->x[i]));
-        DPS_TRY(b->be->ops->host_alloc(b->be, (size_t)b->rows * sizeof(int32_t),
+        DPS_TRY(b->be->ops->host_alloc(b->be, lb,
                                        (void **)&b->labels[i]));
     }
     return DPS_OK;
 }
 
-dps_status batches_start(batches *b, backend *be, model_shape shape, uint64_t seed, int64_t row0,
-                         int rows, int steps, int ahead)
+dps_status batches_start(batches *b, backend *be, const net *n, uint64_t seed, int64_t sample0,
+                         int samples, int steps, int ahead)
 {
-    *b = (batches){.be = be, .shape = shape, .seed = seed, .row0 = row0, .rows = rows,
+    *b = (batches){.be = be, .net = n, .seed = seed, .sample0 = sample0, .samples = samples,
                    .steps = steps, .ahead = ahead, .asked = -1, .made = -1};
     DPS_TRY(buffers(b));
     pthread_mutex_init(&b->mu, NULL);

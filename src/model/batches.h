@@ -1,8 +1,8 @@
-/* The synthetic batches of a run's steps (model_make_batch), made on a
+/* The synthetic batches of a run's steps (net_make_batch), made on a
  * helper thread into two pinned host buffers: with `ahead`, step k + 1's
  * while step k runs, so that the devices do not wait for the host between
  * steps; without it, each when it is asked for (the host backend, whose
- * devices are the CPU the thread would take). The data is model_make_batch's
+ * devices are the CPU the thread would take). The data is net_make_batch's
  * either way, bit for bit. */
 #ifndef DPS_BATCHES_H
 #define DPS_BATCHES_H
@@ -11,14 +11,14 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
-#include "model/model.h"
+#include "model/net.h"
 
 typedef struct batches {
     backend *be;
-    model_shape shape;
+    const net *net;
     uint64_t seed;
-    int64_t row0;
-    int rows, steps, ahead;
+    int64_t sample0;
+    int samples, steps, ahead;
     float *x[2];             /* step k's in x[k % 2] */
     int32_t *labels[2];
     pthread_t thread;
@@ -28,10 +28,10 @@ typedef struct batches {
     int stop, started;
 } batches;
 
-/* Rows [row0, row0 + rows) of the global batch of steps 0 .. steps - 1;
- * with `ahead`, step 0 is made at once. */
-dps_status batches_start(batches *b, backend *be, model_shape shape, uint64_t seed, int64_t row0,
-                         int rows, int steps, int ahead) DPS_MUST_USE;
+/* Samples [sample0, sample0 + samples) of the global batch of steps 0 ..
+ * steps - 1; with `ahead`, step 0 is made at once. */
+dps_status batches_start(batches *b, backend *be, const net *n, uint64_t seed, int64_t sample0,
+                         int samples, int steps, int ahead) DPS_MUST_USE;
 /* Step `step`'s batch (steps in order), waiting until it is made; with
  * `ahead`, the next step's is begun into the other buffer, the one of step
  * - 1, whose copy to the device must be complete (the step synchronised). */

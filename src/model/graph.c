@@ -65,6 +65,21 @@ static void widest(const model_file *mf, size_t *elems, size_t *cols, size_t *ta
     }
 }
 
+/* The workspace's bytes for max_samples samples (graph_acts_alloc's). */
+static size_t work_bytes(const model_file *mf, size_t max_samples, size_t *cols)
+{
+    size_t s = max_samples * sizeof(float), elems, table;
+    widest(mf, &elems, cols, &table);
+    return s * elems > table * sizeof(float) ? s * elems : table * sizeof(float);
+}
+
+uint64_t graph_acts_bytes(const model_file *mf, uint64_t max_samples)
+{
+    size_t cols, total = work_bytes(mf, (size_t)max_samples, &cols) + cols * sizeof(float) + sizeof(float);
+    for (int i = 0; i < mf->nops - 1; i++) total += 2 * (size_t)max_samples * sizeof(float) * mf->ops[i].out_elems;
+    return total;
+}
+
 dps_status graph_acts_alloc(backend *be, int dev, const model_file *mf, int max_samples, graph_acts *a)
 {
     memset(a, 0, sizeof *a);
@@ -75,11 +90,9 @@ dps_status graph_acts_alloc(backend *be, int dev, const model_file *mf, int max_
         graph_acts_free(be, mf, a);
         return dps_fail(DPS_ERR_RUNTIME, "out of host memory for %s's activations", mf->name);
     }
-    size_t s = (size_t)max_samples * sizeof(float), elems, cols, table;
-    widest(mf, &elems, &cols, &table);
-    size_t work = s * elems > table * sizeof(float) ? s * elems : table * sizeof(float);
+    size_t s = (size_t)max_samples * sizeof(float), cols, work = work_bytes(mf, (size_t)max_samples, &cols);
     dps_status rc = DPS_OK;
-    for (int i = 0; i < mf->nops && !rc; i++) {
+    for (int i = 0; i < mf->nops - 1 && !rc; i++) { /* the last op's are the caller's logits */
         rc = be_buf_alloc(be, dev, s * mf->ops[i].out_elems, "activations", &a->out[i]);
         if (!rc) rc = be_buf_alloc(be, dev, s * mf->ops[i].out_elems, "activation gradients", &a->grad[i]);
     }
@@ -117,6 +130,17 @@ static dps_status rows_of(const mf_op *o, int samples, size_t per_sample, int *r
 static const float *input_of(const graph_acts *a, int op_in, const float *x)
 {
     return op_in == MF_INPUT ? x : F(a->out[op_in]);
+}
+
+/* Op i's output and its gradient: the caller's logits and their gradient for the last op. */
+static float *out_of(const graph_acts *a, int i)
+{
+    return a->out[i].ptr ? F(a->out[i]) : a->logits;
+}
+
+static float *grad_of(const graph_acts *a, int i)
+{
+    return a->grad[i].ptr ? F(a->grad[i]) : (float *)a->dlogits;
 }
 
 static dps_status copy(backend *be, be_stream *st, int dev, float *dst, const float *src, size_t n)
@@ -191,8 +215,8 @@ static dps_status op_fwd(const fwd_ctx *c, int i)
     const mf_op *o = &c->mf->ops[i];
     backend *be = c->be;
     const float *in = input_of(c->a, o->in, c->x);
-    float *y = F(c->a->out[i]);
-    int dev = c->a->out[i].dev, rows = 0;
+    float *y = out_of(c->a, i);
+    int dev = c->a->work.dev, rows = 0;
     size_t n = (size_t)c->samples * o->out_elems;
     switch (o->kind) {
     case MF_GEMM: return gemm_fwd(c, o, in, y);
@@ -212,11 +236,13 @@ static dps_status op_fwd(const fwd_ctx *c, int i)
 }
 
 dps_status graph_forward(backend *be, be_stream *st, const model_file *mf, const graph_layout *l,
-                         const float *params, graph_acts *a, int samples, const float *x)
+                         const float *params, graph_acts *a, int samples, const float *x,
+                         float *logits)
 {
     if (samples > a->max_samples)
         return dps_fail(DPS_ERR_RUNTIME, "graph_forward: %d samples, activations for %d", samples,
                         a->max_samples);
+    a->logits = logits;
     fwd_ctx c = {be, st, mf, l, params, a, samples, x};
     for (int i = 0; i < mf->nops; i++) DPS_TRY(op_fwd(&c, i));
     return DPS_OK;
@@ -310,7 +336,7 @@ static dps_status op_bwd(const bwd_ctx *c, int i, float *din)
     const mf_op *o = &c->f.mf->ops[i];
     backend *be = c->f.be;
     be_stream *st = c->f.st;
-    const float *in = input_of(c->f.a, o->in, c->f.x), *g = F(c->f.a->grad[i]);
+    const float *in = input_of(c->f.a, o->in, c->f.x), *g = grad_of(c->f.a, i);
     size_t n = (size_t)c->f.samples * o->out_elems;
     switch (o->kind) {
     case MF_GEMM: return gemm_bwd(c, o, in, g, din);
@@ -320,7 +346,7 @@ static dps_status op_bwd(const bwd_ctx *c, int i, float *din)
     case MF_NORM: return norm_bwd(c, o, in, g, din);
     case MF_ACT: return din ? be->ops->gelu_bwd(be, st, (int64_t)n, g, in, din) : DPS_OK;
     case MF_ADD:
-        if (o->from != MF_INPUT) DPS_TRY(be->ops->add(be, st, (int64_t)n, F(c->f.a->grad[o->from]), g));
+        if (o->from != MF_INPUT) DPS_TRY(be->ops->add(be, st, (int64_t)n, grad_of(c->f.a, o->from), g));
         return din ? copy(be, st, c->f.a->work.dev, din, g, n) : DPS_OK;
     case MF_EMBEDDING: return embedding_bwd(c, o, g, din);
     case MF_KIND_COUNT: break;
@@ -349,7 +375,7 @@ static dps_status backward_ops(const bwd_ctx *c, const int *ready, graph_grad_ho
         DPS_TRY(op_bwd(c, i, din));
         if (din)
             DPS_TRY(be->ops->add(be, c->f.st, (int64_t)((size_t)c->f.samples * o->in_elems),
-                                 F(a->grad[o->in]), din));
+                                 grad_of(a, o->in), din));
         DPS_TRY(hooks_after(mf, ready, i, hook, ctx));
     }
     return DPS_OK;
@@ -361,14 +387,12 @@ dps_status graph_backward(backend *be, be_stream *st, const model_file *mf, cons
 {
     bwd_ctx c = {{be, st, mf, l, params, a, samples, x}, grads};
     int last = mf->nops - 1, *ready = malloc((size_t)mf->ntensors * sizeof *ready);
+    a->dlogits = dlogits;
     if (!ready) return dps_fail(DPS_ERR_RUNTIME, "out of host memory in %s's backward", mf->name);
     model_file_ready_order(mf, ready);
     dps_status rc = be->ops->memset0(be, st, grads, l->total * sizeof(float));
     for (int i = 0; i < last && !rc; i++)
         rc = be->ops->memset0(be, st, a->grad[i].ptr, (size_t)samples * mf->ops[i].out_elems * sizeof(float));
-    if (!rc)
-        rc = copy(be, st, a->grad[last].dev, F(a->grad[last]), dlogits,
-                  (size_t)samples * mf->ops[last].out_elems);
     if (!rc) rc = backward_ops(&c, ready, hook, hook_ctx);
     free(ready);
     return rc;

@@ -31,7 +31,9 @@ void graph_init_params(const model_file *mf, const graph_layout *l, uint64_t see
  * each op's output and its gradient, and the workspace of norms and embeddings. */
 typedef struct graph_acts {
     int max_samples;
-    dps_buf *out, *grad;  /* per op: [samples][out_elems] */
+    dps_buf *out, *grad;  /* per op but the last: [samples][out_elems] */
+    float *logits;        /* the last op's output: graph_forward's logits */
+    const float *dlogits; /* its gradient: graph_backward's dlogits */
     dps_buf dinput;       /* [samples][input]: the input's gradient (not used further) */
     dps_buf work;         /* [max_samples][largest op input or output], or an embedding table */
     dps_buf cols;         /* [widest norm or embedding]: column sums, an embedding's rows */
@@ -41,17 +43,22 @@ typedef struct graph_acts {
 dps_status graph_acts_alloc(backend *be, int dev, const model_file *mf, int max_samples,
                             graph_acts *a) DPS_MUST_USE;
 void graph_acts_free(backend *be, const model_file *mf, graph_acts *a);
+/* The device bytes graph_acts_alloc takes for max_samples samples. */
+uint64_t graph_acts_bytes(const model_file *mf, uint64_t max_samples);
 
-/* The last op's output, [samples][out_elems], as rows x classes logits: a->out[nops - 1]. */
+/* logits = the last op's output, [samples][out_elems], as rows x classes
+ * logits; the caller's buffer, read again by graph_backward. */
 dps_status graph_forward(backend *be, be_stream *st, const model_file *mf, const graph_layout *l,
-                         const float *params, graph_acts *a, int samples, const float *x) DPS_MUST_USE;
+                         const float *params, graph_acts *a, int samples, const float *x,
+                         float *logits) DPS_MUST_USE;
 
 /* Called once a tensor's gradient is complete, in the order backward completes them. */
 typedef dps_status (*graph_grad_hook)(void *ctx, int tensor);
 
 /* grads = d loss / d params given dlogits (the last op's output gradient,
- * [samples][out_elems]), after graph_forward of the same samples; grads
- * is overwritten; hook may be NULL. */
+ * [samples][out_elems]), after graph_forward of the same samples with its
+ * logits still in place (an op may read its own output); grads is
+ * overwritten; hook may be NULL. */
 dps_status graph_backward(backend *be, be_stream *st, const model_file *mf, const graph_layout *l,
                           const float *params, graph_acts *a, int samples, const float *x,
                           const float *dlogits, float *grads, graph_grad_hook hook,

@@ -363,7 +363,7 @@ static void runs_identity(csv_buf *b, const dps_config *c, const backend *be,
     csv_int(b, c->shape.width);
     csv_int(b, c->shape.tokens);
     csv_int(b, c->shape.classes);
-    csv_u64(b, model_param_count(c->shape));
+    csv_u64(b, config_params(c));
     csv_str(b, dps_precision_name(c->precision));
     csv_str(b, dps_optimizer_name(c->optimizer));
     csv_num(b, c->hp.lr, 6);

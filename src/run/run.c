@@ -250,8 +250,8 @@ static void summarize(const dps_config *c, const train_result *res, run_summary 
     double tokens = (double)c->global_batch * c->shape.tokens;
     s->samples_per_s = res->steps_done ? c->global_batch / sec : NAN;
     s->tokens_per_s = res->steps_done ? tokens / sec : NAN;
-    s->model_tflops = res->steps_done
-        ? 6.0 * (double)model_matmul_params(c->shape) * tokens / sec / 1e12 : NAN;
+    s->model_tflops = res->steps_done /* forward and backward: three forward GEMMs' FLOPs */
+        ? 3.0 * config_fwd_flops(c) * c->global_batch / sec / 1e12 : NAN;
     s->comm_bytes_per_step = 0.0;
     for (int i = 0; i < c->ngpus; i++) s->comm_bytes_per_step += res->dev[i].link_bytes[LINK_P2P_SENT];
     if (!res->steps_done) s->comm_bytes_per_step = NAN;

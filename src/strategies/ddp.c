@@ -16,7 +16,7 @@
 #include "comm/comm.h"
 #include "strategies/ddp.h"
 #include "strategies/ptimer.h"
-#include "model/model.h"
+#include "model/net.h"
 #include "core/nvtx.h"
 #include "core/util.h"
 
@@ -29,8 +29,10 @@ typedef struct ddp_rank {
     ddp_world *dw;            /* under a launcher: the joined world; NULL: forked */
     comm *comm;
     comm_spans spans;         /* the traced steps' all-reduces (comm_trace) */
-    int rank, nranks, dev, rows, rows_total;
-    int64_t row0;
+    const net *net;           /* the model: cfg's file, or own_net */
+    net own_net;              /* the MLP of cfg->shape */
+    int rank, nranks, dev, samples, rows, rows_total;
+    int64_t sample0;
     be_stream *st;
     size_t nparams;
     dps_buf params, grads, bucket_buf, opt_state[2];
@@ -40,7 +42,7 @@ typedef struct ddp_rank {
     const float *h_x;         /* this step's shard (batches_get) */
     const int32_t *h_labels;
     float *h_loss;
-    model_acts acts;
+    net_acts acts;
     phase_timer timer;
     bucket bk[DPS_MAX_BUCKETS];
     be_event **bk_ev;           /* per bucket: its gradients are in place */
@@ -83,10 +85,10 @@ static dps_status launch_ready(ddp_rank *R)
     return DPS_OK;
 }
 
-static dps_status grad_hook(void *ctx, int layer)
+static dps_status grad_hook(void *ctx, size_t ready_lo)
 {
     ddp_rank *R = ctx;
-    R->ready_lo = model_weight_offset(R->cfg->shape, layer);
+    R->ready_lo = ready_lo;
     return R->cfg->overlap ? launch_ready(R) : DPS_OK;
 }
 
@@ -102,8 +104,8 @@ static void inject_fault(ddp_rank *R, int step)
 static dps_status alloc_buffers(ddp_rank *R)
 {
     backend *be = R->be;
-    model_shape m = R->cfg->shape;
-    size_t pbytes = R->nparams * sizeof(float), rows = (size_t)R->rows;
+    const net *m = R->net;
+    size_t pbytes = R->nparams * sizeof(float), rows = (size_t)R->rows, C = (size_t)m->classes;
     int d = R->dev;
     DPS_TRY(be_buf_alloc(be, d, pbytes, "parameters", &R->params));
     DPS_TRY(be_buf_alloc(be, d, pbytes, "gradients", &R->grads));
@@ -111,30 +113,28 @@ static dps_status alloc_buffers(ddp_rank *R)
     DPS_TRY(be_buf_alloc(be, d, pbytes, "optimizer state", &R->opt_state[0]));
     if (R->cfg->optimizer == OPT_ADAMW)
         DPS_TRY(be_buf_alloc(be, d, pbytes, "optimizer state", &R->opt_state[1]));
-    DPS_TRY(be_buf_alloc(be, d, rows * (size_t)m.width * sizeof(float), "input shard", &R->x));
+    DPS_TRY(be_buf_alloc(be, d, (size_t)R->samples * m->input * sizeof(float), "input shard", &R->x));
     DPS_TRY(be_buf_alloc(be, d, rows * sizeof(int32_t), "labels", &R->labels));
-    DPS_TRY(be_buf_alloc(be, d, rows * (size_t)m.classes * sizeof(float), "logits", &R->logits));
-    DPS_TRY(be_buf_alloc(be, d, rows * (size_t)m.classes * sizeof(float), "logits gradient", &R->dlogits));
+    DPS_TRY(be_buf_alloc(be, d, rows * C * sizeof(float), "logits", &R->logits));
+    DPS_TRY(be_buf_alloc(be, d, rows * C * sizeof(float), "logits gradient", &R->dlogits));
     if (R->cfg->ddp_impl == DPIMPL_TORCH) { /* nn.CrossEntropyLoss's, kept for backward */
-        DPS_TRY(be_buf_alloc(be, d, rows * (size_t)m.classes * sizeof(float), "log-probabilities",
-                             &R->logp));
-        DPS_TRY(be_buf_alloc(be, d, rows * (size_t)m.classes * sizeof(float),
+        DPS_TRY(be_buf_alloc(be, d, rows * C * sizeof(float), "log-probabilities", &R->logp));
+        DPS_TRY(be_buf_alloc(be, d, rows * C * sizeof(float),
                              "log-probabilities gradient", &R->dlogp));
     }
     DPS_TRY(be_buf_alloc(be, d, rows * sizeof(float), "per-token loss", &R->row_loss));
     DPS_TRY(be_buf_alloc(be, d, sizeof(float), "loss", &R->loss));
-    DPS_TRY(model_acts_alloc(be, d, m, R->rows, R->cfg->precision, &R->acts));
+    DPS_TRY(net_acts_alloc(be, d, m, R->samples, R->cfg->precision, &R->acts));
     DPS_TRY(be->ops->host_alloc(be, sizeof(float), (void **)&R->h_loss));
     /* each next shard made during the step, but not on the host backend,
      * whose devices are the cores that would make it */
-    return batches_start(&R->batches, be, m, R->cfg->seed, R->row0, R->rows,
+    return batches_start(&R->batches, be, m, R->cfg->seed, R->sample0, R->samples,
                          R->cfg->warmup + R->cfg->steps, !be->emulated);
 }
 
 static dps_status make_buckets(ddp_rank *R)
 {
-    R->nbk = bucket_model_assign(R->cfg->shape, R->cfg->first_bucket_mb, R->cfg->bucket_mb, R->bk,
-                                 DPS_MAX_BUCKETS);
+    R->nbk = net_buckets(R->net, R->cfg->first_bucket_mb, R->cfg->bucket_mb, R->bk, DPS_MAX_BUCKETS);
     if (R->nbk < 0)
         return dps_fail(DPS_ERR_RUNTIME, "more than %d gradient buckets; raise --bucket-mb",
                         DPS_MAX_BUCKETS);
@@ -153,7 +153,7 @@ static dps_status init_params(ddp_rank *R)
     size_t pbytes = R->nparams * sizeof(float);
     float *h = calloc(R->nparams, sizeof(float));
     if (!h) return dps_fail(DPS_ERR_RUNTIME, "out of host memory for %zu parameters", R->nparams);
-    if (R->rank == 0) model_init_params(R->cfg->shape, R->cfg->seed, h);
+    if (R->rank == 0) net_init_params(R->net, R->cfg->seed, h);
     dps_status rc = o->copy(R->be, R->st, R->params.ptr, R->dev, h, DPS_HOST, pbytes);
     if (!rc) rc = o->stream_sync(R->be, R->st);
     if (!rc) rc = comm_broadcast(R->comm, R->params.ptr, pbytes, 0);
@@ -169,11 +169,13 @@ static dps_status rank_setup(ddp_rank *R)
     const dps_config *c = R->cfg;
     int shards[DPS_MAX_DEVICES];
     ddp_shard_sizes(c->global_batch, R->nranks, shards);
-    for (int i = 0; i < R->rank; i++) R->row0 += (int64_t)shards[i] * c->shape.tokens;
-    R->rows = shards[R->rank] * c->shape.tokens;
+    DPS_TRY(config_net(c, &R->own_net, &R->net));
+    for (int i = 0; i < R->rank; i++) R->sample0 += shards[i];
+    R->samples = shards[R->rank];
+    R->rows = R->samples * R->net->rows;
     R->rep->dev.samples = shards[R->rank];
-    R->rows_total = c->global_batch * c->shape.tokens;
-    R->nparams = model_param_count(c->shape);
+    R->rows_total = c->global_batch * R->net->rows;
+    R->nparams = R->net->params;
     DPS_TRY(R->be->ops->set_device(R->be, R->dev));
     DPS_TRY(R->be->ops->stream_create(R->be, R->dev, &R->st));
     char sname[32];
@@ -202,7 +204,7 @@ static void rank_teardown(ddp_rank *R)
         if (R->bk_ev[b]) be->ops->event_destroy(be, R->bk_ev[b]);
     free(R->bk_ev);
     ptimer_free(&R->timer);
-    model_acts_free(be, &R->acts);
+    if (R->net) net_acts_free(be, R->net, &R->acts);
     dps_buf *bufs[] = {&R->params, &R->grads, &R->bucket_buf, &R->opt_state[0], &R->opt_state[1],
                        &R->x, &R->labels, &R->logits, &R->dlogits, &R->row_loss, &R->loss,
                        &R->logp, &R->dlogp};
@@ -210,11 +212,12 @@ static void rank_teardown(ddp_rank *R)
     batches_stop(&R->batches);
     if (R->h_loss) be->ops->host_free(be, R->h_loss);
     if (R->st) be->ops->stream_destroy(be, R->st);
+    net_free(&R->own_net);
 }
 
 static dps_status phase_load(ddp_rank *R)
 {
-    size_t xb = (size_t)R->rows * (size_t)R->cfg->shape.width * sizeof(float), lb = (size_t)R->rows * sizeof(int32_t);
+    size_t xb = (size_t)R->samples * R->net->input * sizeof(float), lb = (size_t)R->rows * sizeof(int32_t);
     const be_ops *o = R->be->ops;
     DPS_TRY(ptimer_begin(&R->timer, 0, PH_LOAD));
     DPS_TRY(o->copy(R->be, R->st, R->x.ptr, R->dev, R->h_x, DPS_HOST, xb));
@@ -234,7 +237,7 @@ static dps_status phase_load(ddp_rank *R)
 static dps_status rank_loss(ddp_rank *R)
 {
     const be_ops *o = R->be->ops;
-    int rows = R->rows, classes = R->cfg->shape.classes;
+    int rows = R->rows, classes = R->net->classes;
     float scale = (float)R->nranks / (float)R->rows_total;
     if (R->cfg->ddp_impl == DPIMPL_LEAN)
         return o->xent(R->be, R->st, rows, classes, R->logits.ptr, R->labels.ptr, scale,
@@ -249,11 +252,11 @@ static dps_status rank_loss(ddp_rank *R)
 static dps_status phase_forward_loss(ddp_rank *R, int step)
 {
     const be_ops *o = R->be->ops;
-    model_shape m = R->cfg->shape;
     set_phase(R, PH_FORWARD);
     inject_fault(R, step);
     DPS_TRY(ptimer_begin(&R->timer, 0, PH_FORWARD));
-    DPS_TRY(model_forward(R->be, R->st, m, R->params.ptr, &R->acts, R->rows, R->x.ptr, R->logits.ptr));
+    DPS_TRY(net_forward(R->be, R->st, R->net, R->params.ptr, &R->acts, R->samples, R->x.ptr,
+                        R->logits.ptr));
     DPS_TRY(ptimer_end(&R->timer, 0, PH_FORWARD));
     set_phase(R, PH_LOSS);
     DPS_TRY(ptimer_begin(&R->timer, 0, PH_LOSS));
@@ -271,8 +274,8 @@ static dps_status phase_backward(ddp_rank *R)
     R->ready_lo = R->nparams;
     DPS_TRY(ptimer_begin(&R->timer, 0, PH_BACKWARD));
     nvtx_push_phase(PH_BACKWARD);
-    dps_status rc = model_backward(R->be, R->st, R->cfg->shape, R->params.ptr, &R->acts, R->rows,
-                                   R->x.ptr, R->dlogits.ptr, R->grads.ptr, grad_hook, R);
+    dps_status rc = net_backward(R->be, R->st, R->net, R->params.ptr, &R->acts, R->samples,
+                                 R->x.ptr, R->dlogits.ptr, R->grads.ptr, grad_hook, R);
     nvtx_pop();
     DPS_TRY(rc);
     return ptimer_end(&R->timer, 0, PH_BACKWARD);

@@ -15,9 +15,11 @@ void ddp_shared_layout(const dps_config *cfg, ddp_shared *sh)
     sh->nranks = cfg->ngpus;
     sh->steps = cfg->steps;
     sh->warmup = cfg->warmup;
-    sh->nparams = model_param_count(cfg->shape);
+    sh->nparams = config_params(cfg);
     sh->trace_steps = timeline_steps(cfg->trace_steps, cfg->steps);
-    int nbk = bucket_model_assign(cfg->shape, cfg->first_bucket_mb, cfg->bucket_mb, NULL, DPS_MAX_BUCKETS);
+    int nbk = cfg->net_file
+        ? net_buckets(cfg->net_file, cfg->first_bucket_mb, cfg->bucket_mb, NULL, DPS_MAX_BUCKETS)
+        : bucket_model_assign(cfg->shape, cfg->first_bucket_mb, cfg->bucket_mb, NULL, DPS_MAX_BUCKETS);
     sh->max_spans = nbk > 0 ? nbk : 0;
     size_t n = (size_t)cfg->ngpus, t = (size_t)sh->trace_steps, off = align64(sizeof *sh);
     sh->off_step_ms = off;
@@ -112,7 +114,7 @@ void ddp_collect(const dps_config *c, ddp_shared *sh, train_result *res)
                    PH_COUNT * sizeof(float));
         }
     }
-    double rows = (double)c->global_batch * c->shape.tokens;
+    double rows = (double)c->global_batch * c->shape.tokens; /* a file's shape: its loss rows */
     for (int k = 0; k < losses; k++) {
         double sum = 0.0;
         for (int r = 0; r < n; r++) sum += ddp_shared_loss_sum(sh, r)[k];

@@ -31,19 +31,20 @@ static dps_status alloc_slot(dp_state *st, int i, size_t pbytes)
 {
     backend *be = st->be;
     dp_slot *s = &st->s[i];
-    model_shape m = st->cfg->shape;
+    const net *m = st->net;
     size_t rows = (size_t)s->rows;
     DPS_TRY(be_buf_alloc(be, s->dev, pbytes, i ? "replica parameters" : "parameters", &s->params));
     DPS_TRY(be_buf_alloc(be, s->dev, pbytes, "gradients", &s->grads));
     if (i) { /* slot 0's are device 0's batch and logits gradient (alloc_primary) */
-        DPS_TRY(be_buf_alloc(be, s->dev, rows * (size_t)m.width * sizeof(float), "input chunk", &s->x));
-        DPS_TRY(be_buf_alloc(be, s->dev, rows * (size_t)m.classes * sizeof(float),
+        DPS_TRY(be_buf_alloc(be, s->dev, (size_t)s->samples * m->input * sizeof(float), "input chunk",
+                             &s->x));
+        DPS_TRY(be_buf_alloc(be, s->dev, rows * (size_t)m->classes * sizeof(float),
                              "replica logits, then their gradient", &s->logits));
         s->xv = s->x.ptr;
         s->logitsv = s->dlogitsv = s->logits.ptr;
     }
-    DPS_TRY(model_acts_alloc(be, s->dev, m, s->rows, st->cfg->precision, &s->acts));
-    s->acts.logits16_out = s->acts.bf16; /* gathered in bf16 */
+    DPS_TRY(net_acts_alloc(be, s->dev, m, s->samples, st->cfg->precision, &s->acts));
+    s->acts.mlp.logits16_out = s->acts.mlp.bf16; /* gathered in bf16 */
     return DPS_OK;
 }
 
@@ -68,12 +69,12 @@ static dps_status alloc_torch(dp_state *st, size_t pbytes)
 {
     backend *be = st->be;
     int d0 = st->s[0].dev;
-    size_t nc = (size_t)st->rows_total * (size_t)st->cfg->shape.classes * sizeof(float);
+    size_t nc = (size_t)st->rows_total * (size_t)st->net->classes * sizeof(float);
     DPS_TRY(be_buf_alloc(be, d0, nc, "log-probabilities", &st->logp));
     DPS_TRY(be_buf_alloc(be, d0, nc, "log-probabilities gradient", &st->dlogp));
     if (!coalesced(st)) return DPS_OK;
     DPS_TRY(dp_make_groups(st));
-    size_t most = dp_largest_group_floats(st->cfg->shape) * sizeof(float);
+    size_t most = dp_largest_group_floats(st->net) * sizeof(float);
     DPS_TRY(be_buf_alloc(be, d0, pbytes, "reduce output", &st->reduce_out));
     for (int i = 0; i < st->nslots; i++) {
         dp_slot *s = &st->s[i];
@@ -91,17 +92,17 @@ static dps_status alloc_primary(dp_state *st, size_t pbytes)
 {
     backend *be = st->be;
     int d0 = st->s[0].dev;
-    size_t n = (size_t)st->rows_total;
-    model_shape m = st->cfg->shape;
+    size_t n = (size_t)st->rows_total, samples = (size_t)st->cfg->global_batch;
+    const net *m = st->net;
     DPS_TRY(be_buf_alloc(be, d0, pbytes, "optimizer state", &st->opt_state[0]));
     if (st->cfg->optimizer == OPT_ADAMW)
         DPS_TRY(be_buf_alloc(be, d0, pbytes, "optimizer state", &st->opt_state[1]));
-    DPS_TRY(be_buf_alloc(be, d0, n * (size_t)m.width * sizeof(float), "input batch", &st->x_full));
+    DPS_TRY(be_buf_alloc(be, d0, samples * m->input * sizeof(float), "input batch", &st->x_full));
     DPS_TRY(be_buf_alloc(be, d0, n * sizeof(int32_t), "labels", &st->labels_full));
-    DPS_TRY(be_buf_alloc(be, d0, n * (size_t)m.classes * sizeof(float), "gathered logits", &st->logits_full));
-    DPS_TRY(be_buf_alloc(be, d0, n * (size_t)m.classes * sizeof(float), "logits gradient", &st->dlogits_full));
+    DPS_TRY(be_buf_alloc(be, d0, n * (size_t)m->classes * sizeof(float), "gathered logits", &st->logits_full));
+    DPS_TRY(be_buf_alloc(be, d0, n * (size_t)m->classes * sizeof(float), "logits gradient", &st->dlogits_full));
     if (st->bf16)
-        DPS_TRY(be_buf_alloc(be, d0, n * (size_t)m.classes * 2, "gathered bf16 logits, then their "
+        DPS_TRY(be_buf_alloc(be, d0, n * (size_t)m->classes * 2, "gathered bf16 logits, then their "
                              "gradient", &st->logits16_full));
     DPS_TRY(be_buf_alloc(be, d0, n * sizeof(float), "per-token loss", &st->row_loss));
     DPS_TRY(be_buf_alloc(be, d0, sizeof(float), "loss", &st->loss));
@@ -133,18 +134,21 @@ static dps_status dp_setup(dp_state *st)
     backend *be = st->be;
     int samples[DPS_MAX_DEVICES];
     st->nslots = dp_chunk_sizes(c->global_batch, c->ngpus, samples);
-    st->rows_total = c->global_batch * c->shape.tokens;
-    st->nparams = model_param_count(c->shape);
+    DPS_TRY(config_net(c, &st->own_net, &st->net));
+    st->rows_total = c->global_batch * st->net->rows;
+    st->nparams = st->net->params;
     size_t pbytes = st->nparams * sizeof(float);
     be_stream *streams[DPS_MAX_DEVICES];
     int devs[DPS_MAX_DEVICES];
-    int64_t row0 = 0;
+    int64_t sample0 = 0;
     for (int i = 0; i < st->nslots; i++) {
         dp_slot *s = &st->s[i];
         s->dev = devs[i] = c->devices[i];
-        s->rows = samples[i] * c->shape.tokens;
-        s->row0 = row0;
-        row0 += s->rows;
+        s->samples = samples[i];
+        s->sample0 = sample0;
+        s->rows = samples[i] * st->net->rows;
+        s->row0 = sample0 * st->net->rows;
+        sample0 += samples[i];
         DPS_TRY(be->ops->stream_create(be, s->dev, &s->st));
         char name[32];
         snprintf(name, sizeof name, "compute-%d", s->dev);
@@ -162,7 +166,7 @@ static dps_status dp_setup(dp_state *st)
     DPS_TRY(be->ops->host_alloc(be, sizeof(float), (void **)&st->h_loss));
     /* each next batch made during the step, but not on the host backend,
      * whose devices are the cores that would make it */
-    return batches_start(&st->batches, be, c->shape, c->seed, 0, st->rows_total,
+    return batches_start(&st->batches, be, st->net, c->seed, 0, c->global_batch,
                          c->warmup + c->steps, !be->emulated);
 }
 
@@ -177,7 +181,7 @@ static void dp_teardown(dp_state *st, dps_status run)
     ptimer_free(&st->timer);
     for (int i = 0; i < st->nslots; i++) {
         dp_slot *s = &st->s[i];
-        model_acts_free(be, &s->acts);
+        if (st->net) net_acts_free(be, st->net, &s->acts);
         be_buf_free(be, &s->params);
         be_buf_free(be, &s->grads);
         be_buf_free(be, &s->x);
@@ -194,6 +198,7 @@ static void dp_teardown(dp_state *st, dps_status run)
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be_buf_free(be, bufs[i]);
     if (st->h_loss) be->ops->host_free(be, st->h_loss);
     free(st->groups);
+    net_free(&st->own_net);
 }
 
 /* Forward of one replica: with torch's replicate its parameters arrive on
@@ -205,8 +210,7 @@ static dps_status worker_forward(dp_state *st, int slot)
     if (slot && coalesced(st))
         DPS_TRY(be->ops->stream_wait(be, s->st, st->timer.ev[0][PH_REPLICATE][1]));
     DPS_TRY(ptimer_begin(&st->timer, slot, PH_FORWARD));
-    DPS_TRY(model_forward(be, s->st, st->cfg->shape, s->params.ptr, &s->acts, s->rows, s->xv,
-                          s->logitsv));
+    DPS_TRY(net_forward(be, s->st, st->net, s->params.ptr, &s->acts, s->samples, s->xv, s->logitsv));
     return ptimer_end(&st->timer, slot, PH_FORWARD);
 }
 
@@ -215,10 +219,10 @@ static dps_status worker_forward(dp_state *st, int slot)
 static void dlogits_rows(dp_state *st, int slot, const void **from, void **to)
 {
     dp_slot *s = &st->s[slot];
-    size_t first = (size_t)s->row0 * (size_t)st->cfg->shape.classes;
+    size_t first = (size_t)s->row0 * (size_t)st->net->classes;
     if (st->bf16) {
         *from = (const uint16_t *)st->logits16_full.ptr + first;
-        *to = s->acts.dlogits16.ptr;
+        *to = s->acts.mlp.dlogits16.ptr;
     } else {
         *from = (const float *)st->dlogits_full.ptr + first;
         *to = s->dlogitsv;
@@ -234,11 +238,10 @@ static dps_status worker_backward(dp_state *st, int slot)
 {
     dp_slot *s = &st->s[slot];
     backend *be = st->be;
-    model_shape m = st->cfg->shape;
     const void *from;
     void *to;
     dlogits_rows(st, slot, &from, &to);
-    size_t bytes = (size_t)s->rows * m.classes * logit_bytes(st);
+    size_t bytes = (size_t)s->rows * (size_t)st->net->classes * logit_bytes(st);
     if (slot) {
         DPS_TRY(be->ops->stream_wait(be, s->st, st->timer.ev[0][PH_LOSS][1]));
         DPS_TRY(ptimer_begin_more(&st->timer, slot, PH_SCATTER));
@@ -247,8 +250,8 @@ static dps_status worker_backward(dp_state *st, int slot)
     }
     DPS_TRY(ptimer_begin(&st->timer, slot, PH_BACKWARD));
     if (!slot && st->bf16) DPS_TRY(be->ops->copy(be, s->st, to, s->dev, from, s->dev, bytes));
-    DPS_TRY(model_backward(be, s->st, m, s->params.ptr, &s->acts, s->rows, s->xv,
-                           st->bf16 ? NULL : s->dlogitsv, s->grads.ptr, NULL, NULL));
+    DPS_TRY(net_backward(be, s->st, st->net, s->params.ptr, &s->acts, s->samples, s->xv,
+                         st->bf16 ? NULL : s->dlogitsv, s->grads.ptr, NULL, NULL));
     return ptimer_end(&st->timer, slot, PH_BACKWARD);
 }
 
@@ -268,7 +271,7 @@ static dps_status phase_load(dp_state *st)
     backend *be = st->be;
     dp_slot *s0 = &st->s[0];
     size_t n = (size_t)st->rows_total;
-    size_t xb = n * (size_t)st->cfg->shape.width * sizeof(float);
+    size_t xb = (size_t)st->cfg->global_batch * st->net->input * sizeof(float);
     DPS_TRY(ptimer_begin(&st->timer, 0, PH_LOAD));
     DPS_TRY(be->ops->copy(be, s0->st, st->x_full.ptr, s0->dev, st->h_x, DPS_HOST, xb));
     DPS_TRY(be->ops->copy(be, s0->st, st->labels_full.ptr, s0->dev, st->h_labels, DPS_HOST, n * sizeof(int32_t)));
@@ -278,14 +281,14 @@ static dps_status phase_load(dp_state *st)
 
 static dps_status phase_scatter(dp_state *st)
 {
-    int width = st->cfg->shape.width;
+    size_t input = st->net->input;
     DPS_TRY(ptimer_begin(&st->timer, 0, PH_SCATTER));
     for (int i = 1; i < st->nslots; i++) {
         dp_slot *s = &st->s[i];
         DPS_TRY(st->be->ops->stream_wait(st->be, s->st, st->timer.ev[0][PH_LOAD][1]));
         DPS_TRY(ptimer_begin(&st->timer, i, PH_SCATTER));
-        DPS_TRY(dp_p2p(st, PH_SCATTER, i, s->x.ptr, 0, (float *)st->x_full.ptr + s->row0 * width,
-                    (size_t)s->rows * width * sizeof(float), s->st));
+        DPS_TRY(dp_p2p(st, PH_SCATTER, i, s->x.ptr, 0, (float *)st->x_full.ptr + (size_t)s->sample0 * input,
+                       (size_t)s->samples * input * sizeof(float), s->st));
         DPS_TRY(ptimer_end(&st->timer, i, PH_SCATTER));
     }
     return ptimer_end(&st->timer, 0, PH_SCATTER);
@@ -295,7 +298,7 @@ static dps_status phase_scatter(dp_state *st)
  * under autocast (the loss casts them to fp32), fp32 otherwise. */
 static dps_status phase_gather(dp_state *st)
 {
-    size_t row = (size_t)st->cfg->shape.classes * logit_bytes(st);
+    size_t row = (size_t)st->net->classes * logit_bytes(st);
     int bf16 = st->bf16;
     char *into = bf16 ? st->logits16_full.ptr : st->logits_full.ptr;
     dp_slot *s0 = &st->s[0];
@@ -305,7 +308,7 @@ static dps_status phase_gather(dp_state *st)
         DPS_TRY(st->be->ops->stream_wait(st->be, s0->st, st->timer.ev[i][PH_FORWARD][1]));
         if (i) DPS_TRY(ptimer_begin_on(&st->timer, i, PH_GATHER, 0)); /* copies run on slot 0's stream */
         DPS_TRY(dp_p2p(st, PH_GATHER, 0, into + (size_t)s->row0 * row, i,
-                       bf16 ? s->acts.dlogits16.ptr : s->logitsv, (size_t)s->rows * row, s0->st));
+                       bf16 ? s->acts.mlp.dlogits16.ptr : s->logitsv, (size_t)s->rows * row, s0->st));
         if (i) DPS_TRY(ptimer_end_on(&st->timer, i, PH_GATHER, 0));
     }
     return ptimer_end(&st->timer, 0, PH_GATHER);
@@ -316,7 +319,7 @@ static dps_status phase_gather(dp_state *st)
 static dps_status phase_backward(dp_state *st)
 {
     DPS_TRY(pool_run(&st->pool, JOB_BACKWARD));
-    size_t row_bytes = (size_t)st->cfg->shape.classes * logit_bytes(st);
+    size_t row_bytes = (size_t)st->net->classes * logit_bytes(st);
     for (int i = 1; i < st->nslots; i++) {
         dp_count(st, 0, PH_SCATTER, LINK_P2P_SENT, (size_t)st->s[i].rows * row_bytes);
         dp_count(st, i, PH_SCATTER, LINK_P2P_RECV, (size_t)st->s[i].rows * row_bytes);
@@ -403,7 +406,7 @@ static dps_status dp_upload_params(dp_state *st)
     size_t pbytes = st->nparams * sizeof(float);
     float *h = malloc(pbytes);
     if (!h) return dps_fail(DPS_ERR_RUNTIME, "out of host memory for %zu parameters", st->nparams);
-    model_init_params(st->cfg->shape, st->cfg->seed, h);
+    net_init_params(st->net, st->cfg->seed, h);
     dps_status rc = be->ops->copy(be, s0->st, s0->params.ptr, s0->dev, h, DPS_HOST, pbytes);
     if (!rc) rc = be->ops->memset0(be, s0->st, st->opt_state[0].ptr, st->opt_state[0].bytes);
     if (!rc && st->opt_state[1].ptr)
@@ -512,7 +515,7 @@ dps_status dp_train(const dps_config *cfg, backend *be, train_result *res)
         dps_status sampled = i < st->nslots ? be_sample_mem(be, dev) : DPS_OK;
         if (!rc) rc = sampled;
         res->dev[i].dev = dev;
-        res->dev[i].samples = i < st->nslots ? st->s[i].rows / cfg->shape.tokens : 0;
+        res->dev[i].samples = i < st->nslots ? st->s[i].samples : 0;
         dps_strlcpy(res->dev[i].name, be->info[dev].name, sizeof res->dev[i].name);
         dev_stats_memory(&res->dev[i], be, dev);
         if (rc == DPS_OK && res->steps_done > 0)

@@ -17,7 +17,7 @@ int dp_chunk_sizes(int batch, int n, int *sizes);
 /* The floats of the largest of replicate's and reduce's coalescing groups
  * (torch): a tensor over 10 MiB is a group alone, so every buffer a group
  * passes through holds this many. */
-size_t dp_largest_group_floats(model_shape s);
+size_t dp_largest_group_floats(const net *n);
 
 /* Trains cfg->warmup + cfg->steps steps, filling res (timings, losses, memory,
  * bytes moved and the final parameters). Returns the run's status; on

@@ -21,7 +21,7 @@ dps_status dp_loss(dp_state *st)
 {
     backend *be = st->be;
     dp_slot *s0 = &st->s[0];
-    int n = st->rows_total, classes = st->cfg->shape.classes;
+    int n = st->rows_total, classes = st->net->classes;
     float scale = 1.0f / (float)n;
     DPS_TRY(ptimer_begin(&st->timer, 0, PH_LOSS));
     int64_t nc = (int64_t)n * classes;

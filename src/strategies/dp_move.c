@@ -47,23 +47,25 @@ static int group_tensors(const size_t *counts, int n, dp_group *out)
 
 dps_status dp_make_groups(dp_state *st)
 {
-    size_t counts[2 * BUCKET_MAX_LAYERS + 2];
-    int n = bucket_model_params(st->cfg->shape, counts, (int)(sizeof counts / sizeof counts[0]));
-    st->groups = calloc((size_t)n + 1, sizeof *st->groups);
+    const net *n = st->net;
+    st->groups = calloc((size_t)n->ntensors + 1, sizeof *st->groups);
     if (!st->groups) return dps_fail(DPS_ERR_RUNTIME, "out of host memory for dp's groups");
-    st->ngroups = group_tensors(counts, n, st->groups);
+    st->ngroups = group_tensors(n->counts, n->ntensors, st->groups);
     return DPS_OK;
 }
 
-size_t dp_largest_group_floats(model_shape s)
+size_t dp_largest_group_floats(const net *n)
 {
-    size_t counts[2 * BUCKET_MAX_LAYERS + 2], most = 0;
-    dp_group groups[2 * BUCKET_MAX_LAYERS + 3];
-    int n = group_tensors(counts, bucket_model_params(s, counts, (int)(sizeof counts / sizeof counts[0])),
-                          groups);
-    for (int k = 0; k < n; k++)
-        if (groups[k].hi - groups[k].lo > most) most = groups[k].hi - groups[k].lo;
-    return most;
+    size_t limit = DP_COALESCE_BYTES / sizeof(float), most = 0, group = 0;
+    for (int t = 0; t < n->ntensors; t++) { /* group_tensors' groups, counted as they close */
+        if (group && group + n->counts[t] <= limit) {
+            group += n->counts[t];
+        } else {
+            most = group > most ? group : most;
+            group = n->counts[t];
+        }
+    }
+    return group > most ? group : most;
 }
 
 /* An NCCL broadcast (replicate) or reduce of `bytes` over every slot, in

@@ -9,12 +9,14 @@
 #include "strategies/ptimer.h"
 #include "core/pool.h"
 #include "model/batches.h"
-#include "model/model.h"
+#include "model/net.h"
 
 typedef struct dp_slot {
     int dev;
-    int rows;          /* tokens of its chunk */
-    int64_t row0;      /* first row in the global batch */
+    int samples;       /* its chunk */
+    int64_t sample0;   /* its first sample in the global batch */
+    int rows;          /* the loss rows of its chunk */
+    int64_t row0;      /* its first loss row in the global batch */
     be_stream *st;
     dps_buf params, grads;                 /* slot 0: the master copies */
     dps_buf x;                             /* slot 0: a view of the batch (xv) */
@@ -26,7 +28,7 @@ typedef struct dp_slot {
     float *xv, *logitsv, *dlogitsv;
     dps_buf flat;      /* torch: the coalescing buffer of one group (the largest) */
     be_event *flat_ev, *taken_ev; /* torch, p2p reduce: flat filled / copied to device 0 */
-    model_acts acts;
+    net_acts acts;
 } dp_slot;
 
 /* A run of whole parameter tensors of at most DP_COALESCE_BYTES (a larger
@@ -36,6 +38,8 @@ typedef struct dp_group { size_t lo, hi; } dp_group;
 typedef struct dp_state {
     const dps_config *cfg;
     backend *be;
+    const net *net;        /* the model: cfg's file, or own_net */
+    net own_net;           /* the MLP of cfg->shape */
     int bf16;              /* as under autocast: cfg->precision is PREC_BF16 */
     size_t nparams;
     int nslots, rows_total;

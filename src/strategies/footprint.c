@@ -14,13 +14,15 @@
 
 #define F4 ((uint64_t)sizeof(float))
 
-/* model_acts_alloc: pre-activations and activations of every layer, two
- * activation gradients; under autocast (bf16) those in bf16, and the cast
- * parameters and input, an fp32 GEMM output and the bf16 logits. */
-static uint64_t acts_bytes(const dps_config *c, uint64_t rows)
+/* net_acts_alloc of `samples` samples. The MLP's (model_acts_alloc):
+ * pre-activations and activations of every layer, two activation
+ * gradients; under autocast (bf16) those in bf16, and the cast parameters
+ * and input, an fp32 GEMM output and the bf16 logits. A file's: graph_acts_bytes. */
+static uint64_t acts_bytes(const dps_config *c, const net *n, uint64_t samples)
 {
+    if (net_is_file(n)) return graph_acts_bytes(&n->file, samples);
     model_shape s = c->shape;
-    uint64_t layer = rows * (uint64_t)s.width;
+    uint64_t rows = samples * (uint64_t)s.tokens, layer = rows * (uint64_t)s.width;
     if (c->precision != PREC_BF16) return layer * F4 * (2 * (uint64_t)s.layers + 2);
     return layer * 2 * (2 * (uint64_t)s.layers + 3) + (uint64_t)model_param_count(s) * 2 +
            layer * F4 + rows * (uint64_t)s.classes * 2;
@@ -33,45 +35,44 @@ static uint64_t optimizer_bytes(const dps_config *c, uint64_t pbytes)
 
 /* dp_setup's buffers (alloc_slot, alloc_primary, alloc_torch), by slot;
  * returns the host's (input, labels, loss, the final parameters). */
-static uint64_t dp_devices(const dps_config *c, uint64_t *dev)
+static uint64_t dp_devices(const dps_config *c, const net *m, uint64_t *dev)
 {
     int samples[DPS_MAX_DEVICES];
     int nslots = dp_chunk_sizes(c->global_batch, c->ngpus, samples);
-    model_shape m = c->shape;
-    uint64_t pbytes = (uint64_t)model_param_count(m) * F4, n = (uint64_t)c->global_batch * m.tokens;
-    uint64_t W = (uint64_t)m.width * F4, C = (uint64_t)m.classes * F4;
+    uint64_t pbytes = (uint64_t)m->params * F4, n = (uint64_t)c->global_batch * (uint64_t)m->rows;
+    uint64_t X = (uint64_t)m->input * F4, C = (uint64_t)m->classes * F4;
+    uint64_t xall = (uint64_t)c->global_batch * X;
     int torch = c->dp_impl == DPIMPL_TORCH, coalesced = torch && nslots > 1;
     uint64_t group = (uint64_t)dp_largest_group_floats(m) * F4;
     for (int i = 0; i < nslots; i++) {
-        uint64_t rows = (uint64_t)samples[i] * m.tokens;
-        dev[i] = 2 * pbytes + acts_bytes(c, rows);
-        if (i) dev[i] += rows * W + rows * C; /* slot 0's live in device 0's batch and dlogits */
+        uint64_t rows = (uint64_t)samples[i] * (uint64_t)m->rows;
+        dev[i] = 2 * pbytes + acts_bytes(c, m, (uint64_t)samples[i]);
+        if (i) dev[i] += (uint64_t)samples[i] * X + rows * C; /* slot 0's: device 0's batch and dlogits */
         if (coalesced) dev[i] += group;
     }
-    dev[0] += optimizer_bytes(c, pbytes) + n * W + 2 * n * C + 2 * n * F4 + F4;
+    dev[0] += optimizer_bytes(c, pbytes) + xall + 2 * n * C + 2 * n * F4 + F4;
     if (nslots > 1) dev[0] += coalesced ? group : (pbytes < DP_COALESCE_BYTES ? pbytes : DP_COALESCE_BYTES);
     if (torch) dev[0] += 2 * n * C;
-    if (c->precision == PREC_BF16) dev[0] += n * (uint64_t)m.classes * 2; /* gathered bf16 logits */
+    if (c->precision == PREC_BF16) dev[0] += n * (uint64_t)m->classes * 2; /* gathered bf16 logits */
     if (coalesced) dev[0] += pbytes;
-    return 2 * (n * W + n * F4) + F4 + pbytes; /* two steps' batches (batches.h) */
+    return 2 * (xall + n * F4) + F4 + pbytes; /* two steps' batches (batches.h) */
 }
 
 /* A rank's buffers (ddp.c's alloc_rank), by rank; returns the host's: every
  * rank's input, labels and initial parameters, the shared region, the
  * parent's copy of the final parameters. */
-static uint64_t ddp_devices(const dps_config *c, uint64_t *dev)
+static uint64_t ddp_devices(const dps_config *c, const net *m, uint64_t *dev)
 {
     int shard[DPS_MAX_DEVICES];
     ddp_shard_sizes(c->global_batch, c->ngpus, shard);
-    model_shape m = c->shape;
-    uint64_t pbytes = (uint64_t)model_param_count(m) * F4, host = pbytes;
-    uint64_t W = (uint64_t)m.width * F4, C = (uint64_t)m.classes * F4;
+    uint64_t pbytes = (uint64_t)m->params * F4, host = pbytes;
+    uint64_t X = (uint64_t)m->input * F4, C = (uint64_t)m->classes * F4;
     for (int r = 0; r < c->ngpus; r++) {
-        uint64_t rows = (uint64_t)shard[r] * m.tokens;
-        dev[r] = (c->grad_view ? 2 : 3) * pbytes + optimizer_bytes(c, pbytes) + rows * W +
-                 2 * rows * C + 2 * rows * F4 + F4 + acts_bytes(c, rows);
+        uint64_t rows = (uint64_t)shard[r] * (uint64_t)m->rows, x = (uint64_t)shard[r] * X;
+        dev[r] = (c->grad_view ? 2 : 3) * pbytes + optimizer_bytes(c, pbytes) + x +
+                 2 * rows * C + 2 * rows * F4 + F4 + acts_bytes(c, m, (uint64_t)shard[r]);
         if (c->ddp_impl == DPIMPL_TORCH) dev[r] += 2 * rows * C; /* log-probabilities, gradient */
-        host += 2 * (rows * W + rows * F4) + F4 + pbytes; /* two steps' shards (batches.h) */
+        host += 2 * (x + rows * F4) + F4 + pbytes; /* two steps' shards (batches.h) */
     }
     ddp_shared sh;
     ddp_shared_layout(c, &sh);
@@ -79,11 +80,11 @@ static uint64_t ddp_devices(const dps_config *c, uint64_t *dev)
 }
 
 /* One run's bytes: its devices, and its host's with the step records. */
-static void one_run(const dps_config *c, be_kind kind, footprint *fp)
+static void one_run(const dps_config *c, const net *m, be_kind kind, footprint *fp)
 {
     memset(fp, 0, sizeof *fp);
     uint64_t steps = (uint64_t)c->steps, ranks = (uint64_t)c->ngpus;
-    fp->host = c->mode == MODE_DP ? dp_devices(c, fp->device) : ddp_devices(c, fp->device);
+    fp->host = c->mode == MODE_DP ? dp_devices(c, m, fp->device) : ddp_devices(c, m, fp->device);
     fp->host += steps * (sizeof(double) + ranks * (sizeof(double) + PH_COUNT * sizeof(float))) +
                 (steps + (uint64_t)c->warmup) * sizeof(float);
     for (int i = 0; i < c->ngpus; i++) fp->devices += fp->device[i];
@@ -92,16 +93,25 @@ static void one_run(const dps_config *c, be_kind kind, footprint *fp)
 
 void footprint_of(const dps_config *cfg, be_kind kind, footprint *fp)
 {
-    one_run(cfg, kind, fp);
-    if (!cfg->check) return;
-    dps_config ref = *cfg; /* run_check: device 0 alone, after the run, beside its parameters */
-    ref.mode = MODE_DP;
-    ref.ngpus = 1;
-    ref.check = 0;
-    footprint r;
-    one_run(&ref, kind, &r);
-    uint64_t kept = (uint64_t)model_param_count(cfg->shape) * F4;
-    if (r.total + kept > fp->total) fp->total = r.total + kept;
+    net own;
+    const net *m = NULL;
+    if (config_net(cfg, &own, &m) != DPS_OK) { /* no host memory for the MLP's tensor list */
+        memset(fp, 0, sizeof *fp);
+        fp->total = UINT64_MAX;
+        return;
+    }
+    one_run(cfg, m, kind, fp);
+    if (cfg->check) {
+        dps_config ref = *cfg; /* run_check: device 0 alone, after the run, beside its parameters */
+        ref.mode = MODE_DP;
+        ref.ngpus = 1;
+        ref.check = 0;
+        footprint r;
+        one_run(&ref, m, kind, &r);
+        uint64_t kept = (uint64_t)m->params * F4;
+        if (r.total + kept > fp->total) fp->total = r.total + kept;
+    }
+    net_free(&own);
 }
 
 /* A "Key:  N kB" line of a /proc file, in bytes; 0 when absent. */

@@ -52,17 +52,19 @@ static void test_batches(void)
     EXPECT(be_open(&o, &be) == DPS_OK);
     if (!be) return;
     model_shape s = {2, 64, 4, 16};
-    enum { ROWS = 12, STEPS = 5 };
+    net n;
+    EXPECT(net_mlp(s, &n) == DPS_OK);
+    enum { SAMPLES = 3, ROWS = SAMPLES * 4, STEPS = 5 };
     float want_x[ROWS * 64];
     int32_t want_y[ROWS];
     for (int ahead = 0; ahead < 2; ahead++) {
         batches b;
-        EXPECT(batches_start(&b, be, s, 1234, 7, ROWS, STEPS, ahead) == DPS_OK);
+        EXPECT(batches_start(&b, be, &n, 1234, 2, SAMPLES, STEPS, ahead) == DPS_OK);
         for (int k = 0; k < STEPS; k++) {
             const float *x = NULL;
             const int32_t *y = NULL;
             batches_get(&b, k, &x, &y);
-            model_make_batch(s, 1234, k, 7, ROWS, want_x, want_y);
+            model_make_batch(s, 1234, k, 2 * 4, ROWS, want_x, want_y);
             EXPECT(memcmp(x, want_x, sizeof want_x) == 0 && memcmp(y, want_y, sizeof want_y) == 0);
         }
         batches_stop(&b);
@@ -71,6 +73,7 @@ static void test_batches(void)
     batches zeroed;
     memset(&zeroed, 0, sizeof zeroed);
     batches_stop(&zeroed);
+    net_free(&n);
     be_close(be);
 }
 
@@ -296,17 +299,16 @@ typedef struct graph_case {
     model_file mf;
     graph_layout l;
     graph_acts a;
-    float *x, *r;
+    float *x, *r, *y;
     int samples, hooks[8], nhooks;
 } graph_case;
 
 /* sum(logits * r), in double */
 static double graph_loss(graph_case *g, const float *p)
 {
-    EXPECT(graph_forward(g->be, NULL, &g->mf, &g->l, p, &g->a, g->samples, g->x) == DPS_OK);
-    const float *y = g->a.out[g->mf.nops - 1].ptr;
+    EXPECT(graph_forward(g->be, NULL, &g->mf, &g->l, p, &g->a, g->samples, g->x, g->y) == DPS_OK);
     double loss = 0;
-    for (int i = 0; i < g->samples * 12; i++) loss += (double)y[i] * g->r[i];
+    for (int i = 0; i < g->samples * 12; i++) loss += (double)g->y[i] * g->r[i];
     return loss;
 }
 
@@ -332,6 +334,7 @@ static void test_graph_gradients(void)
     float *p = malloc(g.l.total * sizeof *p), *grads = malloc(g.l.total * sizeof *grads);
     g.x = malloc(48 * sizeof *g.x);
     g.r = malloc(24 * sizeof *g.r);
+    g.y = malloc(24 * sizeof *g.y);
     graph_init_params(&g.mf, &g.l, 7, p);
     for (int i = 0; i < 48; i++) g.x[i] = dps_uniform(8, 1, (uint64_t)i);
     for (int i = 0; i < 24; i++) g.r[i] = dps_uniform(8, 2, (uint64_t)i);
@@ -359,7 +362,7 @@ static void test_graph_gradients(void)
     graph_layout_free(&g.l);
     model_file_free(&g.mf);
     be_close(g.be);
-    free(p); free(grads); free(g.x); free(g.r);
+    free(p); free(grads); free(g.x); free(g.r); free(g.y);
 }
 
 EXPECT_GROUPS(GROUP(presets), GROUP(batches), GROUP(gradients), GROUP(model_bf16), GROUP(buckets),

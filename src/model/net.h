@@ -1,0 +1,89 @@
+/* The model a configuration trains, as the strategies run it: the token MLP
+ * of a preset's shape (model.h) or a model file's graph (graph.h), behind
+ * one set of calls: its tensors in the flat buffer's order, its synthetic
+ * batches by sample, its activations, forward, and backward with a hook
+ * each time the gradients above an offset of the flat buffer are final. */
+#ifndef DPS_NET_H
+#define DPS_NET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "model/bucket.h"
+#include "model/graph.h"
+#include "model/model.h"
+#include "model/model_file.h"
+
+#define NET_PATH_MAX 1024
+
+typedef struct net {
+    char path[NET_PATH_MAX];  /* the model file; "": the MLP of shape */
+    model_shape shape;        /* the MLP's; a file's as runs.csv reports it: layers = its
+                                 ops, width = input elements a loss row, tokens = loss rows
+                                 a sample, classes */
+    model_file file;          /* a file's ops and tensors (nops 0: the MLP) */
+    graph_layout layout;      /* a file's tensors in the flat buffer */
+    int *ready;               /* a file's tensors in ready order */
+    size_t *counts;           /* every tensor's elements, in the flat buffer's order */
+    int ntensors;
+    size_t params;            /* the flat buffer's floats */
+    size_t input;             /* input floats of one sample */
+    int rows, classes;        /* loss rows of one sample, and their classes */
+    double fwd_flops;         /* forward GEMM FLOPs of one sample */
+} net;
+
+/* The MLP of shape s. */
+dps_status net_mlp(model_shape s, net *n) DPS_MUST_USE;
+/* The model file at path, read and checked (model_file_read's refusals). */
+dps_status net_read(const char *path, net *n) DPS_MUST_USE;
+void net_free(net *n);
+static inline int net_is_file(const net *n) { return n->path[0] != '\0'; }
+
+/* The model file at path, read once per process and kept until
+ * net_unload_all: what a configuration's `net` points to. */
+dps_status net_load(const char *path, const net **out) DPS_MUST_USE;
+void net_unload_all(void);
+
+/* DDP's buckets of the fp32 gradients (bucket_assign over the flat order):
+ * their count, -1 over max; out NULL counts them. */
+int net_buckets(const net *n, double first_mb, double mb, bucket *out, int max);
+
+/* Deterministic parameters: model_init_params, or graph_init_params. */
+void net_init_params(const net *n, uint64_t seed, float *params);
+/* Samples [sample0, sample0 + samples) of step `step`'s global batch: each
+ * sample's n->input floats and its n->rows labels. The MLP's are
+ * model_make_batch's; a file's inputs are U[-1, 1) and each row's label
+ * uniform over the classes, both from dpscale's generator. */
+void net_make_batch(const net *n, uint64_t seed, int step, int64_t sample0, int samples,
+                    float *x, int32_t *labels);
+
+/* One replica's activations for up to max_samples samples. */
+typedef struct net_acts {
+    model_acts mlp;
+    graph_acts graph;
+    unsigned char *done;  /* a file's: per ready place, its tensor's gradient is final */
+    int done_upto;        /* every ready place below this is done */
+} net_acts;
+
+/* prec PREC_BF16 runs the MLP as under autocast (model_acts_alloc); a file
+ * runs in fp32. */
+dps_status net_acts_alloc(backend *be, int dev, const net *n, int max_samples, dps_precision prec,
+                          net_acts *a) DPS_MUST_USE;
+void net_acts_free(backend *be, const net *n, net_acts *a);
+
+/* logits[samples * rows, classes] = model(x) (model_forward's bf16 rules for the MLP). */
+dps_status net_forward(backend *be, be_stream *st, const net *n, const float *params, net_acts *a,
+                       int samples, const float *x, float *logits) DPS_MUST_USE;
+
+/* Called as backward goes: every gradient at a flat offset >= ready_lo is
+ * final (ready_lo only falls). */
+typedef dps_status (*net_ready_hook)(void *ctx, size_t ready_lo);
+
+/* grads = d loss / d params from dlogits (model_backward's bf16 rules for
+ * the MLP: dlogits NULL takes a->mlp.dlogits16); hook may be NULL. */
+dps_status net_backward(backend *be, be_stream *st, const net *n, const float *params,
+                        net_acts *a, int samples, const float *x, const float *dlogits,
+                        float *grads, net_ready_hook hook, void *hook_ctx) DPS_MUST_USE;
+
+#endif
