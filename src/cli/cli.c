@@ -9,6 +9,7 @@
 #include "cli/cli.h"
 #include "core/nvtx.h"
 #include "core/util.h"
+#include "model/net.h"
 
 #define CLI_ID_BASE 256 /* getopt_long's value of a long option: CLI_ID_BASE + its settings_id */
 #define CLI_ID_NO_TRACE (CLI_ID_BASE + SET_COUNT) /* --no-trace, --no-nvtx's old name */
@@ -71,7 +72,7 @@ static void store_list(cli_args *a, settings_id id, const settings_value *v)
         case SET_MODE: case SET_MODES: a->sweep_modes[i] = (dps_mode)x; break;
         case SET_GPUS: case SET_PREDICT_GPUS: a->sweep_ngpus[i] = x; break;
         case SET_DEVICES: a->cfg.devices[i] = x; break;
-        default: dps_strlcpy(a->sweep_models[i], model_presets[x].name, DPS_NAME_MAX); break;
+        default: dps_strlcpy(a->sweep_models[i], settings_value_item(v, i), DPS_PATH_MAX); break;
         }
     }
     switch (id) {
@@ -317,27 +318,41 @@ dps_status cli_parse(int argc, char **argv, cli_args *a)
     return DPS_OK;
 }
 
+/* --layers, --width, --tokens and --classes on an MLP preset, named in the
+ * model's name ("small:4x256x16x128"); a model file has its own shapes. */
+static dps_status override_shape(const cli_args *a, dps_config *c)
+{
+    const int *given = a->shape_override;
+    if (!given[0] && !given[1] && !given[2] && !given[3]) return DPS_OK;
+    if (c->net_file)
+        return dps_fail(DPS_ERR_USAGE, "--layers, --width, --tokens and --classes shape an MLP "
+                        "preset; %s is a model file, whose shapes are its own (export another "
+                        "with scripts/model_export.py)", c->net_file->path);
+    const int *sv = &a->shape_values.layers;
+    int *cv = &c->shape.layers;
+    for (int i = 0; i < 4; i++)
+        if (given[i]) cv[i] = sv[i];
+    char base[DPS_NAME_MAX];
+    dps_strlcpy(base, c->model, sizeof base);
+    snprintf(c->model, sizeof c->model, "%.80s:%dx%dx%dx%d", base, c->shape.layers,
+             c->shape.width, c->shape.tokens, c->shape.classes);
+    return DPS_OK;
+}
+
 dps_status cli_finish_config(cli_args *a, const char *model, dps_mode mode, int ngpus,
                              const backend *be, dps_config *out)
 {
     dps_config c = a->cfg;
     c.mode = mode;
-    const model_preset *p = model_find_preset(model);
-    dps_strlcpy(c.model, p->name, sizeof c.model);
-    c.shape = p->shape;
-    int *sv = &a->shape_values.layers;
-    int *cv = &c.shape.layers;
-    for (int i = 0; i < 4; i++)
-        if (a->shape_override[i]) cv[i] = sv[i];
-    if (a->shape_override[0] || a->shape_override[1] || a->shape_override[2] || a->shape_override[3])
-        snprintf(c.model, sizeof c.model, "%s:%dx%dx%dx%d", p->name, c.shape.layers,
-                 c.shape.width, c.shape.tokens, c.shape.classes);
+    int per_gpu = 0;
+    DPS_TRY(config_set_model(&c, model, NULL, &per_gpu));
+    DPS_TRY(override_shape(a, &c));
     if (!a->devices_set) {
         c.ngpus = ngpus;
         for (int i = 0; i < ngpus; i++) c.devices[i] = i;
     }
     if (a->batch_per_gpu) c.global_batch = a->batch_per_gpu * c.ngpus;
-    else if (!a->batch_set) c.global_batch = p->batch_per_gpu * c.ngpus;
+    else if (!a->batch_set) c.global_batch = per_gpu * c.ngpus;
     DPS_TRY(config_check(&c, be));
     *out = c;
     return DPS_OK;

@@ -29,7 +29,7 @@ typedef struct cli_args {
     model_shape shape_values;
     /* sweep: lists */
     int sweep_ngpus[CLI_MAX_LIST], sweep_ngpus_n;
-    char sweep_models[CLI_MAX_LIST][DPS_NAME_MAX];
+    char sweep_models[CLI_MAX_LIST][DPS_PATH_MAX]; /* presets or model files' paths */
     dps_mode sweep_modes[MODE_COUNT];
     int sweep_modes_n;
     int sweep_models_n;

@@ -13,6 +13,7 @@
 #include "build_config.h"
 #include "version.h"
 #include "cli/commands.h"
+#include "model/net.h"
 #include "cli/world_join.h"
 #include "backend/host_gemm.h"
 #include "comm/comm.h"
@@ -83,6 +84,27 @@ static void print_versions(const backend *be)
         if (fields[i].value[0]) printf("  %-13s %s\n", fields[i].label, fields[i].value);
 }
 
+/* The presets that are model files, read from the models folder. */
+static void print_file_presets(void)
+{
+    printf("\npresets, model files (docs/model-file.md; any other: --model FILE):\n  %-14s %4s "
+           "%9s %7s %12s %14s  %s\n", "name", "", "batch/gpu", "tensors", "params",
+           "fwd GFLOP/smp", "file");
+    for (int i = 0; i < model_npresets; i++) {
+        const model_preset *p = &model_presets[i];
+        char path[DPS_PATH_MAX];
+        const net *n = NULL;
+        if (!p->file) continue;
+        model_preset_path(p, path, sizeof path);
+        if (net_load(path, &n) != DPS_OK) {
+            printf("  %-14s %4s  cannot be read: %s\n", p->name, "file", dps_errmsg());
+            continue;
+        }
+        printf("  %-14s %4s %9d %7d %12zu %14.3f  %s\n", p->name, "file", p->batch_per_gpu,
+               n->ntensors, n->params, n->fwd_flops / 1e9, path);
+    }
+}
+
 static void print_info(const backend *be)
 {
     printf("dpscale %s (%s)\n", DPS_VERSION, DPS_GIT_DESCRIBE);
@@ -104,15 +126,17 @@ static void print_info(const backend *be)
         printf("  device %d: %s, memory %s, bus %s\n", d, be->info[d].name, cap,
                be->info[d].bus_id);
     }
-    printf("\npresets:\n  %-11s %6s %6s %6s %7s %9s %12s %14s  %s\n", "name", "layers",
+    printf("\npresets, MLPs:\n  %-14s %6s %6s %6s %7s %9s %12s %14s  %s\n", "name", "layers",
            "width", "tokens", "classes", "batch/gpu", "params", "fwd GFLOP/smp", "shaped after");
     for (int i = 0; i < model_npresets; i++) {
         const model_preset *p = &model_presets[i];
-        printf("  %-11s %6d %6d %6d %7d %9d %12zu %14.3f  %s\n", p->name, p->shape.layers,
+        if (p->file) continue;
+        printf("  %-14s %6d %6d %6d %7d %9d %12zu %14.3f  %s\n", p->name, p->shape.layers,
                p->shape.width, p->shape.tokens, p->shape.classes, p->batch_per_gpu,
                model_param_count(p->shape), model_fwd_flops_per_sample(p->shape) / 1e9, p->like);
     }
     printf("  (forward GFLOP per sample = 2 x matmul params x tokens; a training step is 3x that)\n");
+    print_file_presets();
 }
 
 /* The configurations of --mode, --gpus and --model lists, every one
@@ -129,7 +153,7 @@ static dps_status build_from_lists(cli_args *a, const backend *be, sweep_item **
         nng = 1;
     }
     if (a->sweep_models_n == 0) {
-        dps_strlcpy(a->sweep_models[0], a->cfg.model, DPS_NAME_MAX);
+        dps_strlcpy(a->sweep_models[0], a->cfg.model, DPS_PATH_MAX);
         a->sweep_models_n = 1;
     }
     dps_mode modes[2] = {a->cfg.mode, MODE_DDP};

@@ -11,6 +11,7 @@
 #include "build_config.h"
 #include "version.h"
 #include "cli/cli.h"
+#include "model/net.h"
 #include "cli/commands.h"
 
 /* Descriptors 0, 1 and 2 open before anything else is: one that is closed
@@ -54,6 +55,7 @@ int main(int argc, char **argv)
     else if (a->cmd == CMD_LINKS) status = cmd_links(a);
     else if (a->cmd == CMD_PREDICT) status = cmd_predict(a);
     else status = cmd_run(a, argc, argv);
+    net_unload_all();
     free(a);
     return status;
 }

@@ -11,6 +11,7 @@
 #include "config/config.h"
 #include "config/settings.h"
 #include "core/util.h"
+#include "model/net.h"
 
 void config_optimizer_defaults(dps_config *c)
 {
@@ -68,6 +69,40 @@ dps_status config_net(const dps_config *c, net *own, const net **out)
     }
     *out = own;
     return net_mlp(c->shape, own);
+}
+
+/* A model file's path: a preset's in the models folder, else `model`
+ * itself, from dir when relative (dir NULL or "": the working directory). */
+static dps_status file_path(const model_preset *p, const char *model, const char *dir, char *path,
+                            size_t len)
+{
+    if (p) model_preset_path(p, path, len);
+    else if (model[0] != '/' && dir && dir[0]) snprintf(path, len, "%s/%s", dir, model);
+    else dps_strlcpy(path, model, len);
+    if (path[0] && strlen(path) + 1 < len) return DPS_OK;
+    return dps_fail(DPS_ERR_USAGE, "--model %s: its path is longer than %zu characters; move the "
+                    "file nearer", model, len - 2);
+}
+
+dps_status config_set_model(dps_config *c, const char *model, const char *dir, int *per_gpu)
+{
+    const model_preset *p = model_find_preset(model);
+    c->net_file = NULL;
+    if (p && !p->file) {
+        dps_strlcpy(c->model, p->name, sizeof c->model);
+        c->shape = p->shape;
+        *per_gpu = p->batch_per_gpu;
+        return DPS_OK;
+    }
+    char path[DPS_PATH_MAX];
+    DPS_TRY(file_path(p, model, dir, path, sizeof path));
+    const net *n = NULL;
+    DPS_TRY(net_load(path, &n));
+    c->net_file = n;
+    dps_strlcpy(c->model, p ? p->name : n->file.name, sizeof c->model);
+    c->shape = n->shape;
+    *per_gpu = p ? p->batch_per_gpu : CONFIG_FILE_BATCH_PER_GPU;
+    return DPS_OK;
 }
 
 size_t config_params(const dps_config *c)

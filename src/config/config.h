@@ -7,12 +7,13 @@
 
 #include "backend/backend.h"
 #include "model/model.h"
-#include "model/net.h"
 #include "core/names.h"
 #include "config/timeline.h"
 #include "config/world.h"
 
 #define DPS_PATH_MAX 1024
+
+struct net; /* model/net.h: a model file's model */
 #define DPS_NAME_MAX 128
 
 typedef struct dps_config {
@@ -22,7 +23,7 @@ typedef struct dps_config {
     int devices[DPS_MAX_DEVICES];
     char model[DPS_NAME_MAX];
     model_shape shape;        /* the MLP's; with net_file, the file's as net.h reports it */
-    const net *net_file;      /* a model file's model (net_load); NULL: the MLP of shape */
+    const struct net *net_file; /* a model file's model (net_load); NULL: the MLP of shape */
     int global_batch;         /* samples per step, all devices together */
     int strong;               /* sweeps: strong scaling (global batch fixed over GPU counts) */
     dps_precision precision;
@@ -58,7 +59,15 @@ typedef struct dps_config {
 void config_defaults(dps_config *c);
 /* The model c trains: c->net_file, or the MLP of c->shape made in *own
  * (net_free it after: safe either way). */
-dps_status config_net(const dps_config *c, net *own, const net **out) DPS_MUST_USE;
+dps_status config_net(const dps_config *c, struct net *own, const struct net **out) DPS_MUST_USE;
+/* Samples a device of a model file that is no preset, unless --batch says. */
+#define CONFIG_FILE_BATCH_PER_GPU 8
+/* c's model (c->model, c->shape, c->net_file): a preset (an MLP, or a model
+ * file of the models folder) or a model file's path, relative to dir (NULL:
+ * the working directory), read once a process (net_load: its refusals are
+ * FILE:LINE); *per_gpu: its default samples a device. */
+dps_status config_set_model(dps_config *c, const char *model, const char *dir,
+                            int *per_gpu) DPS_MUST_USE;
 /* Parameters, and forward GEMM FLOPs of one sample, of c's model. */
 size_t config_params(const dps_config *c);
 double config_fwd_flops(const dps_config *c);

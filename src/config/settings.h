@@ -43,7 +43,8 @@ typedef enum settings_type {
     SETTINGS_BYTES,       /* a byte count (K/M/G/T suffixes) from lo to hi, a multiple of
                            * `multiple` */
     SETTINGS_WORD,        /* one of words[] */
-    SETTINGS_PRESET,      /* the name of a model preset */
+    SETTINGS_PRESET,      /* the name of a model preset (i its index), or a model file's
+                           * path (i -1; settings_is_model_file) */
     SETTINGS_TEXT,        /* text of 1 to hi characters */
     SETTINGS_FOLDER_NAME, /* TEXT without '/' that does not start with '.' */
     SETTINGS_STEP_RANGE,  /* FIRST:LAST, steps from lo to hi, FIRST <= LAST */
@@ -97,12 +98,22 @@ void settings_join_cmds(unsigned cmds, const char *sep, const char *last, char *
  * the subcommands that take it. */
 void settings_print_options(FILE *f);
 
+#define SETTINGS_LIST_CHARS 1024 /* the longest comma list, NUL included */
+
 /* A value read by settings_value_parse. */
 typedef struct settings_value {
     int n;                                /* values: 1, or a list's length */
     settings_item v[SETTINGS_MAX_VALUES]; /* STEP_RANGE: first, last; FAULT: rank, step, word */
     const char *text;                     /* TEXT, FOLDER_NAME: the text given */
+    char items[SETTINGS_LIST_CHARS];      /* each entry's text, trimmed (settings_value_item) */
+    int item_at[SETTINGS_MAX_VALUES];
 } settings_value;
+
+/* Entry i's text as given (trimmed). */
+const char *settings_value_item(const settings_value *v, int i);
+/* Whether a PRESET entry names a model file rather than a preset: it has
+ * a '/' or ends in ".model". */
+int settings_is_model_file(const char *text);
 
 /* Why a value was refused, for a one-line message. */
 typedef struct settings_error {

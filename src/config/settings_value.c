@@ -11,7 +11,6 @@
 #include "config/settings.h"
 #include "core/util.h"
 
-#define SETTINGS_LIST_CHARS 1024 /* the longest comma list, NUL included */
 
 static int refuse(settings_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -70,6 +69,17 @@ static int read_word(const settings_entry *e, const char *s, settings_item *out,
     return refuse(err, "expected one of: %s", list);
 }
 
+int settings_is_model_file(const char *text)
+{
+    size_t n = strlen(text);
+    return strchr(text, '/') != NULL || (n > 6 && strcmp(text + n - 6, ".model") == 0);
+}
+
+const char *settings_value_item(const settings_value *v, int i)
+{
+    return v->items + v->item_at[i];
+}
+
 static int read_preset(const char *s, settings_item *out, settings_error *err)
 {
     const model_preset *p = model_find_preset(s);
@@ -77,12 +87,17 @@ static int read_preset(const char *s, settings_item *out, settings_error *err)
         out->i = p - model_presets;
         return 0;
     }
+    if (settings_is_model_file(s)) {
+        out->i = -1;
+        return 0;
+    }
     char list[256] = "";
     for (int i = 0; i < model_npresets; i++) {
         size_t used = strlen(list);
         snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "", model_presets[i].name);
     }
-    return refuse(err, "unknown preset (one of: %s)", list);
+    return refuse(err, "unknown preset (one of: %s), nor a model file's path (one with a '/' or "
+                  "ending in .model: docs/model-file.md)", list);
 }
 
 static int read_text(const settings_entry *e, const char *s, settings_error *err)
@@ -173,8 +188,10 @@ static int split(char *text, int max, char **items, int *n, settings_error *err)
 }
 
 /* Whether two entries of a list are the same value (a list names each value once). */
-static int same_value(const settings_entry *e, settings_item a, settings_item b)
+static int same_value(const settings_entry *e, settings_item a, settings_item b, const char *ta,
+                      const char *tb)
 {
+    if (e->type == SETTINGS_PRESET && a.i < 0) return b.i < 0 && strcmp(ta, tb) == 0;
     return e->type == SETTINGS_NUMBER ? a.x == b.x : a.i == b.i;
 }
 
@@ -193,9 +210,11 @@ static int read_list(const settings_entry *e, int max, const char *text, setting
             return -1;
         }
         for (int j = 0; !e->repeats && j < i; j++)
-            if (same_value(e, out->v[j], out->v[i]))
+            if (same_value(e, out->v[j], out->v[i], items[j], items[i]))
                 return refuse(err, "listed twice: '%s'", items[i]);
+        out->item_at[i] = (int)(items[i] - buf);
     }
+    memcpy(out->items, buf, sizeof buf);
     return 0;
 }
 
@@ -206,6 +225,8 @@ int settings_value_parse(settings_id id, int max, const char *text, settings_val
     err->what[0] = err->item[0] = '\0';
     out->n = 1;
     out->text = text;
+    out->item_at[0] = 0;
+    dps_strlcpy(out->items, text, sizeof out->items);
     if (max > 1) return read_list(e, max, text, out, err);
     if (read_one(e, text, &out->v[0], err) == 0) return 0;
     dps_strlcpy(err->item, text, sizeof err->item);

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "core/csv.h"
-#include "model/model.h"
+#include "model/net.h"
 #include "microbench/links.h"
 #include "results/results_txn.h"
 #include "strategies/dp.h"

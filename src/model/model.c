@@ -2,20 +2,28 @@
  * data, and forward/backward as a sequence of backend calls, in fp32 or as
  * under autocast (bf16). */
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "build_config.h"
 #include "elementwise.h"
 #include "model/model.h"
 
-/* Workload-shaped presets: parameter count and FLOPs per sample match the
- * named model (docs/method.md, "The model and its presets"). */
+/* The real models as model files (bench/models/, docs/model-file.md), and
+ * MLPs whose parameter count and FLOPs per sample match a named model
+ * (docs/method.md, "The model and its presets"): small ones for speed, and
+ * the real models' stand-ins, which also run under autocast (bf16). */
 const model_preset model_presets[] = {
-    {"tiny",       {2, 64, 4, 16},           8, "unit tests"},
-    {"small",      {4, 256, 16, 128},        16, "host-backend smoke runs"},
-    {"medium",     {8, 1024, 64, 1000},      8, "a compute-bound host-backend run"},
-    {"resnet50",   {7, 1840, 160, 1000},     32, "ResNet-50 (25.6 M params, 8.2 GFLOP/sample)"},
-    {"gpt2",       {20, 1536, 1024, 50257},  8, "GPT-2 small (124 M params, 1024 tokens)"},
-    {"bert-large", {13, 4096, 512, 28672},   8, "BERT-large (335 M params, 512 tokens)"},
+    {"tiny",           {2, 64, 4, 16},           8, "unit tests", NULL},
+    {"small",          {4, 256, 16, 128},        16, "host-backend smoke runs", NULL},
+    {"medium",         {8, 1024, 64, 1000},      8, "a compute-bound host-backend run", NULL},
+    {"resnet50",       {0, 0, 0, 0},             32, "torchvision's ResNet-50", "resnet50.model"},
+    {"gpt2",           {0, 0, 0, 0},             8, "GPT-2 small, 1024 tokens", "gpt2.model"},
+    {"bert-large",     {0, 0, 0, 0},             8, "BERT-large, 512 tokens", "bert-large.model"},
+    {"resnet50-mlp",   {7, 1840, 160, 1000},     32, "ResNet-50 (25.6 M params, 8.2 GFLOP/sample)", NULL},
+    {"gpt2-mlp",       {20, 1536, 1024, 50257},  8, "GPT-2 small (124 M params, 1024 tokens)", NULL},
+    {"bert-large-mlp", {13, 4096, 512, 28672},   8, "BERT-large (335 M params, 512 tokens)", NULL},
 };
 const int model_npresets = (int)(sizeof model_presets / sizeof model_presets[0]);
 
@@ -24,6 +32,14 @@ const model_preset *model_find_preset(const char *name)
     for (int i = 0; i < model_npresets; i++)
         if (strcmp(model_presets[i].name, name) == 0) return &model_presets[i];
     return NULL;
+}
+
+const char *model_preset_path(const model_preset *p, char *buf, size_t len)
+{
+    const char *dir = getenv("DPSCALE_MODELS");
+    int n = snprintf(buf, len, "%s/%s", dir && *dir ? dir : DPS_MODELS_DIR, p->file ? p->file : "");
+    if (n < 0 || (size_t)n >= len) buf[0] = '\0';
+    return buf;
 }
 
 size_t model_param_count(model_shape s)

@@ -21,14 +21,18 @@ typedef struct model_shape {
 
 typedef struct model_preset {
     const char *name;
-    model_shape shape;
+    model_shape shape;    /* the MLP's; unused with a file */
     int batch_per_gpu;    /* default samples per device */
-    const char *like;     /* the workload it is shaped after */
+    const char *like;     /* the workload it is, or is shaped after */
+    const char *file;     /* a model file of the models folder; NULL: the MLP of shape */
 } model_preset;
 
 extern const model_preset model_presets[];
 extern const int model_npresets;
 const model_preset *model_find_preset(const char *name);
+/* A file preset's path: in $DPSCALE_MODELS when set, else in the source
+ * tree's bench/models/. Returns buf; "" when it does not fit. */
+const char *model_preset_path(const model_preset *p, char *buf, size_t len);
 
 size_t model_param_count(model_shape s);
 size_t model_matmul_params(model_shape s);  /* weights that take part in GEMMs */

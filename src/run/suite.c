@@ -70,7 +70,7 @@ static void store(suite *s, settings_id id, const settings_value *v)
         switch (id) {
         case SET_MODE: s->modes[i] = (dps_mode)n; break;
         case SET_GPUS: s->gpus[i] = (int)n; break;
-        case SET_MODEL: dps_strlcpy(s->models[i], model_presets[n].name, DPS_NAME_MAX); break;
+        case SET_MODEL: dps_strlcpy(s->models[i], settings_value_item(v, i), DPS_PATH_MAX); break;
         case SET_SCALING: s->policies[i] = (int)n; break;
         case SET_PRECISION: s->precisions[i] = (dps_precision)n; break;
         case SET_OPTIMIZER: s->optimizers[i] = (dps_optimizer)n; break;
@@ -252,6 +252,18 @@ static int gpu_counts(const suite *s, const backend *be, int *out)
     return n;
 }
 
+/* The folder of a suite file, where its model files' relative paths
+ * start; "" (the working directory) for a bare file name. */
+static const char *folder_of(const char *path, char *buf, size_t len)
+{
+    dps_strlcpy(buf, path, len);
+    char *slash = strrchr(buf, '/');
+    if (!slash) buf[0] = '\0';
+    else if (slash == buf) buf[1] = '\0';
+    else *slash = '\0';
+    return buf;
+}
+
 /* One configuration of the suite into *it: skipped (it->skip says why) when
  * this machine cannot run it; a value no machine can run is bad input, the
  * same refusal (exit 2) as on the command line. */
@@ -260,12 +272,15 @@ static dps_status fill(const suite *s, const dps_config *base, const backend *be
 {
     dps_config *c = &it->cfg;
     *c = *base;
-    const model_preset *p = model_find_preset(s->models[model]);
-    dps_strlcpy(c->model, p->name, sizeof c->model);
-    c->shape = p->shape;
+    char dir[DPS_PATH_MAX], why[DPS_ERRMSG_MAX];
+    int per = 0;
+    if (config_set_model(c, s->models[model], folder_of(s->path, dir, sizeof dir), &per) != DPS_OK) {
+        dps_strlcpy(why, dps_errmsg(), sizeof why);
+        return dps_fail(DPS_ERR_USAGE, "%s: models = %s: %s", s->path, s->models[model], why);
+    }
     c->ngpus = g;
     for (int i = 0; i < g; i++) c->devices[i] = i;
-    int per = s->batch_per_gpu ? s->batch_per_gpu : p->batch_per_gpu;
+    if (s->batch_per_gpu) per = s->batch_per_gpu;
     c->global_batch = strong ? (s->global_batch ? s->global_batch : per * maxg) : per * g;
     c->strong = strong;
     if (s->steps) c->steps = s->steps;
@@ -275,7 +290,7 @@ static dps_status fill(const suite *s, const dps_config *base, const backend *be
     if (c->mode == MODE_DP || c->fault_rank >= g || c->fault_step >= c->warmup + c->steps)
         c->fault_rank = -1;
     if (config_check_values(c) != DPS_OK) {
-        char id[192], why[DPS_ERRMSG_MAX];
+        char id[192];
         config_id(c, id, sizeof id);
         dps_strlcpy(why, dps_errmsg(), sizeof why);
         return dps_fail(DPS_ERR_USAGE, "%s: configuration %s: %s (no machine runs it: change the "

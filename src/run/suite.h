@@ -16,7 +16,7 @@ typedef struct suite {
     int nmodes;
     int gpus[SUITE_MAX_LIST], ngpus;   /* gpus_all: 1, 2, 4, ... up to the devices */
     int gpus_all;
-    char models[SUITE_MAX_LIST][DPS_NAME_MAX];
+    char models[SUITE_MAX_LIST][DPS_PATH_MAX]; /* presets, or model files from the suite's folder */
     int nmodels;
     int policies[2], npolicies;        /* batch = weak, strong (1 = strong: global batch fixed) */
     int batch_per_gpu, global_batch;   /* 0: from the preset */

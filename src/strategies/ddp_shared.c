@@ -5,7 +5,7 @@
 
 #include "strategies/ddp_shared.h"
 #include "model/bucket.h"
-#include "model/model.h"
+#include "model/net.h"
 
 static size_t align64(size_t x) { return (x + 63) & ~(size_t)63; }
 

@@ -5,6 +5,7 @@
 
 #include "backend/backend.h"
 #include "config/config.h"
+#include "model/net.h"
 
 /* Coalescing unit of replicate and reduce, as PyTorch's 10 MiB buffers. */
 #define DP_COALESCE_BYTES ((size_t)10 << 20)

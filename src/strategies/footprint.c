@@ -6,7 +6,7 @@
 #include <sys/resource.h>
 
 #include "core/util.h"
-#include "model/model.h"
+#include "model/net.h"
 #include "strategies/ddp.h"
 #include "strategies/ddp_shared.h"
 #include "strategies/dp.h"
