@@ -9,6 +9,7 @@
 #include "core/csv_table.h"
 #include "core/util.h"
 #include "model/bucket.h"
+#include "model/model_file.h"
 
 #define CELL CSV_TABLE_CELL
 
@@ -142,11 +143,34 @@ static dps_status phase_medians(const csv_table *ph, const char *id, double step
                     "again)", ph->path, id);
 }
 
-/* The model's tensors, as the run's DDP bucketed them (bucket_model_params). */
+/* A row that ran a model file: a preset's of the models folder with the
+ * row's parameter count (predict_workload_from_model), else refused. */
+static dps_status file_tensors(const runs_view *v, int r, double params, predict_workload *w)
+{
+    char model[CELL], path[DPS_PATH_MAX];
+    const model_preset *p = model_find_preset(cell(v, r, R_MODEL, model));
+    model_file mf;
+    if (p && p->file && model_file_read(model_preset_path(p, path, sizeof path), &mf) == DPS_OK) {
+        int same = (double)model_file_params(&mf) == params;
+        dps_status rc = same ? predict_workload_from_model(&mf, w) : DPS_OK;
+        model_file_free(&mf);
+        if (same) return rc;
+    }
+    return dps_fail(DPS_ERR_USAGE, "%s: configuration %s ran the model file '%s' (%.0f parameters), "
+                    "which is not a preset's of the models folder; predict it from a WORKLOAD "
+                    "naming the file (model = FILE, docs/predict.md)", v->t.path, w->source, model,
+                    params);
+}
+
+/* The model's tensors, as the run's DDP bucketed them (bucket_model_params),
+ * or its model file's. */
 static dps_status model_tensors(const runs_view *v, int r, predict_workload *w)
 {
     model_shape s = {int_cell(v, r, R_LAYERS), int_cell(v, r, R_WIDTH), int_cell(v, r, R_TOKENS),
                      int_cell(v, r, R_CLASSES)};
+    double params = 0;
+    DPS_TRY(csv_table_num(&v->t, r, v->col[R_PARAMS], 0, 0, &params));
+    if ((double)model_param_count(s) != params) return file_tensors(v, r, params, w);
     w->tensors = malloc((2 * BUCKET_MAX_LAYERS + 2) * sizeof *w->tensors);
     if (!w->tensors) return dps_fail(DPS_ERR_RUNTIME, "out of host memory");
     w->ntensors = bucket_model_params(s, w->tensors, 2 * BUCKET_MAX_LAYERS + 2);

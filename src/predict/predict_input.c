@@ -154,8 +154,7 @@ static void tensor_ready_at(const model_file *mf, double *ready)
     }
 }
 
-/* The workload's tensors, bytes and name from its model file. */
-static dps_status from_model(const model_file *mf, predict_workload *w)
+dps_status predict_workload_from_model(const model_file *mf, predict_workload *w)
 {
     int n = mf->ntensors, *order = malloc((size_t)n * sizeof *order);
     double *at = malloc((size_t)n * sizeof *at);
@@ -200,7 +199,7 @@ static dps_status load_model_file(const char *path, const int *line_of, predict_
     if (rc)
         return dps_fail(DPS_ERR_USAGE, "%s:%d: model = %s: %s", path, line_of[LINE_MODEL],
                         w->model_file, dps_errmsg());
-    rc = from_model(&mf, w);
+    rc = predict_workload_from_model(&mf, w);
     model_file_free(&mf);
     return rc;
 }

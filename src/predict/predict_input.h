@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "config/config.h"
+#include "model/model_file.h"
 
 #define PREDICT_ID_MAX 192     /* a configuration id and its NUL, as runs.csv's */
 #define PREDICT_PATH_MAX 1024  /* a workload's model file path and its NUL */
@@ -71,6 +72,10 @@ typedef struct predict_workload {
 dps_status predict_machine_load(const char *path, predict_machine *m) DPS_MUST_USE;
 dps_status predict_workload_load(const char *path, predict_workload *w) DPS_MUST_USE;
 void predict_workload_free(predict_workload *w);
+/* The workload's tensors (and when not given, its name, output and
+ * activation bytes) from a model file, each tensor ready where backward
+ * completes it. */
+dps_status predict_workload_from_model(const model_file *mf, predict_workload *w) DPS_MUST_USE;
 /* A workload's defaults, as a file without optional keys gets them. */
 void predict_workload_defaults(predict_workload *w);
 
