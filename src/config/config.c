@@ -238,6 +238,9 @@ static dps_status check_file(const dps_config *c)
         return dps_fail(DPS_ERR_USAGE, "--precision %s --model %s: a model file runs in fp32; use "
                         "--precision fp32, or an MLP preset for %s", dps_precision_name(c->precision),
                         n->path, dps_precision_name(c->precision));
+    if (c->gemm_ref)
+        return dps_fail(DPS_ERR_USAGE, "--gemm-ref times the MLP's GEMMs alone; %s is a model "
+                        "file: leave --gemm-ref out", n->path);
     int64_t rows = (int64_t)c->global_batch * n->rows;
     if (rows > INT_MAX || (int64_t)c->global_batch * (int64_t)n->input > ((int64_t)1 << 40) ||
         rows * n->classes > ((int64_t)1 << 40))

@@ -9,6 +9,7 @@
 #include "config/settings.h"
 #include "config/world.h"
 #include "core/util.h"
+#include "model/net.h"
 #include "run/suite.h"
 
 #include "expect.h"
@@ -189,4 +190,40 @@ static void test_settings(void)
     EXPECT(strcmp(c.out_dir, settings_table[SET_OUT].def_text) == 0 && c.overlap == 1);
 }
 
-EXPECT_GROUPS(GROUP(world), GROUP(settings));
+/* A model file as a configuration's model: its name, shapes and parameters
+ * from the file (read once: a second set shares it), the preset's batch
+ * default or 8 samples a device, and bf16, --gemm-ref and an oversized
+ * batch refused by the values' check. */
+static void test_model_files(void)
+{
+    static const char text[] = "dpscale-model 1\nname twolayer\ninput 6\nclasses 3\n"
+        "tensor a.weight 4x3 ready=1\ntensor b.weight 3x4 ready=0\n"
+        "op gemm a m=2 k=3 n=4 weight=a.weight\nop act r fn=relu\nop gemm b m=2 k=4 n=3 weight=b.weight\n";
+    const char *path = write_tmp("twolayer.model", text, sizeof text - 1);
+    dps_config c, d;
+    int per = 0;
+    config_defaults(&c);
+    EXPECT(config_set_model(&c, path, NULL, &per) == DPS_OK && c.net_file);
+    d = c;
+    EXPECT(config_set_model(&d, path, NULL, &per) == DPS_OK && d.net_file == c.net_file);
+    unlink(path);
+    if (!c.net_file) return;
+    EXPECT(strcmp(c.model, "twolayer") == 0 && per == CONFIG_FILE_BATCH_PER_GPU);
+    EXPECT(config_params(&c) == 24 && c.shape.tokens == 2 && c.shape.classes == 3 && c.shape.layers == 3);
+    EXPECT(config_fwd_flops(&c) == 2.0 * (2 * 3 * 4 + 2 * 4 * 3));
+    c.global_batch = 8;
+    EXPECT(config_check_values(&c) == DPS_OK);
+    c.precision = PREC_BF16;
+    EXPECT(config_check_values(&c) == DPS_ERR_USAGE && strstr(dps_errmsg(), "runs in fp32"));
+    c.precision = PREC_FP32;
+    c.gemm_ref = 1;
+    EXPECT(config_check_values(&c) == DPS_ERR_USAGE && strstr(dps_errmsg(), "--gemm-ref"));
+    c.gemm_ref = 0;
+    c.global_batch = 1 << 24;
+    c.ngpus = 1;
+    EXPECT(config_check_values(&c) == DPS_OK);
+    EXPECT(config_set_model(&c, "small", NULL, &per) == DPS_OK && !c.net_file && per == 16);
+    net_unload_all();
+}
+
+EXPECT_GROUPS(GROUP(world), GROUP(settings), GROUP(model_files));

@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""Model files run by dp and ddp (`--model FILE`, a suite's `models = FILE`):
+their --check against one device on 1 to 4 devices with SGD and AdamW, DDP's
+real buckets in buckets.csv and the trace, and what is refused with a model
+file. The fixtures (tests/fixtures/models/) are exported by
+scripts/model_export.py from tests/model_examples.py and
+dpstools.reference_models (their first lines say how).
+
+usage: test_model_run.py DPSCALE CASE
+  check     a suite naming two model files from its folder (a residual conv
+            net, a small GPT with tied weights): dp and ddp on 1, 2, 3 and 4
+            devices, SGD and AdamW, every --check passing, runs.csv naming
+            the file's model and its parameters
+  buckets   resnet50 (bench/models/) under ddp on 2 ranks: buckets.csv holds
+            `dpscale info --model`'s buckets, bytes in order, on each rank, and
+            the trace a ready mark for each
+  refused   bf16 (on the host: fp32 only; config_check_values's refusal
+            of bf16 with a file is the unit test config's), --layers, --gemm-ref, a bad line, a missing file, and a
+            suite naming a bad file: exit 2 with what and where
+  predict   predict --from a folder of a model file that no preset names:
+            refused, naming the file's model"""
+from listing import DPSCALE, FIXTURES, exit_if_listing, test
+
+TESTS = [test("model run " + c, DPSCALE, c, timeout=600) for c in ("check", "buckets", "refused", "predict")]
+if __name__ == "__main__":
+    exit_if_listing(TESTS)  # --list: before the imports below
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from helpers import dpscale, expect, expect_exit, read_folder, run_cases
+
+MODELS = os.path.join(FIXTURES, "models")
+RESNET50 = os.path.join(FIXTURES, "..", "..", "bench", "models", "resnet50.model")
+PARAMS = {"small-resnet": None, "tiny-gpt": None}
+
+
+def info_params(binary, path):
+    """The parameters `dpscale info --model` counts in a file."""
+    out = subprocess.run([binary, "info", "--model", path], capture_output=True, text=True,
+                         check=True).stdout
+    return int(re.search(r"(\d+) parameters", out).group(1))
+
+
+def case_check(binary):
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in PARAMS:
+            shutil.copy(os.path.join(MODELS, name + ".model"), tmp)
+        suite = os.path.join(tmp, "files.suite")
+        with open(suite, "w") as f:
+            f.write("modes = dp, ddp\ngpus = 1, 2, 3, 4\nmodels = small-resnet.model, "
+                    "tiny-gpt.model\noptimizers = sgd, adamw\nglobal_batch = 6\nbatch = strong\n"
+                    "steps = 2\nwarmup = 1\n")
+        out = os.path.join(tmp, "res")
+        p = dpscale(binary, "sweep", suite, "--host-devices", "4", "--check", "--no-links", out=out,
+                    name="s", timeout=540)
+        expect(p.returncode == 0, f"sweep exit {p.returncode}:\n{p.stdout}\n{p.stderr}")
+        runs = read_folder(os.path.join(out, "s"))[0]
+        expect(len(runs) == 32, f"{len(runs)} configurations, expected 32")
+        for r in runs:
+            want = info_params(binary, os.path.join(tmp, r["model"] + ".model"))
+            expect(r["status"] == "ok" and r["check"] == "pass",
+                   f"{r['config_id']}: status {r['status']}, check {r['check']}: {r['error']}")
+            expect(int(r["params"]) == want, f"{r['config_id']}: params {r['params']}, the file {want}")
+
+
+def info_buckets(binary, path):
+    out = subprocess.run([binary, "info", "--model", path, "--bucket-mb", "25"],
+                         capture_output=True, text=True, check=True).stdout
+    return [int(m.group(1)) for m in re.finditer(r"^\s+\d+\s+\d+\s+(\d+)\s", out, re.M)]
+
+
+def case_buckets(binary):
+    want = info_buckets(binary, RESNET50)
+    expect(len(want) == 5, f"info --model resnet50: {want}")
+    with tempfile.TemporaryDirectory() as out:
+        p = dpscale(binary, "run", "--model", "resnet50", "--mode", "ddp", "--gpus", "2", "--batch",
+                    "2", "--steps", "1", "--warmup", "1", "--trace-steps", "1", "--no-nvml",
+                    out=out, name="r", timeout=540)
+        expect(p.returncode == 0, f"exit {p.returncode}:\n{p.stderr}")
+        folder = os.path.join(out, "r")
+        runs = read_folder(folder)[0]
+        expect(runs[0]["model"] == "resnet50" and runs[0]["params"] == "25557032", f"{runs[0]}")
+        with open(os.path.join(folder, "buckets.csv")) as f:
+            rows = [line.split(",") for line in f.read().splitlines()[1:]]
+        for rank in ("0", "1"):
+            got = [int(r[3]) for r in rows if r[1] == rank]
+            expect(got == want, f"rank {rank}'s buckets {got}, info --model's {want}")
+        traces = [os.path.join(folder, "trace", n) for n in os.listdir(os.path.join(folder, "trace"))]
+        events = json.load(open(traces[0]))["traceEvents"]
+        ready = {e["name"] for e in events if e.get("cat") == "bucket_ready"}
+        expect(ready == {f"bucket {b} ready" for b in range(len(want))}, f"ready marks {sorted(ready)}")
+
+
+def bad_file(tmp):
+    path = os.path.join(tmp, "bad.model")
+    with open(os.path.join(MODELS, "small-resnet.model")) as f:
+        lines = f.read().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("op "))
+    lines[at] = "op conv3d c1 m=4"
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return path, at + 1
+
+
+def case_refused(binary):
+    small = os.path.join(MODELS, "small-resnet.model")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "res")
+        bad, line = bad_file(tmp)
+        suite = os.path.join(tmp, "bad.suite")
+        with open(suite, "w") as f:
+            f.write("models = small, bad.model\n")
+        cases = [
+            (["run", "--model", small, "--precision", "bf16"], ["--precision bf16"]),
+            (["run", "--model", small, "--layers", "3"], ["--layers", "whose shapes are its own"]),
+            (["run", "--model", small, "--gemm-ref"], ["--gemm-ref", "model file"]),
+            (["run", "--model", bad], [f"{bad}:{line}:"]),
+            (["run", "--model", os.path.join(tmp, "none.model")], ["none.model"]),
+            (["run", "--model", "nonesuch"], ["unknown preset", "model file's path"]),
+            (["sweep", suite], [f"{suite}: models = bad.model", f"{bad}:{line}:"]),
+        ]
+        for args, needles in cases:
+            p = dpscale(binary, *args, "--steps", "1", out=out)
+            expect_exit(p, 2, *needles)
+            expect(not os.path.exists(out), f"{args}: wrote {out}")
+
+
+def case_predict(binary):
+    machine = os.path.join(FIXTURES, "..", "..", "bench", "predict", "dgx1-v100-ib.machine")
+    with tempfile.TemporaryDirectory() as out:
+        p = dpscale(binary, "sweep", "--model", os.path.join(MODELS, "tiny-gpt.model"), "--mode",
+                    "dp,ddp", "--gpus", "1,2", "--steps", "2", "--warmup", "1", "--no-links",
+                    out=out, name="g")
+        expect(p.returncode == 0, f"sweep exit {p.returncode}:\n{p.stderr}")
+        p = subprocess.run([binary, "predict", "--from", os.path.join(out, "g"), "--machine",
+                            machine, "--gpus", "8"], capture_output=True, text=True, timeout=120)
+        expect_exit(p, 2, "ran the model file 'tiny-gpt'", "model = FILE")
+
+
+if __name__ == "__main__":
+    sys.exit(run_cases(globals()))
