@@ -18,8 +18,8 @@
 #     rates; --check too): dp and ddp x SGD and AdamW x fp32 (TF32 off) and
 #     bf16, on every GPU: 8 pairs of ~3 s + ~8 s (ddp ~12 s): ~100 s
 #   2 memory and step time against PyTorch, bf16, one GPU: dp medium,
-#     ddp medium, dp gpt2 (memory: per-device peak within 10 %; step
-#     <= 0.85 x PyTorch's): ~50 s; gpt2 --gemm-ref (TFLOP/s >= 0.8 x the
+#     ddp medium, dp gpt2-mlp (memory: per-device peak within 10 %; step
+#     <= 0.85 x PyTorch's): ~50 s; gpt2-mlp --gemm-ref (TFLOP/s >= 0.8 x the
 #     GEMMs alone; the GEMM-free phases' share of the step): ~8 s
 #   3 several ranks on GPU 0: dp --devices 0,0 fp32 and bf16, ddp with two
 #     ranks over NCCL's network transport (host-staged): ~20 s
@@ -171,10 +171,10 @@ for c in "${loss_cfgs[@]}"; do
   loss_figs+=("loss $m $p $o vs torch gpus=$ngpu" "check $m $p $o gpus=$ngpu")
 done
 # the speed and memory configurations: bf16 on a GPU; rehearsed in fp32 on smaller presets
-sp=bf16 m1=medium m2=gpt2
+sp=bf16 m1=medium m2=gpt2-mlp
 [ "$host" = 1 ] && sp=fp32 m1=small m2=medium
 mem_figs=("memory dp medium bf16 vs torch" "step dp medium bf16 vs torch" "memory ddp medium bf16 vs torch"
-  "memory dp gpt2 bf16 vs torch" "step dp gpt2 bf16 vs torch" "TFLOP/s gpt2 bf16 vs GEMMs" "non-GEMM share gpt2 bf16")
+  "memory dp gpt2-mlp bf16 vs torch" "step dp gpt2-mlp bf16 vs torch" "TFLOP/s gpt2-mlp bf16 vs GEMMs" "non-GEMM share gpt2-mlp bf16")
 one_figs=("check dp fp32 devices=0,0" "check dp bf16 devices=0,0" "check ddp 2 ranks nccl-net")
 mg=2
 mg_figs=("check ddp medium gpus=$mg" "overlap ddp medium gpus=$mg" "check dp medium gpus=$mg"
@@ -310,7 +310,7 @@ done
 
 # 2. Memory and speed against PyTorch on one GPU, bf16: the per-device allocation peak within
 # 10 % of torch.cuda.max_memory_allocated; the step at most 0.85 x PyTorch's.
-# medium: dpscale ~3 s, PyTorch ~8 s; ddp ~4 s and ~12 s; gpt2 ~6 s and ~15 s.
+# medium: dpscale ~3 s, PyTorch ~8 s; ddp ~4 s and ~12 s; gpt2-mlp ~6 s and ~15 s.
 pair() { # NAME MODE MODEL: dpscale's and PyTorch's runs; 0 when both ran
   local name=$1 mode=$2 model=$3 rc
   local opts=(--mode "$mode" --gpus 1 --model "$model" --precision "$sp" --steps 10 --warmup 3)
@@ -339,10 +339,10 @@ mem_step() {
 mem_step sp-dp-m1 dp "$m1" 15 "${mem_figs[@]:0:2}"
 mem_step sp-ddp-m1 ddp "$m1" 20 "${mem_figs[2]}"
 mem_step sp-dp-m2 dp "$m2" 25 "${mem_figs[@]:3:2}"
-# gpt2 with its GEMMs timed alone on the same data shapes (random, as the model's): ~8 s. The
+# gpt2-mlp with its GEMMs timed alone on the same data shapes (random, as the model's): ~8 s. The
 # phases that run no GEMM (load, loss, optimizer, dp's copies, the exposed all-reduce), timed
 # by their NVTX ranges, at most 10 % of the step.
-if dc_step "TFLOP/s against the GEMMs alone: gpt2 $sp" 10 "${mem_figs[@]:5:2}"; then
+if dc_step "TFLOP/s against the GEMMs alone: gpt2-mlp $sp" 10 "${mem_figs[@]:5:2}"; then
   dps tflops --mode dp --gpus 1 --model "$m2" --precision "$sp" --steps 10 --warmup 3 --gemm-ref
   rc=$?
   if ! dc_was_skipped "${mem_figs[5]}" "$rc"; then
@@ -471,7 +471,7 @@ if dc_step "what NVTX ranges and the NVML sampler cost" 20 "no-nvtx cost" "no-nv
   if [ "$host" = 1 ]; then
     skip_all "not a GPU figure: the host backend has no bf16, NVTX or NVML" "no-nvtx cost" "no-nvml cost"
   else
-    cost_args=(run --backend "$backend" --mode dp --gpus 1 --precision bf16 --model resnet50 --steps 50 --warmup 5
+    cost_args=(run --backend "$backend" --mode dp --gpus 1 --precision bf16 --model resnet50-mlp --steps 50 --warmup 5
           --out "$res")
     rc=0
     for r in 1 2; do

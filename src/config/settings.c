@@ -50,7 +50,8 @@ const settings_entry settings_table[SET_COUNT] = {
         .cmds = TRAIN, .list_cmds = SETTINGS_SWEEP,
         .flag = "model", .key = "models", .type = SETTINGS_PRESET,
         .cli_max = SETTINGS_MAX_LIST, .suite_max = SETTINGS_MAX_LIST, DEFAULT_TEXT("small"),
-        .metavar = "PRESET", .help = "model preset (see `dpscale info`); sweep: a list"},
+        .metavar = "PRESET|FILE", .help = "model preset (see `dpscale info`) or a model file "
+                "(docs/model-file.md); sweep: a list"},
     [SET_LAYERS] = {
         .cmds = TRAIN,
         .flag = "layers", .type = SETTINGS_INT, .lo = 0, .hi = 4096, .metavar = "N",
