@@ -541,8 +541,11 @@ static dps_status host_resample(backend *be, be_stream *s, int64_t samples, int6
                                 int64_t n_out, const float *x, float *y)
 {
     (void)be; (void)s;
-    for (int64_t r = 0; r < samples; r++)
-        for (int64_t i = 0; i < n_out; i++) y[r * n_out + i] = x[r * n_in + i % n_in];
+    for (int64_t r = 0; r < samples; r++) /* n_in elements at a time: y[i] = x[i mod n_in] */
+        for (int64_t i = 0; i < n_out; i += n_in) {
+            int64_t len = n_out - i < n_in ? n_out - i : n_in;
+            memcpy(y + r * n_out + i, x + r * n_in, (size_t)len * sizeof(float));
+        }
     return DPS_OK;
 }
 
@@ -550,12 +553,15 @@ static dps_status host_resample_bwd(backend *be, be_stream *s, int64_t samples, 
                                     int64_t n_out, const float *dy, float *dx)
 {
     (void)be; (void)s;
-    for (int64_t r = 0; r < samples; r++)
-        for (int64_t j = 0; j < n_in; j++) {
-            float acc = 0.0f;
-            for (int64_t i = j; i < n_out; i += n_in) acc += dy[r * n_out + i];
-            dx[r * n_in + j] = acc;
+    for (int64_t r = 0; r < samples; r++) { /* dx[j] = the sum of dy[j + c n_in], c in order */
+        float *out = dx + r * n_in;
+        const float *in = dy + r * n_out;
+        for (int64_t j = 0; j < n_in; j++) out[j] = j < n_out ? in[j] : 0.0f;
+        for (int64_t i = n_in; i < n_out; i += n_in) {
+            int64_t len = n_out - i < n_in ? n_out - i : n_in;
+            for (int64_t j = 0; j < len; j++) out[j] += in[i + j];
         }
+    }
     return DPS_OK;
 }
 

@@ -9,6 +9,7 @@
 
 #define F(b) ((float *)(b).ptr)
 enum { RNG_GRAPH_PARAMS = 11 }; /* the generator's stream of a model file's parameters */
+#define GRAPH_ACT_COLS 4096         /* the longest row of an act's pass (its zeros' bias) */
 
 dps_status graph_layout_make(const model_file *mf, graph_layout *l)
 {
@@ -75,7 +76,8 @@ static size_t work_bytes(const model_file *mf, size_t max_samples, size_t *cols)
 
 uint64_t graph_acts_bytes(const model_file *mf, uint64_t max_samples)
 {
-    size_t cols, total = work_bytes(mf, (size_t)max_samples, &cols) + cols * sizeof(float) + sizeof(float);
+    size_t cols, total = work_bytes(mf, (size_t)max_samples, &cols) + cols * sizeof(float) +
+                         GRAPH_ACT_COLS * sizeof(float);
     for (int i = 0; i < mf->nops - 1; i++) total += 2 * (size_t)max_samples * sizeof(float) * mf->ops[i].out_elems;
     return total;
 }
@@ -98,7 +100,7 @@ dps_status graph_acts_alloc(backend *be, int dev, const model_file *mf, int max_
     }
     if (!rc) rc = be_buf_alloc(be, dev, work, "graph workspace", &a->work);
     if (!rc) rc = be_buf_alloc(be, dev, cols * sizeof(float), "graph workspace columns", &a->cols);
-    if (!rc) rc = be_buf_alloc(be, dev, sizeof(float), "graph workspace zero", &a->zero);
+    if (!rc) rc = be_buf_alloc(be, dev, GRAPH_ACT_COLS * sizeof(float), "graph workspace zeros", &a->zero);
     if (!rc) rc = be->ops->memset0(be, NULL, a->zero.ptr, a->zero.bytes);
     if (rc) graph_acts_free(be, mf, a);
     return rc;
@@ -210,6 +212,16 @@ static dps_status embedding_fwd(const fwd_ctx *c, const mf_op *o, const float *i
     return be->ops->bias_act(be, c->st, c->samples, cols, y, tiled, NULL);
 }
 
+/* The widest row, at most GRAPH_ACT_COLS, into which an act's n elements a
+ * sample divide: a pass over rows that long runs at the element-wise
+ * kernels' speed, where one element a row would not. */
+static int act_cols(size_t n)
+{
+    for (int d = GRAPH_ACT_COLS; d > 1; d--)
+        if (n % (size_t)d == 0) return d;
+    return 1;
+}
+
 static dps_status op_fwd(const fwd_ctx *c, int i)
 {
     const mf_op *o = &c->mf->ops[i];
@@ -223,9 +235,11 @@ static dps_status op_fwd(const fwd_ctx *c, int i)
     case MF_RESAMPLE:
         return be->ops->resample(be, c->st, c->samples, (int64_t)o->in_elems, (int64_t)o->out_elems, in, y);
     case MF_NORM: return norm_fwd(c, o, in, y, dev);
-    case MF_ACT: /* GELU's pass: in + 0, then its GELU into y */
-        DPS_TRY(rows_of(o, c->samples, o->out_elems, &rows));
-        return be->ops->bias_act(be, c->st, rows, 1, (float *)in, F(c->a->zero), y);
+    case MF_ACT: { /* GELU's pass: in + 0, then its GELU into y, rows of act_cols */
+        int cols = act_cols(o->out_elems);
+        DPS_TRY(rows_of(o, c->samples, o->out_elems / (size_t)cols, &rows));
+        return be->ops->bias_act(be, c->st, rows, cols, (float *)in, F(c->a->zero), y);
+    }
     case MF_ADD:
         DPS_TRY(copy(be, c->st, dev, y, in, n));
         return be->ops->add(be, c->st, (int64_t)n, y, input_of(c->a, o->from, c->x));

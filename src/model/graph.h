@@ -37,7 +37,7 @@ typedef struct graph_acts {
     dps_buf dinput;       /* [samples][input]: the input's gradient (not used further) */
     dps_buf work;         /* [max_samples][largest op input or output], or an embedding table */
     dps_buf cols;         /* [widest norm or embedding]: column sums, an embedding's rows */
-    dps_buf zero;         /* one 0.0f: the bias of an act's GELU pass */
+    dps_buf zero;         /* 0.0f: the bias of an act's GELU pass, as wide as its rows */
 } graph_acts;
 
 dps_status graph_acts_alloc(backend *be, int dev, const model_file *mf, int max_samples,
