@@ -14,6 +14,7 @@
 #include "model/model.h"
 #include "model/graph.h"
 #include "model/model_file.h"
+#include "model/net.h"
 #include "strategies/ddp.h"
 
 #include "expect.h"
@@ -25,7 +26,7 @@ static void test_presets(void)
     EXPECT(t && model_param_count(t->shape) == 9360);
     EXPECT(model_matmul_params(t->shape) == 2 * 64 * 64 + 64 * 16);
     struct { const char *name; double params, fwd_gflop; } want[] = {
-        {"resnet50", 25.6e6, 8.2}, {"bert-large", 335e6, 343.0}, {"gpt2", 124e6, 254.0},
+        {"resnet50-mlp", 25.6e6, 8.2}, {"bert-large-mlp", 335e6, 343.0}, {"gpt2-mlp", 124e6, 254.0},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         const model_preset *p = model_find_preset(want[i].name);
@@ -37,6 +38,19 @@ static void test_presets(void)
         EXPECT(fabs(gflop / want[i].fwd_gflop - 1.0) < 0.03);
     }
     EXPECT(model_find_preset("nope") == NULL);
+    /* the real models: bench/models/' files, with their exact tensor lists */
+    struct { const char *name; size_t params; int tensors; } files[] = {
+        {"resnet50", 25557032, 161}, {"gpt2", 124439808, 148}, {"bert-large", 335174458, 298},
+    };
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        const model_preset *p = model_find_preset(files[i].name);
+        char path[1024];
+        net n;
+        EXPECT(p && p->file && net_read(model_preset_path(p, path, sizeof path), &n) == DPS_OK);
+        if (!p || !n.params) continue;
+        EXPECT(n.params == files[i].params && n.ntensors == files[i].tensors);
+        net_free(&n);
+    }
     /* the layout tiles the flat buffer exactly */
     model_shape s = {3, 5, 2, 7};
     EXPECT(model_weight_offset(s, 1) == 30 && model_bias_offset(s, 0) == 25);
@@ -365,5 +379,62 @@ static void test_graph_gradients(void)
     free(p); free(grads); free(g.x); free(g.r); free(g.y);
 }
 
+/* net.c over a model file: a sample's data the same whatever the shard,
+ * and backward's ready offsets only falling, each once every tensor before
+ * it in ready order is final (fc2's gradient here is final first but is
+ * second in ready order: no offset until the norm's makes ready place 0). */
+typedef struct ready_log { size_t lo[8]; int n; } ready_log;
+
+static dps_status log_ready(void *ctx, size_t lo)
+{
+    ready_log *r = ctx;
+    if (r->n < 8) r->lo[r->n] = lo;
+    r->n++;
+    return DPS_OK;
+}
+
+static void test_net(void)
+{
+    char text[sizeof graph_file + 8];
+    memcpy(text, graph_file, sizeof graph_file);
+    memcpy(strstr(text, "ln.bias 8 ready=1"), "ln.bias 8 ready=0", 17);
+    memcpy(strstr(text, "fc2.weight 3x8 ready=0"), "fc2.weight 3x8 ready=1", 22);
+    const char *path = write_tmp("ready.model", text, strlen(text));
+    net n;
+    backend *be = NULL;
+    be_options o = {.kind = BE_HOST, .host_devices = 1, .quiet = 1};
+    EXPECT(net_read(path, &n) == DPS_OK && be_open(&o, &be) == DPS_OK);
+    unlink(path);
+    if (!be || !n.params) return;
+    float x6[6 * 24], x3[6 * 24], *p = malloc(n.params * sizeof *p), *g = malloc(n.params * sizeof *g);
+    int32_t y6[6 * 4], y3[6 * 4];
+    net_make_batch(&n, 5, 2, 0, 6, x6, y6);
+    net_make_batch(&n, 5, 2, 0, 3, x3, y3);
+    net_make_batch(&n, 5, 2, 3, 3, x3 + 3 * 24, y3 + 3 * 4);
+    EXPECT(memcmp(x6, x3, sizeof x6) == 0 && memcmp(y6, y3, sizeof y6) == 0);
+    for (int i = 0; i < 24; i++) EXPECT(y6[i] >= 0 && y6[i] < 3);
+    net_acts a;
+    float logits[2 * 12], dl[2 * 12];
+    ready_log r = {{0}, 0};
+    net_init_params(&n, 7, p);
+    for (int i = 0; i < 24; i++) dl[i] = 0.01f * (float)i;
+    EXPECT(net_acts_alloc(be, 0, &n, 2, PREC_FP32, &a) == DPS_OK);
+    EXPECT(net_forward(be, NULL, &n, p, &a, 2, x6, logits) == DPS_OK);
+    EXPECT(net_backward(be, NULL, &n, p, &a, 2, x6, dl, g, log_ready, &r) == DPS_OK);
+    /* ready 0..2: ln.bias, fc2, ln.weight; the norm's backward readies 0, then 2 */
+    int ln_weight = 3, fc2 = 5;
+    EXPECT(n.ready[1] == fc2 && n.ready[2] == ln_weight && r.n == 5);
+    EXPECT(r.lo[0] == n.layout.offset[fc2] && r.lo[1] == n.layout.offset[ln_weight]);
+    for (int i = 1; i < r.n && i < 8; i++) EXPECT(r.lo[i] < r.lo[i - 1]);
+    EXPECT(r.n == 5 && r.lo[4] == 0);
+    net_acts_free(be, &n, &a);
+    EXPECT(be->mem[0].in_use == 0);
+    EXPECT(net_acts_alloc(be, 0, &n, 2, PREC_BF16, &a) == DPS_ERR_USAGE);
+    be_close(be);
+    net_free(&n);
+    free(p);
+    free(g);
+}
+
 EXPECT_GROUPS(GROUP(presets), GROUP(batches), GROUP(gradients), GROUP(model_bf16), GROUP(buckets),
-              GROUP(model_file), GROUP(graph_gradients));
+              GROUP(model_file), GROUP(graph_gradients), GROUP(net));
