@@ -17,7 +17,8 @@ usage: test_model_file.py DPSCALE CASE
   presets       bench/models/resnet50.model is what the exporter writes now;
                 every file there is read by dpscale predict
   refuses       a module, a function and a forward the exporter cannot map,
-                and a bad MODULE, each refused with its name (exit 2)
+                an --input its forward fails on, and a bad MODULE, each refused
+                with its name (exit 2)
   buckets       dpscale info --model FILE's DDP buckets, byte for byte, against
                 PyTorch's DDP's rebuilt buckets (two gloo ranks on the CPU) for
                 resnet18, a GPT with tied weights and the custom module, each
@@ -210,6 +211,10 @@ def case_refuses(dpscale):
             expect(False, f"{type(model).__name__}: exported, expected a refusal")
         except model_export.ExportError as e:
             expect(needle in str(e), f"{type(model).__name__}: refused with {e!s}, expected {needle}")
+    r = subprocess.run([PYTHON, EXPORT, "dpstools.reference_models:tiny_gpt", "--input", "32", "--tokens"],
+                       capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.path.dirname(EXPORT)})
+    expect(r.returncode == 2 and "its forward fails on a batch of 32 token ids" in r.stderr and
+           "Traceback" not in r.stderr, f"an --input the module does not take: exit {r.returncode}, {r.stderr}")
     r = subprocess.run([PYTHON, EXPORT, "nosuchpackage.build", "--input", "8"],
                        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.path.dirname(EXPORT)})
     expect(r.returncode == 2 and "nosuchpackage.build: No module named 'nosuchpackage'" in r.stderr,

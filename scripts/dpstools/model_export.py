@@ -13,6 +13,8 @@ their GEMMs; views, pools and dropout are the values of their input, resampled
 where a consumer needs another size. One forward and backward on a batch of
 two records the bytes autograd saves per node and the order in which the
 parameters' gradients become ready."""
+import contextlib
+import io
 import importlib
 import math
 import operator
@@ -163,7 +165,16 @@ def export(model, input_shape, integer_input=False):
     gm = torch.fx.GraphModule(model, traced)
     example = (torch.randint(0, 2, (BATCH, *input_shape)) if integer_input
                else torch.randn(BATCH, *input_shape))
-    ShapeProp(gm).propagate(example)
+    printed = io.StringIO()  # ShapeProp prints the failing node's traceback itself
+    try:
+        with contextlib.redirect_stderr(printed):
+            ShapeProp(gm).propagate(example)
+    except RuntimeError as e:
+        last = [line for line in printed.getvalue().splitlines() if "Error" in line]
+        cause = last[-1] if last else str(e).splitlines()[0]
+        raise ExportError(f"{type(model).__name__}: its forward fails on a batch of "
+                          f"{'x'.join(map(str, input_shape))} {'token ids' if integer_input else 'inputs'} "
+                          f"({cause}); give --input the shape of one sample it takes") from None
     modules = dict(gm.named_modules())
     ops = Ops(model)
     ops.input_int = integer_input
