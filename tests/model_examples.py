@@ -1,7 +1,9 @@
 """A user's own module as model_export.py meets one: parameters of its own
 read through torch.nn.functional (F.embedding, F.linear, F.layer_norm),
-nn.MultiheadAttention for self-attention, a residual; for the model file
-tests (tests/test_model_file.py)."""
+nn.MultiheadAttention for self-attention, a residual; and a small residual
+convolution net (convolutions, batch norms, ReLU, a residual add, pooling,
+a Linear head); for the model file tests (tests/test_model_file.py,
+tests/test_torch_graph.py)."""
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -29,3 +31,27 @@ class Tagger(nn.Module):
 
 def tagger():
     return Tagger()
+
+
+class SmallResNet(nn.Module):
+    """One residual block on 3 x 8 x 8 images: conv, BatchNorm, ReLU, conv,
+    BatchNorm, the residual add, ReLU, global average pooling, a Linear head."""
+
+    def __init__(self, channels=8, classes=10):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, channels, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(channels)
+        self.relu = nn.ReLU()
+        self.conv2 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(channels)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(channels, classes)
+
+    def forward(self, x):
+        y = self.relu(self.bn1(self.conv1(x)))
+        z = self.relu(self.bn2(self.conv2(y)) + y)
+        return self.fc(torch.flatten(self.pool(z), 1))
+
+
+def small_resnet():
+    return SmallResNet()
