@@ -17,18 +17,21 @@ forkserver with PyTorch preloaded), or by torchrun, e.g. `torchrun
 --nproc_per_node 2 -r 2 -t 2 torch_reference.py --mode ddp --gpus 2 ...`
 (Debian's PyTorch 1.13 under Python 3.11 needs the `-r 2 -t 2`).
 
-Presets are read from `dpscale info`, so the shapes are dpscale's own.
+Presets are read from `dpscale info`, so the shapes are dpscale's own: an
+MLP preset is the MLP, a preset of a model file (resnet50, gpt2, bert-large)
+that file.
 
---model FILE (a value naming an existing file, or ending in .model): a model
+--model FILE (a value that is not a preset: a model file's path): a model
 file (docs/model-file.md) as `dpscale run --model FILE` trains it, built by
 dpstools.torch_graph with PyTorch's autograd: each op with dpscale's maths
 (model/graph.c: a gemm as x·Wᵀ + b or a matmul of its input's halves, a
 resample reading x[i mod n], a norm's scale and shift, GELU for every act, an
 embedding adding its table at fixed positions, a residual add), dpscale's
 initialisation and synthetic samples, the loss the mean cross-entropy of
-every row of the global batch; --batch defaults to 8 samples a device, and
---save-params writes dpscale's flat layout (the tensors in the reverse of
-ready order). The results carry the file's name as the model.
+every row of the global batch. --batch defaults to 8 samples a device (a
+preset's: its own); --save-params writes dpscale's flat layout (the tensors
+in the reverse of ready order); the results carry the file's name record (a
+preset's: its name) as the model. Model files run in fp32, as dpscale's.
 """
 import argparse
 import os
@@ -37,7 +40,7 @@ import sys
 import time
 
 from dpstools.torch_graph import ModelFileError, read as read_model_file
-from dpstools.torch_model import Preset, presets
+from dpstools.torch_model import Preset, dpscale_info, file_presets, presets
 from dpstools.torch_results import Usage, check_folder, utc_now
 from dpstools.torch_train import RanksHung, run_ddp, run_single
 
@@ -116,22 +119,36 @@ def setup(args):
 
 
 def model_spec(args):
-    """The model --model names and its default samples per device: a model
-    file (a value naming an existing file, or ending in .model), else a
-    preset of `dpscale info`."""
-    if os.path.isfile(args.model) or args.model.endswith(".model"):
-        if args.precision != "fp32":
-            raise Usage(f"--model {args.model} --precision {args.precision}: dpscale runs a "
-                        f"model file in fp32; use --precision fp32")
-        return model_file(args.model), FILE_BATCH_PER_DEVICE
+    """The model --model names, as dpscale takes it, and its default
+    samples per device: a preset of `dpscale info` (an MLP, or a model file
+    of bench/models/), else a model file at that path."""
+    if args.model.endswith(".model") and os.path.isfile(args.model):
+        return file_spec(args, args.model), FILE_BATCH_PER_DEVICE  # dpscale not needed
     try:
-        table = presets(args.dpscale)
+        info = dpscale_info(args.dpscale)
     except (OSError, subprocess.CalledProcessError) as e:
         raise Usage(f"--dpscale {args.dpscale}: cannot run `dpscale info` ({e}); build dpscale "
                     f"(ninja -C build) or point --dpscale at it") from None
-    if args.model not in table:
-        raise Usage(f"--model {args.model}: not one of {sorted(table)}, nor a model file")
-    return Preset(args.model, table[args.model][:4]), table[args.model][4]
+    mlps, files = presets(args.dpscale, info), file_presets(args.dpscale, info)
+    if args.model in mlps:
+        return Preset(args.model, mlps[args.model][:4]), mlps[args.model][4]
+    if args.model in files:
+        per_gpu, path = files[args.model]
+        return file_spec(args, path, args.model), per_gpu
+    if os.path.isfile(args.model) or args.model.endswith(".model"):
+        return file_spec(args, args.model), FILE_BATCH_PER_DEVICE
+    raise Usage(f"--model {args.model}: not one of {sorted(mlps) + sorted(files)}, nor a model "
+                f"file")
+
+
+def file_spec(args, path, name=None):
+    """The model file at path (named as its preset, else by its name record)."""
+    if args.precision != "fp32":
+        raise Usage(f"--model {args.model} --precision {args.precision}: dpscale runs a model "
+                    f"file in fp32; use --precision fp32 (or an MLP preset)")
+    graph = model_file(path)
+    graph.name = name or graph.name
+    return graph
 
 
 def model_file(path):

@@ -207,7 +207,7 @@ def read(path):
         words = line.split("#", 1)[0].split()
         if words:
             r.record(number, words)
-    return r.whole(len(text.splitlines()) or 1)
+    return r.whole(r.ops[-1].line if r.ops else r.format_line or 1)
 
 
 class Reader:

@@ -85,14 +85,28 @@ def shards(batch, world):
     return [batch // world + (i < batch % world) for i in range(world)]
 
 
-def presets(dpscale):
-    out = subprocess.run([dpscale, "info", "--backend", "host"], capture_output=True, text=True,
-                         check=True).stdout
+def dpscale_info(dpscale):
+    return subprocess.run([dpscale, "info", "--backend", "host"], capture_output=True, text=True,
+                          check=True).stdout
+
+
+def presets(dpscale, info=None):
+    """dpscale info's MLP presets: {name: (layers, width, tokens, classes, batch per GPU)}."""
     table = {}
-    for line in out.splitlines():
+    for line in (info or dpscale_info(dpscale)).splitlines():
         m = re.match(r"\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s", line)
         if m:  # name, layers, width, tokens, classes, batch per GPU, params
             table[m.group(1)] = tuple(int(m.group(i)) for i in range(2, 7))
+    return table
+
+
+def file_presets(dpscale, info=None):
+    """dpscale info's presets of model files: {name: (batch per GPU, the file's path)}."""
+    table = {}
+    for line in (info or dpscale_info(dpscale)).splitlines():
+        m = re.match(r"\s+(\S+)\s+file\s+(\d+)\s+\d+\s+\d+\s+\S+\s+(\S.*?)\s*$", line)
+        if m:  # name, file, batch per GPU, tensors, params, GFLOP, path
+            table[m.group(1)] = (int(m.group(2)), m.group(3))
     return table
 
 
