@@ -3,7 +3,7 @@
 host memory a configuration needs known (and refused) before it allocates,
 --dry-run's estimates, and --resume continuing the folder's own set.
 Usage: test_first_run.py DPSCALE CASE; exit 0 pass, 1 fail, 77 skip."""
-from listing import DPSCALE, exit_if_listing, test
+from listing import DPSCALE, FIXTURES, exit_if_listing, test
 
 # a new user's first commands: mistakes refused, host memory estimated and refused, --resume's plan
 TESTS = [test("first run " + c.replace("_", " "), DPSCALE, c, timeout=300)
@@ -75,6 +75,10 @@ ESTIMATED = [
     ["--mode", "ddp", "--gpus", "2", "--model", "small", "--grad-as-bucket-view",
      "--optimizer", "adamw"],
     ["--mode", "ddp", "--ddp-impl", "lean", "--gpus", "3", "--model", "small", "--batch", "7"],
+    ["--mode", "dp", "--gpus", "3", "--model", os.path.join(FIXTURES, "models", "small-resnet.model"),
+     "--batch", "7"],
+    ["--mode", "ddp", "--gpus", "3", "--model", os.path.join(FIXTURES, "models", "tagger.model"),
+     "--batch", "10", "--optimizer", "adamw"],
 ]
 
 

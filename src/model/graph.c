@@ -74,12 +74,86 @@ static size_t work_bytes(const model_file *mf, size_t max_samples, size_t *cols)
     return s * elems > table * sizeof(float) ? s * elems : table * sizeof(float);
 }
 
+/* The op whose backward first adds into op i's gradient: the last op (in
+ * forward order) that reads op i's output; i itself when none does. */
+static int first_writer(const model_file *mf, int i)
+{
+    for (int j = mf->nops - 1; j > i; j--)
+        if (mf->ops[j].in == i || mf->ops[j].from == i) return j;
+    return i;
+}
+
+/* Where op i's gradient starts in ranges[] (sorted by start) of n taken ranges. */
+typedef struct range { size_t lo, hi; } range;
+
+static int by_lo(const void *a, const void *b)
+{
+    const range *x = a, *y = b;
+    return (x->lo > y->lo) - (x->lo < y->lo);
+}
+
+/* The lowest offset where size elements fit between the taken ranges. */
+static size_t first_fit(range *taken, int n, size_t size)
+{
+    qsort(taken, (size_t)n, sizeof *taken, by_lo);
+    size_t at = 0;
+    for (int k = 0; k < n; k++) {
+        if (taken[k].lo >= at + size) break;
+        if (taken[k].hi > at) at = taken[k].hi;
+    }
+    return at;
+}
+
+/* Every op's gradient (but the last's, the caller's) placed in one arena,
+ * in elements a sample: op i's is live in backward from its first writer's
+ * backward to its own, and two live at once never overlap. Greedy by size,
+ * the largest first, each at the lowest offset clear of the placed ones it
+ * meets, as the caching allocator's reuse keeps backward's gradients to
+ * those alive. at[i] and writer[i] per op; returns the arena's elements a
+ * sample, or (size_t)-1 out of host memory. */
+static size_t plan_grads(const model_file *mf, size_t *at, int *writer)
+{
+    int n = mf->nops - 1, placed = 0, *order = malloc((size_t)(n > 0 ? n : 1) * sizeof *order);
+    range *taken = malloc((size_t)(n > 0 ? n : 1) * sizeof *taken);
+    if (!order || !taken) {
+        free(order);
+        free(taken);
+        return (size_t)-1;
+    }
+    size_t arena = 0;
+    for (int i = 0; i < n; i++) {
+        writer[i] = first_writer(mf, i);
+        int k = placed++; /* insertion by size, largest first */
+        while (k > 0 && mf->ops[order[k - 1]].out_elems < mf->ops[i].out_elems) order[k] = order[k - 1], k--;
+        order[k] = i;
+    }
+    for (int k = 0; k < n; k++) {
+        int i = order[k], nt = 0;
+        for (int q = 0; q < k; q++) { /* the placed ones live at the same time */
+            int p = order[q];
+            if (p <= writer[i] && i <= writer[p])
+                taken[nt++] = (range){at[p], at[p] + mf->ops[p].out_elems};
+        }
+        at[i] = first_fit(taken, nt, mf->ops[i].out_elems);
+        if (at[i] + mf->ops[i].out_elems > arena) arena = at[i] + mf->ops[i].out_elems;
+    }
+    free(order);
+    free(taken);
+    return arena;
+}
+
 uint64_t graph_acts_bytes(const model_file *mf, uint64_t max_samples)
 {
     size_t cols, total = work_bytes(mf, (size_t)max_samples, &cols) + cols * sizeof(float) +
                          GRAPH_ACT_COLS * sizeof(float);
-    for (int i = 0; i < mf->nops - 1; i++) total += 2 * (size_t)max_samples * sizeof(float) * mf->ops[i].out_elems;
-    return total;
+    size_t *at = malloc((size_t)mf->nops * sizeof *at);
+    int *writer = malloc((size_t)mf->nops * sizeof *writer);
+    size_t arena = at && writer ? plan_grads(mf, at, writer) : (size_t)-1;
+    free(at);
+    free(writer);
+    if (arena == (size_t)-1) return UINT64_MAX;
+    for (int i = 0; i < mf->nops - 1; i++) total += (size_t)max_samples * sizeof(float) * mf->ops[i].out_elems;
+    return total + arena * (size_t)max_samples * sizeof(float);
 }
 
 dps_status graph_acts_alloc(backend *be, int dev, const model_file *mf, int max_samples, graph_acts *a)
@@ -87,17 +161,19 @@ dps_status graph_acts_alloc(backend *be, int dev, const model_file *mf, int max_
     memset(a, 0, sizeof *a);
     a->max_samples = max_samples;
     a->out = calloc((size_t)mf->nops, sizeof *a->out);
-    a->grad = calloc((size_t)mf->nops, sizeof *a->grad);
-    if (!a->out || !a->grad) {
+    a->grad_at = calloc((size_t)mf->nops, sizeof *a->grad_at);
+    a->grad_writer = calloc((size_t)mf->nops, sizeof *a->grad_writer);
+    size_t arena = a->out && a->grad_at && a->grad_writer ? plan_grads(mf, a->grad_at, a->grad_writer)
+                                                          : (size_t)-1;
+    if (arena == (size_t)-1) {
         graph_acts_free(be, mf, a);
         return dps_fail(DPS_ERR_RUNTIME, "out of host memory for %s's activations", mf->name);
     }
     size_t s = (size_t)max_samples * sizeof(float), cols, work = work_bytes(mf, (size_t)max_samples, &cols);
     dps_status rc = DPS_OK;
-    for (int i = 0; i < mf->nops - 1 && !rc; i++) { /* the last op's are the caller's logits */
+    for (int i = 0; i < mf->nops - 1 && !rc; i++) /* the last op's are the caller's logits */
         rc = be_buf_alloc(be, dev, s * mf->ops[i].out_elems, "activations", &a->out[i]);
-        if (!rc) rc = be_buf_alloc(be, dev, s * mf->ops[i].out_elems, "activation gradients", &a->grad[i]);
-    }
+    if (!rc && arena) rc = be_buf_alloc(be, dev, s * arena, "activation gradients", &a->grads);
     if (!rc) rc = be_buf_alloc(be, dev, work, "graph workspace", &a->work);
     if (!rc) rc = be_buf_alloc(be, dev, cols * sizeof(float), "graph workspace columns", &a->cols);
     if (!rc) rc = be_buf_alloc(be, dev, GRAPH_ACT_COLS * sizeof(float), "graph workspace zeros", &a->zero);
@@ -109,9 +185,10 @@ dps_status graph_acts_alloc(backend *be, int dev, const model_file *mf, int max_
 void graph_acts_free(backend *be, const model_file *mf, graph_acts *a)
 {
     for (int i = 0; a->out && i < mf->nops; i++) be_buf_free(be, &a->out[i]);
-    for (int i = 0; a->grad && i < mf->nops; i++) be_buf_free(be, &a->grad[i]);
+    be_buf_free(be, &a->grads);
     free(a->out);
-    free(a->grad);
+    free(a->grad_at);
+    free(a->grad_writer);
     be_buf_free(be, &a->work);
     be_buf_free(be, &a->cols);
     be_buf_free(be, &a->zero);
@@ -142,7 +219,8 @@ static float *out_of(const graph_acts *a, int i)
 
 static float *grad_of(const graph_acts *a, int i)
 {
-    return a->grad[i].ptr ? F(a->grad[i]) : (float *)a->dlogits;
+    if (!a->out[i].ptr) return (float *)a->dlogits;
+    return F(a->grads) + a->grad_at[i] * (size_t)a->max_samples;
 }
 
 static dps_status copy(backend *be, be_stream *st, int dev, float *dst, const float *src, size_t n)
@@ -385,6 +463,10 @@ static dps_status backward_ops(const bwd_ctx *c, const int *ready, graph_grad_ho
     for (int i = mf->nops - 1; i >= 0; i--) {
         const mf_op *o = &mf->ops[i];
         float *din = o->in == MF_INPUT ? NULL : F(a->work);
+        for (int k = 0; k <= i && k < mf->nops - 1; k++) /* the gradients this op begins */
+            if (a->grad_writer[k] == i)
+                DPS_TRY(be->ops->memset0(be, c->f.st, grad_of(a, k),
+                                         (size_t)c->f.samples * mf->ops[k].out_elems * sizeof(float)));
         /* a norm's and an embedding's backward use the workspace first */
         DPS_TRY(op_bwd(c, i, din));
         if (din)
@@ -400,13 +482,11 @@ dps_status graph_backward(backend *be, be_stream *st, const model_file *mf, cons
                           const float *dlogits, float *grads, graph_grad_hook hook, void *hook_ctx)
 {
     bwd_ctx c = {{be, st, mf, l, params, a, samples, x}, grads};
-    int last = mf->nops - 1, *ready = malloc((size_t)mf->ntensors * sizeof *ready);
+    int *ready = malloc((size_t)mf->ntensors * sizeof *ready);
     a->dlogits = dlogits;
     if (!ready) return dps_fail(DPS_ERR_RUNTIME, "out of host memory in %s's backward", mf->name);
     model_file_ready_order(mf, ready);
     dps_status rc = be->ops->memset0(be, st, grads, l->total * sizeof(float));
-    for (int i = 0; i < last && !rc; i++)
-        rc = be->ops->memset0(be, st, a->grad[i].ptr, (size_t)samples * mf->ops[i].out_elems * sizeof(float));
     if (!rc) rc = backward_ops(&c, ready, hook, hook_ctx);
     free(ready);
     return rc;

@@ -28,10 +28,16 @@ void graph_layout_free(graph_layout *l);
 void graph_init_params(const model_file *mf, const graph_layout *l, uint64_t seed, float *params);
 
 /* The buffers of one replica for up to max_samples samples on one device:
- * each op's output and its gradient, and the workspace of norms and embeddings. */
+ * each op's output, the ops' gradients in one arena in which a gradient
+ * holds its place from the backward of the last op that reads its op's
+ * output to its op's own (those alive at once never share bytes), and the
+ * workspace of norms and embeddings. */
 typedef struct graph_acts {
     int max_samples;
-    dps_buf *out, *grad;  /* per op but the last: [samples][out_elems] */
+    dps_buf *out;         /* per op but the last: [samples][out_elems] */
+    dps_buf grads;        /* every op's gradient but the last's, those alive at once apart */
+    size_t *grad_at;      /* per op: where its gradient starts in grads, in elements a sample */
+    int *grad_writer;     /* per op: the op whose backward begins its gradient (zeroes it) */
     float *logits;        /* the last op's output: graph_forward's logits */
     const float *dlogits; /* its gradient: graph_backward's dlogits */
     dps_buf dinput;       /* [samples][input]: the input's gradient (not used further) */
