@@ -21,9 +21,10 @@ Presets are read from `dpscale info`, so the shapes are dpscale's own: an
 MLP preset is the MLP, a preset of a model file (resnet50, gpt2, bert-large)
 that file.
 
---model FILE (a value that is not a preset: a model file's path): a model
-file (docs/model-file.md) as `dpscale run --model FILE` trains it, built by
-dpstools.torch_graph with PyTorch's autograd: each op with dpscale's maths
+--model FILE (a value that is not a preset: a path with a `/`, ending in
+.model or naming a file): a model file (docs/model-file.md) as `dpscale run
+--model FILE` trains it, built by dpstools.torch_graph with PyTorch's
+autograd: each op with dpscale's maths
 (model/graph.c: a gemm as x·Wᵀ + b or a matmul of its input's halves, a
 resample reading x[i mod n], a norm's scale and shift, GELU for every act, an
 embedding adding its table at fixed positions, a residual add), dpscale's
@@ -135,7 +136,7 @@ def model_spec(args):
     if args.model in files:
         per_gpu, path = files[args.model]
         return file_spec(args, path, args.model), per_gpu
-    if os.path.isfile(args.model) or args.model.endswith(".model"):
+    if "/" in args.model or args.model.endswith(".model") or os.path.isfile(args.model):
         return file_spec(args, args.model), FILE_BATCH_PER_DEVICE
     raise Usage(f"--model {args.model}: not one of {sorted(mlps) + sorted(files)}, nor a model "
                 f"file")
