@@ -62,18 +62,18 @@ def case_check_around(binary):
 
 
 def presets(binary):
-    """The preset names `dpscale info` lists."""
+    """The MLP presets' names `dpscale info` lists (the model files' have shapes of their own)."""
     p = subprocess.run([binary, "info", "--backend", "host"], capture_output=True, text=True,
                        timeout=60)
     expect(p.returncode == 0, f"dpscale info: exit {p.returncode}\n{p.stderr}")
     lines = p.stdout.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("presets:"))
+    start = next(i for i, line in enumerate(lines) if line.startswith("presets, MLPs:"))
     names = []
     for line in lines[start + 2:]:
         if not line.startswith("  ") or line.lstrip().startswith("("):
             break
         names.append(line.split()[0])
-    expect(len(names) >= 6 and "gpt2" in names, f"presets read from `dpscale info`: {names}")
+    expect(len(names) >= 6 and "gpt2-mlp" in names, f"MLP presets read from `dpscale info`: {names}")
     return names
 
 
