@@ -17,6 +17,8 @@
 #   1 losses against PyTorch (small, 20 steps, the host tests' learning
 #     rates; --check too): dp and ddp x SGD and AdamW x fp32 (TF32 off) and
 #     bf16, on every GPU: 8 pairs of ~3 s + ~8 s (ddp ~12 s): ~100 s
+#   1b a model file (resnet50) against PyTorch running its ops, dp and ddp on
+#     every GPU, fp32, with --check: 2 pairs of ~5 s + ~10 s: ~30 s
 #   2 memory and step time against PyTorch, bf16, one GPU: dp medium,
 #     ddp medium, dp gpt2-mlp (memory: per-device peak within 10 %; step
 #     <= 0.85 x PyTorch's): ~50 s; gpt2-mlp --gemm-ref (TFLOP/s >= 0.8 x the
@@ -188,7 +190,11 @@ for l in "${links_paths[@]}"; do
   IFS=: read -r lm ls ld <<<"$l"
   links_figs+=("links $lm $ls->$ld")
 done
-dc_plan build "dpscale info" "${loss_figs[@]}" "${mem_figs[@]}" "${one_figs[@]}" "${mg_figs[@]}" \
+mf_model=resnet50
+[ "$host" = 1 ] && mf_model=tests/fixtures/models/tiny-gpt.model
+file_figs=()
+for m in dp ddp; do file_figs+=("loss $m model file vs torch gpus=$ngpu" "check $m model file gpus=$ngpu"); done
+dc_plan build "dpscale info" "${loss_figs[@]}" "${file_figs[@]}" "${mem_figs[@]}" "${one_figs[@]}" "${mg_figs[@]}" \
   "sweep dp,ddp gpus=1" "params same bits" "nvml pcie in sweep" "nvml bytes on links" \
   "fault exit rank 1" "fault hang rank 1 --timeout" "no-nvtx cost" "no-nvml cost" "${links_figs[@]}" \
   "memcheck dp" "memcheck ddp" "ncu step kernels" "ncu step report"
@@ -306,6 +312,21 @@ for c in "${loss_cfgs[@]}"; do
   rc=$?
   dc_was_skipped "$lfig" "$rc" || dc_figures_from "$lfig" "${gcmp[@]}" losses "$lfig" \
     "$res/loss-$m-$p-$o" "$res/loss-$m-$p-$o-torch" "$p"
+done
+
+# 1b. A model file, the real resnet50 (the fixture tiny-gpt rehearsed on the host): its ops'
+# kernels (resample, col_scale, mul among them) against torch_reference.py running the same
+# ops, every step's loss within LOSS_TOL, and --check. ~5 s and ~10 s a pair.
+for m in dp ddp; do
+  lfig="loss $m model file vs torch gpus=$ngpu" cfig="check $m model file gpus=$ngpu"
+  dc_step "model file against PyTorch: $m on $ngpu device(s)" 16 "$lfig" "$cfig" || continue
+  opts=(--mode "$m" --gpus "$ngpu" --model "$mf_model" --batch $((2 * ngpu)) --steps 5 --warmup 1)
+  dps "file-$m" "${opts[@]}" --check
+  dps_figure "$cfig" $? check "$res/file-$m"
+  tref "file-$m-torch" "${opts[@]}"
+  rc=$?
+  dc_was_skipped "$lfig" "$rc" || dc_figures_from "$lfig" "${cmp[@]}" losses "$lfig" \
+    "$res/file-$m" "$res/file-$m-torch" fp32
 done
 
 # 2. Memory and speed against PyTorch on one GPU, bf16: the per-device allocation peak within
