@@ -74,106 +74,28 @@ static size_t work_bytes(const model_file *mf, size_t max_samples, size_t *cols)
     return s * elems > table * sizeof(float) ? s * elems : table * sizeof(float);
 }
 
-/* The op whose backward first adds into op i's gradient: the last op (in
- * forward order) that reads op i's output; i itself when none does. */
-static int first_writer(const model_file *mf, int i)
-{
-    for (int j = mf->nops - 1; j > i; j--)
-        if (mf->ops[j].in == i || mf->ops[j].from == i) return j;
-    return i;
-}
-
-/* Where op i's gradient starts in ranges[] (sorted by start) of n taken ranges. */
-typedef struct range { size_t lo, hi; } range;
-
-static int by_lo(const void *a, const void *b)
-{
-    const range *x = a, *y = b;
-    return (x->lo > y->lo) - (x->lo < y->lo);
-}
-
-/* The lowest offset where size elements fit between the taken ranges. */
-static size_t first_fit(range *taken, int n, size_t size)
-{
-    qsort(taken, (size_t)n, sizeof *taken, by_lo);
-    size_t at = 0;
-    for (int k = 0; k < n; k++) {
-        if (taken[k].lo >= at + size) break;
-        if (taken[k].hi > at) at = taken[k].hi;
-    }
-    return at;
-}
-
-/* Every op's gradient (but the last's, the caller's) placed in one arena,
- * in elements a sample: op i's is live in backward from its first writer's
- * backward to its own, and two live at once never overlap. Greedy by size,
- * the largest first, each at the lowest offset clear of the placed ones it
- * meets, as the caching allocator's reuse keeps backward's gradients to
- * those alive. at[i] and writer[i] per op; returns the arena's elements a
- * sample, or (size_t)-1 out of host memory. */
-static size_t plan_grads(const model_file *mf, size_t *at, int *writer)
-{
-    int n = mf->nops - 1, placed = 0, *order = malloc((size_t)(n > 0 ? n : 1) * sizeof *order);
-    range *taken = malloc((size_t)(n > 0 ? n : 1) * sizeof *taken);
-    if (!order || !taken) {
-        free(order);
-        free(taken);
-        return (size_t)-1;
-    }
-    size_t arena = 0;
-    for (int i = 0; i < n; i++) {
-        writer[i] = first_writer(mf, i);
-        int k = placed++; /* insertion by size, largest first */
-        while (k > 0 && mf->ops[order[k - 1]].out_elems < mf->ops[i].out_elems) order[k] = order[k - 1], k--;
-        order[k] = i;
-    }
-    for (int k = 0; k < n; k++) {
-        int i = order[k], nt = 0;
-        for (int q = 0; q < k; q++) { /* the placed ones live at the same time */
-            int p = order[q];
-            if (p <= writer[i] && i <= writer[p])
-                taken[nt++] = (range){at[p], at[p] + mf->ops[p].out_elems};
-        }
-        at[i] = first_fit(taken, nt, mf->ops[i].out_elems);
-        if (at[i] + mf->ops[i].out_elems > arena) arena = at[i] + mf->ops[i].out_elems;
-    }
-    free(order);
-    free(taken);
-    return arena;
-}
-
 uint64_t graph_acts_bytes(const model_file *mf, uint64_t max_samples)
 {
     size_t cols, total = work_bytes(mf, (size_t)max_samples, &cols) + cols * sizeof(float) +
                          GRAPH_ACT_COLS * sizeof(float);
-    size_t *at = malloc((size_t)mf->nops * sizeof *at);
-    int *writer = malloc((size_t)mf->nops * sizeof *writer);
-    size_t arena = at && writer ? plan_grads(mf, at, writer) : (size_t)-1;
-    free(at);
-    free(writer);
-    if (arena == (size_t)-1) return UINT64_MAX;
-    for (int i = 0; i < mf->nops - 1; i++) total += (size_t)max_samples * sizeof(float) * mf->ops[i].out_elems;
-    return total + arena * (size_t)max_samples * sizeof(float);
+    graph_plan p;
+    if (graph_plan_make(mf, &p) != DPS_OK) return UINT64_MAX;
+    total += (p.out_elems + p.grad_elems) * (size_t)max_samples * sizeof(float);
+    graph_plan_free(&p);
+    return total;
 }
 
 dps_status graph_acts_alloc(backend *be, int dev, const model_file *mf, int max_samples, graph_acts *a)
 {
     memset(a, 0, sizeof *a);
     a->max_samples = max_samples;
-    a->out = calloc((size_t)mf->nops, sizeof *a->out);
-    a->grad_at = calloc((size_t)mf->nops, sizeof *a->grad_at);
-    a->grad_writer = calloc((size_t)mf->nops, sizeof *a->grad_writer);
-    size_t arena = a->out && a->grad_at && a->grad_writer ? plan_grads(mf, a->grad_at, a->grad_writer)
-                                                          : (size_t)-1;
-    if (arena == (size_t)-1) {
-        graph_acts_free(be, mf, a);
-        return dps_fail(DPS_ERR_RUNTIME, "out of host memory for %s's activations", mf->name);
-    }
+    a->last = mf->nops - 1;
+    DPS_TRY(graph_plan_make(mf, &a->plan));
     size_t s = (size_t)max_samples * sizeof(float), cols, work = work_bytes(mf, (size_t)max_samples, &cols);
     dps_status rc = DPS_OK;
-    for (int i = 0; i < mf->nops - 1 && !rc; i++) /* the last op's are the caller's logits */
-        rc = be_buf_alloc(be, dev, s * mf->ops[i].out_elems, "activations", &a->out[i]);
-    if (!rc && arena) rc = be_buf_alloc(be, dev, s * arena, "activation gradients", &a->grads);
+    if (a->plan.out_elems) rc = be_buf_alloc(be, dev, s * a->plan.out_elems, "activations", &a->outs);
+    if (!rc && a->plan.grad_elems)
+        rc = be_buf_alloc(be, dev, s * a->plan.grad_elems, "activation gradients", &a->grads);
     if (!rc) rc = be_buf_alloc(be, dev, work, "graph workspace", &a->work);
     if (!rc) rc = be_buf_alloc(be, dev, cols * sizeof(float), "graph workspace columns", &a->cols);
     if (!rc) rc = be_buf_alloc(be, dev, GRAPH_ACT_COLS * sizeof(float), "graph workspace zeros", &a->zero);
@@ -184,11 +106,10 @@ dps_status graph_acts_alloc(backend *be, int dev, const model_file *mf, int max_
 
 void graph_acts_free(backend *be, const model_file *mf, graph_acts *a)
 {
-    for (int i = 0; a->out && i < mf->nops; i++) be_buf_free(be, &a->out[i]);
+    (void)mf;
+    be_buf_free(be, &a->outs);
     be_buf_free(be, &a->grads);
-    free(a->out);
-    free(a->grad_at);
-    free(a->grad_writer);
+    graph_plan_free(&a->plan);
     be_buf_free(be, &a->work);
     be_buf_free(be, &a->cols);
     be_buf_free(be, &a->zero);
@@ -206,21 +127,23 @@ static dps_status rows_of(const mf_op *o, int samples, size_t per_sample, int *r
     return DPS_OK;
 }
 
-static const float *input_of(const graph_acts *a, int op_in, const float *x)
-{
-    return op_in == MF_INPUT ? x : F(a->out[op_in]);
-}
-
-/* Op i's output and its gradient: the caller's logits and their gradient for the last op. */
+/* Op i's output and its gradient, in their arenas; the caller's logits and
+ * their gradient for the last op. */
 static float *out_of(const graph_acts *a, int i)
 {
-    return a->out[i].ptr ? F(a->out[i]) : a->logits;
+    if (i == a->last) return a->logits;
+    return F(a->outs) + a->plan.out_at[i] * (size_t)a->max_samples;
 }
 
 static float *grad_of(const graph_acts *a, int i)
 {
-    if (!a->out[i].ptr) return (float *)a->dlogits;
-    return F(a->grads) + a->grad_at[i] * (size_t)a->max_samples;
+    if (i == a->last) return (float *)a->dlogits;
+    return F(a->grads) + a->plan.grad_at[i] * (size_t)a->max_samples;
+}
+
+static const float *input_of(const graph_acts *a, int op_in, const float *x)
+{
+    return op_in == MF_INPUT ? x : out_of(a, op_in);
 }
 
 static dps_status copy(backend *be, be_stream *st, int dev, float *dst, const float *src, size_t n)
@@ -228,7 +151,7 @@ static dps_status copy(backend *be, be_stream *st, int dev, float *dst, const fl
     return be->ops->copy(be, st, dst, dev, src, dev, n * sizeof(float));
 }
 
-/* One op of forward: a->out[i] from its input (x or an op's output). */
+/* One op of forward: op i's output from its input (x or an op's output). */
 typedef struct fwd_ctx {
     backend *be;
     be_stream *st;
@@ -464,7 +387,7 @@ static dps_status backward_ops(const bwd_ctx *c, const int *ready, graph_grad_ho
         const mf_op *o = &mf->ops[i];
         float *din = o->in == MF_INPUT ? NULL : F(a->work);
         for (int k = 0; k <= i && k < mf->nops - 1; k++) /* the gradients this op begins */
-            if (a->grad_writer[k] == i)
+            if (a->plan.grad_writer[k] == i)
                 DPS_TRY(be->ops->memset0(be, c->f.st, grad_of(a, k),
                                          (size_t)c->f.samples * mf->ops[k].out_elems * sizeof(float)));
         /* a norm's and an embedding's backward use the workspace first */

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "model/graph_plan.h"
 #include "model/model_file.h"
 
 /* Where each tensor lies in the flat buffer. */
@@ -28,16 +29,15 @@ void graph_layout_free(graph_layout *l);
 void graph_init_params(const model_file *mf, const graph_layout *l, uint64_t seed, float *params);
 
 /* The buffers of one replica for up to max_samples samples on one device:
- * each op's output, the ops' gradients in one arena in which a gradient
- * holds its place from the backward of the last op that reads its op's
- * output to its op's own (those alive at once never share bytes), and the
- * workspace of norms and embeddings. */
+ * the ops' outputs and their gradients, each in an arena where it holds its
+ * place only while it is alive (graph_plan.h), and the workspace of norms
+ * and embeddings. */
 typedef struct graph_acts {
     int max_samples;
-    dps_buf *out;         /* per op but the last: [samples][out_elems] */
-    dps_buf grads;        /* every op's gradient but the last's, those alive at once apart */
-    size_t *grad_at;      /* per op: where its gradient starts in grads, in elements a sample */
-    int *grad_writer;     /* per op: the op whose backward begins its gradient (zeroes it) */
+    int last;             /* the last op: its output and gradient are the caller's */
+    graph_plan plan;      /* where each op's output and gradient lie in outs and grads */
+    dps_buf outs, grads;  /* the ops' outputs, and their gradients, [samples][...] at
+                             plan's offsets times max_samples */
     float *logits;        /* the last op's output: graph_forward's logits */
     const float *dlogits; /* its gradient: graph_backward's dlogits */
     dps_buf dinput;       /* [samples][input]: the input's gradient (not used further) */

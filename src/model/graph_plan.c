@@ -1,0 +1,120 @@
+/* A model file's activations and gradients placed by when they are alive (see graph_plan.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/graph_plan.h"
+
+typedef struct range { size_t lo, hi; } range;
+
+/* One thing to place: its elements a sample and the times it is alive. */
+typedef struct item { size_t size; int from, to; } item;
+
+static int by_lo(const void *a, const void *b)
+{
+    const range *x = a, *y = b;
+    return (x->lo > y->lo) - (x->lo < y->lo);
+}
+
+/* The lowest offset where size elements fit between the taken ranges. */
+static size_t first_fit(range *taken, int n, size_t size)
+{
+    qsort(taken, (size_t)n, sizeof *taken, by_lo);
+    size_t at = 0;
+    for (int k = 0; k < n; k++) {
+        if (taken[k].lo >= at + size) break;
+        if (taken[k].hi > at) at = taken[k].hi;
+    }
+    return at;
+}
+
+/* items[0..n) placed into at[]; returns the arena's size, (size_t)-1 out of host memory. */
+static size_t place(const item *items, int n, size_t *at)
+{
+    int *order = malloc((size_t)(n > 0 ? n : 1) * sizeof *order);
+    range *taken = malloc((size_t)(n > 0 ? n : 1) * sizeof *taken);
+    size_t arena = 0;
+    if (!order || !taken) arena = (size_t)-1;
+    for (int i = 0; order && i < n; i++) { /* insertion by size, the largest first */
+        int k = i;
+        while (k > 0 && items[order[k - 1]].size < items[i].size) order[k] = order[k - 1], k--;
+        order[k] = i;
+    }
+    for (int k = 0; taken && order && k < n; k++) {
+        const item *it = &items[order[k]];
+        int nt = 0;
+        for (int q = 0; q < k; q++) { /* those placed that are alive with it */
+            const item *p = &items[order[q]];
+            if (p->from <= it->to && it->from <= p->to)
+                taken[nt++] = (range){at[order[q]], at[order[q]] + p->size};
+        }
+        at[order[k]] = first_fit(taken, nt, it->size);
+        if (at[order[k]] + it->size > arena) arena = at[order[k]] + it->size;
+    }
+    free(order);
+    free(taken);
+    return arena;
+}
+
+/* Whether op j's backward reads its input again. */
+static int rereads_input(const mf_op *o)
+{
+    return o->kind == MF_GEMM || o->kind == MF_ACT || (o->kind == MF_NORM && o->weight >= 0);
+}
+
+/* Op i's output, alive from its forward to its last reader's forward or backward. */
+static item output_of(const model_file *mf, int i)
+{
+    int n = mf->nops, to = i;
+    for (int j = i + 1; j < n; j++) {
+        const mf_op *o = &mf->ops[j];
+        if (o->in != i && o->from != i) continue;
+        if (j > to) to = j;
+        if (o->in == i && rereads_input(o) && 2 * n - 1 - j > to) to = 2 * n - 1 - j;
+    }
+    return (item){mf->ops[i].out_elems, i, to};
+}
+
+/* Op i's gradient, alive from its first writer's backward to its own. */
+static item gradient_of(const model_file *mf, int i, int *writer)
+{
+    int n = mf->nops;
+    *writer = i;
+    for (int j = n - 1; j > i && *writer == i; j--)
+        if (mf->ops[j].in == i || mf->ops[j].from == i) *writer = j;
+    return (item){mf->ops[i].out_elems, 2 * n - 1 - *writer, 2 * n - 1 - i};
+}
+
+dps_status graph_plan_make(const model_file *mf, graph_plan *p)
+{
+    int n = mf->nops - 1; /* the last op's output and gradient are the caller's */
+    size_t count = (size_t)(n > 0 ? n : 1);
+    memset(p, 0, sizeof *p);
+    p->out_at = calloc(count, sizeof *p->out_at);
+    p->grad_at = calloc(count, sizeof *p->grad_at);
+    p->grad_writer = calloc((size_t)mf->nops, sizeof *p->grad_writer);
+    item *outs = malloc(count * sizeof *outs), *grads = malloc(count * sizeof *grads);
+    int ok = p->out_at && p->grad_at && p->grad_writer && outs && grads;
+    if (ok) {
+        for (int i = 0; i < n; i++) {
+            outs[i] = output_of(mf, i);
+            grads[i] = gradient_of(mf, i, &p->grad_writer[i]);
+        }
+        p->grad_writer[mf->nops - 1] = mf->nops - 1;
+        p->out_elems = place(outs, n, p->out_at);
+        p->grad_elems = place(grads, n, p->grad_at);
+        ok = p->out_elems != (size_t)-1 && p->grad_elems != (size_t)-1;
+    }
+    free(outs);
+    free(grads);
+    if (ok) return DPS_OK;
+    graph_plan_free(p);
+    return dps_fail(DPS_ERR_RUNTIME, "out of host memory planning %s's activations", mf->name);
+}
+
+void graph_plan_free(graph_plan *p)
+{
+    free(p->out_at);
+    free(p->grad_at);
+    free(p->grad_writer);
+    memset(p, 0, sizeof *p);
+}

@@ -1,0 +1,31 @@
+/* Where a model file's activations and their gradients live: each op's
+ * output and each op's gradient placed in one of two arenas by when it is
+ * alive (forward op i at time i, its backward at 2 nops - 1 - i), two alive
+ * at once never sharing bytes, as PyTorch's caching allocator reuses what
+ * a step has freed. Offsets are in elements a sample. */
+#ifndef DPS_GRAPH_PLAN_H
+#define DPS_GRAPH_PLAN_H
+
+#include <stddef.h>
+
+#include "core/err.h"
+#include "model/model_file.h"
+
+typedef struct graph_plan {
+    size_t *out_at;      /* per op but the last: its output's offset in the outputs' arena */
+    size_t *grad_at;     /* per op but the last: its gradient's offset in the gradients' arena */
+    int *grad_writer;    /* per op: the op whose backward begins its gradient (zeroes it) */
+    size_t out_elems;    /* the outputs' arena, elements a sample */
+    size_t grad_elems;   /* the gradients' arena, elements a sample */
+} graph_plan;
+
+/* An output lives from its op's forward to the last forward that reads it,
+ * or to the last backward that reads it again (a gemm's, a scaled norm's
+ * and an act's input); a gradient from the backward of the last op that
+ * reads its op's output (its first writer; its own op's when none does) to
+ * its op's backward. Greedy by size, the largest first, each at the lowest
+ * offset clear of those placed that are alive with it. */
+dps_status graph_plan_make(const model_file *mf, graph_plan *p) DPS_MUST_USE;
+void graph_plan_free(graph_plan *p);
+
+#endif
