@@ -145,6 +145,15 @@ def case_refuse():
         p = run(FIXTURE, cur)
         expect_exit(p, 2, "device differs", "--force")
         expect_exit(run(FIXTURE, cur, "--force"), 0)
+    with tempfile.TemporaryDirectory() as tmp:  # another model under the same configuration id
+        cur = copy(tmp)
+        cid = first_config()
+
+        def fn(i, r):
+            if r["config_id"] == cid:
+                r["params"] = str(int(r["params"]) + 1)
+        rewrite(os.path.join(cur, "runs.csv"), fn)
+        expect_exit(run(FIXTURE, cur), 2, f"{cid} has", "another model under the same name")
 
 
 def case_bad_input():

@@ -14,20 +14,25 @@ usage: test_model_run.py DPSCALE CASE
   buckets   resnet50 (bench/models/) under ddp on 2 ranks: buckets.csv holds
             `dpscale info --model`'s buckets, bytes in order, on each rank, and
             the trace a ready mark for each
-  refused   bf16 (on the host: fp32 only; config_check_values's refusal
-            of bf16 with a file is the unit test config's), --layers, --gemm-ref, a bad line, a missing file, and a
-            suite naming a bad file: exit 2 with what and where
+  refused   bf16, --layers, --gemm-ref, a bad line, a missing file, a suite
+            naming a bad file, two files of one name: exit 2 with what and where
   predict   predict --from a folder of a model file that no preset names:
-            refused, naming the file's model"""
+            refused, naming the file's model; of a preset's file (DPSCALE_MODELS):
+            one device's memory within a quarter of the run's
+  host_memory  a model file's batch over the memory this process may take:
+            refused before allocating, offering a --batch (no --tokens) that fits"""
 from listing import DPSCALE, FIXTURES, exit_if_listing, test
 
-TESTS = [test("model run " + c, DPSCALE, c, timeout=600) for c in ("check", "buckets", "refused", "predict")]
+TESTS = [test("model run " + c, DPSCALE, c, timeout=600)
+         for c in ("check", "buckets", "refused", "predict", "host_memory")]
 if __name__ == "__main__":
     exit_if_listing(TESTS)  # --list: before the imports below
 
+import csv
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -113,17 +118,21 @@ def case_refused(binary):
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "res")
         bad, line = bad_file(tmp)
+        same = os.path.join(tmp, "same-name.model")  # another file, the same `name` line
+        shutil.copy(small, same)
         suite = os.path.join(tmp, "bad.suite")
         with open(suite, "w") as f:
             f.write("models = small, bad.model\n")
         cases = [
-            (["run", "--model", small, "--precision", "bf16"], ["--precision bf16"]),
+            (["run", "--model", small, "--precision", "bf16"], ["a model file runs in fp32"]),
             (["run", "--model", small, "--layers", "3"], ["--layers", "whose shapes are its own"]),
             (["run", "--model", small, "--gemm-ref"], ["--gemm-ref", "model file"]),
             (["run", "--model", bad], [f"{bad}:{line}:"]),
             (["run", "--model", os.path.join(tmp, "none.model")], ["none.model"]),
             (["run", "--model", "nonesuch"], ["unknown preset", "model file's path"]),
             (["sweep", suite], [f"{suite}: models = bad.model", f"{bad}:{line}:"]),
+            (["sweep", "--model", f"{small},{same}", "--dry-run"],
+             [small, same, "are both configuration dp-small-resnet-fp32-sgd-g1-b8"]),
         ]
         for args, needles in cases:
             p = dpscale(binary, *args, "--steps", "1", out=out)
@@ -131,16 +140,62 @@ def case_refused(binary):
             expect(not os.path.exists(out), f"{args}: wrote {out}")
 
 
-def case_predict(binary):
+def predict_from(binary, folder, env=None, out=None):
     machine = os.path.join(FIXTURES, "..", "..", "bench", "predict", "dgx1-v100-ib.machine")
+    where = ["--out", out, "--name", "pr"] if out else []
+    return subprocess.run([binary, "predict", "--from", folder, "--machine", machine, "--gpus",
+                           "1,8", *where], capture_output=True, text=True, timeout=120, env=env)
+
+
+def case_predict(binary):
     with tempfile.TemporaryDirectory() as out:
-        p = dpscale(binary, "sweep", "--model", os.path.join(MODELS, "tiny-gpt.model"), "--mode",
-                    "dp,ddp", "--gpus", "1,2", "--steps", "2", "--warmup", "1", "--no-links",
-                    out=out, name="g")
+        sweep = ["sweep", "--mode", "dp,ddp", "--gpus", "1,2", "--steps", "2", "--warmup", "1",
+                 "--no-links"]
+        p = dpscale(binary, *sweep, "--model", os.path.join(MODELS, "tiny-gpt.model"), out=out,
+                    name="g")
         expect(p.returncode == 0, f"sweep exit {p.returncode}:\n{p.stderr}")
-        p = subprocess.run([binary, "predict", "--from", os.path.join(out, "g"), "--machine",
-                            machine, "--gpus", "8"], capture_output=True, text=True, timeout=120)
-        expect_exit(p, 2, "ran the model file 'tiny-gpt'", "model = FILE")
+        expect_exit(predict_from(binary, os.path.join(out, "g")), 2, "ran the model file 'tiny-gpt'",
+                    "model = FILE")
+        # the same file as the gpt2 preset's (DPSCALE_MODELS): one device's memory predicted
+        # within a quarter of what the run allocated (parameters, gradients, momentum, activations)
+        models = os.path.join(out, "models")
+        os.mkdir(models)
+        shutil.copy(os.path.join(MODELS, "tiny-gpt.model"), os.path.join(models, "gpt2.model"))
+        env = dict(os.environ, DPSCALE_MODELS=models)
+        p = subprocess.run([binary, *sweep, "--model", "gpt2", "--batch-per-gpu", "2", "--backend",
+                            "host", "--out", out, "--name", "p"], capture_output=True, text=True,
+                           timeout=300, env=env)
+        expect(p.returncode == 0, f"sweep of the gpt2 preset: exit {p.returncode}:\n{p.stderr}")
+        p = predict_from(binary, os.path.join(out, "p"), env, out)
+        expect(p.returncode == 0, f"predict --from: exit {p.returncode}:\n{p.stderr}")
+        with open(os.path.join(out, "pr", "predictions.csv")) as f:
+            predicted = {(r["mode"], r["ngpus"]): float(r["gpu0_mem_bytes"]) for r in csv.DictReader(f)}
+        with open(os.path.join(out, "p", "devices.csv")) as f:
+            measured = {r["config_id"]: float(r["alloc_peak_bytes"]) for r in csv.DictReader(f)}
+        for mode, cid in (("dp", "dp-gpt2-fp32-sgd-g1-b2"), ("ddp", "ddp-gpt2-fp32-sgd-g1-b2-bk25")):
+            got, want = predicted[(mode, "1")], measured[cid]
+            expect(abs(got / want - 1) < 0.25, f"{mode} on 1 device: {got:.0f} B predicted, {want:.0f} B allocated")
+
+
+def case_host_memory(binary):
+    with open(binary, "rb") as f:
+        if b"libasan" in f.read():
+            print("skipped: AddressSanitizer's shadow memory breaks an RLIMIT_DATA limit")
+            return 77
+    limit = 1 << 30
+    cap = lambda: resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))  # noqa: E731
+    with tempfile.TemporaryDirectory() as out:
+        cmd = [binary, "run", "--backend", "host", "--model", os.path.join(MODELS, "tiny-gpt.model"),
+               "--mode", "ddp", "--gpus", "2", "--batch", "32768", "--steps", "1", "--warmup", "0",
+               "--out", out, "--name", "big"]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, preexec_fn=cap)
+        fits = re.search(r"--batch (\d+) fits", p.stdout)
+        expect(p.returncode == 1 and fits and "--tokens" not in p.stdout,
+               f"exit {p.returncode}, expected 1 offering a --batch alone:\n{p.stdout}{p.stderr}")
+        cmd[cmd.index("32768")] = fits.group(1)
+        p = subprocess.run(cmd[:-1] + ["fits"], capture_output=True, text=True, timeout=300,
+                           preexec_fn=cap)
+        expect(p.returncode == 0, f"the --batch offered: exit {p.returncode}\n{p.stderr}")
 
 
 if __name__ == "__main__":

@@ -158,11 +158,11 @@ def check_layout(g):
            f"layout order {g.order}")
     flat = g.init(SEED)
     at = 0
-    for t in g.order:  # each tensor contiguous, bound / sqrt(fan-in) * U(seed, 11 + t, i)
+    for t in g.order:  # each tensor contiguous, bound / sqrt(fan-in) * U(seed, 2**40 + t, i)
         ts = g.tensors[t]
         fan_in = ts.numel // ts.dims[0] if len(ts.dims) > 1 else ts.numel
         want = np.float32(1) / np.sqrt(np.float32(fan_in)) * \
-            torch_model.uniform(SEED, 11 + t, np.arange(ts.numel))
+            torch_model.uniform(SEED, (1 << 40) + t, np.arange(ts.numel))
         expect(np.array_equal(flat[at:at + ts.numel], want), f"tensor {ts.name}'s values")
         at += ts.numel
     expect(np.array_equal(g.join(g.split(flat)), flat), "split and join")

@@ -307,6 +307,13 @@ def check_comparable(base, cur, force):
     pc = {r["precision"] for r in cur.runs.values()}
     if pb != pc:
         why.append(f"precisions differ: {sorted(pb)} in the baseline, {sorted(pc)} now")
+    for cid in sorted(set(base.runs) & set(cur.runs)):  # one name, another model
+        was, now = base.runs[cid].get("params"), cur.runs[cid].get("params")
+        if was and now and was != now:
+            why.append(f"{cid} has {was} parameters in the baseline and {now} now: another "
+                       f"model under the same name (resnet50, gpt2 and bert-large were MLPs "
+                       f"before they were model files: their MLPs are the -mlp presets)")
+            break
     if why and not force:
         raise InputError("refusing to compare results of different machines or setups: "
                          + "; ".join(why) + " (use --force to compare anyway)")

@@ -21,7 +21,7 @@ import numpy as np
 from dpstools.torch_model import uniform
 
 INPUT = -1  # an op's `in` or `from`: the model's input
-RNG_GRAPH_PARAMS = 11  # dpscale's generator stream of a model file's parameters
+RNG_GRAPH_PARAMS = 1 << 40  # dpscale's generator streams of a model file's tensors (+ t)
 RNG_INPUT, RNG_LABELS = 2, 3  # the streams of a step's inputs and labels (+ step << 8)
 KINDS = ("gemm", "resample", "norm", "act", "add", "embedding")
 FNS = ("relu", "gelu", "softmax", "tanh", "sigmoid")
@@ -68,7 +68,7 @@ class Graph:
         return sum(2 * o.b * o.m * o.k * o.n for o in self.ops if o.kind == "gemm")
 
     def init(self, seed):
-        """graph_init_params: tensor t is bound * U(seed, 11 + t, i), bound
+        """graph_init_params: tensor t is bound * U(seed, 2**40 + t, i), bound
         1/sqrt(fan-in) in float32, in the flat layout."""
         flat = np.empty(self.params, dtype=np.float32)
         for t, ts in enumerate(self.tensors):

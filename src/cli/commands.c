@@ -13,13 +13,13 @@
 #include "build_config.h"
 #include "version.h"
 #include "cli/commands.h"
-#include "model/net.h"
 #include "cli/world_join.h"
 #include "backend/host_gemm.h"
 #include "comm/comm.h"
 #include "microbench/commbench.h"
 #include "launch/ranks.h"
 #include "microbench/links.h"
+#include "model/net.h"
 #include "results/results.h"
 #include "results/results_ids.h"
 #include "results/results_plan.h"
@@ -137,6 +137,31 @@ static void print_info(const backend *be)
     }
     printf("  (forward GFLOP per sample = 2 x matmul params x tokens; a training step is 3x that)\n");
     print_file_presets();
+}
+
+/* A configuration's model, as a refusal names it: its file, or its preset. */
+static const char *model_source(const dps_config *c)
+{
+    return c->net_file ? c->net_file->path : c->model;
+}
+
+/* Two configurations of one plan with the same id would share their rows
+ * (two model files with the same `name`): refused, naming both. */
+static dps_status distinct_ids(const sweep_item *items, int n)
+{
+    for (int i = 0; i < n; i++) {
+        char id[192], other[192];
+        config_id(&items[i].cfg, id, sizeof id);
+        for (int j = 0; j < i; j++) {
+            config_id(&items[j].cfg, other, sizeof other);
+            if (strcmp(id, other) == 0)
+                return dps_fail(DPS_ERR_USAGE, "%s and %s are both configuration %s (two model "
+                                "files named '%s'?): give one of them another `name` line",
+                                model_source(&items[j].cfg), model_source(&items[i].cfg), id,
+                                items[i].cfg.model);
+        }
+    }
+    return DPS_OK;
 }
 
 /* The configurations of --mode, --gpus and --model lists, every one
@@ -603,6 +628,7 @@ int cmd_run(cli_args *a, int argc, char **argv)
     if (!rc)
         rc = a->suite_path[0] ? build_from_suite(a, be, &items, &n)
                               : build_from_lists(a, be, &items, &n);
+    if (!rc) rc = distinct_ids(items, n);
     if (!rc && a->cmd == CMD_SWEEP && sweep_filter(items, n, a->filter[0] ? a->filter : NULL) == 0)
         rc = dps_fail(DPS_ERR_USAGE, "--filter %s: no configuration matches", a->filter);
     if (rc) status = rc == DPS_ERR_USAGE ? cmd_usage_error() : (dps_log("%s", dps_errmsg()), 1);

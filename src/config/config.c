@@ -110,6 +110,11 @@ size_t config_params(const dps_config *c)
     return c->net_file ? c->net_file->params : model_param_count(c->shape);
 }
 
+int config_rows(const dps_config *c)
+{
+    return c->net_file ? c->net_file->rows : c->shape.tokens;
+}
+
 double config_fwd_flops(const dps_config *c)
 {
     return c->net_file ? c->net_file->fwd_flops : model_fwd_flops_per_sample(c->shape);
@@ -228,8 +233,6 @@ static dps_status check_devices(const dps_config *c, const backend *be)
     return DPS_OK;
 }
 
-/* Rows of the global batch and the largest buffer must fit the GEMM's int
- * dimensions and size_t. */
 /* A model file's: fp32, and the batch's input and logits under 2^40 elements. */
 static dps_status check_file(const dps_config *c)
 {
@@ -250,6 +253,8 @@ static dps_status check_file(const dps_config *c)
     return DPS_OK;
 }
 
+/* Rows of the global batch and the largest buffer must fit the GEMM's int
+ * dimensions and size_t (a model file: check_file). */
 static dps_status check_sizes(const dps_config *c)
 {
     if (c->net_file) return check_file(c);
@@ -313,6 +318,7 @@ dps_status config_check(const dps_config *c, const backend *be)
                         "this dpscale was built without it (-Dnccl-root=DIR); use --gpus 1 or "
                         "--mode dp", c->ngpus);
 #endif
+    if (c->net_file) DPS_TRY(check_file(c)); /* its fp32 before the host's */
     if (c->precision == PREC_BF16 && be->kind == BE_HOST)
         return dps_fail(DPS_ERR_USAGE, "--precision bf16: the host backend computes in fp32 "
                         "only; use --precision fp32 or --backend cuda");

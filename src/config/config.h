@@ -12,9 +12,9 @@
 #include "config/world.h"
 
 #define DPS_PATH_MAX 1024
+#define DPS_NAME_MAX 128
 
 struct net; /* model/net.h: a model file's model */
-#define DPS_NAME_MAX 128
 
 typedef struct dps_config {
     be_options be;
@@ -70,6 +70,8 @@ dps_status config_set_model(dps_config *c, const char *model, const char *dir,
                             int *per_gpu) DPS_MUST_USE;
 /* Parameters, and forward GEMM FLOPs of one sample, of c's model. */
 size_t config_params(const dps_config *c);
+/* Loss rows of one sample of c's model. */
+int config_rows(const dps_config *c);
 double config_fwd_flops(const dps_config *c);
 /* Starts or stops the profiler's capture range around step `step` (call
  * with before = 1 ahead of the step, 0 after it). */

@@ -8,7 +8,9 @@
 #include "model/graph.h"
 
 #define F(b) ((float *)(b).ptr)
-enum { RNG_GRAPH_PARAMS = 11 }; /* the generator's stream of a model file's parameters */
+/* The generator's streams of a model file's tensors, RNG_GRAPH_PARAMS + t:
+ * above every step's input and label streams (2 and 3 + step << 8). */
+#define RNG_GRAPH_PARAMS ((uint64_t)1 << 40)
 #define GRAPH_ACT_COLS 4096         /* the longest row of an act's pass (its zeros' bias) */
 
 dps_status graph_layout_make(const model_file *mf, graph_layout *l)

@@ -40,7 +40,6 @@ typedef struct graph_acts {
                              plan's offsets times max_samples */
     float *logits;        /* the last op's output: graph_forward's logits */
     const float *dlogits; /* its gradient: graph_backward's dlogits */
-    dps_buf dinput;       /* [samples][input]: the input's gradient (not used further) */
     dps_buf work;         /* [max_samples][largest op input or output], or an embedding table */
     dps_buf cols;         /* [widest norm or embedding]: column sums, an embedding's rows */
     dps_buf zero;         /* 0.0f: the bias of an act's GELU pass, as wide as its rows */
@@ -62,9 +61,9 @@ dps_status graph_forward(backend *be, be_stream *st, const model_file *mf, const
 typedef dps_status (*graph_grad_hook)(void *ctx, int tensor);
 
 /* grads = d loss / d params given dlogits (the last op's output gradient,
- * [samples][out_elems]), after graph_forward of the same samples with its
- * logits still in place (an op may read its own output); grads is
- * overwritten; hook may be NULL. */
+ * [samples][out_elems]), after graph_forward of the same samples; no op's
+ * backward reads the logits, so dlogits may be their buffer (dp's is);
+ * grads is overwritten; hook may be NULL. */
 dps_status graph_backward(backend *be, be_stream *st, const model_file *mf, const graph_layout *l,
                           const float *params, graph_acts *a, int samples, const float *x,
                           const float *dlogits, float *grads, graph_grad_hook hook,

@@ -36,7 +36,7 @@ static size_t place(const item *items, int n, size_t *at)
     if (!order || !taken) arena = (size_t)-1;
     for (int i = 0; order && i < n; i++) { /* insertion by size, the largest first */
         int k = i;
-        while (k > 0 && items[order[k - 1]].size < items[i].size) order[k] = order[k - 1], k--;
+        for (; k > 0 && items[order[k - 1]].size < items[i].size; k--) order[k] = order[k - 1];
         order[k] = i;
     }
     for (int k = 0; taken && order && k < n; k++) {

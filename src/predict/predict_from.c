@@ -147,19 +147,24 @@ static dps_status phase_medians(const csv_table *ph, const char *id, double step
  * row's parameter count (predict_workload_from_model), else refused. */
 static dps_status file_tensors(const runs_view *v, int r, double params, predict_workload *w)
 {
-    char model[CELL], path[DPS_PATH_MAX];
+    char model[CELL], path[DPS_PATH_MAX], why[DPS_ERRMSG_MAX] = "not a preset's of the models folder";
     const model_preset *p = model_find_preset(cell(v, r, R_MODEL, model));
     model_file mf;
-    if (p && p->file && model_file_read(model_preset_path(p, path, sizeof path), &mf) == DPS_OK) {
-        int same = (double)model_file_params(&mf) == params;
-        dps_status rc = same ? predict_workload_from_model(&mf, w) : DPS_OK;
-        model_file_free(&mf);
-        if (same) return rc;
+    if (p && p->file) {
+        if (model_file_read(model_preset_path(p, path, sizeof path), &mf) != DPS_OK) {
+            snprintf(why, sizeof why, "its preset's file cannot be read: %.600s", dps_errmsg());
+        } else {
+            size_t has = model_file_params(&mf);
+            dps_status rc = (double)has == params ? predict_workload_from_model(&mf, w) : DPS_OK;
+            model_file_free(&mf);
+            w->params = params;
+            if ((double)has == params) return rc;
+            snprintf(why, sizeof why, "%.400s holds another model (%zu parameters)", path, has);
+        }
     }
     return dps_fail(DPS_ERR_USAGE, "%s: configuration %s ran the model file '%s' (%.0f parameters), "
-                    "which is not a preset's of the models folder; predict it from a WORKLOAD "
-                    "naming the file (model = FILE, docs/predict.md)", v->t.path, w->source, model,
-                    params);
+                    "%s; predict it from a WORKLOAD naming the file (model = FILE, docs/predict.md)",
+                    v->t.path, w->source, model, params, why);
 }
 
 /* The model's tensors, as the run's DDP bucketed them (bucket_model_params),

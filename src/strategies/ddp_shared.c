@@ -114,7 +114,7 @@ void ddp_collect(const dps_config *c, ddp_shared *sh, train_result *res)
                    PH_COUNT * sizeof(float));
         }
     }
-    double rows = (double)c->global_batch * c->shape.tokens; /* a file's shape: its loss rows */
+    double rows = (double)c->global_batch * config_rows(c);
     for (int k = 0; k < losses; k++) {
         double sum = 0.0;
         for (int r = 0; r < n; r++) sum += ddp_shared_loss_sum(sh, r)[k];

@@ -56,16 +56,14 @@ dps_status dp_make_groups(dp_state *st)
 
 size_t dp_largest_group_floats(const net *n)
 {
-    size_t limit = DP_COALESCE_BYTES / sizeof(float), most = 0, group = 0;
-    for (int t = 0; t < n->ntensors; t++) { /* group_tensors' groups, counted as they close */
-        if (group && group + n->counts[t] <= limit) {
-            group += n->counts[t];
-        } else {
-            most = group > most ? group : most;
-            group = n->counts[t];
-        }
-    }
-    return group > most ? group : most;
+    dp_group *groups = malloc(((size_t)n->ntensors + 1) * sizeof *groups);
+    size_t most = 0;
+    if (!groups) return DP_COALESCE_BYTES / sizeof(float); /* no host memory: the coalescing unit */
+    int ng = group_tensors(n->counts, n->ntensors, groups);
+    for (int k = 0; k < ng; k++)
+        if (groups[k].hi - groups[k].lo > most) most = groups[k].hi - groups[k].lo;
+    free(groups);
+    return most;
 }
 
 /* An NCCL broadcast (replicate) or reduce of `bytes` over every slot, in

@@ -192,10 +192,17 @@ static int fitting(dps_config *c, int *knob, be_kind kind, uint64_t available)
     return lo;
 }
 
-/* " --tokens N fits" (else --batch, else --layers), or why none does. */
+/* " --tokens N fits" (else --batch, else --layers; a model file: --batch), or why none does. */
 static void suggest(const dps_config *cfg, be_kind kind, uint64_t available, char *buf, size_t len)
 {
     dps_config c = *cfg;
+    if (c.net_file) { /* a model file's shapes are its own: only the batch moves */
+        int b = c.global_batch > c.ngpus ? fitting(&c, &c.global_batch, kind, available) : 0;
+        if (b >= c.ngpus) snprintf(buf, len, "--batch %d fits", b);
+        else snprintf(buf, len, "even one sample a device does not fit; use fewer --gpus or a "
+                      "smaller model");
+        return;
+    }
     int v = fitting(&c, &c.shape.tokens, kind, available);
     if (v) { snprintf(buf, len, "--tokens %d fits", v); return; }
     c.shape.tokens = 1;
