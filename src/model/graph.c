@@ -348,6 +348,19 @@ static dps_status embedding_bwd(const bwd_ctx *c, const mf_op *o, const float *g
 
 /* Op i's backward from its output's gradient; din (NULL: the input's is not
  * needed) receives its input's. */
+/* A recomputing gemm's input made again from its resample's input into
+ * *in, as a convolution's backward makes its im2col: at its place in the
+ * outputs' arena, alive for this backward alone. */
+static dps_status again(const bwd_ctx *c, const mf_op *o, const float **in)
+{
+    const graph_acts *a = c->f.a;
+    const mf_op *r = &c->f.mf->ops[o->in];
+    float *y = F(a->outs) + a->plan.again_at[o - c->f.mf->ops] * (size_t)a->max_samples;
+    *in = y;
+    return c->f.be->ops->resample(c->f.be, c->f.st, c->f.samples, (int64_t)r->in_elems,
+                                  (int64_t)r->out_elems, input_of(a, r->in, c->f.x), y);
+}
+
 static dps_status op_bwd(const bwd_ctx *c, int i, float *din)
 {
     const mf_op *o = &c->f.mf->ops[i];
@@ -356,7 +369,9 @@ static dps_status op_bwd(const bwd_ctx *c, int i, float *din)
     const float *in = input_of(c->f.a, o->in, c->f.x), *g = grad_of(c->f.a, i);
     size_t n = (size_t)c->f.samples * o->out_elems;
     switch (o->kind) {
-    case MF_GEMM: return gemm_bwd(c, o, in, g, din);
+    case MF_GEMM:
+        if (c->f.a->plan.recompute[i]) DPS_TRY(again(c, o, &in));
+        return gemm_bwd(c, o, in, g, din);
     case MF_RESAMPLE:
         return din ? be->ops->resample_bwd(be, st, c->f.samples, (int64_t)o->in_elems,
                                            (int64_t)o->out_elems, g, din) : DPS_OK;

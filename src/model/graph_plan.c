@@ -61,17 +61,34 @@ static int rereads_input(const mf_op *o)
     return o->kind == MF_GEMM || o->kind == MF_ACT || (o->kind == MF_NORM && o->weight >= 0);
 }
 
-/* Op i's output, alive from its forward to its last reader's forward or backward. */
-static item output_of(const model_file *mf, int i)
+/* Whether op j, a gemm with weight, recomputes its input from a resample's input. */
+static int recomputes(const model_file *mf, int j)
 {
-    int n = mf->nops, to = i;
-    for (int j = i + 1; j < n; j++) {
+    const mf_op *o = &mf->ops[j];
+    return o->kind == MF_GEMM && o->weight >= 0 && o->in >= 0 && mf->ops[o->in].kind == MF_RESAMPLE;
+}
+
+/* The ops' outputs (items[0 .. nops-1)) and the recomputed inputs (after
+ * them, one a recomputing op, again_of[j] its index): when each is alive. */
+static int outputs_alive(const model_file *mf, item *items, int *again_of)
+{
+    int n = mf->nops, last = n - 1, count = last;
+    for (int i = 0; i < last; i++) items[i] = (item){mf->ops[i].out_elems, i, i};
+    for (int j = 0; j < n; j++) {
         const mf_op *o = &mf->ops[j];
-        if (o->in != i && o->from != i) continue;
-        if (j > to) to = j;
-        if (o->in == i && rereads_input(o) && 2 * n - 1 - j > to) to = 2 * n - 1 - j;
+        int back = 2 * n - 1 - j, srcs[2] = {o->in, o->from};
+        for (int k = 0; k < 2; k++)
+            if (srcs[k] >= 0 && j > items[srcs[k]].to) items[srcs[k]].to = j;
+        if (o->in < 0 || !rereads_input(o)) continue;
+        int keep = o->in;
+        if (recomputes(mf, j)) { /* the resample's input kept instead, and room for its output */
+            keep = mf->ops[o->in].in;
+            again_of[j] = count;
+            items[count++] = (item){mf->ops[o->in].out_elems, back, back};
+        }
+        if (keep >= 0 && back > items[keep].to) items[keep].to = back;
     }
-    return (item){mf->ops[i].out_elems, i, to};
+    return count;
 }
 
 /* Op i's gradient, alive from its first writer's backward to its own. */
@@ -87,23 +104,30 @@ static item gradient_of(const model_file *mf, int i, int *writer)
 dps_status graph_plan_make(const model_file *mf, graph_plan *p)
 {
     int n = mf->nops - 1; /* the last op's output and gradient are the caller's */
-    size_t count = (size_t)(n > 0 ? n : 1);
+    size_t count = (size_t)mf->nops * 2;
     memset(p, 0, sizeof *p);
     p->out_at = calloc(count, sizeof *p->out_at);
     p->grad_at = calloc(count, sizeof *p->grad_at);
-    p->grad_writer = calloc((size_t)mf->nops, sizeof *p->grad_writer);
+    p->grad_writer = calloc(count, sizeof *p->grad_writer);
+    p->recompute = calloc(count, sizeof *p->recompute);
+    p->again_at = calloc(count, sizeof *p->again_at);
+    int *again_of = calloc(count, sizeof *again_of);
     item *outs = malloc(count * sizeof *outs), *grads = malloc(count * sizeof *grads);
-    int ok = p->out_at && p->grad_at && p->grad_writer && outs && grads;
+    int ok = p->out_at && p->grad_at && p->grad_writer && p->recompute && p->again_at && again_of &&
+             outs && grads;
     if (ok) {
-        for (int i = 0; i < n; i++) {
-            outs[i] = output_of(mf, i);
-            grads[i] = gradient_of(mf, i, &p->grad_writer[i]);
-        }
+        int nouts = outputs_alive(mf, outs, again_of);
+        for (int i = 0; i < n; i++) grads[i] = gradient_of(mf, i, &p->grad_writer[i]);
         p->grad_writer[mf->nops - 1] = mf->nops - 1;
-        p->out_elems = place(outs, n, p->out_at);
+        p->out_elems = place(outs, nouts, p->out_at);
         p->grad_elems = place(grads, n, p->grad_at);
+        for (int j = 0; j < mf->nops; j++) {
+            p->recompute[j] = recomputes(mf, j);
+            if (p->recompute[j]) p->again_at[j] = p->out_at[again_of[j]];
+        }
         ok = p->out_elems != (size_t)-1 && p->grad_elems != (size_t)-1;
     }
+    free(again_of);
     free(outs);
     free(grads);
     if (ok) return DPS_OK;
@@ -113,6 +137,8 @@ dps_status graph_plan_make(const model_file *mf, graph_plan *p)
 
 void graph_plan_free(graph_plan *p)
 {
+    free(p->recompute);
+    free(p->again_at);
     free(p->out_at);
     free(p->grad_at);
     free(p->grad_writer);

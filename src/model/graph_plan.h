@@ -13,6 +13,10 @@
 
 typedef struct graph_plan {
     size_t *out_at;      /* per op but the last: its output's offset in the outputs' arena */
+    int *recompute;      /* per op: a gemm whose input, a resample's output (an im2col), its
+                            backward makes again from the resample's input, as a convolution's
+                            backward does, rather than keeping it from forward */
+    size_t *again_at;    /* per op that recomputes: where, in the outputs' arena */
     size_t *grad_at;     /* per op but the last: its gradient's offset in the gradients' arena */
     int *grad_writer;    /* per op: the op whose backward begins its gradient (zeroes it) */
     size_t out_elems;    /* the outputs' arena, elements a sample */
@@ -21,7 +25,9 @@ typedef struct graph_plan {
 
 /* An output lives from its op's forward to the last forward that reads it,
  * or to the last backward that reads it again (a gemm's, a scaled norm's
- * and an act's input); a gradient from the backward of the last op that
+ * and an act's input; for a gemm that recomputes its input, the resample's
+ * input, and the recomputed input during that backward alone); a gradient
+ * from the backward of the last op that
  * reads its op's output (its first writer; its own op's when none does) to
  * its op's backward. Greedy by size, the largest first, each at the lowest
  * offset clear of those placed that are alive with it. */
