@@ -60,7 +60,7 @@ RULES = [
     (DPS + r" run .*--device-mem 8M.*", run(add=STEPS, rc=(1,), out="out of memory")),
     (DPS + r" run .*--model mine\.model.*", skip("a user's own model file: test 'model run check' "
                                                  "runs model files so")),
-    (DPS + r" run .*--model resnet50 .*--batch 4 .*", run(add=STEPS)),  # the real model, 2 samples a rank
+    (DPS + r" run .*--model resnet50 .*--batch 4( .*)?", run(add=STEPS)),  # the real model, 2 samples a rank
     (DPS + r" sweep " + BIG, run(add=f"{STEPS} {TOKENS} {SIZES}")),
     (DPS + r" run " + BIG, run(add=f"{STEPS} {TOKENS}")),
     (DPS + r" sweep( .*)?", run(add=f"{STEPS} {SIZES}")),
