@@ -102,13 +102,12 @@ dps_status graph_acts_alloc(backend *be, int dev, const model_file *mf, int max_
     if (!rc) rc = be_buf_alloc(be, dev, cols * sizeof(float), "graph workspace columns", &a->cols);
     if (!rc) rc = be_buf_alloc(be, dev, GRAPH_ACT_COLS * sizeof(float), "graph workspace zeros", &a->zero);
     if (!rc) rc = be->ops->memset0(be, NULL, a->zero.ptr, a->zero.bytes);
-    if (rc) graph_acts_free(be, mf, a);
+    if (rc) graph_acts_free(be, a);
     return rc;
 }
 
-void graph_acts_free(backend *be, const model_file *mf, graph_acts *a)
+void graph_acts_free(backend *be, graph_acts *a)
 {
-    (void)mf;
     be_buf_free(be, &a->outs);
     be_buf_free(be, &a->grads);
     graph_plan_free(&a->plan);
@@ -386,34 +385,25 @@ static dps_status op_bwd(const bwd_ctx *c, int i, float *din)
     return dps_fail(DPS_ERR_RUNTIME, "op %s: kind %d has no backward", o->name, (int)o->kind);
 }
 
-/* Every tensor whose gradient op i's backward completed, in ready order. */
-static dps_status hooks_after(const model_file *mf, const int *ready, int i, graph_grad_hook hook,
-                              void *ctx)
+/* Op i's backward: the gradients it begins zeroed first, then its own, its
+ * input's added, and a hook for each tensor it completed, in ready order. */
+static dps_status backward_op(const bwd_ctx *c, int i, graph_grad_hook hook, void *ctx)
 {
-    for (int r = 0; hook && r < mf->ntensors; r++)
-        if (mf->tensors[ready[r]].first_op == i) DPS_TRY(hook(ctx, ready[r]));
-    return DPS_OK;
-}
-
-static dps_status backward_ops(const bwd_ctx *c, const int *ready, graph_grad_hook hook, void *ctx)
-{
-    const model_file *mf = c->f.mf;
+    const mf_op *o = &c->f.mf->ops[i];
     backend *be = c->f.be;
     graph_acts *a = c->f.a;
-    for (int i = mf->nops - 1; i >= 0; i--) {
-        const mf_op *o = &mf->ops[i];
-        float *din = o->in == MF_INPUT ? NULL : F(a->work);
-        for (int k = 0; k <= i && k < mf->nops - 1; k++) /* the gradients this op begins */
-            if (a->plan.grad_writer[k] == i)
-                DPS_TRY(be->ops->memset0(be, c->f.st, grad_of(a, k),
-                                         (size_t)c->f.samples * mf->ops[k].out_elems * sizeof(float)));
-        /* a norm's and an embedding's backward use the workspace first */
-        DPS_TRY(op_bwd(c, i, din));
-        if (din)
-            DPS_TRY(be->ops->add(be, c->f.st, (int64_t)((size_t)c->f.samples * o->in_elems),
-                                 grad_of(a, o->in), din));
-        DPS_TRY(hooks_after(mf, ready, i, hook, ctx));
-    }
+    const graph_plan *p = &a->plan;
+    float *din = o->in == MF_INPUT ? NULL : F(a->work);
+    for (int b = p->begins_at[i]; b < p->begins_at[i + 1]; b++)
+        DPS_TRY(be->ops->memset0(be, c->f.st, grad_of(a, p->begins[b]),
+                                 (size_t)c->f.samples * c->f.mf->ops[p->begins[b]].out_elems * sizeof(float)));
+    /* a norm's and an embedding's backward use the workspace first */
+    DPS_TRY(op_bwd(c, i, din));
+    if (din)
+        DPS_TRY(be->ops->add(be, c->f.st, (int64_t)((size_t)c->f.samples * o->in_elems),
+                             grad_of(a, o->in), din));
+    for (int t = p->completes_at[i]; hook && t < p->completes_at[i + 1]; t++)
+        DPS_TRY(hook(ctx, p->completes[t]));
     return DPS_OK;
 }
 
@@ -422,12 +412,8 @@ dps_status graph_backward(backend *be, be_stream *st, const model_file *mf, cons
                           const float *dlogits, float *grads, graph_grad_hook hook, void *hook_ctx)
 {
     bwd_ctx c = {{be, st, mf, l, params, a, samples, x}, grads};
-    int *ready = malloc((size_t)mf->ntensors * sizeof *ready);
     a->dlogits = dlogits;
-    if (!ready) return dps_fail(DPS_ERR_RUNTIME, "out of host memory in %s's backward", mf->name);
-    model_file_ready_order(mf, ready);
-    dps_status rc = be->ops->memset0(be, st, grads, l->total * sizeof(float));
-    if (!rc) rc = backward_ops(&c, ready, hook, hook_ctx);
-    free(ready);
-    return rc;
+    DPS_TRY(be->ops->memset0(be, st, grads, l->total * sizeof(float)));
+    for (int i = mf->nops - 1; i >= 0; i--) DPS_TRY(backward_op(&c, i, hook, hook_ctx));
+    return DPS_OK;
 }

@@ -47,7 +47,7 @@ typedef struct graph_acts {
 
 dps_status graph_acts_alloc(backend *be, int dev, const model_file *mf, int max_samples,
                             graph_acts *a) DPS_MUST_USE;
-void graph_acts_free(backend *be, const model_file *mf, graph_acts *a);
+void graph_acts_free(backend *be, graph_acts *a);
 /* The device bytes graph_acts_alloc takes for max_samples samples. */
 uint64_t graph_acts_bytes(const model_file *mf, uint64_t max_samples);
 

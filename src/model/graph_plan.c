@@ -101,6 +101,43 @@ static item gradient_of(const model_file *mf, int i, int *writer)
     return (item){mf->ops[i].out_elems, 2 * n - 1 - *writer, 2 * n - 1 - i};
 }
 
+/* items[0..n) grouped by key[], keeping their order within a group: the
+ * group of key g is (*list)[(*at)[g] .. (*at)[g + 1]); 0, or -1 out of host memory. */
+static int group_by(const int *key, const int *items, int n, int nkeys, int **at, int **list)
+{
+    *at = calloc((size_t)nkeys + 1, sizeof **at);
+    *list = malloc((size_t)(n > 0 ? n : 1) * sizeof **list);
+    int *fill = calloc((size_t)nkeys + 1, sizeof *fill);
+    int ok = *at && *list && fill;
+    for (int i = 0; ok && i < n; i++) (*at)[key[i] + 1]++;
+    for (int g = 0; ok && g < nkeys; g++) (*at)[g + 1] += (*at)[g];
+    for (int i = 0; ok && i < n; i++) (*list)[(*at)[key[i]] + fill[key[i]]++] = items[i];
+    free(fill);
+    return ok ? 0 : -1;
+}
+
+/* The tensors each op's backward completes (ready order), and the
+ * gradients each op's backward begins (writer[k]: the op that begins op k's). */
+static int backward_lists(const model_file *mf, const int *writer, graph_plan *p)
+{
+    int t = mf->ntensors, n = mf->nops - 1;
+    size_t nt = (size_t)(t > 0 ? t : 1), no = (size_t)(n > 0 ? n : 1);
+    int *ready = malloc(nt * sizeof *ready), *first = malloc(nt * sizeof *first);
+    int *ops = malloc(no * sizeof *ops);
+    int rc = ready && first && ops ? 0 : -1;
+    if (!rc) {
+        model_file_ready_order(mf, ready);
+        for (int r = 0; r < t; r++) first[r] = mf->tensors[ready[r]].first_op;
+        for (int k = 0; k < n; k++) ops[k] = k;
+        rc = group_by(first, ready, t, mf->nops, &p->completes_at, &p->completes);
+    }
+    if (!rc) rc = group_by(writer, ops, n, mf->nops, &p->begins_at, &p->begins);
+    free(ready);
+    free(first);
+    free(ops);
+    return rc;
+}
+
 dps_status graph_plan_make(const model_file *mf, graph_plan *p)
 {
     int n = mf->nops - 1; /* the last op's output and gradient are the caller's */
@@ -108,26 +145,26 @@ dps_status graph_plan_make(const model_file *mf, graph_plan *p)
     memset(p, 0, sizeof *p);
     p->out_at = calloc(count, sizeof *p->out_at);
     p->grad_at = calloc(count, sizeof *p->grad_at);
-    p->grad_writer = calloc(count, sizeof *p->grad_writer);
     p->recompute = calloc(count, sizeof *p->recompute);
     p->again_at = calloc(count, sizeof *p->again_at);
-    int *again_of = calloc(count, sizeof *again_of);
+    int *again_of = calloc(count, sizeof *again_of), *writer = calloc(count, sizeof *writer);
     item *outs = malloc(count * sizeof *outs), *grads = malloc(count * sizeof *grads);
-    int ok = p->out_at && p->grad_at && p->grad_writer && p->recompute && p->again_at && again_of &&
-             outs && grads;
+    int ok = p->out_at && p->grad_at && p->recompute && p->again_at && again_of && writer && outs &&
+             grads;
     if (ok) {
         int nouts = outputs_alive(mf, outs, again_of);
-        for (int i = 0; i < n; i++) grads[i] = gradient_of(mf, i, &p->grad_writer[i]);
-        p->grad_writer[mf->nops - 1] = mf->nops - 1;
+        for (int i = 0; i < n; i++) grads[i] = gradient_of(mf, i, &writer[i]);
         p->out_elems = place(outs, nouts, p->out_at);
         p->grad_elems = place(grads, n, p->grad_at);
         for (int j = 0; j < mf->nops; j++) {
             p->recompute[j] = recomputes(mf, j);
             if (p->recompute[j]) p->again_at[j] = p->out_at[again_of[j]];
         }
-        ok = p->out_elems != (size_t)-1 && p->grad_elems != (size_t)-1;
+        ok = p->out_elems != (size_t)-1 && p->grad_elems != (size_t)-1 &&
+             backward_lists(mf, writer, p) == 0;
     }
     free(again_of);
+    free(writer);
     free(outs);
     free(grads);
     if (ok) return DPS_OK;
@@ -141,6 +178,9 @@ void graph_plan_free(graph_plan *p)
     free(p->again_at);
     free(p->out_at);
     free(p->grad_at);
-    free(p->grad_writer);
+    free(p->begins_at);
+    free(p->begins);
+    free(p->completes_at);
+    free(p->completes);
     memset(p, 0, sizeof *p);
 }

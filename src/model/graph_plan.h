@@ -18,7 +18,11 @@ typedef struct graph_plan {
                             backward does, rather than keeping it from forward */
     size_t *again_at;    /* per op that recomputes: where, in the outputs' arena */
     size_t *grad_at;     /* per op but the last: its gradient's offset in the gradients' arena */
-    int *grad_writer;    /* per op: the op whose backward begins its gradient (zeroes it) */
+    int *begins_at, *begins;       /* op i's backward first zeroes the gradients of the ops
+                                      begins[begins_at[i] .. begins_at[i + 1]) */
+    int *completes_at, *completes; /* and completes the gradients of the tensors
+                                      completes[completes_at[i] .. completes_at[i + 1]),
+                                      in ready order */
     size_t out_elems;    /* the outputs' arena, elements a sample */
     size_t grad_elems;   /* the gradients' arena, elements a sample */
 } graph_plan;

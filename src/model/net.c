@@ -175,7 +175,7 @@ dps_status net_acts_alloc(backend *be, int dev, const net *n, int max_samples, d
 
 void net_acts_free(backend *be, const net *n, net_acts *a)
 {
-    if (net_is_file(n)) graph_acts_free(be, &n->file, &a->graph);
+    if (net_is_file(n)) graph_acts_free(be, &a->graph);
     else model_acts_free(be, &a->mlp);
     free(a->done);
     memset(a, 0, sizeof *a);

@@ -371,7 +371,7 @@ static void test_graph_gradients(void)
     }
     EXPECT(worst < 1e-2);
     if (worst >= 1e-2) fprintf(stderr, "graph gradients: worst relative error %g\n", worst);
-    graph_acts_free(g.be, &g.mf, &g.a);
+    graph_acts_free(g.be, &g.a);
     EXPECT(g.be->mem[0].in_use == 0);
     graph_layout_free(&g.l);
     model_file_free(&g.mf);
