@@ -4,7 +4,6 @@
 #include <string.h>
 
 #include "strategies/ddp_shared.h"
-#include "model/bucket.h"
 #include "model/net.h"
 
 static size_t align64(size_t x) { return (x + 63) & ~(size_t)63; }
@@ -17,9 +16,12 @@ void ddp_shared_layout(const dps_config *cfg, ddp_shared *sh)
     sh->warmup = cfg->warmup;
     sh->nparams = config_params(cfg);
     sh->trace_steps = timeline_steps(cfg->trace_steps, cfg->steps);
-    int nbk = cfg->net_file
-        ? net_buckets(cfg->net_file, cfg->first_bucket_mb, cfg->bucket_mb, NULL, DPS_MAX_BUCKETS)
-        : bucket_model_assign(cfg->shape, cfg->first_bucket_mb, cfg->bucket_mb, NULL, DPS_MAX_BUCKETS);
+    net own; /* the ranks' buckets, as ddp.c makes them; none without host memory, which the
+              * ranks' own set-up then reports */
+    const net *m = NULL;
+    int nbk = config_net(cfg, &own, &m) == DPS_OK
+        ? net_buckets(m, cfg->first_bucket_mb, cfg->bucket_mb, NULL, DPS_MAX_BUCKETS) : 0;
+    net_free(&own);
     sh->max_spans = nbk > 0 ? nbk : 0;
     size_t n = (size_t)cfg->ngpus, t = (size_t)sh->trace_steps, off = align64(sizeof *sh);
     sh->off_step_ms = off;
