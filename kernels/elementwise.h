@@ -128,20 +128,81 @@ DPS_HD float dps_bf16_to_f32(uint16_t b)
     return x.f;
 }
 
-/* Linear then GELU under autocast, for one element: the bias (cast to bf16,
- * as autocast casts every input of a Linear) added to the fp32 product and
- * rounded once, as addmm's bf16 output; then GELU of that bf16 value,
- * rounded to bf16. */
-DPS_HD void dps_bias_act_bf16(float acc, uint16_t bias, uint16_t *pre, uint16_t *out)
+/* float -> IEEE binary16 bits, round to nearest even, as a cast to
+ * torch.float16: beyond 65504 (from 65520 up) it is inf, below 2^-14 a
+ * subnormal, NaN stays a quiet NaN. */
+DPS_HD uint16_t dps_f32_to_f16(float f)
 {
-    *pre = dps_f32_to_bf16(acc + dps_bf16_to_f32(bias));
-    if (out) *out = dps_f32_to_bf16(dps_gelu(dps_bf16_to_f32(*pre)));
+    union { float f; uint32_t u; } x, magic;
+    x.f = f;
+    uint32_t sign = x.u & 0x80000000u, out;
+    x.u ^= sign;
+    if (x.u >= (uint32_t)(127 + 16) << 23) {          /* inf, NaN, or rounds to inf */
+        out = x.u > 0x7f800000u ? 0x7e00u : 0x7c00u;
+    } else if (x.u < (uint32_t)113 << 23) {           /* a subnormal half, or zero */
+        magic.u = (uint32_t)((127 - 15) + (23 - 10) + 1) << 23;
+        x.f += magic.f;                               /* the FPU rounds to even */
+        out = x.u - magic.u;
+    } else {
+        uint32_t odd = (x.u >> 13) & 1u;
+        x.u += ((uint32_t)(15 - 127) << 23) + 0xfffu + odd;
+        out = x.u >> 13;
+    }
+    return (uint16_t)(out | (sign >> 16));
 }
 
-/* GELU's backward on bf16 tensors (gelu_backward's bf16 output). */
-DPS_HD uint16_t dps_gelu_bwd_bf16(uint16_t dh, uint16_t pre)
+DPS_HD float dps_f16_to_f32(uint16_t h)
 {
-    return dps_f32_to_bf16(dps_bf16_to_f32(dh) * dps_gelu_grad(dps_bf16_to_f32(pre)));
+    union { float f; uint32_t u; } o, magic;
+    const uint32_t exp_mask = 0x7c00u << 13;
+    magic.u = (uint32_t)113 << 23;
+    o.u = (uint32_t)(h & 0x7fffu) << 13;
+    uint32_t exp = o.u & exp_mask;
+    o.u += (uint32_t)(127 - 15) << 23;
+    if (exp == exp_mask) {                            /* inf or NaN */
+        o.u += (uint32_t)(128 - 16) << 23;
+    } else if (exp == 0) {                            /* zero or subnormal */
+        o.u += 1u << 23;
+        o.f -= magic.f;
+    }
+    o.u |= (uint32_t)(h & 0x8000u) << 16;
+    return o.f;
+}
+
+/* A half-precision value of autocast's type: fp16 when f16, else bf16. */
+DPS_HD uint16_t dps_to_half(float f, int f16)
+{
+    return f16 ? dps_f32_to_f16(f) : dps_f32_to_bf16(f);
+}
+
+DPS_HD float dps_from_half(uint16_t h, int f16)
+{
+    return f16 ? dps_f16_to_f32(h) : dps_bf16_to_f32(h);
+}
+
+/* Linear then GELU under autocast, for one element: the bias (cast to the
+ * half type, as autocast casts every input of a Linear) added to the fp32
+ * product and rounded once, as addmm's half output; then GELU of that half
+ * value, rounded to the half type. */
+DPS_HD void dps_bias_act_half(float acc, uint16_t bias, uint16_t *pre, uint16_t *out, int f16)
+{
+    *pre = dps_to_half(acc + dps_from_half(bias, f16), f16);
+    if (out) *out = dps_to_half(dps_gelu(dps_from_half(*pre, f16)), f16);
+}
+
+/* GELU's backward on half tensors (gelu_backward's half output). */
+DPS_HD uint16_t dps_gelu_bwd_half(uint16_t dh, uint16_t pre, int f16)
+{
+    return dps_to_half(dps_from_half(dh, f16) * dps_gelu_grad(dps_from_half(pre, f16)), f16);
+}
+
+/* GradScaler's unscale of one gradient: g / scale, as its
+ * _amp_foreach_non_finite_check_and_unscale_ (a multiply by the inverse);
+ * *found set when g is not finite. */
+DPS_HD float dps_unscale(float g, float inv_scale, int *found)
+{
+    if (!(g - g == 0.0f)) *found = 1;                /* inf - inf and NaN are NaN */
+    return g * inv_scale;
 }
 
 /* SplitMix64: the counter-based generator behind initialisation and data,

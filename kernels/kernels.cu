@@ -38,6 +38,8 @@ __global__ void gelu_bwd_kernel(int64_t n, const float *dh, const float *pre, fl
  * col_sum_runs_kernel adds up in run order. */
 __device__ __forceinline__ float as_f32(float x) { return x; }
 __device__ __forceinline__ float as_f32(uint16_t x) { return dps_bf16_to_f32(x); }
+struct f16_bits { uint16_t v; }; /* an IEEE binary16 element, told apart from bf16's */
+__device__ __forceinline__ float as_f32(f16_bits x) { return dps_f16_to_f32(x.v); }
 
 template <typename T>
 __global__ void col_sum_lanes_kernel(int rows, int cols, int chunk_rows, const T *x, float *partial)
@@ -159,27 +161,35 @@ __global__ void adamw_kernel(int64_t n, float *p, const float *g, float *m, floa
     GRID_STRIDE(i, n) dps_adamw_update(&p[i], g[i], &m[i], &v[i], h);
 }
 
-__global__ void cast_bf16_kernel(int64_t n, const float *x, uint16_t *y)
+__global__ void cast_half_kernel(int64_t n, const float *x, uint16_t *y, int f16)
 {
-    GRID_STRIDE(i, n) y[i] = dps_f32_to_bf16(x[i]);
+    GRID_STRIDE(i, n) y[i] = dps_to_half(x[i], f16);
 }
 
-__global__ void bf16_to_f32_kernel(int64_t n, const uint16_t *x, float *y)
+__global__ void half_to_f32_kernel(int64_t n, const uint16_t *x, float *y, int f16)
 {
-    GRID_STRIDE(i, n) y[i] = dps_bf16_to_f32(x[i]);
+    GRID_STRIDE(i, n) y[i] = dps_from_half(x[i], f16);
 }
 
-__global__ void bias_act_bf16_kernel(int rows, int cols, const float *acc, const uint16_t *bias,
-                                     uint16_t *pre, uint16_t *out)
+__global__ void bias_act_half_kernel(int rows, int cols, const float *acc, const uint16_t *bias,
+                                     uint16_t *pre, uint16_t *out, int f16)
 {
     int64_t n = (int64_t)rows * cols;
-    GRID_STRIDE(i, n) dps_bias_act_bf16(acc[i], bias[i % cols], &pre[i], out ? &out[i] : NULL);
+    GRID_STRIDE(i, n) dps_bias_act_half(acc[i], bias[i % cols], &pre[i], out ? &out[i] : NULL, f16);
 }
 
-__global__ void gelu_bwd_bf16_kernel(int64_t n, const uint16_t *dh, const uint16_t *pre,
-                                     uint16_t *dpre)
+__global__ void gelu_bwd_half_kernel(int64_t n, const uint16_t *dh, const uint16_t *pre,
+                                     uint16_t *dpre, int f16)
 {
-    GRID_STRIDE(i, n) dpre[i] = dps_gelu_bwd_bf16(dh[i], pre[i]);
+    GRID_STRIDE(i, n) dpre[i] = dps_gelu_bwd_half(dh[i], pre[i], f16);
+}
+
+/* Every thread that meets a non-finite gradient writes the same 1. */
+__global__ void unscale_kernel(int64_t n, float *g, float inv_scale, float *found_inf)
+{
+    int found = 0;
+    GRID_STRIDE(i, n) g[i] = dps_unscale(g[i], inv_scale, &found);
+    if (found) *found_inf = 1.0f;
 }
 
 __global__ void scale_kernel(int64_t n, float *x, float a)
@@ -263,9 +273,10 @@ cudaError_t dps_k_col_sum(cudaStream_t s, int rows, int cols, const float *x, fl
     return col_sum(s, rows, cols, x, out, workspace);
 }
 
-cudaError_t dps_k_col_sum_bf16(cudaStream_t s, int rows, int cols, const uint16_t *x, float *out,
-                               float *workspace)
+cudaError_t dps_k_col_sum_half(cudaStream_t s, int rows, int cols, const uint16_t *x, float *out,
+                               float *workspace, int f16)
 {
+    if (f16) return col_sum(s, rows, cols, (const f16_bits *)x, out, workspace);
     return col_sum(s, rows, cols, x, out, workspace);
 }
 
@@ -322,33 +333,41 @@ cudaError_t dps_k_adamw(cudaStream_t s, int64_t n, float *p, const float *g, flo
     return cudaGetLastError();
 }
 
-cudaError_t dps_k_cast_bf16(cudaStream_t s, int64_t n, const float *x, uint16_t *y)
-{
-    cast_bf16_kernel<<<grid_for(n), kThreads, 0, s>>>(n, x, y);
-    return cudaGetLastError();
-}
-
-cudaError_t dps_k_bf16_to_f32(cudaStream_t s, int64_t n, const uint16_t *x, float *y)
+cudaError_t dps_k_cast_half(cudaStream_t s, int64_t n, const float *x, uint16_t *y, int f16)
 {
     if (n <= 0) return cudaSuccess;
-    bf16_to_f32_kernel<<<grid_for(n), kThreads, 0, s>>>(n, x, y);
+    cast_half_kernel<<<grid_for(n), kThreads, 0, s>>>(n, x, y, f16);
     return cudaGetLastError();
 }
 
-cudaError_t dps_k_bias_act_bf16(cudaStream_t s, int rows, int cols, const float *acc,
-                                const uint16_t *bias, uint16_t *pre, uint16_t *out)
+cudaError_t dps_k_half_to_f32(cudaStream_t s, int64_t n, const uint16_t *x, float *y, int f16)
+{
+    if (n <= 0) return cudaSuccess;
+    half_to_f32_kernel<<<grid_for(n), kThreads, 0, s>>>(n, x, y, f16);
+    return cudaGetLastError();
+}
+
+cudaError_t dps_k_bias_act_half(cudaStream_t s, int rows, int cols, const float *acc,
+                                const uint16_t *bias, uint16_t *pre, uint16_t *out, int f16)
 {
     int64_t n = (int64_t)rows * cols;
     if (n <= 0) return cudaSuccess;
-    bias_act_bf16_kernel<<<grid_for(n), kThreads, 0, s>>>(rows, cols, acc, bias, pre, out);
+    bias_act_half_kernel<<<grid_for(n), kThreads, 0, s>>>(rows, cols, acc, bias, pre, out, f16);
     return cudaGetLastError();
 }
 
-cudaError_t dps_k_gelu_bwd_bf16(cudaStream_t s, int64_t n, const uint16_t *dh, const uint16_t *pre,
-                                uint16_t *dpre)
+cudaError_t dps_k_gelu_bwd_half(cudaStream_t s, int64_t n, const uint16_t *dh, const uint16_t *pre,
+                                uint16_t *dpre, int f16)
 {
     if (n <= 0) return cudaSuccess;
-    gelu_bwd_bf16_kernel<<<grid_for(n), kThreads, 0, s>>>(n, dh, pre, dpre);
+    gelu_bwd_half_kernel<<<grid_for(n), kThreads, 0, s>>>(n, dh, pre, dpre, f16);
+    return cudaGetLastError();
+}
+
+cudaError_t dps_k_unscale(cudaStream_t s, int64_t n, float *g, float inv_scale, float *found_inf)
+{
+    if (n <= 0) return cudaSuccess;
+    unscale_kernel<<<grid_for(n), kThreads, 0, s>>>(n, g, inv_scale, found_inf);
     return cudaGetLastError();
 }
 

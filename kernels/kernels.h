@@ -40,16 +40,19 @@ cudaError_t dps_k_sgd(cudaStream_t s, int64_t n, float *p, const float *g, float
                       dps_opt_hparams h);
 cudaError_t dps_k_adamw(cudaStream_t s, int64_t n, float *p, const float *g, float *m,
                         float *v, dps_opt_hparams h);
-cudaError_t dps_k_cast_bf16(cudaStream_t s, int64_t n, const float *x, uint16_t *y);
-cudaError_t dps_k_bf16_to_f32(cudaStream_t s, int64_t n, const uint16_t *x, float *y);
-/* autocast's Linear + GELU and GELU's backward on bf16 (elementwise.h) */
-cudaError_t dps_k_bias_act_bf16(cudaStream_t s, int rows, int cols, const float *acc,
-                                const uint16_t *bias, uint16_t *pre, uint16_t *out);
-cudaError_t dps_k_gelu_bwd_bf16(cudaStream_t s, int64_t n, const uint16_t *dh, const uint16_t *pre,
-                                uint16_t *dpre);
-/* dps_k_col_sum of a bf16 matrix (fp32 sums) */
-cudaError_t dps_k_col_sum_bf16(cudaStream_t s, int rows, int cols, const uint16_t *x, float *out,
-                               float *workspace);
+/* fp32 -> half and back; f16: IEEE binary16, else bfloat16 (elementwise.h) */
+cudaError_t dps_k_cast_half(cudaStream_t s, int64_t n, const float *x, uint16_t *y, int f16);
+cudaError_t dps_k_half_to_f32(cudaStream_t s, int64_t n, const uint16_t *x, float *y, int f16);
+/* autocast's Linear + GELU and GELU's backward on half tensors (elementwise.h) */
+cudaError_t dps_k_bias_act_half(cudaStream_t s, int rows, int cols, const float *acc,
+                                const uint16_t *bias, uint16_t *pre, uint16_t *out, int f16);
+cudaError_t dps_k_gelu_bwd_half(cudaStream_t s, int64_t n, const uint16_t *dh, const uint16_t *pre,
+                                uint16_t *dpre, int f16);
+/* dps_k_col_sum of a half matrix (fp32 sums) */
+cudaError_t dps_k_col_sum_half(cudaStream_t s, int rows, int cols, const uint16_t *x, float *out,
+                               float *workspace, int f16);
+/* GradScaler's unscale: g *= inv_scale; *found_inf = 1 where a g is not finite */
+cudaError_t dps_k_unscale(cudaStream_t s, int64_t n, float *g, float inv_scale, float *found_inf);
 cudaError_t dps_k_scale(cudaStream_t s, int64_t n, float *x, float a);
 /* dst = src * a, one pass (dst may be src): DDP's bucket copy */
 cudaError_t dps_k_scale_copy(cudaStream_t s, int64_t n, float *dst, const float *src, float a);

@@ -12,6 +12,17 @@ over --gpus GPUs, ddp one process per GPU over NCCL. --device cpu: one
 device (--gpus 1), or ddp over gloo with one process per rank, each with one
 BLAS thread as dpscale's host backend gives each emulated device;
 DataParallel needs CUDA, so dp on more than one device is refused there.
+
+--accum N: N micro-batches an optimizer step, as dpscale's: step s's
+global batch cut into N contiguous micro-batches (each split over the
+devices), each micro-step's loss the mean over its rows divided by N; under
+ddp the first N-1 backwards inside DDP's no_sync() (--no-sync off: every
+one all-reduces). --precision bf16: torch.autocast on CUDA; on the CPU
+dpscale's autocast maths cast by hand (torch_model.autocast_bf16: CPU
+autocast rounds the parameters' gradients to bf16, dpscale does not).
+--precision fp16: CUDA only, torch.autocast(float16) and
+torch.cuda.amp.GradScaler (--init-scale, --growth-interval); PyTorch 1.13's
+CPU autocast has no float16 and GradScaler needs CUDA.
 Rank processes are started with torch.multiprocessing (spawn, or
 forkserver with PyTorch preloaded), or by torchrun, e.g. `torchrun
 --nproc_per_node 2 -r 2 -t 2 torch_reference.py --mode ddp --gpus 2 ...`
@@ -40,6 +51,7 @@ import subprocess
 import sys
 import time
 
+from dpstools.grad_scaler import GROWTH_INTERVAL, INIT_SCALE
 from dpstools.torch_graph import ModelFileError, read as read_model_file
 from dpstools.torch_model import Preset, dpscale_info, file_presets, presets
 from dpstools.torch_results import Usage, check_folder, utc_now
@@ -62,7 +74,17 @@ def parse(argv):
                          "per-rank mean averaged over ranks")
     ap.add_argument("--model", default="small",
                     help="a preset (dpscale info) or a model file (docs/model-file.md)")
-    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    ap.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32",
+                    help="fp16: CUDA only, with a GradScaler")
+    ap.add_argument("--accum", type=int, default=1,
+                    help="micro-batches an optimizer step (gradient accumulation)")
+    ap.add_argument("--no-sync", choices=["on", "off"], default="on",
+                    help="ddp with --accum: on = no all-reduce but in the last micro-step "
+                         "(DDP's no_sync()), off = every micro-step all-reduces")
+    ap.add_argument("--init-scale", type=float, default=INIT_SCALE,
+                    help=f"fp16: GradScaler's init_scale ({INIT_SCALE:g})")
+    ap.add_argument("--growth-interval", type=int, default=GROWTH_INTERVAL,
+                    help=f"fp16: GradScaler's growth_interval ({GROWTH_INTERVAL})")
     ap.add_argument("--optimizer", choices=["sgd", "adamw"], default="sgd")
     ap.add_argument("--lr", type=float, default=0.0, help="default per optimizer, as dpscale's")
     ap.add_argument("--batch", type=int, default=0,
@@ -95,6 +117,7 @@ def setup(args):
         raise Usage("--steps must be at least 1 and --warmup at least 0")
     if args.mode == "dp" and args.ddp_loss != "global":
         raise Usage("--ddp-loss: applies to --mode ddp only")
+    accum_refusal(args)
     cpu_refusal(args)
     check_folder(os.path.join(args.out, args.name))
     spec, per_gpu = model_spec(args)
@@ -102,6 +125,12 @@ def setup(args):
     args.batch = args.batch or per_gpu * args.gpus
     if args.batch < args.gpus:
         raise Usage(f"--batch {args.batch}: fewer samples than the {args.gpus} devices")
+    if args.accum > 1 and args.batch % (args.gpus * args.accum):
+        parts = args.gpus * args.accum
+        raise Usage(f"--batch {args.batch} --accum {args.accum} --gpus {args.gpus}: the batch "
+                    f"must split into {args.accum} micro-batches of {args.gpus} equal parts; "
+                    f"give a multiple of {parts} (e.g. --batch "
+                    f"{max(parts, args.batch // parts * parts)})")
     args.lr = args.lr or (0.01 if args.optimizer == "sgd" else 1e-3)
     try:
         import torch
@@ -162,15 +191,35 @@ def model_file(path):
                     f"scripts/model_export.py writes one (docs/model-file.md)") from None
 
 
+def accum_refusal(args):
+    """What --accum, --no-sync and the GradScaler's options refuse, from the arguments alone."""
+    if args.accum < 1:
+        raise Usage(f"--accum {args.accum}: at least 1 (1: no accumulation)")
+    if args.mode == "dp" and args.no_sync != "on":
+        raise Usage("--no-sync off: dp has no no_sync (DataParallel reduces every micro-step); "
+                    "leave --no-sync out or use --mode ddp")
+    if args.no_sync != "on" and args.accum == 1:
+        raise Usage("--no-sync off: with one micro-step every step all-reduces anyway; add "
+                    "--accum N (N > 1), as dpscale asks")
+    scaler = args.init_scale != INIT_SCALE or args.growth_interval != GROWTH_INTERVAL
+    if scaler and args.precision != "fp16":
+        raise Usage(f"--init-scale, --growth-interval: GradScaler's, with --precision fp16 only "
+                    f"(not {args.precision})")
+    if not args.init_scale > 0 or args.growth_interval < 1:
+        raise Usage(f"--init-scale {args.init_scale:g} --growth-interval "
+                    f"{args.growth_interval}: give a scale above 0 and an interval of at least 1")
+
+
 def cpu_refusal(args):
     if args.device != "cpu":
         return
     if args.mode == "dp" and args.gpus > 1:
         raise Usage(f"--mode dp --gpus {args.gpus} --device cpu: nn.DataParallel needs CUDA; "
                     f"on the CPU use --mode ddp (gloo, one process per rank) or --gpus 1")
-    if args.precision == "bf16":
-        raise Usage("--precision bf16 --device cpu: dpscale's host backend has no bf16 to "
-                    "compare with; use fp32, or --device cuda")
+    if args.precision == "fp16":
+        raise Usage("--precision fp16 --device cpu: PyTorch's CPU autocast (1.13) takes "
+                    "bfloat16 only and torch.cuda.amp.GradScaler needs CUDA; use --precision "
+                    "bf16 or fp32 on the CPU, or fp16 with --device cuda")
 
 
 def main(argv, prog=None):

@@ -9,12 +9,23 @@ import os
 import textwrap
 from collections import defaultdict
 
-from dpstools.folder import (FAILED, PHASE_ORDER, STRATEGIES, cannot_write, fmt_bytes, gpu0_ratio,
-                             link_curves, peaks_by_config, series)
+from dpstools.folder import (FAILED, LINES, PHASE_ORDER, any_accum, cannot_write, fmt_bytes,
+                             gpu0_ratio, line_label, link_curves, peaks_by_config, run_label,
+                             series)
 from dpstools.predicted import panel_of, prediction_errors, predicted_lines
-from dpstools.results import InputError, integer, number, strategy
+from dpstools.results import InputError, integer, number
 
-MODE_COLOR = {"dp": "#d62728", "dp-lean": "#ff9896", "ddp": "#1f77b4", "ddp-lean": "#aec7e8"}
+# A line's colour (results.line: the strategy, ddp with --no-sync off apart) and its
+# marker by accumulation (accum N: N micro-batches per optimizer step).
+MODE_COLOR = {"dp": "#d62728", "dp-lean": "#ff9896", "ddp": "#1f77b4", "ddp-lean": "#aec7e8",
+              "ddp-syncall": "#2ca02c", "ddp-lean-syncall": "#98df8a"}
+ACCUM_MARKER = {1: "o", 2: "s", 4: "^", 8: "D", 16: "v"}
+ACCUM_NOTE = ("accum N: N micro-batches per optimizer step (marker ○ 1, □ 2, △ 4, ◇ 8); "
+              "-syncall: ddp with --no-sync off, every micro-step all-reduced")
+
+
+def accum_marker(n_accum):
+    return ACCUM_MARKER.get(n_accum, "P")
 
 
 def save(plt, fig, out, name):
@@ -79,12 +90,12 @@ def plot_predicted(ax, lines, errors, efficiency):
     ok rows as a line, oom rows as triangles at the axis' bottom; on the
     scaling chart each point's error against its measured point beside it."""
     sources = defaultdict(set)
-    for mode, machine, source in lines:
-        sources[(mode, machine)].add(source)
-    for (mode, machine, source), rows in sorted(lines.items()):
+    for name, n_accum, machine, source in lines:
+        sources[(name, n_accum, machine)].add(source)
+    for (mode, n_accum, machine, source), rows in sorted(lines.items()):
         color = MODE_COLOR.get(mode, "gray")
-        name = f"{mode} predicted ({machine}" + (
-            f", from {source})" if len(sources[(mode, machine)]) > 1 else ")")
+        name = f"{line_label(mode, n_accum)} predicted ({machine}" + (
+            f", from {source})" if len(sources[(mode, n_accum, machine)]) > 1 else ")")
         ok = [r for r in rows if r["status"] == "ok"]
         if ok:
             ax.plot([r["_n"] for r in ok], [r["_eff" if efficiency else "_sps"] for r in ok],
@@ -99,7 +110,7 @@ def plot_predicted(ax, lines, errors, efficiency):
     for p, _, err in errors:
         ax.annotate(f"{err:+.1f} %", (p["_n"], p["_sps"]), textcoords="offset points",
                     xytext=(5, -11 if p["mode"] == "dp" else 5), fontsize=7,
-                    color=MODE_COLOR.get(p["mode"], "gray"))
+                    color=MODE_COLOR.get(p["_line"], "gray"))
 
 
 def ideal_line(ax, ns, base, mode):
@@ -109,15 +120,17 @@ def ideal_line(ax, ns, base, mode):
 
 
 def draw_measured(ax, lines, efficiency):
-    """A panel's measured lines ((mode, scaling) -> [(n, samples/s)]): throughput
-    with each line's ideal, or efficiency where the line has one GPU; returns
-    the labels of the lines left out for want of one GPU."""
+    """A panel's measured lines ((line, accum, scaling) -> [(n, samples/s)]):
+    throughput with each line's ideal, or efficiency where the line has one
+    GPU (of the same line and accum); returns the labels of the lines left
+    out for want of one GPU."""
     left_out = []
-    for (mode, scaling), pts in sorted(lines.items()):
+    for (mode, n_accum, scaling), pts in sorted(lines.items()):
         ns = [p[0] for p in pts]
         base = next((p[1] for p in pts if p[0] == 1), None)
+        label = line_label(mode, n_accum, scaling)
         if efficiency and base is None:
-            left_out.append(f"{mode} ({scaling} scaling)")
+            left_out.append(label)
             continue
         if efficiency:
             ys = [p[1] / (p[0] * base) for p in pts]
@@ -125,14 +138,14 @@ def draw_measured(ax, lines, efficiency):
             ys = [p[1] for p in pts]
             if base is not None:
                 ideal_line(ax, ns, base, mode)
-        ax.plot(ns, ys, style(scaling), marker="o", color=MODE_COLOR.get(mode, "gray"),
-                label=f"{mode} ({scaling} scaling)")
+        ax.plot(ns, ys, style(scaling), marker=accum_marker(n_accum),
+                color=MODE_COLOR.get(mode, "gray"), label=label)
     return left_out
 
 
 def draw_predicted_ideal(ax, predicted):
     """Predictions alone in a panel: each mode's ideal from its one predicted GPU."""
-    for (mode, _, _), rows in sorted(predicted.items()):
+    for (mode, _, _, _), rows in sorted(predicted.items()):
         base = next((r["_sps"] for r in rows if r["_n"] == 1 and r["status"] == "ok"), None)
         if base is not None:
             ideal_line(ax, [r["_n"] for r in rows], base, mode)
@@ -179,6 +192,7 @@ def plot_scaling(plt, folder, out, efficiency=False, preds=()):
     what = "Scaling efficiency = throughput(n) / (n · throughput(1))" if efficiency else "Throughput"
     pred = ([PRED_NOTE] if predicted else []) + ([PRED_ERROR_NOTE] if errors and not efficiency else [])
     notes = ([DP_NOTE] if folder.runs else []) + (["; ".join(pred)] if pred else [])
+    notes += [ACCUM_NOTE] if folder.runs and any_accum(folder) else []
     notes += [f"no 1-GPU run, so no efficiency: {'; '.join(left_out)}"] if left_out else []
     notes += [not_drawn(folder)] if folder.failed else []
     lines = [f"{what}: DataParallel (dp) vs DistributedDataParallel (ddp)", folder.label()] + notes
@@ -189,14 +203,20 @@ def plot_scaling(plt, folder, out, efficiency=False, preds=()):
 
 
 def imbalance_rows(folder):
-    """[(model, precision, n, mode, [peaks per device])] for weak-scaling ok runs."""
+    """[(model, precision, n, (line, accum), [peaks per device])] for weak-scaling ok runs."""
     peaks = peaks_by_config(folder)
     rows = []
     for r in folder.runs:
         p = peaks.get(r["config_id"])
         if p and (r["scaling"] or "weak") == "weak":
-            rows.append((r["model"], r["precision"], r["_n"], strategy(r), [p[k] for k in sorted(p)]))
+            rows.append((r["model"], r["precision"], r["_n"], (r["_line"], r["_accum"]),
+                         [p[k] for k in sorted(p)]))
     return sorted(rows)
+
+
+def drawn_lines(rows):
+    """The (line, accum) pairs of imbalance_rows, in LINES' order, then by accum."""
+    return sorted({r[3] for r in rows}, key=lambda la: (LINES.index(la[0]), la[1]))
 
 
 
@@ -211,16 +231,16 @@ def plot_imbalance(plt, folder, out):
         x = 0.0
         ticks, labels = [], []
         for n in sorted({r[2] for r in mine}):
-            for mode in STRATEGIES:
+            for mode in drawn_lines(mine):
                 for m2, p2, n2, mode2, peaks in mine:
                     if n2 != n or mode2 != mode:
                         continue
                     xs = [x + i * 0.8 / len(peaks) for i in range(len(peaks))]
                     bars = ax.bar(xs, [p / 2**20 for p in peaks], width=0.8 / len(peaks),
-                                  color=MODE_COLOR[mode], edgecolor="black", linewidth=0.4)
+                                  color=MODE_COLOR[mode[0]], edgecolor="black", linewidth=0.4)
                     bars[0].set_hatch("//")
                     ticks.append(x + 0.4 - 0.4 / len(peaks))
-                    labels.append(f"{mode}\n{n} GPU")
+                    labels.append(f"{line_label(*mode, None).replace(', ', chr(10))}\n{n} GPU")
                     x += 1.0
             x += 0.5
         ax.set_xticks(ticks)
@@ -228,11 +248,11 @@ def plot_imbalance(plt, folder, out):
         ax.set_ylabel("allocation peak per device (MiB)")
         ax.set_title(f"{model}, {prec}: memory per device (hatched: device 0)")
         ax.grid(axis="y", alpha=0.3)
-        for mode in STRATEGIES:
+        for mode in drawn_lines(mine):
             pts = [(r[2], gpu0_ratio(r[4])) for r in mine if r[3] == mode and gpu0_ratio(r[4])]
             if pts:
-                ax2.plot([p[0] for p in pts], [p[1] for p in pts], marker="o",
-                         color=MODE_COLOR[mode], label=mode)
+                ax2.plot([p[0] for p in pts], [p[1] for p in pts], marker=accum_marker(mode[1]),
+                         color=MODE_COLOR[mode[0]], label=line_label(*mode, None))
         ax2.axhline(1.0, color="gray", linestyle=":", linewidth=1, label="balanced")
         ax2.set_xticks(sorted({r[2] for r in mine if r[2] > 1}) or [1])
         ax2.set_xlabel("GPUs (count)")
@@ -255,14 +275,16 @@ def memory_bars(folder):
         cats[m["config_id"]][integer(m, "device")][what] += number(m, "bytes_at_peak") / 2**20
     widest = {}
     for r in folder.runs:
-        key = (r["model"], r["precision"], strategy(r))
+        key = (r["model"], r["precision"], r["_line"], r["_accum"])
         if (r["scaling"] or "weak") == "weak" and r["config_id"] in cats and \
                 r["_n"] >= widest.get(key, (0,))[0]:
             widest[key] = (r["_n"], r["config_id"])
     out = defaultdict(list)
-    for (model, prec, strat), (n, cid) in sorted(widest.items(),
-                                                 key=lambda w: (w[0][:2], w[0][2] != "dp")):
-        out[(model, prec)] += [(f"{strat}\nGPU {d}\nof {n}", dict(cats[cid][d]))
+    order = sorted(widest.items(), key=lambda w: (w[0][:2], w[0][2] != "dp", LINES.index(w[0][2]),
+                                                  w[0][3]))
+    for (model, prec, strat, n_accum), (n, cid) in order:
+        name = line_label(strat, n_accum).replace(", ", "\n")
+        out[(model, prec)] += [(f"{name}\nGPU {d}\nof {n}", dict(cats[cid][d]))
                                for d in sorted(cats[cid])]
     return out
 
@@ -311,7 +333,7 @@ def plot_phases(plt, folder, out):
     for ax, (model, prec) in zip(axes, keys):
         runs = sorted((r for r in folder.runs if r["model"] == model and r["precision"] == prec
                        and (r["scaling"] or "weak") == "weak"),
-                      key=lambda r: (r["_n"], STRATEGIES.index(strategy(r))))
+                      key=lambda r: (r["_n"], LINES.index(r["_line"]), r["_accum"]))
         bottoms = [0.0] * len(runs)
         for i, ph in enumerate(PHASE_ORDER):
             vals = [med[r["config_id"]].get(ph, 0.0) for r in runs]
@@ -319,7 +341,7 @@ def plot_phases(plt, folder, out):
                 ax.bar(range(len(runs)), vals, bottom=bottoms, color=cmap(i % 10), label=ph)
                 bottoms = [b + v for b, v in zip(bottoms, vals)]
         ax.set_xticks(range(len(runs)))
-        ax.set_xticklabels([f"{strategy(r)}\n{r['_n']} GPU" for r in runs], fontsize=8)
+        ax.set_xticklabels([f"{run_label(r, chr(10))}\n{r['_n']} GPU" for r in runs], fontsize=8)
         ax.set_ylabel("median time on device 0 (ms)")
         ax.set_title(f"{model}, {prec}: where a step's time goes")
         ax.grid(axis="y", alpha=0.3)

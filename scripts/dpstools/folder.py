@@ -1,25 +1,33 @@
 """A results folder as plot.py reads it, and what its charts and summary.md share.
 
 Folder holds the ok and the failed configurations of runs.csv, devices.csv,
-phases.csv, links.csv, memory.csv, the step times of steps.csv and
-meta.json, read through results; series, the allocation peaks and the link
-curves are read from it for the charts and the summary alike.
+phases.csv, links.csv, memory.csv, buckets.csv, the step times and loss
+scales of steps.csv and meta.json, read through results; series, the
+allocation peaks and the link curves are read from it for the charts and the
+summary alike. A configuration's line is its strategy, ddp with --no-sync off
+apart (results.line), and its accumulation (accum) beside it.
 """
+import math
 from collections import defaultdict
 
-from dpstools.results import InputError, integer, number, read_folder, read_meta, strategy
+from dpstools.results import InputError, accum, integer, line, number, read_folder, read_meta
 from dpstools.speedup import step_times
 
+# accum, no_sync, skipped_steps: absent from older folders, read as their defaults
 RUNS_COLS = ["config_id", "status", "backend", "mode", "ngpus", "model", "precision",
-             "optimizer", "global_batch", "scaling", "samples_per_s", "step_ms_median"]
+             "optimizer", "global_batch", "scaling", "samples_per_s", "step_ms_median",
+             "steps_done", "accum", "no_sync", "skipped_steps"]
 DEVICES_COLS = ["config_id", "device", "alloc_peak_bytes"]
 PHASES_COLS = ["config_id", "device", "phase", "median_ms"]
 LINKS_COLS = ["src", "dst", "method", "bytes", "bw_gbps", "status"]
 MEMORY_COLS = ["config_id", "device", "category", "bytes_at_peak"]
-STEPS_COLS = ["config_id", "step", "rank", "step_ms"]
+BUCKETS_COLS = ["config_id", "rank", "bucket", "micro_step"]
+STEPS_COLS = ["config_id", "step", "rank", "step_ms", "skipped", "loss_scale"]
 PHASE_ORDER = ["load", "replicate", "scatter", "forward", "gather", "loss", "backward",
-               "reduce", "allreduce_exposed", "optimizer"]
+               "reduce", "allreduce_exposed", "unscale", "optimizer"]
 STRATEGIES = ("dp", "dp-lean", "ddp", "ddp-lean")  # strategy()'s names, in the order drawn
+# line()'s names, in the order drawn: the strategies, then ddp's with --no-sync off
+LINES = STRATEGIES + ("ddp-syncall", "ddp-lean-syncall")
 FAILED = "Failed configurations"  # summary.md's section of the configurations not drawn
 
 
@@ -32,8 +40,9 @@ class Folder:
         self.path = path
         files = read_folder(path, {"runs.csv": RUNS_COLS, "devices.csv": DEVICES_COLS,
                                    "phases.csv": PHASES_COLS, "links.csv": LINKS_COLS,
-                                   "memory.csv": MEMORY_COLS, "steps.csv": STEPS_COLS},
-                            optional=("links.csv", "memory.csv", "steps.csv"))
+                                   "memory.csv": MEMORY_COLS, "buckets.csv": BUCKETS_COLS,
+                                   "steps.csv": STEPS_COLS},
+                            optional=("links.csv", "memory.csv", "buckets.csv", "steps.csv"))
         self.runs_path = files["runs.csv"].path
         self.runs = [r for r in files["runs.csv"] if r["status"] == "ok"]
         self.failed = [r for r in files["runs.csv"] if r["status"] != "ok"]
@@ -42,11 +51,14 @@ class Folder:
         for r in self.runs:
             r["_n"] = integer(r, "ngpus")
             r["_sps"] = number(r, "samples_per_s")
+            r["_accum"], r["_line"] = accum(r), line(r)
         self.devices = files["devices.csv"]
         self.phases = files["phases.csv"]
         self.links = files["links.csv"]
         self.memory = files["memory.csv"]
+        self.buckets = files["buckets.csv"]
         self.step_ms = step_times(files["steps.csv"])
+        self.loss_scale = step_values(files["steps.csv"], "loss_scale")
         self.meta = read_meta(path)
         devs = self.meta.get("devices") or [{}]
         self.device = devs[0].get("name", "unknown device")
@@ -74,12 +86,38 @@ class Folder:
         return f"{self.device}, {self.backend} backend"
 
 
+def step_values(steps, col):
+    """{config_id: [rank 0's col of each step, NaN where empty]} of steps.csv
+    (results.Steps, or None)."""
+    out = {}
+    for cid, rows in (steps.of.items() if steps else ()):
+        out[cid] = [x for rank, x in zip(rows.rank, rows.values[col]) if rank == 0]
+    return out
+
+
+def run_label(run, sep=", "):
+    """A run's line and, beside it, its accumulation where it has one:
+    'ddp-syncall, accum 4'."""
+    return run["_line"] + (f"{sep}accum {run['_accum']}" if run["_accum"] > 1 else "")
+
+
+def line_label(name, n_accum, scaling=None):
+    """A chart line's legend: 'ddp, accum 4 (weak scaling)'."""
+    text = name + (f", accum {n_accum}" if n_accum > 1 else "")
+    return f"{text} ({scaling} scaling)" if scaling else text
+
+
+def any_accum(folder):
+    """Whether a configuration of the folder accumulates gradients."""
+    return any(r["_accum"] > 1 for r in folder.runs)
+
+
 def series(folder):
-    """(model, precision, optimizer) -> (mode, scaling) -> sorted [(n, samples/s, row)]."""
+    """(model, precision, optimizer) -> (line, accum, scaling) -> sorted [(n, samples/s, row)]."""
     out = defaultdict(lambda: defaultdict(list))
     for r in folder.runs:
         key = (r["model"], r["precision"], r["optimizer"])
-        out[key][(strategy(r), r["scaling"] or "weak")].append((r["_n"], r["_sps"], r))
+        out[key][(r["_line"], r["_accum"], r["scaling"] or "weak")].append((r["_n"], r["_sps"], r))
     for lines in out.values():
         for pts in lines.values():
             pts.sort(key=lambda p: p[0])
@@ -126,4 +164,17 @@ def fmt_bytes(b):
         if b >= scale:
             return f"{b / scale:.3g} {unit}"
     return f"{b:.0f} B"
+
+
+def scaler_runs(folder):
+    """[(run, skipped steps, timed steps, first and last loss scale or None)] of
+    the configurations with a GradScaler (fp16: skipped_steps not empty)."""
+    out = []
+    for r in folder.runs:
+        if r["skipped_steps"] == "":
+            continue
+        scales = [x for x in folder.loss_scale.get(r["config_id"], []) if not math.isnan(x)]
+        first, last = (scales[0], scales[-1]) if scales else (None, None)
+        out.append((r, integer(r, "skipped_steps"), integer(r, "steps_done"), first, last))
+    return out
 

@@ -7,7 +7,7 @@ them. Standard library only.
 import os
 from collections import defaultdict
 
-from dpstools.results import InputError, integer, number, read_predictions, strategy
+from dpstools.results import InputError, accum, integer, line, number, read_predictions
 
 PREDICTIONS = "predictions.csv"
 
@@ -59,12 +59,14 @@ def prediction_files(results, given):
 
 def read_all_predictions(paths):
     """Every row of the predictions files, each with _key (model, precision,
-    optimizer), _n, _b (batch per GPU) and, unless skipped, _step, _sps, _eff."""
+    optimizer), _n, _b (batch per GPU), _accum, _line (results.line) and, unless
+    skipped, _step, _sps, _eff."""
     rows = []
     for path in paths:
         for r in read_predictions(path):
             r["_key"] = (r["model"], r["precision"], r["optimizer"])
             r["_n"], r["_b"] = integer(r, "ngpus"), integer(r, "batch_per_gpu")
+            r["_accum"], r["_line"] = accum(r), line(r)
             if r["status"] != "skipped":
                 r["_step"], r["_sps"] = number(r, "step_ms"), number(r, "samples_per_s")
                 r["_eff"] = number(r, "efficiency")
@@ -91,12 +93,13 @@ def panel_of(folder, pred):
 
 
 def predicted_lines(folder, preds):
-    """panel -> (mode, machine, source) -> [rows] by GPU count: the predictions to
-    draw (ok and oom), each panel a key of series() or a predicted one (panel_of)."""
+    """panel -> (line, accum, machine, source) -> [rows] by GPU count: the
+    predictions to draw (ok and oom), each panel a key of series() or a
+    predicted one (panel_of)."""
     out = defaultdict(lambda: defaultdict(list))
     for p in preds:
         if p["status"] != "skipped":
-            out[panel_of(folder, p)][(p["mode"], p["machine"], p["source"])].append(p)
+            out[panel_of(folder, p)][(p["_line"], p["_accum"], p["machine"], p["source"])].append(p)
     for lines in out.values():
         for pts in lines.values():
             pts.sort(key=lambda p: p["_n"])
@@ -105,17 +108,18 @@ def predicted_lines(folder, preds):
 
 def prediction_errors(folder, preds):
     """[(prediction, measured run, error %)] for each ok prediction whose series,
-    mode, GPU count and batch per GPU were measured (weak scaling): the step
-    time's error, (predicted - measured median) / measured median."""
+    line (mode, ddp's no_sync), accumulation, GPU count and batch per GPU were
+    measured (weak scaling): the step time's error, (predicted - measured
+    median) / measured median."""
     measured = defaultdict(list)
     for r in folder.runs:
         if is_weak(r):
-            measured[(r["model"], r["precision"], r["optimizer"], strategy(r), r["_n"],
-                      weak_batch(r))].append(r)
+            measured[(r["model"], r["precision"], r["optimizer"], r["_line"], r["_accum"],
+                      r["_n"], weak_batch(r))].append(r)
     out = []
     for p in preds:
         if p["status"] == "ok":
-            for r in measured.get(p["_key"] + (p["mode"], p["_n"], p["_b"]), []):
+            for r in measured.get(p["_key"] + (p["_line"], p["_accum"], p["_n"], p["_b"]), []):
                 m = number(r, "step_ms_median")
                 out.append((p, r, 100.0 * (p["_step"] - m) / m))
     return out
@@ -125,14 +129,20 @@ def series_name(p):
     return f"{p['model']}, {p['precision']}, {p['optimizer']}"
 
 
+def mode_name(p):
+    """A prediction's line and its accumulation where it has one: 'ddp-syncall, accum 4'."""
+    return p["_line"] + (f", accum {p['_accum']}" if p["_accum"] > 1 else "")
+
+
 def oom_lines(preds):
     """The sentence naming the predicted out-of-memory points, or none."""
     oom = [p for p in preds if p["status"] == "oom"]
     if not oom:
         return []
     return ["Predicted out of memory (▼ on the charts): " + "; ".join(
-        f"{p['mode']} on {p['_n']} GPUs ({series_name(p)}, batch {p['_b']} per GPU, "
-        f"{p['machine']})" for p in sorted(oom, key=lambda p: (p["_key"], p["mode"], p["_n"])))
+        f"{mode_name(p)} on {p['_n']} GPUs ({series_name(p)}, batch {p['_b']} per GPU, "
+        f"{p['machine']})" for p in sorted(oom, key=lambda p: (p["_key"], p["_line"], p["_accum"],
+                                                               p["_n"])))
         + ".", ""]
 
 
@@ -145,11 +155,12 @@ def against_measured(folder, preds, paths):
     measured point of its series, mode, GPU count and batch per GPU, the
     largest error, the predicted out-of-memory points."""
     errors = sorted(prediction_errors(folder, preds),
-                    key=lambda e: (e[0]["_key"], e[0]["mode"], e[0]["_n"], e[0]["machine"]))
+                    key=lambda e: (e[0]["_key"], e[0]["_line"], e[0]["_accum"], e[0]["_n"],
+                                   e[0]["machine"]))
     lines = ["## Predicted against measured", "", prediction_sources(paths) + " Each predicted "
              "step time (status ok) beside the measured median of the same model, precision, "
-             "optimizer, mode, GPU count and batch per GPU (weak scaling); error = (predicted - "
-             "measured) / measured.", ""]
+             "optimizer, mode (ddp's no_sync), accumulation, GPU count and batch per GPU (weak "
+             "scaling); error = (predicted - measured) / measured.", ""]
     if not errors:
         lines += ["No prediction has a measured point of its series, mode, GPU count and batch "
                   "per GPU: nothing to set side by side.", ""]
@@ -157,11 +168,11 @@ def against_measured(folder, preds, paths):
     lines += ["| model | precision | optimizer | mode | GPUs | machine | predicted step ms | "
               "measured step ms | error % |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for p, r, err in errors:
-        lines.append(f"| {p['model']} | {p['precision']} | {p['optimizer']} | {p['mode']} | "
+        lines.append(f"| {p['model']} | {p['precision']} | {p['optimizer']} | {mode_name(p)} | "
                      f"{p['_n']} | {p['machine']} | {p['_step']:.4f} | "
                      f"{number(r, 'step_ms_median'):.4f} | {err:+.2f} |")
     p, r, err = max(errors, key=lambda e: abs(e[2]))
-    lines += ["", f"Largest error: {err:+.2f} %, {p['mode']} on {p['_n']} GPUs "
+    lines += ["", f"Largest error: {err:+.2f} %, {mode_name(p)} on {p['_n']} GPUs "
               f"({series_name(p)}, {p['machine']}): predicted {p['_step']:.4f} ms a step, "
               f"measured {number(r, 'step_ms_median'):.4f} ms ({r['config_id']}).", ""]
     return lines + oom_lines(preds)
@@ -172,10 +183,11 @@ def predictions_table(preds):
     lines = ["| model | precision | optimizer | batch per GPU | mode | GPUs | nodes | machine | "
              "status | step ms | samples/s | efficiency | note |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for p in sorted(preds, key=lambda p: (p["_key"], p["_b"], p["machine"], p["mode"], p["_n"])):
+    for p in sorted(preds, key=lambda p: (p["_key"], p["_b"], p["machine"], p["_line"],
+                                          p["_accum"], p["_n"])):
         figs = (f"{p['_step']:.4f} | {p['_sps']:.1f} | {p['_eff']:.3f}"
                 if p["status"] != "skipped" else "- | - | -")
         lines.append(f"| {p['model']} | {p['precision']} | {p['optimizer']} | {p['_b']} | "
-                     f"{p['mode']} | {p['_n']} | {p['nodes']} | {p['machine']} | {p['status']} | "
+                     f"{mode_name(p)} | {p['_n']} | {p['nodes']} | {p['machine']} | {p['status']} | "
                      f"{figs} | {p['note']} |")
     return lines

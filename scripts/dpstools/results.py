@@ -19,9 +19,10 @@ import os
 import re
 import stat
 
-# The phases of a step, in steps.csv's order (dps_phase_names in src/core/names.c).
+# The phases of a step, in steps.csv's order (dps_phase_names in src/core/names.c);
+# unscale: the GradScaler's unscale and inf/NaN check (fp16), 0 without a scaler.
 PHASES = ["load", "replicate", "scatter", "forward", "gather", "loss", "backward", "reduce",
-          "allreduce", "allreduce_exposed", "optimizer"]
+          "allreduce", "allreduce_exposed", "unscale", "optimizer"]
 
 
 # What a cell may hold: every check of a cell's type and range is made here.
@@ -127,6 +128,9 @@ COUNT_1 = Kind(number=True, whole=True, least=1)
 # A run's status (dps_status_name in src/core/err.c) and mode (src/core/names.c).
 STATUS = Kind(words=("ok", "oom", "error", "timeout", "skipped"))
 MODE = Kind(words=("dp", "ddp"))
+# ddp's --no-sync (empty for dp), and a step skipped by the GradScaler or not.
+NO_SYNC = Kind(words=("on", "off"), empty=True)
+SKIPPED = Kind(words=("0", "1"), empty=True)
 # A prediction's status (predict_status_names in src/predict/predict_model.c).
 PREDICTED = Kind(words=("ok", "oom", "skipped"))
 
@@ -143,6 +147,7 @@ SCHEMA = {
         ("classes", COUNT_1), ("params", COUNT_1), ("precision", TEXT), ("optimizer", TEXT),
         ("lr", AT_LEAST_0), ("global_batch", COUNT_1), ("batch_per_gpu", COUNT_1),
         ("scaling", TEXT), ("bucket_mb", AT_LEAST_0.or_empty()), ("overlap", COUNT.or_empty()),
+        ("accum", COUNT_1.or_empty()), ("no_sync", NO_SYNC), ("skipped_steps", COUNT.or_empty()),
         ("seed", COUNT), ("warmup", COUNT), ("steps", COUNT_1), ("steps_done", COUNT),
         ("step_ms_median", ABOVE_0.or_empty()), ("step_ms_p10", ABOVE_0.or_empty()),
         ("step_ms_p90", ABOVE_0.or_empty()), ("step_ms_mean", ABOVE_0.or_empty()),
@@ -157,7 +162,9 @@ SCHEMA = {
         ("busbw_gbps", AT_LEAST_0.or_empty()), ("start_time", TEXT), ("end_time", TEXT)],
     "steps.csv": [
         ("config_id", NAME), ("step", COUNT), ("rank", COUNT), ("device_index", COUNT),
-        ("step_ms", ABOVE_0), ("rank_step_ms", AT_LEAST_0), ("loss", NUMBER.or_empty())]
+        ("step_ms", ABOVE_0), ("rank_step_ms", AT_LEAST_0), ("loss", NUMBER.or_empty()),
+        ("micro_steps", COUNT_1.or_empty()), ("skipped", SKIPPED),
+        ("loss_scale", ABOVE_0.or_empty())]
     + [(p + "_ms", AT_LEAST_0.or_empty()) for p in PHASES],
     "devices.csv": [
         ("config_id", NAME), ("device", COUNT), ("device_index", COUNT), ("name", TEXT),
@@ -178,10 +185,12 @@ SCHEMA = {
     "memory.csv": [("config_id", NAME), ("device", COUNT), ("device_index", COUNT),
                    ("category", TEXT), ("kind", TEXT), ("bytes_at_peak", COUNT),
                    ("peak_phase", NAME)],
-    # ddp's buckets over the traced steps: when each was ready and its
-    # all-reduce began, ms after backward began (medians), the all-reduce's
-    # time; the last two empty on one rank, which runs no collective.
-    "buckets.csv": [("config_id", NAME), ("rank", COUNT), ("bucket", COUNT), ("bytes", COUNT),
+    # ddp's buckets over the traced steps, a row per rank, micro-step (0-based) and bucket
+    # all-reduced in it: when each was ready and its all-reduce began, ms after backward
+    # began (medians), the all-reduce's time; the last two empty on one rank, which runs
+    # no collective.
+    "buckets.csv": [("config_id", NAME), ("rank", COUNT), ("bucket", COUNT),
+                    ("micro_step", COUNT.or_empty()), ("bytes", COUNT),
                     ("ready_ms", NUMBER), ("allreduce_begin_ms", NUMBER.or_empty()),
                     ("allreduce_ms", AT_LEAST_0.or_empty()), ("traced_steps", COUNT_1)],
     "links.csv": [("src", NAME), ("dst", NAME), ("method", NAME), ("bytes", COUNT),
@@ -198,7 +207,8 @@ SCHEMA = {
     "predictions.csv": [
         ("machine", NAME), ("workload", NAME), ("model", NAME), ("precision", NAME),
         ("optimizer", NAME), ("source", TEXT), ("mode", MODE), ("ngpus", COUNT_1),
-        ("nodes", COUNT_1), ("batch_per_gpu", COUNT_1), ("status", PREDICTED), ("note", TEXT),
+        ("nodes", COUNT_1), ("batch_per_gpu", COUNT_1), ("accum", COUNT_1.or_empty()),
+        ("no_sync", NO_SYNC), ("status", PREDICTED), ("note", TEXT),
         ("step_ms", ABOVE_0.or_empty()), ("samples_per_s", ABOVE_0.or_empty()),
         ("efficiency", AT_LEAST_0.or_empty())]
     + [(p + "_ms", AT_LEAST_0.or_empty()) for p in PHASES]
@@ -218,10 +228,32 @@ COLUMNS = {name: [c for c, _ in cols] for name, cols in SCHEMA.items()}
 OPTIONAL_SCHEMA = {"phases.csv": [("python_overhead_ms", NUMBER.or_empty())]}
 OPTIONAL_COLUMNS = {name: [c for c, _ in cols] for name, cols in OPTIONAL_SCHEMA.items()}
 KINDS = {name: dict(SCHEMA[name] + OPTIONAL_SCHEMA.get(name, [])) for name in SCHEMA}
+
+
+def ddp_on(row):
+    """no_sync's default: on for ddp, empty for dp."""
+    return "on" if row.get("mode") == "ddp" else ""
+
+
+def zero_unless_skipped(row):
+    """A prediction's figure: empty where it is skipped (read_predictions)."""
+    return "" if row.get("status") == "skipped" else "0"
+
+
+# Columns that folders written before them lack (gradient accumulation, the GradScaler):
+# a reader does not demand them, and a row of a file without one reads the cell given
+# here (a text, or a function of the row's other cells). An empty cell of accum or
+# micro_steps reads as 1, of skipped as 0 (accum(), no_sync()).
+DEFAULTS = {
+    "runs.csv": {"accum": "1", "no_sync": ddp_on, "skipped_steps": ""},
+    "steps.csv": {"micro_steps": "1", "skipped": "0", "loss_scale": "", "unscale_ms": "0"},
+    "buckets.csv": {"micro_step": "0"},
+    "predictions.csv": {"accum": "1", "no_sync": ddp_on, "unscale_ms": zero_unless_skipped},
+}
 # The columns that name a row: no two rows of a file name the same thing.
 KEYS = {"runs.csv": ["config_id"], "steps.csv": ["config_id", "step", "rank"],
         "devices.csv": ["config_id", "device"], "phases.csv": ["config_id", "device", "phase"],
-        "buckets.csv": ["config_id", "rank", "bucket"],
+        "buckets.csv": ["config_id", "rank", "micro_step", "bucket"],
         "links.csv": ["src", "dst", "method", "bytes"],  # links: one row per path and copy size
         "predictions.csv": ["machine", "workload", "source", "mode", "ngpus"]}
 # What to do about two rows with the same key, where it is not the results folder's remedy.
@@ -359,7 +391,7 @@ def row_pattern(header, kinds):
 def csv_rows(path, required, schema, fix):
     """(header, rows): rows yields (line, cells) of each row of a CSV file,
     streamed, once its field count and every cell are checked (the header:
-    at least the required columns, none twice)."""
+    at least the required columns but those DEFAULTS gives, none twice)."""
     f = open_regular(path, fix)
     text = io.TextIOWrapper(f, encoding="utf-8-sig", newline="")
     reader = csv.reader(text)
@@ -372,7 +404,8 @@ def csv_rows(path, required, schema, fix):
         f.close()
         raise InputError(f"{path}:1: empty file (no header)")
     try:
-        check_header(path, header, required, fix)
+        absent = DEFAULTS.get(schema, {})
+        check_header(path, header, [c for c in required if c not in absent or c in header], fix)
     except InputError:
         f.close()
         raise
@@ -415,16 +448,21 @@ def read_csv(path, required=(), schema=None, fix=FIX):
     row with as many fields as the header, every cell as its column's kind
     (KINDS) and no two rows with the same key (KEYS); schema: the file name
     whose kinds and key apply (default: the file's own name), fix: what an
-    error says to do. Streamed: what it holds is the rows' dicts."""
+    error says to do. A column of DEFAULTS that the file lacks reads as its
+    default in every row (.columns: the file's header). Streamed: what it
+    holds is the rows' dicts."""
     schema = schema or os.path.basename(path)
     header, rows = csv_rows(path, required, schema, fix)
     key = key_of(header, schema)
     table, first = Table(path, list(header), [], schema, fix), {}
+    absent = [(c, d) for c, d in DEFAULTS.get(schema, {}).items() if c not in header]
     for line, cells in rows:
         row = dict(zip(header, cells))
+        for c, default in absent:
+            row[c] = default(row) if callable(default) else default
         row["_path"], row["_line"] = path, line
         if key:
-            repeated(first, tuple(cells[i] for i in key), row, schema)
+            repeated(first, tuple(cells[i] for i in key), row, schema, [header[i] for i in key])
         table.append(row)
     return table
 
@@ -443,20 +481,21 @@ def short(v):
 
 
 def key_of(header, schema):
-    """The indexes of a file's key columns (KEYS), or None when it has none.
-    The key's cells compare as text: whole numbers have one spelling."""
-    key = KEYS.get(schema)
+    """The indexes of a file's key columns (KEYS) but those of DEFAULTS it
+    lacks (the same cell in every row), or None when it has none. The key's
+    cells compare as text: whole numbers have one spelling."""
+    key = [c for c in KEYS.get(schema, []) if c in header or c not in DEFAULTS.get(schema, {})]
     if not key or any(c not in header for c in key):
         return None
     return [header.index(c) for c in key]
 
 
-def repeated(first, k, row, schema):
-    """Refuses a row whose key k an earlier row had; else notes its line."""
+def repeated(first, k, row, schema, key):
+    """Refuses a row whose key k (the cells of columns key) an earlier row
+    had; else notes its line."""
     if k not in first:
         first[k] = row["_line"]
         return
-    key = KEYS[schema]
     remedy = REPEAT_FIX.get(schema, "remove the repeated rows, or record each run in a folder of "
                                     "its own (--name)")
     what = ", ".join(f"{c} {row[c]}" for c in key[1:] if row[c] != "")
@@ -496,12 +535,15 @@ class Steps:
 def read_steps(path, required=()):
     """steps.csv as Steps: every cell checked as read_csv checks it, no step
     and rank of a configuration twice; of each row only config_id, step, rank
-    and the other required columns are kept."""
+    and the other required columns are kept (a column of DEFAULTS the file
+    lacks: its default in every row)."""
     header, rows = csv_rows(path, ["config_id", "step", "rank", *required], "steps.csv", FIX)
     steps = Steps(path, list(header))
     ci, si, ri = (header.index(c) for c in ("config_id", "step", "rank"))
-    floats = [(c, header.index(c)) for c in required if c not in ("config_id", "step", "rank")]
-    names = [c for c, _ in floats]
+    wanted = [c for c in required if c not in ("config_id", "step", "rank")]
+    floats = [(c, header.index(c)) for c in wanted if c in header]
+    fixed = [(c, float(DEFAULTS["steps.csv"][c] or "nan")) for c in wanted if c not in header]
+    names = [c for c, _ in floats] + [c for c, _ in fixed]
     for line, cells in rows:
         g = steps.of.get(cells[ci])
         if g is None:
@@ -516,6 +558,8 @@ def read_steps(path, required=()):
         g.line.append(line)
         for c, i in floats:
             g.values[c].append(float(cells[i]) if cells[i] else math.nan)
+        for c, x in fixed:
+            g.values[c].append(x)
     for g in steps.of.values():
         g.seen = None
     return steps
@@ -565,6 +609,27 @@ def strategy(run):
         if run["config_id"].startswith(lean + "-"):
             return lean
     return run["mode"]
+
+
+def accum(row):
+    """A run's (or prediction's) micro-batches per optimizer step: its accum
+    cell, 1 where empty or absent (no accumulation)."""
+    return integer(row, "accum") if row.get("accum") else 1
+
+
+def no_sync(row):
+    """ddp's --no-sync, on or off (on where the file has no such column); ''
+    for dp."""
+    if row.get("mode") != "ddp":
+        return ""
+    return row.get("no_sync") or "on"
+
+
+def line(row):
+    """The line a run (or prediction) is drawn in: its strategy, and ddp with
+    --no-sync off (every micro-step all-reduced) apart, as -syncall."""
+    name = strategy(row) if "config_id" in row else row["mode"]
+    return name + "-syncall" if no_sync(row) == "off" else name
 
 
 WHOLE_NUMBER = Kind(number=True, whole=True)

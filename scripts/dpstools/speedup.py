@@ -32,10 +32,11 @@ def step_times(steps):
     return out
 
 
-def speedup(times, a, b):
+def speedup(times, a, b, name=strategy):
     """b's throughput over a's (runs.csv rows of ok configurations), its
     interval (the two-sample Hodges-Lehmann interval of a's step times over
-    b's, scaled by the ratio of their global batches) and which is faster."""
+    b's, scaled by the ratio of their global batches) and which is faster,
+    by name(row) (default: its strategy)."""
     ratio = number(b, "samples_per_s") / number(a, "samples_per_s")
     ta, tb = times.get(a["config_id"], []), times.get(b["config_id"], [])
     _, lo, hi = stats.two_sample_log_interval(ta, tb, CONFIDENCE) if ta and tb \
@@ -45,9 +46,9 @@ def speedup(times, a, b):
     if min(integer(a, "ngpus"), integer(b, "ngpus")) < 2:
         faster = ONE_DEVICE
     elif lo > 1:
-        faster = strategy(b)
+        faster = name(b)
     elif hi < 1:
-        faster = strategy(a)
+        faster = name(a)
     else:
         faster = NOISE
     return Speedup(ratio, lo, hi, (len(ta), len(tb)), faster)

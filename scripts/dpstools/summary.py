@@ -9,11 +9,12 @@ import os
 from collections import defaultdict
 
 from dpstools.diagnose import diagnosis
-from dpstools.folder import (FAILED, PHASE_ORDER, STRATEGIES, cannot_write, fmt_bytes, gpu0_ratio,
-                             link_curves, peaks_by_config, series)
+from dpstools.folder import (FAILED, LINES, PHASE_ORDER, any_accum, cannot_write, fmt_bytes,
+                             gpu0_ratio, link_curves, peaks_by_config, run_label, scaler_runs,
+                             series)
 from dpstools.predicted import (against_measured, oom_lines, prediction_sources,
                                 predictions_table)
-from dpstools.results import integer, number, strategy
+from dpstools.results import integer, line, number
 from dpstools.speedup import ONE_DEVICE, SAME_STEP, speedup
 from dpstools.stats import median
 
@@ -75,7 +76,7 @@ def link_use(folder):
             continue
         size = copy_bytes(p["phase"], number(p, "bytes_per_step"), r)
         achieved, link = number(p, "achieved_gbps"), at_size(curves[key], size)
-        rows.append({"config_id": p["config_id"], "mode": strategy(r), "ngpus": n, "device": i,
+        rows.append({"config_id": p["config_id"], "mode": run_label(r, " "), "ngpus": n, "device": i,
                      "phase": p["phase"], "copy_bytes": round(size), "achieved_gbps": achieved,
                      "link": "{}:{}:{}".format(*key), "link_gbps": link,
                      "share_pct": 100 * achieved / link})
@@ -216,10 +217,11 @@ def summary_intro(folder):
 
 
 def glance_strategies(folder):
-    """The strategies the At a glance table has columns for: dp and ddp, and
-    dp's lean variant where the folder has it."""
-    ran = {strategy(r) for r in folder.runs}
-    return [s for s in STRATEGIES if s in ran or not s.endswith("-lean")]
+    """The lines the At a glance table has columns for: dp and ddp, and the
+    lean variants and ddp with --no-sync off (-syncall) where the folder has
+    them."""
+    ran = {r["_line"] for r in folder.runs}
+    return [s for s in LINES if s in ran or s in ("dp", "ddp")]
 
 
 def best_cell(folder, at):
@@ -229,7 +231,7 @@ def best_cell(folder, at):
     if len(ran) < 2:
         return "-"
     top = max(ran, key=lambda m: at[m][1])
-    told = {m: speedup(folder.step_ms, at[m][2], at[top][2]).faster for m in ran if m != top}
+    told = {m: speedup(folder.step_ms, at[m][2], at[top][2], line).faster for m in ran if m != top}
     if ONE_DEVICE in told.values():
         return f"- ({ONE_DEVICE})"
     tied = [m for m in told if told[m] != top]
@@ -240,11 +242,11 @@ def speedup_cell(folder, a, b):
     """b's throughput over a's with its interval; '-' where one did not run."""
     if not a or not b:
         return "-"
-    s = speedup(folder.step_ms, a[2], b[2])
+    s = speedup(folder.step_ms, a[2], b[2], line)
     if s.faster == ONE_DEVICE:
         return f"- ({ONE_DEVICE})"
     span = "[no interval]" if math.isinf(s.hi) else f"[{s.lo:.2f}, {s.hi:.2f}]"
-    return f"{s.ratio:.2f}x {span}" + (", within noise" if s.faster not in STRATEGIES else "")
+    return f"{s.ratio:.2f}x {span}" + (", within noise" if s.faster not in LINES else "")
 
 
 def memory_cell(peaks, pt):
@@ -255,9 +257,9 @@ def memory_cell(peaks, pt):
 
 
 def glance_row(folder, peaks, row, per, cols):
-    """One "At a glance" row (row: model, precision, scaling, n): each strategy
-    of cols at n GPUs of a series' scaling."""
-    n = row[3]
+    """One "At a glance" row (row: model, precision[, accum], scaling, n): each
+    line of cols at n GPUs of a series' accumulation and scaling."""
+    n = row[-1]
     at = {m: per.get(m, {}).get(n) for m in cols}
     dps = [m for m in cols if m != "ddp"]
     cells = [f"{at[m][1]:.1f}" if at[m] else "-" for m in cols] + [best_cell(folder, at)]
@@ -265,24 +267,33 @@ def glance_row(folder, peaks, row, per, cols):
     base = {m: per.get(m, {}).get(1) for m in cols}
     cells += [f"{at[m][1] / (n * base[m][1]):.2f}" if at[m] and base[m] else "-" for m in cols]
     cells += [memory_cell(peaks, at[m]) for m in dps]
-    return "| " + " | ".join([*row[:3], str(n)] + cells) + " |"
+    return "| " + " | ".join([*map(str, row[:-1]), str(n)] + cells) + " |"
 
 
 def glance_table(folder):
-    """summary.md's "At a glance": per model, precision, scaling and GPU count,
-    each strategy's samples/s, the best, ddp's speed-up, the efficiencies."""
+    """summary.md's "At a glance": per model, precision, accumulation (where a
+    configuration accumulates), scaling and GPU count, each line's samples/s,
+    the best, ddp's speed-up, the efficiencies."""
     peaks, cols = peaks_by_config(folder), glance_strategies(folder)
     dps = [m for m in cols if m != "ddp"]
-    head = ["model", "precision", "scaling", "GPUs"] + [f"{m} samples/s" for m in cols] + \
-        ["best"] + [f"ddp speed-up over {m}" for m in dps] + [f"{m} efficiency" for m in cols] + \
-        [f"{m} GPU-0 memory ratio" for m in dps]
+    accums = any_accum(folder)
+    head = ["model", "precision"] + (["accum"] if accums else []) + ["scaling", "GPUs"] + \
+        [f"{m} samples/s" for m in cols] + ["best"] + [f"ddp speed-up over {m}" for m in dps] + \
+        [f"{m} efficiency" for m in cols] + [f"{m} GPU-0 memory ratio" for m in dps]
     lines = ["## At a glance", "", "| " + " | ".join(head) + " |",
              "|" + " --- |" * len(head)]
     for key, modes in sorted(series(folder).items()):
-        for scaling in ("weak", "strong"):
-            per = {m: {p[0]: p for p in pts} for (m, sc), pts in modes.items() if sc == scaling}
-            for n in sorted({n for d in per.values() for n in d}):
-                lines.append(glance_row(folder, peaks, (key[0], key[1], scaling, n), per, cols))
+        for n_accum in sorted({a for _, a, _ in modes}):
+            for scaling in ("weak", "strong"):
+                per = {m: {p[0]: p for p in pts} for (m, a, sc), pts in modes.items()
+                       if sc == scaling and a == n_accum}
+                row = (key[0], key[1]) + ((n_accum,) if accums else ()) + (scaling,)
+                for n in sorted({n for d in per.values() for n in d}):
+                    lines.append(glance_row(folder, peaks, row + (n,), per, cols))
+    if accums:
+        lines += ["", "accum: micro-batches per optimizer step (--accum); a row's samples/s are "
+                  "per optimizer step of the whole batch. ddp-syncall: ddp with --no-sync off, "
+                  "every micro-step all-reduced (ddp's speed-up over it is what no_sync saves)."]
     lines += ["", "Efficiency: throughput(n) / (n · throughput(1)) of the same mode. GPU-0 "
               "memory ratio: dp's device 0 allocation peak over the mean of the other devices. "
               "Speed-up: ddp's samples/s over dp's, [its 95 % interval] from steps.csv's step "
@@ -294,6 +305,36 @@ def glance_table(folder):
         lines += [f"Not in this table or the charts: {len(folder.failed)} configuration"
                   f"{'s' if len(folder.failed) > 1 else ''} that did not end ok (see {FAILED}).",
                   ""]
+    return lines
+
+
+SKIPPED = "Skipped steps"  # summary.md's section of the GradScaler's skipped steps
+
+
+def scale_text(x):
+    return "-" if x is None else f"{x:g}"
+
+
+def scaler_lines(folder):
+    """summary.md's section on the configurations with a GradScaler (fp16):
+    each one's timed steps skipped for inf or NaN gradients and its loss
+    scale at the first and last timed step; [] when none has a scaler."""
+    rows = scaler_runs(folder)
+    if not rows:
+        return []
+    lines = [f"## {SKIPPED}", "", "Configurations with a GradScaler (fp16): a step whose "
+             "gradients hold inf or NaN once unscaled is skipped (no optimizer step) and the "
+             "loss scale halved; the scale doubles after --growth-interval clean steps "
+             "(runs.csv's skipped_steps, steps.csv's skipped and loss_scale).", "",
+             "| configuration | precision | skipped steps | timed steps | loss scale, first "
+             "timed step | loss scale, last |", "| --- | --- | --- | --- | --- | --- |"]
+    for r, skipped, steps, first, last in sorted(rows, key=lambda x: x[0]["config_id"]):
+        lines.append(f"| {r['config_id']} | {r['precision']} | {skipped} | {steps} | "
+                     f"{scale_text(first)} | {scale_text(last)} |")
+    total = sum(x[1] for x in rows)
+    lines += ["", f"{total} timed step{'' if total == 1 else 's'} skipped over {len(rows)} "
+              f"configuration{'' if len(rows) == 1 else 's'}." if total else
+              "No timed step was skipped.", ""]
     return lines
 
 
@@ -324,7 +365,7 @@ def write(folder, out, charts, torch_folder=None, preds=(), pred_paths=()):
     """OUT/summary.md of a results folder (and link_use.csv where a phase crosses a
     measured link), linking the charts named; returns its path."""
     lines = summary_intro(folder) + failed_lines(folder) + glance_table(folder)
-    lines += diagnosis(folder)
+    lines += scaler_lines(folder) + diagnosis(folder)
     if pred_paths:
         lines += against_measured(folder, preds, pred_paths)
     use = link_use(folder)

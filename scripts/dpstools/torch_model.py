@@ -29,6 +29,19 @@ LOSS_TOL = 1e-5
 # keeps GELU in bf16): a step's loss moves by a few of those roundings
 # averaged over its rows; 2e-2 bounds five of them.
 LOSS_TOL_BF16 = 2e-2
+# bf16 on the host backend against --device cpu --precision bf16, per
+# optimizer: the same roundings at the same points (autocast_bf16, equal to
+# a numpy transcription of model.c to the bit), so the two differ only
+# where an fp32 sum of another order lands on the other side of a bf16
+# rounding (2**-8). Measured on tiny, 20 steps at FIDELITY_LR, PyTorch
+# against itself with its GEMMs summed in float64: SGD 1.3e-6, AdamW 1.3e-4
+# (its update divides by the gradient's RMS, so a flipped rounding in a
+# near-zero gradient moves its parameter by up to the learning rate). A
+# rounding put elsewhere (the parameters' gradients in bf16, as autocast's;
+# the activation gradients left in fp32) moved SGD's loss by 6.5e-5 and
+# 7.4e-5: 2e-5 holds the noise with a margin of 15 and sees them; AdamW's
+# 1e-3 (7 over its noise) sees only gross errors.
+LOSS_TOL_BF16_HOST = {"sgd": 2e-5, "adamw": 1e-3}
 # The learning rates and step count at which the loss sees a wrong
 # hyper-parameter (tests/test_torch_reference.py says how they were found).
 FIDELITY_LR = {"sgd": 0.1, "adamw": 0.01}
@@ -85,6 +98,17 @@ def shards(batch, world):
     return [batch // world + (i < batch % world) for i in range(world)]
 
 
+def micro_batches(batch, world, accum, rank):
+    """[(first sample, samples)] of rank's part of each micro-batch of a
+    step, as dpscale's --accum: the global batch cut into accum contiguous
+    micro-batches, micro m samples [m*B/N, (m+1)*B/N), each split over the
+    ranks as shards() splits a batch (with accum > 1, B is a multiple of
+    world * accum, so the parts are equal)."""
+    per = batch // accum
+    sh = shards(per, world)
+    return [(m * per + sum(sh[:rank]), sh[rank]) for m in range(accum)]
+
+
 def dpscale_info(dpscale):
     return subprocess.run([dpscale, "info", "--backend", "host"], capture_output=True, text=True,
                           check=True).stdout
@@ -130,6 +154,64 @@ def build_model(torch, shape, flat):
         if li < L:
             layers.append(nn.GELU())
     return nn.Sequential(*layers)
+
+
+# PyTorch 1.13's torch.autocast("cpu", dtype=torch.bfloat16), measured: a
+# Linear's GEMM rounds once from an fp32 sum, as cuBLAS's (every element of
+# 32 x K by K x 64 equal to the exact product rounded, K = 64 to 512), but a
+# parameter's gradient is a bf16 GEMM's output cast back (ToCopyBackward, on
+# CUDA too), so rounded to bf16 (up to 3e-3 of the largest), where dpscale's
+# is fp32; and a bf16 matrix-vector product sums in bf16 (1 x 4096 by 4096 x
+# 1: -15.6 for -17.9). So --device cpu --precision bf16 casts by hand
+# (below), and tests/test_accum_reference.py measures how far
+# CPU autocast itself trains from it.
+def autocast_bf16(torch, seq):
+    """build_model's Sequential trained with dpscale's autocast maths (model/model.c
+    forward_bf16, backward_bf16), cast by hand on the CPU (the note above says
+    why): x, each Linear's weight and bias rounded to bf16 (the parameters'
+    gradients stay fp32, as dpscale's gemm_ex writes them), each Linear's fp32
+    product plus bias rounded once, GELU of that rounded; in backward each
+    activation gradient rounded where it is formed (dlogits, a GELU's output
+    and input gradients)."""
+    F = torch.nn.functional
+
+    def rounded(t):
+        return t.to(torch.bfloat16).float()  # round to nearest even, as dps_f32_to_bf16
+
+    class Cast(torch.autograd.Function):  # a parameter cast: its gradient unrounded
+        @staticmethod
+        def forward(ctx, t):
+            return rounded(t)
+
+        @staticmethod
+        def backward(ctx, g):
+            return g
+
+    class Half(torch.autograd.Function):  # an activation: rounded both ways
+        @staticmethod
+        def forward(ctx, t):
+            return rounded(t)
+
+        @staticmethod
+        def backward(ctx, g):
+            return rounded(g)
+
+    class AutocastMLP(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.seq = seq
+
+        def forward(self, x):
+            lins = [m for m in self.seq if isinstance(m, torch.nn.Linear)]
+            h = rounded(x)
+            for i, lin in enumerate(lins):
+                acc = h @ Cast.apply(lin.weight).t()  # bf16 operands: exact products, fp32 sum
+                h = Half.apply(acc + Cast.apply(lin.bias))
+                if i < len(lins) - 1:
+                    h = Half.apply(F.gelu(h))
+            return h
+
+    return AutocastMLP()
 
 
 def flat_params(model):

@@ -41,9 +41,13 @@ def cpu_name():
 
 def config_id(args):
     """dpscale's config_id for the same configuration, so compare.py and
-    plot.py --torch match them; stock ddp loss scaling, which dpscale does
-    not have, is marked -stockloss as dpscale marks its own variants."""
+    plot.py --torch match them: -accN after the batch when N > 1, then
+    -syncall for ddp's --no-sync off; stock
+    ddp loss scaling, which dpscale does not have, is marked -stockloss as
+    dpscale marks its own variants."""
     cid = f"{args.mode}-{args.model}-{args.precision}-{args.optimizer}-g{args.gpus}-b{args.batch}"
+    if args.accum > 1:  # config_id in src/config/config.c
+        cid += f"-acc{args.accum}" + ("-syncall" if args.no_sync == "off" else "")
     if args.mode == "ddp":
         cid += f"-bk{BUCKET_MB}" + ("-stockloss" if args.ddp_loss == "stock" else "")
     return cid
@@ -52,6 +56,11 @@ def config_id(args):
 def fmt(x, decimals):
     return "" if x is None or (isinstance(x, float) and not math.isfinite(x)) \
         else f"{x:.{decimals}f}"
+
+
+def fmt_scale(x):
+    """A loss scale: digits when whole (the powers of two GradScaler keeps), else 9 decimals."""
+    return "" if x is None else str(int(x)) if float(x).is_integer() else fmt(x, 9)
 
 
 def columns(name):
@@ -130,7 +139,10 @@ class Gathered:
                 r = {"config_id": config_id(self.args), "step": k, "rank": n,
                      "device_index": dv["index"], "step_ms": fmt(self.step_ms[k], 4),
                      "rank_step_ms": fmt(rep["step_ms"][k], 4),
-                     "loss": fmt(self.loss[self.args.warmup + k], 6)}
+                     "loss": fmt(self.loss[self.args.warmup + k], 6),
+                     "micro_steps": self.args.accum,
+                     "skipped": int(rep["skipped"][self.args.warmup + k]),
+                     "loss_scale": fmt_scale(rep["scales"][self.args.warmup + k])}
                 r.update({p + "_ms": fmt(ph[p], 4) for p in PHASES})
                 out.append(r)
         return out
@@ -187,8 +199,9 @@ class Gathered:
         return sum(max(s[i][1] for s in spans) - max(s[i][0] for s in spans) for i in range(n))
 
     def bandwidth(self):
-        """ddp's (algbw, busbw) in GB/s from the median all-reduce time;
-        (None, None) without an all-reduce. On the CPU that time is dpscale's
+        """ddp's (algbw, busbw) in GB/s from the median all-reduce time of a
+        step, which all-reduces the parameters' gradients once (--no-sync on)
+        or once a micro-step (off); (None, None) without an all-reduce. On the CPU that time is dpscale's
         (allreduce_span_ms: Gloo's callback marks each bucket's completion
         on the host clock). On GPUs the host callback runs when NCCL's work is
         queued, not done, so the time is the slowest rank's summed bucket
@@ -206,8 +219,16 @@ class Gathered:
                 return None, None
         if not median(ar) > 0:
             return None, None
-        algbw = self.spec.params * 4 / (median(ar) * 1e-3) / 1e9
+        passes = args.accum if args.no_sync == "off" else 1
+        algbw = passes * self.spec.params * 4 / (median(ar) * 1e-3) / 1e9
         return algbw, algbw * 2 * (args.gpus - 1) / args.gpus
+
+    def skipped_steps(self):
+        """Timed steps GradScaler skipped (rank 0's: every rank skips the
+        same); empty without a scaler (fp32, bf16)."""
+        if self.args.precision != "fp16":
+            return ""
+        return sum(self.reports[0]["skipped"][self.args.warmup:])
 
     def run_row(self):
         args, cols = self.args, self.spec.columns()
@@ -223,7 +244,9 @@ class Gathered:
                 "optimizer": args.optimizer, "lr": fmt(args.lr, 6), "global_batch": args.batch,
                 "batch_per_gpu": -(-args.batch // args.gpus), "scaling": "weak",
                 "bucket_mb": fmt(float(BUCKET_MB), 3) if ddp else "",
-                "overlap": 1 if ddp else "", "seed": args.seed, "warmup": args.warmup,
+                "overlap": 1 if ddp else "", "accum": args.accum,
+                "no_sync": args.no_sync if ddp else "", "skipped_steps": self.skipped_steps(),
+                "seed": args.seed, "warmup": args.warmup,
                 "steps": args.steps, "steps_done": args.steps, "step_ms_median": fmt(med, 4),
                 "step_ms_p10": fmt(quantile(t, 0.1), 4),
                 "step_ms_p90": fmt(quantile(t, 0.9), 4),
@@ -261,6 +284,22 @@ def utc_now():
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def precision_note(args, cuda):
+    """meta.json's note on accumulation and precision, where not plain."""
+    note = ""
+    if args.accum > 1:
+        sync = ", every micro-step all-reduced" if args.mode == "ddp" and args.no_sync == "off" \
+            else ", all but the last under no_sync()" if args.mode == "ddp" else ""
+        note += f"; {args.accum} micro-steps a step{sync}"
+    if args.precision == "bf16":
+        note += "; bf16: torch.autocast" if cuda else \
+            "; bf16: dpscale's autocast maths cast by hand (torch_model.autocast_bf16)"
+    if args.precision == "fp16":
+        note += (f"; fp16: torch.autocast and GradScaler(init_scale={args.init_scale:g}, "
+                 f"growth_interval={args.growth_interval})")
+    return note
+
+
 def write_meta(folder, args):
     """meta.json with results.META_KEYS, as dpscale's: this invocation,
     and the machine's devices (every GPU PyTorch sees, or the CPU), so that
@@ -295,6 +334,7 @@ def write_meta(folder, args):
     else:
         how = "nn.DataParallel" if args.gpus > 1 else "one device"
     what = f"PyTorch {torch.__version__} on {'CUDA' if cuda else 'the CPU'}: {how}"
+    what += precision_note(args, cuda)
     if cuda:
         memory = {"alloc_peak_bytes": "torch.cuda.max_memory_allocated over the whole run "
                                       "(reset before the model is built, as dpscale's peak)",

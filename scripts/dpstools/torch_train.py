@@ -5,7 +5,10 @@ torch_graph), times its steps (torch_timing) and
 reports what the results need; run_single runs dp (nn.DataParallel, or one
 device), run_ddp the ranks of DistributedDataParallel (spawned by
 torch.multiprocessing, or started by torchrun); rank 0 writes the results
-(torch_results). PyTorch is imported in the processes that train.
+(torch_results). A step is --accum micro-steps, each its own load,
+forward, loss and backward (under ddp all but the last inside no_sync()
+unless --no-sync off), then one optimizer step (fp16: through GradScaler).
+PyTorch is imported in the processes that train.
 """
 import contextlib
 import ctypes
@@ -16,7 +19,7 @@ import sys
 import tempfile
 import time
 
-from dpstools.torch_model import BUCKET_MB, optimizer, shards
+from dpstools.torch_model import BUCKET_MB, autocast_bf16, micro_batches, optimizer
 from dpstools.torch_results import Usage, cpu_name, write_results
 from dpstools.torch_timing import AllreduceTimer, Clock, timed_allreduce, timed_data_parallel
 
@@ -40,7 +43,10 @@ class Rank:
         for d in cuda_devices:  # the peak of the whole run, as dpscale's (from before the model)
             torch.cuda.synchronize(d)
             torch.cuda.reset_peak_memory_stats(d)
-        self.net = spec.module(torch, spec.init(args.seed)).to(self.device)
+        self.net = spec.module(torch, spec.init(args.seed))
+        if args.precision == "bf16" and not self.cuda:  # dpscale's autocast maths, by hand
+            self.net = autocast_bf16(torch, self.net)
+        self.net = self.net.to(self.device)
         self.hook = None
         if args.mode == "ddp":
             kw = {"device_ids": [cuda_devices[0]]} if self.cuda else {}
@@ -53,10 +59,14 @@ class Rank:
         else:
             self.model = self.net
         self.opt = optimizer(torch, args, self.net.parameters())
+        self.scaler = None
+        if args.precision == "fp16":  # CUDA only (setup refuses fp16 on the CPU)
+            self.scaler = torch.cuda.amp.GradScaler(init_scale=args.init_scale,
+                                                    growth_interval=args.growth_interval)
         self.ce = torch.nn.CrossEntropyLoss(reduction="none")
-        sh = shards(args.batch, world)
         self.rows_total = args.batch * spec.rows
-        self.sample0, self.samples = sum(sh[:rank]), sh[rank]
+        self.micro = micro_batches(args.batch, world, args.accum, rank)
+        self.samples = sum(n for _, n in self.micro)  # this process's samples a step
 
     def objective(self, per_row):
         """The scalar whose gradient is taken. dp and stock ddp: the mean over
@@ -64,30 +74,77 @@ class Rank:
         ranks' gradients, so uneven shards weigh their samples unequally).
         ddp with --ddp-loss global (dpscale's): the sum scaled by
         world / global rows, so the average of the ranks' gradients is the
-        gradient of the global mean even for uneven shards."""
+        gradient of the global mean even for uneven shards.
+        With --accum N each micro-step's mean is divided by N (the global
+        form already is: its rows_total counts the whole step's rows).
+        fp16: the scaled loss, as GradScaler.scale()."""
         if self.args.mode == "ddp" and self.args.ddp_loss == "global":
-            return per_row.sum() * (self.world / self.rows_total)
-        return per_row.mean()
+            obj = per_row.sum() * (self.world / self.rows_total)
+        else:
+            obj = per_row.mean() / self.args.accum
+        return self.scaler.scale(obj) if self.scaler else obj
+
+    def host_batch(self, step, sample0, samples):
+        """Samples [sample0, sample0 + samples) of step's global batch on the host."""
+        torch = self.torch
+        x, y = self.spec.batch(self.args.seed, step, samples, sample0)
+        xs, ys = torch.from_numpy(x), torch.from_numpy(y)
+        return (xs.pin_memory(), ys.pin_memory()) if self.cuda else (xs, ys)
+
+    def autocast(self):
+        """CUDA's autocast for bf16 and fp16; none for fp32 and on the CPU
+        (where bf16 is the module's own casts, torch_model.autocast_bf16)."""
+        torch, prec = self.torch, self.args.precision
+        if not self.cuda or prec == "fp32":
+            return contextlib.nullcontext()
+        return torch.autocast("cuda", dtype=torch.bfloat16 if prec == "bf16" else torch.float16)
+
+    def sync(self, m):
+        """DDP's no_sync() around micro-step m but the last (--no-sync on):
+        the gradients accumulate locally and the last backward all-reduces
+        them; with --no-sync off every micro-step all-reduces."""
+        last = m == self.args.accum - 1
+        if self.hook and self.args.no_sync == "on" and not last:
+            return self.model.no_sync()
+        return contextlib.nullcontext()
 
     def step(self, step, held):
-        """One training step; returns (host ms, phases, device phases, loss sum)."""
-        torch, args, clock = self.torch, self.args, self.clock
-        x, y = self.spec.batch(args.seed, step, self.samples, self.sample0)
-        xs, ys = torch.from_numpy(x), torch.from_numpy(y)
-        if self.cuda:
-            xs, ys = xs.pin_memory(), ys.pin_memory()
-            for d in self.devices:
-                torch.cuda.synchronize(d)
+        """One optimizer step of --accum micro-steps; returns its record
+        (host ms, phases, device phases, loss sum, scale used, skipped)."""
+        torch, clock = self.torch, self.clock
+        batches = [self.host_batch(step, s0, n) for s0, n in self.micro]
+        for d in self.devices:
+            torch.cuda.synchronize(d)
+        scale = self.scaler.get_scale() if self.scaler else None  # the scale this step uses
         clock.start_step(held)
         if self.hook:
             self.hook.reset()
-        dev0 = self.devices[:1]
+        exposed = [0.0, 0.0]  # all-reduce after backward's own work: host, device 0
         start = time.perf_counter()
+        loss_sum = 0.0
+        for m, (xs, ys) in enumerate(batches):
+            with self.sync(m):
+                loss_sum = loss_sum + self.micro_step(xs, ys, exposed)
+        self.optimizer_step()
+        host_ms = (time.perf_counter() - start) * 1e3
+        phases = dict(clock.host)
+        device = clock.device_ms()
+        if self.hook:
+            self.split_backward(phases, device, exposed)
+        self.last_spans = list(self.hook.spans) if self.hook else []
+        skipped = bool(self.scaler) and self.scaler.get_scale() < scale  # backed off: inf/NaN
+        return {"step_ms": host_ms, "phases": phases, "device": device,
+                "loss_sum": float(loss_sum), "scale": scale, "skipped": skipped}
+
+    def micro_step(self, xs, ys, exposed):
+        """Load, forward, loss and backward of one micro-batch; returns its
+        rows' loss sum (a tensor, read after the step)."""
+        torch, clock = self.torch, self.clock
+        dev0 = self.devices[:1]
         with clock.phase("load", dev0):
             xb = xs.to(self.device, non_blocking=True)
             yb = ys.to(self.device, non_blocking=True)
-        bf16 = args.precision == "bf16"
-        with torch.autocast("cuda", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext():
+        with self.autocast():
             if isinstance(self.model, torch.nn.DataParallel):
                 logits = self.model(xb)  # scatter, replicate, forward, gather inside
             else:
@@ -97,27 +154,50 @@ class Rank:
             per_row = self.ce(logits.float(), yb)
             obj = self.objective(per_row)
             loss_sum = per_row.detach().sum()
+        self.backward(obj, exposed)
+        return loss_sum
+
+    def backward(self, obj, exposed):
+        """backward() timed; under ddp, what followed the last bucket's
+        hand-over in it (the exposed all-reduce) added to exposed."""
+        clock, hook = self.clock, self.hook
+        before = clock.host["backward"]
+        if hook:
+            hook.last_ready = hook.last_event = None
         with clock.phase("backward"):
             obj.backward()
-        with clock.phase("optimizer", dev0):
-            self.opt.step()
-            self.opt.zero_grad(set_to_none=True)
-        host_ms = (time.perf_counter() - start) * 1e3
-        phases = dict(clock.host)
-        device = clock.device_ms()
-        if self.hook:
-            self.split_backward(phases, device)
-        self.last_spans = list(self.hook.spans) if self.hook else []
-        return host_ms, phases, device, float(loss_sum)
+        if not hook or hook.last_ready is None:  # no all-reduce in this micro-step
+            return
+        took = clock.host["backward"] - before
+        exposed[0] += took - (hook.last_ready - clock.marks["backward"]) * 1e3
+        span = [(s, e) for n, d, s, e in clock.spans if n == "backward"]
+        if self.cuda and span and hook.last_event is not None:
+            s, e = span[-1]  # this micro-step's
+            exposed[1] += s.elapsed_time(e) - s.elapsed_time(hook.last_event)
 
-    def split_backward(self, phases, device):
+    def optimizer_step(self):
+        """The optimizer's step and the gradients cleared; fp16: GradScaler's
+        unscale (phase unscale), step (skipped on inf/NaN) and update."""
+        clock, dev0 = self.clock, self.devices[:1]
+        if self.scaler:
+            with clock.phase("unscale", dev0):
+                self.scaler.unscale_(self.opt)
+        with clock.phase("optimizer", dev0):
+            if self.scaler:
+                self.scaler.step(self.opt)
+                self.scaler.update()
+            else:
+                self.opt.step()
+            self.opt.zero_grad(set_to_none=True)
+
+    def split_backward(self, phases, device, exposed):
         """ddp: backward's own work ends when the last bucket is handed over;
-        the rest of backward() is the exposed all-reduce."""
+        the rest of backward() is the exposed all-reduce (summed over the
+        micro-steps that all-reduce)."""
         hook = self.hook
-        total = phases["backward"]
-        if hook.last_ready is not None:
-            own = (hook.last_ready - self.clock.marks["backward"]) * 1e3
-            phases["backward"], phases["allreduce_exposed"] = own, total - own
+        if hook.last_ready is not None:  # the last micro-step always all-reduces
+            phases["backward"] -= exposed[0]
+            phases["allreduce_exposed"] = exposed[0]
         phases["allreduce"] = sum(hook.host_ms)
         if not self.cuda:
             return
@@ -125,10 +205,9 @@ class Rank:
             self.clock.dropped |= {"allreduce", "allreduce_exposed"}
             return
         per = device.setdefault(self.devices[0], {})
-        span = [s for n, d, s, e in self.clock.spans if n == "backward"]
-        if span and hook.last_event is not None:
-            own = span[0].elapsed_time(hook.last_event)
-            per["backward"], per["allreduce_exposed"] = own, per["backward"] - own
+        if hook.last_event is not None:
+            per["backward"] = per.get("backward", 0.0) - exposed[1]
+            per["allreduce_exposed"] = exposed[1]
         per["allreduce"] = sum(a.elapsed_time(b) for a, b in hook.events)
 
     def train(self):
@@ -138,14 +217,14 @@ class Rank:
         busy = []  # device phases of held warm-up steps
         for step in range(args.warmup + args.steps):
             held = self.cuda and 0 < step < args.warmup
-            host_ms, phases, device, loss_sum = self.step(step, held)
+            rec = self.step(step, held)
             if step == 0:
                 self.clock.size_holds()
             if held:
                 busy.append({d: {p: v for p, v in per.items() if p not in self.clock.dropped}
-                             for d, per in device.items()})
-            recs.append({"step_ms": host_ms, "phases": phases, "device": device,
-                         "loss_sum": loss_sum, "spans": self.last_spans})
+                             for d, per in rec["device"].items()})
+            rec["spans"] = self.last_spans
+            recs.append(rec)
         return recs, busy
 
     def report(self, recs, busy):
@@ -171,6 +250,7 @@ class Rank:
                 "phases": [r["phases"] for r in timed],
                 "device_phases": [r["device"] for r in timed],
                 "busy": busy, "loss_sums": [r["loss_sum"] for r in recs],
+                "scales": [r["scale"] for r in recs], "skipped": [r["skipped"] for r in recs],
                 "allreduce_spans": [r["spans"] for r in timed],
                 "load_bytes": self.samples * self.spec.sample_bytes()}
 

@@ -63,10 +63,10 @@ typedef struct dps_buf {
 
 #define DPS_HOST (-1) /* device index of host memory in copies */
 
-/* An operand's element type in the mixed-precision ops (autocast's bf16):
- * fp32, or bfloat16 bits (uint16_t) */
-typedef enum be_dtype { BE_F32, BE_BF16 } be_dtype;
-static inline size_t be_dtype_bytes(be_dtype t) { return t == BE_BF16 ? 2 : 4; }
+/* An operand's element type in the mixed-precision ops (autocast's bf16 or
+ * fp16): fp32, or bfloat16 or IEEE binary16 bits (uint16_t) */
+typedef enum be_dtype { BE_F32, BE_BF16, BE_F16 } be_dtype;
+static inline size_t be_dtype_bytes(be_dtype t) { return t == BE_F32 ? 4 : 2; }
 
 /* The machine's CUDA stack, as a child process sees it (the asking process
  * stays CUDA-free); "" in a build without CUDA. */
@@ -163,26 +163,34 @@ typedef struct be_ops {
                             const float *g, float *y);
     /* y = a * b element-wise; y may be a or b */
     dps_status (*mul)(backend *, be_stream *s, int64_t n, const float *a, const float *b, float *y);
-    /* The ops of a model under autocast (bf16): every tensor cast once, outputs
-     * in bf16 where autocast writes them. gemm_ex is gemm with each operand's
-     * type: bf16 operands with fp32 accumulation, C rounded once (an fp32 A or B
-     * beside a bf16 one is cast first; fp32 A and B with a bf16 C are refused) */
+    /* The ops of a model under autocast (bf16 or fp16): every tensor cast once,
+     * outputs in the half type where autocast writes them. gemm_ex is gemm with
+     * each operand's type: half operands (A and B of one type) with fp32
+     * accumulation, C rounded once (an fp32 A or B beside a half one is cast to
+     * its type first; fp32 A and B with a half C are refused) */
     dps_status (*gemm_ex)(backend *, be_stream *s, int trans_a, int trans_b, int m, int n, int k,
                           float alpha, const void *a, be_dtype at, int lda, const void *b,
                           be_dtype bt, int ldb, float beta, void *c, be_dtype ct, int ldc);
-    /* y = x in y's type: fp32 -> bf16 rounds to nearest even, bf16 -> fp32 is exact */
+    /* y = x in y's type: fp32 -> half rounds to nearest even (fp16: inf
+     * beyond its range), half -> fp32 is exact; one half type to another
+     * goes through fp32 */
     dps_status (*cast)(backend *, be_stream *s, int64_t n, const void *x, be_dtype xt, void *y,
                        be_dtype yt);
-    /* pre = bf16(acc + bias) from an fp32 GEMM output; out = bf16(gelu(pre)) when
-     * out != NULL (dps_bias_act_bf16) */
-    dps_status (*bias_act_bf16)(backend *, be_stream *s, int rows, int cols, const float *acc,
-                                const uint16_t *bias, uint16_t *pre, uint16_t *out);
-    /* dpre = bf16(dh * gelu'(pre)), bf16 tensors; dpre may be dh */
-    dps_status (*gelu_bwd_bf16)(backend *, be_stream *s, int64_t n, const uint16_t *dh,
-                                const uint16_t *pre, uint16_t *dpre);
-    /* col_sum of a bf16 matrix into fp32, in col_sum's order */
-    dps_status (*col_sum_bf16)(backend *, be_stream *s, int rows, int cols, const uint16_t *x,
-                               float *out);
+    /* In half type ht: pre = half(acc + bias) from an fp32 GEMM output;
+     * out = half(gelu(pre)) when out != NULL (dps_bias_act_half) */
+    dps_status (*bias_act_half)(backend *, be_stream *s, be_dtype ht, int rows, int cols,
+                                const float *acc, const uint16_t *bias, uint16_t *pre,
+                                uint16_t *out);
+    /* dpre = half(dh * gelu'(pre)), tensors of half type ht; dpre may be dh */
+    dps_status (*gelu_bwd_half)(backend *, be_stream *s, be_dtype ht, int64_t n,
+                                const uint16_t *dh, const uint16_t *pre, uint16_t *dpre);
+    /* col_sum of a matrix of half type ht into fp32, in col_sum's order */
+    dps_status (*col_sum_half)(backend *, be_stream *s, be_dtype ht, int rows, int cols,
+                               const uint16_t *x, float *out);
+    /* GradScaler's unscale: g *= inv_scale, and *found_inf (device memory,
+     * one float) set to 1 when any g is inf or NaN, left as it is otherwise */
+    dps_status (*unscale)(backend *, be_stream *s, int64_t n, float *g, float inv_scale,
+                          float *found_inf);
     /* start (on = 1) or stop the profiler's capture range (cudaProfilerStart/Stop) */
     /* the stream stays busy for us microseconds (--inject-slowdown) */
     dps_status (*spin)(backend *, be_stream *s, double us);

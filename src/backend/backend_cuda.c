@@ -281,13 +281,13 @@ static dps_status stream_scratch(backend *be, be_stream *s, dps_buf *b, size_t b
     return be_buf_alloc(be, s->dev, bytes, what, b);
 }
 
-/* bf16 copy of a GEMM operand in the stream's scratch buffer `slot`. */
-static dps_status to_bf16(backend *be, be_stream *s, int slot, const float *x, size_t n,
-                          const void **out)
+/* Half copy (type ht) of a GEMM operand in the stream's scratch buffer `slot`. */
+static dps_status to_half(backend *be, be_stream *s, int slot, const float *x, size_t n,
+                          be_dtype ht, const void **out)
 {
     dps_buf *b = &s->scratch[slot];
-    DPS_TRY(stream_scratch(be, s, b, n * 2, "bf16 GEMM inputs"));
-    CUDA_TRY(dps_k_cast_bf16(s->s, (int64_t)n, x, b->ptr));
+    DPS_TRY(stream_scratch(be, s, b, n * 2, "half GEMM inputs"));
+    CUDA_TRY(dps_k_cast_half(s->s, (int64_t)n, x, b->ptr, ht == BE_F16));
     *out = b->ptr;
     return DPS_OK;
 }
@@ -324,17 +324,20 @@ static dps_status cu_gemm(backend *be, be_stream *s, int ta, int tb, int m, int 
     return cu_gemm_f32(be, s, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-static cudaDataType_t cuda_type(be_dtype t) { return t == BE_BF16 ? CUDA_R_16BF : CUDA_R_32F; }
-
-/* An operand of gemm_ex as bf16: itself, or its cast in scratch `slot`. */
-static dps_status operand_bf16(backend *be, be_stream *s, int slot, const void *x, be_dtype t,
-                               size_t n, const void **out)
+static cudaDataType_t cuda_type(be_dtype t)
 {
-    if (t == BE_BF16) {
+    return t == BE_BF16 ? CUDA_R_16BF : t == BE_F16 ? CUDA_R_16F : CUDA_R_32F;
+}
+
+/* An operand of gemm_ex in half type ht: itself, or its cast in scratch `slot`. */
+static dps_status operand_half(backend *be, be_stream *s, int slot, const void *x, be_dtype t,
+                               be_dtype ht, size_t n, const void **out)
+{
+    if (t == ht) {
         *out = x;
         return DPS_OK;
     }
-    return to_bf16(be, s, slot, x, n, out);
+    return to_half(be, s, slot, x, n, ht, out);
 }
 
 static dps_status cu_gemm_ex(backend *be, be_stream *s, int ta, int tb, int m, int n, int k,
@@ -342,18 +345,22 @@ static dps_status cu_gemm_ex(backend *be, be_stream *s, int ta, int tb, int m, i
                              be_dtype bt, int ldb, float beta, void *c, be_dtype ct, int ldc)
 {
     if (m <= 0 || n <= 0) return DPS_OK;
-    if (at == BE_F32 && bt == BE_F32) {
+    be_dtype ht = at != BE_F32 ? at : bt;
+    if (ht == BE_F32) {
         if (ct == BE_F32) return cu_gemm_f32(be, s, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-        return dps_fail(DPS_ERR_RUNTIME, "%s:%d: gemm_ex: fp32 A and B with a bf16 C is no "
-                        "autocast GEMM; cast A or B to bf16 first", __FILE__, __LINE__);
+        return dps_fail(DPS_ERR_RUNTIME, "%s:%d: gemm_ex: fp32 A and B with a half C is no "
+                        "autocast GEMM; cast A or B to the half type first", __FILE__, __LINE__);
     }
+    if ((at != BE_F32 && bt != BE_F32 && at != bt) || (ct != BE_F32 && ct != ht))
+        return dps_fail(DPS_ERR_RUNTIME, "%s:%d: gemm_ex: operands of two half types",
+                        __FILE__, __LINE__);
     DPS_TRY(blas_for(be, s));
     const void *a16 = NULL, *b16 = NULL;
-    DPS_TRY(operand_bf16(be, s, 0, a, at, (size_t)(ta ? k : m) * (size_t)lda, &a16));
-    DPS_TRY(operand_bf16(be, s, 1, b, bt, (size_t)(tb ? n : k) * (size_t)ldb, &b16));
+    DPS_TRY(operand_half(be, s, 0, a, at, ht, (size_t)(ta ? k : m) * (size_t)lda, &a16));
+    DPS_TRY(operand_half(be, s, 1, b, bt, ht, (size_t)(tb ? n : k) * (size_t)ldb, &b16));
     cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    CUBLAS_TRY(cublasGemmEx(s->blas, ob, oa, n, m, k, &alpha, b16, CUDA_R_16BF, ldb, a16,
-                            CUDA_R_16BF, lda, &beta, c, cuda_type(ct), ldc, CUBLAS_COMPUTE_32F,
+    CUBLAS_TRY(cublasGemmEx(s->blas, ob, oa, n, m, k, &alpha, b16, cuda_type(ht), ldb, a16,
+                            cuda_type(ht), lda, &beta, c, cuda_type(ct), ldc, CUBLAS_COMPUTE_32F,
                             CUBLAS_GEMM_DEFAULT));
     return DPS_OK;
 }
@@ -443,27 +450,36 @@ static dps_status cu_cast(backend *be, be_stream *s, int64_t n, const void *x, b
                           be_dtype yt)
 {
     if (xt == yt) return cu_copy(be, s, y, s->dev, x, s->dev, (size_t)n * be_dtype_bytes(xt));
-    if (xt == BE_F32) KERNEL(s, dps_k_cast_bf16(s->s, n, x, y));
-    KERNEL(s, dps_k_bf16_to_f32(s->s, n, x, y));
+    if (xt != BE_F32 && yt != BE_F32)
+        return dps_fail(DPS_ERR_RUNTIME, "%s:%d: cast between two half types", __FILE__, __LINE__);
+    if (xt == BE_F32) KERNEL(s, dps_k_cast_half(s->s, n, x, y, yt == BE_F16));
+    KERNEL(s, dps_k_half_to_f32(s->s, n, x, y, xt == BE_F16));
 }
 
-static dps_status cu_bias_act_bf16(backend *be, be_stream *s, int rows, int cols, const float *acc,
-                                   const uint16_t *bias, uint16_t *pre, uint16_t *out)
+static dps_status cu_bias_act_half(backend *be, be_stream *s, be_dtype ht, int rows, int cols,
+                                   const float *acc, const uint16_t *bias, uint16_t *pre,
+                                   uint16_t *out)
 {
-    KERNEL(s, dps_k_bias_act_bf16(s->s, rows, cols, acc, bias, pre, out));
+    KERNEL(s, dps_k_bias_act_half(s->s, rows, cols, acc, bias, pre, out, ht == BE_F16));
 }
 
-static dps_status cu_gelu_bwd_bf16(backend *be, be_stream *s, int64_t n, const uint16_t *dh,
-                                   const uint16_t *pre, uint16_t *dpre)
+static dps_status cu_gelu_bwd_half(backend *be, be_stream *s, be_dtype ht, int64_t n,
+                                   const uint16_t *dh, const uint16_t *pre, uint16_t *dpre)
 {
-    KERNEL(s, dps_k_gelu_bwd_bf16(s->s, n, dh, pre, dpre));
+    KERNEL(s, dps_k_gelu_bwd_half(s->s, n, dh, pre, dpre, ht == BE_F16));
 }
 
-static dps_status cu_col_sum_bf16(backend *be, be_stream *s, int rows, int cols, const uint16_t *x,
-                                  float *out)
+static dps_status cu_col_sum_half(backend *be, be_stream *s, be_dtype ht, int rows, int cols,
+                                  const uint16_t *x, float *out)
 {
     DPS_TRY(col_sum_workspace(be, s, rows, cols));
-    KERNEL(s, dps_k_col_sum_bf16(s->s, rows, cols, x, out, s->col_sum_ws.ptr));
+    KERNEL(s, dps_k_col_sum_half(s->s, rows, cols, x, out, s->col_sum_ws.ptr, ht == BE_F16));
+}
+
+static dps_status cu_unscale(backend *be, be_stream *s, int64_t n, float *g, float inv_scale,
+                             float *found_inf)
+{
+    KERNEL(s, dps_k_unscale(s->s, n, g, inv_scale, found_inf));
 }
 
 static dps_status cu_scale_copy(backend *be, be_stream *s, int64_t n, float *dst,
@@ -574,9 +590,10 @@ static const be_ops cuda_ops = {
     .scale_copy = cu_scale_copy,
     .gemm_ex = cu_gemm_ex,
     .cast = cu_cast,
-    .bias_act_bf16 = cu_bias_act_bf16,
-    .gelu_bwd_bf16 = cu_gelu_bwd_bf16,
-    .col_sum_bf16 = cu_col_sum_bf16,
+    .bias_act_half = cu_bias_act_half,
+    .gelu_bwd_half = cu_gelu_bwd_half,
+    .col_sum_half = cu_col_sum_half,
+    .unscale = cu_unscale,
     .add = cu_add,
     .resample = cu_resample,
     .resample_bwd = cu_resample_bwd,

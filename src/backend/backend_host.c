@@ -435,20 +435,35 @@ static dps_status host_scale_copy(backend *be, be_stream *s, int64_t n, float *d
     return DPS_OK;
 }
 
-/* The autocast ops, emulated exactly on the CPU (the host backend runs no
- * bf16 configuration, but tests check these semantics here): operands
- * widened to fp32 (an fp32 A or B beside a bf16 one rounded to bf16 first,
- * as the CUDA backend casts it), the fp32 GEMM, its output rounded once. */
-static float *widened(const void *x, be_dtype t, int round, size_t n, float **owned)
+/* The autocast ops, emulated exactly on the CPU: operands widened to fp32
+ * (an fp32 A or B beside a half one rounded to its type first, as the CUDA
+ * backend casts it), the fp32 GEMM, its output rounded once. */
+static float *widened(const void *x, be_dtype t, be_dtype round_to, size_t n, float **owned)
 {
     *owned = NULL;
-    if (t == BE_F32 && !round) return (float *)x;
+    if (t == BE_F32 && round_to == BE_F32) return (float *)x;
     float *y = malloc((n ? n : 1) * sizeof(float));
     if (!y) return NULL;
+    int f16 = (t == BE_F32 ? round_to : t) == BE_F16;
     for (size_t i = 0; i < n; i++)
-        y[i] = t == BE_BF16 ? dps_bf16_to_f32(((const uint16_t *)x)[i])
-                            : dps_bf16_to_f32(dps_f32_to_bf16(((const float *)x)[i]));
+        y[i] = t != BE_F32 ? dps_from_half(((const uint16_t *)x)[i], f16)
+                           : dps_from_half(dps_to_half(((const float *)x)[i], f16), f16);
     return *owned = y;
+}
+
+/* The half type of a GEMM's operands (BE_F32: none); A and B of two half types are refused. */
+static dps_status gemm_half_type(be_dtype at, be_dtype bt, be_dtype ct, be_dtype *ht)
+{
+    *ht = at != BE_F32 ? at : bt;
+    if (at != BE_F32 && bt != BE_F32 && at != bt)
+        return dps_fail(DPS_ERR_RUNTIME, "%s:%d: gemm_ex: A and B of two half types", __FILE__, __LINE__);
+    if (*ht == BE_F32 && ct != BE_F32)
+        return dps_fail(DPS_ERR_RUNTIME, "%s:%d: gemm_ex: fp32 A and B with a half C is no "
+                        "autocast GEMM; cast A or B to the half type first", __FILE__, __LINE__);
+    if (ct != BE_F32 && ct != *ht)
+        return dps_fail(DPS_ERR_RUNTIME, "%s:%d: gemm_ex: C of another half type than A and B",
+                        __FILE__, __LINE__);
+    return DPS_OK;
 }
 
 static dps_status host_gemm_ex(backend *be, be_stream *s, int ta, int tb, int m, int n, int k,
@@ -457,19 +472,18 @@ static dps_status host_gemm_ex(backend *be, be_stream *s, int ta, int tb, int m,
 {
     (void)be; (void)s;
     if (m <= 0 || n <= 0) return DPS_OK;
-    int mixed = at == BE_BF16 || bt == BE_BF16;
-    if (!mixed && ct == BE_BF16)
-        return dps_fail(DPS_ERR_RUNTIME, "%s:%d: gemm_ex: fp32 A and B with a bf16 C is no "
-                        "autocast GEMM; cast A or B to bf16 first", __FILE__, __LINE__);
+    be_dtype ht;
+    DPS_TRY(gemm_half_type(at, bt, ct, &ht));
     float *oa, *ob, *oc;
     size_t nc = (size_t)(m - 1) * (size_t)ldc + (size_t)n;
-    float *fa = widened(a, at, mixed, (size_t)(ta ? k : m) * (size_t)lda, &oa);
-    float *fb = widened(b, bt, mixed, (size_t)(tb ? n : k) * (size_t)ldb, &ob);
-    float *fc = widened(c, ct, 0, nc, &oc);
+    float *fa = widened(a, at, ht, (size_t)(ta ? k : m) * (size_t)lda, &oa);
+    float *fb = widened(b, bt, ht, (size_t)(tb ? n : k) * (size_t)ldb, &ob);
+    float *fc = widened(c, ct, BE_F32, nc, &oc);
     dps_status rc = fa && fb && fc ? host_sgemm(ta, tb, m, n, k, alpha, fa, lda, fb, ldb, beta, fc, ldc)
                                    : dps_fail(DPS_ERR_RUNTIME, "out of host memory widening "
-                                              "bf16 GEMM operands (%d x %d x %d)", m, n, k);
-    for (size_t i = 0; !rc && oc && i < nc; i++) ((uint16_t *)c)[i] = dps_f32_to_bf16(oc[i]);
+                                              "half GEMM operands (%d x %d x %d)", m, n, k);
+    for (size_t i = 0; !rc && oc && i < nc; i++)
+        ((uint16_t *)c)[i] = dps_to_half(oc[i], ct == BE_F16);
     free(oa);
     free(ob);
     free(oc);
@@ -481,42 +495,54 @@ static dps_status host_cast(backend *be, be_stream *s, int64_t n, const void *x,
 {
     (void)be; (void)s;
     for (int64_t i = 0; i < n; i++) {
-        float v = xt == BE_F32 ? ((const float *)x)[i] : dps_bf16_to_f32(((const uint16_t *)x)[i]);
+        float v = xt == BE_F32 ? ((const float *)x)[i]
+                               : dps_from_half(((const uint16_t *)x)[i], xt == BE_F16);
         if (yt == BE_F32) ((float *)y)[i] = v;
-        else ((uint16_t *)y)[i] = xt == BE_BF16 ? ((const uint16_t *)x)[i] : dps_f32_to_bf16(v);
+        else ((uint16_t *)y)[i] = xt == yt ? ((const uint16_t *)x)[i] : dps_to_half(v, yt == BE_F16);
     }
     return DPS_OK;
 }
 
-static dps_status host_bias_act_bf16(backend *be, be_stream *s, int rows, int cols,
+static dps_status host_bias_act_half(backend *be, be_stream *s, be_dtype ht, int rows, int cols,
                                      const float *acc, const uint16_t *bias, uint16_t *pre,
                                      uint16_t *out)
 {
     (void)be; (void)s;
     for (size_t i = 0; i < (size_t)rows * (size_t)cols; i++)
-        dps_bias_act_bf16(acc[i], bias[i % (size_t)cols], &pre[i], out ? &out[i] : NULL);
+        dps_bias_act_half(acc[i], bias[i % (size_t)cols], &pre[i], out ? &out[i] : NULL,
+                          ht == BE_F16);
     return DPS_OK;
 }
 
-static dps_status host_gelu_bwd_bf16(backend *be, be_stream *s, int64_t n, const uint16_t *dh,
-                                     const uint16_t *pre, uint16_t *dpre)
+static dps_status host_gelu_bwd_half(backend *be, be_stream *s, be_dtype ht, int64_t n,
+                                     const uint16_t *dh, const uint16_t *pre, uint16_t *dpre)
 {
     (void)be; (void)s;
-    for (int64_t i = 0; i < n; i++) dpre[i] = dps_gelu_bwd_bf16(dh[i], pre[i]);
+    for (int64_t i = 0; i < n; i++) dpre[i] = dps_gelu_bwd_half(dh[i], pre[i], ht == BE_F16);
     return DPS_OK;
 }
 
-static dps_status host_col_sum_bf16(backend *be, be_stream *s, int rows, int cols,
+static dps_status host_col_sum_half(backend *be, be_stream *s, be_dtype ht, int rows, int cols,
                                     const uint16_t *x, float *out)
 {
     float *owned;
     size_t n = (size_t)rows * (size_t)cols;
-    const float *fx = widened(x, BE_BF16, 0, n, &owned);
-    if (!fx) return dps_fail(DPS_ERR_RUNTIME, "out of host memory widening a %d x %d bf16 matrix",
+    const float *fx = widened(x, ht, BE_F32, n, &owned);
+    if (!fx) return dps_fail(DPS_ERR_RUNTIME, "out of host memory widening a %d x %d half matrix",
                              rows, cols);
     dps_status rc = host_col_sum(be, s, rows, cols, fx, out);
     free(owned);
     return rc;
+}
+
+static dps_status host_unscale(backend *be, be_stream *s, int64_t n, float *g, float inv_scale,
+                               float *found_inf)
+{
+    (void)be; (void)s;
+    int found = 0;
+    for (int64_t i = 0; i < n; i++) g[i] = dps_unscale(g[i], inv_scale, &found);
+    if (found) *found_inf = 1.0f;
+    return DPS_OK;
 }
 
 /* The stream is the calling thread: it is kept busy (a sleep would give
@@ -640,9 +666,10 @@ static const be_ops host_ops = {
     .scale_copy = host_scale_copy,
     .gemm_ex = host_gemm_ex,
     .cast = host_cast,
-    .bias_act_bf16 = host_bias_act_bf16,
-    .gelu_bwd_bf16 = host_gelu_bwd_bf16,
-    .col_sum_bf16 = host_col_sum_bf16,
+    .bias_act_half = host_bias_act_half,
+    .gelu_bwd_half = host_gelu_bwd_half,
+    .col_sum_half = host_col_sum_half,
+    .unscale = host_unscale,
     .add = host_add,
     .resample = host_resample,
     .resample_bwd = host_resample_bwd,

@@ -111,6 +111,12 @@ static void store_value(cli_args *a, settings_id id, const settings_value *v)
     switch (id) {
     case SET_BACKEND: c->be.kind = (be_kind)i; break;
     case SET_PRECISION: c->precision = (dps_precision)i; break;
+    case SET_ACCUM: c->accum = (int)i; break;
+    case SET_NO_SYNC: c->no_sync = (int)i; break;
+    case SET_SCALER: c->scaler = (int)i; break;
+    case SET_INIT_SCALE: c->init_scale = x; break;
+    case SET_GROWTH_INTERVAL: c->growth_interval = (int)i; break;
+    case SET_INJECT_OVERFLOW: c->overflow_step = (int)i; break;
     case SET_OPTIMIZER: c->optimizer = (dps_optimizer)i; break;
     case SET_DP_COMM: c->dp_comm = (dps_dp_comm)i; break;
     case SET_DP_IMPL: c->dp_impl = (dps_dp_impl)i; break;
@@ -195,6 +201,7 @@ static const struct { settings_id id; dps_mode mode; } mode_options[] = {
     {SET_BUCKET_MB, MODE_DDP},       {SET_FIRST_BUCKET_MB, MODE_DDP},
     {SET_NO_OVERLAP, MODE_DDP},      {SET_GRAD_VIEW, MODE_DDP},
     {SET_COMM, MODE_DDP},            {SET_DDP_IMPL, MODE_DDP},
+    {SET_NO_SYNC, MODE_DDP},
 };
 
 /* run and sweep: an option no configuration's mode reads, or --batch beside

@@ -124,8 +124,10 @@ dps_status comm_allreduce_async(comm *c, void *buf, size_t n, comm_dtype dt, be_
 
 dps_status comm_wait_async(comm *c, be_stream *s)
 {
-    if (c->trace) c->trace->n = 0;
-    c->waited_ms = 0.0;
+    if (!c->waits++) { /* the step's first wait */
+        if (c->trace) c->trace->n = 0;
+        c->waited_ms = 0.0;
+    }
     if (c->ops->wait_async) COMM_CALL(c, c->ops->wait_async(c, s));
     COMM_CALL(c, comm_async_wait(c, &c->waited_ms));
 }
@@ -133,6 +135,8 @@ dps_status comm_wait_async(comm *c, be_stream *s)
 dps_status comm_sync(comm *c, be_stream *s, double *busy_ms)
 {
     if (c->failed) return failed(c);
+    c->waits = 0;
+    comm_async_step_end(c);
     dps_status rc = c->ops->sync ? c->ops->sync(c, s, busy_ms) : c->be->ops->stream_sync(c->be, s);
     if (rc) return comm_fail(c, rc);
     *busy_ms += c->waited_ms; /* the host waited for comm_async.c's thread: times known then */

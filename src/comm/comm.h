@@ -75,7 +75,8 @@ struct comm {
     int rank, nranks;
     double timeout_ms;          /* a collective longer than this fails; 0: until the group aborts */
     uint64_t bytes_sent, bytes_received;
-    double waited_ms;           /* comm_async.c's all-reduces of the last wait, until comm_sync */
+    double waited_ms;           /* comm_async.c's all-reduces of the step's waits, until comm_sync */
+    int waits;                  /* comm_wait_async calls since the last comm_sync */
     dps_status failed;          /* the first failure: every later collective returns it */
     int secondary;              /* the group had been aborted before that failure */
     char failed_msg[DPS_ERRMSG_MAX];
@@ -128,9 +129,11 @@ dps_status comm_wait_async(comm *c, be_stream *s) DPS_MUST_USE;
  * comm_wait_async ran, and the trace their spans when traced. */
 dps_status comm_sync(comm *c, be_stream *s, double *busy_ms) DPS_MUST_USE;
 
-/* From now on each comm_wait_async empties *t, and it and the comm_sync
- * after it leave there the spans of the all-reduces waited for (in issue
- * order) and their begin events; t stays the caller's and must outlive
+/* From now on the first comm_wait_async of a step (since the last
+ * comm_sync) empties *t, and the step's waits (one a micro-step when every
+ * micro-step all-reduces) and the comm_sync after them leave there the
+ * spans of the all-reduces waited for (in issue order) and their begin
+ * events; t stays the caller's and must outlive
  * the tracing (NULL: no more tracing). */
 void comm_trace(comm *c, comm_spans *t);
 /* After the step, outside its timing: each span's begin in ms after t->ref

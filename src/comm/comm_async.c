@@ -25,6 +25,7 @@ struct comm_async {
     pthread_cond_t cv;
     async_item *queue;
     int cap, queued, done, stop;
+    int reported;            /* items whose times a wait has handed on, this step */
     /* traced (c->trace): item k's begin event, recorded on the thread's
      * stream; the thread alone touches them until the wait reads them */
     be_stream *stream;
@@ -149,15 +150,24 @@ dps_status comm_async_wait(comm *c, double *busy_ms)
     pthread_mutex_lock(&a->mu);
     while (a->done < a->queued) pthread_cond_wait(&a->cv, &a->mu);
     dps_status rc = a->rc;
-    for (int k = 0; k < a->queued; k++) { /* the thread waits: its items and events are ours */
+    for (int k = a->reported; k < a->queued; k++) { /* the thread waits: these are ours */
         *busy_ms += a->queue[k].ms;
         if (!rc)
             comm_span_add(c, k < a->nev ? a->ev[k] : NULL, a->queue[k].ms,
                           a->queue[k].n * comm_dtype_bytes(a->queue[k].dt));
     }
-    a->queued = a->done = 0;
+    a->reported = a->queued;
     pthread_mutex_unlock(&a->mu);
     return rc ? dps_fail_copy(rc, a->err) : DPS_OK;
+}
+
+void comm_async_step_end(comm *c)
+{
+    comm_async *a = c->async;
+    if (!a) return;
+    pthread_mutex_lock(&a->mu);
+    if (a->done == a->queued) a->queued = a->done = a->reported = 0; /* else a failed wait's */
+    pthread_mutex_unlock(&a->mu);
 }
 
 void comm_async_stop(comm *c)

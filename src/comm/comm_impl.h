@@ -20,6 +20,9 @@ extern const comm_impl comm_shm_impl;
 dps_status comm_async_push(comm *c, void *buf, size_t n, comm_dtype dt, be_event *after) DPS_MUST_USE;
 dps_status comm_async_wait(comm *c, double *busy_ms) DPS_MUST_USE;
 void comm_async_stop(comm *c);
+/* The step's end (comm_sync): the items waited for are forgotten, and the
+ * next step's are numbered, and their begin events reused, from 0. */
+void comm_async_step_end(comm *c);
 
 /* comm_span.c: one async all-reduce of the wait into c->trace when traced: it
  * began at event `begin` (on c's device) and ran ms. Nothing is measured

@@ -42,6 +42,11 @@ void config_defaults(dps_config *c)
     c->shape = p->shape;
     c->global_batch = 0; /* from the preset at validation */
     c->precision = (dps_precision)t[SET_PRECISION].def.i;
+    c->accum = (int)t[SET_ACCUM].def.i;
+    c->no_sync = (int)t[SET_NO_SYNC].def.i;
+    c->init_scale = t[SET_INIT_SCALE].def.x;
+    c->growth_interval = (int)t[SET_GROWTH_INTERVAL].def.i;
+    c->overflow_step = -1;
     c->optimizer = (dps_optimizer)t[SET_OPTIMIZER].def.i;
     config_optimizer_defaults(c);
     c->steps = (int)t[SET_STEPS].def.i;
@@ -150,6 +155,8 @@ void config_id(const dps_config *c, char *buf, size_t len)
                      dps_precision_name(c->precision), dps_optimizer_name(c->optimizer),
                      c->ngpus, c->global_batch);
     if (c->strong && n > 0 && (size_t)n < len) n += snprintf(buf + n, len - (size_t)n, "-strong");
+    if (c->accum > 1 && n > 0 && (size_t)n < len)
+        n += snprintf(buf + n, len - (size_t)n, "-acc%d%s", c->accum, c->no_sync ? "" : "-syncall");
     if (c->mode == MODE_DDP && n > 0 && (size_t)n < len)
         snprintf(buf + n, len - (size_t)n, "-bk%g%s%s%s", c->bucket_mb,
                  c->first_bucket_mb != 1.0 ? "-fb" : "", c->overlap ? "" : "-nooverlap",
@@ -170,7 +177,8 @@ static dps_status result_alloc(train_result *r, size_t steps, size_t warmup, int
     r->rank_step_ms = calloc(steps * (size_t)nranks + 1, sizeof *r->rank_step_ms);
     r->phase_ms = calloc(steps * (size_t)nranks * PH_COUNT + 1, sizeof *r->phase_ms);
     r->loss = calloc(steps + warmup + 1, sizeof *r->loss);
-    if (!r->step_ms || !r->rank_step_ms || !r->phase_ms || !r->loss) {
+    r->scaler = calloc(steps + 1, sizeof *r->scaler);
+    if (!r->step_ms || !r->rank_step_ms || !r->phase_ms || !r->loss || !r->scaler) {
         train_result_free(r);
         char need[24];
         dps_fmt_bytes((uint64_t)(per_step * (double)steps), need, sizeof need);
@@ -196,12 +204,14 @@ void train_result_free(train_result *r)
     free(r->rank_step_ms);
     free(r->phase_ms);
     free(r->loss);
+    free(r->scaler);
     free(r->final_params);
     timeline_free(&r->tl);
     r->step_ms = NULL;
     r->rank_step_ms = NULL;
     r->phase_ms = NULL;
     r->loss = NULL;
+    r->scaler = NULL;
     r->final_params = NULL;
 }
 
@@ -238,7 +248,8 @@ static dps_status check_file(const dps_config *c)
 {
     const net *n = c->net_file;
     if (c->precision != PREC_FP32)
-        return dps_fail(DPS_ERR_USAGE, "--precision %s --model %s: a model file runs in fp32; use "
+        return dps_fail(DPS_ERR_USAGE, "--precision %s --model %s: a model file runs in fp32 (half "
+                        "precision runs the MLP presets); use "
                         "--precision fp32, or an MLP preset for %s", dps_precision_name(c->precision),
                         n->path, dps_precision_name(c->precision));
     if (c->gemm_ref)
@@ -295,6 +306,49 @@ static dps_status check_ddp(const dps_config *c)
     return DPS_OK;
 }
 
+/* --accum: the batch splits into equal micro-batches on every device;
+ * --no-sync off is ddp's, with micro-steps to sync. */
+static dps_status check_accum(const dps_config *c)
+{
+    if (!c->no_sync && c->mode != MODE_DDP)
+        return dps_fail(DPS_ERR_USAGE, "--no-sync off: dp has no no_sync (DataParallel reduces "
+                        "every micro-step whatever it is told); leave --no-sync out or use --mode ddp");
+    if (!c->no_sync && c->accum == 1)
+        return dps_fail(DPS_ERR_USAGE, "--no-sync off: with one micro-step every step all-reduces "
+                        "anyway; add --accum N (N > 1) to measure the loop without no_sync");
+    if (c->accum == 1) return DPS_OK;
+    int64_t unit = (int64_t)c->ngpus * c->accum;
+    if (c->global_batch % unit)
+        return dps_fail(DPS_ERR_USAGE, "--batch %d --gpus %d --accum %d: the batch does not split "
+                        "into %d micro-batches of equal shares for %d device%s; use a batch that "
+                        "is a multiple of %" PRId64 " (for example %" PRId64 ")", c->global_batch,
+                        c->ngpus, c->accum, c->accum, c->ngpus, c->ngpus == 1 ? "" : "s", unit,
+                        (c->global_batch / unit + 1) * unit);
+    return DPS_OK;
+}
+
+int config_scaler(const dps_config *c)
+{
+    return c->scaler == 0 ? c->precision == PREC_FP16 : c->scaler == 2;
+}
+
+/* fp16 needs its GradScaler; --inject-overflow needs one to skip the step. */
+static dps_status check_scaler(const dps_config *c)
+{
+    if (c->precision == PREC_FP16 && !config_scaler(c))
+        return dps_fail(DPS_ERR_USAGE, "--precision fp16 --scaler off: fp16 gradients underflow "
+                        "to zero and overflow to inf without dynamic loss scaling; leave --scaler "
+                        "out (fp16 uses one) or use --precision bf16");
+    if (c->overflow_step < 0) return DPS_OK;
+    if (!config_scaler(c))
+        return dps_fail(DPS_ERR_USAGE, "--inject-overflow: without a GradScaler an inf gradient "
+                        "ruins the parameters; use --precision fp16 or --scaler on");
+    if (c->overflow_step >= c->warmup + c->steps)
+        return dps_fail(DPS_ERR_USAGE, "--inject-overflow %d: the run has steps 0..%d (warm-up "
+                        "included)", c->overflow_step, c->warmup + c->steps - 1);
+    return DPS_OK;
+}
+
 dps_status config_check_values(const dps_config *c)
 {
     if (c->profile_last >= c->warmup + c->steps)
@@ -302,6 +356,8 @@ dps_status config_check_values(const dps_config *c)
                         "(warm-up included)", c->profile_first, c->profile_last,
                         c->warmup + c->steps - 1);
     DPS_TRY(check_sizes(c));
+    DPS_TRY(check_accum(c));
+    DPS_TRY(check_scaler(c));
     return check_ddp(c);
 }
 
@@ -319,9 +375,6 @@ dps_status config_check(const dps_config *c, const backend *be)
                         "--mode dp", c->ngpus);
 #endif
     if (c->net_file) DPS_TRY(check_file(c)); /* its fp32 before the host's */
-    if (c->precision == PREC_BF16 && be->kind == BE_HOST)
-        return dps_fail(DPS_ERR_USAGE, "--precision bf16: the host backend computes in fp32 "
-                        "only; use --precision fp32 or --backend cuda");
     return config_check_values(c);
 }
 

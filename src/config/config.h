@@ -26,7 +26,13 @@ typedef struct dps_config {
     const struct net *net_file; /* a model file's model (net_load); NULL: the MLP of shape */
     int global_batch;         /* samples per step, all devices together */
     int strong;               /* sweeps: strong scaling (global batch fixed over GPU counts) */
+    int accum;                /* micro-batches per optimizer step (1: none) */
+    int no_sync;              /* ddp with accum > 1: micro-steps but the last under no_sync */
     dps_precision precision;
+    int scaler;               /* --scaler: 0 auto (on for fp16), 1 off, 2 on (config_scaler) */
+    double init_scale;        /* its first scale */
+    int growth_interval;      /* its clean steps before the scale doubles */
+    int overflow_step;        /* --inject-overflow: an inf planted at this step; -1 none */
     dps_optimizer optimizer;
     dps_opt_hparams hp;
     int steps, warmup;
@@ -78,6 +84,8 @@ double config_fwd_flops(const dps_config *c);
 dps_status config_profile_hook(const dps_config *c, backend *be, int step, int before);
 /* Whether a device is listed twice (dp replicas sharing one GPU). */
 int config_shares_device(const dps_config *c);
+/* Whether c trains with a GradScaler (dynamic loss scaling). */
+int config_scaler(const dps_config *c);
 /* Samples on the most loaded device: ceil(global / ngpus), torch.chunk's size. */
 int config_batch_per_gpu(const dps_config *c);
 /* Stable identity of a configuration, e.g. "dp-tiny-fp32-sgd-g4-b32". */
@@ -115,6 +123,13 @@ typedef struct dev_stats {
     int nvml_clock;                   /* the clock fields were sampled */
 } dev_stats;
 
+/* A step's GradScaler: the scale its loss was multiplied by, and whether
+ * it found an inf or NaN and skipped the optimizer (1 without a scaler: 0). */
+typedef struct step_scaler {
+    float scale;
+    int32_t skipped;
+} step_scaler;
+
 typedef struct train_result {
     dps_status status;
     char error[DPS_ERRMSG_MAX];
@@ -124,6 +139,7 @@ typedef struct train_result {
     double *rank_step_ms;  /* [steps][nranks] each rank's own (dp: the step's) */
     float *phase_ms;       /* [steps][nranks][PH_COUNT] */
     float *loss;           /* [warmup + steps] */
+    step_scaler *scaler;   /* [steps] */
     int losses_done;
     dev_stats dev[DPS_MAX_DEVICES];
     float *final_params;   /* host copy after training, for --check */

@@ -20,6 +20,7 @@ const char *const settings_cmd_names[SETTINGS_NCMDS] = {"run", "sweep", "info", 
                                                          "links", "predict"};
 
 static const char *const overlap_words[] = {"off", "on"};
+static const char *const scaler_words[] = {"auto", "off", "on"};
 
 /* --help prints the entries with a flag in this order; suite-only keys have
  * none, and no subcommand takes them. */
@@ -82,11 +83,38 @@ const settings_entry settings_table[SET_COUNT] = {
         .key = "batch", .type = SETTINGS_WORD, WORDS(dps_scaling_names), .suite_max = 2,
         DEFAULT_INT(0),
         .help = "sweep: weak (per-device batch fixed) or strong scaling (global batch fixed)"},
+    [SET_ACCUM] = {
+        .cmds = TRAIN,
+        .flag = "accum", .key = "accum", .type = SETTINGS_INT, .lo = 1, .hi = 4096,
+        .suite_max = SETTINGS_MAX_LIST, DEFAULT_INT(1), .metavar = "N",
+        .help = "gradient accumulation: N micro-batches of batch/N per optimizer step (the "
+                "batch a multiple of devices x N); suite files: a list"},
+    [SET_NO_SYNC] = {
+        .cmds = TRAIN,
+        .flag = "no-sync", .key = "no_sync", .type = SETTINGS_WORD, WORDS(overlap_words),
+        .suite_max = 2, DEFAULT_INT(1),
+        .help = "ddp with --accum: micro-steps but the last under no_sync (on), or every "
+                "micro-step all-reduced, the loop without no_sync (off); suite files: a list"},
     [SET_PRECISION] = {
         .cmds = TRAIN,
         .flag = "precision", .key = "precisions", .type = SETTINGS_WORD,
         WORDS(dps_precision_names), .suite_max = PREC_COUNT, DEFAULT_INT(PREC_FP32),
-        .help = "compute precision; bf16 needs the cuda backend"},
+        .help = "compute precision: fp32, or autocast's bf16 or fp16 (fp16 with a GradScaler), "
+                "on either backend; half precision runs the MLP presets"},
+    [SET_SCALER] = {
+        .cmds = TRAIN,
+        .flag = "scaler", .type = SETTINGS_WORD, WORDS(scaler_words), DEFAULT_INT(0),
+        .help = "GradScaler (dynamic loss scaling): auto is on for fp16 alone; fp16 cannot "
+                "train without it"},
+    [SET_INIT_SCALE] = {
+        .cmds = TRAIN,
+        .flag = "init-scale", .type = SETTINGS_NUMBER, .lo = 0, .hi = (int64_t)1 << 62,
+        DEFAULT_NUMBER(65536.0), .metavar = "X", .help = "GradScaler: the first loss scale"},
+    [SET_GROWTH_INTERVAL] = {
+        .cmds = TRAIN,
+        .flag = "growth-interval", .type = SETTINGS_INT, .lo = 1, .hi = 1000000000,
+        DEFAULT_INT(2000), .metavar = "N",
+        .help = "GradScaler: the scale doubles after N steps without inf or NaN"},
     [SET_OPTIMIZER] = {
         .cmds = TRAIN,
         .flag = "optimizer", .key = "optimizers", .type = SETTINGS_WORD,
@@ -173,6 +201,12 @@ const settings_entry settings_table[SET_COUNT] = {
         .metavar = "PCT",
         .help = "for testing a regression gate: stretch every compute phase (forward, loss, "
                 "backward, optimizer) by PCT percent"},
+    [SET_INJECT_OVERFLOW] = {
+        .cmds = TRAIN,
+        .flag = "inject-overflow", .type = SETTINGS_INT, .lo = 0, .hi = 100000000,
+        .metavar = "STEP",
+        .help = "with a GradScaler: an inf in one gradient of device 0 (rank 0) at step STEP "
+                "(0-based, warm-up included), which the scaler must skip"},
     [SET_LAUNCHER] = {
         .cmds = SETTINGS_RUN,
         .flag = "launcher", .type = SETTINGS_WORD, WORDS(dps_launch_names), DEFAULT_INT(LAUNCH_AUTO),

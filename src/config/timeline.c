@@ -6,12 +6,12 @@
 
 int timeline_steps(int want, int steps) { return want < steps ? (want > 0 ? want : 0) : steps; }
 
-dps_status timeline_alloc(timeline *t, int steps, int nranks, int max_spans)
+dps_status timeline_alloc(timeline *t, int steps, int nranks, int max_spans, int micro)
 {
     memset(t, 0, sizeof *t);
     if (steps <= 0) return DPS_OK;
-    size_t cells = (size_t)steps * (size_t)nranks;
-    t->phase = calloc(cells * PH_COUNT, sizeof *t->phase);
+    size_t cells = (size_t)steps * (size_t)nranks, phases = cells * (size_t)micro * PH_COUNT;
+    t->phase = calloc(phases, sizeof *t->phase);
     t->span = calloc(cells * (size_t)max_spans + 1, sizeof *t->span);
     t->nspans = calloc(cells, sizeof *t->nspans);
     if (!t->phase || !t->span || !t->nspans) {
@@ -19,8 +19,9 @@ dps_status timeline_alloc(timeline *t, int steps, int nranks, int max_spans)
         return dps_fail(DPS_ERR_RUNTIME, "out of host memory for the trace of %d steps on %d "
                         "ranks; ask for fewer --trace-steps", steps, nranks);
     }
-    for (size_t i = 0; i < cells * PH_COUNT; i++) t->phase[i].on = -1;
+    for (size_t i = 0; i < phases; i++) t->phase[i].on = -1;
     t->steps = steps;
+    t->micro = micro;
     t->nranks = nranks;
     t->max_spans = max_spans;
     return DPS_OK;
@@ -36,7 +37,12 @@ void timeline_free(timeline *t)
 
 tl_phase *timeline_phases(const timeline *t, int step, int rank)
 {
-    return t->phase + ((size_t)step * (size_t)t->nranks + (size_t)rank) * PH_COUNT;
+    return t->phase + ((size_t)step * (size_t)t->nranks + (size_t)rank) * (size_t)t->micro * PH_COUNT;
+}
+
+tl_phase *timeline_micro(const timeline *t, int step, int rank, int micro)
+{
+    return timeline_phases(t, step, rank) + (size_t)micro * PH_COUNT;
 }
 
 tl_span *timeline_spans(const timeline *t, int step, int rank)

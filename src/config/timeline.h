@@ -17,6 +17,7 @@
 typedef struct tl_phase {
     float begin_ms;  /* after the reference of the device whose stream ran it */
     int on;          /* the slot (dp) whose stream ran it; -1: not run this step */
+    float ms;        /* its length in this micro-step (the step's phase_ms summed over them) */
 } tl_phase;
 
 /* One bucket's all-reduce (ddp): its begin and how long the collective ran
@@ -28,23 +29,27 @@ typedef struct tl_span {
     uint64_t bytes;
     int bucket;
     double ready_ms;
+    int micro;       /* the micro-step whose gradients it all-reduced */
 } tl_span;
 
 typedef struct timeline {
     int steps;          /* traced steps: the last `steps` timed ones; 0: no trace */
     int nranks;
     int max_spans;      /* per step and rank */
-    tl_phase *phase;    /* [steps][nranks][PH_COUNT] */
+    int micro;          /* micro-steps a step (--accum), each with its phases */
+    tl_phase *phase;    /* [steps][nranks][micro][PH_COUNT] */
     tl_span *span;      /* [steps][nranks][max_spans] */
     int *nspans;        /* [steps][nranks] */
     double ref_wall_ms[DPS_MAX_DEVICES]; /* each rank's reference on the wall clock (ddp) */
 } timeline;
 
-/* Room for `steps` traced steps on nranks ranks with up to max_spans spans
- * each; steps 0 allocates nothing. */
-dps_status timeline_alloc(timeline *t, int steps, int nranks, int max_spans) DPS_MUST_USE;
+/* Room for `steps` traced steps of `micro` micro-steps on nranks ranks
+ * with up to max_spans spans each; steps 0 allocates nothing. */
+dps_status timeline_alloc(timeline *t, int steps, int nranks, int max_spans,
+                          int micro) DPS_MUST_USE;
 void timeline_free(timeline *t);
-tl_phase *timeline_phases(const timeline *t, int step, int rank);   /* [PH_COUNT] */
+tl_phase *timeline_phases(const timeline *t, int step, int rank);   /* [micro][PH_COUNT] */
+tl_phase *timeline_micro(const timeline *t, int step, int rank, int micro); /* [PH_COUNT] */
 tl_span *timeline_spans(const timeline *t, int step, int rank);     /* [max_spans] */
 int *timeline_nspans(const timeline *t, int step, int rank);
 /* The traced steps of a run of `steps` timed ones asking for `want`. */

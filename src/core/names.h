@@ -7,7 +7,7 @@
 
 typedef enum dps_phase {
     PH_LOAD, PH_REPLICATE, PH_SCATTER, PH_FORWARD, PH_GATHER, PH_LOSS,
-    PH_BACKWARD, PH_REDUCE, PH_ALLREDUCE, PH_ALLREDUCE_EXPOSED, PH_OPTIMIZER, PH_COUNT
+    PH_BACKWARD, PH_REDUCE, PH_ALLREDUCE, PH_ALLREDUCE_EXPOSED, PH_UNSCALE, PH_OPTIMIZER, PH_COUNT
 } dps_phase;
 extern const char *const dps_phase_names[PH_COUNT];
 
@@ -17,7 +17,7 @@ extern const char *const dps_link_names[LINK_COUNT];
 
 
 typedef enum dps_mode { MODE_DP, MODE_DDP, MODE_COUNT } dps_mode;
-typedef enum dps_precision { PREC_FP32, PREC_BF16, PREC_COUNT } dps_precision;
+typedef enum dps_precision { PREC_FP32, PREC_BF16, PREC_FP16, PREC_COUNT } dps_precision;
 typedef enum dps_optimizer { OPT_SGD, OPT_ADAMW, OPT_COUNT } dps_optimizer;
 /* The words of the command line, suite files and results, by enum value
  * (settings.c's table reads these arrays too). */
@@ -27,6 +27,8 @@ extern const char *const dps_optimizer_names[OPT_COUNT];
 
 const char *dps_mode_name(dps_mode m);
 const char *dps_precision_name(dps_precision p);
+/* Whether p runs as under autocast in a half type (bf16, fp16). */
+static inline int dps_precision_is_half(dps_precision p) { return p == PREC_BF16 || p == PREC_FP16; }
 const char *dps_optimizer_name(dps_optimizer o);
 
 /* --inject-fault's kinds (a fault is injected when fault_rank >= 0) */

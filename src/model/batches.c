@@ -4,6 +4,15 @@
 #include "core/nvtx.h"
 #include "model/batches.h"
 
+/* Step k's pieces, one after another in its buffers. */
+static void make_pieces(batches *b, int k)
+{
+    size_t xs = (size_t)b->samples * b->net->input, ls = (size_t)b->samples * (size_t)b->net->rows;
+    for (int p = 0; p < b->pieces; p++)
+        net_make_batch(b->net, b->seed, k, b->sample0 + p * b->stride, b->samples,
+                       b->x[k % 2] + p * xs, b->labels[k % 2] + p * ls);
+}
+
 static void *batches_thread(void *arg)
 {
     batches *b = arg;
@@ -16,7 +25,7 @@ static void *batches_thread(void *arg)
         }
         int k = b->asked;
         pthread_mutex_unlock(&b->mu);
-        net_make_batch(b->net, b->seed, k, b->sample0, b->samples, b->x[k % 2], b->labels[k % 2]);
+        make_pieces(b, k);
         pthread_mutex_lock(&b->mu);
         b->made = k;
         pthread_cond_broadcast(&b->cv);
@@ -35,8 +44,9 @@ static void ask(batches *b, int k)
 
 static dps_status buffers(batches *b)
 {
-    size_t xb = (size_t)b->samples * b->net->input * sizeof(float);
-    size_t lb = (size_t)b->samples * (size_t)b->net->rows * sizeof(int32_t);
+    size_t n = (size_t)b->samples * (size_t)b->pieces;
+    size_t xb = n * b->net->input * sizeof(float);
+    size_t lb = n * (size_t)b->net->rows * sizeof(int32_t);
     for (int i = 0; i < 2; i++) {
         DPS_TRY(b->be->ops->host_alloc(b->be, xb, (void **)&b->x[i]));
         DPS_TRY(b->be->ops->host_alloc(b->be, lb,
@@ -46,10 +56,11 @@ static dps_status buffers(batches *b)
 }
 
 dps_status batches_start(batches *b, backend *be, const net *n, uint64_t seed, int64_t sample0,
-                         int samples, int steps, int ahead)
+                         int samples, int pieces, int64_t stride, int steps, int ahead)
 {
     *b = (batches){.be = be, .net = n, .seed = seed, .sample0 = sample0, .samples = samples,
-                   .steps = steps, .ahead = ahead, .asked = -1, .made = -1};
+                   .pieces = pieces, .stride = stride, .steps = steps, .ahead = ahead,
+                   .asked = -1, .made = -1};
     DPS_TRY(buffers(b));
     pthread_mutex_init(&b->mu, NULL);
     pthread_cond_init(&b->cv, NULL);

@@ -19,6 +19,8 @@ typedef struct batches {
     uint64_t seed;
     int64_t sample0;
     int samples, steps, ahead;
+    int pieces;              /* a step's pieces of `samples` each, stride samples apart */
+    int64_t stride;
     float *x[2];             /* step k's in x[k % 2] */
     int32_t *labels[2];
     pthread_t thread;
@@ -28,10 +30,13 @@ typedef struct batches {
     int stop, started;
 } batches;
 
-/* Samples [sample0, sample0 + samples) of the global batch of steps 0 ..
- * steps - 1; with `ahead`, step 0 is made at once. */
+/* Of the global batch of steps 0 .. steps - 1, `pieces` runs of `samples`
+ * samples, run p from sample0 + p * stride (a rank's share of each
+ * micro-batch), one after another in the step's buffers; with `ahead`,
+ * step 0 is made at once. */
 dps_status batches_start(batches *b, backend *be, const net *n, uint64_t seed, int64_t sample0,
-                         int samples, int steps, int ahead) DPS_MUST_USE;
+                         int samples, int pieces, int64_t stride, int steps,
+                         int ahead) DPS_MUST_USE;
 /* Step `step`'s batch (steps in order), waiting until it is made; with
  * `ahead`, the next step's is begun into the other buffer, the one of step
  * - 1, whose copy to the device must be complete (the step synchronised). */

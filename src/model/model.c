@@ -121,7 +121,8 @@ dps_status model_acts_alloc(backend *be, int dev, model_shape s, int max_rows, d
 {
     memset(a, 0, sizeof *a);
     a->max_rows = max_rows;
-    a->bf16 = prec == PREC_BF16;
+    a->bf16 = prec == PREC_BF16 || prec == PREC_FP16;
+    a->half = prec == PREC_BF16 ? BE_BF16 : prec == PREC_FP16 ? BE_F16 : BE_F32;
     size_t layer = (size_t)max_rows * (size_t)s.width * sizeof(float);
     dps_status rc;
     if (a->bf16) {
@@ -163,24 +164,24 @@ static dps_status forward_bf16(backend *be, be_stream *st, model_shape s, const 
     const be_ops *o = be->ops;
     int d = s.width;
     const uint16_t *p16 = a->params16.ptr;
-    DPS_TRY(o->cast(be, st, (int64_t)model_param_count(s), params, BE_F32, a->params16.ptr, BE_BF16));
-    DPS_TRY(o->cast(be, st, (int64_t)rows * d, x, BE_F32, a->x16.ptr, BE_BF16));
+    DPS_TRY(o->cast(be, st, (int64_t)model_param_count(s), params, BE_F32, a->params16.ptr, a->half));
+    DPS_TRY(o->cast(be, st, (int64_t)rows * d, x, BE_F32, a->x16.ptr, a->half));
     const uint16_t *h = a->x16.ptr;
     for (int l = 0; l < s.layers; l++) {
         uint16_t *pre = layer_ptr16(&a->pre, s, a->max_rows, l);
         uint16_t *post = layer_ptr16(&a->post, s, a->max_rows, l);
-        DPS_TRY(o->gemm_ex(be, st, 0, 0, rows, d, d, 1.0f, h, BE_BF16, d, p16 + model_weight_offset(s, l),
-                           BE_BF16, d, 0.0f, a->acc.ptr, BE_F32, d));
-        DPS_TRY(o->bias_act_bf16(be, st, rows, d, a->acc.ptr, p16 + model_bias_offset(s, l), pre, post));
+        DPS_TRY(o->gemm_ex(be, st, 0, 0, rows, d, d, 1.0f, h, a->half, d, p16 + model_weight_offset(s, l),
+                           a->half, d, 0.0f, a->acc.ptr, BE_F32, d));
+        DPS_TRY(o->bias_act_half(be, st, a->half, rows, d, a->acc.ptr, p16 + model_bias_offset(s, l), pre, post));
         h = post;
     }
-    DPS_TRY(o->gemm_ex(be, st, 0, 0, rows, s.classes, d, 1.0f, h, BE_BF16, d,
-                       p16 + model_weight_offset(s, s.layers), BE_BF16, s.classes, 0.0f, logits,
+    DPS_TRY(o->gemm_ex(be, st, 0, 0, rows, s.classes, d, 1.0f, h, a->half, d,
+                       p16 + model_weight_offset(s, s.layers), a->half, s.classes, 0.0f, logits,
                        BE_F32, s.classes));
-    DPS_TRY(o->bias_act_bf16(be, st, rows, s.classes, logits, p16 + model_bias_offset(s, s.layers),
+    DPS_TRY(o->bias_act_half(be, st, a->half, rows, s.classes, logits, p16 + model_bias_offset(s, s.layers),
                              a->dlogits16.ptr, NULL));
     if (a->logits16_out) return DPS_OK;
-    return o->cast(be, st, (int64_t)rows * s.classes, a->dlogits16.ptr, BE_BF16, logits, BE_F32);
+    return o->cast(be, st, (int64_t)rows * s.classes, a->dlogits16.ptr, a->half, logits, BE_F32);
 }
 
 dps_status model_forward(backend *be, be_stream *st, model_shape s, const float *params,
@@ -213,10 +214,10 @@ static dps_status layer_grads_bf16(backend *be, be_stream *st, model_shape s, mo
     const be_ops *o = be->ops;
     int d = s.width;
     const uint16_t *h_in = l ? layer_ptr16(&a->post, s, a->max_rows, l - 1) : a->x16.ptr;
-    DPS_TRY(o->gelu_bwd_bf16(be, st, (int64_t)rows * d, dh, layer_ptr16(&a->pre, s, a->max_rows, l), dh));
-    DPS_TRY(o->gemm_ex(be, st, 1, 0, d, d, rows, 1.0f, h_in, BE_BF16, d, dh, BE_BF16, d, 0.0f,
+    DPS_TRY(o->gelu_bwd_half(be, st, a->half, (int64_t)rows * d, dh, layer_ptr16(&a->pre, s, a->max_rows, l), dh));
+    DPS_TRY(o->gemm_ex(be, st, 1, 0, d, d, rows, 1.0f, h_in, a->half, d, dh, a->half, d, 0.0f,
                        grads + model_weight_offset(s, l), BE_F32, d));
-    return o->col_sum_bf16(be, st, rows, d, dh, grads + model_bias_offset(s, l));
+    return o->col_sum_half(be, st, a->half, rows, d, dh, grads + model_bias_offset(s, l));
 }
 
 /* Backward as under autocast, from forward_bf16's casts: dlogits cast to
@@ -230,20 +231,20 @@ static dps_status backward_bf16(backend *be, be_stream *st, model_shape s, model
     const uint16_t *p16 = a->params16.ptr, *dl16 = a->dlogits16.ptr;
     const uint16_t *h_last = L ? layer_ptr16(&a->post, s, a->max_rows, L - 1) : a->x16.ptr;
     uint16_t *dh = a->dh[0].ptr, *dh_next = a->dh[1].ptr;
-    if (dlogits) DPS_TRY(o->cast(be, st, (int64_t)rows * c, dlogits, BE_F32, a->dlogits16.ptr, BE_BF16));
-    DPS_TRY(o->gemm_ex(be, st, 1, 0, d, c, rows, 1.0f, h_last, BE_BF16, d, dl16, BE_BF16, c, 0.0f,
+    if (dlogits) DPS_TRY(o->cast(be, st, (int64_t)rows * c, dlogits, BE_F32, a->dlogits16.ptr, a->half));
+    DPS_TRY(o->gemm_ex(be, st, 1, 0, d, c, rows, 1.0f, h_last, a->half, d, dl16, a->half, c, 0.0f,
                        grads + model_weight_offset(s, L), BE_F32, c));
-    DPS_TRY(o->col_sum_bf16(be, st, rows, c, dl16, grads + model_bias_offset(s, L)));
+    DPS_TRY(o->col_sum_half(be, st, a->half, rows, c, dl16, grads + model_bias_offset(s, L)));
     if (hook) DPS_TRY(hook(hook_ctx, L));
     if (L == 0) return DPS_OK;
-    DPS_TRY(o->gemm_ex(be, st, 0, 1, rows, d, c, 1.0f, dl16, BE_BF16, c, p16 + model_weight_offset(s, L),
-                       BE_BF16, c, 0.0f, dh, BE_BF16, d));
+    DPS_TRY(o->gemm_ex(be, st, 0, 1, rows, d, c, 1.0f, dl16, a->half, c, p16 + model_weight_offset(s, L),
+                       a->half, c, 0.0f, dh, a->half, d));
     for (int l = L - 1; l >= 0; l--) {
         DPS_TRY(layer_grads_bf16(be, st, s, a, rows, l, dh, grads));
         if (hook) DPS_TRY(hook(hook_ctx, l));
         if (l == 0) break;
-        DPS_TRY(o->gemm_ex(be, st, 0, 1, rows, d, d, 1.0f, dh, BE_BF16, d,
-                           p16 + model_weight_offset(s, l), BE_BF16, d, 0.0f, dh_next, BE_BF16, d));
+        DPS_TRY(o->gemm_ex(be, st, 0, 1, rows, d, d, 1.0f, dh, a->half, d,
+                           p16 + model_weight_offset(s, l), a->half, d, 0.0f, dh_next, a->half, d));
         uint16_t *t = dh;
         dh = dh_next;
         dh_next = t;

@@ -50,14 +50,16 @@ void model_make_batch(model_shape s, uint64_t seed, int step, int64_t row0, int 
                       float *x, int32_t *labels);
 
 /* Activations of one replica for up to max_rows rows on one device. Made
- * for PREC_BF16 (the run's precision, model_acts_alloc's), the model runs
- * as under autocast: parameters and inputs cast to bf16 once a forward, activations
- * and their gradients kept in bf16 (every GEMM writes bf16 where autocast's
- * Linear would, fp32 for the parameters' gradients), logits rounded to bf16
- * and their gradient cast to bf16 once a backward. */
+ * for PREC_BF16 or PREC_FP16 (the run's precision, model_acts_alloc's), the
+ * model runs as under autocast in that half type: parameters and inputs
+ * cast to it once a forward, activations and their gradients kept in it
+ * (every GEMM writes the half type where autocast's Linear would, fp32 for
+ * the parameters' gradients), logits rounded to it and their gradient cast
+ * to it once a backward. The buffers named bf16 below hold the half type. */
 typedef struct model_acts {
     int max_rows;
-    int bf16;               /* the autocast buffers below, not the fp32 ones */
+    int bf16;               /* autocast (bf16 or fp16): the buffers below, not the fp32 ones */
+    be_dtype half;          /* autocast's type: BE_BF16 or BE_F16; BE_F32 without autocast */
     dps_buf pre, post;      /* [layers][max_rows][width]: pre-activation, gelu output */
     dps_buf dh[2];          /* [max_rows][width] gradient ping-pong */
     dps_buf params16, x16;  /* bf16: the parameters and the input, cast by model_forward */

@@ -30,6 +30,7 @@ double run_max_rel_diff(const float *a, const float *b, size_t n)
 double run_check_tolerance(const dps_config *cfg)
 {
     if (cfg->precision == PREC_BF16) return DPS_CHECK_TOL_BF16;
+    if (cfg->precision == PREC_FP16) return DPS_CHECK_TOL_FP16;
     return cfg->optimizer == OPT_ADAMW ? DPS_CHECK_TOL_FP32_ADAMW : DPS_CHECK_TOL_FP32;
 }
 
@@ -103,18 +104,20 @@ static dps_status gemm_step(backend *be, be_stream *st, model_shape s, int rows,
     return o->stream_sync(be, st);
 }
 
+static be_dtype half_type(dps_precision p) { return p == PREC_FP16 ? BE_F16 : BE_BF16; }
+
 /* The same GEMMs as the model runs them under autocast (model.c's
- * forward_bf16, backward_bf16): bf16 operands, fp32 accumulation, the
+ * forward_bf16, backward_bf16): half operands, fp32 accumulation, the
  * hidden layers' and logits' products and the weights' gradients in fp32,
  * the activations' gradients in bf16; x16, w16 and y16 are x, w and the
  * gradients that come back, cast once. */
-static dps_status gemm_step_bf16(backend *be, be_stream *st, model_shape s, int rows,
+static dps_status gemm_step_half(backend *be, be_stream *st, model_shape s, be_dtype H, int rows,
                                  const uint16_t *x16, const uint16_t *w16, const uint16_t *y16,
                                  float *y, float *dw, uint16_t *dx16)
 {
     const be_ops *o = be->ops;
     int d = s.width, c = s.classes;
-    const be_dtype H = BE_BF16, F = BE_F32;
+    const be_dtype F = BE_F32;
     for (int l = 0; l < s.layers; l++) /* forward */
         DPS_TRY(o->gemm_ex(be, st, 0, 0, rows, d, d, 1.0f, x16, H, d, w16, H, d, 0.0f, y, F, d));
     DPS_TRY(o->gemm_ex(be, st, 0, 0, rows, c, d, 1.0f, x16, H, d, w16, H, c, 0.0f, y, F, c));
@@ -136,15 +139,14 @@ enum { GX, GW, GY, GDW, GDX, GX16, GW16, GY16, GBUFS };
 
 /* bf16 copies of x and w, and gradients that come back as uniform as the
  * inputs (y is then only written). */
-static dps_status gemm_buffers_bf16(backend *be, be_stream *st, int dev, dps_buf *b)
+static dps_status gemm_buffers_half(backend *be, be_stream *st, int dev, be_dtype H, dps_buf *b)
 {
     const be_ops *o = be->ops;
     for (int i = GX16; i <= GY16; i++)
-        DPS_TRY(be_buf_alloc(be, dev, b[i - GX16].bytes / 2, "GEMM reference (bf16)", &b[i]));
+        DPS_TRY(be_buf_alloc(be, dev, b[i - GX16].bytes / 2, "GEMM reference (half)", &b[i]));
     DPS_TRY(gemm_fill(be, st, &b[GY], 1.0f, 3));
     for (int i = GX16; i <= GY16; i++)
-        DPS_TRY(o->cast(be, st, (int64_t)(b[i].bytes / 2), b[i - GX16].ptr, BE_F32, b[i].ptr,
-                        BE_BF16));
+        DPS_TRY(o->cast(be, st, (int64_t)(b[i].bytes / 2), b[i - GX16].ptr, BE_F32, b[i].ptr, H));
     return o->stream_sync(be, st);
 }
 
@@ -157,7 +159,7 @@ static dps_status gemm_buffers(backend *be, be_stream *st, int dev, model_shape 
         DPS_TRY(be_buf_alloc(be, dev, floats[i] * sizeof(float), "GEMM reference", &b[i]));
     DPS_TRY(gemm_fill(be, st, &b[GX], 1.0f, 1));                        /* as the inputs */
     DPS_TRY(gemm_fill(be, st, &b[GW], 1.0f / sqrtf((float)s.width), 2)); /* as nn.Linear's */
-    if (prec == PREC_BF16) DPS_TRY(gemm_buffers_bf16(be, st, dev, b));
+    if (dps_precision_is_half(prec)) DPS_TRY(gemm_buffers_half(be, st, dev, half_type(prec), b));
     DPS_TRY(be->ops->memset0(be, st, b[GY].ptr, b[GY].bytes));
     DPS_TRY(be->ops->memset0(be, st, b[GDW].ptr, b[GDW].bytes));
     return be->ops->memset0(be, st, b[GDX].ptr, b[GDX].bytes);
@@ -167,8 +169,8 @@ static dps_status gemm_buffers(backend *be, be_stream *st, int dev, model_shape 
 static dps_status gemm_rep(backend *be, be_stream *st, model_shape s, int rows, dps_precision prec,
                            dps_buf *b)
 {
-    if (prec == PREC_BF16)
-        return gemm_step_bf16(be, st, s, rows, b[GX16].ptr, b[GW16].ptr, b[GY16].ptr, b[GY].ptr,
+    if (dps_precision_is_half(prec))
+        return gemm_step_half(be, st, s, half_type(prec), rows, b[GX16].ptr, b[GW16].ptr, b[GY16].ptr, b[GY].ptr,
                               b[GDW].ptr, b[GDX].ptr);
     return gemm_step(be, st, s, rows, b[GX].ptr, b[GW].ptr, b[GY].ptr, b[GDW].ptr, b[GDX].ptr);
 }

@@ -17,6 +17,7 @@
 #define DPS_CHECK_TOL_FP32 1e-5
 #define DPS_CHECK_TOL_FP32_ADAMW 1e-4
 #define DPS_CHECK_TOL_BF16 2e-2
+#define DPS_CHECK_TOL_FP16 5e-3
 
 double run_check_tolerance(const dps_config *cfg);
 

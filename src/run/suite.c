@@ -59,6 +59,8 @@ static int *list_count(suite *s, settings_id id)
     case SET_OVERLAP: return &s->noverlap;
     case SET_DP_IMPL: return &s->ndp_impls;
     case SET_DDP_IMPL: return &s->nddp_impls;
+    case SET_ACCUM: return &s->naccum;
+    case SET_NO_SYNC: return &s->nno_sync;
     default: return NULL;
     }
 }
@@ -78,6 +80,8 @@ static void store(suite *s, settings_id id, const settings_value *v)
         case SET_OVERLAP: s->overlap[i] = (int)n; break;
         case SET_DP_IMPL: s->dp_impls[i] = (dps_dp_impl)n; break;
         case SET_DDP_IMPL: s->ddp_impls[i] = (dps_dp_impl)n; break;
+        case SET_ACCUM: s->accum[i] = (int)n; break;
+        case SET_NO_SYNC: s->no_sync[i] = (int)n; break;
         case SET_BATCH_PER_GPU: s->batch_per_gpu = (int)n; break;
         case SET_BATCH: s->global_batch = (int)n; break;
         case SET_STEPS: s->steps = (int)n; break;
@@ -171,6 +175,7 @@ static void suite_defaults(suite *s, const char *path)
     s->overlap[0] = (int)t[SET_OVERLAP].def.i;
     s->noverlap = 1;
     s->ndp_impls = s->nddp_impls = 0; /* none given: the command line's */
+    s->naccum = s->nno_sync = 0;
     s->policies[0] = (int)t[SET_SCALING].def.i;
     s->npolicies = 1;
 }
@@ -302,7 +307,7 @@ static dps_status fill(const suite *s, const dps_config *base, const backend *be
 
 /* The dimensions of a suite, outermost first (suite.h's order). */
 enum { D_MODEL, D_PRECISION, D_OPTIMIZER, D_MODE, D_POLICY, D_GPUS, D_BUCKET, D_OVERLAP,
-       D_DP_IMPL, D_DDP_IMPL, D_COUNT };
+       D_DP_IMPL, D_DDP_IMPL, D_ACCUM, D_NO_SYNC, D_COUNT };
 
 /* Advances the index vector (an odometer over the dimensions); 0 when done. */
 static int next_index(int *idx, const int *count)
@@ -314,10 +319,12 @@ static int next_index(int *idx, const int *count)
     return 0;
 }
 
-/* dp has no buckets and no ddp implementation, ddp no dp implementation:
- * one entry, not one each. */
-static int redundant(const suite *s, const int *idx)
+/* dp has no buckets, no ddp implementation and no no_sync, ddp no dp
+ * implementation, one micro-step nothing to sync but the step: one entry,
+ * not one each. */
+static int redundant(const suite *s, const int *idx, int accum)
 {
+    if (idx[D_NO_SYNC] && (accum == 1 || s->modes[idx[D_MODE]] == MODE_DP)) return 1;
     if (s->modes[idx[D_MODE]] == MODE_DP) return idx[D_BUCKET] || idx[D_OVERLAP] || idx[D_DDP_IMPL];
     return idx[D_DP_IMPL] != 0;
 }
@@ -331,7 +338,8 @@ dps_status suite_expand(const suite *s, const dps_config *base, const backend *b
         if (gpus[i] > maxg) maxg = gpus[i];
     int count[D_COUNT] = {s->nmodels, s->nprecisions, s->noptimizers, s->nmodes, s->npolicies,
                           ng, s->nbucket_mb, s->noverlap, s->ndp_impls ? s->ndp_impls : 1,
-                          s->nddp_impls ? s->nddp_impls : 1};
+                          s->nddp_impls ? s->nddp_impls : 1, s->naccum ? s->naccum : 1,
+                          s->nno_sync ? s->nno_sync : 1};
     size_t most = 1;
     for (int d = 0; d < D_COUNT; d++) most *= (size_t)count[d];
     *items = calloc(most ? most : 1, sizeof **items);
@@ -339,8 +347,12 @@ dps_status suite_expand(const suite *s, const dps_config *base, const backend *b
     *n = 0;
     int idx[D_COUNT] = {0};
     for (int more = most > 0; more; more = next_index(idx, count)) {
-        if (redundant(s, idx)) continue;
+        int accum = s->naccum ? s->accum[idx[D_ACCUM]] : base->accum;
+        if (redundant(s, idx, accum)) continue;
         dps_config c = *base;
+        c.accum = accum;
+        if (s->nno_sync) c.no_sync = s->no_sync[idx[D_NO_SYNC]];
+        if (c.accum == 1 || c.mode == MODE_DP) c.no_sync = 1; /* nothing to sync but the step */
         c.mode = s->modes[idx[D_MODE]];
         c.precision = s->precisions[idx[D_PRECISION]];
         c.optimizer = s->optimizers[idx[D_OPTIMIZER]];

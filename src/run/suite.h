@@ -27,6 +27,8 @@ typedef struct suite {
     double bucket_mb[SUITE_MAX_LIST];
     int nbucket_mb;
     int overlap[2], noverlap;
+    int accum[SUITE_MAX_LIST], naccum;  /* 0 entries: the command line's */
+    int no_sync[2], nno_sync;          /* 0 entries: the command line's */
     dps_dp_impl dp_impls[DPIMPL_COUNT];
     int ndp_impls;
     dps_dp_impl ddp_impls[DPIMPL_COUNT];

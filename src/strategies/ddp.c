@@ -16,6 +16,7 @@
 #include "comm/comm.h"
 #include "strategies/ddp.h"
 #include "strategies/ptimer.h"
+#include "strategies/scaler.h"
 #include "model/net.h"
 #include "core/nvtx.h"
 #include "core/util.h"
@@ -31,22 +32,31 @@ typedef struct ddp_rank {
     comm_spans spans;         /* the traced steps' all-reduces (comm_trace) */
     const net *net;           /* the model: cfg's file, or own_net */
     net own_net;              /* the MLP of cfg->shape */
-    int rank, nranks, dev, samples, rows, rows_total;
-    int64_t sample0;
+    int rank, nranks, dev, samples, rows, rows_total; /* samples, rows: a micro-step's;
+                                                        rows_total: the step's, all ranks */
+    int64_t sample0;          /* in each micro-batch */
+    int micro, syncing;       /* the running micro-step; whether it all-reduces */
+    int step, taken;          /* the optimizer step running; the optimizer's steps taken */
     be_stream *st;
     size_t nparams;
     dps_buf params, grads, bucket_buf, opt_state[2];
+    dps_buf micro_grads;      /* --accum: a later micro-step's gradients, added into grads */
+    size_t acc_lo;            /* micro_grads at offsets >= this are added */
+    grad_scaler scaler;
     dps_buf x, labels, logits, dlogits, row_loss, loss;
     dps_buf logp, dlogp;      /* torch: log-probabilities and their gradient */
     batches batches;          /* the steps' shards, made on a helper thread */
     const float *h_x;         /* this step's shard (batches_get) */
     const int32_t *h_labels;
-    float *h_loss;
+    float *h_loss;            /* [accum]: each micro-step's loss sum */
     net_acts acts;
-    phase_timer timer;
+    phase_timer *timers;      /* [accum]: a micro-step's phases each */
+    phase_timer *timer;       /* the running micro-step's */
+    float *micro_ms;          /* [accum][PH_COUNT]: the last step's, for the trace */
     bucket bk[DPS_MAX_BUCKETS];
-    be_event **bk_ev;           /* per bucket: its gradients are in place */
-    int nbk, next_launch;
+    be_event **bk_ev;           /* per all-reduce of a step (bucket, or micro-step and bucket
+                                   without no_sync): its gradients are in place */
+    int nbk, nbk_ev, next_launch;
     size_t ready_lo;            /* gradients at flat offsets >= this are final */
     double allreduce_ms;        /* this step: time the buckets' collectives ran */
 } ddp_rank;
@@ -72,9 +82,23 @@ static dps_status launch_bucket(ddp_rank *R, int b)
     size_t n = R->bk[b].hi - R->bk[b].lo;
     float *dst = bucket_data(R, b);
     const float *grad = (const float *)R->grads.ptr + R->bk[b].lo; /* dst itself with views */
+    be_event *ready = R->bk_ev[R->nbk_ev > R->nbk ? R->micro * R->nbk + b : b];
     DPS_TRY(o->scale_copy(R->be, R->st, (int64_t)n, dst, grad, 1.0f / (float)R->nranks));
-    DPS_TRY(o->event_record(R->be, R->bk_ev[b], R->st)); /* no host synchronisation */
-    return comm_allreduce_async(R->comm, dst, n, COMM_F32, R->bk_ev[b]);
+    DPS_TRY(o->event_record(R->be, ready, R->st)); /* no host synchronisation */
+    return comm_allreduce_async(R->comm, dst, n, COMM_F32, ready);
+}
+
+/* --accum: a later micro-step's gradients at offsets [lo, acc_lo) added into
+ * the accumulated ones as they become final, as AccumulateGrad adds each
+ * parameter's before DDP's hook sees it. */
+static dps_status accumulate_to(ddp_rank *R, size_t lo)
+{
+    if (!R->micro || lo >= R->acc_lo) return DPS_OK;
+    float *g = (float *)R->grads.ptr + lo;
+    const float *m = (const float *)R->micro_grads.ptr + lo;
+    DPS_TRY(R->be->ops->add(R->be, R->st, (int64_t)(R->acc_lo - lo), g, m));
+    R->acc_lo = lo;
+    return DPS_OK;
 }
 
 /* Launches, in index order, every bucket whose gradients are all final. */
@@ -85,11 +109,14 @@ static dps_status launch_ready(ddp_rank *R)
     return DPS_OK;
 }
 
+/* Backward's hook: gradients above ready_lo are final. Under no_sync
+ * (micro-steps but the last) they only accumulate. */
 static dps_status grad_hook(void *ctx, size_t ready_lo)
 {
     ddp_rank *R = ctx;
     R->ready_lo = ready_lo;
-    return R->cfg->overlap ? launch_ready(R) : DPS_OK;
+    DPS_TRY(accumulate_to(R, ready_lo));
+    return R->cfg->overlap && R->syncing ? launch_ready(R) : DPS_OK;
 }
 
 static void set_phase(ddp_rank *R, dps_phase ph) { atomic_store(&R->rep->phase, (int)ph); }
@@ -110,6 +137,8 @@ static dps_status alloc_buffers(ddp_rank *R)
     DPS_TRY(be_buf_alloc(be, d, pbytes, "parameters", &R->params));
     DPS_TRY(be_buf_alloc(be, d, pbytes, "gradients", &R->grads));
     if (!R->cfg->grad_view) DPS_TRY(be_buf_alloc(be, d, pbytes, "gradient buckets", &R->bucket_buf));
+    if (R->cfg->accum > 1)
+        DPS_TRY(be_buf_alloc(be, d, pbytes, "micro-step gradients", &R->micro_grads));
     DPS_TRY(be_buf_alloc(be, d, pbytes, "optimizer state", &R->opt_state[0]));
     if (R->cfg->optimizer == OPT_ADAMW)
         DPS_TRY(be_buf_alloc(be, d, pbytes, "optimizer state", &R->opt_state[1]));
@@ -123,13 +152,18 @@ static dps_status alloc_buffers(ddp_rank *R)
                              "log-probabilities gradient", &R->dlogp));
     }
     DPS_TRY(be_buf_alloc(be, d, rows * sizeof(float), "per-token loss", &R->row_loss));
-    DPS_TRY(be_buf_alloc(be, d, sizeof(float), "loss", &R->loss));
+    size_t accum = (size_t)R->cfg->accum;
+    DPS_TRY(be_buf_alloc(be, d, accum * sizeof(float), "loss", &R->loss));
     DPS_TRY(net_acts_alloc(be, d, m, R->samples, R->cfg->precision, &R->acts));
-    DPS_TRY(be->ops->host_alloc(be, sizeof(float), (void **)&R->h_loss));
-    /* each next shard made during the step, but not on the host backend,
-     * whose devices are the cores that would make it */
-    return batches_start(&R->batches, be, m, R->cfg->seed, R->sample0, R->samples,
-                         R->cfg->warmup + R->cfg->steps, !be->emulated);
+    DPS_TRY(be->ops->host_alloc(be, accum * sizeof(float), (void **)&R->h_loss));
+    R->micro_ms = calloc(accum * PH_COUNT, sizeof *R->micro_ms);
+    if (!R->micro_ms) return dps_fail(DPS_ERR_RUNTIME, "rank %d: out of host memory", R->rank);
+    DPS_TRY(scaler_init(&R->scaler, R->cfg, be, d));
+    /* each next step's shards (one a micro-batch) made during the step, but
+     * not on the host backend, whose devices are the cores that would make it */
+    return batches_start(&R->batches, be, m, R->cfg->seed, R->sample0, R->samples, R->cfg->accum,
+                         R->cfg->global_batch / R->cfg->accum, R->cfg->warmup + R->cfg->steps,
+                         !be->emulated);
 }
 
 static dps_status make_buckets(ddp_rank *R)
@@ -138,9 +172,10 @@ static dps_status make_buckets(ddp_rank *R)
     if (R->nbk < 0)
         return dps_fail(DPS_ERR_RUNTIME, "more than %d gradient buckets; raise --bucket-mb",
                         DPS_MAX_BUCKETS);
-    R->bk_ev = calloc((size_t)R->nbk, sizeof *R->bk_ev);
+    R->nbk_ev = R->nbk * (R->cfg->no_sync ? 1 : R->cfg->accum);
+    R->bk_ev = calloc((size_t)R->nbk_ev, sizeof *R->bk_ev);
     if (!R->bk_ev) return dps_fail(DPS_ERR_RUNTIME, "out of host memory for bucket events");
-    for (int b = 0; b < R->nbk; b++)
+    for (int b = 0; b < R->nbk_ev; b++)
         DPS_TRY(R->be->ops->event_create(R->be, R->dev, &R->bk_ev[b]));
     return DPS_OK;
 }
@@ -168,7 +203,7 @@ static dps_status rank_setup(ddp_rank *R)
 {
     const dps_config *c = R->cfg;
     int shards[DPS_MAX_DEVICES];
-    ddp_shard_sizes(c->global_batch, R->nranks, shards);
+    ddp_shard_sizes(c->global_batch / c->accum, R->nranks, shards); /* one micro-batch's */
     DPS_TRY(config_net(c, &R->own_net, &R->net));
     for (int i = 0; i < R->rank; i++) R->sample0 += shards[i];
     R->samples = shards[R->rank];
@@ -182,8 +217,9 @@ static dps_status rank_setup(ddp_rank *R)
     snprintf(sname, sizeof sname, "compute-%d", R->dev);
     R->be->ops->name_stream(R->be, R->st, sname);
     DPS_TRY(be_mark_baseline(R->be, R->dev));
-    DPS_TRY(ptimer_init(&R->timer, R->be, 1, &R->dev, &R->st));
-    ptimer_set_slowdown(&R->timer, R->cfg->inject_slowdown_pct / 100.0);
+    DPS_TRY(ptimer_init_n(&R->timers, c->accum, R->be, 1, &R->dev, &R->st,
+                          c->inject_slowdown_pct / 100.0));
+    R->timer = &R->timers[0];
     DPS_TRY(make_buckets(R));
     DPS_TRY(alloc_buffers(R));
     comm_params cp = {ddp_shared_comm(R->sh), R->rank, R->be, R->dev, c->timeout_s * 1e3,
@@ -200,14 +236,16 @@ static void rank_teardown(ddp_rank *R)
     if (R->dw) ddp_world_set_comm(R->dw, NULL);
     comm_close(R->comm);
     comm_spans_free(&R->spans);
-    for (int b = 0; R->bk_ev && b < R->nbk; b++)
+    for (int b = 0; R->bk_ev && b < R->nbk_ev; b++)
         if (R->bk_ev[b]) be->ops->event_destroy(be, R->bk_ev[b]);
     free(R->bk_ev);
-    ptimer_free(&R->timer);
+    free(R->micro_ms);
+    ptimer_free_n(&R->timers, R->cfg->accum);
+    scaler_free(&R->scaler, be);
     if (R->net) net_acts_free(be, R->net, &R->acts);
     dps_buf *bufs[] = {&R->params, &R->grads, &R->bucket_buf, &R->opt_state[0], &R->opt_state[1],
                        &R->x, &R->labels, &R->logits, &R->dlogits, &R->row_loss, &R->loss,
-                       &R->logp, &R->dlogp};
+                       &R->logp, &R->dlogp, &R->micro_grads};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be_buf_free(be, bufs[i]);
     batches_stop(&R->batches);
     if (R->h_loss) be->ops->host_free(be, R->h_loss);
@@ -219,18 +257,21 @@ static dps_status phase_load(ddp_rank *R)
 {
     size_t xb = (size_t)R->samples * R->net->input * sizeof(float), lb = (size_t)R->rows * sizeof(int32_t);
     const be_ops *o = R->be->ops;
-    DPS_TRY(ptimer_begin(&R->timer, 0, PH_LOAD));
-    DPS_TRY(o->copy(R->be, R->st, R->x.ptr, R->dev, R->h_x, DPS_HOST, xb));
-    DPS_TRY(o->copy(R->be, R->st, R->labels.ptr, R->dev, R->h_labels, DPS_HOST, lb));
+    const float *x = R->h_x + (size_t)R->micro * R->samples * R->net->input;
+    const int32_t *labels = R->h_labels + (size_t)R->micro * R->rows;
+    DPS_TRY(ptimer_begin(R->timer, 0, PH_LOAD));
+    DPS_TRY(o->copy(R->be, R->st, R->x.ptr, R->dev, x, DPS_HOST, xb));
+    DPS_TRY(o->copy(R->be, R->st, R->labels.ptr, R->dev, labels, DPS_HOST, lb));
     R->rep->dev.phase_bytes[PH_LOAD] += (double)(xb + lb);
     R->rep->dev.link_bytes[LINK_H2D] += (double)(xb + lb);
-    return ptimer_end(&R->timer, 0, PH_LOAD);
+    return ptimer_end(R->timer, 0, PH_LOAD);
 }
 
-/* The local loss and the logits' gradient, scaled by N / global rows: the
+/* The local loss and the logits' gradient, scaled by N / global rows (the
+ * whole step's, over its micro-steps) and by the GradScaler's scale: the
  * 1/N average of the ranks' gradients is then the gradient of the global
  * mean even for uneven shards (with even shards this is PyTorch's local
- * mean). torch: as nn.CrossEntropyLoss runs under DDP, three operations on
+ * mean, divided by the micro-steps: `loss / accum`). torch: as nn.CrossEntropyLoss runs under DDP, three operations on
  * rows x C tensors: log-softmax, kept for backward; the negative
  * log-likelihood and its gradient; log-softmax's backward into the logits'
  * gradient. lean: one fused pass writing only the logits' gradient. */
@@ -238,7 +279,7 @@ static dps_status rank_loss(ddp_rank *R)
 {
     const be_ops *o = R->be->ops;
     int rows = R->rows, classes = R->net->classes;
-    float scale = (float)R->nranks / (float)R->rows_total;
+    float scale = scaler_loss_factor(&R->scaler) * (float)R->nranks / (float)R->rows_total;
     if (R->cfg->ddp_impl == DPIMPL_LEAN)
         return o->xent(R->be, R->st, rows, classes, R->logits.ptr, R->labels.ptr, scale,
                        R->dlogits.ptr, R->row_loss.ptr);
@@ -254,31 +295,37 @@ static dps_status phase_forward_loss(ddp_rank *R, int step)
     const be_ops *o = R->be->ops;
     set_phase(R, PH_FORWARD);
     inject_fault(R, step);
-    DPS_TRY(ptimer_begin(&R->timer, 0, PH_FORWARD));
+    DPS_TRY(ptimer_begin(R->timer, 0, PH_FORWARD));
     DPS_TRY(net_forward(R->be, R->st, R->net, R->params.ptr, &R->acts, R->samples, R->x.ptr,
                         R->logits.ptr));
-    DPS_TRY(ptimer_end(&R->timer, 0, PH_FORWARD));
+    DPS_TRY(ptimer_end(R->timer, 0, PH_FORWARD));
     set_phase(R, PH_LOSS);
-    DPS_TRY(ptimer_begin(&R->timer, 0, PH_LOSS));
+    DPS_TRY(ptimer_begin(R->timer, 0, PH_LOSS));
     DPS_TRY(rank_loss(R));
-    DPS_TRY(o->sum(R->be, R->st, R->rows, R->row_loss.ptr, R->loss.ptr));
-    DPS_TRY(o->copy(R->be, R->st, R->h_loss, DPS_HOST, R->loss.ptr, R->dev, sizeof(float)));
-    return ptimer_end(&R->timer, 0, PH_LOSS);
+    if (R->rank == 0 && step == R->cfg->overflow_step && R->micro == R->cfg->accum - 1)
+        DPS_TRY(scaler_plant_inf(R->be, R->st, R->dlogits.ptr, R->dev));
+    float *loss = (float *)R->loss.ptr + R->micro;
+    DPS_TRY(o->sum(R->be, R->st, R->rows, R->row_loss.ptr, loss));
+    DPS_TRY(o->copy(R->be, R->st, R->h_loss + R->micro, DPS_HOST, loss, R->dev, sizeof(float)));
+    return ptimer_end(R->timer, 0, PH_LOSS);
 }
 
+/* Backward: the first micro-step's gradients into grads, a later one's
+ * into micro_grads, added into grads as they become final. */
 static dps_status phase_backward(ddp_rank *R)
 {
     set_phase(R, PH_BACKWARD);
-    R->allreduce_ms = 0.0;
     R->next_launch = 0;
-    R->ready_lo = R->nparams;
-    DPS_TRY(ptimer_begin(&R->timer, 0, PH_BACKWARD));
+    R->ready_lo = R->acc_lo = R->nparams;
+    float *into = R->micro ? R->micro_grads.ptr : R->grads.ptr;
+    DPS_TRY(ptimer_begin(R->timer, 0, PH_BACKWARD));
     nvtx_push_phase(PH_BACKWARD);
     dps_status rc = net_backward(R->be, R->st, R->net, R->params.ptr, &R->acts, R->samples,
-                                 R->x.ptr, R->dlogits.ptr, R->grads.ptr, grad_hook, R);
+                                 R->x.ptr, R->dlogits.ptr, into, grad_hook, R);
+    if (!rc) rc = accumulate_to(R, 0);
     nvtx_pop();
     DPS_TRY(rc);
-    return ptimer_end(&R->timer, 0, PH_BACKWARD);
+    return ptimer_end(R->timer, 0, PH_BACKWARD);
 }
 
 /* What all-reduce adds to the step: launching what backward did not, waiting
@@ -288,43 +335,71 @@ static dps_status phase_backward(ddp_rank *R)
 static dps_status phase_exposed(ddp_rank *R)
 {
     set_phase(R, PH_ALLREDUCE_EXPOSED);
-    DPS_TRY(ptimer_begin(&R->timer, 0, PH_ALLREDUCE_EXPOSED));
+    DPS_TRY(ptimer_begin(R->timer, 0, PH_ALLREDUCE_EXPOSED));
     R->ready_lo = 0;
     DPS_TRY(launch_ready(R));
     DPS_TRY(comm_wait_async(R->comm, R->st));
     if (!R->cfg->grad_view)
         DPS_TRY(R->be->ops->copy(R->be, R->st, R->grads.ptr, R->dev, R->bucket_buf.ptr, R->dev,
                                  R->nparams * sizeof(float)));
-    return ptimer_end(&R->timer, 0, PH_ALLREDUCE_EXPOSED);
+    return ptimer_end(R->timer, 0, PH_ALLREDUCE_EXPOSED);
 }
 
-static dps_status phase_optimizer(ddp_rank *R, int step)
+/* GradScaler's unscale_ and inf check on the all-reduced gradients: the
+ * same on every rank, so every rank decides the same; *skip when found. */
+static dps_status phase_unscale(ddp_rank *R, int *skip)
+{
+    *skip = 0;
+    if (!R->scaler.on) return DPS_OK;
+    set_phase(R, PH_UNSCALE);
+    DPS_TRY(ptimer_begin(R->timer, 0, PH_UNSCALE));
+    DPS_TRY(scaler_unscale(&R->scaler, R->be, R->st, R->grads.ptr, (int64_t)R->nparams, skip));
+    return ptimer_end(R->timer, 0, PH_UNSCALE);
+}
+
+static dps_status phase_optimizer(ddp_rank *R)
 {
     const be_ops *o = R->be->ops;
     dps_opt_hparams hp = R->cfg->hp;
-    hp.step = step + 1;
+    hp.step = ++R->taken;
     set_phase(R, PH_OPTIMIZER);
-    DPS_TRY(ptimer_begin(&R->timer, 0, PH_OPTIMIZER));
+    DPS_TRY(ptimer_begin(R->timer, 0, PH_OPTIMIZER));
     if (R->cfg->optimizer == OPT_SGD)
         DPS_TRY(o->sgd(R->be, R->st, (int64_t)R->nparams, R->params.ptr, R->grads.ptr,
                        R->opt_state[0].ptr, hp));
     else
         DPS_TRY(o->adamw(R->be, R->st, (int64_t)R->nparams, R->params.ptr, R->grads.ptr,
                          R->opt_state[0].ptr, R->opt_state[1].ptr, hp));
-    return ptimer_end(&R->timer, 0, PH_OPTIMIZER);
+    return ptimer_end(R->timer, 0, PH_OPTIMIZER);
 }
 
-static dps_status rank_step(ddp_rank *R, int step, double *ms)
+/* Micro-step R->micro: load, forward, loss, backward, and, when it syncs
+ * (the last, or every one with --no-sync off), the all-reduces' wait. */
+static dps_status micro_step(ddp_rank *R, int step)
 {
-    ptimer_reset(&R->timer);
-    nvtx_push_step(step);
-    double t0 = dps_now_ms();
+    R->timer = &R->timers[R->micro];
+    R->syncing = R->micro == R->cfg->accum - 1 || !R->cfg->no_sync;
     set_phase(R, PH_LOAD);
     dps_status rc = phase_load(R);
     if (!rc) rc = phase_forward_loss(R, step);
     if (!rc) rc = phase_backward(R);
-    if (!rc) rc = phase_exposed(R);
-    if (!rc) rc = phase_optimizer(R, step);
+    if (!rc && R->syncing) rc = phase_exposed(R);
+    return rc;
+}
+
+/* One optimizer step of accum micro-steps; *skipped: the GradScaler skipped it. */
+static dps_status rank_step(ddp_rank *R, int step, double *ms, int *skipped)
+{
+    for (int k = 0; k < R->cfg->accum; k++) ptimer_reset(&R->timers[k]);
+    nvtx_push_step(step);
+    double t0 = dps_now_ms();
+    R->allreduce_ms = 0.0;
+    dps_status rc = DPS_OK;
+    for (R->micro = 0; !rc && R->micro < R->cfg->accum; R->micro++) rc = micro_step(R, step);
+    R->micro = R->cfg->accum - 1;
+    *skipped = 0;
+    if (!rc) rc = phase_unscale(R, skipped);
+    if (!rc && !*skipped) rc = phase_optimizer(R);
     if (!rc) rc = comm_sync(R->comm, R->st, &R->allreduce_ms); /* the host's one wait */
     *ms = dps_now_ms() - t0;
     nvtx_pop();
@@ -347,40 +422,58 @@ static void record_peaks(ddp_rank *R)
     dev_stats_memory(d, R->be, R->dev);
 }
 
-/* Timed step k, traced: the reference as the first traced step begins, for
- * the phases and the buckets' spans, and its place on the wall clock. */
+/* Timed step k, traced: the reference as the first traced step begins
+ * (in every micro-step's timer, recorded together), for the phases and the
+ * buckets' spans, and its place on the wall clock. */
 static dps_status trace_mark(ddp_rank *R, int k)
 {
     if (!R->sh->trace_steps || k != R->cfg->steps - R->sh->trace_steps) return DPS_OK;
-    DPS_TRY(ptimer_mark(&R->timer));
+    for (int m = 0; m < R->cfg->accum; m++) DPS_TRY(ptimer_mark(&R->timers[m]));
     R->rep->trace_ref_wall_ms = dps_wall_ms();
-    R->spans.ref = R->timer.ref[0];
+    R->spans.ref = R->timers[0].ref[0];
     comm_trace(R->comm, &R->spans);
     return DPS_OK;
 }
 
+/* Where each micro-step's phases of traced step t began, and how long they ran. */
+static dps_status trace_phases(ddp_rank *R, int t)
+{
+    ddp_shared *sh = R->sh;
+    tl_phase *tp = ddp_shared_tl_phase(sh, R->rank) + (size_t)t * sh->micro * PH_COUNT;
+    for (int m = 0; m < sh->micro; m++, tp += PH_COUNT) {
+        DPS_TRY(ptimer_begins(&R->timers[m], 0, tp));
+        for (int p = 0; p < PH_COUNT; p++) tp[p].ms = R->micro_ms[(size_t)m * PH_COUNT + p];
+    }
+    return DPS_OK;
+}
+
 /* Timed step k, traced, its stream synchronised: where its phases began,
- * and the buckets' all-reduces. */
+ * and the buckets' all-reduces: one a bucket, or, every micro-step
+ * all-reducing, one a micro-step and bucket, in issue order. */
 static dps_status trace_read(ddp_rank *R, int k)
 {
     ddp_shared *sh = R->sh;
     int t = k - (R->cfg->steps - sh->trace_steps);
     if (!sh->trace_steps || t < 0) return DPS_OK;
-    DPS_TRY(ptimer_begins(&R->timer, 0, ddp_shared_tl_phase(sh, R->rank) + (size_t)t * PH_COUNT));
+    DPS_TRY(trace_phases(R, t));
     DPS_TRY(comm_spans_read(R->be, &R->spans));
     int n = R->spans.n < sh->max_spans ? R->spans.n : sh->max_spans;
+    int first_micro = R->nbk_ev > R->nbk ? 0 : R->cfg->accum - 1; /* the first that syncs */
     tl_span *dst = ddp_shared_tl_span(sh, R->rank) + (size_t)t * sh->max_spans;
-    for (int i = 0; i < n; i++) { /* bucket = issue order */
+    for (int i = 0; i < n; i++) { /* bucket = issue order within a micro-step */
         const comm_span *sp = &R->spans.span[i];
-        dst[i] = (tl_span){sp->begin_ms, sp->ms, sp->bytes, i, 0.0};
+        dst[i] = (tl_span){sp->begin_ms, sp->ms, sp->bytes, i % R->nbk, 0.0,
+                           first_micro + i / R->nbk};
     }
-    int nb = R->nbk < sh->max_spans ? R->nbk : sh->max_spans;
-    for (int b = 0; b < nb; b++) {
+    int nb = R->nbk_ev < sh->max_spans ? R->nbk_ev : sh->max_spans;
+    for (int e = 0; e < nb; e++) {
         float ready = 0.0f;
-        DPS_TRY(R->be->ops->event_ms(R->be, R->timer.ref[0], R->bk_ev[b], &ready));
-        if (b >= n) /* one rank: no collective ran */
-            dst[b] = (tl_span){ready, 0.0, (R->bk[b].hi - R->bk[b].lo) * sizeof(float), b, 0.0};
-        dst[b].ready_ms = ready;
+        int b = e % R->nbk;
+        DPS_TRY(R->be->ops->event_ms(R->be, R->timers[0].ref[0], R->bk_ev[e], &ready));
+        if (e >= n) /* one rank: no collective ran */
+            dst[e] = (tl_span){ready, 0.0, (R->bk[b].hi - R->bk[b].lo) * sizeof(float), b, 0.0,
+                               first_micro + e / R->nbk};
+        dst[e].ready_ms = ready;
     }
     ddp_shared_tl_nspans(sh, R->rank)[t] = n > nb ? n : nb;
     return DPS_OK;
@@ -410,18 +503,24 @@ static dps_status rank_loop(ddp_rank *R)
         double ms = 0.0;
         DPS_TRY(config_profile_hook(c, R->be, step, 1));
         if (step >= c->warmup) DPS_TRY(trace_mark(R, step - c->warmup));
-        dps_status rc = rank_step(R, step, &ms);
+        int skipped = 0;
+        float scale = scaler_loss_factor(&R->scaler);
+        dps_status rc = rank_step(R, step, &ms, &skipped);
         if (rc) return dps_escalated() ? cut_short(R, step) : rc;
         DPS_TRY(config_profile_hook(c, R->be, step, 0));
-        ddp_shared_loss_sum(sh, R->rank)[step] = *R->h_loss;
+        double loss = 0.0;
+        for (int m = 0; m < c->accum; m++) loss += R->h_loss[m];
+        ddp_shared_loss_sum(sh, R->rank)[step] = loss;
+        if (R->scaler.on) scaler_update(&R->scaler, skipped);
         R->rep->losses_done = step + 1;
         DPS_TRY(be_sample_mem(R->be, R->dev));
         record_peaks(R);
         int k = step - c->warmup;
         float warm[PH_COUNT]; /* read in warm-up too: --inject-slowdown stretches by them */
         float *ph = k < 0 ? warm : ddp_shared_phase_ms(sh, R->rank) + (size_t)k * PH_COUNT;
-        DPS_TRY(ptimer_read(&R->timer, 0, ph));
+        DPS_TRY(ptimer_read_n(R->timers, c->accum, 0, ph, R->micro_ms));
         if (k < 0) continue;
+        ddp_shared_scaler(sh, R->rank)[k] = (step_scaler){scale, skipped};
         DPS_TRY(trace_read(R, k));
         ddp_shared_step_ms(sh, R->rank)[k] = ms;
         ph[PH_ALLREDUCE] = (float)R->allreduce_ms; /* the buckets' collectives, summed */

@@ -22,7 +22,9 @@ void ddp_shared_layout(const dps_config *cfg, ddp_shared *sh)
     int nbk = config_net(cfg, &own, &m) == DPS_OK
         ? net_buckets(m, cfg->first_bucket_mb, cfg->bucket_mb, NULL, DPS_MAX_BUCKETS) : 0;
     net_free(&own);
-    sh->max_spans = nbk > 0 ? nbk : 0;
+    sh->micro = cfg->accum;
+    /* every micro-step all-reduces without no_sync */
+    sh->max_spans = nbk > 0 ? nbk * (cfg->no_sync ? 1 : cfg->accum) : 0;
     size_t n = (size_t)cfg->ngpus, t = (size_t)sh->trace_steps, off = align64(sizeof *sh);
     sh->off_step_ms = off;
     off = align64(off + n * (size_t)cfg->steps * sizeof(double));
@@ -33,11 +35,13 @@ void ddp_shared_layout(const dps_config *cfg, ddp_shared *sh)
     sh->off_params = off;
     off = align64(off + sh->nparams * sizeof(float));
     sh->off_tl_phase = off;
-    off = align64(off + n * t * PH_COUNT * sizeof(tl_phase));
+    off = align64(off + n * t * (size_t)sh->micro * PH_COUNT * sizeof(tl_phase));
     sh->off_tl_span = off;
     off = align64(off + n * t * (size_t)sh->max_spans * sizeof(tl_span));
     sh->off_tl_nspans = off;
     off = align64(off + n * t * sizeof(int));
+    sh->off_scaler = off;
+    off = align64(off + n * (size_t)cfg->steps * sizeof(step_scaler));
     sh->off_comm = off;
     sh->total = off + comm_shared_bytes(cfg->ngpus);
 }
@@ -61,7 +65,13 @@ float *ddp_shared_params(ddp_shared *sh) { return (float *)((char *)sh + sh->off
 
 tl_phase *ddp_shared_tl_phase(ddp_shared *sh, int r)
 {
-    return (tl_phase *)((char *)sh + sh->off_tl_phase) + (size_t)r * sh->trace_steps * PH_COUNT;
+    return (tl_phase *)((char *)sh + sh->off_tl_phase) +
+           (size_t)r * sh->trace_steps * (size_t)sh->micro * PH_COUNT;
+}
+
+step_scaler *ddp_shared_scaler(ddp_shared *sh, int r)
+{
+    return (step_scaler *)((char *)sh + sh->off_scaler) + (size_t)r * sh->steps;
 }
 
 tl_span *ddp_shared_tl_span(ddp_shared *sh, int r)
@@ -80,15 +90,16 @@ comm_shared *ddp_shared_comm(ddp_shared *sh) { return (comm_shared *)((char *)sh
 static void collect_trace(ddp_shared *sh, train_result *res)
 {
     int n = sh->nranks, t = sh->trace_steps, m = sh->max_spans;
-    if (timeline_alloc(&res->tl, t, n, m)) {
+    size_t phases = (size_t)sh->micro * PH_COUNT;
+    if (timeline_alloc(&res->tl, t, n, m, sh->micro)) {
         dps_warn("%s; the configuration has no trace", dps_errmsg());
         return;
     }
     for (int r = 0; r < n && t; r++) {
         res->tl.ref_wall_ms[r] = sh->rank[r].trace_ref_wall_ms;
         for (int k = 0; k < t; k++) {
-            memcpy(timeline_phases(&res->tl, k, r), ddp_shared_tl_phase(sh, r) + (size_t)k * PH_COUNT,
-                   PH_COUNT * sizeof(tl_phase));
+            memcpy(timeline_phases(&res->tl, k, r), ddp_shared_tl_phase(sh, r) + (size_t)k * phases,
+                   phases * sizeof(tl_phase));
             memcpy(timeline_spans(&res->tl, k, r), ddp_shared_tl_span(sh, r) + (size_t)k * m,
                    (size_t)m * sizeof(tl_span));
             *timeline_nspans(&res->tl, k, r) = ddp_shared_tl_nspans(sh, r)[k];
@@ -116,6 +127,7 @@ void ddp_collect(const dps_config *c, ddp_shared *sh, train_result *res)
                    PH_COUNT * sizeof(float));
         }
     }
+    for (int k = 0; k < steps; k++) res->scaler[k] = ddp_shared_scaler(sh, 0)[k];
     double rows = (double)c->global_batch * config_rows(c);
     for (int k = 0; k < losses; k++) {
         double sum = 0.0;
@@ -131,14 +143,14 @@ void ddp_collect(const dps_config *c, ddp_shared *sh, train_result *res)
 /* What pack writes first: the shapes the receiver checks. */
 typedef struct pack_head {
     uint32_t magic, report_bytes;
-    int32_t rank, steps, warmup, trace_steps, max_spans;
+    int32_t rank, steps, warmup, trace_steps, max_spans, micro;
 } pack_head;
 #define PACK_MAGIC 0x64707372u
 
-enum { NRECORDS = 6 };
+enum { NRECORDS = 7 };
 
 /* The record arrays of rank r (steps, phases, losses, the trace's phases,
- * spans and span counts), with their sizes. */
+ * spans and span counts, the GradScaler's steps), with their sizes. */
 static void records(ddp_shared *sh, int r, void *at[NRECORDS], size_t bytes[NRECORDS])
 {
     size_t t = (size_t)sh->trace_steps;
@@ -148,12 +160,14 @@ static void records(ddp_shared *sh, int r, void *at[NRECORDS], size_t bytes[NREC
     at[3] = ddp_shared_tl_phase(sh, r);
     at[4] = ddp_shared_tl_span(sh, r);
     at[5] = ddp_shared_tl_nspans(sh, r);
+    at[6] = ddp_shared_scaler(sh, r);
     bytes[0] = (size_t)sh->steps * sizeof(double);
     bytes[1] = (size_t)sh->steps * PH_COUNT * sizeof(float);
     bytes[2] = (size_t)(sh->steps + sh->warmup) * sizeof(double);
-    bytes[3] = t * PH_COUNT * sizeof(tl_phase);
+    bytes[3] = t * (size_t)sh->micro * PH_COUNT * sizeof(tl_phase);
     bytes[4] = t * (size_t)sh->max_spans * sizeof(tl_span);
     bytes[5] = t * sizeof(int);
+    bytes[6] = (size_t)sh->steps * sizeof(step_scaler);
 }
 
 size_t ddp_shared_pack_bytes(ddp_shared *sh)
@@ -171,7 +185,7 @@ void *ddp_shared_pack(ddp_shared *sh, int r, size_t *len)
     char *buf = malloc(*len), *p = buf;
     if (!buf) return NULL;
     pack_head h = {PACK_MAGIC, sizeof(ddp_report), r, sh->steps, sh->warmup, sh->trace_steps,
-                   sh->max_spans};
+                   sh->max_spans, sh->micro};
     memcpy(p, &h, sizeof h);
     memcpy(p += sizeof h, &sh->rank[r], sizeof(ddp_report));
     p += sizeof(ddp_report);
@@ -189,7 +203,7 @@ dps_status ddp_shared_unpack(ddp_shared *sh, int r, const void *buf, size_t len)
     if (len >= sizeof h) memcpy(&h, p, sizeof h);
     if (len != ddp_shared_pack_bytes(sh) || h.magic != PACK_MAGIC || h.report_bytes != sizeof(ddp_report) ||
         h.rank != r || h.steps != sh->steps || h.warmup != sh->warmup ||
-        h.trace_steps != sh->trace_steps || h.max_spans != sh->max_spans)
+        h.trace_steps != sh->trace_steps || h.max_spans != sh->max_spans || h.micro != sh->micro)
         return dps_fail(DPS_ERR_RUNTIME, "rank %d's records do not fit rank 0's (%zu bytes): is "
                         "every rank the same dpscale build with the same options?", r, len);
     memcpy(&sh->rank[r], p += sizeof h, sizeof(ddp_report));

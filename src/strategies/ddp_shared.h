@@ -34,8 +34,9 @@ typedef struct ddp_shared {
     int nranks, steps, warmup;
     size_t nparams;
     int trace_steps, max_spans; /* the trace's last timed steps; spans (buckets) per step */
+    int micro;                  /* micro-steps a step (--accum): the trace's phases each */
     size_t off_step_ms, off_phase_ms, off_loss, off_params, off_comm, total;
-    size_t off_tl_phase, off_tl_span, off_tl_nspans;
+    size_t off_tl_phase, off_tl_span, off_tl_nspans, off_scaler;
     ddp_report rank[DPS_MAX_DEVICES];
 } ddp_shared;
 
@@ -45,7 +46,8 @@ double *ddp_shared_step_ms(ddp_shared *sh, int rank);   /* [steps] */
 float *ddp_shared_phase_ms(ddp_shared *sh, int rank);   /* [steps][PH_COUNT] */
 double *ddp_shared_loss_sum(ddp_shared *sh, int rank);  /* [warmup + steps], sum over the rank's rows */
 float *ddp_shared_params(ddp_shared *sh);               /* rank 0's final parameters, [nparams] */
-tl_phase *ddp_shared_tl_phase(ddp_shared *sh, int rank); /* [trace_steps][PH_COUNT] */
+tl_phase *ddp_shared_tl_phase(ddp_shared *sh, int rank); /* [trace_steps][micro][PH_COUNT] */
+step_scaler *ddp_shared_scaler(ddp_shared *sh, int rank); /* [steps]: its GradScaler's */
 tl_span *ddp_shared_tl_span(ddp_shared *sh, int rank);   /* [trace_steps][max_spans] */
 int *ddp_shared_tl_nspans(ddp_shared *sh, int rank);     /* [trace_steps] */
 comm_shared *ddp_shared_comm(ddp_shared *sh);

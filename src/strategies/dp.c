@@ -92,12 +92,14 @@ static dps_status alloc_primary(dp_state *st, size_t pbytes)
 {
     backend *be = st->be;
     int d0 = st->s[0].dev;
-    size_t n = (size_t)st->rows_total, samples = (size_t)st->cfg->global_batch;
+    size_t n = (size_t)st->rows_total, samples = (size_t)st->micro_batch;
     const net *m = st->net;
     DPS_TRY(be_buf_alloc(be, d0, pbytes, "optimizer state", &st->opt_state[0]));
     if (st->cfg->optimizer == OPT_ADAMW)
         DPS_TRY(be_buf_alloc(be, d0, pbytes, "optimizer state", &st->opt_state[1]));
     DPS_TRY(be_buf_alloc(be, d0, samples * m->input * sizeof(float), "input batch", &st->x_full));
+    if (st->cfg->accum > 1)
+        DPS_TRY(be_buf_alloc(be, d0, pbytes, "accumulated gradients", &st->grad_acc));
     DPS_TRY(be_buf_alloc(be, d0, n * sizeof(int32_t), "labels", &st->labels_full));
     DPS_TRY(be_buf_alloc(be, d0, n * (size_t)m->classes * sizeof(float), "gathered logits", &st->logits_full));
     DPS_TRY(be_buf_alloc(be, d0, n * (size_t)m->classes * sizeof(float), "logits gradient", &st->dlogits_full));
@@ -105,7 +107,7 @@ static dps_status alloc_primary(dp_state *st, size_t pbytes)
         DPS_TRY(be_buf_alloc(be, d0, n * (size_t)m->classes * 2, "gathered bf16 logits, then their "
                              "gradient", &st->logits16_full));
     DPS_TRY(be_buf_alloc(be, d0, n * sizeof(float), "per-token loss", &st->row_loss));
-    DPS_TRY(be_buf_alloc(be, d0, sizeof(float), "loss", &st->loss));
+    DPS_TRY(be_buf_alloc(be, d0, (size_t)st->cfg->accum * sizeof(float), "loss", &st->loss));
     if (st->nslots > 1) { /* lean copies 10 MiB at a time, torch a whole group */
         size_t stage = pbytes < DP_COALESCE_BYTES ? pbytes : DP_COALESCE_BYTES;
         if (coalesced(st)) stage = dp_largest_group_floats(m) * sizeof(float);
@@ -133,9 +135,11 @@ static dps_status dp_setup(dp_state *st)
     const dps_config *c = st->cfg;
     backend *be = st->be;
     int samples[DPS_MAX_DEVICES];
-    st->nslots = dp_chunk_sizes(c->global_batch, c->ngpus, samples);
+    st->micro_batch = c->global_batch / c->accum;
+    st->nslots = dp_chunk_sizes(st->micro_batch, c->ngpus, samples);
     DPS_TRY(config_net(c, &st->own_net, &st->net));
-    st->rows_total = c->global_batch * st->net->rows;
+    st->rows_total = st->micro_batch * st->net->rows;
+    st->rows_step = c->global_batch * st->net->rows;
     st->nparams = st->net->params;
     size_t pbytes = st->nparams * sizeof(float);
     be_stream *streams[DPS_MAX_DEVICES];
@@ -156,17 +160,19 @@ static dps_status dp_setup(dp_state *st)
         streams[i] = s->st;
         DPS_TRY(be_mark_baseline(be, s->dev));
     }
-    DPS_TRY(ptimer_init(&st->timer, be, st->nslots, devs, streams));
-    ptimer_set_slowdown(&st->timer, st->cfg->inject_slowdown_pct / 100.0);
+    DPS_TRY(ptimer_init_n(&st->timers, c->accum, be, st->nslots, devs, streams,
+                          c->inject_slowdown_pct / 100.0));
+    st->timer = &st->timers[0];
+    DPS_TRY(scaler_init(&st->scaler, c, be, st->s[0].dev));
     /* device 0 first: its extra memory is what runs out first */
     DPS_TRY(alloc_slot(st, 0, pbytes));
     DPS_TRY(alloc_primary(st, pbytes));
     for (int i = 1; i < st->nslots; i++) DPS_TRY(alloc_slot(st, i, pbytes));
     DPS_TRY(dp_comm_setup(st, devs));
-    DPS_TRY(be->ops->host_alloc(be, sizeof(float), (void **)&st->h_loss));
+    DPS_TRY(be->ops->host_alloc(be, (size_t)c->accum * sizeof(float), (void **)&st->h_loss));
     /* each next batch made during the step, but not on the host backend,
      * whose devices are the cores that would make it */
-    return batches_start(&st->batches, be, st->net, c->seed, 0, c->global_batch,
+    return batches_start(&st->batches, be, st->net, c->seed, 0, c->global_batch, 1, 0,
                          c->warmup + c->steps, !be->emulated);
 }
 
@@ -178,7 +184,8 @@ static void dp_teardown(dp_state *st, dps_status run)
     if (st->pool_up) pool_stop(&st->pool);
     batches_stop(&st->batches);
     comm_group_close(st->nccl, run);
-    ptimer_free(&st->timer);
+    ptimer_free_n(&st->timers, st->cfg->accum);
+    scaler_free(&st->scaler, be);
     for (int i = 0; i < st->nslots; i++) {
         dp_slot *s = &st->s[i];
         if (st->net) net_acts_free(be, st->net, &s->acts);
@@ -194,7 +201,7 @@ static void dp_teardown(dp_state *st, dps_status run)
     dps_buf *bufs[] = {&st->x_full, &st->labels_full, &st->logits_full, &st->dlogits_full,
                        &st->logits16_full,
                        &st->row_loss, &st->loss, &st->staging, &st->opt_state[0],
-                       &st->opt_state[1], &st->logp, &st->dlogp, &st->reduce_out};
+                       &st->opt_state[1], &st->logp, &st->dlogp, &st->reduce_out, &st->grad_acc};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be_buf_free(be, bufs[i]);
     if (st->h_loss) be->ops->host_free(be, st->h_loss);
     free(st->groups);
@@ -208,10 +215,10 @@ static dps_status worker_forward(dp_state *st, int slot)
     dp_slot *s = &st->s[slot];
     backend *be = st->be;
     if (slot && coalesced(st))
-        DPS_TRY(be->ops->stream_wait(be, s->st, st->timer.ev[0][PH_REPLICATE][1]));
-    DPS_TRY(ptimer_begin(&st->timer, slot, PH_FORWARD));
+        DPS_TRY(be->ops->stream_wait(be, s->st, st->timer->ev[0][PH_REPLICATE][1]));
+    DPS_TRY(ptimer_begin(st->timer, slot, PH_FORWARD));
     DPS_TRY(net_forward(be, s->st, st->net, s->params.ptr, &s->acts, s->samples, s->xv, s->logitsv));
-    return ptimer_end(&st->timer, slot, PH_FORWARD);
+    return ptimer_end(st->timer, slot, PH_FORWARD);
 }
 
 /* Where replica `slot`'s rows of the logits' gradient are on device 0, and
@@ -243,16 +250,16 @@ static dps_status worker_backward(dp_state *st, int slot)
     dlogits_rows(st, slot, &from, &to);
     size_t bytes = (size_t)s->rows * (size_t)st->net->classes * logit_bytes(st);
     if (slot) {
-        DPS_TRY(be->ops->stream_wait(be, s->st, st->timer.ev[0][PH_LOSS][1]));
-        DPS_TRY(ptimer_begin_more(&st->timer, slot, PH_SCATTER));
+        DPS_TRY(be->ops->stream_wait(be, s->st, st->timer->ev[0][PH_LOSS][1]));
+        DPS_TRY(ptimer_begin_more(st->timer, slot, PH_SCATTER));
         DPS_TRY(be->ops->copy(be, s->st, to, s->dev, from, st->s[0].dev, bytes));
-        DPS_TRY(ptimer_end_more(&st->timer, slot, PH_SCATTER));
+        DPS_TRY(ptimer_end_more(st->timer, slot, PH_SCATTER));
     }
-    DPS_TRY(ptimer_begin(&st->timer, slot, PH_BACKWARD));
+    DPS_TRY(ptimer_begin(st->timer, slot, PH_BACKWARD));
     if (!slot && st->bf16) DPS_TRY(be->ops->copy(be, s->st, to, s->dev, from, s->dev, bytes));
     DPS_TRY(net_backward(be, s->st, st->net, s->params.ptr, &s->acts, s->samples, s->xv,
                          st->bf16 ? NULL : s->dlogitsv, s->grads.ptr, NULL, NULL));
-    return ptimer_end(&st->timer, slot, PH_BACKWARD);
+    return ptimer_end(st->timer, slot, PH_BACKWARD);
 }
 
 /* Forward or backward of one replica, on its own thread. */
@@ -271,27 +278,29 @@ static dps_status phase_load(dp_state *st)
     backend *be = st->be;
     dp_slot *s0 = &st->s[0];
     size_t n = (size_t)st->rows_total;
-    size_t xb = (size_t)st->cfg->global_batch * st->net->input * sizeof(float);
-    DPS_TRY(ptimer_begin(&st->timer, 0, PH_LOAD));
-    DPS_TRY(be->ops->copy(be, s0->st, st->x_full.ptr, s0->dev, st->h_x, DPS_HOST, xb));
-    DPS_TRY(be->ops->copy(be, s0->st, st->labels_full.ptr, s0->dev, st->h_labels, DPS_HOST, n * sizeof(int32_t)));
+    size_t xb = (size_t)st->micro_batch * st->net->input * sizeof(float);
+    const float *x = st->h_x + (size_t)st->micro * st->micro_batch * st->net->input;
+    const int32_t *labels = st->h_labels + (size_t)st->micro * n;
+    DPS_TRY(ptimer_begin(st->timer, 0, PH_LOAD));
+    DPS_TRY(be->ops->copy(be, s0->st, st->x_full.ptr, s0->dev, x, DPS_HOST, xb));
+    DPS_TRY(be->ops->copy(be, s0->st, st->labels_full.ptr, s0->dev, labels, DPS_HOST, n * sizeof(int32_t)));
     dp_count(st, 0, PH_LOAD, LINK_H2D, xb + n * sizeof(int32_t));
-    return ptimer_end(&st->timer, 0, PH_LOAD);
+    return ptimer_end(st->timer, 0, PH_LOAD);
 }
 
 static dps_status phase_scatter(dp_state *st)
 {
     size_t input = st->net->input;
-    DPS_TRY(ptimer_begin(&st->timer, 0, PH_SCATTER));
+    DPS_TRY(ptimer_begin(st->timer, 0, PH_SCATTER));
     for (int i = 1; i < st->nslots; i++) {
         dp_slot *s = &st->s[i];
-        DPS_TRY(st->be->ops->stream_wait(st->be, s->st, st->timer.ev[0][PH_LOAD][1]));
-        DPS_TRY(ptimer_begin(&st->timer, i, PH_SCATTER));
+        DPS_TRY(st->be->ops->stream_wait(st->be, s->st, st->timer->ev[0][PH_LOAD][1]));
+        DPS_TRY(ptimer_begin(st->timer, i, PH_SCATTER));
         DPS_TRY(dp_p2p(st, PH_SCATTER, i, s->x.ptr, 0, (float *)st->x_full.ptr + (size_t)s->sample0 * input,
                        (size_t)s->samples * input * sizeof(float), s->st));
-        DPS_TRY(ptimer_end(&st->timer, i, PH_SCATTER));
+        DPS_TRY(ptimer_end(st->timer, i, PH_SCATTER));
     }
-    return ptimer_end(&st->timer, 0, PH_SCATTER);
+    return ptimer_end(st->timer, 0, PH_SCATTER);
 }
 
 /* Outputs of every replica copied to device 0 and concatenated: bf16
@@ -302,16 +311,16 @@ static dps_status phase_gather(dp_state *st)
     int bf16 = st->bf16;
     char *into = bf16 ? st->logits16_full.ptr : st->logits_full.ptr;
     dp_slot *s0 = &st->s[0];
-    DPS_TRY(ptimer_begin(&st->timer, 0, PH_GATHER));
+    DPS_TRY(ptimer_begin(st->timer, 0, PH_GATHER));
     for (int i = 0; i < st->nslots; i++) {
         dp_slot *s = &st->s[i];
-        DPS_TRY(st->be->ops->stream_wait(st->be, s0->st, st->timer.ev[i][PH_FORWARD][1]));
-        if (i) DPS_TRY(ptimer_begin_on(&st->timer, i, PH_GATHER, 0)); /* copies run on slot 0's stream */
+        DPS_TRY(st->be->ops->stream_wait(st->be, s0->st, st->timer->ev[i][PH_FORWARD][1]));
+        if (i) DPS_TRY(ptimer_begin_on(st->timer, i, PH_GATHER, 0)); /* copies run on slot 0's stream */
         DPS_TRY(dp_p2p(st, PH_GATHER, 0, into + (size_t)s->row0 * row, i,
                        bf16 ? s->acts.mlp.dlogits16.ptr : s->logitsv, (size_t)s->rows * row, s0->st));
-        if (i) DPS_TRY(ptimer_end_on(&st->timer, i, PH_GATHER, 0));
+        if (i) DPS_TRY(ptimer_end_on(st->timer, i, PH_GATHER, 0));
     }
-    return ptimer_end(&st->timer, 0, PH_GATHER);
+    return ptimer_end(st->timer, 0, PH_GATHER);
 }
 
 /* Backward on every replica; the logits gradient's rows each one received
@@ -327,22 +336,58 @@ static dps_status phase_backward(dp_state *st)
     return DPS_OK;
 }
 
-static dps_status phase_optimizer(dp_state *st, int step)
+/* The gradients the optimizer reads: accumulated over the micro-steps,
+ * else the reduce's output (torch) or device 0's own. */
+static float *step_grads(dp_state *st)
+{
+    if (st->cfg->accum > 1) return st->grad_acc.ptr;
+    return coalesced(st) ? st->reduce_out.ptr : st->s[0].grads.ptr;
+}
+
+/* --accum: this micro-step's gradients into the accumulated ones (copied
+ * by the first, added by the others), on device 0 after its reduce, as
+ * AccumulateGrad adds each micro-step's into .grad: timed as reduce's. */
+static dps_status accumulate(dp_state *st)
+{
+    backend *be = st->be;
+    dp_slot *s0 = &st->s[0];
+    const float *g = coalesced(st) ? st->reduce_out.ptr : s0->grads.ptr;
+    DPS_TRY(ptimer_begin_more(st->timer, 0, PH_REDUCE));
+    if (st->micro == 0)
+        DPS_TRY(be->ops->copy(be, s0->st, st->grad_acc.ptr, s0->dev, g, s0->dev,
+                              st->nparams * sizeof(float)));
+    else
+        DPS_TRY(be->ops->add(be, s0->st, (int64_t)st->nparams, st->grad_acc.ptr, g));
+    return ptimer_end_more(st->timer, 0, PH_REDUCE);
+}
+
+/* GradScaler's unscale_ and inf check on device 0's gradients; *skip when found. */
+static dps_status phase_unscale(dp_state *st, int *skip)
+{
+    dp_slot *s0 = &st->s[0];
+    *skip = 0;
+    if (!st->scaler.on) return DPS_OK;
+    DPS_TRY(ptimer_begin(st->timer, 0, PH_UNSCALE));
+    DPS_TRY(scaler_unscale(&st->scaler, st->be, s0->st, step_grads(st), (int64_t)st->nparams, skip));
+    return ptimer_end(st->timer, 0, PH_UNSCALE);
+}
+
+static dps_status phase_optimizer(dp_state *st, int taken)
 {
     backend *be = st->be;
     dp_slot *s0 = &st->s[0];
     dps_opt_hparams hp = st->cfg->hp;
-    hp.step = step + 1;
+    hp.step = taken + 1;
     int64_t n = (int64_t)st->nparams;
-    const float *grads = coalesced(st) ? st->reduce_out.ptr : s0->grads.ptr;
-    DPS_TRY(ptimer_begin(&st->timer, 0, PH_OPTIMIZER));
+    const float *grads = step_grads(st);
+    DPS_TRY(ptimer_begin(st->timer, 0, PH_OPTIMIZER));
     if (st->cfg->optimizer == OPT_SGD)
         DPS_TRY(be->ops->sgd(be, s0->st, n, s0->params.ptr, grads,
                              st->opt_state[0].ptr, hp));
     else
         DPS_TRY(be->ops->adamw(be, s0->st, n, s0->params.ptr, grads,
                                st->opt_state[0].ptr, st->opt_state[1].ptr, hp));
-    return ptimer_end(&st->timer, 0, PH_OPTIMIZER);
+    return ptimer_end(st->timer, 0, PH_OPTIMIZER);
 }
 
 /* Every device idle: the host waits on each stream; with NCCL a watchdog
@@ -363,8 +408,10 @@ typedef dps_status (*phase_fn)(dp_state *);
 
 static dps_status run_forward(dp_state *st) { return pool_run(&st->pool, JOB_FORWARD); }
 
-/* One training step; *step_ms is the wall time until every device is idle. */
-static dps_status dp_step(dp_state *st, int step, double *step_ms)
+/* One micro-step (the whole step without --accum): DataParallel's forward
+ * and backward, every part of them each time, then its gradients into
+ * the accumulated ones. */
+static dps_status dp_micro_step(dp_state *st)
 {
     typedef struct { dps_phase ph; phase_fn fn; } phase_entry;
     /* DataParallel.forward scatters before it replicates */
@@ -379,18 +426,36 @@ static dps_status dp_step(dp_state *st, int step, double *step_ms)
         {PH_BACKWARD, phase_backward}, {PH_REDUCE, dp_reduce},
     };
     const phase_entry *phases = st->cfg->dp_impl == DPIMPL_TORCH ? torch : lean;
-    ptimer_reset(&st->timer);
-    nvtx_push_step(step);
-    double t0 = dps_now_ms();
     dps_status rc = DPS_OK;
     for (size_t i = 0; !rc && i < sizeof torch / sizeof torch[0]; i++) {
         nvtx_push_phase(phases[i].ph);
         rc = phases[i].fn(st);
         nvtx_pop();
     }
-    if (!rc) {
+    if (!rc && st->cfg->accum > 1) rc = accumulate(st);
+    return rc;
+}
+
+/* One optimizer step of accum micro-steps; *step_ms is the wall time until
+ * every device is idle, *skipped whether the GradScaler skipped it, and
+ * *taken counts the optimizer's steps (AdamW's bias correction). */
+static dps_status dp_step(dp_state *st, int step, double *step_ms, int *skipped, int *taken)
+{
+    for (int k = 0; k < st->cfg->accum; k++) ptimer_reset(&st->timers[k]);
+    st->step = step;
+    nvtx_push_step(step);
+    double t0 = dps_now_ms();
+    dps_status rc = DPS_OK;
+    for (int k = 0; !rc && k < st->cfg->accum; k++) {
+        st->micro = k;
+        st->timer = &st->timers[k];
+        rc = dp_micro_step(st);
+    }
+    *skipped = 0;
+    if (!rc) rc = phase_unscale(st, skipped);
+    if (!rc && !*skipped) {
         nvtx_push_phase(PH_OPTIMIZER);
-        rc = phase_optimizer(st, step);
+        rc = phase_optimizer(st, (*taken)++);
         nvtx_pop();
     }
     if (!rc) rc = dp_sync(st);
@@ -428,21 +493,54 @@ static dps_status dp_download_params(dp_state *st, train_result *res)
     return st->be->ops->stream_sync(st->be, s0->st);
 }
 
-/* Timed step k, traced: the reference as the first traced step begins. */
+/* Timed step k, traced: the reference as the first traced step begins (in
+ * every micro-step's timer, recorded together). */
 static dps_status trace_mark(dp_state *st, const train_result *res, int k)
 {
-    int first = st->cfg->steps - res->tl.steps;
-    return res->tl.steps && k == first ? ptimer_mark(&st->timer) : DPS_OK;
+    if (!res->tl.steps || k != st->cfg->steps - res->tl.steps) return DPS_OK;
+    for (int m = 0; m < st->cfg->accum; m++) DPS_TRY(ptimer_mark(&st->timers[m]));
+    return DPS_OK;
 }
 
-/* Timed step k, traced, its streams synchronised: where each slot's phases began. */
-static dps_status trace_read(dp_state *st, train_result *res, int k)
+/* Timed step k, traced, its streams synchronised: where each slot's phases
+ * began in each micro-step, and how long they ran (micro_ms: [slot][micro][PH_COUNT]). */
+static dps_status trace_read(dp_state *st, train_result *res, int k, const float *micro_ms)
 {
     int t = k - (st->cfg->steps - res->tl.steps);
     if (!res->tl.steps || t < 0) return DPS_OK;
     for (int i = 0; i < st->nslots; i++)
-        DPS_TRY(ptimer_begins(&st->timer, i, timeline_phases(&res->tl, t, i)));
+        for (int m = 0; m < st->cfg->accum; m++) {
+            tl_phase *tp = timeline_micro(&res->tl, t, i, m);
+            const float *ms = micro_ms + ((size_t)i * st->cfg->accum + m) * PH_COUNT;
+            DPS_TRY(ptimer_begins(&st->timers[m], i, tp));
+            for (int p = 0; p < PH_COUNT; p++) tp[p].ms = ms[p];
+        }
     return DPS_OK;
+}
+
+/* Every slot's phases of the step just synchronised: summed into phases
+ * (train_result_phases' layout, or a scratch one in warm-up), each
+ * micro-step's into micro_ms. */
+static dps_status read_phases(dp_state *st, train_result *res, int k, float *micro_ms)
+{
+    float warm[PH_COUNT]; /* read in warm-up too: --inject-slowdown stretches by them */
+    for (int i = 0; i < st->nslots; i++)
+        DPS_TRY(ptimer_read_n(st->timers, st->cfg->accum, i,
+                              k >= 0 ? train_result_phases(res, k, i) : warm,
+                              micro_ms + (size_t)i * st->cfg->accum * PH_COUNT));
+    return DPS_OK;
+}
+
+/* The step's loss, the mean over its micro-steps' rows, and its GradScaler's record. */
+static void record_step(dp_state *st, train_result *res, int step, float scale, int skipped)
+{
+    const dps_config *c = st->cfg;
+    double sum = 0.0;
+    for (int m = 0; m < c->accum; m++) sum += st->h_loss[m];
+    res->loss[step] = (float)(sum / (double)st->rows_step);
+    res->losses_done = step + 1;
+    if (step >= c->warmup) res->scaler[step - c->warmup] = (step_scaler){scale, skipped};
+    if (st->scaler.on) scaler_update(&st->scaler, skipped);
 }
 
 /* Escalation (a second SIGINT or SIGTERM, or the first's grace) during
@@ -455,11 +553,11 @@ static dps_status cut_short(const train_result *res, int step)
                     res->steps_done == 1 ? "" : "s");
 }
 
-static dps_status dp_loop(dp_state *st, train_result *res)
+/* The warm-up and timed steps, each recorded as it ends. */
+static dps_status dp_steps(dp_state *st, train_result *res, float *micro_ms)
 {
     const dps_config *c = st->cfg;
-    DPS_TRY(dp_upload_params(st));
-    int devs[DPS_MAX_DEVICES];
+    int devs[DPS_MAX_DEVICES], taken = 0;
     for (int i = 0; i < st->nslots; i++) devs[i] = st->s[i].dev;
     DPS_TRY(pool_start(&st->pool, st->nslots, dp_worker, st, "dp-worker-", devs));
     st->pool_up = 1;
@@ -477,22 +575,33 @@ static dps_status dp_loop(dp_state *st, train_result *res)
         double ms = 0.0;
         DPS_TRY(config_profile_hook(c, st->be, step, 1));
         if (timed) DPS_TRY(trace_mark(st, res, step - c->warmup));
-        dps_status rc = dp_step(st, step, &ms);
+        int skipped = 0;
+        float scale = scaler_loss_factor(&st->scaler);
+        dps_status rc = dp_step(st, step, &ms, &skipped, &taken);
         if (rc) return dps_escalated() ? cut_short(res, step) : rc;
         DPS_TRY(config_profile_hook(c, st->be, step, 0));
-        res->loss[step] = *st->h_loss / (float)st->rows_total;
-        res->losses_done = step + 1;
+        record_step(st, res, step, scale, skipped);
         for (int i = 0; i < st->nslots; i++) DPS_TRY(be_sample_mem(st->be, st->s[i].dev));
         int k = step - c->warmup;
-        float warm[PH_COUNT]; /* read in warm-up too: --inject-slowdown stretches by them */
-        for (int i = 0; i < st->nslots; i++)
-            DPS_TRY(ptimer_read(&st->timer, i, timed ? train_result_phases(res, k, i) : warm));
+        DPS_TRY(read_phases(st, res, k, micro_ms));
         if (!timed) continue;
-        DPS_TRY(trace_read(st, res, k));
+        DPS_TRY(trace_read(st, res, k, micro_ms));
         res->step_ms[k] = ms;
         for (int i = 0; i < c->ngpus; i++) res->rank_step_ms[(size_t)k * res->nranks + i] = ms;
         res->steps_done = k + 1;
     }
+    return DPS_OK;
+}
+
+static dps_status dp_loop(dp_state *st, train_result *res)
+{
+    const dps_config *c = st->cfg;
+    DPS_TRY(dp_upload_params(st));
+    float *micro_ms = calloc((size_t)st->nslots * c->accum * PH_COUNT, sizeof *micro_ms);
+    if (!micro_ms) return dps_fail(DPS_ERR_RUNTIME, "out of host memory for the phase timers");
+    dps_status rc = dp_steps(st, res, micro_ms);
+    free(micro_ms);
+    DPS_TRY(rc);
     return dp_download_params(st, res);
 }
 
@@ -502,10 +611,11 @@ dps_status dp_train(const dps_config *cfg, backend *be, train_result *res)
     if (!st) return dps_fail(DPS_ERR_RUNTIME, "out of host memory for the dp state");
     st->cfg = cfg;
     st->be = be;
-    st->bf16 = cfg->precision == PREC_BF16;
+    st->bf16 = dps_precision_is_half(cfg->precision);
+    st->half = cfg->precision == PREC_FP16 ? BE_F16 : cfg->precision == PREC_BF16 ? BE_BF16 : BE_F32;
     st->traffic = res->dev;
     dps_status rc = timeline_alloc(&res->tl, timeline_steps(cfg->trace_steps, cfg->steps),
-                                   res->nranks, 0);
+                                   res->nranks, 0, cfg->accum);
     if (!rc) rc = dp_setup(st);
     if (!rc) rc = dp_loop(st, res);
     for (int i = 0; i < cfg->ngpus; i++) {

@@ -22,22 +22,27 @@ dps_status dp_loss(dp_state *st)
     backend *be = st->be;
     dp_slot *s0 = &st->s[0];
     int n = st->rows_total, classes = st->net->classes;
-    float scale = 1.0f / (float)n;
-    DPS_TRY(ptimer_begin(&st->timer, 0, PH_LOSS));
+    /* the step's mean over its micro-steps (loss / accum), scaled by the GradScaler */
+    float scale = scaler_loss_factor(&st->scaler) / (float)st->rows_step;
+    DPS_TRY(ptimer_begin(st->timer, 0, PH_LOSS));
     int64_t nc = (int64_t)n * classes;
     if (st->bf16) /* autocast's cross_entropy runs in fp32 */
-        DPS_TRY(be->ops->cast(be, s0->st, nc, st->logits16_full.ptr, BE_BF16, st->logits_full.ptr,
+        DPS_TRY(be->ops->cast(be, s0->st, nc, st->logits16_full.ptr, st->half, st->logits_full.ptr,
                               BE_F32));
     if (st->cfg->dp_impl == DPIMPL_TORCH)
         DPS_TRY(loss_torch(st, n, classes, scale));
     else
         DPS_TRY(be->ops->xent(be, s0->st, n, classes, st->logits_full.ptr, st->labels_full.ptr,
                               scale, st->dlogits_full.ptr, st->row_loss.ptr));
-    if (st->bf16) /* that cast's backward: the gradient in bf16, for the scatter */
+    if (st->step == st->cfg->overflow_step && st->micro == st->cfg->accum - 1)
+        DPS_TRY(scaler_plant_inf(be, s0->st, st->dlogits_full.ptr, s0->dev));
+    if (st->bf16) /* that cast's backward: the gradient in half precision, for the scatter */
         DPS_TRY(be->ops->cast(be, s0->st, nc, st->dlogits_full.ptr, BE_F32, st->logits16_full.ptr,
-                              BE_BF16));
-    DPS_TRY(be->ops->sum(be, s0->st, n, st->row_loss.ptr, st->loss.ptr));
-    DPS_TRY(be->ops->copy(be, s0->st, st->h_loss, DPS_HOST, st->loss.ptr, s0->dev, sizeof(float)));
+                              st->half));
+    float *loss = (float *)st->loss.ptr + st->micro;
+    DPS_TRY(be->ops->sum(be, s0->st, n, st->row_loss.ptr, loss));
+    DPS_TRY(be->ops->copy(be, s0->st, st->h_loss + st->micro, DPS_HOST, loss, s0->dev,
+                          sizeof(float)));
     dp_count(st, 0, PH_LOSS, LINK_D2H, sizeof(float));
-    return ptimer_end(&st->timer, 0, PH_LOSS);
+    return ptimer_end(st->timer, 0, PH_LOSS);
 }

@@ -98,13 +98,13 @@ static dps_status nccl_whole(dp_state *st, dps_phase ph)
         bufs[i] = ph == PH_REPLICATE ? s->params.ptr : s->grads.ptr;
         streams[i] = st->be->ops->native_stream(st->be, s->st);
         if (i && ph == PH_REPLICATE)
-            DPS_TRY(st->be->ops->stream_wait(st->be, s->st, st->timer.ev[0][PH_LOAD][1]));
-        DPS_TRY(ptimer_begin(&st->timer, i, ph));
+            DPS_TRY(st->be->ops->stream_wait(st->be, s->st, st->timer->ev[0][PH_LOAD][1]));
+        DPS_TRY(ptimer_begin(st->timer, i, ph));
     }
     count_nccl(st, ph, bytes);
     DPS_TRY(ph == PH_REPLICATE ? comm_group_broadcast(st->nccl, bufs, st->nparams, streams)
                                : comm_group_reduce(st->nccl, bufs, NULL, st->nparams, streams));
-    for (int i = 0; i < st->nslots; i++) DPS_TRY(ptimer_end(&st->timer, i, ph));
+    for (int i = 0; i < st->nslots; i++) DPS_TRY(ptimer_end(st->timer, i, ph));
     return DPS_OK;
 }
 
@@ -112,19 +112,19 @@ static dps_status nccl_whole(dp_state *st, dps_phase ph)
 static dps_status replicate_lean(dp_state *st)
 {
     size_t total = st->nparams * sizeof(float);
-    DPS_TRY(ptimer_begin(&st->timer, 0, PH_REPLICATE));
+    DPS_TRY(ptimer_begin(st->timer, 0, PH_REPLICATE));
     for (int i = 1; i < st->nslots; i++) {
         dp_slot *s = &st->s[i];
-        DPS_TRY(st->be->ops->stream_wait(st->be, s->st, st->timer.ev[0][PH_LOAD][1]));
-        DPS_TRY(ptimer_begin(&st->timer, i, PH_REPLICATE));
+        DPS_TRY(st->be->ops->stream_wait(st->be, s->st, st->timer->ev[0][PH_LOAD][1]));
+        DPS_TRY(ptimer_begin(st->timer, i, PH_REPLICATE));
         for (size_t off = 0; off < total; off += DP_COALESCE_BYTES) {
             size_t len = total - off < DP_COALESCE_BYTES ? total - off : DP_COALESCE_BYTES;
             DPS_TRY(dp_p2p(st, PH_REPLICATE, i, (char *)s->params.ptr + off, 0,
                            (char *)st->s[0].params.ptr + off, len, s->st));
         }
-        DPS_TRY(ptimer_end(&st->timer, i, PH_REPLICATE));
+        DPS_TRY(ptimer_end(st->timer, i, PH_REPLICATE));
     }
-    return ptimer_end(&st->timer, 0, PH_REPLICATE);
+    return ptimer_end(st->timer, 0, PH_REPLICATE);
 }
 
 /* torch, one group: flattened on device 0, then to every replica's
@@ -156,11 +156,11 @@ static dps_status replicate_torch(dp_state *st)
     for (int i = 0; i < st->nslots; i++) {
         streams[i] = st->be->ops->native_stream(st->be, st->s[i].st);
         where[i] = st->nccl ? i : 0;
-        DPS_TRY(ptimer_begin_on(&st->timer, i, PH_REPLICATE, where[i]));
+        DPS_TRY(ptimer_begin_on(st->timer, i, PH_REPLICATE, where[i]));
     }
     for (int k = 0; k < st->ngroups; k++) DPS_TRY(replicate_group(st, &st->groups[k], streams));
     for (int i = st->nslots - 1; i >= 0; i--) /* slot 0's end last: the replicas wait for it */
-        DPS_TRY(ptimer_end_on(&st->timer, i, PH_REPLICATE, where[i]));
+        DPS_TRY(ptimer_end_on(st->timer, i, PH_REPLICATE, where[i]));
     return DPS_OK;
 }
 
@@ -177,11 +177,11 @@ static dps_status reduce_lean(dp_state *st)
     backend *be = st->be;
     dp_slot *s0 = &st->s[0];
     size_t total = st->nparams * sizeof(float);
-    DPS_TRY(ptimer_begin(&st->timer, 0, PH_REDUCE));
+    DPS_TRY(ptimer_begin(st->timer, 0, PH_REDUCE));
     for (int i = 1; i < st->nslots; i++) {
         dp_slot *s = &st->s[i];
-        DPS_TRY(be->ops->stream_wait(be, s0->st, st->timer.ev[i][PH_BACKWARD][1]));
-        DPS_TRY(ptimer_begin_on(&st->timer, i, PH_REDUCE, 0)); /* copies and adds on slot 0's stream */
+        DPS_TRY(be->ops->stream_wait(be, s0->st, st->timer->ev[i][PH_BACKWARD][1]));
+        DPS_TRY(ptimer_begin_on(st->timer, i, PH_REDUCE, 0)); /* copies and adds on slot 0's stream */
         for (size_t off = 0; off < total; off += DP_COALESCE_BYTES) {
             size_t len = total - off < DP_COALESCE_BYTES ? total - off : DP_COALESCE_BYTES;
             DPS_TRY(dp_p2p(st, PH_REDUCE, 0, st->staging.ptr, i, (char *)s->grads.ptr + off, len,
@@ -189,9 +189,9 @@ static dps_status reduce_lean(dp_state *st)
             DPS_TRY(be->ops->add(be, s0->st, (int64_t)(len / sizeof(float)),
                                  (float *)((char *)s0->grads.ptr + off), st->staging.ptr));
         }
-        DPS_TRY(ptimer_end_on(&st->timer, i, PH_REDUCE, 0));
+        DPS_TRY(ptimer_end_on(st->timer, i, PH_REDUCE, 0));
     }
-    return ptimer_end(&st->timer, 0, PH_REDUCE);
+    return ptimer_end(st->timer, 0, PH_REDUCE);
 }
 
 /* torch, peer copies, one group (reduce_add): each device flattens its part;
@@ -242,14 +242,14 @@ static dps_status reduce_torch(dp_state *st)
         streams[i] = st->be->ops->native_stream(st->be, st->s[i].st);
         where[i] = st->nccl ? i : 0;
         if (i && !st->nccl)
-            DPS_TRY(st->be->ops->stream_wait(st->be, st->s[0].st, st->timer.ev[i][PH_BACKWARD][1]));
-        DPS_TRY(ptimer_begin_on(&st->timer, i, PH_REDUCE, where[i]));
+            DPS_TRY(st->be->ops->stream_wait(st->be, st->s[0].st, st->timer->ev[i][PH_BACKWARD][1]));
+        DPS_TRY(ptimer_begin_on(st->timer, i, PH_REDUCE, where[i]));
     }
     for (int k = 0; k < st->ngroups; k++)
         DPS_TRY(st->nccl ? reduce_group_nccl(st, &st->groups[k], streams)
                          : reduce_group_p2p(st, &st->groups[k]));
     for (int i = st->nslots - 1; i >= 0; i--)
-        DPS_TRY(ptimer_end_on(&st->timer, i, PH_REDUCE, where[i]));
+        DPS_TRY(ptimer_end_on(st->timer, i, PH_REDUCE, where[i]));
     return DPS_OK;
 }
 

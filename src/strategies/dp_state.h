@@ -7,6 +7,7 @@
 #include "comm/comm_group.h"
 #include "config/config.h"
 #include "strategies/ptimer.h"
+#include "strategies/scaler.h"
 #include "core/pool.h"
 #include "model/batches.h"
 #include "model/net.h"
@@ -40,9 +41,14 @@ typedef struct dp_state {
     backend *be;
     const net *net;        /* the model: cfg's file, or own_net */
     net own_net;           /* the MLP of cfg->shape */
-    int bf16;              /* as under autocast: cfg->precision is PREC_BF16 */
+    int bf16;              /* as under autocast: cfg->precision is bf16 or fp16 */
+    be_dtype half;         /* autocast's type (BE_F32: none) */
     size_t nparams;
-    int nslots, rows_total;
+    int nslots, rows_total; /* rows_total: one micro-batch's loss rows (the step's without --accum) */
+    int micro_batch;       /* samples a micro-step: the global batch / accum */
+    int rows_step;         /* loss rows of the whole optimizer step */
+    int micro;             /* the micro-step running, 0 .. accum - 1 */
+    int step;              /* the optimizer step running (warm-up included) */
     dp_slot s[DPS_MAX_DEVICES];
     dps_buf x_full, labels_full, logits_full, dlogits_full, row_loss, loss, staging;
     dps_buf logp, dlogp;   /* torch: log-probabilities and their gradient (device 0) */
@@ -51,13 +57,16 @@ typedef struct dp_state {
     dps_buf logits16_full;
     dps_buf reduce_out;    /* torch: the summed gradients, a new buffer on device 0 */
     dps_buf opt_state[2];
+    dps_buf grad_acc;      /* --accum: the gradients accumulated over the micro-steps (device 0) */
+    grad_scaler scaler;
     dp_group *groups;      /* torch: replicate's and reduce's coalescing groups */
     int ngroups;
     batches batches;       /* the steps' batches, made on a helper thread */
     const float *h_x;      /* this step's batch (batches_get) */
     const int32_t *h_labels;
-    float *h_loss;
-    phase_timer timer;
+    float *h_loss;         /* [accum]: each micro-step's loss sum */
+    phase_timer *timers;   /* [accum]: a micro-step's phases each */
+    phase_timer *timer;    /* the running micro-step's */
     worker_pool pool;
     int pool_up;
     comm_group *nccl;      /* replicate and reduce through NCCL; NULL: peer copies */

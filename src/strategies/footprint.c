@@ -23,7 +23,7 @@ static uint64_t acts_bytes(const dps_config *c, const net *n, uint64_t samples)
     if (net_is_file(n)) return graph_acts_bytes(&n->file, samples);
     model_shape s = c->shape;
     uint64_t rows = samples * (uint64_t)s.tokens, layer = rows * (uint64_t)s.width;
-    if (c->precision != PREC_BF16) return layer * F4 * (2 * (uint64_t)s.layers + 2);
+    if (!dps_precision_is_half(c->precision)) return layer * F4 * (2 * (uint64_t)s.layers + 2);
     return layer * 2 * (2 * (uint64_t)s.layers + 3) + (uint64_t)model_param_count(s) * 2 +
            layer * F4 + rows * (uint64_t)s.classes * 2;
 }
@@ -53,7 +53,7 @@ static uint64_t dp_devices(const dps_config *c, const net *m, uint64_t *dev)
     dev[0] += optimizer_bytes(c, pbytes) + xall + 2 * n * C + 2 * n * F4 + F4;
     if (nslots > 1) dev[0] += coalesced ? group : (pbytes < DP_COALESCE_BYTES ? pbytes : DP_COALESCE_BYTES);
     if (torch) dev[0] += 2 * n * C;
-    if (c->precision == PREC_BF16) dev[0] += n * (uint64_t)m->classes * 2; /* gathered bf16 logits */
+    if (dps_precision_is_half(c->precision)) dev[0] += n * (uint64_t)m->classes * 2; /* gathered half logits */
     if (coalesced) dev[0] += pbytes;
     return 2 * (xall + n * F4) + F4 + pbytes; /* two steps' batches (batches.h) */
 }

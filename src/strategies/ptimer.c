@@ -1,4 +1,5 @@
 /* Phase timers on backend events (see ptimer.h). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "strategies/ptimer.h"
@@ -151,13 +152,46 @@ dps_status ptimer_mark(phase_timer *t)
 dps_status ptimer_begins(phase_timer *t, int slot, tl_phase *out)
 {
     for (int p = 0; p < PH_COUNT; p++) {
-        out[p] = (tl_phase){0.0f, -1};
+        out[p] = (tl_phase){0.0f, -1, 0.0f};
         int w = t->where[slot][p];
         if (!t->used[slot][p] || !t->ref[w]) continue;
         be_event *begin = t->on_other[slot][p] ? t->ev_on[slot][p][0] : t->ev[slot][p][0];
         DPS_TRY(t->be->ops->event_ms(t->be, t->ref[w], begin, &out[p].begin_ms));
         out[p].begin_ms += (float)(t->ref_host_ms[w] - t->ref_host_ms[0]);
         out[p].on = w;
+    }
+    return DPS_OK;
+}
+
+dps_status ptimer_init_n(phase_timer **out, int n, backend *be, int nslots, const int *devs,
+                         be_stream *const *streams, double slowdown)
+{
+    *out = calloc((size_t)n, sizeof **out);
+    if (!*out) return dps_fail(DPS_ERR_RUNTIME, "out of host memory for %d phase timers", n);
+    for (int k = 0; k < n; k++) {
+        DPS_TRY(ptimer_init(&(*out)[k], be, nslots, devs, streams));
+        ptimer_set_slowdown(&(*out)[k], slowdown);
+    }
+    return DPS_OK;
+}
+
+void ptimer_free_n(phase_timer **t, int n)
+{
+    if (!*t) return;
+    for (int k = 0; k < n; k++)
+        if ((*t)[k].be) ptimer_free(&(*t)[k]);
+    free(*t);
+    *t = NULL;
+}
+
+dps_status ptimer_read_n(phase_timer *t, int n, int slot, float *ms, float *micro_ms)
+{
+    float one[PH_COUNT];
+    memset(ms, 0, PH_COUNT * sizeof *ms);
+    for (int k = 0; k < n; k++) {
+        DPS_TRY(ptimer_read(&t[k], slot, one));
+        for (int p = 0; p < PH_COUNT; p++) ms[p] += one[p];
+        if (micro_ms) memcpy(micro_ms + (size_t)k * PH_COUNT, one, sizeof one);
     }
     return DPS_OK;
 }

@@ -39,6 +39,16 @@ typedef struct phase_timer {
 dps_status ptimer_init(phase_timer *t, backend *be, int nslots, const int *devs,
                        be_stream *const *streams) DPS_MUST_USE;
 void ptimer_free(phase_timer *t);
+/* n timers, one a micro-step of an optimizer step (gradient accumulation),
+ * in *out (free with ptimer_free_n, safe on a failed or zeroed one). */
+dps_status ptimer_init_n(phase_timer **out, int n, backend *be, int nslots, const int *devs,
+                         be_stream *const *streams, double slowdown) DPS_MUST_USE;
+void ptimer_free_n(phase_timer **t, int n);
+/* After the streams are synchronised: slot's ms per phase over the n
+ * micro-steps' timers, summed into ms; each micro-step's own into
+ * micro_ms[k * PH_COUNT + p] when micro_ms is not NULL. */
+dps_status ptimer_read_n(phase_timer *t, int n, int slot, float *ms,
+                         float *micro_ms) DPS_MUST_USE;
 void ptimer_reset(phase_timer *t);
 dps_status ptimer_begin(phase_timer *t, int slot, dps_phase ph) DPS_MUST_USE;
 dps_status ptimer_end(phase_timer *t, int slot, dps_phase ph) DPS_MUST_USE;

@@ -243,17 +243,17 @@ static void test_autocast_ops(void)
     /* Linear + GELU, GELU's backward, the bias gradient */
     uint16_t bias[N], pre[M * N], post[M * N], dpre[M * N];
     for (int c = 0; c < N; c++) bias[c] = dps_f32_to_bf16(dps_uniform(11, 4, (uint64_t)c));
-    EXPECT(op->bias_act_bf16(be, NULL, M, N, c0, bias, pre, post) == DPS_OK);
+    EXPECT(op->bias_act_half(be, NULL, BE_BF16, M, N, c0, bias, pre, post) == DPS_OK);
     uint16_t p1, q1;
-    dps_bias_act_bf16(c0[N + 3], bias[3], &p1, &q1);
+    dps_bias_act_half(c0[N + 3], bias[3], &p1, &q1, 0);
     EXPECT(pre[N + 3] == p1 && post[N + 3] == q1);
     EXPECT(pre[7] == dps_f32_to_bf16(c0[7] + dps_bf16_to_f32(bias[7])));
-    EXPECT(op->gelu_bwd_bf16(be, NULL, M * N, post, pre, dpre) == DPS_OK);
-    EXPECT(dpre[9] == dps_gelu_bwd_bf16(post[9], pre[9]));
+    EXPECT(op->gelu_bwd_half(be, NULL, BE_BF16, M * N, post, pre, dpre) == DPS_OK);
+    EXPECT(dpre[9] == dps_gelu_bwd_half(post[9], pre[9], 0));
     float sums[N], sums_wide[N];
     EXPECT(op->cast(be, NULL, M * N, dpre, BE_BF16, got, BE_F32) == DPS_OK);
     EXPECT(op->col_sum(be, NULL, M, N, got, sums_wide) == DPS_OK);
-    EXPECT(op->col_sum_bf16(be, NULL, M, N, dpre, sums) == DPS_OK);
+    EXPECT(op->col_sum_half(be, NULL, BE_BF16, M, N, dpre, sums) == DPS_OK);
     EXPECT(memcmp(sums, sums_wide, sizeof sums) == 0);
     be_close(be);
 }

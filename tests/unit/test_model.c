@@ -73,7 +73,7 @@ static void test_batches(void)
     int32_t want_y[ROWS];
     for (int ahead = 0; ahead < 2; ahead++) {
         batches b;
-        EXPECT(batches_start(&b, be, &n, 1234, 2, SAMPLES, STEPS, ahead) == DPS_OK);
+        EXPECT(batches_start(&b, be, &n, 1234, 2, SAMPLES, 1, 0, STEPS, ahead) == DPS_OK);
         for (int k = 0; k < STEPS; k++) {
             const float *x = NULL;
             const int32_t *y = NULL;

@@ -109,7 +109,7 @@ static void test_suite(void)
 /* One made-up span of rank r in traced step t. */
 static void put_span(timeline *tl, int t, int r, int i, double begin_ms, double ms, uint64_t bytes)
 {
-    timeline_spans(tl, t, r)[i] = (tl_span){begin_ms, ms, bytes, i, 0.0};
+    timeline_spans(tl, t, r)[i] = (tl_span){begin_ms, ms, bytes, i, 0.0, 0};
     if (*timeline_nspans(tl, t, r) <= i) *timeline_nspans(tl, t, r) = i + 1;
 }
 
@@ -120,7 +120,7 @@ static void put_span(timeline *tl, int t, int r, int i, double begin_ms, double 
 static void test_busbw(void)
 {
     timeline tl;
-    EXPECT(timeline_alloc(&tl, 2, 2, 4) == DPS_OK);
+    EXPECT(timeline_alloc(&tl, 2, 2, 4, 1) == DPS_OK);
     tl.ref_wall_ms[0] = 1.7e12;
     tl.ref_wall_ms[1] = 1.7e12 + 0.5; /* rank 1's reference half a ms later */
     put_span(&tl, 0, 0, 0, 1.0, 3.0, 600); /* 1..4 */

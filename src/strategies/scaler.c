@@ -1,0 +1,57 @@
+/* GradScaler's dynamic loss scaling (see scaler.h). */
+#include <math.h>
+
+#include "strategies/scaler.h"
+
+#define SCALER_GROWTH 2.0f  /* GradScaler's growth_factor */
+#define SCALER_BACKOFF 0.5f /* and backoff_factor */
+
+dps_status scaler_init(grad_scaler *g, const dps_config *c, backend *be, int dev)
+{
+    *g = (grad_scaler){.on = config_scaler(c), .scale = (float)c->init_scale,
+                       .growth_interval = c->growth_interval};
+    if (!g->on) return DPS_OK;
+    DPS_TRY(be_buf_alloc(be, dev, sizeof(float), "GradScaler's inf flag", &g->found));
+    return be->ops->host_alloc(be, sizeof(float), (void **)&g->found_host);
+}
+
+void scaler_free(grad_scaler *g, backend *be)
+{
+    be_buf_free(be, &g->found);
+    if (g->found_host) be->ops->host_free(be, g->found_host);
+    g->found_host = NULL;
+}
+
+float scaler_loss_factor(const grad_scaler *g) { return g->on ? g->scale : 1.0f; }
+
+dps_status scaler_unscale(grad_scaler *g, backend *be, be_stream *st, float *grads, int64_t n,
+                          int *found)
+{
+    const be_ops *o = be->ops;
+    DPS_TRY(o->memset0(be, st, g->found.ptr, sizeof(float)));
+    DPS_TRY(o->unscale(be, st, n, grads, 1.0f / g->scale, g->found.ptr));
+    DPS_TRY(o->copy(be, st, g->found_host, DPS_HOST, g->found.ptr, g->found.dev, sizeof(float)));
+    DPS_TRY(o->stream_sync(be, st));
+    *found = *g->found_host != 0.0f;
+    return DPS_OK;
+}
+
+void scaler_update(grad_scaler *g, int found)
+{
+    if (found) {
+        g->scale *= SCALER_BACKOFF;
+        g->tracker = 0;
+        return;
+    }
+    if (++g->tracker == g->growth_interval) {
+        g->scale *= SCALER_GROWTH;
+        g->tracker = 0;
+    }
+}
+
+dps_status scaler_plant_inf(backend *be, be_stream *st, float *p, int dev)
+{
+    static const float inf = INFINITY;
+    DPS_TRY(be->ops->copy(be, st, p, dev, &inf, DPS_HOST, sizeof inf));
+    return be->ops->stream_sync(be, st); /* inf is not pinned: the copy done before it goes */
+}

@@ -1,0 +1,36 @@
+/* GradScaler, as torch.cuda.amp.GradScaler runs it: the loss scaled before
+ * backward, the gradients unscaled and checked for inf or NaN once a step
+ * (the host waits for that check, as scaler.step does), the step skipped
+ * and the scale halved on one, the scale doubled after growth_interval
+ * clean steps. The scale lives on the host: every rank of a ddp group
+ * checks the same all-reduced gradients, so every rank decides the same. */
+#ifndef DPS_SCALER_H
+#define DPS_SCALER_H
+
+#include "backend/backend.h"
+#include "config/config.h"
+
+typedef struct grad_scaler {
+    int on;                 /* config_scaler: 0 leaves every step alone, scale 1 */
+    float scale;            /* the scale this step's loss is multiplied by */
+    int tracker;            /* clean steps since the scale last changed */
+    int growth_interval;
+    dps_buf found;          /* one float on the device: an inf or NaN was found */
+    float *found_host;      /* pinned */
+} grad_scaler;
+
+/* c's scaler on device dev (its flag buffer allocated only when on). */
+dps_status scaler_init(grad_scaler *g, const dps_config *c, backend *be, int dev) DPS_MUST_USE;
+void scaler_free(grad_scaler *g, backend *be);
+/* The loss's factor this step: the scale, or 1 without a scaler. */
+float scaler_loss_factor(const grad_scaler *g);
+/* unscale_: n gradients times 1 / scale on st, then the host waits for
+ * whether one was inf or NaN (*found). */
+dps_status scaler_unscale(grad_scaler *g, backend *be, be_stream *st, float *grads, int64_t n,
+                          int *found) DPS_MUST_USE;
+/* update(): the scale after a step that found (1) or did not find an inf. */
+void scaler_update(grad_scaler *g, int found);
+/* A +inf written into the device float at p (--inject-overflow). */
+dps_status scaler_plant_inf(backend *be, be_stream *st, float *p, int dev) DPS_MUST_USE;
+
+#endif
