@@ -21,7 +21,8 @@
 const char *const results_runs_cols[] = {
     "config_id", "status", "error", "backend", "emulated", "mode", "ngpus", "devices",
     "model", "layers", "width", "tokens", "classes", "params", "precision", "optimizer", "lr",
-    "global_batch", "batch_per_gpu", "scaling", "bucket_mb", "overlap", "seed", "warmup", "steps",
+    "global_batch", "batch_per_gpu", "scaling", "bucket_mb", "overlap", "accum", "no_sync",
+    "skipped_steps", "seed", "warmup", "steps",
     "steps_done", "step_ms_median", "step_ms_p10", "step_ms_p90", "step_ms_mean",
     "step_ms_stdev", "samples_per_s", "tokens_per_s", "model_tflops", "gemm_ref_tflops",
     "loss_first", "loss_last", "check", "check_max_rel_diff", "gpu0_alloc_peak_bytes",
@@ -377,6 +378,13 @@ static void runs_identity(csv_buf *b, const dps_config *c, const backend *be,
         csv_empty(b);
         csv_empty(b);
     }
+    csv_int(b, c->accum);
+    if (c->mode == MODE_DDP) csv_str(b, c->no_sync ? "on" : "off");
+    else csv_empty(b);
+    int skipped = 0;
+    for (int k = 0; res->scaler && k < res->steps_done; k++) skipped += res->scaler[k].skipped != 0;
+    if (config_scaler(c)) csv_int(b, skipped);
+    else csv_empty(b);
     csv_u64(b, c->seed);
     csv_int(b, c->warmup);
     csv_int(b, c->steps);
@@ -427,6 +435,10 @@ static void steps_rows(csv_buf *b, const dps_config *c, const train_result *res,
             csv_num(b, res->step_ms[k], 4);
             csv_num(b, res->rank_step_ms[(size_t)k * res->nranks + r], 4);
             csv_num(b, res->loss[c->warmup + k], 6);
+            csv_int(b, c->accum);
+            csv_int(b, res->scaler[k].skipped);
+            if (config_scaler(c)) csv_num(b, res->scaler[k].scale, 1);
+            else csv_empty(b);
             for (int p = 0; p < PH_COUNT; p++) csv_num(b, ph[p], 4);
             csv_end_row(b);
         }
@@ -515,8 +527,8 @@ static void memory_rows(csv_buf *b, const dps_config *c, const train_result *res
 }
 
 static const char *const buckets_cols[] = {
-    "config_id", "rank", "bucket", "bytes", "ready_ms", "allreduce_begin_ms", "allreduce_ms",
-    "traced_steps"};
+    "config_id", "rank", "bucket", "micro_step", "bytes", "ready_ms", "allreduce_begin_ms",
+    "allreduce_ms", "traced_steps"};
 
 /* The medians over the traced steps of rank's bucket i: when it was ready
  * and its all-reduce began, after backward began, and the all-reduce's time. */
@@ -525,7 +537,7 @@ static void bucket_medians(const timeline *tl, int r, int i, double *x, double o
     for (int f = 0; f < 3; f++) {
         for (int t = 0; t < tl->steps; t++) {
             const tl_span *sp = &timeline_spans(tl, t, r)[i];
-            double bwd = timeline_phases(tl, t, r)[PH_BACKWARD].begin_ms;
+            double bwd = timeline_micro(tl, t, r, sp->micro)[PH_BACKWARD].begin_ms;
             x[t] = f == 0 ? sp->ready_ms - bwd : f == 1 ? sp->begin_ms - bwd : sp->ms;
         }
         out[f] = stats_median_or(x, tl->steps, NAN);
@@ -552,6 +564,7 @@ static void buckets_rows(csv_buf *b, const dps_config *c, const train_result *re
             csv_str(b, s->config_id);
             csv_int(b, r);
             csv_int(b, timeline_spans(tl, 0, r)[i].bucket);
+            csv_int(b, timeline_spans(tl, 0, r)[i].micro);
             csv_u64(b, timeline_spans(tl, 0, r)[i].bytes);
             csv_num(b, m[0], 4);
             csv_num(b, tl->nranks > 1 ? m[1] : NAN, 4);
@@ -567,14 +580,17 @@ static void buckets_rows(csv_buf *b, const dps_config *c, const train_result *re
  * runs.csv last, since a row there is what says the configuration is done. */
 enum { F_STEPS, F_DEVICES, F_PHASES, F_MEMORY, F_BUCKETS, F_RUNS, F_COUNT };
 
+enum { STEPS_FIXED = 10 }; /* steps.csv's columns before the phases' */
+
 static const char *const *steps_columns(void)
 {
-    static const char *cols[7 + PH_COUNT] = {
-        "config_id", "step", "rank", "device_index", "step_ms", "rank_step_ms", "loss"};
+    static const char *cols[STEPS_FIXED + PH_COUNT] = {
+        "config_id", "step", "rank", "device_index", "step_ms", "rank_step_ms", "loss",
+        "micro_steps", "skipped", "loss_scale"};
     static char names[PH_COUNT][32];
     for (int p = 0; p < PH_COUNT; p++) {
         snprintf(names[p], sizeof names[p], "%s_ms", dps_phase_names[p]);
-        cols[7 + p] = names[p];
+        cols[STEPS_FIXED + p] = names[p];
     }
     return cols;
 }
@@ -584,7 +600,7 @@ static const char *const *steps_columns(void)
 const results_file *results_files(int *n)
 {
     static results_file files[F_COUNT];
-    files[F_STEPS] = (results_file){"steps.csv", steps_columns(), 7 + PH_COUNT, 3};
+    files[F_STEPS] = (results_file){"steps.csv", steps_columns(), STEPS_FIXED + PH_COUNT, 3};
     files[F_DEVICES] = (results_file){"devices.csv", devices_cols, NCOLS(devices_cols), 2};
     files[F_PHASES] = (results_file){"phases.csv", phases_cols, NCOLS(phases_cols), 3};
     files[F_MEMORY] = (results_file){"memory.csv", memory_cols, NCOLS(memory_cols), 4};

@@ -75,38 +75,51 @@ static void instant(writer *w, int rank, int bucket, double ts_ms)
             bucket, ts_ms * 1e3);
 }
 
-/* Timed step k of rank: a slice per phase it ran, and the step around its
- * compute stream's slices. */
+/* Micro-step m of timed step k of rank: a slice per phase it ran (lengths:
+ * the step's records without --accum, the micro-step's own with it);
+ * widens [*lo, *hi) to its own stream's slices. */
+static void micro_phases(writer *w, int t, int k, int m, int rank, double offset_ms, double *lo,
+                         double *hi, int *any)
+{
+    const train_result *res = w->res;
+    const tl_phase *tp = timeline_micro(&res->tl, t, rank, m);
+    const float *step_ms = res->phase_ms + ((size_t)k * res->nranks + rank) * PH_COUNT;
+    int self = w->c->mode == MODE_DP ? rank : 0; /* a ddp rank has one slot */
+    for (int p = 0; p < PH_COUNT; p++) {
+        if (tp[p].on < 0) continue;
+        double at = offset_ms + tp[p].begin_ms, ms = res->tl.micro > 1 ? tp[p].ms : step_ms[p];
+        int own = tp[p].on == self;
+        slice(w, rank, own ? TID_COMPUTE : TID_COMM, dps_phase_names[p], "phase", at, ms);
+        fprintf(w->f, "\"step\":%d,\"micro_step\":%d,\"ms\":%.4f}}", k, m, ms);
+        if (!own) continue;
+        if (!*any || at < *lo) *lo = at;
+        if (!*any || at + ms > *hi) *hi = at + ms;
+        *any = 1;
+    }
+}
+
+/* Timed step k of rank: its micro-steps' phases, and the step around its
+ * compute stream's slices, named as skipped when the GradScaler skipped it. */
 static void phases(writer *w, int t, int k, int rank, double offset_ms)
 {
     const train_result *res = w->res;
-    const tl_phase *tp = timeline_phases(&res->tl, t, rank);
-    const float *ms = res->phase_ms + ((size_t)k * res->nranks + rank) * PH_COUNT;
     double lo = 0.0, hi = 0.0;
-    int any = 0, self = w->c->mode == MODE_DP ? rank : 0; /* a ddp rank has one slot */
-    for (int p = 0; p < PH_COUNT; p++) {
-        if (tp[p].on < 0) continue;
-        double at = offset_ms + tp[p].begin_ms;
-        int own = tp[p].on == self;
-        slice(w, rank, own ? TID_COMPUTE : TID_COMM, dps_phase_names[p], "phase", at, ms[p]);
-        fprintf(w->f, "\"step\":%d,\"ms\":%.4f}}", k, ms[p]);
-        if (!own) continue;
-        if (!any || at < lo) lo = at;
-        if (!any || at + ms[p] > hi) hi = at + ms[p];
-        any = 1;
-    }
+    int any = 0;
+    for (int m = 0; m < res->tl.micro; m++) micro_phases(w, t, k, m, rank, offset_ms, &lo, &hi, &any);
     if (!any) return;
-    char name[32];
-    snprintf(name, sizeof name, "step %d", k);
+    char name[48];
+    int skipped = res->scaler[k].skipped;
+    snprintf(name, sizeof name, "step %d%s", k, skipped ? " (skipped: inf/NaN gradients)" : "");
     slice(w, rank, TID_COMPUTE, name, "step", lo, hi - lo);
-    fprintf(w->f, "\"step\":%d,\"step_ms\":%.4f}}", k, res->rank_step_ms[(size_t)k * res->nranks + rank]);
+    fprintf(w->f, "\"step\":%d,\"step_ms\":%.4f,\"micro_steps\":%d,\"skipped\":%d}}", k,
+            res->rank_step_ms[(size_t)k * res->nranks + rank], res->tl.micro, skipped);
 }
 
 /* A bucket event's args, closing the event. */
 static void bucket_args(writer *w, const tl_span *s, int k)
 {
-    fprintf(w->f, "\"bytes\":%llu,\"bucket\":%d,\"step\":%d}}", (unsigned long long)s->bytes,
-            s->bucket, k);
+    fprintf(w->f, "\"bytes\":%llu,\"bucket\":%d,\"step\":%d,\"micro_step\":%d}}",
+            (unsigned long long)s->bytes, s->bucket, k, s->micro);
 }
 
 /* ddp: timed step k's buckets of rank: when each was ready, its all-reduce. */

@@ -77,6 +77,7 @@ dps_status ddp_train(const dps_config *cfg, ddp_world *dw, train_result *res)
     dps_status rc = ranks_run(&spec);
     if (rc) dps_strlcpy(res->error, dps_errmsg(), sizeof res->error);
     ddp_collect(cfg, sh, res);
+    if (!rc) rc = ddp_scalers_agree(sh, res->steps_done);
     if (!rc) rc = ddp_copy_params(sh, res);
     munmap(mem, layout.total);
     return rc ? dps_fail_copy(rc, res->error[0] ? res->error : dps_errmsg()) : DPS_OK;

@@ -271,6 +271,7 @@ static dps_status shm_train(const dps_config *cfg, ddp_world *dw, train_result *
     }
     ddp_collect(cfg, sh, res);
     ddp_world_note_devices(dw, res->dev);
+    if (!rc) rc = ddp_scalers_agree(sh, res->steps_done);
     if (!rc) rc = ddp_copy_params(sh, res);
     size_t total = sh->total;
     munmap(sh, total);

@@ -135,8 +135,13 @@ dps_status ddp_launched_store_train(const dps_config *cfg, ddp_world *dw, train_
     explain(dw, rc, why, sizeof why);
     ddp_collect(cfg, sh, res);
     ddp_world_note_devices(dw, res->dev);
+    if (rc) {
+        dps_strlcpy(res->error, why, sizeof res->error);
+        munmap(sh, sh->total);
+        return dps_fail_copy(rc, why);
+    }
+    rc = ddp_scalers_agree(sh, res->steps_done);
     if (!rc) rc = ddp_copy_params(sh, res);
-    else dps_strlcpy(res->error, why, sizeof res->error);
     munmap(sh, sh->total);
-    return rc ? dps_fail_copy(rc, why) : DPS_OK;
+    return rc;
 }

@@ -215,6 +215,21 @@ dps_status ddp_shared_unpack(ddp_shared *sh, int r, const void *buf, size_t len)
     return DPS_OK;
 }
 
+dps_status ddp_scalers_agree(ddp_shared *sh, int steps)
+{
+    for (int k = 0; k < steps; k++)
+        for (int r = 1; r < sh->nranks; r++) {
+            const step_scaler *a = &ddp_shared_scaler(sh, 0)[k], *b = &ddp_shared_scaler(sh, r)[k];
+            if (a->skipped == b->skipped && a->scale == b->scale) continue;
+            return dps_fail(DPS_ERR_RUNTIME, "timed step %d: rank 0's GradScaler %s (scale %g) and "
+                            "rank %d's %s (scale %g): the ranks' gradients after the all-reduce "
+                            "differ, which is a bug in the collectives; report it", k,
+                            a->skipped ? "skipped it" : "took it", a->scale, r,
+                            b->skipped ? "skipped it" : "took it", b->scale);
+        }
+    return DPS_OK;
+}
+
 dps_status ddp_copy_params(ddp_shared *sh, train_result *res)
 {
     res->nparams = sh->nparams;

@@ -62,6 +62,10 @@ void *ddp_shared_pack(ddp_shared *sh, int r, size_t *len);
 /* The bytes pack makes of one rank's records (every rank's alike). */
 size_t ddp_shared_pack_bytes(ddp_shared *sh);
 dps_status ddp_shared_unpack(ddp_shared *sh, int r, const void *buf, size_t len) DPS_MUST_USE;
+/* Whether every rank's GradScaler skipped the same steps of the first
+ * `steps` (they check the same all-reduced gradients); DPS_ERR_RUNTIME
+ * naming the first step where two differ. */
+dps_status ddp_scalers_agree(ddp_shared *sh, int steps) DPS_MUST_USE;
 /* Rank 0's final parameters into res (for --check and --save-params). */
 dps_status ddp_copy_params(ddp_shared *sh, train_result *res) DPS_MUST_USE;
 
