@@ -185,7 +185,7 @@ BAD_INPUTS = [
     (["run", "--devices", "0,8"], "--devices"),
     (["run", "--devices", "1,1"], "--devices"),
     (["run", "--model", "huge"], "--model"),
-    (["run", "--precision", "bf16"], "--precision bf16"),
+    (["run", "--precision", "fp16", "--scaler", "off"], "--precision fp16 --scaler off"),
     (["run", "--steps", "99999999999"], "--steps"),
     (["run", "--batch", "0"], "--batch"),
     (["run", "--device-mem", "lots"], "--device-mem"),

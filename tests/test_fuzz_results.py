@@ -30,7 +30,7 @@ import compare  # scripts/compare.py and plot.py (scripts/ is on PYTHONPATH)
 import plot
 from dpstools import charts
 
-FOLDERS = ["ci-host", "results-host", "mixed-host"]
+FOLDERS = ["ci-host", "results-host", "mixed-host", "accum-host"]
 RENDER_EVERY = 10  # plot.py renders the charts of every tenth mutation (rendering is slow)
 CELLS = ["", "nan", "NaN", "inf", "-inf", "-5", "0", "-0", "0.0", "1e308", "1e400", "1e-300",
          "18446744073709551616", "99999999999999999999999", "1.5", "abc", "true", "[]", '"',

@@ -92,9 +92,9 @@ def case_buckets(binary):
         runs = read_folder(folder)[0]
         expect(runs[0]["model"] == "resnet50" and runs[0]["params"] == "25557032", f"{runs[0]}")
         with open(os.path.join(folder, "buckets.csv")) as f:
-            rows = [line.split(",") for line in f.read().splitlines()[1:]]
+            rows = list(csv.DictReader(f))
         for rank in ("0", "1"):
-            got = [int(r[3]) for r in rows if r[1] == rank]
+            got = [int(r["bytes"]) for r in rows if r["rank"] == rank]
             expect(got == want, f"rank {rank}'s buckets {got}, info --model's {want}")
         traces = [os.path.join(folder, "trace", n) for n in os.listdir(os.path.join(folder, "trace"))]
         events = json.load(open(traces[0]))["traceEvents"]

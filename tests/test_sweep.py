@@ -126,17 +126,19 @@ def case_sweep_resume(binary):
 
 
 def case_sweep_skipped(binary):
-    """What the host backend cannot run (bf16) is recorded as skipped, not failed."""
+    """What the host backend cannot run (more devices than it emulates) is
+    recorded as skipped, not failed."""
     with tempfile.TemporaryDirectory() as out:
         suite = write(os.path.join(out, "s.suite"),
-                      "modes = dp\ngpus = 1\nmodels = tiny\nprecisions = fp32, bf16\nsteps = 2\n")
+                      "modes = dp\ngpus = 1, 9\nmodels = tiny\nprecisions = fp32, bf16\nsteps = 2\n")
         dpscale(binary, "sweep", suite, out=out, check_rc=0)
         runs, _, _, _, _ = read_folder(os.path.join(out, "t"))
-        got = {r["precision"]: r["status"] for r in runs}
-        expect(got == {"fp32": "ok", "bf16": "skipped"}, f"{got}")
+        got = {(r["precision"], r["ngpus"]): r["status"] for r in runs}
+        expect(got == {("fp32", "1"): "ok", ("bf16", "1"): "ok", ("fp32", "9"): "skipped",
+                       ("bf16", "9"): "skipped"}, f"{got}")
         # every configuration skipped, here or after --filter: nothing ran, exit 1 saying why
-        p = dpscale(binary, "sweep", suite, "--filter", "bf16", out=out, name="filtered")
-        expect_exit(p, 1, "nothing ran", "--filter bf16", "bf16")
+        p = dpscale(binary, "sweep", suite, "--filter", "bf16-sgd-g9", out=out, name="filtered")
+        expect_exit(p, 1, "nothing ran", "--filter bf16-sgd-g9")
         runs, _, _, _, _ = read_folder(os.path.join(out, "filtered"))
         expect([r["status"] for r in runs] == ["skipped"], f"{runs}")
         big = write(os.path.join(out, "big.suite"), "modes = dp\ngpus = 9, 10\nmodels = tiny\n")

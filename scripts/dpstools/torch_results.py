@@ -59,8 +59,9 @@ def fmt(x, decimals):
 
 
 def fmt_scale(x):
-    """A loss scale: digits when whole (the powers of two GradScaler keeps), else 9 decimals."""
-    return "" if x is None else str(int(x)) if float(x).is_integer() else fmt(x, 9)
+    """A loss scale as dpscale's steps.csv has it (results.c: nine decimals,
+    so that a scale backed off to 2^-30 still shows); empty without a scaler."""
+    return "" if x is None else fmt(x, 9)
 
 
 def columns(name):
@@ -68,7 +69,8 @@ def columns(name):
 
 
 def check_folder(folder):
-    """A folder that holds only torch_reference.py's files of this version."""
+    """A folder that holds only torch_reference.py's files of this version
+    (dpscale's results are named as such first, whatever their columns)."""
     for name in ("runs.csv", "steps.csv", "devices.csv", "phases.csv"):
         path = os.path.join(folder, name)
         if not os.path.exists(path) or os.path.getsize(path) == 0:
@@ -76,15 +78,15 @@ def check_folder(folder):
         with open(path, newline="") as f:
             rows = csv.reader(f)
             header = next(rows)
-            if header != columns(name):
-                raise Usage(f"{path}: columns differ from this version's (results.COLUMNS); "
-                            f"write to a new folder (--name)")
-            if name == "runs.csv":
+            if name == "runs.csv" and "backend" in header:
                 other = {r[header.index("backend")] for r in rows} - {"torch"}
                 if other:
                     raise Usage(f"{path}: holds dpscale results (backend {', '.join(other)}); "
                                 f"write PyTorch's to a folder of their own (--name) and set "
                                 f"them beside with plot.py --torch")
+            if header != columns(name):
+                raise Usage(f"{path}: columns differ from this version's (results.COLUMNS); "
+                            f"write to a new folder (--name)")
 
 
 def write_rows(folder, name, rows):
@@ -201,12 +203,13 @@ class Gathered:
     def bandwidth(self):
         """ddp's (algbw, busbw) in GB/s from the median all-reduce time of a
         step, which all-reduces the parameters' gradients once (--no-sync on)
-        or once a micro-step (off); (None, None) without an all-reduce. On the CPU that time is dpscale's
-        (allreduce_span_ms: Gloo's callback marks each bucket's completion
-        on the host clock). On GPUs the host callback runs when NCCL's work is
-        queued, not done, so the time is the slowest rank's summed bucket
-        time between CUDA events, its wait for the other ranks included: a
-        lower bound of the bandwidth dpscale's definition would give."""
+        or once a micro-step (off); (None, None) without an all-reduce. On
+        the CPU that time is dpscale's (allreduce_span_ms: Gloo's callback
+        marks each bucket's completion on the host clock). On GPUs the host
+        callback runs when NCCL's work is queued, not done, so the time is
+        the slowest rank's summed bucket time between CUDA events, its wait
+        for the other ranks included: a lower bound of the bandwidth
+        dpscale's definition would give."""
         args = self.args
         if args.mode != "ddp" or args.gpus < 2:
             return None, None

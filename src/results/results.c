@@ -437,7 +437,7 @@ static void steps_rows(csv_buf *b, const dps_config *c, const train_result *res,
             csv_num(b, res->loss[c->warmup + k], 6);
             csv_int(b, c->accum);
             csv_int(b, res->scaler[k].skipped);
-            if (config_scaler(c)) csv_num(b, res->scaler[k].scale, 1);
+            if (config_scaler(c)) csv_num(b, res->scaler[k].scale, 9); /* 2^-30 still shows */
             else csv_empty(b);
             for (int p = 0; p < PH_COUNT; p++) csv_num(b, ph[p], 4);
             csv_end_row(b);

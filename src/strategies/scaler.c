@@ -44,7 +44,8 @@ void scaler_update(grad_scaler *g, int found)
         return;
     }
     if (++g->tracker == g->growth_interval) {
-        g->scale *= SCALER_GROWTH;
+        float grown = g->scale * SCALER_GROWTH;
+        if (isfinite(grown)) g->scale = grown; /* as _amp_update_scale_: never to inf */
         g->tracker = 0;
     }
 }

@@ -198,14 +198,15 @@ static void test_col_sum(void)
     be_close(be);
 }
 
-/* The autocast ops on the host backend (an exact emulation): casts as
- * elementwise.h rounds; a bf16 GEMM is the fp32 GEMM of the rounded
- * operands, its bf16 output rounded once; Linear + GELU and GELU's
- * backward per element; bf16 bias gradients in col_sum's order. */
-static void test_autocast_ops(void)
+/* The autocast ops on the host backend (an exact emulation), in half type
+ * H: casts as elementwise.h rounds; a half GEMM is the fp32 GEMM of the
+ * rounded operands, its half output rounded once; Linear + GELU and GELU's
+ * backward per element; half bias gradients in col_sum's order. */
+static void autocast_ops(be_dtype H)
 {
     be_options o = {.kind = BE_HOST, .host_devices = 1, .quiet = 1};
     backend *be = NULL;
+    int f16 = H == BE_F16;
     EXPECT(be_open(&o, &be) == DPS_OK);
     if (!be) return;
     const be_ops *op = be->ops;
@@ -215,46 +216,101 @@ static void test_autocast_ops(void)
     for (int i = 0; i < M * K; i++) a[i] = dps_uniform(11, 1, (uint64_t)i);
     for (int i = 0; i < K * N; i++) b[i] = dps_uniform(11, 2, (uint64_t)i);
     for (int i = 0; i < M * N; i++) c0[i] = dps_uniform(11, 3, (uint64_t)i);
-    EXPECT(op->cast(be, NULL, M * K, a, BE_F32, a16, BE_BF16) == DPS_OK);
-    EXPECT(op->cast(be, NULL, K * N, b, BE_F32, b16, BE_BF16) == DPS_OK);
-    EXPECT(op->cast(be, NULL, M * K, a16, BE_BF16, ar, BE_F32) == DPS_OK);
-    EXPECT(op->cast(be, NULL, K * N, b16, BE_BF16, br, BE_F32) == DPS_OK);
-    EXPECT(a16[5] == dps_f32_to_bf16(a[5]) && ar[5] == dps_bf16_to_f32(a16[5]));
+    EXPECT(op->cast(be, NULL, M * K, a, BE_F32, a16, H) == DPS_OK);
+    EXPECT(op->cast(be, NULL, K * N, b, BE_F32, b16, H) == DPS_OK);
+    EXPECT(op->cast(be, NULL, M * K, a16, H, ar, BE_F32) == DPS_OK);
+    EXPECT(op->cast(be, NULL, K * N, b16, H, br, BE_F32) == DPS_OK);
+    EXPECT(a16[5] == dps_to_half(a[5], f16) && ar[5] == dps_from_half(a16[5], f16));
     memcpy(want, c0, sizeof want);
     EXPECT(op->gemm(be, NULL, 0, 0, M, N, K, 1.0f, ar, K, br, N, 0.5f, want, N) == DPS_OK);
     memcpy(got, c0, sizeof got);
-    EXPECT(op->gemm_ex(be, NULL, 0, 0, M, N, K, 1.0f, a16, BE_BF16, K, b16, BE_BF16, N, 0.5f, got,
+    EXPECT(op->gemm_ex(be, NULL, 0, 0, M, N, K, 1.0f, a16, H, K, b16, H, N, 0.5f, got,
                        BE_F32, N) == DPS_OK);
     EXPECT(memcmp(got, want, sizeof got) == 0);
-    memcpy(got, c0, sizeof got); /* an fp32 A beside a bf16 B is rounded first */
-    EXPECT(op->gemm_ex(be, NULL, 0, 0, M, N, K, 1.0f, a, BE_F32, K, b16, BE_BF16, N, 0.5f, got,
+    memcpy(got, c0, sizeof got); /* an fp32 A beside a half B is rounded first */
+    EXPECT(op->gemm_ex(be, NULL, 0, 0, M, N, K, 1.0f, a, BE_F32, K, b16, H, N, 0.5f, got,
                        BE_F32, N) == DPS_OK);
     EXPECT(memcmp(got, want, sizeof got) == 0);
-    EXPECT(op->cast(be, NULL, M * N, c0, BE_F32, c16, BE_BF16) == DPS_OK);
-    for (int i = 0; i < M * N; i++) want[i] = dps_bf16_to_f32(c16[i]);
+    EXPECT(op->cast(be, NULL, M * N, c0, BE_F32, c16, H) == DPS_OK);
+    for (int i = 0; i < M * N; i++) want[i] = dps_from_half(c16[i], f16);
     EXPECT(op->gemm(be, NULL, 0, 0, M, N, K, 1.0f, ar, K, br, N, 1.0f, want, N) == DPS_OK);
-    EXPECT(op->gemm_ex(be, NULL, 0, 0, M, N, K, 1.0f, a16, BE_BF16, K, b16, BE_BF16, N, 1.0f, c16,
-                       BE_BF16, N) == DPS_OK);
+    EXPECT(op->gemm_ex(be, NULL, 0, 0, M, N, K, 1.0f, a16, H, K, b16, H, N, 1.0f, c16,
+                       H, N) == DPS_OK);
     int rounded_once = 1;
-    for (int i = 0; i < M * N; i++) rounded_once &= c16[i] == dps_f32_to_bf16(want[i]);
+    for (int i = 0; i < M * N; i++) rounded_once &= c16[i] == dps_to_half(want[i], f16);
     EXPECT(rounded_once);
     EXPECT(op->gemm_ex(be, NULL, 0, 0, M, N, K, 1.0f, a, BE_F32, K, b, BE_F32, N, 0.0f, c16,
-                       BE_BF16, N) == DPS_ERR_RUNTIME && strstr(dps_errmsg(), "cast A or B"));
+                       H, N) == DPS_ERR_RUNTIME && strstr(dps_errmsg(), "cast A or B"));
+    EXPECT(op->gemm_ex(be, NULL, 0, 0, M, N, K, 1.0f, a16, BE_BF16, K, b16, BE_F16, N, 0.0f, got,
+                       BE_F32, N) == DPS_ERR_RUNTIME && strstr(dps_errmsg(), "two half types"));
     /* Linear + GELU, GELU's backward, the bias gradient */
     uint16_t bias[N], pre[M * N], post[M * N], dpre[M * N];
-    for (int c = 0; c < N; c++) bias[c] = dps_f32_to_bf16(dps_uniform(11, 4, (uint64_t)c));
-    EXPECT(op->bias_act_half(be, NULL, BE_BF16, M, N, c0, bias, pre, post) == DPS_OK);
+    for (int c = 0; c < N; c++) bias[c] = dps_to_half(dps_uniform(11, 4, (uint64_t)c), f16);
+    EXPECT(op->bias_act_half(be, NULL, H, M, N, c0, bias, pre, post) == DPS_OK);
     uint16_t p1, q1;
-    dps_bias_act_half(c0[N + 3], bias[3], &p1, &q1, 0);
+    dps_bias_act_half(c0[N + 3], bias[3], &p1, &q1, f16);
     EXPECT(pre[N + 3] == p1 && post[N + 3] == q1);
-    EXPECT(pre[7] == dps_f32_to_bf16(c0[7] + dps_bf16_to_f32(bias[7])));
-    EXPECT(op->gelu_bwd_half(be, NULL, BE_BF16, M * N, post, pre, dpre) == DPS_OK);
-    EXPECT(dpre[9] == dps_gelu_bwd_half(post[9], pre[9], 0));
+    EXPECT(pre[7] == dps_to_half(c0[7] + dps_from_half(bias[7], f16), f16));
+    EXPECT(op->gelu_bwd_half(be, NULL, H, M * N, post, pre, dpre) == DPS_OK);
+    EXPECT(dpre[9] == dps_gelu_bwd_half(post[9], pre[9], f16));
     float sums[N], sums_wide[N];
-    EXPECT(op->cast(be, NULL, M * N, dpre, BE_BF16, got, BE_F32) == DPS_OK);
+    EXPECT(op->cast(be, NULL, M * N, dpre, H, got, BE_F32) == DPS_OK);
     EXPECT(op->col_sum(be, NULL, M, N, got, sums_wide) == DPS_OK);
-    EXPECT(op->col_sum_half(be, NULL, BE_BF16, M, N, dpre, sums) == DPS_OK);
+    EXPECT(op->col_sum_half(be, NULL, H, M, N, dpre, sums) == DPS_OK);
     EXPECT(memcmp(sums, sums_wide, sizeof sums) == 0);
+    be_close(be);
+}
+
+static void test_autocast_ops(void)
+{
+    autocast_ops(BE_BF16);
+    autocast_ops(BE_F16);
+}
+
+/* IEEE binary16 as torch.float16 rounds: to nearest even, inf from 65520
+ * up (the largest finite is 65504), subnormals down to 2^-24, NaN kept;
+ * and back exactly. */
+static void test_f16(void)
+{
+    EXPECT(dps_f32_to_f16(1.0f) == 0x3c00 && dps_f16_to_f32(0x3c00) == 1.0f);
+    EXPECT(dps_f32_to_f16(-2.0f) == 0xc000);
+    EXPECT(dps_f32_to_f16(65504.0f) == 0x7bff && dps_f16_to_f32(0x7bff) == 65504.0f);
+    EXPECT(dps_f32_to_f16(65519.0f) == 0x7bff);          /* below the tie: the largest */
+    EXPECT(dps_f32_to_f16(65520.0f) == 0x7c00);          /* the tie rounds to even: inf */
+    EXPECT(dps_f32_to_f16(1e9f) == 0x7c00 && dps_f32_to_f16(-1e9f) == 0xfc00);
+    EXPECT(dps_f32_to_f16(1.0f + 1.0f / 2048) == 0x3c00); /* tie at 1 + 2^-11: to even */
+    EXPECT(dps_f32_to_f16(1.0f + 3.0f / 2048) == 0x3c02); /* tie: up to even */
+    EXPECT(dps_f32_to_f16(5.9604645e-8f) == 0x0001);     /* 2^-24, the smallest subnormal */
+    EXPECT(dps_f16_to_f32(0x0001) == 5.9604645e-8f);
+    EXPECT(dps_f32_to_f16(2.0e-8f) == 0x0000);           /* below half of 2^-24: zero */
+    EXPECT(dps_f16_to_f32(0x0200) == 3.0517578e-5f);     /* a subnormal back exactly */
+    EXPECT(dps_f16_to_f32(0x7c00) == INFINITY && dps_f16_to_f32(0xfc00) == -INFINITY);
+    uint16_t nan = dps_f32_to_f16(NAN);
+    EXPECT((nan & 0x7c00) == 0x7c00 && (nan & 0x3ff) != 0);
+    float back = dps_f16_to_f32(nan);
+    EXPECT(back != back);
+    int exact = 1; /* every finite half survives the round trip */
+    for (uint32_t h = 0; h < 0x10000; h++)
+        if ((h & 0x7c00) != 0x7c00) exact &= dps_f32_to_f16(dps_f16_to_f32((uint16_t)h)) == h;
+    EXPECT(exact);
+}
+
+/* GradScaler's unscale on the host backend: g / scale by one multiply, the
+ * flag set by an inf or NaN and left alone otherwise. */
+static void test_unscale(void)
+{
+    be_options o = {.kind = BE_HOST, .host_devices = 1, .quiet = 1};
+    backend *be = NULL;
+    EXPECT(be_open(&o, &be) == DPS_OK);
+    if (!be) return;
+    float g[4] = {2.0f, -6.0f, 0.5f, 0.0f}, found = 0.0f;
+    EXPECT(be->ops->unscale(be, NULL, 4, g, 0.25f, &found) == DPS_OK);
+    EXPECT(g[0] == 0.5f && g[1] == -1.5f && g[2] == 0.125f && found == 0.0f);
+    g[2] = INFINITY;
+    EXPECT(be->ops->unscale(be, NULL, 4, g, 0.25f, &found) == DPS_OK && found == 1.0f);
+    found = 0.0f;
+    g[2] = NAN;
+    EXPECT(be->ops->unscale(be, NULL, 4, g, 1.0f, &found) == DPS_OK && found == 1.0f);
     be_close(be);
 }
 
@@ -730,6 +786,7 @@ static void test_gemm_signals(void)
 }
 
 EXPECT_GROUPS(GROUP(elementwise), GROUP(host_math), GROUP(col_sum), GROUP(autocast_ops),
+              GROUP(f16), GROUP(unscale),
               GROUP(scale_copy), GROUP(accounting), GROUP(versions), GROUP(nvml),
               GROUP(backend_auto), GROUP(nvml_fields), GROUP(nvml_stub), GROUP(context),
               GROUP(gemm), GROUP(gemm_signals));

@@ -11,6 +11,7 @@
 #include "strategies/dp.h"
 #include "strategies/footprint.h"
 #include "strategies/ptimer.h"
+#include "strategies/scaler.h"
 
 #include "expect.h"
 
@@ -141,4 +142,22 @@ static void test_dp_bf16(void)
     train_result_free(b16);
 }
 
-EXPECT_GROUPS(GROUP(chunk), GROUP(slowdown), GROUP(dp_bf16));
+/* GradScaler's update rules (torch.cuda.amp.GradScaler, growth 2, backoff
+ * 0.5): an overflow halves the scale and restarts the count; growth_interval
+ * clean steps in a row double it. */
+static void test_scaler(void)
+{
+    grad_scaler g = {.on = 1, .scale = 65536.0f, .growth_interval = 3};
+    static const int found[] = {0, 0, 0, 0, 1, 0, 0, 1, 1, 0, 0, 0};
+    static const float want[] = {65536, 65536, 65536, 131072, 131072, 65536, 65536, 65536,
+                                 32768, 16384, 16384, 16384};
+    for (size_t k = 0; k < sizeof found / sizeof found[0]; k++) {
+        EXPECT(g.scale == want[k]); /* the scale step k's loss is multiplied by */
+        scaler_update(&g, found[k]);
+    }
+    EXPECT(g.scale == 32768.0f);
+    grad_scaler off = {.on = 0, .scale = 65536.0f};
+    EXPECT(scaler_loss_factor(&off) == 1.0f && scaler_loss_factor(&g) == g.scale);
+}
+
+EXPECT_GROUPS(GROUP(chunk), GROUP(slowdown), GROUP(dp_bf16), GROUP(scaler));
