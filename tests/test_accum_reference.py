@@ -229,7 +229,8 @@ def layers(shape, flat):
 
 def mlp_bf16(shape, flat, x, y):
     """(loss, flat gradient) of one batch as model.c's forward_bf16 and
-    backward_bf16 compute them, in numpy: every rounding written out."""
+    backward_bf16 compute them, in numpy: every rounding written out (the
+    parameters' gradients rounded to bf16 once, param_grads_half)."""
     p = layers(shape, bf16(flat))
     h, pres, ins = bf16(x), [], []
     for w, b in p[:-1]:
@@ -244,11 +245,11 @@ def mlp_bf16(shape, flat, x, y):
     soft[np.arange(rows), y] -= 1
     dl = bf16((soft / rows).astype(np.float32))
     grads = [None] * len(p)
-    grads[-1] = (h.T @ dl, dl.sum(0, dtype=np.float32))
+    grads[-1] = (bf16(h.T @ dl), bf16(dl.sum(0, dtype=np.float32)))
     dh = bf16(dl @ p[-1][0].T)
     for li in range(len(p) - 2, -1, -1):
         dpre = bf16(dh * gelu_grad(pres[li]))
-        grads[li] = (ins[li].T @ dpre, dpre.sum(0, dtype=np.float32))
+        grads[li] = (bf16(ins[li].T @ dpre), bf16(dpre.sum(0, dtype=np.float32)))
         if li:
             dh = bf16(dpre @ p[li][0].T)
     flat_g = np.concatenate([np.concatenate([g.ravel(), b]) for g, b in grads])
@@ -280,7 +281,7 @@ def train_losses(torch, net, spec, opt, autocast):
 def case_bf16_emulation(binary):
     """autocast_bf16's loss and gradients are model.c's (a numpy
     transcription) to the bit but for rare flipped roundings; PyTorch's own
-    CPU autocast (bf16-rounded parameter gradients) trains within
+    CPU autocast (its matrix-vector products summed in bf16) trains within
     LOSS_TOL_BF16 of it."""
     skip = need_torch()
     if skip:

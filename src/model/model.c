@@ -99,8 +99,15 @@ void model_make_batch(model_shape s, uint64_t seed, int step, int64_t row0, int 
     }
 }
 
-/* The autocast buffers: activations and their gradients in bf16, the cast
- * parameters and input, the fp32 GEMM output of a hidden layer. */
+size_t model_half_grad_elems(model_shape s)
+{
+    size_t d = (size_t)s.width, c = (size_t)s.classes, out = d > c ? d : c;
+    return d * out + out; /* the largest layer's weight, then its bias */
+}
+
+/* The autocast buffers: activations and their gradients in the half type,
+ * the cast parameters and input, the fp32 GEMM output of a hidden layer, a
+ * layer's parameter gradients in the half type. */
 static dps_status acts_alloc_bf16(backend *be, int dev, model_shape s, int max_rows, model_acts *a)
 {
     size_t layer = (size_t)max_rows * (size_t)s.width * 2;
@@ -113,6 +120,8 @@ static dps_status acts_alloc_bf16(backend *be, int dev, model_shape s, int max_r
     if (!rc) rc = be_buf_alloc(be, dev, layer * 2, "autocast GEMM output", &a->acc);
     if (!rc) rc = be_buf_alloc(be, dev, (size_t)max_rows * (size_t)s.classes * 2,
                                "autocast logits gradient", &a->dlogits16);
+    if (!rc) rc = be_buf_alloc(be, dev, model_half_grad_elems(s) * 2,
+                               "autocast parameter gradients", &a->dparam16);
     return rc;
 }
 
@@ -140,7 +149,7 @@ dps_status model_acts_alloc(backend *be, int dev, model_shape s, int max_rows, d
 void model_acts_free(backend *be, model_acts *a)
 {
     dps_buf *all[] = {&a->pre, &a->post, &a->dh[0], &a->dh[1], &a->params16, &a->x16, &a->acc,
-                      &a->dlogits16};
+                      &a->dlogits16, &a->dparam16};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) be_buf_free(be, all[i]);
 }
 
@@ -206,6 +215,26 @@ dps_status model_forward(backend *be, be_stream *st, model_shape s, const float 
                        params + model_bias_offset(s, s.layers), NULL);
 }
 
+/* A Linear's parameter gradients under autocast, from its half input h
+ * (rows x in) and output gradient dy (rows x out): the weight's GEMM and
+ * the bias's column sums accumulate in fp32, are rounded once to the half
+ * type (the gradient of the cast half parameter) and widened into dw and
+ * db (its cast's backward, into the fp32 parameter's gradient). */
+static dps_status param_grads_half(backend *be, be_stream *st, model_acts *a, int rows, int in,
+                                   int out, const uint16_t *h, const uint16_t *dy, float *dw,
+                                   float *db)
+{
+    const be_ops *o = be->ops;
+    uint16_t *w16 = a->dparam16.ptr, *b16 = w16 + (size_t)in * (size_t)out;
+    int64_t nw = (int64_t)in * out;
+    DPS_TRY(o->gemm_ex(be, st, 1, 0, in, out, rows, 1.0f, h, a->half, in, dy, a->half, out, 0.0f,
+                       w16, a->half, out));
+    DPS_TRY(o->cast(be, st, nw, w16, a->half, dw, BE_F32));
+    DPS_TRY(o->col_sum_half(be, st, a->half, rows, out, dy, db));
+    DPS_TRY(o->cast(be, st, out, db, BE_F32, b16, a->half));
+    return o->cast(be, st, out, b16, a->half, db, BE_F32);
+}
+
 /* Hidden layer l's gradients under autocast: dh (bf16) becomes d pre in
  * place, then its weight's and bias's fp32 gradients. */
 static dps_status layer_grads_bf16(backend *be, be_stream *st, model_shape s, model_acts *a,
@@ -215,9 +244,8 @@ static dps_status layer_grads_bf16(backend *be, be_stream *st, model_shape s, mo
     int d = s.width;
     const uint16_t *h_in = l ? layer_ptr16(&a->post, s, a->max_rows, l - 1) : a->x16.ptr;
     DPS_TRY(o->gelu_bwd_half(be, st, a->half, (int64_t)rows * d, dh, layer_ptr16(&a->pre, s, a->max_rows, l), dh));
-    DPS_TRY(o->gemm_ex(be, st, 1, 0, d, d, rows, 1.0f, h_in, a->half, d, dh, a->half, d, 0.0f,
-                       grads + model_weight_offset(s, l), BE_F32, d));
-    return o->col_sum_half(be, st, a->half, rows, d, dh, grads + model_bias_offset(s, l));
+    return param_grads_half(be, st, a, rows, d, d, h_in, dh, grads + model_weight_offset(s, l),
+                            grads + model_bias_offset(s, l));
 }
 
 /* Backward as under autocast, from forward_bf16's casts: dlogits cast to
@@ -232,9 +260,8 @@ static dps_status backward_bf16(backend *be, be_stream *st, model_shape s, model
     const uint16_t *h_last = L ? layer_ptr16(&a->post, s, a->max_rows, L - 1) : a->x16.ptr;
     uint16_t *dh = a->dh[0].ptr, *dh_next = a->dh[1].ptr;
     if (dlogits) DPS_TRY(o->cast(be, st, (int64_t)rows * c, dlogits, BE_F32, a->dlogits16.ptr, a->half));
-    DPS_TRY(o->gemm_ex(be, st, 1, 0, d, c, rows, 1.0f, h_last, a->half, d, dl16, a->half, c, 0.0f,
-                       grads + model_weight_offset(s, L), BE_F32, c));
-    DPS_TRY(o->col_sum_half(be, st, a->half, rows, c, dl16, grads + model_bias_offset(s, L)));
+    DPS_TRY(param_grads_half(be, st, a, rows, d, c, h_last, dl16, grads + model_weight_offset(s, L),
+                             grads + model_bias_offset(s, L)));
     if (hook) DPS_TRY(hook(hook_ctx, L));
     if (L == 0) return DPS_OK;
     DPS_TRY(o->gemm_ex(be, st, 0, 1, rows, d, c, 1.0f, dl16, a->half, c, p16 + model_weight_offset(s, L),

@@ -53,9 +53,10 @@ void model_make_batch(model_shape s, uint64_t seed, int step, int64_t row0, int 
  * for PREC_BF16 or PREC_FP16 (the run's precision, model_acts_alloc's), the
  * model runs as under autocast in that half type: parameters and inputs
  * cast to it once a forward, activations and their gradients kept in it
- * (every GEMM writes the half type where autocast's Linear would, fp32 for
- * the parameters' gradients), logits rounded to it and their gradient cast
- * to it once a backward. The buffers named bf16 below hold the half type. */
+ * (every GEMM writes the half type where autocast's Linear would, the
+ * parameters' gradients too, rounded once and widened into fp32 as the
+ * backward of the parameters' cast does), logits rounded to it and their
+ * gradient cast to it once a backward. The buffers named bf16 below hold the half type. */
 typedef struct model_acts {
     int max_rows;
     int bf16;               /* autocast (bf16 or fp16): the buffers below, not the fp32 ones */
@@ -65,9 +66,13 @@ typedef struct model_acts {
     dps_buf params16, x16;  /* bf16: the parameters and the input, cast by model_forward */
     dps_buf acc;            /* bf16: a hidden layer's fp32 GEMM output [max_rows][width] */
     dps_buf dlogits16;      /* bf16: [max_rows][classes], the logits in forward, their gradient in backward */
+    dps_buf dparam16;       /* bf16: one layer's weight and bias gradients in the half type, as
+                               autocast's backward makes them before they become fp32 */
     int logits16_out;       /* bf16: model_forward leaves the logits in dlogits16 only */
 } model_acts;
 
+/* Elements of model_acts.dparam16: the largest layer's weight and bias. */
+size_t model_half_grad_elems(model_shape s);
 dps_status model_acts_alloc(backend *be, int dev, model_shape s, int max_rows, dps_precision prec,
                             model_acts *a) DPS_MUST_USE;
 void model_acts_free(backend *be, model_acts *a);

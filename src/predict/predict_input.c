@@ -30,6 +30,7 @@ static dps_status tensors_value(void *obj, const char *path, int line, const cha
 #define W(f) offsetof(predict_workload, f)
 
 static const char *const grad_bytes_words[] = {"4", "2"}; /* KEY_CHOICE: the integers allowed */
+static const char *const no_sync_words[] = {"on", "off"};  /* into sync_all: off is 1 */
 
 static const keyfile_key machine_keys[] = {
     KEYFILE_TEXT("name", M(name), DPS_NAME_MAX - 1),
@@ -63,9 +64,14 @@ static const keyfile_key workload_keys[] = {
     KEYFILE_WORD("optimizer", W(optimizer), dps_optimizer_names),
     KEYFILE_ABOVE("bucket_mb", W(bucket_mb), 0, 65536, "MiB"),
     KEYFILE_ABOVE("first_bucket_mb", W(first_bucket_mb), 0, 65536, "MiB"),
+    KEYFILE_WORD("precision", W(precision), dps_precision_names),
+    KEYFILE_INT("accum", W(accum), 1, 4096, "micro-batches"),
+    KEYFILE_WORD("no_sync", W(sync_all), no_sync_words),
     KEYFILE_TEXT("model", W(model_file), PREDICT_PATH_MAX - 1),
 };
 #define LINE_TENSORS 2 /* workload_keys' index of tensor_params */
+#define LINE_GRAD_BYTES 3
+#define LINE_PRECISION (KEYFILE_COUNT(workload_keys) - 4)
 #define LINE_MODEL (KEYFILE_COUNT(workload_keys) - 1)
 
 /* The file's name without its folders and its last extension. */
@@ -110,10 +116,39 @@ dps_status predict_machine_load(const char *path, predict_machine *m)
 
 void predict_workload_defaults(predict_workload *w)
 {
-    *w = (predict_workload){.bytes_per_grad = 4, .forward_ms = -1, .backward_ms = -1,
-                            .optimizer_ms = -1, .load_ms = -1, .batch_per_gpu = 1,
-                            .optimizer = OPT_SGD, .bucket_mb = 25.0,
+    *w = (predict_workload){.bytes_per_grad = predict_grad_bytes(PREC_FP32), .forward_ms = -1,
+                            .backward_ms = -1, .optimizer_ms = -1, .load_ms = -1,
+                            .unscale_ms = -1, .batch_per_gpu = 1, .optimizer = OPT_SGD,
+                            .precision = PREC_FP32, .accum = 1, .bucket_mb = 25.0,
                             .first_bucket_mb = 1.0}; /* DDP's defaults */
+}
+
+int predict_grad_bytes(dps_precision p)
+{
+    (void)p; /* fp32, and autocast's bf16 and fp16 alike: fp32 gradients */
+    return (int)sizeof(float);
+}
+
+int predict_accum(const predict_workload *w)
+{
+    return w->accum > 1 ? w->accum : 1;
+}
+
+dps_status predict_check_accum(const predict_workload *w, const char *where)
+{
+    if (w->batch_per_gpu % predict_accum(w) == 0) return DPS_OK;
+    return dps_fail(DPS_ERR_USAGE, "%s: batch_per_gpu %d does not split into accum = %d equal "
+                    "micro-batches (give a multiple of %d)", where, w->batch_per_gpu, w->accum,
+                    w->accum);
+}
+
+/* The precision given, or as files before the key had it (bytes_per_grad 2:
+ * bf16 gradients, a model cast to bf16); bytes_per_grad, when not given,
+ * the precision's. */
+static void precision_and_grads(const int *line_of, predict_workload *w)
+{
+    if (!line_of[LINE_PRECISION]) w->precision = w->bytes_per_grad == 2 ? PREC_BF16 : PREC_FP32;
+    else if (!line_of[LINE_GRAD_BYTES]) w->bytes_per_grad = predict_grad_bytes(w->precision);
 }
 
 void predict_workload_free(predict_workload *w)
@@ -208,7 +243,8 @@ static dps_status workload_checks(const char *path, const int *line_of, predict_
 {
     if (!w->name[0]) name_from_path(path, w->name, sizeof w->name);
     if (w->model_file[0]) DPS_TRY(load_model_file(path, line_of, w));
-    w->precision = w->bytes_per_grad == 2 ? PREC_BF16 : PREC_FP32;
+    precision_and_grads(line_of, w);
+    DPS_TRY(predict_check_accum(w, path));
     if (w->ntensors) DPS_TRY(tensors_agree(path, line_of, w));
     if (w->params <= 0) return missing(path, "params", " (the parameter count)");
     if (w->step_ms_1gpu <= 0) return missing(path, "step_ms_1gpu", " (one device's step, ms)");

@@ -57,7 +57,7 @@ typedef struct predict_workload {
     double *ready;               /* --from: each bucket's measured ready time as a fraction of
                                   * backward (buckets.csv; owned); NULL: from the tensors */
     int nready;
-    int bytes_per_grad;          /* 4 or 2; default 4 */
+    int bytes_per_grad;          /* 4 or 2; default predict_grad_bytes(precision): 4 */
     double step_ms_1gpu;         /* required: one device, no strategy */
     double forward_ms, backward_ms, optimizer_ms; /* < 0: not given */
     double load_ms;              /* host-to-device input per step; < 0: from the input bytes */
@@ -65,7 +65,14 @@ typedef struct predict_workload {
     double input_bytes_per_sample, output_bytes_per_sample, activation_bytes_per_sample;
     dps_optimizer optimizer;     /* default sgd (momentum: one state tensor) */
     dps_precision precision;     /* the compute precision named in predictions.csv: --from, the
-                                  * run's; a file, bf16 when bytes_per_grad is 2 */
+                                  * run's; a file's `precision`, else bf16 when bytes_per_grad
+                                  * is 2; fp16 adds the GradScaler's unscale */
+    double unscale_ms;           /* fp16: the GradScaler's unscale a step; < 0: from the
+                                  * gradients over mem_gbps */
+    int accum;                   /* micro-batches of batch_per_gpu / accum samples per optimizer
+                                  * step (gradient accumulation); 0 or 1: none */
+    int sync_all;                /* ddp with accum > 1: every micro-step all-reduces (`no_sync =
+                                  * off`); 0 (default): all but the last under no_sync */
     double bucket_mb, first_bucket_mb; /* DDP's caps; default 25 and 1 */
 } predict_workload;
 
@@ -78,5 +85,15 @@ void predict_workload_free(predict_workload *w);
 dps_status predict_workload_from_model(const model_file *mf, predict_workload *w) DPS_MUST_USE;
 /* A workload's defaults, as a file without optional keys gets them. */
 void predict_workload_defaults(predict_workload *w);
+/* Bytes a gradient of precision p takes: 4. Autocast (bf16, fp16) runs the
+ * ops in half precision but keeps the parameters, and so their gradients
+ * (.grad has the parameter's dtype), in fp32: DDP's buckets and dp's reduce
+ * move fp32 whatever the precision. */
+int predict_grad_bytes(dps_precision p);
+/* Micro-steps per optimizer step: accum, at least 1. */
+int predict_accum(const predict_workload *w);
+/* DPS_ERR_USAGE naming `where` when the batch per device does not split
+ * into accum equal micro-batches. */
+dps_status predict_check_accum(const predict_workload *w, const char *where) DPS_MUST_USE;
 
 #endif

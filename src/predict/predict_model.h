@@ -14,21 +14,25 @@ typedef struct predict_consts {
     double base_latency_us;    /* per collective call */
     double bucket_overhead_us; /* per DDP bucket beyond the collective (hook, launch) */
     double sync_ms;            /* ddp, per step: the end-of-step synchronisation */
-    double dp_sync_ms;         /* dp, per step: starting and joining the replicas' threads */
+    double dp_sync_ms;         /* dp, per forward (a micro-step each with --accum): starting
+                                * and joining the replicas' threads */
     double compute_scale;      /* forward and backward slow by this fraction per other device
                                 * of the node training at once (shared memory bandwidth) */
 } predict_consts;
 
 void predict_consts_default(predict_consts *c);
 
-/* One device's step, split into phases that add up to step_ms_1gpu. */
+/* One device's optimizer step (all its micro-steps with --accum), split
+ * into phases that add up to step_ms_1gpu. */
 typedef struct predict_split {
-    double load_ms, forward_ms, backward_ms, optimizer_ms;
+    double load_ms, forward_ms, backward_ms, unscale_ms, optimizer_ms;
 } predict_split;
 
 /* The split: load from input bytes over h2d_gbps, the optimizer as given or
- * from the parameter count over mem_gbps, forward and backward as given or
- * 1:2 of the rest. DPS_ERR_USAGE when the given parts leave nothing. */
+ * from the parameter count over mem_gbps, fp16's unscale as given or one
+ * read and write of the gradients over mem_gbps, forward and backward as
+ * given or 1:2 of the rest. DPS_ERR_USAGE when the given parts leave
+ * nothing. */
 dps_status predict_split_step(const predict_machine *m, const predict_workload *w,
                               predict_split *s) DPS_MUST_USE;
 
@@ -73,6 +77,8 @@ typedef struct predict_row {
     double gpu0_mem_bytes, other_mem_bytes;
     /* the model's terms */
     int nbuckets;
+    int allreduces;               /* ddp: all-reduce calls a step, nbuckets a micro-step that
+                                   * all-reduces (the last, or every one with sync_all) */
     double busbw_gbps, allreduce_end_ms, bucket_copy_ms, sync_ms;
 } predict_row;
 
@@ -81,8 +87,12 @@ typedef struct predict_row {
 void predict_config(const predict_machine *m, const predict_workload *w, const predict_split *s,
                     const predict_consts *c, dps_mode mode, int n, predict_row *r);
 
+/* How many times a step pays mode's synchronisation constant: dp's once a
+ * forward (accum times), ddp's once. */
+int predict_syncs(const predict_workload *w, dps_mode mode);
+
 /* Device memory by memory.csv's categories, summed: device 0's and another
- * device's (the same for ddp). */
+ * device's (the same for ddp); with --accum each micro-batch's. */
 void predict_memory(const predict_workload *w, dps_mode mode, int n, double *gpu0, double *other);
 
 #endif

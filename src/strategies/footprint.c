@@ -16,8 +16,9 @@
 
 /* net_acts_alloc of `samples` samples. The MLP's (model_acts_alloc):
  * pre-activations and activations of every layer, two activation
- * gradients; under autocast (bf16) those in bf16, and the cast parameters
- * and input, an fp32 GEMM output and the bf16 logits. A file's: graph_acts_bytes. */
+ * gradients; under autocast those in the half type, and the cast parameters
+ * and input, an fp32 GEMM output, the half logits and a layer's half
+ * parameter gradients. A file's: graph_acts_bytes. */
 static uint64_t acts_bytes(const dps_config *c, const net *n, uint64_t samples)
 {
     if (net_is_file(n)) return graph_acts_bytes(&n->file, samples);
@@ -25,7 +26,7 @@ static uint64_t acts_bytes(const dps_config *c, const net *n, uint64_t samples)
     uint64_t rows = samples * (uint64_t)s.tokens, layer = rows * (uint64_t)s.width;
     if (!dps_precision_is_half(c->precision)) return layer * F4 * (2 * (uint64_t)s.layers + 2);
     return layer * 2 * (2 * (uint64_t)s.layers + 3) + (uint64_t)model_param_count(s) * 2 +
-           layer * F4 + rows * (uint64_t)s.classes * 2;
+           layer * F4 + rows * (uint64_t)s.classes * 2 + (uint64_t)model_half_grad_elems(s) * 2;
 }
 
 static uint64_t optimizer_bytes(const dps_config *c, uint64_t pbytes)
@@ -37,11 +38,11 @@ static uint64_t optimizer_bytes(const dps_config *c, uint64_t pbytes)
  * returns the host's (input, labels, loss, the final parameters). */
 static uint64_t dp_devices(const dps_config *c, const net *m, uint64_t *dev)
 {
-    int samples[DPS_MAX_DEVICES];
-    int nslots = dp_chunk_sizes(c->global_batch, c->ngpus, samples);
-    uint64_t pbytes = (uint64_t)m->params * F4, n = (uint64_t)c->global_batch * (uint64_t)m->rows;
+    int samples[DPS_MAX_DEVICES], micro = c->global_batch / c->accum;
+    int nslots = dp_chunk_sizes(micro, c->ngpus, samples);
+    uint64_t pbytes = (uint64_t)m->params * F4, n = (uint64_t)micro * (uint64_t)m->rows;
     uint64_t X = (uint64_t)m->input * F4, C = (uint64_t)m->classes * F4;
-    uint64_t xall = (uint64_t)c->global_batch * X;
+    uint64_t xall = (uint64_t)micro * X, accum = (uint64_t)c->accum;
     int torch = c->dp_impl == DPIMPL_TORCH, coalesced = torch && nslots > 1;
     uint64_t group = (uint64_t)dp_largest_group_floats(m) * F4;
     for (int i = 0; i < nslots; i++) {
@@ -50,12 +51,15 @@ static uint64_t dp_devices(const dps_config *c, const net *m, uint64_t *dev)
         if (i) dev[i] += (uint64_t)samples[i] * X + rows * C; /* slot 0's: device 0's batch and dlogits */
         if (coalesced) dev[i] += group;
     }
-    dev[0] += optimizer_bytes(c, pbytes) + xall + 2 * n * C + 2 * n * F4 + F4;
+    dev[0] += optimizer_bytes(c, pbytes) + xall + 2 * n * C + n * F4 + n * F4 + accum * F4;
     if (nslots > 1) dev[0] += coalesced ? group : (pbytes < DP_COALESCE_BYTES ? pbytes : DP_COALESCE_BYTES);
     if (torch) dev[0] += 2 * n * C;
     if (dps_precision_is_half(c->precision)) dev[0] += n * (uint64_t)m->classes * 2; /* gathered half logits */
     if (coalesced) dev[0] += pbytes;
-    return 2 * (xall + n * F4) + F4 + pbytes; /* two steps' batches (batches.h) */
+    if (c->accum > 1) dev[0] += pbytes;           /* the accumulated gradients */
+    if (config_scaler(c)) dev[0] += F4;           /* GradScaler's inf flag */
+    uint64_t step = (uint64_t)c->global_batch;    /* batches.h: a whole step's, two of them */
+    return 2 * (step * X + step * (uint64_t)m->rows * F4) + accum * F4 + pbytes;
 }
 
 /* A rank's buffers (ddp.c's alloc_rank), by rank; returns the host's: every
@@ -64,15 +68,17 @@ static uint64_t dp_devices(const dps_config *c, const net *m, uint64_t *dev)
 static uint64_t ddp_devices(const dps_config *c, const net *m, uint64_t *dev)
 {
     int shard[DPS_MAX_DEVICES];
-    ddp_shard_sizes(c->global_batch, c->ngpus, shard);
-    uint64_t pbytes = (uint64_t)m->params * F4, host = pbytes;
+    ddp_shard_sizes(c->global_batch / c->accum, c->ngpus, shard); /* one micro-batch's */
+    uint64_t pbytes = (uint64_t)m->params * F4, host = pbytes, accum = (uint64_t)c->accum;
     uint64_t X = (uint64_t)m->input * F4, C = (uint64_t)m->classes * F4;
     for (int r = 0; r < c->ngpus; r++) {
         uint64_t rows = (uint64_t)shard[r] * (uint64_t)m->rows, x = (uint64_t)shard[r] * X;
         dev[r] = (c->grad_view ? 2 : 3) * pbytes + optimizer_bytes(c, pbytes) + x +
-                 2 * rows * C + 2 * rows * F4 + F4 + acts_bytes(c, m, (uint64_t)shard[r]);
+                 2 * rows * C + 2 * rows * F4 + accum * F4 + acts_bytes(c, m, (uint64_t)shard[r]);
         if (c->ddp_impl == DPIMPL_TORCH) dev[r] += 2 * rows * C; /* log-probabilities, gradient */
-        host += 2 * (x + rows * F4) + F4 + pbytes; /* two steps' shards (batches.h) */
+        if (c->accum > 1) dev[r] += pbytes;        /* a later micro-step's gradients */
+        if (config_scaler(c)) dev[r] += F4;        /* GradScaler's inf flag */
+        host += 2 * accum * (x + rows * F4) + accum * F4 + pbytes; /* two steps' shards (batches.h) */
     }
     ddp_shared sh;
     ddp_shared_layout(c, &sh);
@@ -85,7 +91,8 @@ static void one_run(const dps_config *c, const net *m, be_kind kind, footprint *
     memset(fp, 0, sizeof *fp);
     uint64_t steps = (uint64_t)c->steps, ranks = (uint64_t)c->ngpus;
     fp->host = c->mode == MODE_DP ? dp_devices(c, m, fp->device) : ddp_devices(c, m, fp->device);
-    fp->host += steps * (sizeof(double) + ranks * (sizeof(double) + PH_COUNT * sizeof(float))) +
+    fp->host += steps * (sizeof(double) + sizeof(step_scaler) +
+                         ranks * (sizeof(double) + PH_COUNT * sizeof(float))) +
                 (steps + (uint64_t)c->warmup) * sizeof(float);
     for (int i = 0; i < c->ngpus; i++) fp->devices += fp->device[i];
     fp->total = fp->host + (kind == BE_HOST ? fp->devices : 0);

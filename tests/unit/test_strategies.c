@@ -91,13 +91,14 @@ static void test_slowdown(void)
 }
 
 /* dp over 2 host devices for 3 steps of a small model, in fp32 or as
- * under autocast (the host backend's exact bf16 emulation); NULL if it
- * failed to run. */
-static train_result *dp_two_devices(int bf16)
+ * under autocast (the host backend's exact half-precision emulation), in
+ * `accum` micro-steps, into *r; its peaks checked against footprint.c's.
+ * 0 if it failed to run. */
+static int dp_two_devices(dps_precision prec, int accum, train_result *r)
 {
     be_options o = {.kind = BE_HOST, .host_devices = 2, .quiet = 1};
     backend *be = NULL;
-    if (be_open(&o, &be) != DPS_OK || !be) return NULL;
+    if (be_open(&o, &be) != DPS_OK || !be) return 0;
     dps_config c;
     config_defaults(&c);
     c.mode = MODE_DP;
@@ -106,12 +107,11 @@ static train_result *dp_two_devices(int bf16)
     c.devices[0] = 0;
     c.devices[1] = 1;
     c.global_batch = 6;
+    c.accum = accum;
     c.warmup = 0;
     c.steps = 3;
     c.trace_steps = 0;
-    c.precision = bf16 ? PREC_BF16 : PREC_FP32;
-    static train_result res[2];
-    train_result *r = &res[bf16];
+    c.precision = prec;
     dps_status rc = train_result_init(r, &c, c.ngpus);
     if (!rc) rc = dp_train(&c, be, r);
     if (!rc) {
@@ -121,25 +121,49 @@ static train_result *dp_two_devices(int bf16)
         for (int i = 0; i < 2; i++) EXPECT(be->mem[i].in_use == 0);
     }
     be_close(be);
-    if (rc) fprintf(stderr, "dp %s: %s\n", bf16 ? "bf16" : "fp32", dps_errmsg());
-    return rc ? NULL : r;
+    if (rc) fprintf(stderr, "dp %s accum %d: %s\n", dps_precision_name(prec), accum, dps_errmsg());
+    return rc == DPS_OK;
 }
 
-/* dp under autocast gathers bf16 logits and scatters their bf16 gradient,
- * as DataParallel does: half the logits' bytes between the devices, losses
- * within 3 % of fp32's, memory as footprint.c says. */
+/* dp under autocast gathers half-precision logits and scatters their
+ * gradient in it, as DataParallel does: half the logits' bytes between the
+ * devices, losses within 3 % of fp32's, memory as footprint.c says. */
 static void test_dp_bf16(void)
 {
-    train_result *f32 = dp_two_devices(0), *b16 = dp_two_devices(1);
-    EXPECT(f32 && b16);
-    if (!f32 || !b16) return;
-    for (int k = 0; k < 3; k++) EXPECT(fabs(b16->loss[k] - f32->loss[k]) <= 0.03 * f32->loss[k]);
-    /* device 1: 3 samples of 4 tokens, 48 classes: its logits sent, their gradient received */
-    double half = 3 * 4 * 48 * 2.0;
-    EXPECT(b16->dev[1].link_bytes[LINK_P2P_SENT] == f32->dev[1].link_bytes[LINK_P2P_SENT] - half);
-    EXPECT(b16->dev[1].link_bytes[LINK_P2P_RECV] == f32->dev[1].link_bytes[LINK_P2P_RECV] - half);
-    train_result_free(f32);
-    train_result_free(b16);
+    static train_result res[3];
+    train_result *f32 = &res[0];
+    EXPECT(dp_two_devices(PREC_FP32, 1, f32));
+    for (int h = 1; h <= 2; h++) {
+        train_result *half = &res[h];
+        EXPECT(dp_two_devices(h == 1 ? PREC_BF16 : PREC_FP16, 1, half));
+        for (int k = 0; k < 3; k++) EXPECT(fabs(half->loss[k] - f32->loss[k]) <= 0.03 * f32->loss[k]);
+        /* device 1: 3 samples of 4 tokens, 48 classes: its logits sent, their gradient received */
+        double bytes = 3 * 4 * 48 * 2.0;
+        EXPECT(half->dev[1].link_bytes[LINK_P2P_SENT] == f32->dev[1].link_bytes[LINK_P2P_SENT] - bytes);
+        EXPECT(half->dev[1].link_bytes[LINK_P2P_RECV] == f32->dev[1].link_bytes[LINK_P2P_RECV] - bytes);
+    }
+    for (int i = 0; i < 3; i++) train_result_free(&res[i]);
+}
+
+/* dp with gradient accumulation: 3 micro-steps of the 6 samples a step
+ * has without it train the same (the step's mean gradient, to fp32's
+ * rounding) with micro-batch-sized buffers, the accumulated gradients
+ * beside them, and fp16's GradScaler, as footprint.c says. */
+static void test_dp_accum(void)
+{
+    static train_result one, three, f16;
+    EXPECT(dp_two_devices(PREC_FP32, 1, &one));
+    EXPECT(dp_two_devices(PREC_FP32, 3, &three));
+    EXPECT(dp_two_devices(PREC_FP16, 3, &f16));
+    if (one.losses_done == 3 && three.losses_done == 3) {
+        for (int k = 0; k < 3; k++) EXPECT(fabs(three.loss[k] - one.loss[k]) <= 1e-5 * one.loss[k]);
+        EXPECT(three.dev[0].alloc_peak != one.dev[0].alloc_peak);
+    }
+    for (int k = 0; k < f16.steps_done; k++)
+        EXPECT(f16.scaler[k].scale == 65536.0f && f16.scaler[k].skipped == 0);
+    train_result_free(&one);
+    train_result_free(&three);
+    train_result_free(&f16);
 }
 
 /* GradScaler's update rules (torch.cuda.amp.GradScaler, growth 2, backoff
@@ -160,4 +184,4 @@ static void test_scaler(void)
     EXPECT(scaler_loss_factor(&off) == 1.0f && scaler_loss_factor(&g) == g.scale);
 }
 
-EXPECT_GROUPS(GROUP(chunk), GROUP(slowdown), GROUP(dp_bf16), GROUP(scaler));
+EXPECT_GROUPS(GROUP(chunk), GROUP(slowdown), GROUP(dp_bf16), GROUP(dp_accum), GROUP(scaler));
