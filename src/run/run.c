@@ -29,6 +29,8 @@ double run_max_rel_diff(const float *a, const float *b, size_t n)
 
 double run_check_tolerance(const dps_config *cfg)
 {
+    if (dps_precision_is_half(cfg->precision) && cfg->optimizer == OPT_ADAMW)
+        return DPS_CHECK_TOL_HALF_ADAMW;
     if (cfg->precision == PREC_BF16) return DPS_CHECK_TOL_BF16;
     if (cfg->precision == PREC_FP16) return DPS_CHECK_TOL_FP16;
     return cfg->optimizer == OPT_ADAMW ? DPS_CHECK_TOL_FP32_ADAMW : DPS_CHECK_TOL_FP32;
