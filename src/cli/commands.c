@@ -206,7 +206,9 @@ static dps_status build_from_suite(cli_args *a, const backend *be, sweep_item **
 {
     suite s;
     DPS_TRY(suite_load(a->suite_path, be->kind, &s));
-    DPS_TRY(suite_expand(&s, &a->cfg, be, a->lr_set ? a->cfg.hp.lr : 0.0, out, n));
+    dps_status rc = suite_expand(&s, &a->cfg, be, a->lr_set ? a->cfg.hp.lr : 0.0, out, n);
+    suite_free(&s);
+    DPS_TRY(rc);
     for (int i = 0; i < *n; i++) {
         if (a->steps_set) (*out)[i].cfg.steps = a->cfg.steps;
         if (a->warmup_set) (*out)[i].cfg.warmup = a->cfg.warmup;

@@ -13,9 +13,11 @@
 typedef struct parse_ctx {
     const char *path;
     int line;
-    suite *s;
-    int section;                     /* 0: common, 1: [host], 2: [cuda] */
-    int key_line[3][SET_COUNT];      /* where each key was given, per section */
+    suite *s;                        /* where the keys go: main, or an added sweep */
+    suite *main;
+    int section;                     /* 0: common, 1: [host], 2: [cuda], 3 + k: added sweep k */
+    int sections;                    /* added sweeps seen, every backend's */
+    int key_line[3 + SUITE_MAX_ADDED][SET_COUNT]; /* where each key was given, per section */
     int settings;                    /* keys given, every section */
 } parse_ctx;
 
@@ -122,6 +124,43 @@ static dps_status set_key(parse_ctx *p, const char *key, const char *val)
     return DPS_OK;
 }
 
+/* `[+ NAME]`, `[host + NAME]` or `[cuda + NAME]` (t, trimmed): an added
+ * sweep, a copy of the main one as it stands, when it applies to backend
+ * kind (*active); else its keys are only checked. */
+static dps_status added_section(parse_ctx *p, const char *t, be_kind kind, int *active)
+{
+    const char *plus = strchr(t, '+');
+    char where[16] = "", name[SUITE_NAME_MAX + 1];
+    size_t wlen = (size_t)(plus - t - 1);
+    if (wlen >= sizeof where) return perr(p, "unknown section (expected [host], [cuda] or [+ NAME])", t);
+    memcpy(where, t + 1, wlen);
+    where[wlen] = '\0';
+    const char *w = dps_trim(where);
+    if (*w && strcmp(w, "host") && strcmp(w, "cuda"))
+        return perr(p, "unknown section (expected [+ NAME], [host + NAME] or [cuda + NAME])", t);
+    dps_strlcpy(name, plus + 1, sizeof name);
+    char *end = strchr(name, ']');
+    if (end) *end = '\0';
+    char *n = dps_trim(name);
+    if (!*n || strlen(n) >= SUITE_NAME_MAX || strchr(n, '['))
+        return perr(p, "an added sweep needs a short name, as [+ accumulation]", t);
+    if (p->sections == SUITE_MAX_ADDED) return perr(p, "more added sweeps than 8", t);
+    p->section = 3 + p->sections++;
+    *active = !*w || kind == (strcmp(w, "host") == 0 ? BE_HOST : BE_CUDA);
+    p->s = p->main;
+    if (!*active) return DPS_OK;
+    suite *m = p->main, *grown = realloc(m->added, (size_t)(m->nadded + 1) * sizeof *grown);
+    if (!grown) return dps_fail(DPS_ERR_RUNTIME, "out of host memory reading %s", p->path);
+    m->added = grown;
+    suite *a = &m->added[m->nadded++];
+    *a = *m;
+    a->added = NULL;
+    a->nadded = 0;
+    dps_strlcpy(a->name, n, sizeof a->name);
+    p->s = a;
+    return DPS_OK;
+}
+
 /* One line: blank, comment, [section] or key = value. *active says whether
  * the current section applies to this backend. */
 static dps_status parse_line(parse_ctx *p, char *line, be_kind kind, int *active)
@@ -134,10 +173,12 @@ static dps_status parse_line(parse_ctx *p, char *line, be_kind kind, int *active
     char *t = dps_trim(line);
     if (!*t) return DPS_OK;
     if (*t == '[') {
+        if (strchr(t, '+') && t[strlen(t) - 1] == ']') return added_section(p, t, kind, active);
         if (strcmp(t, "[host]") == 0) p->section = 1;
         else if (strcmp(t, "[cuda]") == 0) p->section = 2;
-        else return perr(p, "unknown section (expected [host] or [cuda])", t);
+        else return perr(p, "unknown section (expected [host], [cuda] or [+ NAME])", t);
         *active = kind == (p->section == 1 ? BE_HOST : BE_CUDA);
+        p->s = p->main;
         return DPS_OK;
     }
     char *eq = strchr(t, '=');
@@ -159,6 +200,7 @@ static dps_status parse_line(parse_ctx *p, char *line, be_kind kind, int *active
 
 static void suite_defaults(suite *s, const char *path)
 {
+    memset(s, 0, sizeof *s);
     memset(s, 0, sizeof *s);
     dps_strlcpy(s->path, path, sizeof s->path);
     const settings_entry *t = settings_table;
@@ -216,7 +258,7 @@ dps_status suite_load(const char *path, be_kind kind, suite *s)
         free(text);
         return dps_fail(DPS_ERR_RUNTIME, "out of host memory reading %s", path);
     }
-    *p = (parse_ctx){.path = path, .s = s};
+    *p = (parse_ctx){.path = path, .s = s, .main = s};
     int active = 1;
     dps_status rc = DPS_OK;
     size_t pos = len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0 ? 3 : 0; /* a UTF-8 BOM */
@@ -234,7 +276,15 @@ dps_status suite_load(const char *path, be_kind kind, suite *s)
                       "sweep; give at least one key, e.g. models = small)", path);
     free(p);
     free(text);
+    if (rc) suite_free(s);
     return rc;
+}
+
+void suite_free(suite *s)
+{
+    free(s->added);
+    s->added = NULL;
+    s->nadded = 0;
 }
 
 /* gpus = all: 1, 2, 4, ... up to the devices present; emulated, up to the
@@ -329,8 +379,8 @@ static int redundant(const suite *s, const int *idx, int accum)
     return idx[D_DP_IMPL] != 0;
 }
 
-dps_status suite_expand(const suite *s, const dps_config *base, const backend *be,
-                        double lr_override, sweep_item **items, int *n)
+static dps_status expand_one(const suite *s, const dps_config *base, const backend *be,
+                             double lr_override, sweep_item **items, int *n)
 {
     int gpus[SUITE_MAX_LIST + 1];
     int ng = gpu_counts(s, be, gpus), maxg = 1;
@@ -352,8 +402,8 @@ dps_status suite_expand(const suite *s, const dps_config *base, const backend *b
         dps_config c = *base;
         c.accum = accum;
         if (s->nno_sync) c.no_sync = s->no_sync[idx[D_NO_SYNC]];
-        if (c.accum == 1 || c.mode == MODE_DP) c.no_sync = 1; /* nothing to sync but the step */
         c.mode = s->modes[idx[D_MODE]];
+        if (c.accum == 1 || c.mode == MODE_DP) c.no_sync = 1; /* nothing to sync but the step */
         c.precision = s->precisions[idx[D_PRECISION]];
         c.optimizer = s->optimizers[idx[D_OPTIMIZER]];
         config_optimizer_defaults(&c);
@@ -369,6 +419,54 @@ dps_status suite_expand(const suite *s, const dps_config *base, const backend *b
             free(*items);
             *items = NULL;
             return rc;
+        }
+    }
+    return DPS_OK;
+}
+
+/* Whether cfg's id is one of items[0..n). */
+static int has_config(const sweep_item *items, int n, const dps_config *cfg)
+{
+    char id[192], other[192];
+    config_id(cfg, id, sizeof id);
+    for (int i = 0; i < n; i++) {
+        config_id(&items[i].cfg, other, sizeof other);
+        if (strcmp(id, other) == 0) return 1;
+    }
+    return 0;
+}
+
+/* The added sweep a's configurations after the n in *items, but those already there. */
+static dps_status append_added(const suite *a, const dps_config *base, const backend *be,
+                               double lr_override, sweep_item **items, int *n)
+{
+    sweep_item *more = NULL;
+    int nmore = 0;
+    DPS_TRY(expand_one(a, base, be, lr_override, &more, &nmore));
+    sweep_item *grown = realloc(*items, (size_t)(*n + nmore + 1) * sizeof *grown);
+    if (!grown) {
+        free(more);
+        return dps_fail(DPS_ERR_RUNTIME, "out of host memory for %d configurations", *n + nmore);
+    }
+    *items = grown;
+    for (int i = 0; i < nmore; i++)
+        if (!has_config(*items, *n, &more[i].cfg)) (*items)[(*n)++] = more[i];
+    free(more);
+    return DPS_OK;
+}
+
+dps_status suite_expand(const suite *s, const dps_config *base, const backend *be,
+                        double lr_override, sweep_item **items, int *n)
+{
+    DPS_TRY(expand_one(s, base, be, lr_override, items, n));
+    for (int k = 0; k < s->nadded; k++) {
+        dps_status rc = append_added(&s->added[k], base, be, lr_override, items, n);
+        if (rc) {
+            char why[DPS_ERRMSG_MAX];
+            dps_strlcpy(why, dps_errmsg(), sizeof why);
+            free(*items);
+            *items = NULL;
+            return dps_fail(rc, "[+ %s]: %s", s->added[k].name, why);
         }
     }
     return DPS_OK;

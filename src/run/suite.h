@@ -1,6 +1,10 @@
 /* Suite files: a sweep written down (the .suite files of bench/). Lines `key = value`
- * or `key = v1, v2, ...`, `#` comments, and [host] / [cuda] sections whose
- * keys apply only on that backend (they override the common ones). */
+ * or `key = v1, v2, ...`, `#` comments, [host] / [cuda] sections whose
+ * keys apply only on that backend (they override the common ones), and
+ * added sweeps, `[+ NAME]` (or `[host + NAME]`, `[cuda + NAME]`: on that
+ * backend only): each starts from every setting above it that applies
+ * here, its keys override those, and its configurations join the main
+ * sweep's (one already there is not run twice). */
 #ifndef DPS_SUITE_H
 #define DPS_SUITE_H
 
@@ -9,6 +13,8 @@
 #include "config/settings.h"
 
 #define SUITE_MAX_LIST SETTINGS_MAX_LIST
+#define SUITE_MAX_ADDED 8   /* added sweeps a file */
+#define SUITE_NAME_MAX 48
 
 typedef struct suite {
     char path[DPS_PATH_MAX];
@@ -35,11 +41,16 @@ typedef struct suite {
     int nddp_impls;
     int steps, warmup;                 /* 0: the CLI's */
     uint64_t device_mem;               /* host capacity, 0: the CLI's */
+    char name[SUITE_NAME_MAX];         /* an added sweep's; "" for the main one */
+    struct suite *added;               /* the main one's added sweeps that apply here */
+    int nadded;
 } suite;
 
 /* Reads a suite for backend `kind` (BE_HOST or BE_CUDA). DPS_ERR_USAGE with
  * "FILE:LINE: what" on a bad file. */
 dps_status suite_load(const char *path, be_kind kind, suite *s);
+/* Frees what suite_load allocated (the added sweeps); safe after a failed load. */
+void suite_free(suite *s);
 
 /* One entry of a sweep: the configuration, or why it cannot run here. */
 typedef struct sweep_item {

@@ -45,7 +45,9 @@ static void test_rel_diff(void)
 static dps_status load_suite_host(const char *path)
 {
     suite s;
-    return suite_load(path, BE_HOST, &s);
+    dps_status rc = suite_load(path, BE_HOST, &s);
+    suite_free(&s);
+    return rc;
 }
 
 /* A suite file refused at "<path>:<needle>". */
@@ -54,6 +56,30 @@ static void expect_suite_error(const char *text, size_t len, const char *needle)
     char colon[256];
     snprintf(colon, sizeof colon, ":%s", needle);
     expect_data_refused(load_suite_host, text, len, colon);
+}
+
+/* Added sweeps: each a copy of what is above it on this backend, its own
+ * keys over it; another backend's only checked. */
+static void test_added_sweeps(void)
+{
+    const char *text = "models = tiny\ngpus = 2\n[host]\nsteps = 4\n[+ acc]\naccum = 1, 4\n"
+                       "[cuda + half]\nprecisions = bf16\n[host + half]\nprecisions = fp16\n"
+                       "[host]\nwarmup = 2\n";
+    suite s;
+    const char *path = write_tmp("added", text, strlen(text));
+    EXPECT(suite_load(path, BE_HOST, &s) == DPS_OK);
+    EXPECT(s.nadded == 2 && s.naccum == 0 && s.warmup == 2);
+    if (s.nadded == 2) {
+        EXPECT(strcmp(s.added[0].name, "acc") == 0 && s.added[0].naccum == 2 &&
+               s.added[0].accum[1] == 4 && s.added[0].steps == 4 && s.added[0].warmup == 0);
+        EXPECT(strcmp(s.added[1].name, "half") == 0 && s.added[1].precisions[0] == PREC_FP16 &&
+               s.added[1].naccum == 0 && s.added[1].ngpus == 1);
+    }
+    suite_free(&s);
+    EXPECT(suite_load(path, BE_CUDA, &s) == DPS_OK);
+    EXPECT(s.nadded == 2 && s.added[1].precisions[0] == PREC_BF16 && s.added[1].steps == 0);
+    suite_free(&s);
+    unlink(path);
 }
 
 static void test_suite(void)
@@ -84,6 +110,9 @@ static void test_suite(void)
     expect_suite_error("modes = dp, dp\n", 15, "1: modes = dp, dp: listed twice: 'dp'");
     expect_suite_error("steps = 1, 2\n", 13, "1: steps = 1, 2: expected one value");
     expect_suite_error("[gpu]\n", 6, "1: unknown section");
+    expect_suite_error("models = tiny\n[gpu + x]\n", 24, "2: unknown section");
+    expect_suite_error("models = tiny\n[+ ]\n", 19, "2: an added sweep needs a short name");
+    expect_suite_error("[+ a]\nsteps = 4\nsteps = 5\n", 26, "3: given again");
     expect_suite_error("steps = 0\n", 10, "1: steps = 0: expected an integer from 1");
     expect_suite_error("just words\n", 11, "1: expected key = value");
     expect_suite_error("[cuda]\nmodels = nope\n", 21, "2: models = nope: unknown preset"); /* checked off-backend too */
@@ -96,6 +125,7 @@ static void test_suite(void)
     expect_suite_error("steps = 4\nmodels = tiny\nsteps = 5\n", 33,
                        "3: given again (first at line 1): 'steps'");
     expect_suite_error("[host]\nsteps = 4\n[host]\nsteps = 5\n", 35, "4: given again");
+    test_added_sweeps();
     static const char bom[] = "\xEF\xBB\xBFmodels = tiny\nsteps = 3\n";
     path = write_tmp("bom", bom, sizeof bom - 1);
     EXPECT(suite_load(path, BE_HOST, &s) == DPS_OK && s.steps == 3); /* a BOM is skipped */
