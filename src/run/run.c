@@ -226,23 +226,25 @@ double run_allreduce_span_ms(const timeline *tl, int t, double bytes)
 }
 
 /* algbw and busbw from the traced steps' all-reduce time
- * (run_allreduce_span_ms), at its median; none without a trace, or when a
- * traced step lacks a span: the slowest rank's own time would count its
- * wait for the others as transfer. */
+ * (run_allreduce_span_ms), at its median, over the gradients' bytes each
+ * step all-reduces (every micro-step's with --no-sync off); none without a
+ * trace, or when a traced step lacks a span: the slowest rank's own time
+ * would count its wait for the others as transfer. */
 static void allreduce_bandwidth(const dps_config *c, const train_result *res, run_summary *s)
 {
     const timeline *tl = &res->tl;
     int n = tl->steps;
+    double bytes = res->allreduce_bytes * (c->no_sync ? 1 : c->accum);
     double *t = malloc(((size_t)n + 1) * sizeof *t);
-    int ok = t && n > 0 && tl->nranks > 1 && res->allreduce_bytes > 0;
+    int ok = t && n > 0 && tl->nranks > 1 && bytes > 0;
     for (int k = 0; ok && k < n; k++) {
-        t[k] = run_allreduce_span_ms(tl, k, res->allreduce_bytes);
+        t[k] = run_allreduce_span_ms(tl, k, bytes);
         ok = t[k] > 0.0;
     }
     double median = ok ? stats_median_or(t, n, 0.0) : 0.0;
     free(t);
     if (median > 0) {
-        s->algbw_gbps = res->allreduce_bytes / (median * 1e-3) / 1e9;
+        s->algbw_gbps = bytes / (median * 1e-3) / 1e9;
         s->busbw_gbps = stats_busbw_allreduce(s->algbw_gbps, c->ngpus);
     }
 }
