@@ -19,6 +19,8 @@
 #     bf16, on every GPU: 8 pairs of ~3 s + ~8 s (ddp ~12 s): ~100 s
 #   1b a model file (resnet50) against PyTorch running its ops, dp and ddp on
 #     every GPU, fp32, with --check: 2 pairs of ~5 s + ~10 s: ~30 s
+#   1c ddp --accum 4 under no_sync on every GPU, and dp fp16 with its
+#     GradScaler, against PyTorch, with --check: 2 pairs of ~3 s + ~10 s: ~25 s
 #   2 memory and step time against PyTorch, bf16, one GPU: dp medium,
 #     ddp medium, dp gpt2-mlp (memory: per-device peak within 10 %; step
 #     <= 0.85 x PyTorch's): ~50 s; gpt2-mlp --gemm-ref (TFLOP/s >= 0.8 x the
@@ -33,7 +35,7 @@
 #   6 failure paths: --inject-fault exit and hang (--timeout 10): ~25 s
 #   7 what --no-nvtx and --no-nvml save 20 s, links against PyTorch's
 #     copies 12 s, compute-sanitizer memcheck x2 ~90 s, ncu ~60 s
-# about 480 s in all with a reserve of 20: the last of 7 is what a slow
+# about 505 s in all with a reserve of 20: the last of 7 is what a slow
 # machine leaves out.
 # Environment: DC_BUDGET (seconds, default 480) and the other settings of
 # scripts/device-check-lib.sh. DC_BACKEND=host rehearses every step on a
@@ -194,7 +196,13 @@ mf_model=resnet50
 [ "$host" = 1 ] && mf_model=tests/fixtures/models/tiny-gpt.model
 file_figs=()
 for m in dp ddp; do file_figs+=("loss $m model file vs torch gpus=$ngpu" "check $m model file gpus=$ngpu"); done
-dc_plan build "dpscale info" "${loss_figs[@]}" "${file_figs[@]}" "${mem_figs[@]}" "${one_figs[@]}" "${mg_figs[@]}" \
+acc_cfgs=("ddp fp32 accum" "dp fp16 scaler")
+acc_figs=()
+for c in "${acc_cfgs[@]}"; do
+  read -r m p w <<<"$c"
+  acc_figs+=("loss $m $p $w vs torch gpus=$ngpu" "check $m $p $w gpus=$ngpu")
+done
+dc_plan build "dpscale info" "${loss_figs[@]}" "${file_figs[@]}" "${acc_figs[@]}" "${mem_figs[@]}" "${one_figs[@]}" "${mg_figs[@]}" \
   "sweep dp,ddp gpus=1" "params same bits" "nvml pcie in sweep" "nvml bytes on links" \
   "fault exit rank 1" "fault hang rank 1 --timeout" "no-nvtx cost" "no-nvml cost" "${links_figs[@]}" \
   "memcheck dp" "memcheck ddp" "ncu step kernels" "ncu step report"
@@ -327,6 +335,28 @@ for m in dp ddp; do
   rc=$?
   dc_was_skipped "$lfig" "$rc" || dc_figures_from "$lfig" "${cmp[@]}" losses "$lfig" \
     "$res/file-$m" "$res/file-$m-torch" fp32
+done
+
+# 1c. The loops people run, against PyTorch: ddp with --accum 4 (micro-steps under no_sync,
+# the last all-reduced) and dp in fp16 with its GradScaler (torch.cuda.amp's), every step's
+# loss within LOSS_TOL or LOSS_TOL_FP16, and --check. ~3 s and ~10 s a pair.
+for c in "${acc_cfgs[@]}"; do
+  read -r m p w <<<"$c"
+  lfig="loss $m $p $w vs torch gpus=$ngpu" cfig="check $m $p $w gpus=$ngpu"
+  dc_step "$w against PyTorch: $m $p on $ngpu device(s)" 16 "$lfig" "$cfig" || continue
+  if [ "$host" = 1 ] && [ "$p" = fp16 ]; then
+    skip_all "not a GPU figure: PyTorch's CPU has no fp16 autocast or GradScaler" "$lfig" "$cfig"
+    continue
+  fi
+  opts=(--mode "$m" --gpus "$ngpu" --model small --precision "$p" --lr "$lr_sgd"
+    --steps "$fid_steps" --warmup 0)
+  [ "$w" = accum ] && opts+=(--accum 4)
+  dps "acc-$m-$p" "${opts[@]}" --check
+  dps_figure "$cfig" $? check "$res/acc-$m-$p"
+  tref "acc-$m-$p-torch" "${opts[@]}"
+  rc=$?
+  dc_was_skipped "$lfig" "$rc" || dc_figures_from "$lfig" "${gcmp[@]}" losses "$lfig" \
+    "$res/acc-$m-$p" "$res/acc-$m-$p-torch" "$p"
 done
 
 # 2. Memory and speed against PyTorch on one GPU, bf16: the per-device allocation peak within

@@ -105,7 +105,8 @@ def losses_of(folder):
 
 def cmd_losses(fig, dps, tor, precision):
     from dpstools import torch_model  # numpy: imported by the one figure that needs it
-    tol = torch_model.LOSS_TOL_BF16 if precision == "bf16" else torch_model.LOSS_TOL
+    tol = {"bf16": torch_model.LOSS_TOL_BF16,
+           "fp16": torch_model.LOSS_TOL_FP16}.get(precision, torch_model.LOSS_TOL)
     goal = f"every step within {tol:g} relative"
     d, t = ok_runs(dps, tor)
     same_config(d, t, dps, tor)
@@ -171,7 +172,8 @@ def cmd_tflops(fig, folder, goal):
 
 
 NO_GEMM_PHASES = ("load", "replicate", "scatter", "gather", "loss", "reduce",
-                  "allreduce_exposed", "optimizer")
+                  "allreduce_exposed", "unscale", "optimizer")
+NEWER_PHASES = ("unscale",)  # folders written before them lack their rows: 0
 
 
 def cmd_nongemm(fig, folder, goal):
@@ -180,7 +182,8 @@ def cmd_nongemm(fig, folder, goal):
     step = num(r, "step_ms_median")
     if not step > 0:
         raise Missing(f"{folder}/runs.csv: step_ms_median {step}")
-    dev0 = {p["phase"]: num(p, "median_ms") for p in rows if p["device"] == "0"}
+    dev0 = {p: 0.0 for p in NEWER_PHASES}
+    dev0.update({p["phase"]: num(p, "median_ms") for p in rows if p["device"] == "0"})
     missing = [p for p in NO_GEMM_PHASES + ("forward", "backward") if p not in dev0]
     if missing:
         raise Missing(f"{folder}/phases.csv: device 0 has no phase {', '.join(missing)}")

@@ -29,6 +29,10 @@ LOSS_TOL = 1e-5
 # keeps GELU in bf16): a step's loss moves by a few of those roundings
 # averaged over its rows; 2e-2 bounds five of them.
 LOSS_TOL_BF16 = 2e-2
+# fp16: the same roundings with 11 significant bits (2**-11 = 4.9e-4), under a
+# GradScaler that scales every gradient by a power of two (exact): 2.5e-3
+# bounds five of them (scripts/device-check.sh's fp16 pair).
+LOSS_TOL_FP16 = 2.5e-3
 # bf16 on the host backend against --device cpu --precision bf16: the same
 # roundings at the same points (autocast_bf16 equals a numpy transcription of
 # model.c to the bit), so they differ only where an fp32 sum of another
@@ -36,8 +40,8 @@ LOSS_TOL_BF16 = 2e-2
 # and training makes such flips grow. Measured on tiny, batch 8, seeds 1234
 # and 1 to 5, at FIDELITY_LR: after 3 SGD steps the parameters within
 # 1.2e-7 (max |diff| / max |p|), while a rounding put elsewhere (the
-# parameters' gradients in bf16, as autocast's; the activation gradients
-# left in fp32) moves them by 2e-4 or more: PARAMS_TOL_BF16_HOST = 1e-6 after
+# parameters' gradients left in fp32, or the activation gradients) moves
+# them by 2e-4 or more: PARAMS_TOL_BF16_HOST = 1e-6 after
 # BF16_PARAMS_STEPS sees that. AdamW divides by the gradient's RMS, so a
 # flipped rounding of a near-zero gradient moves its parameter by up to the
 # learning rate (3e-4 after 3 steps): its parameters are not compared. The
