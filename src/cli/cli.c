@@ -351,6 +351,7 @@ dps_status cli_finish_config(cli_args *a, const char *model, dps_mode mode, int 
 {
     dps_config c = a->cfg;
     c.mode = mode;
+    if (mode == MODE_DP) c.no_sync = 1; /* a sweep's --no-sync off is its ddp configurations' */
     int per_gpu = 0;
     DPS_TRY(config_set_model(&c, model, NULL, &per_gpu));
     DPS_TRY(override_shape(a, &c));
