@@ -27,7 +27,8 @@ from dpstools import charts, results
 from dpstools.folder import Folder
 from dpstools.results import COLUMNS, DEFAULTS, InputError
 
-DDP2, SYNCALL2 = "ddp-small-fp32-sgd-g2-b32-acc2-bk25", "ddp-small-fp32-sgd-g2-b32-acc2-syncall-bk25"
+DDP2 = "ddp-small-fp32-sgd-g2-b32-acc2-bk25"
+SYNCALL2 = "ddp-small-fp32-sgd-g2-b32-acc2-syncall-bk25"
 DP2, DP1 = "dp-small-fp32-sgd-g2-b32-acc2", "dp-small-fp32-sgd-g2-b32"
 
 
@@ -161,7 +162,8 @@ def case_diagnosis(fixture):
         os.remove(buckets)
         part = accum_part(draw(folder, os.path.join(tmp, "out3"))[0])
         has(part, f"{DDP2}: micro-steps 1 to N-1 under no_sync, the last all-reduces: once the "
-                  "buckets per optimizer step (buckets.csv has no rows of it", where="the diagnosis")
+                  "buckets per optimizer step (buckets.csv has no rows of it",
+            where="the diagnosis")
 
 
 def case_defaults(fixture):

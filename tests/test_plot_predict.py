@@ -194,7 +194,7 @@ BROKEN = [  # (what, edit of the rows, what stderr must hold)
     ("skipped with figures", cell("status", "skipped"),
      ["predictions.csv:2: column step_ms holds '", "but status is skipped"]),
     ("a prediction twice", lambda rows: rows + rows[:1],
-     ["predictions.csv:10: box: workload tiny, mode dp, ngpus 1 again (first at line 2)"]),
+     ["predictions.csv:10: box: workload tiny, mode dp, ngpus 1, accum 1 again (first at line 2)"]),
     ("a column missing", lambda rows: [{k: v for k, v in r.items() if k != "sync_ms"} for r in rows],
      ["predictions.csv:1: missing column(s) sync_ms"]),
 ]

@@ -5,10 +5,12 @@ holds the statistics (median, quantile, the U test, the paired-shift test);
 judge and report compare two results (compare.py); folder, charts, summary,
 speedup, diagnose and predicted draw one (plot.py); gate is the regression
 gate (regress.py); torch_model, torch_graph, torch_timing, torch_train and
-torch_results are the PyTorch reference (torch_reference.py); validate checks dpscale
-predict (predict_validate.py); figures holds the GPU check's figure lines;
-netns emulates hosts for the tests. Standard library only, but for
-matplotlib (charts, report's chart) and numpy and PyTorch (torch_*).
+torch_results are the PyTorch reference (torch_reference.py); grad_scaler
+is GradScaler's loss scale as a pure function (the fp16 tests); validate
+checks dpscale predict (predict_validate.py); figures holds the GPU check's
+figure lines; netns emulates hosts for the tests. Standard library only,
+but for matplotlib (charts, report's chart), numpy (torch_*, grad_scaler) and
+PyTorch (torch_*).
 A script run as `python3 scripts/NAME.py` finds the package beside it;
 anything else puts scripts/ on PYTHONPATH (the tests do, through meson).
 """

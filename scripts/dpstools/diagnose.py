@@ -1,10 +1,12 @@
 """summary.md's diagnosis: why dp (dp, dp-lean) loses to ddp, wins, or is within noise of it.
 
 Read from a results folder's numbers: dp's phases on device 0 alone, ddp's
-exposed all-reduce, what device 0 holds beyond the others."""
+exposed all-reduce, what device 0 holds beyond the others; and with gradient
+accumulation (accum N > 1), ddp's all-reduces per optimizer step, what
+no_sync saved, and dp's replicate and reduce run once per micro-step."""
 from collections import defaultdict
 
-from dpstools.results import integer, number, strategy
+from dpstools.results import integer, line, number, strategy
 from dpstools.speedup import NOISE, interval_text, speedup
 
 # dp's work that device 0 does alone while the others wait, in step order
@@ -29,13 +31,14 @@ def phases_of(folder, config_id, device=0):
 
 
 def pairs(folder):
-    """(model, precision, optimizer, scaling, n, dp run, ddp run) at the largest
-    device count (2 or more: on one device nothing waits) where both ran, for
-    each model, precision, optimizer, scaling and dp variant (dp, dp-lean)."""
+    """(model, precision, optimizer, scaling, accum, n, dp run, ddp run) at the
+    largest device count (2 or more: on one device nothing waits) where both
+    ran, for each model, precision, optimizer, scaling, accumulation and dp
+    variant (dp, dp-lean); ddp with no_sync on (the default)."""
     runs = defaultdict(dict)
     for r in folder.runs:
-        key = (r["model"], r["precision"], r["optimizer"], r["scaling"])
-        runs[key][(strategy(r), r["_n"])] = r
+        key = (r["model"], r["precision"], r["optimizer"], r["scaling"], r["_accum"])
+        runs[key][(r["_line"], r["_n"])] = r
     out = []
     for key, got in sorted(runs.items()):
         for variant in ("dp", "dp-lean"):
@@ -125,11 +128,12 @@ def verdict(folder, dp, ddp, serial, exposed_ms):
 
 
 def pair_lines(folder, pair):
-    model, prec, opt, scaling, n, dp, ddp = pair
+    model, prec, opt, scaling, n_accum, n, dp, ddp = pair
     serial = serial_phases(folder, dp)
     exposed = phases_of(folder, ddp["config_id"]).get("allreduce_exposed", 0.0)
     name = strategy(dp)
-    lines = [f"### {model}, {prec}, {opt}, {scaling} scaling, {n} devices: {name} and ddp", "",
+    acc = f", accum {n_accum}" if n_accum > 1 else ""
+    lines = [f"### {model}, {prec}, {opt}{acc}, {scaling} scaling, {n} devices: {name} and ddp", "",
              verdict(folder, dp, ddp, serial, exposed), ""]
     if serial:
         total = sum(r[1] for r in serial)
@@ -146,18 +150,124 @@ def pair_lines(folder, pair):
     return lines
 
 
-def diagnosis(folder):
-    """summary.md's "Diagnosis" section; [] when no dp/ddp pair ran."""
-    found = pairs(folder)
+# ---- gradient accumulation ----------------------------------------------------
+
+def allreduces(folder, run):
+    """(all-reduces per optimizer step, buckets, micro-steps that all-reduced)
+    of a ddp run from buckets.csv's rows of rank 0 (a row per micro-step and
+    bucket all-reduced), or None where buckets.csv has none of it."""
+    rows = [b for b in folder.buckets or [] if b["config_id"] == run["config_id"]
+            and b["rank"] == "0"]
+    if not rows:
+        return None
+    return len(rows), len({b["bucket"] for b in rows}), len({b["micro_step"] for b in rows})
+
+
+def allreduce_text(folder, run):
+    """How many all-reduces a ddp run with accum N did per optimizer step, and
+    what its --no-sync says it should (nbuckets with no_sync, N x nbuckets
+    without)."""
+    n_accum, off = run["_accum"], run["_line"].endswith("-syncall")
+    how = (f"every micro-step all-reduces (--no-sync off): {n_accum} x the buckets" if off else
+           "micro-steps 1 to N-1 under no_sync, the last all-reduces: once the buckets")
+    found = allreduces(folder, run)
+    if found is None:
+        return (f"{run['config_id']}: {how} per optimizer step (buckets.csv has no rows of it: "
+                f"it records the traced steps, --trace-steps)")
+    count, nb, micro = found
+    want = n_accum * nb if off else nb
+    check = "as expected" if count == want else f"expected {want}: check the run"
+    return (f"{run['config_id']}: {plural(count, 'all-reduce')} per optimizer step "
+            f"({plural(nb, 'bucket')} in {plural(micro, 'micro-step')} of {n_accum}; {how}, "
+            f"{check})")
+
+
+def plural(n, word):
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def twin(folder, run, **change):
+    """The configuration that differs from run only where change says (its
+    _line or _accum), same model, precision, optimizer, scaling, devices and
+    global batch; or None."""
+    same = ("model", "precision", "optimizer", "scaling", "_n", "global_batch")
+    want = {k: run[k] for k in same + ("_line", "_accum")} | change
+    return next((r for r in folder.runs if all(r[k] == v for k, v in want.items())), None)
+
+
+def no_sync_text(folder, run):
+    """What no_sync saved: a ddp run's step time against its twin with
+    --no-sync off, with the throughput ratio's interval; None without one."""
+    off = twin(folder, run, _line=run["_line"] + "-syncall")
+    if off is None:
+        return None
+    on_ms, off_ms = number(run, "step_ms_median"), number(off, "step_ms_median")
+    s = speedup(folder.step_ms, off, run, line)
+    verdict = (f"{run['_line']} reaches {s.ratio:.2f}x {off['_line']}'s throughput "
+               f"({interval_text(s)}" + (", which holds 1: within noise)" if s.faster == NOISE
+                                         else ")"))
+    return (f"no_sync saved {off_ms - on_ms:.3f} ms a step ({run['config_id']} {on_ms:.3f} ms, "
+            f"{off['config_id']} with every micro-step all-reduced {off_ms:.3f} ms, "
+            f"{100 * (off_ms - on_ms) / off_ms:.0f} % of its step): {verdict}")
+
+
+def dp_accum_text(folder, run):
+    """dp with accum N: DataParallel's replicate and reduce once per
+    micro-step, their time per optimizer step against accum 1's."""
+    ph = phases_of(folder, run["config_id"])
+    moved = ph.get("replicate", 0.0) + ph.get("reduce", 0.0)
+    step = number(run, "step_ms_median")
+    text = (f"{run['config_id']}: DataParallel's replicate and reduce ran {run['_accum']} times "
+            f"per optimizer step (its forward replicates the module and its backward reduces "
+            f"the gradients onto device 0 in every micro-step): {moved:.3f} ms a step on "
+            f"device 0, {100 * moved / step:.0f} % of its step")
+    base = twin(folder, run, _accum=1)
+    if base is None:
+        return text
+    ph1 = phases_of(folder, base["config_id"])
+    moved1 = ph1.get("replicate", 0.0) + ph1.get("reduce", 0.0)
+    ratio = f", {moved / moved1:.2f}x" if moved1 > 0 else ""
+    return text + f", against {moved1:.3f} ms at accum 1 ({base['config_id']}{ratio})"
+
+
+def accum_lines(folder):
+    """The diagnosis' "Gradient accumulation" part: each configuration on 2
+    or more devices with accum N > 1; [] when none."""
+    runs = sorted((r for r in folder.runs if r["_accum"] > 1 and r["_n"] >= 2),
+                  key=lambda r: r["config_id"])
+    found = []
+    for r in runs:
+        if r["mode"] == "ddp":
+            found.append(allreduce_text(folder, r))
+            saved = None if r["_line"].endswith("-syncall") else no_sync_text(folder, r)
+            found += [saved] if saved else []
+        else:
+            found.append(dp_accum_text(folder, r))
     if not found:
         return []
-    lines = ["## Diagnosis", "", "For each model and dp variant (dp as DataParallel does it; "
-             "dp-lean, --dp-impl lean) at the largest device count where it and ddp both ran: "
-             "dp's phases that device 0 runs while the other devices wait (from phases.csv), "
-             "against ddp's all-reduce left exposed after backward, and what device 0 holds "
-             "beyond the others (from memory.csv). One mode is said to reach more throughput "
-             "than the other only where the ratio's 95 % interval (from steps.csv's step "
-             "times) excludes 1.", ""]
+    return ["### Gradient accumulation", "", "With --accum N each optimizer step runs N "
+            "micro-batches of batch/N: ddp all-reduces once per step under no_sync (--no-sync "
+            "on) or in every micro-step (off, the -syncall configurations; buckets.csv has a "
+            "row per rank, micro-step and bucket all-reduced), while DataParallel replicates "
+            "and reduces in every micro-step (phases.csv, device 0).", ""] + \
+        [f"- {t}." for t in found] + [""]
+
+
+def diagnosis(folder):
+    """summary.md's "Diagnosis" section; [] when no dp/ddp pair and no
+    configuration with accumulation ran."""
+    found, accum = pairs(folder), accum_lines(folder)
+    if not found and not accum:
+        return []
+    lines = ["## Diagnosis", ""]
+    if found:
+        lines += ["For each model and dp variant (dp as DataParallel does it; dp-lean, "
+                  "--dp-impl lean) at the largest device count where it and ddp both ran: dp's "
+                  "phases that device 0 runs while the other devices wait (from phases.csv), "
+                  "against ddp's all-reduce left exposed after backward, and what device 0 "
+                  "holds beyond the others (from memory.csv). One mode is said to reach more "
+                  "throughput than the other only where the ratio's 95 % interval (from "
+                  "steps.csv's step times) excludes 1.", ""]
     for pair in found:
         lines += pair_lines(folder, pair)
-    return lines
+    return lines + accum

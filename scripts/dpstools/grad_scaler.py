@@ -1,4 +1,4 @@
-"""torch.cuda.amp.GradScaler's loss scale as a pure function: each step's scale, and whether it is skipped.
+"""GradScaler's loss scale as a pure function: each step's scale and whether it is skipped.
 
 GradScaler keeps a float32 scale and an int growth tracker; each step's
 backward is of loss * scale, and update() after the step applies ATen's

@@ -188,6 +188,6 @@ def predictions_table(preds):
         figs = (f"{p['_step']:.4f} | {p['_sps']:.1f} | {p['_eff']:.3f}"
                 if p["status"] != "skipped" else "- | - | -")
         lines.append(f"| {p['model']} | {p['precision']} | {p['optimizer']} | {p['_b']} | "
-                     f"{mode_name(p)} | {p['_n']} | {p['nodes']} | {p['machine']} | {p['status']} | "
-                     f"{figs} | {p['note']} |")
+                     f"{mode_name(p)} | {p['_n']} | {p['nodes']} | {p['machine']} | "
+                     f"{p['status']} | {figs} | {p['note']} |")
     return lines

@@ -255,7 +255,7 @@ KEYS = {"runs.csv": ["config_id"], "steps.csv": ["config_id", "step", "rank"],
         "devices.csv": ["config_id", "device"], "phases.csv": ["config_id", "device", "phase"],
         "buckets.csv": ["config_id", "rank", "micro_step", "bucket"],
         "links.csv": ["src", "dst", "method", "bytes"],  # links: one row per path and copy size
-        "predictions.csv": ["machine", "workload", "source", "mode", "ngpus"]}
+        "predictions.csv": ["machine", "workload", "source", "mode", "ngpus", "accum", "no_sync"]}
 # What to do about two rows with the same key, where it is not the results folder's remedy.
 REPEAT_FIX = {"predictions.csv": "remove the repeated rows, or predict into a folder of its own "
                                  "(dpscale predict --name)"}

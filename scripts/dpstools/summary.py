@@ -33,15 +33,17 @@ def copy_bytes(phase, per_step, run):
     """The bytes of one copy of a phase, from its bytes per step on a device i > 0 (device
     0 for load): load (the batch; the labels' copy aside), scatter and gather move one
     copy a step; replicate and reduce one per 10 MiB group; ddp's ring all-reduce moves
-    chunks of a bucket / n (bucket: bucket_mb, at most the parameters)."""
-    if phase in ("replicate", "reduce"):
-        return per_step / max(1, math.ceil(per_step / DP_GROUP_BYTES))
+    chunks of a bucket / n (bucket: bucket_mb, at most the parameters). With accum N all
+    but the all-reduce do so in each of the N micro-steps."""
     if phase == "allreduce":
         n = run["_n"]
         params = 4 * float(run.get("params") or 0) or per_step * n / (4 * max(1, n - 1))
         bucket = float(run.get("bucket_mb") or 25) * 2**20 or params
         return min(bucket, params) / n
-    return per_step
+    per_micro = per_step / run["_accum"]
+    if phase in ("replicate", "reduce"):
+        return per_micro / max(1, math.ceil(per_micro / DP_GROUP_BYTES))
+    return per_micro
 
 
 def at_size(pts, size):
@@ -76,7 +78,8 @@ def link_use(folder):
             continue
         size = copy_bytes(p["phase"], number(p, "bytes_per_step"), r)
         achieved, link = number(p, "achieved_gbps"), at_size(curves[key], size)
-        rows.append({"config_id": p["config_id"], "mode": run_label(r, " "), "ngpus": n, "device": i,
+        rows.append({"config_id": p["config_id"], "mode": run_label(r, " "), "ngpus": n,
+                     "device": i,
                      "phase": p["phase"], "copy_bytes": round(size), "achieved_gbps": achieved,
                      "link": "{}:{}:{}".format(*key), "link_gbps": link,
                      "share_pct": 100 * achieved / link})
@@ -256,6 +259,11 @@ def memory_cell(peaks, pt):
     return f"{ratio:.2f}" if ratio else "-"
 
 
+def memory_lines(cols):
+    """The lines with a GPU-0 memory ratio column: all but ddp's no_sync ones."""
+    return [m for m in cols if m != "ddp" and not m.endswith("-syncall")]
+
+
 def glance_row(folder, peaks, row, per, cols):
     """One "At a glance" row (row: model, precision[, accum], scaling, n): each
     line of cols at n GPUs of a series' accumulation and scaling."""
@@ -266,7 +274,7 @@ def glance_row(folder, peaks, row, per, cols):
     cells += [speedup_cell(folder, at[m], at["ddp"]) for m in dps]
     base = {m: per.get(m, {}).get(1) for m in cols}
     cells += [f"{at[m][1] / (n * base[m][1]):.2f}" if at[m] and base[m] else "-" for m in cols]
-    cells += [memory_cell(peaks, at[m]) for m in dps]
+    cells += [memory_cell(peaks, at[m]) for m in memory_lines(cols)]
     return "| " + " | ".join([*map(str, row[:-1]), str(n)] + cells) + " |"
 
 
@@ -279,7 +287,7 @@ def glance_table(folder):
     accums = any_accum(folder)
     head = ["model", "precision"] + (["accum"] if accums else []) + ["scaling", "GPUs"] + \
         [f"{m} samples/s" for m in cols] + ["best"] + [f"ddp speed-up over {m}" for m in dps] + \
-        [f"{m} efficiency" for m in cols] + [f"{m} GPU-0 memory ratio" for m in dps]
+        [f"{m} efficiency" for m in cols] + [f"{m} GPU-0 memory ratio" for m in memory_lines(cols)]
     lines = ["## At a glance", "", "| " + " | ".join(head) + " |",
              "|" + " --- |" * len(head)]
     for key, modes in sorted(series(folder).items()):

@@ -81,6 +81,18 @@ static dps_status load_inputs(const cli_args *a, predict_inputs *in)
     return predict_machine_load(a->machine_path, &in->m);
 }
 
+/* --accum and --no-sync, where given, for every workload (a file's or a
+ * folder's own otherwise); each batch must split into the micro-batches. */
+static dps_status accumulation(const cli_args *a, predict_inputs *in)
+{
+    for (int k = 0; k < in->nw; k++) {
+        if (a->given[SET_ACCUM]) in->w[k].accum = a->cfg.accum;
+        if (a->given[SET_NO_SYNC]) in->w[k].sync_all = !a->cfg.no_sync;
+        DPS_TRY(predict_check_accum(&in->w[k], a->given[SET_ACCUM] ? "--accum" : in->w[k].name));
+    }
+    return DPS_OK;
+}
+
 /* Every workload x --gpus x --modes configuration, and each workload's table. */
 static dps_status predict_all(cli_args *a, const predict_inputs *in, predict_row *rows, int *n)
 {
@@ -103,6 +115,7 @@ static dps_status predict_all(cli_args *a, const predict_inputs *in, predict_row
 static dps_status run_predict(cli_args *a, predict_inputs *in)
 {
     DPS_TRY(load_inputs(a, in));
+    DPS_TRY(accumulation(a, in));
     predict_row *rows = calloc((size_t)(in->nw * MODE_COUNT * a->sweep_ngpus_n), sizeof *rows);
     if (!rows) return dps_fail(DPS_ERR_RUNTIME, "out of host memory");
     int n = 0;

@@ -84,13 +84,13 @@ const settings_entry settings_table[SET_COUNT] = {
         DEFAULT_INT(0),
         .help = "sweep: weak (per-device batch fixed) or strong scaling (global batch fixed)"},
     [SET_ACCUM] = {
-        .cmds = TRAIN,
+        .cmds = TRAIN | SETTINGS_PREDICT,
         .flag = "accum", .key = "accum", .type = SETTINGS_INT, .lo = 1, .hi = 4096,
         .suite_max = SETTINGS_MAX_LIST, DEFAULT_INT(1), .metavar = "N",
         .help = "gradient accumulation: N micro-batches of batch/N per optimizer step (the "
-                "batch a multiple of devices x N); suite files: a list"},
+                "batch a multiple of devices x N); suite files: a list; predict: every workload's"},
     [SET_NO_SYNC] = {
-        .cmds = TRAIN,
+        .cmds = TRAIN | SETTINGS_PREDICT,
         .flag = "no-sync", .key = "no_sync", .type = SETTINGS_WORD, WORDS(overlap_words),
         .suite_max = 2, DEFAULT_INT(1),
         .help = "ddp with --accum: micro-steps but the last under no_sync (on), or every "

@@ -132,16 +132,19 @@ static void fit_compute_scale(fit *f, predict_consts *c, double *v)
     if (n) set_fitted(f, c, K_SCALE, stats_median_or(v, n, 0.0), n, "forward times within a node");
 }
 
-/* measured - predicted of one mode's rows into v; returns how many. */
+/* measured - predicted of one mode's rows into v, each over the times its
+ * step pays the mode's synchronisation (dp: once a micro-step), so that
+ * their median fits that constant; returns how many. */
 static int residuals(const fit *f, const predict_consts *c, dps_mode mode, double *v)
 {
     int n = 0;
     predict_row r;
     for (int i = 0; i < f->nmeas; i++) {
-        if (f->meas[i].mode != mode) continue;
+        const predict_measured *x = &f->meas[i];
+        if (x->mode != mode) continue;
         predict_measured_row(f, c, i, &r);
         if (r.status == PRED_SKIPPED) continue;
-        v[n++] = f->meas[i].step_ms - r.step_ms;
+        v[n++] = (x->step_ms - r.step_ms) / predict_syncs(&f->w[x->workload], mode);
     }
     return n;
 }

@@ -13,13 +13,15 @@
 
 #define CELL CSV_TABLE_CELL
 
-/* runs.csv's columns the workloads need, looked up once. */
+/* runs.csv's columns the workloads need, looked up once; from R_ACCUM on
+ * those a folder written before them lacks (read as empty: accum 1, no_sync
+ * on). */
 enum { R_ID, R_STATUS, R_MODE, R_NGPUS, R_MODEL, R_LAYERS, R_WIDTH, R_TOKENS, R_CLASSES,
        R_PARAMS, R_PRECISION, R_OPTIMIZER, R_BATCH, R_SCALING, R_BUCKET, R_STEP, R_BUSBW,
-       R_OVERLAP, R_NCOLS };
+       R_OVERLAP, R_ACCUM, R_NO_SYNC, R_NCOLS };
 static const char *const run_cols[R_NCOLS] = {"config_id", "status", "mode", "ngpus", "model",
     "layers", "width", "tokens", "classes", "params", "precision", "optimizer", "batch_per_gpu",
-    "scaling", "bucket_mb", "step_ms_median", "busbw_gbps", "overlap"};
+    "scaling", "bucket_mb", "step_ms_median", "busbw_gbps", "overlap", "accum", "no_sync"};
 
 typedef struct runs_view {
     csv_table t;
@@ -33,9 +35,34 @@ struct predict_folder {
     int have_mem, have_bk;
 };
 
+/* Column name's index, or -1 when the table lacks it (a folder written
+ * before it). */
+static int optional_col(const csv_table *t, const char *name)
+{
+    for (int c = 0; c < t->ncols; c++)
+        if (strcmp(t->cols[c], name) == 0) return c;
+    return -1;
+}
+
 static const char *cell(const runs_view *v, int r, int c, char *buf)
 {
+    if (v->col[c] < 0) return buf[0] = '\0', buf; /* a column the folder predates */
     return csv_table_cell(&v->t, r, v->col[c], buf, CELL);
+}
+
+/* Row r's micro-batches per optimizer step: 1 where empty or absent. */
+static int accum_cell(const runs_view *v, int r)
+{
+    char a[CELL];
+    int n = atoi(cell(v, r, R_ACCUM, a));
+    return n > 1 ? n : 1;
+}
+
+/* Row r is ddp with --no-sync off (every micro-step all-reduced). */
+static int is_sync_all(const runs_view *v, int r)
+{
+    char a[CELL];
+    return strcmp(cell(v, r, R_NO_SYNC, a), "off") == 0;
 }
 
 /* Row r's configuration id into id (PREDICT_ID_MAX bytes). */
@@ -68,11 +95,12 @@ static int is_weak_ok(const runs_view *v, int r, int one)
 /* A weak-scaling one-device ok row: the profile of its series. */
 static int is_profile(const runs_view *v, int r) { return is_weak_ok(v, r, 1); }
 
-/* Rows r and q train the same series (model, shape, precision, optimizer, batch). */
+/* Rows r and q train the same series (model, shape, precision, optimizer,
+ * batch, accumulation). */
 static int same_series(const runs_view *v, int r, int q)
 {
     static const int keys[] = {R_MODEL, R_LAYERS, R_WIDTH, R_TOKENS, R_CLASSES, R_PRECISION,
-                               R_OPTIMIZER, R_BATCH};
+                               R_OPTIMIZER, R_BATCH, R_ACCUM};
     char a[CELL], b[CELL];
     for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
         if (strcmp(cell(v, r, keys[k], a), cell(v, q, keys[k], b)) != 0) return 0;
@@ -116,9 +144,10 @@ static dps_status sum_rows(const csv_table *t, const char *id, const char *match
     return DPS_OK;
 }
 
-/* Phase medians (phases.csv) into the workload's split: the rest of the
- * step's median (time between the phases) counts as forward; phases whose
- * medians add up to more than the step's are scaled down to it. */
+/* Phase medians (phases.csv, a step's: its micro-steps summed) into the
+ * workload's split: the rest of the step's median (time between the
+ * phases) counts as forward; phases whose medians add up to more than the
+ * step's are scaled down to it. */
 static dps_status phase_medians(const csv_table *ph, const char *id, double step, predict_workload *w)
 {
     static const char *const fwd[] = {"replicate", "scatter", "forward", "gather", "loss"};
@@ -131,12 +160,14 @@ static dps_status phase_medians(const csv_table *ph, const char *id, double step
     DPS_TRY(sum_rows(ph, id, "phase", "load", "median_ms", &w->load_ms));
     DPS_TRY(sum_rows(ph, id, "phase", "backward", "median_ms", &w->backward_ms));
     DPS_TRY(sum_rows(ph, id, "phase", "optimizer", "median_ms", &w->optimizer_ms));
+    DPS_TRY(sum_rows(ph, id, "phase", "unscale", "median_ms", &w->unscale_ms)); /* 0: none */
     DPS_TRY(sum_rows(ph, id, "phase", "load", "bytes_per_step", &in_bytes));
-    double sum = w->load_ms + w->forward_ms + w->backward_ms + w->optimizer_ms;
+    double sum = w->load_ms + w->forward_ms + w->backward_ms + w->optimizer_ms + w->unscale_ms;
     if (step > sum) w->forward_ms += step - sum;
     double k = step < sum && sum > 0 ? step / sum : 1.0;
     w->load_ms *= k, w->forward_ms *= k, w->backward_ms *= k, w->optimizer_ms *= k;
-    w->step_ms_1gpu = w->load_ms + w->forward_ms + w->backward_ms + w->optimizer_ms;
+    w->unscale_ms *= k;
+    w->step_ms_1gpu = w->load_ms + w->forward_ms + w->backward_ms + w->optimizer_ms + w->unscale_ms;
     w->input_bytes_per_sample = in_bytes / w->batch_per_gpu;
     if (w->forward_ms > 0 && w->backward_ms > 0) return DPS_OK;
     return dps_fail(DPS_ERR_USAGE, "%s: configuration %s has no forward or backward time (run it "
@@ -184,19 +215,32 @@ static dps_status model_tensors(const runs_view *v, int r, predict_workload *w)
     return DPS_OK;
 }
 
-/* What the run said of itself: its name, optimizer, batch and bucket cap. */
+/* A precision's word as runs.csv writes it; fp32 for any other. */
+static dps_precision precision_of(const char *word)
+{
+    for (int p = 0; p < PREC_COUNT; p++)
+        if (strcmp(word, dps_precision_names[p]) == 0) return (dps_precision)p;
+    return PREC_FP32;
+}
+
+/* What the run said of itself: its name, optimizer, precision (and so the
+ * bytes of a gradient), batch and accumulation. */
 static dps_status run_facts(const runs_view *v, int r, predict_workload *w)
 {
-    char model[CELL], prec[CELL], opt[CELL];
+    char model[CELL], prec[CELL], opt[CELL], acc[16] = "";
     cell(v, r, R_MODEL, model);
     cell(v, r, R_PRECISION, prec);
     cell(v, r, R_OPTIMIZER, opt);
     w->batch_per_gpu = int_cell(v, r, R_BATCH);
-    snprintf(w->name, sizeof w->name, "%.40s-%.8s-%.8s-b%d", model, prec, opt, w->batch_per_gpu);
+    w->accum = accum_cell(v, r);
+    if (w->accum > 1) snprintf(acc, sizeof acc, "-acc%d", w->accum);
+    snprintf(w->name, sizeof w->name, "%.40s-%.8s-%.8s-b%d%s", model, prec, opt, w->batch_per_gpu,
+             acc);
     dps_strlcpy(w->model, model, sizeof w->model);
     DPS_TRY(row_id(v, r, w->source));
     w->optimizer = strcmp(opt, "adamw") == 0 ? OPT_ADAMW : OPT_SGD;
-    w->precision = strcmp(prec, "bf16") == 0 ? PREC_BF16 : PREC_FP32;
+    w->precision = precision_of(prec);
+    w->bytes_per_grad = predict_grad_bytes(w->precision);
     if (w->batch_per_gpu > 0 && int_cell(v, r, R_LAYERS) >= 0 && int_cell(v, r, R_WIDTH) > 0)
         return DPS_OK;
     return dps_fail(DPS_ERR_USAGE, "%s: configuration %s: no batch or shape (run it again)",
@@ -224,12 +268,17 @@ static int is_ddp_overlap(const runs_view *v, int q)
     return strcmp(cell(v, q, R_MODE, a), "ddp") == 0 && strcmp(cell(v, q, R_OVERLAP, b), "0") != 0;
 }
 
-/* The series' ddp one-device row that overlaps, or -1. */
+/* The series' ddp one-device row that overlaps, with no_sync on where
+ * there is one, or -1. */
 static int ddp_row(const runs_view *v, int r)
 {
+    int found = -1;
     for (int q = 0; q < v->t.nrows; q++)
-        if (is_profile(v, q) && same_series(v, r, q) && is_ddp_overlap(v, q)) return q;
-    return -1;
+        if (is_profile(v, q) && same_series(v, r, q) && is_ddp_overlap(v, q)) {
+            if (!is_sync_all(v, q)) return q;
+            if (found < 0) found = q;
+        }
+    return found;
 }
 
 /* Row q's bucket cap, MiB; 25 (DDP's) when it has none (dp). */
@@ -240,24 +289,53 @@ static double bucket_cap(const runs_view *v, int q)
     return dps_parse_f64(cell(v, q, R_BUCKET, a), &mb) == 0 && mb > 0 ? mb : 25.0;
 }
 
-/* Each bucket's ready time in backward (buckets.csv, rank 0 of config id)
- * over backward's median (phases.csv): w->ready, when every bucket has one. */
-static dps_status bucket_ready(const predict_folder *f, const char *id, predict_workload *w)
+/* The last micro-step of config id that all-reduced (its rows of
+ * buckets.csv; 0 without the column): the one whose backward the
+ * all-reduces overlap. */
+static dps_status last_micro(const csv_table *bk, int cid, const char *id, int *last)
+{
+    int cm = optional_col(bk, "micro_step");
+    char a[CELL];
+    double x;
+    *last = 0;
+    for (int r = 0; cm >= 0 && r < bk->nrows; r++) {
+        if (strcmp(csv_table_cell(bk, r, cid, a, CELL), id) != 0) continue;
+        DPS_TRY(csv_table_num(bk, r, cm, 1, 0.0, &x));
+        if (x > *last) *last = (int)x;
+    }
+    return DPS_OK;
+}
+
+/* Row r of buckets.csv is of micro-step `micro` (cm: its column; -1:
+ * none, every row is). */
+static int in_micro(const csv_table *bk, int r, int cm, int micro)
+{
+    char a[CELL];
+    return cm < 0 || atoi(csv_table_cell(bk, r, cm, a, CELL)) == micro;
+}
+
+/* Each bucket's ready time in backward (buckets.csv, rank 0 of config id,
+ * its last micro-step) over a micro-step's backward (phases.csv's median of
+ * the step over its accum micro-steps): w->ready, when every bucket has one. */
+static dps_status bucket_ready(const predict_folder *f, const char *id, int accum,
+                               predict_workload *w)
 {
     const csv_table *bk = &f->bk;
-    int cid, crank, cready, n = 0;
+    int cid, crank, cready, n = 0, micro, cm = optional_col(bk, "micro_step");
     double bwd, x;
     char a[CELL], b[CELL];
     if (!f->have_bk) return DPS_OK; /* ready times from the tensors */
     DPS_TRY(csv_table_col(bk, "config_id", &cid));
     DPS_TRY(csv_table_col(bk, "rank", &crank));
     DPS_TRY(csv_table_col(bk, "ready_ms", &cready));
+    DPS_TRY(last_micro(bk, cid, id, &micro));
     DPS_TRY(sum_rows(&f->ph, id, "phase", "backward", "median_ms", &bwd));
+    bwd /= accum;
     w->ready = malloc(((size_t)bk->nrows + 1) * sizeof *w->ready);
     if (!w->ready) return dps_fail(DPS_ERR_RUNTIME, "out of host memory reading buckets.csv");
     for (int r = 0; r < bk->nrows; r++) {
         if (strcmp(csv_table_cell(bk, r, cid, a, CELL), id) != 0 ||
-            strcmp(csv_table_cell(bk, r, crank, b, CELL), "0") != 0)
+            strcmp(csv_table_cell(bk, r, crank, b, CELL), "0") != 0 || !in_micro(bk, r, cm, micro))
             continue;
         DPS_TRY(csv_table_num(bk, r, cready, 0, 0, &x));
         if (bwd > 0) w->ready[n++] = fmin(1.0, fmax(0.0, x / bwd));
@@ -278,9 +356,10 @@ static dps_status one_workload(const predict_folder *f, int r, predict_workload 
     DPS_TRY(phase_medians(&f->ph, w->source, step, w));
     int q = ddp_row(v, r);
     w->bucket_mb = bucket_cap(v, q >= 0 ? q : r);
-    if (q >= 0) DPS_TRY(bucket_ready(f, cell(v, q, R_ID, ddp_id), w));
+    w->sync_all = q >= 0 && is_sync_all(v, q);
+    if (q >= 0) DPS_TRY(bucket_ready(f, cell(v, q, R_ID, ddp_id), w->accum, w));
     if (f->have_mem) DPS_TRY(sum_rows(&f->mem, w->source, "kind", "activations", "bytes_at_peak", &act));
-    w->activation_bytes_per_sample = act / w->batch_per_gpu;
+    w->activation_bytes_per_sample = act * w->accum / w->batch_per_gpu; /* a micro-batch's */
     return DPS_OK;
 }
 
@@ -301,7 +380,8 @@ static dps_status open_runs(const char *dir, runs_view *v)
 {
     DPS_TRY(csv_table_open(dir, "runs.csv", "not a results folder: dpscale run or sweep writes it", &v->t));
     dps_status rc = DPS_OK;
-    for (int c = 0; !rc && c < R_NCOLS; c++) rc = csv_table_col(&v->t, run_cols[c], &v->col[c]);
+    for (int c = 0; !rc && c < R_ACCUM; c++) rc = csv_table_col(&v->t, run_cols[c], &v->col[c]);
+    for (int c = R_ACCUM; c < R_NCOLS; c++) v->col[c] = optional_col(&v->t, run_cols[c]);
     if (!rc) rc = each_once(v);
     if (rc) csv_table_free(&v->t);
     return rc;
@@ -362,19 +442,23 @@ void predict_from_free(predict_workload *w, int nw)
     free(w);
 }
 
-/* id's rows in buckets.csv (bk, present): each bucket's size, and of the
- * rank whose all-reduce began last (the one the others waited for, so its
- * time is the collective's own) its ready time, begin and time. */
+/* id's rows in buckets.csv (bk, present) of its last micro-step that
+ * all-reduced (the one beside whose backward they ran): each bucket's
+ * size, and of the rank whose all-reduce began last (the one the others
+ * waited for, so its time is the collective's own) its ready time, begin
+ * and time. */
 static dps_status measured_buckets(const csv_table *bk, const char *id, predict_measured *m)
 {
     static const char *const names[] = {"config_id", "bucket", "bytes", "ready_ms",
                                         "allreduce_begin_ms", "allreduce_ms"};
-    int col[6];
+    int col[6], micro, cm = optional_col(bk, "micro_step");
     char a[CELL];
     double x[5];
     for (int i = 0; i < 6; i++) DPS_TRY(csv_table_col(bk, names[i], &col[i]));
+    DPS_TRY(last_micro(bk, col[0], id, &micro));
     for (int r = 0; r < bk->nrows; r++) {
-        if (strcmp(csv_table_cell(bk, r, col[0], a, CELL), id) != 0) continue;
+        if (strcmp(csv_table_cell(bk, r, col[0], a, CELL), id) != 0 || !in_micro(bk, r, cm, micro))
+            continue;
         for (int i = 0; i < 5; i++) DPS_TRY(csv_table_num(bk, r, col[i + 1], i >= 3, NAN, &x[i]));
         int b = (int)x[0];
         if (b < 0 || b >= PREDICT_MEASURED_BUCKETS) continue;
@@ -390,8 +474,16 @@ static dps_status measured_buckets(const csv_table *bk, const char *id, predict_
     return DPS_OK;
 }
 
+/* ddp row r overlaps and has w's bucket cap and no_sync. */
+static int ddp_matches(const runs_view *v, int r, const predict_workload *w)
+{
+    return is_ddp_overlap(v, r) && fabs(bucket_cap(v, r) - w->bucket_mb) < 1e-9 &&
+           is_sync_all(v, r) == w->sync_all;
+}
+
 /* The workload row r is measured against: its series', and for ddp only
- * an overlapping run with the workload's bucket cap; -1 when none. */
+ * an overlapping run with the workload's bucket cap and no_sync; -1 when
+ * none. */
 static int workload_of(const runs_view *v, int r, const predict_workload *w, int nw)
 {
     char a[CELL], b[CELL];
@@ -401,9 +493,7 @@ static int workload_of(const runs_view *v, int r, const predict_workload *w, int
     cell(v, profile_row(v, q), R_ID, a);
     int ddp = strcmp(cell(v, r, R_MODE, b), "ddp") == 0;
     for (int k = 0; k < nw; k++)
-        if (strcmp(w[k].source, a) == 0)
-            return !ddp || (is_ddp_overlap(v, r) && fabs(bucket_cap(v, r) - w[k].bucket_mb) < 1e-9)
-                       ? k : -1;
+        if (strcmp(w[k].source, a) == 0) return !ddp || ddp_matches(v, r, &w[k]) ? k : -1;
     return -1;
 }
 
@@ -422,7 +512,8 @@ static dps_status measured_row(const runs_view *v, const csv_table *ph, const cs
     DPS_TRY(total_rows(ph, m->id, "phase", "forward", "median_ms", &fwd));
     DPS_TRY(total_rows(ph, m->id, "phase", "backward", "median_ms", &bwd));
     m->forward_ms = fwd.n ? fwd.sum / fwd.n : 0.0; /* the devices' mean */
-    m->backward_ms = bwd.max;                     /* the slowest device's */
+    m->backward_ms = bwd.max / predict_accum(&w[m->workload]); /* the slowest device's, a
+                                                                 * micro-step's */
     if (bk && m->mode == MODE_DDP) DPS_TRY(measured_buckets(bk, m->id, m));
     return sum_rows(ph, w[m->workload].source, "phase", "forward", "median_ms", &m->forward_1);
 }

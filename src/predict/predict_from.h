@@ -32,10 +32,11 @@ typedef struct predict_measured {
     int ngpus;
     char id[PREDICT_ID_MAX];
     double step_ms, forward_ms, forward_1, busbw_gbps;
-    /* ddp, traced (buckets.csv): each bucket's bytes and, of the rank
-     * whose all-reduce began last, its ready time, all-reduce begin (NAN:
-     * none; both ms after backward began) and time; the slowest device's
-     * backward median (phases.csv) */
+    /* ddp, traced (buckets.csv, the last micro-step that all-reduced):
+     * each bucket's bytes and, of the rank whose all-reduce began last,
+     * its ready time, all-reduce begin (NAN: none; both ms after that
+     * micro-step's backward began) and time; the slowest device's backward
+     * median (phases.csv) over the micro-steps: one micro-step's */
     int nbk;
     double bk_bytes[PREDICT_MEASURED_BUCKETS], bk_ready[PREDICT_MEASURED_BUCKETS];
     double bk_begin[PREDICT_MEASURED_BUCKETS], bk_ms[PREDICT_MEASURED_BUCKETS];

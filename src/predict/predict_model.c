@@ -47,13 +47,24 @@ static double optimizer_bytes(const predict_workload *w)
     return w->params * w->bytes_per_grad * (w->optimizer == OPT_ADAMW ? 7.0 : 5.0);
 }
 
+/* fp16's GradScaler: torch._amp_foreach_non_finite_check_and_unscale_
+ * multiplies every gradient by 1/scale and looks for inf/NaN in one pass
+ * (a read and a write of each, memory-bound); none without a scaler. */
+static double unscale_ms(const predict_machine *m, const predict_workload *w)
+{
+    if (w->precision != PREC_FP16) return 0.0;
+    return w->unscale_ms >= 0 ? w->unscale_ms
+                              : ms_of(2.0 * w->params * w->bytes_per_grad, m->mem_gbps);
+}
+
 dps_status predict_split_step(const predict_machine *m, const predict_workload *w,
                               predict_split *s)
 {
     s->load_ms = w->load_ms >= 0 ? w->load_ms
                                  : ms_of(w->batch_per_gpu * w->input_bytes_per_sample, m->h2d_gbps);
     s->optimizer_ms = w->optimizer_ms >= 0 ? w->optimizer_ms : ms_of(optimizer_bytes(w), m->mem_gbps);
-    double rest = w->step_ms_1gpu - s->load_ms - s->optimizer_ms;
+    s->unscale_ms = unscale_ms(m, w);
+    double rest = w->step_ms_1gpu - s->load_ms - s->optimizer_ms - s->unscale_ms;
     int f = w->forward_ms > 0, b = w->backward_ms > 0;
     s->forward_ms = f ? w->forward_ms : b ? rest - w->backward_ms : rest / 3.0; /* 1:2, the */
     s->backward_ms = b ? w->backward_ms : rest - s->forward_ms;  /* usual rule of thumb */
@@ -63,9 +74,10 @@ dps_status predict_split_step(const predict_machine *m, const predict_workload *
         return dps_fail(DPS_ERR_USAGE, "configuration %s: its phases (phases.csv) leave no time for "
                         "forward and backward (run it again)", w->source);
     return dps_fail(DPS_ERR_USAGE, "workload %s: step_ms_1gpu %g ms leaves no time for forward and "
-                    "backward after load %.3g ms and optimizer %.3g ms (give forward_ms, "
+                    "backward after load %.3g ms and optimizer %.3g ms%s (give forward_ms, "
                     "backward_ms, optimizer_ms or input_bytes_per_sample that fit)", w->name,
-                    w->step_ms_1gpu, s->load_ms, s->optimizer_ms);
+                    w->step_ms_1gpu, s->load_ms, s->optimizer_ms,
+                    s->unscale_ms > 0 ? " and fp16's unscale" : "");
 }
 
 double predict_busbw_gbps(const predict_machine *m, int nodes, const predict_consts *c)
@@ -171,44 +183,78 @@ static predict_split scaled_split(const predict_machine *m, const predict_split 
     return t;
 }
 
+int predict_syncs(const predict_workload *w, dps_mode mode)
+{
+    return mode == MODE_DP ? predict_accum(w) : 1;
+}
+
 static void finish_row(const predict_workload *w, const predict_consts *c, double step_1,
                        predict_row *r)
 {
-    r->sync_ms = r->ngpus < 2 ? 0.0 : r->mode == MODE_DP ? c->dp_sync_ms : c->sync_ms;
+    double per = r->mode == MODE_DP ? c->dp_sync_ms : c->sync_ms;
+    r->sync_ms = r->ngpus < 2 ? 0.0 : per * predict_syncs(w, r->mode);
     r->step_ms += r->sync_ms;
     r->samples_per_s = (double)r->ngpus * w->batch_per_gpu * 1000.0 / r->step_ms;
     r->efficiency = step_1 / r->step_ms; /* weak scaling: per-device throughput against one device's */
 }
 
-/* ddp: forward, then backward with the buckets' all-reduces behind it,
- * the optimizer on every rank. Without gradient_as_bucket_view PyTorch's
- * reducer copies each gradient into its bucket and back (read + write,
- * twice: 4 x the gradients over mem_gbps), half during backward. */
-static void predict_ddp(const predict_machine *m, const predict_workload *w, const predict_split *s,
-                        const predict_consts *c, predict_row *r)
+/* ddp's micro-steps that all-reduce: the last (no_sync, PyTorch's loop
+ * under `with model.no_sync()` but the last), or every one (sync_all). */
+static int syncing_steps(const predict_workload *w)
 {
-    static double bytes[PREDICT_MAX_BUCKETS], ready[PREDICT_MAX_BUCKETS], ar[PREDICT_MAX_BUCKETS];
-    int n = r->ngpus;
-    r->nbuckets = predict_buckets(w, bytes, ready, PREDICT_MAX_BUCKETS);
-    if (r->nbuckets < 0) {
+    return w->sync_all ? predict_accum(w) : 1;
+}
+
+/* The buckets' all-reduce times on n ranks into ar; their count, or -1
+ * (r skipped) when there are too many. */
+static int ddp_allreduces(const predict_machine *m, const predict_workload *w,
+                          const predict_consts *c, predict_row *r, double *ready, double *ar)
+{
+    static double bytes[PREDICT_MAX_BUCKETS];
+    int nb = predict_buckets(w, bytes, ready, PREDICT_MAX_BUCKETS);
+    if (nb < 0) {
         r->status = PRED_SKIPPED;
         snprintf(r->note, sizeof r->note, "more than %d buckets (or out of host memory): raise "
                  "bucket_mb", PREDICT_MAX_BUCKETS);
-        return;
+        return -1;
     }
+    for (int i = 0; i < nb; i++)
+        ar[i] = predict_allreduce_ms(bytes[i], r->ngpus, r->nodes, m, c) +
+                c->bucket_overhead_us / 1000.0;
+    return nb;
+}
+
+/* ddp, an optimizer step of accum micro-steps of batch_per_gpu / accum
+ * samples each: forward and backward, the micro-steps that all-reduce (the
+ * last, or every one: syncing_steps) with the buckets' all-reduces behind
+ * that micro-step's backward alone, the optimizer on every rank. A micro-
+ * step under no_sync only accumulates .grad: no hook, no bucket. Without
+ * gradient_as_bucket_view PyTorch's reducer copies each gradient into its
+ * bucket and back (read + write, twice: 4 x the gradients over mem_gbps),
+ * half during backward, in each micro-step that all-reduces. Phases are
+ * the step's, summed over its micro-steps, as phases.csv's. */
+static void predict_ddp(const predict_machine *m, const predict_workload *w, const predict_split *s,
+                        const predict_consts *c, predict_row *r)
+{
+    static double ready[PREDICT_MAX_BUCKETS], ar[PREDICT_MAX_BUCKETS];
+    double *ph = r->phase_ms, busy;
+    int k = syncing_steps(w);
+    r->nbuckets = ddp_allreduces(m, w, c, r, ready, ar);
+    if (r->nbuckets < 0) return;
+    r->allreduces = k * r->nbuckets;
     r->busbw_gbps = predict_busbw_gbps(m, r->nodes, c);
-    for (int i = 0; i < r->nbuckets; i++)
-        ar[i] = predict_allreduce_ms(bytes[i], n, r->nodes, m, c) + c->bucket_overhead_us / 1000.0;
     r->bucket_copy_ms = ms_of(4.0 * w->params * w->bytes_per_grad, m->mem_gbps);
-    double bwd = s->backward_ms + r->bucket_copy_ms / 2;
-    r->allreduce_end_ms = predict_overlap_end(ready, ar, r->nbuckets, bwd, c->overlap_eff,
-                                              &r->phase_ms[PH_ALLREDUCE]);
-    r->phase_ms[PH_LOAD] = s->load_ms;
-    r->phase_ms[PH_FORWARD] = s->forward_ms;
-    r->phase_ms[PH_BACKWARD] = bwd;
-    r->phase_ms[PH_ALLREDUCE_EXPOSED] = fmax(0.0, r->allreduce_end_ms - bwd) + r->bucket_copy_ms / 2;
-    r->phase_ms[PH_OPTIMIZER] = s->optimizer_ms;
-    r->step_ms = s->load_ms + s->forward_ms + bwd + r->phase_ms[PH_ALLREDUCE_EXPOSED] + s->optimizer_ms;
+    double bwd = s->backward_ms / predict_accum(w) + r->bucket_copy_ms / 2; /* one that syncs */
+    r->allreduce_end_ms = predict_overlap_end(ready, ar, r->nbuckets, bwd, c->overlap_eff, &busy);
+    ph[PH_LOAD] = s->load_ms;
+    ph[PH_FORWARD] = s->forward_ms;
+    ph[PH_BACKWARD] = s->backward_ms + k * r->bucket_copy_ms / 2;
+    ph[PH_ALLREDUCE] = k * busy;
+    ph[PH_ALLREDUCE_EXPOSED] = k * (fmax(0.0, r->allreduce_end_ms - bwd) + r->bucket_copy_ms / 2);
+    ph[PH_UNSCALE] = s->unscale_ms;
+    ph[PH_OPTIMIZER] = s->optimizer_ms;
+    r->step_ms = ph[PH_LOAD] + ph[PH_FORWARD] + ph[PH_BACKWARD] + ph[PH_ALLREDUCE_EXPOSED] +
+                 ph[PH_UNSCALE] + ph[PH_OPTIMIZER];
 }
 
 /* The loss on `rows` samples' outputs, memory-bound: log-softmax (read,
@@ -229,21 +275,25 @@ static double rooted_ms(const predict_machine *m, const predict_consts *c, doubl
 /* dp, DataParallel's order, serial where it is: the whole batch to device 0,
  * replicate, scatter, forward in parallel, gather, the loss on device 0,
  * the logits' gradient back, backward in parallel, reduce onto device 0
- * (flattened first: read + write over mem_gbps), optimizer on device 0. */
+ * (flattened first: read + write over mem_gbps), optimizer on device 0.
+ * With accum N each of the N micro-steps is a DataParallel forward and
+ * backward of B/N samples a device: replicate and reduce N times a step,
+ * the batch's bytes and compute the same in all. */
 static void predict_dp(const predict_machine *m, const predict_workload *w, const predict_split *s,
                        const predict_consts *c, predict_row *r)
 {
-    int n = r->ngpus;
+    int n = r->ngpus, N = predict_accum(w);
     double B = w->batch_per_gpu, P = w->params * w->bytes_per_grad, *ph = r->phase_ms;
     double out_rest = (n - 1) * B * w->output_bytes_per_sample; /* what the others hold */
     ph[PH_LOAD] = n * s->load_ms;
-    ph[PH_REPLICATE] = rooted_ms(m, c, P, n);
+    ph[PH_REPLICATE] = N * rooted_ms(m, c, P, n);
     ph[PH_SCATTER] = ms_of((n - 1) * B * w->input_bytes_per_sample, m->p2p_gbps);
     ph[PH_FORWARD] = fmax(0.0, s->forward_ms - loss_ms(m, w, B));
     ph[PH_GATHER] = ms_of(out_rest, m->p2p_gbps);
     ph[PH_LOSS] = loss_ms(m, w, n * B);
     ph[PH_BACKWARD] = ms_of(out_rest, m->p2p_gbps) + s->backward_ms;
-    ph[PH_REDUCE] = n > 1 ? rooted_ms(m, c, P, n) + ms_of(2.0 * P, m->mem_gbps) : 0.0;
+    ph[PH_REDUCE] = n > 1 ? N * (rooted_ms(m, c, P, n) + ms_of(2.0 * P, m->mem_gbps)) : 0.0;
+    ph[PH_UNSCALE] = s->unscale_ms;
     ph[PH_OPTIMIZER] = s->optimizer_ms;
     r->step_ms = 0.0;
     for (int p = 0; p < PH_COUNT; p++) r->step_ms += ph[p];
@@ -251,22 +301,23 @@ static void predict_dp(const predict_machine *m, const predict_workload *w, cons
 
 void predict_memory(const predict_workload *w, dps_mode mode, int n, double *gpu0, double *other)
 {
-    double B = w->batch_per_gpu, P = w->params * w->bytes_per_grad;
+    double B = (double)w->batch_per_gpu / predict_accum(w), P = w->params * w->bytes_per_grad;
     double state = P * (w->optimizer == OPT_ADAMW ? 2.0 : 1.0);
     double in = B * w->input_bytes_per_sample, out = B * w->output_bytes_per_sample;
     double act = B * w->activation_bytes_per_sample;
+    double acc = predict_accum(w) > 1 ? P : 0.0; /* dpscale's accumulated gradients, apart */
     if (mode == MODE_DDP) {
         /* parameters, gradients, gradient buckets, optimizer state, input
          * shard, logits, logits gradient, log-probabilities and their
-         * gradient (nn.CrossEntropyLoss's), activations */
-        *gpu0 = *other = 3 * P + state + in + 4 * out + act;
+         * gradient (nn.CrossEntropyLoss's), activations (a micro-batch's) */
+        *gpu0 = *other = 3 * P + acc + state + in + 4 * out + act;
         return;
     }
     /* device 0: parameters (the master copy), gradients, optimizer state,
      * the input batch, the gathered logits and their gradient, the
      * log-probabilities and their gradient (its replica's logits live in
-     * the gathered ones), activations */
-    *gpu0 = 2 * P + state + n * in + 4.0 * n * out + act;
+     * the gathered ones), activations (a micro-batch's) */
+    *gpu0 = 2 * P + acc + state + n * in + 4.0 * n * out + act;
     *other = 0.0;
     if (n < 2) return;
     /* broadcast_coalesced's groups of at most 10 MiB, a larger tensor alone:

@@ -9,11 +9,12 @@
 #include "core/csv.h"
 
 /* machine, workload, the series plot.py matches (model, precision,
- * optimizer), source .. efficiency; then <phase>_ms; then memory, the
+ * optimizer), source .. batch_per_gpu, the accumulation (accum, ddp's
+ * no_sync), status .. efficiency; then <phase>_ms; then memory, the
  * model's terms and constants (row() writes them in this order) */
 static const char *const head[] = {"machine", "workload", "model", "precision", "optimizer",
-    "source", "mode", "ngpus", "nodes", "batch_per_gpu", "status", "note", "step_ms",
-    "samples_per_s", "efficiency"};
+    "source", "mode", "ngpus", "nodes", "batch_per_gpu", "accum", "no_sync", "status", "note",
+    "step_ms", "samples_per_s", "efficiency"};
 static const char *const tail[] = {"gpu0_mem_bytes", "other_mem_bytes", "nbuckets",
     "busbw_gbps", "allreduce_end_ms", "bucket_copy_ms", "sync_ms", "bus_eff", "base_latency_us",
     "bucket_overhead_us", "dp_sync_ms", "compute_scale", "overlap_eff"};
@@ -57,6 +58,9 @@ static void row(csv_buf *b, const predict_machine *m, const predict_consts *c,
     csv_int(b, r->ngpus);
     csv_int(b, r->nodes);
     csv_int(b, r->batch_per_gpu);
+    csv_int(b, predict_accum(w));
+    if (r->mode == MODE_DDP) csv_str(b, w->sync_all ? "off" : "on");
+    else csv_empty(b);
     csv_str(b, predict_status_names[r->status]);
     csv_str(b, r->note);
     if (!ok) {
@@ -106,8 +110,12 @@ void predict_print(FILE *f, const predict_machine *m, const predict_workload *w,
 {
     char nodes[32] = "";
     if (m->nodes) snprintf(nodes, sizeof nodes, ", %d node%s", m->nodes, m->nodes == 1 ? "" : "s");
-    fprintf(f, "# dpscale predict: %s on %s (%d per node%s), %d samples per device\n", w->name,
-            m->name, m->gpus_per_node, nodes, w->batch_per_gpu);
+    char accum[64] = "";
+    if (predict_accum(w) > 1)
+        snprintf(accum, sizeof accum, " in %d micro-batches (ddp: %s)", w->accum,
+                 w->sync_all ? "every one all-reduced, no_sync off" : "no_sync but the last");
+    fprintf(f, "# dpscale predict: %s on %s (%d per node%s), %d samples per device%s\n", w->name,
+            m->name, m->gpus_per_node, nodes, w->batch_per_gpu, accum);
     fprintf(f, "# %-4s %5s %5s %10s %11s %6s %10s %10s %11s %9s  %s\n", "mode", "gpus", "nodes",
             "step_ms", "samples/s", "eff", "comm_ms", "exposed_ms", "gpu0_GiB", "status", "note");
     for (int i = 0; i < n; i++) {

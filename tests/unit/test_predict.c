@@ -283,5 +283,98 @@ static void test_predict_configs(void)
     EXPECT(r.sync_ms == 0 && r.phase_ms[PH_FORWARD] == s.forward_ms);
 }
 
+/* ddp's step of accum micro-steps from the model's pieces: forward and
+ * backward of the whole batch, the buckets' all-reduces beside one
+ * micro-step's backward (plus half the bucket copies) in each of `syncing`
+ * micro-steps. */
+static double ddp_accum_step(const predict_machine *m, const predict_workload *w,
+                             const predict_consts *c, const predict_split *s, int n, int syncing,
+                             double *busy)
+{
+    static double bytes[PREDICT_MAX_BUCKETS], ready[PREDICT_MAX_BUCKETS], ar[PREDICT_MAX_BUCKETS];
+    int nb = predict_buckets(w, bytes, ready, PREDICT_MAX_BUCKETS);
+    for (int i = 0; i < nb; i++) ar[i] = predict_allreduce_ms(bytes[i], n, 1, m, c);
+    double copy = 4.0 * w->params * 4 / (m->mem_gbps * 1e6);
+    double bwd = s->backward_ms / w->accum + copy / 2;
+    double end = predict_overlap_end(ready, ar, nb, bwd, c->overlap_eff, busy);
+    *busy *= syncing;
+    return s->load_ms + s->forward_ms + s->backward_ms + s->optimizer_ms +
+           syncing * (copy / 2 + fmax(0.0, end - bwd) + copy / 2);
+}
+
+/* Gradient accumulation: ddp all-reduces the buckets once a step under
+ * no_sync, accum times without; dp replicates and reduces every
+ * micro-step; memory holds a micro-batch; gradients stay fp32 under
+ * autocast; fp16's unscale. */
+static void test_predict_accum(void)
+{
+    predict_machine m;
+    predict_workload w;
+    predict_consts c;
+    predict_split s;
+    predict_row one, r;
+    double busy;
+    predict_fixture(&m, &w);
+    predict_consts_default(&c);
+    EXPECT(predict_split_step(&m, &w, &s) == DPS_OK && s.unscale_ms == 0);
+    predict_config(&m, &w, &s, &c, MODE_DDP, 8, &one);
+    predict_config(&m, &w, &s, &c, MODE_DP, 8, &r);
+    double dp_rep = r.phase_ms[PH_REPLICATE], dp_red = r.phase_ms[PH_REDUCE], dp_step = r.step_ms;
+    w.accum = 4; /* no_sync: one all-reduce of each bucket a step */
+    predict_config(&m, &w, &s, &c, MODE_DDP, 8, &r);
+    EXPECT(r.status == PRED_OK && r.nbuckets == 2 && r.allreduces == r.nbuckets);
+    EXPECT(r.allreduces == one.allreduces);
+    EXPECT_NEAR(r.step_ms, ddp_accum_step(&m, &w, &c, &s, 8, 1, &busy), 1e-9);
+    EXPECT_NEAR(r.phase_ms[PH_ALLREDUCE], busy, 1e-12);
+    double sync_once = r.step_ms, ar_once = r.phase_ms[PH_ALLREDUCE];
+    w.sync_all = 1; /* no_sync off: every micro-step all-reduces */
+    predict_config(&m, &w, &s, &c, MODE_DDP, 8, &r);
+    EXPECT(r.allreduces == 4 * r.nbuckets);
+    EXPECT_NEAR(r.phase_ms[PH_ALLREDUCE], 4 * ar_once, 1e-9);
+    EXPECT_NEAR(r.step_ms, ddp_accum_step(&m, &w, &c, &s, 8, 4, &busy), 1e-9);
+    EXPECT(r.step_ms > sync_once);
+    w.sync_all = 0;
+    /* dp: DataParallel's replicate and reduce each micro-step, and its threads */
+    c.dp_sync_ms = 0.5;
+    predict_config(&m, &w, &s, &c, MODE_DP, 8, &r);
+    EXPECT_NEAR(r.phase_ms[PH_REPLICATE], 4 * dp_rep, 1e-9);
+    EXPECT_NEAR(r.phase_ms[PH_REDUCE], 4 * dp_red, 1e-9);
+    EXPECT_NEAR(r.sync_ms, 4 * 0.5, 1e-12);
+    EXPECT_NEAR(r.step_ms, dp_step + 3 * (dp_rep + dp_red) + 4 * 0.5, 1e-9);
+    EXPECT(predict_syncs(&w, MODE_DP) == 4 && predict_syncs(&w, MODE_DDP) == 1);
+    c.dp_sync_ms = 0;
+    /* memory: a micro-batch of 8 samples, and the accumulated gradients apart */
+    double g0, other, P = 26.0 * 1048576;
+    predict_memory(&w, MODE_DDP, 4, &g0, &other);
+    EXPECT(g0 == other && g0 == 4 * P + P + 8 * (602112 + 16000 + 1e8));
+    EXPECT(predict_check_accum(&w, "w") == DPS_OK);
+    w.accum = 3;
+    EXPECT(predict_check_accum(&w, "w") == DPS_ERR_USAGE &&
+           strstr(dps_errmsg(), "batch_per_gpu 32 does not split into accum = 3") != NULL);
+    w.accum = 1;
+    /* autocast keeps fp32 gradients: the same buckets and all-reduces */
+    EXPECT(predict_grad_bytes(PREC_BF16) == 4 && predict_grad_bytes(PREC_FP16) == 4 &&
+           predict_grad_bytes(PREC_FP32) == 4);
+    const char *text = "params = 1e6\nstep_ms_1gpu = 10\nbatch_per_gpu = 8\nprecision = bf16\n"
+                       "accum = 4\nno_sync = off\n";
+    const char *path = write_tmp("a.workload", text, strlen(text));
+    predict_workload f;
+    EXPECT(predict_workload_load(path, &f) == DPS_OK);
+    EXPECT(f.precision == PREC_BF16 && f.bytes_per_grad == 4 && f.accum == 4 && f.sync_all == 1);
+    predict_workload_free(&f);
+    unlink(path);
+    expect_file_refused(load_workload,
+                        "params = 1e6\nstep_ms_1gpu = 10\nbatch_per_gpu = 8\naccum = 3\n",
+                        ": batch_per_gpu 8 does not split into accum = 3 equal micro-batches");
+    /* fp16: the GradScaler's unscale, a read and a write of each gradient */
+    w.precision = PREC_FP16;
+    w.unscale_ms = -1;
+    EXPECT(predict_split_step(&m, &w, &s) == DPS_OK);
+    EXPECT_NEAR(s.unscale_ms, 2 * P / 900e6, 1e-12);
+    EXPECT_NEAR(s.load_ms + s.forward_ms + s.backward_ms + s.unscale_ms + s.optimizer_ms, 90, 1e-9);
+    predict_config(&m, &w, &s, &c, MODE_DDP, 8, &r);
+    EXPECT(r.phase_ms[PH_UNSCALE] == s.unscale_ms && r.nbuckets == one.nbuckets);
+}
+
 EXPECT_GROUPS(GROUP(predict_files), GROUP(predict_consts), GROUP(predict_model),
-              GROUP(predict_configs));
+              GROUP(predict_configs), GROUP(predict_accum));
