@@ -14,9 +14,10 @@ usage: test_accum.py DPSCALE CASE
               trace's phases a micro-step each, dp's replicate and reduce 4
               times a step; --accum 4 trains as --accum 1 on the same samples
   refused     a batch that does not split, --no-sync off with dp or one
-              micro-step, fp16 without its scaler, --inject-overflow without a
-              scaler or past the run, half precision with a model file: exit
-              2 saying what and what to do"""
+              micro-step, fp16 without its scaler or with a scale fp32 cannot
+              hold, --inject-overflow without a scaler or past the run, half
+              precision with a model file, an added sweep repeating a run with
+              other steps: exit 2 saying what and what to do"""
 from listing import DPSCALE, FIXTURES, exit_if_listing, test
 
 TESTS = [test("accum " + c, DPSCALE, c, timeout=300) for c in ("check", "allreduces", "records", "refused")]
@@ -144,6 +145,7 @@ def case_refused(binary):
             (["--precision", "fp16", "--steps", "2", "--warmup", "1", "--inject-overflow", "3"],
              ["--inject-overflow 3", "steps 0..2"]),
             (["--model", SMALL_FILE, "--precision", "fp16"], ["a model file runs in fp32"]),
+            (["--precision", "fp16", "--init-scale", "1e-46"], ["--init-scale 1e-46", "too small"]),
         ]
         for args, needles in cases:
             if "--steps" not in args:
@@ -151,6 +153,12 @@ def case_refused(binary):
             p = dpscale(binary, "run", "--model", "tiny", *args, out=out)
             expect_exit(p, 2, *needles)
             expect(not os.path.exists(out), f"{args}: wrote {out}")
+        suite = os.path.join(tmp, "twice.suite")  # an added sweep's run the main one has, other steps
+        with open(suite, "w") as f:
+            f.write("models = tiny\ngpus = 2\nsteps = 3\n[+ longer]\nsteps = 4\n")
+        p = dpscale(binary, "sweep", suite, out=out)
+        expect_exit(p, 2, "[+ longer]", "dp-tiny-fp32-sgd-g2-b16 is in the sweep already")
+        expect(not os.path.exists(out), f"{suite}: wrote {out}")
 
 
 if __name__ == "__main__":

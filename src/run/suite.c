@@ -201,7 +201,6 @@ static dps_status parse_line(parse_ctx *p, char *line, be_kind kind, int *active
 static void suite_defaults(suite *s, const char *path)
 {
     memset(s, 0, sizeof *s);
-    memset(s, 0, sizeof *s);
     dps_strlcpy(s->path, path, sizeof s->path);
     const settings_entry *t = settings_table;
     for (int m = 0; m < MODE_COUNT; m++) s->modes[s->nmodes++] = (dps_mode)m; /* every mode */
@@ -424,16 +423,32 @@ static dps_status expand_one(const suite *s, const dps_config *base, const backe
     return DPS_OK;
 }
 
-/* Whether cfg's id is one of items[0..n). */
-static int has_config(const sweep_item *items, int n, const dps_config *cfg)
+/* The index of cfg's id in items[0..n), or -1. */
+static int find_config(const sweep_item *items, int n, const dps_config *cfg)
 {
     char id[192], other[192];
     config_id(cfg, id, sizeof id);
     for (int i = 0; i < n; i++) {
         config_id(&items[i].cfg, other, sizeof other);
-        if (strcmp(id, other) == 0) return 1;
+        if (strcmp(id, other) == 0) return i;
     }
-    return 0;
+    return -1;
+}
+
+/* An added sweep's configuration that the sweep has already: the same one
+ * (it runs once), unless it asks for other steps, warm-up or capacity, which
+ * no id tells apart. */
+static dps_status same_config(const sweep_item *had, const dps_config *c)
+{
+    const dps_config *h = &had->cfg;
+    if (h->steps == c->steps && h->warmup == c->warmup && h->be.device_mem == c->be.device_mem)
+        return DPS_OK;
+    char id[192];
+    config_id(c, id, sizeof id);
+    return dps_fail(DPS_ERR_USAGE, "configuration %s is in the sweep already with other steps, "
+                    "warmup or device_mem (%d, %d, %zu against %d, %d, %zu); an id names one "
+                    "run: give the added sweep another model, batch or count", id, h->steps,
+                    h->warmup, h->be.device_mem, c->steps, c->warmup, c->be.device_mem);
 }
 
 /* The added sweep a's configurations after the n in *items, but those already there. */
@@ -449,10 +464,14 @@ static dps_status append_added(const suite *a, const dps_config *base, const bac
         return dps_fail(DPS_ERR_RUNTIME, "out of host memory for %d configurations", *n + nmore);
     }
     *items = grown;
-    for (int i = 0; i < nmore; i++)
-        if (!has_config(*items, *n, &more[i].cfg)) (*items)[(*n)++] = more[i];
+    dps_status rc = DPS_OK;
+    for (int i = 0; !rc && i < nmore; i++) {
+        int had = find_config(*items, *n, &more[i].cfg);
+        if (had < 0) (*items)[(*n)++] = more[i];
+        else rc = same_config(&(*items)[had], &more[i].cfg);
+    }
     free(more);
-    return DPS_OK;
+    return rc;
 }
 
 dps_status suite_expand(const suite *s, const dps_config *base, const backend *be,

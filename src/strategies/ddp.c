@@ -303,7 +303,7 @@ static dps_status phase_forward_loss(ddp_rank *R, int step)
     DPS_TRY(ptimer_begin(R->timer, 0, PH_LOSS));
     DPS_TRY(rank_loss(R));
     if (R->rank == 0 && step == R->cfg->overflow_step && R->micro == R->cfg->accum - 1)
-        DPS_TRY(scaler_plant_inf(R->be, R->st, R->dlogits.ptr, R->dev));
+        DPS_TRY(scaler_plant_inf(&R->scaler, R->be, R->st, R->dlogits.ptr, R->dev));
     float *loss = (float *)R->loss.ptr + R->micro;
     DPS_TRY(o->sum(R->be, R->st, R->rows, R->row_loss.ptr, loss));
     DPS_TRY(o->copy(R->be, R->st, R->h_loss + R->micro, DPS_HOST, loss, R->dev, sizeof(float)));
@@ -398,9 +398,15 @@ static dps_status rank_step(ddp_rank *R, int step, double *ms, int *skipped)
     for (R->micro = 0; !rc && R->micro < R->cfg->accum; R->micro++) rc = micro_step(R, step);
     R->micro = R->cfg->accum - 1;
     *skipped = 0;
-    if (!rc) rc = phase_unscale(R, skipped);
-    if (!rc && !*skipped) rc = phase_optimizer(R);
-    if (!rc) rc = comm_sync(R->comm, R->st, &R->allreduce_ms); /* the host's one wait */
+    if (!R->scaler.on) {
+        if (!rc) rc = phase_optimizer(R);
+        if (!rc) rc = comm_sync(R->comm, R->st, &R->allreduce_ms); /* the host's one wait */
+    } else { /* the all-reduces' wait, watched, before GradScaler's flag's */
+        if (!rc) rc = comm_sync(R->comm, R->st, &R->allreduce_ms);
+        if (!rc) rc = phase_unscale(R, skipped);
+        if (!rc && !*skipped) rc = phase_optimizer(R);
+        if (!rc) rc = R->be->ops->stream_sync(R->be, R->st);
+    }
     *ms = dps_now_ms() - t0;
     nvtx_pop();
     return rc;

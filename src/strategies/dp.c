@@ -344,20 +344,24 @@ static float *step_grads(dp_state *st)
     return coalesced(st) ? st->reduce_out.ptr : st->s[0].grads.ptr;
 }
 
-/* --accum: this micro-step's gradients into the accumulated ones (copied
- * by the first, added by the others), on device 0 after its reduce, as
- * AccumulateGrad adds each micro-step's into .grad: timed as reduce's. */
+/* --accum: this micro-step's gradients into the accumulated ones, on
+ * device 0 after its reduce, as AccumulateGrad does with .grad: the first
+ * micro-step's buffer becomes them (.grad takes the tensor, no copy: the
+ * two buffers trade places, the next micro-step's are written into the
+ * other), a later one's is added, timed as reduce's second span. */
 static dps_status accumulate(dp_state *st)
 {
     backend *be = st->be;
     dp_slot *s0 = &st->s[0];
-    const float *g = coalesced(st) ? st->reduce_out.ptr : s0->grads.ptr;
+    dps_buf *g = coalesced(st) ? &st->reduce_out : &s0->grads;
+    if (st->micro == 0) {
+        dps_buf first = *g;
+        *g = st->grad_acc;
+        st->grad_acc = first;
+        return DPS_OK;
+    }
     DPS_TRY(ptimer_begin_more(st->timer, 0, PH_REDUCE));
-    if (st->micro == 0)
-        DPS_TRY(be->ops->copy(be, s0->st, st->grad_acc.ptr, s0->dev, g, s0->dev,
-                              st->nparams * sizeof(float)));
-    else
-        DPS_TRY(be->ops->add(be, s0->st, (int64_t)st->nparams, st->grad_acc.ptr, g));
+    DPS_TRY(be->ops->add(be, s0->st, (int64_t)st->nparams, st->grad_acc.ptr, g->ptr));
     return ptimer_end_more(st->timer, 0, PH_REDUCE);
 }
 
@@ -452,6 +456,7 @@ static dps_status dp_step(dp_state *st, int step, double *step_ms, int *skipped,
         rc = dp_micro_step(st);
     }
     *skipped = 0;
+    if (!rc && st->scaler.on) rc = dp_sync(st); /* the reduce's wait, watched, before the flag's */
     if (!rc) rc = phase_unscale(st, skipped);
     if (!rc && !*skipped) {
         nvtx_push_phase(PH_OPTIMIZER);

@@ -35,7 +35,7 @@ dps_status dp_loss(dp_state *st)
         DPS_TRY(be->ops->xent(be, s0->st, n, classes, st->logits_full.ptr, st->labels_full.ptr,
                               scale, st->dlogits_full.ptr, st->row_loss.ptr));
     if (st->step == st->cfg->overflow_step && st->micro == st->cfg->accum - 1)
-        DPS_TRY(scaler_plant_inf(be, s0->st, st->dlogits_full.ptr, s0->dev));
+        DPS_TRY(scaler_plant_inf(&st->scaler, be, s0->st, st->dlogits_full.ptr, s0->dev));
     if (st->bf16) /* that cast's backward: the gradient in half precision, for the scatter */
         DPS_TRY(be->ops->cast(be, s0->st, nc, st->dlogits_full.ptr, BE_F32, st->logits16_full.ptr,
                               st->half));

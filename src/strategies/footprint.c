@@ -199,12 +199,21 @@ static int fitting(dps_config *c, int *knob, be_kind kind, uint64_t available)
     return lo;
 }
 
+/* A batch fitting's result rounded down to one --accum takes (a multiple
+ * of devices x micro-steps); 0 when none is left. */
+static int whole_micro_batches(const dps_config *c, int batch)
+{
+    int unit = c->accum > 1 ? c->ngpus * c->accum : 1;
+    return batch - batch % unit;
+}
+
 /* " --tokens N fits" (else --batch, else --layers; a model file: --batch), or why none does. */
 static void suggest(const dps_config *cfg, be_kind kind, uint64_t available, char *buf, size_t len)
 {
     dps_config c = *cfg;
     if (c.net_file) { /* a model file's shapes are its own: only the batch moves */
         int b = c.global_batch > c.ngpus ? fitting(&c, &c.global_batch, kind, available) : 0;
+        b = whole_micro_batches(&c, b);
         if (b >= c.ngpus) snprintf(buf, len, "--batch %d fits", b);
         else snprintf(buf, len, "even one sample a device does not fit; use fewer --gpus or a "
                       "smaller model");
@@ -213,11 +222,11 @@ static void suggest(const dps_config *cfg, be_kind kind, uint64_t available, cha
     int v = fitting(&c, &c.shape.tokens, kind, available);
     if (v) { snprintf(buf, len, "--tokens %d fits", v); return; }
     c.shape.tokens = 1;
-    v = c.global_batch > c.ngpus ? fitting(&c, &c.global_batch, kind, available) : 0;
+    v = c.global_batch > c.ngpus ? whole_micro_batches(&c, fitting(&c, &c.global_batch, kind, available)) : 0;
     if (v >= c.ngpus) { snprintf(buf, len, "--tokens 1 --batch %d fits", v); return; }
-    c.global_batch = c.ngpus;
+    c.global_batch = c.accum > 1 ? c.ngpus * c.accum : c.ngpus;
     v = fitting(&c, &c.shape.layers, kind, available);
-    if (v) snprintf(buf, len, "--tokens 1 --batch %d --layers %d fits", c.ngpus, v);
+    if (v) snprintf(buf, len, "--tokens 1 --batch %d --layers %d fits", c.global_batch, v);
     else snprintf(buf, len, "even one layer, token and sample a device does not fit; use fewer --gpus");
 }
 

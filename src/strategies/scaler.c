@@ -12,7 +12,9 @@ dps_status scaler_init(grad_scaler *g, const dps_config *c, backend *be, int dev
                        .growth_interval = c->growth_interval};
     if (!g->on) return DPS_OK;
     DPS_TRY(be_buf_alloc(be, dev, sizeof(float), "GradScaler's inf flag", &g->found));
-    return be->ops->host_alloc(be, sizeof(float), (void **)&g->found_host);
+    DPS_TRY(be->ops->host_alloc(be, 2 * sizeof(float), (void **)&g->found_host));
+    g->found_host[1] = INFINITY;
+    return DPS_OK;
 }
 
 void scaler_free(grad_scaler *g, backend *be)
@@ -50,9 +52,7 @@ void scaler_update(grad_scaler *g, int found)
     }
 }
 
-dps_status scaler_plant_inf(backend *be, be_stream *st, float *p, int dev)
+dps_status scaler_plant_inf(grad_scaler *g, backend *be, be_stream *st, float *p, int dev)
 {
-    static const float inf = INFINITY;
-    DPS_TRY(be->ops->copy(be, st, p, dev, &inf, DPS_HOST, sizeof inf));
-    return be->ops->stream_sync(be, st); /* inf is not pinned: the copy done before it goes */
+    return be->ops->copy(be, st, p, dev, &g->found_host[1], DPS_HOST, sizeof(float));
 }

@@ -16,7 +16,7 @@ typedef struct grad_scaler {
     int tracker;            /* clean steps since the scale last changed */
     int growth_interval;
     dps_buf found;          /* one float on the device: an inf or NaN was found */
-    float *found_host;      /* pinned */
+    float *found_host;      /* pinned: [0] the flag read back, [1] +inf (--inject-overflow's) */
 } grad_scaler;
 
 /* c's scaler on device dev (its flag buffer allocated only when on). */
@@ -25,12 +25,14 @@ void scaler_free(grad_scaler *g, backend *be);
 /* The loss's factor this step: the scale, or 1 without a scaler. */
 float scaler_loss_factor(const grad_scaler *g);
 /* unscale_: n gradients times 1 / scale on st, then the host waits for
- * whether one was inf or NaN (*found). */
+ * whether one was inf or NaN (*found): st's work alone, so a step's
+ * collectives must be waited for (watched) before. */
 dps_status scaler_unscale(grad_scaler *g, backend *be, be_stream *st, float *grads, int64_t n,
                           int *found) DPS_MUST_USE;
 /* update(): the scale after a step that found (1) or did not find an inf. */
 void scaler_update(grad_scaler *g, int found);
-/* A +inf written into the device float at p (--inject-overflow). */
-dps_status scaler_plant_inf(backend *be, be_stream *st, float *p, int dev) DPS_MUST_USE;
+/* A +inf written into the device float at p on st (--inject-overflow). */
+dps_status scaler_plant_inf(grad_scaler *g, backend *be, be_stream *st, float *p,
+                            int dev) DPS_MUST_USE;
 
 #endif
