@@ -115,6 +115,29 @@ dps_status comm_barrier(comm *c)
     COMM_CALL(c, c->ops->barrier(c));
 }
 
+/* A sharded collective's implementation, or why there is none. */
+static dps_status sharded(comm *c, dps_status (*op)(comm *, void *, size_t, comm_dtype),
+                          const char *what)
+{
+    if (op) return DPS_OK;
+    return dps_fail(DPS_ERR_USAGE, "rank %d: the %s collectives have no %s yet; use --comm shm",
+                    c->rank, c->ops->name, what);
+}
+
+dps_status comm_reduce_scatter(comm *c, void *buf, size_t n, comm_dtype dt)
+{
+    if (c->nranks == 1 || n == 0) return c->failed ? failed(c) : DPS_OK;
+    DPS_TRY(sharded(c, c->ops->reduce_scatter, "reduce-scatter"));
+    COMM_CALL(c, c->ops->reduce_scatter(c, buf, n, dt));
+}
+
+dps_status comm_all_gather(comm *c, void *buf, size_t n, comm_dtype dt)
+{
+    if (c->nranks == 1 || n == 0) return c->failed ? failed(c) : DPS_OK;
+    DPS_TRY(sharded(c, c->ops->all_gather, "all-gather"));
+    COMM_CALL(c, c->ops->all_gather(c, buf, n, dt));
+}
+
 dps_status comm_allreduce_async(comm *c, void *buf, size_t n, comm_dtype dt, be_event *after)
 {
     if (c->nranks == 1 || n == 0) return c->failed ? failed(c) : DPS_OK;

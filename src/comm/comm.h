@@ -45,6 +45,12 @@ typedef struct comm_ops {
     dps_status (*allreduce)(comm *c, void *buf, size_t n, comm_dtype dt);      /* sum */
     dps_status (*broadcast)(comm *c, void *buf, size_t bytes, int root);
     dps_status (*barrier)(comm *c);
+    /* In place over n elements split in comm_chunk_range's chunks: after
+     * reduce_scatter rank r's chunk r holds the sum of every rank's chunk r
+     * (the rest is scratch); all_gather copies each rank's chunk r into
+     * every rank's buffer. NULL where the implementation has none. */
+    dps_status (*reduce_scatter)(comm *c, void *buf, size_t n, comm_dtype dt);
+    dps_status (*all_gather)(comm *c, void *buf, size_t n, comm_dtype dt);
     /* Stream-ordered all-reduce: starts once `after` (an event recorded on
      * the caller's stream) has completed, after every earlier one, and
      * returns at once; NULL when the implementation has none, and then
@@ -113,6 +119,18 @@ dps_status comm_allreduce(comm *c, void *buf, size_t n, comm_dtype dt)
 dps_status comm_broadcast(comm *c, void *buf, size_t bytes, int root)
     DPS_MUST_USE;
 dps_status comm_barrier(comm *c) DPS_MUST_USE;
+/* Rank i's chunk of n elements over nranks, [*begin, *end): n * i / nranks
+ * to n * (i + 1) / nranks, so uneven counts differ by at most one element. */
+static inline void comm_chunk_range(size_t n, int nranks, int i, size_t *begin, size_t *end)
+{
+    *begin = n * (size_t)i / (size_t)nranks;
+    *end = n * (size_t)(i + 1) / (size_t)nranks;
+}
+/* Sharded collectives in place (comm_ops' reduce_scatter and all_gather):
+ * the sum of every rank's chunk `rank` into this rank's chunk; every rank's
+ * chunk into every buffer. DPS_ERR_USAGE where the implementation has none. */
+dps_status comm_reduce_scatter(comm *c, void *buf, size_t n, comm_dtype dt) DPS_MUST_USE;
+dps_status comm_all_gather(comm *c, void *buf, size_t n, comm_dtype dt) DPS_MUST_USE;
 /* All-reduce after `after` completes, in issue order; returns at once. */
 dps_status comm_allreduce_async(comm *c, void *buf, size_t n, comm_dtype dt, be_event *after)
     DPS_MUST_USE;

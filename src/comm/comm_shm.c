@@ -2,7 +2,8 @@
  * between rank processes on one machine through mailboxes in the group's
  * region, with NCCL's ring algorithm (the ring_* functions). All-reduce is
  * reduce-scatter then all-gather over nranks chunks, each step sending one
- * chunk to the next rank. Messages are at most COMM_SLOT_BYTES and go
+ * chunk to the next rank; those two halves are collectives of their own
+ * too, each rank's chunk its own (comm_chunk_range). Messages are at most COMM_SLOT_BYTES and go
  * through two slots per rank (double buffering); a rank waits on a futex
  * for its predecessor's next message or its successor's acknowledgement.
  * Buffers are host memory: the host backend's devices. */
@@ -110,13 +111,6 @@ static void add_into(void *dst, const void *src, size_t n, comm_dtype dt)
     }
 }
 
-/* Chunk i of n elements split over nranks: [begin, end). */
-static void chunk_range(size_t n, int nranks, int i, size_t *begin, size_t *end)
-{
-    *begin = n * (size_t)i / (size_t)nranks;
-    *end = n * (size_t)(i + 1) / (size_t)nranks;
-}
-
 /* One ring step: send chunk `out`, receive chunk `in` from the previous
  * rank and add it (reduce) or copy it (gather), piece by piece. Every rank
  * uses the same piece count, so the message pattern matches around the ring. */
@@ -127,8 +121,8 @@ static dps_status ring_step(comm *c, char *buf, size_t n, comm_dtype dt, int out
     size_t longest = (n + (size_t)c->nranks - 1) / (size_t)c->nranks;
     size_t pieces = (longest + per - 1) / per;
     size_t ob, oe, ib, ie;
-    chunk_range(n, c->nranks, out, &ob, &oe);
-    chunk_range(n, c->nranks, in, &ib, &ie);
+    comm_chunk_range(n, c->nranks, out, &ob, &oe);
+    comm_chunk_range(n, c->nranks, in, &ib, &ie);
     for (size_t p = 0; p < pieces; p++) {
         size_t o0 = ob + p * per, i0 = ib + p * per;
         size_t olen = o0 < oe ? (oe - o0 < per ? oe - o0 : per) : 0;
@@ -154,6 +148,27 @@ static dps_status ring_allreduce(comm *c, void *buf, size_t n, comm_dtype dt)
         DPS_TRY(ring_step(c, buf, n, dt, (r - s + 2 * N) % N, (r - s - 1 + 2 * N) % N, 1));
     for (int s = 0; s < N - 1; s++) /* all-gather */
         DPS_TRY(ring_step(c, buf, n, dt, (r + 1 - s + 2 * N) % N, (r - s + 2 * N) % N, 0));
+    return DPS_OK;
+}
+
+/* Reduce-scatter alone: the all-reduce's first half shifted by one chunk,
+ * so that the sum of chunk r ends on rank r. */
+static dps_status ring_reduce_scatter(comm *c, void *buf, size_t n, comm_dtype dt)
+{
+    int N = c->nranks, r = c->rank;
+    if (N == 1 || n == 0) return DPS_OK;
+    for (int s = 0; s < N - 1; s++)
+        DPS_TRY(ring_step(c, buf, n, dt, (r - s - 1 + 2 * N) % N, (r - s - 2 + 2 * N) % N, 1));
+    return DPS_OK;
+}
+
+/* All-gather alone: each rank starts from its own chunk r. */
+static dps_status ring_all_gather(comm *c, void *buf, size_t n, comm_dtype dt)
+{
+    int N = c->nranks, r = c->rank;
+    if (N == 1 || n == 0) return DPS_OK;
+    for (int s = 0; s < N - 1; s++)
+        DPS_TRY(ring_step(c, buf, n, dt, (r - s + 2 * N) % N, (r - s - 1 + 2 * N) % N, 0));
     return DPS_OK;
 }
 
@@ -200,6 +215,8 @@ static const comm_ops ring_ops = {
     .allreduce = ring_allreduce,
     .broadcast = ring_broadcast,
     .barrier = ring_barrier,
+    .reduce_scatter = ring_reduce_scatter,
+    .all_gather = ring_all_gather,
     .destroy = ring_destroy,
 };
 

@@ -27,16 +27,18 @@
 
 static float ring_value(int rank, size_t i) { return (float)((rank * 7 + (int)(i % 13)) % 19); }
 
+enum { OP_ALLREDUCE, OP_BCAST, OP_REDUCE_SCATTER, OP_ALL_GATHER };
+
 typedef struct ring_case {
     size_t n;
     comm_dtype dt;
-    int bcast;           /* broadcast from rank 1 instead of all-reduce */
+    int op;              /* OP_*: all-reduce, broadcast from rank 1, reduce-scatter, all-gather */
 } ring_case;
 
 /* Every case of one group of ranks, run in one set of rank processes. */
 typedef struct ring_cases {
     comm_shared *sh;
-    ring_case c[32];
+    ring_case c[48];
     int n;
 } ring_cases;
 
@@ -49,36 +51,74 @@ static dps_status open_rank(comm_shared *sh, int rank, backend **be, comm **c)
     return comm_open(&cp, c);
 }
 
+/* The rank that owns element i: the chunk comm_chunk_range puts it in. */
+static int owner(size_t n, int nranks, size_t i)
+{
+    for (int r = 0; r < nranks; r++) {
+        size_t b, e;
+        comm_chunk_range(n, nranks, r, &b, &e);
+        if (i >= b && i < e) return r;
+    }
+    return -1;
+}
+
+/* Element i's exact result of case k on rank `rank`; 0 where it is scratch
+ * (*checked 0: a reduce-scatter's chunks of other ranks). */
+static float ring_want(const ring_case *k, int nranks, int rank, size_t i, int *checked)
+{
+    *checked = 1;
+    if (k->op == OP_BCAST) return ring_value(9, i);
+    if (k->op == OP_ALL_GATHER) return ring_value(owner(k->n, nranks, i), i);
+    if (k->op == OP_REDUCE_SCATTER && owner(k->n, nranks, i) != rank) {
+        *checked = 0;
+        return 0.0f;
+    }
+    float want = 0.0f;
+    for (int r = 0; r < nranks; r++) want += ring_value(r, i);
+    return want;
+}
+
 static int ring_check(const ring_case *k, int nranks, int rank, const char *buf)
 {
+    static const char *const names[] = {"all-reduce", "broadcast", "reduce-scatter", "all-gather"};
     for (size_t i = 0; i < k->n; i++) {
-        float want = 0.0f;
-        if (k->bcast) want = ring_value(9, i);
-        else
-            for (int r = 0; r < nranks; r++) want += ring_value(r, i);
+        int checked;
+        float want = ring_want(k, nranks, rank, i, &checked);
         float got = k->dt == COMM_F32 ? ((const float *)buf)[i]
                                       : dps_bf16_to_f32(((const uint16_t *)buf)[i]);
-        if (got != want) {
-            fprintf(stderr, "rank %d/%d n=%zu %s: [%zu] = %g, expected %g\n", rank, nranks, k->n,
-                    k->bcast ? "broadcast" : k->dt == COMM_F32 ? "f32" : "bf16", i, got, want);
+        if (checked && got != want) {
+            fprintf(stderr, "rank %d/%d n=%zu %s %s: [%zu] = %g, expected %g\n", rank, nranks,
+                    k->n, names[k->op], k->dt == COMM_F32 ? "f32" : "bf16", i, got, want);
             return 1;
         }
     }
     return 0;
 }
 
-/* One case: all-reduce (or broadcast) n elements and compare with the exact result. */
+/* Element i's value before case k runs on rank `rank`: -1 where the rank
+ * holds nothing of it (a broadcast's other ranks, an all-gather's chunks
+ * of other ranks). */
+static float ring_input(const ring_case *k, int nranks, int rank, size_t i)
+{
+    if (k->op == OP_BCAST) return rank == 1 ? ring_value(9, i) : -1.0f;
+    if (k->op == OP_ALL_GATHER && owner(k->n, nranks, i) != rank) return -1.0f;
+    return ring_value(rank, i);
+}
+
+/* One case: run the collective over n elements and compare with the exact result. */
 static int ring_one(comm *c, const ring_case *k, int rank)
 {
     char *buf = malloc(k->n * comm_dtype_bytes(k->dt) + 1);
     if (!buf) return 1;
     for (size_t i = 0; i < k->n; i++) {
-        float v = k->bcast ? (rank == 1 ? ring_value(9, i) : -1.0f) : ring_value(rank, i);
+        float v = ring_input(k, c->nranks, rank, i);
         if (k->dt == COMM_F32) ((float *)buf)[i] = v;
         else ((uint16_t *)buf)[i] = dps_f32_to_bf16(v);
     }
-    dps_status rc = k->bcast ? comm_broadcast(c, buf, k->n * comm_dtype_bytes(k->dt), 1)
-                             : comm_allreduce(c, buf, k->n, k->dt);
+    dps_status rc = k->op == OP_BCAST ? comm_broadcast(c, buf, k->n * comm_dtype_bytes(k->dt), 1)
+                  : k->op == OP_REDUCE_SCATTER ? comm_reduce_scatter(c, buf, k->n, k->dt)
+                  : k->op == OP_ALL_GATHER ? comm_all_gather(c, buf, k->n, k->dt)
+                                           : comm_allreduce(c, buf, k->n, k->dt);
     int bad = rc != DPS_OK || ring_check(k, c->nranks, rank, buf);
     free(buf);
     return bad;
@@ -109,14 +149,15 @@ static void run_ranks(int nranks, int (*rank_main)(void *, int, rank_beat *), vo
     }
 }
 
-static void add_case(ring_cases *a, size_t n, comm_dtype dt, int bcast)
+static void add_case(ring_cases *a, size_t n, comm_dtype dt, int op)
 {
-    if (a->n < (int)(sizeof a->c / sizeof a->c[0])) a->c[a->n++] = (ring_case){n, dt, bcast};
+    if (a->n < (int)(sizeof a->c / sizeof a->c[0])) a->c[a->n++] = (ring_case){n, dt, op};
     else failures++;
 }
 
-/* Counts around the ring's chunk and slot boundaries, f32 and bf16, and
- * broadcasts, for 1 to 5 ranks: one group of rank processes per count. */
+/* Counts around the ring's chunk and slot boundaries, f32 and bf16,
+ * broadcasts, and reduce-scatters and all-gathers of uneven chunks, for 1
+ * to 5 ranks: one group of rank processes per count. */
 static void test_ring(void)
 {
     size_t slot = COMM_SLOT_BYTES / 4;
@@ -130,14 +171,18 @@ static void test_ring(void)
         comm_shared_init(sh, nr);
         a->sh = sh;
         for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
-            add_case(a, counts[i], COMM_F32, 0);
-            if (counts[i] < 5000) add_case(a, counts[i], COMM_BF16, 0);
+            add_case(a, counts[i], COMM_F32, OP_ALLREDUCE);
+            if (counts[i] < 5000) add_case(a, counts[i], COMM_BF16, OP_ALLREDUCE);
         }
-        if (nr == 3) add_case(a, 2 * slot + 3, COMM_BF16, 0); /* bf16 pieces cross slots */
+        if (nr == 3) add_case(a, 2 * slot + 3, COMM_BF16, OP_ALLREDUCE); /* bf16 pieces cross slots */
         if (nr >= 2 && nr <= 4) {
-            add_case(a, 1, COMM_F32, 1);
-            add_case(a, 3 * slot + 7, COMM_F32, 1);
+            add_case(a, 1, COMM_F32, OP_BCAST);
+            add_case(a, 3 * slot + 7, COMM_F32, OP_BCAST);
         }
+        size_t sharded[] = {1, 4, 7, 1003, 3 * slot + 1}; /* fewer than the ranks; uneven chunks */
+        for (size_t i = 0; i < sizeof sharded / sizeof sharded[0]; i++)
+            for (int op = OP_REDUCE_SCATTER; op <= OP_ALL_GATHER; op++)
+                add_case(a, sharded[i], i == 2 ? COMM_BF16 : COMM_F32, op);
         run_ranks(nr, ring_rank, a, "ring");
         munmap(sh, bytes);
         free(a);
