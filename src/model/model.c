@@ -130,11 +130,10 @@ dps_status model_acts_alloc(backend *be, int dev, model_shape s, int max_rows, d
 {
     memset(a, 0, sizeof *a);
     a->max_rows = max_rows;
-    a->bf16 = prec == PREC_BF16 || prec == PREC_FP16;
     a->half = prec == PREC_BF16 ? BE_BF16 : prec == PREC_FP16 ? BE_F16 : BE_F32;
     size_t layer = (size_t)max_rows * (size_t)s.width * sizeof(float);
     dps_status rc;
-    if (a->bf16) {
+    if (a->half != BE_F32) {
         rc = acts_alloc_bf16(be, dev, s, max_rows, a);
     } else {
         rc = be_buf_alloc(be, dev, layer * (size_t)s.layers, "pre-activations", &a->pre);
@@ -196,7 +195,7 @@ static dps_status forward_bf16(backend *be, be_stream *st, model_shape s, const 
 dps_status model_forward(backend *be, be_stream *st, model_shape s, const float *params,
                          model_acts *a, int rows, const float *x, float *logits)
 {
-    if (a->bf16) return forward_bf16(be, st, s, params, a, rows, x, logits);
+    if (a->half != BE_F32) return forward_bf16(be, st, s, params, a, rows, x, logits);
     const be_ops *o = be->ops;
     int d = s.width;
     const float *h = x;
@@ -283,7 +282,7 @@ dps_status model_backward(backend *be, be_stream *st, model_shape s, const float
                           model_acts *a, int rows, const float *x, const float *dlogits,
                           float *grads, model_grad_hook hook, void *hook_ctx)
 {
-    if (a->bf16) return backward_bf16(be, st, s, a, rows, dlogits, grads, hook, hook_ctx);
+    if (a->half != BE_F32) return backward_bf16(be, st, s, a, rows, dlogits, grads, hook, hook_ctx);
     const be_ops *o = be->ops;
     int d = s.width, c = s.classes, L = s.layers;
     const float *h_last = L ? layer_ptr(&a->post, s, a->max_rows, L - 1) : x;

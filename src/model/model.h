@@ -59,8 +59,8 @@ void model_make_batch(model_shape s, uint64_t seed, int step, int64_t row0, int 
  * gradient cast to it once a backward. The buffers named bf16 below hold the half type. */
 typedef struct model_acts {
     int max_rows;
-    int bf16;               /* autocast (bf16 or fp16): the buffers below, not the fp32 ones */
-    be_dtype half;          /* autocast's type: BE_BF16 or BE_F16; BE_F32 without autocast */
+    be_dtype half;          /* autocast's type, BE_BF16 or BE_F16: the buffers below, not the
+                               fp32 ones; BE_F32 without autocast */
     dps_buf pre, post;      /* [layers][max_rows][width]: pre-activation, gelu output */
     dps_buf dh[2];          /* [max_rows][width] gradient ping-pong */
     dps_buf params16, x16;  /* bf16: the parameters and the input, cast by model_forward */
@@ -87,7 +87,7 @@ dps_status model_forward(backend *be, be_stream *st, model_shape s, const float 
 typedef dps_status (*model_grad_hook)(void *ctx, int layer);
 
 /* grads = d loss / d params given dlogits (overwrites grads); hook may be NULL.
- * In bf16 (a->bf16) it uses the parameters and input that model_forward
+ * Under autocast (a->half) it uses the parameters and input that model_forward
  * cast into a: call it after the forward of the same step; dlogits NULL
  * takes the gradient already in bf16 from a->dlogits16. */
 dps_status model_backward(backend *be, be_stream *st, model_shape s, const float *params,

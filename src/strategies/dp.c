@@ -44,7 +44,7 @@ static dps_status alloc_slot(dp_state *st, int i, size_t pbytes)
         s->logitsv = s->dlogitsv = s->logits.ptr;
     }
     DPS_TRY(net_acts_alloc(be, s->dev, m, s->samples, st->cfg->precision, &s->acts));
-    s->acts.mlp.logits16_out = s->acts.mlp.bf16; /* gathered in bf16 */
+    s->acts.mlp.logits16_out = s->acts.mlp.half != BE_F32; /* gathered in bf16 */
     return DPS_OK;
 }
 
@@ -52,7 +52,7 @@ static dps_status alloc_slot(dp_state *st, int i, size_t pbytes)
  * autocast, fp32 otherwise. */
 static size_t logit_bytes(const dp_state *st)
 {
-    return st->bf16 ? 2 : sizeof(float);
+    return dp_autocast(st) ? 2 : sizeof(float);
 }
 
 /* Whether replicate and reduce run (DataParallel over one device calls the
@@ -103,7 +103,7 @@ static dps_status alloc_primary(dp_state *st, size_t pbytes)
     DPS_TRY(be_buf_alloc(be, d0, n * sizeof(int32_t), "labels", &st->labels_full));
     DPS_TRY(be_buf_alloc(be, d0, n * (size_t)m->classes * sizeof(float), "gathered logits", &st->logits_full));
     DPS_TRY(be_buf_alloc(be, d0, n * (size_t)m->classes * sizeof(float), "logits gradient", &st->dlogits_full));
-    if (st->bf16)
+    if (dp_autocast(st))
         DPS_TRY(be_buf_alloc(be, d0, n * (size_t)m->classes * 2, "gathered bf16 logits, then their "
                              "gradient", &st->logits16_full));
     DPS_TRY(be_buf_alloc(be, d0, n * sizeof(float), "per-token loss", &st->row_loss));
@@ -227,7 +227,7 @@ static void dlogits_rows(dp_state *st, int slot, const void **from, void **to)
 {
     dp_slot *s = &st->s[slot];
     size_t first = (size_t)s->row0 * (size_t)st->net->classes;
-    if (st->bf16) {
+    if (dp_autocast(st)) {
         *from = (const uint16_t *)st->logits16_full.ptr + first;
         *to = s->acts.mlp.dlogits16.ptr;
     } else {
@@ -256,9 +256,9 @@ static dps_status worker_backward(dp_state *st, int slot)
         DPS_TRY(ptimer_end_more(st->timer, slot, PH_SCATTER));
     }
     DPS_TRY(ptimer_begin(st->timer, slot, PH_BACKWARD));
-    if (!slot && st->bf16) DPS_TRY(be->ops->copy(be, s->st, to, s->dev, from, s->dev, bytes));
+    if (!slot && dp_autocast(st)) DPS_TRY(be->ops->copy(be, s->st, to, s->dev, from, s->dev, bytes));
     DPS_TRY(net_backward(be, s->st, st->net, s->params.ptr, &s->acts, s->samples, s->xv,
-                         st->bf16 ? NULL : s->dlogitsv, s->grads.ptr, NULL, NULL));
+                         dp_autocast(st) ? NULL : s->dlogitsv, s->grads.ptr, NULL, NULL));
     return ptimer_end(st->timer, slot, PH_BACKWARD);
 }
 
@@ -303,13 +303,13 @@ static dps_status phase_scatter(dp_state *st)
     return ptimer_end(st->timer, 0, PH_SCATTER);
 }
 
-/* Outputs of every replica copied to device 0 and concatenated: bf16
+/* Outputs of every replica copied to device 0 and concatenated: half precision
  * under autocast (the loss casts them to fp32), fp32 otherwise. */
 static dps_status phase_gather(dp_state *st)
 {
     size_t row = (size_t)st->net->classes * logit_bytes(st);
-    int bf16 = st->bf16;
-    char *into = bf16 ? st->logits16_full.ptr : st->logits_full.ptr;
+    int half = dp_autocast(st);
+    char *into = half ? st->logits16_full.ptr : st->logits_full.ptr;
     dp_slot *s0 = &st->s[0];
     DPS_TRY(ptimer_begin(st->timer, 0, PH_GATHER));
     for (int i = 0; i < st->nslots; i++) {
@@ -317,7 +317,7 @@ static dps_status phase_gather(dp_state *st)
         DPS_TRY(st->be->ops->stream_wait(st->be, s0->st, st->timer->ev[i][PH_FORWARD][1]));
         if (i) DPS_TRY(ptimer_begin_on(st->timer, i, PH_GATHER, 0)); /* copies run on slot 0's stream */
         DPS_TRY(dp_p2p(st, PH_GATHER, 0, into + (size_t)s->row0 * row, i,
-                       bf16 ? s->acts.mlp.dlogits16.ptr : s->logitsv, (size_t)s->rows * row, s0->st));
+                       half ? s->acts.mlp.dlogits16.ptr : s->logitsv, (size_t)s->rows * row, s0->st));
         if (i) DPS_TRY(ptimer_end_on(st->timer, i, PH_GATHER, 0));
     }
     return ptimer_end(st->timer, 0, PH_GATHER);
@@ -616,7 +616,6 @@ dps_status dp_train(const dps_config *cfg, backend *be, train_result *res)
     if (!st) return dps_fail(DPS_ERR_RUNTIME, "out of host memory for the dp state");
     st->cfg = cfg;
     st->be = be;
-    st->bf16 = dps_precision_is_half(cfg->precision);
     st->half = cfg->precision == PREC_FP16 ? BE_F16 : cfg->precision == PREC_BF16 ? BE_BF16 : BE_F32;
     st->traffic = res->dev;
     dps_status rc = timeline_alloc(&res->tl, timeline_steps(cfg->trace_steps, cfg->steps),

@@ -26,7 +26,7 @@ dps_status dp_loss(dp_state *st)
     float scale = scaler_loss_factor(&st->scaler) / (float)st->rows_step;
     DPS_TRY(ptimer_begin(st->timer, 0, PH_LOSS));
     int64_t nc = (int64_t)n * classes;
-    if (st->bf16) /* autocast's cross_entropy runs in fp32 */
+    if (dp_autocast(st)) /* autocast's cross_entropy runs in fp32 */
         DPS_TRY(be->ops->cast(be, s0->st, nc, st->logits16_full.ptr, st->half, st->logits_full.ptr,
                               BE_F32));
     if (st->cfg->dp_impl == DPIMPL_TORCH)
@@ -36,7 +36,7 @@ dps_status dp_loss(dp_state *st)
                               scale, st->dlogits_full.ptr, st->row_loss.ptr));
     if (st->step == st->cfg->overflow_step && st->micro == st->cfg->accum - 1)
         DPS_TRY(scaler_plant_inf(&st->scaler, be, s0->st, st->dlogits_full.ptr, s0->dev));
-    if (st->bf16) /* that cast's backward: the gradient in half precision, for the scatter */
+    if (dp_autocast(st)) /* that cast's backward: the gradient in half precision, for the scatter */
         DPS_TRY(be->ops->cast(be, s0->st, nc, st->dlogits_full.ptr, BE_F32, st->logits16_full.ptr,
                               st->half));
     float *loss = (float *)st->loss.ptr + st->micro;

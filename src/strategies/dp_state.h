@@ -41,8 +41,7 @@ typedef struct dp_state {
     backend *be;
     const net *net;        /* the model: cfg's file, or own_net */
     net own_net;           /* the MLP of cfg->shape */
-    int bf16;              /* as under autocast: cfg->precision is bf16 or fp16 */
-    be_dtype half;         /* autocast's type (BE_F32: none) */
+    be_dtype half;         /* autocast's type, bf16 or fp16 (dp_autocast); BE_F32: none */
     size_t nparams;
     int nslots, rows_total; /* rows_total: one micro-batch's loss rows (the step's without --accum) */
     int micro_batch;       /* samples a micro-step: the global batch / accum */
@@ -72,6 +71,9 @@ typedef struct dp_state {
     comm_group *nccl;      /* replicate and reduce through NCCL; NULL: peer copies */
     dev_stats *traffic;    /* res->dev, indexed by slot */
 } dp_state;
+
+/* Whether the replicas run as under autocast (half-precision logits). */
+static inline int dp_autocast(const dp_state *st) { return st->half != BE_F32; }
 
 /* dp_move.c: bytes over a link, counted for a slot in a phase. */
 void dp_count(dp_state *st, int slot, dps_phase ph, dps_link link, size_t bytes);

@@ -170,8 +170,8 @@ static void test_model_bf16(void)
     model_init_params(s, 5, p);
     model_make_batch(s, 5, 0, 0, rows, x, labels);
     model_acts a32, a16;
-    EXPECT(model_acts_alloc(be, 0, s, rows, PREC_FP32, &a32) == DPS_OK && !a32.bf16);
-    EXPECT(model_acts_alloc(be, 0, s, rows, PREC_BF16, &a16) == DPS_OK && a16.bf16);
+    EXPECT(model_acts_alloc(be, 0, s, rows, PREC_FP32, &a32) == DPS_OK && a32.half == BE_F32);
+    EXPECT(model_acts_alloc(be, 0, s, rows, PREC_BF16, &a16) == DPS_OK && a16.half == BE_BF16);
     EXPECT(model_forward(be, NULL, s, p, &a32, rows, x, l32) == DPS_OK);
     EXPECT(model_forward(be, NULL, s, p, &a16, rows, x, l16) == DPS_OK);
     double worst = 0, top = 0;
