@@ -299,6 +299,19 @@ if dc_step "info" 5 "dpscale info"; then
   fi
 fi
 
+# dpscale's run of OPTS (with --check: figure CFIG) and PyTorch's, every step's loss compared
+# at PRECISION's tolerance (figure LFIG).
+loss_pair() { # NAME LFIG CFIG PRECISION OPTS...
+  local name=$1 lfig=$2 cfig=$3 p=$4 rc
+  shift 4
+  dps "$name" "$@" --check
+  dps_figure "$cfig" $? check "$res/$name"
+  tref "$name-torch" "$@"
+  rc=$?
+  dc_was_skipped "$lfig" "$rc" || dc_figures_from "$lfig" "${gcmp[@]}" losses "$lfig" \
+    "$res/$name" "$res/$name-torch" "$p"
+}
+
 # 1. Losses against PyTorch: the same seed, shapes, optimizer and learning rate, every step's
 # loss within torch_reference.py's LOSS_TOL (fp32, TF32 off in both) or LOSS_TOL_BF16; dpscale's
 # run with --check also trains on one device. dpscale ~3 s, PyTorch ~8 s (ddp ~12 s) a pair.
@@ -314,12 +327,7 @@ for c in "${loss_cfgs[@]}"; do
   [ "$o" = adamw ] && lr=$lr_adamw
   opts=(--mode "$m" --gpus "$ngpu" --model small --precision "$p" --optimizer "$o" --lr "$lr"
     --steps "$fid_steps" --warmup 0)
-  dps "loss-$m-$p-$o" "${opts[@]}" --check
-  dps_figure "$cfig" $? check "$res/loss-$m-$p-$o"
-  tref "loss-$m-$p-$o-torch" "${opts[@]}"
-  rc=$?
-  dc_was_skipped "$lfig" "$rc" || dc_figures_from "$lfig" "${gcmp[@]}" losses "$lfig" \
-    "$res/loss-$m-$p-$o" "$res/loss-$m-$p-$o-torch" "$p"
+  loss_pair "loss-$m-$p-$o" "$lfig" "$cfig" "$p" "${opts[@]}"
 done
 
 # 1b. A model file, the real resnet50 (the fixture tiny-gpt rehearsed on the host): its ops'
@@ -351,12 +359,7 @@ for c in "${acc_cfgs[@]}"; do
   opts=(--mode "$m" --gpus "$ngpu" --model small --precision "$p" --lr "$lr_sgd"
     --steps "$fid_steps" --warmup 0)
   [ "$w" = accum ] && opts+=(--accum 4)
-  dps "acc-$m-$p" "${opts[@]}" --check
-  dps_figure "$cfig" $? check "$res/acc-$m-$p"
-  tref "acc-$m-$p-torch" "${opts[@]}"
-  rc=$?
-  dc_was_skipped "$lfig" "$rc" || dc_figures_from "$lfig" "${gcmp[@]}" losses "$lfig" \
-    "$res/acc-$m-$p" "$res/acc-$m-$p-torch" "$p"
+  loss_pair "acc-$m-$p" "$lfig" "$cfig" "$p" "${opts[@]}"
 done
 
 # 2. Memory and speed against PyTorch on one GPU, bf16: the per-device allocation peak within

@@ -102,6 +102,20 @@ static void store_flag(cli_args *a, settings_id id)
     }
 }
 
+/* The training loop's options: accumulation and the GradScaler. */
+static void store_loop_value(dps_config *c, settings_id id, int64_t i, double x)
+{
+    switch (id) {
+    case SET_ACCUM: c->accum = (int)i; break;
+    case SET_NO_SYNC: c->no_sync = (int)i; break;
+    case SET_SCALER: c->scaler = (int)i; break;
+    case SET_INIT_SCALE: c->init_scale = x; break;
+    case SET_GROWTH_INTERVAL: c->growth_interval = (int)i; break;
+    case SET_INJECT_OVERFLOW: c->overflow_step = (int)i; break;
+    default: break;
+    }
+}
+
 /* Options with one value (a list for --sizes). */
 static void store_value(cli_args *a, settings_id id, const settings_value *v)
 {
@@ -111,12 +125,10 @@ static void store_value(cli_args *a, settings_id id, const settings_value *v)
     switch (id) {
     case SET_BACKEND: c->be.kind = (be_kind)i; break;
     case SET_PRECISION: c->precision = (dps_precision)i; break;
-    case SET_ACCUM: c->accum = (int)i; break;
-    case SET_NO_SYNC: c->no_sync = (int)i; break;
-    case SET_SCALER: c->scaler = (int)i; break;
-    case SET_INIT_SCALE: c->init_scale = x; break;
-    case SET_GROWTH_INTERVAL: c->growth_interval = (int)i; break;
-    case SET_INJECT_OVERFLOW: c->overflow_step = (int)i; break;
+    case SET_ACCUM: case SET_NO_SYNC: case SET_SCALER: case SET_INIT_SCALE:
+    case SET_GROWTH_INTERVAL: case SET_INJECT_OVERFLOW:
+        store_loop_value(c, id, i, x);
+        break;
     case SET_OPTIMIZER: c->optimizer = (dps_optimizer)i; break;
     case SET_DP_COMM: c->dp_comm = (dps_dp_comm)i; break;
     case SET_DP_IMPL: c->dp_impl = (dps_dp_impl)i; break;
