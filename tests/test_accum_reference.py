@@ -337,21 +337,29 @@ def case_torch_accum(binary, mode, gpus, optimizer, batch, *checks):
     with tempfile.TemporaryDirectory(prefix="dpscale-accum-") as out:
         torch_ref(binary, *args, "--save-params", f"{out}/acc.npy", out=out, name="acc")
         torch_ref(binary, *one, "--save-params", f"{out}/one.npy", out=out, name="one")
-        cid, acc = losses(os.path.join(out, "acc"))
-        _, ref = losses(os.path.join(out, "one"))
+        cid = losses(os.path.join(out, "acc"))[0]
         want = f"-b{batch}-acc{ACCUM_N}" + ("-syncall" if "syncall" in checks else "")
         expect(want in cid, f"PyTorch's config_id {cid} lacks {want}")
         check_columns(os.path.join(out, "acc"), cid, mode, checks)
-        worst, k = compare_losses(acc, ref, cid)
-        d = params_diff(np.load(f"{out}/acc.npy"), np.load(f"{out}/one.npy"))
-        print(f"{cid}: against one device without accumulation, largest relative loss "
-              f"difference {worst:.3g} (step {k}), final parameters {d:.3g}")
-        expect(worst <= TOL, f"{cid}: step {k}'s loss is {acc[k]} with --accum {ACCUM_N} and "
-               f"{ref[k]} on one device ({out}): {worst:.3g} > {TOL}: torch_reference.py's "
-               f"micro-batches or their loss scaling (torch_train.Rank.objective) are wrong")
-        expect(d <= PARAMS_TOL[optimizer], f"{cid}: final parameters {d:.3g} from one device's, "
-               f"above {PARAMS_TOL[optimizer]}")
+        expect_same_training(out, "acc", "one", cid, optimizer, "torch_reference.py's "
+                             "micro-batches or their loss scaling (torch_train.Rank.objective) "
+                             "are wrong")
     return 0
+
+
+def expect_same_training(out, mine, ref, cid, optimizer, why):
+    """Runs out/MINE and out/REF (losses in steps.csv, final parameters in
+    NAME.npy) train alike: every step's loss within TOL, the parameters
+    within PARAMS_TOL; `why` says what a difference means."""
+    a, b = losses(os.path.join(out, mine))[1], losses(os.path.join(out, ref))[1]
+    worst, k = compare_losses(a, b, cid)
+    d = params_diff(np.load(f"{out}/{mine}.npy"), np.load(f"{out}/{ref}.npy"))
+    print(f"{cid}: {mine} against {ref}: largest relative loss difference {worst:.3g} (step "
+          f"{k}: {a[k]} against {b[k]}); final parameters {d:.3g}")
+    expect(worst <= TOL, f"{cid}: step {k}'s loss is {a[k]} in {mine} and {b[k]} in {ref} "
+           f"({out}): {worst:.3g} > {TOL}: {why}")
+    expect(d <= PARAMS_TOL[optimizer], f"{cid}: {mine}'s final parameters are {d:.3g} from "
+           f"{ref}'s, above {PARAMS_TOL[optimizer]}")
 
 
 def check_columns(folder, cid, mode, checks):
@@ -377,19 +385,12 @@ def case_accum(binary, mode, gpus, optimizer, batch, *checks):
         dpscale(binary, "run", *args, "--save-params", f"{out}/dpscale.npy", out=out,
                 name="dpscale", check_rc=0)
         torch_ref(binary, *args, "--save-params", f"{out}/torch.npy", out=out, name="torch")
-        cid, mine = losses(os.path.join(out, "dpscale"))
-        tcid, ref = losses(os.path.join(out, "torch"))
+        cid = losses(os.path.join(out, "dpscale"))[0]
+        tcid = losses(os.path.join(out, "torch"))[0]
         expect(tcid == cid, f"PyTorch's config_id {tcid} is not dpscale's {cid}")
         check_columns(os.path.join(out, "dpscale"), cid, mode, checks)
-        worst, k = compare_losses(mine, ref, cid)
-        d = params_diff(np.load(f"{out}/dpscale.npy"), np.load(f"{out}/torch.npy"))
-        print(f"{cid}: largest relative loss difference {worst:.3g} (step {k}: dpscale "
-              f"{mine[k]}, PyTorch {ref[k]}); final parameters {d:.3g}")
-        expect(worst <= TOL, f"{cid}: step {k}'s loss is {mine[k]} in dpscale "
-               f"({out}/dpscale/steps.csv) and {ref[k]} in PyTorch: {worst:.3g} > {TOL}: "
-               f"dpscale's micro-batches, their loss scaling or its no_sync are not PyTorch's")
-        expect(d <= PARAMS_TOL[optimizer], f"{cid}: dpscale's final parameters are {d:.3g} "
-               f"from PyTorch's, above {PARAMS_TOL[optimizer]}")
+        expect_same_training(out, "dpscale", "torch", cid, optimizer, "dpscale's micro-batches, "
+                             "their loss scaling or its no_sync are not PyTorch's")
     return 0
 
 
