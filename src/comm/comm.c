@@ -138,11 +138,46 @@ dps_status comm_all_gather(comm *c, void *buf, size_t n, comm_dtype dt)
     COMM_CALL(c, c->ops->all_gather(c, buf, n, dt));
 }
 
+const char *const comm_op_names[COMM_OP_COUNT] = {"all-reduce", "reduce-scatter", "all-gather"};
+
+/* The blocking collective op, for comm_async.c's thread (NULL: none). */
+comm_blocking_fn comm_blocking(const comm *c, comm_op op)
+{
+    switch (op) {
+    case COMM_ALLREDUCE: return c->ops->allreduce;
+    case COMM_REDUCE_SCATTER: return c->ops->reduce_scatter;
+    case COMM_ALL_GATHER: return c->ops->all_gather;
+    case COMM_OP_COUNT: break;
+    }
+    return NULL;
+}
+
+dps_status comm_collective_async(comm *c, comm_op op, void *buf, size_t n, comm_dtype dt,
+                                 be_event *after, int *ticket)
+{
+    if (ticket) *ticket = -1;
+    if (c->nranks == 1 || n == 0) return c->failed ? failed(c) : DPS_OK;
+    if (c->failed) return failed(c);
+    if (op != COMM_ALLREDUCE && !comm_blocking(c, op))
+        DPS_TRY(sharded(c, NULL, comm_op_names[op]));
+    dps_status rc = c->ops->collective_async ? c->ops->collective_async(c, op, buf, n, dt, after)
+                                             : comm_async_push(c, op, buf, n, dt, after);
+    if (rc) return comm_fail(c, rc);
+    if (ticket) *ticket = c->issued;
+    c->issued++;
+    return DPS_OK;
+}
+
 dps_status comm_allreduce_async(comm *c, void *buf, size_t n, comm_dtype dt, be_event *after)
 {
-    if (c->nranks == 1 || n == 0) return c->failed ? failed(c) : DPS_OK;
-    if (c->ops->allreduce_async) COMM_CALL(c, c->ops->allreduce_async(c, buf, n, dt, after));
-    COMM_CALL(c, comm_async_push(c, buf, n, dt, after));
+    return comm_collective_async(c, COMM_ALLREDUCE, buf, n, dt, after, NULL);
+}
+
+dps_status comm_wait_ticket(comm *c, be_stream *s, int ticket)
+{
+    if (ticket < 0) return c->failed ? failed(c) : DPS_OK;
+    if (c->ops->wait_ticket) COMM_CALL(c, c->ops->wait_ticket(c, s, ticket));
+    COMM_CALL(c, comm_async_wait_ticket(c, ticket));
 }
 
 dps_status comm_wait_async(comm *c, be_stream *s)
@@ -159,6 +194,7 @@ dps_status comm_sync(comm *c, be_stream *s, double *busy_ms)
 {
     if (c->failed) return failed(c);
     c->waits = 0;
+    c->issued = 0;
     comm_async_step_end(c);
     dps_status rc = c->ops->sync ? c->ops->sync(c, s, busy_ms) : c->be->ops->stream_sync(c->be, s);
     if (rc) return comm_fail(c, rc);

@@ -16,18 +16,24 @@
 
 typedef enum comm_dtype { COMM_F32, COMM_BF16 } comm_dtype;
 
+/* The collectives an async call runs (comm_collective_async). */
+typedef enum comm_op { COMM_ALLREDUCE, COMM_REDUCE_SCATTER, COMM_ALL_GATHER, COMM_OP_COUNT } comm_op;
+/* As the trace and messages name them: "all-reduce", "reduce-scatter", "all-gather". */
+extern const char *const comm_op_names[COMM_OP_COUNT];
+
 /* Bytes of one element of dt. */
 static inline size_t comm_dtype_bytes(comm_dtype dt) { return dt == COMM_BF16 ? 2 : sizeof(float); }
 
 typedef struct comm comm;
 typedef struct comm_async comm_async; /* comm_async.c */
 
-/* One async all-reduce of a traced wait, in issue order: where it began
+/* One async collective of a traced wait, in issue order: where it began
  * (ms after the trace's reference, once comm_spans_read has run), how long
- * it ran and its bytes. */
+ * it ran, its bytes and which collective it was. */
 typedef struct comm_span {
     double begin_ms, ms;
     uint64_t bytes;
+    comm_op op;
 } comm_span;
 
 /* A trace of the waits' async all-reduces, owned by the caller, who zeroes
@@ -51,15 +57,21 @@ typedef struct comm_ops {
      * every rank's buffer. NULL where the implementation has none. */
     dps_status (*reduce_scatter)(comm *c, void *buf, size_t n, comm_dtype dt);
     dps_status (*all_gather)(comm *c, void *buf, size_t n, comm_dtype dt);
-    /* Stream-ordered all-reduce: starts once `after` (an event recorded on
-     * the caller's stream) has completed, after every earlier one, and
-     * returns at once; NULL when the implementation has none, and then
-     * comm_async.c runs the blocking one on a thread. */
-    dps_status (*allreduce_async)(comm *c, void *buf, size_t n, comm_dtype dt, be_event *after);
-    /* Work issued on s from now on starts after every async all-reduce, on
-     * the device: returns at once (NULL with allreduce_async NULL: the host
+    /* Stream-ordered collective `op` (all-reduce, reduce-scatter or
+     * all-gather, as the blocking ones): starts once `after` (an event
+     * recorded on the caller's stream) has completed, after every earlier
+     * one, and returns at once; NULL when the implementation has none, and
+     * then comm_async.c runs the blocking one on a thread. */
+    dps_status (*collective_async)(comm *c, comm_op op, void *buf, size_t n, comm_dtype dt,
+                                   be_event *after);
+    /* Work issued on s from now on starts after every async collective, on
+     * the device: returns at once (NULL with collective_async NULL: the host
      * waits for comm_async.c's thread instead). */
     dps_status (*wait_async)(comm *c, be_stream *s);
+    /* Work issued on s from now on starts after the async collective the
+     * step issued as number `ticket` (and those before it), on the device
+     * (NULL with collective_async NULL: the host waits for the thread). */
+    dps_status (*wait_ticket)(comm *c, be_stream *s, int ticket);
     /* The end of a step: the host waits until s and the collectives are
      * done, while a watchdog looks for asynchronous errors, the group's abort
      * and the timeout; adds to *busy_ms the milliseconds the async
@@ -83,6 +95,7 @@ struct comm {
     uint64_t bytes_sent, bytes_received;
     double waited_ms;           /* comm_async.c's all-reduces of the step's waits, until comm_sync */
     int waits;                  /* comm_wait_async calls since the last comm_sync */
+    int issued;                 /* async collectives issued since the last comm_sync */
     dps_status failed;          /* the first failure: every later collective returns it */
     int secondary;              /* the group had been aborted before that failure */
     char failed_msg[DPS_ERRMSG_MAX];
@@ -134,6 +147,17 @@ dps_status comm_all_gather(comm *c, void *buf, size_t n, comm_dtype dt) DPS_MUST
 /* All-reduce after `after` completes, in issue order; returns at once. */
 dps_status comm_allreduce_async(comm *c, void *buf, size_t n, comm_dtype dt, be_event *after)
     DPS_MUST_USE;
+/* Any collective so, in place as the blocking one; *ticket (may be NULL)
+ * gets its number in the step, for comm_wait_ticket (-1: nothing was
+ * issued, one rank or no elements). */
+dps_status comm_collective_async(comm *c, comm_op op, void *buf, size_t n, comm_dtype dt,
+                                 be_event *after, int *ticket) DPS_MUST_USE;
+/* Work issued on s from now on runs after async collective `ticket` of
+ * this step (and every one issued before it), not those issued after it:
+ * on the device where the implementation is stream-ordered, else the host
+ * waits for the thread. -1 returns at once. Their times are the step's
+ * waits' (comm_wait_async) to report. */
+dps_status comm_wait_ticket(comm *c, be_stream *s, int ticket) DPS_MUST_USE;
 /* Work issued on stream s from now on runs after every async all-reduce
  * issued since the last wait: on the device where the implementation is
  * stream-ordered (NCCL: s waits for the last one's end event, and the host

@@ -1,5 +1,5 @@
-/* Async all-reduce for implementations whose collectives block the caller
- * (the shared-memory ring): a thread per comm runs them in issue order,
+/* Async collectives for implementations whose collectives block the caller
+ * (the shared-memory ring, Gloo): a thread per comm runs them in issue order,
  * each once its gradients' event has completed, as the communication
  * stream does on a GPU. After a failure it skips the rest of the queue. */
 #include <pthread.h>
@@ -11,6 +11,7 @@
 #include "core/util.h"
 
 typedef struct async_item {
+    comm_op op;
     void *buf;
     size_t n;
     comm_dtype dt;
@@ -60,7 +61,7 @@ static dps_status run_item(comm_async *a, const async_item *it, int index)
     DPS_TRY(mark_begin(a, index));
     nvtx_push_bucket(index, it->n * comm_dtype_bytes(it->dt));
     double t0 = dps_now_ms();
-    dps_status rc = c->ops->allreduce(c, it->buf, it->n, it->dt);
+    dps_status rc = comm_blocking(c, it->op)(c, it->buf, it->n, it->dt);
     double busy = dps_now_ms() - t0;
     nvtx_pop();
     pthread_mutex_lock(&a->mu);
@@ -129,14 +130,15 @@ static int grow(comm_async *a)
     return 1;
 }
 
-dps_status comm_async_push(comm *c, void *buf, size_t n, comm_dtype dt, be_event *after)
+dps_status comm_async_push(comm *c, comm_op op, void *buf, size_t n, comm_dtype dt,
+                           be_event *after)
 {
     if (!c->async) DPS_TRY(async_start(c));
     comm_async *a = c->async;
     pthread_mutex_lock(&a->mu);
     int ok = grow(a);
     if (ok) {
-        a->queue[a->queued++] = (async_item){buf, n, dt, after, 0.0};
+        a->queue[a->queued++] = (async_item){op, buf, n, dt, after, 0.0};
         pthread_cond_broadcast(&a->cv);
     }
     pthread_mutex_unlock(&a->mu);
@@ -154,9 +156,20 @@ dps_status comm_async_wait(comm *c, double *busy_ms)
         *busy_ms += a->queue[k].ms;
         if (!rc)
             comm_span_add(c, k < a->nev ? a->ev[k] : NULL, a->queue[k].ms,
-                          a->queue[k].n * comm_dtype_bytes(a->queue[k].dt));
+                          a->queue[k].n * comm_dtype_bytes(a->queue[k].dt), a->queue[k].op);
     }
     a->reported = a->queued;
+    pthread_mutex_unlock(&a->mu);
+    return rc ? dps_fail_copy(rc, a->err) : DPS_OK;
+}
+
+dps_status comm_async_wait_ticket(comm *c, int ticket)
+{
+    comm_async *a = c->async;
+    if (!a) return DPS_OK;
+    pthread_mutex_lock(&a->mu);
+    while (a->done <= ticket && a->done < a->queued && !a->rc) pthread_cond_wait(&a->cv, &a->mu);
+    dps_status rc = a->rc;
     pthread_mutex_unlock(&a->mu);
     return rc ? dps_fail_copy(rc, a->err) : DPS_OK;
 }

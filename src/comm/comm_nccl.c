@@ -115,8 +115,12 @@ static dps_status timing_events(comm *c, int k)
     return DPS_OK;
 }
 
-static dps_status nccl_allreduce_async(comm *c, void *buf, size_t n, comm_dtype dt, be_event *after)
+static dps_status nccl_collective_async(comm *c, comm_op op, void *buf, size_t n, comm_dtype dt,
+                                       be_event *after)
 {
+    if (op != COMM_ALLREDUCE)
+        return dps_fail(DPS_ERR_USAGE, "rank %d: the nccl collectives have no async %s yet; use "
+                        "--comm shm", c->rank, comm_op_names[op]);
     nccl_rank *nr = nccl_of(c);
     const be_ops *o = c->be->ops;
     int k = nr->pending;
@@ -153,7 +157,7 @@ static dps_status nccl_sync(comm *c, be_stream *s, double *busy_ms)
         float ms = 0.0f;
         DPS_TRY(c->be->ops->event_ms(c->be, nr->start[k], nr->end[k], &ms));
         *busy_ms += ms;
-        comm_span_add(c, nr->start[k], ms, nr->bytes[k]);
+        comm_span_add(c, nr->start[k], ms, nr->bytes[k], COMM_ALLREDUCE);
     }
     return DPS_OK;
 }
@@ -187,7 +191,7 @@ static const comm_ops nccl_ops = {
     .allreduce = nccl_allreduce,
     .broadcast = nccl_broadcast,
     .barrier = nccl_barrier,
-    .allreduce_async = nccl_allreduce_async,
+    .collective_async = nccl_collective_async,
     .wait_async = nccl_wait_async,
     .sync = nccl_sync,
     .destroy = nccl_destroy,

@@ -18,12 +18,12 @@ static int room(comm_spans *t)
     return 1;
 }
 
-void comm_span_add(comm *c, be_event *begin, double ms, size_t bytes)
+void comm_span_add(comm *c, be_event *begin, double ms, size_t bytes, comm_op op)
 {
     comm_spans *t = c->trace;
     if (!t || !t->ref || !begin || !room(t)) return;
     t->begin[t->n] = begin;
-    t->span[t->n] = (comm_span){0.0, ms, bytes};
+    t->span[t->n] = (comm_span){0.0, ms, bytes, op};
     t->n++;
 }
 
