@@ -28,6 +28,18 @@ forkserver with PyTorch preloaded), or by torchrun, e.g. `torchrun
 --nproc_per_node 2 -r 2 -t 2 torch_reference.py --mode ddp --gpus 2 ...`
 (Debian's PyTorch 1.13 under Python 3.11 needs the `-r 2 -t 2`).
 
+--zero1 and --fsdp (with --mode ddp): the same training with its state
+sharded over the ranks, so every step's loss is ddp's. --zero1: DDP's
+all-reduced gradients, each rank stepping its shard of the parameters with
+torch.distributed.optim.ZeroRedundancyOptimizer (the optimizer and
+hyper-parameters of torch_model.optimizer), which then broadcasts them
+(CPU and GPU, PyTorch 1.13 and later). --fsdp: the model wrapped in
+FullyShardedDataParallel, FULL_SHARD, a unit per Linear, BACKWARD_PRE
+prefetch, no mixed precision of its own (PyTorch 2.x: 1.13's FSDP does not
+import under Python 3.11); its gradients are reduce-scattered, each rank
+steps its shard. Both write ddp's results (its config_id); meta.json's
+command line says which ran.
+
 Presets are read from `dpscale info`, so the shapes are dpscale's own: an
 MLP preset is the MLP, a preset of a model file (resnet50, gpt2, bert-large)
 that file.
@@ -46,16 +58,22 @@ in the reverse of ready order); the results carry the file's name record (a
 preset's: its name) as the model. Model files run in fp32, as dpscale's.
 """
 import argparse
+import copy
+import datetime
+import functools
 import os
+import platform
 import subprocess
 import sys
+import tempfile
 import time
 
 from dpstools.grad_scaler import GROWTH_INTERVAL, INIT_SCALE
 from dpstools.torch_graph import ModelFileError, read as read_model_file
 from dpstools.torch_model import Preset, dpscale_info, file_presets, presets
-from dpstools.torch_results import Usage, check_folder, utc_now
-from dpstools.torch_train import RanksHung, run_ddp, run_single
+from dpstools.torch_results import Usage, check_folder, utc_now, write_results
+from dpstools.torch_train import (Rank, RanksHung, configure, join_ranks, run_ddp,
+                                  run_single)
 
 FILE_BATCH_PER_DEVICE = 8  # a model file's default samples a device
 
@@ -72,6 +90,13 @@ def parse(argv):
                          "dpscale's --ddp-impl torch, either way): global = dpscale's (gradient "
                          "of the global mean even for uneven shards), stock = PyTorch's usual "
                          "per-rank mean averaged over ranks")
+    shard = ap.add_mutually_exclusive_group()
+    shard.add_argument("--zero1", action="store_true",
+                       help="ddp with ZeroRedundancyOptimizer: each rank keeps and steps its "
+                            "shard of the optimizer state (ZeRO-1); trains as ddp")
+    shard.add_argument("--fsdp", action="store_true",
+                       help="ddp's training with the model in FSDP FULL_SHARD, a unit per "
+                            "Linear (PyTorch 2.x); trains as ddp")
     ap.add_argument("--model", default="small",
                     help="a preset (dpscale info) or a model file (docs/model-file.md)")
     ap.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32",
@@ -118,6 +143,7 @@ def setup(args):
     if args.mode == "dp" and args.ddp_loss != "global":
         raise Usage("--ddp-loss: applies to --mode ddp only")
     accum_refusal(args)
+    shard_refusal(args)
     cpu_refusal(args)
     check_folder(os.path.join(args.out, args.name))
     spec, per_gpu = model_spec(args)
@@ -144,6 +170,8 @@ def setup(args):
         raise Usage(f"--device cuda --gpus {args.gpus}: PyTorch sees {ncuda} CUDA device(s) "
                     f"(PyTorch {torch.__version__}, built with CUDA {torch.version.cuda}); "
                     f"use fewer --gpus, or --device cpu")
+    if args.fsdp:
+        fsdp_classes(torch)  # refused here, before any rank starts
     args.start_time = utc_now()
     return spec
 
@@ -222,6 +250,136 @@ def cpu_refusal(args):
                     "bf16 or fp32 on the CPU, or fp16 with --device cuda")
 
 
+def shard_refusal(args):
+    """What --zero1 and --fsdp refuse, from the arguments alone."""
+    if not (args.zero1 or args.fsdp):
+        return
+    flag = "--zero1" if args.zero1 else "--fsdp"
+    if args.mode != "ddp":
+        raise Usage(f"{flag}: shards ddp's training (its ranks, data and loss); add --mode ddp")
+    if args.fsdp and args.precision == "fp16":
+        raise Usage("--fsdp --precision fp16: FSDP's fp16 needs its ShardedGradScaler, not "
+                    "torch.cuda.amp.GradScaler; use --precision bf16 or fp32, or --zero1")
+
+
+def fsdp_classes(torch):
+    """PyTorch's torch.distributed.fsdp and the auto-wrap policy of a unit per
+    Linear (ModuleWrapPolicy, or the transformer policy that older 2.x has);
+    Usage where FSDP does not import."""
+    try:
+        from torch.distributed import fsdp
+        from torch.distributed.fsdp import wrap
+    except (ImportError, ValueError, TypeError, RuntimeError) as e:
+        # PyTorch 1.13 under Python 3.11: a dataclass of its sharded tensors has a mutable
+        # default, which Python 3.11 refuses (ValueError) when FSDP is imported
+        raise Usage(f"--fsdp: PyTorch {torch.__version__}'s FSDP does not import under Python "
+                    f"{platform.python_version()} ({type(e).__name__}: {e}); run it with "
+                    f"PyTorch 2.x, or use --zero1") from None
+    if hasattr(wrap, "ModuleWrapPolicy"):
+        policy = wrap.ModuleWrapPolicy({torch.nn.Linear})
+    else:
+        policy = functools.partial(wrap.transformer_auto_wrap_policy,
+                                   transformer_layer_cls={torch.nn.Linear})
+    return fsdp, policy
+
+
+class ShardedRank(Rank):
+    """A ddp rank with its state sharded. --zero1: DDP as ddp's, the optimizer
+    replaced by ZeroRedundancyOptimizer of the same class and hyper-parameters
+    (torch_model.optimizer's, read from its defaults): after DDP's all-reduce
+    each rank steps the parameters it owns and broadcasts them. --fsdp: the
+    bare model wrapped in FSDP FULL_SHARD instead of DDP (no all-reduce hook:
+    its reduce-scatters are not timed apart), the optimizer over its flat
+    shards. Both keep ddp's loss scaling (Rank.objective) and micro-steps."""
+
+    def __init__(self, torch, args, spec, rank, world, cuda_devices):
+        bare = copy.copy(args)
+        if args.fsdp:
+            bare.mode = "dp"  # one device a process: Rank leaves the model unwrapped
+        super().__init__(torch, bare, spec, rank, world, cuda_devices)
+        self.args = args
+        cls, hyper = type(self.opt), dict(self.opt.defaults)
+        if args.zero1:
+            from torch.distributed.optim import ZeroRedundancyOptimizer
+            self.opt = ZeroRedundancyOptimizer(self.net.parameters(), optimizer_class=cls,
+                                               **hyper)
+        else:
+            fsdp, policy = fsdp_classes(torch)
+            kw = {"device_id": cuda_devices[0]} if cuda_devices else {}
+            self.model = fsdp.FullyShardedDataParallel(
+                self.net, sharding_strategy=fsdp.ShardingStrategy.FULL_SHARD,
+                auto_wrap_policy=policy, backward_prefetch=fsdp.BackwardPrefetch.BACKWARD_PRE,
+                mixed_precision=None, **kw)
+            self.opt = cls(self.model.parameters(), **hyper)
+
+    def sync(self, m):
+        """FSDP's no_sync() as DDP's (Rank.sync): --accum's micro-steps but the
+        last keep their unsharded gradients, the last reduce-scatters them."""
+        if self.args.fsdp and self.args.no_sync == "on" and m < self.args.accum - 1:
+            return self.model.no_sync()
+        return super().sync(m)
+
+    def full_params(self):
+        """The final parameters in dpscale's flat layout; under FSDP gathered
+        from the shards (summon_full_params: a collective, every rank calls it)."""
+        if not self.args.fsdp:
+            return self.spec.flat(self.net)
+        with type(self.model).summon_full_params(self.model, writeback=False):
+            return self.spec.flat(self.net)
+
+
+def sharded_rank(rank, args, spec, init_method, local_rank=None):
+    """One rank of --zero1 or --fsdp: torch_train.rank_main's steps with a
+    ShardedRank (rank_main builds its own Rank)."""
+    import torch
+    import torch.distributed as dist
+    configure(torch, args)
+    cuda = args.device == "cuda"
+    gpu = rank if local_rank is None else local_rank
+    if cuda:
+        torch.cuda.set_device(gpu)
+    dist.init_process_group("nccl" if cuda else "gloo", init_method=init_method, rank=rank,
+                            world_size=args.gpus, timeout=datetime.timedelta(seconds=args.timeout))
+    try:
+        r = ShardedRank(torch, args, spec, rank, args.gpus, [gpu] if cuda else [])
+        recs, busy = r.train()
+        reports = [None] * args.gpus
+        dist.all_gather_object(reports, r.report(recs, busy))
+        params = r.full_params() if args.save_params else None
+        if rank == 0:
+            write_results(args, spec, reports, params)
+        dist.barrier()
+    except BaseException:
+        dist.destroy_process_group()
+        raise
+    # as rank_main: leave at once, the process group not torn down (pytorch/pytorch#75097)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def run_sharded(args, spec):
+    """--zero1, --fsdp: sharded_rank under torchrun, or its ranks spawned as run_ddp's."""
+    env = os.environ
+    if "RANK" in env and "WORLD_SIZE" in env:
+        if int(env["WORLD_SIZE"]) != args.gpus:
+            raise Usage(f"--gpus {args.gpus}: torchrun started {env['WORLD_SIZE']} processes "
+                        f"(--nproc_per_node); give the same number")
+        sharded_rank(int(env["RANK"]), args, spec, "env://", int(env.get("LOCAL_RANK", 0)))
+        return
+    import torch.multiprocessing as mp
+    if args.device == "cpu":
+        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+            os.environ.setdefault(var, "1")
+    if args.start_method == "forkserver":
+        mp.set_forkserver_preload(["torch", "torch.distributed"])
+    with tempfile.TemporaryDirectory(prefix="torch-reference-") as tmp:
+        store = "file://" + os.path.join(tmp, "store")
+        ranks = mp.start_processes(sharded_rank, args=(args, spec, store), nprocs=args.gpus,
+                                   start_method=args.start_method, join=False)
+        join_ranks(ranks, args.timeout)
+
+
 def main(argv, prog=None):
     """The command line's work (argv without the program), exit status
     returned; callable in-process (the tests do)."""
@@ -231,6 +389,8 @@ def main(argv, prog=None):
         spec = setup(args)
         if args.mode == "dp":
             run_single(args, spec)
+        elif args.zero1 or args.fsdp:
+            run_sharded(args, spec)
         else:
             run_ddp(args, spec)
     except Usage as e:
