@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "core/strategy.h"
 #include "core/nvtx.h"
 #include "core/util.h"
 #include "model/net.h"
@@ -207,14 +208,30 @@ static dps_status apply_opt(cli_args *a, cli_cmd cmd, settings_id id, const char
     return DPS_OK;
 }
 
-/* Options that only one mode reads. */
-static const struct { settings_id id; dps_mode mode; } mode_options[] = {
-    {SET_DP_IMPL, MODE_DP},          {SET_DP_COMM, MODE_DP},
-    {SET_BUCKET_MB, MODE_DDP},       {SET_FIRST_BUCKET_MB, MODE_DDP},
-    {SET_NO_OVERLAP, MODE_DDP},      {SET_GRAD_VIEW, MODE_DDP},
-    {SET_COMM, MODE_DDP},            {SET_DDP_IMPL, MODE_DDP},
-    {SET_NO_SYNC, MODE_DDP},
+/* Options that only some strategies read: those of one process (dp's),
+ * those of a process a device, those of DDP's buckets. */
+typedef enum reader { READ_ONE_PROCESS, READ_RANKS, READ_BUCKETS } reader;
+static const struct { settings_id id; reader by; } mode_options[] = {
+    {SET_DP_IMPL, READ_ONE_PROCESS}, {SET_DP_COMM, READ_ONE_PROCESS},
+    {SET_BUCKET_MB, READ_BUCKETS},   {SET_FIRST_BUCKET_MB, READ_BUCKETS},
+    {SET_NO_OVERLAP, READ_BUCKETS},  {SET_GRAD_VIEW, READ_BUCKETS},
+    {SET_COMM, READ_RANKS},          {SET_DDP_IMPL, READ_RANKS},
+    {SET_NO_SYNC, READ_BUCKETS},
 };
+
+static int reads(dps_mode m, reader by)
+{
+    const dps_strategy *s = dps_strategy_of(m);
+    return by == READ_ONE_PROCESS ? !s->per_rank : by == READ_RANKS ? s->per_rank : s->buckets;
+}
+
+/* A strategy that reads it, for the message: the first in the table. */
+static const char *a_reader(reader by)
+{
+    for (int m = 0; m < MODE_COUNT; m++)
+        if (reads((dps_mode)m, by)) return dps_mode_name((dps_mode)m);
+    return "?";
+}
 
 /* run and sweep: an option no configuration's mode reads, or --batch beside
  * --batch-per-gpu, is a mistake (a suite file's modes are its own). */
@@ -231,12 +248,16 @@ static dps_status check_given(const cli_args *a)
     for (int i = 0; i < a->sweep_modes_n; i++) runs[a->sweep_modes[i]] = 1;
     if (a->cmd == CMD_SWEEP && !a->sweep_modes_n) runs[MODE_DP] = runs[MODE_DDP] = 1;
     for (size_t k = 0; k < sizeof mode_options / sizeof mode_options[0]; k++) {
-        dps_mode m = mode_options[k].mode;
-        if (!a->given[mode_options[k].id] || runs[m]) continue;
-        const char *name = dps_mode_name(m);
-        return dps_fail(DPS_ERR_USAGE, "--%s: only the %s mode reads it, and no configuration "
-                        "here runs %s; drop it, or add --mode %s",
-                        settings_table[mode_options[k].id].flag, name, name, name);
+        int read = 0;
+        for (int m = 0; m < MODE_COUNT; m++) read |= runs[m] && reads((dps_mode)m, mode_options[k].by);
+        if (!a->given[mode_options[k].id] || read) continue;
+        const char *name = a_reader(mode_options[k].by);
+        static const char *const whose[] = {"the one-process strategy (dp)",
+                                            "the strategies of a process a device",
+                                            "the strategies with DDP's buckets (ddp, zero1)"};
+        return dps_fail(DPS_ERR_USAGE, "--%s: only %s read%s it, and no configuration here runs "
+                        "one; drop it, or add --mode %s", settings_table[mode_options[k].id].flag,
+                        whose[mode_options[k].by], mode_options[k].by ? "" : "s", name);
     }
     return DPS_OK;
 }

@@ -5,15 +5,18 @@
 #include <string.h>
 
 #include "cli/world_join.h"
+#include "core/strategy.h"
 #include "comm/comm.h"
 #include "strategies/ddp_world.h"
 
 static dps_status check_world(const cli_args *a, const world *w)
 {
     const char *who = world_launcher_name(w->launcher);
-    if (a->cfg.mode != MODE_DDP)
-        return dps_fail(DPS_ERR_USAGE, "%s started %d processes: dp runs in one; give --mode ddp "
-                        "(or --launcher fork to ignore the launcher)", who, w->size);
+    if (!dps_strategy_of(a->cfg.mode)->per_rank)
+        return dps_fail(DPS_ERR_USAGE, "%s started %d processes: %s runs in one; give --mode ddp "
+                        "(or another strategy of a process a device: zero1, zero2, fsdp), or "
+                        "--launcher fork to ignore the launcher", who, w->size,
+                        dps_mode_name(a->cfg.mode));
     if (a->gpus_set && a->cfg.ngpus != w->size)
         return dps_fail(DPS_ERR_USAGE, "--gpus %d, but %s started %d ranks: leave --gpus out under "
                         "a launcher", a->cfg.ngpus, who, w->size);

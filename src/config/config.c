@@ -9,6 +9,7 @@
 
 #include "build_config.h"
 #include "config/config.h"
+#include "core/strategy.h"
 #include "config/settings.h"
 #include "core/util.h"
 #include "model/net.h"
@@ -157,7 +158,7 @@ void config_id(const dps_config *c, char *buf, size_t len)
     if (c->strong && n > 0 && (size_t)n < len) n += snprintf(buf + n, len - (size_t)n, "-strong");
     if (c->accum > 1 && n > 0 && (size_t)n < len)
         n += snprintf(buf + n, len - (size_t)n, "-acc%d%s", c->accum, c->no_sync ? "" : "-syncall");
-    if (c->mode == MODE_DDP && n > 0 && (size_t)n < len)
+    if (dps_strategy_of(c->mode)->buckets && n > 0 && (size_t)n < len)
         snprintf(buf + n, len - (size_t)n, "-bk%g%s%s%s", c->bucket_mb,
                  c->first_bucket_mb != 1.0 ? "-fb" : "", c->overlap ? "" : "-nooverlap",
                  c->grad_view ? "-view" : "");
@@ -283,20 +284,27 @@ static dps_status check_sizes(const dps_config *c)
 
 static dps_status check_ddp(const dps_config *c)
 {
-    if (c->mode == MODE_DP) {
+    const dps_strategy *st = dps_strategy_of(c->mode);
+    if (!st->per_rank) {
         if (c->global_batch < c->ngpus)
             return dps_fail(DPS_ERR_USAGE, "--batch %d on %d devices: DataParallel's chunks would "
                             "fill only %d of them and leave the rest idle; use a batch of at "
                             "least %d, or --gpus %d", c->global_batch, c->ngpus, c->global_batch,
                             c->ngpus, c->global_batch);
         if (c->fault_rank >= 0)
-            return dps_fail(DPS_ERR_USAGE, "--inject-fault: only the ddp mode has ranks to fail "
-                            "(add --mode ddp)");
+            return dps_fail(DPS_ERR_USAGE, "--inject-fault: only the strategies of one process a "
+                            "device have ranks to fail (add --mode ddp)");
         return DPS_OK;
     }
     if (c->global_batch < c->ngpus)
-        return dps_fail(DPS_ERR_USAGE, "--batch %d: ddp gives every one of the %d ranks at least "
-                        "one sample; use a batch of at least %d", c->global_batch, c->ngpus, c->ngpus);
+        return dps_fail(DPS_ERR_USAGE, "--batch %d: %s gives every one of the %d ranks at least "
+                        "one sample; use a batch of at least %d", c->global_batch, st->name,
+                        c->ngpus, c->ngpus);
+    if (st->shard >= 2 && c->precision != PREC_FP32)
+        return dps_fail(DPS_ERR_USAGE, "--mode %s --precision %s: %s runs in fp32 for now (its "
+                        "units' half-precision casts are not built); use --precision fp32, or "
+                        "--mode zero1 for sharding under autocast", st->name,
+                        dps_precision_name(c->precision), st->name);
     if (c->fault_rank >= c->ngpus)
         return dps_fail(DPS_ERR_USAGE, "--inject-fault %d:...: there are only ranks 0..%d",
                         c->fault_rank, c->ngpus - 1);
@@ -310,9 +318,11 @@ static dps_status check_ddp(const dps_config *c)
  * --no-sync off is ddp's, with micro-steps to sync. */
 static dps_status check_accum(const dps_config *c)
 {
-    if (!c->no_sync && c->mode != MODE_DDP)
-        return dps_fail(DPS_ERR_USAGE, "--no-sync off: dp has no no_sync (DataParallel reduces "
-                        "every micro-step whatever it is told); leave --no-sync out or use --mode ddp");
+    if (!c->no_sync && !dps_strategy_of(c->mode)->buckets)
+        return dps_fail(DPS_ERR_USAGE, "--no-sync off: %s has no no_sync (%s every micro-step "
+                        "whatever it is told); leave --no-sync out or use --mode ddp",
+                        dps_mode_name(c->mode), c->mode == MODE_DP ? "DataParallel reduces"
+                        : "it reduce-scatters the gradients");
     if (!c->no_sync && c->accum == 1)
         return dps_fail(DPS_ERR_USAGE, "--no-sync off: with one micro-step every step all-reduces "
                         "anyway; add --accum N (N > 1) to measure the loop without no_sync");
@@ -369,10 +379,10 @@ dps_status config_check(const dps_config *c, const backend *be)
 #ifndef DPS_HAVE_NCCL
     if (c->dp_comm == DPCOMM_NCCL)
         return dps_fail(DPS_ERR_USAGE, "--dp-comm nccl: this dpscale was built without NCCL");
-    if (be->kind == BE_CUDA && c->mode == MODE_DDP && c->ngpus > 1)
-        return dps_fail(DPS_ERR_USAGE, "--mode ddp --gpus %d: ddp across GPUs needs NCCL, and "
+    if (be->kind == BE_CUDA && dps_strategy_of(c->mode)->per_rank && c->ngpus > 1)
+        return dps_fail(DPS_ERR_USAGE, "--mode %s --gpus %d: %s across GPUs needs NCCL, and "
                         "this dpscale was built without it (-Dnccl-root=DIR); use --gpus 1 or "
-                        "--mode dp", c->ngpus);
+                        "--mode dp", dps_mode_name(c->mode), c->ngpus, dps_mode_name(c->mode));
 #endif
     if (c->net_file) DPS_TRY(check_file(c)); /* its fp32 before the host's */
     return config_check_values(c);

@@ -30,6 +30,8 @@ typedef struct tl_span {
     int bucket;
     double ready_ms;
     int micro;       /* the micro-step whose gradients it all-reduced */
+    int op;          /* the collective (comm_op: 0 all-reduce, 1 reduce-scatter, 2 all-gather);
+                        bucket is then a sharded strategy's unit */
 } tl_span;
 
 typedef struct timeline {

@@ -11,7 +11,7 @@ const char *const dps_phase_names[PH_COUNT] = {
 
 const char *const dps_link_names[LINK_COUNT] = {"h2d", "d2h", "p2p_sent", "p2p_recv"};
 
-const char *const dps_mode_names[MODE_COUNT] = {"dp", "ddp"};
+const char *const dps_mode_names[MODE_COUNT] = {"dp", "ddp", "zero1", "zero2", "fsdp"};
 const char *const dps_precision_names[PREC_COUNT] = {"fp32", "bf16", "fp16"};
 const char *const dps_optimizer_names[OPT_COUNT] = {"sgd", "adamw"};
 const char *const dps_fault_names[FAULT_COUNT] = {"exit", "hang"};

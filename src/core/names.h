@@ -16,7 +16,8 @@ typedef enum dps_link { LINK_H2D, LINK_D2H, LINK_P2P_SENT, LINK_P2P_RECV, LINK_C
 extern const char *const dps_link_names[LINK_COUNT];
 
 
-typedef enum dps_mode { MODE_DP, MODE_DDP, MODE_COUNT } dps_mode;
+/* The strategies (core/strategy.h describes each). */
+typedef enum dps_mode { MODE_DP, MODE_DDP, MODE_ZERO1, MODE_ZERO2, MODE_FSDP, MODE_COUNT } dps_mode;
 typedef enum dps_precision { PREC_FP32, PREC_BF16, PREC_FP16, PREC_COUNT } dps_precision;
 typedef enum dps_optimizer { OPT_SGD, OPT_ADAMW, OPT_COUNT } dps_optimizer;
 /* The words of the command line, suite files and results, by enum value

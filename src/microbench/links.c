@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/csv.h"
+#include "core/strategy.h"
 #include "model/net.h"
 #include "microbench/links.h"
 #include "results/results_txn.h"
@@ -48,13 +49,14 @@ uint64_t links_config_copy_bytes(const dps_config *c)
     if (config_net(c, &own, &m) != DPS_OK) return DP_COALESCE_BYTES;
     uint64_t n = c->ngpus > 0 ? (uint64_t)c->ngpus : 1, sample = (uint64_t)m->input * sizeof(float);
     uint64_t per = ((uint64_t)c->global_batch + n - 1) / n;
-    uint64_t batch = (c->mode == MODE_DP ? (uint64_t)c->global_batch : per) * sample;
+    const dps_strategy *st = dps_strategy_of(c->mode);
+    uint64_t batch = (st->per_rank ? per : (uint64_t)c->global_batch) * sample;
     uint64_t logits = per * (uint64_t)m->rows * (uint64_t)m->classes * sizeof(float);
     uint64_t params = (uint64_t)m->params * sizeof(float), tensor = 0;
     for (int t = 0; t < m->ntensors; t++) tensor = max_u64(tensor, (uint64_t)m->counts[t] * sizeof(float));
     net_free(&own);
     uint64_t group = min_u64(params, max_u64(DP_COALESCE_BYTES, tensor)); /* dp's coalesced groups */
-    if (c->mode == MODE_DDP) {
+    if (st->per_rank) { /* a bucket, or a sharded unit (at most the largest tensor's run) */
         uint64_t cap = c->bucket_mb > 0 ? (uint64_t)(c->bucket_mb * (1 << 20)) : tensor;
         group = min_u64(params, max_u64(cap, tensor)) / n; /* the ring moves bucket / n */
     }

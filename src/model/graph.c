@@ -224,6 +224,15 @@ static int act_cols(size_t n)
     return 1;
 }
 
+/* Op i's unit entered through the sharded strategy's window, if it has one. */
+static dps_status enter(const graph_acts *a, int i, int backward, const float **params,
+                        float **grads)
+{
+    const net_window *w = a->window;
+    if (!w || w->unit_of[i] < 0) return DPS_OK;
+    return w->enter(w->ctx, w->unit_of[i], backward, params, grads);
+}
+
 static dps_status op_fwd(const fwd_ctx *c, int i)
 {
     const mf_op *o = &c->mf->ops[i];
@@ -260,7 +269,10 @@ dps_status graph_forward(backend *be, be_stream *st, const model_file *mf, const
                         a->max_samples);
     a->logits = logits;
     fwd_ctx c = {be, st, mf, l, params, a, samples, x};
-    for (int i = 0; i < mf->nops; i++) DPS_TRY(op_fwd(&c, i));
+    for (int i = 0; i < mf->nops; i++) {
+        DPS_TRY(enter(a, i, 0, &c.params, NULL));
+        DPS_TRY(op_fwd(&c, i));
+    }
     return DPS_OK;
 }
 
@@ -413,7 +425,10 @@ dps_status graph_backward(backend *be, be_stream *st, const model_file *mf, cons
 {
     bwd_ctx c = {{be, st, mf, l, params, a, samples, x}, grads};
     a->dlogits = dlogits;
-    DPS_TRY(be->ops->memset0(be, st, grads, l->total * sizeof(float)));
-    for (int i = mf->nops - 1; i >= 0; i--) DPS_TRY(backward_op(&c, i, hook, hook_ctx));
+    if (!a->window) DPS_TRY(be->ops->memset0(be, st, grads, l->total * sizeof(float)));
+    for (int i = mf->nops - 1; i >= 0; i--) {
+        DPS_TRY(enter(a, i, 1, &c.f.params, &c.grads));
+        DPS_TRY(backward_op(&c, i, hook, hook_ctx));
+    }
     return DPS_OK;
 }

@@ -14,6 +14,7 @@
 #include "backend/backend.h"
 #include "model/graph_plan.h"
 #include "model/model_file.h"
+#include "model/window.h"
 
 /* Where each tensor lies in the flat buffer. */
 typedef struct graph_layout {
@@ -43,6 +44,8 @@ typedef struct graph_acts {
     dps_buf work;         /* [max_samples][largest op input or output], or an embedding table */
     dps_buf cols;         /* [widest norm or embedding]: column sums, an embedding's rows */
     dps_buf zero;         /* 0.0f: the bias of an act's GELU pass, as wide as its rows */
+    const net_window *window; /* a sharded strategy's: each op's parameters and gradients are
+                                 its unit's (window->unit_of); NULL: the flat buffers */
 } graph_acts;
 
 dps_status graph_acts_alloc(backend *be, int dev, const model_file *mf, int max_samples,
@@ -63,7 +66,8 @@ typedef dps_status (*graph_grad_hook)(void *ctx, int tensor);
 /* grads = d loss / d params given dlogits (the last op's output gradient,
  * [samples][out_elems]), after graph_forward of the same samples; no op's
  * backward reads the logits, so dlogits may be their buffer (dp's is);
- * grads is overwritten; hook may be NULL. */
+ * grads is overwritten (through a window: the strategy zeroes each unit's
+ * gradients as it enters them first); hook may be NULL. */
 dps_status graph_backward(backend *be, be_stream *st, const model_file *mf, const graph_layout *l,
                           const float *params, graph_acts *a, int samples, const float *x,
                           const float *dlogits, float *grads, graph_grad_hook hook,

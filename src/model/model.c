@@ -192,6 +192,14 @@ static dps_status forward_bf16(backend *be, be_stream *st, model_shape s, const 
     return o->cast(be, st, (int64_t)rows * s.classes, a->dlogits16.ptr, a->half, logits, BE_F32);
 }
 
+/* Layer l's unit entered through the sharded strategy's window, if any. */
+static dps_status enter(const model_acts *a, int l, int backward, const float **params,
+                        float **grads)
+{
+    if (!a->window) return DPS_OK;
+    return a->window->enter(a->window->ctx, l, backward, params, grads);
+}
+
 dps_status model_forward(backend *be, be_stream *st, model_shape s, const float *params,
                          model_acts *a, int rows, const float *x, float *logits)
 {
@@ -202,11 +210,13 @@ dps_status model_forward(backend *be, be_stream *st, model_shape s, const float 
     for (int l = 0; l < s.layers; l++) {
         float *pre = layer_ptr(&a->pre, s, a->max_rows, l);
         float *post = layer_ptr(&a->post, s, a->max_rows, l);
+        DPS_TRY(enter(a, l, 0, &params, NULL));
         DPS_TRY(o->gemm(be, st, 0, 0, rows, d, d, 1.0f, h, d,
                         params + model_weight_offset(s, l), d, 0.0f, pre, d));
         DPS_TRY(o->bias_act(be, st, rows, d, pre, params + model_bias_offset(s, l), post));
         h = post;
     }
+    DPS_TRY(enter(a, s.layers, 0, &params, NULL));
     DPS_TRY(o->gemm(be, st, 0, 0, rows, s.classes, d, 1.0f, h, d,
                     params + model_weight_offset(s, s.layers), s.classes, 0.0f, logits,
                     s.classes));
@@ -288,6 +298,7 @@ dps_status model_backward(backend *be, be_stream *st, model_shape s, const float
     const float *h_last = L ? layer_ptr(&a->post, s, a->max_rows, L - 1) : x;
     float *dh = a->dh[0].ptr, *dh_next = a->dh[1].ptr;
     /* classifier */
+    DPS_TRY(enter(a, L, 1, &params, &grads));
     DPS_TRY(o->gemm(be, st, 1, 0, d, c, rows, 1.0f, h_last, d, dlogits, c, 0.0f,
                     grads + model_weight_offset(s, L), c));
     DPS_TRY(o->col_sum(be, st, rows, c, dlogits, grads + model_bias_offset(s, L)));
@@ -298,6 +309,7 @@ dps_status model_backward(backend *be, be_stream *st, model_shape s, const float
     /* hidden layers, last to first; dh becomes d pre in place */
     for (int l = L - 1; l >= 0; l--) {
         const float *h_in = l ? layer_ptr(&a->post, s, a->max_rows, l - 1) : x;
+        DPS_TRY(enter(a, l, 1, &params, &grads));
         DPS_TRY(o->gelu_bwd(be, st, (int64_t)rows * d, dh,
                             layer_ptr(&a->pre, s, a->max_rows, l), dh));
         DPS_TRY(o->gemm(be, st, 1, 0, d, d, rows, 1.0f, h_in, d, dh, d, 0.0f,

@@ -11,6 +11,7 @@
 
 #include "backend/backend.h"
 #include "core/names.h"
+#include "model/window.h"
 
 typedef struct model_shape {
     int layers;   /* hidden layers, width x width each */
@@ -69,6 +70,8 @@ typedef struct model_acts {
     dps_buf dparam16;       /* bf16: one layer's weight and bias gradients in the half type, as
                                autocast's backward makes them before they become fp32 */
     int logits16_out;       /* bf16: model_forward leaves the logits in dlogits16 only */
+    const net_window *window; /* a sharded strategy's (fp32 only): layer l's parameters and
+                                 gradients are unit l's; NULL: the flat buffers */
 } model_acts;
 
 /* Elements of model_acts.dparam16: the largest layer's weight and bias. */

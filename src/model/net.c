@@ -15,6 +15,85 @@ static dps_status no_memory(const char *what)
     return dps_fail(DPS_ERR_RUNTIME, "out of host memory for %s", what);
 }
 
+/* The MLP's units: each hidden layer's weight and bias, and the classifier's. */
+static dps_status mlp_units(net *n)
+{
+    model_shape s = n->shape;
+    n->nunits = s.layers + 1;
+    n->units = malloc((size_t)n->nunits * sizeof *n->units);
+    if (!n->units) return no_memory("the model's units");
+    for (int l = 0; l <= s.layers; l++)
+        n->units[l] = (net_unit){model_weight_offset(s, l),
+                                 l < s.layers ? model_weight_offset(s, l + 1) : n->params};
+    return DPS_OK;
+}
+
+static int by_lo(const void *a, const void *b)
+{
+    const net_unit *x = a, *y = b;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* Op i's tensors' run of the flat buffer; 0 when it has none. */
+static int op_span(const net *n, int i, net_unit *u)
+{
+    const mf_op *o = &n->file.ops[i];
+    int t[2] = {o->weight, o->bias}, any = 0;
+    for (int k = 0; k < 2; k++) {
+        if (t[k] < 0) continue;
+        size_t lo = n->layout.offset[t[k]], hi = lo + n->file.tensors[t[k]].numel;
+        if (!any || lo < u->lo) u->lo = lo;
+        if (!any || hi > u->hi) u->hi = hi;
+        any = 1;
+    }
+    return any;
+}
+
+/* A file's units: its ops' runs, those that overlap (shared tensors)
+ * merged, stretched to cover the buffer; each op's unit. */
+static dps_status file_units(net *n)
+{
+    int nops = n->file.nops, m = 0;
+    n->units = malloc(((size_t)nops + 1) * sizeof *n->units);
+    n->unit_of = malloc((size_t)nops * sizeof *n->unit_of);
+    if (!n->units || !n->unit_of) return no_memory("the model file's units");
+    for (int i = 0; i < nops; i++) m += op_span(n, i, &n->units[m]);
+    if (!m) n->units[m++] = (net_unit){0, n->params};
+    qsort(n->units, (size_t)m, sizeof *n->units, by_lo);
+    int k = 0;
+    for (int i = 1; i < m; i++) {
+        if (n->units[i].lo < n->units[k].hi) {
+            if (n->units[i].hi > n->units[k].hi) n->units[k].hi = n->units[i].hi;
+        } else n->units[++k] = n->units[i];
+    }
+    n->nunits = k + 1;
+    n->units[0].lo = 0;
+    for (int u = 0; u + 1 < n->nunits; u++) n->units[u].hi = n->units[u + 1].lo;
+    n->units[n->nunits - 1].hi = n->params;
+    for (int i = 0; i < nops; i++) {
+        net_unit sp;
+        n->unit_of[i] = -1;
+        for (int u = 0; op_span(n, i, &sp) && u < n->nunits; u++)
+            if (sp.lo >= n->units[u].lo && sp.lo < n->units[u].hi) n->unit_of[i] = u;
+    }
+    return DPS_OK;
+}
+
+size_t net_unit_max(const net *n)
+{
+    size_t most = 0;
+    for (int u = 0; u < n->nunits; u++)
+        if (n->units[u].hi - n->units[u].lo > most) most = n->units[u].hi - n->units[u].lo;
+    return most;
+}
+
+void net_acts_window(const net *n, net_acts *a, net_window *w)
+{
+    if (w) w->unit_of = n->unit_of;
+    a->mlp.window = w;
+    a->graph.window = w;
+}
+
 dps_status net_mlp(model_shape s, net *n)
 {
     memset(n, 0, sizeof *n);
@@ -28,7 +107,7 @@ dps_status net_mlp(model_shape s, net *n)
     n->rows = s.tokens;
     n->classes = s.classes;
     n->fwd_flops = model_fwd_flops_per_sample(s);
-    return DPS_OK;
+    return mlp_units(n);
 }
 
 /* A file's tensor list in the flat buffer's order and its ready order. */
@@ -60,6 +139,10 @@ dps_status net_read(const char *path, net *n)
     dps_strlcpy(n->path, path, sizeof n->path);
     dps_status rc = graph_layout_make(&n->file, &n->layout);
     if (!rc) rc = file_orders(n);
+    if (!rc) {
+        n->params = n->layout.total;
+        rc = file_units(n);
+    }
     if (rc) {
         net_free(n);
         return rc;
@@ -83,6 +166,8 @@ void net_free(net *n)
     }
     free(n->ready);
     free(n->counts);
+    free(n->units);
+    free(n->unit_of);
     memset(n, 0, sizeof *n);
 }
 

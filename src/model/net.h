@@ -17,6 +17,12 @@
 
 #define NET_PATH_MAX 1024
 
+/* A unit of a sharded strategy: a run of the flat buffer [lo, hi) holding
+ * whole layers (the MLP: one layer or the classifier; a file: the tensors
+ * of the ops that share them), sharded, gathered and reduce-scattered
+ * whole. The units cover the flat buffer in order. */
+typedef struct net_unit { size_t lo, hi; } net_unit;
+
 typedef struct net {
     char path[NET_PATH_MAX];  /* the model file; "": the MLP of shape */
     model_shape shape;        /* the MLP's; a file's as runs.csv reports it: layers = its
@@ -31,6 +37,10 @@ typedef struct net {
     size_t input;             /* input floats of one sample */
     int rows, classes;        /* loss rows of one sample, and their classes */
     double fwd_flops;         /* forward GEMM FLOPs of one sample */
+    net_unit *units;          /* in flat order, covering it */
+    int nunits;
+    int *unit_of;             /* a file's: each op's unit, -1 without parameters (the MLP's
+                                 layer l is unit l) */
 } net;
 
 /* The MLP of shape s. */
@@ -58,6 +68,9 @@ void net_init_params(const net *n, uint64_t seed, float *params);
 void net_make_batch(const net *n, uint64_t seed, int step, int64_t sample0, int samples,
                     float *x, int32_t *labels);
 
+/* The largest unit's floats. */
+size_t net_unit_max(const net *n);
+
 /* One replica's activations for up to max_samples samples. */
 typedef struct net_acts {
     model_acts mlp;
@@ -71,6 +84,9 @@ typedef struct net_acts {
 dps_status net_acts_alloc(backend *be, int dev, const net *n, int max_samples, dps_precision prec,
                           net_acts *a) DPS_MUST_USE;
 void net_acts_free(backend *be, const net *n, net_acts *a);
+/* From now on forward and backward reach parameters and gradients through
+ * w (window.h; its unit_of is set here); fp32 only. NULL: the flat buffers. */
+void net_acts_window(const net *n, net_acts *a, net_window *w);
 
 /* logits[samples * rows, classes] = model(x) (model_forward's bf16 rules for the MLP). */
 dps_status net_forward(backend *be, be_stream *st, const net *n, const float *params, net_acts *a,

@@ -15,6 +15,7 @@
 #include "core/csv.h"
 #include "backend/nvml.h"
 #include "results/results.h"
+#include "core/strategy.h"
 #include "results/results_txn.h"
 #include "core/util.h"
 
@@ -371,7 +372,8 @@ static void runs_identity(csv_buf *b, const dps_config *c, const backend *be,
     csv_int(b, c->global_batch);
     csv_int(b, config_batch_per_gpu(c));
     csv_str(b, dps_scaling_names[c->strong != 0]);
-    if (c->mode == MODE_DDP) {
+    const dps_strategy *st = dps_strategy_of(c->mode);
+    if (st->buckets) {
         csv_num(b, c->bucket_mb, 3);
         csv_int(b, c->overlap);
     } else {
@@ -379,7 +381,7 @@ static void runs_identity(csv_buf *b, const dps_config *c, const backend *be,
         csv_empty(b);
     }
     csv_int(b, c->accum);
-    if (c->mode == MODE_DDP) csv_str(b, c->no_sync ? "on" : "off");
+    if (st->buckets) csv_str(b, c->no_sync ? "on" : "off");
     else csv_empty(b);
     int skipped = 0;
     for (int k = 0; res->scaler && k < res->steps_done; k++) skipped += res->scaler[k].skipped != 0;
@@ -528,7 +530,7 @@ static void memory_rows(csv_buf *b, const dps_config *c, const train_result *res
 
 static const char *const buckets_cols[] = {
     "config_id", "rank", "bucket", "micro_step", "bytes", "ready_ms", "allreduce_begin_ms",
-    "allreduce_ms", "traced_steps"};
+    "allreduce_ms", "traced_steps", "collective"};
 
 /* The medians over the traced steps of rank's bucket i: when it was ready
  * and its all-reduce began, after backward began, and the all-reduce's time. */
@@ -544,12 +546,14 @@ static void bucket_medians(const timeline *tl, int r, int i, double *x, double o
     }
 }
 
-/* ddp's buckets over the traced steps (--trace-steps): one row per rank and bucket. */
+/* The collectives of a strategy of a process a device over the traced steps
+ * (--trace-steps): one row per rank and ddp's bucket, or sharded unit's
+ * collective, in issue order. */
 static void buckets_rows(csv_buf *b, const dps_config *c, const train_result *res,
                          const run_summary *s)
 {
     const timeline *tl = &res->tl;
-    if (c->mode != MODE_DDP || tl->steps < 1) return;
+    if (!dps_strategy_of(c->mode)->per_rank || tl->steps < 1) return;
     double *x = malloc((size_t)tl->steps * sizeof *x), m[3];
     if (!x) {
         b->oom = 1;
@@ -570,6 +574,7 @@ static void buckets_rows(csv_buf *b, const dps_config *c, const train_result *re
             csv_num(b, tl->nranks > 1 ? m[1] : NAN, 4);
             csv_num(b, tl->nranks > 1 ? m[2] : NAN, 4);
             csv_int(b, tl->steps);
+            csv_str(b, dps_collective_names[timeline_spans(tl, 0, r)[i].op]);
             csv_end_row(b);
         }
     }

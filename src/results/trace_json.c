@@ -11,6 +11,7 @@
 
 #include "results/results_txn.h"
 #include "results/trace_json.h"
+#include "core/strategy.h"
 #include "core/util.h"
 
 enum { TID_COMPUTE = 1, TID_COMM = 2 };
@@ -47,7 +48,7 @@ static void meta(writer *w, int rank, int tid, const char *what, const char *nam
 static void names(writer *w, int rank)
 {
     const dps_config *c = w->c;
-    int dev = c->devices[rank], dp = c->mode == MODE_DP;
+    int dev = c->devices[rank], dp = !dps_strategy_of(c->mode)->per_rank;
     char name[256];
     snprintf(name, sizeof name, dp ? "device %d (%s%d, %s)" : "rank %d (%s%d, %s)", rank,
              "device index ", dev, w->res->dev[rank].name);
@@ -55,7 +56,7 @@ static void names(writer *w, int rank)
     snprintf(name, sizeof name, "compute stream (compute-%d)", dev);
     meta(w, rank, TID_COMPUTE, "thread_name", name, TID_COMPUTE);
     meta(w, rank, TID_COMM, "thread_name",
-         dp ? "copies on device 0's stream" : "all-reduce (communication stream or thread)", TID_COMM);
+         dp ? "copies on device 0's stream" : "collectives (communication stream or thread)", TID_COMM);
 }
 
 static void slice(writer *w, int rank, int tid, const char *name, const char *cat, double ts_ms,
@@ -84,7 +85,7 @@ static void micro_phases(writer *w, int t, int k, int m, int rank, double offset
     const train_result *res = w->res;
     const tl_phase *tp = timeline_micro(&res->tl, t, rank, m);
     const float *step_ms = res->phase_ms + ((size_t)k * res->nranks + rank) * PH_COUNT;
-    int self = w->c->mode == MODE_DP ? rank : 0; /* a ddp rank has one slot */
+    int self = dps_strategy_of(w->c->mode)->per_rank ? 0 : rank; /* a rank has one slot */
     for (int p = 0; p < PH_COUNT; p++) {
         if (tp[p].on < 0) continue;
         double at = offset_ms + tp[p].begin_ms, ms = res->tl.micro > 1 ? tp[p].ms : step_ms[p];
@@ -129,11 +130,13 @@ static void spans(writer *w, int t, int k, int rank, double offset_ms)
     const tl_span *s = timeline_spans(tl, t, rank);
     for (int i = 0; i < *timeline_nspans(tl, t, rank); i++) {
         char name[48];
-        snprintf(name, sizeof name, "all-reduce bucket %d", s[i].bucket);
+        snprintf(name, sizeof name, "%s %s %d", dps_collective_names[s[i].op],
+                 s[i].op ? "unit" : "bucket", s[i].bucket);
         instant(w, rank, s[i].bucket, offset_ms + s[i].ready_ms);
         bucket_args(w, &s[i], k);
         if (tl->nranks < 2) continue; /* one rank runs no collective */
-        slice(w, rank, TID_COMM, name, "allreduce", offset_ms + s[i].begin_ms, s[i].ms);
+        slice(w, rank, TID_COMM, name, s[i].op ? "sharded" : "allreduce", offset_ms + s[i].begin_ms,
+              s[i].ms);
         bucket_args(w, &s[i], k);
     }
 }
@@ -143,7 +146,7 @@ static void spans(writer *w, int t, int k, int rank, double offset_ms)
 static double offset_of(const writer *w, int rank)
 {
     const timeline *tl = &w->res->tl;
-    if (w->c->mode == MODE_DP) return 0.0;
+    if (!dps_strategy_of(w->c->mode)->per_rank) return 0.0;
     double first = tl->ref_wall_ms[0];
     for (int r = 1; r < tl->nranks; r++)
         if (tl->ref_wall_ms[r] < first) first = tl->ref_wall_ms[r];

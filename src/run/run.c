@@ -12,6 +12,7 @@
 #include "core/stats.h"
 #include "backend/nvml.h"
 #include "run/run.h"
+#include "core/strategy.h"
 #include "results/trace_json.h"
 #include "core/util.h"
 
@@ -263,7 +264,7 @@ static void summarize(const dps_config *c, const train_result *res, run_summary 
     if (!res->steps_done) s->comm_bytes_per_step = NAN;
     s->algbw_gbps = NAN;
     s->busbw_gbps = NAN;
-    if (c->mode == MODE_DDP && c->ngpus > 1) allreduce_bandwidth(c, res, s);
+    if (dps_strategy_of(c->mode)->per_rank && c->ngpus > 1) allreduce_bandwidth(c, res, s);
 }
 
 /* What the NVML sampler saw, beside the bytes the harness counted. */
@@ -302,7 +303,7 @@ static void name_interrupt(train_result *res)
  * (under a launcher in dw, the joined world). */
 static dps_status train(const dps_config *cfg, ddp_world *dw, backend *be, train_result *res)
 {
-    if (cfg->mode == MODE_DP) return dp_train(cfg, be, res);
+    if (!dps_strategy_of(cfg->mode)->per_rank) return dp_train(cfg, be, res);
     dps_config c = *cfg;
     c.be.kind = be->kind;
     dps_status rc = ddp_train(&c, dw, res);

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "run/suite.h"
+#include "core/strategy.h"
 #include "core/util.h"
 
 typedef struct parse_ctx {
@@ -203,7 +204,8 @@ static void suite_defaults(suite *s, const char *path)
     memset(s, 0, sizeof *s);
     dps_strlcpy(s->path, path, sizeof s->path);
     const settings_entry *t = settings_table;
-    for (int m = 0; m < MODE_COUNT; m++) s->modes[s->nmodes++] = (dps_mode)m; /* every mode */
+    for (int m = 0; m < MODE_COUNT; m++) /* dp and ddp; a sharded strategy when asked for */
+        if (!dps_strategy_of((dps_mode)m)->shard) s->modes[s->nmodes++] = (dps_mode)m;
     s->gpus_all = 1;
     dps_strlcpy(s->models[0], t[SET_MODEL].def_text, DPS_NAME_MAX);
     s->nmodels = 1;
@@ -341,7 +343,7 @@ static dps_status fill(const suite *s, const dps_config *base, const backend *be
     if (s->warmup) c->warmup = s->warmup;
     if (s->device_mem && be->kind == BE_HOST) c->be.device_mem = s->device_mem;
     /* a fault injected for the sweep applies where its rank exists */
-    if (c->mode == MODE_DP || c->fault_rank >= g || c->fault_step >= c->warmup + c->steps)
+    if (!dps_strategy_of(c->mode)->per_rank || c->fault_rank >= g || c->fault_step >= c->warmup + c->steps)
         c->fault_rank = -1;
     if (config_check_values(c) != DPS_OK) {
         char id[192];
@@ -373,8 +375,10 @@ static int next_index(int *idx, const int *count)
  * not one each. */
 static int redundant(const suite *s, const int *idx, int accum)
 {
-    if (idx[D_NO_SYNC] && (accum == 1 || s->modes[idx[D_MODE]] == MODE_DP)) return 1;
-    if (s->modes[idx[D_MODE]] == MODE_DP) return idx[D_BUCKET] || idx[D_OVERLAP] || idx[D_DDP_IMPL];
+    const dps_strategy *st = dps_strategy_of(s->modes[idx[D_MODE]]);
+    if (idx[D_NO_SYNC] && (accum == 1 || !st->buckets)) return 1;
+    if (!st->per_rank) return idx[D_BUCKET] || idx[D_OVERLAP] || idx[D_DDP_IMPL];
+    if (!st->buckets && (idx[D_BUCKET] || idx[D_OVERLAP])) return 1;
     return idx[D_DP_IMPL] != 0;
 }
 
@@ -402,7 +406,7 @@ static dps_status expand_one(const suite *s, const dps_config *base, const backe
         c.accum = accum;
         if (s->nno_sync) c.no_sync = s->no_sync[idx[D_NO_SYNC]];
         c.mode = s->modes[idx[D_MODE]];
-        if (c.accum == 1 || c.mode == MODE_DP) c.no_sync = 1; /* nothing to sync but the step */
+        if (c.accum == 1 || !dps_strategy_of(c.mode)->buckets) c.no_sync = 1; /* nothing to sync but the step */
         c.precision = s->precisions[idx[D_PRECISION]];
         c.optimizer = s->optimizers[idx[D_OPTIMIZER]];
         config_optimizer_defaults(&c);

@@ -17,6 +17,7 @@
 #include "strategies/ddp.h"
 #include "strategies/ptimer.h"
 #include "strategies/scaler.h"
+#include "strategies/sharded.h"
 #include "model/net.h"
 #include "core/nvtx.h"
 #include "core/util.h"
@@ -59,7 +60,12 @@ typedef struct ddp_rank {
     int nbk, nbk_ev, next_launch;
     size_t ready_lo;            /* gradients at flat offsets >= this are final */
     double allreduce_ms;        /* this step: time the buckets' collectives ran */
+    shard_rank shard;           /* zero1, zero2, fsdp: the shards (level SHARD_NONE: ddp) */
 } ddp_rank;
+
+/* Whether the rank's gradients pass through the sharded strategy's units
+ * (zero2, fsdp), not ddp's buckets. */
+static int units_reduce(const ddp_rank *R) { return R->shard.level >= SHARD_GRADIENTS; }
 
 void ddp_shard_sizes(int batch, int n, int *sizes)
 {
@@ -115,6 +121,7 @@ static dps_status grad_hook(void *ctx, size_t ready_lo)
 {
     ddp_rank *R = ctx;
     R->ready_lo = ready_lo;
+    if (units_reduce(R)) return shard_grad_ready(&R->shard, ready_lo);
     DPS_TRY(accumulate_to(R, ready_lo));
     return R->cfg->overlap && R->syncing ? launch_ready(R) : DPS_OK;
 }
@@ -134,14 +141,20 @@ static dps_status alloc_buffers(ddp_rank *R)
     const net *m = R->net;
     size_t pbytes = R->nparams * sizeof(float), rows = (size_t)R->rows, C = (size_t)m->classes;
     int d = R->dev;
-    DPS_TRY(be_buf_alloc(be, d, pbytes, "parameters", &R->params));
-    DPS_TRY(be_buf_alloc(be, d, pbytes, "gradients", &R->grads));
-    if (!R->cfg->grad_view) DPS_TRY(be_buf_alloc(be, d, pbytes, "gradient buckets", &R->bucket_buf));
-    if (R->cfg->accum > 1)
-        DPS_TRY(be_buf_alloc(be, d, pbytes, "micro-step gradients", &R->micro_grads));
-    DPS_TRY(be_buf_alloc(be, d, pbytes, "optimizer state", &R->opt_state[0]));
-    if (R->cfg->optimizer == OPT_ADAMW)
-        DPS_TRY(be_buf_alloc(be, d, pbytes, "optimizer state", &R->opt_state[1]));
+    shard_level level = R->shard.level;
+    if (level < SHARD_PARAMETERS) DPS_TRY(be_buf_alloc(be, d, pbytes, "parameters", &R->params));
+    if (level < SHARD_GRADIENTS) {
+        DPS_TRY(be_buf_alloc(be, d, pbytes, "gradients", &R->grads));
+        if (!R->cfg->grad_view)
+            DPS_TRY(be_buf_alloc(be, d, pbytes, "gradient buckets", &R->bucket_buf));
+        if (R->cfg->accum > 1)
+            DPS_TRY(be_buf_alloc(be, d, pbytes, "micro-step gradients", &R->micro_grads));
+    }
+    if (level == SHARD_NONE) {
+        DPS_TRY(be_buf_alloc(be, d, pbytes, "optimizer state", &R->opt_state[0]));
+        if (R->cfg->optimizer == OPT_ADAMW)
+            DPS_TRY(be_buf_alloc(be, d, pbytes, "optimizer state", &R->opt_state[1]));
+    }
     DPS_TRY(be_buf_alloc(be, d, (size_t)R->samples * m->input * sizeof(float), "input shard", &R->x));
     DPS_TRY(be_buf_alloc(be, d, rows * sizeof(int32_t), "labels", &R->labels));
     DPS_TRY(be_buf_alloc(be, d, rows * C * sizeof(float), "logits", &R->logits));
@@ -188,15 +201,35 @@ static dps_status init_params(ddp_rank *R)
     size_t pbytes = R->nparams * sizeof(float);
     float *h = calloc(R->nparams, sizeof(float));
     if (!h) return dps_fail(DPS_ERR_RUNTIME, "out of host memory for %zu parameters", R->nparams);
-    if (R->rank == 0) net_init_params(R->net, R->cfg->seed, h);
-    dps_status rc = o->copy(R->be, R->st, R->params.ptr, R->dev, h, DPS_HOST, pbytes);
+    int full_shard = R->shard.level == SHARD_PARAMETERS; /* every rank makes its own chunks */
+    if (R->rank == 0 || full_shard) net_init_params(R->net, R->cfg->seed, h);
+    dps_status rc = full_shard ? DPS_OK : o->copy(R->be, R->st, R->params.ptr, R->dev, h, DPS_HOST, pbytes);
     if (!rc) rc = o->stream_sync(R->be, R->st);
-    if (!rc) rc = comm_broadcast(R->comm, R->params.ptr, pbytes, 0);
+    if (!rc && !full_shard) rc = comm_broadcast(R->comm, R->params.ptr, pbytes, 0);
+    if (!rc && R->shard.level) rc = shard_init_params(&R->shard, h);
     for (int k = 0; !rc && k < 2; k++)
         if (R->opt_state[k].ptr) rc = o->memset0(R->be, R->st, R->opt_state[k].ptr, R->opt_state[k].bytes);
     if (!rc) rc = o->stream_sync(R->be, R->st);
     free(h);
     return rc;
+}
+
+/* zero1, zero2, fsdp: the shards, and the model reaching its units
+ * through them. */
+static dps_status open_shards(ddp_rank *R)
+{
+    shard_rank *S = &R->shard;
+    S->cfg = R->cfg;
+    S->be = R->be;
+    S->st = R->st;
+    S->comm = R->comm;
+    S->net = R->net;
+    S->rank = R->rank;
+    S->nranks = R->nranks;
+    S->dev = R->dev;
+    DPS_TRY(shard_open(S));
+    if (units_reduce(R)) net_acts_window(R->net, &R->acts, &S->window);
+    return DPS_OK;
 }
 
 static dps_status rank_setup(ddp_rank *R)
@@ -211,6 +244,7 @@ static dps_status rank_setup(ddp_rank *R)
     R->rep->dev.samples = shards[R->rank];
     R->rows_total = c->global_batch * R->net->rows;
     R->nparams = R->net->params;
+    R->shard.level = shard_level_of(c->mode);
     DPS_TRY(R->be->ops->set_device(R->be, R->dev));
     DPS_TRY(R->be->ops->stream_create(R->be, R->dev, &R->st));
     char sname[32];
@@ -227,6 +261,7 @@ static dps_status rank_setup(ddp_rank *R)
     dps_status rc = comm_open(&cp, &R->comm);
     if (R->dw && R->comm) ddp_world_set_comm(R->dw, R->comm); /* its watch may abort it */
     DPS_TRY(rc);
+    if (R->shard.level) DPS_TRY(open_shards(R));
     return init_params(R);
 }
 
@@ -234,6 +269,7 @@ static void rank_teardown(ddp_rank *R)
 {
     backend *be = R->be;
     if (R->dw) ddp_world_set_comm(R->dw, NULL);
+    if (R->shard.own_lo) shard_close(&R->shard);
     comm_close(R->comm);
     comm_spans_free(&R->spans);
     for (int b = 0; R->bk_ev && b < R->nbk_ev; b++)
@@ -318,11 +354,12 @@ static dps_status phase_backward(ddp_rank *R)
     R->next_launch = 0;
     R->ready_lo = R->acc_lo = R->nparams;
     float *into = R->micro ? R->micro_grads.ptr : R->grads.ptr;
+    if (units_reduce(R)) shard_backward_begin(&R->shard, R->micro); /* into a unit at a time */
     DPS_TRY(ptimer_begin(R->timer, 0, PH_BACKWARD));
     nvtx_push_phase(PH_BACKWARD);
     dps_status rc = net_backward(R->be, R->st, R->net, R->params.ptr, &R->acts, R->samples,
                                  R->x.ptr, R->dlogits.ptr, into, grad_hook, R);
-    if (!rc) rc = accumulate_to(R, 0);
+    if (!rc && !units_reduce(R)) rc = accumulate_to(R, 0);
     nvtx_pop();
     DPS_TRY(rc);
     return ptimer_end(R->timer, 0, PH_BACKWARD);
@@ -336,6 +373,10 @@ static dps_status phase_exposed(ddp_rank *R)
 {
     set_phase(R, PH_ALLREDUCE_EXPOSED);
     DPS_TRY(ptimer_begin(R->timer, 0, PH_ALLREDUCE_EXPOSED));
+    if (units_reduce(R)) {
+        DPS_TRY(shard_grads_done(&R->shard));
+        return ptimer_end(R->timer, 0, PH_ALLREDUCE_EXPOSED);
+    }
     R->ready_lo = 0;
     DPS_TRY(launch_ready(R));
     DPS_TRY(comm_wait_async(R->comm, R->st));
@@ -364,7 +405,9 @@ static dps_status phase_optimizer(ddp_rank *R)
     hp.step = ++R->taken;
     set_phase(R, PH_OPTIMIZER);
     DPS_TRY(ptimer_begin(R->timer, 0, PH_OPTIMIZER));
-    if (R->cfg->optimizer == OPT_SGD)
+    if (R->shard.level)
+        DPS_TRY(shard_optimizer(&R->shard, R->params.ptr, R->grads.ptr, hp));
+    else if (R->cfg->optimizer == OPT_SGD)
         DPS_TRY(o->sgd(R->be, R->st, (int64_t)R->nparams, R->params.ptr, R->grads.ptr,
                        R->opt_state[0].ptr, hp));
     else
@@ -378,7 +421,7 @@ static dps_status phase_optimizer(ddp_rank *R)
 static dps_status micro_step(ddp_rank *R, int step)
 {
     R->timer = &R->timers[R->micro];
-    R->syncing = R->micro == R->cfg->accum - 1 || !R->cfg->no_sync;
+    R->syncing = R->micro == R->cfg->accum - 1 || !R->cfg->no_sync || units_reduce(R);
     set_phase(R, PH_LOAD);
     dps_status rc = phase_load(R);
     if (!rc) rc = phase_forward_loss(R, step);
@@ -394,6 +437,7 @@ static dps_status rank_step(ddp_rank *R, int step, double *ms, int *skipped)
     nvtx_push_step(step);
     double t0 = dps_now_ms();
     R->allreduce_ms = 0.0;
+    R->shard.nissued = 0; /* the step's collectives, for its trace */
     dps_status rc = DPS_OK;
     for (R->micro = 0; !rc && R->micro < R->cfg->accum; R->micro++) rc = micro_step(R, step);
     R->micro = R->cfg->accum - 1;
@@ -407,6 +451,7 @@ static dps_status rank_step(ddp_rank *R, int step, double *ms, int *skipped)
         if (!rc && !*skipped) rc = phase_optimizer(R);
         if (!rc) rc = R->be->ops->stream_sync(R->be, R->st);
     }
+    if (R->shard.level) shard_step_end(&R->shard);
     *ms = dps_now_ms() - t0;
     nvtx_pop();
     return rc;
@@ -453,6 +498,24 @@ static dps_status trace_phases(ddp_rank *R, int t)
     return DPS_OK;
 }
 
+/* A sharded strategy's traced step t: its collectives in issue order, each
+ * with its unit (ZeRO-1's all-reduces: ddp's buckets, then its gathers). */
+static dps_status trace_units(ddp_rank *R, int t)
+{
+    ddp_shared *sh = R->sh;
+    tl_span *dst = ddp_shared_tl_span(sh, R->rank) + (size_t)t * sh->max_spans;
+    int n = R->spans.n < sh->max_spans ? R->spans.n : sh->max_spans, k = 0;
+    for (int i = 0; i < n; i++) {
+        const comm_span *sp = &R->spans.span[i];
+        int ar = sp->op == COMM_ALLREDUCE;
+        int unit = ar ? i % R->nbk : (k < R->shard.nissued ? R->shard.issued_unit[k++] : -1);
+        dst[i] = (tl_span){sp->begin_ms, sp->ms, sp->bytes, unit, sp->begin_ms,
+                           R->cfg->accum - 1, (int)sp->op};
+    }
+    ddp_shared_tl_nspans(sh, R->rank)[t] = n;
+    return DPS_OK;
+}
+
 /* Timed step k, traced, its stream synchronised: where its phases began,
  * and the buckets' all-reduces: one a bucket, or, every micro-step
  * all-reducing, one a micro-step and bucket, in issue order. */
@@ -463,13 +526,14 @@ static dps_status trace_read(ddp_rank *R, int k)
     if (!sh->trace_steps || t < 0) return DPS_OK;
     DPS_TRY(trace_phases(R, t));
     DPS_TRY(comm_spans_read(R->be, &R->spans));
+    if (R->shard.level) return trace_units(R, t);
     int n = R->spans.n < sh->max_spans ? R->spans.n : sh->max_spans;
     int first_micro = R->nbk_ev > R->nbk ? 0 : R->cfg->accum - 1; /* the first that syncs */
     tl_span *dst = ddp_shared_tl_span(sh, R->rank) + (size_t)t * sh->max_spans;
     for (int i = 0; i < n; i++) { /* bucket = issue order within a micro-step */
         const comm_span *sp = &R->spans.span[i];
         dst[i] = (tl_span){sp->begin_ms, sp->ms, sp->bytes, i % R->nbk, 0.0,
-                           first_micro + i / R->nbk};
+                           first_micro + i / R->nbk, 0};
     }
     int nb = R->nbk_ev < sh->max_spans ? R->nbk_ev : sh->max_spans;
     for (int e = 0; e < nb; e++) {
@@ -478,7 +542,7 @@ static dps_status trace_read(ddp_rank *R, int k)
         DPS_TRY(R->be->ops->event_ms(R->be, R->timers[0].ref[0], R->bk_ev[e], &ready));
         if (e >= n) /* one rank: no collective ran */
             dst[e] = (tl_span){ready, 0.0, (R->bk[b].hi - R->bk[b].lo) * sizeof(float), b, 0.0,
-                               first_micro + e / R->nbk};
+                               first_micro + e / R->nbk, 0};
         dst[e].ready_ms = ready;
     }
     ddp_shared_tl_nspans(sh, R->rank)[t] = n > nb ? n : nb;
@@ -532,7 +596,8 @@ static dps_status rank_loop(ddp_rank *R)
         ph[PH_ALLREDUCE] = (float)R->allreduce_ms; /* the buckets' collectives, summed */
         R->rep->steps_done = k + 1;
     }
-    if (R->rank == 0)
+    if (R->shard.level == SHARD_PARAMETERS) DPS_TRY(shard_gather_all(&R->shard, ddp_shared_params(sh)));
+    else if (R->rank == 0)
         DPS_TRY(R->be->ops->copy(R->be, R->st, ddp_shared_params(sh), DPS_HOST, R->params.ptr,
                                  R->dev, R->nparams * sizeof(float)));
     return R->be->ops->stream_sync(R->be, R->st);

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "strategies/ddp_shared.h"
+#include "strategies/sharded.h"
 #include "model/net.h"
 
 static size_t align64(size_t x) { return (x + 63) & ~(size_t)63; }
@@ -21,10 +22,12 @@ void ddp_shared_layout(const dps_config *cfg, ddp_shared *sh)
     const net *m = NULL;
     int nbk = config_net(cfg, &own, &m) == DPS_OK
         ? net_buckets(m, cfg->first_bucket_mb, cfg->bucket_mb, NULL, DPS_MAX_BUCKETS) : 0;
+    int nunits = m ? m->nunits : 0;
     net_free(&own);
     sh->micro = cfg->accum;
-    /* every micro-step all-reduces without no_sync */
-    sh->max_spans = nbk > 0 ? nbk * (cfg->no_sync ? 1 : cfg->accum) : 0;
+    /* every micro-step all-reduces without no_sync; the sharded strategies' units' */
+    sh->max_spans = nbk > 0 ? shard_max_collectives(shard_level_of(cfg->mode), nunits, nbk,
+                                                    cfg->accum, cfg->no_sync) : 0;
     size_t n = (size_t)cfg->ngpus, t = (size_t)sh->trace_steps, off = align64(sizeof *sh);
     sh->off_step_ms = off;
     off = align64(off + n * (size_t)cfg->steps * sizeof(double));

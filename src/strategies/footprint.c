@@ -11,6 +11,8 @@
 #include "strategies/ddp_shared.h"
 #include "strategies/dp.h"
 #include "strategies/footprint.h"
+#include "strategies/sharded.h"
+#include "core/strategy.h"
 
 #define F4 ((uint64_t)sizeof(float))
 
@@ -62,6 +64,21 @@ static uint64_t dp_devices(const dps_config *c, const net *m, uint64_t *dev)
     return 2 * (step * X + step * (uint64_t)m->rows * F4) + accum * F4 + pbytes;
 }
 
+/* Rank r's parameters, gradients and optimizer state, whole or sharded
+ * (ddp.c's alloc_buffers, sharded.c's shard_open): a sharded level's own
+ * chunks, and two units' gathered parameters and gradients. */
+static uint64_t model_states(const dps_config *c, const net *m, int r)
+{
+    uint64_t pbytes = (uint64_t)m->params * F4, unit = (uint64_t)net_unit_max(m) * F4;
+    shard_level level = shard_level_of(c->mode);
+    uint64_t own = (uint64_t)shard_floats(m, c->ngpus, r) * F4;
+    uint64_t opt = optimizer_bytes(c, level ? own : pbytes);
+    if (level >= SHARD_GRADIENTS) opt += own + 2 * unit; /* gradient shard, unit gradients */
+    if (level == SHARD_PARAMETERS) return opt + own + 2 * unit;
+    if (level == SHARD_GRADIENTS) return opt + pbytes;
+    return opt + (c->grad_view ? 2 : 3) * pbytes + (c->accum > 1 ? pbytes : 0);
+}
+
 /* A rank's buffers (ddp.c's alloc_rank), by rank; returns the host's: every
  * rank's input, labels and initial parameters, the shared region, the
  * parent's copy of the final parameters. */
@@ -73,10 +90,9 @@ static uint64_t ddp_devices(const dps_config *c, const net *m, uint64_t *dev)
     uint64_t X = (uint64_t)m->input * F4, C = (uint64_t)m->classes * F4;
     for (int r = 0; r < c->ngpus; r++) {
         uint64_t rows = (uint64_t)shard[r] * (uint64_t)m->rows, x = (uint64_t)shard[r] * X;
-        dev[r] = (c->grad_view ? 2 : 3) * pbytes + optimizer_bytes(c, pbytes) + x +
-                 2 * rows * C + 2 * rows * F4 + accum * F4 + acts_bytes(c, m, (uint64_t)shard[r]);
+        dev[r] = model_states(c, m, r) + x + 2 * rows * C + 2 * rows * F4 + accum * F4 +
+                 acts_bytes(c, m, (uint64_t)shard[r]);
         if (c->ddp_impl == DPIMPL_TORCH) dev[r] += 2 * rows * C; /* log-probabilities, gradient */
-        if (c->accum > 1) dev[r] += pbytes;        /* a later micro-step's gradients */
         if (config_scaler(c)) dev[r] += F4;        /* GradScaler's inf flag */
         host += 2 * accum * (x + rows * F4) + accum * F4 + pbytes; /* two steps' shards (batches.h) */
     }
@@ -90,7 +106,8 @@ static void one_run(const dps_config *c, const net *m, be_kind kind, footprint *
 {
     memset(fp, 0, sizeof *fp);
     uint64_t steps = (uint64_t)c->steps, ranks = (uint64_t)c->ngpus;
-    fp->host = c->mode == MODE_DP ? dp_devices(c, m, fp->device) : ddp_devices(c, m, fp->device);
+    fp->host = dps_strategy_of(c->mode)->per_rank ? ddp_devices(c, m, fp->device)
+                                                  : dp_devices(c, m, fp->device);
     fp->host += steps * (sizeof(double) + sizeof(step_scaler) +
                          ranks * (sizeof(double) + PH_COUNT * sizeof(float))) +
                 (steps + (uint64_t)c->warmup) * sizeof(float);
