@@ -311,6 +311,21 @@ class ShardedRank(Rank):
                 auto_wrap_policy=policy, backward_prefetch=fsdp.BackwardPrefetch.BACKWARD_PRE,
                 mixed_precision=None, **kw)
             self.opt = cls(self.model.parameters(), **hyper)
+        print(self.shard_line(), flush=True)
+
+    def shard_line(self):
+        """What this rank holds, said once: ZeRO-1's tensors its optimizer steps,
+        FSDP's units and the parameters of its shards (padding included)."""
+        total = self.spec.params
+        if self.args.zero1:
+            mine = [p for g in self.opt.optim.param_groups for p in g["params"]]
+            every = list(self.net.parameters())
+            return (f"zero1 rank {self.rank}: ZeroRedundancyOptimizer steps {len(mine)} of "
+                    f"{len(every)} tensors ({sum(p.numel() for p in mine)} of {total} "
+                    f"parameters)")
+        units = sum(isinstance(m, type(self.model)) for m in self.model.modules())
+        held = sum(p.numel() for p in self.model.parameters())
+        return f"fsdp rank {self.rank}: {units} FSDP units, shards of {held} of {total} parameters"
 
     def sync(self, m):
         """FSDP's no_sync() as DDP's (Rank.sync): --accum's micro-steps but the
