@@ -30,6 +30,7 @@ typedef struct nccl_rank {
     be_stream *stream;          /* the communicator's stream */
     be_event **start, **end;    /* [cap]: timing events of the async collectives */
     size_t *bytes;              /* [cap]: their sizes, for the trace */
+    comm_op *op;                /* [cap]: which collective each was */
     int pending, cap;           /* async collectives since the last comm_sync */
 } nccl_rank;
 
@@ -73,10 +74,100 @@ static dps_status nccl_allreduce_enqueue(comm *c, void *buf, size_t n, comm_dtyp
     return DPS_OK;
 }
 
+/* A reduce-scatter's or all-gather's `bytes` (the whole buffer) in
+ * nccl-tests' bus bytes: (n - 1) / n of it each way, as a ring moves it. */
+static void count_sharded(comm *c, size_t bytes)
+{
+    uint64_t moved = (uint64_t)bytes * (uint64_t)(c->nranks - 1) / (uint64_t)c->nranks;
+    c->bytes_sent += moved;
+    c->bytes_received += moved;
+}
+
+/* Uneven chunks (n not a multiple of the ranks, which ncclReduceScatter and
+ * ncclAllGather need): one collective per chunk, fused by a group,
+ * ncclReduce to the chunk's owner or ncclBroadcast from it, each in place.
+ * The group is ended even after a failed call; the first failure is returned. */
+static dps_status nccl_by_chunk(comm *c, comm_op op, char *buf, size_t n, comm_dtype dt)
+{
+    nccl_rank *nr = nccl_of(c);
+    size_t es = comm_dtype_bytes(dt), b, e;
+    ncclResult_t rc = ncclSuccess;
+    NCCL_TRY(ncclGroupStart());
+    for (int r = 0; !cuda_check_nccl_failed(rc) && r < c->nranks; r++) {
+        comm_chunk_range(n, c->nranks, r, &b, &e);
+        char *p = buf + b * es;
+        if (e > b && op == COMM_REDUCE_SCATTER)
+            rc = ncclReduce(p, p, e - b, nccl_type(dt), ncclSum, r, nr->comm, native(c));
+        else if (e > b)
+            rc = ncclBroadcast(p, p, e - b, nccl_type(dt), r, nr->comm, native(c));
+    }
+    ncclResult_t end = ncclGroupEnd();
+    if (cuda_check_nccl_failed(rc))
+        return cuda_check_nccl_fail(rc, __FILE__, __LINE__,
+                                    op == COMM_REDUCE_SCATTER ? "ncclReduce" : "ncclBroadcast");
+    NCCL_TRY(end);
+    return DPS_OK;
+}
+
+/* Reduce-scatter in place over comm_chunk_range's chunks: rank r's chunk
+ * gets the sum of every rank's chunk r (ncclReduceScatter's in-place form,
+ * recvbuff = sendbuff + the chunk's offset, when the chunks are equal). */
+static dps_status nccl_reduce_scatter_enqueue(comm *c, void *buf, size_t n, comm_dtype dt)
+{
+    size_t es = comm_dtype_bytes(dt), b, e;
+    comm_chunk_range(n, c->nranks, c->rank, &b, &e);
+    if (n % (size_t)c->nranks) DPS_TRY(nccl_by_chunk(c, COMM_REDUCE_SCATTER, buf, n, dt));
+    else NCCL_TRY(ncclReduceScatter(buf, (char *)buf + b * es, e - b, nccl_type(dt), ncclSum,
+                                    nccl_of(c)->comm, native(c)));
+    count_sharded(c, n * es);
+    return DPS_OK;
+}
+
+/* All-gather in place: every rank's chunk r into every buffer
+ * (ncclAllGather's in-place form, sendbuff = recvbuff + the chunk's offset). */
+static dps_status nccl_all_gather_enqueue(comm *c, void *buf, size_t n, comm_dtype dt)
+{
+    size_t es = comm_dtype_bytes(dt), b, e;
+    comm_chunk_range(n, c->nranks, c->rank, &b, &e);
+    if (n % (size_t)c->nranks) DPS_TRY(nccl_by_chunk(c, COMM_ALL_GATHER, buf, n, dt));
+    else NCCL_TRY(ncclAllGather((char *)buf + b * es, buf, e - b, nccl_type(dt),
+                                nccl_of(c)->comm, native(c)));
+    count_sharded(c, n * es);
+    return DPS_OK;
+}
+
+typedef dps_status (*nccl_enqueue_fn)(comm *c, void *buf, size_t n, comm_dtype dt);
+
+/* What enqueues op on the communicator's stream, and what a wait names. */
+static nccl_enqueue_fn enqueue_of(comm_op op, const char **call)
+{
+    *call = op == COMM_REDUCE_SCATTER ? "ncclReduceScatter"
+          : op == COMM_ALL_GATHER ? "ncclAllGather" : "ncclAllReduce";
+    return op == COMM_REDUCE_SCATTER ? nccl_reduce_scatter_enqueue
+         : op == COMM_ALL_GATHER ? nccl_all_gather_enqueue : nccl_allreduce_enqueue;
+}
+
+/* A blocking collective: enqueued, then the host waits, watched. */
+static dps_status nccl_blocking(comm *c, comm_op op, void *buf, size_t n, comm_dtype dt)
+{
+    const char *call;
+    DPS_TRY(enqueue_of(op, &call)(c, buf, n, dt));
+    return watched_sync(c, NULL, call, 1);
+}
+
 static dps_status nccl_allreduce(comm *c, void *buf, size_t n, comm_dtype dt)
 {
-    DPS_TRY(nccl_allreduce_enqueue(c, buf, n, dt));
-    return watched_sync(c, NULL, "ncclAllReduce", 1);
+    return nccl_blocking(c, COMM_ALLREDUCE, buf, n, dt);
+}
+
+static dps_status nccl_reduce_scatter(comm *c, void *buf, size_t n, comm_dtype dt)
+{
+    return nccl_blocking(c, COMM_REDUCE_SCATTER, buf, n, dt);
+}
+
+static dps_status nccl_all_gather(comm *c, void *buf, size_t n, comm_dtype dt)
+{
+    return nccl_blocking(c, COMM_ALL_GATHER, buf, n, dt);
 }
 
 static dps_status nccl_broadcast(comm *c, void *buf, size_t bytes, int root)
@@ -106,7 +197,9 @@ static dps_status timing_events(comm *c, int k)
     if (e) nr->end = e;
     size_t *b = realloc(nr->bytes, (size_t)cap * sizeof *b);
     if (b) nr->bytes = b;
-    if (!s || !e || !b) return dps_fail(DPS_ERR_RUNTIME, "rank %d: out of host memory for events", c->rank);
+    comm_op *op = realloc(nr->op, (size_t)cap * sizeof *op);
+    if (op) nr->op = op;
+    if (!s || !e || !b || !op) return dps_fail(DPS_ERR_RUNTIME, "rank %d: out of host memory for events", c->rank);
     for (; nr->cap < cap; nr->cap++) {
         nr->start[nr->cap] = nr->end[nr->cap] = NULL;
         DPS_TRY(c->be->ops->event_create(c->be, c->dev, &nr->start[nr->cap]));
@@ -118,18 +211,17 @@ static dps_status timing_events(comm *c, int k)
 static dps_status nccl_collective_async(comm *c, comm_op op, void *buf, size_t n, comm_dtype dt,
                                        be_event *after)
 {
-    if (op != COMM_ALLREDUCE)
-        return dps_fail(DPS_ERR_USAGE, "rank %d: the nccl collectives have no async %s yet; use "
-                        "--comm shm", c->rank, comm_op_names[op]);
     nccl_rank *nr = nccl_of(c);
     const be_ops *o = c->be->ops;
+    const char *call;
     int k = nr->pending;
     DPS_TRY(timing_events(c, k));
     DPS_TRY(o->stream_wait(c->be, nr->stream, after)); /* on the device, not the host */
     DPS_TRY(o->event_record(c->be, nr->start[k], nr->stream));
-    DPS_TRY(nccl_allreduce_enqueue(c, buf, n, dt));
+    DPS_TRY(enqueue_of(op, &call)(c, buf, n, dt));
     DPS_TRY(o->event_record(c->be, nr->end[k], nr->stream));
     nr->bytes[k] = n * comm_dtype_bytes(dt);
+    nr->op[k] = op;
     nr->pending++;
     return DPS_OK;
 }
@@ -144,20 +236,32 @@ static dps_status nccl_wait_async(comm *c, be_stream *s)
     return c->be->ops->stream_wait(c->be, s, nr->end[nr->pending - 1]);
 }
 
+/* Work issued on s from now on waits, on the device, for async collective
+ * `ticket` of the step (and so for those before it: one stream, in issue
+ * order) by its end event; the host returns at once. */
+static dps_status nccl_wait_ticket(comm *c, be_stream *s, int ticket)
+{
+    nccl_rank *nr = nccl_of(c);
+    if (ticket >= nr->pending)
+        return dps_fail(DPS_ERR_USAGE, "rank %d: no async collective %d in this step (%d issued)",
+                        c->rank, ticket, nr->pending);
+    return c->be->ops->stream_wait(c->be, s, nr->end[ticket]);
+}
+
 /* The step's end: the host waits for s and the collectives, watched; then
- * the async all-reduces' times, from their events, which are done. */
+ * the async collectives' times, from their events, which are done. */
 static dps_status nccl_sync(comm *c, be_stream *s, double *busy_ms)
 {
     nccl_rank *nr = nccl_of(c);
     int n = nr->pending;
     nr->pending = 0;
-    const char *what = n ? "the step, with its all-reduces (ncclAllReduce)," : "the step";
+    const char *what = n ? "the step, with its collectives," : "the step";
     DPS_TRY(watched_sync(c, s, what, n > 0));
     for (int k = 0; k < n; k++) {
         float ms = 0.0f;
         DPS_TRY(c->be->ops->event_ms(c->be, nr->start[k], nr->end[k], &ms));
         *busy_ms += ms;
-        comm_span_add(c, nr->start[k], ms, nr->bytes[k], COMM_ALLREDUCE);
+        comm_span_add(c, nr->start[k], ms, nr->bytes[k], nr->op[k]);
     }
     return DPS_OK;
 }
@@ -180,6 +284,7 @@ static void nccl_destroy(comm *c)
     }
     free(nr->start);
     free(nr->bytes);
+    free(nr->op);
     free(nr->end);
     if (nr->stream) c->be->ops->stream_destroy(c->be, nr->stream);
     free(nr);
@@ -191,8 +296,11 @@ static const comm_ops nccl_ops = {
     .allreduce = nccl_allreduce,
     .broadcast = nccl_broadcast,
     .barrier = nccl_barrier,
+    .reduce_scatter = nccl_reduce_scatter,
+    .all_gather = nccl_all_gather,
     .collective_async = nccl_collective_async,
     .wait_async = nccl_wait_async,
+    .wait_ticket = nccl_wait_ticket,
     .sync = nccl_sync,
     .destroy = nccl_destroy,
 };
