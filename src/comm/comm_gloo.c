@@ -1,6 +1,7 @@
-/* Gloo's TCP all-reduce between CPU ranks on any hosts, behind the comm
+/* Gloo's TCP collectives between CPU ranks on any hosts, behind the comm
  * table (see comm_impl.h): the ranks meet through the group's store
- * (store.h) and Gloo (gloo_shim.h) moves the host backend's buffers. */
+ * (store.h) and Gloo (gloo_shim.h) moves the host backend's buffers. Gloo
+ * has nothing stream-ordered: comm_async.c runs the async ones on its thread. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +47,31 @@ static dps_status gloo_allreduce(comm *c, void *buf, size_t n, comm_dtype dt)
     return status_of(c, rc, "all-reduce", err);
 }
 
+/* A reduce-scatter or all-gather moves (n - 1) / n of the buffer each way
+ * (nccl-tests' bus bytes), as the ring does. */
+static void count_sharded(comm *c, size_t n, comm_dtype dt)
+{
+    c->bytes_sent += n * comm_dtype_bytes(dt) * (size_t)(c->nranks - 1) / (size_t)c->nranks;
+}
+
+static dps_status gloo_reduce_scatter(comm *c, void *buf, size_t n, comm_dtype dt)
+{
+    comm_shared_waiting(c->sh, c->rank, 1); /* for a timeout's message */
+    char err[DPS_ERRMSG_MAX] = "";
+    int rc = gloo_shim_reduce_scatter(c->impl, buf, n, dt == COMM_BF16, err, sizeof err);
+    if (!rc) count_sharded(c, n, dt);
+    return status_of(c, rc, "reduce-scatter", err);
+}
+
+static dps_status gloo_all_gather(comm *c, void *buf, size_t n, comm_dtype dt)
+{
+    comm_shared_waiting(c->sh, c->rank, 1); /* for a timeout's message */
+    char err[DPS_ERRMSG_MAX] = "";
+    int rc = gloo_shim_all_gather(c->impl, buf, n, dt == COMM_BF16, err, sizeof err);
+    if (!rc) count_sharded(c, n, dt);
+    return status_of(c, rc, "all-gather", err);
+}
+
 static dps_status gloo_broadcast(comm *c, void *buf, size_t bytes, int root)
 {
     comm_shared_waiting(c->sh, c->rank, 1); /* for a timeout's message */
@@ -77,6 +103,8 @@ static const comm_ops gloo_ops = {
     .allreduce = gloo_allreduce,
     .broadcast = gloo_broadcast,
     .barrier = gloo_barrier,
+    .reduce_scatter = gloo_reduce_scatter,
+    .all_gather = gloo_all_gather,
     .abort = gloo_abort,
     .destroy = gloo_destroy,
 };

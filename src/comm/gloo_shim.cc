@@ -3,6 +3,7 @@
 // turned into a return code and a message.
 #include "comm/gloo_shim.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -11,7 +12,9 @@
 #include <exception>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include <gloo/allgatherv.h>
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
@@ -20,6 +23,8 @@
 #include <gloo/rendezvous/file_store.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+#include <gloo/types.h>
 
 #include <csignal>
 
@@ -127,6 +132,25 @@ void f32_sum(void* c, const void* a, const void* b, size_t n) {
   gloo::sum<float>(c, a, b, n);
 }
 
+// The slots of the reduce-scatter's messages: a prefix beyond Gloo's own
+// (gloo/types.h: 0x01..0x08), with the call's tag.
+constexpr uint8_t kReduceScatterSlotPrefix = 0x80;
+
+// Where each rank's chunk of n elements of es bytes begins, in bytes, and
+// (at [size]) where the buffer ends: comm_chunk_range's split, n*i/size.
+std::vector<size_t> chunk_offsets(size_t n, int size, size_t es) {
+  std::vector<size_t> off(static_cast<size_t>(size) + 1);
+  for (int i = 0; i <= size; i++) off[i] = n * static_cast<size_t>(i) / static_cast<size_t>(size) * es;
+  return off;
+}
+
+// Each rank's chunk in elements, as allgatherv takes them.
+std::vector<size_t> chunk_counts(size_t n, int size) {
+  std::vector<size_t> off = chunk_offsets(n, size, 1), counts;
+  for (int i = 0; i < size; i++) counts.push_back(off[i + 1] - off[i]);
+  return counts;
+}
+
 int fail(const std::exception& e, char* err, size_t len) {
   std::snprintf(err, len, "Gloo: %s", e.what());
   return std::strstr(e.what(), "Timed out") || std::strstr(e.what(), "timed out")
@@ -134,6 +158,8 @@ int fail(const std::exception& e, char* err, size_t len) {
 }
 
 }  // namespace
+
+using ReduceFn = void (*)(void*, const void*, const void*, size_t);
 
 struct gloo_shim {
   std::shared_ptr<gloo::rendezvous::Context> context;
@@ -170,6 +196,38 @@ void sum_in_place(Opts& opts, void* buf, size_t n, int bf16) {
   } else {
     opts.setOutput(static_cast<float*>(buf), n);
     opts.setReduceFunction(f32_sum);
+  }
+}
+
+// A ring reduce-scatter on Gloo's unbound buffers, as Gloo's own ring
+// collectives (allgatherv, allreduce) send and receive: in step s rank r
+// sends its chunk r-s-1 to rank r+1 and adds chunk r-s-2 from rank r-1 into
+// its own, so that after size-1 steps chunk r holds every rank's sum (the
+// shared-memory ring's order). Gloo's own ReduceScatterHalvingDoubling, of
+// its older algorithms, takes int counts, leaves the result at the buffer's
+// start, has no bfloat16 and no per-call tag or timeout. Empty chunks (fewer
+// elements than ranks) are neither sent nor received, on both sides alike.
+void ring_reduce_scatter(gloo_shim* g, char* buf, size_t n, size_t es, ReduceFn sum) {
+  const auto& ctx = g->context;
+  const int size = ctx->size, rank = ctx->rank;
+  const auto slot = gloo::Slot::build(kReduceScatterSlotPrefix, g->tag++);
+  const std::vector<size_t> off = chunk_offsets(n, size, es);
+  size_t most = es;
+  for (int i = 0; i < size; i++) most = std::max(most, off[i + 1] - off[i]);
+  std::vector<char> tmp(most);
+  auto out = ctx->createUnboundBuffer(buf, n * es);
+  auto in = ctx->createUnboundBuffer(tmp.data(), tmp.size());
+  for (int s = 0; s < size - 1; s++) {
+    const int send = (rank - s - 1 + 2 * size) % size, recv = (rank - s - 2 + 2 * size) % size;
+    const size_t send_bytes = off[send + 1] - off[send], recv_bytes = off[recv + 1] - off[recv];
+    if (send_bytes) out->send((rank + 1) % size, slot, off[send], send_bytes);
+    if (recv_bytes) {
+      in->recv((rank + size - 1) % size, slot, 0, recv_bytes);
+      if (!in->waitRecv(g->timeout)) throw std::runtime_error("reduce-scatter: receive aborted");
+      sum(buf + off[recv], buf + off[recv], tmp.data(), recv_bytes / es);
+    }
+    if (send_bytes && !out->waitSend(g->timeout))
+      throw std::runtime_error("reduce-scatter: send aborted");
   }
 }
 
@@ -229,6 +287,27 @@ extern "C" int gloo_shim_allreduce(gloo_shim* g, void* buf, size_t n, int bf16, 
     sum_in_place(opts, buf, n, bf16);
     stamp(g, opts);
     gloo::allreduce(opts);
+  });
+}
+
+extern "C" int gloo_shim_reduce_scatter(gloo_shim* g, void* buf, size_t n, int bf16, char* err,
+                                        size_t errlen) {
+  return guarded(err, errlen, [&] {
+    if (bf16) ring_reduce_scatter(g, static_cast<char*>(buf), n, sizeof(uint16_t), bf16_sum);
+    else ring_reduce_scatter(g, static_cast<char*>(buf), n, sizeof(float), f32_sum);
+  });
+}
+
+// Gloo's ring allgatherv in place (no input: each rank's chunk is already
+// in its place of the output), the chunks comm_chunk_range's.
+extern "C" int gloo_shim_all_gather(gloo_shim* g, void* buf, size_t n, int bf16, char* err,
+                                    size_t errlen) {
+  return guarded(err, errlen, [&] {
+    gloo::AllgathervOptions opts(g->context);
+    if (bf16) opts.setOutput(static_cast<uint16_t*>(buf), chunk_counts(n, g->context->size));
+    else opts.setOutput(static_cast<float*>(buf), chunk_counts(n, g->context->size));
+    stamp(g, opts);
+    gloo::allgatherv(opts);
   });
 }
 

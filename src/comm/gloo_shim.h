@@ -1,7 +1,7 @@
 /* A C interface to Gloo (the C++ library PyTorch's CPU backend uses):
  * a full mesh of TCP connections made through the caller's key-value
- * store, and Gloo's all-reduce, broadcast, reduce and barrier on host
- * memory (gloo_shim.cc is the only C++ in dpscale). */
+ * store, and Gloo's all-reduce, reduce-scatter, all-gather, broadcast and
+ * barrier on host memory (gloo_shim.cc is the only C++ in dpscale). */
 #ifndef DPS_GLOO_SHIM_H
 #define DPS_GLOO_SHIM_H
 
@@ -40,6 +40,12 @@ int gloo_shim_open(int rank, int size, const char *addr, const char *iface, doub
                    const gloo_rendezvous *rv, gloo_shim **out, char *err, size_t errlen);
 /* Sums n elements in place on every rank (bf16: 2-byte bfloat16, else float). */
 int gloo_shim_allreduce(gloo_shim *g, void *buf, size_t n, int bf16, char *err, size_t errlen);
+/* In place over n elements in chunks of n*i/size .. n*(i+1)/size
+ * (comm_chunk_range's): reduce_scatter leaves in this rank's chunk the sum
+ * of every rank's (the rest is scratch); all_gather copies every rank's
+ * chunk into every buffer. */
+int gloo_shim_reduce_scatter(gloo_shim *g, void *buf, size_t n, int bf16, char *err, size_t errlen);
+int gloo_shim_all_gather(gloo_shim *g, void *buf, size_t n, int bf16, char *err, size_t errlen);
 int gloo_shim_broadcast(gloo_shim *g, void *buf, size_t bytes, int root, char *err, size_t errlen);
 int gloo_shim_barrier(gloo_shim *g, char *err, size_t errlen);
 /* From any thread: closes every connection, so that the peers' blocked

@@ -1,5 +1,5 @@
-/* Unit tests of comm/: the shared-memory ring, the collectives' abort and
- * watchdog, the ranks' TCP store. */
+/* Unit tests of comm/: the shared-memory ring, Gloo's collectives over
+ * loopback, the collectives' abort and watchdog, the ranks' TCP store. */
 #include <errno.h>
 #include <math.h>
 #include <poll.h>
@@ -14,10 +14,12 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 
+#include "build_config.h"
 #include "backend/backend.h"
 #include "elementwise.h"
 #include "comm/comm.h"
 #include "comm/comm_watch.h"
+#include "comm/store.h"
 #include "comm/store_keys.h"
 #include "comm/store_wire.h"
 #include "core/util.h"
@@ -40,6 +42,7 @@ typedef struct ring_cases {
     comm_shared *sh;
     ring_case c[48];
     int n;
+    int store_port;      /* > 0: the ranks meet through the store there and run Gloo */
 } ring_cases;
 
 /* A rank's comm on a host backend of nranks emulated devices. */
@@ -124,17 +127,33 @@ static int ring_one(comm *c, const ring_case *k, int rank)
     return bad;
 }
 
+/* A rank's Gloo comm, met through the store on 127.0.0.1:port. */
+static dps_status open_gloo_rank(const ring_cases *a, int rank, backend **be, dps_store **st,
+                                 comm **c)
+{
+    be_options bo = {.kind = BE_HOST, .host_devices = a->sh->nranks, .quiet = 1};
+    DPS_TRY(be_open(&bo, be));
+    DPS_TRY(store_connect("127.0.0.1", a->store_port, rank, a->sh->nranks, 20000.0, st));
+    comm_params cp = {a->sh, rank, *be, rank, 20000.0, "gloo", *st};
+    return comm_open(&cp, c);
+}
+
 static int ring_rank(void *ctx, int rank, rank_beat *beat)
 {
     const ring_cases *a = ctx;
     backend *be = NULL;
     comm *c = NULL;
-    int bad = open_rank(a->sh, rank, &be, &c) != DPS_OK;
+    dps_store *st = NULL;
+    int bad = (a->store_port ? open_gloo_rank(a, rank, &be, &st, &c)
+                             : open_rank(a->sh, rank, &be, &c)) != DPS_OK;
+    if (bad) fprintf(stderr, "rank %d: %s\n", rank, dps_errmsg());
     for (int k = 0; !bad && k < a->n; k++) {
         ranks_beat_step(beat, k);
         bad = ring_one(c, &a->c[k], rank);
     }
     comm_close(c);
+    if (st) store_finish(st);
+    if (st) store_close(st);
     if (be) be_close(be);
     return bad;
 }
@@ -155,6 +174,40 @@ static void add_case(ring_cases *a, size_t n, comm_dtype dt, int op)
     else failures++;
 }
 
+/* Reduce-scatters and all-gathers of fewer elements than ranks and of
+ * uneven chunks, one count in bf16. */
+static void add_sharded(ring_cases *a)
+{
+    size_t slot = COMM_SLOT_BYTES / 4;
+    size_t sharded[] = {1, 4, 7, 1003, 3 * slot + 1};
+    for (size_t i = 0; i < sizeof sharded / sizeof sharded[0]; i++)
+        for (int op = OP_REDUCE_SCATTER; op <= OP_ALL_GATHER; op++)
+            add_case(a, sharded[i], i == 2 ? COMM_BF16 : COMM_F32, op);
+}
+
+/* A group of nr ranks' shared region, and cases for it. */
+static ring_cases *ring_cases_new(int nr)
+{
+    ring_cases *a = calloc(1, sizeof *a);
+    comm_shared *sh = mmap(NULL, comm_shared_bytes(nr), PROT_READ | PROT_WRITE,
+                           MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    EXPECT(a && sh != MAP_FAILED);
+    if (a && sh != MAP_FAILED) {
+        comm_shared_init(sh, nr);
+        a->sh = sh;
+        return a;
+    }
+    if (sh != MAP_FAILED) munmap(sh, comm_shared_bytes(nr));
+    free(a);
+    return NULL;
+}
+
+static void ring_cases_free(ring_cases *a)
+{
+    munmap(a->sh, comm_shared_bytes(a->sh->nranks));
+    free(a);
+}
+
 /* Counts around the ring's chunk and slot boundaries, f32 and bf16,
  * broadcasts, and reduce-scatters and all-gathers of uneven chunks, for 1
  * to 5 ranks: one group of rank processes per count. */
@@ -163,13 +216,8 @@ static void test_ring(void)
     size_t slot = COMM_SLOT_BYTES / 4;
     size_t counts[] = {0, 1, 2, 3, 5, 7, 1000, 4099, slot - 1, slot + 5, 3 * slot + 1};
     for (int nr = 1; nr <= 5; nr++) {
-        size_t bytes = comm_shared_bytes(nr);
-        ring_cases *a = calloc(1, sizeof *a);
-        comm_shared *sh = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-        EXPECT(a && sh != MAP_FAILED);
-        if (!a || sh == MAP_FAILED) return;
-        comm_shared_init(sh, nr);
-        a->sh = sh;
+        ring_cases *a = ring_cases_new(nr);
+        if (!a) return;
         for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
             add_case(a, counts[i], COMM_F32, OP_ALLREDUCE);
             if (counts[i] < 5000) add_case(a, counts[i], COMM_BF16, OP_ALLREDUCE);
@@ -179,14 +227,37 @@ static void test_ring(void)
             add_case(a, 1, COMM_F32, OP_BCAST);
             add_case(a, 3 * slot + 7, COMM_F32, OP_BCAST);
         }
-        size_t sharded[] = {1, 4, 7, 1003, 3 * slot + 1}; /* fewer than the ranks; uneven chunks */
-        for (size_t i = 0; i < sizeof sharded / sizeof sharded[0]; i++)
-            for (int op = OP_REDUCE_SCATTER; op <= OP_ALL_GATHER; op++)
-                add_case(a, sharded[i], i == 2 ? COMM_BF16 : COMM_F32, op);
+        add_sharded(a);
         run_ranks(nr, ring_rank, a, "ring");
-        munmap(sh, bytes);
-        free(a);
+        ring_cases_free(a);
     }
+}
+
+/* Gloo's reduce-scatter and all-gather (and all-reduces between them, each
+ * call its own tag) over loopback on 1 to 5 ranks, checked as the ring's:
+ * the same uneven chunks, in place, met through a store this process serves. */
+static void test_gloo(void)
+{
+#ifndef DPS_HAVE_GLOO
+    fprintf(stderr, "gloo: this build has no Gloo; nothing to test\n");
+#else
+    for (int nr = 1; nr <= 5; nr++) {
+        ring_cases *a = ring_cases_new(nr);
+        store_server *srv = NULL;
+        EXPECT(a && store_server_start(0, nr, 30000.0, &srv) == DPS_OK);
+        if (a && srv) {
+            a->store_port = store_server_port(srv);
+            add_case(a, 4099, COMM_F32, OP_ALLREDUCE);
+            add_sharded(a);
+            add_case(a, 5, COMM_BF16, OP_ALLREDUCE);
+            add_case(a, 12, COMM_F32, OP_REDUCE_SCATTER); /* even chunks on 1, 2, 3, 4 ranks */
+            add_case(a, 12, COMM_BF16, OP_ALL_GATHER);
+            run_ranks(nr, ring_rank, a, "gloo");
+        }
+        if (srv) store_server_stop(srv);
+        if (a) ring_cases_free(a);
+    }
+#endif
 }
 
 /* Rank 1 aborts the group; rank 0's collective in flight fails, and so does
@@ -675,4 +746,4 @@ static void test_store(void)
     test_store_no_accept();
 }
 
-EXPECT_GROUPS(GROUP(ring), GROUP(comm_abort), GROUP(comm_watch), GROUP(store));
+EXPECT_GROUPS(GROUP(ring), GROUP(gloo), GROUP(comm_abort), GROUP(comm_watch), GROUP(store));
