@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The micro-benchmarks: comm-bench's all-reduce times and checks, a rank that
+"""The micro-benchmarks: comm-bench's all-reduce times and checks, its
+reduce-scatters and all-gathers on the shared-memory ring and on Gloo, a rank that
 exits, hangs, runs out of memory or is killed; dpscale links's paths, sizes
 and host memory.
 Usage: test_microbench.py DPSCALE CASE [ARGS...] | --list; exit 0 pass, 1
@@ -7,6 +8,7 @@ fail, 77 skip (meson's convention)."""
 from listing import DPSCALE, exit_if_listing, test
 
 TESTS = [test("comm-bench", DPSCALE, "comm_bench"),
+         test("comm-bench ops", DPSCALE, "comm_bench_ops", timeout=120),
          test("comm-bench faults", DPSCALE, "comm_bench_faults"),
          test("links", DPSCALE, "links", timeout=300)]
 if __name__ == "__main__":
@@ -21,7 +23,7 @@ import tempfile
 import time
 from collections import defaultdict
 
-from helpers import dpscale, expect, expect_exit, read_table, run_cases
+from helpers import dpscale, expect, expect_exit, has_collectives, read_table, run_cases
 
 
 def case_comm_bench(binary):
@@ -33,12 +35,45 @@ def case_comm_bench(binary):
         got = sorted((int(r["nranks"]), int(r["bytes"])) for r in rows)
         expect(got == [(2, 4), (2, 1 << 20), (3, 4), (3, 1 << 20)], f"rows {got}")
         for r in rows:
-            expect(r["check"] == "pass" and float(r["time_us"]) > 0, f"row {r}")
-            algbw = int(r["bytes"]) / (float(r["time_us"]) * 1e-6) / 1e9
-            expect(abs(float(r["algbw_gbps"]) - algbw) <= 0.01 * algbw + 1e-3, f"algbw {r}")
-            n = int(r["nranks"])
-            expect(abs(float(r["busbw_gbps"]) - float(r["algbw_gbps"]) * 2 * (n - 1) / n) < 2e-3,
-                   f"busbw {r}")
+            expect(r["op"] == "all-reduce" and r["method"] == "shm", f"row {r}")
+            expect_bandwidths(r)
+
+
+def expect_bandwidths(r):
+    """A passed row's algbw = bytes / time and nccl-tests' busbw: algbw x 2(n-1)/n for an
+    all-reduce, (n-1)/n for a reduce-scatter or all-gather (bytes: the whole buffer)."""
+    expect(r["check"] == "pass" and float(r["time_us"]) > 0, f"row {r}")
+    t = float(r["time_us"])  # written to 0.1 us: a small size's time is rounded by up to 0.05/t
+    algbw = int(r["bytes"]) / (t * 1e-6) / 1e9
+    expect(abs(float(r["algbw_gbps"]) - algbw) <= (0.01 + 0.05 / t) * algbw + 1e-3, f"algbw {r}")
+    n = int(r["nranks"])
+    factor = (2 if r["op"] == "all-reduce" else 1) * (n - 1) / n
+    expect(abs(float(r["busbw_gbps"]) - float(r["algbw_gbps"]) * factor) < 2e-3, f"busbw {r}")
+
+
+def case_comm_bench_ops(binary):
+    """comm-bench --op: reduce-scatter and all-gather (and all-reduce) on 2 and 3 ranks over
+    shm's ring and Gloo, at sizes of fewer elements than ranks and of uneven chunks: a row
+    per op, rank count and size, each checked, with nccl-tests' bandwidths."""
+    ops = ["all-reduce", "reduce-scatter", "all-gather"]
+    sizes = [4, 4100, 65536]  # 1 element; 1025 (uneven on 2 and 3 ranks); 16384
+    with tempfile.TemporaryDirectory() as out:
+        for comm in ("shm", "gloo"):
+            if comm == "gloo" and not has_collectives(binary, "gloo"):
+                continue
+            p = dpscale(binary, "comm-bench", "--comm", comm, "--op", ",".join(ops), "--gpus",
+                        "2,3", "--sizes", "4,4100,64K", "--steps", "2", "--warmup", "1", out=out,
+                        name=comm, backend=None, check_rc=0, timeout=100)
+            expect("reduce-scatter" in p.stdout and "all-gather" in p.stdout, p.stdout)
+            rows = read_table(os.path.join(out, comm, "allreduce.csv"))
+            got = sorted((r["op"], int(r["nranks"]), int(r["bytes"])) for r in rows)
+            want = sorted((o, n, b) for o in ops for n in (2, 3) for b in sizes)
+            expect(got == want, f"{comm}: rows {got}")
+            for r in rows:
+                expect(r["method"] == comm and r["backend"] == "host", f"{comm}: row {r}")
+                expect_bandwidths(r)
+        p = dpscale(binary, "comm-bench", "--op", "all-to-all", out=out, name="bad", backend=None)
+        expect_exit(p, 2, "--op")
 
 
 def comm_bench_fails(binary, out, name, *args, rc=1):

@@ -131,6 +131,8 @@ MODE = Kind(words=("dp", "ddp"))
 # ddp's --no-sync (empty for dp), and a step skipped by the GradScaler or not.
 NO_SYNC = Kind(words=("on", "off"), empty=True)
 SKIPPED = Kind(words=("0", "1"), empty=True)
+# comm-bench's collectives (comm_op_names in src/comm/comm.c).
+COLLECTIVE = Kind(words=("all-reduce", "reduce-scatter", "all-gather"))
 # A prediction's status (predict_status_names in src/predict/predict_model.c).
 PREDICTED = Kind(words=("ok", "oom", "skipped"))
 
@@ -196,7 +198,9 @@ SCHEMA = {
     "links.csv": [("src", NAME), ("dst", NAME), ("method", NAME), ("bytes", COUNT),
                   ("bw_gbps", ABOVE_0.or_empty()), ("latency_us", AT_LEAST_0.or_empty()),
                   ("status", TEXT), ("backend", TEXT), ("emulated", COUNT)],
-    "allreduce.csv": [("backend", TEXT), ("method", TEXT), ("nranks", COUNT_1),
+    # comm-bench's rows: the implementation (method), the collective (op; folders
+    # before it have only all-reduces and no op column), its size (the whole buffer).
+    "allreduce.csv": [("backend", TEXT), ("method", TEXT), ("op", COLLECTIVE), ("nranks", COUNT_1),
                       ("bytes", COUNT), ("time_us", AT_LEAST_0.or_empty()),
                       ("algbw_gbps", AT_LEAST_0.or_empty()), ("busbw_gbps", AT_LEAST_0.or_empty()),
                       ("check", TEXT)],
@@ -247,6 +251,7 @@ def zero_unless_skipped(row):
 DEFAULTS = {
     "runs.csv": {"accum": "1", "no_sync": ddp_on, "skipped_steps": ""},
     "steps.csv": {"micro_steps": "1", "skipped": "0", "loss_scale": "", "unscale_ms": "0"},
+    "allreduce.csv": {"op": "all-reduce"},
     "buckets.csv": {"micro_step": "0"},
     "predictions.csv": {"accum": "1", "no_sync": ddp_on, "unscale_ms": zero_unless_skipped},
 }

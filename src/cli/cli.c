@@ -165,6 +165,11 @@ static void store_value(cli_args *a, settings_id id, const settings_value *v)
         for (int k = 0; k < v->n; k++) a->sizes[k] = (uint64_t)v->v[k].i;
         a->nsizes = v->n;
         break;
+    case SET_BENCH_OP:
+        for (int k = 0; k < v->n; k++) a->bench_ops[k] = (int)v->v[k].i;
+        a->nbench_ops = v->n;
+        break;
+    case SET_BENCH_COMM: a->bench_comm = (int)i; break;
     case SET_LINK_MIN_BYTES: a->link_min = (uint64_t)i; break;
     case SET_LINK_MAX_BYTES: a->link_max = (uint64_t)i; break;
     case SET_LINK_FACTOR: a->link_factor = (int)i; break;

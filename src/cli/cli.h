@@ -41,9 +41,11 @@ typedef struct cli_args {
     int local_rank;                  /* --local-rank: torch.distributed.launch's; -1: none */
     char filter[SETTINGS_PATTERN_MAX];
     double config_timeout_s;
-    /* comm-bench: message sizes in bytes */
+    /* comm-bench: message sizes in bytes; --op's collectives (comm_op's
+     * order, none given: all-reduce) and --comm's implementation (0 shm, 1 gloo) */
     uint64_t sizes[CLI_MAX_LIST];
     int nsizes;
+    int bench_ops[3], nbench_ops, bench_comm;
     /* links, sweep's link matrix: --link-min-bytes, --link-max-bytes (0: the
      * command's default), --link-factor */
     uint64_t link_min, link_max;

@@ -659,7 +659,7 @@ static dps_status check_bench_fault(const cli_args *a, const int *ng, int nng,
                         c->fault_rank, c->fault_step, dps_fault_names[c->fault_kind], most - 1);
     if (c->fault_step >= steps)
         return dps_fail(DPS_ERR_USAGE, "--inject-fault %d:%d:%s: comm-bench has steps 0..%d (each "
-                        "size's warm-up and timed all-reduces, one size after another)",
+                        "size's warm-up and timed collectives, one size after another)",
                         c->fault_rank, c->fault_step, dps_fault_names[c->fault_kind], steps - 1);
     return DPS_OK;
 }
@@ -668,19 +668,19 @@ static dps_status check_bench_fault(const cli_args *a, const int *ng, int nng,
  * the rows are in the file. */
 static int bench_group(const commbench_spec *spec, const results_dir *rd, int *written)
 {
-    commbench_row rows[COMMBENCH_MAX_SIZES];
-    int status = 0;
+    commbench_row rows[COMMBENCH_MAX_OPS * COMMBENCH_MAX_SIZES];
+    int status = 0, n = spec->nops * spec->nsizes;
     if (commbench_run(spec, rows)) {
         dps_log("%s", dps_errmsg());
         return 1;
     }
-    for (int s = 0; s < spec->nsizes; s++) {
-        printf("  %6d %12llu %12.1f %11.3f %11.3f %6s\n", rows[s].nranks,
-               (unsigned long long)rows[s].bytes, rows[s].time_us, rows[s].algbw_gbps,
-               rows[s].busbw_gbps, rows[s].check_ok ? "pass" : "FAIL");
-        if (!rows[s].check_ok) status = 1;
+    for (int k = 0; k < n; k++) {
+        printf("  %-14s %6d %12llu %12.1f %11.3f %11.3f %6s\n", comm_op_names[rows[k].op],
+               rows[k].nranks, (unsigned long long)rows[k].bytes, rows[k].time_us,
+               rows[k].algbw_gbps, rows[k].busbw_gbps, rows[k].check_ok ? "pass" : "FAIL");
+        if (!rows[k].check_ok) status = 1;
     }
-    if (commbench_write(rd, rows, spec->nsizes)) {
+    if (commbench_write(rd, rows, n)) {
         dps_log("%s", dps_errmsg());
         return 1;
     }
@@ -688,7 +688,16 @@ static int bench_group(const commbench_spec *spec, const results_dir *rd, int *w
     return status;
 }
 
-/* comm-bench: every --gpus count over every --sizes, a table and allreduce.csv. */
+/* comm-bench's --op and --comm into spec (ops: the list's storage). */
+static void bench_ops(const cli_args *a, comm_op *ops, commbench_spec *spec)
+{
+    spec->nops = a->nbench_ops ? a->nbench_ops : 1;
+    for (int o = 0; o < spec->nops; o++) ops[o] = a->nbench_ops ? (comm_op)a->bench_ops[o] : COMM_ALLREDUCE;
+    spec->ops = ops;
+    spec->impl = a->bench_comm ? "gloo" : "shm";
+}
+
+/* comm-bench: every --gpus count over every --op and --sizes, a table and allreduce.csv. */
 int cmd_comm_bench(cli_args *a)
 {
     static const uint64_t default_sizes[] = {1 << 20, 16 << 20, 64 << 20};
@@ -696,8 +705,17 @@ int cmd_comm_bench(cli_args *a)
     if (a->gpus_set) memcpy(ng, a->sweep_ngpus, sizeof ng);
     const dps_config *c = &a->cfg;
     rank_fault fault = {c->fault_rank, c->fault_step, c->fault_kind};
-    commbench_spec spec = {0, a->nsizes ? a->sizes : default_sizes, a->nsizes ? a->nsizes : 3,
-                           c->warmup, c->steps, c->timeout_s, c->fault_rank >= 0 ? &fault : NULL};
+    commbench_spec spec = {.sizes = a->nsizes ? a->sizes : default_sizes,
+                           .nsizes = a->nsizes ? a->nsizes : 3, .warmup = c->warmup,
+                           .iters = c->steps, .timeout_s = c->timeout_s,
+                           .fault = c->fault_rank >= 0 ? &fault : NULL};
+    comm_op ops[COMMBENCH_MAX_OPS];
+    bench_ops(a, ops, &spec);
+    if (!comm_have(spec.impl)) {
+        dps_fail(DPS_ERR_USAGE, "comm-bench --comm %s: this build has no %s (rebuild with it "
+                 "found: `scripts/setup.sh` installs it)", spec.impl, spec.impl);
+        return cmd_usage_error();
+    }
     results_dir rd;
     if (!a->name_set) default_name(a->cfg.out_dir, a->cfg.name, sizeof a->cfg.name);
     if ((spec.fault && check_bench_fault(a, ng, nng, &spec)) ||
@@ -707,9 +725,10 @@ int cmd_comm_bench(cli_args *a)
         results_close(&rd);
         return cmd_usage_error();
     }
-    printf("# dpscale comm-bench: host ring all-reduce over shared memory, fp32 sum in place\n"
-           "# %6s %12s %12s %11s %11s %6s\n", "ranks", "bytes", "time_us", "algbw_GB/s",
-           "busbw_GB/s", "check");
+    printf("# dpscale comm-bench: host collectives over %s, fp32 (sum) in place; bytes: the "
+           "whole buffer\n# %-14s %6s %12s %12s %11s %11s %6s\n",
+           strcmp(spec.impl, "gloo") ? "shared memory (NCCL's ring)" : "Gloo's TCP on loopback",
+           "op", "ranks", "bytes", "time_us", "algbw_GB/s", "busbw_GB/s", "check");
     int status = 0, written = 0;
     for (int g = 0; g < nng; g++) {
         spec.nranks = ng[g];

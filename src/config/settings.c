@@ -21,6 +21,10 @@ const char *const settings_cmd_names[SETTINGS_NCMDS] = {"run", "sweep", "info", 
 
 static const char *const overlap_words[] = {"off", "on"};
 static const char *const scaler_words[] = {"auto", "off", "on"};
+/* comm-bench's collectives, in comm_op's order (comm.h's comm_op_names;
+ * tests/unit/test_comm.c checks that they agree) and implementations. */
+static const char *const bench_op_words[] = {"all-reduce", "reduce-scatter", "all-gather"};
+static const char *const bench_comm_words[] = {"shm", "gloo"};
 
 /* --help prints the entries with a flag in this order; suite-only keys have
  * none, and no subcommand takes them. */
@@ -128,7 +132,7 @@ const settings_entry settings_table[SET_COUNT] = {
         .cmds = TRAIN | SETTINGS_COMM_BENCH | SETTINGS_LINKS,
         .flag = "steps", .key = "steps", .type = SETTINGS_INT, .lo = 1, .hi = 10000000,
         DEFAULT_INT(20), .metavar = "N",
-        .help = "timed steps; comm-bench: all-reduces per size; links: copies per path"},
+        .help = "timed steps; comm-bench: collectives per size; links: copies per path"},
     [SET_WARMUP] = {
         .cmds = TRAIN | SETTINGS_COMM_BENCH,
         .flag = "warmup", .key = "warmup", .type = SETTINGS_INT, .lo = 0, .hi = 1000000,
@@ -253,6 +257,17 @@ const settings_entry settings_table[SET_COUNT] = {
         .cli_max = SETTINGS_MAX_LIST, .metavar = "LIST",
         .help = "comm-bench: message sizes, e.g. 1M,16M,64M; links, sweep's link matrix: one "
                 "copy size instead of the --link-* range"},
+    [SET_BENCH_OP] = {
+        .cmds = SETTINGS_COMM_BENCH, .list_cmds = SETTINGS_COMM_BENCH,
+        .flag = "op", .type = SETTINGS_WORD, WORDS(bench_op_words), .cli_max = 3, DEFAULT_INT(0),
+        .help = "comm-bench: the collectives timed (a list), in place over each size (the whole buffer: "
+                "all-gather's output, reduce-scatter's input; busbw = algbw x 2(n-1)/n for "
+                "all-reduce, (n-1)/n for the others, as nccl-tests)"},
+    [SET_BENCH_COMM] = {
+        .cmds = SETTINGS_COMM_BENCH,
+        .flag = "comm", .type = SETTINGS_WORD, WORDS(bench_comm_words), DEFAULT_INT(0),
+        .help = "comm-bench: the host collectives timed: NCCL's ring over shared memory (shm) or "
+                "Gloo over TCP on loopback (gloo, in a build with Gloo)"},
     [SET_LINK_MIN_BYTES] = {
         .cmds = SETTINGS_SWEEP | SETTINGS_LINKS,
         .flag = "link-min-bytes", .type = SETTINGS_BYTES, .lo = 4, .hi = (int64_t)1 << 34,

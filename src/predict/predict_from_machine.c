@@ -80,21 +80,31 @@ static dps_status from_links(const char *dir, predict_machine *m, int *host)
                     "--machine FILE)", dir);
 }
 
+/* Whether row r of allreduce.csv is an all-reduce that passed its check
+ * (op: its column, -1 in a folder from before comm-bench had other
+ * collectives: every row an all-reduce). */
+static int allreduce_passed(const csv_table *t, int r, int check, int op)
+{
+    char a[CELL];
+    if (op >= 0 && strcmp(csv_table_cell(t, r, op, a, CELL), "all-reduce") != 0) return 0;
+    return strcmp(csv_table_cell(t, r, check, a, CELL), "pass") == 0;
+}
+
 /* allreduce.csv: the median busbw over rank counts at the size nearest
  * (on a log scale) to bucket_mb MiB, the size of DDP's buckets. */
 static dps_status from_allreduce(const char *dir, double bucket_mb, predict_machine *m)
 {
     static const char *const names[] = {"bytes", "busbw_gbps", "check"};
-    char a[CELL];
     csv_table t;
-    int col[3], n = 0;
+    int col[3], op, n = 0;
     double best = -1, bytes, x, v[MAX_VALUES], want = log(bucket_mb * 1048576.0);
     DPS_TRY(csv_table_open(dir, "allreduce.csv", "run `dpscale comm-bench --out ... --name ...` into the folder, "
                            "or give --machine FILE", &t));
+    if (csv_table_col(&t, "op", &op) != DPS_OK) op = -1;
     dps_status rc = columns(&t, names, col, 3);
     for (int pass = 0; !rc && pass < 2; pass++)
         for (int r = 0; !rc && r < t.nrows && n < MAX_VALUES; r++) {
-            if (strcmp(csv_table_cell(&t, r, col[2], a, CELL), "pass") != 0) continue;
+            if (!allreduce_passed(&t, r, col[2], op)) continue;
             rc = csv_table_num(&t, r, col[0], 0, 0, &bytes);
             double d = rc || bytes <= 0 ? INFINITY : fabs(log(bytes) - want);
             if (!rc && pass == 0 && (best < 0 || d < best)) best = d;

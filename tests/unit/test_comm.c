@@ -22,6 +22,7 @@
 #include "comm/store.h"
 #include "comm/store_keys.h"
 #include "comm/store_wire.h"
+#include "config/settings.h"
 #include "core/util.h"
 #include "launch/ranks.h"
 
@@ -258,6 +259,16 @@ static void test_gloo(void)
         if (a) ring_cases_free(a);
     }
 #endif
+}
+
+/* comm-bench's --op words (the settings table, below comm) name the
+ * collectives in comm_op's order, as comm_op_names does. */
+static void test_op_names(void)
+{
+    const settings_entry *e = &settings_table[SET_BENCH_OP];
+    EXPECT(e->nwords == COMM_OP_COUNT);
+    for (int i = 0; i < e->nwords && i < COMM_OP_COUNT; i++)
+        EXPECT(strcmp(e->words[i], comm_op_names[i]) == 0);
 }
 
 /* Rank 1 aborts the group; rank 0's collective in flight fails, and so does
@@ -746,4 +757,4 @@ static void test_store(void)
     test_store_no_accept();
 }
 
-EXPECT_GROUPS(GROUP(ring), GROUP(gloo), GROUP(comm_abort), GROUP(comm_watch), GROUP(store));
+EXPECT_GROUPS(GROUP(ring), GROUP(gloo), GROUP(op_names), GROUP(comm_abort), GROUP(comm_watch), GROUP(store));
