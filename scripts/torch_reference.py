@@ -61,6 +61,7 @@ import argparse
 import copy
 import datetime
 import functools
+import inspect
 import os
 import platform
 import subprocess
@@ -298,7 +299,11 @@ class ShardedRank(Rank):
             bare.mode = "dp"  # one device a process: Rank leaves the model unwrapped
         super().__init__(torch, bare, spec, rank, world, cuda_devices)
         self.args = args
-        cls, hyper = type(self.opt), dict(self.opt.defaults)
+        cls = type(self.opt)
+        # its defaults that its constructor takes (a later AdamW, an Adam underneath,
+        # holds decoupled_weight_decay there, which it sets itself)
+        takes = inspect.signature(cls).parameters
+        hyper = {k: v for k, v in self.opt.defaults.items() if k in takes}
         if args.zero1:
             from torch.distributed.optim import ZeroRedundancyOptimizer
             self.opt = ZeroRedundancyOptimizer(self.net.parameters(), optimizer_class=cls,
