@@ -21,6 +21,8 @@
 #     every GPU, fp32, with --check: 2 pairs of ~5 s + ~10 s: ~30 s
 #   1c ddp --accum 4 under no_sync on every GPU, and dp fp16 with its
 #     GradScaler, against PyTorch, with --check: 2 pairs of ~3 s + ~10 s: ~25 s
+#   1d fsdp on one GPU against PyTorch's FSDP (torchrun, one process), fp32:
+#     losses, and both peaks reported: ~3 s + ~15 s: ~20 s
 #   2 memory and step time against PyTorch, bf16, one GPU: dp medium,
 #     ddp medium, dp gpt2-mlp (memory: per-device peak within 10 %; step
 #     <= 0.85 x PyTorch's): ~50 s; gpt2-mlp --gemm-ref (TFLOP/s >= 0.8 x the
@@ -35,7 +37,7 @@
 #   6 failure paths: --inject-fault exit and hang (--timeout 10): ~25 s
 #   7 what --no-nvtx and --no-nvml save 20 s, links against PyTorch's
 #     copies 12 s, compute-sanitizer memcheck x2 ~90 s, ncu ~60 s
-# about 505 s in all with a reserve of 20: the last of 7 is what a slow
+# about 525 s in all with a reserve of 20: the last of 7 is what a slow
 # machine leaves out.
 # Environment: DC_BUDGET (seconds, default 480) and the other settings of
 # scripts/device-check-lib.sh. DC_BACKEND=host rehearses every step on a
@@ -202,7 +204,8 @@ for c in "${acc_cfgs[@]}"; do
   read -r m p w <<<"$c"
   acc_figs+=("loss $m $p $w vs torch gpus=$ngpu" "check $m $p $w gpus=$ngpu")
 done
-dc_plan build "dpscale info" "${loss_figs[@]}" "${file_figs[@]}" "${acc_figs[@]}" "${mem_figs[@]}" "${one_figs[@]}" "${mg_figs[@]}" \
+fsdp_figs=("loss fsdp fp32 sgd vs torch fsdp gpus=1" "memory fsdp fp32 sgd vs torch fsdp gpus=1")
+dc_plan build "dpscale info" "${loss_figs[@]}" "${file_figs[@]}" "${acc_figs[@]}" "${fsdp_figs[@]}" "${mem_figs[@]}" "${one_figs[@]}" "${mg_figs[@]}" \
   "sweep dp,ddp gpus=1" "params same bits" "nvml pcie in sweep" "nvml bytes on links" \
   "fault exit rank 1" "fault hang rank 1 --timeout" "no-nvtx cost" "no-nvml cost" "${links_figs[@]}" \
   "memcheck dp" "memcheck ddp" "ncu step kernels" "ncu step report"
@@ -361,6 +364,59 @@ for c in "${acc_cfgs[@]}"; do
   [ "$w" = accum ] && opts+=(--accum 4)
   loss_pair "acc-$m-$p" "$lfig" "$cfig" "$p" "${opts[@]}"
 done
+
+# dpscale --mode fsdp's run of OPTS and PyTorch's FSDP (torch_reference.py --mode ddp --fsdp:
+# FULL_SHARD, a unit per Linear) under torchrun, a process a GPU: every step's loss compared at
+# PRECISION's tolerance (figure LFIG; the runs matched by their columns, as PyTorch's carries
+# ddp's config_id), and each one's peak memory reported (MFIG: dpscale's memory.csv by kind,
+# PyTorch's max_memory_allocated).
+fsdp_pair() { # NAME LFIG MFIG PRECISION OPTS...
+  local name=$1 lfig=$2 mfig=$3 p=$4 rc
+  shift 4
+  dps "$name" --mode fsdp --precision "$p" "$@"
+  if [ $? -eq "$DC_SKIP_RC" ]; then
+    skip_all "skipped (deadline)" "$lfig" "$mfig"
+    return 0
+  fi
+  # -r 2 -t 2: Debian's torchrun (PyTorch 1.13) under Python 3.11 fails without them
+  run "$py" -m torch.distributed.run -r 2 -t 2 --standalone --nproc_per_node "$ngpu_fsdp" \
+    scripts/torch_reference.py --device "$tdev" --dpscale "$bin" --mode ddp --fsdp \
+    --precision "$p" "$@" --out "$res" --name "$name-torch"
+  rc=$?
+  if dc_was_skipped "$lfig" "$rc"; then
+    figure "$mfig" "skipped (deadline)" "-" SKIP
+    return 0
+  fi
+  dc_figures_from "$lfig" "${gcmp[@]}" sharded_losses "$lfig" "$res/$name" "$res/$name-torch" "$p"
+  dc_figures_from "$mfig" "${gcmp[@]}" sharded_memory "$mfig" "$res/$name" "$res/$name-torch"
+}
+
+# 1d. FSDP against PyTorch's FSDP on one GPU (world size 1: this machine's GPU, or the first of
+# several), fp32, SGD at the host tests' rate: every step's loss within LOSS_TOL, and the peaks
+# reported. SKIP where dpscale refuses --mode fsdp (its dry run says so), and on the host
+# backend, where PyTorch 1.13 under Python 3.11 cannot import FSDP. PyTorch's FSDP on a world
+# of one runs as NO_SHARD (it warns so), one unsharded copy: its peak is reported, not held to
+# a goal. ~3 s and ~15 s.
+ngpu_fsdp=1
+if dc_step "FSDP against PyTorch's FSDP on the GPU" 25 "${fsdp_figs[@]}"; then
+  if [ "$host" = 1 ]; then
+    skip_all "not a GPU figure: PyTorch's FSDP needs PyTorch 2.x (1.13 under Python 3.11 cannot import it)" \
+      "${fsdp_figs[@]}"
+  else
+    run -t 60 -o "$res/fsdp-dry-run.log" "$bin" run --backend "$backend" --mode fsdp \
+      --gpus "$ngpu_fsdp" --model small --dry-run
+    rc=$?
+    if [ "$rc" -eq "$DC_SKIP_RC" ]; then
+      skip_all "skipped (deadline)" "${fsdp_figs[@]}"
+    elif [ "$rc" -ne 0 ]; then
+      skip_all "skipped: dpscale refuses --mode fsdp ($(tail -n 1 "$res/fsdp-dry-run.log"))" \
+        "${fsdp_figs[@]}"
+    else
+      fsdp_pair fsdp "${fsdp_figs[@]}" fp32 --gpus "$ngpu_fsdp" --model small --optimizer sgd \
+        --lr "$lr_sgd" --steps "$fid_steps" --warmup 0
+    fi
+  fi
+fi
 
 # 2. Memory and speed against PyTorch on one GPU, bf16: the per-device allocation peak within
 # 10 % of torch.cuda.max_memory_allocated; the step at most 0.85 x PyTorch's.

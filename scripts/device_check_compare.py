@@ -10,6 +10,14 @@ usage: device_check_compare.py [--rehearsal REASON] COMMAND FIG ARGS...
   losses FIG DPSCALE TORCH PRECISION
         every step's loss (steps.csv) within torch_model.LOSS_TOL (fp32)
         or LOSS_TOL_BF16 (bf16), relative; the same config_id, both runs ok
+  sharded_losses FIG DPSCALE TORCH PRECISION
+        losses, for a sharded mode (dpscale --mode fsdp against
+        torch_reference.py --mode ddp --fsdp, ddp's config_id): the runs
+        matched by their columns (model, devices, batch, precision,
+        optimizer, rate, steps, seed) instead of their config_id
+  sharded_memory FIG DPSCALE TORCH
+        INFO: each device's peak, dpscale's memory.csv (its categories by
+        kind) against PyTorch's torch.cuda.max_memory_allocated
   memory FIG DPSCALE TORCH MAX_FRACTION
         each device's alloc_peak_bytes (devices.csv) within MAX_FRACTION of
         PyTorch's torch.cuda.max_memory_allocated
@@ -32,6 +40,7 @@ usage: device_check_compare.py [--rehearsal REASON] COMMAND FIG ARGS...
 --rehearsal REASON: the figure is computed, but recorded SKIP with REASON
 (on the host backend, where a GPU figure means nothing).
 """
+import csv
 import os
 import sys
 
@@ -104,19 +113,55 @@ def losses_of(folder):
 
 
 def cmd_losses(fig, dps, tor, precision):
-    from dpstools import torch_model  # numpy: imported by the one figure that needs it
+    d, t = ok_runs(dps, tor)
+    same_config(d, t, dps, tor)
+    loss_line(fig, dps, tor, precision, d["config_id"])
+
+
+# The columns that make two runs the same training whatever their modes' names.
+SAME_RUN = ("model", "ngpus", "global_batch", "precision", "optimizer", "lr", "steps", "warmup",
+            "seed")
+
+
+def plain_run(folder):
+    """runs.csv's last row read as plain CSV, ok: dpscale's sharded modes may be
+    newer than the modes dpstools.results checks runs.csv's mode against."""
+    path = os.path.join(folder, "runs.csv")
+    if not os.path.exists(path):
+        raise Missing(f"no {path} (the run wrote no results: see device-check.log)")
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    if not rows:
+        raise Missing(f"{path} has no rows")
+    r = rows[-1]
+    if r.get("status") != "ok":
+        raise Missing(f"{folder}: status {r.get('status')} ({r.get('error') or 'no error given'})")
+    return r
+
+
+def cmd_sharded_losses(fig, dps, tor, precision):
+    d, t = plain_run(dps), plain_run(tor)
+    differ = [c for c in SAME_RUN if d.get(c) != t.get(c)]
+    if differ:
+        raise Missing(f"dpscale ran {d.get('config_id')} ({dps}), PyTorch {t.get('config_id')} "
+                      f"({tor}): {', '.join(f'{c} {d.get(c)} and {t.get(c)}' for c in differ)} "
+                      f"differ; give both the same options")
+    loss_line(fig, dps, tor, precision, f"{d['config_id']} against {t['config_id']}")
+
+
+def loss_line(fig, dps, tor, precision, what):
+    """The figure of every step's loss of DPS against TOR's within PRECISION's tolerance."""
+    from dpstools import torch_model  # numpy: imported by the figures that need it
     tol = {"bf16": torch_model.LOSS_TOL_BF16,
            "fp16": torch_model.LOSS_TOL_FP16}.get(precision, torch_model.LOSS_TOL)
     goal = f"every step within {tol:g} relative"
-    d, t = ok_runs(dps, tor)
-    same_config(d, t, dps, tor)
     mine, ref = losses_of(dps), losses_of(tor)
     if len(mine) != len(ref) or not ref:
         raise Missing(f"{len(mine)} steps in {dps}/steps.csv, {len(ref)} in {tor}/steps.csv")
     rel = [abs(a - b) / abs(b) if b else abs(a) for a, b in zip(mine, ref)]
     k = max(range(len(rel)), key=rel.__getitem__)
     line(fig, f"{rel[k]:.3g} at step {k} of {len(ref)} (dpscale {mine[k]:.6g}, torch "
-              f"{ref[k]:.6g}; {d['config_id']})", goal, "PASS" if rel[k] <= tol else "FAIL",
+              f"{ref[k]:.6g}; {what})", goal, "PASS" if rel[k] <= tol else "FAIL",
          f"dpscale's loss ({dps}/steps.csv) leaves PyTorch's ({tor}/steps.csv): run the same "
          f"configuration in fp32 on the host (meson test --suite torch) to tell a CUDA kernel "
          f"from the model or optimizer")
@@ -144,6 +189,31 @@ def cmd_memory(fig, dps, tor, frac):
     line(fig, "; ".join(parts), goal, "PASS" if worst <= frac else "FAIL",
          f"the categories at the peak are in dpscale's summary.txt ({dps}); PyTorch's peak is "
          f"max_memory_allocated over the whole run, cuBLAS's workspace included")
+
+
+def cmd_sharded_memory(fig, dps, tor):
+    for folder in (dps, tor):
+        plain_run(folder)  # both ended ok
+    cats = table(dps, "memory.csv", ["device", "kind", "bytes_at_peak"])
+    ref = {r["device"]: num(r, "alloc_peak_bytes")
+           for r in table(tor, "devices.csv", ["device", "alloc_peak_bytes"])}
+    mine = {}
+    for r in cats:
+        kinds = mine.setdefault(r["device"], {})
+        kinds[r["kind"]] = kinds.get(r["kind"], 0) + num(r, "bytes_at_peak")
+    if sorted(mine) != sorted(ref):
+        raise Missing(f"devices {sorted(mine)} in {dps}/memory.csv, {sorted(ref)} in "
+                      f"{tor}/devices.csv")
+    mib = 2 ** 20
+    parts = []
+    for dev in sorted(mine, key=int):
+        total, kinds = sum(mine[dev].values()), mine[dev]
+        by_size = sorted(kinds.items(), key=lambda kv: -kv[1])
+        top = ", ".join(f"{k} {v / mib:.2f}" for k, v in by_size)
+        diff = f"; {(total - ref[dev]) / ref[dev] * 100:+.1f} %" if ref[dev] > 0 else ""
+        parts.append(f"device {dev}: dpscale {total / mib:.2f} MiB at its peak ({top} MiB), "
+                     f"torch max_memory_allocated {ref[dev] / mib:.2f} MiB{diff}")
+    line(fig, "; ".join(parts), "reported", "INFO")
 
 
 def cmd_step(fig, dps, tor, ratio):
@@ -236,7 +306,9 @@ def cmd_fault(fig, folder, status, want_rc, rc, seconds, max_seconds):
          f"{folder}/runs.csv: the failure did not end the run as it should")
 
 
-COMMANDS = {"losses": (cmd_losses, 4), "memory": (cmd_memory, 4), "step": (cmd_step, 4),
+COMMANDS = {"losses": (cmd_losses, 4), "sharded_losses": (cmd_sharded_losses, 4),
+            "sharded_memory": (cmd_sharded_memory, 3), "memory": (cmd_memory, 4),
+            "step": (cmd_step, 4),
             "tflops": (cmd_tflops, 3), "nongemm": (cmd_nongemm, 3), "overlap": (cmd_overlap, 3),
             "fault": (cmd_fault, 7)}
 

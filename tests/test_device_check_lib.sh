@@ -234,6 +234,30 @@ with open(path, "w", newline="") as out:
 PY
 }
 
+# A copy of results folder $1 as $2 labelled as mode $3 (a sharded mode dpscale has and
+# dpstools.results may not know): config_id's first word in every file, runs.csv's mode.
+relabel() {
+  cp -r "$1" "$2"
+  "$py" - "$2" "$3" <<'PY' || fail "could not relabel $2"
+import csv, os, sys
+folder, mode = sys.argv[1], sys.argv[2]
+for name in os.listdir(folder):
+    if not name.endswith(".csv"):
+        continue
+    path = os.path.join(folder, name)
+    reader = csv.DictReader(open(path, newline=""))
+    rows = list(reader)
+    for r in rows:
+        r["config_id"] = mode + "-" + r["config_id"].split("-", 1)[1]
+        if name == "runs.csv":
+            r["mode"] = mode
+    with open(path, "w", newline="") as out:
+        w = csv.DictWriter(out, fieldnames=reader.fieldnames, lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+PY
+}
+
 # device_check_compare.py's figures: each passes on a folder against itself or within its
 # goal, and fails on an altered copy, a missing file or another configuration.
 case_compare() {
@@ -253,9 +277,26 @@ case_compare() {
   [[ $out == *$'\tevery step within 0.02 relative\tPASS' ]] || fail "losses 1e-4 off, bf16 tolerance: $out"
   out=$("${c[@]}" losses L "$o/adamw" "$o/a" fp32)
   [[ $out == $'L\tno figure: '*"not the same configuration"*$'\tFAIL' ]] || fail "losses, other optimizer: $out"
+  # a sharded mode against PyTorch's ddp-labelled run: matched by columns, not config_id
+  relabel "$o/a" "$o/fsdp" fsdp
+  out=$("${c[@]}" sharded_losses L "$o/fsdp" "$o/a" fp32)
+  [[ $out == $'L\t0 at step 0 of 4 ('*"; fsdp-small-fp32-sgd-g1-b16 against dp-small-"*$'\tevery step within 1e-05 relative\tPASS' ]] \
+    || fail "sharded_losses, itself relabelled: $out"
+  out=$("${c[@]}" sharded_losses L "$o/fsdp" "$o/loss" fp32)
+  [[ $out == $'L\t0.0001 at step 2 of 4 '*$'\tFAIL' ]] || fail "sharded_losses 1e-4 off: $out"
+  out=$("${c[@]}" sharded_losses L "$o/fsdp" "$o/adamw" fp32)
+  [[ $out == $'L\tno figure: '*"optimizer sgd and adamw"*"differ"*$'\tFAIL' ]] \
+    || fail "sharded_losses, other optimizer: $out"
+  out=$("${c[@]}" sharded_losses L "$o/nothing" "$o/a" fp32)
+  [[ $out == $'L\tno figure: no '*"runs.csv"*$'\tFAIL' ]] || fail "sharded_losses, no folder: $out"
+  out=$("${c[@]}" sharded_memory P "$o/fsdp" "$o/a")
+  [[ $out == $'P\tdevice 0: dpscale '*" MiB at its peak ("*"parameters "*"), torch max_memory_allocated "*$'; +0.0 %\treported\tINFO' ]] \
+    || fail "sharded_memory, memory.csv against its own devices.csv: $out"
   out=$("${c[@]}" memory M "$o/a" "$o/a" 0.10)
   [[ $out == $'M\tdevice 0 +0.0 % (dpscale '*$'\teach device within 10 %\tPASS' ]] || fail "memory, itself: $out"
   alter "$o/a" "$o/mem" devices.csv alloc_peak_bytes 1.2
+  out=$("${c[@]}" sharded_memory P "$o/fsdp" "$o/mem")
+  [[ $out == *$'; -16.7 %\treported\tINFO' ]] || fail "sharded_memory, PyTorch's peak 20 % more: $out"
   out=$("${c[@]}" memory M "$o/mem" "$o/a" 0.10)
   [[ $out == $'M\tdevice 0 +20.0 % '*$'\tFAIL' ]] || fail "memory 20 % more: $out"
   out=$("${c[@]}" memory M "$o/a" "$o/mem" 0.20)
