@@ -46,9 +46,8 @@ except ImportError as e:
     print(f"skipped: {e} (install python3-numpy)")
     sys.exit(77)
 
-# dpscale's side of the comparison. Until dpscale has --mode zero1 it is ddp,
-# which ZeRO-1 trains as; the change that adds the mode makes this "zero1".
-DPSCALE_MODE = "ddp"
+# dpscale's side of the comparison.
+DPSCALE_MODE = "zero1"
 STEPS = str(tr.FIDELITY_STEPS)
 LR = {k: str(v) for k, v in tr.FIDELITY_LR.items()}
 TINY_PARAMS = tr.param_count(2, 64, 4, 16)  # the tiny preset (src/model/model.c)

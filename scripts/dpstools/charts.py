@@ -18,7 +18,10 @@ from dpstools.results import InputError, integer, number
 # A line's colour (results.line: the strategy, ddp with --no-sync off apart) and its
 # marker by accumulation (accum N: N micro-batches per optimizer step).
 MODE_COLOR = {"dp": "#d62728", "dp-lean": "#ff9896", "ddp": "#1f77b4", "ddp-lean": "#aec7e8",
-              "ddp-syncall": "#2ca02c", "ddp-lean-syncall": "#98df8a"}
+              "ddp-syncall": "#2ca02c", "ddp-lean-syncall": "#98df8a",
+              "zero1": "#9467bd", "zero1-lean": "#c5b0d5", "zero1-syncall": "#8c564b",
+              "zero1-lean-syncall": "#c49c94", "zero2": "#ff7f0e", "zero2-lean": "#ffbb78",
+              "fsdp": "#17becf", "fsdp-lean": "#9edae5"}
 ACCUM_MARKER = {1: "o", 2: "s", 4: "^", 8: "D", 16: "v"}
 ACCUM_NOTE = ("accum N: N micro-batches per optimizer step (marker ○ 1, □ 2, △ 4, ◇ 8); "
               "-syncall: ddp with --no-sync off, every micro-step all-reduced")

@@ -25,9 +25,11 @@ BUCKETS_COLS = ["config_id", "rank", "bucket", "micro_step"]
 STEPS_COLS = ["config_id", "step", "rank", "step_ms", "skipped", "loss_scale"]
 PHASE_ORDER = ["load", "replicate", "scatter", "forward", "gather", "loss", "backward",
                "reduce", "allreduce_exposed", "unscale", "optimizer"]
-STRATEGIES = ("dp", "dp-lean", "ddp", "ddp-lean")  # strategy()'s names, in the order drawn
+# strategy()'s names, in the order drawn
+STRATEGIES = ("dp", "dp-lean", "ddp", "ddp-lean", "zero1", "zero1-lean", "zero2", "zero2-lean",
+              "fsdp", "fsdp-lean")
 # line()'s names, in the order drawn: the strategies, then ddp's with --no-sync off
-LINES = STRATEGIES + ("ddp-syncall", "ddp-lean-syncall")
+LINES = STRATEGIES + ("ddp-syncall", "ddp-lean-syncall", "zero1-syncall", "zero1-lean-syncall")
 FAILED = "Failed configurations"  # summary.md's section of the configurations not drawn
 
 

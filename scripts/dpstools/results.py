@@ -127,7 +127,10 @@ COUNT = Kind(number=True, whole=True, least=0)
 COUNT_1 = Kind(number=True, whole=True, least=1)
 # A run's status (dps_status_name in src/core/err.c) and mode (src/core/names.c).
 STATUS = Kind(words=("ok", "oom", "error", "timeout", "skipped"))
-MODE = Kind(words=("dp", "ddp"))
+# The strategies (dps_mode_names in src/core/names.c; core/strategy.h describes each).
+MODE = Kind(words=("dp", "ddp", "zero1", "zero2", "fsdp"))
+# The strategies with DDP's buckets, whose runs have bucket_mb, overlap and no_sync.
+BUCKETED = ("ddp", "zero1")
 # ddp's --no-sync (empty for dp), and a step skipped by the GradScaler or not.
 NO_SYNC = Kind(words=("on", "off"), empty=True)
 SKIPPED = Kind(words=("0", "1"), empty=True)
@@ -187,14 +190,18 @@ SCHEMA = {
     "memory.csv": [("config_id", NAME), ("device", COUNT), ("device_index", COUNT),
                    ("category", TEXT), ("kind", TEXT), ("bytes_at_peak", COUNT),
                    ("peak_phase", NAME)],
-    # ddp's buckets over the traced steps, a row per rank, micro-step (0-based) and bucket
-    # all-reduced in it: when each was ready and its all-reduce began, ms after backward
-    # began (medians), the all-reduce's time; the last two empty on one rank, which runs
-    # no collective.
+    # The collectives of a strategy of a process a device over the traced steps, a row
+    # per rank, micro-step (0-based) and bucket all-reduced in it (ddp, zero1), or per
+    # sharded unit's reduce-scatter or all-gather (bucket: the unit; collective says
+    # which, and phase the phase that issued it: fsdp gathers a unit in forward and
+    # again in backward): when each was ready and its collective began, ms after backward began
+    # (medians), the collective's time; the last two empty on one rank, which runs no
+    # collective. Folders before the sharded strategies have no collective column.
     "buckets.csv": [("config_id", NAME), ("rank", COUNT), ("bucket", COUNT),
                     ("micro_step", COUNT.or_empty()), ("bytes", COUNT),
                     ("ready_ms", NUMBER), ("allreduce_begin_ms", NUMBER.or_empty()),
-                    ("allreduce_ms", AT_LEAST_0.or_empty()), ("traced_steps", COUNT_1)],
+                    ("allreduce_ms", AT_LEAST_0.or_empty()), ("traced_steps", COUNT_1),
+                    ("collective", COLLECTIVE), ("phase", NAME)],
     "links.csv": [("src", NAME), ("dst", NAME), ("method", NAME), ("bytes", COUNT),
                   ("bw_gbps", ABOVE_0.or_empty()), ("latency_us", AT_LEAST_0.or_empty()),
                   ("status", TEXT), ("backend", TEXT), ("emulated", COUNT)],
@@ -235,8 +242,8 @@ KINDS = {name: dict(SCHEMA[name] + OPTIONAL_SCHEMA.get(name, [])) for name in SC
 
 
 def ddp_on(row):
-    """no_sync's default: on for ddp, empty for dp."""
-    return "on" if row.get("mode") == "ddp" else ""
+    """no_sync's default: on for the strategies with buckets, empty for the others."""
+    return "on" if row.get("mode") in BUCKETED else ""
 
 
 def zero_unless_skipped(row):
@@ -252,13 +259,13 @@ DEFAULTS = {
     "runs.csv": {"accum": "1", "no_sync": ddp_on, "skipped_steps": ""},
     "steps.csv": {"micro_steps": "1", "skipped": "0", "loss_scale": "", "unscale_ms": "0"},
     "allreduce.csv": {"op": "all-reduce"},
-    "buckets.csv": {"micro_step": "0"},
+    "buckets.csv": {"micro_step": "0", "collective": "all-reduce", "phase": "backward"},
     "predictions.csv": {"accum": "1", "no_sync": ddp_on, "unscale_ms": zero_unless_skipped},
 }
 # The columns that name a row: no two rows of a file name the same thing.
 KEYS = {"runs.csv": ["config_id"], "steps.csv": ["config_id", "step", "rank"],
         "devices.csv": ["config_id", "device"], "phases.csv": ["config_id", "device", "phase"],
-        "buckets.csv": ["config_id", "rank", "micro_step", "bucket"],
+        "buckets.csv": ["config_id", "rank", "micro_step", "bucket", "collective", "phase"],
         "links.csv": ["src", "dst", "method", "bytes"],  # links: one row per path and copy size
         "predictions.csv": ["machine", "workload", "source", "mode", "ngpus", "accum", "no_sync"]}
 # What to do about two rows with the same key, where it is not the results folder's remedy.
@@ -610,10 +617,8 @@ def number(row, col, allow_empty=False):
 
 def strategy(run):
     """The line a run belongs to: its mode, and each mode's lean variant apart."""
-    for lean in ("dp-lean", "ddp-lean"):
-        if run["config_id"].startswith(lean + "-"):
-            return lean
-    return run["mode"]
+    lean = run["mode"] + "-lean"
+    return lean if run["config_id"].startswith(lean + "-") else run["mode"]
 
 
 def accum(row):
@@ -625,7 +630,7 @@ def accum(row):
 def no_sync(row):
     """ddp's --no-sync, on or off (on where the file has no such column); ''
     for dp."""
-    if row.get("mode") != "ddp":
+    if row.get("mode") not in BUCKETED:
         return ""
     return row.get("no_sync") or "on"
 

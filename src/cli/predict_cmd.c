@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "core/strategy.h"
 #include "predict/predict_calib.h"
 #include "predict/predict_out.h"
 #include "core/util.h"
@@ -112,8 +113,20 @@ static dps_status predict_all(cli_args *a, const predict_inputs *in, predict_row
     return DPS_OK;
 }
 
+/* The strategies the model predicts: dp's and ddp's (the sharded ones' not yet). */
+static dps_status modes_predicted(const cli_args *a)
+{
+    for (int i = 0; i < a->sweep_modes_n; i++)
+        if (dps_strategy_of(a->sweep_modes[i])->shard)
+            return dps_fail(DPS_ERR_USAGE, "--modes %s: predict models dp and ddp only so far; "
+                            "measure %s with `dpscale run --mode %s`", dps_mode_name(a->sweep_modes[i]),
+                            dps_mode_name(a->sweep_modes[i]), dps_mode_name(a->sweep_modes[i]));
+    return DPS_OK;
+}
+
 static dps_status run_predict(cli_args *a, predict_inputs *in)
 {
+    DPS_TRY(modes_predicted(a));
     DPS_TRY(load_inputs(a, in));
     DPS_TRY(accumulation(a, in));
     predict_row *rows = calloc((size_t)(in->nw * MODE_COUNT * a->sweep_ngpus_n), sizeof *rows);

@@ -140,18 +140,6 @@ dps_status comm_all_gather(comm *c, void *buf, size_t n, comm_dtype dt)
 
 const char *const comm_op_names[COMM_OP_COUNT] = {"all-reduce", "reduce-scatter", "all-gather"};
 
-/* The blocking collective op, for comm_async.c's thread (NULL: none). */
-comm_blocking_fn comm_blocking(const comm *c, comm_op op)
-{
-    switch (op) {
-    case COMM_ALLREDUCE: return c->ops->allreduce;
-    case COMM_REDUCE_SCATTER: return c->ops->reduce_scatter;
-    case COMM_ALL_GATHER: return c->ops->all_gather;
-    case COMM_OP_COUNT: break;
-    }
-    return NULL;
-}
-
 dps_status comm_collective_async(comm *c, comm_op op, void *buf, size_t n, comm_dtype dt,
                                  be_event *after, int *ticket)
 {

@@ -15,10 +15,15 @@ typedef struct comm_impl {
 } comm_impl;
 
 extern const comm_impl comm_shm_impl;
-/* A blocking collective of the table, and the one that runs op (comm.c;
- * NULL where the implementation has none). */
+/* A blocking collective of the table, and the one that runs op (NULL
+ * where the implementation has none). */
 typedef dps_status (*comm_blocking_fn)(comm *c, void *buf, size_t n, comm_dtype dt);
-comm_blocking_fn comm_blocking(const comm *c, comm_op op);
+static inline comm_blocking_fn comm_blocking(const comm *c, comm_op op)
+{
+    return op == COMM_ALLREDUCE ? c->ops->allreduce
+         : op == COMM_REDUCE_SCATTER ? c->ops->reduce_scatter
+         : op == COMM_ALL_GATHER ? c->ops->all_gather : NULL;
+}
 
 /* comm_async.c: the thread that runs a blocking implementation's async
  * collectives in issue order (comm.c calls these). */

@@ -37,7 +37,9 @@ const settings_entry settings_table[SET_COUNT] = {
         .cmds = TRAIN, .list_cmds = SETTINGS_SWEEP,
         .flag = "mode", .key = "modes", .type = SETTINGS_WORD, WORDS(dps_mode_names),
         .cli_max = MODE_COUNT, .suite_max = MODE_COUNT, DEFAULT_INT(MODE_DP),
-        .help = "dp = DataParallel, ddp = DistributedDataParallel; sweep: a list, both if not given"},
+        .help = "dp = DataParallel, ddp = DistributedDataParallel, zero1 = DDP with "
+                "ZeroRedundancyOptimizer, zero2 = gradients sharded too, fsdp = FSDP FULL_SHARD; "
+                "sweep: a list, dp and ddp if not given"},
     [SET_GPUS] = {
         .cmds = TRAIN | SETTINGS_COMM_BENCH | SETTINGS_LINKS,
         .list_cmds = SETTINGS_SWEEP | SETTINGS_COMM_BENCH,

@@ -32,6 +32,7 @@ typedef struct tl_span {
     int micro;       /* the micro-step whose gradients it all-reduced */
     int op;          /* the collective (comm_op: 0 all-reduce, 1 reduce-scatter, 2 all-gather);
                         bucket is then a sharded strategy's unit */
+    int phase;       /* the dps_phase that issued it (ddp's buckets: backward) */
 } tl_span;
 
 typedef struct timeline {

@@ -530,7 +530,7 @@ static void memory_rows(csv_buf *b, const dps_config *c, const train_result *res
 
 static const char *const buckets_cols[] = {
     "config_id", "rank", "bucket", "micro_step", "bytes", "ready_ms", "allreduce_begin_ms",
-    "allreduce_ms", "traced_steps", "collective"};
+    "allreduce_ms", "traced_steps", "collective", "phase"};
 
 /* The medians over the traced steps of rank's bucket i: when it was ready
  * and its all-reduce began, after backward began, and the all-reduce's time. */
@@ -575,6 +575,7 @@ static void buckets_rows(csv_buf *b, const dps_config *c, const train_result *re
             csv_num(b, tl->nranks > 1 ? m[2] : NAN, 4);
             csv_int(b, tl->steps);
             csv_str(b, dps_collective_names[timeline_spans(tl, 0, r)[i].op]);
+            csv_str(b, dps_phase_names[timeline_spans(tl, 0, r)[i].phase]);
             csv_end_row(b);
         }
     }

@@ -508,9 +508,12 @@ static dps_status trace_units(ddp_rank *R, int t)
     for (int i = 0; i < n; i++) {
         const comm_span *sp = &R->spans.span[i];
         int ar = sp->op == COMM_ALLREDUCE;
-        int unit = ar ? i % R->nbk : (k < R->shard.nissued ? R->shard.issued_unit[k++] : -1);
+        int known = !ar && k < R->shard.nissued;
+        int unit = ar ? i % R->nbk : known ? R->shard.issued_unit[k] : -1;
+        int phase = known ? R->shard.issued_phase[k] : PH_BACKWARD;
+        k += !ar;
         dst[i] = (tl_span){sp->begin_ms, sp->ms, sp->bytes, unit, sp->begin_ms,
-                           R->cfg->accum - 1, (int)sp->op};
+                           R->cfg->accum - 1, (int)sp->op, phase};
     }
     ddp_shared_tl_nspans(sh, R->rank)[t] = n;
     return DPS_OK;
@@ -533,7 +536,7 @@ static dps_status trace_read(ddp_rank *R, int k)
     for (int i = 0; i < n; i++) { /* bucket = issue order within a micro-step */
         const comm_span *sp = &R->spans.span[i];
         dst[i] = (tl_span){sp->begin_ms, sp->ms, sp->bytes, i % R->nbk, 0.0,
-                           first_micro + i / R->nbk, 0};
+                           first_micro + i / R->nbk, 0, PH_BACKWARD};
     }
     int nb = R->nbk_ev < sh->max_spans ? R->nbk_ev : sh->max_spans;
     for (int e = 0; e < nb; e++) {
@@ -542,7 +545,7 @@ static dps_status trace_read(ddp_rank *R, int k)
         DPS_TRY(R->be->ops->event_ms(R->be, R->timers[0].ref[0], R->bk_ev[e], &ready));
         if (e >= n) /* one rank: no collective ran */
             dst[e] = (tl_span){ready, 0.0, (R->bk[b].hi - R->bk[b].lo) * sizeof(float), b, 0.0,
-                               first_micro + e / R->nbk, 0};
+                               first_micro + e / R->nbk, 0, PH_BACKWARD};
         dst[e].ready_ms = ready;
     }
     ddp_shared_tl_nspans(sh, R->rank)[t] = n > nb ? n : nb;

@@ -40,10 +40,12 @@ size_t shard_floats(const net *n, int nranks, int rank)
     return total;
 }
 
-/* An async collective of unit u issued: its unit kept for the trace. */
-static void note_issued(shard_rank *S, int ticket, int u)
+/* An async collective of unit u issued in phase ph: kept for the trace. */
+static void note_issued(shard_rank *S, int ticket, int u, dps_phase ph)
 {
-    if (ticket >= 0 && S->nissued < S->max_issued) S->issued_unit[S->nissued++] = u;
+    if (ticket < 0 || S->nissued >= S->max_issued) return;
+    S->issued_phase[S->nissued] = (int)ph;
+    S->issued_unit[S->nissued++] = u;
 }
 
 static size_t unit_len(const shard_rank *S, int u)
@@ -112,7 +114,8 @@ dps_status shard_open(shard_rank *S)
     }
     S->max_issued = shard_max_collectives(S->level, S->net->nunits, 0, S->cfg->accum, 1) + 1;
     S->issued_unit = calloc((size_t)S->max_issued, sizeof *S->issued_unit);
-    if (!S->issued_unit) return dps_fail(DPS_ERR_RUNTIME, "rank %d: out of host memory", S->rank);
+    S->issued_phase = calloc((size_t)S->max_issued, sizeof *S->issued_phase);
+    if (!S->issued_unit || !S->issued_phase) return dps_fail(DPS_ERR_RUNTIME, "rank %d: out of host memory", S->rank);
     S->window = (net_window){shard_enter, S, NULL};
     return DPS_OK;
 }
@@ -136,7 +139,8 @@ void shard_close(shard_rank *S)
     be_buf_free(be, &S->opt_state[0]);
     be_buf_free(be, &S->opt_state[1]);
     free(S->issued_unit);
-    S->issued_unit = NULL;
+    free(S->issued_phase);
+    S->issued_unit = S->issued_phase = NULL;
     free(S->own_lo);
     free(S->own_hi);
     free(S->shard_at);
@@ -170,7 +174,7 @@ static dps_status reuse(shard_rank *S, shard_slot *s)
 
 /* Unit u's chunk of this rank into slot s, then the slot's all-gather,
  * after it on the stream. */
-static dps_status issue_gather(shard_rank *S, shard_slot *s, int u)
+static dps_status issue_gather(shard_rank *S, shard_slot *s, int u, dps_phase ph)
 {
     const be_ops *o = S->be->ops;
     size_t n = S->own_hi[u] - S->own_lo[u];
@@ -182,7 +186,7 @@ static dps_status issue_gather(shard_rank *S, shard_slot *s, int u)
     S->gather_bytes += (double)unit_len(S, u) * sizeof(float);
     DPS_TRY(comm_collective_async(S->comm, COMM_ALL_GATHER, s->buf.ptr, unit_len(S, u), COMM_F32,
                                   s->ev, &s->ticket));
-    note_issued(S, s->ticket, u);
+    note_issued(S, s->ticket, u, ph);
     return DPS_OK;
 }
 
@@ -195,12 +199,13 @@ static shard_slot *holding(shard_slot *slots, int n, int unit)
 
 /* Unit u's parameters gathered (or being gathered) into a slot other than
  * `keep`'s, the one the running unit reads. */
-static dps_status gather(shard_rank *S, int u, const shard_slot *keep, shard_slot **out)
+static dps_status gather(shard_rank *S, int u, const shard_slot *keep, dps_phase ph,
+                         shard_slot **out)
 {
     shard_slot *s = holding(S->pslot, S->npslots, u);
     for (int i = 0; !s && i < S->npslots; i++)
         if (&S->pslot[i] != keep) s = &S->pslot[i];
-    if (s->unit != u) DPS_TRY(issue_gather(S, s, u));
+    if (s->unit != u) DPS_TRY(issue_gather(S, s, u, ph));
     *out = s;
     return DPS_OK;
 }
@@ -216,10 +221,11 @@ static dps_status shard_enter(void *ctx, int unit, int backward, const float **p
     size_t lo = S->net->units[unit].lo;
     if (S->level == SHARD_PARAMETERS) {
         shard_slot *s, *next;
-        DPS_TRY(gather(S, unit, NULL, &s));
+        dps_phase ph = backward ? PH_BACKWARD : PH_FORWARD;
+        DPS_TRY(gather(S, unit, NULL, ph, &s));
         DPS_TRY(comm_wait_ticket(S->comm, S->st, s->ticket));
         *params = (const float *)FLOATS(s->buf) - lo;
-        if (backward && unit > 0) DPS_TRY(gather(S, unit - 1, s, &next)); /* BACKWARD_PRE */
+        if (backward && unit > 0) DPS_TRY(gather(S, unit - 1, s, ph, &next)); /* BACKWARD_PRE */
     }
     if (!backward || S->level < SHARD_GRADIENTS) return DPS_OK;
     shard_slot *g;
@@ -288,7 +294,7 @@ static dps_status launch_rs(shard_rank *S, int u)
     S->rs_bytes += (double)n * sizeof(float);
     DPS_TRY(comm_collective_async(S->comm, COMM_REDUCE_SCATTER, s->buf.ptr, n, COMM_F32, s->ev,
                                   &s->ticket));
-    note_issued(S, s->ticket, u);
+    note_issued(S, s->ticket, u, PH_BACKWARD);
     return DPS_OK;
 }
 
@@ -334,7 +340,7 @@ dps_status shard_optimizer(shard_rank *S, float *params, const float *grads, dps
         int ticket;
         DPS_TRY(comm_collective_async(S->comm, COMM_ALL_GATHER, params + S->net->units[u].lo,
                                       unit_len(S, u), COMM_F32, S->unit_ev[u], &ticket));
-        note_issued(S, ticket, u);
+        note_issued(S, ticket, u, PH_OPTIMIZER);
         S->gather_bytes += (double)unit_len(S, u) * sizeof(float);
     }
     return comm_wait_async(S->comm, S->st);

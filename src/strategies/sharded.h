@@ -52,7 +52,8 @@ typedef struct shard_rank {
     be_event **unit_ev;       /* ZeRO-1 and ZeRO-2: per unit, before its parameters' all-gather */
     net_window window;
     double gather_bytes, rs_bytes; /* a step's, this rank's buffers' */
-    int *issued_unit;         /* the step's async collectives' units, in issue order */
+    int *issued_unit;         /* the step's async collectives' units, in issue order, */
+    int *issued_phase;        /* and the phase that issued each (dps_phase) */
     int nissued, max_issued;
 } shard_rank;
 

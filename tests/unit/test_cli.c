@@ -72,7 +72,7 @@ static void test_cli(void)
     expect_usage("run --batch 2.5", "--batch 2.5:");
     expect_usage("run --model nope", "--model nope: unknown preset");
     expect_usage("run --precision fp8", "--precision fp8: expected one of: fp32, bf16");
-    expect_usage("run --mode fsdp", "--mode fsdp: expected one of: dp, ddp");
+    expect_usage("run --mode zero4", "--mode zero4: expected one of: dp, ddp, zero1, zero2, fsdp");
     expect_usage("run --inject-fault 1:3", "--inject-fault 1:3: expected RANK:STEP:exit");
     expect_usage("run --inject-fault 1:3:crash", "--inject-fault 1:3:crash:");
     expect_usage("run --inject-fault x:3:exit", "--inject-fault x:3:exit:");

@@ -143,7 +143,7 @@ static void test_settings(void)
     expect_same_refusal("run --batch-per-gpu 16777217", "batch_per_gpu = 16777217\n");
     expect_same_refusal("run --precision fp8", "precisions = fp8\n");
     expect_same_refusal("run --optimizer lion", "optimizers = lion\n");
-    expect_same_refusal("sweep --mode fsdp", "modes = fsdp\n");
+    expect_same_refusal("sweep --mode zero4", "modes = zero4\n");
     expect_same_refusal("sweep --mode dp,dp", "modes = dp, dp\n");
     expect_same_refusal("sweep --gpus 2,2", "gpus = 2, 2\n");
     expect_same_refusal("sweep --model tiny,tiny", "models = tiny, tiny\n");

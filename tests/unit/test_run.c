@@ -139,7 +139,7 @@ static void test_suite(void)
 /* One made-up span of rank r in traced step t. */
 static void put_span(timeline *tl, int t, int r, int i, double begin_ms, double ms, uint64_t bytes)
 {
-    timeline_spans(tl, t, r)[i] = (tl_span){begin_ms, ms, bytes, i, 0.0, 0, 0};
+    timeline_spans(tl, t, r)[i] = (tl_span){begin_ms, ms, bytes, i, 0.0, 0, 0, PH_BACKWARD};
     if (*timeline_nspans(tl, t, r) <= i) *timeline_nspans(tl, t, r) = i + 1;
 }
 
