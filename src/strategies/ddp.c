@@ -421,6 +421,7 @@ static dps_status phase_optimizer(ddp_rank *R)
 static dps_status micro_step(ddp_rank *R, int step)
 {
     R->timer = &R->timers[R->micro];
+    R->shard.micro = R->micro;
     R->syncing = R->micro == R->cfg->accum - 1 || !R->cfg->no_sync || units_reduce(R);
     set_phase(R, PH_LOAD);
     dps_status rc = phase_load(R);
@@ -508,12 +509,14 @@ static dps_status trace_units(ddp_rank *R, int t)
     for (int i = 0; i < n; i++) {
         const comm_span *sp = &R->spans.span[i];
         int ar = sp->op == COMM_ALLREDUCE;
-        int known = !ar && k < R->shard.nissued;
-        int unit = ar ? i % R->nbk : known ? R->shard.issued_unit[k] : -1;
-        int phase = known ? R->shard.issued_phase[k] : PH_BACKWARD;
+        const shard_issue *is = !ar && k < R->shard.nissued ? &R->shard.issued[k] : NULL;
+        float ready = (float)sp->begin_ms;
+        if (is && is->ready_set)
+            DPS_TRY(R->be->ops->event_ms(R->be, R->timers[0].ref[0], is->ready, &ready));
         k += !ar;
-        dst[i] = (tl_span){sp->begin_ms, sp->ms, sp->bytes, unit, sp->begin_ms,
-                           R->cfg->accum - 1, (int)sp->op, phase};
+        dst[i] = (tl_span){sp->begin_ms, sp->ms, sp->bytes, ar ? i % R->nbk : is ? is->unit : -1,
+                           ready, is ? is->micro : R->cfg->accum - 1, (int)sp->op,
+                           is ? is->phase : PH_BACKWARD};
     }
     ddp_shared_tl_nspans(sh, R->rank)[t] = n;
     return DPS_OK;

@@ -40,12 +40,25 @@ size_t shard_floats(const net *n, int nranks, int rank)
     return total;
 }
 
-/* An async collective of unit u issued in phase ph: kept for the trace. */
-static void note_issued(shard_rank *S, int ticket, int u, dps_phase ph)
+/* An async collective of unit u issued in phase ph: kept for the trace;
+ * its place in the step's list (-1: not kept). */
+static int note_issued(shard_rank *S, int ticket, int u, dps_phase ph)
 {
-    if (ticket < 0 || S->nissued >= S->max_issued) return;
-    S->issued_phase[S->nissued] = (int)ph;
-    S->issued_unit[S->nissued++] = u;
+    if (ticket < 0 || S->nissued >= S->max_issued) return -1;
+    shard_issue *is = &S->issued[S->nissued];
+    is->unit = u;
+    is->phase = (int)ph;
+    is->micro = S->micro;
+    is->ready_set = 0;
+    return S->nissued++;
+}
+
+/* Issued collective k's ready time: now, on the compute stream (once a step). */
+static dps_status mark_ready(shard_rank *S, int k)
+{
+    if (k < 0 || S->issued[k].ready_set) return DPS_OK;
+    S->issued[k].ready_set = 1;
+    return S->be->ops->event_record(S->be, S->issued[k].ready, S->st);
 }
 
 static size_t unit_len(const shard_rank *S, int u)
@@ -78,7 +91,7 @@ static dps_status add_slot(shard_rank *S, shard_slot *slots, int *n, const char 
         return dps_fail(DPS_ERR_RUNTIME, "rank %d: more than %d units' %s at once", S->rank,
                         SHARD_MAX_SLOTS, what);
     shard_slot *s = &slots[*n];
-    *s = (shard_slot){.unit = -1, .ticket = -1};
+    *s = (shard_slot){.unit = -1, .ticket = -1, .issue = -1};
     DPS_TRY(be_buf_alloc(S->be, S->dev, net_unit_max(S->net) * sizeof(float), what, &s->buf));
     DPS_TRY(S->be->ops->event_create(S->be, S->dev, &s->ev));
     (*n)++;
@@ -113,9 +126,10 @@ dps_status shard_open(shard_rank *S)
             DPS_TRY(S->be->ops->event_create(S->be, S->dev, &S->unit_ev[u]));
     }
     S->max_issued = shard_max_collectives(S->level, S->net->nunits, 0, S->cfg->accum, 1) + 1;
-    S->issued_unit = calloc((size_t)S->max_issued, sizeof *S->issued_unit);
-    S->issued_phase = calloc((size_t)S->max_issued, sizeof *S->issued_phase);
-    if (!S->issued_unit || !S->issued_phase) return dps_fail(DPS_ERR_RUNTIME, "rank %d: out of host memory", S->rank);
+    S->issued = calloc((size_t)S->max_issued, sizeof *S->issued);
+    if (!S->issued) return dps_fail(DPS_ERR_RUNTIME, "rank %d: out of host memory", S->rank);
+    for (int k = 0; k < S->max_issued; k++)
+        DPS_TRY(S->be->ops->event_create(S->be, S->dev, &S->issued[k].ready));
     S->window = (net_window){shard_enter, S, NULL};
     return DPS_OK;
 }
@@ -138,9 +152,10 @@ void shard_close(shard_rank *S)
     be_buf_free(be, &S->grad_shard);
     be_buf_free(be, &S->opt_state[0]);
     be_buf_free(be, &S->opt_state[1]);
-    free(S->issued_unit);
-    free(S->issued_phase);
-    S->issued_unit = S->issued_phase = NULL;
+    for (int k = 0; S->issued && k < S->max_issued; k++)
+        if (S->issued[k].ready) be->ops->event_destroy(be, S->issued[k].ready);
+    free(S->issued);
+    S->issued = NULL;
     free(S->own_lo);
     free(S->own_hi);
     free(S->shard_at);
@@ -186,7 +201,7 @@ static dps_status issue_gather(shard_rank *S, shard_slot *s, int u, dps_phase ph
     S->gather_bytes += (double)unit_len(S, u) * sizeof(float);
     DPS_TRY(comm_collective_async(S->comm, COMM_ALL_GATHER, s->buf.ptr, unit_len(S, u), COMM_F32,
                                   s->ev, &s->ticket));
-    note_issued(S, s->ticket, u, ph);
+    s->issue = note_issued(S, s->ticket, u, ph);
     return DPS_OK;
 }
 
@@ -223,6 +238,7 @@ static dps_status shard_enter(void *ctx, int unit, int backward, const float **p
         shard_slot *s, *next;
         dps_phase ph = backward ? PH_BACKWARD : PH_FORWARD;
         DPS_TRY(gather(S, unit, NULL, ph, &s));
+        DPS_TRY(mark_ready(S, s->issue)); /* the compute needs it now */
         DPS_TRY(comm_wait_ticket(S->comm, S->st, s->ticket));
         *params = (const float *)FLOATS(s->buf) - lo;
         if (backward && unit > 0) DPS_TRY(gather(S, unit - 1, s, ph, &next)); /* BACKWARD_PRE */
@@ -267,7 +283,7 @@ static dps_status grad_slot(shard_rank *S, int u, shard_slot **out)
         DPS_TRY(add_slot(S, S->gslot, &S->ngslots, "unit gradients"));
         s = &S->gslot[S->ngslots - 1];
     }
-    *s = (shard_slot){s->buf, s->ev, u, -1, 1};
+    *s = (shard_slot){s->buf, s->ev, u, -1, 1, -1};
     DPS_TRY(S->be->ops->memset0(S->be, S->st, s->buf.ptr, unit_len(S, u) * sizeof(float)));
     *out = s;
     return DPS_OK;
@@ -294,8 +310,7 @@ static dps_status launch_rs(shard_rank *S, int u)
     S->rs_bytes += (double)n * sizeof(float);
     DPS_TRY(comm_collective_async(S->comm, COMM_REDUCE_SCATTER, s->buf.ptr, n, COMM_F32, s->ev,
                                   &s->ticket));
-    note_issued(S, s->ticket, u, PH_BACKWARD);
-    return DPS_OK;
+    return mark_ready(S, note_issued(S, s->ticket, u, PH_BACKWARD));
 }
 
 dps_status shard_grad_ready(shard_rank *S, size_t ready_lo)
@@ -340,7 +355,7 @@ dps_status shard_optimizer(shard_rank *S, float *params, const float *grads, dps
         int ticket;
         DPS_TRY(comm_collective_async(S->comm, COMM_ALL_GATHER, params + S->net->units[u].lo,
                                       unit_len(S, u), COMM_F32, S->unit_ev[u], &ticket));
-        note_issued(S, ticket, u, PH_OPTIMIZER);
+        DPS_TRY(mark_ready(S, note_issued(S, ticket, u, PH_OPTIMIZER)));
         S->gather_bytes += (double)unit_len(S, u) * sizeof(float);
     }
     return comm_wait_async(S->comm, S->st);
@@ -349,7 +364,7 @@ dps_status shard_optimizer(shard_rank *S, float *params, const float *grads, dps
 void shard_step_end(shard_rank *S)
 {
     for (int i = 0; i < S->npslots; i++) /* the optimizer changed what they gathered */
-        S->pslot[i] = (shard_slot){S->pslot[i].buf, S->pslot[i].ev, -1, -1, 0};
+        S->pslot[i] = (shard_slot){S->pslot[i].buf, S->pslot[i].ev, -1, -1, 0, -1};
     for (int i = 0; i < S->ngslots; i++) S->gslot[i].ticket = -1;
 }
 

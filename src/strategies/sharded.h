@@ -28,7 +28,18 @@ typedef struct shard_slot {
     int unit;          /* the unit it holds; -1: none */
     int ticket;        /* its collective's (comm_wait_ticket); -1: none pending */
     int open;          /* gradients: the unit's backward has begun, not yet reduce-scattered */
+    int issue;         /* its collective's place in the step's issued list; -1: none */
 } shard_slot;
+
+/* One async collective of a step, in issue order, for the trace. */
+typedef struct shard_issue {
+    int unit;
+    int phase;         /* the dps_phase that issued it */
+    int micro;         /* the micro-step that issued it */
+    int ready_set;     /* ready was recorded this step */
+    be_event *ready;   /* on the compute stream: its gradients were ready (reduce-scatter),
+                          or the compute needed its parameters (all-gather) */
+} shard_issue;
 
 typedef struct shard_rank {
     const dps_config *cfg;
@@ -48,12 +59,12 @@ typedef struct shard_rank {
     int npslots, ngslots;
     int next_rs;              /* backward: units at and below it are not reduce-scattered yet */
     size_t ready_lo;
-    int micro;                /* the micro-step: its first zeroes the gradient shard */
+    int micro;                /* the running micro-step (ddp.c sets it): its first copies
+                                 into the gradient shard, later ones add */
     be_event **unit_ev;       /* ZeRO-1 and ZeRO-2: per unit, before its parameters' all-gather */
     net_window window;
     double gather_bytes, rs_bytes; /* a step's, this rank's buffers' */
-    int *issued_unit;         /* the step's async collectives' units, in issue order, */
-    int *issued_phase;        /* and the phase that issued each (dps_phase) */
+    shard_issue *issued;      /* the step's async collectives, in issue order */
     int nissued, max_issued;
 } shard_rank;
 
