@@ -1,17 +1,19 @@
 #!/usr/bin/env python3
 """ddp across emulated hosts: network namespaces with hostnames of their own
 (dpstools/netns.py), joined by shaped veth links; one rank a host, started with
-Open MPI's variables, meeting over Gloo. Usage: test_hosts.py DPSCALE CASE;
+Open MPI's variables (or a torchrun agent a host), meeting over Gloo. Usage: test_hosts.py DPSCALE CASE;
 exit 0 pass, 1 fail, 77 skip (no namespaces here, or no Gloo in the build)."""
 from listing import DPSCALE, exit_if_listing, test
 
 # network namespaces, shaped veth links; root only, else skipped
 TESTS = [test("hosts " + c.replace("_", " "), DPSCALE, c, timeout=300, parallel=c != "shaping")
-         for c in ("gloo", "loopback_master", "shaping", "rank_killed", "rank_hangs")]
+         for c in ("gloo", "loopback_master", "shaping", "rank_killed", "rank_hangs",
+                   "sharded_torchrun")]
 if __name__ == "__main__":
     exit_if_listing(TESTS)  # --list: before the imports below
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -95,6 +97,48 @@ def case_gloo(binary):
         expect("ran on 3 nodes under Open MPI: dps-node0 (ranks 0), dps-node1 (ranks 1), "
                "dps-node2 (ranks 2); gradients moved with Gloo over TCP" in text,
                f"summary.md says nothing of the nodes:\n{text[:1500]}")
+
+
+def torchrun_agents(hosts, torchrun, binary, out, name, port, *extra):
+    """A torchrun agent on each host (one worker each, rank 0's host the
+    rendezvous); their exit codes and stderr, in node order."""
+    agents = []
+    for i in range(hosts.n):
+        cmd = [torchrun, "-r", "2", "-t", "2", "--nnodes", str(hosts.n), "--node_rank", str(i),
+               "--nproc_per_node", "1", "--master_addr", hosts.addr(0), "--master_port", str(port),
+               "--log_dir", os.path.join(out, f"logs-{name}-{i}"), "--no_python", binary,
+               "run", "--backend", "host", "--warmup", "1", *extra, "--out", out, "--name", name]
+        agents.append(hosts.popen(i, cmd, env=dict(os.environ), stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True))
+    return [(a.communicate(timeout=240), a.returncode) for a in agents]
+
+
+def case_sharded_torchrun(binary):
+    """zero1, zero2 and fsdp (SGD and AdamW) across three hosts under
+    torchrun, an agent a host, meeting over Gloo: --check passes, and
+    meta.json says Gloo moved the shards."""
+    torchrun = shutil.which("torchrun")
+    if not torchrun:
+        print("SKIP: no torchrun (python3-torch; scripts/setup.sh --with-torch)")
+        return 77
+    if not usable(binary):
+        return 77
+    runs = [("zero1", "adamw"), ("zero2", "sgd"), ("zero2", "adamw"), ("fsdp", "sgd"),
+            ("fsdp", "adamw")]
+    with tempfile.TemporaryDirectory() as tmp, netns.EmulatedHosts(3, "10gbit") as hosts:
+        for k, (mode, opt) in enumerate(runs):
+            name = f"{mode}-{opt}"
+            got = torchrun_agents(hosts, torchrun, binary, tmp, name, 29800 + k, "--mode", mode,
+                                  "--optimizer", opt, "--model", "tiny", "--steps", "4",
+                                  "--comm", "gloo", "--check")
+            for i, ((_, err), rc) in enumerate(got):
+                expect(rc == 0, f"{name}: torchrun agent on host {i}: exit {rc}\n{err[-3000:]}")
+            folder = read_folder(os.path.join(tmp, name))
+            r = folder[0][0]
+            expect(r["mode"] == mode and r["status"] == "ok" and r["check"] == "pass",
+                   f"{name}: status {r['status']}, check {r['check']}: {r['error']}")
+            expect(folder[4]["launch"].get("collectives") == "gloo",
+                   f"{name}: meta.json launch {folder[4]['launch']}")
 
 
 def allreduce_ms(phases):
@@ -219,7 +263,8 @@ def case_loopback_master(binary):
         expect(runs[0]["check"] == "pass", f"runs {runs}")
 
 
-CASES = {"gloo": case_gloo, "loopback_master": case_loopback_master, "shaping": case_shaping, "rank_killed": case_rank_killed,
+CASES = {"gloo": case_gloo, "sharded_torchrun": case_sharded_torchrun,
+         "loopback_master": case_loopback_master, "shaping": case_shaping, "rank_killed": case_rank_killed,
          "rank_hangs": case_rank_hangs}
 
 if __name__ == "__main__":
