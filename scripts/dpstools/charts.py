@@ -14,6 +14,7 @@ from dpstools.folder import (FAILED, LINES, PHASE_ORDER, any_accum, cannot_write
                              series)
 from dpstools.predicted import panel_of, prediction_errors, predicted_lines
 from dpstools.results import InputError, integer, number
+from dpstools.summary import IN_FLIGHT
 
 # A line's colour (results.line: the strategy, ddp with --no-sync off apart) and its
 # marker by accumulation (accum N: N micro-batches per optimizer step).
@@ -78,6 +79,32 @@ def with_not_drawn(title, folder):
     return f"{title}\n{note}" if note else title
 
 
+def title_lines(fig, lines):
+    """A figure's title of several lines, each wrapped to the figure's width."""
+    width = int(fig.get_figwidth() * 11)  # characters a line holds at the title's size
+    fig.suptitle("\n".join(textwrap.fill(t, width) for t in lines if t))
+
+
+# A strategy as the scaling charts' titles name it (results.MODE's words).
+MODE_NAME = {"dp": "DataParallel (dp)", "ddp": "DistributedDataParallel (ddp)",
+             "zero1": "ZeRO-1 (zero1)", "zero2": "ZeRO-2 (zero2)", "fsdp": "FSDP FULL_SHARD (fsdp)"}
+
+
+def strategies_title(folder):
+    """'DataParallel (dp) vs DistributedDataParallel (ddp)', or the
+    strategies the folder ran, in results.MODE's order."""
+    ran = {r["mode"] for r in folder.runs}
+    if ran <= {"dp", "ddp"}:
+        return "DataParallel (dp) vs DistributedDataParallel (ddp)"
+    names = [MODE_NAME[m] for m in MODE_NAME if m in ran]
+    return ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def dp_note(folder):
+    """DP_NOTE where dp ran, else nothing."""
+    return [DP_NOTE] if any(r["mode"] == "dp" for r in folder.runs) else []
+
+
 def style(scaling):
     return "-" if scaling == "weak" else "--"
 
@@ -128,7 +155,8 @@ def draw_measured(ax, lines, efficiency):
     GPU (of the same line and accum); returns the labels of the lines left
     out for want of one GPU."""
     left_out = []
-    for (mode, n_accum, scaling), pts in sorted(lines.items()):
+    for (mode, n_accum, scaling), pts in sorted(lines.items(), key=lambda kv: (
+            LINES.index(kv[0][0]) if kv[0][0] in LINES else len(LINES), kv[0])):
         ns = [p[0] for p in pts]
         base = next((p[1] for p in pts if p[0] == 1), None)
         label = line_label(mode, n_accum, scaling)
@@ -194,13 +222,11 @@ def plot_scaling(plt, folder, out, efficiency=False, preds=()):
         finish_panel(ax, folder, key, lines, predicted, efficiency)
     what = "Scaling efficiency = throughput(n) / (n · throughput(1))" if efficiency else "Throughput"
     pred = ([PRED_NOTE] if predicted else []) + ([PRED_ERROR_NOTE] if errors and not efficiency else [])
-    notes = ([DP_NOTE] if folder.runs else []) + (["; ".join(pred)] if pred else [])
+    notes = dp_note(folder) + (["; ".join(pred)] if pred else [])
     notes += [ACCUM_NOTE] if folder.runs and any_accum(folder) else []
     notes += [f"no 1-GPU run, so no efficiency: {'; '.join(left_out)}"] if left_out else []
     notes += [not_drawn(folder)] if folder.failed else []
-    lines = [f"{what}: DataParallel (dp) vs DistributedDataParallel (ddp)", folder.label()] + notes
-    width = int(fig.get_figwidth() * 11)  # characters a line holds at the title's size
-    fig.suptitle("\n".join(textwrap.fill(t, width) for t in lines))
+    title_lines(fig, [f"{what}: {strategies_title(folder)}", folder.label()] + notes)
     return save(plt, fig, out, "efficiency.png" if efficiency else "scaling.png")
 
 
@@ -270,11 +296,14 @@ def plot_imbalance(plt, folder, out):
 
 def memory_bars(folder):
     """(model, precision) -> [(label, {kind: MiB})]: each device's allocation peak
-    by what it holds (memory.csv's kind, or its category in older folders), for
+    by what it holds (memory.csv's kind, or its category in older folders; the
+    sharded strategies' units in flight apart from their kind's shard), for
     each strategy at its largest GPU count (weak scaling), dp beside ddp."""
     cats = defaultdict(lambda: defaultdict(lambda: defaultdict(float)))
     for m in folder.memory:
         what = m.get("kind") or m["category"]
+        if m.get("kind") and m["category"] in IN_FLIGHT:
+            what = f"{m['kind']}: {m['category']} (in flight)"
         cats[m["config_id"]][integer(m, "device")][what] += number(m, "bytes_at_peak") / 2**20
     widest = {}
     for r in folder.runs:
@@ -294,7 +323,8 @@ def memory_bars(folder):
 
 def plot_memory(plt, folder, out, data):
     """Each device's allocation peak, stacked by what it holds (data: memory_bars)."""
-    fig, axes = grid(plt, len(data), width=8.0, height=5.0)
+    fig, axes = grid(plt, len(data), width=max(8.0, 0.6 * max(map(len, data.values()))),
+                     height=5.0)
     for ax, ((model, prec), bars) in zip(axes, sorted(data.items())):
         totals = defaultdict(float)
         for _, cats in bars:
@@ -319,9 +349,37 @@ def plot_memory(plt, folder, out, data):
         handles, labels = ax.get_legend_handles_labels()
         ax.legend(handles[::-1], labels[::-1], fontsize=7, loc="upper left",
                   bbox_to_anchor=(1.01, 1.0))
-    fig.suptitle(with_not_drawn(f"Memory by what it holds, per device (memory.csv)\n"
-                                f"{folder.label()}\n{DP_NOTE}", folder))
+    title_lines(fig, ["Memory by what it holds, per device (memory.csv)", folder.label()] +
+                dp_note(folder) + [not_drawn(folder)])
     return save(plt, fig, out, "memory.png")
+
+
+# The strategies whose step ends waiting for all-reduces (ddp's buckets; zero1 keeps them)
+# and those whose wait is for the last units' reduce-scatters, which phases.csv times as
+# allreduce_exposed too: the phase chart names the collectives apart.
+ALLREDUCE_MODES = ("dp", "ddp", "zero1")
+EXPOSED = "allreduce_exposed"
+EXPOSED_SHARDED = "collectives_exposed (reduce-scatters)"
+
+
+def phase_series(runs):
+    """The phase chart's series: PHASE_ORDER, the exposed wait named by its
+    collectives for the sharded runs (zero2, fsdp) apart from ddp's all-reduce;
+    (name, phase, the runs it is drawn for)."""
+    sharded = [r for r in runs if r["mode"] not in ALLREDUCE_MODES]
+    out = []
+    for ph in PHASE_ORDER:
+        if ph == EXPOSED and sharded:
+            out += [(ph, ph, [r for r in runs if r["mode"] in ALLREDUCE_MODES]),
+                    (EXPOSED_SHARDED, ph, sharded)]
+        else:
+            out.append((ph, ph, runs))
+    return out
+
+
+def phase_color(cmap, i):
+    """tab10's colours, then greys: no two phases alike."""
+    return cmap(i) if i < 10 else str(0.35 + 0.15 * (i - 10))
 
 
 def plot_phases(plt, folder, out):
@@ -333,15 +391,18 @@ def plot_phases(plt, folder, out):
     keys = sorted({(r["model"], r["precision"]) for r in folder.runs})
     fig, axes = grid(plt, len(keys), width=6.0, height=4.4)
     cmap = plt.get_cmap("tab10")
+    sharded = any(r["mode"] not in ALLREDUCE_MODES for r in folder.runs)
     for ax, (model, prec) in zip(axes, keys):
         runs = sorted((r for r in folder.runs if r["model"] == model and r["precision"] == prec
                        and (r["scaling"] or "weak") == "weak"),
                       key=lambda r: (r["_n"], LINES.index(r["_line"]), r["_accum"]))
         bottoms = [0.0] * len(runs)
-        for i, ph in enumerate(PHASE_ORDER):
-            vals = [med[r["config_id"]].get(ph, 0.0) for r in runs]
+        for name, ph, mine in phase_series(runs):
+            vals = [med[r["config_id"]].get(ph, 0.0) if r in mine else 0.0 for r in runs]
             if any(vals):
-                ax.bar(range(len(runs)), vals, bottom=bottoms, color=cmap(i % 10), label=ph)
+                ax.bar(range(len(runs)), vals, bottom=bottoms, label=name,
+                       color=phase_color(cmap, PHASE_ORDER.index(ph)),
+                       hatch="//" if name == EXPOSED_SHARDED else None)
                 bottoms = [b + v for b, v in zip(bottoms, vals)]
         ax.set_xticks(range(len(runs)))
         ax.set_xticklabels([f"{run_label(r, chr(10))}\n{r['_n']} GPU" for r in runs], fontsize=8)
@@ -349,8 +410,10 @@ def plot_phases(plt, folder, out):
         ax.set_title(f"{model}, {prec}: where a step's time goes")
         ax.grid(axis="y", alpha=0.3)
         ax.legend(fontsize=7, ncol=2)
-    fig.suptitle(with_not_drawn(f"Phases of a step (device 0; ddp's all-reduce overlaps backward, "
-                                f"only its exposed part is stacked)\n{folder.label()}", folder))
+    what = ("the collectives (ddp's all-reduce, zero2's and fsdp's reduce-scatters) overlap "
+            "backward" if sharded else "ddp's all-reduce overlaps backward")
+    title_lines(fig, [f"Phases of a step (device 0; {what}, only the exposed part is stacked)",
+                      folder.label(), not_drawn(folder)])
     return save(plt, fig, out, "phases.png")
 
 

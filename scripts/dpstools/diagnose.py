@@ -1,9 +1,12 @@
 """summary.md's diagnosis: why dp (dp, dp-lean) loses to ddp, wins, or is within noise of it.
 
 Read from a results folder's numbers: dp's phases on device 0 alone, ddp's
-exposed all-reduce, what device 0 holds beyond the others; and with gradient
+exposed all-reduce, what device 0 holds beyond the others; with gradient
 accumulation (accum N > 1), ddp's all-reduces per optimizer step, what
-no_sync saved, and dp's replicate and reduce run once per micro-step."""
+no_sync saved, and dp's replicate and reduce run once per micro-step; and of
+the sharded strategies (zero1, zero2, fsdp), the units whose all-gathers
+stall the compute and each against ddp: speed and memory per device."""
+import math
 from collections import defaultdict
 
 from dpstools.results import integer, line, number, strategy
@@ -253,11 +256,134 @@ def accum_lines(folder):
         [f"- {t}." for t in found] + [""]
 
 
+# ---- sharded strategies ---------------------------------------------------------
+
+SHARDED = ("zero1", "zero2", "fsdp")
+BOUND_PCT = 10.0  # exposed all-gathers that take this share of the step or more bind it
+UNIT_PCT = 1.0    # a unit is named where its gathers leave this share of the step exposed
+
+
+def gather_exposure(folder, run):
+    """({unit: exposed ms a step}, whether ready_ms equals every gather's
+    begin) of a run's all-gathers from rank 0's buckets.csv rows: each
+    gather's max(0, begin + duration - ready), ready being when the compute
+    stream needed the unit, summed per unit over its gathers and
+    micro-steps; None where buckets.csv has no gather of it."""
+    rows = [b for b in folder.buckets or [] if b["config_id"] == run["config_id"]
+            and b["rank"] == "0" and b.get("collective") == "all-gather"
+            and b["allreduce_begin_ms"] and b["allreduce_ms"]]
+    if not rows:
+        return None
+    out = defaultdict(float)
+    for b in rows:
+        begin, ready = number(b, "allreduce_begin_ms"), number(b, "ready_ms")
+        out[integer(b, "bucket")] += max(0.0, begin + number(b, "allreduce_ms") - ready)
+    return dict(out), all(b["ready_ms"] == b["allreduce_begin_ms"] for b in rows)
+
+
+def unit_ranges(units):
+    """'units 3-5', 'unit 2', 'units 0-1 and 4' of sorted unit numbers."""
+    spans = []
+    for u in units:
+        if spans and u == spans[-1][1] + 1:
+            spans[-1][1] = u
+        else:
+            spans.append([u, u])
+    text = [f"{a}" if a == b else f"{a}-{b}" for a, b in spans]
+    joined = text[0] if len(text) == 1 else ", ".join(text[:-1]) + " and " + text[-1]
+    return ("unit " if len(units) == 1 else "units ") + joined
+
+
+def exposure_text(folder, run, per):
+    """The sentence on a sharded run's exposed all-gathers (per: {unit: ms}
+    of gather_exposure, or None): their share of the median step, bound at
+    BOUND_PCT (whole percents, as shown), naming the units of UNIT_PCT or more."""
+    cid, step = run["config_id"], number(run, "step_ms_median")
+    if per is None:
+        return (f"{cid}: buckets.csv has no all-gather of it (it records the traced steps, "
+                f"--trace-steps)")
+    total = sum(per.values())
+    pct = round(100 * total / step) if step else 0
+    if pct < BOUND_PCT:
+        return f"{cid}: its all-gathers leave {total:.3f} ms exposed, {pct:.0f} % of the step: " \
+            "not what binds it"
+    named = sorted(u for u, ms in per.items() if 100 * ms / step >= UNIT_PCT) or \
+        sorted(u for u, ms in per.items() if ms > 0)
+    rest = total - sum(per[u] for u in named)
+    others = f"; the other units' under {UNIT_PCT:.0f} % each" if rest > 0 else ""
+    return (f"{cid}: the step is bound by the exposed all-gathers of {unit_ranges(named)}: "
+            f"{pct:.0f} % of the step ({total:.3f} ms of {step:.3f} ms{others})")
+
+
+def peak_bytes(folder, config_id):
+    """The largest allocation peak over a configuration's devices (devices.csv)."""
+    return max((number(d, "alloc_peak_bytes") for d in folder.devices
+                if d["config_id"] == config_id), default=0.0)
+
+
+def versus_ddp_text(folder, run):
+    """A sharded run against ddp on the same model, devices and batch: which
+    is faster (the ratio's interval) and the allocation peak per device each
+    holds; None without such a ddp run."""
+    ddp = twin(folder, run, _line="ddp-lean" if "-lean" in run["_line"] else "ddp")
+    if ddp is None:
+        return None
+    name, s = strategy(run), speedup(folder.step_ms, ddp, run)
+    if s.faster == NOISE:
+        holds = "" if math.isinf(s.hi) else ", which holds 1"
+        pace = (f"{name} and {ddp['_line']} are within noise of each other ({name}'s throughput "
+                f"{s.ratio:.2f}x {ddp['_line']}'s, {interval_text(s)}{holds})")
+    elif s.faster == name:
+        pace = f"{name} reaches {s.ratio:.2f}x {ddp['_line']}'s throughput ({interval_text(s)})"
+    else:
+        back = speedup(folder.step_ms, run, ddp)
+        pace = f"{ddp['_line']} reaches {back.ratio:.2f}x {name}'s throughput ({interval_text(back)})"
+    mine, theirs = peak_bytes(folder, run["config_id"]), peak_bytes(folder, ddp["config_id"])
+    if not theirs:
+        return f"Against {ddp['config_id']}: {pace}"
+    saved = theirs - mine
+    held = (f"holds {saved / 2 ** 20:.2f} MiB less per device at its peak ({mine / 2 ** 20:.2f} "
+            f"MiB against {theirs / 2 ** 20:.2f} MiB, {100 * saved / theirs:.0f} % saved)"
+            if saved >= 0 else
+            f"holds {-saved / 2 ** 20:.2f} MiB more per device at its peak ({mine / 2 ** 20:.2f} "
+            f"MiB against {theirs / 2 ** 20:.2f} MiB)")
+    return f"Against {ddp['config_id']}: {pace}; {name} {held}"
+
+
+def sharded_lines(folder):
+    """The diagnosis' "Sharded strategies" part: each zero1, zero2 and fsdp
+    configuration on 2 or more devices; [] when none ran."""
+    runs = sorted((r for r in folder.runs if r["mode"] in SHARDED and r["_n"] >= 2),
+                  key=lambda r: (r["model"], r["_n"], SHARDED.index(r["mode"]), r["config_id"]))
+    if not runs:
+        return []
+    lines = ["### Sharded strategies", "", "For each zero1, zero2 and fsdp configuration on 2 or "
+             "more devices: the time its all-gathers keep the compute waiting (rank 0's "
+             "buckets.csv: each gather's begin + duration - ready, ready being when the compute "
+             "stream needed the unit, at least 0, summed per unit over the traced steps' "
+             f"medians), said to bind the step where it makes {BOUND_PCT:.0f} % of the median step or "
+             f"more, naming the units whose gathers make {UNIT_PCT:.0f} % of it or more; "
+             "then the configuration against ddp on the same model, devices and batch (the "
+             "throughput ratio's 95 % interval from steps.csv) and the allocation peak per "
+             "device (devices.csv, the largest device's).", ""]
+    found = {r["config_id"]: gather_exposure(folder, r) for r in runs}
+    if any(f and f[1] for f in found.values()):
+        lines += ["In this folder ready_ms equals the gathers' begin (buckets.csv written before "
+                  "dpscale timed when the compute needed each unit), so every gather counts as "
+                  "exposed: the shares below are upper bounds.", ""]
+    for r in runs:
+        f = found[r["config_id"]]
+        against = versus_ddp_text(folder, r)
+        lines.append(f"- {exposure_text(folder, r, f and f[0])}." +
+                     (f" {against}." if against else ""))
+    return lines + [""]
+
+
 def diagnosis(folder):
-    """summary.md's "Diagnosis" section; [] when no dp/ddp pair and no
-    configuration with accumulation ran."""
-    found, accum = pairs(folder), accum_lines(folder)
-    if not found and not accum:
+    """summary.md's "Diagnosis" section; [] when no dp/ddp pair, no
+    configuration with accumulation and no sharded one on 2 or more devices ran."""
+    found, accum, sharded = pairs(folder), accum_lines(folder), sharded_lines(folder)
+    if not found and not accum and not sharded:
         return []
     lines = ["## Diagnosis", ""]
     if found:
@@ -270,4 +396,4 @@ def diagnosis(folder):
                   "steps.csv's step times) excludes 1.", ""]
     for pair in found:
         lines += pair_lines(folder, pair)
-    return lines + accum
+    return lines + accum + sharded

@@ -369,11 +369,133 @@ def failed_lines(folder):
     return lines + [""]
 
 
+# ---- model states against the ZeRO formulas ----------------------------------
+
+STATES = "Model states against the ZeRO formulas"  # summary.md's section
+STATE_KINDS = ("parameters", "gradients", "optimizer state")
+# What each strategy shards over its N ranks (core/strategy.h's shard: 1 the optimizer
+# state, 2 also the gradients, 3 also the parameters), and the level that shards each kind.
+SHARD = {"ddp": 0, "zero1": 1, "zero2": 2, "fsdp": 3}
+SHARDED_AT = {"parameters": 3, "gradients": 2, "optimizer state": 1}
+# Optimizer-state bytes per parameter in fp32: SGD's momentum, AdamW's two moments.
+OPT_BYTES = {"sgd": 4, "adamw": 8}
+# memory.csv's categories of a model-state kind that the formula leaves out: the units in
+# flight (their reason), and the kind ddp's buckets are counted in instead.
+IN_FLIGHT = {"gathered unit parameters": "two units gathered: the current and the prefetched",
+             "unit gradients": "two units' gradients before their reduce-scatter"}
+BUCKETS = "gradient buckets"
+
+
+def state_formula(run):
+    """{kind: (bytes, expression)} of dpscale's formula for a run's devices
+    (core/strategy.h's dps_strategy_state_bytes): 4P, 4P and opt_bytes·P,
+    each over N where the strategy shards it; None for a mode or optimizer
+    it has no row for."""
+    per = {"parameters": 4, "gradients": 4, "optimizer state": OPT_BYTES.get(run["optimizer"])}
+    if run["mode"] not in SHARD or per["optimizer state"] is None or not run.get("params"):
+        return None
+    p, n = integer(run, "params"), run["_n"]
+    out = {}
+    for kind in STATE_KINDS:
+        split = n > 1 and SHARD[run["mode"]] >= SHARDED_AT[kind]
+        out[kind] = (per[kind] * p / n if split else per[kind] * p,
+                     f"{per[kind]}P/{n}" if split else f"{per[kind]}P")
+    return out
+
+
+def states_by_device(folder, config_id):
+    """{device: ({kind: bytes}, {category: bytes})} of a configuration's
+    model-state kinds and its categories at each device's peak (memory.csv)."""
+    out = defaultdict(lambda: (defaultdict(int), defaultdict(int)))
+    for m in folder.memory or []:
+        if m["config_id"] == config_id:
+            kinds, cats = out[integer(m, "device")]
+            cats[m["category"]] += integer(m, "bytes_at_peak")
+            if m.get("kind") in STATE_KINDS:
+                kinds[m["kind"]] += integer(m, "bytes_at_peak")
+    return out
+
+
+def beyond_text(kinds, cats, formula, n):
+    """What a device holds beyond the formula, kind by kind, and why: the
+    units in flight, a shard's rounding to whole elements (within 4 bytes a
+    rank), or unexplained; ddp's buckets named as communication."""
+    parts = []
+    for kind in STATE_KINDS:
+        extra = kinds.get(kind, 0) - formula[kind][0]
+        flight = [c for c in IN_FLIGHT if cats.get(c) and (c == "unit gradients") ==
+                  (kind == "gradients")]
+        why = [f"{c} {cats[c]:,} ({IN_FLIGHT[c]})" for c in flight]
+        rest = extra - sum(cats[c] for c in flight)
+        if abs(rest) >= 1 and abs(rest) <= 4 * n:
+            why.append(f"{rest:+,.0f} the shard's rounding to whole elements")
+        elif abs(rest) >= 1:
+            why.append(f"{rest:+,.0f} not explained")
+        if abs(extra) >= 1:
+            parts.append(f"{kind} {extra:+,.0f}: " + "; ".join(why))
+    text = "; ".join(parts) or "none"
+    if cats.get(BUCKETS):
+        text += f" ({BUCKETS} {cats[BUCKETS]:,}: communication, not model state)"
+    return text
+
+
+def device_ranges(devs):
+    """'0–3' for a run of contiguous devices, '0, 2' otherwise."""
+    return f"{devs[0]}–{devs[-1]}" if len(devs) > 2 and devs[-1] - devs[0] == len(devs) - 1 \
+        else ", ".join(map(str, devs))
+
+
+def state_rows(folder, run):
+    """A configuration's table rows: one per set of devices holding the same."""
+    formula = state_formula(run)
+    per = states_by_device(folder, run["config_id"])
+    if formula is None or not any(k for k, _ in per.values()):
+        return []
+    cells = defaultdict(list)
+    for d in sorted(per):
+        kinds, cats = per[d]
+        row = tuple(f"{kinds.get(k, 0):,} / {formula[k][0]:,.0f} ({formula[k][1]})"
+                    for k in STATE_KINDS)
+        cells[row + (beyond_text(kinds, cats, formula, run["_n"]),)].append(d)
+    return [f"| {run['config_id']} | {integer(run, 'params'):,} | {device_ranges(devs)} | "
+            f"{' | '.join(row)} |" for row, devs in sorted(cells.items(), key=lambda c: c[1])]
+
+
+def model_state_lines(folder):
+    """summary.md's section on the sharded strategies' model states: per
+    configuration (ddp's beside them) and device, memory.csv's parameters,
+    gradients and optimizer state at the peak against dpscale's formula;
+    [] when no sharded configuration ran."""
+    if not any(SHARD.get(r["mode"], 0) for r in folder.runs):
+        return []
+    rows = []
+    for r in sorted(folder.runs, key=lambda r: (r["model"], r["_n"], list(SHARD).index(
+            r["mode"]) if r["mode"] in SHARD else 9, r["config_id"])):
+        rows += state_rows(folder, r)
+    if not rows:
+        return [f"## {STATES}", "", "memory.csv has no model-state kinds of these "
+                "configurations: nothing to set against the formulas.", ""]
+    return [f"## {STATES}", "", "Bytes each device holds at its allocation peak (memory.csv, "
+            "summed by kind) against dpscale's formula for fp32 training (core/strategy.h): "
+            "parameters 4P, gradients 4P, optimizer state kP (SGD's momentum k = 4, AdamW's two "
+            "moments k = 8), each over N where the strategy shards it: zero1 the optimizer "
+            "state, zero2 also the gradients, fsdp also the parameters. The ZeRO paper's "
+            "figures are for mixed-precision Adam (2P fp16 parameters, 2P fp16 gradients, 12P "
+            "fp32 copy and moments: stage 1 4P + 12P/N, stage 2 2P + 14P/N, stage 3 16P/N), "
+            "which dpscale does not train with. Beyond the formula: the units in flight, fsdp's "
+            "two gathered units (the current and the prefetched) and zero2's and fsdp's two "
+            "units' gradients before their reduce-scatter; ddp's and zero1's gradient buckets "
+            "are communication, not model state. Bytes: measured / the formula's.", "",
+            "| configuration | P | devices | parameters: measured / formula | gradients: "
+            "measured / formula | optimizer state: measured / formula | beyond the formula |",
+            "| --- | --- | --- | --- | --- | --- | --- |"] + rows + [""]
+
+
 def write(folder, out, charts, torch_folder=None, preds=(), pred_paths=()):
     """OUT/summary.md of a results folder (and link_use.csv where a phase crosses a
     measured link), linking the charts named; returns its path."""
     lines = summary_intro(folder) + failed_lines(folder) + glance_table(folder)
-    lines += scaler_lines(folder) + diagnosis(folder)
+    lines += scaler_lines(folder) + model_state_lines(folder) + diagnosis(folder)
     if pred_paths:
         lines += against_measured(folder, preds, pred_paths)
     use = link_use(folder)
