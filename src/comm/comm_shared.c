@@ -15,7 +15,7 @@ static size_t header_bytes(void) { return (sizeof(comm_shared) + 63) & ~(size_t)
 
 size_t comm_shared_bytes(int nranks)
 {
-    return header_bytes() + (size_t)nranks * 2 * COMM_SLOT_BYTES;
+    return header_bytes() + (size_t)nranks * COMM_SLOTS * COMM_SLOT_BYTES;
 }
 
 void comm_shared_init(comm_shared *sh, int nranks)

@@ -11,16 +11,25 @@
 
 #include "backend/backend.h"
 
-/* Bytes of one mailbox slot; messages larger than this are pipelined. */
-#define COMM_SLOT_BYTES ((size_t)1 << 20)
+/* Bytes of one mailbox slot: the ring's message, the piece of a chunk it
+ * pipelines (sized so that a piece's slots and buffer lines stay in L2). */
+#define COMM_SLOT_BYTES ((size_t)128 << 10)
+/* Slots per rank, a FIFO (a power of two): a rank runs this many messages
+ * ahead of its successor before it waits for an acknowledgement. */
+#define COMM_SLOTS 4
 /* Bytes of the rendezvous id rank 0 publishes (an ncclUniqueId fits). */
 #define COMM_ID_BYTES 128
 
-/* One rank's mailbox counters, on a cache line of their own. */
+/* One rank's mailbox counters (futex words), each on a cache line of its
+ * own, as the rank that writes it differs: seq by this rank, ack by the next.
+ * A waiter that goes to sleep on one counts itself in its *_sleepers, so
+ * that a publisher makes the wake-up system call only when someone sleeps. */
 typedef struct comm_box {
     _Alignas(64) _Atomic uint32_t seq;   /* messages published by this rank */
-    _Atomic uint32_t ack;                /* of those, consumed by the next rank */
-    _Atomic int waiting;                 /* blocked in a collective (for the watchdog) */
+    _Atomic uint32_t seq_sleepers;
+    _Alignas(64) _Atomic uint32_t ack;   /* of those, consumed by the next rank */
+    _Atomic uint32_t ack_sleepers;
+    _Alignas(64) _Atomic int waiting;    /* blocked in a collective (for the watchdog) */
 } comm_box;
 
 typedef struct comm_shared {
