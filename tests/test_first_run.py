@@ -25,15 +25,15 @@ MISTAKES = [
     (["run", "--gpus", "4", "--batch", "2"], "--batch 2 on 4 devices"),
     (["run", "--gpus", "4", "--batch", "64", "--batch-per-gpu", "16"],
      "--batch 64 and --batch-per-gpu 16: give one"),
-    (["run", "--mode", "ddp", "--dp-impl", "lean"], "--dp-impl: only the dp mode reads it"),
-    (["run", "--mode", "ddp", "--dp-comm", "p2p"], "--dp-comm: only the dp mode reads it"),
-    (["run", "--bucket-mb", "10"], "--bucket-mb: only the ddp mode reads it"),
-    (["run", "--first-bucket-mb", "2"], "--first-bucket-mb: only the ddp mode reads it"),
-    (["run", "--no-overlap"], "--no-overlap: only the ddp mode reads it"),
+    (["run", "--mode", "ddp", "--dp-impl", "lean"], "--dp-impl: only the one-process strategy (dp) reads it"),
+    (["run", "--mode", "ddp", "--dp-comm", "p2p"], "--dp-comm: only the one-process strategy (dp) reads it"),
+    (["run", "--bucket-mb", "10"], "--bucket-mb: only the strategies with DDP's buckets (ddp, zero1) read it"),
+    (["run", "--first-bucket-mb", "2"], "--first-bucket-mb: only the strategies with DDP's buckets (ddp, zero1) read it"),
+    (["run", "--no-overlap"], "--no-overlap: only the strategies with DDP's buckets (ddp, zero1) read it"),
     (["sweep", "--mode", "dp", "--grad-as-bucket-view"],
-     "--grad-as-bucket-view: only the ddp mode reads it"),
-    (["sweep", "--mode", "ddp", "--dp-impl", "lean"], "--dp-impl: only the dp mode reads it"),
-    (["run", "--ddp-impl", "lean"], "--ddp-impl: only the ddp mode reads it"),
+     "--grad-as-bucket-view: only the strategies with DDP's buckets (ddp, zero1) read it"),
+    (["sweep", "--mode", "ddp", "--dp-impl", "lean"], "--dp-impl: only the one-process strategy (dp) reads it"),
+    (["run", "--ddp-impl", "lean"], "--ddp-impl: only the strategies of a process a device read it"),
 ]
 
 

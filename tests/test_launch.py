@@ -258,7 +258,7 @@ def case_refusals(binary):
         expect_exit(one_rank(binary, tmp, {}, "--comm", "nccl"), 2,
                     "--comm nccl cannot move host-backend buffers")
         expect_exit(one_rank(binary, tmp, {}, "--comm", "shm", "--mode", "dp"), 2,
-                    "--comm: only the ddp mode reads it")
+                    "--comm: only the strategies of a process a device read it")
         expect_exit(one_rank(binary, tmp, {k: v for k, v in torch.items() if k != "WORLD_SIZE"}),
                     2, "WORLD_SIZE is not set")
         expect_exit(one_rank(binary, tmp, {"PMI_RANK": "0", "PMI_SIZE": "2",
