@@ -187,7 +187,7 @@ BROKEN = [  # (what, edit of the rows, what stderr must hold)
     ("ngpus 0", cell("ngpus", "0"), ["predictions.csv:2: column ngpus is below 1"]),
     ("an unknown status", cell("status", "maybe"), ["predictions.csv:2: column status is not one "
                                                     "of ok, oom, skipped"]),
-    ("an unknown mode", cell("mode", "fsdp", 2), ["predictions.csv:4: column mode is not one of"]),
+    ("an unknown mode", cell("mode", "tp", 2), ["predictions.csv:4: column mode is not one of"]),
     ("no machine", cell("machine", ""), ["predictions.csv:2: column machine is empty"]),
     ("ok without a step", cell("step_ms", "", 3),
      ["predictions.csv:5: column step_ms is empty, but status is ok"]),

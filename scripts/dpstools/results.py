@@ -213,12 +213,17 @@ SCHEMA = {
                       ("check", TEXT)],
     # `dpscale predict` (src/predict/predict_out.c): one row per mode and GPU count of
     # the series model, precision, optimizer (source: the measured configuration
-    # it was predicted from, empty for a workload file); from step_ms on, the
-    # cells are empty exactly where status is skipped (read_predictions).
+    # it was predicted from, empty for a workload file); max_batch_per_gpu: the
+    # largest batch per GPU whose memory fits the machine's gpu_mem_gib (empty
+    # without it, or skipped); from step_ms on, the cells are empty exactly where
+    # status is skipped (read_predictions). nunits: the sharded strategies' units;
+    # allreduce_bytes .. all_gather_bytes: a step's buffers through each collective
+    # on a rank, comm_bytes_per_step what its ring sends and receives (runs.csv's).
     "predictions.csv": [
         ("machine", NAME), ("workload", NAME), ("model", NAME), ("precision", NAME),
         ("optimizer", NAME), ("source", TEXT), ("mode", MODE), ("ngpus", COUNT_1),
-        ("nodes", COUNT_1), ("batch_per_gpu", COUNT_1), ("accum", COUNT_1.or_empty()),
+        ("nodes", COUNT_1), ("batch_per_gpu", COUNT_1), ("max_batch_per_gpu", COUNT.or_empty()),
+        ("accum", COUNT_1.or_empty()),
         ("no_sync", NO_SYNC), ("status", PREDICTED), ("note", TEXT),
         ("step_ms", ABOVE_0.or_empty()), ("samples_per_s", ABOVE_0.or_empty()),
         ("efficiency", AT_LEAST_0.or_empty())]
@@ -229,7 +234,10 @@ SCHEMA = {
        ("sync_ms", AT_LEAST_0.or_empty()), ("bus_eff", AT_LEAST_0.or_empty()),
        ("base_latency_us", AT_LEAST_0.or_empty()), ("bucket_overhead_us", AT_LEAST_0.or_empty()),
        ("dp_sync_ms", AT_LEAST_0.or_empty()), ("compute_scale", AT_LEAST_0.or_empty()),
-       ("overlap_eff", AT_LEAST_0.or_empty())],
+       ("overlap_eff", AT_LEAST_0.or_empty()), ("nunits", COUNT.or_empty()),
+       ("allreduce_bytes", AT_LEAST_0.or_empty()), ("reduce_scatter_bytes", AT_LEAST_0.or_empty()),
+       ("all_gather_bytes", AT_LEAST_0.or_empty()),
+       ("comm_bytes_per_step", AT_LEAST_0.or_empty())],
 }
 COLUMNS = {name: [c for c, _ in cols] for name, cols in SCHEMA.items()}
 # Columns that only scripts/torch_reference.py writes, after all of COLUMNS'
@@ -260,7 +268,12 @@ DEFAULTS = {
     "steps.csv": {"micro_steps": "1", "skipped": "0", "loss_scale": "", "unscale_ms": "0"},
     "allreduce.csv": {"op": "all-reduce"},
     "buckets.csv": {"micro_step": "0", "collective": "all-reduce", "phase": "backward"},
-    "predictions.csv": {"accum": "1", "no_sync": ddp_on, "unscale_ms": zero_unless_skipped},
+    "predictions.csv": {"accum": "1", "no_sync": ddp_on, "unscale_ms": zero_unless_skipped,
+                        "max_batch_per_gpu": "", "nunits": zero_unless_skipped,
+                        "allreduce_bytes": zero_unless_skipped,
+                        "reduce_scatter_bytes": zero_unless_skipped,
+                        "all_gather_bytes": zero_unless_skipped,
+                        "comm_bytes_per_step": zero_unless_skipped},
 }
 # The columns that name a row: no two rows of a file name the same thing.
 KEYS = {"runs.csv": ["config_id"], "steps.csv": ["config_id", "step", "rank"],

@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "cli/commands.h"
-#include "core/strategy.h"
 #include "predict/predict_calib.h"
 #include "predict/predict_out.h"
 #include "core/util.h"
@@ -94,7 +93,8 @@ static dps_status accumulation(const cli_args *a, predict_inputs *in)
     return DPS_OK;
 }
 
-/* Every workload x --gpus x --modes configuration, and each workload's table. */
+/* Every workload x --gpus x --modes configuration (--modes: dp and ddp
+ * unless given; zero1, zero2 and fsdp when asked), and each workload's table. */
 static dps_status predict_all(cli_args *a, const predict_inputs *in, predict_row *rows, int *n)
 {
     dps_mode modes[MODE_COUNT] = {MODE_DP, MODE_DDP};
@@ -113,20 +113,8 @@ static dps_status predict_all(cli_args *a, const predict_inputs *in, predict_row
     return DPS_OK;
 }
 
-/* The strategies the model predicts: dp's and ddp's (the sharded ones' not yet). */
-static dps_status modes_predicted(const cli_args *a)
-{
-    for (int i = 0; i < a->sweep_modes_n; i++)
-        if (dps_strategy_of(a->sweep_modes[i])->shard)
-            return dps_fail(DPS_ERR_USAGE, "--modes %s: predict models dp and ddp only so far; "
-                            "measure %s with `dpscale run --mode %s`", dps_mode_name(a->sweep_modes[i]),
-                            dps_mode_name(a->sweep_modes[i]), dps_mode_name(a->sweep_modes[i]));
-    return DPS_OK;
-}
-
 static dps_status run_predict(cli_args *a, predict_inputs *in)
 {
-    DPS_TRY(modes_predicted(a));
     DPS_TRY(load_inputs(a, in));
     DPS_TRY(accumulation(a, in));
     predict_row *rows = calloc((size_t)(in->nw * MODE_COUNT * a->sweep_ngpus_n), sizeof *rows);

@@ -64,6 +64,7 @@ static const keyfile_key workload_keys[] = {
     KEYFILE_WORD("optimizer", W(optimizer), dps_optimizer_names),
     KEYFILE_ABOVE("bucket_mb", W(bucket_mb), 0, 65536, "MiB"),
     KEYFILE_ABOVE("first_bucket_mb", W(first_bucket_mb), 0, 65536, "MiB"),
+    KEYFILE_INT("units", W(units), 1, 1 << 20, "units"),
     KEYFILE_WORD("precision", W(precision), dps_precision_names),
     KEYFILE_INT("accum", W(accum), 1, 4096, "micro-batches"),
     KEYFILE_WORD("no_sync", W(sync_all), no_sync_words),
@@ -156,9 +157,11 @@ void predict_workload_free(predict_workload *w)
     free(w->tensors);
     free(w->ready);
     free(w->tensor_ready);
+    free(w->tensor_unit);
     w->tensors = NULL;
     w->ready = NULL;
     w->tensor_ready = NULL;
+    w->tensor_unit = NULL;
     w->ntensors = w->nready = 0;
 }
 

@@ -54,6 +54,12 @@ typedef struct predict_workload {
                                   * at a pace proportional to the parameters */
     char model_file[PREDICT_PATH_MAX]; /* model: a model file (docs/model-file.md), relative
                                         * to the workload file's folder */
+    int *tensor_unit;            /* the sharded strategies' unit of each tensor, the same for
+                                  * a run of tensors (--from a preset: a layer's weight and
+                                  * bias; owned); NULL: a model file's tensors grouped by where
+                                  * backward completes them, else each tensor a unit */
+    int units;                   /* `units = N`: the parameters in N equal units (FSDP's
+                                  * wrapping, ZeRO's partitions); 0: from the tensors */
     double *ready;               /* --from: each bucket's measured ready time as a fraction of
                                   * backward (buckets.csv; owned); NULL: from the tensors */
     int nready;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "predict/predict_model.h"
+#include "core/strategy.h"
 #include "model/bucket.h"
 
 const char *const predict_status_names[3] = {"ok", "oom", "skipped"};
@@ -89,16 +90,32 @@ double predict_busbw_gbps(const predict_machine *m, int nodes, const predict_con
     return bw * c->bus_eff;
 }
 
-double predict_allreduce_ms(double bytes, int n, int nodes, const predict_machine *m,
-                            const predict_consts *c)
+/* A ring collective of `rounds` passes around the ring (all-reduce 2: a
+ * reduce-scatter then an all-gather; reduce-scatter or all-gather alone 1):
+ * rounds (n-1)/n of the buffer through each rank's link, rounds (n-1) ring
+ * steps of latency, NCCL's alpha-beta cost. 0 for one rank. */
+static double ring_ms(double bytes, int n, int nodes, int rounds, const predict_machine *m,
+                      const predict_consts *c)
 {
     if (n < 2) return 0.0; /* NCCL's cost table: 0 for one rank */
-    double steps = 2.0 * (n - 1), inter = nodes > 1 ? 2.0 * (nodes - 1) : 0.0;
+    double steps = rounds * (n - 1.0), inter = nodes > 1 ? rounds * (nodes - 1.0) : 0.0;
     double lat = c->base_latency_us + (steps - inter) * m->intra_latency_us +
                  inter * m->inter_latency_us;
     /* tuning.cc, ncclTopoGetAlgoTime: the "plateau effect of ring" across nodes */
     if (nodes > 1 && bytes >= n / 16.0 * 65536) lat *= 1.9;
     return steps / n * ms_of(bytes, predict_busbw_gbps(m, nodes, c)) + lat / 1000.0;
+}
+
+double predict_allreduce_ms(double bytes, int n, int nodes, const predict_machine *m,
+                            const predict_consts *c)
+{
+    return ring_ms(bytes, n, nodes, 2, m, c);
+}
+
+double predict_halfring_ms(double bytes, int n, int nodes, const predict_machine *m,
+                           const predict_consts *c)
+{
+    return ring_ms(bytes, n, nodes, 1, m, c);
 }
 
 #define PIECES 4096 /* without tensor_params: this many equal pieces, buckets within 1/4096 */
@@ -148,6 +165,43 @@ int predict_buckets(const predict_workload *w, double *bytes, double *ready, int
     return nb;
 }
 
+/* A new unit at tensor t: a given unit that changes, a model file's op
+ * (a ready time that changes), or every tensor. */
+static int unit_starts(const predict_workload *w, int t)
+{
+    if (t == 0) return 1;
+    if (w->tensor_unit) return w->tensor_unit[t] != w->tensor_unit[t - 1];
+    if (w->tensor_ready) return w->tensor_ready[t] != w->tensor_ready[t - 1];
+    return 1;
+}
+
+int predict_units(const predict_workload *w, double *bytes, double *ready, int max)
+{
+    double total = w->params, lo = 0;
+    if (w->units > 0) {
+        if (w->units > max) return -1;
+        for (int u = 0; u < w->units; u++) {
+            bytes[u] = total / w->units * w->bytes_per_grad;
+            ready[u] = 1.0 - (double)u / w->units; /* its first parameter's: the pace's */
+        }
+        return w->units;
+    }
+    int nu = 0;
+    total = 0;
+    for (int t = 0; t < w->ntensors; t++) total += (double)w->tensors[t];
+    for (int t = 0; t < w->ntensors; t++) {
+        if (unit_starts(w, t)) {
+            if (nu == max) return -1;
+            bytes[nu] = 0.0;
+            ready[nu++] = w->tensor_ready ? w->tensor_ready[t] : (total - lo) / total;
+        }
+        bytes[nu - 1] += (double)w->tensors[t] * w->bytes_per_grad;
+        if (w->tensor_ready) ready[nu - 1] = fmax(ready[nu - 1], w->tensor_ready[t]);
+        lo += (double)w->tensors[t];
+    }
+    return nu ? nu : -1;
+}
+
 /* When an all-reduce of ms (at full speed) that starts at `start` ends:
  * at overlap_eff of its speed until backward_ms, at full speed after. */
 static double overlap_one(double start, double ms, double backward_ms, double overlap_eff)
@@ -185,13 +239,13 @@ static predict_split scaled_split(const predict_machine *m, const predict_split 
 
 int predict_syncs(const predict_workload *w, dps_mode mode)
 {
-    return mode == MODE_DP ? predict_accum(w) : 1;
+    return dps_strategy_of(mode)->per_rank ? 1 : predict_accum(w);
 }
 
 static void finish_row(const predict_workload *w, const predict_consts *c, double step_1,
                        predict_row *r)
 {
-    double per = r->mode == MODE_DP ? c->dp_sync_ms : c->sync_ms;
+    double per = dps_strategy_of(r->mode)->per_rank ? c->sync_ms : c->dp_sync_ms;
     r->sync_ms = r->ngpus < 2 ? 0.0 : per * predict_syncs(w, r->mode);
     r->step_ms += r->sync_ms;
     r->samples_per_s = (double)r->ngpus * w->batch_per_gpu * 1000.0 / r->step_ms;
@@ -205,10 +259,12 @@ static int syncing_steps(const predict_workload *w)
     return w->sync_all ? predict_accum(w) : 1;
 }
 
-/* The buckets' all-reduce times on n ranks into ar; their count, or -1
- * (r skipped) when there are too many. */
-static int ddp_allreduces(const predict_machine *m, const predict_workload *w,
-                          const predict_consts *c, predict_row *r, double *ready, double *ar)
+/* The buckets' all-reduces on n ranks (each bucket's bytes times the
+ * strategy's allreduce_x) into ar; their count, or -1 (r skipped) when
+ * there are too many. */
+static int bucket_allreduces(const predict_machine *m, const predict_workload *w,
+                             const predict_consts *c, double x, predict_row *r, double *ready,
+                             double *ar)
 {
     static double bytes[PREDICT_MAX_BUCKETS];
     int nb = predict_buckets(w, bytes, ready, PREDICT_MAX_BUCKETS);
@@ -219,40 +275,183 @@ static int ddp_allreduces(const predict_machine *m, const predict_workload *w,
         return -1;
     }
     for (int i = 0; i < nb; i++)
-        ar[i] = predict_allreduce_ms(bytes[i], r->ngpus, r->nodes, m, c) +
+        ar[i] = predict_allreduce_ms(x * bytes[i], r->ngpus, r->nodes, m, c) +
                 c->bucket_overhead_us / 1000.0;
     return nb;
 }
 
-/* ddp, an optimizer step of accum micro-steps of batch_per_gpu / accum
- * samples each: forward and backward, the micro-steps that all-reduce (the
+/* DDP's buckets (ddp, zero1): an optimizer step of accum micro-steps of
+ * batch_per_gpu / accum samples each, the micro-steps that all-reduce (the
  * last, or every one: syncing_steps) with the buckets' all-reduces behind
- * that micro-step's backward alone, the optimizer on every rank. A micro-
- * step under no_sync only accumulates .grad: no hook, no bucket. Without
- * gradient_as_bucket_view PyTorch's reducer copies each gradient into its
- * bucket and back (read + write, twice: 4 x the gradients over mem_gbps),
- * half during backward, in each micro-step that all-reduces. Phases are
- * the step's, summed over its micro-steps, as phases.csv's. */
-static void predict_ddp(const predict_machine *m, const predict_workload *w, const predict_split *s,
-                        const predict_consts *c, predict_row *r)
+ * that micro-step's backward alone. A micro-step under no_sync only
+ * accumulates .grad: no hook, no bucket. Without gradient_as_bucket_view
+ * PyTorch's reducer copies each gradient into its bucket and back (read +
+ * write, twice: 4 x the gradients over mem_gbps), half during backward, in
+ * each micro-step that all-reduces. */
+static void bucketed_backward(const predict_machine *m, const predict_workload *w,
+                              const predict_split *s, const predict_consts *c,
+                              const dps_strategy *st, predict_row *r)
 {
     static double ready[PREDICT_MAX_BUCKETS], ar[PREDICT_MAX_BUCKETS];
     double *ph = r->phase_ms, busy;
     int k = syncing_steps(w);
-    r->nbuckets = ddp_allreduces(m, w, c, r, ready, ar);
+    r->nbuckets = bucket_allreduces(m, w, c, st->allreduce_x, r, ready, ar);
     if (r->nbuckets < 0) return;
     r->allreduces = k * r->nbuckets;
-    r->busbw_gbps = predict_busbw_gbps(m, r->nodes, c);
     r->bucket_copy_ms = ms_of(4.0 * w->params * w->bytes_per_grad, m->mem_gbps);
     double bwd = s->backward_ms / predict_accum(w) + r->bucket_copy_ms / 2; /* one that syncs */
     r->allreduce_end_ms = predict_overlap_end(ready, ar, r->nbuckets, bwd, c->overlap_eff, &busy);
-    ph[PH_LOAD] = s->load_ms;
-    ph[PH_FORWARD] = s->forward_ms;
     ph[PH_BACKWARD] = s->backward_ms + k * r->bucket_copy_ms / 2;
     ph[PH_ALLREDUCE] = k * busy;
     ph[PH_ALLREDUCE_EXPOSED] = k * (fmax(0.0, r->allreduce_end_ms - bwd) + r->bucket_copy_ms / 2);
+    r->coll_bytes[0] = k * st->allreduce_x * w->params * w->bytes_per_grad;
+    r->exposed_comm_ms = ph[PH_ALLREDUCE_EXPOSED];
+}
+
+/* Whether the strategy shards the parameters: each unit gathered before
+ * each pass that uses it (FSDP's FULL_SHARD), not once after the step. */
+static int gathers_each_pass(const dps_strategy *st)
+{
+    return st->shard >= 3;
+}
+
+/* A collective of ms issued at `start` on the one communication stream,
+ * free from *comm: its end (at overlap_eff beside the compute that runs
+ * until compute_end), the stream busy until then. */
+static double issue(double *comm, double start, double ms, double compute_end, double eff,
+                    double *busy)
+{
+    start = fmax(start, *comm);
+    *comm = ms > 0 ? overlap_one(start, ms, compute_end, eff) : start;
+    *busy += *comm - start;
+    return *comm;
+}
+
+/* One micro-step's backward over the units, from the last, as dpscale's
+ * sharded ranks and FSDP run it on one communication stream in issue
+ * order: entering a unit waits for its gathered parameters (ag[u], 0: held
+ * from forward or not sharded) and issues the next unit's gather
+ * (BACKWARD_PRE, _runtime_utils.py's _prefetch_handle), waits for the
+ * reduce-scatter of the unit two before it (two gradient buffers), runs
+ * its backward (to ready[u] of bwd_ms), then issues its reduce-scatter
+ * (rs[u]). *wall: the backward's time, waits included; *tail: the
+ * reduce-scatters after it; *busy: the stream's time. */
+static void units_backward(const double *ready, const double *ag, const double *rs, int nu,
+                           double bwd_ms, double eff, double *wall, double *tail, double *busy)
+{
+    static double gathered[PREDICT_MAX_UNITS], scattered[PREDICT_MAX_UNITS];
+    double t = 0.0, comm = 0.0, done = 0.0;
+    *busy = 0.0;
+    for (int u = 0; u < nu; u++) gathered[u] = scattered[u] = 0.0;
+    for (int u = nu - 1; u >= 0; u--) {
+        t = fmax(t, gathered[u]);
+        double end = t + (1.0 - done) * bwd_ms; /* of backward's compute, as far as known */
+        if (u > 0 && ag[u - 1] > 0) gathered[u - 1] = issue(&comm, t, ag[u - 1], end, eff, busy);
+        if (u + 2 < nu) t = fmax(t, scattered[u + 2]);
+        t += fmax(0.0, ready[u] - done) * bwd_ms;
+        done = fmax(done, ready[u]);
+        if (rs[u] > 0) scattered[u] = issue(&comm, t, rs[u], t + (1.0 - done) * bwd_ms, eff, busy);
+    }
+    t += (1.0 - done) * bwd_ms; /* ops without parameters before the first unit */
+    *wall = t;
+    *tail = fmax(0.0, comm - t);
+}
+
+/* The units' reduce-scatters (zero2, fsdp) and fsdp's gathers, every
+ * micro-step: forward gathers each unit as it enters it, exposed (no
+ * forward prefetch); backward as units_backward, all but the last unit
+ * gathered again (the one forward ended on is still held); each unit's
+ * gradients scaled by 1/n in place before its reduce-scatter (a read and a
+ * write over mem_gbps). */
+static void unit_passes(const predict_machine *m, const predict_workload *w, const predict_split *s,
+                        const predict_consts *c, const dps_strategy *st, const double *bytes,
+                        const double *ready, predict_row *r)
+{
+    static double ag[PREDICT_MAX_UNITS], rs[PREDICT_MAX_UNITS];
+    int N = predict_accum(w), nu = r->nunits;
+    double G = w->params * w->bytes_per_grad, *ph = r->phase_ms, fwd_gather = 0.0;
+    double fwd_x = gathers_each_pass(st) ? fmin(1.0, st->all_gather_x) : 0.0;
+    double bwd_x = gathers_each_pass(st) ? st->all_gather_x - fwd_x : 0.0;
+    for (int u = 0; u < nu; u++) {
+        double one = predict_halfring_ms(bytes[u], r->ngpus, r->nodes, m, c);
+        fwd_gather += fwd_x * one;
+        ag[u] = u == nu - 1 ? 0.0 : bwd_x * one;
+        rs[u] = predict_halfring_ms(st->reduce_scatter_x * bytes[u], r->ngpus, r->nodes, m, c);
+    }
+    r->bucket_copy_ms = st->reduce_scatter_x > 0 ? ms_of(2.0 * G, m->mem_gbps) : 0.0;
+    double bwd = s->backward_ms / N + r->bucket_copy_ms, wall, tail, busy;
+    units_backward(ready, ag, rs, nu, bwd, c->overlap_eff, &wall, &tail, &busy);
+    ph[PH_FORWARD] = s->forward_ms + N * fwd_gather;
+    ph[PH_BACKWARD] = N * wall;
+    ph[PH_ALLREDUCE_EXPOSED] = N * tail;
+    ph[PH_ALLREDUCE] = N * (fwd_gather + busy);
+    r->allreduce_end_ms = wall + tail;
+    r->coll_bytes[1] = N * st->reduce_scatter_x * G;
+    r->coll_bytes[2] = N * (fwd_x * G + (nu > 0 ? bwd_x * (G - bytes[nu - 1]) : 0.0));
+    r->exposed_comm_ms = N * (fwd_gather + wall - bwd + tail);
+}
+
+/* zero1's and zero2's parameters after the step: each unit's updated
+ * chunks all-gathered into every rank's parameters (ZeroRedundancyOptimizer's
+ * _broadcast_params, here an all-gather a unit), waited for before the next
+ * forward: exposed, timed in the optimizer's phase as phases.csv's. */
+static void post_step_gather(const predict_machine *m, const predict_workload *w,
+                             const predict_consts *c, const dps_strategy *st,
+                             const double *bytes, predict_row *r)
+{
+    if (gathers_each_pass(st) || st->all_gather_x <= 0) return;
+    double ms = 0.0;
+    for (int u = 0; u < r->nunits; u++)
+        ms += predict_halfring_ms(st->all_gather_x * bytes[u], r->ngpus, r->nodes, m, c);
+    r->phase_ms[PH_OPTIMIZER] += ms;
+    r->phase_ms[PH_ALLREDUCE] += ms;
+    r->exposed_comm_ms += ms;
+    r->coll_bytes[2] += st->all_gather_x * w->params * w->bytes_per_grad;
+}
+
+/* A rank's ring sends and receives (n-1)/n of a reduce-scatter's or
+ * all-gather's buffer each, twice that of an all-reduce's; nothing on one
+ * rank, where no collective runs. */
+static void ring_volume(predict_row *r)
+{
+    int n = r->ngpus;
+    if (n < 2) {
+        r->coll_bytes[0] = r->coll_bytes[1] = r->coll_bytes[2] = 0.0;
+        r->comm_bytes = 0.0;
+        return;
+    }
+    r->comm_bytes = 2.0 * (n - 1) / n * (2.0 * r->coll_bytes[0] + r->coll_bytes[1] + r->coll_bytes[2]);
+}
+
+/* A step of a strategy of a process a device, by its row of the table
+ * (core/strategy.h): DDP's buckets all-reduced beside backward (ddp,
+ * zero1), or each unit's gradients reduce-scattered as backward completes
+ * it (zero2, fsdp); the parameters gathered after the step (zero1, zero2)
+ * or before each pass (fsdp); the optimizer on the whole model (ddp) or on
+ * this rank's 1/n of it (every shard level). Phases are the step's,
+ * summed over its micro-steps, as phases.csv's. */
+static void predict_ranks(const predict_machine *m, const predict_workload *w, const predict_split *s,
+                          const predict_consts *c, predict_row *r)
+{
+    static double bytes[PREDICT_MAX_UNITS], ready[PREDICT_MAX_UNITS];
+    const dps_strategy *st = dps_strategy_of(r->mode);
+    double *ph = r->phase_ms;
+    if (st->shard && (r->nunits = predict_units(w, bytes, ready, PREDICT_MAX_UNITS)) < 0) {
+        r->status = PRED_SKIPPED;
+        snprintf(r->note, sizeof r->note, "%s shards by units: give the workload tensor_params, "
+                 "a model file or units = N (at most %d)", st->name, PREDICT_MAX_UNITS);
+        return;
+    }
+    r->busbw_gbps = predict_busbw_gbps(m, r->nodes, c);
+    ph[PH_LOAD] = s->load_ms;
+    ph[PH_FORWARD] = s->forward_ms;
+    if (st->buckets) bucketed_backward(m, w, s, c, st, r);
+    else unit_passes(m, w, s, c, st, bytes, ready, r);
+    if (r->status == PRED_SKIPPED) return;
     ph[PH_UNSCALE] = s->unscale_ms;
-    ph[PH_OPTIMIZER] = s->optimizer_ms;
+    ph[PH_OPTIMIZER] = s->optimizer_ms / (st->shard ? r->ngpus : 1); /* this rank's chunks */
+    post_step_gather(m, w, c, st, bytes, r);
+    ring_volume(r);
     r->step_ms = ph[PH_LOAD] + ph[PH_FORWARD] + ph[PH_BACKWARD] + ph[PH_ALLREDUCE_EXPOSED] +
                  ph[PH_UNSCALE] + ph[PH_OPTIMIZER];
 }
@@ -295,8 +494,37 @@ static void predict_dp(const predict_machine *m, const predict_workload *w, cons
     ph[PH_REDUCE] = n > 1 ? N * (rooted_ms(m, c, P, n) + ms_of(2.0 * P, m->mem_gbps)) : 0.0;
     ph[PH_UNSCALE] = s->unscale_ms;
     ph[PH_OPTIMIZER] = s->optimizer_ms;
+    r->exposed_comm_ms = ph[PH_REPLICATE] + ph[PH_REDUCE];
     r->step_ms = 0.0;
     for (int p = 0; p < PH_COUNT; p++) r->step_ms += ph[p];
+}
+
+/* The largest unit's gradient bytes (0: the workload has no units). */
+static double largest_unit(const predict_workload *w)
+{
+    static double bytes[PREDICT_MAX_UNITS], ready[PREDICT_MAX_UNITS];
+    double most = 0.0;
+    int nu = predict_units(w, bytes, ready, PREDICT_MAX_UNITS);
+    for (int u = 0; u < nu; u++) most = fmax(most, bytes[u]);
+    return most;
+}
+
+/* A rank's model states (strategies/footprint.c's model_states): the ZeRO
+ * formulas of the strategy's shard level (dps_strategy_state_bytes, at
+ * the workload's bytes a parameter), DDP's gradient buckets, the two
+ * units' gradients before their reduce-scatter (shard 2 and up) and two
+ * units' gathered parameters (shard 3), and with --accum the accumulated
+ * gradients dpscale keeps apart where the gradients are whole. */
+static double rank_states(const predict_workload *w, const dps_strategy *st, int n)
+{
+    double P = w->params * w->bytes_per_grad, opt = w->optimizer == OPT_ADAMW ? 8.0 : 4.0;
+    double states = dps_strategy_state_bytes(st, P / 4.0, opt, n);
+    double unit = st->shard >= 2 ? largest_unit(w) : 0.0;
+    if (st->buckets) states += P;
+    if (st->shard >= 2) states += 2 * unit;
+    if (st->shard >= 3) states += 2 * unit;
+    if (st->shard < 2 && predict_accum(w) > 1) states += P;
+    return states;
 }
 
 void predict_memory(const predict_workload *w, dps_mode mode, int n, double *gpu0, double *other)
@@ -306,11 +534,11 @@ void predict_memory(const predict_workload *w, dps_mode mode, int n, double *gpu
     double in = B * w->input_bytes_per_sample, out = B * w->output_bytes_per_sample;
     double act = B * w->activation_bytes_per_sample;
     double acc = predict_accum(w) > 1 ? P : 0.0; /* dpscale's accumulated gradients, apart */
-    if (mode == MODE_DDP) {
-        /* parameters, gradients, gradient buckets, optimizer state, input
-         * shard, logits, logits gradient, log-probabilities and their
-         * gradient (nn.CrossEntropyLoss's), activations (a micro-batch's) */
-        *gpu0 = *other = 3 * P + acc + state + in + 4 * out + act;
+    if (dps_strategy_of(mode)->per_rank) {
+        /* model states (rank_states), input shard, logits, logits
+         * gradient, log-probabilities and their gradient
+         * (nn.CrossEntropyLoss's), activations (a micro-batch's) */
+        *gpu0 = *other = rank_states(w, dps_strategy_of(mode), n) + in + 4 * out + act;
         return;
     }
     /* device 0: parameters (the master copy), gradients, optimizer state,
@@ -332,20 +560,47 @@ void predict_memory(const predict_workload *w, dps_mode mode, int n, double *gpu
     *other = 2 * P + flat + in + out + act;
 }
 
+#define MAX_BATCH (1 << 24) /* the most batch_per_gpu a workload file takes */
+
+/* The micro-batches (of accum samples) a device's memory, linear in the
+ * batch (at0 with none, at1 with one), leaves room for under cap. */
+static double groups_fitting(double at0, double at1, double cap)
+{
+    if (at0 > cap) return 0.0;
+    return at1 > at0 ? floor((cap - at0) / (at1 - at0)) : (double)MAX_BATCH;
+}
+
+/* The largest batch per device (a multiple of accum) whose memory fits
+ * gpu_mem_gib on every device; -1 without gpu_mem_gib. */
+static int max_batch(const predict_machine *m, const predict_workload *w, dps_mode mode, int n)
+{
+    double cap = m->gpu_mem_gib * GIB, g0[2], other[2];
+    if (cap <= 0) return -1;
+    predict_workload t = *w;
+    int N = predict_accum(w);
+    for (int k = 0; k < 2; k++) {
+        t.batch_per_gpu = k * N;
+        predict_memory(&t, mode, n, &g0[k], &other[k]);
+    }
+    double groups = fmin(groups_fitting(g0[0], g0[1], cap), groups_fitting(other[0], other[1], cap));
+    return (int)fmin((double)MAX_BATCH, groups * N);
+}
+
 static void forecast_oom(const predict_machine *m, predict_row *r)
 {
     double cap = m->gpu_mem_gib * GIB, top = fmax(r->gpu0_mem_bytes, r->other_mem_bytes);
     if (cap <= 0 || top <= cap) return;
     r->status = PRED_OOM;
-    snprintf(r->note, sizeof r->note, "device %s needs %.2f GiB, more than gpu_mem_gib %g",
-             r->gpu0_mem_bytes >= r->other_mem_bytes ? "0" : "1", top / GIB, m->gpu_mem_gib);
+    snprintf(r->note, sizeof r->note, "device %s needs %.2f GiB, more than gpu_mem_gib %g; "
+             "batch_per_gpu %d fits", r->gpu0_mem_bytes >= r->other_mem_bytes ? "0" : "1",
+             top / GIB, m->gpu_mem_gib, r->max_batch_per_gpu);
 }
 
 /* Why the machine cannot run it, or 0 when it can: dp across nodes, or
  * several nodes without a network between them. */
 static int refuse(const predict_machine *m, dps_mode mode, predict_row *r)
 {
-    if (mode == MODE_DP && r->nodes > 1)
+    if (!dps_strategy_of(mode)->per_rank && r->nodes > 1)
         snprintf(r->note, sizeof r->note, "dp runs on one node (%d devices)", m->gpus_per_node);
     else if (r->nodes > 1 && m->inter_gbps <= 0)
         snprintf(r->note, sizeof r->note, "%d devices need %d nodes of %d and the machine has no "
@@ -389,7 +644,9 @@ static int unwritable_figure(const predict_row *r, char *name, size_t len, doubl
         {"efficiency", r->efficiency, 0}, {"gpu0_mem_bytes", r->gpu0_mem_bytes, 0},
         {"other_mem_bytes", r->other_mem_bytes, 0}, {"busbw_gbps", r->busbw_gbps, 0},
         {"allreduce_end_ms", r->allreduce_end_ms, 0}, {"bucket_copy_ms", r->bucket_copy_ms, 0},
-        {"sync_ms", r->sync_ms, 0}};
+        {"sync_ms", r->sync_ms, 0}, {"allreduce_bytes", r->coll_bytes[0], 0},
+        {"reduce_scatter_bytes", r->coll_bytes[1], 0}, {"all_gather_bytes", r->coll_bytes[2], 0},
+        {"comm_bytes_per_step", r->comm_bytes, 0}};
     for (size_t i = 0; i < sizeof figs / sizeof figs[0]; i++) {
         if (figure_fits(figs[i].x, figs[i].above_0)) continue;
         snprintf(name, len, "%s", figs[i].name);
@@ -427,14 +684,16 @@ void predict_config(const predict_machine *m, const predict_workload *w, const p
     r->mode = mode;
     r->ngpus = n;
     r->batch_per_gpu = w->batch_per_gpu;
+    r->max_batch_per_gpu = -1;
     r->nodes = (n + m->gpus_per_node - 1) / m->gpus_per_node;
     if (refuse(m, mode, r)) return;
     predict_split t = scaled_split(m, s, c, n);
-    if (mode == MODE_DDP) predict_ddp(m, w, &t, c, r);
+    if (dps_strategy_of(mode)->per_rank) predict_ranks(m, w, &t, c, r);
     else predict_dp(m, w, &t, c, r);
     if (r->status == PRED_SKIPPED) return;
     finish_row(w, c, w->step_ms_1gpu, r);
     predict_memory(w, mode, n, &r->gpu0_mem_bytes, &r->other_mem_bytes);
+    r->max_batch_per_gpu = max_batch(m, w, mode, n);
     forecast_oom(m, r);
     note_beyond_nodes(m, r);
     skip_unwritable(r);

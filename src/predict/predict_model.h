@@ -1,4 +1,5 @@
-/* The predictor's model: a step of dp or ddp on n devices from
+/* The predictor's model: a step of a strategy (dp, ddp and the sharded
+ * zero1, zero2, fsdp, by their rows of core/strategy.h) on n devices from
  * one device's phases and the machine's links. Pure functions of their
  * arguments; every constant's source is in predict_model.c. */
 #ifndef DPS_PREDICT_MODEL_H
@@ -46,7 +47,23 @@ double predict_busbw_gbps(const predict_machine *m, int nodes, const predict_con
 double predict_allreduce_ms(double bytes, int n, int nodes, const predict_machine *m,
                             const predict_consts *c);
 
+/* Ring reduce-scatter or all-gather of a buffer of `bytes` over n ranks:
+ * (n-1)/n bytes / busbw, half an all-reduce's, and half its ring steps'
+ * latency. 0 for n = 1. */
+double predict_halfring_ms(double bytes, int n, int nodes, const predict_machine *m,
+                           const predict_consts *c);
+
 #define PREDICT_MAX_BUCKETS 8192
+#define PREDICT_MAX_UNITS 8192
+
+/* The sharded strategies' units (a layer each: FSDP's wrapped modules,
+ * what dpscale's sharded ranks gather and reduce-scatter at a time), in
+ * model order: w->units equal ones, else the tensors grouped by
+ * w->tensor_unit, else by equal ready times (a model file's ops), else
+ * each tensor one. bytes[u] its gradient bytes, ready[u] the fraction of
+ * backward after which it is complete. Returns the count; -1 when the
+ * workload has no tensors and no `units` (or more than max). */
+int predict_units(const predict_workload *w, double *bytes, double *ready, int max);
 
 /* DDP's buckets (bucket_assign: reverse parameter order, first_bucket_mb
  * then bucket_mb) of a model of w->params parameters taken as equal pieces;
@@ -75,6 +92,15 @@ typedef struct predict_row {
     double step_ms, samples_per_s, efficiency;
     double phase_ms[PH_COUNT];    /* PH_ALLREDUCE: the time the all-reduces ran */
     double gpu0_mem_bytes, other_mem_bytes;
+    int max_batch_per_gpu;        /* the largest batch a device that fits gpu_mem_gib (a multiple
+                                   * of accum; 0: not one); -1: no gpu_mem_gib given */
+    double coll_bytes[3];         /* a step's buffers through each collective on a rank
+                                   * (dps_collective_names' order, nccl-tests' sizes) */
+    double comm_bytes;            /* what a rank's ring sends and receives a step (runs.csv's
+                                   * comm_bytes_per_step) */
+    double exposed_comm_ms;       /* communication the step waits for: dp's, ddp's after
+                                   * backward, fsdp's forward gathers, the post-step gathers */
+    int nunits;                   /* the sharded strategies: units gathered or reduce-scattered */
     /* the model's terms */
     int nbuckets;
     int allreduces;               /* ddp: all-reduce calls a step, nbuckets a micro-step that
@@ -88,11 +114,13 @@ void predict_config(const predict_machine *m, const predict_workload *w, const p
                     const predict_consts *c, dps_mode mode, int n, predict_row *r);
 
 /* How many times a step pays mode's synchronisation constant: dp's once a
- * forward (accum times), ddp's once. */
+ * forward (accum times), the strategies of a process a device once. */
 int predict_syncs(const predict_workload *w, dps_mode mode);
 
 /* Device memory by memory.csv's categories, summed: device 0's and another
- * device's (the same for ddp); with --accum each micro-batch's. */
+ * device's (the same for a process a device: ddp's whole model states,
+ * the sharded strategies' shards and units, as strategies/footprint.c
+ * sums them); with --accum each micro-batch's. */
 void predict_memory(const predict_workload *w, dps_mode mode, int n, double *gpu0, double *other);
 
 #endif

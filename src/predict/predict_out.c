@@ -7,17 +7,21 @@
 
 #include "predict/predict_out.h"
 #include "core/csv.h"
+#include "core/strategy.h"
 
 /* machine, workload, the series plot.py matches (model, precision,
- * optimizer), source .. batch_per_gpu, the accumulation (accum, ddp's
+ * optimizer), source .. batch_per_gpu, the largest batch that fits (empty
+ * without gpu_mem_gib), the accumulation (accum, the bucketed strategies'
  * no_sync), status .. efficiency; then <phase>_ms; then memory, the
- * model's terms and constants (row() writes them in this order) */
+ * model's terms and constants, the collectives' bytes (row() writes them
+ * in this order) */
 static const char *const head[] = {"machine", "workload", "model", "precision", "optimizer",
-    "source", "mode", "ngpus", "nodes", "batch_per_gpu", "accum", "no_sync", "status", "note",
-    "step_ms", "samples_per_s", "efficiency"};
+    "source", "mode", "ngpus", "nodes", "batch_per_gpu", "max_batch_per_gpu", "accum", "no_sync",
+    "status", "note", "step_ms", "samples_per_s", "efficiency"};
 static const char *const tail[] = {"gpu0_mem_bytes", "other_mem_bytes", "nbuckets",
     "busbw_gbps", "allreduce_end_ms", "bucket_copy_ms", "sync_ms", "bus_eff", "base_latency_us",
-    "bucket_overhead_us", "dp_sync_ms", "compute_scale", "overlap_eff"};
+    "bucket_overhead_us", "dp_sync_ms", "compute_scale", "overlap_eff", "nunits",
+    "allreduce_bytes", "reduce_scatter_bytes", "all_gather_bytes", "comm_bytes_per_step"};
 #define NHEAD ((int)(sizeof head / sizeof head[0]))
 #define NTAIL ((int)(sizeof tail / sizeof tail[0]))
 #define NCOLS (NHEAD + PH_COUNT + NTAIL)
@@ -47,6 +51,7 @@ static void row(csv_buf *b, const predict_machine *m, const predict_consts *c,
                 const predict_row *r)
 {
     const predict_workload *w = r->w;
+    const dps_strategy *st = dps_strategy_of(r->mode);
     int ok = r->status != PRED_SKIPPED;
     csv_str(b, m->name);
     csv_str(b, w->name);
@@ -58,8 +63,10 @@ static void row(csv_buf *b, const predict_machine *m, const predict_consts *c,
     csv_int(b, r->ngpus);
     csv_int(b, r->nodes);
     csv_int(b, r->batch_per_gpu);
+    if (ok && r->max_batch_per_gpu >= 0) csv_int(b, r->max_batch_per_gpu);
+    else csv_empty(b);
     csv_int(b, predict_accum(w));
-    if (r->mode == MODE_DDP) csv_str(b, w->sync_all ? "off" : "on");
+    if (st->buckets) csv_str(b, w->sync_all ? "off" : "on");
     else csv_empty(b);
     csv_str(b, predict_status_names[r->status]);
     csv_str(b, r->note);
@@ -75,7 +82,7 @@ static void row(csv_buf *b, const predict_machine *m, const predict_consts *c,
     csv_num(b, r->gpu0_mem_bytes, 0); /* whole bytes */
     csv_num(b, r->other_mem_bytes, 0);
     csv_int(b, r->nbuckets);
-    figure(b, r->mode == MODE_DDP ? r->busbw_gbps : 0.0, 3);
+    figure(b, st->per_rank ? r->busbw_gbps : 0.0, 3);
     figure(b, r->allreduce_end_ms, 4);
     figure(b, r->bucket_copy_ms, 4);
     figure(b, r->sync_ms, 4);
@@ -85,6 +92,9 @@ static void row(csv_buf *b, const predict_machine *m, const predict_consts *c,
     figure(b, c->dp_sync_ms, 4);
     figure(b, c->compute_scale, 4);
     figure(b, c->overlap_eff, 4);
+    csv_int(b, r->nunits);
+    for (int k = 0; k < 3; k++) csv_num(b, r->coll_bytes[k], 0); /* whole bytes */
+    csv_num(b, r->comm_bytes, 0);
     csv_end_row(b);
 }
 
@@ -116,22 +126,25 @@ void predict_print(FILE *f, const predict_machine *m, const predict_workload *w,
                  w->sync_all ? "every one all-reduced, no_sync off" : "no_sync but the last");
     fprintf(f, "# dpscale predict: %s on %s (%d per node%s), %d samples per device%s\n", w->name,
             m->name, m->gpus_per_node, nodes, w->batch_per_gpu, accum);
-    fprintf(f, "# %-4s %5s %5s %10s %11s %6s %10s %10s %11s %9s  %s\n", "mode", "gpus", "nodes",
-            "step_ms", "samples/s", "eff", "comm_ms", "exposed_ms", "gpu0_GiB", "status", "note");
+    fprintf(f, "# %-5s %4s %5s %10s %11s %6s %10s %10s %11s %9s %9s  %s\n", "mode", "gpus",
+            "nodes", "step_ms", "samples/s", "eff", "comm_ms", "exposed_ms", "gpu0_GiB",
+            "max_batch", "status", "note");
     for (int i = 0; i < n; i++) {
         const predict_row *r = &rows[i];
-        double comm = r->mode == MODE_DDP ? r->phase_ms[PH_ALLREDUCE]
-                                          : r->phase_ms[PH_REPLICATE] + r->phase_ms[PH_REDUCE];
-        double exposed = r->mode == MODE_DDP ? r->phase_ms[PH_ALLREDUCE_EXPOSED] : comm;
+        double comm = dps_strategy_of(r->mode)->per_rank
+                          ? r->phase_ms[PH_ALLREDUCE]
+                          : r->phase_ms[PH_REPLICATE] + r->phase_ms[PH_REDUCE];
+        char fits[16] = "-";
         if (r->status == PRED_SKIPPED) {
-            fprintf(f, "  %-4s %5d %5d %10s %11s %6s %10s %10s %11s %9s  %s\n",
-                    dps_mode_name(r->mode), r->ngpus, r->nodes, "-", "-", "-", "-", "-", "-",
+            fprintf(f, "  %-5s %4d %5d %10s %11s %6s %10s %10s %11s %9s %9s  %s\n",
+                    dps_mode_name(r->mode), r->ngpus, r->nodes, "-", "-", "-", "-", "-", "-", "-",
                     "skipped", r->note);
             continue;
         }
-        fprintf(f, "  %-4s %5d %5d %10.3f %11.1f %5.1f%% %10.3f %10.3f %11.2f %9s  %s\n",
+        if (r->max_batch_per_gpu >= 0) snprintf(fits, sizeof fits, "%d", r->max_batch_per_gpu);
+        fprintf(f, "  %-5s %4d %5d %10.3f %11.1f %5.1f%% %10.3f %10.3f %11.2f %9s %9s  %s\n",
                 dps_mode_name(r->mode), r->ngpus, r->nodes, r->step_ms, r->samples_per_s,
-                100 * r->efficiency, comm, exposed, r->gpu0_mem_bytes / 1073741824.0,
-                predict_status_names[r->status], r->note);
+                100 * r->efficiency, comm, r->exposed_comm_ms, r->gpu0_mem_bytes / 1073741824.0,
+                fits, predict_status_names[r->status], r->note);
     }
 }
