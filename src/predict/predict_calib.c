@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/keyfile.h"
+#include "core/strategy.h"
 #include "predict/predict_calib.h"
 #include "core/stats.h"
 #include "core/util.h"
@@ -118,13 +119,42 @@ static void predict_measured_row(const fit *f, const predict_consts *c, int i, p
     predict_config(f->m, &f->w[x->workload], &f->split[x->workload], c, x->mode, x->ngpus, r);
 }
 
+/* A row of a sharded strategy (zero1, zero2, fsdp): no constant is
+ * fitted to it (its forward holds fsdp's gathers, its step the post-step
+ * gathers); its error tests the sharded model with dp's and ddp's constants. */
+static int is_sharded(const predict_measured *x)
+{
+    return dps_strategy_of(x->mode)->shard > 0;
+}
+
+/* The sharded rows, left out of the fit, in a note naming their modes. */
+static void note_sharded(fit *f)
+{
+    char modes[64] = "";
+    int n = 0, seen[MODE_COUNT] = {0};
+    for (int i = 0; i < f->nmeas; i++) {
+        if (!is_sharded(&f->meas[i])) continue;
+        n++;
+        if (seen[f->meas[i].mode]++) continue;
+        size_t used = strlen(modes);
+        snprintf(modes + used, sizeof modes - used, "%s%s", used ? ", " : "",
+                 dps_mode_name(f->meas[i].mode));
+    }
+    if (n)
+        add_line(f, 0, "%d row%s of the sharded strategies (%s) fitted no constant: the constants "
+                 "are dp's and ddp's, and %s error%s test%s the sharded model with them", n,
+                 n == 1 ? "" : "s", modes, n == 1 ? "its" : "their", n == 1 ? "" : "s",
+                 n == 1 ? "s" : "");
+}
+
 /* compute_scale: the median of each row's forward slow-down per other
- * device of its node. */
+ * device of its node (dp's and ddp's rows). */
 static void fit_compute_scale(fit *f, predict_consts *c, double *v)
 {
     int n = 0;
     for (int i = 0; i < f->nmeas; i++) {
         const predict_measured *x = &f->meas[i];
+        if (is_sharded(x)) continue;
         int together = x->ngpus;
         if (x->forward_1 > 0 && together > 1 && together <= f->m->gpus_per_node)
             v[n++] = (x->forward_ms / x->forward_1 - 1.0) / (together - 1);
@@ -287,6 +317,7 @@ static void fit_all(fit *f, predict_consts *c, double *v, double *wait)
     if (n) set_fitted(f, c, K_SYNC, stats_median_or(v, n, 0.0), n, "ddp step times");
     check_points(f, MODE_DP);
     check_points(f, MODE_DDP);
+    note_sharded(f);
 }
 
 /* Each constant and, as a comment, the points it was fitted from. */

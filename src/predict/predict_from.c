@@ -7,6 +7,7 @@
 
 #include "predict/predict_from.h"
 #include "core/csv_table.h"
+#include "core/strategy.h"
 #include "core/util.h"
 #include "model/bucket.h"
 #include "model/model_file.h"
@@ -82,6 +83,24 @@ static int int_cell(const runs_view *v, int r, int c)
 {
     char a[CELL];
     return atoi(cell(v, r, c, a));
+}
+
+/* Row r's strategy, by its word in dps_mode_names; MODE_COUNT for a word
+ * of none (runs.csv's readers refuse one). */
+static dps_mode mode_cell(const runs_view *v, int r)
+{
+    char a[CELL];
+    cell(v, r, R_MODE, a);
+    for (int m = 0; m < MODE_COUNT; m++)
+        if (strcmp(a, dps_mode_names[m]) == 0) return (dps_mode)m;
+    return MODE_COUNT;
+}
+
+/* Row r's strategy all-reduces DDP's buckets (ddp, zero1). */
+static int is_bucketed(const runs_view *v, int r)
+{
+    dps_mode m = mode_cell(v, r);
+    return m < MODE_COUNT && dps_strategy_of(m)->buckets;
 }
 
 /* An ok weak-scaling row on `one` (1) or on more devices (0). */
@@ -208,8 +227,11 @@ static dps_status model_tensors(const runs_view *v, int r, predict_workload *w)
     DPS_TRY(csv_table_num(&v->t, r, v->col[R_PARAMS], 0, 0, &params));
     if ((double)model_param_count(s) != params) return file_tensors(v, r, params, w);
     w->tensors = malloc((2 * BUCKET_MAX_LAYERS + 2) * sizeof *w->tensors);
-    if (!w->tensors) return dps_fail(DPS_ERR_RUNTIME, "out of host memory");
+    w->tensor_unit = malloc((2 * BUCKET_MAX_LAYERS + 2) * sizeof *w->tensor_unit);
+    if (!w->tensors || !w->tensor_unit) return dps_fail(DPS_ERR_RUNTIME, "out of host memory");
     w->ntensors = bucket_model_params(s, w->tensors, 2 * BUCKET_MAX_LAYERS + 2);
+    for (int t = 0; t < w->ntensors; t++) w->tensor_unit[t] = t / 2; /* net.c's: a layer's weight
+                                                                      * and bias */
     w->params = (double)model_param_count(s);
     w->output_bytes_per_sample = 4.0 * s.tokens * s.classes; /* fp32 logits */
     return DPS_OK;
@@ -261,15 +283,15 @@ static int profile_row(const runs_view *v, int r)
     return best;
 }
 
-/* Row q is ddp with its all-reduces overlapping backward. */
+/* Row q all-reduces DDP's buckets (ddp, zero1) overlapping backward. */
 static int is_ddp_overlap(const runs_view *v, int q)
 {
-    char a[CELL], b[CELL];
-    return strcmp(cell(v, q, R_MODE, a), "ddp") == 0 && strcmp(cell(v, q, R_OVERLAP, b), "0") != 0;
+    char b[CELL];
+    return is_bucketed(v, q) && strcmp(cell(v, q, R_OVERLAP, b), "0") != 0;
 }
 
-/* The series' ddp one-device row that overlaps, with no_sync on where
- * there is one, or -1. */
+/* The series' one-device row with DDP's buckets that overlaps, with
+ * no_sync on where there is one, or -1. */
 static int ddp_row(const runs_view *v, int r)
 {
     int found = -1;
@@ -314,6 +336,15 @@ static int in_micro(const csv_table *bk, int r, int cm, int micro)
     return cm < 0 || atoi(csv_table_cell(bk, r, cm, a, CELL)) == micro;
 }
 
+/* Row r of buckets.csv is a bucket's all-reduce (zero1's rows hold its
+ * units' all-gathers too; folders before the column, only all-reduces). */
+static int is_allreduce(const csv_table *bk, int r)
+{
+    int cc = optional_col(bk, "collective");
+    char a[CELL];
+    return cc < 0 || strcmp(csv_table_cell(bk, r, cc, a, CELL), dps_collective_names[0]) == 0;
+}
+
 /* Each bucket's ready time in backward (buckets.csv, rank 0 of config id,
  * its last micro-step) over a micro-step's backward (phases.csv's median of
  * the step over its accum micro-steps): w->ready, when every bucket has one. */
@@ -335,7 +366,8 @@ static dps_status bucket_ready(const predict_folder *f, const char *id, int accu
     if (!w->ready) return dps_fail(DPS_ERR_RUNTIME, "out of host memory reading buckets.csv");
     for (int r = 0; r < bk->nrows; r++) {
         if (strcmp(csv_table_cell(bk, r, cid, a, CELL), id) != 0 ||
-            strcmp(csv_table_cell(bk, r, crank, b, CELL), "0") != 0 || !in_micro(bk, r, cm, micro))
+            strcmp(csv_table_cell(bk, r, crank, b, CELL), "0") != 0 || !in_micro(bk, r, cm, micro) ||
+            !is_allreduce(bk, r))
             continue;
         DPS_TRY(csv_table_num(bk, r, cready, 0, 0, &x));
         if (bwd > 0) w->ready[n++] = fmin(1.0, fmax(0.0, x / bwd));
@@ -457,7 +489,8 @@ static dps_status measured_buckets(const csv_table *bk, const char *id, predict_
     for (int i = 0; i < 6; i++) DPS_TRY(csv_table_col(bk, names[i], &col[i]));
     DPS_TRY(last_micro(bk, col[0], id, &micro));
     for (int r = 0; r < bk->nrows; r++) {
-        if (strcmp(csv_table_cell(bk, r, col[0], a, CELL), id) != 0 || !in_micro(bk, r, cm, micro))
+        if (strcmp(csv_table_cell(bk, r, col[0], a, CELL), id) != 0 || !in_micro(bk, r, cm, micro) ||
+            !is_allreduce(bk, r))
             continue;
         for (int i = 0; i < 5; i++) DPS_TRY(csv_table_num(bk, r, col[i + 1], i >= 3, NAN, &x[i]));
         int b = (int)x[0];
@@ -481,17 +514,17 @@ static int ddp_matches(const runs_view *v, int r, const predict_workload *w)
            is_sync_all(v, r) == w->sync_all;
 }
 
-/* The workload row r is measured against: its series', and for ddp only
- * an overlapping run with the workload's bucket cap and no_sync; -1 when
- * none. */
+/* The workload row r is measured against: its series', and for DDP's
+ * buckets (ddp, zero1) only an overlapping run with the workload's bucket
+ * cap and no_sync; -1 when none. */
 static int workload_of(const runs_view *v, int r, const predict_workload *w, int nw)
 {
-    char a[CELL], b[CELL];
+    char a[CELL];
     int q = 0;
     while (q < v->t.nrows && !(is_profile(v, q) && same_series(v, r, q))) q++;
     if (q == v->t.nrows) return -1;
     cell(v, profile_row(v, q), R_ID, a);
-    int ddp = strcmp(cell(v, r, R_MODE, b), "ddp") == 0;
+    int ddp = is_bucketed(v, r);
     for (int k = 0; k < nw; k++)
         if (strcmp(w[k].source, a) == 0) return !ddp || ddp_matches(v, r, &w[k]) ? k : -1;
     return -1;
@@ -500,11 +533,10 @@ static int workload_of(const runs_view *v, int r, const predict_workload *w, int
 static dps_status measured_row(const runs_view *v, const csv_table *ph, const csv_table *bk, int r,
                                const predict_workload *w, int nw, predict_measured *m)
 {
-    char mode[CELL];
-    m->workload = workload_of(v, r, w, nw);
+    m->mode = mode_cell(v, r);
+    m->workload = m->mode < MODE_COUNT ? workload_of(v, r, w, nw) : -1;
     if (m->workload < 0) return DPS_OK;
     DPS_TRY(row_id(v, r, m->id));
-    m->mode = strcmp(cell(v, r, R_MODE, mode), "ddp") == 0 ? MODE_DDP : MODE_DP;
     m->ngpus = int_cell(v, r, R_NGPUS);
     DPS_TRY(csv_table_num(&v->t, r, v->col[R_STEP], 0, 0, &m->step_ms));
     DPS_TRY(csv_table_num(&v->t, r, v->col[R_BUSBW], 1, 0.0, &m->busbw_gbps));
@@ -514,7 +546,7 @@ static dps_status measured_row(const runs_view *v, const csv_table *ph, const cs
     m->forward_ms = fwd.n ? fwd.sum / fwd.n : 0.0; /* the devices' mean */
     m->backward_ms = bwd.max / predict_accum(&w[m->workload]); /* the slowest device's, a
                                                                  * micro-step's */
-    if (bk && m->mode == MODE_DDP) DPS_TRY(measured_buckets(bk, m->id, m));
+    if (bk && dps_strategy_of(m->mode)->buckets) DPS_TRY(measured_buckets(bk, m->id, m));
     return sum_rows(ph, w[m->workload].source, "phase", "forward", "median_ms", &m->forward_1);
 }
 
