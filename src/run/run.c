@@ -213,6 +213,7 @@ double run_allreduce_span_ms(const timeline *tl, int t, double bytes)
         if (tl->ref_wall_ms[r] < base) base = tl->ref_wall_ms[r];
     }
     for (int i = 0; i < n; i++) {
+        if (timeline_spans(tl, t, 0)[i].op != 0) continue; /* a sharded unit's collective */
         double last_begin = -INFINITY, last_end = -INFINITY;
         for (int r = 0; r < tl->nranks; r++) {
             const tl_span *sp = timeline_spans(tl, t, r) + i;
@@ -223,7 +224,7 @@ double run_allreduce_span_ms(const timeline *tl, int t, double bytes)
         total += last_end - last_begin;
         covered += (double)timeline_spans(tl, t, 0)[i].bytes;
     }
-    return n > 0 && covered == bytes ? total : -1.0;
+    return covered > 0 && covered == bytes ? total : -1.0;
 }
 
 /* algbw and busbw from the traced steps' all-reduce time

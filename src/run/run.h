@@ -54,8 +54,10 @@ double run_max_rel_diff(const float *a, const float *b, size_t n);
  * once every rank has joined it: per bucket, the last rank's end minus the
  * last rank's begin (each rank's spans placed by its reference on the wall
  * clock, as the trace places them), summed over the buckets, so that no
- * rank's wait for a slower one counts as transfer. -1 when the ranks' spans
- * differ in number or do not add up to `bytes`. */
+ * rank's wait for a slower one counts as transfer; a sharded strategy's
+ * reduce-scatters and all-gathers are not all-reduces and are left out. -1
+ * when the ranks' spans differ in number or their all-reduces do not add up
+ * to `bytes`. */
 double run_allreduce_span_ms(const timeline *tl, int t, double bytes);
 
 /* Times the GEMMs of one step on `rows` rows of one device, as the model
