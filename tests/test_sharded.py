@@ -17,7 +17,7 @@ usage: test_sharded.py DPSCALE CASE
               and all-gathers every unit once a step, fsdp gathers every unit
               twice (forward and backward) and reduce-scatters it once, zero1
               all-reduces ddp's buckets and all-gathers every unit
-  refused     fsdp and zero2 in half precision, --no-sync and --bucket-mb without
+  refused     fsdp and zero2 in half precision or with a GradScaler, --no-sync and --bucket-mb without
               a strategy that has buckets: exit 2 saying what to do"""
 from listing import DPSCALE, FIXTURES, exit_if_listing, test
 
@@ -149,6 +149,9 @@ def case_refused(binary):
             p = dpscale(binary, "run", "--mode", mode, "--precision", "bf16", "--gpus", "2",
                         out=tmp, check_rc=None)
             expect_exit(p, 2, "fp32", "--precision fp32")
+        p = dpscale(binary, "run", "--mode", "zero2", "--scaler", "on", "--gpus", "2", out=tmp,
+                    check_rc=None)
+        expect_exit(p, 2, "GradScaler", "--mode zero1")
         p = dpscale(binary, "run", "--mode", "fsdp", "--accum", "2", "--no-sync", "off",
                     "--gpus", "2", out=tmp, check_rc=None)
         expect_exit(p, 2, "--no-sync", "buckets", "--mode ddp")
