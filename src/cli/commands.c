@@ -13,6 +13,7 @@
 #include "build_config.h"
 #include "version.h"
 #include "cli/commands.h"
+#include "core/strategy.h"
 #include "cli/world_join.h"
 #include "backend/host_gemm.h"
 #include "comm/comm.h"
@@ -105,6 +106,20 @@ static void print_file_presets(void)
     }
 }
 
+/* The strategy table: each --mode, what it is, how it runs and what it shards. */
+static void print_strategies(void)
+{
+    static const char *const sharded[] = {"nothing", "the optimizer state",
+                                          "optimizer state and gradients",
+                                          "optimizer state, gradients and parameters"};
+    printf("\nstrategies (--mode):\n");
+    for (int m = 0; m < MODE_COUNT; m++) {
+        const dps_strategy *st = dps_strategy_of((dps_mode)m);
+        printf("  %-6s %-46s %-22s shards %s\n", st->name, st->like,
+               st->per_rank ? "a process a device" : "one process", sharded[st->shard]);
+    }
+}
+
 static void print_info(const backend *be)
 {
     printf("dpscale %s (%s)\n", DPS_VERSION, DPS_GIT_DESCRIBE);
@@ -126,6 +141,7 @@ static void print_info(const backend *be)
         printf("  device %d: %s, memory %s, bus %s\n", d, be->info[d].name, cap,
                be->info[d].bus_id);
     }
+    print_strategies();
     printf("\npresets, MLPs:\n  %-14s %6s %6s %6s %7s %9s %12s %14s  %s\n", "name", "layers",
            "width", "tokens", "classes", "batch/gpu", "params", "fwd GFLOP/smp", "shaped after");
     for (int i = 0; i < model_npresets; i++) {

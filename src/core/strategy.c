@@ -5,7 +5,7 @@ const dps_strategy dps_strategies[MODE_COUNT] = {
     [MODE_DP] = {MODE_DP, "dp", "torch.nn.DataParallel", 0, 0, 0, 0.0, 0.0, 0.0},
     [MODE_DDP] = {MODE_DDP, "ddp", "torch.nn.parallel.DistributedDataParallel", 1, 1, 0,
                   1.0, 0.0, 0.0},
-    [MODE_ZERO1] = {MODE_ZERO1, "zero1", "DDP with ZeroRedundancyOptimizer (ZeRO stage 1)", 1, 1, 1,
+    [MODE_ZERO1] = {MODE_ZERO1, "zero1", "DDP + ZeroRedundancyOptimizer (ZeRO stage 1)", 1, 1, 1,
                     1.0, 0.0, 1.0},
     [MODE_ZERO2] = {MODE_ZERO2, "zero2", "ZeRO stage 2 (DeepSpeed; FSDP's SHARD_GRAD_OP)", 1, 0, 2,
                     0.0, 1.0, 1.0},
