@@ -7,7 +7,9 @@ from listing import DPSCALE, exit_if_listing, test
 
 TESTS = [test("predict", DPSCALE, "predict"),
          test("predict from", DPSCALE, "predict_from", timeout=300),
-         test("predict calibrate", DPSCALE, "predict_calibrate", timeout=300)]
+         test("predict calibrate", DPSCALE, "predict_calibrate", timeout=300),
+         test("predict sharded", DPSCALE, "predict_sharded"),
+         test("predict sharded from", DPSCALE, "predict_sharded_from", timeout=300)]
 if __name__ == "__main__":
     exit_if_listing(TESTS)  # --list: before the imports below
 
@@ -17,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 
+from dpstools import results as dpsresults
 from helpers import SCRIPTS, dpscale, expect, expect_exit, read_table, run_cases, set_cells, write
 
 
@@ -188,6 +191,118 @@ def case_predict_calibrate(binary):
                p.stderr)
         with open(cal) as f:
             expect(f"# warning: {warned}" in f.read(), cal)
+
+
+# A 100M-parameter model in 24 units (AdamW: 8 bytes of state a parameter) at 16
+# samples a device, each sample's activations 100 MB: ddp holds 2 GB of model
+# states and 1.6 GB of activations, fsdp on 8 devices a tenth of the states.
+SHARDED_WORKLOAD = """name = big
+params = 100000000
+units = 24
+step_ms_1gpu = 300
+batch_per_gpu = 16
+activation_bytes_per_sample = 100000000
+optimizer = adamw
+"""
+SHARDED_MACHINE = "name = box\ngpus_per_node = 8\nintra_busbw_gbps = 100\n"
+SHARDED = ("ddp", "zero1", "zero2", "fsdp")
+
+
+def predict_sharded(binary, out, name, gib, workload=SHARDED_WORKLOAD, gpus="1,8"):
+    """predictions.csv of every strategy of a process a device, by (mode, ngpus), and stdout."""
+    files = [write(os.path.join(out, f), text) for f, text in
+             ((name + ".machine", SHARDED_MACHINE + (f"gpu_mem_gib = {gib}\n" if gib else "")), (name + ".workload", workload))]
+    p = subprocess.run([binary, "predict", "--machine", files[0], "--workload", files[1], "--gpus",
+                        gpus, "--modes", ",".join(SHARDED), "--out", out, "--name", name],
+                       capture_output=True, text=True)
+    expect_exit(p, 0)
+    table = dpsresults.read_predictions(os.path.join(out, name, "predictions.csv"))
+    return {(r["mode"], r["ngpus"]): r for r in table}, p.stdout
+
+
+def case_predict_sharded(binary):
+    """--modes zero1,zero2,fsdp: the collectives' bytes (zero1 = ddp + an all-gather of the
+    parameters, 1.5 x ddp's ring traffic; fsdp's about 1.5 x too), memory by the ZeRO
+    formulas, and the fit point: on 2.5 GiB devices ddp is out of memory at 16 samples
+    and fits 6, fsdp on 8 devices fits 24; without units, a sharded row is skipped."""
+    G = 4 * 100000000
+    with tempfile.TemporaryDirectory() as out:
+        by, stdout = predict_sharded(binary, out, "p", 2.5)
+        ddp, zero1, zero2, fsdp = (by[(m, "8")] for m in SHARDED)
+        num = lambda r, k: float(r[k])  # noqa: E731
+        expect(num(ddp, "allreduce_bytes") == G and num(ddp, "all_gather_bytes") == 0, f"{ddp}")
+        expect(num(zero1, "allreduce_bytes") == G and num(zero1, "all_gather_bytes") == G and
+               abs(num(zero1, "comm_bytes_per_step") / num(ddp, "comm_bytes_per_step") - 1.5) < 1e-6,
+               f"zero1 is ddp plus an all-gather of the parameters: {zero1}")
+        expect(num(zero2, "reduce_scatter_bytes") == G and num(zero2, "allreduce_bytes") == 0 and
+               abs(num(zero2, "comm_bytes_per_step") / num(ddp, "comm_bytes_per_step") - 1) < 1e-6,
+               f"zero2 moves ddp's bytes: {zero2}")
+        ratio = num(fsdp, "comm_bytes_per_step") / num(ddp, "comm_bytes_per_step")
+        expect(1.4 < ratio <= 1.5 and num(fsdp, "nunits") == 24 and
+               num(fsdp, "all_gather_bytes") > 1.9 * G, f"fsdp moves {ratio:.3f} x ddp's: {fsdp}")
+        # the post-step all-gather is exposed: zero1's step is ddp's and more
+        expect(num(zero1, "step_ms") > num(ddp, "step_ms") and
+               num(zero1, "optimizer_ms") > num(ddp, "optimizer_ms") / 8, f"{zero1}\n{ddp}")
+        # memory: ddp 3 x 4P + 8P of AdamW; fsdp 4P/8 twice, 4 units, 8P/8; activations alike
+        act = 16 * 100000000
+        for r, states in ((ddp, 3 * G + 2 * G), (zero1, 3 * G + 2 * G / 8),
+                          (zero2, G + G / 8 + 2 * G / 24 + 2 * G / 8),
+                          (fsdp, 2 * G / 8 + 4 * G / 24 + 2 * G / 8)):
+            expect(abs(num(r, "gpu0_mem_bytes") - states - act) < 1e6, f"{r['mode']}: {r}")
+        expect(ddp["status"] == "oom" and "batch_per_gpu 6 fits" in ddp["note"] and
+               ddp["max_batch_per_gpu"] == "6", f"ddp on 2.5 GiB: {ddp}")
+        expect(fsdp["status"] == "ok" and fsdp["max_batch_per_gpu"] == "24", f"fsdp: {fsdp}")
+        fits = {l.split()[0]: l.split()[9] for l in stdout.splitlines()
+                if l.split() and l.split()[0] in SHARDED and l.split()[1] == "8"}
+        expect(fits["ddp"] == "6" and fits["fsdp"] == fsdp["max_batch_per_gpu"],
+               f"the table's max_batch: {fits}\n{stdout}")
+        # without units or tensors, the sharded strategies have nothing to shard by
+        bare = SHARDED_WORKLOAD.replace("units = 24\n", "")
+        by, _ = predict_sharded(binary, out, "bare", 0, bare, "8")
+        expect(by[("ddp", "8")]["status"] == "ok" and by[("ddp", "8")]["max_batch_per_gpu"] == "" and
+               all(by[(m, "8")]["status"] == "skipped" and "units = N" in by[(m, "8")]["note"]
+                   for m in SHARDED[1:]), f"{by}")
+
+
+def case_predict_sharded_from(binary):
+    """predict --from a folder of ddp, zero1 and fsdp runs on 1 and 2 devices: each run
+    read with its strategy, every sharded strategy predicted, each one's memory against
+    what the host backend allocated (devices.csv), and --calibrate fitting no constant to
+    the sharded rows (no dp run: dp_sync_ms stays the default)."""
+    with tempfile.TemporaryDirectory() as out:
+        dpscale(binary, "sweep", "--mode", "ddp,zero1,fsdp", "--gpus", "1,2", "--model", "small",
+                "--steps", "4", "--warmup", "1", "--no-nvtx", out=out, name="r", check_rc=0,
+                backend=None)
+        for cmd in (["links", "--gpus", "2"], ["comm-bench", "--gpus", "2", "--sizes", "64K,1M"]):
+            dpscale(binary, *cmd, out=out, name="r", check_rc=0, backend=None)
+        folder = os.path.join(out, "r")
+        p = subprocess.run([binary, "predict", "--from", folder, "--gpus", "1,2", "--modes",
+                            ",".join(SHARDED), "--out", out, "--name", "p"], capture_output=True,
+                           text=True)
+        expect_exit(p, 0)
+        rows = {(r["mode"], r["ngpus"]): r
+                for r in dpsresults.read_predictions(os.path.join(out, "p", "predictions.csv"))}
+        expect(len(rows) == 8 and all(r["status"] == "ok" for r in rows.values()), f"{rows}")
+        runs = read_table(os.path.join(folder, "runs.csv"))
+        peak = {}
+        for d in read_table(os.path.join(folder, "devices.csv")):
+            peak[d["config_id"]] = max(peak.get(d["config_id"], 0), int(d["alloc_peak_bytes"]))
+        for run in runs:
+            got, want = float(rows[(run["mode"], run["ngpus"])]["gpu0_mem_bytes"]), peak[run["config_id"]]
+            expect(abs(got / want - 1) < 0.25, f"{run['config_id']}: {got:.0f} B predicted, "
+                   f"{want} B allocated")
+        two = {r["mode"]: float(rows[(r["mode"], "2")]["gpu0_mem_bytes"]) for r in runs}
+        expect(two["fsdp"] < two["zero1"] < two["ddp"], f"memory on 2 devices: {two}")
+        p = subprocess.run([binary, "predict", "--calibrate", folder, "--out", out, "--name", "c"],
+                           capture_output=True, text=True)
+        expect_exit(p, 0)
+        cal = os.path.join(out, "c", "calibration.txt")
+        with open(cal) as f:
+            text = f.read()
+        listed = {l.split()[2] for l in text.splitlines() if l.startswith("# ") and "-g2-" in l}
+        expect(listed == {"ddp", "zero1", "fsdp"} and "dp_sync_ms = 0.0000" in text and
+               "2 rows of the sharded strategies (zero1, fsdp) fitted no constant" in text,
+               f"calibration read the runs' strategies: {listed}\n{text}")
 
 
 if __name__ == "__main__":
