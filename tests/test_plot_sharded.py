@@ -5,11 +5,13 @@ states against the ZeRO formulas equal memory.csv's bytes and the formula
 this file works out; the diagnosis names the units whose all-gathers stall
 the step, with their share, where buckets.csv is given a known exposure, and
 sets each sharded strategy against ddp; every chart draws the strategies.
-Usage: test_plot_sharded.py DPSCALE states|diagnosis|charts; exit 0 pass, 1 fail."""
+A folder of dp and ddp alone (tests/fixtures/results-host) keeps its summary
+and titles without them.
+Usage: test_plot_sharded.py DPSCALE states|diagnosis|charts|absent; exit 0 pass, 1 fail."""
 from listing import DPSCALE, exit_if_listing, test
 
 TESTS = [test("plot sharded " + c, DPSCALE, c, suite="scripts", timeout=180)
-         for c in ("states", "diagnosis", "charts")]
+         for c in ("states", "diagnosis", "charts", "absent")]
 if __name__ == "__main__":
     exit_if_listing(TESTS)  # --list: before the imports below
 
@@ -19,7 +21,7 @@ import sys
 import tempfile
 from statistics import median
 
-from helpers import dpscale, edit, expect, png_size, rows_of, run_cases
+from helpers import FIXTURES, dpscale, edit, expect, png_size, rows_of, run_cases, set_cells
 import plot  # scripts/plot.py (scripts/ is on PYTHONPATH)
 from dpstools import charts
 
@@ -190,7 +192,7 @@ def case_diagnosis(binary):
     (forward and backward: 4 ms) in a 20 ms step: bound by units 2-3, 20 %;
     then 0.2 ms each (4 %): not bound; then units 0 and 3. Against ddp with
     10 ms steps: ddp 2.00x faster, fsdp's peak per device below ddp's by the
-    difference devices.csv holds."""
+    difference devices.csv holds; the wait after backward, 3 ms, 15 %."""
     with tempfile.TemporaryDirectory() as tmp:
         folder = sweep(binary, tmp, optimizers="adamw", steps=5)  # 5: the ratio's interval
         count = gathers(folder, FSDP4)
@@ -198,6 +200,11 @@ def case_diagnosis(binary):
                "expected forward and backward")
         set_steps(folder, FSDP4, 20.0)
         set_steps(folder, DDP4, 10.0)
+        set_cells(os.path.join(folder, "phases.csv"),
+                  {"config_id": FSDP4, "device": "0", "phase": "allreduce_exposed"},
+                  {"median_ms": "3.0000"})
+        wait = (" It waits 3.000 ms after backward for the reduce-scatters of the last units, "
+                "15 % of the step.")
         mine, ddp = peak_mib(folder, FSDP4), peak_mib(folder, DDP4)
         for n, (units, ms, want) in enumerate([
                 ({2: 1.0, 3: 1.0}, 4.0, f"- {FSDP4}: the step is bound by the exposed "
@@ -211,7 +218,8 @@ def case_diagnosis(binary):
             part = section(md, "Diagnosis").split("### Sharded strategies\n", 1)
             expect(len(part) == 2, f"the diagnosis has no sharded part:\n{md[-3000:]}")
             line = next((l for l in part[1].splitlines() if l.startswith(f"- {FSDP4}:")), "")
-            expect(line.startswith(want), f"{FSDP4}: {line!r}, expected it to begin {want!r}")
+            expect(line.startswith(want + wait),
+                   f"{FSDP4}: {line!r}, expected it to begin {want + wait!r}")
             against = (f" Against {DDP4}: ddp reaches 2.00x fsdp's throughput (95 % interval "
                        f"2.00–2.00x); fsdp holds {ddp - mine:.2f} MiB less per device at its "
                        f"peak ({mine:.2f} MiB against {ddp:.2f} MiB, "
@@ -257,6 +265,21 @@ def case_charts(binary):
         for label in ("parameters: gathered unit parameters (in flight)",
                       "gradients: unit gradients (in flight)", "optimizer state", "communication"):
             expect(label in memory, f"memory.png's legend lacks {label!r}: {memory}")
+
+
+def case_absent(_):
+    """dp and ddp alone: no model-state section, no sharded part in the
+    diagnosis, the scaling charts titled dp vs ddp, no collectives on phases.png."""
+    with tempfile.TemporaryDirectory() as tmp:
+        md, texts = draw(os.path.join(FIXTURES, "results-host"), os.path.join(tmp, "out"))
+        expect(f"## {STATES}" not in md and "### Sharded strategies" not in md,
+               f"summary.md of dp and ddp speaks of sharding:\n{md[:4000]}")
+        for chart in ("scaling.png", "efficiency.png"):
+            text = " | ".join(texts[chart])
+            expect("DataParallel (dp) vs DistributedDataParallel (ddp)" in text and
+                   "upper bound on DataParallel" in text, f"{chart}'s title: {text}")
+        expect("collectives_exposed (reduce-scatters)" not in texts["phases.png"],
+               f"phases.png names sharded collectives: {texts['phases.png']}")
 
 
 if __name__ == "__main__":

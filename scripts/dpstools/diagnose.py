@@ -315,6 +315,16 @@ def exposure_text(folder, run, per):
             f"{pct:.0f} % of the step ({total:.3f} ms of {step:.3f} ms{others})")
 
 
+def wait_text(folder, run):
+    """The wait after backward (phases.csv's allreduce_exposed on device 0):
+    for the buckets' all-reduce (zero1) or the last units' reduce-scatters."""
+    ms = phases_of(folder, run["config_id"]).get("allreduce_exposed", 0.0)
+    step = number(run, "step_ms_median")
+    what = "all-reduce" if run["mode"] == "zero1" else "reduce-scatters of the last units"
+    return (f"It waits {ms:.3f} ms after backward for the {what}, "
+            f"{100 * ms / step if step else 0.0:.0f} % of the step")
+
+
 def peak_bytes(folder, config_id):
     """The largest allocation peak over a configuration's devices (devices.csv)."""
     return max((number(d, "alloc_peak_bytes") for d in folder.devices
@@ -363,6 +373,8 @@ def sharded_lines(folder):
              "stream needed the unit, at least 0, summed per unit over the traced steps' "
              f"medians), said to bind the step where it makes {BOUND_PCT:.0f} % of the median step or "
              f"more, naming the units whose gathers make {UNIT_PCT:.0f} % of it or more; "
+             "the wait after backward (phases.csv's allreduce_exposed on device 0: zero1's "
+             "all-reduce, zero2's and fsdp's last reduce-scatters); "
              "then the configuration against ddp on the same model, devices and batch (the "
              "throughput ratio's 95 % interval from steps.csv) and the allocation peak per "
              "device (devices.csv, the largest device's).", ""]
@@ -374,7 +386,7 @@ def sharded_lines(folder):
     for r in runs:
         f = found[r["config_id"]]
         against = versus_ddp_text(folder, r)
-        lines.append(f"- {exposure_text(folder, r, f and f[0])}." +
+        lines.append(f"- {exposure_text(folder, r, f and f[0])}. {wait_text(folder, r)}." +
                      (f" {against}." if against else ""))
     return lines + [""]
 
