@@ -1,7 +1,12 @@
 #!/usr/bin/python3
 """Charts of a dpscale results folder: scaling, efficiency, GPU-0 imbalance,
-phases, links, and a summary.md that links them and names every
+phases, links, memory, and a summary.md that links them and names every
 configuration that did not end ok (each chart counts those it leaves out).
+
+With the sharded strategies (zero1, zero2, fsdp), summary.md sets each
+device's parameters, gradients and optimizer state (memory.csv) against
+dpscale's ZeRO formulas, and its diagnosis names the units whose all-gathers
+stall the step (buckets.csv) and sets each strategy against ddp.
 
 usage: plot.py RESULTS_DIR [--out DIR] [--torch TORCH_DIR] [--predictions PRED ...]
        (default DIR: plots/<folder name>)
