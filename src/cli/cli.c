@@ -251,7 +251,9 @@ static dps_status check_given(const cli_args *a)
     int runs[MODE_COUNT] = {0};
     if (a->cmd == CMD_RUN) runs[a->cfg.mode] = 1;
     for (int i = 0; i < a->sweep_modes_n; i++) runs[a->sweep_modes[i]] = 1;
-    if (a->cmd == CMD_SWEEP && !a->sweep_modes_n) runs[MODE_DP] = runs[MODE_DDP] = 1;
+    dps_mode compared[MODE_COUNT];
+    int ncompared = a->cmd == CMD_SWEEP && !a->sweep_modes_n ? dps_strategies_compared(compared) : 0;
+    for (int i = 0; i < ncompared; i++) runs[compared[i]] = 1;
     for (size_t k = 0; k < sizeof mode_options / sizeof mode_options[0]; k++) {
         int read = 0;
         for (int m = 0; m < MODE_COUNT; m++) read |= runs[m] && reads((dps_mode)m, mode_options[k].by);
@@ -389,7 +391,8 @@ dps_status cli_finish_config(cli_args *a, const char *model, dps_mode mode, int 
 {
     dps_config c = a->cfg;
     c.mode = mode;
-    if (mode == MODE_DP) c.no_sync = 1; /* a sweep's --no-sync off is its ddp configurations' */
+    if (!dps_strategy_of(mode)->buckets) c.no_sync = 1; /* a sweep's --no-sync off is its bucketed
+                                                           configurations' */
     int per_gpu = 0;
     DPS_TRY(config_set_model(&c, model, NULL, &per_gpu));
     DPS_TRY(override_shape(a, &c));

@@ -197,14 +197,13 @@ static dps_status build_from_lists(cli_args *a, const backend *be, sweep_item **
         dps_strlcpy(a->sweep_models[0], a->cfg.model, DPS_PATH_MAX);
         a->sweep_models_n = 1;
     }
-    dps_mode modes[MODE_COUNT] = {a->cfg.mode, MODE_DDP};
+    dps_mode modes[MODE_COUNT] = {a->cfg.mode};
     int nmodes = 1;
     if (a->sweep_modes_n) {
         memcpy(modes, a->sweep_modes, sizeof modes);
         nmodes = a->sweep_modes_n;
     } else if (a->cmd == CMD_SWEEP) {
-        modes[0] = MODE_DP; /* a sweep compares both strategies */
-        nmodes = 2;
+        nmodes = dps_strategies_compared(modes); /* a sweep compares dp and ddp */
     }
     *out = calloc((size_t)(nng * a->sweep_models_n * nmodes), sizeof **out);
     if (!*out) return dps_fail(DPS_ERR_RUNTIME, "out of host memory");

@@ -97,8 +97,8 @@ static dps_status accumulation(const cli_args *a, predict_inputs *in)
  * unless given; zero1, zero2 and fsdp when asked), and each workload's table. */
 static dps_status predict_all(cli_args *a, const predict_inputs *in, predict_row *rows, int *n)
 {
-    dps_mode modes[MODE_COUNT] = {MODE_DP, MODE_DDP};
-    int nmodes = a->sweep_modes_n ? a->sweep_modes_n : 2;
+    dps_mode modes[MODE_COUNT];
+    int nmodes = a->sweep_modes_n ? a->sweep_modes_n : dps_strategies_compared(modes);
     if (a->sweep_modes_n) memcpy(modes, a->sweep_modes, sizeof modes);
     *n = 0;
     for (int k = 0; k < in->nw; k++) {

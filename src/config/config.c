@@ -149,7 +149,7 @@ int config_batch_per_gpu(const dps_config *c)
 
 void config_id(const dps_config *c, char *buf, size_t len)
 {
-    int dp = c->mode == MODE_DP;
+    int dp = !dps_strategy_of(c->mode)->per_rank; /* dp's implementation and collectives */
     int n = snprintf(buf, len, "%s%s%s-%s-%s-%s-g%d-b%d", dps_mode_name(c->mode),
                      (dp ? c->dp_impl : c->ddp_impl) == DPIMPL_LEAN ? "-lean" : "",
                      dp && c->dp_comm == DPCOMM_P2P ? "-p2p" : "", c->model,
@@ -236,7 +236,8 @@ static dps_status check_devices(const dps_config *c, const backend *be)
                             "has devices 0..%d", c->devices[i], be->ops->name, be->ndev - 1);
         for (int j = 0; j < i; j++)
             if (c->devices[j] == c->devices[i] &&
-                !(be->kind == BE_CUDA && c->mode == MODE_DP && c->dp_comm != DPCOMM_NCCL))
+                !(be->kind == BE_CUDA && !dps_strategy_of(c->mode)->per_rank &&
+                  c->dp_comm != DPCOMM_NCCL))
                 return dps_fail(DPS_ERR_USAGE, "--devices: device %d is listed twice (only dp "
                                 "on the cuda backend with --dp-comm p2p runs several replicas "
                                 "on one GPU)", c->devices[i]);
@@ -325,7 +326,7 @@ static dps_status check_accum(const dps_config *c)
     if (!c->no_sync && !dps_strategy_of(c->mode)->buckets)
         return dps_fail(DPS_ERR_USAGE, "--no-sync off: %s has no no_sync (%s every micro-step "
                         "whatever it is told); leave --no-sync out or use --mode ddp",
-                        dps_mode_name(c->mode), c->mode == MODE_DP ? "DataParallel reduces"
+                        dps_mode_name(c->mode), !dps_strategy_of(c->mode)->per_rank ? "DataParallel reduces"
                         : "it reduce-scatters the gradients");
     if (!c->no_sync && c->accum == 1)
         return dps_fail(DPS_ERR_USAGE, "--no-sync off: with one micro-step every step all-reduces "
@@ -378,7 +379,7 @@ dps_status config_check_values(const dps_config *c)
 dps_status config_check(const dps_config *c, const backend *be)
 {
     DPS_TRY(check_devices(c, be));
-    if (c->dp_comm == DPCOMM_NCCL && (be->kind != BE_CUDA || c->mode != MODE_DP))
+    if (c->dp_comm == DPCOMM_NCCL && (be->kind != BE_CUDA || dps_strategy_of(c->mode)->per_rank))
         return dps_fail(DPS_ERR_USAGE, "--dp-comm nccl: only dp on the cuda backend uses it");
 #ifndef DPS_HAVE_NCCL
     if (c->dp_comm == DPCOMM_NCCL)

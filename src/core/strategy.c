@@ -14,6 +14,14 @@ const dps_strategy dps_strategies[MODE_COUNT] = {
 
 const char *const dps_collective_names[3] = {"all-reduce", "reduce-scatter", "all-gather"};
 
+int dps_strategies_compared(dps_mode out[MODE_COUNT])
+{
+    int n = 0;
+    for (int m = 0; m < MODE_COUNT; m++)
+        if (!dps_strategies[m].shard) out[n++] = (dps_mode)m;
+    return n;
+}
+
 double dps_strategy_state_bytes(const dps_strategy *s, double params, double opt_bytes, int n)
 {
     double p = 4.0 * params, g = 4.0 * params, o = opt_bytes * params;

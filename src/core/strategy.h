@@ -28,6 +28,10 @@ extern const dps_strategy dps_strategies[MODE_COUNT];
 extern const char *const dps_collective_names[3];
 static inline const dps_strategy *dps_strategy_of(dps_mode m) { return &dps_strategies[m]; }
 
+/* The strategies a sweep or a prediction compares when not told which: those
+ * that shard nothing (dp and ddp), in table order, into out; their count. */
+int dps_strategies_compared(dps_mode out[MODE_COUNT]);
+
 /* Model-state bytes per parameter each device holds (fp32 parameters and
  * gradients, opt_bytes of optimizer state per parameter), over ranks:
  * the ZeRO paper's and DeepSpeed's estimator's formulas, for n ranks. */

@@ -204,8 +204,7 @@ static void suite_defaults(suite *s, const char *path)
     memset(s, 0, sizeof *s);
     dps_strlcpy(s->path, path, sizeof s->path);
     const settings_entry *t = settings_table;
-    for (int m = 0; m < MODE_COUNT; m++) /* dp and ddp; a sharded strategy when asked for */
-        if (!dps_strategy_of((dps_mode)m)->shard) s->modes[s->nmodes++] = (dps_mode)m;
+    s->nmodes = dps_strategies_compared(s->modes); /* dp and ddp; a sharded one when asked for */
     s->gpus_all = 1;
     dps_strlcpy(s->models[0], t[SET_MODEL].def_text, DPS_NAME_MAX);
     s->nmodels = 1;

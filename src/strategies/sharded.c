@@ -5,18 +5,11 @@
 #include <string.h>
 
 #include "strategies/sharded.h"
+#include "core/strategy.h"
 
 #define FLOATS(b) ((float *)(b).ptr)
 
-shard_level shard_level_of(dps_mode m)
-{
-    switch (m) {
-    case MODE_ZERO1: return SHARD_OPTIMIZER;
-    case MODE_ZERO2: return SHARD_GRADIENTS;
-    case MODE_FSDP: return SHARD_PARAMETERS;
-    default: return SHARD_NONE;
-    }
-}
+shard_level shard_level_of(dps_mode m) { return (shard_level)dps_strategy_of(m)->shard; }
 
 int shard_max_collectives(shard_level level, int nunits, int nbk, int accum, int no_sync)
 {
