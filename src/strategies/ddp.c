@@ -602,8 +602,12 @@ static dps_status rank_loop(ddp_rank *R)
         ph[PH_ALLREDUCE] = (float)R->allreduce_ms; /* the buckets' collectives, summed */
         R->rep->steps_done = k + 1;
     }
-    if (R->shard.level == SHARD_PARAMETERS) DPS_TRY(shard_gather_all(&R->shard, ddp_shared_params(sh)));
-    else if (R->rank == 0)
+    if (R->shard.level == SHARD_PARAMETERS) { /* the result's gather is not the steps' traffic */
+        uint64_t sent = R->comm->bytes_sent, received = R->comm->bytes_received;
+        DPS_TRY(shard_gather_all(&R->shard, ddp_shared_params(sh)));
+        R->comm->bytes_sent = sent;
+        R->comm->bytes_received = received;
+    } else if (R->rank == 0)
         DPS_TRY(R->be->ops->copy(R->be, R->st, ddp_shared_params(sh), DPS_HOST, R->params.ptr,
                                  R->dev, R->nparams * sizeof(float)));
     return R->be->ops->stream_sync(R->be, R->st);
