@@ -23,6 +23,7 @@ void comm_shared_init(comm_shared *sh, int nranks)
     memset(sh, 0, sizeof *sh);
     sh->nranks = nranks;
     sh->data_offset = header_bytes();
+    for (int r = 0; r < DPS_MAX_DEVICES; r++) atomic_store(&sh->box[r].cpu, -1);
 }
 
 int comm_shared_abort(comm_shared *sh)

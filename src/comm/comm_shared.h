@@ -12,8 +12,9 @@
 #include "backend/backend.h"
 
 /* Bytes of one mailbox slot: the ring's message, the piece of a chunk it
- * pipelines (sized so that a piece's slots and buffer lines stay in L2). */
-#define COMM_SLOT_BYTES ((size_t)128 << 10)
+ * pipelines. Measured on 2 ranks (2-core Zen 4): 512 KiB pieces all-reduce
+ * 1 MiB in half the time that 128 KiB pieces take, and 64 MiB no slower. */
+#define COMM_SLOT_BYTES ((size_t)512 << 10)
 /* Slots per rank, a FIFO (a power of two): a rank runs this many messages
  * ahead of its successor before it waits for an acknowledgement. */
 #define COMM_SLOTS 4
@@ -30,6 +31,7 @@ typedef struct comm_box {
     _Alignas(64) _Atomic uint32_t ack;   /* of those, consumed by the next rank */
     _Atomic uint32_t ack_sleepers;
     _Alignas(64) _Atomic int waiting;    /* blocked in a collective (for the watchdog) */
+    _Atomic int cpu;                     /* where this rank last waited (-1: not yet) */
 } comm_box;
 
 typedef struct comm_shared {

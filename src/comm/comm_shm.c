@@ -50,19 +50,24 @@ static void cpu_relax(void)
 }
 
 /* Spin, then yield: a peer that is a message behind usually arrives within
- * microseconds (Open MPI's shared-memory transport polls too); yielding lets
- * a rank that shares this core (more ranks than cores) run. */
+ * microseconds (Open MPI's shared-memory transport polls too), unless it
+ * last ran on this very CPU (more ranks than free cores): then spinning only
+ * delays it, and the rank yields at once. */
 #define SPIN_MS 0.005
 #define YIELD_MS 0.1
 
-/* Waits until *w >= target (wrapping counters): spins, yields, then sleeps
- * on the futex, counted in *sleepers so that the publisher wakes it. */
-static dps_status wait_ge(comm *c, _Atomic uint32_t *w, _Atomic uint32_t *sleepers,
+/* Waits until *w >= target (wrapping counters), which rank `peer` moves:
+ * spins, yields, then sleeps on the futex, counted in *sleepers so that the
+ * publisher wakes it. */
+static dps_status wait_ge(comm *c, int peer, _Atomic uint32_t *w, _Atomic uint32_t *sleepers,
                           uint32_t target, const char *what)
 {
     if (reached(w, target)) return DPS_OK;
+    int cpu = sched_getcpu();
+    atomic_store_explicit(&c->sh->box[c->rank].cpu, cpu, memory_order_relaxed);
+    int shared = cpu >= 0 && atomic_load_explicit(&c->sh->box[peer].cpu, memory_order_relaxed) == cpu;
     double start = dps_now_ms(), now = start;
-    for (; now - start < SPIN_MS; now = dps_now_ms())
+    for (; !shared && now - start < SPIN_MS; now = dps_now_ms())
         for (int i = 0; i < 64; i++) {
             if (reached(w, target)) return DPS_OK;
             cpu_relax();
@@ -116,8 +121,8 @@ static dps_status send_begin(comm *c, char **dst)
     uint32_t k = ring_of(c)->sent;
     comm_box *b = &c->sh->box[c->rank];
     if (k >= COMM_SLOTS)
-        DPS_TRY(wait_ge(c, &b->ack, &b->ack_sleepers, k - COMM_SLOTS + 1,
-                        "acknowledgement from the next rank"));
+        DPS_TRY(wait_ge(c, (c->rank + 1) % c->nranks, &b->ack, &b->ack_sleepers,
+                        k - COMM_SLOTS + 1, "acknowledgement from the next rank"));
     *dst = slot(c, c->rank, k);
     return DPS_OK;
 }
@@ -135,7 +140,8 @@ static comm_box *prev_box(comm *c) { return &c->sh->box[(c->rank + c->nranks - 1
 static dps_status recv_begin(comm *c, const char **src)
 {
     comm_box *b = prev_box(c);
-    DPS_TRY(wait_ge(c, &b->seq, &b->seq_sleepers, ring_of(c)->received + 1,
+    DPS_TRY(wait_ge(c, (c->rank + c->nranks - 1) % c->nranks, &b->seq, &b->seq_sleepers,
+                    ring_of(c)->received + 1,
                     "data from the previous rank"));
     *src = slot(c, (c->rank + c->nranks - 1) % c->nranks, ring_of(c)->received);
     return DPS_OK;
