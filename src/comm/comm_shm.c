@@ -26,12 +26,13 @@
 #include "core/util.h"
 
 typedef struct ring {
-    uint32_t sent, received;   /* messages this rank published / consumed */
+    uint64_t sent, received;   /* messages this rank published / consumed (the
+                                * shared counters are their low 32 bits) */
 } ring;
 
 static ring *ring_of(comm *c) { return c->impl; }
 
-static char *slot(comm *c, int rank, uint32_t msg)
+static char *slot(comm *c, int rank, uint64_t msg)
 {
     size_t i = (size_t)rank * COMM_SLOTS + (msg & (COMM_SLOTS - 1));
     return (char *)c->sh + c->sh->data_offset + i * COMM_SLOT_BYTES;
@@ -65,7 +66,8 @@ static dps_status wait_ge(comm *c, int peer, _Atomic uint32_t *w, _Atomic uint32
     if (reached(w, target)) return DPS_OK;
     int cpu = sched_getcpu();
     atomic_store_explicit(&c->sh->box[c->rank].cpu, cpu, memory_order_relaxed);
-    int shared = cpu >= 0 && atomic_load_explicit(&c->sh->box[peer].cpu, memory_order_relaxed) == cpu;
+    int shared = cpu >= 0 &&
+                 atomic_load_explicit(&c->sh->box[peer].cpu, memory_order_relaxed) == cpu;
     double start = dps_now_ms(), now = start;
     for (; !shared && now - start < SPIN_MS; now = dps_now_ms())
         for (int i = 0; i < 64; i++) {
@@ -118,11 +120,11 @@ static void publish(_Atomic uint32_t *w, _Atomic uint32_t *sleepers, uint32_t va
  * message that used it COMM_SLOTS messages ago. */
 static dps_status send_begin(comm *c, char **dst)
 {
-    uint32_t k = ring_of(c)->sent;
+    uint64_t k = ring_of(c)->sent;
     comm_box *b = &c->sh->box[c->rank];
     if (k >= COMM_SLOTS)
         DPS_TRY(wait_ge(c, (c->rank + 1) % c->nranks, &b->ack, &b->ack_sleepers,
-                        k - COMM_SLOTS + 1, "acknowledgement from the next rank"));
+                        (uint32_t)(k - COMM_SLOTS + 1), "acknowledgement from the next rank"));
     *dst = slot(c, c->rank, k);
     return DPS_OK;
 }
@@ -132,18 +134,18 @@ static void send_end(comm *c, size_t bytes)
     comm_box *b = &c->sh->box[c->rank];
     ring_of(c)->sent++;
     c->bytes_sent += bytes;
-    publish(&b->seq, &b->seq_sleepers, ring_of(c)->sent);
+    publish(&b->seq, &b->seq_sleepers, (uint32_t)ring_of(c)->sent);
 }
 
 static comm_box *prev_box(comm *c) { return &c->sh->box[(c->rank + c->nranks - 1) % c->nranks]; }
 
 static dps_status recv_begin(comm *c, const char **src)
 {
-    comm_box *b = prev_box(c);
-    DPS_TRY(wait_ge(c, (c->rank + c->nranks - 1) % c->nranks, &b->seq, &b->seq_sleepers,
-                    ring_of(c)->received + 1,
+    int prev = (c->rank + c->nranks - 1) % c->nranks;
+    comm_box *b = &c->sh->box[prev];
+    DPS_TRY(wait_ge(c, prev, &b->seq, &b->seq_sleepers, (uint32_t)(ring_of(c)->received + 1),
                     "data from the previous rank"));
-    *src = slot(c, (c->rank + c->nranks - 1) % c->nranks, ring_of(c)->received);
+    *src = slot(c, prev, ring_of(c)->received);
     return DPS_OK;
 }
 
@@ -152,7 +154,7 @@ static void recv_end(comm *c, size_t bytes)
     comm_box *b = prev_box(c);
     ring_of(c)->received++;
     c->bytes_received += bytes;
-    publish(&b->ack, &b->ack_sleepers, ring_of(c)->received);
+    publish(&b->ack, &b->ack_sleepers, (uint32_t)ring_of(c)->received);
 }
 
 /* The element-wise kernels of a step, plain loops over restrict pointers
