@@ -8,9 +8,10 @@
 #                                     torchvision, for scripts/torch_reference.py,
 #                                     scripts/model_export.py and the tests
 #                                     that check dpscale against them, and Open
-#                                     MPI's mpirun (openmpi-bin) for the
-#                                     launcher tests (they are skipped without
-#                                     them); DPSCALE_WITH_TORCH=1 in the
+#                                     MPI's mpirun and mpicc (openmpi-bin,
+#                                     libopenmpi-dev) for the launcher tests and
+#                                     scripts/allreduce_vs_mpi.sh (skipped
+#                                     without them); DPSCALE_WITH_TORCH=1 in the
 #                                     environment does the same
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,6 +44,7 @@ if [ "$with_torch" = 1 ]; then
   /usr/bin/python3 -c 'import torch' >/dev/null 2>&1 || missing+=(python3-torch)
   /usr/bin/python3 -c 'import torchvision' >/dev/null 2>&1 || missing+=(python3-torchvision)
   command -v mpirun >/dev/null 2>&1 || missing+=(openmpi-bin) # the launcher tests' mpirun
+  command -v mpicc >/dev/null 2>&1 || missing+=(libopenmpi-dev) # scripts/allreduce_vs_mpi.sh
 fi
 
 if [ ${#missing[@]} -gt 0 ]; then

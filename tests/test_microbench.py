@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The micro-benchmarks: comm-bench's all-reduce times and checks, its
 reduce-scatters and all-gathers on the shared-memory ring and on Gloo, a rank that
-exits, hangs, runs out of memory or is killed; dpscale links's paths, sizes
-and host memory.
+exits, hangs, runs out of memory or is killed; scripts/allreduce_vs_mpi.sh's
+table beside Open MPI; dpscale links's paths, sizes and host memory.
 Usage: test_microbench.py DPSCALE CASE [ARGS...] | --list; exit 0 pass, 1
 fail, 77 skip (meson's convention)."""
 from listing import DPSCALE, exit_if_listing, test
@@ -10,6 +10,7 @@ from listing import DPSCALE, exit_if_listing, test
 TESTS = [test("comm-bench", DPSCALE, "comm_bench"),
          test("comm-bench ops", DPSCALE, "comm_bench_ops", timeout=120),
          test("comm-bench faults", DPSCALE, "comm_bench_faults"),
+         test("comm-bench vs mpi", DPSCALE, "vs_mpi", timeout=120),
          test("links", DPSCALE, "links", timeout=300)]
 if __name__ == "__main__":
     exit_if_listing(TESTS)  # --list: before the imports below
@@ -148,6 +149,33 @@ def case_comm_bench_faults(binary):
         expect(p.returncode == 1 and stderr.splitlines() == [stderr.strip()], f"{p.returncode} {stderr!r}")
         expect("rank 1 was killed by signal 9 (SIGKILL)" in stderr and "# results in" not in stdout,
                f"{stderr} {stdout}")
+
+
+def case_vs_mpi(binary):
+    """scripts/allreduce_vs_mpi.sh on 2 ranks, two sizes: a row per
+    collective and size, each with both times, their ratio and a share of
+    memcpy; skipped (77) without Open MPI's mpicc and mpirun."""
+    import shutil
+    if not (shutil.which("mpicc") and shutil.which("mpirun")):
+        print("SKIP: no mpicc/mpirun (apt-get install openmpi-bin libopenmpi-dev)")
+        return 77
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts",
+                          "allreduce_vs_mpi.sh")
+    build = os.path.dirname(os.path.dirname(os.path.abspath(binary)))
+    p = subprocess.run([script, "--sizes", "1K,64K", "--iters", "5", "--warmup", "1",
+                        "--rounds", "1", "--build", build], capture_output=True, text=True,
+                       timeout=110)
+    expect(p.returncode == 0, f"allreduce_vs_mpi.sh: exit {p.returncode}\n{p.stderr[-2000:]}")
+    rows = [l.split() for l in p.stdout.splitlines() if l.strip() and not l.startswith("#")]
+    got = {(r[0], r[2]) for r in rows}
+    want = {(op, b) for op in ("all-reduce", "reduce-scatter", "all-gather") for b in ("1024", "65536")}
+    expect(got == want, f"rows {sorted(got)}, expected {sorted(want)}:\n{p.stdout}")
+    for r in rows:
+        mpi, mine, ratio = float(r[3]), float(r[4]), float(r[5].rstrip("x"))
+        low, high = (mpi - 0.05) / (mine + 0.05), (mpi + 0.05) / max(mine - 0.05, 1e-9)
+        expect(mpi > 0 and mine > 0 and low * 0.99 <= ratio <= high * 1.01 and
+               r[6].endswith("%"), f"row {r}: speedup is not mpi_us / dpscale_us (times "
+               f"shown to 0.1 us)")
 
 
 def case_links(binary):

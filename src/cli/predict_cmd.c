@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "core/strategy.h"
 #include "predict/predict_calib.h"
 #include "predict/predict_out.h"
 #include "core/util.h"
