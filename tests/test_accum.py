@@ -5,8 +5,8 @@ and the trace record them, the records of micro-steps, and what is refused.
 (PyTorch's losses and GradScaler's sequence: test_accum_reference.py.)
 
 usage: test_accum.py DPSCALE CASE
-  check       dp and ddp on 1 to 4 devices, --accum 1, 2, 4, fp32, bf16 and
-              fp16, SGD and AdamW: every --check passing (144 configurations)
+  check       dp and ddp on 1 to 4 devices, --accum 1 and 4, fp32, bf16 and
+              fp16, SGD and AdamW: every --check passing (96 configurations)
   allreduces  ddp on 2 ranks, --accum 4, several buckets: one all-reduce a
               bucket per optimizer step under no_sync, 4 without it
               (--no-sync off), in buckets.csv (micro_step) and in the trace
@@ -38,7 +38,7 @@ def case_check(binary):
     with tempfile.TemporaryDirectory() as tmp:
         suite = os.path.join(tmp, "m.suite")
         with open(suite, "w") as f:
-            f.write("modes = dp, ddp\ngpus = 1, 2, 3, 4\nmodels = tiny\naccum = 1, 2, 4\n"
+            f.write("modes = dp, ddp\ngpus = 1, 2, 3, 4\nmodels = tiny\naccum = 1, 4\n"
                     "precisions = fp32, bf16, fp16\noptimizers = sgd, adamw\nglobal_batch = 48\n"
                     "batch = strong\nsteps = 2\nwarmup = 1\n")
         out = os.path.join(tmp, "res")
@@ -46,13 +46,13 @@ def case_check(binary):
                     out=out, name="s", timeout=280)
         expect(p.returncode == 0, f"sweep exit {p.returncode}:\n{p.stdout[-2000:]}\n{p.stderr}")
         runs = read_folder(os.path.join(out, "s"))[0]
-        expect(len(runs) == 144, f"{len(runs)} configurations, expected 144")
+        expect(len(runs) == 96, f"{len(runs)} configurations, expected 96")
         for r in runs:
             expect(r["status"] == "ok" and r["check"] == "pass",
                    f"{r['config_id']}: status {r['status']}, check {r['check']} "
                    f"({r['check_max_rel_diff']}): {r['error']}")
         seen = {(r["mode"], r["accum"], r["precision"]) for r in runs}
-        expect(len(seen) == 18, f"{sorted(seen)}")
+        expect(len(seen) == 12, f"{sorted(seen)}")
 
 
 def bucket_rows(folder):

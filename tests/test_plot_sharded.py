@@ -8,9 +8,9 @@ sets each sharded strategy against ddp; every chart draws the strategies.
 A folder of dp and ddp alone (tests/fixtures/results-host) keeps its summary
 and titles without them.
 Usage: test_plot_sharded.py DPSCALE states|diagnosis|charts|absent; exit 0 pass, 1 fail."""
-from listing import DPSCALE, exit_if_listing, test
+from listing import DPSCALE, NOSAN, exit_if_listing, test
 
-TESTS = [test("plot sharded " + c, DPSCALE, c, suite="scripts", timeout=180)
+TESTS = [test("plot sharded " + c, DPSCALE, c, suite=NOSAN, timeout=180)
          for c in ("states", "diagnosis", "charts", "absent")]
 if __name__ == "__main__":
     exit_if_listing(TESTS)  # --list: before the imports below

@@ -5,9 +5,10 @@ step, model-state memory against the ZeRO formulas, and the collectives
 each strategy issues. (PyTorch's ZeroRedundancyOptimizer: test_zero_reference.py.)
 
 usage: test_sharded.py DPSCALE CASE
-  check       zero1, zero2 and fsdp on 1 to 4 devices, SGD and AdamW, the MLP
-              (its parameters not a multiple of 3 or 4) and a model file with a
-              tied tensor, --accum 1 and 2: every --check passing
+  check       zero1, zero2 and fsdp on 1 to 4 devices, SGD and AdamW, on the MLP
+              (its parameters not a multiple of 3 or 4); on 3 devices a model file
+              with a tied tensor, --accum 1 and 2; --accum 2 on 2 and 4: every
+              --check passing
   losses      each sharded strategy's losses equal ddp's step by step (3 ranks)
   memory      medium, AdamW, 4 ranks: each strategy's model-state bytes per
               device (memory.csv) are the ZeRO formula's plus at most two
@@ -50,10 +51,13 @@ def sweep(binary, tmp, body, *args, timeout=380):
 def case_check(binary):
     with tempfile.TemporaryDirectory() as tmp:
         folder = sweep(binary, tmp, "modes = zero1, zero2, fsdp\ngpus = 1, 2, 3, 4\n"
-                       f"models = tiny, {TIED_FILE}\naccum = 1, 2\noptimizers = sgd, adamw\n"
-                       "global_batch = 24\nbatch = strong\nsteps = 2\nwarmup = 1\n", "--check")
+                       "models = tiny\noptimizers = sgd, adamw\nglobal_batch = 24\n"
+                       "batch = strong\nsteps = 2\nwarmup = 1\n\n"
+                       f"[+ tied]\nmodels = {TIED_FILE}\ngpus = 3\naccum = 1, 2\n\n"
+                       "[+ accumulation]\ngpus = 2, 4\naccum = 2\n", "--check")
         runs = read_folder(folder)[0]
-        expect(len(runs) == 3 * 4 * 2 * 2 * 2, f"{len(runs)} configurations, expected 96")
+        want = 3 * 4 * 2 + 3 * 2 * 2 + 3 * 2 * 2
+        expect(len(runs) == want, f"{len(runs)} configurations, expected {want}")
         for r in runs:
             expect(r["status"] == "ok" and r["check"] == "pass",
                    f"{r['config_id']}: status {r['status']}, check {r['check']} "
@@ -90,7 +94,7 @@ def model_states(folder):
 def case_memory(binary):
     with tempfile.TemporaryDirectory() as tmp:
         folder = sweep(binary, tmp, "modes = ddp, zero1, zero2, fsdp\ngpus = 4\nmodels = medium\n"
-                       "optimizers = adamw\nbatch_per_gpu = 2\nsteps = 1\nwarmup = 0\n")
+                       "optimizers = adamw\nbatch_per_gpu = 1\nsteps = 1\nwarmup = 0\n")
         runs = read_folder(folder)[0]
         params = int(runs[0]["params"])
         width = int(runs[0]["width"])
