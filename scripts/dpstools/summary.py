@@ -383,6 +383,15 @@ OPT_BYTES = {"sgd": 4, "adamw": 8}
 # flight (their reason), and the kind ddp's buckets are counted in instead.
 IN_FLIGHT = {"gathered unit parameters": "two units gathered: the current and the prefetched",
              "unit gradients": "two units' gradients before their reduce-scatter"}
+# Other buffers of a model-state kind that no formula counts: their kind and what they hold.
+OTHER_STATES = {
+    "autocast parameters": ("parameters", "the half-precision copy autocast casts each forward"),
+    "replica parameters": ("parameters", "dp's replicas on the other devices"),
+    "autocast parameter gradients": ("gradients", "a layer's gradients in the half type before "
+                                                  "they widen"),
+    "micro-step gradients": ("gradients", "--accum: a later micro-step's before they are added"),
+    "accumulated gradients": ("gradients", "--accum: the micro-steps' sum"),
+}
 BUCKETS = "gradient buckets"
 
 
@@ -418,14 +427,17 @@ def states_by_device(folder, config_id):
 
 def beyond_text(kinds, cats, formula, n):
     """What a device holds beyond the formula, kind by kind, and why: the
-    units in flight, a shard's rounding to whole elements (within 4 bytes a
-    rank), or unexplained; ddp's buckets named as communication."""
+    units in flight, the buffers of autocast and accumulation (OTHER_STATES),
+    a shard's rounding to whole elements (within 4 bytes a rank), or
+    unexplained; ddp's buckets named as communication."""
     parts = []
     for kind in STATE_KINDS:
         extra = kinds.get(kind, 0) - formula[kind][0]
         flight = [c for c in IN_FLIGHT if cats.get(c) and (c == "unit gradients") ==
                   (kind == "gradients")]
-        why = [f"{c} {cats[c]:,} ({IN_FLIGHT[c]})" for c in flight]
+        flight += [c for c, (k, _) in OTHER_STATES.items() if cats.get(c) and k == kind]
+        why = [f"{c} {cats[c]:,} ({IN_FLIGHT[c] if c in IN_FLIGHT else OTHER_STATES[c][1]})"
+               for c in flight]
         rest = extra - sum(cats[c] for c in flight)
         if abs(rest) >= 1 and abs(rest) <= 4 * n:
             why.append(f"{rest:+,.0f} the shard's rounding to whole elements")
