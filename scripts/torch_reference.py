@@ -59,22 +59,19 @@ preset's: its name) as the model. Model files run in fp32, as dpscale's.
 """
 import argparse
 import copy
-import datetime
 import functools
 import inspect
 import os
 import platform
 import subprocess
 import sys
-import tempfile
 import time
 
 from dpstools.grad_scaler import GROWTH_INTERVAL, INIT_SCALE
 from dpstools.torch_graph import ModelFileError, read as read_model_file
 from dpstools.torch_model import Preset, dpscale_info, file_presets, presets
-from dpstools.torch_results import Usage, check_folder, utc_now, write_results
-from dpstools.torch_train import (Rank, RanksHung, configure, join_ranks, run_ddp,
-                                  run_single)
+from dpstools.torch_results import Usage, check_folder, utc_now
+from dpstools.torch_train import Rank, RanksHung, run_ddp, run_single
 
 FILE_BATCH_PER_DEVICE = 8  # a model file's default samples a device
 
@@ -339,65 +336,13 @@ class ShardedRank(Rank):
             return self.model.no_sync()
         return super().sync(m)
 
-    def full_params(self):
+    def final_params(self):
         """The final parameters in dpscale's flat layout; under FSDP gathered
         from the shards (summon_full_params: a collective, every rank calls it)."""
         if not self.args.fsdp:
             return self.spec.flat(self.net)
         with type(self.model).summon_full_params(self.model, writeback=False):
             return self.spec.flat(self.net)
-
-
-def sharded_rank(rank, args, spec, init_method, local_rank=None):
-    """One rank of --zero1 or --fsdp: torch_train.rank_main's steps with a
-    ShardedRank (rank_main builds its own Rank)."""
-    import torch
-    import torch.distributed as dist
-    configure(torch, args)
-    cuda = args.device == "cuda"
-    gpu = rank if local_rank is None else local_rank
-    if cuda:
-        torch.cuda.set_device(gpu)
-    dist.init_process_group("nccl" if cuda else "gloo", init_method=init_method, rank=rank,
-                            world_size=args.gpus, timeout=datetime.timedelta(seconds=args.timeout))
-    try:
-        r = ShardedRank(torch, args, spec, rank, args.gpus, [gpu] if cuda else [])
-        recs, busy = r.train()
-        reports = [None] * args.gpus
-        dist.all_gather_object(reports, r.report(recs, busy))
-        params = r.full_params() if args.save_params else None
-        if rank == 0:
-            write_results(args, spec, reports, params)
-        dist.barrier()
-    except BaseException:
-        dist.destroy_process_group()
-        raise
-    # as rank_main: leave at once, the process group not torn down (pytorch/pytorch#75097)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
-
-
-def run_sharded(args, spec):
-    """--zero1, --fsdp: sharded_rank under torchrun, or its ranks spawned as run_ddp's."""
-    env = os.environ
-    if "RANK" in env and "WORLD_SIZE" in env:
-        if int(env["WORLD_SIZE"]) != args.gpus:
-            raise Usage(f"--gpus {args.gpus}: torchrun started {env['WORLD_SIZE']} processes "
-                        f"(--nproc_per_node); give the same number")
-        sharded_rank(int(env["RANK"]), args, spec, "env://", int(env.get("LOCAL_RANK", 0)))
-        return
-    import torch.multiprocessing as mp
-    if args.device == "cpu":
-        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-            os.environ.setdefault(var, "1")
-    if args.start_method == "forkserver":
-        mp.set_forkserver_preload(["torch", "torch.distributed"])
-    with tempfile.TemporaryDirectory(prefix="torch-reference-") as tmp:
-        store = "file://" + os.path.join(tmp, "store")
-        ranks = mp.start_processes(sharded_rank, args=(args, spec, store), nprocs=args.gpus,
-                                   start_method=args.start_method, join=False)
-        join_ranks(ranks, args.timeout)
 
 
 def main(argv, prog=None):
@@ -410,7 +355,7 @@ def main(argv, prog=None):
         if args.mode == "dp":
             run_single(args, spec)
         elif args.zero1 or args.fsdp:
-            run_sharded(args, spec)
+            run_ddp(args, spec, ShardedRank)
         else:
             run_ddp(args, spec)
     except Usage as e:

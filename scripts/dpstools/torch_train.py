@@ -227,6 +227,10 @@ class Rank:
             recs.append(rec)
         return recs, busy
 
+    def final_params(self):
+        """The trained parameters in dpscale's flat layout (every rank calls it)."""
+        return self.spec.flat(self.net)
+
     def report(self, recs, busy):
         """What rank 0 needs from this process to write the results."""
         torch = self.torch
@@ -304,8 +308,9 @@ def run_single(args, spec):
     write_results(args, spec, [r.report(recs, busy)], params)
 
 
-def rank_main(rank, args, spec, init_method, local_rank=None):
-    """One ddp rank (spawned, or started by torchrun)."""
+def rank_main(rank, args, spec, init_method, local_rank=None, rank_cls=None):
+    """One ddp rank (spawned, or started by torchrun); rank_cls: a Rank of
+    another kind (torch_reference.py's ShardedRank), Rank by default."""
     import torch
     import torch.distributed as dist
     configure(torch, args)
@@ -318,12 +323,12 @@ def rank_main(rank, args, spec, init_method, local_rank=None):
     dist.init_process_group("nccl" if cuda else "gloo", init_method=init_method, rank=rank,
                             world_size=args.gpus, timeout=datetime.timedelta(seconds=args.timeout))
     try:
-        r = Rank(torch, args, spec, rank, args.gpus, [gpu] if cuda else [])
+        r = (rank_cls or Rank)(torch, args, spec, rank, args.gpus, [gpu] if cuda else [])
         recs, busy = r.train()
         reports = [None] * args.gpus
         dist.all_gather_object(reports, r.report(recs, busy))
+        params = r.final_params() if args.save_params else None  # every rank: may be collective
         if rank == 0:
-            params = spec.flat(r.net) if args.save_params else None
             write_results(args, spec, reports, params)
         dist.barrier()
     except BaseException:
@@ -337,14 +342,16 @@ def rank_main(rank, args, spec, init_method, local_rank=None):
     os._exit(0)
 
 
-def run_ddp(args, spec):
+def run_ddp(args, spec, rank_cls=None):
+    """The ranks of rank_main under torchrun (this process is one), or
+    spawned here; rank_cls as rank_main's."""
     env = os.environ
     if "RANK" in env and "WORLD_SIZE" in env:  # started by torchrun
         world = int(env["WORLD_SIZE"])
         if world != args.gpus:
             raise Usage(f"--gpus {args.gpus}: torchrun started {world} processes "
                         f"(--nproc_per_node); give the same number")
-        rank_main(int(env["RANK"]), args, spec, "env://", int(env.get("LOCAL_RANK", 0)))
+        rank_main(int(env["RANK"]), args, spec, "env://", int(env.get("LOCAL_RANK", 0)), rank_cls)
         return
     import torch.multiprocessing as mp
     if args.device == "cpu":  # ranks (and a fork server) start with single-threaded libraries
@@ -354,7 +361,8 @@ def run_ddp(args, spec):
         mp.set_forkserver_preload(["torch", "torch.distributed"])
     with tempfile.TemporaryDirectory(prefix="torch-reference-") as tmp:
         # a file rendezvous: no port to pick, none to collide with another run's
-        ranks = mp.start_processes(rank_main, args=(args, spec, "file://" + os.path.join(tmp, "store")),
+        store = "file://" + os.path.join(tmp, "store")
+        ranks = mp.start_processes(rank_main, args=(args, spec, store, None, rank_cls),
                                    nprocs=args.gpus, start_method=args.start_method, join=False)
         join_ranks(ranks, args.timeout)
 
