@@ -22,8 +22,8 @@ import tempfile
 
 from helpers import (FIXTURES as FIXTURE_DIR, copy_fixture, edit, expect, read_table, rows_of,
                      run_cases, write)
-import plot  # scripts/plot.py (scripts/ is on PYTHONPATH)
-from dpstools import charts, results
+from plot_helpers import draw, section
+from dpstools import results
 from dpstools.folder import Folder
 from dpstools.results import COLUMNS, DEFAULTS, InputError
 
@@ -36,30 +36,6 @@ def copy(fixture, tmp):
     dst = os.path.join(tmp, "res")
     shutil.copytree(fixture, dst)
     return dst
-
-
-def draw(folder, out, *extra):
-    """(summary.md's text, {chart: [every text of its figure]}) of plot.py on
-    a folder, in this process, the charts not rendered."""
-    texts = {}
-
-    def keep(plt, fig, _, name):
-        texts[name] = [t.get_text() for t in fig.findobj(lambda o: hasattr(o, "get_text"))]
-        plt.close(fig)
-        return os.path.join(out, name)
-    saved, charts.save = charts.save, keep
-    try:
-        rc = plot.main([folder, "--out", out, *extra])
-    finally:
-        charts.save = saved
-    expect(rc == 0, f"plot.py {folder}: exit {rc}")
-    with open(os.path.join(out, "summary.md")) as f:
-        return f.read(), texts
-
-
-def section(md, title):
-    expect(f"## {title}\n" in md, f"summary.md has no section {title!r}:\n{md[:3000]}")
-    return md.split(f"## {title}\n", 1)[1].split("\n## ")[0].split("\n![")[0]
 
 
 def has(text, *wants, where="summary.md"):

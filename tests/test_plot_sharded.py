@@ -19,11 +19,10 @@ import collections
 import os
 import sys
 import tempfile
-from statistics import median
 
 from helpers import FIXTURES, dpscale, edit, expect, png_size, rows_of, run_cases, set_cells
 import plot  # scripts/plot.py (scripts/ is on PYTHONPATH)
-from dpstools import charts
+from plot_helpers import draw, section
 
 MODES = ("ddp", "zero1", "zero2", "fsdp")
 SHARD = {"ddp": 0, "zero1": 1, "zero2": 2, "fsdp": 3}  # core/strategy.h's levels
@@ -42,30 +41,6 @@ def sweep(binary, tmp, optimizers="sgd, adamw", steps=3):
                 "2", out=out, name="s", timeout=150)
     expect(p.returncode == 0, f"sweep exit {p.returncode}:\n{p.stdout[-3000:]}\n{p.stderr}")
     return os.path.join(out, "s")
-
-
-def draw(folder, out):
-    """(summary.md's text, {chart: [every text of its figure]}) of plot.py on
-    a folder, in this process, the charts not rendered."""
-    texts = {}
-
-    def keep(plt, fig, _, name):
-        texts[name] = [t.get_text() for t in fig.findobj(lambda o: hasattr(o, "get_text"))]
-        plt.close(fig)
-        return os.path.join(out, name)
-    saved, charts.save = charts.save, keep
-    try:
-        rc = plot.main([folder, "--out", out])
-    finally:
-        charts.save = saved
-    expect(rc == 0, f"plot.py {folder}: exit {rc}")
-    with open(os.path.join(out, "summary.md")) as f:
-        return f.read(), texts
-
-
-def section(md, title):
-    expect(f"## {title}\n" in md, f"summary.md has no section {title!r}:\n{md[:3000]}")
-    return md.split(f"## {title}\n", 1)[1].split("\n## ")[0].split("\n![")[0]
 
 
 def state_table(md):

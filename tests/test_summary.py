@@ -19,8 +19,7 @@ import tempfile
 from statistics import median
 
 from helpers import copy_fixture, edit, expect, rows_of, run_case
-import plot  # scripts/plot.py (scripts/ is on PYTHONPATH)
-from dpstools import charts
+from plot_helpers import draw, section
 from dpstools.results import strategy
 
 CHARTS = ("scaling.png", "efficiency.png", "gpu0_imbalance.png", "phases.png")
@@ -51,31 +50,6 @@ def step_times(folder, cid):
     rows = [r for r in rows_of(os.path.join(folder, "steps.csv"))
             if r["config_id"] == cid and r["rank"] == "0"]
     return [float(r["step_ms"]) for r in sorted(rows, key=lambda r: int(r["step"]))]
-
-
-def draw(folder, out):
-    """(summary.md's text, {chart: [every text of its figure]}) of plot.py on a
-    folder, in this process, the charts not rendered."""
-    texts = {}
-
-    def keep(plt, fig, _, name):
-        texts[name] = [t.get_text() for t in fig.findobj(lambda o: hasattr(o, "get_text"))]
-        plt.close(fig)
-        return os.path.join(out, name)
-    saved, charts.save = charts.save, keep
-    try:
-        rc = plot.main([folder, "--out", out])
-    finally:
-        charts.save = saved
-    expect(rc == 0, f"plot.py {folder}: exit {rc}")
-    with open(os.path.join(out, "summary.md")) as f:
-        return f.read(), texts
-
-
-def section(md, title):
-    """summary.md's section `## title`, up to the next section or chart."""
-    expect(f"## {title}\n" in md, f"summary.md has no section {title!r}:\n{md[:3000]}")
-    return md.split(f"## {title}\n", 1)[1].split("\n## ")[0].split("\n![")[0]
 
 
 def glance(md):
