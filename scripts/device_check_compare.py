@@ -40,7 +40,6 @@ usage: device_check_compare.py [--rehearsal REASON] COMMAND FIG ARGS...
 --rehearsal REASON: the figure is computed, but recorded SKIP with REASON
 (on the host backend, where a GPU figure means nothing).
 """
-import csv
 import os
 import sys
 
@@ -123,24 +122,16 @@ SAME_RUN = ("model", "ngpus", "global_batch", "precision", "optimizer", "lr", "s
             "seed")
 
 
-def plain_run(folder):
-    """runs.csv's last row read as plain CSV, ok: dpscale's sharded modes may be
-    newer than the modes dpstools.results checks runs.csv's mode against."""
-    path = os.path.join(folder, "runs.csv")
-    if not os.path.exists(path):
-        raise Missing(f"no {path} (the run wrote no results: see device-check.log)")
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    if not rows:
-        raise Missing(f"{path} has no rows")
-    r = rows[-1]
+def ok_run(folder):
+    """runs.csv's last row, which must have ended ok."""
+    r = run_row(folder)
     if r.get("status") != "ok":
         raise Missing(f"{folder}: status {r.get('status')} ({r.get('error') or 'no error given'})")
     return r
 
 
 def cmd_sharded_losses(fig, dps, tor, precision):
-    d, t = plain_run(dps), plain_run(tor)
+    d, t = ok_run(dps), ok_run(tor)
     differ = [c for c in SAME_RUN if d.get(c) != t.get(c)]
     if differ:
         raise Missing(f"dpscale ran {d.get('config_id')} ({dps}), PyTorch {t.get('config_id')} "
@@ -193,7 +184,7 @@ def cmd_memory(fig, dps, tor, frac):
 
 def cmd_sharded_memory(fig, dps, tor):
     for folder in (dps, tor):
-        plain_run(folder)  # both ended ok
+        ok_run(folder)  # both ended ok
     cats = table(dps, "memory.csv", ["device", "kind", "bytes_at_peak"])
     ref = {r["device"]: num(r, "alloc_peak_bytes")
            for r in table(tor, "devices.csv", ["device", "alloc_peak_bytes"])}
