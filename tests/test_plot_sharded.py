@@ -6,12 +6,12 @@ this file works out; the diagnosis names the units whose all-gathers stall
 the step, with their share, where buckets.csv is given a known exposure, and
 sets each sharded strategy against ddp; every chart draws the strategies.
 A folder of dp and ddp alone (tests/fixtures/results-host) keeps its summary
-and titles without them.
-Usage: test_plot_sharded.py DPSCALE states|diagnosis|charts|absent; exit 0 pass, 1 fail."""
+and titles without them. memory.png keeps one colour a kind on every panel.
+Usage: test_plot_sharded.py DPSCALE states|diagnosis|charts|absent|colours; exit 0 pass, 1 fail."""
 from listing import DPSCALE, NOSAN, exit_if_listing, test
 
 TESTS = [test("plot sharded " + c, DPSCALE, c, suite=NOSAN, timeout=180)
-         for c in ("states", "diagnosis", "charts", "absent")]
+         for c in ("states", "diagnosis", "charts", "absent", "colours")]
 if __name__ == "__main__":
     exit_if_listing(TESTS)  # --list: before the imports below
 
@@ -255,6 +255,42 @@ def case_absent(_):
                    "upper bound on DataParallel" in text, f"{chart}'s title: {text}")
         expect("collectives_exposed (reduce-scatters)" not in texts["phases.png"],
                f"phases.png names sharded collectives: {texts['phases.png']}")
+
+
+def case_colours(binary):
+    """memory.png keeps one colour a kind on every panel, whatever the order
+    each panel stacks them in: two panels whose kinds rank the other way
+    round, a unit in flight in its kind's colour, hatched."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from dpstools import charts
+    from dpstools.folder import Folder
+    folder = Folder(os.path.join(FIXTURES, "results-host"))
+    flight = "gradients: unit gradients (in flight)"
+    data = {("a", "fp32"): [("x", {"parameters": 10.0, "communication": 1.0, "gradients": 3.0})],
+            ("b", "fp32"): [("y", {"communication": 10.0, "parameters": 1.0, flight: 2.0,
+                                   "gradients": 0.5})]}
+    figs = {}
+
+    def keep(_plt, fig, _out, name):
+        figs[name] = fig
+        return name
+    saved, charts.save = charts.save, keep
+    try:
+        charts.plot_memory(plt, folder, "unused", data)
+    finally:
+        charts.save = saved
+    seen = collections.defaultdict(set)
+    for ax in figs["memory.png"].axes:
+        for bars in ax.containers:
+            patch = bars.patches[0]
+            seen[bars.get_label()].add((tuple(patch.get_facecolor()), patch.get_hatch()))
+    for label in ("parameters", "communication", "gradients"):
+        expect(len(seen[label]) == 1, f"memory.png: {label} drawn as {seen[label]}")
+    want = matplotlib.colors.to_rgba(charts.KIND_COLOR["gradients"])
+    expect(seen[flight] == {(want, "//")} and seen["gradients"] == {(want, None)},
+           f"memory.png: gradients {seen['gradients']}, in flight {seen[flight]}")
 
 
 if __name__ == "__main__":

@@ -321,6 +321,24 @@ def memory_bars(folder):
     return out
 
 
+# One colour a memory kind (memory.csv's kind, be_mem_kind's words) on every panel; a
+# sharded unit in flight in its kind's colour, hatched; any other label a colour of its
+# own name, the same wherever it is drawn.
+KIND_COLOR = {"parameters": "#1f77b4", "gradients": "#ff7f0e", "optimizer state": "#2ca02c",
+              "activations": "#d62728", "inputs": "#9467bd", "outputs": "#8c564b",
+              "loss buffers": "#e377c2", "communication": "#17becf", "workspace": "#bcbd22",
+              "other": "#c7c7c7"}
+
+
+def memory_style(plt, label):
+    """(colour, hatch) of a memory bar's label, the same on every panel."""
+    kind = label.split(":")[0]
+    if kind in KIND_COLOR:
+        return KIND_COLOR[kind], "//" if label != kind else None
+    index = sum(label.encode()) % 20  # a stable colour of the name, not of its place
+    return plt.cm.tab20(index), None
+
+
 def plot_memory(plt, folder, out, data):
     """Each device's allocation peak, stacked by what it holds (data: memory_bars)."""
     fig, axes = grid(plt, len(data), width=max(8.0, 0.6 * max(map(len, data.values()))),
@@ -334,10 +352,11 @@ def plot_memory(plt, folder, out, data):
         shown = order[:19]
         for i, (label, cats) in enumerate(bars):
             bottom = 0.0
-            for j, c in enumerate(shown + ["other"]):
+            for c in shown + ["other"]:
                 mib = cats.get(c, 0.0) if c != "other" else sum(
                     v for k, v in cats.items() if k not in shown)
-                ax.bar(i, mib, bottom=bottom, color=plt.cm.tab20(j % 20), edgecolor="black",
+                color, hatch = memory_style(plt, c)
+                ax.bar(i, mib, bottom=bottom, color=color, hatch=hatch, edgecolor="black",
                        linewidth=0.3, label=c if i == 0 else None)
                 bottom += mib
         ax.set_xticks(range(len(bars)))
