@@ -290,3 +290,13 @@ def set_cells(path, match, values):
                 cells[head.index(c)] = str(v)
             lines[k] = ",".join(cells)
     write(path, "\n".join(lines) + "\n")
+
+
+def free_port():
+    """A TCP port nothing listens on now (the kernel's pick for 127.0.0.1):
+    for a store or a launcher's rendezvous, far less likely to be taken by
+    the time it is used than a random one."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -13,7 +13,6 @@ if __name__ == "__main__":
     exit_if_listing(TESTS)  # --list: before the imports below
 
 import os
-import random
 import shutil
 import subprocess
 import struct
@@ -21,7 +20,7 @@ import sys
 import tempfile
 import time
 
-from helpers import expect, expect_exit, has_collectives, read_folder, run_case
+from helpers import expect, expect_exit, free_port, has_collectives, read_folder, run_case
 
 RUN = ["run", "--mode", "ddp", "--backend", "host", "--model", "tiny", "--steps", "5",
        "--warmup", "1"]
@@ -134,7 +133,7 @@ def case_torchrun_nodes(binary):
     if not torchrun or not has_collectives(binary, "gloo"):
         return 77
     with tempfile.TemporaryDirectory() as tmp:
-        npy, port = os.path.join(tmp, "env.npy"), random.randint(20000, 60000)
+        npy, port = os.path.join(tmp, "env.npy"), free_port()
         agents = []
         for node in range(2):
             cmd = [torchrun, "-r", "2", "-t", "2", "--nnodes", "2", "--node_rank", str(node),
@@ -192,7 +191,7 @@ def case_mpirun(binary):
     with tempfile.TemporaryDirectory() as tmp:
         npy = os.path.join(tmp, "mpi.npy")
         cmd = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "4", "-x",
-               "MASTER_ADDR=127.0.0.1", "-x", f"DPSCALE_PORT={random.randint(20000, 60000)}",
+               "MASTER_ADDR=127.0.0.1", "-x", f"DPSCALE_PORT={free_port()}",
                binary, *RUN, "--check", "--out", tmp, "--name", "mpi", "--save-params", npy]
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         expect(p.returncode == 0, f"mpirun: exit {p.returncode}\n{p.stderr[-3000:]}")
@@ -208,7 +207,7 @@ def case_contracts(binary):
     with tempfile.TemporaryDirectory() as tmp:
         want = None
         for kind in ("openmpi", "mpich", "slurm"):
-            port = random.randint(20000, 60000)
+            port = free_port()
             npy = os.path.join(tmp, f"{kind}.npy")
             envs = [contract(kind, r, 3, port) for r in range(3)]
             got = start_ranks(binary, tmp, kind, envs, "--check", "--save-params", npy)
@@ -224,7 +223,7 @@ def case_legacy_launch(binary):
     WORLD_SIZE and MASTER_* in the environment, the local rank as
     --local_rank=N (or --local-rank N): --check passes."""
     with tempfile.TemporaryDirectory() as tmp:
-        port = random.randint(20000, 60000)
+        port = free_port()
         envs = [{"RANK": str(r), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
                  "MASTER_PORT": str(port)} for r in range(2)]
         procs = []
@@ -273,7 +272,7 @@ def case_missing_rank(binary):
     """Rank 1 never starts: rank 0 gives up within --timeout, names how many
     arrived, and records the failure in its folder."""
     with tempfile.TemporaryDirectory() as tmp:
-        env = contract("openmpi", 0, 2, random.randint(20000, 60000))
+        env = contract("openmpi", 0, 2, free_port())
         (rc, err), = start_ranks(binary, tmp, "alone", [env], "--timeout", "3")
         expect(rc == 1 and "1 of 2 ranks arrived within --timeout 3 s" in err, f"exit {rc}: {err}")
         runs = read_folder(os.path.join(tmp, "alone"))[0]
@@ -284,7 +283,7 @@ def case_rank_dies(binary):
     """Rank 1 exits at step 3 without a word: rank 0 ends within --timeout,
     names rank 1 and its pid, and records the failure."""
     with tempfile.TemporaryDirectory() as tmp:
-        port = random.randint(20000, 60000)
+        port = free_port()
         envs = [contract("openmpi", r, 2, port) for r in range(2)]
         got = start_ranks(binary, tmp, "dies", envs, "--timeout", "5", "--steps", "50",
                           "--inject-fault", "1:3:exit", timeout=60)

@@ -20,14 +20,13 @@ if __name__ == "__main__":
 
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
 import tempfile
 import time
 
-from helpers import Failure, expect, read_folder, run_case
+from helpers import Failure, expect, free_port, read_folder, run_case
 from helpers import processes_mentioning
 
 PROMPT_S = 5.0  # a second SIGINT ends the process within this
@@ -226,7 +225,7 @@ def case_launcher_twice(binary):
     torchrun or a terminal sends it, during a long step: both end within a
     few seconds, rank 0 writes the interrupted row, both exit 130, no
     region is left in /dev/shm."""
-    port = random.randint(20000, 60000)
+    port = free_port()
     with tempfile.TemporaryDirectory(prefix="dpscale-sig-") as out:
         ranks = start_ranks(binary, out, port, *LONG_STEP, "--steps", "100", "--warmup", "0",
                             "--timeout", "120")
@@ -250,7 +249,7 @@ def case_rank0_killed(binary):
     """Rank 0 under a launcher killed by SIGKILL (the OOM killer, a
     launcher's escalation) once both ranks have mapped their region: the
     other rank ends and nothing is left in /dev/shm."""
-    port = random.randint(20000, 60000)
+    port = free_port()
     with tempfile.TemporaryDirectory(prefix="dpscale-sig-") as out:
         ranks = start_ranks(binary, out, port, "--model", "small", "--steps", "100000",
                             "--warmup", "0", "--timeout", "10")

@@ -16,13 +16,12 @@ if __name__ == "__main__":
 import glob
 import json
 import os
-import random
 import statistics
 import subprocess
 import sys
 import tempfile
 
-from helpers import Failure, expect, has_collectives, read_folder, run_case
+from helpers import Failure, expect, free_port, has_collectives, read_folder, run_case
 
 RUN = ["run", "--backend", "host", "--model", "tiny", "--gpus", "2", "--warmup", "1"]
 # small buckets: several all-reduces a step, the first during backward
@@ -246,7 +245,7 @@ def case_launcher(binary):
     if not has_collectives(binary, "gloo"):
         return 77
     with tempfile.TemporaryDirectory() as out:
-        port = str(random.randint(20000, 60000))
+        port = str(free_port())
         procs = []
         for r in range(2):
             env = dict(os.environ, RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r),
