@@ -191,7 +191,6 @@ static dps_status issue_gather(shard_rank *S, shard_slot *s, int u, dps_phase ph
     if (n) DPS_TRY(o->copy(S->be, S->st, FLOATS(s->buf) + S->own_lo[u], S->dev,
                            FLOATS(S->param_shard) + S->shard_at[u], S->dev, n * sizeof(float)));
     DPS_TRY(o->event_record(S->be, s->ev, S->st));
-    S->gather_bytes += (double)unit_len(S, u) * sizeof(float);
     DPS_TRY(comm_collective_async(S->comm, COMM_ALL_GATHER, s->buf.ptr, unit_len(S, u), COMM_F32,
                                   s->ev, &s->ticket));
     s->issue = note_issued(S, s->ticket, u, ph);
@@ -300,7 +299,6 @@ static dps_status launch_rs(shard_rank *S, int u)
                           1.0f / (float)S->nranks));
     DPS_TRY(o->event_record(S->be, s->ev, S->st));
     s->open = 0;
-    S->rs_bytes += (double)n * sizeof(float);
     DPS_TRY(comm_collective_async(S->comm, COMM_REDUCE_SCATTER, s->buf.ptr, n, COMM_F32, s->ev,
                                   &s->ticket));
     return mark_ready(S, note_issued(S, s->ticket, u, PH_BACKWARD));
@@ -349,8 +347,7 @@ dps_status shard_optimizer(shard_rank *S, float *params, const float *grads, dps
         DPS_TRY(comm_collective_async(S->comm, COMM_ALL_GATHER, params + S->net->units[u].lo,
                                       unit_len(S, u), COMM_F32, S->unit_ev[u], &ticket));
         DPS_TRY(mark_ready(S, note_issued(S, ticket, u, PH_OPTIMIZER)));
-        S->gather_bytes += (double)unit_len(S, u) * sizeof(float);
-    }
+        }
     return comm_wait_async(S->comm, S->st);
 }
 

@@ -58,12 +58,10 @@ typedef struct shard_rank {
     shard_slot pslot[SHARD_MAX_SLOTS], gslot[SHARD_MAX_SLOTS];
     int npslots, ngslots;
     int next_rs;              /* backward: units at and below it are not reduce-scattered yet */
-    size_t ready_lo;
     int micro;                /* the running micro-step (ddp.c sets it): its first copies
                                  into the gradient shard, later ones add */
     be_event **unit_ev;       /* ZeRO-1 and ZeRO-2: per unit, before its parameters' all-gather */
     net_window window;
-    double gather_bytes, rs_bytes; /* a step's, this rank's buffers' */
     shard_issue *issued;      /* the step's async collectives, in issue order */
     int nissued, max_issued;
 } shard_rank;
