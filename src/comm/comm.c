@@ -115,30 +115,33 @@ dps_status comm_barrier(comm *c)
     COMM_CALL(c, c->ops->barrier(c));
 }
 
-/* A sharded collective's implementation, or why there is none. */
-static dps_status sharded(comm *c, dps_status (*op)(comm *, void *, size_t, comm_dtype),
-                          const char *what)
+const char *const comm_op_names[COMM_OP_COUNT] = {"all-reduce", "reduce-scatter", "all-gather"};
+
+/* Collective op's blocking implementation, or why there is none. */
+static dps_status implemented(comm *c, comm_op op)
 {
-    if (op) return DPS_OK;
+    if (comm_blocking(c, op)) return DPS_OK;
     return dps_fail(DPS_ERR_USAGE, "rank %d: the %s collectives have no %s yet; use --comm shm",
-                    c->rank, c->ops->name, what);
+                    c->rank, c->ops->name, comm_op_names[op]);
+}
+
+/* A sharded collective in place, blocking. */
+static dps_status sharded(comm *c, comm_op op, void *buf, size_t n, comm_dtype dt)
+{
+    if (c->nranks == 1 || n == 0) return c->failed ? failed(c) : DPS_OK;
+    DPS_TRY(implemented(c, op));
+    COMM_CALL(c, comm_blocking(c, op)(c, buf, n, dt));
 }
 
 dps_status comm_reduce_scatter(comm *c, void *buf, size_t n, comm_dtype dt)
 {
-    if (c->nranks == 1 || n == 0) return c->failed ? failed(c) : DPS_OK;
-    DPS_TRY(sharded(c, c->ops->reduce_scatter, "reduce-scatter"));
-    COMM_CALL(c, c->ops->reduce_scatter(c, buf, n, dt));
+    return sharded(c, COMM_REDUCE_SCATTER, buf, n, dt);
 }
 
 dps_status comm_all_gather(comm *c, void *buf, size_t n, comm_dtype dt)
 {
-    if (c->nranks == 1 || n == 0) return c->failed ? failed(c) : DPS_OK;
-    DPS_TRY(sharded(c, c->ops->all_gather, "all-gather"));
-    COMM_CALL(c, c->ops->all_gather(c, buf, n, dt));
+    return sharded(c, COMM_ALL_GATHER, buf, n, dt);
 }
-
-const char *const comm_op_names[COMM_OP_COUNT] = {"all-reduce", "reduce-scatter", "all-gather"};
 
 dps_status comm_collective_async(comm *c, comm_op op, void *buf, size_t n, comm_dtype dt,
                                  be_event *after, int *ticket)
@@ -146,8 +149,7 @@ dps_status comm_collective_async(comm *c, comm_op op, void *buf, size_t n, comm_
     if (ticket) *ticket = -1;
     if (c->nranks == 1 || n == 0) return c->failed ? failed(c) : DPS_OK;
     if (c->failed) return failed(c);
-    if (op != COMM_ALLREDUCE && !comm_blocking(c, op))
-        DPS_TRY(sharded(c, NULL, comm_op_names[op]));
+    DPS_TRY(implemented(c, op));
     dps_status rc = c->ops->collective_async ? c->ops->collective_async(c, op, buf, n, dt, after)
                                              : comm_async_push(c, op, buf, n, dt, after);
     if (rc) return comm_fail(c, rc);
