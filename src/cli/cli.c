@@ -118,6 +118,28 @@ static void store_loop_value(dps_config *c, settings_id id, int64_t i, double x)
 }
 
 /* Options with one value (a list for --sizes). */
+/* The micro-benchmarks' options: comm-bench's sizes, collectives and
+ * implementation, links' sizes. */
+static void store_bench_value(cli_args *a, settings_id id, const settings_value *v)
+{
+    int64_t i = v->v[0].i;
+    switch (id) {
+    case SET_SIZES:
+        for (int k = 0; k < v->n; k++) a->sizes[k] = (uint64_t)v->v[k].i;
+        a->nsizes = v->n;
+        break;
+    case SET_BENCH_OP:
+        for (int k = 0; k < v->n; k++) a->bench_ops[k] = (int)v->v[k].i;
+        a->nbench_ops = v->n;
+        break;
+    case SET_BENCH_COMM: a->bench_comm = (int)i; break;
+    case SET_LINK_MIN_BYTES: a->link_min = (uint64_t)i; break;
+    case SET_LINK_MAX_BYTES: a->link_max = (uint64_t)i; break;
+    case SET_LINK_FACTOR: a->link_factor = (int)i; break;
+    default: break;
+    }
+}
+
 static void store_value(cli_args *a, settings_id id, const settings_value *v)
 {
     dps_config *c = &a->cfg;
@@ -161,18 +183,10 @@ static void store_value(cli_args *a, settings_id id, const settings_value *v)
         break;
     case SET_TRACE_STEPS: c->trace_steps = (int)i; break;
     case SET_PROFILE_STEPS: c->profile_first = (int)i; c->profile_last = (int)v->v[1].i; break;
-    case SET_SIZES:
-        for (int k = 0; k < v->n; k++) a->sizes[k] = (uint64_t)v->v[k].i;
-        a->nsizes = v->n;
+    case SET_SIZES: case SET_BENCH_OP: case SET_BENCH_COMM: case SET_LINK_MIN_BYTES:
+    case SET_LINK_MAX_BYTES: case SET_LINK_FACTOR:
+        store_bench_value(a, id, v);
         break;
-    case SET_BENCH_OP:
-        for (int k = 0; k < v->n; k++) a->bench_ops[k] = (int)v->v[k].i;
-        a->nbench_ops = v->n;
-        break;
-    case SET_BENCH_COMM: a->bench_comm = (int)i; break;
-    case SET_LINK_MIN_BYTES: a->link_min = (uint64_t)i; break;
-    case SET_LINK_MAX_BYTES: a->link_max = (uint64_t)i; break;
-    case SET_LINK_FACTOR: a->link_factor = (int)i; break;
     case SET_OUT: dps_strlcpy(c->out_dir, v->text, sizeof c->out_dir); a->out_set = 1; break;
     case SET_MACHINE: dps_strlcpy(a->machine_path, v->text, sizeof a->machine_path); break;
     case SET_WORKLOAD: dps_strlcpy(a->workload_path, v->text, sizeof a->workload_path); break;
