@@ -300,3 +300,12 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def torchrun_single_node(run_id):
+    """torchrun's rendezvous for one node, as --standalone makes it but on a
+    free port and under RUN_ID (--standalone's fixed port 29400 is shared by
+    every test running meanwhile; the run id names this job's shared region,
+    /dev/shm/dpscale-<port>-<run id>)."""
+    return ["--nnodes", "1", "--rdzv_backend", "c10d", "--rdzv_endpoint",
+            f"localhost:{free_port()}", "--rdzv_id", run_id]

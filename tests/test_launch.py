@@ -20,7 +20,8 @@ import sys
 import tempfile
 import time
 
-from helpers import expect, expect_exit, free_port, has_collectives, read_folder, run_case
+from helpers import (expect, expect_exit, free_port, has_collectives, read_folder, run_case,
+                     torchrun_single_node)
 
 RUN = ["run", "--mode", "ddp", "--backend", "host", "--model", "tiny", "--steps", "5",
        "--warmup", "1"]
@@ -98,8 +99,9 @@ def case_torchrun(binary):
     with tempfile.TemporaryDirectory() as tmp:
         npy = os.path.join(tmp, "env.npy")
         # Python 3.11's torchrun fails to parse its redirect flags' default 0
-        cmd = [torchrun, "-r", "2", "-t", "2", "--standalone", "--nproc_per_node", "2",
-               "--log_dir", os.path.join(tmp, "logs"), "--no_python", binary, *RUN, "--check",
+        cmd = [torchrun, "-r", "2", "-t", "2", *torchrun_single_node(f"env-{os.getpid()}"),
+               "--nproc_per_node", "2", "--log_dir", os.path.join(tmp, "logs"), "--no_python",
+               binary, *RUN, "--check",
                "--out", tmp, "--name", "env", "--save-params", npy]
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         expect(p.returncode == 0, f"torchrun: exit {p.returncode}\n{p.stderr[-3000:]}")
@@ -154,8 +156,10 @@ def case_torchrun_nodes(binary):
         expect_close(npy, os.path.join(tmp, "fork.npy"), "torchrun --comm gloo")
 
 
-def dpscale_regions():
-    return {n for n in os.listdir("/dev/shm") if n.startswith("dpscale-")}
+def dpscale_regions(run_id):
+    """This job's shared regions: other launch tests may run meanwhile."""
+    return {n for n in os.listdir("/dev/shm") if n.startswith("dpscale-") and
+            n.endswith(f"-{run_id}")}
 
 
 def case_torchrun_fault(binary):
@@ -165,9 +169,10 @@ def case_torchrun_fault(binary):
     torchrun = launcher("torchrun", "python3-torch")
     if not torchrun:
         return 77
-    before = dpscale_regions()
+    run_id = f"fault-{os.getpid()}"
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [torchrun, "-r", "2", "-t", "2", "--standalone", "--nproc_per_node", "2",
+        cmd = [torchrun, "-r", "2", "-t", "2", *torchrun_single_node(run_id), "--nproc_per_node",
+               "2",
                "--log_dir", os.path.join(tmp, "logs"), "--no_python", binary, *RUN, "--steps",
                "100000", "--timeout", "60", "--inject-fault", "1:3:exit", "--out", tmp,
                "--name", "fault"]
@@ -178,7 +183,7 @@ def case_torchrun_fault(binary):
         runs = read_folder(os.path.join(tmp, "fault"))[0]
         expect(len(runs) == 1 and runs[0]["status"] == "error" and
                "rank 1 (pid" in runs[0]["error"], f"runs {runs}")
-    left = dpscale_regions() - before
+    left = dpscale_regions(run_id)
     expect(not left, f"shared regions left in /dev/shm: {left}")
 
 

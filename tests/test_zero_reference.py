@@ -37,7 +37,7 @@ import sys
 import tempfile
 
 from helpers import (SCRIPTS, dpscale, expect, expect_exit, need_torch, rows_of, run_case,
-                     torch_ref)
+                     torch_ref, torchrun_single_node)
 
 try:
     from dpstools import torch_model as tr
@@ -68,7 +68,8 @@ def torchrun_zero1(torchrun, binary, args, out, name):
     (Debian's torchrun under Python 3.11 needs -r 2 -t 2, as test_launch.py's);
     returns its stdout, every rank's."""
     gpus = args[args.index("--gpus") + 1]
-    cmd = [torchrun, "-r", "2", "-t", "2", "--standalone", "--nproc_per_node", gpus,
+    cmd = [torchrun, "-r", "2", "-t", "2", *torchrun_single_node(f"{name}-{os.getpid()}"),
+           "--nproc_per_node", gpus,
            "--log_dir", os.path.join(out, f"{name}-logs"),
            os.path.join(SCRIPTS, "torch_reference.py"), "--device", "cpu", "--dpscale", binary,
            "--timeout", "120", *args, "--zero1", "--out", out, "--name", name]
