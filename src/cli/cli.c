@@ -175,7 +175,10 @@ static void store_value(cli_args *a, settings_id id, const settings_value *v)
     case SET_FIRST_BUCKET_MB: c->first_bucket_mb = x; break;
     case SET_TIMEOUT: c->timeout_s = x; break;
     case SET_CONFIG_TIMEOUT: a->config_timeout_s = x; break;
-    case SET_INJECT_SLOWDOWN: c->inject_slowdown_pct = x; break;
+    case SET_INJECT_SLOWDOWN:
+        c->inject_slowdown_pct = x;
+        c->slowdown_rank = (int)v->v[1].i;
+        break;
     case SET_INJECT_FAULT:
         c->fault_rank = (int)i;
         c->fault_step = (int)v->v[1].i;

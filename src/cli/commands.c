@@ -585,9 +585,10 @@ static int execute_in(cli_args *a, backend *be, const results_dir *rd, sweep_ite
     if (rc) return rc == DPS_ERR_USAGE ? cmd_usage_error() : (dps_log("%s", dps_errmsg()), 1);
     printf("# results: %s\n", rd->dir);
     if (n && items[0].cfg.inject_slowdown_pct > 0)
-        dps_warn("--inject-slowdown %g: every compute phase is stretched by %g %%, so these "
+        dps_warn("--inject-slowdown: every compute phase %s is stretched by %g %%, so these "
                  "timings are not the code's (meta.json's command line says so too)",
-                 items[0].cfg.inject_slowdown_pct, items[0].cfg.inject_slowdown_pct);
+                 items[0].cfg.slowdown_rank < 0 ? "of every device" : "of one rank",
+                 items[0].cfg.inject_slowdown_pct);
     /* latest points at this sweep from its start, so --resume after a crash continues it */
     if (a->cmd == CMD_SWEEP && sweep_link_latest(a->cfg.out_dir, a->cfg.name))
         dps_log("%s", dps_errmsg());

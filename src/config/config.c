@@ -61,6 +61,7 @@ void config_defaults(dps_config *c)
     c->dp_impl = (dps_dp_impl)t[SET_DP_IMPL].def.i;
     c->ddp_impl = (dps_dp_impl)t[SET_DDP_IMPL].def.i;
     c->fault_rank = -1;
+    c->slowdown_rank = -1;
     c->profile_first = c->profile_last = -1;
     c->trace_steps = (int)t[SET_TRACE_STEPS].def.i;
     dps_strlcpy(c->out_dir, t[SET_OUT].def_text, sizeof c->out_dir);
@@ -286,6 +287,10 @@ static dps_status check_sizes(const dps_config *c)
 static dps_status check_ddp(const dps_config *c)
 {
     const dps_strategy *st = dps_strategy_of(c->mode);
+    if (c->slowdown_rank >= c->ngpus)
+        return dps_fail(DPS_ERR_USAGE, "--inject-slowdown %g@%d: there are only %s 0..%d; name one "
+                        "of them, or leave @RANK out to slow every device", c->inject_slowdown_pct,
+                        c->slowdown_rank, st->per_rank ? "ranks" : "devices", c->ngpus - 1);
     if (!st->per_rank) {
         if (c->global_batch < c->ngpus)
             return dps_fail(DPS_ERR_USAGE, "--batch %d on %d devices: DataParallel's chunks would "

@@ -46,6 +46,7 @@ typedef struct dps_config {
     double timeout_s;         /* ddp: a step (or set-up) longer than this ends the group */
     int fault_rank, fault_step; /* ddp: --inject-fault, rank -1 = none */
     double inject_slowdown_pct; /* compute phases stretched by this percentage (a gate's test) */
+    int slowdown_rank;          /* the rank (dp: device slot) stretched; -1: every one */
     world world;                /* ddp under a launcher: this process's rank; WORLD_NONE: forked */
     dps_comm comm;              /* ddp: --comm */
     int profile_first, profile_last; /* --profile-steps A:B, -1 = none */

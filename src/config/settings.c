@@ -203,10 +203,11 @@ const settings_entry settings_table[SET_COUNT] = {
                 "at all-reduce S, counting each size's warm-up and timed ones in turn"},
     [SET_INJECT_SLOWDOWN] = {
         .cmds = TRAIN,
-        .flag = "inject-slowdown", .type = SETTINGS_NUMBER, .lo = 0, .hi = 1000,
-        .metavar = "PCT",
-        .help = "for testing a regression gate: stretch every compute phase (forward, loss, "
-                "backward, optimizer) by PCT percent"},
+        .flag = "inject-slowdown", .type = SETTINGS_SLOWDOWN, .lo = 0, .hi = 1000,
+        .metavar = "PCT[@RANK]",
+        .help = "for testing a regression gate or the straggler report: stretch every compute "
+                "phase (forward, loss, backward, optimizer) by PCT percent, on every device or on "
+                "rank RANK's alone"},
     [SET_INJECT_OVERFLOW] = {
         .cmds = TRAIN,
         .flag = "inject-overflow", .type = SETTINGS_INT, .lo = 0, .hi = 100000000,

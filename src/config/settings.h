@@ -51,6 +51,8 @@ typedef enum settings_type {
     SETTINGS_FOLDER_NAME, /* TEXT without '/' that does not start with '.' */
     SETTINGS_STEP_RANGE,  /* FIRST:LAST, steps from lo to hi, FIRST <= LAST */
     SETTINGS_FAULT,       /* RANK:STEP:WORD, a device's rank, a step from lo to hi, one of words[] */
+    SETTINGS_SLOWDOWN,    /* PCT or PCT@RANK: a number above lo and at most hi (x), and a
+                             device's rank (i of the second item; -1: every device) */
 } settings_type;
 
 /* One value: i for INT, BYTES, WORD and PRESET (the index), x for NUMBER. */

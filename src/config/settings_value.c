@@ -155,6 +155,28 @@ static int read_fault(const settings_entry *e, const char *s, settings_item *out
     return refuse(err, "expected %s, e.g. 1:3:%s", forms, e->words[0]);
 }
 
+/* PCT or PCT@RANK into out[0].x and out[1].i (-1 without a rank). */
+static int read_slowdown(const settings_entry *e, const char *s, settings_item *out,
+                         settings_error *err)
+{
+    char pct[64];
+    const char *at = strchr(s, '@');
+    size_t n = at ? (size_t)(at - s) : strlen(s);
+    out[1].i = -1;
+    int ok = n < sizeof pct;
+    if (ok) {
+        memcpy(pct, s, n);
+        pct[n] = '\0';
+        ok = !dps_parse_f64(pct, &out[0].x) && out[0].x > (double)e->lo &&
+             out[0].x <= (double)e->hi && (!at || !dps_parse_i64(at + 1, 0, DPS_MAX_DEVICES - 1,
+                                                                  &out[1].i));
+    }
+    if (ok) return 0;
+    return refuse(err, "expected PCT (every device) or PCT@RANK (that rank's device alone), PCT "
+                  "above %" PRId64 " and at most %" PRId64 ", RANK 0 to %d, e.g. 50@1", e->lo, e->hi,
+                  DPS_MAX_DEVICES - 1);
+}
+
 static int read_one(const settings_entry *e, const char *s, settings_item *out, settings_error *err)
 {
     switch (e->type) {
@@ -167,6 +189,7 @@ static int read_one(const settings_entry *e, const char *s, settings_item *out, 
     case SETTINGS_TEXT: case SETTINGS_FOLDER_NAME: return read_text(e, s, err);
     case SETTINGS_STEP_RANGE: return read_step_range(e, s, out, err);
     case SETTINGS_FAULT: return read_fault(e, s, out, err);
+    case SETTINGS_SLOWDOWN: return read_slowdown(e, s, out, err);
     }
     return refuse(err, "internal: setting type %d has no reader", (int)e->type);
 }

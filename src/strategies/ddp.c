@@ -251,8 +251,9 @@ static dps_status rank_setup(ddp_rank *R)
     snprintf(sname, sizeof sname, "compute-%d", R->dev);
     R->be->ops->name_stream(R->be, R->st, sname);
     DPS_TRY(be_mark_baseline(R->be, R->dev));
+    int slowed = c->slowdown_rank < 0 || c->slowdown_rank == R->rank;
     DPS_TRY(ptimer_init_n(&R->timers, c->accum, R->be, 1, &R->dev, &R->st,
-                          c->inject_slowdown_pct / 100.0));
+                          slowed ? c->inject_slowdown_pct / 100.0 : 0.0, -1));
     R->timer = &R->timers[0];
     DPS_TRY(make_buckets(R));
     DPS_TRY(alloc_buffers(R));

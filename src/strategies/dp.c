@@ -161,7 +161,7 @@ static dps_status dp_setup(dp_state *st)
         DPS_TRY(be_mark_baseline(be, s->dev));
     }
     DPS_TRY(ptimer_init_n(&st->timers, c->accum, be, st->nslots, devs, streams,
-                          c->inject_slowdown_pct / 100.0));
+                          c->inject_slowdown_pct / 100.0, c->slowdown_rank));
     st->timer = &st->timers[0];
     DPS_TRY(scaler_init(&st->scaler, c, be, st->s[0].dev));
     /* device 0 first: its extra memory is what runs out first */

@@ -59,7 +59,11 @@ dps_status ptimer_begin(phase_timer *t, int slot, dps_phase ph)
     return t->be->ops->event_record(t->be, t->ev[slot][ph][0], t->stream[slot]);
 }
 
-void ptimer_set_slowdown(phase_timer *t, double fraction) { t->slowdown = fraction; }
+void ptimer_set_slowdown(phase_timer *t, double fraction, int slot)
+{
+    t->slowdown = fraction;
+    t->slow_slot = slot;
+}
 
 static int is_compute(dps_phase ph)
 {
@@ -68,7 +72,8 @@ static int is_compute(dps_phase ph)
 
 dps_status ptimer_end(phase_timer *t, int slot, dps_phase ph)
 {
-    if (t->slowdown > 0 && is_compute(ph) && t->base_ms[slot][ph] > 0) {
+    if (t->slowdown > 0 && (t->slow_slot < 0 || t->slow_slot == slot) && is_compute(ph) &&
+        t->base_ms[slot][ph] > 0) {
         t->spun_ms[slot][ph] = (float)(t->slowdown * t->base_ms[slot][ph]);
         DPS_TRY(t->be->ops->spin(t->be, t->stream[slot], 1e3 * t->spun_ms[slot][ph]));
     }
@@ -164,13 +169,13 @@ dps_status ptimer_begins(phase_timer *t, int slot, tl_phase *out)
 }
 
 dps_status ptimer_init_n(phase_timer **out, int n, backend *be, int nslots, const int *devs,
-                         be_stream *const *streams, double slowdown)
+                         be_stream *const *streams, double slowdown, int slow_slot)
 {
     *out = calloc((size_t)n, sizeof **out);
     if (!*out) return dps_fail(DPS_ERR_RUNTIME, "out of host memory for %d phase timers", n);
     for (int k = 0; k < n; k++) {
         DPS_TRY(ptimer_init(&(*out)[k], be, nslots, devs, streams));
-        ptimer_set_slowdown(&(*out)[k], slowdown);
+        ptimer_set_slowdown(&(*out)[k], slowdown, slow_slot);
     }
     return DPS_OK;
 }

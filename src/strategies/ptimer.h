@@ -30,8 +30,10 @@ typedef struct phase_timer {
     double ref_host_ms[DPS_MAX_DEVICES]; /* the host clock as each was recorded */
     /* --inject-slowdown: each compute phase (forward, loss, backward,
      * optimizer) is stretched, before its end event, by this fraction of
-     * its unstretched time in the slot's previous step */
+     * its unstretched time in the slot's previous step; on slot slow_slot
+     * alone, or every slot where it is -1 */
     double slowdown;
+    int slow_slot;
     float base_ms[DPS_MAX_DEVICES][PH_COUNT]; /* the previous step's, unstretched */
     float spun_ms[DPS_MAX_DEVICES][PH_COUNT]; /* added in this step */
 } phase_timer;
@@ -42,7 +44,8 @@ void ptimer_free(phase_timer *t);
 /* n timers, one a micro-step of an optimizer step (gradient accumulation),
  * in *out (free with ptimer_free_n, safe on a failed or zeroed one). */
 dps_status ptimer_init_n(phase_timer **out, int n, backend *be, int nslots, const int *devs,
-                         be_stream *const *streams, double slowdown) DPS_MUST_USE;
+                         be_stream *const *streams, double slowdown,
+                         int slow_slot) DPS_MUST_USE;
 void ptimer_free_n(phase_timer **t, int n);
 /* After the streams are synchronised: slot's ms per phase over the n
  * micro-steps' timers, summed into ms; each micro-step's own into
@@ -63,8 +66,9 @@ dps_status ptimer_end_on(phase_timer *t, int slot, dps_phase ph, int where) DPS_
  * not begun yet in the step is begun by it. */
 dps_status ptimer_begin_more(phase_timer *t, int slot, dps_phase ph) DPS_MUST_USE;
 dps_status ptimer_end_more(phase_timer *t, int slot, dps_phase ph) DPS_MUST_USE;
-/* Every compute phase stretched by fraction (0: none) from the second step. */
-void ptimer_set_slowdown(phase_timer *t, double fraction);
+/* Every compute phase of slot (-1: of every slot) stretched by fraction
+ * (0: none) from the second step. */
+void ptimer_set_slowdown(phase_timer *t, double fraction, int slot);
 /* After the slot's stream is synchronised: ms per phase. */
 dps_status ptimer_read(phase_timer *t, int slot, float *ms) DPS_MUST_USE;
 /* The trace's reference: an event on every slot's stream, recorded now (as

@@ -87,6 +87,13 @@ static void test_cli(void)
     EXPECT(parse("run --mode ddp --inject-fault 2:7:hang --bucket-mb 0.5 --no-overlap", &a) == DPS_OK);
     EXPECT(a.cfg.mode == MODE_DDP && a.cfg.fault_rank == 2 && a.cfg.fault_step == 7 &&
            a.cfg.fault_kind == FAULT_HANG && a.cfg.bucket_mb == 0.5 && !a.cfg.overlap);
+    EXPECT(parse("run --inject-slowdown 30", &a) == DPS_OK && a.cfg.inject_slowdown_pct == 30.0 &&
+           a.cfg.slowdown_rank == -1);
+    EXPECT(parse("run --inject-slowdown 50@3", &a) == DPS_OK && a.cfg.inject_slowdown_pct == 50.0 &&
+           a.cfg.slowdown_rank == 3);
+    expect_usage("run --inject-slowdown 50@", "--inject-slowdown 50@: expected PCT");
+    expect_usage("run --inject-slowdown @1", "--inject-slowdown @1: expected PCT");
+    expect_usage("run --inject-slowdown 0@1", "--inject-slowdown 0@1: expected PCT");
     expect_usage("run --backend gpu", "--backend gpu:");
     expect_usage("run --device-mem 12Q", "--device-mem 12Q:");
     expect_usage("run --device-mem 99999999999T", "--device-mem 99999999999T: too large");

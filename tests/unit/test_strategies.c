@@ -62,7 +62,8 @@ static float timed_phase(phase_timer *t, dps_phase ph, double work_ms)
 
 /* --inject-slowdown: a compute phase is stretched by the fraction of its
  * unstretched time in the previous step (none in the first step), the
- * stretch does not compound, and a copy phase is left alone. */
+ * stretch does not compound, a copy phase is left alone, and a slowdown
+ * of another slot leaves this one alone. */
 static void test_slowdown(void)
 {
     be_options o = {.kind = BE_HOST, .host_devices = 1, .quiet = 1};
@@ -74,7 +75,11 @@ static void test_slowdown(void)
     phase_timer t;
     int dev = 0;
     EXPECT(ptimer_init(&t, be, 1, &dev, &st) == DPS_OK);
-    ptimer_set_slowdown(&t, 0.5);
+    ptimer_set_slowdown(&t, 0.5, 1); /* another slot's (--inject-slowdown 50@1): none here */
+    timed_phase(&t, PH_FORWARD, 1.0);
+    timed_phase(&t, PH_FORWARD, 1.0);
+    EXPECT(t.spun_ms[0][PH_FORWARD] == 0.0f && t.base_ms[0][PH_FORWARD] > 0.0f);
+    ptimer_set_slowdown(&t, 0.5, 0);
     float first = timed_phase(&t, PH_FORWARD, 4.0);
     EXPECT(first >= 4.0f);
     for (int step = 0; step < 3; step++) {
