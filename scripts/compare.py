@@ -11,6 +11,11 @@ test (normal approximation with tie correction for large samples), the
 ratio new / base. Memory (nearly deterministic) uses a static rule instead.
 The report's first line gives the verdict: REGRESSION, INCONCLUSIVE (a
 step time undecided: paired rounds' WARN or NOISY, or else NOISY) or PASS.
+After the table, "Where the time went" breaks each slower configuration's
+step down (--breakdown): the step time's change, each phase's change in its
+per-rank medians (steps.csv) on the rank where it changed most, sorted by
+its share of the step's change, the buckets' collective that grew most or
+became ready later (buckets.csv), and the phase that lost most.
 Exit status: 0 pass, warn or inconclusive, 1 regression, 2 bad input (the
 gate, regress.py, exits 3 for inconclusive). Standard library only;
 matplotlib for --plot, from /usr/bin/python3 (this script runs itself again
@@ -24,7 +29,7 @@ import os
 import subprocess
 import sys
 
-from dpstools import judge, report
+from dpstools import judge, report, tracediff
 from dpstools.results import InputError
 
 # Debian's Python, which has python3-matplotlib (scripts/setup.sh installs it).
@@ -99,6 +104,10 @@ def main(argv):
     ap.add_argument("--stopped", metavar="WHY",
                     help="why the rounds stopped (the gate's), for an inconclusive report's "
                          "first line")
+    ap.add_argument("--breakdown", choices=("slower", "all", "none"), default="slower",
+                    help="which configurations to break down phase by phase and bucket by "
+                         "bucket: slower (those whose step time is REGRESSION or WARN; the "
+                         "default), all (every one both sides ran ok), none")
     ap.add_argument("--warn-only", action="store_true", help="exit 0 even on a regression")
     ap.add_argument("--force", action="store_true", help="compare different machines anyway")
     try:
@@ -117,7 +126,9 @@ def main(argv):
         paired = bool(base.round_names()) and base.round_names() == cur.round_names()
         warned += judge.version_warnings(base, cur, paired)
         rows = judge.compare(base, cur, args, paired)
-        md = report.markdown(rows, base, cur, warned, paired, args.stopped)
+        diffs = tracediff.breakdowns(rows, base, cur, args.breakdown)
+        md = report.markdown(rows, base, cur, warned, paired, args.stopped) + \
+            tracediff.markdown(diffs)
         sys.stdout.write(md)
         if args.markdown:
             write_file("--markdown", args.markdown, md)
@@ -127,7 +138,8 @@ def main(argv):
             write_file("--junit", args.junit, report.junit(rows))
         if args.json:
             write_file("--json", args.json, json.dumps(
-                report.summary(rows, base, cur, warned, paired, args.stopped), indent=1, default=str))
+                {**report.summary(rows, base, cur, warned, paired, args.stopped),
+                 "breakdown": diffs}, indent=1, default=str))
         if args.plot:
             report.plot(rows, args.plot)
     except InputError as e:
