@@ -129,9 +129,36 @@ def read_folder(folder, torch=False):
                    "steps.csv: a rank slower than the step")
         expect(float(r["step_ms_p10"]) <= float(r["step_ms_median"]) <= float(r["step_ms_p90"]),
                "runs.csv: p10 <= median <= p90 does not hold")
-    if meta["backend"] != "torch":  # PyTorch folders have no memory by category
+    if meta["backend"] != "torch":  # PyTorch folders have no memory by category, no partition
         check_memory(folder, devices)
+        check_partition(folder, runs, steps)
     return runs, devices, steps, phases, meta
+
+
+PARTS = ("compute_ms", "overlap_ms", "comm_exposed_ms", "copies_ms", "wait_peer_ms", "idle_host_ms")
+
+
+def check_partition(folder, runs, steps):
+    """partition.csv: one row per rank of each ok configuration that stepped,
+    its parts summing to its step_ms within 1 % (and 0.01 ms: the cells' rounding),
+    step_ms the mean of steps.csv's, no part below -0.01 ms."""
+    path = os.path.join(folder, "partition.csv")
+    parts = dpsresults.by_config(read_table(path)) if os.path.exists(path) else {}
+    step_of = dpsresults.by_config(steps)
+    for r in runs:
+        st = step_of.get(r["config_id"], [])
+        if r["status"] != "ok" or not st:
+            continue
+        rows = parts.get(r["config_id"], [])
+        expect(len(rows) == int(r["ngpus"]),
+               f"partition.csv: {len(rows)} rows for {r['config_id']}, want {r['ngpus']}")
+        mean = sum(float(s["step_ms"]) for s in st) / len(st)
+        for p in rows:
+            total, step = sum(float(p[c]) for c in PARTS), float(p["step_ms"])
+            expect(abs(total - step) <= 0.01 * step + 0.01 and abs(step - mean) <= 1e-3 * mean + 1e-3
+                   and all(float(p[c]) >= -0.01 for c in PARTS),
+                   f"partition.csv: {r['config_id']} rank {p['rank']}: parts {total:.4f} ms, "
+                   f"step {step:.4f} ms, steps.csv's mean {mean:.4f} ms: {p}")
 
 
 def memory_at_peak(folder):

@@ -35,7 +35,8 @@ import time
 from helpers import dpscale, dpsresults, expect, expect_exit, read_folder, run_case, write
 
 SUITE = "modes = dp, ddp\ngpus = 1, 2\nmodels = tiny\nsteps = 30\nwarmup = 0\n"
-ROW_FILES = ("runs.csv", "steps.csv", "devices.csv", "phases.csv", "memory.csv", "buckets.csv")
+ROW_FILES = ("runs.csv", "steps.csv", "devices.csv", "phases.csv", "memory.csv", "buckets.csv",
+             "partition.csv")
 
 
 def records(path):

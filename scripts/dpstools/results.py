@@ -197,11 +197,28 @@ SCHEMA = {
     # again in backward): when each was ready and its collective began, ms after backward began
     # (medians), the collective's time; the last two empty on one rank, which runs no
     # collective. Folders before the sharded strategies have no collective column.
+    # wait_ms, transfer_ms: the collective split into this rank's wait for the last peer
+    # and the transfer (the shortest rank's time: ranks leave a collective together);
+    # late_ms: how much later than the other ranks' median the bucket was ready, after
+    # each rank's step began (medians over the traced steps; empty on one rank; folders
+    # before them have none).
     "buckets.csv": [("config_id", NAME), ("rank", COUNT), ("bucket", COUNT),
                     ("micro_step", COUNT.or_empty()), ("bytes", COUNT),
                     ("ready_ms", NUMBER), ("allreduce_begin_ms", NUMBER.or_empty()),
                     ("allreduce_ms", AT_LEAST_0.or_empty()), ("traced_steps", COUNT_1),
-                    ("collective", COLLECTIVE), ("phase", NAME)],
+                    ("collective", COLLECTIVE), ("phase", NAME),
+                    ("wait_ms", AT_LEAST_0.or_empty()), ("transfer_ms", AT_LEAST_0.or_empty()),
+                    ("late_ms", NUMBER.or_empty())],
+    # Each rank's step partition (src/results/step_parts.h), means over the timed steps:
+    # compute_ms .. idle_host_ms sum to step_ms, the mean step. compute: compute phases with
+    # no collective beside them; overlap: compute with a collective beside it;
+    # comm_exposed: the collectives' wait after backward (dp: replicate and reduce);
+    # copies: load (dp: scatter, gather); wait_peer: idle, waiting for the slowest rank to
+    # end the step (dp: a replica's device waiting for device 0); idle_host: the rest.
+    "partition.csv": [("config_id", NAME), ("rank", COUNT), ("device_index", COUNT),
+                      ("steps", COUNT_1), ("step_ms", AT_LEAST_0)]
+    + [(p + "_ms", NUMBER) for p in ("compute", "overlap", "comm_exposed", "copies",
+                                     "wait_peer", "idle_host")],
     "links.csv": [("src", NAME), ("dst", NAME), ("method", NAME), ("bytes", COUNT),
                   ("bw_gbps", ABOVE_0.or_empty()), ("latency_us", AT_LEAST_0.or_empty()),
                   ("status", TEXT), ("backend", TEXT), ("emulated", COUNT)],
@@ -267,7 +284,8 @@ DEFAULTS = {
     "runs.csv": {"accum": "1", "no_sync": ddp_on, "skipped_steps": ""},
     "steps.csv": {"micro_steps": "1", "skipped": "0", "loss_scale": "", "unscale_ms": "0"},
     "allreduce.csv": {"op": "all-reduce"},
-    "buckets.csv": {"micro_step": "0", "collective": "all-reduce", "phase": "backward"},
+    "buckets.csv": {"micro_step": "0", "collective": "all-reduce", "phase": "backward",
+                    "wait_ms": "", "transfer_ms": "", "late_ms": ""},
     "predictions.csv": {"accum": "1", "no_sync": ddp_on, "unscale_ms": zero_unless_skipped,
                         "max_batch_per_gpu": "", "nunits": zero_unless_skipped,
                         "allreduce_bytes": zero_unless_skipped,
@@ -279,6 +297,7 @@ DEFAULTS = {
 KEYS = {"runs.csv": ["config_id"], "steps.csv": ["config_id", "step", "rank"],
         "devices.csv": ["config_id", "device"], "phases.csv": ["config_id", "device", "phase"],
         "buckets.csv": ["config_id", "rank", "micro_step", "bucket", "collective", "phase"],
+        "partition.csv": ["config_id", "rank"],
         "links.csv": ["src", "dst", "method", "bytes"],  # links: one row per path and copy size
         "predictions.csv": ["machine", "workload", "source", "mode", "ngpus", "accum", "no_sync"]}
 # What to do about two rows with the same key, where it is not the results folder's remedy.

@@ -17,6 +17,7 @@
 #include "results/results.h"
 #include "core/strategy.h"
 #include "results/results_txn.h"
+#include "results/step_parts.h"
 #include "core/util.h"
 
 const char *const results_runs_cols[] = {
@@ -530,19 +531,34 @@ static void memory_rows(csv_buf *b, const dps_config *c, const train_result *res
 
 static const char *const buckets_cols[] = {
     "config_id", "rank", "bucket", "micro_step", "bytes", "ready_ms", "allreduce_begin_ms",
-    "allreduce_ms", "traced_steps", "collective", "phase"};
+    "allreduce_ms", "traced_steps", "collective", "phase", "wait_ms", "transfer_ms", "late_ms"};
+
+enum { BK_READY, BK_BEGIN, BK_MS, BK_WAIT, BK_TRANSFER, BK_LATE, BK_COUNT };
+
+/* One traced step's figure f of rank's span i (see buckets_cols). */
+static double bucket_figure(const timeline *tl, int t, int r, int i, int f)
+{
+    const tl_span *sp = &timeline_spans(tl, t, r)[i];
+    double bwd = timeline_micro(tl, t, r, sp->micro)[PH_BACKWARD].begin_ms;
+    if (f == BK_READY) return sp->ready_ms - bwd;
+    if (f == BK_BEGIN) return sp->begin_ms - bwd;
+    if (f == BK_MS) return sp->ms;
+    span_parts p = step_span_parts(tl, t, r, i);
+    return f == BK_WAIT ? p.wait_ms : f == BK_TRANSFER ? p.transfer_ms : p.late_ms;
+}
 
 /* The medians over the traced steps of rank's bucket i: when it was ready
- * and its all-reduce began, after backward began, and the all-reduce's time. */
-static void bucket_medians(const timeline *tl, int r, int i, double *x, double out[3])
+ * and its all-reduce began, after backward began, the all-reduce's time,
+ * and its wait, transfer and lateness (step_parts.h). */
+static void bucket_medians(const timeline *tl, int r, int i, double *x, double out[BK_COUNT])
 {
-    for (int f = 0; f < 3; f++) {
+    for (int f = 0; f < BK_COUNT; f++) {
+        int n = 0;
         for (int t = 0; t < tl->steps; t++) {
-            const tl_span *sp = &timeline_spans(tl, t, r)[i];
-            double bwd = timeline_micro(tl, t, r, sp->micro)[PH_BACKWARD].begin_ms;
-            x[t] = f == 0 ? sp->ready_ms - bwd : f == 1 ? sp->begin_ms - bwd : sp->ms;
+            double v = bucket_figure(tl, t, r, i, f);
+            if (!isnan(v)) x[n++] = v;
         }
-        out[f] = stats_median_or(x, tl->steps, NAN);
+        out[f] = stats_median_or(x, n, NAN);
     }
 }
 
@@ -554,7 +570,7 @@ static void buckets_rows(csv_buf *b, const dps_config *c, const train_result *re
 {
     const timeline *tl = &res->tl;
     if (!dps_strategy_of(c->mode)->per_rank || tl->steps < 1) return;
-    double *x = malloc((size_t)tl->steps * sizeof *x), m[3];
+    double *x = malloc((size_t)tl->steps * sizeof *x), m[BK_COUNT];
     if (!x) {
         b->oom = 1;
         return;
@@ -564,27 +580,57 @@ static void buckets_rows(csv_buf *b, const dps_config *c, const train_result *re
         for (int t = 1; t < tl->steps; t++) /* the buckets every traced step has */
             if (*timeline_nspans(tl, t, r) < nb) nb = *timeline_nspans(tl, t, r);
         for (int i = 0; i < nb; i++) {
+            const tl_span *first = &timeline_spans(tl, 0, r)[i];
             bucket_medians(tl, r, i, x, m);
             csv_str(b, s->config_id);
             csv_int(b, r);
-            csv_int(b, timeline_spans(tl, 0, r)[i].bucket);
-            csv_int(b, timeline_spans(tl, 0, r)[i].micro);
-            csv_u64(b, timeline_spans(tl, 0, r)[i].bytes);
-            csv_num(b, m[0], 4);
-            csv_num(b, tl->nranks > 1 ? m[1] : NAN, 4);
-            csv_num(b, tl->nranks > 1 ? m[2] : NAN, 4);
+            csv_int(b, first->bucket);
+            csv_int(b, first->micro);
+            csv_u64(b, first->bytes);
+            csv_num(b, m[BK_READY], 4);
+            csv_num(b, tl->nranks > 1 ? m[BK_BEGIN] : NAN, 4);
+            csv_num(b, tl->nranks > 1 ? m[BK_MS] : NAN, 4);
             csv_int(b, tl->steps);
-            csv_str(b, dps_collective_names[timeline_spans(tl, 0, r)[i].op]);
-            csv_str(b, dps_phase_names[timeline_spans(tl, 0, r)[i].phase]);
+            csv_str(b, dps_collective_names[first->op]);
+            csv_str(b, dps_phase_names[first->phase]);
+            for (int f = BK_WAIT; f < BK_COUNT; f++) csv_num(b, m[f], 4);
             csv_end_row(b);
         }
     }
     free(x);
 }
 
+static const char *const partition_cols[] = {
+    "config_id", "rank", "device_index", "steps", "step_ms", "compute_ms", "overlap_ms",
+    "comm_exposed_ms", "copies_ms", "wait_peer_ms", "idle_host_ms"};
+
+/* Each rank's step partition (step_parts.h), means over the timed steps:
+ * the parts sum to step_ms, the mean step. */
+static void partition_rows(csv_buf *b, const dps_config *c, const train_result *res,
+                           const run_summary *s)
+{
+    int n = res->steps_done;
+    if (n < 1) return;
+    for (int r = 0; r < res->nranks; r++) {
+        double sum[PART_COUNT] = {0}, part[PART_COUNT], step = 0.0;
+        for (int k = 0; k < n; k++) {
+            step_partition(c, res, k, r, part);
+            for (int p = 0; p < PART_COUNT; p++) sum[p] += part[p];
+            step += res->step_ms[k];
+        }
+        csv_str(b, s->config_id);
+        csv_int(b, r);
+        csv_int(b, c->devices[r]);
+        csv_int(b, n);
+        csv_num(b, step / n, 4);
+        for (int p = 0; p < PART_COUNT; p++) csv_num(b, sum[p] / n, 4);
+        csv_end_row(b);
+    }
+}
+
 /* The files of a configuration's rows, in the order they are written:
  * runs.csv last, since a row there is what says the configuration is done. */
-enum { F_STEPS, F_DEVICES, F_PHASES, F_MEMORY, F_BUCKETS, F_RUNS, F_COUNT };
+enum { F_STEPS, F_DEVICES, F_PHASES, F_MEMORY, F_BUCKETS, F_PARTITION, F_RUNS, F_COUNT };
 
 enum { STEPS_FIXED = 10 }; /* steps.csv's columns before the phases' */
 
@@ -611,6 +657,7 @@ const results_file *results_files(int *n)
     files[F_PHASES] = (results_file){"phases.csv", phases_cols, NCOLS(phases_cols), 3};
     files[F_MEMORY] = (results_file){"memory.csv", memory_cols, NCOLS(memory_cols), 4};
     files[F_BUCKETS] = (results_file){"buckets.csv", buckets_cols, NCOLS(buckets_cols), 3};
+    files[F_PARTITION] = (results_file){"partition.csv", partition_cols, NCOLS(partition_cols), 2};
     files[F_RUNS] = (results_file){"runs.csv", results_runs_cols, results_runs_ncols, 1};
     *n = F_COUNT;
     return files;
@@ -643,6 +690,7 @@ dps_status results_append(const results_dir *r, const dps_config *c, const backe
     phases_rows(&b[F_PHASES], res, s);
     memory_rows(&b[F_MEMORY], c, res, s);
     buckets_rows(&b[F_BUCKETS], c, res, s);
+    partition_rows(&b[F_PARTITION], c, res, s);
     runs_row(&b[F_RUNS], c, be, res, s);
     int n;
     const results_file *files = results_files(&n);

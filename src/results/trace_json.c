@@ -4,12 +4,14 @@
  * processes, are placed by their references on the wall clock. */
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "results/results_txn.h"
+#include "results/step_parts.h"
 #include "results/trace_json.h"
 #include "core/strategy.h"
 #include "core/util.h"
@@ -112,15 +114,26 @@ static void phases(writer *w, int t, int k, int rank, double offset_ms)
     int skipped = res->scaler[k].skipped;
     snprintf(name, sizeof name, "step %d%s", k, skipped ? " (skipped: inf/NaN gradients)" : "");
     slice(w, rank, TID_COMPUTE, name, "step", lo, hi - lo);
-    fprintf(w->f, "\"step\":%d,\"step_ms\":%.4f,\"micro_steps\":%d,\"skipped\":%d}}", k,
+    fprintf(w->f, "\"step\":%d,\"step_ms\":%.4f,\"micro_steps\":%d,\"skipped\":%d,", k,
             res->rank_step_ms[(size_t)k * res->nranks + rank], res->tl.micro, skipped);
+    double part[PART_COUNT];
+    step_partition(w->c, res, k, rank, part);
+    fputs("\"partition_ms\":{", w->f);
+    for (int p = 0; p < PART_COUNT; p++)
+        fprintf(w->f, "%s\"%s\":%.4f", p ? "," : "", step_part_names[p], part[p]);
+    fputs("}}}", w->f);
 }
 
-/* A bucket event's args, closing the event. */
-static void bucket_args(writer *w, const tl_span *s, int k)
+/* A bucket event's args, closing the event: with its wait, transfer and
+ * lateness against the other ranks (step_parts.h) where there are others. */
+static void bucket_args(writer *w, const tl_span *s, int k, const span_parts *p)
 {
-    fprintf(w->f, "\"bytes\":%llu,\"bucket\":%d,\"step\":%d,\"micro_step\":%d}}",
+    fprintf(w->f, "\"bytes\":%llu,\"bucket\":%d,\"step\":%d,\"micro_step\":%d",
             (unsigned long long)s->bytes, s->bucket, k, s->micro);
+    if (isfinite(p->wait_ms) && isfinite(p->late_ms))
+        fprintf(w->f, ",\"wait_ms\":%.4f,\"transfer_ms\":%.4f,\"late_ms\":%.4f", p->wait_ms,
+                p->transfer_ms, p->late_ms);
+    fputs("}}", w->f);
 }
 
 /* ddp: timed step k's buckets of rank: when each was ready, its all-reduce. */
@@ -132,12 +145,13 @@ static void spans(writer *w, int t, int k, int rank, double offset_ms)
         char name[48];
         snprintf(name, sizeof name, "%s %s %d", dps_collective_names[s[i].op],
                  s[i].op ? "unit" : "bucket", s[i].bucket);
+        span_parts parts = step_span_parts(tl, t, rank, i);
         instant(w, rank, s[i].bucket, offset_ms + s[i].ready_ms);
-        bucket_args(w, &s[i], k);
+        bucket_args(w, &s[i], k, &parts);
         if (tl->nranks < 2) continue; /* one rank runs no collective */
         slice(w, rank, TID_COMM, name, s[i].op ? "sharded" : "allreduce", offset_ms + s[i].begin_ms,
               s[i].ms);
-        bucket_args(w, &s[i], k);
+        bucket_args(w, &s[i], k, &parts);
     }
 }
 
