@@ -254,7 +254,7 @@ SCHEMA = {
        ("overlap_eff", AT_LEAST_0.or_empty()), ("nunits", COUNT.or_empty()),
        ("allreduce_bytes", AT_LEAST_0.or_empty()), ("reduce_scatter_bytes", AT_LEAST_0.or_empty()),
        ("all_gather_bytes", AT_LEAST_0.or_empty()),
-       ("comm_bytes_per_step", AT_LEAST_0.or_empty())],
+       ("comm_bytes_per_step", AT_LEAST_0.or_empty()), ("bucket_mb", AT_LEAST_0.or_empty())],
 }
 COLUMNS = {name: [c for c, _ in cols] for name, cols in SCHEMA.items()}
 # Columns that only scripts/torch_reference.py writes, after all of COLUMNS'
@@ -291,7 +291,7 @@ DEFAULTS = {
                         "allreduce_bytes": zero_unless_skipped,
                         "reduce_scatter_bytes": zero_unless_skipped,
                         "all_gather_bytes": zero_unless_skipped,
-                        "comm_bytes_per_step": zero_unless_skipped},
+                        "comm_bytes_per_step": zero_unless_skipped, "bucket_mb": ""},
 }
 # The columns that name a row: no two rows of a file name the same thing.
 KEYS = {"runs.csv": ["config_id"], "steps.csv": ["config_id", "step", "rank"],
@@ -299,7 +299,8 @@ KEYS = {"runs.csv": ["config_id"], "steps.csv": ["config_id", "step", "rank"],
         "buckets.csv": ["config_id", "rank", "micro_step", "bucket", "collective", "phase"],
         "partition.csv": ["config_id", "rank"],
         "links.csv": ["src", "dst", "method", "bytes"],  # links: one row per path and copy size
-        "predictions.csv": ["machine", "workload", "source", "mode", "ngpus", "accum", "no_sync"]}
+        "predictions.csv": ["machine", "workload", "source", "mode", "ngpus", "accum", "no_sync",
+                            "bucket_mb"]}
 # What to do about two rows with the same key, where it is not the results folder's remedy.
 REPEAT_FIX = {"predictions.csv": "remove the repeated rows, or predict into a folder of its own "
                                  "(dpscale predict --name)"}
@@ -829,7 +830,9 @@ def versions(meta):
 # ---- dpscale predict's predictions.csv ------------------------------------------
 
 # The figures of a prediction: every column from step_ms on.
-PREDICTED_FIGURES = COLUMNS["predictions.csv"][COLUMNS["predictions.csv"].index("step_ms"):]
+# bucket_mb, the last, is the bucketed strategies' alone (empty for dp's rows).
+PREDICTED_FIGURES = COLUMNS["predictions.csv"][COLUMNS["predictions.csv"].index("step_ms"):
+                                               COLUMNS["predictions.csv"].index("bucket_mb")]
 
 
 def read_predictions(path):

@@ -171,7 +171,11 @@ static void store_value(cli_args *a, settings_id id, const settings_value *v)
         break;
     case SET_DEVICE_MEM: c->be.device_mem = (size_t)i; break;
     case SET_HOST_DEVICES: c->be.host_devices = (int)i; break;
-    case SET_BUCKET_MB: c->bucket_mb = x; break;
+    case SET_BUCKET_MB:
+        c->bucket_mb = x;
+        for (int k = 0; k < v->n; k++) a->bucket_mbs[k] = v->v[k].x;
+        a->bucket_mbs_n = v->n;
+        break;
     case SET_FIRST_BUCKET_MB: c->first_bucket_mb = x; break;
     case SET_TIMEOUT: c->timeout_s = x; break;
     case SET_CONFIG_TIMEOUT: a->config_timeout_s = x; break;

@@ -33,6 +33,8 @@ typedef struct cli_args {
     dps_mode sweep_modes[MODE_COUNT];
     int sweep_modes_n;
     int sweep_models_n;
+    double bucket_mbs[CLI_MAX_LIST]; /* --bucket-mb's list (sweep, predict --from) */
+    int bucket_mbs_n;
     /* sweep */
     char suite_path[DPS_PATH_MAX];
     int resume, dry_run, steps_set, no_links;

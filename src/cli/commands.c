@@ -180,6 +180,20 @@ static dps_status distinct_ids(const sweep_item *items, int n)
     return DPS_OK;
 }
 
+/* One configuration of model, mode and ngpus into items[*n], and for a
+ * strategy with DDP's buckets one a cap of --bucket-mb's list. */
+static dps_status each_bucket_cap(cli_args *a, const char *model, dps_mode mode, int ngpus,
+                                  const backend *be, sweep_item *items, int *n)
+{
+    int caps = dps_strategy_of(mode)->buckets && a->bucket_mbs_n > 1 ? a->bucket_mbs_n : 1;
+    for (int b = 0; b < caps; b++) {
+        if (caps > 1) a->cfg.bucket_mb = a->bucket_mbs[b];
+        DPS_TRY(cli_finish_config(a, model, mode, ngpus, be, &items[(*n)++].cfg));
+    }
+    if (caps > 1) a->cfg.bucket_mb = a->bucket_mbs[0];
+    return DPS_OK;
+}
+
 /* The configurations of --mode, --gpus and --model lists, every one
  * validated before anything runs (a bad one is a usage error). */
 static dps_status build_from_lists(cli_args *a, const backend *be, sweep_item **out, int *n)
@@ -205,14 +219,14 @@ static dps_status build_from_lists(cli_args *a, const backend *be, sweep_item **
     } else if (a->cmd == CMD_SWEEP) {
         nmodes = dps_strategies_compared(modes); /* a sweep compares dp and ddp */
     }
-    *out = calloc((size_t)(nng * a->sweep_models_n * nmodes), sizeof **out);
+    int nbk = a->bucket_mbs_n ? a->bucket_mbs_n : 1;
+    *out = calloc((size_t)(nng * a->sweep_models_n * nmodes * nbk), sizeof **out);
     if (!*out) return dps_fail(DPS_ERR_RUNTIME, "out of host memory");
     *n = 0;
     for (int m = 0; m < a->sweep_models_n; m++)
         for (int g = 0; g < nng; g++)
             for (int k = 0; k < nmodes; k++)
-                DPS_TRY(cli_finish_config(a, a->sweep_models[m], modes[k], ng[g], be,
-                                          &(*out)[(*n)++].cfg));
+                DPS_TRY(each_bucket_cap(a, a->sweep_models[m], modes[k], ng[g], be, *out, n));
     return DPS_OK;
 }
 

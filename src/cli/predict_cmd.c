@@ -1,14 +1,16 @@
 /* `dpscale predict`: the workloads (a WORKLOAD file, or --from a
  * results folder) on a machine (a MACHINE file, or the folder's), every
  * --modes x --gpus configuration, the tables and, with --out or --name,
- * predictions.csv in OUT/NAME; or --calibrate DIR, which fits the model's
- * constants and writes OUT/NAME/calibration.txt. */
+ * predictions.csv in OUT/NAME; --from DIR --bucket-mb LIST, the bucket
+ * size to use; or --calibrate DIR, which fits the model's constants and
+ * writes OUT/NAME/calibration.txt. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/commands.h"
 #include "core/strategy.h"
+#include "predict/predict_bucket.h"
 #include "predict/predict_calib.h"
 #include "predict/predict_out.h"
 #include "core/util.h"
@@ -27,7 +29,10 @@ static dps_status check_args(const cli_args *a)
     const char *lack = a->calibrate_dir[0] ? NULL
                        : !a->workload_path[0] && !a->from_dir[0] ? "--workload FILE or --from DIR"
                        : !a->machine_path[0] && !a->from_dir[0] ? "--machine FILE"
-                       : !a->gpus_set ? "--gpus LIST" : NULL;
+                       : !a->gpus_set && !a->bucket_mbs_n ? "--gpus LIST" : NULL;
+    if (a->bucket_mbs_n && (!a->from_dir[0] || a->calibrate_dir[0]))
+        return dps_fail(DPS_ERR_USAGE, "--bucket-mb LIST advises on a results folder's runs: give "
+                        "--from DIR (dpscale predict --from DIR --bucket-mb 1,5,25,100,250)");
     if (a->workload_path[0] && a->from_dir[0])
         return dps_fail(DPS_ERR_USAGE, "predict takes --workload FILE or --from DIR, not both");
     if (a->calibrate_dir[0] && (a->from_dir[0] || a->workload_path[0] || a->gpus_set ||
@@ -133,6 +138,28 @@ static dps_status run_predict(cli_args *a, predict_inputs *in)
     return rc;
 }
 
+/* --from DIR --bucket-mb LIST: each bucketed family's sizes, the size to
+ * use, and with --out or --name their rows in predictions.csv. */
+static dps_status run_buckets(cli_args *a, predict_inputs *in)
+{
+    bucket_ask ask = {a->bucket_mbs, a->bucket_mbs_n, a->sweep_ngpus, a->gpus_set ? a->sweep_ngpus_n : 0,
+                      a->sweep_modes, a->sweep_modes_n, a->machine_path};
+    bucket_run run;
+    char dir[2 * DPS_PATH_MAX], name[DPS_NAME_MAX];
+    DPS_TRY(load_inputs(a, in));
+    DPS_TRY(accumulation(a, in));
+    DPS_TRY(predict_bucket_sizes(in->folder, in->w, in->nw, &in->m, &in->c, &ask, stdout, &run));
+    snprintf(name, sizeof name, "buckets-%.100s", dps_path_base(a->from_dir));
+    dps_status rc = DPS_OK;
+    if (a->out_set || a->name_set) {
+        rc = out_folder(a, name, dir, sizeof dir);
+        if (!rc) rc = predict_write_csv(dir, &in->m, &in->c, run.rows, run.nrows);
+        if (!rc) printf("# predictions.csv in %s\n", dir);
+    }
+    predict_bucket_free(&run);
+    return rc;
+}
+
 static dps_status run_calibrate(cli_args *a, predict_inputs *in)
 {
     char dir[2 * DPS_PATH_MAX], name[DPS_NAME_MAX], path[2 * DPS_PATH_MAX + 32];
@@ -152,7 +179,8 @@ int cmd_predict(cli_args *a)
 {
     predict_inputs in = {0};
     dps_status rc = check_args(a);
-    if (!rc) rc = a->calibrate_dir[0] ? run_calibrate(a, &in) : run_predict(a, &in);
+    if (!rc) rc = a->calibrate_dir[0] ? run_calibrate(a, &in)
+                  : a->bucket_mbs_n ? run_buckets(a, &in) : run_predict(a, &in);
     predict_from_free(in.w, in.nw);
     predict_folder_close(in.folder);
     if (rc) fprintf(stderr, "dpscale: %s\n", dps_errmsg());

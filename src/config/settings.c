@@ -164,10 +164,11 @@ const settings_entry settings_table[SET_COUNT] = {
         .help = "dp: as DataParallel does it (materialised log-softmax loss, coalesced "
                 "replicate and reduce into a new buffer), or the lean lower bound (suite files: a list)"},
     [SET_BUCKET_MB] = {
-        .cmds = TRAIN | SETTINGS_INFO,
+        .cmds = TRAIN | SETTINGS_INFO | SETTINGS_PREDICT, .list_cmds = SETTINGS_SWEEP | SETTINGS_PREDICT,
         .flag = "bucket-mb", .key = "bucket_mb", .type = SETTINGS_NUMBER, .lo = 0, .hi = 65536,
-        .suite_max = SETTINGS_MAX_LIST, DEFAULT_NUMBER(25.0), .metavar = "X",
-        .help = "ddp: gradient bucket cap in MiB"},
+        .cli_max = SETTINGS_MAX_LIST, .suite_max = SETTINGS_MAX_LIST, DEFAULT_NUMBER(25.0),
+        .metavar = "X", .help = "ddp: gradient bucket cap in MiB; sweep: a list; predict --from: "
+                "the sizes to predict and the one to use (docs/predict.md)"},
     [SET_FIRST_BUCKET_MB] = {
         .cmds = TRAIN | SETTINGS_INFO,
         .flag = "first-bucket-mb", .type = SETTINGS_NUMBER, .lo = 0, .hi = 65536,

@@ -19,10 +19,11 @@
  * on). */
 enum { R_ID, R_STATUS, R_MODE, R_NGPUS, R_MODEL, R_LAYERS, R_WIDTH, R_TOKENS, R_CLASSES,
        R_PARAMS, R_PRECISION, R_OPTIMIZER, R_BATCH, R_SCALING, R_BUCKET, R_STEP, R_BUSBW,
-       R_OVERLAP, R_ACCUM, R_NO_SYNC, R_NCOLS };
+       R_OVERLAP, R_ACCUM, R_NO_SYNC, R_P10, R_P90, R_NCOLS };
 static const char *const run_cols[R_NCOLS] = {"config_id", "status", "mode", "ngpus", "model",
     "layers", "width", "tokens", "classes", "params", "precision", "optimizer", "batch_per_gpu",
-    "scaling", "bucket_mb", "step_ms_median", "busbw_gbps", "overlap", "accum", "no_sync"};
+    "scaling", "bucket_mb", "step_ms_median", "busbw_gbps", "overlap", "accum", "no_sync",
+    "step_ms_p10", "step_ms_p90"};
 
 typedef struct runs_view {
     csv_table t;
@@ -515,9 +516,9 @@ static int ddp_matches(const runs_view *v, int r, const predict_workload *w)
 }
 
 /* The workload row r is measured against: its series', and for DDP's
- * buckets (ddp, zero1) only an overlapping run with the workload's bucket
- * cap and no_sync; -1 when none. */
-static int workload_of(const runs_view *v, int r, const predict_workload *w, int nw)
+ * buckets (ddp, zero1) only an overlapping run with the workload's no_sync
+ * and (unless any_cap) its bucket cap; -1 when none. */
+static int workload_of(const runs_view *v, int r, const predict_workload *w, int nw, int any_cap)
 {
     char a[CELL];
     int q = 0;
@@ -526,18 +527,32 @@ static int workload_of(const runs_view *v, int r, const predict_workload *w, int
     cell(v, profile_row(v, q), R_ID, a);
     int ddp = is_bucketed(v, r);
     for (int k = 0; k < nw; k++)
-        if (strcmp(w[k].source, a) == 0) return !ddp || ddp_matches(v, r, &w[k]) ? k : -1;
+        if (strcmp(w[k].source, a) == 0) {
+            predict_workload at = w[k];
+            at.bucket_mb = any_cap ? bucket_cap(v, r) : at.bucket_mb;
+            return !ddp || ddp_matches(v, r, &at) ? k : -1;
+        }
     return -1;
 }
 
+/* Row r's step time spread: its p10 and p90 (NAN in a folder without them). */
+static void step_spread(const runs_view *v, int r, predict_measured *m)
+{
+    char a[CELL], b[CELL];
+    if (dps_parse_f64(cell(v, r, R_P10, a), &m->p10_ms) != 0) m->p10_ms = NAN;
+    if (dps_parse_f64(cell(v, r, R_P90, b), &m->p90_ms) != 0) m->p90_ms = NAN;
+}
+
 static dps_status measured_row(const runs_view *v, const csv_table *ph, const csv_table *bk, int r,
-                               const predict_workload *w, int nw, predict_measured *m)
+                               const predict_workload *w, int nw, int any_cap, predict_measured *m)
 {
     m->mode = mode_cell(v, r);
-    m->workload = m->mode < MODE_COUNT ? workload_of(v, r, w, nw) : -1;
-    if (m->workload < 0) return DPS_OK;
+    m->workload = m->mode < MODE_COUNT ? workload_of(v, r, w, nw, any_cap) : -1;
+    if (m->workload < 0 || (any_cap && !is_bucketed(v, r))) return m->workload = -1, DPS_OK;
     DPS_TRY(row_id(v, r, m->id));
     m->ngpus = int_cell(v, r, R_NGPUS);
+    m->bucket_mb = bucket_cap(v, r);
+    step_spread(v, r, m);
     DPS_TRY(csv_table_num(&v->t, r, v->col[R_STEP], 0, 0, &m->step_ms));
     DPS_TRY(csv_table_num(&v->t, r, v->col[R_BUSBW], 1, 0.0, &m->busbw_gbps));
     rows_total fwd, bwd;
@@ -550,8 +565,8 @@ static dps_status measured_row(const runs_view *v, const csv_table *ph, const cs
     return sum_rows(ph, w[m->workload].source, "phase", "forward", "median_ms", &m->forward_1);
 }
 
-dps_status predict_from_measured(const predict_folder *f, const predict_workload *w, int nw,
-                                 predict_measured **m, int *n)
+static dps_status measured_rows(const predict_folder *f, const predict_workload *w, int nw,
+                                int any_cap, predict_measured **m, int *n)
 {
     const runs_view *vp = &f->v;
     *m = calloc((size_t)vp->t.nrows + 1, sizeof **m);
@@ -559,9 +574,21 @@ dps_status predict_from_measured(const predict_folder *f, const predict_workload
     *n = 0;
     for (int r = 0; !rc && r < vp->t.nrows; r++) {
         if (!is_weak_ok(vp, r, 0)) continue;
-        rc = measured_row(vp, &f->ph, f->have_bk ? &f->bk : NULL, r, w, nw, &(*m)[*n]);
+        rc = measured_row(vp, &f->ph, f->have_bk ? &f->bk : NULL, r, w, nw, any_cap, &(*m)[*n]);
         if (!rc && (*m)[*n].workload >= 0) (*n)++;
     }
     if (rc) free(*m), *m = NULL, *n = 0;
     return rc;
+}
+
+dps_status predict_from_measured(const predict_folder *f, const predict_workload *w, int nw,
+                                 predict_measured **m, int *n)
+{
+    return measured_rows(f, w, nw, 0, m, n);
+}
+
+dps_status predict_from_bucketed(const predict_folder *f, const predict_workload *w, int nw,
+                                 predict_measured **m, int *n)
+{
+    return measured_rows(f, w, nw, 1, m, n);
 }

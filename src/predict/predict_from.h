@@ -32,6 +32,8 @@ typedef struct predict_measured {
     int ngpus;
     char id[PREDICT_ID_MAX];
     double step_ms, forward_ms, forward_1, busbw_gbps;
+    double bucket_mb;          /* its bucket cap (25 without one) */
+    double p10_ms, p90_ms;     /* its steps' 10th and 90th percentiles (NAN: not in runs.csv) */
     /* ddp, traced (buckets.csv, the last micro-step that all-reduced):
      * each bucket's bytes and, of the rank whose all-reduce began last,
      * its ready time, all-reduce begin (NAN: none; both ms after that
@@ -47,6 +49,13 @@ typedef struct predict_measured {
  * ddp's only when they overlap and have the workload's bucket cap (*m
  * calloc'd, caller frees). */
 dps_status predict_from_measured(const predict_folder *f, const predict_workload *w, int nw,
+                                 predict_measured **m, int *n) DPS_MUST_USE;
+
+/* The ok weak-scaling rows of 2 or more devices with DDP's buckets (ddp,
+ * zero1) that overlap, whose series is among w, at any bucket cap (with
+ * the workload's no_sync): the sizes a folder ran, for `predict
+ * --bucket-mb` (*m calloc'd, caller frees). */
+dps_status predict_from_bucketed(const predict_folder *f, const predict_workload *w, int nw,
                                  predict_measured **m, int *n) DPS_MUST_USE;
 
 /* The machine of the folder: its devices, link bandwidths and latency, and

@@ -13,15 +13,16 @@
  * optimizer), source .. batch_per_gpu, the largest batch that fits (empty
  * without gpu_mem_gib), the accumulation (accum, the bucketed strategies'
  * no_sync), status .. efficiency; then <phase>_ms; then memory, the
- * model's terms and constants, the collectives' bytes (row() writes them
- * in this order) */
+ * model's terms and constants, the collectives' bytes, the bucket cap
+ * (row() writes them in this order) */
 static const char *const head[] = {"machine", "workload", "model", "precision", "optimizer",
     "source", "mode", "ngpus", "nodes", "batch_per_gpu", "max_batch_per_gpu", "accum", "no_sync",
     "status", "note", "step_ms", "samples_per_s", "efficiency"};
 static const char *const tail[] = {"gpu0_mem_bytes", "other_mem_bytes", "nbuckets",
     "busbw_gbps", "allreduce_end_ms", "bucket_copy_ms", "sync_ms", "bus_eff", "base_latency_us",
     "bucket_overhead_us", "dp_sync_ms", "compute_scale", "overlap_eff", "nunits",
-    "allreduce_bytes", "reduce_scatter_bytes", "all_gather_bytes", "comm_bytes_per_step"};
+    "allreduce_bytes", "reduce_scatter_bytes", "all_gather_bytes", "comm_bytes_per_step",
+    "bucket_mb"};
 #define NHEAD ((int)(sizeof head / sizeof head[0]))
 #define NTAIL ((int)(sizeof tail / sizeof tail[0]))
 #define NCOLS (NHEAD + PH_COUNT + NTAIL)
@@ -95,6 +96,8 @@ static void row(csv_buf *b, const predict_machine *m, const predict_consts *c,
     csv_int(b, r->nunits);
     for (int k = 0; k < 3; k++) csv_num(b, r->coll_bytes[k], 0); /* whole bytes */
     csv_num(b, r->comm_bytes, 0);
+    if (st->buckets) figure(b, w->bucket_mb, 3);
+    else csv_empty(b);
     csv_end_row(b);
 }
 
