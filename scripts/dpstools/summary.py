@@ -8,6 +8,7 @@ import math
 import os
 from collections import defaultdict
 
+from dpstools.buckets_advice import bucket_lines
 from dpstools.diagnose import diagnosis
 from dpstools.folder import (FAILED, LINES, PHASE_ORDER, any_accum, cannot_write, fmt_bytes,
                              gpu0_ratio, link_curves, peaks_by_config, run_label, scaler_runs,
@@ -510,6 +511,7 @@ def write(folder, out, charts, torch_folder=None, preds=(), pred_paths=()):
     lines += scaler_lines(folder) + model_state_lines(folder) + diagnosis(folder)
     if pred_paths:
         lines += against_measured(folder, preds, pred_paths)
+    lines += bucket_lines(folder)
     use = link_use(folder)
     if use:
         write_link_use(use, out, folder.emulated)

@@ -1,0 +1,138 @@
+"""summary.md's "Bucket size": the DDP bucket cap to use, per family of bucketed runs.
+
+A family is the runs of one series, mode with DDP's buckets (ddp, zero1) and
+device count that differ only in bucket_mb. Its table gives the measured
+median at each size the folder ran and, from `dpscale predict --from FOLDER
+--bucket-mb 1,5,25,100,250` (the binary: $DPSCALE, else build/src/dpscale),
+the predicted step time at those sizes and the ones run, and the size
+recommended, as the command chooses it (docs/predict.md, "The bucket size").
+Standard library only.
+"""
+import os
+import subprocess
+import tempfile
+
+from dpstools.results import BUCKETED, InputError, accum, integer, number, read_predictions
+from dpstools.stats import median
+
+USUAL_MB = (1, 5, 25, 100, 250)  # the sizes predicted beside those run (PyTorch's default: 25)
+TIE = 0.01  # sizes within 1 % of the fastest tie, and the smallest wins (BUCKET_TIE)
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def dpscale_binary():
+    """$DPSCALE, else the default build's dpscale beside the scripts."""
+    return os.environ.get("DPSCALE") or os.path.join(HERE, "..", "..", "build", "src", "dpscale")
+
+
+def family_key(row):
+    """What a run and a prediction of one family share (all but bucket_mb)."""
+    no_sync = row.get("no_sync") or "on"
+    return (row["model"], row["precision"], row["optimizer"], integer(row, "batch_per_gpu"),
+            accum(row), row["mode"], integer(row, "ngpus"), no_sync)
+
+
+def measured_runs(folder):
+    """{family: {bucket_mb: run}}: the ok weak-scaling bucketed runs on 2 or more
+    devices that overlap their all-reduces with backward."""
+    out = {}
+    for r in folder.runs:
+        if (r["mode"] in BUCKETED and r["_n"] >= 2 and r.get("scaling") != "strong"
+                and r.get("overlap") != "0" and r.get("bucket_mb")):
+            out.setdefault(family_key(r), {})[number(r, "bucket_mb")] = r
+    return out
+
+
+def predicted(folder_path, binary=None):
+    """{family: {bucket_mb: step_ms}} from `dpscale predict --from --bucket-mb`,
+    or raises InputError with the command's reason."""
+    binary = binary or dpscale_binary()
+    if not os.access(binary, os.X_OK):
+        raise InputError(f"{binary}: no dpscale binary to predict with (build it, or set DPSCALE "
+                         f"to its path)")
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [binary, "predict", "--from", folder_path, "--bucket-mb",
+               ",".join(str(x) for x in USUAL_MB), "--out", tmp, "--name", "p"]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            why = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "no message"
+            raise InputError(f"`{' '.join(cmd[1:6])}` failed: {why}")
+        out = {}
+        for p in read_predictions(os.path.join(tmp, "p", "predictions.csv")):
+            if p["status"] == "ok" and p["bucket_mb"]:
+                out.setdefault(family_key(p), {})[number(p, "bucket_mb")] = number(p, "step_ms")
+        return out
+
+
+def advise(points):
+    """points: [(bucket_mb, measured_ms or None, predicted_ms or None)] ascending.
+    Returns (scale, error_pct or None, index recommended, expected times): as
+    predict_bucket_advise (src/predict/predict_bucket.c)."""
+    both = [(m, p) for _, m, p in points if m is not None and p is not None]
+    scale = median([m / p for m, p in both]) if both else 1.0
+    error = max(100 * abs(p / m - 1) for m, p in both) if both else None
+    expected = [m if m is not None else (p * scale if p is not None else float("inf"))
+                for _, m, p in points]
+    least = min(expected)
+    best = next(i for i, e in enumerate(expected) if e <= least * (1 + TIE))
+    return scale, error, best, expected
+
+
+def spread_pct(run):
+    """A run's steps' (p90 - p10) / 2 over its median, %."""
+    if not run.get("step_ms_p10") or not run.get("step_ms_p90"):
+        return None
+    return 100 * (number(run, "step_ms_p90") - number(run, "step_ms_p10")) / 2 / \
+        number(run, "step_ms_median")
+
+
+def fmt(x, spec=".3f"):
+    return "-" if x is None else format(x, spec)
+
+
+def family_lines(key, runs, preds):
+    """One family's heading, table and recommendation."""
+    model, prec, opt, batch, acc, mode, n, _ = key
+    sizes = sorted(set(runs) | set(preds))
+    points = [(s, number(runs[s], "step_ms_median") if s in runs else None, preds.get(s))
+              for s in sizes]
+    scale, error, best, expected = advise(points)
+    err = f"± {error:.1f} %" if error is not None else "± n/a (no size run to test it on)"
+    lines = [f"### {model}, {mode} on {n} devices ({prec}, {opt}, batch {batch} a device"
+             f"{f', accum {acc}' if acc > 1 else ''})", "",
+             "| bucket_mb | measured_ms | spread | predicted_ms | expected_ms | |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for i, (s, m, p) in enumerate(points):
+        sp = spread_pct(runs[s]) if s in runs else None
+        lines.append(f"| {s:g} | {fmt(m)} | {fmt(sp, '.1f') + ' %' if sp is not None else '-'} | "
+                     f"{fmt(p)} | {fmt(expected[i])} | {'recommended' if i == best else ''} |")
+    s, m, p = points[best]
+    said = f"measured {m:.3f} ms" if m is not None else f"expected {expected[best]:.3f} ms (not run)"
+    lines += ["", f"Recommended: **{s:g} MB**: {said}, predicted {fmt(p)} ms {err}; predictions "
+              f"rebased by {scale:.3f} (measured / predicted on the sizes run).", ""]
+    return lines
+
+
+def bucket_lines(folder, binary=None):
+    """summary.md's "Bucket size" section; none without a bucketed run on 2 or
+    more devices."""
+    runs = measured_runs(folder)
+    if not runs:
+        return []
+    lines = ["## Bucket size", "",
+             "The DDP bucket cap (bucket_mb) to use, per series, mode and device count: the "
+             "median step time measured at each size run (spread: (p90 - p10) / 2 of its steps) "
+             "and the step time `dpscale predict --from` predicts at "
+             f"{', '.join(str(x) for x in USUAL_MB)} MB and at the sizes run. expected_ms is the "
+             "measured median where run, else the prediction times the family's measured / "
+             "predicted ratio on the sizes run; the recommendation is the lowest expected_ms (a "
+             "smaller size within 1 % of it wins). The ± is the model's largest error on the "
+             "sizes run (docs/predict.md).", ""]
+    try:
+        preds = predicted(folder.path, binary)
+    except InputError as e:
+        preds = {}
+        lines += [f"No prediction: {e}. The measured sizes alone follow.", ""]
+    for key in sorted(runs):
+        lines += family_lines(key, runs[key], preds.get(key, {}))
+    return lines
