@@ -37,6 +37,7 @@ def main(argv):
     args = ap.parse_args(argv[1:])
     print(f"  {'case':<34} {'predicted':>10} {'published':>10} {'error':>10}")
     validate.resnet(args.dpscale, args.bench)
+    validate.resnet_buckets(args.dpscale, args.bench)
     validate.gpt2(args.dpscale, args.bench)
     if args.host:
         validate.host(args.dpscale, args.keep)

@@ -16,6 +16,12 @@ from dpstools import results
 # batch 32 a GPU, s/iteration (p50); 1 GPU without DDP 0.097 is the input.
 RESNET = [("ddp", 1, 0.100), ("ddp", 2, 0.103), ("ddp", 4, 0.103), ("ddp", 8, 0.104),
           ("ddp", 16, 0.104)]
+# The same README's A/B of DDP's bucket cap ("How to diff": baseline
+# bucket_cap_mb=25, the default, against test bucket_cap_mb=1, "on 8 DGX
+# machines with V100 GPUs"), ResNet-50 b32: the test's p75 s/iteration and
+# its ex/sec change against the baseline, %, by GPU count.
+RESNET_BUCKET_1MB = [(1, 0.101, -0.3), (2, 0.104, -1.0), (4, 0.105, -1.6), (8, 0.107, -2.6),
+                     (16, 0.108, -3.8)]
 # Hugging Face, "Efficient Training on Multiple GPUs": GPT-2 small, two TITAN
 # RTX, batch 4 a GPU, train_runtime of 200 steps, s.
 GPT2_STEPS = 200
@@ -35,13 +41,13 @@ def predict(dpscale, machine, workload, gpus, modes="dp,ddp"):
         return {(r["mode"], int(r["ngpus"])): r for r in table}
 
 
-def with_step(workload, step_ms, folder):
-    """A copy of the workload file with step_ms_1gpu replaced."""
+def with_step(workload, step_ms, folder, key_set="step_ms_1gpu"):
+    """A copy of the workload file with step_ms_1gpu (or key_set) replaced."""
     lines = []
     with open(workload) as f:
         for line in f:
             key = line.split("=", 1)[0].strip()
-            lines.append(f"step_ms_1gpu = {step_ms!r}\n" if key == "step_ms_1gpu" else line)
+            lines.append(f"{key_set} = {step_ms!r}\n" if key == key_set else line)
     path = os.path.join(folder, os.path.basename(workload))
     with open(path, "w") as f:
         f.writelines(lines)
@@ -75,6 +81,24 @@ def resnet(dpscale, bench):
         r = rows[(mode, g)]
         line(f"{mode} {g} GPU{'s' if g > 1 else ''} ({r['nodes']} node{'s' if r['nodes'] != '1' else ''})",
              float(r["step_ms"]), 1000 * s, "goal: within 10 %" if g in (8, 16) else "")
+
+
+def resnet_buckets(dpscale, bench):
+    """The README's bucket A/B: ResNet-50 at bucket_mb 1 against 25, the same
+    machine and workload files (nothing fitted to the A/B)."""
+    print("PyTorch DDP benchmark, bucket_cap_mb 1 against 25 (the A/B of its README), ResNet-50 "
+          "b32, p75 at 1 MB")
+    machine, workload = (os.path.join(bench, "dgx1-v100-ib.machine"),
+                         os.path.join(bench, "resnet50-b32.workload"))
+    gpus = [g for g, _, _ in RESNET_BUCKET_1MB]
+    at25 = predict(dpscale, machine, workload, gpus, "ddp")
+    with tempfile.TemporaryDirectory() as folder:
+        at1 = predict(dpscale, machine, with_step(workload, 1, folder, "bucket_mb"), gpus, "ddp")
+    for g, s, change in RESNET_BUCKET_1MB:
+        one, base = float(at1[("ddp", g)]["step_ms"]), float(at25[("ddp", g)]["step_ms"])
+        ours = 100.0 * (base / one - 1.0)  # ex/sec change, as diff.py's
+        line(f"ddp {g} GPU{'s' if g > 1 else ''} bucket 1 MB", one, 1000 * s,
+             f"ex/s 1 vs 25 MB: predicted {ours:+.1f} %, published {change:+.1f} %")
 
 
 def gpt2(dpscale, bench):
