@@ -1,4 +1,4 @@
-"""plot.py's summary.md: at a glance, failures, diagnosis, predictions, link use, PyTorch beside.
+"""plot.py's summary.md: at a glance, failures, diagnosis, where the time goes, predictions, links.
 
 The text beside the charts (charts), which it links, and link_use.csv (the
 rows behind its Link use table). Standard library only.
@@ -9,6 +9,7 @@ import os
 from collections import defaultdict
 
 from dpstools.buckets_advice import bucket_lines
+from dpstools import culprit
 from dpstools.diagnose import diagnosis
 from dpstools.folder import (FAILED, LINES, PHASE_ORDER, any_accum, cannot_write, fmt_bytes,
                              gpu0_ratio, link_curves, peaks_by_config, run_label, scaler_runs,
@@ -509,6 +510,7 @@ def write(folder, out, charts, torch_folder=None, preds=(), pred_paths=()):
     measured link), linking the charts named; returns its path."""
     lines = summary_intro(folder) + failed_lines(folder) + glance_table(folder)
     lines += scaler_lines(folder) + model_state_lines(folder) + diagnosis(folder)
+    lines += culprit.lines(folder)
     if pred_paths:
         lines += against_measured(folder, preds, pred_paths)
     lines += bucket_lines(folder)

@@ -1,5 +1,6 @@
-/* Unit tests of run/: the GEMMs-alone reference, the relative difference of a
- * check, suite files, a step's all-reduce time from the ranks' spans. */
+/* Unit tests of run/ and the results it writes: the GEMMs-alone reference,
+ * the relative difference of a check, suite files, a step's all-reduce
+ * time from the ranks' spans, a step's partition and a collective's wait. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 #include "config/timeline.h"
 #include "run/run.h"
 #include "run/suite.h"
+#include "results/step_parts.h"
 
 #include "expect.h"
 
@@ -167,4 +169,72 @@ static void test_busbw(void)
     timeline_free(&tl);
 }
 
-EXPECT_GROUPS(GROUP(gemm_reference), GROUP(rel_diff), GROUP(suite), GROUP(busbw));
+/* A step's partition, known: ddp rank 0 ran 10 ms of phases in a 12 ms
+ * step (2 ms waiting for rank 1), its collectives 3 ms, 1 of them exposed
+ * after backward, so 2 overlapped; dp's device 1 idles while device 0
+ * runs its serial part. The parts sum to the step. */
+static void test_partition(void)
+{
+    double step[1] = {12.0}, rank_step[2] = {10.0, 12.0};
+    float ph[2][PH_COUNT] = {{0}};
+    ph[0][PH_LOAD] = 0.5f;
+    ph[0][PH_FORWARD] = 3.0f;
+    ph[0][PH_LOSS] = 0.5f;
+    ph[0][PH_BACKWARD] = 4.0f;
+    ph[0][PH_ALLREDUCE] = 3.0f;
+    ph[0][PH_ALLREDUCE_EXPOSED] = 1.0f;
+    ph[0][PH_OPTIMIZER] = 1.0f;
+    ph[1][PH_FORWARD] = 5.0f;
+    train_result res = {.nranks = 2, .steps_done = 1, .step_ms = step, .rank_step_ms = rank_step,
+                        .phase_ms = &ph[0][0]};
+    dps_config c = {.mode = MODE_DDP};
+    double p[PART_COUNT], want[PART_COUNT] = {8.5 - 2.0, 2.0, 1.0, 0.5, 2.0, 0.0};
+    step_partition(&c, &res, 0, 0, p);
+    double sum = 0.0;
+    for (int i = 0; i < PART_COUNT; i++) {
+        EXPECT_NEAR(p[i], want[i], 1e-6);
+        sum += p[i];
+    }
+    EXPECT_NEAR(sum, 12.0, 1e-6);
+    step_partition(&c, &res, 0, 1, p); /* rank 1: 5 ms of compute, 7 ms of host gaps */
+    EXPECT_NEAR(p[PART_COMPUTE], 5.0, 1e-6);
+    EXPECT_NEAR(p[PART_WAIT_PEER], 0.0, 1e-6);
+    EXPECT_NEAR(p[PART_IDLE_HOST], 7.0, 1e-6);
+    c.mode = MODE_DP; /* dp: device 1's idle is waiting for device 0 */
+    rank_step[0] = 12.0;
+    step_partition(&c, &res, 0, 1, p);
+    EXPECT_NEAR(p[PART_WAIT_PEER], 7.0, 1e-6);
+    EXPECT_NEAR(p[PART_IDLE_HOST], 0.0, 1e-6);
+    step_partition(&c, &res, 0, 0, p);
+    EXPECT_NEAR(p[PART_WAIT_PEER], 0.0, 1e-6);
+    EXPECT_NEAR(p[PART_IDLE_HOST], 12.0 - 10.0, 1e-6);
+}
+
+/* Waiting vs moving and lateness, known: three ranks begin their step at
+ * 0, 1 and 0 ms on their own clocks; rank 2's bucket is ready 4 ms after
+ * its step began, the others' after 1 ms, so rank 2 arrives last and its
+ * collective is the shortest (the transfer), the others' excess their wait. */
+static void test_span_parts(void)
+{
+    timeline tl;
+    EXPECT(timeline_alloc(&tl, 1, 3, 2, 1) == DPS_OK);
+    const double begin[3] = {0.0, 1.0, 0.0}, ready[3] = {1.0, 2.0, 4.0}, ms[3] = {4.5, 4.0, 1.5};
+    for (int r = 0; r < 3; r++) {
+        timeline_micro(&tl, 0, r, 0)[PH_LOAD] = (tl_phase){(float)begin[r], 0, 0.1f};
+        put_span(&tl, 0, r, 0, ready[r], ms[r], 1000);
+        timeline_spans(&tl, 0, r)[0].ready_ms = ready[r];
+    }
+    span_parts p = step_span_parts(&tl, 0, 0, 0);
+    EXPECT_NEAR(p.transfer_ms, 1.5, 1e-9);
+    EXPECT_NEAR(p.wait_ms, 3.0, 1e-9);
+    EXPECT_NEAR(p.late_ms, 1.0 - 2.5, 1e-9); /* against the median of 1 and 4 */
+    p = step_span_parts(&tl, 0, 2, 0);
+    EXPECT_NEAR(p.wait_ms, 0.0, 1e-9);
+    EXPECT_NEAR(p.late_ms, 4.0 - 1.0, 1e-9);
+    p = step_span_parts(&tl, 0, 0, 1); /* no span 1 */
+    EXPECT(isnan(p.wait_ms) && isnan(p.late_ms));
+    timeline_free(&tl);
+}
+
+EXPECT_GROUPS(GROUP(gemm_reference), GROUP(rel_diff), GROUP(suite), GROUP(busbw),
+              GROUP(partition), GROUP(span_parts));
