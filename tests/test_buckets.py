@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""The bucket size to use: `dpscale predict --from DIR --bucket-mb LIST` on a
+folder that ran ddp at two bucket caps, its table against runs.csv and
+predictions.csv, and summary.md's "Bucket size" section against both.
+Usage: test_buckets.py DPSCALE CASE | --list; exit 0 pass, 1 fail, 77 skip."""
+from listing import DPSCALE, NOSAN, exit_if_listing, test
+
+TESTS = [test("buckets advice", DPSCALE, "advice", suite=NOSAN, timeout=180)]
+if __name__ == "__main__":
+    exit_if_listing(TESTS)  # --list: before the imports below
+
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+from helpers import SCRIPTS, dpscale, expect, expect_exit, read_table, run_cases
+
+SIZES = (1.0, 5.0, 25.0)
+ROW = re.compile(r"^\s*([\d.]+)\s+([\d.]+)\s+(±[\d.]+ %|n/a)\s+([\d.]+|-)\s+(±[\d.]+ %|n/a)\s+"
+                 r"([\d.]+)\s+(measured|predicted x scale)$")
+
+
+def table(stdout):
+    """{bucket_mb: (predicted, measured or None, expected)} and the recommended size."""
+    rows = {}
+    for l in stdout.splitlines():
+        m = ROW.match(l)
+        if m:
+            rows[float(m[1])] = (float(m[2]), None if m[4] == "-" else float(m[4]), float(m[6]))
+    rec = re.search(r"^# recommended bucket_mb = ([\d.]+) for ", stdout, re.M)
+    expect(rec is not None, f"no recommendation line: {stdout}")
+    return rows, float(rec[1])
+
+
+def advised(points):
+    """The size the rule picks: the lowest expected (measured where run, else
+    predicted x the median measured / predicted), the smallest within 1 %."""
+    scale = statistics.median(m / p for _, p, m in points if m is not None)
+    expected = [(s, m if m is not None else p * scale) for s, p, m in points]
+    least = min(e for _, e in expected)
+    return next(s for s, e in expected if e <= least * 1.01), scale
+
+
+def measured(folder):
+    """{bucket_mb: step_ms_median} of the 2-device ddp runs."""
+    return {float(r["bucket_mb"]): float(r["step_ms_median"])
+            for r in read_table(os.path.join(folder, "runs.csv")) if r["ngpus"] == "2"}
+
+
+def check_command(binary, out, folder, runs):
+    p = subprocess.run([binary, "predict", "--from", folder, "--bucket-mb", "1,5,25", "--out", out,
+                        "--name", "p"], capture_output=True, text=True)
+    expect_exit(p, 0)
+    rows, rec = table(p.stdout)
+    preds = {float(r["bucket_mb"]): float(r["step_ms"])
+             for r in read_table(os.path.join(out, "p", "predictions.csv"))}
+    expect(set(rows) == set(SIZES) == set(preds), f"sizes: table {sorted(rows)}, csv {sorted(preds)}")
+    for s in SIZES:
+        pred, meas, _ = rows[s]
+        expect(abs(pred - preds[s]) < 1e-3, f"{s} MB: table {pred}, predictions.csv {preds[s]}")
+        want = runs.get(s)
+        expect((meas is None) == (want is None) and (want is None or abs(meas - want) < 1e-3),
+               f"{s} MB: measured {meas} in the table, {want} in runs.csv")
+    pick, scale = advised([(s, rows[s][0], runs.get(s)) for s in SIZES])
+    expect(rec == pick, f"recommended {rec}, the rule on the numbers picks {pick}")
+    expect(abs(rows[5.0][2] - rows[5.0][0] * scale) < 2e-3, f"5 MB expected {rows[5.0]}, scale {scale}")
+    err = max(100 * abs(preds[s] / runs[s] - 1) for s in runs)
+    expect(f"±{err:.1f} %" in p.stdout, f"uncertainty {err:.1f} % not in {p.stdout}")
+    return preds, rec
+
+
+def summary_rows(path):
+    """summary.md's Bucket size table: {bucket_mb: (measured, predicted, recommended)}."""
+    with open(path) as f:
+        text = f.read()
+    expect("## Bucket size" in text, f"no Bucket size section in {path}")
+    section = text.split("## Bucket size", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for l in section.splitlines():
+        cells = [c.strip() for c in l.strip().strip("|").split("|")]
+        if len(cells) == 6 and re.fullmatch(r"[\d.]+", cells[0]):
+            num = lambda c: None if c == "-" else float(c)
+            rows[float(cells[0])] = (num(cells[1]), num(cells[3]), cells[5] == "recommended")
+    return rows, section
+
+
+def case_advice(binary):
+    with tempfile.TemporaryDirectory() as out:
+        dpscale(binary, "sweep", "--mode", "ddp", "--gpus", "1,2", "--bucket-mb", "1,25",
+                "--model", "small", "--steps", "4", "--warmup", "1", "--no-nvtx", out=out,
+                name="r", check_rc=0)
+        dpscale(binary, "comm-bench", "--gpus", "2", out=out, name="r", check_rc=0, backend=None)
+        folder = os.path.join(out, "r")
+        runs = measured(folder)
+        expect(set(runs) == {1.0, 25.0}, f"sweep --bucket-mb 1,25 ran {sorted(runs)}")
+        preds, rec = check_command(binary, out, folder, runs)
+        env = dict(os.environ, DPSCALE=binary)
+        p = subprocess.run([sys.executable, os.path.join(SCRIPTS, "plot.py"), folder, "--out",
+                            os.path.join(out, "plots")], capture_output=True, text=True, env=env)
+        expect_exit(p, 0)
+        rows, section = summary_rows(os.path.join(out, "plots", "summary.md"))
+        expect({1.0, 5.0, 25.0, 100.0, 250.0} <= set(rows), f"summary sizes {sorted(rows)}")
+        for s, (m, pr, _) in rows.items():
+            expect((m is None) == (s not in runs) and (m is None or abs(m - runs[s]) < 1e-3),
+                   f"summary {s} MB measured {m}, runs.csv {runs.get(s)}")
+            expect(s not in preds or abs(pr - preds[s]) < 1e-3, f"summary {s} MB predicted {pr}")
+        picked = [s for s, (_, _, r) in rows.items() if r]
+        expect(len(picked) == 1 and f"Recommended: **{picked[0]:g} MB**" in section,
+               f"summary recommends {picked}: {section}")
+        p = subprocess.run([binary, "predict", "--bucket-mb", "1,25", "--gpus", "2"],
+                           capture_output=True, text=True)
+        expect_exit(p, 2, "--bucket-mb LIST advises on a results folder's runs: give --from DIR")
+
+
+if __name__ == "__main__":
+    sys.exit(run_cases(globals()))
