@@ -6,17 +6,21 @@ this file works out; the diagnosis names the units whose all-gathers stall
 the step, with their share, where buckets.csv is given a known exposure, and
 sets each sharded strategy against ddp; every chart draws the strategies.
 A folder of dp and ddp alone (tests/fixtures/results-host) keeps its summary
-and titles without them. memory.png keeps one colour a kind on every panel.
-Usage: test_plot_sharded.py DPSCALE states|diagnosis|charts|absent|colours; exit 0 pass, 1 fail."""
+and titles without them. memory.png keeps one colour a kind on every panel;
+every chart one colour a strategy and phases.png one a phase, read from the
+figures of a folder whose panels draw different strategies.
+Usage: test_plot_sharded.py DPSCALE states|diagnosis|charts|absent|colours|chart_colours;
+exit 0 pass, 1 fail."""
 from listing import DPSCALE, NOSAN, exit_if_listing, test
 
 TESTS = [test("plot sharded " + c, DPSCALE, c, suite=NOSAN, timeout=180)
-         for c in ("states", "diagnosis", "charts", "absent", "colours")]
+         for c in ("states", "diagnosis", "charts", "absent", "colours", "chart_colours")]
 if __name__ == "__main__":
     exit_if_listing(TESTS)  # --list: before the imports below
 
 import collections
 import os
+import re
 import sys
 import tempfile
 
@@ -291,6 +295,128 @@ def case_colours(binary):
     want = matplotlib.colors.to_rgba(charts.KIND_COLOR["gradients"])
     expect(seen[flight] == {(want, "//")} and seen["gradients"] == {(want, None)},
            f"memory.png: gradients {seen['gradients']}, in flight {seen[flight]}")
+
+
+def two_panel_sweep(binary, tmp):
+    """small under dp, ddp and zero2 (weak and strong), tiny under ddp and
+    zero2 alone, in one folder: each chart's panels draw other strategies,
+    and phases.png's tiny panel lacks dp's phases, so a colour given by a
+    series' place in its panel would move."""
+    out = os.path.join(tmp, "res")
+    for name, text in (("small", "modes = dp, ddp, zero2\nbatch = weak, strong\nmodels = small\n"),
+                       ("tiny", "modes = ddp, zero2\nmodels = tiny\n")):
+        suite = os.path.join(tmp, name + ".suite")
+        with open(suite, "w") as f:
+            f.write(text + "gpus = 1, 2\nsteps = 2\nwarmup = 1\n")
+        p = dpscale(binary, "sweep", suite, "--host-devices", "2", "--no-links",
+                    "--trace-steps", "1", out=out, name="s", timeout=120)
+        expect(p.returncode == 0, f"sweep {name}: exit {p.returncode}:\n{p.stdout[-3000:]}\n"
+                                  f"{p.stderr}")
+    return os.path.join(out, "s")
+
+
+def drawn_figures(folder):
+    """{chart: its matplotlib figure} of every chart plot.py draws of a folder."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from dpstools import charts
+    from dpstools.folder import Folder
+    figs = {}
+
+    def keep(_plt, fig, _out, name):
+        figs[name] = fig
+        return name
+    saved, charts.save = charts.save, keep
+    try:
+        charts.draw(plt, Folder(folder), "unused")
+    finally:
+        charts.save = saved
+    return figs
+
+
+def colour_of(artist):
+    """An artist's colour as RGBA: a line's colour, a bar's (a legend patch's) face."""
+    from matplotlib.colors import to_rgba
+    if hasattr(artist, "get_facecolor") and not hasattr(artist, "get_xdata"):
+        return tuple(to_rgba(artist.get_facecolor()))
+    return tuple(to_rgba(artist.get_color()))
+
+
+def strategy_of(label):
+    """The strategy a label names first ('zero2 (weak scaling)', 'dp\\n2 GPU'), or None."""
+    from dpstools import charts
+    m = re.match(r"[a-z0-9-]+", label)
+    return m.group(0) if m and m.group(0) in charts.MODE_COLOR else None
+
+
+def chart_colours(figs):
+    """({strategy: {colour: [where]}}, {phase: {colour: [where]}}): every
+    labelled line, bar and legend entry of the figures."""
+    from dpstools import charts
+    modes = collections.defaultdict(lambda: collections.defaultdict(list))
+    phases = collections.defaultdict(lambda: collections.defaultdict(list))
+
+    def note(chart, where, label, artist):
+        if chart == "phases.png":  # the sharded runs' exposed wait: the same phase, hatched
+            ph = "allreduce_exposed" if label == charts.EXPOSED_SHARDED else label
+            phases[ph][colour_of(artist)].append(where)
+        elif strategy_of(label):
+            modes[strategy_of(label)][colour_of(artist)].append(where)
+    for chart, fig in figs.items():
+        if chart == "memory.png":  # its kinds: the `colours` case
+            continue
+        for i, ax in enumerate(fig.axes):
+            where = f"{chart} panel {i} ({ax.get_title()})"
+            for line in ax.get_lines():
+                note(chart, where, line.get_label(), line)
+            ticks = [t.get_text() for t in ax.get_xticklabels()]
+            for k, bars in enumerate(ax.containers):
+                # gpu0_imbalance.png's bars: a tick a run, its strategy first
+                label = ticks[k] if chart == "gpu0_imbalance.png" else bars.get_label()
+                for patch in bars.patches:
+                    note(chart, where, label, patch)
+            legend = ax.get_legend()
+            if legend:
+                handles = getattr(legend, "legend_handles", None) or legend.legendHandles
+                for text, handle in zip(legend.get_texts(), handles):
+                    note(chart, where + " legend", text.get_text(), handle)
+    return modes, phases
+
+
+def case_chart_colours(binary):
+    """Each strategy has one colour (charts.MODE_COLOR's) in every chart and
+    panel that draws it (scaling and efficiency lines, the imbalance bars
+    and ratio lines, their legends), each phase one in every panel of
+    phases.png and its legends (the sharded runs' exposed wait in
+    allreduce_exposed's, hatched), read from the figures; no two strategies
+    and no two phases share one."""
+    from matplotlib.colors import to_rgba
+    from dpstools import charts
+    with tempfile.TemporaryDirectory() as tmp:
+        figs = drawn_figures(two_panel_sweep(binary, tmp))
+    modes, phases = chart_colours(figs)
+    expect(set(modes) == {"dp", "ddp", "zero2"}, f"strategies read from the charts: {set(modes)}")
+    for mode, seen in modes.items():
+        expect(len(seen) == 1, f"{mode} drawn in {len(seen)} colours: "
+               + "; ".join(f"{c} in {sorted(set(w))[:3]}" for c, w in seen.items()))
+        expect(set(seen) == {to_rgba(charts.MODE_COLOR[mode])},
+               f"{mode}: {set(seen)}, not charts.MODE_COLOR's {charts.MODE_COLOR[mode]}")
+        places = {w.split(" ")[0] for w in next(iter(seen.values()))}
+        expect(places >= {"scaling.png", "efficiency.png", "gpu0_imbalance.png"},
+               f"{mode} found only in {sorted(places)}")
+    expect({"replicate", "reduce", "backward", "allreduce_exposed"} <= set(phases),
+           f"phases read from phases.png: {sorted(phases)}")
+    for ph, seen in phases.items():
+        expect(len(seen) == 1, f"phase {ph} drawn in {len(seen)} colours: "
+               + "; ".join(f"{c} in {sorted(set(w))[:3]}" for c, w in seen.items()))
+        panels = {w.split(" legend")[0] for w in next(iter(seen.values()))}
+        if ph in ("forward", "backward"):
+            expect(len(panels) == 2, f"phase {ph} found in {sorted(panels)}, not both panels")
+    for what, seen in (("strategies", modes), ("phases", phases)):
+        colours = [next(iter(s)) for s in seen.values()]
+        expect(len(set(colours)) == len(colours), f"{what} sharing a colour: "
+               f"{ {k: next(iter(s)) for k, s in seen.items()} }")
 
 
 if __name__ == "__main__":
