@@ -526,8 +526,9 @@ def case_breakdown_select():
         b = breakdown_of(p.stdout, cid)
         runs = dpsresults.read_csv(os.path.join(FIXTURE, "runs.csv"))
         n = int(next(r["ngpus"] for r in runs if r["config_id"] == cid))
-        want = max((rank_medians(cur, cid, ph + "_ms", k) - rank_medians(FIXTURE, cid, ph + "_ms", k),
-                    ph, k) for ph in dpsresults.PHASES if ph != "allreduce" for k in range(n))
+        want = max((rank_medians(cur, cid, ph + "_ms", k)
+                    - rank_medians(FIXTURE, cid, ph + "_ms", k), ph, k)
+                   for ph in dpsresults.PHASES if ph != "allreduce" for k in range(n))
         lost = b["lost"]
         expect(lost and (lost.group(1), int(lost.group(4))) == (want[1], want[2]),
                f"lost most in: {lost and lost.group(0)}, expected {want[1]} on {want[2]}")

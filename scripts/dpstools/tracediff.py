@@ -1,4 +1,4 @@
-"""Where a slower step lost its time: one configuration of two results, phase by phase and bucket by bucket.
+"""Where a slower step lost its time: a configuration of two results, by phase and by bucket.
 
 compare.py's breakdown beside judge's verdict. The step time's change (the
 median of steps.csv's step_ms, the slowest rank's); each phase's change in
@@ -197,8 +197,9 @@ def breakdown(base, cur, cid):
     pb, pn = base.phase_medians(cid), cur.phase_medians(cid)
     ranks = sorted(set(pb) & set(pn))
     if set(pb) != set(pn):
+        both = ", ".join(map(str, ranks)) or "none"
         out["notes"].append(f"{unit} counts differ: {len(pb)} in the baseline, {len(pn)} now; "
-                            f"phases compared on the {unit}s both have ({', '.join(map(str, ranks)) or 'none'})")
+                            f"phases compared on the {unit}s both have ({both})")
     if ranks:
         out["phases"] = phase_rows(pb, pn, ranks, out["delta_ms"])
     out["buckets"] = bucket_line(base.bucket_medians(cid), cur.bucket_medians(cid), unit)
