@@ -155,8 +155,9 @@ def check_partition(folder, runs, steps):
         mean = sum(float(s["step_ms"]) for s in st) / len(st)
         for p in rows:
             total, step = sum(float(p[c]) for c in PARTS), float(p["step_ms"])
-            expect(abs(total - step) <= 0.01 * step + 0.01 and abs(step - mean) <= 1e-3 * mean + 1e-3
-                   and all(float(p[c]) >= -0.01 for c in PARTS),
+            expect(abs(total - step) <= 0.01 * step + 0.01 and
+                   abs(step - mean) <= 1e-3 * mean + 1e-3 and
+                   all(float(p[c]) >= -0.01 for c in PARTS),
                    f"partition.csv: {r['config_id']} rank {p['rank']}: parts {total:.4f} ms, "
                    f"step {step:.4f} ms, steps.csv's mean {mean:.4f} ms: {p}")
 

@@ -14,10 +14,11 @@ from dpstools.stats import median
 PARTS = [("compute_ms", "compute"), ("overlap_ms", "overlap"),
          ("comm_exposed_ms", "exposed comm."), ("copies_ms", "copies"),
          ("wait_peer_ms", "waiting for a peer"), ("idle_host_ms", "host gaps")]
-# A rank is a straggler when its buckets are ready later than the other ranks'
-# (the median over its buckets of late_ms) by at least this share of the step,
-# and by at least STRAGGLER_MIN_MS (below it, the timers' and the scheduler's noise).
-STRAGGLER_SHARE = 0.05
+# A rank is a straggler when its buckets are ready later than the other ranks' in 3
+# of 4 traced steps (late_p25_ms) by at least this share of the time the other ranks
+# took from their step's start to those buckets (ready_step_ms), medians over its
+# buckets, and by at least STRAGGLER_MIN_MS (below it, the timers' noise).
+STRAGGLER_SHARE = 0.20
 STRAGGLER_MIN_MS = 0.05
 # busbw's factor over algbw (nccl-tests' convention), by collective, on n ranks.
 BUS_FACTOR = {"all-reduce": lambda n: 2 * (n - 1) / n, "reduce-scatter": lambda n: (n - 1) / n,
@@ -162,22 +163,38 @@ def waiting_lines(folder):
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"] + body + [""]
 
 
-def straggler(run, rows):
-    """(rank, its lateness ms, the step's median ms, named) of a configuration: the rank
-    whose gradient buckets were ready latest against the other ranks' (the median over
-    its buckets of late_ms), named a straggler when that passes the threshold; None
-    without lateness figures."""
-    late = defaultdict(list)
+def straggler(rows):
+    """(rank, its lateness ms, the lateness it reached in 3 of 4 traced steps, the
+    other ranks' time to the same buckets, that lateness as a share of it, named) of a
+    configuration's buckets.csv rows: the rank whose gradient buckets were ready latest
+    against the other ranks' in most steps (medians over its buckets of late_ms,
+    late_p25_ms, and of the other ranks' median ready_step_ms), named a straggler when
+    the share passes the threshold; None without those figures."""
+    cols = ("late_ms", "late_p25_ms", "ready_step_ms")
+    by = defaultdict(dict)  # rank -> bucket -> row
     for b in rows:
-        if b["collective"] != "all-gather" and b.get("late_ms") not in (None, ""):
-            late[integer(b, "rank")].append(number(b, "late_ms"))
-    if len(late) < 2:
+        if b["collective"] != "all-gather" and all(b.get(c) not in (None, "") for c in cols):
+            by[integer(b, "rank")][(b["micro_step"], b["bucket"], b["phase"])] = b
+    if len(by) < 2:
         return None
-    score = {r: median(xs) for r, xs in late.items()}
-    rank = max(score, key=lambda r: score[r])
-    step = number(run, "step_ms_median")
-    named = score[rank] >= max(STRAGGLER_SHARE * step, STRAGGLER_MIN_MS)
-    return rank, score[rank], step, named
+    scores = {}
+    for r, mine in by.items():
+        late, most, others = [], [], []
+        for key, b in mine.items():
+            ready = [number(o[key], "ready_step_ms") for q, o in by.items() if q != r and key in o]
+            if ready:
+                late.append(number(b, "late_ms"))
+                most.append(number(b, "late_p25_ms"))
+                others.append(median(ready))
+        if others:
+            scores[r] = (median(late), median(most), median(others))
+    if len(scores) < 2:
+        return None
+    share = {r: most / others if others > 0 else 0.0 for r, (_, most, others) in scores.items()}
+    rank = max(share, key=lambda r: share[r])
+    late, most, others = scores[rank]
+    named = share[rank] >= STRAGGLER_SHARE and most >= STRAGGLER_MIN_MS
+    return rank, late, most, others, share[rank], named
 
 
 def straggler_lines(folder):
@@ -185,15 +202,16 @@ def straggler_lines(folder):
     body = []
     for cid in sorted(by):
         r = runs.get(cid)
-        found = straggler(r, by[cid]) if r else None
+        found = straggler(by[cid]) if r else None
         if not found:
             continue
-        rank, late, step, named = found
+        rank, late, most, others, share, named = found
         waits = [sum(number(b, "wait_ms") for b in by[cid] if integer(b, "rank") != rank and
                      b["collective"] != "all-gather")]
         verdict = f"**rank {rank}**" if named else "none"
         body.append(f"| {cid} | {run_label(r, ' ')} | {r['_n']} | {rank} | {late:.3g} | "
-                    f"{100 * late / step:.1f} % | {ms(sum(waits))} | {verdict} |")
+                    f"{most:.3g} | {others:.3g} | {100 * share:.0f} % | {ms(sum(waits))} | "
+                    f"{verdict} |")
     if not body:
         return []
     return [f"## {STRAGGLERS}", "",
@@ -201,14 +219,19 @@ def straggler_lines(folder):
             "so every rank's backward and step read the same and per-rank phase times cannot "
             "show it. The buckets' ready marks still do: each traced step, how much later than "
             "the other ranks' median a rank's bucket was ready, each after its own step began "
-            "(buckets.csv's late_ms). The latest rank's lateness is the median over its "
-            "buckets; it is named a straggler when that is at least "
-            f"{100 * STRAGGLER_SHARE:.0f} % of the median step and at least "
-            f"{STRAGGLER_MIN_MS} ms. The others' wait: what the other ranks waited for the last "
-            "peer in these collectives, summed (ms a step, buckets.csv's wait_ms).", "",
-            "| configuration | strategy | ranks | latest rank | its lateness ms | of the step | "
-            "the others' wait ms | straggler |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- |"] + body + [""]
+            "(buckets.csv's late_ms, its median over the traced steps, and late_p25_ms, the "
+            "lateness the rank reached in 3 of 4 of them), against the time the other ranks "
+            "took from their step's start to the same bucket (ready_step_ms). The latest rank "
+            "is the one with the largest such share in 3 of 4 steps (the median over its "
+            "buckets); it is named a straggler when that share is at least "
+            f"{100 * STRAGGLER_SHARE:.0f} % and the lateness at least {STRAGGLER_MIN_MS} ms, "
+            "so a burst of a few slow steps (another process on its core) is not a straggler. "
+            "The others' wait: what the other ranks waited for the last peer in these "
+            "collectives, summed (ms a step, buckets.csv's wait_ms).", "",
+            "| configuration | strategy | ranks | latest rank | its lateness ms | in 3 of 4 steps "
+            "ms | the others' time to the buckets ms | late by | the others' wait ms | "
+            "straggler |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"] + body + [""]
 
 
 def lines(folder):

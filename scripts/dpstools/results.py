@@ -201,14 +201,17 @@ SCHEMA = {
     # and the transfer (the shortest rank's time: ranks leave a collective together);
     # late_ms: how much later than the other ranks' median the bucket was ready, after
     # each rank's step began (medians over the traced steps; empty on one rank; folders
-    # before them have none).
+    # before them have none); late_p25_ms: the lateness reached in 3 of 4 traced steps
+    # (its 25th percentile: a rank late in most steps, not in a burst); ready_step_ms: when
+    # the bucket was ready after the rank's step began (median).
     "buckets.csv": [("config_id", NAME), ("rank", COUNT), ("bucket", COUNT),
                     ("micro_step", COUNT.or_empty()), ("bytes", COUNT),
                     ("ready_ms", NUMBER), ("allreduce_begin_ms", NUMBER.or_empty()),
                     ("allreduce_ms", AT_LEAST_0.or_empty()), ("traced_steps", COUNT_1),
                     ("collective", COLLECTIVE), ("phase", NAME),
                     ("wait_ms", AT_LEAST_0.or_empty()), ("transfer_ms", AT_LEAST_0.or_empty()),
-                    ("late_ms", NUMBER.or_empty())],
+                    ("late_ms", NUMBER.or_empty()), ("late_p25_ms", NUMBER.or_empty()),
+                    ("ready_step_ms", NUMBER.or_empty())],
     # Each rank's step partition (src/results/step_parts.h), means over the timed steps:
     # compute_ms .. idle_host_ms sum to step_ms, the mean step. compute: compute phases with
     # no collective beside them; overlap: compute with a collective beside it;
@@ -285,7 +288,8 @@ DEFAULTS = {
     "steps.csv": {"micro_steps": "1", "skipped": "0", "loss_scale": "", "unscale_ms": "0"},
     "allreduce.csv": {"op": "all-reduce"},
     "buckets.csv": {"micro_step": "0", "collective": "all-reduce", "phase": "backward",
-                    "wait_ms": "", "transfer_ms": "", "late_ms": ""},
+                    "wait_ms": "", "transfer_ms": "", "late_ms": "", "late_p25_ms": "",
+                    "ready_step_ms": ""},
     "predictions.csv": {"accum": "1", "no_sync": ddp_on, "unscale_ms": zero_unless_skipped,
                         "max_batch_per_gpu": "", "nunits": zero_unless_skipped,
                         "allreduce_bytes": zero_unless_skipped,

@@ -55,9 +55,12 @@ static int has_span(const timeline *tl, int t, int rank, int i)
 
 span_parts step_span_parts(const timeline *tl, int t, int rank, int i)
 {
-    span_parts out = {NAN, NAN, NAN};
+    span_parts out = {NAN, NAN, NAN, NAN};
     int n = tl->nranks, others = 0;
-    if (n < 2 || !has_span(tl, t, rank, i)) return out;
+    if (!has_span(tl, t, rank, i)) return out;
+    const tl_span *mine = &timeline_spans(tl, t, rank)[i];
+    out.ready_step_ms = mine->ready_ms - step_begin(tl, t, rank);
+    if (n < 2) return out;
     double shortest = INFINITY, late[DPS_MAX_DEVICES];
     for (int r = 0; r < n; r++) {
         if (!has_span(tl, t, r, i)) return out;
@@ -65,9 +68,8 @@ span_parts step_span_parts(const timeline *tl, int t, int rank, int i)
         if (sp->ms < shortest) shortest = sp->ms;
         if (r != rank) late[others++] = sp->ready_ms - step_begin(tl, t, r);
     }
-    const tl_span *mine = &timeline_spans(tl, t, rank)[i];
     out.transfer_ms = shortest;
     out.wait_ms = mine->ms - shortest;
-    out.late_ms = mine->ready_ms - step_begin(tl, t, rank) - stats_median_or(late, others, NAN);
+    out.late_ms = out.ready_step_ms - stats_median_or(late, others, NAN);
     return out;
 }

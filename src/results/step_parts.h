@@ -36,6 +36,7 @@ void step_partition(const dps_config *c, const train_result *res, int k, int ran
  * together). NaN on one rank, or where another rank has no span i. */
 typedef struct span_parts {
     double wait_ms, transfer_ms, late_ms;
+    double ready_step_ms; /* when the bucket was ready after this rank's step began */
 } span_parts;
 
 span_parts step_span_parts(const timeline *tl, int t, int rank, int i);

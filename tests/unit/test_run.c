@@ -228,6 +228,8 @@ static void test_span_parts(void)
     EXPECT_NEAR(p.transfer_ms, 1.5, 1e-9);
     EXPECT_NEAR(p.wait_ms, 3.0, 1e-9);
     EXPECT_NEAR(p.late_ms, 1.0 - 2.5, 1e-9); /* against the median of 1 and 4 */
+    EXPECT_NEAR(p.ready_step_ms, 1.0, 1e-9);
+    EXPECT_NEAR(step_span_parts(&tl, 0, 1, 0).ready_step_ms, 2.0 - 1.0, 1e-9);
     p = step_span_parts(&tl, 0, 2, 0);
     EXPECT_NEAR(p.wait_ms, 0.0, 1e-9);
     EXPECT_NEAR(p.late_ms, 4.0 - 1.0, 1e-9);
