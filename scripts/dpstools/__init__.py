@@ -4,7 +4,9 @@ results reads and checks a results folder (the schema of its files); stats
 holds the statistics (median, quantile, the U test, the paired-shift test);
 judge and report compare two results (compare.py), tracediff says where a
 slower step lost its time; folder, charts, summary,
-speedup, diagnose and predicted draw one (plot.py); gate is the regression
+speedup, diagnose, predicted, culprit (where a step went: partition,
+waiting vs moving, stragglers) and buckets_advice (the bucket size to use)
+draw one (plot.py); gate is the regression
 gate (regress.py); torch_model, torch_graph, torch_timing, torch_train and
 torch_results are the PyTorch reference (torch_reference.py); grad_scaler
 is GradScaler's loss scale as a pure function (the fp16 tests); validate
