@@ -146,8 +146,9 @@ def case_predict_calibrate(binary):
         ms1 = full1 / 0.5                                   # after backward at half the bus
         busy0 = full0 / (0.25 * 0.5)                        # beside it at a quarter of that
         ms0 = busy0 + 0.3 - (1.5 - 1.0)                     # started at ready 1.0, began at 1.5
-        rows = [f"{g2},{rank},0,0,20800,1.0,1.5,{ms0:.6f},3,all-reduce,backward\n"
-                f"{g2},{rank},1,0,16640,9.9,10.2,{ms1:.6f},3,all-reduce,backward"
+        rest = ",,,,,"  # wait_ms .. ready_step_ms: not read by the calibration
+        rows = [f"{g2},{rank},0,0,20800,1.0,1.5,{ms0:.6f},3,all-reduce,backward{rest}\n"
+                f"{g2},{rank},1,0,16640,9.9,10.2,{ms1:.6f},3,all-reduce,backward{rest}"
                 for rank in (0, 1)]
         with open(os.path.join(folder, "buckets.csv")) as f:
             keep = [l for l in f.read().splitlines() if not l.startswith(g2 + ",")]
