@@ -175,7 +175,7 @@ def case_defaults(fixture):
         refused(lambda: results.read_csv(old_buckets), "ddp-a: rank 0, bucket 1 again")
         folder = copy_fixture("accum-host", tmp, "res")
         with open(os.path.join(folder, "buckets.csv"), "a") as f:
-            f.write(f"{SYNCALL2},1,0,1,1052672,0.8100,0.8600,1.1000,3,all-reduce,backward\n")
+            f.write(f"{SYNCALL2},1,0,1,1052672,0.8100,0.8600,1.1000,3,all-reduce,backward,,,,,\n")
         refused(lambda: Folder(folder), f"{SYNCALL2}: rank 1, micro_step 1, bucket 0, "
                 "collective all-reduce, phase backward again")
         expect(DEFAULTS["steps.csv"]["unscale_ms"] == "0", "unscale_ms's default is not 0")

@@ -66,7 +66,8 @@ def phase_spread(folder):
     per-device medians, for the phases that took time on some device."""
     by = defaultdict(lambda: defaultdict(list))
     for p in folder.phases:
-        by[p["config_id"]][p["phase"]].append((number(p, "median_ms"), integer(p, "device")))
+        if p["median_ms"] != "":  # empty: a configuration with no step timed
+            by[p["config_id"]][p["phase"]].append((number(p, "median_ms"), integer(p, "device")))
     out = {}
     for cid, phases in by.items():
         out[cid] = {ph: (min(v for v, _ in xs), median([v for v, _ in xs]), max(xs)[0], max(xs)[1])
