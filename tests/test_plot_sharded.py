@@ -275,16 +275,7 @@ def case_colours(binary):
     data = {("a", "fp32"): [("x", {"parameters": 10.0, "communication": 1.0, "gradients": 3.0})],
             ("b", "fp32"): [("y", {"communication": 10.0, "parameters": 1.0, flight: 2.0,
                                    "gradients": 0.5})]}
-    figs = {}
-
-    def keep(_plt, fig, _out, name):
-        figs[name] = fig
-        return name
-    saved, charts.save = charts.save, keep
-    try:
-        charts.plot_memory(plt, folder, "unused", data)
-    finally:
-        charts.save = saved
+    figs = captured(lambda: charts.plot_memory(plt, folder, "unused", data))
     seen = collections.defaultdict(set)
     for ax in figs["memory.png"].axes:
         for bars in ax.containers:
@@ -322,6 +313,12 @@ def drawn_figures(folder):
     import matplotlib.pyplot as plt
     from dpstools import charts
     from dpstools.folder import Folder
+    return captured(lambda: charts.draw(plt, Folder(folder), "unused"))
+
+
+def captured(draw):
+    """{chart: its matplotlib figure} of what draw() saves, kept instead of written."""
+    from dpstools import charts
     figs = {}
 
     def keep(_plt, fig, _out, name):
@@ -329,7 +326,7 @@ def drawn_figures(folder):
         return name
     saved, charts.save = charts.save, keep
     try:
-        charts.draw(plt, Folder(folder), "unused")
+        draw()
     finally:
         charts.save = saved
     return figs
