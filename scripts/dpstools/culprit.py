@@ -49,8 +49,8 @@ def partition_lines(folder):
              "beside it, compute overlapped by a collective, communication exposed after "
              "backward (it includes waiting inside a collective for the last peer: see "
              f"{WAITING}), copies, waiting for a peer (ddp: for the slowest rank to end the "
-             "step; dp: a replica waiting for device 0's serial part), and host gaps (the "
-             "device had no phase).", "",
+             "step; dp: a replica waiting for device 0's gather, loss and optimizer), and host "
+             "gaps (the device had no phase).", "",
              "| configuration | rank | step ms | " + " | ".join(t for _, t in PARTS) + " |",
              "| --- | --- | --- | " + " | ".join("---" for _ in PARTS) + " |"]
     for p in sorted(rows, key=lambda p: (p["config_id"], integer(p, "rank"))):

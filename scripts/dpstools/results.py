@@ -217,7 +217,8 @@ SCHEMA = {
     # no collective beside them; overlap: compute with a collective beside it;
     # comm_exposed: the collectives' wait after backward (dp: replicate and reduce);
     # copies: load (dp: scatter, gather); wait_peer: idle, waiting for the slowest rank to
-    # end the step (dp: a replica's device waiting for device 0); idle_host: the rest.
+    # end the step (dp: a replica's device waiting for device 0's gather, loss, unscale and
+    # optimizer); idle_host: the rest.
     "partition.csv": [("config_id", NAME), ("rank", COUNT), ("device_index", COUNT),
                       ("steps", COUNT_1), ("step_ms", AT_LEAST_0)]
     + [(p + "_ms", NUMBER) for p in ("compute", "overlap", "comm_exposed", "copies",

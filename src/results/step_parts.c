@@ -16,6 +16,14 @@ static double sum_of(const float *ph, const dps_phase *which, int n)
     return s;
 }
 
+/* dp: what device 0 runs while the replicas have nothing to do (the
+ * outputs' gather, the loss, the GradScaler's unscale, the optimizer). */
+static double dp_serial_ms(const train_result *res, int k)
+{
+    static const dps_phase serial[] = {PH_GATHER, PH_LOSS, PH_UNSCALE, PH_OPTIMIZER};
+    return sum_of(res->phase_ms + (size_t)k * res->nranks * PH_COUNT, serial, 4);
+}
+
 void step_partition(const dps_config *c, const train_result *res, int k, int rank,
                     double out[PART_COUNT])
 {
@@ -33,7 +41,9 @@ void step_partition(const dps_config *c, const train_result *res, int k, int ran
     out[PART_COMM_EXPOSED] = sum_of(ph, comm, 3);
     out[PART_COPIES] = sum_of(ph, copies, 3);
     double idle = step - busy - out[PART_COMM_EXPOSED] - out[PART_COPIES];
-    double peer = dps_strategy_of(c->mode)->per_rank ? step - own : rank > 0 ? idle : 0.0;
+    double peer = dps_strategy_of(c->mode)->per_rank ? step - own
+                : rank > 0 ? dp_serial_ms(res, k) : 0.0;
+    peer = peer < idle ? peer : idle;
     out[PART_WAIT_PEER] = peer > 0.0 ? peer : 0.0;
     out[PART_IDLE_HOST] = idle - out[PART_WAIT_PEER];
 }

@@ -16,7 +16,8 @@ typedef enum {
     PART_COMM_EXPOSED,  /* the collectives' wait after backward; dp's replicate and reduce */
     PART_COPIES,        /* the batch's load; dp's scatter and gather */
     PART_WAIT_PEER,     /* idle: ddp, waiting for the slowest rank to end the step; dp, a
-                           replica's device waiting for device 0's serial part */
+                           replica's device waiting for device 0's serial part (its gather,
+                           loss, unscale and optimizer; at most the replica's idle time) */
     PART_IDLE_HOST,     /* idle: the rest, no phase on the device (the host's gaps) */
     PART_COUNT
 } step_part;
