@@ -244,17 +244,19 @@ def wait_for(cond, what, proc=None, timeout=120):
 
 
 def children(pid):
-    """The pids whose parent is pid, from /proc."""
+    """The pids whose parent is pid, from /proc, the latest started last
+    (by start time: pids wrap around, so the largest is not the newest)."""
     out = []
     for d in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{d}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                fields = f.read().rsplit(")", 1)[1].split()
+            ppid, state, started = int(fields[1]), fields[0], int(fields[19])
         except (OSError, ValueError, IndexError):
             continue
-        if ppid == pid:
-            out.append(int(d))
-    return out
+        if ppid == pid and state != "Z":
+            out.append((started, int(d)))
+    return [p for _, p in sorted(out)]
 
 
 def case_closed_pipe(binary):
@@ -305,7 +307,8 @@ def sweep_hit_mid_commit(binary, prefix, out, sig, whom, *extra):
             wait_for(lambda: os.path.exists(os.path.join(folder, "devices.csv")), "devices.csv", p)
             sweep = children(p.pid)
             expect(len(sweep) == 1, f"the sweep's process under strace: {sweep}")
-            target = sweep[0] if whom == "sweep" else max(children(sweep[0]), default=None)
+            config = children(sweep[0])
+            target = sweep[0] if whom == "sweep" else config[-1] if config else None
             expect(target, "no configuration process")
             os.kill(target, sig)
             rc = p.wait(timeout=120)
