@@ -4,6 +4,7 @@
  * each printed as it starts, a measurement the folder holds not taken again. */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +42,26 @@ typedef struct measure_dir {
     char dir[DPS_PATH_MAX + DPS_NAME_MAX + 2];
     char log[DPS_PATH_MAX + DPS_NAME_MAX + 16];
 } measure_dir;
+
+/* A step runs in a process group of its own, and SIGINT or SIGTERM sent to
+ * this process goes to it once, each: the step's processes see what they
+ * would have seen at the terminal (the first ends them in order, a second
+ * escalates), and no step starts after one. */
+static volatile sig_atomic_t step_group, stopped_by;
+
+static void forward_signal(int sig)
+{
+    stopped_by = sig;
+    if (step_group > 0) kill(-(pid_t)step_group, sig);
+}
+
+static void forward_signals(void)
+{
+    struct sigaction sa = {.sa_handler = forward_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
 
 /* The options a prediction from a folder does not take with --measure: what they give, it measures. */
 static const settings_id measure_refused[] = {SET_MACHINE, SET_WORKLOAD, SET_FROM, SET_CALIBRATE,
@@ -184,8 +205,16 @@ static void print_cmd(FILE *f, const cmdline *c)
         const char *w = c->argv[i];
         int plain = *w && strspn(w, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
                                     "_./:,=+-@%") == strlen(w);
-        if (plain) fprintf(f, " %s", w);
-        else fprintf(f, " '%s'", w);
+        if (plain) {
+            fprintf(f, " %s", w);
+            continue;
+        }
+        fputs(" '", f);
+        for (; *w; w++) {
+            if (*w == '\'') fputs("'\\''", f);
+            else fputc(*w, f);
+        }
+        fputc('\'', f);
     }
 }
 
@@ -228,10 +257,17 @@ static int run_child(const char *exe, const step *s, const char *log)
         fprintf(stderr, "dpscale: predict --measure: cannot start a step (fork: %s)\n", strerror(errno));
         return 1;
     }
-    if (pid == 0) child(exe, s, log);
-    int st;
-    while (waitpid(pid, &st, 0) < 0)
-        if (errno != EINTR) return 1;
+    if (pid == 0) {
+        setpgid(0, 0);
+        child(exe, s, log);
+    }
+    setpgid(pid, pid); /* before the signal could be forwarded, whichever runs first */
+    step_group = pid;
+    if (stopped_by) kill(-pid, stopped_by);
+    int st = 0, waited;
+    while ((waited = waitpid(pid, &st, 0)) < 0 && errno == EINTR) {}
+    step_group = 0;
+    if (waited < 0) return 1;
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
@@ -255,7 +291,11 @@ static int run_step(const char *exe, const measure_dir *d, step *s, int k)
     print_cmd(stdout, &s->cmd);
     putchar('\n');
     int rc = run_child(exe, s, d->log);
-    if (rc) {
+    if (rc && stopped_by) {
+        fprintf(stderr, "dpscale: predict --measure: stopped by %s in step %d/%d; what is measured "
+                "stays, and predict --measure again goes on from it\n", dps_signal_name(stopped_by),
+                k + 1, MEASURE_STEPS);
+    } else if (rc) {
         fprintf(stderr, "dpscale: predict --measure: step %d/%d failed (exit %d): ", k + 1,
                 MEASURE_STEPS, rc);
         print_cmd(stderr, &s->cmd);
@@ -318,7 +358,10 @@ int cmd_predict_measure(cli_args *a)
     }
     printf("# dpscale predict --measure: the commands of docs/predict.md into %s (their output "
            "in %s)\n", d.dir, d.log);
+    forward_signals();
     int status = 0;
-    for (int k = 0; k < MEASURE_STEPS && !status; k++) status = run_step(exe, &d, &steps[k], k);
+    for (int k = 0; k < MEASURE_STEPS && !status && !stopped_by; k++)
+        status = run_step(exe, &d, &steps[k], k);
+    if (stopped_by && !status) status = 128 + stopped_by;
     return status;
 }
