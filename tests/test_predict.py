@@ -355,6 +355,9 @@ def case_predict_measure(binary):
         expect(all("skipped" in again[k] for k in (1, 4, 5)) and
                all("--resume" in again[k] for k in (0, 3)), "measured again:\n" + "\n".join(again))
         expect(cells(os.path.join(folder, "p", "predictions.csv")) == one, "predicted again")
+        machine = os.path.join(os.path.dirname(SCRIPTS), "bench", "predict", "dgx1-v100-ib.machine")
+        lines = measure(binary, out, "--machine", machine)
+        expect(all(f"--machine {machine} " in lines[k] for k in (2, 6)), "\n".join(lines))
         for args, needle in [(["--model", "tiny", "--from", folder, "--gpus", "2"],
                               "--model: predict reads it only with --measure"),
                              (["--measure", "--from", folder, "--gpus", "2"], "not with --from"),

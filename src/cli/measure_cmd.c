@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -64,7 +65,7 @@ static void forward_signals(void)
 }
 
 /* The options a prediction from a folder does not take with --measure: what they give, it measures. */
-static const settings_id measure_refused[] = {SET_MACHINE, SET_WORKLOAD, SET_FROM, SET_CALIBRATE,
+static const settings_id measure_refused[] = {SET_WORKLOAD, SET_FROM, SET_CALIBRATE,
                                               SET_CALIBRATION, SET_BUCKET_MB, SET_ACCUM, SET_NO_SYNC};
 
 __attribute__((format(printf, 2, 3))) static void word(cmdline *c, const char *fmt, ...)
@@ -154,6 +155,7 @@ static void plan_calibration(const cli_args *a, const measure_dir *d, step *s)
     c = &s[2].cmd;
     word(c, "predict");
     opt(c, "calibrate", "%s/cal", d->dir);
+    if (a->machine_path[0]) opt(c, "machine", "%s", a->machine_path);
     out_words(d, c, "calibration");
 }
 
@@ -171,6 +173,7 @@ static void plan_prediction(const cli_args *a, const measure_dir *d, step *s)
     opt(&s->cmd, "from", "%s/mine", d->dir);
     opt(&s->cmd, "gpus", "%s", list);
     if (a->sweep_modes_n) opt(&s->cmd, "modes", "%s", modes);
+    if (a->machine_path[0]) opt(&s->cmd, "machine", "%s", a->machine_path);
     opt(&s->cmd, "calibration", "%s/calibration/calibration.txt", d->dir);
     out_words(d, &s->cmd, "p");
 }
@@ -252,13 +255,15 @@ static void child(const char *exe, const step *s, const char *log)
 static int run_child(const char *exe, const step *s, const char *log)
 {
     fflush(NULL);
-    pid_t pid = fork();
+    pid_t parent = getpid(), pid = fork();
     if (pid < 0) {
         fprintf(stderr, "dpscale: predict --measure: cannot start a step (fork: %s)\n", strerror(errno));
         return 1;
     }
     if (pid == 0) {
         setpgid(0, 0);
+        prctl(PR_SET_PDEATHSIG, SIGTERM); /* this process gone: the step ends in order */
+        if (getppid() != parent) _exit(128 + SIGTERM);
         child(exe, s, log);
     }
     setpgid(pid, pid); /* before the signal could be forwarded, whichever runs first */
