@@ -21,11 +21,12 @@
 #define MEASURE_ARGS 48
 #define MEASURE_LOG "measure.log"
 
-/* One command line, its words in one buffer; overflow: a word did not fit. */
+/* One command line, its words in one buffer (room for --resume and the
+ * NULL after them); overflow: a word did not fit. */
 typedef struct cmdline {
     char text[8 * DPS_PATH_MAX];
     size_t used;
-    char *argv[MEASURE_ARGS + 1];
+    char *argv[MEASURE_ARGS + 2];
     int argc, overflow;
 } cmdline;
 
@@ -44,10 +45,12 @@ typedef struct measure_dir {
     char log[DPS_PATH_MAX + DPS_NAME_MAX + 16];
 } measure_dir;
 
-/* A step runs in a process group of its own, and SIGINT or SIGTERM sent to
- * this process goes to it once, each: the step's processes see what they
- * would have seen at the terminal (the first ends them in order, a second
- * escalates), and no step starts after one. */
+/* A measurement runs in a process group of its own (writing only to the
+ * log, never stopped as a background job at the terminal), and SIGINT or
+ * SIGTERM sent to this process goes to it once, each: its processes see what
+ * they would have seen at the terminal (the first ends them in order, a
+ * second escalates). The arithmetic steps stay in this process's group,
+ * which the terminal's signals reach. No step starts after a signal. */
 static volatile sig_atomic_t step_group, stopped_by;
 
 static void forward_signal(int sig)
@@ -90,8 +93,9 @@ __attribute__((format(printf, 3, 4))) static void opt(cmdline *c, const char *fl
     char value[DPS_PATH_MAX + DPS_NAME_MAX + 32];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(value, sizeof value, fmt, ap);
+    int n = vsnprintf(value, sizeof value, fmt, ap);
     va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof value) c->overflow = 1;
     word(c, "--%s", flag);
     word(c, "%s", value);
 }
@@ -244,7 +248,7 @@ static void child(const char *exe, const step *s, const char *log)
     if (!s->shown) dup2(fd, STDOUT_FILENO);
     if (s->done) dup2(fd, STDERR_FILENO);
     close(fd);
-    char *argv[MEASURE_ARGS + 2] = {"dpscale"};
+    char *argv[MEASURE_ARGS + 3] = {"dpscale"};
     memcpy(argv + 1, s->cmd.argv, sizeof s->cmd.argv);
     execv(exe, argv);
     fprintf(stderr, "dpscale: predict --measure: cannot run %s: %s\n", exe, strerror(errno));
@@ -260,15 +264,18 @@ static int run_child(const char *exe, const step *s, const char *log)
         fprintf(stderr, "dpscale: predict --measure: cannot start a step (fork: %s)\n", strerror(errno));
         return 1;
     }
+    int own = s->done != NULL; /* a measurement: a process group of its own */
     if (pid == 0) {
-        setpgid(0, 0);
+        if (own) setpgid(0, 0);
         prctl(PR_SET_PDEATHSIG, SIGTERM); /* this process gone: the step ends in order */
         if (getppid() != parent) _exit(128 + SIGTERM);
         child(exe, s, log);
     }
-    setpgid(pid, pid); /* before the signal could be forwarded, whichever runs first */
-    step_group = pid;
-    if (stopped_by) kill(-pid, stopped_by);
+    if (own) {
+        setpgid(pid, pid); /* before a signal is forwarded, whichever runs first */
+        step_group = pid;
+        if (stopped_by) kill(-pid, stopped_by);
+    }
     int st = 0, waited;
     while ((waited = waitpid(pid, &st, 0)) < 0 && errno == EINTR) {}
     step_group = 0;
@@ -285,7 +292,8 @@ static int run_step(const char *exe, const measure_dir *d, step *s, int k)
     if (have && !s->sweep) {
         printf("# measure %d/%d: skipped, %s is there: ", k + 1, MEASURE_STEPS, done);
         print_cmd(stdout, &s->cmd);
-        return putchar('\n'), 0;
+        putchar('\n');
+        return 0;
     }
     if (have) { /* --resume goes after the command's name */
         memmove(s->cmd.argv + 2, s->cmd.argv + 1, sizeof(char *) * (size_t)s->cmd.argc);
