@@ -67,9 +67,11 @@ static void forward_signals(void)
     sigaction(SIGTERM, &sa, NULL);
 }
 
-/* The options a prediction from a folder does not take with --measure: what they give, it measures. */
+/* The options predict does not take with --measure: what they give, it
+ * measures, or (--bucket-mb, --accum) a prediction of its own. */
 static const settings_id measure_refused[] = {SET_WORKLOAD, SET_FROM, SET_CALIBRATE,
-                                              SET_CALIBRATION, SET_BUCKET_MB, SET_ACCUM, SET_NO_SYNC};
+                                              SET_CALIBRATION, SET_BUCKET_MB, SET_ACCUM,
+                                              SET_NO_SYNC};
 
 __attribute__((format(printf, 2, 3))) static void word(cmdline *c, const char *fmt, ...)
 {
@@ -88,7 +90,8 @@ __attribute__((format(printf, 2, 3))) static void word(cmdline *c, const char *f
 }
 
 /* An option and its value, when given. */
-__attribute__((format(printf, 3, 4))) static void opt(cmdline *c, const char *flag, const char *fmt, ...)
+__attribute__((format(printf, 3, 4)))
+static void opt(cmdline *c, const char *flag, const char *fmt, ...)
 {
     char value[DPS_PATH_MAX + DPS_NAME_MAX + 32];
     va_list ap;
@@ -113,10 +116,15 @@ static dps_status check_measure(const cli_args *a)
     return DPS_OK;
 }
 
+static const char *model_of(const cli_args *a)
+{
+    return a->sweep_models_n ? a->sweep_models[0] : settings_table[SET_MODEL].def_text;
+}
+
 /* The model measured and its options, as given (sweep's defaults otherwise). */
 static void model_words(const cli_args *a, cmdline *c)
 {
-    opt(c, "model", "%s", a->sweep_models_n ? a->sweep_models[0] : settings_table[SET_MODEL].def_text);
+    opt(c, "model", "%s", model_of(a));
     for (int i = 0; i < 4; i++)
         if (a->shape_override[i])
             opt(c, settings_table[SET_LAYERS + i].flag, "%d", (&a->shape_values.layers)[i]);
@@ -168,7 +176,8 @@ static void plan_prediction(const cli_args *a, const measure_dir *d, step *s)
 {
     char list[CLI_MAX_LIST * 12] = "", modes[MODE_COUNT * 8] = "";
     for (int g = 0; g < a->sweep_ngpus_n; g++)
-        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%d", g ? "," : "", a->sweep_ngpus[g]);
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%d", g ? "," : "",
+                 a->sweep_ngpus[g]);
     for (int m = 0; m < a->sweep_modes_n; m++)
         snprintf(modes + strlen(modes), sizeof modes - strlen(modes), "%s%s", m ? "," : "",
                  dps_mode_name(a->sweep_modes[m]));
@@ -261,7 +270,8 @@ static int run_child(const char *exe, const step *s, const char *log)
     fflush(NULL);
     pid_t parent = getpid(), pid = fork();
     if (pid < 0) {
-        fprintf(stderr, "dpscale: predict --measure: cannot start a step (fork: %s)\n", strerror(errno));
+        fprintf(stderr, "dpscale: predict --measure: cannot start a step (fork: %s)\n",
+                strerror(errno));
         return 1;
     }
     int own = s->done != NULL; /* a measurement: a process group of its own */
@@ -324,8 +334,7 @@ static int run_step(const char *exe, const measure_dir *d, step *s, int k)
 static dps_status measure_folder(const cli_args *a, measure_dir *d)
 {
     char name[DPS_NAME_MAX];
-    const char *model = a->sweep_models_n ? a->sweep_models[0] : settings_table[SET_MODEL].def_text;
-    snprintf(name, sizeof name, "measure-%.100s", dps_path_base(model));
+    snprintf(name, sizeof name, "measure-%.100s", dps_path_base(model_of(a)));
     for (char *c = name; *c; c++)
         if (*c == ' ' || *c == '.') *c = '_';
     snprintf(d->dir, sizeof d->dir, "%s/%s", a->cfg.out_dir, a->name_set ? a->cfg.name : name);
