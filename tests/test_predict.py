@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """dpscale predict: from machine and workload files, --from a results folder,
---calibrate's constants fitted and read back, refusals.
+--calibrate's constants fitted and read back, --measure's one command against
+the seven it stands for, refusals.
 Usage: test_predict.py DPSCALE CASE [ARGS...] | --list; exit 0 pass, 1 fail,
 77 skip (meson's convention)."""
 from listing import DPSCALE, exit_if_listing, test
@@ -9,7 +10,8 @@ TESTS = [test("predict", DPSCALE, "predict"),
          test("predict from", DPSCALE, "predict_from", timeout=300),
          test("predict calibrate", DPSCALE, "predict_calibrate", timeout=300),
          test("predict sharded", DPSCALE, "predict_sharded"),
-         test("predict sharded from", DPSCALE, "predict_sharded_from", timeout=300)]
+         test("predict sharded from", DPSCALE, "predict_sharded_from", timeout=300),
+         test("predict measure", DPSCALE, "predict_measure", timeout=300)]
 if __name__ == "__main__":
     exit_if_listing(TESTS)  # --list: before the imports below
 
@@ -304,6 +306,64 @@ def case_predict_sharded_from(binary):
         expect(listed == {"ddp", "zero1", "fsdp"} and "dp_sync_ms = 0.0000" in text and
                "2 rows of the sharded strategies (zero1, fsdp) fitted no constant" in text,
                f"calibration read the runs' strategies: {listed}\n{text}")
+
+
+# predict --measure's seven commands (docs/predict.md), as each line it prints begins
+MEASURE_STEPS = ["sweep --gpus 1,2 --model medium --layers 4 --width 768", "comm-bench --gpus 2",
+                 "predict --calibrate", "sweep --gpus 1 --model tiny", "links --gpus 2",
+                 "comm-bench --gpus 2", "predict --from"]
+
+
+def measure(binary, out, *extra):
+    """dpscale predict --measure of tiny into OUT/m: its step lines (exit 0 expected)."""
+    p = subprocess.run([binary, "predict", "--measure", "--model", "tiny", "--gpus", "1,2",
+                        "--steps", "2", "--warmup", "0", "--out", out, "--name", "m", *extra],
+                       capture_output=True, text=True, timeout=240)
+    expect_exit(p, 0)
+    lines = [l for l in p.stdout.splitlines() if l.startswith("# measure ")]
+    expect(len(lines) == 7, f"seven step lines:\n{p.stdout}")
+    for k, (line, want) in enumerate(zip(lines, MEASURE_STEPS), 1):
+        expect(line.startswith(f"# measure {k}/7") and f"dpscale {want}" in line.replace(" --resume", ""),
+               f"step {k} names `dpscale {want}`: {line}")
+    expect("ddp      2" in p.stdout and "predictions.csv in" in p.stdout, f"the table:\n{p.stdout}")
+    return lines
+
+
+def cells(path):
+    """predictions.csv's rows, their cells alone (not where they were read)."""
+    return [{k: v for k, v in r.items() if not k.startswith("_")} for r in read_table(path)]
+
+
+def case_predict_measure(binary):
+    """predict --measure: the seven commands run into one folder, each printed, then the
+    predictions, which equal the seven-step form's on the same measured folders; run again,
+    it measures nothing; its options without --measure, and --from with it, are refused."""
+    with tempfile.TemporaryDirectory() as out:
+        lines = measure(binary, out)
+        folder = os.path.join(out, "m")
+        expect(all(os.path.isfile(os.path.join(folder, f)) for f in
+                   ("cal/runs.csv", "cal/allreduce.csv", "calibration/calibration.txt", "mine/runs.csv",
+                    "mine/links.csv", "mine/allreduce.csv", "p/predictions.csv")), f"{lines}")
+        # the seven-step form's arithmetic on the folders measured: steps 3 and 7
+        for args in (["--calibrate", f"{folder}/cal", "--out", out, "--name", "c"],
+                     ["--from", f"{folder}/mine", "--gpus", "1,2", "--calibration",
+                      f"{out}/c/calibration.txt", "--out", out, "--name", "p"]):
+            expect_exit(subprocess.run([binary, "predict", *args], capture_output=True, text=True), 0)
+        by_hand, one = (cells(os.path.join(d, "p", "predictions.csv")) for d in (out, folder))
+        expect(len(one) == 4 and one == by_hand, f"--measure {one}\nby hand {by_hand}")
+        again = measure(binary, out)
+        expect(all("skipped" in again[k] for k in (1, 4, 5)) and
+               all("--resume" in again[k] for k in (0, 3)), "measured again:\n" + "\n".join(again))
+        expect(cells(os.path.join(folder, "p", "predictions.csv")) == one, "predicted again")
+        machine = os.path.join(os.path.dirname(SCRIPTS), "bench", "predict", "dgx1-v100-ib.machine")
+        lines = measure(binary, out, "--machine", machine)
+        expect(all(f"--machine {machine} " in lines[k] for k in (2, 6)), "\n".join(lines))
+        for args, needle in [(["--model", "tiny", "--from", folder, "--gpus", "2"],
+                              "--model: predict reads it only with --measure"),
+                             (["--measure", "--from", folder, "--gpus", "2"], "not with --from"),
+                             (["--measure", "--model", "tiny"], "predict --measure needs --gpus LIST")]:
+            expect_exit(subprocess.run([binary, "predict", *args], capture_output=True, text=True), 2,
+                        needle)
 
 
 if __name__ == "__main__":

@@ -66,6 +66,8 @@ RULES = [
     (DPS + r" sweep( .*)?", run(add=f"{STEPS} {SIZES}")),
     (DPS + r" (run|comm-bench)( .*)?", run(add=STEPS)),
     (DPS + r" links( .*)?", run(add="--steps 2")),
+    # its sweeps and micro-benchmarks reduced as the commands above; the model's rows fewer
+    (DPS + r" predict --measure .*", run(add=f"{STEPS} {TOKENS}", out="# measure 7/7")),
     (DPS + r" (info|predict|--help)( .*)?", run()),
     (r"torchrun (?!.*-r 2 -t 2 ).*", refuse("Debian's torchrun (PyTorch 1.13) under Python 3.11 "
                                             "needs -r 2 -t 2")),

@@ -28,6 +28,8 @@ void cli_usage(FILE *f)
                "       dpscale links [options]   bandwidth and latency between host and devices\n"
                "       dpscale predict --machine FILE --workload FILE --gpus LIST [options]\n"
                "                                 dp and ddp step times predicted for a machine\n"
+               "       dpscale predict --measure --model M --gpus LIST [options]\n"
+               "                                 the same from runs of M measured here first\n"
                "       dpscale --help | --version\n\noptions:\n");
     settings_print_options(f);
     fprintf(f, "\n{...}: the commands that take the option (the others refuse it)\n"
@@ -97,6 +99,7 @@ static void store_flag(cli_args *a, settings_id id)
     case SET_RESUME: a->resume = 1; break;
     case SET_DRY_RUN: a->dry_run = 1; break;
     case SET_NO_LINKS: a->no_links = 1; break;
+    case SET_MEASURE: a->measure = 1; break;
     case SET_HELP: a->cmd = CMD_HELP; break;
     case SET_VERSION: a->cmd = CMD_VERSION; break;
     default: break;

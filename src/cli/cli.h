@@ -55,6 +55,7 @@ typedef struct cli_args {
     /* predict: the files; the modes are sweep_modes */
     char machine_path[DPS_PATH_MAX], workload_path[DPS_PATH_MAX];
     char from_dir[DPS_PATH_MAX], calibrate_dir[DPS_PATH_MAX], calibration_path[DPS_PATH_MAX];
+    int measure;                     /* --measure: the runs predicted from taken first */
     /* info: a model file to describe */
     char model_file[DPS_PATH_MAX];
 } cli_args;

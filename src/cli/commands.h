@@ -10,6 +10,7 @@ int cmd_model_info(cli_args *a); /* info --model FILE: model_info.c */
 int cmd_links(cli_args *a);
 int cmd_comm_bench(cli_args *a);
 int cmd_predict(cli_args *a);   /* predict_cmd.c */
+int cmd_predict_measure(cli_args *a); /* predict --measure: measure_cmd.c */
 /* Prints the message of a usage error; returns exit status 2. */
 int cmd_usage_error(void);
 

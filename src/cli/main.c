@@ -53,6 +53,7 @@ int main(int argc, char **argv)
     else if (a->cmd == CMD_INFO) status = cmd_info(a);
     else if (a->cmd == CMD_COMM_BENCH) status = cmd_comm_bench(a);
     else if (a->cmd == CMD_LINKS) status = cmd_links(a);
+    else if (a->cmd == CMD_PREDICT && a->measure) status = cmd_predict_measure(a);
     else if (a->cmd == CMD_PREDICT) status = cmd_predict(a);
     else status = cmd_run(a, argc, argv);
     net_unload_all();

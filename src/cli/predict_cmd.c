@@ -24,8 +24,24 @@ typedef struct predict_inputs {
     predict_consts c;
 } predict_inputs;
 
+/* The options of predict --measure alone: the runs it takes. */
+static const settings_id measure_only[] = {SET_MODEL, SET_LAYERS, SET_WIDTH, SET_TOKENS, SET_CLASSES,
+                                           SET_PRECISION, SET_OPTIMIZER, SET_BATCH_PER_GPU,
+                                           SET_STEPS, SET_WARMUP};
+
+static dps_status check_measure_only(const cli_args *a)
+{
+    for (size_t i = 0; i < sizeof measure_only / sizeof measure_only[0]; i++)
+        if (a->given[measure_only[i]])
+            return dps_fail(DPS_ERR_USAGE, "--%s: predict reads it only with --measure, which "
+                            "runs the model first (dpscale predict --measure --model M --gpus LIST)",
+                            settings_table[measure_only[i]].flag);
+    return DPS_OK;
+}
+
 static dps_status check_args(const cli_args *a)
 {
+    DPS_TRY(check_measure_only(a));
     const char *lack = a->calibrate_dir[0] ? NULL
                        : !a->workload_path[0] && !a->from_dir[0] ? "--workload FILE or --from DIR"
                        : !a->machine_path[0] && !a->from_dir[0] ? "--machine FILE"

@@ -54,25 +54,25 @@ const settings_entry settings_table[SET_COUNT] = {
         .cli_max = DPS_MAX_DEVICES, .repeats = 1, .metavar = "LIST",
         .help = "device indices, e.g. 0,2,3; implies --gpus"},
     [SET_MODEL] = {
-        .cmds = TRAIN, .list_cmds = SETTINGS_SWEEP,
+        .cmds = TRAIN | SETTINGS_PREDICT, .list_cmds = SETTINGS_SWEEP,
         .flag = "model", .key = "models", .type = SETTINGS_PRESET,
         .cli_max = SETTINGS_MAX_LIST, .suite_max = SETTINGS_MAX_LIST, DEFAULT_TEXT("small"),
         .metavar = "PRESET|FILE", .help = "model preset (see `dpscale info`) or a model file "
-                "(docs/model-file.md); sweep: a list"},
+                "(docs/model-file.md); sweep: a list; predict --measure: the model measured"},
     [SET_LAYERS] = {
-        .cmds = TRAIN,
+        .cmds = TRAIN | SETTINGS_PREDICT,
         .flag = "layers", .type = SETTINGS_INT, .lo = 0, .hi = 4096, .metavar = "N",
         .help = "override: hidden layers"},
     [SET_WIDTH] = {
-        .cmds = TRAIN,
+        .cmds = TRAIN | SETTINGS_PREDICT,
         .flag = "width", .type = SETTINGS_INT, .lo = 1, .hi = 65536, .metavar = "N",
         .help = "override: hidden width"},
     [SET_TOKENS] = {
-        .cmds = TRAIN,
+        .cmds = TRAIN | SETTINGS_PREDICT,
         .flag = "tokens", .type = SETTINGS_INT, .lo = 1, .hi = 1 << 20, .metavar = "N",
         .help = "override: tokens (rows) per sample"},
     [SET_CLASSES] = {
-        .cmds = TRAIN,
+        .cmds = TRAIN | SETTINGS_PREDICT,
         .flag = "classes", .type = SETTINGS_INT, .lo = 2, .hi = 1 << 20, .metavar = "N",
         .help = "override: classifier outputs"},
     [SET_BATCH] = { /* the suite's global_batch: `batch` there is SET_SCALING */
@@ -81,7 +81,7 @@ const settings_entry settings_table[SET_COUNT] = {
         .metavar = "N",
         .help = "global batch in samples; default: the preset's per-device batch x gpus"},
     [SET_BATCH_PER_GPU] = {
-        .cmds = TRAIN,
+        .cmds = TRAIN | SETTINGS_PREDICT,
         .flag = "batch-per-gpu", .key = "batch_per_gpu", .type = SETTINGS_INT,
         .lo = 1, .hi = 1 << 24, .metavar = "N",
         .help = "samples per device; global batch = N x gpus"},
@@ -102,7 +102,7 @@ const settings_entry settings_table[SET_COUNT] = {
         .help = "ddp with --accum: micro-steps but the last under no_sync (on), or every "
                 "micro-step all-reduced, the loop without no_sync (off); suite files: a list"},
     [SET_PRECISION] = {
-        .cmds = TRAIN,
+        .cmds = TRAIN | SETTINGS_PREDICT,
         .flag = "precision", .key = "precisions", .type = SETTINGS_WORD,
         WORDS(dps_precision_names), .suite_max = PREC_COUNT, DEFAULT_INT(PREC_FP32),
         .help = "compute precision: fp32, or autocast's bf16 or fp16 (fp16 with a GradScaler), "
@@ -122,7 +122,7 @@ const settings_entry settings_table[SET_COUNT] = {
         DEFAULT_INT(2000), .metavar = "N",
         .help = "GradScaler: the scale doubles after N steps without inf or NaN"},
     [SET_OPTIMIZER] = {
-        .cmds = TRAIN,
+        .cmds = TRAIN | SETTINGS_PREDICT,
         .flag = "optimizer", .key = "optimizers", .type = SETTINGS_WORD,
         WORDS(dps_optimizer_names), .suite_max = OPT_COUNT, DEFAULT_INT(OPT_SGD),
         .help = "SGD with momentum or AdamW, with PyTorch's default hyperparameters"},
@@ -131,12 +131,13 @@ const settings_entry settings_table[SET_COUNT] = {
         .flag = "lr", .type = SETTINGS_NUMBER, .lo = 0, .hi = 10, .metavar = "X",
         .help = "learning rate; default: the optimizer's"},
     [SET_STEPS] = {
-        .cmds = TRAIN | SETTINGS_COMM_BENCH | SETTINGS_LINKS,
+        .cmds = TRAIN | SETTINGS_COMM_BENCH | SETTINGS_LINKS | SETTINGS_PREDICT,
         .flag = "steps", .key = "steps", .type = SETTINGS_INT, .lo = 1, .hi = 10000000,
         DEFAULT_INT(20), .metavar = "N",
-        .help = "timed steps; comm-bench: collectives per size; links: copies per path"},
+        .help = "timed steps; comm-bench: collectives per size; links: copies per path; "
+                "predict --measure: given to its runs and micro-benchmarks"},
     [SET_WARMUP] = {
-        .cmds = TRAIN | SETTINGS_COMM_BENCH,
+        .cmds = TRAIN | SETTINGS_COMM_BENCH | SETTINGS_PREDICT,
         .flag = "warmup", .key = "warmup", .type = SETTINGS_INT, .lo = 0, .hi = 1000000,
         DEFAULT_INT(3), .metavar = "N", .help = "untimed warm-up steps (all-reduces)"},
     [SET_SEED] = {
@@ -344,6 +345,12 @@ const settings_entry settings_table[SET_COUNT] = {
         .cmds = SETTINGS_PREDICT,
         .flag = "calibration", .type = SETTINGS_TEXT, .hi = DPS_PATH_MAX - 1, .metavar = "FILE",
         .help = "the constants --calibrate wrote (default: uncalibrated, see docs/predict.md)"},
+    [SET_MEASURE] = {
+        .cmds = SETTINGS_PREDICT,
+        .flag = "measure", .type = SETTINGS_FLAG,
+        .help = "predict from runs of --model on this machine: measures what OUT/NAME lacks "
+                "(the calibration, the model on one device, links, all-reduce), printing each "
+                "step's command, then predicts --gpus (docs/predict.md)"},
     [SET_PREDICT_GPUS] = {
         .cmds = SETTINGS_PREDICT, .list_cmds = SETTINGS_PREDICT,
         .flag = "gpus", .type = SETTINGS_INT, .lo = 1, .hi = 1 << 20, .cli_max = SETTINGS_MAX_LIST,

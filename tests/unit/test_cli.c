@@ -50,7 +50,12 @@ static void test_cli(void)
     EXPECT(parse("predict --from r --calibration c.txt --gpus 8", &a) == DPS_OK);
     EXPECT(strcmp(a.from_dir, "r") == 0 && strcmp(a.calibration_path, "c.txt") == 0);
     expect_usage("run --machine m", "--machine: not an option of `dpscale run` (only of predict)");
-    expect_usage("predict --steps 3", "--steps: not an option of `dpscale predict`");
+    expect_usage("predict --seed 3", "--seed: not an option of `dpscale predict`");
+    EXPECT(parse("predict --measure --model tiny --gpus 2,4 --steps 3 --precision bf16", &a) == DPS_OK);
+    EXPECT(a.measure && a.sweep_models_n == 1 && strcmp(a.sweep_models[0], "tiny") == 0 &&
+           a.steps_set && a.cfg.steps == 3 && a.given[SET_PRECISION] && a.sweep_ngpus_n == 2);
+    expect_usage("predict --measure --model tiny,small --gpus 2", "--model tiny,small: one value for "
+                 "`dpscale predict` (lists are for sweep)");
     expect_usage("run --model tiny,small", "--model tiny,small: one value for `dpscale run` "
                  "(lists are for sweep)");
     expect_usage("links --sizes 1M,2M", "--sizes 1M,2M: one value for `dpscale links`");

@@ -178,7 +178,7 @@ static void test_settings(void)
         fclose(f);
     }
     const settings_entry *steps = &settings_table[SET_STEPS];
-    snprintf(want, sizeof want, " [%lld..%lld; default %lld] {run, sweep, comm-bench, links}\n",
+    snprintf(want, sizeof want, " [%lld..%lld; default %lld] {run, sweep, comm-bench, links, predict}\n",
              (long long)steps->lo, (long long)steps->hi, (long long)steps->def.i);
     EXPECT(help && strstr(help, "  --steps N ") && strstr(help, want));
     EXPECT(help && strstr(help, " {sweep}\n") && strstr(help, "show this help\n"));
