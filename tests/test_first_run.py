@@ -197,7 +197,7 @@ def auto_sweep(binary, *args, out, name, charts=None):
 def case_outlook(binary):
     """Where --backend auto takes the host backend, a sweep's first line also
     says how long it will take (its last run's time here, or without one its
-    GEMMs' time at a rate measured now, less than the whole) and, under
+    GEMMs' time at a rate measured now) and, under
     scripts/bench.sh (DPSCALE_CHARTS), where the charts will be."""
     with tempfile.TemporaryDirectory() as tmp:
         suite, out = os.path.join(tmp, "two.suite"), os.path.join(tmp, "res")
@@ -208,7 +208,8 @@ def case_outlook(binary):
             print("SKIP: --backend auto takes a GPU here, not the host backend")
             return 77
         gemms = (r"; this sweep: 2 configurations, their GEMMs alone about [0-9.]+ (s|min) here "
-                 r"\([0-9]+ GFLOP/s a device, measured now; the whole takes longer\)")
+                 r"\(at [0-9]+ GFLOP/s a device, measured now; set-up, the other ops and copies "
+                 r"not counted\)")
         expect(re.search(r"^dpscale: backend auto: .*; taking the host backend \(emulated devices "
                          r"on the CPU\)" + gemms + r", charts in plots/first/ at its end$", first),
                f"the first sweep's first line:\n{first}")

@@ -329,8 +329,9 @@ static double last_run_s(const cli_args *a, const sweep_item *items, int n, char
 /* What a sweep on the host backend will take, for the end of the line that
  * says the host backend was taken: as long as the last run of its suite here
  * took (last_run_s), or, without one, its GEMMs' time at a rate measured now
- * (--dry-run's figure, less than the whole: set-up, the other ops and the
- * copies are not counted); and where scripts/bench.sh draws the charts
+ * (--dry-run's figure: set-up, the other ops and the copies are not counted,
+ * and the rate of a 50 ms GEMM on a busy machine varies, so the sweep may
+ * take more or less); and where scripts/bench.sh draws the charts
  * (DPSCALE_CHARTS, which it sets). Empty when there is nothing to say. */
 static void sweep_outlook(const cli_args *a, const backend *be, const sweep_item *items, int n,
                           char *buf, size_t len)
@@ -354,8 +355,8 @@ static void sweep_outlook(const cli_args *a, const backend *be, const sweep_item
         fmt_duration(sec, took, sizeof took);
         if (sec > 0)
             at = snprintf(buf, len, "; this sweep: %d configuration%s, their GEMMs alone about %s "
-                          "here (%.0f GFLOP/s a device, measured now; the whole takes longer)", k,
-                          k == 1 ? "" : "s", took, gflops);
+                          "here (at %.0f GFLOP/s a device, measured now; set-up, the other ops and "
+                          "copies not counted)", k, k == 1 ? "" : "s", took, gflops);
     }
     const char *charts = getenv("DPSCALE_CHARTS");
     if (charts && *charts && at >= 0 && (size_t)at < len)
