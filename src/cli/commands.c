@@ -311,7 +311,10 @@ static double last_run_s(const cli_args *a, const sweep_item *items, int n, char
         if (strcmp(plan.argv[i], a->suite_path) == 0) sec = plan.duration_s;
     results_plan_free(&plan);
     results_ids done = {0};
-    if (sec <= 0 || results_ids_finished(dir, &done) != DPS_OK) return 0;
+    if (sec <= 0 || results_ids_finished(dir, &done) != DPS_OK) {
+        results_ids_free(&done);
+        return 0;
+    }
     int k = 0;
     for (int i = 0; i < n; i++) k += !items[i].skip[0];
     if (done.n != k) sec = 0; /* that run had others too (--filter), or this one has more */
