@@ -10,7 +10,9 @@ suite=${2:-$root/bench/default.suite}
 [ $# -ge 2 ] && shift 2 || shift 1
 name="$(date +%Y%m%d-%H%M%S)-$(hostname -s 2>/dev/null || hostname)"
 status=0
-"$dpscale" sweep "$suite" --out "$root/results" --name "$name" "$@" || status=$?
+# DPSCALE_CHARTS: the sweep's first line says where the charts will be
+DPSCALE_CHARTS="plots/$name" "$dpscale" sweep "$suite" --out "$root/results" --name "$name" "$@" \
+  || status=$?
 if [ -s "$root/results/$name/runs.csv" ]; then
   /usr/bin/python3 "$root/scripts/plot.py" "$root/results/$name" --out "$root/plots/$name" || status=$?
   ln -sfn "$name" "$root/plots/latest"

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what dpscale needs to build and plot (Debian packages, only those
 # missing) and configures a Meson build folder. Idempotent: a configured
-# folder is left as it is.
+# folder is left as it is. Prints one line a step; apt-get's and meson's
+# output go to a log (DIR/setup.log once DIR is configured, a file under
+# $TMPDIR before), whose end is printed when a step fails.
 #   scripts/setup.sh                  configure build/
 #   scripts/setup.sh DIR [-Dopt=val]  configure DIR with extra Meson options
 #   scripts/setup.sh --with-torch ... also PyTorch (python3-torch) and
@@ -47,8 +49,34 @@ if [ "$with_torch" = 1 ]; then
   command -v mpicc >/dev/null 2>&1 || missing+=(libopenmpi-dev) # scripts/allreduce_vs_mpi.sh
 fi
 
+# The log: DIR/setup.log when DIR is configured (each run's steps appended);
+# before, a file of its own under $TMPDIR, moved to DIR/setup.log once meson
+# has configured DIR
+if [ -f "$builddir/build.ninja" ]; then
+  log=$builddir/setup.log
+else
+  log=$(mktemp "${TMPDIR:-/tmp}/dpscale-setup.XXXXXX.log")
+fi
+
+# step WHAT COMMAND...: runs COMMAND with its output appended to the log; when
+# it fails, prints what failed, the log's last lines and where the log is,
+# and exits with COMMAND's status.
+step() {
+  local what=$1 rc=0 start
+  shift
+  echo "== $(date '+%F %T') $what: $*" >>"$log"
+  start=$(wc -l <"$log")
+  "$@" >>"$log" 2>&1 || rc=$?
+  [ $rc -eq 0 ] && return 0
+  {
+    echo "setup: FAILED while $what: '$*' exited $rc; the last lines of its output:"
+    tail -n "+$((start + 1))" "$log" | tail -n 20 | sed 's/^/  | /'
+    echo "setup: fix what it says above and run scripts/setup.sh again (all of the output: $log)"
+  } >&2
+  exit $rc
+}
+
 if [ ${#missing[@]} -gt 0 ]; then
-  echo "setup: installing ${missing[*]}"
   sudo=
   if [ "$(id -u)" -ne 0 ]; then
     command -v sudo >/dev/null 2>&1 || {
@@ -57,15 +85,23 @@ if [ ${#missing[@]} -gt 0 ]; then
     }
     sudo=sudo
   fi
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  echo "setup: installing ${missing[*]} (apt-get)"
+  step "installing ${missing[*]}" $sudo apt-get update -q
+  step "installing ${missing[*]}" $sudo env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
+shown=${builddir%/}/
 if [ -f "$builddir/build.ninja" ]; then
   if [ $# -gt 0 ]; then
-    meson configure "$builddir" "$@"
+    step "configuring $shown with $*" meson configure "$builddir" "$@"
+    echo "setup: configured $shown with $* (log: $log; next: ninja -C $builddir)"
+  else
+    echo "setup: $shown is configured (run: ninja -C $builddir)"
   fi
-  echo "setup: $builddir is configured (run: ninja -C $builddir)"
 else
-  meson setup "$builddir" "$@"
+  step "configuring $shown" meson setup "$builddir" "$@"
+  mv -f "$log" "$builddir/setup.log"
+  log=$builddir/setup.log
+  echo "setup: configured $shown (log: $log; next: ninja -C $builddir)"
 fi

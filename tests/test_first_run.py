@@ -7,16 +7,18 @@ from listing import DPSCALE, FIXTURES, exit_if_listing, test
 
 # a new user's first commands: mistakes refused, host memory estimated and refused, --resume's plan
 TESTS = [test("first run " + c.replace("_", " "), DPSCALE, c, timeout=300)
-         for c in ("mistakes", "estimate", "host_memory", "resume_plan", "warm_up")]
+         for c in ("mistakes", "estimate", "host_memory", "resume_plan", "warm_up", "outlook")]
 if __name__ == "__main__":
     exit_if_listing(TESTS)  # --list: before the imports below
 
+import calendar
 import os
 import re
 import resource
 import subprocess
 import sys
 import tempfile
+import time
 
 from helpers import Failure, dpscale, expect, expect_exit, read_folder
 
@@ -173,7 +175,67 @@ def case_warm_up(binary):
         expect(len(runs) == 2, f"runs.csv: {[r['config_id'] for r in runs]}")
 
 
-CASES = {"warm_up": case_warm_up, "mistakes": case_mistakes, "estimate": case_estimate, "host_memory": case_host_memory,
+# a suite of two configurations in seconds; the outlook case's sweeps
+OUTLOOK_SUITE = "modes = dp, ddp\ngpus = 1\nmodels = tiny\nsteps = 1\nwarmup = 0\n"
+
+
+def auto_sweep(binary, *args, out, name, charts=None):
+    """`sweep ARGS` under --backend auto, as a first command meets it (with
+    DPSCALE_CHARTS as scripts/bench.sh sets it); None where auto does not take
+    the host backend (a GPU machine)."""
+    env = dict(os.environ)
+    env.pop("DPSCALE_CHARTS", None)
+    if charts:
+        env["DPSCALE_CHARTS"] = charts
+    cmd = [binary, "sweep", *args, "--no-links", "--out", out, "--name", name]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    expect(p.returncode == 0, f"{' '.join(cmd)}: exit {p.returncode}\n{p.stderr}")
+    first = (p.stderr.splitlines() or [""])[0]
+    return first if "taking the host backend" in first else None
+
+
+def case_outlook(binary):
+    """Where --backend auto takes the host backend, a sweep's first line also
+    says how long it will take (its last run's time here, or without one its
+    GEMMs' time at a rate measured now) and, under
+    scripts/bench.sh (DPSCALE_CHARTS), where the charts will be."""
+    with tempfile.TemporaryDirectory() as tmp:
+        suite, out = os.path.join(tmp, "two.suite"), os.path.join(tmp, "res")
+        with open(suite, "w") as f:
+            f.write(OUTLOOK_SUITE)
+        first = auto_sweep(binary, suite, out=out, name="first", charts="plots/first")
+        if first is None:
+            print("SKIP: --backend auto takes a GPU here, not the host backend")
+            return 77
+        gemms = (r"; this sweep: 2 configurations, their GEMMs alone about [0-9.]+ (s|min) here "
+                 r"\(at [0-9]+ GFLOP/s a device, measured now; set-up, the other ops and copies "
+                 r"not counted\)")
+        expect(re.search(r"^dpscale: backend auto: .*; taking the host backend \(emulated devices "
+                         r"on the CPU\)" + gemms + r", charts in plots/first/ at its end$", first),
+               f"the first sweep's first line:\n{first}")
+        # the last run of the suite, made to have taken 90 s: the next one expects that
+        meta = os.path.join(out, "first", "meta.json")
+        with open(meta) as f:
+            text = f.read()
+        end = re.search(r'"end_time": "([^"]+)"', text).group(1)
+        start = time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                              time.gmtime(calendar.timegm(time.strptime(end, "%Y-%m-%dT%H:%M:%SZ")) - 90))
+        with open(meta, "w") as f:
+            f.write(re.sub(r'"start_time": "[^"]+"', f'"start_time": "{start}"', text))
+        line = auto_sweep(binary, suite, out=out, name="second", charts="plots/second")
+        expect(line.endswith("; this sweep: 2 configurations, about 1.5 min here (its last run, first, "
+                             "took that), charts in plots/second/ at its end"),
+               f"the second sweep's first line, after a run of 90 s:\n{line}")
+        # one of the two (--filter): the last run had more, so its time is not this one's
+        line = auto_sweep(binary, suite, "--filter", "dp-*", out=out, name="third")
+        expect(re.search(gemms.replace("2 configurations", "1 configuration") + "$", line),
+               f"a sweep of one configuration of a suite whose last run had two:\n{line}")
+        # a dry run plans nothing to wait for: the line is the backend's alone
+        line = auto_sweep(binary, suite, "--dry-run", out=out, name="fourth")
+        expect(line.endswith("(emulated devices on the CPU)"), f"--dry-run's first line:\n{line}")
+
+
+CASES = {"outlook": case_outlook, "warm_up": case_warm_up, "mistakes": case_mistakes, "estimate": case_estimate, "host_memory": case_host_memory,
          "resume_plan": case_resume_plan}
 
 

@@ -71,12 +71,15 @@ static dps_status open_auto_host(const be_options *opt, backend **out, const cha
     s.built_with_cuda = 1;
 #endif
     DPS_TRY(be_auto_decide(&s));
-    if (!opt->quiet && s.built_with_cuda)
-        dps_log("backend auto: no CUDA device (%s); taking the host backend (emulated devices "
-                "on the CPU)", cuda_why);
-    else if (!opt->quiet)
-        dps_log("backend auto: built without CUDA; taking the host backend "
-                "(emulated devices on the CPU)");
+    char line[DPS_ERRMSG_MAX];
+    if (s.built_with_cuda)
+        snprintf(line, sizeof line, "backend auto: no CUDA device (%s); taking the host backend "
+                 "(emulated devices on the CPU)", cuda_why);
+    else
+        snprintf(line, sizeof line, "backend auto: built without CUDA; taking the host backend "
+                 "(emulated devices on the CPU)");
+    if (!opt->quiet && opt->notice && opt->notice_len) dps_strlcpy(opt->notice, line, opt->notice_len);
+    else if (!opt->quiet) dps_log("%s", line);
     return be_host_open(opt, out);
 }
 

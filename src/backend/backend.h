@@ -221,6 +221,10 @@ typedef struct be_options {
     int host_devices;      /* emulated device count */
     size_t device_mem;     /* host capacity per device, 0 = unlimited */
     int quiet;             /* no "took the host backend" line */
+    /* when set, auto's "took the host backend" line is written here instead of to
+     * stderr, for the caller to print with what it adds (a sweep's outlook) */
+    char *notice;
+    size_t notice_len;
     int unpinned;          /* host: leave threads on the cores they have (a launcher placed them) */
 } be_options;
 

@@ -290,6 +290,82 @@ static dps_status print_dry_run(const cli_args *a, const backend *be, const swee
     return DPS_OK;
 }
 
+/* "2.5 min" or "40 s": a duration for a line. */
+static void fmt_duration(double sec, char *buf, size_t len)
+{
+    if (sec >= 60) snprintf(buf, len, "%.1f min", sec / 60);
+    else snprintf(buf, len, "%.0f s", sec < 1 ? 1 : sec);
+}
+
+/* How long the last run of this sweep's suite in its results folder (the
+ * folder's latest) took, when that run finished every configuration this one
+ * plans and no other; its folder's name in `name`. 0 when there is no such run. */
+static double last_run_s(const cli_args *a, const sweep_item *items, int n, char *name, size_t len)
+{
+    char dir[DPS_PATH_MAX + 16];
+    results_plan plan;
+    snprintf(dir, sizeof dir, "%s/latest", a->cfg.out_dir);
+    if (!a->suite_path[0] || results_plan_read(dir, &plan) != DPS_OK) return 0;
+    double sec = 0;
+    for (int i = 0; i < plan.argc; i++)
+        if (strcmp(plan.argv[i], a->suite_path) == 0) sec = plan.duration_s;
+    results_plan_free(&plan);
+    results_ids done = {0};
+    if (sec <= 0 || results_ids_finished(dir, &done) != DPS_OK) {
+        results_ids_free(&done);
+        return 0;
+    }
+    int k = 0;
+    for (int i = 0; i < n; i++) k += !items[i].skip[0];
+    if (done.n != k) sec = 0; /* that run had others too (--filter), or this one has more */
+    for (int i = 0; i < n && sec > 0; i++) {
+        char id[192];
+        config_id(&items[i].cfg, id, sizeof id);
+        if (!items[i].skip[0] && !results_ids_has(&done, id)) sec = 0;
+    }
+    results_ids_free(&done);
+    ssize_t got = readlink(dir, name, len - 1);
+    name[got > 0 ? got : 0] = '\0';
+    return got > 0 ? sec : 0;
+}
+
+/* What a sweep on the host backend will take, for the end of the line that
+ * says the host backend was taken: as long as the last run of its suite here
+ * took (last_run_s), or, without one, its GEMMs' time at a rate measured now
+ * (--dry-run's figure: set-up, the other ops and the copies are not counted,
+ * and the rate of a 50 ms GEMM on a busy machine varies, so the sweep may
+ * take more or less); and where scripts/bench.sh draws the charts
+ * (DPSCALE_CHARTS, which it sets). Empty when there is nothing to say. */
+static void sweep_outlook(const cli_args *a, const backend *be, const sweep_item *items, int n,
+                          char *buf, size_t len)
+{
+    buf[0] = '\0';
+    if (a->cmd != CMD_SWEEP || a->dry_run || a->resume || be->kind != BE_HOST) return;
+    int k = 0;
+    for (int i = 0; i < n; i++) k += !items[i].skip[0];
+    if (k == 0) return;
+    char name[DPS_NAME_MAX], took[24];
+    double last = last_run_s(a, items, n, name, sizeof name), gflops = 0, sec = 0;
+    int at = 0;
+    if (last > 0) {
+        fmt_duration(last, took, sizeof took);
+        at = snprintf(buf, len, "; this sweep: %d configuration%s, about %s here (its last run, "
+                      "%s, took that)", k, k == 1 ? "" : "s", took, name);
+    } else {
+        gflops = host_gemm_gflops();
+        for (int i = 0; i < n; i++)
+            if (!items[i].skip[0]) sec += compute_seconds(&items[i].cfg, be, gflops);
+        fmt_duration(sec, took, sizeof took);
+        if (sec > 0)
+            at = snprintf(buf, len, "; this sweep: %d configuration%s, their GEMMs alone about %s "
+                          "here (at %.0f GFLOP/s a device, measured now; set-up, the other ops and "
+                          "copies not counted)", k, k == 1 ? "" : "s", took, gflops);
+    }
+    const char *charts = getenv("DPSCALE_CHARTS");
+    if (charts && *charts && at >= 0 && (size_t)at < len)
+        snprintf(buf + at, len - (size_t)at, "%scharts in %s/ at its end", at ? ", " : "; ", charts);
+}
+
 /* The options that choose a sweep's configurations (their ids). */
 static const settings_id plan_options[] = {
     SET_MODE, SET_GPUS, SET_DEVICES, SET_MODEL, SET_LAYERS, SET_WIDTH, SET_TOKENS, SET_CLASSES,
@@ -643,7 +719,11 @@ static int run_rank_only(const dps_config *cfg, ddp_world *dw)
 int cmd_run(cli_args *a, int argc, char **argv)
 {
     backend *be = NULL;
-    dps_status rc = be_open(&a->cfg.be, &be);
+    /* a sweep's "took the host backend" line waits for its plan, which it then outlines */
+    char notice[DPS_ERRMSG_MAX] = "", outlook[512] = "";
+    be_options bo = a->cfg.be;
+    if (a->cmd == CMD_SWEEP) bo.notice = notice, bo.notice_len = sizeof notice;
+    dps_status rc = be_open(&bo, &be);
     if (rc) {
         fprintf(stderr, "dpscale: %s\n", dps_errmsg());
         return rc == DPS_ERR_USAGE ? 2 : 1;
@@ -664,6 +744,8 @@ int cmd_run(cli_args *a, int argc, char **argv)
     if (!rc) rc = distinct_ids(items, n);
     if (!rc && a->cmd == CMD_SWEEP && sweep_filter(items, n, a->filter[0] ? a->filter : NULL) == 0)
         rc = dps_fail(DPS_ERR_USAGE, "--filter %s: no configuration matches", a->filter);
+    if (!rc && notice[0]) sweep_outlook(a, be, items, n, outlook, sizeof outlook);
+    if (notice[0]) dps_log("%s%s", notice, outlook);
     if (rc) status = rc == DPS_ERR_USAGE ? cmd_usage_error() : (dps_log("%s", dps_errmsg()), 1);
     else if (a->dry_run) status = print_dry_run(a, be, items, n) ? (dps_log("%s", dps_errmsg()), 1) : 0;
     else if (a->cfg.world.launcher != WORLD_NONE && a->cfg.world.rank != 0)

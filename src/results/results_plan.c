@@ -81,6 +81,24 @@ static int parse_array(char *text, const char *key, char **argv, int max)
     }
 }
 
+/* Seconds since 1970 of the "key": "YYYY-MM-DDTHH:MM:SSZ" in text (dps_utc_iso8601's
+ * form); -1 when absent or in another form. */
+static double iso8601_at(const char *text, const char *key)
+{
+    char pat[32];
+    snprintf(pat, sizeof pat, "\"%s\": \"", key);
+    const char *p = strstr(text, pat);
+    int y, mo, d, h, mi, sec;
+    if (!p || sscanf(p + strlen(pat), "%4d-%2d-%2dT%2d:%2d:%2dZ", &y, &mo, &d, &h, &mi, &sec) != 6)
+        return -1;
+    /* days from 1970-01-01 to y-mo-d (the proleptic Gregorian calendar) */
+    y -= mo <= 2;
+    long era = (y >= 0 ? y : y - 399) / 400, yoe = y - era * 400;
+    long doy = (153 * (mo + (mo > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+    long days = era * 146097 + yoe * 365 + yoe / 4 - yoe / 100 + doy - 719468;
+    return (double)days * 86400 + h * 3600 + mi * 60 + sec;
+}
+
 dps_status results_plan_read(const char *dir, results_plan *p)
 {
     char path[DPS_PATH_MAX + 32];
@@ -92,6 +110,8 @@ dps_status results_plan_read(const char *dir, results_plan *p)
         return dps_fail(DPS_ERR_USAGE, "--resume: %s%s; give the suite file or the --mode, "
                         "--gpus and --model lists the folder was planned with",
                         rc ? dps_errmsg() : path, rc ? "" : ": missing");
+    double start = iso8601_at(p->text, "start_time"), end = iso8601_at(p->text, "end_time");
+    p->duration_s = start >= 0 && end >= start ? end - start : 0;
     size_t max = len / 4 + 2; /* each string takes at least "", */
     p->argv = calloc(max, sizeof *p->argv);
     int n = p->argv ? parse_array(p->text, "plan", p->argv, (int)max - 1) : -1;
