@@ -302,7 +302,9 @@ def sweep_hit_mid_commit(binary, prefix, out, sig, whom, *extra):
     if "ASAN_OPTIONS" in env:  # LeakSanitizer cannot run under ptrace
         env["ASAN_OPTIONS"] += ":detect_leaks=0"
     with open(os.path.join(out, "err"), "w") as err:
-        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env)
+        # SIGHUP's default action, though the tests run under nohup (which dpscale honours)
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env,
+                             preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
         try:
             wait_for(lambda: os.path.exists(os.path.join(folder, "devices.csv")), "devices.csv", p)
             sweep = children(p.pid)
