@@ -430,3 +430,10 @@ dps_status cli_finish_config(cli_args *a, const char *model, dps_mode mode, int 
     *out = c;
     return DPS_OK;
 }
+
+int cli_first_given(const cli_args *a, const settings_id *ids, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (a->given[ids[i]]) return (int)ids[i];
+    return -1;
+}

@@ -68,4 +68,7 @@ dps_status cli_finish_config(cli_args *a, const char *model, dps_mode mode, int 
                              const backend *be, dps_config *out);
 void cli_usage(FILE *f);
 
+/* The first of ids[0..n) given on the command line, or -1 when none was. */
+int cli_first_given(const cli_args *a, const settings_id *ids, size_t n);
+
 #endif

@@ -105,11 +105,11 @@ static void opt(cmdline *c, const char *flag, const char *fmt, ...)
 
 static dps_status check_measure(const cli_args *a)
 {
-    for (size_t i = 0; i < sizeof measure_refused / sizeof measure_refused[0]; i++)
-        if (a->given[measure_refused[i]])
-            return dps_fail(DPS_ERR_USAGE, "--measure measures its own folder and calibration: not "
-                            "with --%s (run the seven commands of docs/predict.md for that)",
-                            settings_table[measure_refused[i]].flag);
+    int id = cli_first_given(a, measure_refused, sizeof measure_refused / sizeof *measure_refused);
+    if (id >= 0)
+        return dps_fail(DPS_ERR_USAGE, "--measure measures its own folder and calibration: not "
+                        "with --%s (run the seven commands of docs/predict.md for that)",
+                        settings_table[id].flag);
     if (!a->gpus_set)
         return dps_fail(DPS_ERR_USAGE, "predict --measure needs --gpus LIST, the device counts to "
                         "predict (dpscale predict --measure --model medium --gpus 1,2)");

@@ -31,11 +31,11 @@ static const settings_id measure_only[] = {SET_MODEL, SET_LAYERS, SET_WIDTH, SET
 
 static dps_status check_measure_only(const cli_args *a)
 {
-    for (size_t i = 0; i < sizeof measure_only / sizeof measure_only[0]; i++)
-        if (a->given[measure_only[i]])
-            return dps_fail(DPS_ERR_USAGE, "--%s: predict reads it only with --measure, which "
-                            "runs the model first (dpscale predict --measure --model M --gpus LIST)",
-                            settings_table[measure_only[i]].flag);
+    int id = cli_first_given(a, measure_only, sizeof measure_only / sizeof *measure_only);
+    if (id >= 0)
+        return dps_fail(DPS_ERR_USAGE, "--%s: predict reads it only with --measure, which "
+                        "runs the model first (dpscale predict --measure --model M --gpus LIST)",
+                        settings_table[id].flag);
     return DPS_OK;
 }
 
