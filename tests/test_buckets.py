@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """The bucket size to use: `dpscale predict --from DIR --bucket-mb LIST` on a
 folder that ran ddp at two bucket caps, its table against runs.csv and
-predictions.csv, and summary.md's "Bucket size" section against both.
+predictions.csv, and summary.md's "Bucket size" section against both; a
+folder of one cap and no link figures (tests/fixtures/results-host)
+names its families in one line, with the commands that would advise.
 Usage: test_buckets.py DPSCALE CASE | --list; exit 0 pass, 1 fail, 77 skip."""
 from listing import DPSCALE, NOSAN, exit_if_listing, test
 
-TESTS = [test("buckets advice", DPSCALE, "advice", suite=NOSAN, timeout=180)]
+TESTS = [test("buckets advice", DPSCALE, "advice", suite=NOSAN, timeout=180),
+         test("buckets one size", DPSCALE, "one_size", suite=NOSAN, timeout=60)]
 if __name__ == "__main__":
     exit_if_listing(TESTS)  # --list: before the imports below
 
@@ -114,6 +117,18 @@ def case_advice(binary):
                            capture_output=True, text=True)
         expect_exit(p, 2, "--bucket-mb LIST advises on a results folder's runs: give --from DIR")
 
+
+
+def case_one_size(binary):
+    from dpstools import buckets_advice
+    from dpstools.folder import Folder
+    from helpers import FIXTURES
+    text = "\n".join(buckets_advice.bucket_lines(Folder(os.path.join(FIXTURES, "results-host")),
+                                                binary))
+    expect("No prediction: " in text and "links.csv: missing" in text and "### " not in text,
+           f"a folder without links.csv: {text}")
+    expect("nothing to choose between: small fp32 sgd, ddp on 2 devices; small fp32 sgd, ddp on "
+           "4 devices; tiny fp32 sgd, ddp on 2 devices; tiny fp32 sgd, ddp on 4 devices." in text and "--bucket-mb 1,5,25,100,250" in text, f"the families: {text}")
 
 if __name__ == "__main__":
     sys.exit(run_cases(globals()))

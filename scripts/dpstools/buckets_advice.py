@@ -132,7 +132,18 @@ def bucket_lines(folder, binary=None):
         preds = predicted(folder.path, binary)
     except InputError as e:
         preds = {}
-        lines += [f"No prediction: {e}. The measured sizes alone follow.", ""]
+        lines += [f"No prediction: {e}.", ""]
+    alone = [k for k in sorted(runs) if len(runs[k]) == 1 and not preds.get(k)]
     for key in sorted(runs):
-        lines += family_lines(key, runs[key], preds.get(key, {}))
+        if key not in alone:
+            lines += family_lines(key, runs[key], preds.get(key, {}))
+    if alone:
+        names = "; ".join(f"{m} {prec} {opt}{f' accum {acc}' if acc > 1 else ''}"
+                          f"{' no_sync off' if sync == 'off' else ''}, {mode} on {n} devices"
+                          for m, prec, opt, _, acc, mode, n, sync in alone)
+        lines += [f"One size run and nothing predicted, so nothing to choose between: {names}. "
+                  "For a recommendation, run sizes (`dpscale sweep --bucket-mb 1,25,100`), or "
+                  "measure the all-reduce into the folder (`dpscale comm-bench --gpus 2 --out "
+                  "OUT --name NAME`) and ask `dpscale predict --from DIR --bucket-mb "
+                  "1,5,25,100,250`.", ""]
     return lines
