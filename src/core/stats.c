@@ -57,6 +57,12 @@ double stats_busbw_allreduce(double algbw_gbps, int nranks)
     return algbw_gbps * 2.0 * (nranks - 1) / nranks;
 }
 
+double stats_quantile_in_place(double *x, int n, double q)
+{
+    if (n > 0) qsort(x, (size_t)n, sizeof *x, cmp_double);
+    return stats_percentile_sorted(x, n, q);
+}
+
 double stats_median_or(const double *x, int n, double none)
 {
     dps_stats st;

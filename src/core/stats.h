@@ -14,6 +14,8 @@ void stats_compute(const double *x, int n, dps_stats *out);
 /* The median of x[0..n); `none` when n is 0. */
 double stats_median_or(const double *x, int n, double none);
 double stats_percentile_sorted(const double *sorted, int n, double q);
+/* Quantile q (0..1) of x[0..n), which it sorts in place; NaN when n is 0. */
+double stats_quantile_in_place(double *x, int n, double q);
 
 /* nccl-tests' all-reduce bus bandwidth: algbw * 2 (n - 1) / n. */
 double stats_busbw_allreduce(double algbw_gbps, int nranks);

@@ -537,39 +537,32 @@ static const char *const buckets_cols[] = {
 enum { BK_READY, BK_BEGIN, BK_MS, BK_WAIT, BK_TRANSFER, BK_LATE, BK_LATE_P25, BK_READY_STEP,
        BK_COUNT };
 
-/* One traced step's figure f of rank's span i (see buckets_cols). */
-static double bucket_figure(const timeline *tl, int t, int r, int i, int f)
+/* Traced step t's figures of rank's span i (see buckets_cols), into
+ * fig[f * steps + t]; BK_LATE_P25 takes BK_LATE's, read as another quantile. */
+static void bucket_figures(const timeline *tl, int t, int r, int i, double *fig)
 {
     const tl_span *sp = &timeline_spans(tl, t, r)[i];
     double bwd = timeline_micro(tl, t, r, sp->micro)[PH_BACKWARD].begin_ms;
-    if (f == BK_READY) return sp->ready_ms - bwd;
-    if (f == BK_BEGIN) return sp->begin_ms - bwd;
-    if (f == BK_MS) return sp->ms;
     span_parts p = step_span_parts(tl, t, r, i);
-    return f == BK_WAIT ? p.wait_ms : f == BK_TRANSFER ? p.transfer_ms
-         : f == BK_READY_STEP ? p.ready_step_ms : p.late_ms;
-}
-
-static int by_value(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
+    const double v[BK_COUNT] = {sp->ready_ms - bwd, sp->begin_ms - bwd, sp->ms, p.wait_ms,
+                                p.transfer_ms, p.late_ms, p.late_ms, p.ready_step_ms};
+    for (int f = 0; f < BK_COUNT; f++) fig[(size_t)f * tl->steps + t] = v[f];
 }
 
 /* The medians over the traced steps of rank's bucket i: when it was ready
  * and its all-reduce began, after backward began, the all-reduce's time,
  * and its wait, transfer and lateness (step_parts.h); and the lateness it
- * reached in 3 of 4 traced steps (its 25th percentile). */
-static void bucket_medians(const timeline *tl, int r, int i, double *x, double out[BK_COUNT])
+ * reached in 3 of 4 traced steps (its 25th percentile). fig: BK_COUNT x
+ * steps doubles of room. */
+static void bucket_medians(const timeline *tl, int r, int i, double *fig, double out[BK_COUNT])
 {
+    for (int t = 0; t < tl->steps; t++) bucket_figures(tl, t, r, i, fig);
     for (int f = 0; f < BK_COUNT; f++) {
+        double *x = fig + (size_t)f * tl->steps;
         int n = 0;
-        for (int t = 0; t < tl->steps; t++) {
-            double v = bucket_figure(tl, t, r, i, f == BK_LATE_P25 ? BK_LATE : f);
-            if (!isnan(v)) x[n++] = v;
-        }
-        qsort(x, (size_t)n, sizeof *x, by_value);
-        out[f] = stats_percentile_sorted(x, n, f == BK_LATE_P25 ? 0.25 : 0.5);
+        for (int t = 0; t < tl->steps; t++)
+            if (!isnan(x[t])) x[n++] = x[t];
+        out[f] = stats_quantile_in_place(x, n, f == BK_LATE_P25 ? 0.25 : 0.5);
     }
 }
 
@@ -581,7 +574,7 @@ static void buckets_rows(csv_buf *b, const dps_config *c, const train_result *re
 {
     const timeline *tl = &res->tl;
     if (!dps_strategy_of(c->mode)->per_rank || tl->steps < 1) return;
-    double *x = malloc((size_t)tl->steps * sizeof *x), m[BK_COUNT];
+    double *x = malloc((size_t)tl->steps * BK_COUNT * sizeof *x), m[BK_COUNT];
     if (!x) {
         b->oom = 1;
         return;

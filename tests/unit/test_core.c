@@ -21,6 +21,9 @@ static void test_stats(void)
     stats_compute(x, 5, &s);
     EXPECT_NEAR(s.median, 3.0, 1e-12);
     EXPECT_NEAR(s.mean, 3.0, 1e-12);
+    double q[] = {5, 1, 4, 2, 3};
+    EXPECT_NEAR(stats_quantile_in_place(q, 5, 0.25), 2.0, 1e-12);
+    EXPECT(q[0] == 1 && q[4] == 5 && isnan(stats_quantile_in_place(q, 0, 0.5)));
     EXPECT_NEAR(s.p10, 1.4, 1e-12);     /* numpy.percentile(x, 10) */
     EXPECT_NEAR(s.p90, 4.6, 1e-12);
     EXPECT_NEAR(s.stdev, sqrt(2.5), 1e-12);
