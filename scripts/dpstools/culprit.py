@@ -7,7 +7,7 @@ ready marks point at (buckets.csv's late_ms). Standard library only.
 import math
 from collections import defaultdict
 
-from dpstools.folder import PHASE_ORDER, link_curves, run_label
+from dpstools.folder import PHASE_ORDER, at_size, link_curves, run_label
 from dpstools.results import integer, number
 from dpstools.stats import median
 
@@ -110,7 +110,6 @@ def bucket_rows(folder):
 
 def link_gbps(folder, size):
     """The measured GB/s between two devices at a ring chunk of `size` bytes, or None."""
-    from dpstools.summary import at_size  # summary imports this module
     pts = link_curves(folder).get(("d2d_write", "dev0", "dev1"))
     return at_size(pts, size) if pts and size > 0 else None
 
@@ -207,11 +206,11 @@ def straggler_lines(folder):
         if not found:
             continue
         rank, late, most, others, share, named = found
-        waits = [sum(number(b, "wait_ms") for b in by[cid] if integer(b, "rank") != rank and
-                     b["collective"] != "all-gather")]
+        waits = sum(number(b, "wait_ms") for b in by[cid] if integer(b, "rank") != rank and
+                    b["collective"] != "all-gather")
         verdict = f"**rank {rank}**" if named else "none"
         body.append(f"| {cid} | {run_label(r, ' ')} | {r['_n']} | {rank} | {late:.3g} | "
-                    f"{most:.3g} | {others:.3g} | {100 * share:.0f} % | {ms(sum(waits))} | "
+                    f"{most:.3g} | {others:.3g} | {100 * share:.0f} % | {ms(waits)} | "
                     f"{verdict} |")
     if not body:
         return []

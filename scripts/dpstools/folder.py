@@ -164,6 +164,18 @@ def link_curves(folder):
 
 
 
+def at_size(pts, size):
+    """A path's GB/s at `size`: log-linear between the measured sizes around it, the
+    nearest measured size outside them."""
+    if size <= pts[0][0]:
+        return pts[0][1]
+    for (s0, b0), (s1, b1) in zip(pts, pts[1:]):
+        if size <= s1:
+            t = (math.log(size) - math.log(s0)) / (math.log(s1) - math.log(s0))
+            return b0 + t * (b1 - b0)
+    return pts[-1][1]
+
+
 def fmt_bytes(b):
     for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if b >= scale:

@@ -11,9 +11,9 @@ from collections import defaultdict
 from dpstools.buckets_advice import bucket_lines
 from dpstools import culprit
 from dpstools.diagnose import diagnosis
-from dpstools.folder import (FAILED, LINES, PHASE_ORDER, any_accum, cannot_write, fmt_bytes,
-                             gpu0_ratio, link_curves, peaks_by_config, run_label, scaler_runs,
-                             series)
+from dpstools.folder import (FAILED, LINES, PHASE_ORDER, any_accum, at_size, cannot_write,
+                             fmt_bytes, gpu0_ratio, link_curves, peaks_by_config, run_label,
+                             scaler_runs, series)
 from dpstools.predicted import (against_measured, oom_lines, prediction_sources,
                                 predictions_table)
 from dpstools.results import integer, line, number
@@ -46,18 +46,6 @@ def copy_bytes(phase, per_step, run):
     if phase in ("replicate", "reduce"):
         return per_micro / max(1, math.ceil(per_micro / DP_GROUP_BYTES))
     return per_micro
-
-
-def at_size(pts, size):
-    """A path's GB/s at `size`: log-linear between the measured sizes around it, the
-    nearest measured size outside them."""
-    if size <= pts[0][0]:
-        return pts[0][1]
-    for (s0, b0), (s1, b1) in zip(pts, pts[1:]):
-        if size <= s1:
-            t = (math.log(size) - math.log(s0)) / (math.log(s1) - math.log(s0))
-            return b0 + t * (b1 - b0)
-    return pts[-1][1]
 
 
 def link_use(folder):
