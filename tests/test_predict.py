@@ -360,7 +360,7 @@ def case_predict_measure(binary):
         expect(all(f"--machine {machine} " in lines[k] for k in (2, 6)), "\n".join(lines))
         for args, needle in [(["--model", "tiny", "--from", folder, "--gpus", "2"],
                               "--model: predict reads it only with --measure"),
-                             (["--measure", "--from", folder, "--gpus", "2"], "not with --from"),
+                             (["--measure", "--from", folder, "--gpus", "2"], "--from: not with --measure"),
                              (["--measure", "--model", "tiny"], "predict --measure needs --gpus LIST")]:
             expect_exit(subprocess.run([binary, "predict", *args], capture_output=True, text=True), 2,
                         needle)

@@ -431,9 +431,10 @@ dps_status cli_finish_config(cli_args *a, const char *model, dps_mode mode, int 
     return DPS_OK;
 }
 
-int cli_first_given(const cli_args *a, const settings_id *ids, size_t n)
+dps_status cli_refuse_given(const cli_args *a, const settings_id *ids, size_t n, const char *why)
 {
     for (size_t i = 0; i < n; i++)
-        if (a->given[ids[i]]) return (int)ids[i];
-    return -1;
+        if (a->given[ids[i]])
+            return dps_fail(DPS_ERR_USAGE, "--%s: %s", settings_table[ids[i]].flag, why);
+    return DPS_OK;
 }

@@ -68,7 +68,8 @@ dps_status cli_finish_config(cli_args *a, const char *model, dps_mode mode, int 
                              const backend *be, dps_config *out);
 void cli_usage(FILE *f);
 
-/* The first of ids[0..n) given on the command line, or -1 when none was. */
-int cli_first_given(const cli_args *a, const settings_id *ids, size_t n);
+/* DPS_ERR_USAGE "--FLAG: why" for the first of ids[0..n) given on the
+ * command line; DPS_OK when none was. */
+dps_status cli_refuse_given(const cli_args *a, const settings_id *ids, size_t n, const char *why);
 
 #endif

@@ -105,11 +105,9 @@ static void opt(cmdline *c, const char *flag, const char *fmt, ...)
 
 static dps_status check_measure(const cli_args *a)
 {
-    int id = cli_first_given(a, measure_refused, sizeof measure_refused / sizeof *measure_refused);
-    if (id >= 0)
-        return dps_fail(DPS_ERR_USAGE, "--measure measures its own folder and calibration: not "
-                        "with --%s (run the seven commands of docs/predict.md for that)",
-                        settings_table[id].flag);
+    DPS_TRY(cli_refuse_given(a, measure_refused, sizeof measure_refused / sizeof *measure_refused,
+                             "not with --measure, which measures its own folder and calibration "
+                             "(run the seven commands of docs/predict.md for that)"));
     if (!a->gpus_set)
         return dps_fail(DPS_ERR_USAGE, "predict --measure needs --gpus LIST, the device counts to "
                         "predict (dpscale predict --measure --model medium --gpus 1,2)");

@@ -31,12 +31,9 @@ static const settings_id measure_only[] = {SET_MODEL, SET_LAYERS, SET_WIDTH, SET
 
 static dps_status check_measure_only(const cli_args *a)
 {
-    int id = cli_first_given(a, measure_only, sizeof measure_only / sizeof *measure_only);
-    if (id >= 0)
-        return dps_fail(DPS_ERR_USAGE, "--%s: predict reads it only with --measure, which "
-                        "runs the model first (dpscale predict --measure --model M --gpus LIST)",
-                        settings_table[id].flag);
-    return DPS_OK;
+    return cli_refuse_given(a, measure_only, sizeof measure_only / sizeof *measure_only,
+                            "predict reads it only with --measure, which runs the model first "
+                            "(dpscale predict --measure --model M --gpus LIST)");
 }
 
 static dps_status check_args(const cli_args *a)
