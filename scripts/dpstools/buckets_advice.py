@@ -145,5 +145,5 @@ def bucket_lines(folder, binary=None):
                   "For a recommendation, run sizes (`dpscale sweep --bucket-mb 1,25,100`), or "
                   "measure the all-reduce into the folder (`dpscale comm-bench --gpus 2 --out "
                   "OUT --name NAME`) and ask `dpscale predict --from DIR --bucket-mb "
-                  "1,5,25,100,250`.", ""]
+                  f"{','.join(str(x) for x in USUAL_MB)}`.", ""]
     return lines

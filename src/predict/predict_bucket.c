@@ -8,9 +8,10 @@
 #include "predict/predict_bucket.h"
 #include "core/stats.h"
 #include "core/strategy.h"
+#include "config/settings.h"
 
 #define SAME_MB(a, b) (fabs((a) - (b)) < 1e-9)
-#define MAX_FAMILY_SIZES (2 * 16 + 2) /* the list and the sizes a folder ran */
+#define MAX_FAMILY_SIZES (2 * SETTINGS_MAX_LIST) /* the list and the sizes a folder ran */
 
 /* A series, a strategy with buckets, a device count. */
 typedef struct bucket_family {
@@ -19,12 +20,14 @@ typedef struct bucket_family {
     int ngpus;
 } bucket_family;
 
-double bucket_expected_ms(const bucket_point *p, double scale)
+/* A point's expected step time: measured where run, else predicted x scale. */
+static double bucket_expected_ms(const bucket_point *p, double scale)
 {
     return isnan(p->measured_ms) ? p->predicted_ms * scale : p->measured_ms;
 }
 
-void predict_bucket_advise(const bucket_point *p, int n, bucket_advice *a)
+/* The advice on n points in ascending size. */
+static void predict_bucket_advise(const bucket_point *p, int n, bucket_advice *a)
 {
     double ratio[MAX_FAMILY_SIZES] = {0}, least = INFINITY;
     int k = 0;
@@ -36,8 +39,7 @@ void predict_bucket_advise(const bucket_point *p, int n, bucket_advice *a)
         a->error_pct = isnan(a->error_pct) ? e : fmax(a->error_pct, e);
     }
     a->scale = stats_median_or(ratio, k, 1.0);
-    for (int i = 0; i < n; i++)
-        if (bucket_expected_ms(&p[i], a->scale) < least) least = bucket_expected_ms(&p[i], a->scale);
+    for (int i = 0; i < n; i++) least = fmin(least, bucket_expected_ms(&p[i], a->scale));
     a->best = 0;
     while (a->best < n - 1 && !(bucket_expected_ms(&p[a->best], a->scale) <= least * (1 + BUCKET_TIE)))
         a->best++;

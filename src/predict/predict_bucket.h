@@ -29,10 +29,6 @@ typedef struct bucket_advice {
                         * run, else predicted x scale), the smallest within BUCKET_TIE of it */
 } bucket_advice;
 
-/* A point's expected step time: measured where run, else predicted x scale. */
-double bucket_expected_ms(const bucket_point *p, double scale);
-/* The advice on n points in ascending size. */
-void predict_bucket_advise(const bucket_point *p, int n, bucket_advice *a);
 
 /* What --bucket-mb predicts: the families, each's points, the rows
  * behind the predictions (for predictions.csv; each row's workload one of

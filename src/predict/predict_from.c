@@ -508,10 +508,10 @@ static dps_status measured_buckets(const csv_table *bk, const char *id, predict_
     return DPS_OK;
 }
 
-/* ddp row r overlaps and has w's bucket cap and no_sync. */
-static int ddp_matches(const runs_view *v, int r, const predict_workload *w)
+/* ddp row r overlaps and has w's no_sync and (unless any_cap) its bucket cap. */
+static int ddp_matches(const runs_view *v, int r, const predict_workload *w, int any_cap)
 {
-    return is_ddp_overlap(v, r) && fabs(bucket_cap(v, r) - w->bucket_mb) < 1e-9 &&
+    return is_ddp_overlap(v, r) && (any_cap || fabs(bucket_cap(v, r) - w->bucket_mb) < 1e-9) &&
            is_sync_all(v, r) == w->sync_all;
 }
 
@@ -527,11 +527,7 @@ static int workload_of(const runs_view *v, int r, const predict_workload *w, int
     cell(v, profile_row(v, q), R_ID, a);
     int ddp = is_bucketed(v, r);
     for (int k = 0; k < nw; k++)
-        if (strcmp(w[k].source, a) == 0) {
-            predict_workload at = w[k];
-            at.bucket_mb = any_cap ? bucket_cap(v, r) : at.bucket_mb;
-            return !ddp || ddp_matches(v, r, &at) ? k : -1;
-        }
+        if (strcmp(w[k].source, a) == 0) return !ddp || ddp_matches(v, r, &w[k], any_cap) ? k : -1;
     return -1;
 }
 
