@@ -290,6 +290,17 @@ static dps_status print_dry_run(const cli_args *a, const backend *be, const swee
     return DPS_OK;
 }
 
+/* OUT/latest's path in link, and the folder it points at in target: 1
+ * when that is a folder name directly under OUT, else 0. */
+static int latest_target(const char *out_dir, char *link, size_t llen, char *target, size_t tlen)
+{
+    snprintf(link, llen, "%s/latest", out_dir);
+    ssize_t got = readlink(link, target, tlen - 1);
+    target[got > 0 ? got : 0] = '\0';
+    return got > 0 && !strchr(target, '/') && strcmp(target, ".") != 0 &&
+           strcmp(target, "..") != 0;
+}
+
 /* "2.5 min" or "40 s": a duration for a line. */
 static void fmt_duration(double sec, char *buf, size_t len)
 {
@@ -298,25 +309,23 @@ static void fmt_duration(double sec, char *buf, size_t len)
 }
 
 /* How long the last run of this sweep's suite in its results folder (the
- * folder's latest) took, when that run finished every configuration this one
- * plans and no other; its folder's name in `name`. 0 when there is no such run. */
-static double last_run_s(const cli_args *a, const sweep_item *items, int n, char *name, size_t len)
+ * folder's latest) took, when that run finished every one of the k
+ * configurations this one plans and no other; its folder's name in `name`.
+ * 0 when there is no such run. */
+static double last_run_s(const cli_args *a, const sweep_item *items, int n, int k, char *name,
+                         size_t len)
 {
     char dir[DPS_PATH_MAX + 16];
     results_plan plan;
-    snprintf(dir, sizeof dir, "%s/latest", a->cfg.out_dir);
-    if (!a->suite_path[0] || results_plan_read(dir, &plan) != DPS_OK) return 0;
+    if (!a->suite_path[0] || !latest_target(a->cfg.out_dir, dir, sizeof dir, name, len) ||
+        results_plan_read(dir, &plan) != DPS_OK)
+        return 0;
     double sec = 0;
     for (int i = 0; i < plan.argc; i++)
         if (strcmp(plan.argv[i], a->suite_path) == 0) sec = plan.duration_s;
     results_plan_free(&plan);
     results_ids done = {0};
-    if (sec <= 0 || results_ids_finished(dir, &done) != DPS_OK) {
-        results_ids_free(&done);
-        return 0;
-    }
-    int k = 0;
-    for (int i = 0; i < n; i++) k += !items[i].skip[0];
+    if (sec > 0 && results_ids_finished(dir, &done) != DPS_OK) sec = 0;
     if (done.n != k) sec = 0; /* that run had others too (--filter), or this one has more */
     for (int i = 0; i < n && sec > 0; i++) {
         char id[192];
@@ -324,9 +333,7 @@ static double last_run_s(const cli_args *a, const sweep_item *items, int n, char
         if (!items[i].skip[0] && !results_ids_has(&done, id)) sec = 0;
     }
     results_ids_free(&done);
-    ssize_t got = readlink(dir, name, len - 1);
-    name[got > 0 ? got : 0] = '\0';
-    return got > 0 ? sec : 0;
+    return sec;
 }
 
 /* What a sweep on the host backend will take, for the end of the line that
@@ -345,7 +352,7 @@ static void sweep_outlook(const cli_args *a, const backend *be, const sweep_item
     for (int i = 0; i < n; i++) k += !items[i].skip[0];
     if (k == 0) return;
     char name[DPS_NAME_MAX], took[24];
-    double last = last_run_s(a, items, n, name, sizeof name), gflops = 0, sec = 0;
+    double last = last_run_s(a, items, n, k, name, sizeof name), gflops = 0, sec = 0;
     int at = 0;
     if (last > 0) {
         fmt_duration(last, took, sizeof took);
@@ -413,13 +420,11 @@ static dps_status resume_plan(cli_args *a, int argc, char **argv, results_plan *
 static dps_status resume_name(cli_args *a)
 {
     char link[DPS_PATH_MAX + 16], target[DPS_NAME_MAX];
-    snprintf(link, sizeof link, "%s/latest", a->cfg.out_dir);
-    ssize_t len = readlink(link, target, sizeof target - 1);
-    if (len <= 0)
+    int under_out = latest_target(a->cfg.out_dir, link, sizeof link, target, sizeof target);
+    if (!target[0])
         return dps_fail(DPS_ERR_USAGE, "--resume: %s is missing or not a link to a results folder; "
                         "name the folder to resume with --name", link);
-    target[len] = '\0';
-    if (strchr(target, '/') || strcmp(target, ".") == 0 || strcmp(target, "..") == 0)
+    if (!under_out)
         return dps_fail(DPS_ERR_USAGE, "--resume: %s points at '%s', not at a folder directly under "
                         "%s; name the folder to resume with --name", link, target, a->cfg.out_dir);
     dps_strlcpy(a->cfg.name, target, sizeof a->cfg.name);
