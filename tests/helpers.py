@@ -217,15 +217,20 @@ def run_cases(namespace):
     return run_case(" ".join([case, *args]), cases[case], first, *args)
 
 
-def need_torch():
-    """None when the scripts' interpreter has PyTorch, else 77 after saying
-    why. Looked up, not imported: an import costs seconds."""
+def missing_modules(names):
+    """The modules of names the scripts' interpreter (PYTHON) lacks. Looked
+    up, not imported: an import costs seconds."""
     if os.path.realpath(sys.executable) == os.path.realpath(PYTHON):
-        found = importlib.util.find_spec("torch") is not None
-    else:
-        found = subprocess.run([PYTHON, "-c", "import importlib.util as u, sys; "
-                                "sys.exit(u.find_spec('torch') is None)"]).returncode == 0
-    if not found:
+        return [n for n in names if importlib.util.find_spec(n) is None]
+    look = ("import importlib.util as u, sys; "
+            "print(' '.join(n for n in sys.argv[1:] if u.find_spec(n) is None))")
+    done = subprocess.run([PYTHON, "-c", look, *names], capture_output=True, text=True)
+    return done.stdout.split() if done.returncode == 0 else list(names)
+
+
+def need_torch():
+    """None when the scripts' interpreter has PyTorch, else 77 after saying why."""
+    if missing_modules(["torch"]):
         print(f"skipped: PyTorch is not installed for {PYTHON} (scripts/setup.sh "
               f"--with-torch installs python3-torch)")
         return 77

@@ -6,22 +6,24 @@ the scripts' interpreter lacks PyTorch or torchvision, or Open MPI's mpirun
 is missing, naming what is missing; 0 when all are here. It looks the
 modules up without importing them, so it takes a fraction of a second.
 Usage: test_without_torch.py; exit 0 all here, 77 something missing."""
-import importlib.util
 import shutil
 import sys
 
+from helpers import PYTHON, missing_modules
+
 # what scripts/setup.sh --with-torch installs for the tests against PyTorch and the launchers
+# (its list of Debian packages: keep the two together)
 NEEDED = [("torch", "python3-torch"), ("torchvision", "python3-torchvision"),
           ("numpy", "python3-numpy")]
 
 
 def main():
-    missing = [f"{module} ({package})" for module, package in NEEDED
-               if importlib.util.find_spec(module) is None]
+    lacking = missing_modules([module for module, _ in NEEDED])
+    missing = [f"{module} ({package})" for module, package in NEEDED if module in lacking]
     if not shutil.which("mpirun"):
         missing.append("mpirun (openmpi-bin)")
     if missing:
-        print(f"SKIP: {sys.executable} lacks {', '.join(missing)}: the tests against PyTorch "
+        print(f"SKIP: {PYTHON} lacks {', '.join(missing)}: the tests against PyTorch "
               "(suite torch) and the launcher tests skip; scripts/setup.sh --with-torch "
               "installs them")
         return 77
