@@ -118,6 +118,13 @@ void dps_utc_iso8601(char *buf, size_t len)
     strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
+double dps_parse_utc_iso8601(const char *text)
+{
+    struct tm tm = {0};
+    const char *end = strptime(text, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return end ? (double)timegm(&tm) : -1.0;
+}
+
 dps_status dps_mkdirs(const char *path, const char *option)
 {
     char tmp[4096];

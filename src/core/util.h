@@ -27,6 +27,8 @@ double dps_now_ms(void);          /* monotonic clock, ms */
 int64_t dps_now_us(void);         /* monotonic clock, us */
 double dps_wall_ms(void);         /* wall clock (CLOCK_REALTIME), ms: the same on every host NTP keeps */
 void dps_utc_iso8601(char *buf, size_t len); /* now, "2026-11-30T01:02:03Z" */
+/* Seconds since 1970 of text beginning with dps_utc_iso8601's form; -1 in another form. */
+double dps_parse_utc_iso8601(const char *text);
 
 /* mkdir -p; DPS_ERR_USAGE with a message when it cannot be created or written. */
 dps_status dps_mkdirs(const char *path, const char *option) DPS_MUST_USE;

@@ -88,15 +88,7 @@ static double iso8601_at(const char *text, const char *key)
     char pat[32];
     snprintf(pat, sizeof pat, "\"%s\": \"", key);
     const char *p = strstr(text, pat);
-    int y, mo, d, h, mi, sec;
-    if (!p || sscanf(p + strlen(pat), "%4d-%2d-%2dT%2d:%2d:%2dZ", &y, &mo, &d, &h, &mi, &sec) != 6)
-        return -1;
-    /* days from 1970-01-01 to y-mo-d (the proleptic Gregorian calendar) */
-    y -= mo <= 2;
-    long era = (y >= 0 ? y : y - 399) / 400, yoe = y - era * 400;
-    long doy = (153 * (mo + (mo > 2 ? -3 : 9)) + 2) / 5 + d - 1;
-    long days = era * 146097 + yoe * 365 + yoe / 4 - yoe / 100 + doy - 719468;
-    return (double)days * 86400 + h * 3600 + mi * 60 + sec;
+    return p ? dps_parse_utc_iso8601(p + strlen(pat)) : -1;
 }
 
 dps_status results_plan_read(const char *dir, results_plan *p)

@@ -126,6 +126,9 @@ static void test_csv(void)
 static void test_parse(void)
 {
     uint64_t b;
+    EXPECT(dps_parse_utc_iso8601("1970-01-02T00:00:01Z") == 86401.0);
+    EXPECT(dps_parse_utc_iso8601("2024-02-29T12:00:00Z\"") == 1709208000.0);
+    EXPECT(dps_parse_utc_iso8601("2024-02-29 12:00") == -1.0);
     EXPECT(dps_parse_bytes("4096", &b) == 0 && b == 4096);
     EXPECT(dps_parse_bytes("2K", &b) == 0 && b == 2048);
     EXPECT(dps_parse_bytes("3MiB", &b) == 0 && b == 3u << 20);
