@@ -438,3 +438,14 @@ dps_status cli_refuse_given(const cli_args *a, const settings_id *ids, size_t n,
             return dps_fail(DPS_ERR_USAGE, "--%s: %s", settings_table[ids[i]].flag, why);
     return DPS_OK;
 }
+
+void cli_folder_name(const char *text, char *buf, size_t len)
+{
+    dps_strlcpy(buf, text, len);
+    for (char *p = buf; *p; p++) {
+        unsigned char c = (unsigned char)*p;
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '-' || c == '_' || (c == '.' && p != buf)))
+            *p = '_';
+    }
+}

@@ -72,4 +72,8 @@ void cli_usage(FILE *f);
  * command line; DPS_OK when none was. */
 dps_status cli_refuse_given(const cli_args *a, const settings_id *ids, size_t n, const char *why);
 
+/* A folder name under OUT made from text, as --name accepts it: a byte other than
+ * a letter, a digit, '-', '_' or a '.' after the first becomes '_'. */
+void cli_folder_name(const char *text, char *buf, size_t len);
+
 #endif

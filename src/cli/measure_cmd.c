@@ -331,10 +331,9 @@ static int run_step(const char *exe, const measure_dir *d, step *s, int k)
 /* OUT/NAME: NAME given, else measure-<the model's base name>; made. */
 static dps_status measure_folder(const cli_args *a, measure_dir *d)
 {
-    char name[DPS_NAME_MAX];
-    snprintf(name, sizeof name, "measure-%.100s", dps_path_base(model_of(a)));
-    for (char *c = name; *c; c++)
-        if (*c == ' ' || *c == '.') *c = '_';
+    char text[DPS_NAME_MAX], name[DPS_NAME_MAX];
+    snprintf(text, sizeof text, "measure-%.100s", dps_path_base(model_of(a)));
+    cli_folder_name(text, name, sizeof name);
     snprintf(d->dir, sizeof d->dir, "%s/%s", a->cfg.out_dir, a->name_set ? a->cfg.name : name);
     snprintf(d->log, sizeof d->log, "%s/%s", d->dir, MEASURE_LOG);
     return dps_mkdirs(d->dir, "--out");

@@ -59,20 +59,11 @@ static dps_status check_args(const cli_args *a)
                     lack);
 }
 
-/* NAME under OUT made from text: no '/', not starting with '.'. */
-static void folder_name(const char *text, char *buf, size_t len)
-{
-    dps_strlcpy(buf, text, len);
-    for (char *c = buf; *c; c++)
-        if (*c == '/' || *c == ' ') *c = '_';
-    if (buf[0] == '.') buf[0] = '_';
-}
-
 /* OUT/NAME, made; NAME defaults to `name`. */
 static dps_status out_folder(cli_args *a, const char *name, char *dir, size_t len)
 {
     char safe[DPS_NAME_MAX];
-    folder_name(name, safe, sizeof safe);
+    cli_folder_name(name, safe, sizeof safe);
     if (!a->name_set) dps_strlcpy(a->cfg.name, safe, sizeof a->cfg.name);
     snprintf(dir, len, "%s/%s", a->cfg.out_dir, a->cfg.name);
     return dps_mkdirs(dir, "--out");
