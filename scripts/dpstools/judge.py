@@ -132,15 +132,16 @@ class Results:
     def machine(self):
         return self.newest.machine()
 
-    def _ok(self, cid):
+    def ok_parts(self, cid):
+        """The runs (RunFolder) that ran a configuration ok."""
         return [p for p in self.parts if cid in p.runs and p.runs[cid]["status"] == "ok"]
 
     def samples(self, cid, metric):
-        return [x for p in self._ok(cid) for x in p.samples(cid, metric)]
+        return [x for p in self.ok_parts(cid) for x in p.samples(cid, metric)]
 
     def drift(self, cid, metric):
         """Relative spread of the per-run medians (0 with one run)."""
-        meds = [median(v) for v in (p.samples(cid, metric) for p in self._ok(cid)) if v]
+        meds = [median(v) for v in (p.samples(cid, metric) for p in self.ok_parts(cid)) if v]
         if len(meds) < 2:
             return 0.0
         return (max(meds) - min(meds)) / median(meds)

@@ -11,7 +11,6 @@ most. A side of several runs pools their samples. Standard library only.
 import math
 import os
 
-from dpstools.judge import slowest_ranks
 from dpstools.results import PHASES, InputError, by_config, number, read_csv, read_steps
 from dpstools.stats import median
 
@@ -20,7 +19,9 @@ from dpstools.stats import median
 OVERLAPPED = {"allreduce"}
 # A change smaller than this (ms) is the CSV's rounding (4 decimals), not a change.
 EPS_MS = 0.0005
-STEP_COLS = ["step_ms", "rank_step_ms"] + [p + "_ms" for p in PHASES]
+# steps.csv's phase columns: judge keeps only what it judges (its readers' peak memory
+# on a 1M-row folder is bounded), so the breakdown reads these itself, when asked for.
+PHASE_COLS = [p + "_ms" for p in PHASES]
 BUCKET_COLS = ["config_id", "rank", "bucket", "micro_step", "ready_ms", "allreduce_begin_ms",
                "allreduce_ms", "collective", "phase"]
 # buckets.csv's figures: when the bucket was ready, when its collective began, its time.
@@ -29,21 +30,20 @@ BUCKET_FIGURES = ("ready_ms", "allreduce_begin_ms", "allreduce_ms")
 
 class Side:
     """One side of a comparison (judge.Results) as the breakdown reads it:
-    its runs' steps.csv with every phase column and buckets.csv (absent:
-    None), each read once, when first asked for."""
+    its runs' steps.csv phase columns and buckets.csv (absent: None), each
+    read once, when first asked for; the step times are judge's."""
 
     def __init__(self, results):
         self.results = results
         self.steps, self.buckets = {}, {}
 
     def parts(self, cid):
-        return [p for p in self.results.parts
-                if cid in p.runs and p.runs[cid]["status"] == "ok"]
+        return self.results.ok_parts(cid)
 
     def step_rows(self, part):
         if part.folder not in self.steps:
             self.steps[part.folder] = read_steps(os.path.join(part.folder, "steps.csv"),
-                                                 STEP_COLS).of
+                                                 PHASE_COLS).of
         return self.steps[part.folder]
 
     def bucket_rows(self, part):
@@ -55,10 +55,6 @@ class Side:
 
     def mode(self, cid):
         return self.results.runs[cid]["mode"]
-
-    def step_samples(self, cid):
-        """The step times (the slowest rank's), one a step, pooled over the runs."""
-        return [v[0] for p in self.parts(cid) for v in slowest_ranks(self.step_rows(p).get(cid))]
 
     def phase_medians(self, cid):
         """{rank: {phase: median ms}} of the per-rank samples, pooled over the runs."""
@@ -186,7 +182,7 @@ def breakdown(base, cur, cid):
     a dict of the step's change, the phases (phase_rows), the buckets' line,
     the phase that lost most, and notes on what differs between the sides."""
     unit = "device" if cur.mode(cid) == "dp" else "rank"
-    sb, sn = base.step_samples(cid), cur.step_samples(cid)
+    sb, sn = base.results.samples(cid, "step_ms"), cur.results.samples(cid, "step_ms")
     mb, mn = median(sb), median(sn)
     out = {"config": cid, "unit": unit, "base_step_ms": mb, "new_step_ms": mn,
            "delta_ms": mn - mb, "delta_pct": 100.0 * (mn / mb - 1.0) if mb else None,
