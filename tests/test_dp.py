@@ -13,7 +13,7 @@ TESTS = [test(f"dp check gpus={g} {o} batch={b}", DPSCALE, "check", g, o, b) for
 TESTS += [test("dp learns gpus=3", DPSCALE, "learns", "3")]
 TESTS += [test(f"dp {c}", DPSCALE, c, timeout=300)
           for c in ("imbalance", "replica_phases", "dp_impl", "oom", "bad_input", "cuda_absent",
-                    "info")]
+                    "info", "shared_device")]
 if __name__ == "__main__":
     exit_if_listing(TESTS)  # --list: before the imports below
 
@@ -59,6 +59,26 @@ def case_learns(binary, ngpus):
         r = read_folder(os.path.join(out, "t"))[0][0]
         first, last = float(r["loss_first"]), float(r["loss_last"])
         expect(last < 0.92 * first, f"loss {first} -> {last}: did not fall by 8 %")
+
+
+def case_shared_device(binary):
+    """--devices 0,0 on a backend of one device: two dp replicas on it, trained as one device
+    does, its memory the two replicas' and device 0's own; ddp's ranks cannot share it."""
+    with tempfile.TemporaryDirectory() as out:
+        p = dpscale(binary, "run", "--host-devices", "1", "--mode", "dp", "--devices", "0,0",
+                    "--model", "tiny", "--steps", "4", "--warmup", "1", "--check", out=out,
+                    check_rc=0)
+        r = read_folder(os.path.join(out, "t"))[0][0]
+        expect(r["status"] == "ok" and r["check"] == "pass", f"{r['status']} {r['check']}: {r['error']}")
+        expect("several replicas share" in p.stderr, f"no warning that replicas share a device: {p.stderr}")
+        p = dpscale(binary, "run", "--host-devices", "1", "--mode", "ddp", "--devices", "0,0",
+                    "--model", "tiny", "--steps", "2", out=out, name="ddp")
+        expect(p.returncode == 2 and "device 0 is listed twice (only dp" in p.stderr,
+               f"ddp on --devices 0,0: exit {p.returncode}, {p.stderr.strip()}")
+        p = dpscale(binary, "run", "--host-devices", "1", "--devices", "0,1", "--model", "tiny",
+                    out=out, name="missing")
+        expect(p.returncode == 2 and "--gpus 2: the host backend has 1 device" in p.stderr,
+               f"--devices 0,1 on one device: exit {p.returncode}, {p.stderr.strip()}")
 
 
 def case_imbalance(binary):

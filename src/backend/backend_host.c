@@ -20,6 +20,22 @@
 #include "core/util.h"
 
 struct be_stream { int dev; };
+
+/* Every operation on a stream refuses a NULL one: the cuda backend reads
+ * the stream's device and queue from it (a NULL there is a crash), so the
+ * host fails here first, naming the operation. */
+#define HOST_STREAM(s)                                                    \
+    do {                                                                  \
+        if (!(s)) return host_no_stream(__func__);                        \
+    } while (0)
+
+static dps_status host_no_stream(const char *fn)
+{
+    const char *op = strncmp(fn, "host_", 5) == 0 ? fn + 5 : fn;
+    return dps_fail(DPS_ERR_RUNTIME, "host backend: %s called with no stream (NULL); issue it on "
+                    "a stream of its device (be_ops.stream_create), as the cuda backend "
+                    "requires", op);
+}
 struct be_event { int dev; double t_ms; int recorded; };
 
 /* The process whose first device call made the emulated context. As with
@@ -116,7 +132,12 @@ static dps_status host_stream_create(backend *be, int dev, be_stream **s)
 }
 
 static void host_stream_destroy(backend *be, be_stream *s) { (void)be; free(s); }
-static dps_status host_stream_sync(backend *be, be_stream *s) { (void)be; (void)s; return DPS_OK; }
+static dps_status host_stream_sync(backend *be, be_stream *s)
+{
+    (void)be;
+    HOST_STREAM(s);
+    return DPS_OK;
+}
 
 static dps_status host_event_create(backend *be, int dev, be_event **e)
 {
@@ -132,7 +153,8 @@ static void host_event_destroy(backend *be, be_event *e) { (void)be; free(e); }
 
 static dps_status host_event_record(backend *be, be_event *e, be_stream *s)
 {
-    (void)be; (void)s;
+    (void)be;
+    HOST_STREAM(s);
     e->t_ms = dps_now_ms();
     e->recorded = 1;
     return DPS_OK;
@@ -140,7 +162,8 @@ static dps_status host_event_record(backend *be, be_event *e, be_stream *s)
 
 static dps_status host_stream_wait(backend *be, be_stream *s, be_event *e)
 {
-    (void)be; (void)s; (void)e;
+    (void)be; (void)e;
+    HOST_STREAM(s);
     return DPS_OK;
 }
 
@@ -180,7 +203,9 @@ static dps_status host_event_ms(backend *be, be_event *a, be_event *b, float *ms
 static dps_status host_copy(backend *be, be_stream *s, void *dst, int dst_dev,
                             const void *src, int src_dev, size_t bytes)
 {
-    (void)be; (void)s; (void)dst_dev; (void)src_dev;
+    (void)be; (void)dst_dev; (void)src_dev;
+    HOST_STREAM(s);
+    HOST_STREAM(s);
     if (dps_escalated()) return dps_fail_escalated("a copy"); /* the step is being cut short */
     if (bytes) memmove(dst, src, bytes);
     return DPS_OK;
@@ -188,7 +213,8 @@ static dps_status host_copy(backend *be, be_stream *s, void *dst, int dst_dev,
 
 static dps_status host_memset0(backend *be, be_stream *s, void *p, size_t bytes)
 {
-    (void)be; (void)s;
+    (void)be;
+    HOST_STREAM(s);
     if (bytes) memset(p, 0, bytes);
     return DPS_OK;
 }
@@ -197,7 +223,8 @@ static dps_status host_gemm(backend *be, be_stream *s, int ta, int tb, int m, in
                             float alpha, const float *a, int lda, const float *b, int ldb,
                             float beta, float *c, int ldc)
 {
-    (void)be; (void)s;
+    (void)be;
+    HOST_STREAM(s);
     if (dps_escalated()) return dps_fail_escalated("a GEMM"); /* the step is being cut short */
     return host_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
@@ -272,7 +299,8 @@ HOST_VECTOR_CLONES
 static dps_status host_bias_act(backend *be, be_stream *s, int rows, int cols, float *pre,
                                 const float *bias, float *out)
 {
-    (void)be; (void)s;
+    (void)be;
+    HOST_STREAM(s);
     for (int r = 0; r < rows; r++) {
         float *x = pre + (size_t)r * cols;
         for (int c = 0; c < cols; c++) x[c] += bias[c];
@@ -288,7 +316,8 @@ HOST_VECTOR_CLONES
 static dps_status host_gelu_bwd(backend *be, be_stream *s, int64_t n, const float *dh,
                                 const float *pre, float *dpre)
 {
-    (void)be; (void)s;
+    (void)be;
+    HOST_STREAM(s);
     for (int64_t i = 0; i < n; i++) {
         float x = pre[i];
         dpre[i] = dh[i] * (host_phi(x) + x * 0.39894228040143268f * host_exp(-0.5f * x * x));
@@ -317,7 +346,8 @@ static void host_col_sum_run(int r0, int r1, int cols, int c0, int n, const floa
 static dps_status host_col_sum(backend *be, be_stream *s, int rows, int cols, const float *x,
                                float *out)
 {
-    (void)be; (void)s;
+    (void)be;
+    HOST_STREAM(s);
     dps_col_sum_plan p = dps_col_sum_plan_for(rows, cols);
     float part[HOST_COLSUM_BLOCK];
     for (int c0 = 0; c0 < cols; c0 += HOST_COLSUM_BLOCK) {
@@ -337,7 +367,8 @@ static dps_status host_xent(backend *be, be_stream *s, int rows, int classes,
                             const float *logits, const int32_t *labels, float scale,
                             float *dlogits, float *row_loss)
 {
-    (void)be; (void)s;
+    (void)be;
+    HOST_STREAM(s);
     for (int r = 0; r < rows; r++) {
         const float *x = logits + (size_t)r * classes;
         float *dx = dlogits + (size_t)r * classes;
@@ -357,7 +388,8 @@ static dps_status host_xent(backend *be, be_stream *s, int rows, int classes,
 static dps_status host_log_softmax(backend *be, be_stream *s, int rows, int classes,
                                    const float *logits, float *logp)
 {
-    (void)be; (void)s;
+    (void)be;
+    HOST_STREAM(s);
     for (int r = 0; r < rows; r++) {
         const float *x = logits + (size_t)r * classes;
         float *y = logp + (size_t)r * classes;
@@ -373,7 +405,8 @@ static dps_status host_log_softmax(backend *be, be_stream *s, int rows, int clas
 static dps_status host_nll(backend *be, be_stream *s, int rows, int classes, const float *logp,
                            const int32_t *labels, float scale, float *row_loss, float *dlogp)
 {
-    (void)be; (void)s;
+    (void)be;
+    HOST_STREAM(s);
     memset(dlogp, 0, (size_t)rows * (size_t)classes * sizeof(float));
     for (int r = 0; r < rows; r++) {
         row_loss[r] = -logp[(size_t)r * classes + labels[r]];
@@ -385,7 +418,8 @@ static dps_status host_nll(backend *be, be_stream *s, int rows, int classes, con
 static dps_status host_log_softmax_bwd(backend *be, be_stream *s, int rows, int classes,
                                        const float *logp, const float *dlogp, float *dlogits)
 {
-    (void)be; (void)s;
+    (void)be;
+    HOST_STREAM(s);
     for (int r = 0; r < rows; r++) {
         const float *y = logp + (size_t)r * classes, *dy = dlogp + (size_t)r * classes;
         float *dx = dlogits + (size_t)r * classes, sum = 0.0f;
@@ -397,7 +431,8 @@ static dps_status host_log_softmax_bwd(backend *be, be_stream *s, int rows, int 
 
 static dps_status host_sum(backend *be, be_stream *s, int64_t n, const float *x, float *out)
 {
-    (void)be; (void)s;
+    (void)be;
+    HOST_STREAM(s);
     double acc = 0.0;
     for (int64_t i = 0; i < n; i++) acc += x[i];
     *out = (float)acc;
@@ -407,7 +442,8 @@ static dps_status host_sum(backend *be, be_stream *s, int64_t n, const float *x,
 static dps_status host_sgd(backend *be, be_stream *s, int64_t n, float *p, const float *g,
                            float *buf, dps_opt_hparams h)
 {
-    (void)be; (void)s;
+    (void)be;
+    HOST_STREAM(s);
     for (int64_t i = 0; i < n; i++) dps_sgd_update(&p[i], g[i], &buf[i], h);
     return DPS_OK;
 }
@@ -415,14 +451,16 @@ static dps_status host_sgd(backend *be, be_stream *s, int64_t n, float *p, const
 static dps_status host_adamw(backend *be, be_stream *s, int64_t n, float *p, const float *g,
                              float *m, float *v, dps_opt_hparams h)
 {
-    (void)be; (void)s;
+    (void)be;
+    HOST_STREAM(s);
     for (int64_t i = 0; i < n; i++) dps_adamw_update(&p[i], g[i], &m[i], &v[i], h);
     return DPS_OK;
 }
 
 static dps_status host_scale(backend *be, be_stream *s, int64_t n, float *x, float a)
 {
-    (void)be; (void)s;
+    (void)be;
+    HOST_STREAM(s);
     for (int64_t i = 0; i < n; i++) x[i] *= a;
     return DPS_OK;
 }
@@ -430,7 +468,8 @@ static dps_status host_scale(backend *be, be_stream *s, int64_t n, float *x, flo
 static dps_status host_scale_copy(backend *be, be_stream *s, int64_t n, float *dst,
                                   const float *src, float a)
 {
-    (void)be; (void)s;
+    (void)be;
+    HOST_STREAM(s);
     for (int64_t i = 0; i < n; i++) dst[i] = dps_scale_copy(src[i], a);
     return DPS_OK;
 }
@@ -470,7 +509,8 @@ static dps_status host_gemm_ex(backend *be, be_stream *s, int ta, int tb, int m,
                                float alpha, const void *a, be_dtype at, int lda, const void *b,
                                be_dtype bt, int ldb, float beta, void *c, be_dtype ct, int ldc)
 {
-    (void)be; (void)s;
+    (void)be;
+    HOST_STREAM(s);
     if (m <= 0 || n <= 0) return DPS_OK;
     be_dtype ht;
     DPS_TRY(gemm_half_type(at, bt, ct, &ht));
@@ -493,7 +533,8 @@ static dps_status host_gemm_ex(backend *be, be_stream *s, int ta, int tb, int m,
 static dps_status host_cast(backend *be, be_stream *s, int64_t n, const void *x, be_dtype xt,
                             void *y, be_dtype yt)
 {
-    (void)be; (void)s;
+    (void)be;
+    HOST_STREAM(s);
     for (int64_t i = 0; i < n; i++) {
         float v = xt == BE_F32 ? ((const float *)x)[i]
                                : dps_from_half(((const uint16_t *)x)[i], xt == BE_F16);
@@ -507,7 +548,8 @@ static dps_status host_bias_act_half(backend *be, be_stream *s, be_dtype ht, int
                                      const float *acc, const uint16_t *bias, uint16_t *pre,
                                      uint16_t *out)
 {
-    (void)be; (void)s;
+    (void)be;
+    HOST_STREAM(s);
     for (size_t i = 0; i < (size_t)rows * (size_t)cols; i++)
         dps_bias_act_half(acc[i], bias[i % (size_t)cols], &pre[i], out ? &out[i] : NULL,
                           ht == BE_F16);
@@ -517,7 +559,8 @@ static dps_status host_bias_act_half(backend *be, be_stream *s, be_dtype ht, int
 static dps_status host_gelu_bwd_half(backend *be, be_stream *s, be_dtype ht, int64_t n,
                                      const uint16_t *dh, const uint16_t *pre, uint16_t *dpre)
 {
-    (void)be; (void)s;
+    (void)be;
+    HOST_STREAM(s);
     for (int64_t i = 0; i < n; i++) dpre[i] = dps_gelu_bwd_half(dh[i], pre[i], ht == BE_F16);
     return DPS_OK;
 }
@@ -525,6 +568,7 @@ static dps_status host_gelu_bwd_half(backend *be, be_stream *s, be_dtype ht, int
 static dps_status host_col_sum_half(backend *be, be_stream *s, be_dtype ht, int rows, int cols,
                                     const uint16_t *x, float *out)
 {
+    HOST_STREAM(s);
     float *owned;
     size_t n = (size_t)rows * (size_t)cols;
     const float *fx = widened(x, ht, BE_F32, n, &owned);
@@ -538,7 +582,8 @@ static dps_status host_col_sum_half(backend *be, be_stream *s, be_dtype ht, int 
 static dps_status host_unscale(backend *be, be_stream *s, int64_t n, float *g, float inv_scale,
                                float *found_inf)
 {
-    (void)be; (void)s;
+    (void)be;
+    HOST_STREAM(s);
     int found = 0;
     for (int64_t i = 0; i < n; i++) g[i] = dps_unscale(g[i], inv_scale, &found);
     if (found) *found_inf = 1.0f;
@@ -549,7 +594,8 @@ static dps_status host_unscale(backend *be, be_stream *s, int64_t n, float *g, f
  * the core away and stretch by the scheduler's whim). */
 static dps_status host_spin(backend *be, be_stream *s, double us)
 {
-    (void)be; (void)s;
+    (void)be;
+    HOST_STREAM(s);
     double end = dps_now_ms() + us * 1e-3;
     while (dps_now_ms() < end)
         if (dps_escalated()) return dps_fail_escalated("the rest of --inject-slowdown's spin");
@@ -558,7 +604,8 @@ static dps_status host_spin(backend *be, be_stream *s, double us)
 
 static dps_status host_add(backend *be, be_stream *s, int64_t n, float *dst, const float *src)
 {
-    (void)be; (void)s;
+    (void)be;
+    HOST_STREAM(s);
     for (int64_t i = 0; i < n; i++) dst[i] += src[i];
     return DPS_OK;
 }
@@ -566,7 +613,8 @@ static dps_status host_add(backend *be, be_stream *s, int64_t n, float *dst, con
 static dps_status host_resample(backend *be, be_stream *s, int64_t samples, int64_t n_in,
                                 int64_t n_out, const float *x, float *y)
 {
-    (void)be; (void)s;
+    (void)be;
+    HOST_STREAM(s);
     for (int64_t r = 0; r < samples; r++) /* n_in elements at a time: y[i] = x[i mod n_in] */
         for (int64_t i = 0; i < n_out; i += n_in) {
             int64_t len = n_out - i < n_in ? n_out - i : n_in;
@@ -578,7 +626,8 @@ static dps_status host_resample(backend *be, be_stream *s, int64_t samples, int6
 static dps_status host_resample_bwd(backend *be, be_stream *s, int64_t samples, int64_t n_in,
                                     int64_t n_out, const float *dy, float *dx)
 {
-    (void)be; (void)s;
+    (void)be;
+    HOST_STREAM(s);
     for (int64_t r = 0; r < samples; r++) { /* dx[j] = the sum of dy[j + c n_in], c in order */
         float *out = dx + r * n_in;
         const float *in = dy + r * n_out;
@@ -594,7 +643,8 @@ static dps_status host_resample_bwd(backend *be, be_stream *s, int64_t samples, 
 static dps_status host_col_scale(backend *be, be_stream *s, int64_t rows, int cols, const float *x,
                                  const float *g, float *y)
 {
-    (void)be; (void)s;
+    (void)be;
+    HOST_STREAM(s);
     for (int64_t r = 0; r < rows; r++)
         for (int c = 0; c < cols; c++) y[r * cols + c] = x[r * cols + c] * g[c];
     return DPS_OK;
@@ -603,7 +653,8 @@ static dps_status host_col_scale(backend *be, be_stream *s, int64_t rows, int co
 static dps_status host_mul(backend *be, be_stream *s, int64_t n, const float *a, const float *b,
                            float *y)
 {
-    (void)be; (void)s;
+    (void)be;
+    HOST_STREAM(s);
     for (int64_t i = 0; i < n; i++) y[i] = a[i] * b[i];
     return DPS_OK;
 }

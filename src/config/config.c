@@ -222,26 +222,37 @@ float *train_result_phases(train_result *r, int step, int rank)
     return r->phase_ms + ((size_t)step * (size_t)r->nranks + (size_t)rank) * PH_COUNT;
 }
 
+/* Whether dev appears in c's device list before place i. */
+static int listed_before(const dps_config *c, int i)
+{
+    for (int j = 0; j < i; j++)
+        if (c->devices[j] == c->devices[i]) return 1;
+    return 0;
+}
+
+/* The devices a configuration names exist; one named twice is a second dp
+ * replica on it (not a second rank: NCCL refuses two ranks on one GPU), so
+ * the count that must fit the backend is that of distinct devices. */
 static dps_status check_devices(const dps_config *c, const backend *be)
 {
     /* under a launcher each rank takes its host's device of its local rank
      * (checked where the rank opens it): the world may have more ranks */
     if (c->world.launcher != WORLD_NONE) return DPS_OK;
-    if (c->ngpus > be->ndev)
-        return dps_fail(DPS_ERR_USAGE, "--gpus %d: the %s backend has %d device%s%s", c->ngpus,
+    int distinct = 0;
+    for (int i = 0; i < c->ngpus; i++) distinct += !listed_before(c, i);
+    if (distinct > be->ndev)
+        return dps_fail(DPS_ERR_USAGE, "--gpus %d: the %s backend has %d device%s%s", distinct,
                         be->ops->name, be->ndev, be->ndev == 1 ? "" : "s",
                         be->kind == BE_HOST ? " (see --host-devices)" : "");
+    int replicas_may_share = !dps_strategy_of(c->mode)->per_rank && c->dp_comm != DPCOMM_NCCL;
     for (int i = 0; i < c->ngpus; i++) {
         if (c->devices[i] >= be->ndev)
             return dps_fail(DPS_ERR_USAGE, "--devices: device %d does not exist; the %s backend "
                             "has devices 0..%d", c->devices[i], be->ops->name, be->ndev - 1);
-        for (int j = 0; j < i; j++)
-            if (c->devices[j] == c->devices[i] &&
-                !(be->kind == BE_CUDA && !dps_strategy_of(c->mode)->per_rank &&
-                  c->dp_comm != DPCOMM_NCCL))
-                return dps_fail(DPS_ERR_USAGE, "--devices: device %d is listed twice (only dp "
-                                "on the cuda backend with --dp-comm p2p runs several replicas "
-                                "on one GPU)", c->devices[i]);
+        if (listed_before(c, i) && !replicas_may_share)
+            return dps_fail(DPS_ERR_USAGE, "--devices: device %d is listed twice (only dp, "
+                            "without --dp-comm nccl, runs several replicas on one device)",
+                            c->devices[i]);
     }
     return DPS_OK;
 }

@@ -87,7 +87,8 @@ uint64_t graph_acts_bytes(const model_file *mf, uint64_t max_samples)
     return total;
 }
 
-dps_status graph_acts_alloc(backend *be, int dev, const model_file *mf, int max_samples, graph_acts *a)
+dps_status graph_acts_alloc(backend *be, be_stream *st, int dev, const model_file *mf, int max_samples,
+                            graph_acts *a)
 {
     memset(a, 0, sizeof *a);
     a->max_samples = max_samples;
@@ -101,7 +102,7 @@ dps_status graph_acts_alloc(backend *be, int dev, const model_file *mf, int max_
     if (!rc) rc = be_buf_alloc(be, dev, work, "graph workspace", &a->work);
     if (!rc) rc = be_buf_alloc(be, dev, cols * sizeof(float), "graph workspace columns", &a->cols);
     if (!rc) rc = be_buf_alloc(be, dev, GRAPH_ACT_COLS * sizeof(float), "graph workspace zeros", &a->zero);
-    if (!rc) rc = be->ops->memset0(be, NULL, a->zero.ptr, a->zero.bytes);
+    if (!rc) rc = be->ops->memset0(be, st, a->zero.ptr, a->zero.bytes);
     if (rc) graph_acts_free(be, a);
     return rc;
 }

@@ -6,6 +6,18 @@
 
 #include "expect.h"
 
+be_stream *expect_stream(backend *be)
+{
+    be_stream *st = NULL;
+    EXPECT(be && be->ops->stream_create(be, 0, &st) == DPS_OK);
+    return st;
+}
+
+void expect_stream_free(backend *be, be_stream *st)
+{
+    if (be && st) be->ops->stream_destroy(be, st);
+}
+
 int failures;
 
 /* The program's name without its folder, for messages. */

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "backend/backend.h"
 #include "cli/cli.h"
 
 extern int failures; /* the expectations that did not hold, so far */
@@ -47,6 +48,12 @@ typedef struct expect_group {
 
 extern const expect_group expect_groups[];
 extern const size_t expect_ngroups;
+
+/* A stream on be's device 0 for a test's device operations (the backends
+ * refuse a NULL one); NULL, with a failed expectation, when be is NULL or
+ * none can be made. expect_stream_free gives it back (NULL allowed). */
+be_stream *expect_stream(backend *be);
+void expect_stream_free(backend *be, be_stream *st);
 
 /* `dpscale LINE` (words split at spaces) through cli_parse. */
 dps_status parse(const char *line, cli_args *a);

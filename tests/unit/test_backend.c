@@ -76,6 +76,7 @@ static void test_host_math(void)
     backend *be = NULL;
     EXPECT(be_open(&o, &be) == DPS_OK);
     if (!be) return;
+    be_stream *st = expect_stream(be);
     const float special[] = {0.0f, -0.0f, 1e-30f, -1e-30f, 30.0f, -30.0f, 1e30f, -1e30f, 87.5f,
                              -87.5f, INFINITY, NAN};
     int nsp = (int)(sizeof special / sizeof special[0]), n = 240001 + nsp;
@@ -84,8 +85,8 @@ static void test_host_math(void)
     for (int i = 0; i < n - nsp; i++) x[i] = -12.0f + 24.0f * (float)i / (float)(n - nsp - 1);
     for (int i = 0; i < nsp; i++) x[n - nsp + i] = special[i];
     for (int i = 0; i < n; i++) dh[i] = 1.0f - (float)(i % 3);
-    EXPECT(be->ops->bias_act(be, NULL, 1, n, x, bias, y) == DPS_OK);
-    EXPECT(be->ops->gelu_bwd(be, NULL, n, dh, x, g) == DPS_OK);
+    EXPECT(be->ops->bias_act(be, st, 1, n, x, bias, y) == DPS_OK);
+    EXPECT(be->ops->gelu_bwd(be, st, n, dh, x, g) == DPS_OK);
     int bad = 0;
     for (int i = 0; i < n; i++) {
         double want = dps_gelu(x[i]), want_g = dh[i] * dps_gelu_grad(x[i]);
@@ -105,7 +106,7 @@ static void test_host_math(void)
     int32_t labels[6] = {0, 999, 500, 3, 17, 998};
     for (int i = 0; i < rows * classes; i++)
         logits[i] = dps_uniform(9, 1, (uint64_t)i) * (float)(1 << (2 * (i / classes)));
-    EXPECT(be->ops->xent(be, NULL, rows, classes, logits, labels, 0.25f, dl, loss) == DPS_OK);
+    EXPECT(be->ops->xent(be, st, rows, classes, logits, labels, 0.25f, dl, loss) == DPS_OK);
     double worst = 0;
     for (int r = 0; r < rows; r++) {
         const float *z = logits + (size_t)r * classes;
@@ -122,9 +123,10 @@ static void test_host_math(void)
     if (worst > 2e-5) fprintf(stderr, "softmax cross-entropy: worst relative error %.3g\n", worst);
     EXPECT(worst <= 2e-5);
     logits[7] = NAN; /* a NaN logit is not hidden: the row's loss is NaN */
-    EXPECT(be->ops->xent(be, NULL, 1, classes, logits, labels, 0.25f, dl, loss) == DPS_OK);
+    EXPECT(be->ops->xent(be, st, 1, classes, logits, labels, 0.25f, dl, loss) == DPS_OK);
     EXPECT(isnan(loss[0]));
     free(x); free(y); free(bias); free(dh); free(g); free(logits); free(dl);
+    expect_stream_free(be, st);
     be_close(be);
 }
 /* The CUDA bias-gradient kernels (kernels.cu) simulated thread by thread:
@@ -170,6 +172,7 @@ static void test_col_sum(void)
     backend *be = NULL;
     EXPECT(be_open(&o, &be) == DPS_OK);
     if (!be) return;
+    be_stream *st = expect_stream(be);
     static const int shapes[][2] = {{0, 3}, {1, 1}, {7, 33}, {64, 300}, {65, 257}, {1000, 31},
                                     {4099, 513}, {8192, 40}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
@@ -180,8 +183,8 @@ static void test_col_sum(void)
         float *out = malloc((size_t)cols * sizeof(float)), *again = malloc((size_t)cols * sizeof(float));
         float *gpu = malloc((size_t)cols * sizeof(float));
         for (size_t k = 0; k < (size_t)rows * cols; k++) x[k] = dps_uniform(3, 9, k) * 1e3f;
-        EXPECT(be->ops->col_sum(be, NULL, rows, cols, x, out) == DPS_OK);
-        EXPECT(be->ops->col_sum(be, NULL, rows, cols, x, again) == DPS_OK);
+        EXPECT(be->ops->col_sum(be, st, rows, cols, x, out) == DPS_OK);
+        EXPECT(be->ops->col_sum(be, st, rows, cols, x, again) == DPS_OK);
         col_sum_as_gpu(rows, cols, x, gpu);
         EXPECT(memcmp(out, again, (size_t)cols * sizeof(float)) == 0);
         EXPECT(memcmp(out, gpu, (size_t)cols * sizeof(float)) == 0);
@@ -195,6 +198,7 @@ static void test_col_sum(void)
         }
         free(x); free(out); free(again); free(gpu);
     }
+    expect_stream_free(be, st);
     be_close(be);
 }
 
@@ -209,6 +213,7 @@ static void autocast_ops(be_dtype H)
     int f16 = H == BE_F16;
     EXPECT(be_open(&o, &be) == DPS_OK);
     if (!be) return;
+    be_stream *st = expect_stream(be);
     const be_ops *op = be->ops;
     enum { M = 37, N = 45, K = 29 };
     float a[M * K], b[K * N], ar[M * K], br[K * N], want[M * N], got[M * N], c0[M * N];
@@ -216,48 +221,49 @@ static void autocast_ops(be_dtype H)
     for (int i = 0; i < M * K; i++) a[i] = dps_uniform(11, 1, (uint64_t)i);
     for (int i = 0; i < K * N; i++) b[i] = dps_uniform(11, 2, (uint64_t)i);
     for (int i = 0; i < M * N; i++) c0[i] = dps_uniform(11, 3, (uint64_t)i);
-    EXPECT(op->cast(be, NULL, M * K, a, BE_F32, a16, H) == DPS_OK);
-    EXPECT(op->cast(be, NULL, K * N, b, BE_F32, b16, H) == DPS_OK);
-    EXPECT(op->cast(be, NULL, M * K, a16, H, ar, BE_F32) == DPS_OK);
-    EXPECT(op->cast(be, NULL, K * N, b16, H, br, BE_F32) == DPS_OK);
+    EXPECT(op->cast(be, st, M * K, a, BE_F32, a16, H) == DPS_OK);
+    EXPECT(op->cast(be, st, K * N, b, BE_F32, b16, H) == DPS_OK);
+    EXPECT(op->cast(be, st, M * K, a16, H, ar, BE_F32) == DPS_OK);
+    EXPECT(op->cast(be, st, K * N, b16, H, br, BE_F32) == DPS_OK);
     EXPECT(a16[5] == dps_to_half(a[5], f16) && ar[5] == dps_from_half(a16[5], f16));
     memcpy(want, c0, sizeof want);
-    EXPECT(op->gemm(be, NULL, 0, 0, M, N, K, 1.0f, ar, K, br, N, 0.5f, want, N) == DPS_OK);
+    EXPECT(op->gemm(be, st, 0, 0, M, N, K, 1.0f, ar, K, br, N, 0.5f, want, N) == DPS_OK);
     memcpy(got, c0, sizeof got);
-    EXPECT(op->gemm_ex(be, NULL, 0, 0, M, N, K, 1.0f, a16, H, K, b16, H, N, 0.5f, got,
+    EXPECT(op->gemm_ex(be, st, 0, 0, M, N, K, 1.0f, a16, H, K, b16, H, N, 0.5f, got,
                        BE_F32, N) == DPS_OK);
     EXPECT(memcmp(got, want, sizeof got) == 0);
     memcpy(got, c0, sizeof got); /* an fp32 A beside a half B is rounded first */
-    EXPECT(op->gemm_ex(be, NULL, 0, 0, M, N, K, 1.0f, a, BE_F32, K, b16, H, N, 0.5f, got,
+    EXPECT(op->gemm_ex(be, st, 0, 0, M, N, K, 1.0f, a, BE_F32, K, b16, H, N, 0.5f, got,
                        BE_F32, N) == DPS_OK);
     EXPECT(memcmp(got, want, sizeof got) == 0);
-    EXPECT(op->cast(be, NULL, M * N, c0, BE_F32, c16, H) == DPS_OK);
+    EXPECT(op->cast(be, st, M * N, c0, BE_F32, c16, H) == DPS_OK);
     for (int i = 0; i < M * N; i++) want[i] = dps_from_half(c16[i], f16);
-    EXPECT(op->gemm(be, NULL, 0, 0, M, N, K, 1.0f, ar, K, br, N, 1.0f, want, N) == DPS_OK);
-    EXPECT(op->gemm_ex(be, NULL, 0, 0, M, N, K, 1.0f, a16, H, K, b16, H, N, 1.0f, c16,
+    EXPECT(op->gemm(be, st, 0, 0, M, N, K, 1.0f, ar, K, br, N, 1.0f, want, N) == DPS_OK);
+    EXPECT(op->gemm_ex(be, st, 0, 0, M, N, K, 1.0f, a16, H, K, b16, H, N, 1.0f, c16,
                        H, N) == DPS_OK);
     int rounded_once = 1;
     for (int i = 0; i < M * N; i++) rounded_once &= c16[i] == dps_to_half(want[i], f16);
     EXPECT(rounded_once);
-    EXPECT(op->gemm_ex(be, NULL, 0, 0, M, N, K, 1.0f, a, BE_F32, K, b, BE_F32, N, 0.0f, c16,
+    EXPECT(op->gemm_ex(be, st, 0, 0, M, N, K, 1.0f, a, BE_F32, K, b, BE_F32, N, 0.0f, c16,
                        H, N) == DPS_ERR_RUNTIME && strstr(dps_errmsg(), "cast A or B"));
-    EXPECT(op->gemm_ex(be, NULL, 0, 0, M, N, K, 1.0f, a16, BE_BF16, K, b16, BE_F16, N, 0.0f, got,
+    EXPECT(op->gemm_ex(be, st, 0, 0, M, N, K, 1.0f, a16, BE_BF16, K, b16, BE_F16, N, 0.0f, got,
                        BE_F32, N) == DPS_ERR_RUNTIME && strstr(dps_errmsg(), "two half types"));
     /* Linear + GELU, GELU's backward, the bias gradient */
     uint16_t bias[N], pre[M * N], post[M * N], dpre[M * N];
     for (int c = 0; c < N; c++) bias[c] = dps_to_half(dps_uniform(11, 4, (uint64_t)c), f16);
-    EXPECT(op->bias_act_half(be, NULL, H, M, N, c0, bias, pre, post) == DPS_OK);
+    EXPECT(op->bias_act_half(be, st, H, M, N, c0, bias, pre, post) == DPS_OK);
     uint16_t p1, q1;
     dps_bias_act_half(c0[N + 3], bias[3], &p1, &q1, f16);
     EXPECT(pre[N + 3] == p1 && post[N + 3] == q1);
     EXPECT(pre[7] == dps_to_half(c0[7] + dps_from_half(bias[7], f16), f16));
-    EXPECT(op->gelu_bwd_half(be, NULL, H, M * N, post, pre, dpre) == DPS_OK);
+    EXPECT(op->gelu_bwd_half(be, st, H, M * N, post, pre, dpre) == DPS_OK);
     EXPECT(dpre[9] == dps_gelu_bwd_half(post[9], pre[9], f16));
     float sums[N], sums_wide[N];
-    EXPECT(op->cast(be, NULL, M * N, dpre, H, got, BE_F32) == DPS_OK);
-    EXPECT(op->col_sum(be, NULL, M, N, got, sums_wide) == DPS_OK);
-    EXPECT(op->col_sum_half(be, NULL, H, M, N, dpre, sums) == DPS_OK);
+    EXPECT(op->cast(be, st, M * N, dpre, H, got, BE_F32) == DPS_OK);
+    EXPECT(op->col_sum(be, st, M, N, got, sums_wide) == DPS_OK);
+    EXPECT(op->col_sum_half(be, st, H, M, N, dpre, sums) == DPS_OK);
     EXPECT(memcmp(sums, sums_wide, sizeof sums) == 0);
+    expect_stream_free(be, st);
     be_close(be);
 }
 
@@ -303,14 +309,44 @@ static void test_unscale(void)
     backend *be = NULL;
     EXPECT(be_open(&o, &be) == DPS_OK);
     if (!be) return;
+    be_stream *st = expect_stream(be);
     float g[4] = {2.0f, -6.0f, 0.5f, 0.0f}, found = 0.0f;
-    EXPECT(be->ops->unscale(be, NULL, 4, g, 0.25f, &found) == DPS_OK);
+    EXPECT(be->ops->unscale(be, st, 4, g, 0.25f, &found) == DPS_OK);
     EXPECT(g[0] == 0.5f && g[1] == -1.5f && g[2] == 0.125f && found == 0.0f);
     g[2] = INFINITY;
-    EXPECT(be->ops->unscale(be, NULL, 4, g, 0.25f, &found) == DPS_OK && found == 1.0f);
+    EXPECT(be->ops->unscale(be, st, 4, g, 0.25f, &found) == DPS_OK && found == 1.0f);
     found = 0.0f;
     g[2] = NAN;
-    EXPECT(be->ops->unscale(be, NULL, 4, g, 1.0f, &found) == DPS_OK && found == 1.0f);
+    EXPECT(be->ops->unscale(be, st, 4, g, 1.0f, &found) == DPS_OK && found == 1.0f);
+    expect_stream_free(be, st);
+    be_close(be);
+}
+
+/* A NULL stream is refused by every operation that takes one, naming the
+ * operation, as the cuda backend would crash on it (it reads the stream's
+ * device and queue); nothing is written. */
+static void test_null_stream(void)
+{
+    be_options o = {.kind = BE_HOST, .host_devices = 1, .quiet = 1};
+    backend *be = NULL;
+    EXPECT(be_open(&o, &be) == DPS_OK);
+    if (!be) return;
+    float x[4] = {1, 2, 3, 4}, y[4] = {5, 6, 7, 8};
+    be_event *e = NULL;
+    EXPECT(be->ops->event_create(be, 0, &e) == DPS_OK);
+    EXPECT(be->ops->memset0(be, NULL, x, sizeof x) == DPS_ERR_RUNTIME);
+    EXPECT(strstr(dps_errmsg(), "memset0 called with no stream") && x[0] == 1.0f);
+    EXPECT(be->ops->copy(be, NULL, y, 0, x, 0, sizeof x) == DPS_ERR_RUNTIME && y[0] == 5.0f);
+    EXPECT(strstr(dps_errmsg(), "copy called with no stream"));
+    EXPECT(be->ops->gemm(be, NULL, 0, 0, 2, 2, 2, 1.0f, x, 2, x, 2, 0.0f, y, 2) == DPS_ERR_RUNTIME);
+    EXPECT(be->ops->scale(be, NULL, 4, x, 2.0f) == DPS_ERR_RUNTIME && x[3] == 4.0f);
+    EXPECT(be->ops->stream_sync(be, NULL) == DPS_ERR_RUNTIME);
+    EXPECT(be->ops->event_record(be, e, NULL) == DPS_ERR_RUNTIME);
+    EXPECT(be->ops->stream_wait(be, NULL, e) == DPS_ERR_RUNTIME);
+    be_stream *st = expect_stream(be);
+    EXPECT(be->ops->memset0(be, st, x, sizeof x) == DPS_OK && x[0] == 0.0f);
+    expect_stream_free(be, st);
+    if (e) be->ops->event_destroy(be, e);
     be_close(be);
 }
 
@@ -321,17 +357,19 @@ static void test_scale_copy(void)
     backend *be = NULL;
     EXPECT(be_open(&o, &be) == DPS_OK);
     if (!be) return;
+    be_stream *st = expect_stream(be);
     enum { N = 1001 };
     float g[N], two_pass[N], one_pass[N], in_place[N];
     for (int i = 0; i < N; i++) in_place[i] = g[i] = dps_uniform(5, 1, (uint64_t)i) * 7.0f;
     const float a = 1.0f / 3.0f;
-    EXPECT(be->ops->copy(be, NULL, two_pass, 0, g, 0, sizeof g) == DPS_OK);
-    EXPECT(be->ops->scale(be, NULL, N, two_pass, a) == DPS_OK);
-    EXPECT(be->ops->scale_copy(be, NULL, N, one_pass, g, a) == DPS_OK);
-    EXPECT(be->ops->scale_copy(be, NULL, N, in_place, in_place, a) == DPS_OK);
+    EXPECT(be->ops->copy(be, st, two_pass, 0, g, 0, sizeof g) == DPS_OK);
+    EXPECT(be->ops->scale(be, st, N, two_pass, a) == DPS_OK);
+    EXPECT(be->ops->scale_copy(be, st, N, one_pass, g, a) == DPS_OK);
+    EXPECT(be->ops->scale_copy(be, st, N, in_place, in_place, a) == DPS_OK);
     EXPECT(memcmp(one_pass, two_pass, sizeof g) == 0 && memcmp(in_place, two_pass, sizeof g) == 0);
-    EXPECT(be->ops->scale_copy(be, NULL, 0, NULL, NULL, a) == DPS_OK);
+    EXPECT(be->ops->scale_copy(be, st, 0, NULL, NULL, a) == DPS_OK);
     EXPECT(dps_scale_copy(3.0f, 0.5f) == 1.5f);
+    expect_stream_free(be, st);
     be_close(be);
 }
 
@@ -617,6 +655,7 @@ static int thread_count(void)
 
 typedef struct gemm_thread_args {
     backend *be;
+    be_stream *st; /* the thread's device's */
     int n;         /* square GEMM size */
     int threads;   /* /proc/self/task after the GEMMs, from inside the thread */
     dps_status rc;
@@ -632,7 +671,7 @@ static void *gemm_thread(void *arg)
         for (size_t i = 0; i < nn; i++) a[i] = b[i] = (float)(i % 7) - 3.0f;
         g->rc = DPS_OK;
         for (int t = 0; t < 4 && !g->rc; t++)
-            g->rc = g->be->ops->gemm(g->be, NULL, t & 1, t >> 1, g->n, g->n, g->n, 1.0f, a, g->n,
+            g->rc = g->be->ops->gemm(g->be, g->st, t & 1, t >> 1, g->n, g->n, g->n, 1.0f, a, g->n,
                                      b, g->n, 0.0f, c, g->n);
     }
     g->threads = thread_count();
@@ -649,6 +688,7 @@ static void *gemm_thread(void *arg)
  * reference; the padding past each row of C must stay untouched. */
 static void gemm_case(backend *be, int ta, int tb, int m, int n, int k, int with_beta)
 {
+    be_stream *st = expect_stream(be);
     int lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 5, ldc = n + 2;
     size_t na = (size_t)(ta ? k : m) * lda, nb = (size_t)(tb ? n : k) * ldb;
     size_t nc = (size_t)m * ldc;
@@ -659,7 +699,7 @@ static void gemm_case(backend *be, int ta, int tb, int m, int n, int k, int with
     for (size_t i = 0; i < nc; i++) c[i] = with_beta ? dps_uniform(5, 3, i) : NAN;
     float beta = with_beta ? 0.5f : 0.0f;
     gemm_reference(ta, tb, m, n, k, 0.75, a, lda, b, ldb, beta, c, ldc, want);
-    EXPECT(be->ops->gemm(be, NULL, ta, tb, m, n, k, 0.75f, a, lda, b, ldb, beta, c, ldc) == DPS_OK);
+    EXPECT(be->ops->gemm(be, st, ta, tb, m, n, k, 0.75f, a, lda, b, ldb, beta, c, ldc) == DPS_OK);
     double worst = 0;
     int pad_kept = 1;
     for (int i = 0; i < m; i++) {
@@ -677,20 +717,23 @@ static void gemm_case(backend *be, int ta, int tb, int m, int n, int k, int with
     EXPECT(worst <= 1e-5 * k);
     EXPECT(pad_kept);
     free(a); free(b); free(c); free(want);
+    expect_stream_free(be, st);
 }
 
 /* k = 0: C = beta C (zeros from NaN when beta is 0); m = 0 or n = 0: nothing */
 static void gemm_edges(backend *be)
 {
+    be_stream *st = expect_stream(be);
     float a1 = 1.0f, b1 = 1.0f, c2[2] = {NAN, NAN}, c3[2] = {4.0f, -2.0f};
-    EXPECT(be->ops->gemm(be, NULL, 0, 0, 1, 2, 0, 1.0f, &a1, 1, &b1, 2, 0.0f, c2, 2) == DPS_OK);
+    EXPECT(be->ops->gemm(be, st, 0, 0, 1, 2, 0, 1.0f, &a1, 1, &b1, 2, 0.0f, c2, 2) == DPS_OK);
     EXPECT(c2[0] == 0.0f && c2[1] == 0.0f);
-    EXPECT(be->ops->gemm(be, NULL, 1, 0, 1, 2, 0, 1.0f, &a1, 1, &b1, 2, 0.5f, c3, 2) == DPS_OK);
+    EXPECT(be->ops->gemm(be, st, 1, 0, 1, 2, 0, 1.0f, &a1, 1, &b1, 2, 0.5f, c3, 2) == DPS_OK);
     EXPECT(c3[0] == 2.0f && c3[1] == -1.0f);
     c2[0] = NAN;
-    EXPECT(be->ops->gemm(be, NULL, 0, 0, 0, 2, 1, 1.0f, &a1, 1, &b1, 2, 0.0f, c2, 2) == DPS_OK);
-    EXPECT(be->ops->gemm(be, NULL, 0, 0, 1, 0, 1, 1.0f, &a1, 1, &b1, 1, 0.0f, c2, 1) == DPS_OK);
+    EXPECT(be->ops->gemm(be, st, 0, 0, 0, 2, 1, 1.0f, &a1, 1, &b1, 2, 0.0f, c2, 2) == DPS_OK);
+    EXPECT(be->ops->gemm(be, st, 0, 0, 1, 0, 1, 1.0f, &a1, 1, &b1, 1, 0.0f, c2, 1) == DPS_OK);
     EXPECT(isnan(c2[0]));
+    expect_stream_free(be, st);
 }
 
 static void test_gemm(void)
@@ -705,9 +748,10 @@ static void test_gemm(void)
             gemm_case(be, t & 1, (t >> 1) & 1, dims[s][0], dims[s][1], dims[s][2], t >> 2);
     gemm_edges(be);
     /* two device threads one after the other, GEMMs big enough to be split */
+    be_stream *st = expect_stream(be);
     for (int i = 0; i < 2; i++) {
         int before = thread_count();
-        gemm_thread_args g = {.be = be, .n = 384};
+        gemm_thread_args g = {.be = be, .st = st, .n = 384};
         pthread_t th;
         EXPECT(pthread_create(&th, NULL, gemm_thread, &g) == 0);
         pthread_join(th, NULL);
@@ -717,6 +761,7 @@ static void test_gemm(void)
                     before);
         EXPECT(g.threads == before + 1);
     }
+    expect_stream_free(be, st);
     be_close(be);
 }
 
@@ -758,6 +803,7 @@ static void test_gemm_signals(void)
     backend *be = NULL;
     EXPECT(be_open(&o, &be) == DPS_OK);
     if (!be) return;
+    be_stream *st = expect_stream(be);
     enum { N = 512 };
     float *a = calloc((size_t)N * N, 4), *b = calloc((size_t)N * N, 4), *c = calloc((size_t)N * N, 4);
     for (size_t i = 0; a && b && i < (size_t)N * N; i++) a[i] = b[i] = (float)(i % 7) - 3.0f;
@@ -771,7 +817,7 @@ static void test_gemm_signals(void)
     pthread_t self = pthread_self(), sender;
     EXPECT(pthread_create(&sender, NULL, gemm_signal_sender, &self) == 0);
     for (int r = 0; a && b && c && r < 8; r++)
-        EXPECT(be->ops->gemm(be, NULL, r & 1, (r >> 1) & 1, N, N, N, 1.0f, a, N, b, N, 0.0f, c,
+        EXPECT(be->ops->gemm(be, st, r & 1, (r >> 1) & 1, N, N, N, 1.0f, a, N, b, N, 0.0f, c,
                              N) == DPS_OK);
     atomic_store(&gemm_signals_stop, 1);
     pthread_join(sender, NULL);
@@ -782,6 +828,7 @@ static void test_gemm_signals(void)
     EXPECT(atomic_load(&gemm_signals_seen) > 0);
     EXPECT(atomic_load(&gemm_signals_off_stack) == 0);
     free(a); free(b); free(c);
+    expect_stream_free(be, st);
     be_close(be);
 }
 
@@ -789,4 +836,4 @@ EXPECT_GROUPS(GROUP(elementwise), GROUP(host_math), GROUP(col_sum), GROUP(autoca
               GROUP(f16), GROUP(unscale),
               GROUP(scale_copy), GROUP(accounting), GROUP(versions), GROUP(nvml),
               GROUP(backend_auto), GROUP(nvml_fields), GROUP(nvml_stub), GROUP(context),
-              GROUP(gemm), GROUP(gemm_signals));
+              GROUP(gemm), GROUP(gemm_signals), GROUP(null_stream));

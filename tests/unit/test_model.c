@@ -95,10 +95,12 @@ static void test_batches(void)
 static double host_loss(backend *be, model_shape s, float *params, model_acts *a, int rows,
                         const float *x, const int32_t *labels, float *logits, float *dl, float *rl)
 {
-    EXPECT(model_forward(be, NULL, s, params, a, rows, x, logits) == DPS_OK);
-    EXPECT(be->ops->xent(be, NULL, rows, s.classes, logits, labels, 1.0f / rows, dl, rl) == DPS_OK);
+    be_stream *st = expect_stream(be);
+    EXPECT(model_forward(be, st, s, params, a, rows, x, logits) == DPS_OK);
+    EXPECT(be->ops->xent(be, st, rows, s.classes, logits, labels, 1.0f / rows, dl, rl) == DPS_OK);
     double sum = 0;
     for (int r = 0; r < rows; r++) sum += rl[r];
+    expect_stream_free(be, st);
     return sum / rows;
 }
 
@@ -107,6 +109,7 @@ static void test_gradients(void)
     be_options o = {.kind = BE_HOST, .host_devices = 1};
     backend *be = NULL;
     EXPECT(be_open(&o, &be) == DPS_OK);
+    be_stream *st = expect_stream(be);
     model_shape s = {2, 6, 3, 5};
     int rows = 4 * s.tokens;
     size_t n = model_param_count(s);
@@ -120,7 +123,7 @@ static void test_gradients(void)
     model_acts a;
     EXPECT(model_acts_alloc(be, 0, s, rows, PREC_FP32, &a) == DPS_OK);
     host_loss(be, s, p, &a, rows, x, labels, logits, dl, rl);
-    EXPECT(model_backward(be, NULL, s, p, &a, rows, x, dl, g, NULL, NULL) == DPS_OK);
+    EXPECT(model_backward(be, st, s, p, &a, rows, x, dl, g, NULL, NULL) == DPS_OK);
     double worst = 0;
     for (size_t i = 0; i < n; i += 3) {
         float keep = p[i];
@@ -138,6 +141,7 @@ static void test_gradients(void)
     if (worst >= 2e-2) fprintf(stderr, "worst relative gradient error %.3g\n", worst);
     model_acts_free(be, &a);
     EXPECT(be->mem[0].in_use == 0);
+    expect_stream_free(be, st);
     be_close(be);
     free(p); free(g); free(x); free(logits); free(dl); free(rl); free(labels);
 }
@@ -160,6 +164,7 @@ static void test_model_bf16(void)
     backend *be = NULL;
     EXPECT(be_open(&o, &be) == DPS_OK);
     if (!be) return;
+    be_stream *st = expect_stream(be);
     model_shape s = {3, 32, 4, 24};
     int rows = 5 * s.tokens;
     size_t n = model_param_count(s), nl = (size_t)rows * s.classes;
@@ -172,8 +177,8 @@ static void test_model_bf16(void)
     model_acts a32, a16;
     EXPECT(model_acts_alloc(be, 0, s, rows, PREC_FP32, &a32) == DPS_OK && a32.half == BE_F32);
     EXPECT(model_acts_alloc(be, 0, s, rows, PREC_BF16, &a16) == DPS_OK && a16.half == BE_BF16);
-    EXPECT(model_forward(be, NULL, s, p, &a32, rows, x, l32) == DPS_OK);
-    EXPECT(model_forward(be, NULL, s, p, &a16, rows, x, l16) == DPS_OK);
+    EXPECT(model_forward(be, st, s, p, &a32, rows, x, l32) == DPS_OK);
+    EXPECT(model_forward(be, st, s, p, &a16, rows, x, l16) == DPS_OK);
     double worst = 0, top = 0;
     int representable = 1;
     for (size_t i = 0; i < nl; i++) {
@@ -182,9 +187,9 @@ static void test_model_bf16(void)
         top = fmax(top, fabs(l32[i]));
     }
     EXPECT(representable && worst <= 0.03 * top + 1e-3);
-    EXPECT(be->ops->xent(be, NULL, rows, s.classes, l32, labels, 1.0f / rows, dl, rl) == DPS_OK);
-    EXPECT(model_backward(be, NULL, s, p, &a32, rows, x, dl, g32, NULL, NULL) == DPS_OK);
-    EXPECT(model_backward(be, NULL, s, p, &a16, rows, x, dl, g16, bf16_hook, NULL) == DPS_OK);
+    EXPECT(be->ops->xent(be, st, rows, s.classes, l32, labels, 1.0f / rows, dl, rl) == DPS_OK);
+    EXPECT(model_backward(be, st, s, p, &a32, rows, x, dl, g32, NULL, NULL) == DPS_OK);
+    EXPECT(model_backward(be, st, s, p, &a16, rows, x, dl, g16, bf16_hook, NULL) == DPS_OK);
     worst = top = 0;
     for (size_t i = 0; i < n; i++) {
         worst = fmax(worst, fabs(g16[i] - g32[i]));
@@ -196,6 +201,7 @@ static void test_model_bf16(void)
     model_acts_free(be, &a16);
     model_acts_free(be, &a32);
     EXPECT(be->mem[0].in_use == 0);
+    expect_stream_free(be, st);
     be_close(be);
     free(p); free(g32); free(g16); free(x); free(l32); free(l16); free(dl); free(rl); free(labels);
 }
@@ -310,6 +316,7 @@ static const char graph_file[] =
 
 typedef struct graph_case {
     backend *be;
+    be_stream *st;
     model_file mf;
     graph_layout l;
     graph_acts a;
@@ -320,7 +327,7 @@ typedef struct graph_case {
 /* sum(logits * r), in double */
 static double graph_loss(graph_case *g, const float *p)
 {
-    EXPECT(graph_forward(g->be, NULL, &g->mf, &g->l, p, &g->a, g->samples, g->x, g->y) == DPS_OK);
+    EXPECT(graph_forward(g->be, g->st, &g->mf, &g->l, p, &g->a, g->samples, g->x, g->y) == DPS_OK);
     double loss = 0;
     for (int i = 0; i < g->samples * 12; i++) loss += (double)g->y[i] * g->r[i];
     return loss;
@@ -342,9 +349,10 @@ static void test_graph_gradients(void)
     EXPECT(model_file_read(path, &g.mf) == DPS_OK && be_open(&o, &g.be) == DPS_OK);
     unlink(path);
     if (!g.be || !g.mf.nops) return;
+    g.st = expect_stream(g.be);
     EXPECT(graph_layout_make(&g.mf, &g.l) == DPS_OK && g.l.total == 126);
     EXPECT(g.l.offset[0] == 0 && g.l.offset[5] == 102); /* the last ready (emb) first */
-    EXPECT(graph_acts_alloc(g.be, 0, &g.mf, g.samples, &g.a) == DPS_OK);
+    EXPECT(graph_acts_alloc(g.be, g.st, 0, &g.mf, g.samples, &g.a) == DPS_OK);
     float *p = malloc(g.l.total * sizeof *p), *grads = malloc(g.l.total * sizeof *grads);
     g.x = malloc(48 * sizeof *g.x);
     g.r = malloc(24 * sizeof *g.r);
@@ -354,7 +362,7 @@ static void test_graph_gradients(void)
     for (int i = 0; i < 24; i++) g.r[i] = dps_uniform(8, 2, (uint64_t)i);
     for (size_t i = 0; i < g.l.total; i++) p[i] *= 3.0f; /* visible GELU curvature */
     graph_loss(&g, p);
-    EXPECT(graph_backward(g.be, NULL, &g.mf, &g.l, p, &g.a, g.samples, g.x, g.r, grads, graph_hook,
+    EXPECT(graph_backward(g.be, g.st, &g.mf, &g.l, p, &g.a, g.samples, g.x, g.r, grads, graph_hook,
                           &g) == DPS_OK);
     EXPECT(g.nhooks == 6);
     for (int i = 0; i < 6 && i < g.nhooks; i++) EXPECT(g.mf.tensors[g.hooks[i]].ready == i);
@@ -375,6 +383,7 @@ static void test_graph_gradients(void)
     EXPECT(g.be->mem[0].in_use == 0);
     graph_layout_free(&g.l);
     model_file_free(&g.mf);
+    expect_stream_free(g.be, g.st);
     be_close(g.be);
     free(p); free(grads); free(g.x); free(g.r); free(g.y);
 }
@@ -406,6 +415,7 @@ static void test_net(void)
     EXPECT(net_read(path, &n) == DPS_OK && be_open(&o, &be) == DPS_OK);
     unlink(path);
     if (!be || !n.params) return;
+    be_stream *st = expect_stream(be);
     float x6[6 * 24], x3[6 * 24], *p = malloc(n.params * sizeof *p), *g = malloc(n.params * sizeof *g);
     int32_t y6[6 * 4], y3[6 * 4];
     net_make_batch(&n, 5, 2, 0, 6, x6, y6);
@@ -418,9 +428,9 @@ static void test_net(void)
     ready_log r = {{0}, 0};
     net_init_params(&n, 7, p);
     for (int i = 0; i < 24; i++) dl[i] = 0.01f * (float)i;
-    EXPECT(net_acts_alloc(be, 0, &n, 2, PREC_FP32, &a) == DPS_OK);
-    EXPECT(net_forward(be, NULL, &n, p, &a, 2, x6, logits) == DPS_OK);
-    EXPECT(net_backward(be, NULL, &n, p, &a, 2, x6, dl, g, log_ready, &r) == DPS_OK);
+    EXPECT(net_acts_alloc(be, st, 0, &n, 2, PREC_FP32, &a) == DPS_OK);
+    EXPECT(net_forward(be, st, &n, p, &a, 2, x6, logits) == DPS_OK);
+    EXPECT(net_backward(be, st, &n, p, &a, 2, x6, dl, g, log_ready, &r) == DPS_OK);
     /* ready 0..2: ln.bias, fc2, ln.weight; the norm's backward readies 0, then 2 */
     int ln_weight = 3, fc2 = 5;
     EXPECT(n.ready[1] == fc2 && n.ready[2] == ln_weight && r.n == 5);
@@ -429,7 +439,8 @@ static void test_net(void)
     EXPECT(r.n == 5 && r.lo[4] == 0);
     net_acts_free(be, &n, &a);
     EXPECT(be->mem[0].in_use == 0);
-    EXPECT(net_acts_alloc(be, 0, &n, 2, PREC_BF16, &a) == DPS_ERR_USAGE);
+    EXPECT(net_acts_alloc(be, st, 0, &n, 2, PREC_BF16, &a) == DPS_ERR_USAGE);
+    expect_stream_free(be, st);
     be_close(be);
     net_free(&n);
     free(p);
