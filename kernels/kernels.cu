@@ -84,63 +84,7 @@ __device__ float block_reduce(float v, float (*op)(float, float), float init)
     return result;
 }
 
-__device__ float op_max(float a, float b) { return fmaxf(a, b); }
 __device__ float op_add(float a, float b) { return a + b; }
-
-/* One block per row: max, sum of exp, loss, gradient. */
-__global__ void xent_kernel(int classes, const float *logits, const int32_t *labels,
-                            float scale, float *dlogits, float *row_loss)
-{
-    const float *x = logits + (int64_t)blockIdx.x * classes;
-    float *dx = dlogits + (int64_t)blockIdx.x * classes;
-    float mx = -INFINITY;
-    for (int c = threadIdx.x; c < classes; c += blockDim.x) mx = fmaxf(mx, x[c]);
-    mx = block_reduce(mx, op_max, -INFINITY);
-    float sum = 0.0f;
-    for (int c = threadIdx.x; c < classes; c += blockDim.x) sum += expf(x[c] - mx);
-    sum = block_reduce(sum, op_add, 0.0f);
-    int label = labels[blockIdx.x];
-    for (int c = threadIdx.x; c < classes; c += blockDim.x) {
-        float p = expf(x[c] - mx) / sum;
-        dx[c] = (p - (c == label ? 1.0f : 0.0f)) * scale;
-    }
-    if (threadIdx.x == 0) row_loss[blockIdx.x] = logf(sum) + mx - x[label];
-}
-
-__global__ void log_softmax_kernel(int classes, const float *logits, float *logp)
-{
-    const float *x = logits + (int64_t)blockIdx.x * classes;
-    float *y = logp + (int64_t)blockIdx.x * classes;
-    float mx = -INFINITY;
-    for (int c = threadIdx.x; c < classes; c += blockDim.x) mx = fmaxf(mx, x[c]);
-    mx = block_reduce(mx, op_max, -INFINITY);
-    float sum = 0.0f;
-    for (int c = threadIdx.x; c < classes; c += blockDim.x) sum += expf(x[c] - mx);
-    float lse = logf(block_reduce(sum, op_add, 0.0f)) + mx;
-    for (int c = threadIdx.x; c < classes; c += blockDim.x) y[c] = x[c] - lse;
-}
-
-__global__ void nll_kernel(int64_t rows, int classes, const float *logp, const int32_t *labels,
-                           float scale, float *row_loss, float *dlogp)
-{
-    GRID_STRIDE(i, rows * classes) {
-        int64_t r = i / classes;
-        int c = (int)(i % classes);
-        dlogp[i] = c == labels[r] ? -scale : 0.0f;
-        if (c == labels[r]) row_loss[r] = -logp[i];
-    }
-}
-
-__global__ void log_softmax_bwd_kernel(int classes, const float *logp, const float *dlogp,
-                                       float *dlogits)
-{
-    int64_t base = (int64_t)blockIdx.x * classes;
-    float sum = 0.0f;
-    for (int c = threadIdx.x; c < classes; c += blockDim.x) sum += dlogp[base + c];
-    sum = block_reduce(sum, op_add, 0.0f);
-    for (int c = threadIdx.x; c < classes; c += blockDim.x)
-        dlogits[base + c] = dlogp[base + c] - expf(logp[base + c]) * sum;
-}
 
 __global__ void sum_kernel(int64_t n, const float *x, float *out)
 {
@@ -169,6 +113,39 @@ __global__ void cast_half_kernel(int64_t n, const float *x, uint16_t *y, int f16
 __global__ void half_to_f32_kernel(int64_t n, const uint16_t *x, float *y, int f16)
 {
     GRID_STRIDE(i, n) y[i] = dps_from_half(x[i], f16);
+}
+
+/* The casts 8 elements a thread at a time: two float4s and one 16-byte
+ * vector of halves (the lower address in the lower bits). */
+__device__ __forceinline__ uint32_t half_pair(float lo, float hi, int f16)
+{
+    return (uint32_t)dps_to_half(lo, f16) | (uint32_t)dps_to_half(hi, f16) << 16;
+}
+
+__global__ void cast_half8_kernel(int64_t n8, const float4 *x, uint4 *y, int f16)
+{
+    GRID_STRIDE(i, n8) {
+        float4 a = x[2 * i], b = x[2 * i + 1];
+        y[i] = make_uint4(half_pair(a.x, a.y, f16), half_pair(a.z, a.w, f16),
+                          half_pair(b.x, b.y, f16), half_pair(b.z, b.w, f16));
+    }
+}
+
+/* The fp32 values of a 32-bit word's two halves, the lower first. */
+__device__ __forceinline__ float2 pair_f32(uint32_t w, int f16)
+{
+    return make_float2(dps_from_half((uint16_t)w, f16), dps_from_half((uint16_t)(w >> 16), f16));
+}
+
+__global__ void half8_to_f32_kernel(int64_t n8, const uint4 *x, float4 *y, int f16)
+{
+    GRID_STRIDE(i, n8) {
+        uint4 h = x[i];
+        float2 a = pair_f32(h.x, f16), b = pair_f32(h.y, f16), c = pair_f32(h.z, f16),
+               d = pair_f32(h.w, f16);
+        y[2 * i] = make_float4(a.x, a.y, b.x, b.y);
+        y[2 * i + 1] = make_float4(c.x, c.y, d.x, d.y);
+    }
 }
 
 __global__ void bias_act_half_kernel(int rows, int cols, const float *acc, const uint16_t *bias,
@@ -280,39 +257,6 @@ cudaError_t dps_k_col_sum_half(cudaStream_t s, int rows, int cols, const uint16_
     return col_sum(s, rows, cols, x, out, workspace);
 }
 
-cudaError_t dps_k_xent(cudaStream_t s, int rows, int classes, const float *logits,
-                       const int32_t *labels, float scale, float *dlogits, float *row_loss)
-{
-    if (rows <= 0) return cudaSuccess;
-    xent_kernel<<<rows, kThreads, 0, s>>>(classes, logits, labels, scale, dlogits, row_loss);
-    return cudaGetLastError();
-}
-
-cudaError_t dps_k_log_softmax(cudaStream_t s, int rows, int classes, const float *logits,
-                              float *logp)
-{
-    if (rows <= 0) return cudaSuccess;
-    log_softmax_kernel<<<rows, kThreads, 0, s>>>(classes, logits, logp);
-    return cudaGetLastError();
-}
-
-cudaError_t dps_k_nll(cudaStream_t s, int rows, int classes, const float *logp,
-                      const int32_t *labels, float scale, float *row_loss, float *dlogp)
-{
-    int64_t n = (int64_t)rows * classes;
-    if (n <= 0) return cudaSuccess;
-    nll_kernel<<<grid_for(n), kThreads, 0, s>>>(rows, classes, logp, labels, scale, row_loss, dlogp);
-    return cudaGetLastError();
-}
-
-cudaError_t dps_k_log_softmax_bwd(cudaStream_t s, int rows, int classes, const float *logp,
-                                  const float *dlogp, float *dlogits)
-{
-    if (rows <= 0) return cudaSuccess;
-    log_softmax_bwd_kernel<<<rows, kThreads, 0, s>>>(classes, logp, dlogp, dlogits);
-    return cudaGetLastError();
-}
-
 cudaError_t dps_k_sum(cudaStream_t s, int64_t n, const float *x, float *out)
 {
     sum_kernel<<<1, 1024, 0, s>>>(n, x, out);
@@ -333,17 +277,32 @@ cudaError_t dps_k_adamw(cudaStream_t s, int64_t n, float *p, const float *g, flo
     return cudaGetLastError();
 }
 
+/* The elements of a cast that go 8 at a time: all but the last n % 8 when
+ * both ends are 16-byte aligned, else none. */
+static int64_t by_eight(int64_t n, const void *x, const void *y)
+{
+    return (((uintptr_t)x | (uintptr_t)y) & 15) ? 0 : n / 8 * 8;
+}
+
 cudaError_t dps_k_cast_half(cudaStream_t s, int64_t n, const float *x, uint16_t *y, int f16)
 {
     if (n <= 0) return cudaSuccess;
-    cast_half_kernel<<<grid_for(n), kThreads, 0, s>>>(n, x, y, f16);
+    int64_t v = by_eight(n, x, y);
+    if (v)
+        cast_half8_kernel<<<grid_for(v / 8), kThreads, 0, s>>>(v / 8, (const float4 *)x,
+                                                                (uint4 *)y, f16);
+    if (n > v) cast_half_kernel<<<grid_for(n - v), kThreads, 0, s>>>(n - v, x + v, y + v, f16);
     return cudaGetLastError();
 }
 
 cudaError_t dps_k_half_to_f32(cudaStream_t s, int64_t n, const uint16_t *x, float *y, int f16)
 {
     if (n <= 0) return cudaSuccess;
-    half_to_f32_kernel<<<grid_for(n), kThreads, 0, s>>>(n, x, y, f16);
+    int64_t v = by_eight(n, x, y);
+    if (v)
+        half8_to_f32_kernel<<<grid_for(v / 8), kThreads, 0, s>>>(v / 8, (const uint4 *)x,
+                                                                  (float4 *)y, f16);
+    if (n > v) half_to_f32_kernel<<<grid_for(n - v), kThreads, 0, s>>>(n - v, x + v, y + v, f16);
     return cudaGetLastError();
 }
 

@@ -22,18 +22,6 @@ cudaError_t dps_k_gelu_bwd(cudaStream_t s, int64_t n, const float *dh,
  * workspace: dps_col_sum_workspace(rows, cols) floats (NULL when 0) */
 cudaError_t dps_k_col_sum(cudaStream_t s, int rows, int cols, const float *x, float *out,
                           float *workspace);
-/* row_loss[r] = cross-entropy of row r; dlogits = (softmax - onehot) * scale */
-cudaError_t dps_k_xent(cudaStream_t s, int rows, int classes, const float *logits,
-                       const int32_t *labels, float scale, float *dlogits, float *row_loss);
-/* logp = log_softmax(logits), one block per row */
-cudaError_t dps_k_log_softmax(cudaStream_t s, int rows, int classes, const float *logits,
-                              float *logp);
-/* row_loss[r] = -logp[r, label]; dlogp = -scale at the label, 0 elsewhere */
-cudaError_t dps_k_nll(cudaStream_t s, int rows, int classes, const float *logp,
-                      const int32_t *labels, float scale, float *row_loss, float *dlogp);
-/* dlogits = dlogp - exp(logp) * (row sum of dlogp), one block per row */
-cudaError_t dps_k_log_softmax_bwd(cudaStream_t s, int rows, int classes, const float *logp,
-                                  const float *dlogp, float *dlogits);
 /* *out = sum of x[0..n), one block, deterministic order */
 cudaError_t dps_k_sum(cudaStream_t s, int64_t n, const float *x, float *out);
 cudaError_t dps_k_sgd(cudaStream_t s, int64_t n, float *p, const float *g, float *buf,

@@ -13,7 +13,7 @@ TESTS = [test(f"dp check gpus={g} {o} batch={b}", DPSCALE, "check", g, o, b) for
 TESTS += [test("dp learns gpus=3", DPSCALE, "learns", "3")]
 TESTS += [test(f"dp {c}", DPSCALE, c, timeout=300)
           for c in ("imbalance", "replica_phases", "dp_impl", "oom", "bad_input", "cuda_absent",
-                    "info", "shared_device")]
+                    "info", "shared_device", "loss_tensors")]
 if __name__ == "__main__":
     exit_if_listing(TESTS)  # --list: before the imports below
 
@@ -59,6 +59,47 @@ def case_learns(binary, ngpus):
         r = read_folder(os.path.join(out, "t"))[0][0]
         first, last = float(r["loss_first"]), float(r["loss_last"])
         expect(last < 0.92 * first, f"loss {first} -> {last}: did not fall by 8 %")
+
+
+# The N x C tensors of nn.CrossEntropyLoss(logits.float()) at PyTorch 2.x's peak, inside
+# log_softmax's backward (docs/method.md, "The loss's tensors"): (bytes an element, category)
+# on device 0, by precision, for dp over one device and ddp's rank.
+LOSS_PEAK = {
+    "fp32": {(4, "logits"), (4, "log-probabilities"), (4, "log-probabilities gradient"),
+             (4, "logits gradient")},
+    "bf16": {(2, "autocast logits gradient"), (4, "log-probabilities"),
+             (4, "log-probabilities gradient"), (4, "loss's fp32 logits, then their gradient")},
+}
+
+
+def case_loss_tensors(binary):
+    """Device 0 holds the loss's N x C tensors that PyTorch holds at its peak, of the same types
+    and no others (no gather at one device, the fp32 cast's buffer reused for its gradient under
+    autocast); documented in docs/method.md with PyTorch's sources; dp over two devices adds the
+    gathered half logits only."""
+    doc = open(os.path.join(os.path.dirname(__file__), "..", "docs", "method.md")).read()
+    with tempfile.TemporaryDirectory() as out:
+        for prec, want in LOSS_PEAK.items():
+            for mode, gpus in (("dp", "1"), ("ddp", "1"), ("dp", "2")):
+                name = f"{mode}{gpus}-{prec}"
+                dpscale(binary, "run", "--mode", mode, "--gpus", gpus, "--model", "small",
+                        "--classes", "999", "--precision", prec, "--steps", "1", "--warmup", "0",
+                        out=out, name=name, check_rc=0)
+                mem = memory_at_peak(os.path.join(out, name))
+                cats = next(c for (cid, dev), c in mem.items() if dev == "0")
+                nc = 16 * 16 * 999 * (1 if mode == "ddp" else int(gpus))  # rows x classes (odd)
+                held = {(b // nc, c) for c, b in cats.items() if b >= nc and b % nc == 0}
+                expected = set(want)
+                if mode == "dp" and gpus == "2":  # + device 0's replica output, half the rows
+                    expected = {(e, "gathered logits" if c == "logits" else c) for e, c in want}
+                    if prec != "fp32":
+                        expected -= {(2, "autocast logits gradient")}
+                        expected |= {(1, "autocast logits gradient"),
+                                     (2, "gathered half logits, then their gradient")}
+                expect(held == expected, f"{name}: device 0's N x C buffers {sorted(held)}, "
+                       f"PyTorch's at its peak {sorted(expected)}")
+        for _, c in set().union(*LOSS_PEAK.values()):
+            expect(f"`{c}`" in doc, f"docs/method.md's loss table does not name `{c}`")
 
 
 def case_shared_device(binary):

@@ -15,6 +15,7 @@
 #include "build_config.h"
 #include "backend/backend.h"
 #include "kernels.h"
+#include "loss.h"
 #ifdef DPS_HAVE_NVTX
 #include <nvtx3/nvToolsExtCudaRt.h>
 #endif

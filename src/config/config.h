@@ -110,7 +110,7 @@ typedef struct dev_stats {
     uint64_t alloc_peak, device_peak, capacity;
     uint64_t device_base;             /* device's used memory before the run allocated */
     struct {                          /* what the allocation peak was made of */
-        char what[40];
+        char what[64];                /* a category: be_buf_alloc's `what` */
         uint64_t bytes;
     } mem_cat[BE_MEM_CATEGORIES];
     int nmem_cat;

@@ -45,6 +45,10 @@ typedef struct ddp_rank {
     size_t acc_lo;            /* micro_grads at offsets >= this are added */
     grad_scaler scaler;
     dps_buf x, labels, logits, dlogits, row_loss, loss;
+    /* the loss's fp32 logits and their gradient: the model's output, or
+     * under autocast its fp32 cast (logits.float()), whose buffer the
+     * gradient takes once log_softmax has read it (torch; dlogits unused) */
+    float *logitsv, *dlogitsv;
     dps_buf logp, dlogp;      /* torch: log-probabilities and their gradient */
     batches batches;          /* the steps' shards, made on a helper thread */
     const float *h_x;         /* this step's shard (batches_get) */
@@ -135,6 +139,25 @@ static void inject_fault(ddp_rank *R, int step)
     ranks_inject_fault(&f, R->rank, step);
 }
 
+/* Under autocast the model hands its half logits on (logits16_out) and the
+ * loss casts them: as dp does, and as `logits.float()` runs in the loss. */
+static int autocast(const ddp_rank *R) { return R->acts.mlp.half != BE_F32 && !net_is_file(R->net); }
+
+/* The loss's fp32 logits and their gradient (bytes each), one buffer under
+ * torch's autocast (see ddp_rank). */
+static dps_status alloc_loss_logits(ddp_rank *R, size_t bytes)
+{
+    backend *be = R->be;
+    int reuse = R->cfg->precision != PREC_FP32 && R->cfg->ddp_impl == DPIMPL_TORCH;
+    const char *what = R->cfg->precision == PREC_FP32 ? "logits"
+                       : reuse ? "loss's fp32 logits, then their gradient" : "loss's fp32 logits";
+    DPS_TRY(be_buf_alloc(be, R->dev, bytes, what, &R->logits));
+    if (!reuse) DPS_TRY(be_buf_alloc(be, R->dev, bytes, "logits gradient", &R->dlogits));
+    R->logitsv = R->logits.ptr;
+    R->dlogitsv = reuse ? R->logits.ptr : R->dlogits.ptr;
+    return DPS_OK;
+}
+
 static dps_status alloc_buffers(ddp_rank *R)
 {
     backend *be = R->be;
@@ -157,8 +180,7 @@ static dps_status alloc_buffers(ddp_rank *R)
     }
     DPS_TRY(be_buf_alloc(be, d, (size_t)R->samples * m->input * sizeof(float), "input shard", &R->x));
     DPS_TRY(be_buf_alloc(be, d, rows * sizeof(int32_t), "labels", &R->labels));
-    DPS_TRY(be_buf_alloc(be, d, rows * C * sizeof(float), "logits", &R->logits));
-    DPS_TRY(be_buf_alloc(be, d, rows * C * sizeof(float), "logits gradient", &R->dlogits));
+    DPS_TRY(alloc_loss_logits(R, rows * C * sizeof(float)));
     if (R->cfg->ddp_impl == DPIMPL_TORCH) { /* nn.CrossEntropyLoss's, kept for backward */
         DPS_TRY(be_buf_alloc(be, d, rows * C * sizeof(float), "log-probabilities", &R->logp));
         DPS_TRY(be_buf_alloc(be, d, rows * C * sizeof(float),
@@ -168,6 +190,7 @@ static dps_status alloc_buffers(ddp_rank *R)
     size_t accum = (size_t)R->cfg->accum;
     DPS_TRY(be_buf_alloc(be, d, accum * sizeof(float), "loss", &R->loss));
     DPS_TRY(net_acts_alloc(be, R->st, d, m, R->samples, R->cfg->precision, &R->acts));
+    R->acts.mlp.logits16_out = autocast(R); /* cast in the loss, as dp's */
     DPS_TRY(be->ops->host_alloc(be, accum * sizeof(float), (void **)&R->h_loss));
     R->micro_ms = calloc(accum * PH_COUNT, sizeof *R->micro_ms);
     if (!R->micro_ms) return dps_fail(DPS_ERR_RUNTIME, "rank %d: out of host memory", R->rank);
@@ -312,19 +335,35 @@ static dps_status phase_load(ddp_rank *R)
  * rows x C tensors: log-softmax, kept for backward; the negative
  * log-likelihood and its gradient; log-softmax's backward into the logits'
  * gradient. lean: one fused pass writing only the logits' gradient. */
-static dps_status rank_loss(ddp_rank *R)
+static dps_status fp32_loss(ddp_rank *R, float scale)
 {
     const be_ops *o = R->be->ops;
     int rows = R->rows, classes = R->net->classes;
-    float scale = scaler_loss_factor(&R->scaler) * (float)R->nranks / (float)R->rows_total;
     if (R->cfg->ddp_impl == DPIMPL_LEAN)
-        return o->xent(R->be, R->st, rows, classes, R->logits.ptr, R->labels.ptr, scale,
-                       R->dlogits.ptr, R->row_loss.ptr);
-    DPS_TRY(o->log_softmax(R->be, R->st, rows, classes, R->logits.ptr, R->logp.ptr));
+        return o->xent(R->be, R->st, rows, classes, R->logitsv, R->labels.ptr, scale,
+                       R->dlogitsv, R->row_loss.ptr);
+    DPS_TRY(o->log_softmax(R->be, R->st, rows, classes, R->logitsv, R->logp.ptr));
     DPS_TRY(o->nll(R->be, R->st, rows, classes, R->logp.ptr, R->labels.ptr, scale,
                    R->row_loss.ptr, R->dlogp.ptr));
     return o->log_softmax_bwd(R->be, R->st, rows, classes, R->logp.ptr, R->dlogp.ptr,
-                              R->dlogits.ptr);
+                              R->dlogitsv);
+}
+
+/* The loss and its gradient in fp32 (plant: with GradScaler's test inf in
+ * the gradient); under autocast the model's half logits cast to fp32 first
+ * (logits.float()) and the gradient cast back into the model's half buffer
+ * last (that cast's backward), as dp's loss does. */
+static dps_status rank_loss(ddp_rank *R, int plant)
+{
+    const be_ops *o = R->be->ops;
+    float scale = scaler_loss_factor(&R->scaler) * (float)R->nranks / (float)R->rows_total;
+    int64_t nc = (int64_t)R->rows * R->net->classes;
+    void *half = R->acts.mlp.dlogits16.ptr;
+    if (autocast(R)) DPS_TRY(o->cast(R->be, R->st, nc, half, R->acts.mlp.half, R->logitsv, BE_F32));
+    DPS_TRY(fp32_loss(R, scale));
+    if (plant) DPS_TRY(scaler_plant_inf(&R->scaler, R->be, R->st, R->dlogitsv, R->dev));
+    if (!autocast(R)) return DPS_OK;
+    return o->cast(R->be, R->st, nc, R->dlogitsv, BE_F32, half, R->acts.mlp.half);
 }
 
 static dps_status phase_forward_loss(ddp_rank *R, int step)
@@ -334,13 +373,12 @@ static dps_status phase_forward_loss(ddp_rank *R, int step)
     inject_fault(R, step);
     DPS_TRY(ptimer_begin(R->timer, 0, PH_FORWARD));
     DPS_TRY(net_forward(R->be, R->st, R->net, R->params.ptr, &R->acts, R->samples, R->x.ptr,
-                        R->logits.ptr));
+                        R->logitsv));
     DPS_TRY(ptimer_end(R->timer, 0, PH_FORWARD));
     set_phase(R, PH_LOSS);
     DPS_TRY(ptimer_begin(R->timer, 0, PH_LOSS));
-    DPS_TRY(rank_loss(R));
-    if (R->rank == 0 && step == R->cfg->overflow_step && R->micro == R->cfg->accum - 1)
-        DPS_TRY(scaler_plant_inf(&R->scaler, R->be, R->st, R->dlogits.ptr, R->dev));
+    DPS_TRY(rank_loss(R, R->rank == 0 && step == R->cfg->overflow_step &&
+                             R->micro == R->cfg->accum - 1));
     float *loss = (float *)R->loss.ptr + R->micro;
     DPS_TRY(o->sum(R->be, R->st, R->rows, R->row_loss.ptr, loss));
     DPS_TRY(o->copy(R->be, R->st, R->h_loss + R->micro, DPS_HOST, loss, R->dev, sizeof(float)));
@@ -359,7 +397,7 @@ static dps_status phase_backward(ddp_rank *R)
     DPS_TRY(ptimer_begin(R->timer, 0, PH_BACKWARD));
     nvtx_push_phase(PH_BACKWARD);
     dps_status rc = net_backward(R->be, R->st, R->net, R->params.ptr, &R->acts, R->samples,
-                                 R->x.ptr, R->dlogits.ptr, into, grad_hook, R);
+                                 R->x.ptr, autocast(R) ? NULL : R->dlogitsv, into, grad_hook, R);
     if (!rc && !units_reduce(R)) rc = accumulate_to(R, 0);
     nvtx_pop();
     DPS_TRY(rc);

@@ -86,6 +86,28 @@ static dps_status alloc_torch(dp_state *st, size_t pbytes)
     return DPS_OK;
 }
 
+/* The loss's logits on device 0, n x C each (dp_state.h): fp32 ones and
+ * their gradient, one buffer under torch's autocast; the gathered half
+ * ones when there is a gather. */
+static dps_status alloc_loss_logits(dp_state *st, size_t nc)
+{
+    backend *be = st->be;
+    int d0 = st->s[0].dev, reuse = dp_autocast(st) && st->cfg->dp_impl == DPIMPL_TORCH;
+    const char *what = !dp_autocast(st) ? (dp_gathers(st) ? "gathered logits" : "logits")
+                       : reuse ? "loss's fp32 logits, then their gradient" : "loss's fp32 logits";
+    DPS_TRY(be_buf_alloc(be, d0, nc * sizeof(float), what, &st->logits_full));
+    if (!reuse) DPS_TRY(be_buf_alloc(be, d0, nc * sizeof(float), "logits gradient", &st->dlogits_full));
+    st->logitsv = st->logits_full.ptr;
+    st->dlogitsv = reuse ? st->logits_full.ptr : st->dlogits_full.ptr;
+    if (!dp_autocast(st)) return DPS_OK;
+    st->logits16v = st->s[0].acts.mlp.dlogits16.ptr;
+    if (!dp_gathers(st)) return DPS_OK;
+    DPS_TRY(be_buf_alloc(be, d0, nc * be_dtype_bytes(st->half), "gathered half logits, then their "
+                         "gradient", &st->logits16_full));
+    st->logits16v = st->logits16_full.ptr;
+    return DPS_OK;
+}
+
 /* Device 0's extra memory: the whole batch, the gathered logits and their
  * gradient, the loss, the reduce staging buffer and the optimizer state. */
 static dps_status alloc_primary(dp_state *st, size_t pbytes)
@@ -101,11 +123,7 @@ static dps_status alloc_primary(dp_state *st, size_t pbytes)
     if (st->cfg->accum > 1)
         DPS_TRY(be_buf_alloc(be, d0, pbytes, "accumulated gradients", &st->grad_acc));
     DPS_TRY(be_buf_alloc(be, d0, n * sizeof(int32_t), "labels", &st->labels_full));
-    DPS_TRY(be_buf_alloc(be, d0, n * (size_t)m->classes * sizeof(float), "gathered logits", &st->logits_full));
-    DPS_TRY(be_buf_alloc(be, d0, n * (size_t)m->classes * sizeof(float), "logits gradient", &st->dlogits_full));
-    if (dp_autocast(st))
-        DPS_TRY(be_buf_alloc(be, d0, n * (size_t)m->classes * 2, "gathered bf16 logits, then their "
-                             "gradient", &st->logits16_full));
+    DPS_TRY(alloc_loss_logits(st, n * (size_t)m->classes));
     DPS_TRY(be_buf_alloc(be, d0, n * sizeof(float), "per-token loss", &st->row_loss));
     DPS_TRY(be_buf_alloc(be, d0, (size_t)st->cfg->accum * sizeof(float), "loss", &st->loss));
     if (st->nslots > 1) { /* lean copies 10 MiB at a time, torch a whole group */
@@ -114,7 +132,9 @@ static dps_status alloc_primary(dp_state *st, size_t pbytes)
         DPS_TRY(be_buf_alloc(be, d0, stage, "reduce staging buffer", &st->staging));
     }
     st->s[0].xv = st->x_full.ptr;
-    st->s[0].logitsv = st->s[0].dlogitsv = st->dlogits_full.ptr; /* its rows come first */
+    /* gathered: its rows come first in the gradient; alone: the loss's own */
+    st->s[0].logitsv = dp_gathers(st) ? st->dlogitsv : st->logitsv;
+    st->s[0].dlogitsv = st->dlogitsv;
     return st->cfg->dp_impl == DPIMPL_TORCH ? alloc_torch(st, pbytes) : DPS_OK;
 }
 
@@ -228,10 +248,10 @@ static void dlogits_rows(dp_state *st, int slot, const void **from, void **to)
     dp_slot *s = &st->s[slot];
     size_t first = (size_t)s->row0 * (size_t)st->net->classes;
     if (dp_autocast(st)) {
-        *from = (const uint16_t *)st->logits16_full.ptr + first;
+        *from = (const uint16_t *)st->logits16v + first;
         *to = s->acts.mlp.dlogits16.ptr;
     } else {
-        *from = (const float *)st->dlogits_full.ptr + first;
+        *from = st->dlogitsv + first;
         *to = s->dlogitsv;
     }
 }
@@ -256,7 +276,8 @@ static dps_status worker_backward(dp_state *st, int slot)
         DPS_TRY(ptimer_end_more(st->timer, slot, PH_SCATTER));
     }
     DPS_TRY(ptimer_begin(st->timer, slot, PH_BACKWARD));
-    if (!slot && dp_autocast(st)) DPS_TRY(be->ops->copy(be, s->st, to, s->dev, from, s->dev, bytes));
+    if (!slot && to != from) /* device 0's rows under autocast, from the gathered ones */
+        DPS_TRY(be->ops->copy(be, s->st, to, s->dev, from, s->dev, bytes));
     DPS_TRY(net_backward(be, s->st, st->net, s->params.ptr, &s->acts, s->samples, s->xv,
                          dp_autocast(st) ? NULL : s->dlogitsv, s->grads.ptr, NULL, NULL));
     return ptimer_end(st->timer, slot, PH_BACKWARD);
@@ -309,10 +330,10 @@ static dps_status phase_gather(dp_state *st)
 {
     size_t row = (size_t)st->net->classes * logit_bytes(st);
     int half = dp_autocast(st);
-    char *into = half ? st->logits16_full.ptr : st->logits_full.ptr;
+    char *into = half ? st->logits16v : (char *)st->logitsv;
     dp_slot *s0 = &st->s[0];
     DPS_TRY(ptimer_begin(st->timer, 0, PH_GATHER));
-    for (int i = 0; i < st->nslots; i++) {
+    for (int i = 0; dp_gathers(st) && i < st->nslots; i++) {
         dp_slot *s = &st->s[i];
         DPS_TRY(st->be->ops->stream_wait(st->be, s0->st, st->timer->ev[i][PH_FORWARD][1]));
         if (i) DPS_TRY(ptimer_begin_on(st->timer, i, PH_GATHER, 0)); /* copies run on slot 0's stream */

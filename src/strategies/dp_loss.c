@@ -2,19 +2,21 @@
  * nn.CrossEntropyLoss runs it under DataParallel (torch): log-softmax
  * materialised and kept for backward, then the negative log-likelihood and
  * its gradient, then log-softmax's backward into the logits' gradient, each
- * an n x C tensor alive beside the gathered logits. Lean: one fused pass
- * writing only the logits' gradient. */
+ * an n x C tensor alive beside the gathered logits; under autocast the
+ * logits' fp32 cast first (freed once read, so the gradient takes its
+ * buffer) and the gradient's cast back last (docs/method.md, "The loss's
+ * tensors"). Lean: one fused pass writing only the logits' gradient. */
 #include "strategies/dp_state.h"
 
 static dps_status loss_torch(dp_state *st, int n, int classes, float scale)
 {
     backend *be = st->be;
     be_stream *s0 = st->s[0].st;
-    DPS_TRY(be->ops->log_softmax(be, s0, n, classes, st->logits_full.ptr, st->logp.ptr));
+    DPS_TRY(be->ops->log_softmax(be, s0, n, classes, st->logitsv, st->logp.ptr));
     DPS_TRY(be->ops->nll(be, s0, n, classes, st->logp.ptr, st->labels_full.ptr, scale,
                          st->row_loss.ptr, st->dlogp.ptr));
     return be->ops->log_softmax_bwd(be, s0, n, classes, st->logp.ptr, st->dlogp.ptr,
-                                    st->dlogits_full.ptr);
+                                    st->dlogitsv);
 }
 
 dps_status dp_loss(dp_state *st)
@@ -26,19 +28,17 @@ dps_status dp_loss(dp_state *st)
     float scale = scaler_loss_factor(&st->scaler) / (float)st->rows_step;
     DPS_TRY(ptimer_begin(st->timer, 0, PH_LOSS));
     int64_t nc = (int64_t)n * classes;
-    if (dp_autocast(st)) /* autocast's cross_entropy runs in fp32 */
-        DPS_TRY(be->ops->cast(be, s0->st, nc, st->logits16_full.ptr, st->half, st->logits_full.ptr,
-                              BE_F32));
+    if (dp_autocast(st)) /* logits.float(): autocast's cross_entropy runs in fp32 */
+        DPS_TRY(be->ops->cast(be, s0->st, nc, st->logits16v, st->half, st->logitsv, BE_F32));
     if (st->cfg->dp_impl == DPIMPL_TORCH)
         DPS_TRY(loss_torch(st, n, classes, scale));
     else
-        DPS_TRY(be->ops->xent(be, s0->st, n, classes, st->logits_full.ptr, st->labels_full.ptr,
-                              scale, st->dlogits_full.ptr, st->row_loss.ptr));
+        DPS_TRY(be->ops->xent(be, s0->st, n, classes, st->logitsv, st->labels_full.ptr, scale,
+                              st->dlogitsv, st->row_loss.ptr));
     if (st->step == st->cfg->overflow_step && st->micro == st->cfg->accum - 1)
-        DPS_TRY(scaler_plant_inf(&st->scaler, be, s0->st, st->dlogits_full.ptr, s0->dev));
+        DPS_TRY(scaler_plant_inf(&st->scaler, be, s0->st, st->dlogitsv, s0->dev));
     if (dp_autocast(st)) /* that cast's backward: the gradient in half precision, for the scatter */
-        DPS_TRY(be->ops->cast(be, s0->st, nc, st->dlogits_full.ptr, BE_F32, st->logits16_full.ptr,
-                              st->half));
+        DPS_TRY(be->ops->cast(be, s0->st, nc, st->dlogitsv, BE_F32, st->logits16v, st->half));
     float *loss = (float *)st->loss.ptr + st->micro;
     DPS_TRY(be->ops->sum(be, s0->st, n, st->row_loss.ptr, loss));
     DPS_TRY(be->ops->copy(be, s0->st, st->h_loss + st->micro, DPS_HOST, loss, s0->dev,

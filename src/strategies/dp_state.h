@@ -50,10 +50,17 @@ typedef struct dp_state {
     int step;              /* the optimizer step running (warm-up included) */
     dp_slot s[DPS_MAX_DEVICES];
     dps_buf x_full, labels_full, logits_full, dlogits_full, row_loss, loss, staging;
+    /* the loss's fp32 logits and their gradient (device 0): the gathered
+     * logits, or their fp32 cast under autocast (logits.float()); under
+     * autocast, as nn.CrossEntropyLoss frees the cast once log_softmax has
+     * read it, its gradient takes the same buffer (dlogits_full unused) */
+    float *logitsv, *dlogitsv;
     dps_buf logp, dlogp;   /* torch: log-probabilities and their gradient (device 0) */
-    /* bf16: the replicas' bf16 logits gathered, then their gradient cast
-     * to bf16 for the scatter (device 0), as DataParallel under autocast */
+    /* half: the replicas' half logits gathered, then their gradient cast
+     * to half for the scatter (device 0), as DataParallel under autocast;
+     * over one device (no gather) slot 0's own half logits (logits16v) */
     dps_buf logits16_full;
+    void *logits16v;
     dps_buf reduce_out;    /* torch: the summed gradients, a new buffer on device 0 */
     dps_buf opt_state[2];
     dps_buf grad_acc;      /* --accum: the gradients accumulated over the micro-steps (device 0) */
@@ -74,6 +81,10 @@ typedef struct dp_state {
 
 /* Whether the replicas run as under autocast (half-precision logits). */
 static inline int dp_autocast(const dp_state *st) { return st->half != BE_F32; }
+
+/* Whether outputs are gathered to device 0 and their gradient scattered
+ * back: DataParallel over one device calls the module directly. */
+static inline int dp_gathers(const dp_state *st) { return st->nslots > 1; }
 
 /* dp_move.c: bytes over a link, counted for a slot in a phase. */
 void dp_count(dp_state *st, int slot, dps_phase ph, dps_link link, size_t bytes);

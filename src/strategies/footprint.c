@@ -36,6 +36,13 @@ static uint64_t optimizer_bytes(const dps_config *c, uint64_t pbytes)
     return pbytes * (c->optimizer == OPT_ADAMW ? 2 : 1);
 }
 
+/* The loss's fp32 logits and their gradient (nc bytes each): one buffer
+ * under torch's autocast (dp.c's and ddp.c's alloc_loss_logits). */
+static uint64_t loss_logits_bytes(const dps_config *c, int torch, uint64_t nc)
+{
+    return dps_precision_is_half(c->precision) && torch ? nc : 2 * nc;
+}
+
 /* dp_setup's buffers (alloc_slot, alloc_primary, alloc_torch), by slot;
  * returns the host's (input, labels, loss, the final parameters). */
 static uint64_t dp_devices(const dps_config *c, const net *m, uint64_t *dev)
@@ -53,10 +60,12 @@ static uint64_t dp_devices(const dps_config *c, const net *m, uint64_t *dev)
         if (i) dev[i] += (uint64_t)samples[i] * X + rows * C; /* slot 0's: device 0's batch and dlogits */
         if (coalesced) dev[i] += group;
     }
-    dev[0] += optimizer_bytes(c, pbytes) + xall + 2 * n * C + n * F4 + n * F4 + accum * F4;
+    dev[0] += optimizer_bytes(c, pbytes) + xall + loss_logits_bytes(c, torch, n * C) + n * F4 +
+              n * F4 + accum * F4;
     if (nslots > 1) dev[0] += coalesced ? group : (pbytes < DP_COALESCE_BYTES ? pbytes : DP_COALESCE_BYTES);
     if (torch) dev[0] += 2 * n * C;
-    if (dps_precision_is_half(c->precision)) dev[0] += n * (uint64_t)m->classes * 2; /* gathered half logits */
+    if (dps_precision_is_half(c->precision) && nslots > 1)
+        dev[0] += n * (uint64_t)m->classes * 2; /* gathered half logits */
     if (coalesced) dev[0] += pbytes;
     if (c->accum > 1) dev[0] += pbytes;           /* the accumulated gradients */
     if (config_scaler(c)) dev[0] += F4;           /* GradScaler's inf flag */
@@ -88,11 +97,12 @@ static uint64_t ddp_devices(const dps_config *c, const net *m, uint64_t *dev)
     ddp_shard_sizes(c->global_batch / c->accum, c->ngpus, shard); /* one micro-batch's */
     uint64_t pbytes = (uint64_t)m->params * F4, host = pbytes, accum = (uint64_t)c->accum;
     uint64_t X = (uint64_t)m->input * F4, C = (uint64_t)m->classes * F4;
+    int torch = c->ddp_impl == DPIMPL_TORCH;
     for (int r = 0; r < c->ngpus; r++) {
         uint64_t rows = (uint64_t)shard[r] * (uint64_t)m->rows, x = (uint64_t)shard[r] * X;
-        dev[r] = model_states(c, m, r) + x + 2 * rows * C + 2 * rows * F4 + accum * F4 +
-                 acts_bytes(c, m, (uint64_t)shard[r]);
-        if (c->ddp_impl == DPIMPL_TORCH) dev[r] += 2 * rows * C; /* log-probabilities, gradient */
+        dev[r] = model_states(c, m, r) + x + loss_logits_bytes(c, torch, rows * C) +
+                 2 * rows * F4 + accum * F4 + acts_bytes(c, m, (uint64_t)shard[r]);
+        if (torch) dev[r] += 2 * rows * C; /* log-probabilities, gradient */
         if (config_scaler(c)) dev[r] += F4;        /* GradScaler's inf flag */
         host += 2 * accum * (x + rows * F4) + accum * F4 + pbytes; /* two steps' shards (batches.h) */
     }
