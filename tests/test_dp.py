@@ -244,7 +244,7 @@ BAD_INPUTS = [
     (["run", "--gpus", "18446744073709551617"], "--gpus"),
     (["run", "--gpus", "9"], "--gpus 9"),
     (["run", "--devices", "0,8"], "--devices"),
-    (["run", "--devices", "1,1"], "--devices"),
+    (["run", "--mode", "ddp", "--devices", "1,1"], "--devices: device 1 is listed twice"),
     (["run", "--model", "huge"], "--model"),
     (["run", "--precision", "fp16", "--scaler", "off"], "--precision fp16 --scaler off"),
     (["run", "--steps", "99999999999"], "--steps"),
