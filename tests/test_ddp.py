@@ -65,9 +65,11 @@ def case_ddp_balance(binary):
 
 def shm_files():
     """/dev/shm's files, less the regions of ranks under a launcher
-    (dpscale-*: the launch tests, which may run meanwhile, check their own)."""
+    (dpscale-*: the launch tests, which may run meanwhile, check their own) and
+    Python multiprocessing's semaphores (sem.mp-*: PyTorch's tests, run meanwhile,
+    make them; dpscale makes none)."""
     names = os.listdir("/dev/shm") if os.path.isdir("/dev/shm") else []
-    return {n for n in names if not n.startswith("dpscale-")}
+    return {n for n in names if not n.startswith(("dpscale-", "sem.mp-"))}
 
 
 def case_fault(binary, kind):
