@@ -41,9 +41,10 @@ __device__ __forceinline__ void add_one(max_sum &r, float x)
     }
 }
 
-/* The block's combined value, the same in every thread. */
+/* The block's combined value, the same in every thread; identity: op's
+ * neutral value (the lanes past the block's warps). */
 template <typename T, typename Op>
-__device__ T block_all(T v, Op op)
+__device__ T block_all(T v, Op op, T identity)
 {
     __shared__ T part[32];
     __shared__ T result;
@@ -58,7 +59,7 @@ __device__ T block_all(T v, Op op)
     if (lane == 0) part[warp] = v;
     __syncthreads();
     if (warp == 0) {
-        v = lane < nwarps ? part[lane] : part[0];
+        v = lane < nwarps ? part[lane] : identity;
         for (int off = 16; off > 0; off >>= 1) {
             T o;
             o.m = __shfl_xor_sync(0xffffffffu, v.m, off);
@@ -132,7 +133,7 @@ __device__ max_sum row_max_sum(const float *x, int n, int head)
 {
     max_sum r = {-INFINITY, 0.0f};
     each_of_row(x, n, head, [&](int, float v) { add_one(r, v); });
-    return block_all(r, combine);
+    return block_all(r, combine, max_sum{-INFINITY, 0.0f});
 }
 
 __global__ void log_softmax_kernel(int classes, const float *logits, float *logp)
@@ -184,7 +185,7 @@ __global__ void log_softmax_bwd_kernel(int classes, const float *logp, const flo
     int head = row_head(classes, g, lp, y);
     sum1 acc = {0.0f, 0.0f};
     each_of_row(g, classes, head, [&](int, float v) { acc.s += v; });
-    float sum = block_all(acc, add_sums).s;
+    float sum = block_all(acc, add_sums, sum1{0.0f, 0.0f}).s;
     map_row(g, lp, y, classes, head, [sum](int, float gv, float l) { return gv - expf(l) * sum; });
 }
 
