@@ -5,7 +5,9 @@
  * polled within --timeout. The step ends as ddp's does: the host blocks in
  * cudaStreamSynchronize while nccl_watch.h's thread watches the
  * communicators. */
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <nccl.h>
 
 #include "comm/comm_group.h"
@@ -26,8 +28,9 @@ int comm_group_available(void) { return 1; }
 
 /* What ncclCommInitAll does, non-blocking: one unique id, one
  * ncclCommInitRankConfig a device inside one group, then the host polls
- * the set-up within timeout_ms. The calling thread's device is kept. */
-static dps_status init_all(comm_group *g, const int *devs, double timeout_ms)
+ * the set-up within timeout_ms; who names the group in messages. The
+ * calling thread's device is kept. */
+static dps_status init_all(comm_group *g, const int *devs, double timeout_ms, const char *who)
 {
     ncclUniqueId id;
     NCCL_TRY(ncclGetUniqueId(&id));
@@ -47,7 +50,7 @@ static dps_status init_all(comm_group *g, const int *devs, double timeout_ms)
     if (cuda_check_nccl_failed(rc))
         return cuda_check_nccl_fail(rc, __FILE__, __LINE__, "ncclCommInitRankConfig");
     if (cuda_check_nccl_failed(end)) return cuda_check_nccl_fail(end, __FILE__, __LINE__, "ncclGroupEnd");
-    return nccl_wait_setup(g->comm, g->n, NULL, timeout_ms, "dp",
+    return nccl_wait_setup(g->comm, g->n, NULL, timeout_ms, who,
                            "ncclCommInitRankConfig, one a device, in a group");
 }
 
@@ -57,8 +60,13 @@ dps_status comm_group_open(comm_group **out, const int *devs, int n, double time
     comm_group *g = calloc(1, sizeof *g);
     if (!g) return dps_fail(DPS_ERR_RUNTIME, "out of host memory for the NCCL communicator");
     g->n = n;
-    dps_status rc = init_all(g, devs, timeout_ms);
-    if (!rc) rc = nccl_watch_open(&g->watch, g->comm, n, NULL, timeout_ms, "dp");
+    char who[NCCL_WATCH_WHO_MAX] = "dp (devices ";
+    for (int i = 0; i < n; i++) {
+        size_t at = strlen(who);
+        snprintf(who + at, sizeof who - at, "%d%s", devs[i], i + 1 < n ? "," : ")");
+    }
+    dps_status rc = init_all(g, devs, timeout_ms, who);
+    if (!rc) rc = nccl_watch_open(&g->watch, g->comm, n, NULL, timeout_ms, who);
     if (rc) {
         for (int i = 0; i < n; i++)
             if (g->comm[i]) ncclCommAbort(g->comm[i]);

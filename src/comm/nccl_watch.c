@@ -16,7 +16,7 @@ struct nccl_watch {
     int n;
     _Atomic int *abort_flag;
     double timeout_ms;
-    char who[64];
+    char who[NCCL_WATCH_WHO_MAX];
 };
 
 ncclConfig_t nccl_watch_config(void)

@@ -20,6 +20,9 @@
 
 typedef struct nccl_watch nccl_watch;
 
+/* The longest name of where the communicators are, for messages. */
+#define NCCL_WATCH_WHO_MAX 256
+
 /* The configuration of every communicator: NCCL_CONFIG_INITIALIZER's,
  * non-blocking (config.blocking = 0). */
 ncclConfig_t nccl_watch_config(void);
