@@ -1,5 +1,5 @@
 /* dp's collectives: one process drives every GPU through a single-process
- * NCCL communicator (ncclCommInitAll), broadcasting from and reducing onto
+ * NCCL clique (as ncclCommInitAll makes it), broadcasting from and reducing onto
  * the first device, each device's part on its own stream, as
  * torch.nn.parallel's replicate and reduce_add_coalesced do. Without NCCL
  * in the build, opening one fails with a message (comm_group_none.c). */
@@ -14,7 +14,10 @@ typedef struct comm_group comm_group;
 
 /* Whether this build has the group (dp then uses peer copies without it). */
 int comm_group_available(void);
-dps_status comm_group_open(comm_group **g, const int *devs, int n) DPS_MUST_USE;
+/* Its set-up, polled, fails beyond timeout_ms (0: no limit), the same
+ * --timeout the steps' collectives and their launches are held to. */
+dps_status comm_group_open(comm_group **g, const int *devs, int n, double timeout_ms)
+    DPS_MUST_USE;
 /* Aborts the communicators when the run failed (`run` is its status), the
  * group failed or collectives were issued since the last comm_group_sync
  * that succeeded, else destroys them. NULL is a no-op. */

@@ -4,9 +4,9 @@
 
 int comm_group_available(void) { return 0; }
 
-dps_status comm_group_open(comm_group **g, const int *devs, int n)
+dps_status comm_group_open(comm_group **g, const int *devs, int n, double timeout_ms)
 {
-    (void)devs;
+    (void)devs, (void)timeout_ms;
     *g = NULL;
     return dps_fail(DPS_ERR_RUNTIME, "dp over %d GPUs through NCCL: this dpscale was built without "
                     "NCCL; rebuild with -Dnccl=enabled, or use --dp-comm p2p", n);

@@ -9,7 +9,10 @@
  * end of the step (comm_sync), in cudaStreamSynchronize under a watchdog
  * (nccl_watch.h) that polls ncclCommGetAsyncError, the group's abort flag
  * and the timeout from its own thread and aborts the communicator on any of
- * them, so a broken communicator or a dead peer ends the wait. */
+ * them, so a broken communicator or a dead peer ends the wait. The
+ * communicator is non-blocking: its set-up and each launch return at once
+ * and are polled until done (nccl_watch_launched), within --timeout and
+ * until the group's abort flag rises, before the stream is used again. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,17 +62,16 @@ static dps_status watched_sync(comm *c, be_stream *also, const char *what, int c
     int ns = 0;
     if (also) streams[ns++] = c->be->ops->native_stream(c->be, also);
     streams[ns++] = native(c);
-    char who[32];
-    snprintf(who, sizeof who, "rank %d", c->rank);
     comm_shared_waiting(c->sh, c->rank, collective);
-    dps_status rc = nccl_watch_sync(nccl_of(c)->watch, streams, ns, c->timeout_ms, who, what);
+    dps_status rc = nccl_watch_sync(nccl_of(c)->watch, streams, ns, c->timeout_ms, what);
     comm_shared_waiting(c->sh, c->rank, 0);
     return rc;
 }
 
 static dps_status nccl_allreduce_enqueue(comm *c, void *buf, size_t n, comm_dtype dt)
 {
-    NCCL_TRY(ncclAllReduce(buf, buf, n, nccl_type(dt), ncclSum, nccl_of(c)->comm, native(c)));
+    nccl_rank *nr = nccl_of(c);
+    NCCL_LAUNCH(nr->watch, ncclAllReduce(buf, buf, n, nccl_type(dt), ncclSum, nr->comm, native(c)));
     count_allreduce(c, n * comm_dtype_bytes(dt));
     return DPS_OK;
 }
@@ -105,8 +107,7 @@ static dps_status nccl_by_chunk(comm *c, comm_op op, char *buf, size_t n, comm_d
     if (cuda_check_nccl_failed(rc))
         return cuda_check_nccl_fail(rc, __FILE__, __LINE__,
                                     op == COMM_REDUCE_SCATTER ? "ncclReduce" : "ncclBroadcast");
-    NCCL_TRY(end);
-    return DPS_OK;
+    return nccl_watch_launched(nr->watch, end, "ncclGroupEnd", __FILE__, __LINE__);
 }
 
 /* Reduce-scatter in place over comm_chunk_range's chunks: rank r's chunk
@@ -114,11 +115,12 @@ static dps_status nccl_by_chunk(comm *c, comm_op op, char *buf, size_t n, comm_d
  * recvbuff = sendbuff + the chunk's offset, when the chunks are equal). */
 static dps_status nccl_reduce_scatter_enqueue(comm *c, void *buf, size_t n, comm_dtype dt)
 {
+    nccl_rank *nr = nccl_of(c);
     size_t es = comm_dtype_bytes(dt), b, e;
     comm_chunk_range(n, c->nranks, c->rank, &b, &e);
     if (n % (size_t)c->nranks) DPS_TRY(nccl_by_chunk(c, COMM_REDUCE_SCATTER, buf, n, dt));
-    else NCCL_TRY(ncclReduceScatter(buf, (char *)buf + b * es, e - b, nccl_type(dt), ncclSum,
-                                    nccl_of(c)->comm, native(c)));
+    else NCCL_LAUNCH(nr->watch, ncclReduceScatter(buf, (char *)buf + b * es, e - b, nccl_type(dt),
+                                                  ncclSum, nr->comm, native(c)));
     count_sharded(c, n * es);
     return DPS_OK;
 }
@@ -127,11 +129,12 @@ static dps_status nccl_reduce_scatter_enqueue(comm *c, void *buf, size_t n, comm
  * (ncclAllGather's in-place form, sendbuff = recvbuff + the chunk's offset). */
 static dps_status nccl_all_gather_enqueue(comm *c, void *buf, size_t n, comm_dtype dt)
 {
+    nccl_rank *nr = nccl_of(c);
     size_t es = comm_dtype_bytes(dt), b, e;
     comm_chunk_range(n, c->nranks, c->rank, &b, &e);
     if (n % (size_t)c->nranks) DPS_TRY(nccl_by_chunk(c, COMM_ALL_GATHER, buf, n, dt));
-    else NCCL_TRY(ncclAllGather((char *)buf + b * es, buf, e - b, nccl_type(dt),
-                                nccl_of(c)->comm, native(c)));
+    else NCCL_LAUNCH(nr->watch, ncclAllGather((char *)buf + b * es, buf, e - b, nccl_type(dt),
+                                              nr->comm, native(c)));
     count_sharded(c, n * es);
     return DPS_OK;
 }
@@ -172,7 +175,8 @@ static dps_status nccl_all_gather(comm *c, void *buf, size_t n, comm_dtype dt)
 
 static dps_status nccl_broadcast(comm *c, void *buf, size_t bytes, int root)
 {
-    NCCL_TRY(ncclBroadcast(buf, buf, bytes, ncclChar, root, nccl_of(c)->comm, native(c)));
+    nccl_rank *nr = nccl_of(c);
+    NCCL_LAUNCH(nr->watch, ncclBroadcast(buf, buf, bytes, ncclChar, root, nr->comm, native(c)));
     return watched_sync(c, NULL, "ncclBroadcast", 1);
 }
 
@@ -341,8 +345,16 @@ static dps_status nccl_open(comm *c)
     char name[32];
     snprintf(name, sizeof name, "comm-%d", c->dev);
     c->be->ops->name_stream(c->be, nr->stream, name);
-    NCCL_TRY(ncclCommInitRank(&nr->comm, c->nranks, id, c->rank));
-    return nccl_watch_open(&nr->watch, &nr->comm, 1, &c->sh->abort);
+    /* non-blocking: the host polls the set-up within --timeout and until
+     * the group's abort flag rises (a peer that died before it would
+     * otherwise leave this rank waiting in ncclCommInitRank for ever) */
+    ncclConfig_t cfg = nccl_watch_config();
+    char who[48];
+    snprintf(who, sizeof who, "rank %d (device %d)", c->rank, c->dev);
+    NCCL_TRY(ncclCommInitRankConfig(&nr->comm, c->nranks, id, c->rank, &cfg));
+    DPS_TRY(nccl_wait_setup(&nr->comm, 1, &c->sh->abort, c->timeout_ms, who,
+                            "ncclCommInitRankConfig"));
+    return nccl_watch_open(&nr->watch, &nr->comm, 1, &c->sh->abort, c->timeout_ms, who);
 }
 
 const comm_impl comm_nccl_impl = {"nccl", nccl_suits, nccl_open, 0};

@@ -3,8 +3,11 @@
  * every tick while it does; the host's side is two lock/unlock pairs and one
  * signal per wait. A second SIGINT or SIGTERM (the two-signal rule, err.h)
  * ends a watched wait too, which the host, blocked in the runtime, cannot
- * poll itself. */
+ * poll itself. The host's own polling (comm_poll_wait) ends for the same
+ * reasons, in the same words. */
+#include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -26,29 +29,37 @@ struct comm_watch {
     char why[DPS_ERRMSG_MAX];
 };
 
+/* Why a wait `waited_ms` long must end for reasons outside the work (why
+ * filled), or DPS_OK: the group's abort, a second signal, the timeout. */
+static dps_status outside_reason(_Atomic int *abort_flag, double waited_ms, double timeout_ms,
+                                 char *why, size_t len)
+{
+    if (abort_flag && atomic_load(abort_flag)) {
+        snprintf(why, len, "the group was aborted while this process waited "
+                 "(another rank failed: its own message says why)");
+        return DPS_ERR_RUNTIME;
+    }
+    if (dps_escalated()) {
+        snprintf(why, len, "a second %s ends the running step at once (the steps "
+                 "before it are kept)", dps_signal_name(dps_interrupted()));
+        return DPS_ERR_RUNTIME;
+    }
+    if (timeout_ms > 0 && waited_ms > timeout_ms) {
+        snprintf(why, len, "not done %.0f ms after the host began to wait, beyond "
+                 "--timeout (%.0f ms): a rank is stuck or gone (its own message says which), or "
+                 "raise --timeout", waited_ms, timeout_ms);
+        return DPS_ERR_TIMEOUT;
+    }
+    return DPS_OK;
+}
+
 /* Why the armed wait must end (why filled), or DPS_OK. With the lock held. */
 static dps_status problem(comm_watch *w)
 {
     dps_status rc = w->ops.check(w->ctx, w->why, sizeof w->why);
     if (rc) return rc;
-    if (w->abort_flag && atomic_load(w->abort_flag)) {
-        snprintf(w->why, sizeof w->why, "the group was aborted while this process waited "
-                 "(another rank failed: its own message says why)");
-        return DPS_ERR_RUNTIME;
-    }
-    if (dps_escalated()) {
-        snprintf(w->why, sizeof w->why, "a second %s ends the running step at once (the steps "
-                 "before it are kept)", dps_signal_name(dps_interrupted()));
-        return DPS_ERR_RUNTIME;
-    }
-    double waited = dps_now_ms() - w->since_ms;
-    if (w->timeout_ms > 0 && waited > w->timeout_ms) {
-        snprintf(w->why, sizeof w->why, "not done %.0f ms after the host began to wait, beyond "
-                 "--timeout (%.0f ms): a rank is stuck or gone (its own message says which), or "
-                 "raise --timeout", waited, w->timeout_ms);
-        return DPS_ERR_TIMEOUT;
-    }
-    return DPS_OK;
+    return outside_reason(w->abort_flag, dps_now_ms() - w->since_ms, w->timeout_ms, w->why,
+                          sizeof w->why);
 }
 
 /* The collectives aborted, once. With the lock held. */
@@ -170,4 +181,51 @@ void comm_watch_stop(comm_watch *w)
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->cv);
     free(w);
+}
+
+static double real_now_ms(void *ctx)
+{
+    (void)ctx;
+    return dps_now_ms();
+}
+
+static void real_sleep_ms(void *ctx, double ms)
+{
+    (void)ctx;
+    if (ms <= 0) {
+        sched_yield();
+        return;
+    }
+    struct timespec ts = {(time_t)(ms / 1e3), (long)(fmod(ms, 1e3) * 1e6)};
+    nanosleep(&ts, NULL);
+}
+
+double comm_poll_pause_ms(double waited_ms)
+{
+    if (waited_ms < 0.1) return 0.0;
+    return fmin(COMM_WATCH_TICK_MS, waited_ms / 4);
+}
+
+dps_status comm_poll_wait(const comm_poll_ops *ops, void *ctx, const comm_poll_spec *spec)
+{
+    double (*now)(void *) = ops->now_ms ? ops->now_ms : real_now_ms;
+    void (*pause)(void *, double) = ops->sleep_ms ? ops->sleep_ms : real_sleep_ms;
+    char why[DPS_ERRMSG_MAX];
+    dps_status rc = DPS_OK;
+    double t0 = now(ctx);
+    for (;;) {
+        comm_poll_state st = ops->poll(ctx, why, sizeof why);
+        if (st == COMM_POLL_DONE) return DPS_OK;
+        if (st == COMM_POLL_FAILED) {
+            rc = DPS_ERR_RUNTIME;
+            break;
+        }
+        double waited = now(ctx) - t0;
+        if ((rc = outside_reason(spec->abort_flag, waited, spec->timeout_ms, why, sizeof why)))
+            break;
+        pause(ctx, comm_poll_pause_ms(waited));
+    }
+    ops->abort(ctx, rc, why);
+    return dps_fail(rc, "%s: %s did not complete: %s; %s", spec->who, spec->what, why,
+                    spec->aborted);
 }

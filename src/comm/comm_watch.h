@@ -44,4 +44,42 @@ int comm_watch_aborted(comm_watch *w);
 /* Ends the thread and frees the watch. NULL is a no-op. */
 void comm_watch_stop(comm_watch *w);
 
+/* Work the host polls itself instead of blocking in the runtime, as
+ * ProcessGroupNCCL waits for a non-blocking communicator: NCCL's set-up
+ * (ncclCommInitRankConfig), a launch NCCL has not finished enqueuing
+ * (ncclInProgress), a finalize (nccl_watch.c). The same reasons end it as
+ * a watched wait: its own failure, the group's abort flag, a second SIGINT
+ * or SIGTERM, and the timeout, counted from the call. */
+typedef enum comm_poll_state { COMM_POLL_DONE, COMM_POLL_BUSY, COMM_POLL_FAILED } comm_poll_state;
+
+typedef struct comm_poll_ops {
+    /* Whether the work is done, still running, or failed (why filled). */
+    comm_poll_state (*poll)(void *ctx, char *why, size_t len);
+    /* Ends the work after a failure (code and why: the failure's); once. */
+    void (*abort)(void *ctx, dps_status code, const char *why);
+    /* The clock (ms) and the pause between two polls; NULL: the monotonic
+     * clock and a sleep (sched_yield for 0 ms). Tests pass fakes. */
+    double (*now_ms)(void *ctx);
+    void (*sleep_ms)(void *ctx, double ms);
+} comm_poll_ops;
+
+typedef struct comm_poll_spec {
+    _Atomic int *abort_flag;  /* the group's (NULL: none) */
+    double timeout_ms;        /* 0: no limit */
+    const char *who;          /* where: "rank 1 (device 1)" */
+    const char *what;         /* "NCCL's set-up (ncclCommInitRankConfig)" */
+    const char *aborted;      /* what the abort did: "the NCCL communicator was aborted" */
+} comm_poll_spec;
+
+/* The pause before the next poll, `waited_ms` into the wait: none (a yield)
+ * for the first 0.1 ms, as a launch takes tens of microseconds, then a
+ * quarter of the time waited (the wait overshoots by at most that), at
+ * most COMM_WATCH_TICK_MS. */
+double comm_poll_pause_ms(double waited_ms);
+/* Polls until the work is done: DPS_OK; or, aborted, the failure, with the
+ * message "<who>: <what> did not complete: <why>; <aborted>" (a timeout's
+ * why as a watched wait's, DPS_ERR_TIMEOUT). */
+dps_status comm_poll_wait(const comm_poll_ops *ops, void *ctx, const comm_poll_spec *spec)
+    DPS_MUST_USE;
+
 #endif

@@ -147,7 +147,7 @@ static dps_status dp_comm_setup(dp_state *st, const int *devs)
         config_shares_device(c))
         return DPS_OK;
     if (!comm_group_available()) return DPS_OK;
-    return comm_group_open(&st->nccl, devs, st->nslots);
+    return comm_group_open(&st->nccl, devs, st->nslots, c->timeout_s * 1e3);
 }
 
 static dps_status dp_setup(dp_state *st)

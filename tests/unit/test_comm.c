@@ -496,6 +496,117 @@ static void test_comm_watch(void)
     comm_watch_stop(w);
 }
 
+/* A fake of what the host polls (comm_poll_wait): work that is busy for
+ * `busy` polls (-1: for ever), then done or, with `fail`, failed; it may
+ * raise the group's flag at poll `raise_at`; and a clock that moves only
+ * when the wait pauses, so that a timeout takes no time. */
+typedef struct fake_work {
+    int polls, busy, fail, raise_at, aborts;
+    dps_status abort_code;
+    _Atomic int *flag;
+    double now_ms, max_pause_ms, first_pause_ms;
+} fake_work;
+
+static comm_poll_state fake_poll(void *ctx, char *why, size_t len)
+{
+    fake_work *f = ctx;
+    f->polls++;
+    if (f->flag && f->polls == f->raise_at) atomic_store(f->flag, 1);
+    if (f->busy < 0 || f->polls <= f->busy) return COMM_POLL_BUSY;
+    if (!f->fail) return COMM_POLL_DONE;
+    snprintf(why, len, "NCCL reported an error on communicator 0 of 1: unhandled system error");
+    return COMM_POLL_FAILED;
+}
+
+static void fake_poll_abort(void *ctx, dps_status code, const char *why)
+{
+    fake_work *f = ctx;
+    (void)why;
+    f->aborts++;
+    f->abort_code = code;
+}
+
+static double fake_now(void *ctx) { return ((fake_work *)ctx)->now_ms; }
+
+static void fake_sleep(void *ctx, double ms)
+{
+    fake_work *f = ctx;
+    if (f->polls == 1) f->first_pause_ms = ms;
+    f->max_pause_ms = fmax(f->max_pause_ms, ms);
+    f->now_ms += ms > 0 ? ms : 0.01; /* a yield takes a little time too */
+}
+
+static const comm_poll_ops fake_poll_ops = {fake_poll, fake_poll_abort, fake_now, fake_sleep};
+
+static dps_status fake_wait_for(fake_work *f, _Atomic int *flag, double timeout_ms)
+{
+    comm_poll_spec spec = {flag, timeout_ms, "rank 1 (device 3)",
+                           "NCCL's set-up (ncclCommInitRankConfig)",
+                           "the NCCL communicator was aborted"};
+    return comm_poll_wait(&fake_poll_ops, f, &spec);
+}
+
+/* The host's own polling (NCCL's set-up, a launch, a finalize) ends when
+ * the work is done, and otherwise on a failure it reports, the group's
+ * abort or the timeout, each after aborting it once, with a message that
+ * says what, where, for how long and what to do; its pauses start short
+ * and never exceed the watch's tick. */
+static void test_comm_poll(void)
+{
+    fake_work f = {.busy = -1}; /* set-up that never ends: a peer died before it */
+    EXPECT(fake_wait_for(&f, NULL, 50.0) == DPS_ERR_TIMEOUT);
+    const char *msg = dps_errmsg();
+    EXPECT(strstr(msg, "rank 1 (device 3): NCCL's set-up (ncclCommInitRankConfig) did not "
+                       "complete: not done ") == msg);
+    EXPECT(strstr(msg, "beyond --timeout (50 ms)") != NULL && strstr(msg, "raise --timeout"));
+    EXPECT(strstr(msg, "; the NCCL communicator was aborted") != NULL);
+    EXPECT(f.aborts == 1 && f.abort_code == DPS_ERR_TIMEOUT);
+    EXPECT(f.now_ms > 50.0 && f.now_ms < 50.0 + 2 * COMM_WATCH_TICK_MS);
+    EXPECT(f.first_pause_ms == 0.0 && f.max_pause_ms == COMM_WATCH_TICK_MS);
+
+    f = (fake_work){.busy = 40}; /* in progress, then done */
+    EXPECT(fake_wait_for(&f, NULL, 50.0) == DPS_OK);
+    EXPECT(f.polls == 41 && f.aborts == 0);
+
+    f = (fake_work){.busy = 200000}; /* no limit: as long as it takes */
+    EXPECT(fake_wait_for(&f, NULL, 0.0) == DPS_OK && f.aborts == 0 && f.now_ms > 1e5);
+
+    f = (fake_work){.busy = 3, .fail = 1}; /* NCCL's own failure, named */
+    EXPECT(fake_wait_for(&f, NULL, 50.0) == DPS_ERR_RUNTIME);
+    EXPECT(strstr(dps_errmsg(), "did not complete: NCCL reported an error on communicator 0 of "
+                                "1: unhandled system error; the NCCL") != NULL);
+    EXPECT(f.aborts == 1 && f.polls == 4);
+
+    _Atomic int flag = 0; /* another rank failed: the launcher raised the flag */
+    f = (fake_work){.busy = -1, .raise_at = 5, .flag = &flag};
+    EXPECT(fake_wait_for(&f, &flag, 60000.0) == DPS_ERR_RUNTIME);
+    EXPECT(strstr(dps_errmsg(), "the group was aborted while this process waited") != NULL);
+    EXPECT(f.aborts == 1 && f.polls == 5 && f.now_ms < 1.0);
+
+    f = (fake_work){.busy = 2}; /* done as the flag rises: done */
+    flag = 0;
+    EXPECT(fake_wait_for(&f, &flag, 50.0) == DPS_OK);
+    atomic_store(&flag, 1);
+    f = (fake_work){.busy = 0};
+    EXPECT(fake_wait_for(&f, &flag, 50.0) == DPS_OK && f.aborts == 0);
+
+    EXPECT(comm_poll_pause_ms(0.0) == 0.0 && comm_poll_pause_ms(0.09) == 0.0);
+    EXPECT(comm_poll_pause_ms(0.2) == 0.05 && comm_poll_pause_ms(1e6) == COMM_WATCH_TICK_MS);
+
+    /* the real clock and sleep */
+    comm_poll_ops real = {fake_poll, fake_poll_abort, NULL, NULL};
+    comm_poll_spec spec = {NULL, 20.0, "dp", "NCCL's finalize (ncclCommFinalize)",
+                           "the NCCL communicators were aborted"};
+    f = (fake_work){.busy = -1};
+    double t0 = dps_now_ms();
+    EXPECT(comm_poll_wait(&real, &f, &spec) == DPS_ERR_TIMEOUT);
+    double ms = dps_now_ms() - t0;
+    EXPECT(ms >= 20.0 && ms < 2000.0 && f.aborts == 1);
+    EXPECT(strstr(dps_errmsg(), "dp: NCCL's finalize (ncclCommFinalize) did not complete") != NULL);
+    f = (fake_work){.busy = 100};
+    EXPECT(comm_poll_wait(&real, &f, &spec) == DPS_OK && f.aborts == 0);
+}
+
 static void test_comm_abort(void)
 {
     size_t bytes = comm_shared_bytes(2);
@@ -804,4 +915,4 @@ static void test_store(void)
     test_store_no_accept();
 }
 
-EXPECT_GROUPS(GROUP(ring), GROUP(gloo), GROUP(op_names), GROUP(comm_abort), GROUP(comm_watch), GROUP(store));
+EXPECT_GROUPS(GROUP(ring), GROUP(gloo), GROUP(op_names), GROUP(comm_abort), GROUP(comm_poll), GROUP(comm_watch), GROUP(store));
