@@ -196,7 +196,7 @@ const settings_entry settings_table[SET_COUNT] = {
         .cmds = TRAIN | SETTINGS_COMM_BENCH,
         .flag = "timeout", .type = SETTINGS_NUMBER, .lo = 0, .hi = 1000000,
         DEFAULT_NUMBER(300.0), .metavar = "SECONDS",
-        .help = "a ddp or comm-bench step (ranks end), or dp's NCCL work, longer than this fails"},
+        .help = "a ddp or comm-bench step (ranks end), NCCL's set-up, or dp's NCCL work, longer than this fails"},
     [SET_INJECT_FAULT] = {
         .cmds = TRAIN | SETTINGS_COMM_BENCH,
         .flag = "inject-fault", .type = SETTINGS_FAULT, .lo = 0, .hi = 100000000,

@@ -282,8 +282,9 @@ static dps_status rank_setup(ddp_rank *R)
     DPS_TRY(alloc_buffers(R));
     comm_params cp = {ddp_shared_comm(R->sh), R->rank, R->be, R->dev, c->timeout_s * 1e3,
                       dps_comm_impl(c->comm), R->dw ? R->dw->store : NULL};
+    if (R->dw) ddp_world_opening(R->dw, cp.sh); /* a lost peer ends the set-up */
     dps_status rc = comm_open(&cp, &R->comm);
-    if (R->dw && R->comm) ddp_world_set_comm(R->dw, R->comm); /* its watch may abort it */
+    if (R->dw) ddp_world_set_comm(R->dw, R->comm); /* its watch may abort it */
     DPS_TRY(rc);
     if (R->shard.level) DPS_TRY(open_shards(R));
     return init_params(R);

@@ -17,7 +17,10 @@
  * its own would deafen it to that), so it only marks the group aborted. */
 static void abort_comm(ddp_world *dw)
 {
-    if (!dw->comm) return;
+    if (!dw->comm) {
+        if (dw->opening) comm_shared_abort(dw->opening); /* a set-up polls it */
+        return;
+    }
     if (dw->w.rank == 0) comm_shared_abort(dw->comm->sh);
     else comm_abort(dw->comm);
 }
@@ -145,7 +148,16 @@ void ddp_world_set_comm(ddp_world *dw, comm *c)
     pthread_mutex_lock(&dw->mu);
     dw->ended_waiting = !c && dw->comm && comm_shared_is_waiting(dw->comm->sh, dw->w.rank);
     dw->comm = c;
+    dw->opening = NULL;
     if (atomic_load(&dw->lost)) abort_comm(dw); /* the word to abort came while it was opened */
+    pthread_mutex_unlock(&dw->mu);
+}
+
+void ddp_world_opening(ddp_world *dw, comm_shared *sh)
+{
+    pthread_mutex_lock(&dw->mu);
+    dw->opening = sh;
+    if (atomic_load(&dw->lost)) abort_comm(dw);
     pthread_mutex_unlock(&dw->mu);
 }
 

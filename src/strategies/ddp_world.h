@@ -32,6 +32,7 @@ typedef struct ddp_world {
     rank_beat beat;         /* the step this rank runs, sent to rank 0 */
     pthread_mutex_t mu;     /* guards comm */
     comm *comm;             /* the running configuration's collectives */
+    comm_shared *opening;   /* theirs while they are set up (comm_open), or NULL */
     int ended_waiting;      /* the last ones ended with this rank blocked in one */
     _Atomic int ended;      /* this rank's work is done: the watch need not end it */
     _Atomic int lost;       /* the group is over (why in lost_why) */
@@ -54,6 +55,10 @@ int ddp_world_one_host(const ddp_world *dw);
 int ddp_world_nodes(const ddp_world *dw, world_nodes *out);
 /* The running configuration's collectives, for the watch to abort (NULL: none). */
 void ddp_world_set_comm(ddp_world *dw, comm *c);
+/* The region of the collectives being set up (before ddp_world_set_comm):
+ * the watch raises its abort flag, which their set-up polls, so that a
+ * peer lost before the collectives exist ends this rank's set-up too. */
+void ddp_world_opening(ddp_world *dw, comm_shared *sh);
 /* This rank is done; rank 0 waits for the others (up to timeout_s), then
  * ends the store. NULL is a no-op. */
 void ddp_world_leave(ddp_world *dw, double timeout_s);
