@@ -621,7 +621,9 @@ if dc_step "links against PyTorch's copies" 12 "${links_figs[@]}"; then
 fi
 
 # memcheck on tiny runs: ~30 s each (the tool's start, cuBLAS's kernels
-# loaded under it), at most 100 s each.
+# loaded under it), at most 100 s each. CUDA API errors are reported (its
+# default): those raised inside NCCL (its probing of its kernels) are
+# counted apart and do not fail the figure; dpscale's own errors do.
 for m in dp ddp; do
   fig="memcheck $m"
   dc_step "compute-sanitizer memcheck, $m" 45 "$fig" || continue
@@ -634,7 +636,7 @@ for m in dp ddp; do
     --out "$res" --name "memcheck-$m"
   rc=$?
   dc_was_skipped "$fig" "$rc" || dc_figures_from "$fig" "${summary[@]}" sanitizer "$fig" \
-    "$res/memcheck-$m.log" "$rc"
+    "$res/memcheck-$m.log" "$rc" "$res/memcheck-$m"
 done
 
 # ncu on a tiny dp run, 5 kernels inside dpscale's "step" ranges (domain

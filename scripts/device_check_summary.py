@@ -11,7 +11,7 @@ usage: device_check_summary.py check FIG FOLDER
        device_check_summary.py torch FIG DPSCALE_FOLDER TORCH_FOLDER MAX_RATIO
        device_check_summary.py cost FIG MAX_FRACTION WITH_FOLDER... -- WITHOUT_FOLDER...
        device_check_summary.py links PREFIX DPSCALE_FOLDER TORCH_CSV MAX_FRACTION METHOD:SRC:DST...
-       device_check_summary.py sanitizer FIG LOG EXIT_STATUS
+       device_check_summary.py sanitizer FIG LOG EXIT_STATUS RUN_FOLDER
        device_check_summary.py ncu FIG CAPTURE_LOG IMPORT_LOG RANGE
        device_check_summary.py field FOLDER COLUMN    (prints the last run's COLUMN)
 """
@@ -21,6 +21,7 @@ import re
 import statistics
 import sys
 
+from dpstools import sanitizer_log
 from dpstools.figures import Missing, figure_line
 
 
@@ -159,16 +160,40 @@ def cmd_links(prefix, dps_folder, torch_csv, goal, *paths):
              verdict(d["status"] == "ok" and abs(diff) <= float(goal)))
 
 
-def cmd_sanitizer(fig, log, rc):
+# compute-sanitizer's exit status with --error-exitcode 9 when it reported errors
+SANITIZER_ERRORS_RC = 9
+
+
+def cmd_sanitizer(fig, log, rc, folder):
+    """dpscale's run under memcheck: no error of dpscale's own (NCCL's CUDA API
+    errors, its probing of its kernels, are counted apart and reported), the
+    run ok in FOLDER/runs.csv, and the tool's exit 0, or 9 when all it reported
+    was NCCL's."""
     if not os.path.exists(log):
         raise Missing(f"no {log}")
-    text = open(log, errors="replace").read()
-    counts = [int(x) for x in re.findall(r"ERROR SUMMARY:\s*(\d+) error", text)]
-    total = sum(counts)
-    ok = bool(counts) and total == 0 and int(rc) == 0
-    line(fig, f"{total} errors in {len(counts)} process(es), exit {rc}"
-              + ("" if counts else " (no ERROR SUMMARY: the sanitizer did not report)"),
-         "0 errors, exit 0", verdict(ok))
+    with open(log, errors="replace") as f:
+        got = sanitizer_log.parse(f.read())
+    rc = int(rc)
+    goal = f"0 errors of dpscale's own, exit 0 (or {SANITIZER_ERRORS_RC}: NCCL's errors alone), status ok"
+    value = (f"{got.own} errors of dpscale's own ({got.nccl_api} CUDA API errors inside NCCL, "
+             f"not counted), exit {rc}")
+    why = sanitizer_failure(got, rc, last_run(folder))
+    line(fig, value + (f"; {why}" if why else ""), goal, verdict(not why))
+
+
+def sanitizer_failure(got, rc, run):
+    """What fails the memcheck figure, with what to do; "" when nothing does."""
+    if not got.processes:
+        return "no ERROR SUMMARY: the sanitizer did not report (see the log)"
+    if got.own:
+        first = f" the first: {got.first_own}" if got.first_own else " (past the print limit)"
+        return (f"{got.own_api} CUDA API and {got.memory} memory errors printed,{first}; "
+                f"the raw log has each with its backtrace")
+    if rc not in (0, SANITIZER_ERRORS_RC) or (rc and not got.total):
+        return f"the run or the tool failed (exit {rc}): see the log's last lines"
+    if run["status"] != "ok":
+        return f"dpscale's run ended {run['status']}: {run.get('error') or 'no error given'}"
+    return ""
 
 
 def cmd_ncu(fig, capture_log, import_log, range_name):
@@ -196,7 +221,7 @@ def cmd_field(folder, col):
 
 COMMANDS = {"check": (cmd_check, 2, 2), "sweep": (cmd_sweep, 3, 3), "gemm": (cmd_gemm, 3, 3),
             "torch": (cmd_torch, 4, 4), "cost": (cmd_cost, 5, None),
-            "links": (cmd_links, 5, None), "sanitizer": (cmd_sanitizer, 3, 3),
+            "links": (cmd_links, 5, None), "sanitizer": (cmd_sanitizer, 4, 4),
             "ncu": (cmd_ncu, 4, 4), "field": (cmd_field, 2, 2)}
 
 

@@ -188,16 +188,49 @@ PY
   out=$("${s[@]}" links L "$o/nothing" "$tmp/torch.csv" 0.05 h2d:host:dev0 d2h:dev0:host)
   [ "$(grep -c $'\tno figure: no .*links.csv.*\tFAIL$' <<<"$out")" -eq 2 ] \
     || fail "links without links.csv: $out"
+  # memcheck's logs (tests/fixtures/sanitizer): NCCL's probing of its kernels alone (4 CUDA API
+  # errors inside libnccl, exit 9) passes; beside it a write out of bounds in dpscale's kernel, or
+  # a CUDA API error of dpscale's own call, fails
+  local sf="$here/fixtures/sanitizer"
+  out=$("${s[@]}" sanitizer m "$sf/nccl-probes.log" 9 "$o/check")
+  [[ $out == $'m\t0 errors of dpscale\'s own (4 CUDA API errors inside NCCL, not counted), exit 9\t'*$'\tPASS' ]] \
+    || fail "sanitizer, NCCL's probing alone: $out"
+  out=$("${s[@]}" sanitizer m "$sf/own-write.log" 9 "$o/check")
+  [[ $out == $'m\t1 errors of dpscale\'s own (4 CUDA API errors inside NCCL, not counted), exit 9; 0 CUDA API and 1 memory errors printed, the first: Invalid __global__ write of size 4 bytes;'*$'\tFAIL' ]] \
+    || fail "sanitizer, a write out of bounds: $out"
+  out=$("${s[@]}" sanitizer m "$sf/own-api.log" 9 "$o/check")
+  [[ $out == $'m\t1 errors of dpscale\'s own (4 '*"1 CUDA API and 0 memory errors printed, the first: Program hit cudaErrorInvalidValue"*$'\tFAIL' ]] \
+    || fail "sanitizer, dpscale's own API error: $out"
   printf '========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n========= ERROR SUMMARY: 0 errors\n' >"$tmp/san0"
-  printf '========= Invalid __global__ write of size 4 bytes\n========= ERROR SUMMARY: 2 errors\n' >"$tmp/san2"
-  out=$("${s[@]}" sanitizer m "$tmp/san0" 0)
-  [[ $out == $'m\t0 errors in 2 process(es), exit 0\t0 errors, exit 0\tPASS' ]] || fail "sanitizer: $out"
-  out=$("${s[@]}" sanitizer m "$tmp/san2" 9)
-  [[ $out == $'m\t2 errors in 1 process(es), exit 9\t'*$'\tFAIL' ]] || fail "sanitizer, 2 errors: $out"
-  out=$("${s[@]}" sanitizer m "$tmp/san0" 1)
-  [[ $out == *$'\tFAIL' ]] || fail "sanitizer, the run failed: $out"
+  out=$("${s[@]}" sanitizer m "$tmp/san0" 0 "$o/check")
+  [[ $out == $'m\t0 errors of dpscale\'s own (0 CUDA API errors inside NCCL, not counted), exit 0\t'*$'\tPASS' ]] \
+    || fail "sanitizer, no error: $out"
+  # errors past the print limit count: the summary's total less NCCL's
+  sed 's/ERROR SUMMARY: 4 errors/ERROR SUMMARY: 6 errors/' "$sf/nccl-probes.log" >"$tmp/san-unprinted"
+  out=$("${s[@]}" sanitizer m "$tmp/san-unprinted" 9 "$o/check")
+  [[ $out == $'m\t2 errors of dpscale\'s own '*"(past the print limit)"*$'\tFAIL' ]] || fail "sanitizer, errors not printed: $out"
+  for rc in 1 124; do # NCCL's errors alone, but the run crashed or hung: the exit status fails it
+    out=$("${s[@]}" sanitizer m "$sf/nccl-probes.log" $rc "$o/check")
+    [[ $out == *"the run or the tool failed (exit $rc)"*$'\tFAIL' ]] || fail "sanitizer, exit $rc: $out"
+  done
+  out=$("${s[@]}" sanitizer m "$tmp/san0" 9 "$o/check")
+  [[ $out == *$'\tFAIL' ]] || fail "sanitizer, exit 9 without an error: $out"
+  out=$("${s[@]}" sanitizer m "$sf/nccl-probes.log" 9 "$o/sweep")
+  [[ $out == *$'\tPASS' ]] || fail "sanitizer, a folder whose last run is ok: $out"
+  "$py" - "$o/check/runs.csv" "$tmp/failed" <<'PY' || fail "could not write a failed run's folder"
+import csv, os, sys
+rows = list(csv.DictReader(open(sys.argv[1], newline="")))
+rows[-1]["status"], rows[-1]["error"] = "error", "rank 1 exited"
+os.makedirs(sys.argv[2])
+with open(os.path.join(sys.argv[2], "runs.csv"), "w", newline="") as f:
+    w = csv.DictWriter(f, fieldnames=list(rows[0]), lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+PY
+  out=$("${s[@]}" sanitizer m "$tmp/san0" 0 "$tmp/failed")
+  [[ $out == *"dpscale's run ended error: rank 1 exited"$'\t'*$'\tFAIL' ]] || fail "sanitizer, the run failed: $out"
   printf 'no summary\n' >"$tmp/san-none"
-  out=$("${s[@]}" sanitizer m "$tmp/san-none" 0)
+  out=$("${s[@]}" sanitizer m "$tmp/san-none" 0 "$o/check")
   [[ $out == *"did not report"*$'\tFAIL' ]] || fail "sanitizer without a report: $out"
   printf '==PROF== Connected to process 1\n==PROF== Profiling "xent_kernel" - 0: 0%%....50%%....100%% - 1 pass\n==PROF== Profiling "sgd_kernel" - 1: 0%%....100%% - 1 pass\n' >"$tmp/cap"
   printf '  xent_kernel (16, 1, 1)x(256, 1, 1)\n    NVTX Push/Pop Stack for Thread 7:\n      dpscale\n        <0,step>\n' >"$tmp/imp"
