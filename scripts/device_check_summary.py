@@ -174,7 +174,8 @@ def cmd_sanitizer(fig, log, rc, folder):
     with open(log, errors="replace") as f:
         got = sanitizer_log.parse(f.read())
     rc = int(rc)
-    goal = f"0 errors of dpscale's own, exit 0 (or {SANITIZER_ERRORS_RC}: NCCL's errors alone), status ok"
+    goal = (f"0 errors of dpscale's own, exit 0 (or {SANITIZER_ERRORS_RC}: NCCL's errors alone), "
+            f"status ok")
     value = (f"{got.own} errors of dpscale's own ({got.nccl_api} CUDA API errors inside NCCL, "
              f"not counted), exit {rc}")
     why = sanitizer_failure(got, rc, last_run(folder))
