@@ -22,7 +22,9 @@ usage: device_check_compare.py [--rehearsal REASON] COMMAND FIG ARGS...
         each device's alloc_peak_bytes (devices.csv) within MAX_FRACTION of
         PyTorch's torch.cuda.max_memory_allocated
   step FIG DPSCALE TORCH MAX_RATIO
-        dpscale's median step time at most MAX_RATIO x PyTorch's
+        dpscale's median step time at most MAX_RATIO x PyTorch's (one
+        synchronize a step), PyTorch's wait for Python beside it (the sum of
+        device 0's python_overhead_ms in its phases.csv)
   tflops FIG FOLDER MIN_RATIO
         model_tflops at least MIN_RATIO x gemm_ref_tflops (--gemm-ref)
   nongemm FIG FOLDER MAX_SHARE
@@ -214,10 +216,22 @@ def cmd_step(fig, dps, tor, ratio):
     if not tm > 0:
         raise Missing(f"{tor}/runs.csv: step_ms_median {tm}")
     r = dm / tm
-    line(fig, f"{r:.3f} ({d['config_id']}: dpscale {dm:.3f} ms, torch {tm:.3f} ms)",
-         f"<= {ratio}", "PASS" if r <= float(ratio) else "FAIL",
+    line(fig, f"{r:.3f} ({d['config_id']}: dpscale {dm:.3f} ms, torch {tm:.3f} ms, "
+              f"{python_wait(tor)})", f"<= {ratio}", "PASS" if r <= float(ratio) else "FAIL",
          f"phases.csv of both folders ({dps}, {tor}) show which phase is slower; "
          f"scripts/profile.sh captures the kernels")
+
+
+def python_wait(tor):
+    """How long PyTorch's device 0 waited for Python in a step: the sum of
+    its phases' python_overhead_ms (phases.csv, GPUs only), in words."""
+    rows = table(tor, "phases.csv", ["device", "phase", "median_ms"])
+    waits = [num(p, "python_overhead_ms") for p in rows
+             if p["device"] == "0" and p.get("python_overhead_ms")]
+    if not waits:
+        return ("its wait for Python not measured (python_overhead_ms empty: the CPU, or fewer "
+                "than 2 warm-up steps)")
+    return f"of which its device waited for Python {sum(waits):.3f} ms"
 
 
 def cmd_tflops(fig, folder, goal):
