@@ -23,6 +23,7 @@ if __name__ == "__main__":
     exit_if_listing(TESTS)  # --list: before the imports below
 
 import contextlib
+import os
 import sys
 import tempfile
 import time
@@ -210,4 +211,9 @@ CASES = {"clock": case_clock, "loss_phase": case_loss_phase}
 
 if __name__ == "__main__":
     binary, case, rest = sys.argv[1], sys.argv[2], sys.argv[3:]
-    sys.exit(run_case(" ".join(["torch_timing", case, *rest]), CASES[case], binary, *rest))
+    rc = run_case(" ".join(["torch_timing", case, *rest]), CASES[case], binary, *rest)
+    # the interpreter's end with Gloo's threads alive now and then never returns
+    # (pytorch/pytorch#75097, as torch_train.rank_main): leave at once, output flushed
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(rc)
