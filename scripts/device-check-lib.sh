@@ -20,6 +20,9 @@
 #   dc_was_skipped FIG RC       0, recording FIG as skipped, if RC is DC_SKIP_RC
 #   dc_at_exit FUNC             FUNC runs in the EXIT trap after summary.txt
 #                               is written (e.g. to pack the results)
+#   dc_main_filter MODE NGPUS   the --filter that picks the main job's
+#                               configurations of MODE (dp, ddp) out of a
+#                               suite: fp32, SGD, weak scaling, NGPUS devices
 #
 # Settings (environment, read by dc_init): DC_BUDGET total seconds from
 # dc_init (default 480), DC_RESERVE seconds kept for the summary and packing
@@ -169,6 +172,18 @@ run() {
 }
 
 dc_at_exit() { DC_EXIT_FUNCS+=("$1"); }
+
+# A glob over config_id (MODE-MODEL-fp32-sgd-gN-bB, then -accK[-syncall] with accumulation,
+# then ddp's -bkX): after the batch's digits comes the end, -acc or -bk, never -strong, so strong
+# scaling is left out (on all the devices it runs the same batch again; the suites give no strong
+# scaling with accumulation), and so are the sharded sweep's AdamW and bf16 and fp16.
+dc_main_filter() {
+  case $1 in
+    dp) printf 'dp-*-fp32-sgd-g%s-b*[0-9]' "$2" ;;
+    ddp) printf 'ddp-*-fp32-sgd-g%s-b*[0-9]-[ab]*' "$2" ;;
+    *) echo "device-check: dc_main_filter: mode '$1' is not dp or ddp" >&2; return 2 ;;
+  esac
+}
 
 # 0, with FIG recorded as 'skipped (deadline)', when RC says run had no time.
 dc_was_skipped() {

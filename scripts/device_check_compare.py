@@ -22,7 +22,13 @@ usage: device_check_compare.py [--rehearsal REASON] COMMAND FIG ARGS...
         each device's alloc_peak_bytes (devices.csv) within MAX_FRACTION of
         PyTorch's torch.cuda.max_memory_allocated
   step FIG DPSCALE TORCH MAX_RATIO
-        dpscale's median step time at most MAX_RATIO x PyTorch's
+        dpscale's median step time at most MAX_RATIO x PyTorch's (one
+        synchronize a step), PyTorch's wait for Python beside it (the sum of
+        device 0's python_overhead_ms in its phases.csv)
+  phase FIG DPSCALE TORCH PHASE MAX_RATIO
+        dpscale's median time of PHASE on device 0 (phases.csv) at most
+        MAX_RATIO x PyTorch's (its loss phase as dpscale's: the loss's
+        forward and backward to the logits' gradient)
   tflops FIG FOLDER MIN_RATIO
         model_tflops at least MIN_RATIO x gemm_ref_tflops (--gemm-ref)
   nongemm FIG FOLDER MAX_SHARE
@@ -214,10 +220,44 @@ def cmd_step(fig, dps, tor, ratio):
     if not tm > 0:
         raise Missing(f"{tor}/runs.csv: step_ms_median {tm}")
     r = dm / tm
-    line(fig, f"{r:.3f} ({d['config_id']}: dpscale {dm:.3f} ms, torch {tm:.3f} ms)",
-         f"<= {ratio}", "PASS" if r <= float(ratio) else "FAIL",
+    line(fig, f"{r:.3f} ({d['config_id']}: dpscale {dm:.3f} ms, torch {tm:.3f} ms, "
+              f"{python_wait(tor)})", f"<= {ratio}", "PASS" if r <= float(ratio) else "FAIL",
          f"phases.csv of both folders ({dps}, {tor}) show which phase is slower; "
          f"scripts/profile.sh captures the kernels")
+
+
+def python_wait(tor):
+    """How long PyTorch's device 0 waited for Python in a step: the sum of
+    its phases' python_overhead_ms (phases.csv, GPUs only), in words."""
+    rows = table(tor, "phases.csv", ["device", "phase", "median_ms"])
+    waits = [num(p, "python_overhead_ms") for p in rows
+             if p["device"] == "0" and p.get("python_overhead_ms")]
+    if not waits:
+        return ("its wait for Python not measured (python_overhead_ms empty: the CPU, or fewer "
+                "than 2 warm-up steps)")
+    return f"of which its device waited for Python {sum(waits):.3f} ms"
+
+
+def phase_ms(folder, phase):
+    """Device 0's median time of PHASE in FOLDER/phases.csv."""
+    rows = table(folder, "phases.csv", ["device", "phase", "median_ms"])
+    ms = [num(p, "median_ms") for p in rows if p["device"] == "0" and p["phase"] == phase]
+    if not ms:
+        raise Missing(f"{folder}/phases.csv: device 0 has no phase {phase}")
+    return ms[-1]
+
+
+def cmd_phase(fig, dps, tor, phase, ratio):
+    d, t = ok_runs(dps, tor)
+    same_config(d, t, dps, tor)
+    mine, ref = phase_ms(dps, phase), phase_ms(tor, phase)
+    if not ref > 0:
+        raise Missing(f"{tor}/phases.csv: device 0's {phase} median is {ref}")
+    r = mine / ref
+    line(fig, f"{r:.3f} ({d['config_id']}: {phase} on device 0, dpscale {mine:.3f} ms, torch "
+              f"{ref:.3f} ms)", f"<= {ratio}", "PASS" if r <= float(ratio) else "FAIL",
+         f"dpscale's {phase} kernels are slower than PyTorch's: scripts/profile.sh captures "
+         f"them ({dps}/phases.csv, {tor}/phases.csv)")
 
 
 def cmd_tflops(fig, folder, goal):
@@ -299,7 +339,7 @@ def cmd_fault(fig, folder, status, want_rc, rc, seconds, max_seconds):
 
 COMMANDS = {"losses": (cmd_losses, 4), "sharded_losses": (cmd_sharded_losses, 4),
             "sharded_memory": (cmd_sharded_memory, 3), "memory": (cmd_memory, 4),
-            "step": (cmd_step, 4),
+            "step": (cmd_step, 4), "phase": (cmd_phase, 5),
             "tflops": (cmd_tflops, 3), "nongemm": (cmd_nongemm, 3), "overlap": (cmd_overlap, 3),
             "fault": (cmd_fault, 7)}
 

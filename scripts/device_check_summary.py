@@ -7,13 +7,15 @@ file is a FAIL line naming the file, never a crash.
 
 usage: device_check_summary.py check FIG FOLDER
        device_check_summary.py sweep FIG FOLDER EXPECTED
+       device_check_summary.py suite FIG PLAN FOLDER EXIT_STATUS
        device_check_summary.py gemm FIG FOLDER MIN_RATIO
        device_check_summary.py torch FIG DPSCALE_FOLDER TORCH_FOLDER MAX_RATIO
        device_check_summary.py cost FIG MAX_FRACTION WITH_FOLDER... -- WITHOUT_FOLDER...
        device_check_summary.py links PREFIX DPSCALE_FOLDER TORCH_CSV MAX_FRACTION METHOD:SRC:DST...
-       device_check_summary.py sanitizer FIG LOG EXIT_STATUS
+       device_check_summary.py sanitizer FIG LOG EXIT_STATUS RUN_FOLDER
        device_check_summary.py ncu FIG CAPTURE_LOG IMPORT_LOG RANGE
        device_check_summary.py field FOLDER COLUMN    (prints the last run's COLUMN)
+       device_check_summary.py goals SUMMARY_TSV      (prints the goals block of summary.txt)
 """
 import csv
 import os
@@ -21,6 +23,7 @@ import re
 import statistics
 import sys
 
+from dpstools import sanitizer_log
 from dpstools.figures import Missing, figure_line
 
 
@@ -84,6 +87,39 @@ def cmd_sweep(fig, folder, expected):
         "" if links_ok else " (missing or not ok)") + (f"; {', '.join(bad)}" if bad else "")
     line(fig, value, f"{expected}/{expected} ok, links measured",
          verdict(ok == expected == len(runs) and links_ok))
+
+
+def planned(plan):
+    """The configuration ids a sweep's --dry-run listed (its lines "  N  ID  host ...")."""
+    if not os.path.exists(plan):
+        raise Missing(f"no {plan} (the sweep's --dry-run did not run)")
+    with open(plan, errors="replace") as f:
+        text = f.read()
+    ids = re.findall(r"^\s*\d+\s+(\S+)\s+host ", text, re.M)
+    if not ids:
+        last = (text.strip().splitlines() or ["nothing printed"])[-1]
+        raise Missing(f"{plan} lists no configuration: {last}")
+    return ids
+
+
+def cmd_suite(fig, plan, folder, rc):
+    """Every configuration a suite's sweep planned (PLAN, its --dry-run) has
+    a row in FOLDER/runs.csv with status ok, and the sweep exited 0."""
+    want = planned(plan)
+    path = os.path.join(folder, "runs.csv")
+    got = {r["config_id"]: r for r in rows(path)} if os.path.exists(path) else {}
+    bad = []
+    for cid in want:
+        r = got.get(cid)
+        if r is None:
+            bad.append(f"{cid}: no row (the sweep ended before it)")
+        elif r["status"] != "ok":
+            bad.append(f"{cid}: {r['status']} ({r.get('error') or 'no error given'})")
+    ok = len(want) - len(bad)
+    value = f"{ok}/{len(want)} ok, exit {rc}: " + ("; ".join(bad) if bad else ", ".join(want))
+    fix = f"; {folder}/runs.csv and device-check.log hold each one's error" if bad else ""
+    line(fig, value + fix, "every configuration ends ok, exit 0",
+         verdict(not bad and int(rc) == 0))
 
 
 def cmd_gemm(fig, folder, goal):
@@ -159,16 +195,41 @@ def cmd_links(prefix, dps_folder, torch_csv, goal, *paths):
              verdict(d["status"] == "ok" and abs(diff) <= float(goal)))
 
 
-def cmd_sanitizer(fig, log, rc):
+# compute-sanitizer's exit status with --error-exitcode 9 when it reported errors
+SANITIZER_ERRORS_RC = 9
+
+
+def cmd_sanitizer(fig, log, rc, folder):
+    """dpscale's run under memcheck: no error of dpscale's own (NCCL's CUDA API
+    errors, its probing of its kernels, are counted apart and reported), the
+    run ok in FOLDER/runs.csv, and the tool's exit 0, or 9 when all it reported
+    was NCCL's."""
     if not os.path.exists(log):
         raise Missing(f"no {log}")
-    text = open(log, errors="replace").read()
-    counts = [int(x) for x in re.findall(r"ERROR SUMMARY:\s*(\d+) error", text)]
-    total = sum(counts)
-    ok = bool(counts) and total == 0 and int(rc) == 0
-    line(fig, f"{total} errors in {len(counts)} process(es), exit {rc}"
-              + ("" if counts else " (no ERROR SUMMARY: the sanitizer did not report)"),
-         "0 errors, exit 0", verdict(ok))
+    with open(log, errors="replace") as f:
+        got = sanitizer_log.parse(f.read())
+    rc = int(rc)
+    goal = (f"0 errors of dpscale's own, exit 0 (or {SANITIZER_ERRORS_RC}: NCCL's errors alone), "
+            f"status ok")
+    value = (f"{got.own} errors of dpscale's own ({got.nccl_api} CUDA API errors inside NCCL, "
+             f"not counted), exit {rc}")
+    why = sanitizer_failure(got, rc, last_run(folder))
+    line(fig, value + (f"; {why}" if why else ""), goal, verdict(not why))
+
+
+def sanitizer_failure(got, rc, run):
+    """What fails the memcheck figure, with what to do; "" when nothing does."""
+    if not got.processes:
+        return "no ERROR SUMMARY: the sanitizer did not report (see the log)"
+    if got.own:
+        first = f" the first: {got.first_own}" if got.first_own else " (past the print limit)"
+        return (f"{got.own_api} CUDA API and {got.memory} memory errors printed,{first}; "
+                f"the raw log has each with its backtrace")
+    if rc not in (0, SANITIZER_ERRORS_RC) or (rc and not got.total):
+        return f"the run or the tool failed (exit {rc}): see the log's last lines"
+    if run["status"] != "ok":
+        return f"dpscale's run ended {run['status']}: {run.get('error') or 'no error given'}"
+    return ""
 
 
 def cmd_ncu(fig, capture_log, import_log, range_name):
@@ -190,14 +251,51 @@ def cmd_ncu(fig, capture_log, import_log, range_name):
          "range named", verdict(named))
 
 
+# The goals the check's figures serve, each with the figures (by name) that measure it.
+GOALS = [("every configuration of the main job ends ok", r"main job "),
+         ("0 memcheck errors of dpscale's own", r"memcheck "),
+         ("every loss and check PASS", r"(loss|check) "),
+         ("memory within 10 % of PyTorch's on medium and gpt2-mlp",
+          r"memory (dp|ddp) (medium|gpt2-mlp) "),
+         ("the loss phase no slower than PyTorch's (gpt2-mlp bf16)", r"phase loss "),
+         ("model TFLOP/s at least 0.85 x the GEMMs alone (gpt2-mlp bf16)", r"TFLOP/s ")]
+
+
+def goal_state(results):
+    """met, NOT MET (a figure failed), partly measured (some skipped, none
+    failed) or not measured (none passed or failed)."""
+    if "FAIL" in results:
+        return "NOT MET"
+    if "PASS" not in results:
+        return "not measured"
+    return "partly measured" if "SKIP" in results else "met"
+
+
+def cmd_goals(tsv):
+    """The goals block under summary.txt's figures, read from summary.tsv."""
+    if not os.path.exists(tsv):
+        raise Missing(f"no {tsv}")
+    with open(tsv, errors="replace") as f:
+        figs = [ln.rstrip("\n").split("\t") for ln in f if ln.count("\t") == 3]
+    print("goals (met: every figure of the goal passed)")
+    for text, pattern in GOALS:
+        mine = [(name, result) for name, _, _, result in figs if re.match(pattern, name)]
+        results = [r for _, r in mine]
+        failed = [name for name, r in mine if r == "FAIL"]
+        counts = ", ".join(f"{results.count(r)} {r}" for r in ("PASS", "FAIL", "SKIP")
+                           if r in results) or "no figure"
+        print(f"  {goal_state(results):<15}  {text}: {counts}"
+              + (f" ({'; '.join(failed)})" if failed else ""))
+
+
 def cmd_field(folder, col):
     print(last_run(folder).get(col, ""))
 
 
-COMMANDS = {"check": (cmd_check, 2, 2), "sweep": (cmd_sweep, 3, 3), "gemm": (cmd_gemm, 3, 3),
-            "torch": (cmd_torch, 4, 4), "cost": (cmd_cost, 5, None),
-            "links": (cmd_links, 5, None), "sanitizer": (cmd_sanitizer, 3, 3),
-            "ncu": (cmd_ncu, 4, 4), "field": (cmd_field, 2, 2)}
+COMMANDS = {"check": (cmd_check, 2, 2), "sweep": (cmd_sweep, 3, 3), "suite": (cmd_suite, 4, 4),
+            "gemm": (cmd_gemm, 3, 3), "torch": (cmd_torch, 4, 4), "cost": (cmd_cost, 5, None),
+            "links": (cmd_links, 5, None), "sanitizer": (cmd_sanitizer, 4, 4),
+            "ncu": (cmd_ncu, 4, 4), "field": (cmd_field, 2, 2), "goals": (cmd_goals, 1, 1)}
 
 
 def main(argv):
@@ -214,8 +312,8 @@ def main(argv):
     try:
         fn(*args)
     except Missing as e:
-        if argv[1] == "field":
-            print(f"device_check_summary.py field: {e}", file=sys.stderr)
+        if argv[1] in ("field", "goals"):
+            print(f"device_check_summary.py {argv[1]}: {e}", file=sys.stderr)
             return 1
         line(args[0], f"no figure: {e}", "-", "FAIL")
     return 0

@@ -6,15 +6,15 @@
 # copies (as PyTorch's would be) and device_check_backend.py's NVML figure on
 # written counters, the arguments scripts/profile.sh gives nsys, and the
 # scripts' syntax (bash -n, shellcheck when installed).
-#   tests/test_device_check_lib.sh run|trap|summary|compare|profile|syntax DPSCALE
+#   tests/test_device_check_lib.sh run|trap|summary|compare|mainjob|profile|syntax DPSCALE
 set -u
-cases="run trap summary compare profile syntax"
+cases="run trap summary compare mainjob profile syntax"
 # --list: this file's meson tests, for tests/meson.build (the format of tests/listing.py)
 if [ "${1:-}" = --list ]; then
   for c in $cases; do printf 'device-check %s\tscripts\t120\ttrue\t%s\t@dpscale@\n' "$c" "$c"; done
   exit 0
 fi
-case_=${1:?usage: test_device_check_lib.sh run|trap|summary|compare|profile|syntax DPSCALE}
+case_=${1:?usage: test_device_check_lib.sh run|trap|summary|compare|mainjob|profile|syntax DPSCALE}
 dpscale=${2:?usage: test_device_check_lib.sh CASE DPSCALE}
 here=$(cd "$(dirname "$0")" && pwd)
 scripts="$here/../scripts"
@@ -159,6 +159,37 @@ case_summary() {
   [[ $out == $'s\t2/2 ok; links.csv 4 rows\t2/2 ok, links measured\tPASS' ]] || fail "sweep: $out"
   out=$("${s[@]}" sweep "s" "$o/sweep" 3)
   [[ $out == *$'\tFAIL' ]] || fail "sweep with a configuration missing passed: $out"
+  # the main job's figure: every configuration the sweep's --dry-run planned ended ok
+  "$dpscale" sweep --backend host --mode dp,ddp --gpus 1 --model tiny --steps 2 --warmup 1 \
+    --out "$o" --name sweep --dry-run >"$tmp/plan" 2>&1 || fail "dpscale sweep --dry-run failed"
+  out=$("${s[@]}" suite M "$tmp/plan" "$o/sweep" 0)
+  [[ $out == $'M\t2/2 ok, exit 0: dp-tiny-fp32-sgd-g1-b'*", ddp-tiny-fp32-sgd-g1-b"*$'\tevery configuration ends ok, exit 0\tPASS' ]] \
+    || fail "suite: $out"
+  out=$("${s[@]}" suite M "$tmp/plan" "$o/sweep" 1)
+  [[ $out == $'M\t2/2 ok, exit 1: '*$'\tFAIL' ]] || fail "suite, the sweep exited 1: $out"
+  sed 's/^   2  ddp-tiny/   2  ddp-other/' "$tmp/plan" >"$tmp/plan-other"
+  out=$("${s[@]}" suite M "$tmp/plan-other" "$o/sweep" 0)
+  [[ $out == $'M\t1/2 ok, exit 0: ddp-other-'*": no row (the sweep ended before it)"*$'\tFAIL' ]] \
+    || fail "suite, a planned configuration without a row: $out"
+  echo "dpscale: --filter x: no configuration matches" >"$tmp/plan-none"
+  out=$("${s[@]}" suite M "$tmp/plan-none" "$o/sweep" 2)
+  [[ $out == $'M\tno figure: '*"lists no configuration: dpscale: --filter x: no configuration matches"*$'\tFAIL' ]] \
+    || fail "suite, nothing planned: $out"
+  # the goals under the figures: met, not met (a figure failed), partly and not measured
+  printf '%s\t%s\t%s\t%s\n' "main job dp gpus=1" v g PASS "memcheck dp" v g FAIL \
+    "memcheck ddp" v g PASS "loss dp fp32 sgd vs torch gpus=1" v g PASS \
+    "check dp fp32 sgd gpus=1" v g SKIP "phase loss dp gpt2-mlp bf16 vs torch" v g SKIP \
+    "memory fsdp fp32 sgd vs torch fsdp gpus=1" v g FAIL >"$tmp/goals.tsv"
+  out=$("${s[@]}" goals "$tmp/goals.tsv")
+  grep -Eq '^  met +every configuration of the main job ends ok: 1 PASS$' <<<"$out" || fail "goals, met: $out"
+  grep -Eq "^  NOT MET +0 memcheck errors of dpscale's own: 1 PASS, 1 FAIL \(memcheck dp\)$" <<<"$out" \
+    || fail "goals, not met: $out"
+  grep -Eq '^  partly measured +every loss and check PASS: 1 PASS, 1 SKIP$' <<<"$out" \
+    || fail "goals, partly measured: $out"
+  grep -Eq "^  not measured +the loss phase no slower than PyTorch's \(gpt2-mlp bf16\): 1 SKIP$" <<<"$out" \
+    || fail "goals, not measured: $out"
+  grep -Eq '^  not measured +memory within 10 % of .*: no figure$' <<<"$out" \
+    || fail "goals: fsdp's memory (reported, not held to 10 %) counted: $out"
   out=$("${s[@]}" gemm "g" "$o/gemm" 0)
   [[ $out == $'g\t'*"(small fp32: model "*$'\t>= 0\tPASS' ]] || fail "gemm: $out"
   out=$("${s[@]}" gemm "g" "$o/check" 0.8)
@@ -188,16 +219,49 @@ PY
   out=$("${s[@]}" links L "$o/nothing" "$tmp/torch.csv" 0.05 h2d:host:dev0 d2h:dev0:host)
   [ "$(grep -c $'\tno figure: no .*links.csv.*\tFAIL$' <<<"$out")" -eq 2 ] \
     || fail "links without links.csv: $out"
+  # memcheck's logs (tests/fixtures/sanitizer): NCCL's probing of its kernels alone (4 CUDA API
+  # errors inside libnccl, exit 9) passes; beside it a write out of bounds in dpscale's kernel, or
+  # a CUDA API error of dpscale's own call, fails
+  local sf="$here/fixtures/sanitizer"
+  out=$("${s[@]}" sanitizer m "$sf/nccl-probes.log" 9 "$o/check")
+  [[ $out == $'m\t0 errors of dpscale\'s own (4 CUDA API errors inside NCCL, not counted), exit 9\t'*$'\tPASS' ]] \
+    || fail "sanitizer, NCCL's probing alone: $out"
+  out=$("${s[@]}" sanitizer m "$sf/own-write.log" 9 "$o/check")
+  [[ $out == $'m\t1 errors of dpscale\'s own (4 CUDA API errors inside NCCL, not counted), exit 9; 0 CUDA API and 1 memory errors printed, the first: Invalid __global__ write of size 4 bytes;'*$'\tFAIL' ]] \
+    || fail "sanitizer, a write out of bounds: $out"
+  out=$("${s[@]}" sanitizer m "$sf/own-api.log" 9 "$o/check")
+  [[ $out == $'m\t1 errors of dpscale\'s own (4 '*"1 CUDA API and 0 memory errors printed, the first: Program hit cudaErrorInvalidValue"*$'\tFAIL' ]] \
+    || fail "sanitizer, dpscale's own API error: $out"
   printf '========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n========= ERROR SUMMARY: 0 errors\n' >"$tmp/san0"
-  printf '========= Invalid __global__ write of size 4 bytes\n========= ERROR SUMMARY: 2 errors\n' >"$tmp/san2"
-  out=$("${s[@]}" sanitizer m "$tmp/san0" 0)
-  [[ $out == $'m\t0 errors in 2 process(es), exit 0\t0 errors, exit 0\tPASS' ]] || fail "sanitizer: $out"
-  out=$("${s[@]}" sanitizer m "$tmp/san2" 9)
-  [[ $out == $'m\t2 errors in 1 process(es), exit 9\t'*$'\tFAIL' ]] || fail "sanitizer, 2 errors: $out"
-  out=$("${s[@]}" sanitizer m "$tmp/san0" 1)
-  [[ $out == *$'\tFAIL' ]] || fail "sanitizer, the run failed: $out"
+  out=$("${s[@]}" sanitizer m "$tmp/san0" 0 "$o/check")
+  [[ $out == $'m\t0 errors of dpscale\'s own (0 CUDA API errors inside NCCL, not counted), exit 0\t'*$'\tPASS' ]] \
+    || fail "sanitizer, no error: $out"
+  # errors past the print limit count: the summary's total less NCCL's
+  sed 's/ERROR SUMMARY: 4 errors/ERROR SUMMARY: 6 errors/' "$sf/nccl-probes.log" >"$tmp/san-unprinted"
+  out=$("${s[@]}" sanitizer m "$tmp/san-unprinted" 9 "$o/check")
+  [[ $out == $'m\t2 errors of dpscale\'s own '*"(past the print limit)"*$'\tFAIL' ]] || fail "sanitizer, errors not printed: $out"
+  for rc in 1 124; do # NCCL's errors alone, but the run crashed or hung: the exit status fails it
+    out=$("${s[@]}" sanitizer m "$sf/nccl-probes.log" $rc "$o/check")
+    [[ $out == *"the run or the tool failed (exit $rc)"*$'\tFAIL' ]] || fail "sanitizer, exit $rc: $out"
+  done
+  out=$("${s[@]}" sanitizer m "$tmp/san0" 9 "$o/check")
+  [[ $out == *$'\tFAIL' ]] || fail "sanitizer, exit 9 without an error: $out"
+  out=$("${s[@]}" sanitizer m "$sf/nccl-probes.log" 9 "$o/sweep")
+  [[ $out == *$'\tPASS' ]] || fail "sanitizer, a folder whose last run is ok: $out"
+  "$py" - "$o/check/runs.csv" "$tmp/failed" <<'PY' || fail "could not write a failed run's folder"
+import csv, os, sys
+rows = list(csv.DictReader(open(sys.argv[1], newline="")))
+rows[-1]["status"], rows[-1]["error"] = "error", "rank 1 exited"
+os.makedirs(sys.argv[2])
+with open(os.path.join(sys.argv[2], "runs.csv"), "w", newline="") as f:
+    w = csv.DictWriter(f, fieldnames=list(rows[0]), lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+PY
+  out=$("${s[@]}" sanitizer m "$tmp/san0" 0 "$tmp/failed")
+  [[ $out == *"dpscale's run ended error: rank 1 exited"$'\t'*$'\tFAIL' ]] || fail "sanitizer, the run failed: $out"
   printf 'no summary\n' >"$tmp/san-none"
-  out=$("${s[@]}" sanitizer m "$tmp/san-none" 0)
+  out=$("${s[@]}" sanitizer m "$tmp/san-none" 0 "$o/check")
   [[ $out == *"did not report"*$'\tFAIL' ]] || fail "sanitizer without a report: $out"
   printf '==PROF== Connected to process 1\n==PROF== Profiling "xent_kernel" - 0: 0%%....50%%....100%% - 1 pass\n==PROF== Profiling "sgd_kernel" - 1: 0%%....100%% - 1 pass\n' >"$tmp/cap"
   printf '  xent_kernel (16, 1, 1)x(256, 1, 1)\n    NVTX Push/Pop Stack for Thread 7:\n      dpscale\n        <0,step>\n' >"$tmp/imp"
@@ -305,7 +369,28 @@ case_compare() {
   [[ $out == $'S\t1.000 ('*$'\t<= 0.85\tFAIL' ]] || fail "step, a ratio of 1 against 0.85: $out"
   alter "$o/a" "$o/slow" runs.csv step_ms_median 2
   out=$("${c[@]}" step S "$o/a" "$o/slow" 0.85)
-  [[ $out == $'S\t0.500 ('*$'\t<= 0.85\tPASS' ]] || fail "step, twice as fast: $out"
+  [[ $out == $'S\t0.500 ('*"its wait for Python not measured"*$'\t<= 0.85\tPASS' ]] || fail "step, twice as fast: $out"
+  "$py" - "$o/slow/phases.csv" <<'PY' || fail "could not add python_overhead_ms"
+import csv, sys  # PyTorch's column on GPUs: 0.25 ms of device 0's wait for Python a phase
+rows = list(csv.DictReader(open(sys.argv[1], newline="")))
+for r in rows:
+    r["python_overhead_ms"] = "0.25" if r["device"] == "0" else ""
+with open(sys.argv[1], "w", newline="") as out:
+    w = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+PY
+  out=$("${c[@]}" step S "$o/a" "$o/slow" 0.85)
+  [[ $out == *" ms, of which its device waited for Python 3.000 ms)"$'\t<= 0.85\tPASS' ]] \
+    || fail "step, PyTorch's wait for Python (12 phases of 0.25 ms): $out"
+  out=$("${c[@]}" phase P "$o/a" "$o/a" loss 1.0)
+  [[ $out == $'P\t1.000 (dp-small-fp32-sgd-g1-b16: loss on device 0, dpscale '*$'\t<= 1.0\tPASS' ]] \
+    || fail "phase, a run against itself: $out"
+  alter "$o/a" "$o/phases2" phases.csv median_ms 2
+  out=$("${c[@]}" phase P "$o/phases2" "$o/a" loss 1.0)
+  [[ $out == $'P\t2.000 ('*"scripts/profile.sh"*$'\t<= 1.0\tFAIL' ]] || fail "phase, twice as slow: $out"
+  out=$("${c[@]}" phase P "$o/a" "$o/phases2" nothing 1.0)
+  [[ $out == $'P\tno figure: '*"device 0 has no phase nothing"*$'\tFAIL' ]] || fail "phase, no such phase: $out"
   out=$("${c[@]}" tflops T "$o/a" 0)
   [[ $out == $'T\t'*"(small fp32: model "*$'\t>= 0\tPASS' ]] || fail "tflops: $out"
   out=$("${c[@]}" tflops T "$o/adamw" 0.8)
@@ -357,6 +442,35 @@ case_compare() {
   return 0
 }
 
+# dc_main_filter on bench/default.suite's configurations (the host backend's, 1 and 2 devices):
+# it keeps exactly the weak-scaling fp32 SGD ones of its mode on those devices, accumulation's
+# included, strong scaling's left out.
+case_mainjob() {
+  (
+    # shellcheck source-path=SCRIPTDIR source=../scripts/device-check-lib.sh
+    . "$lib"
+    local suite="$here/../bench/default.suite" m n all kept want
+    all=$("$dpscale" sweep "$suite" --backend host --dry-run | awk '$1 ~ /^[0-9]+$/ {print $2}')
+    [ -n "$all" ] || fail "the suite's --dry-run listed nothing"
+    for m in dp ddp; do
+      for n in 1 2; do
+        kept=$("$dpscale" sweep "$suite" --backend host --filter "$(dc_main_filter "$m" "$n")" \
+          --dry-run | awk '$1 ~ /^[0-9]+$/ {print $2}')
+        local tail='(-acc[0-9]+)?'
+        [ "$m" = ddp ] && tail='(-acc[0-9]+(-syncall)?)?-bk[0-9.]+'
+        want=$(grep -E "^$m-[a-z0-9.-]+-fp32-sgd-g$n-b[0-9]+$tail\$" <<<"$all")
+        [ -n "$want" ] || fail "$m on $n: the suite has no such configuration (the test's rule)"
+        [ "$kept" = "$want" ] || fail "$m on $n devices: the filter kept [$kept], not [$want]"
+        grep -q -- -strong <<<"$kept" && fail "$m on $n devices: strong scaling kept: $kept"
+      done
+    done
+    grep -q -- "-acc4-syncall-" <<<"$("$dpscale" sweep "$suite" --backend host \
+      --filter "$(dc_main_filter ddp 2)" --dry-run)" || fail "ddp's accumulation without no_sync left out"
+    dc_main_filter fsdp 1 2>/dev/null && fail "dc_main_filter took mode fsdp"
+    exit 0
+  ) || exit 1
+}
+
 # profile.sh hands nsys --trace-fork-before-exec=true (ddp's ranks are forked without exec).
 case_profile() {
   mkdir -p "$tmp/bin"
@@ -395,6 +509,6 @@ case_syntax() {
 
 case " $cases " in
   *" $case_ "*) "case_$case_" ;;
-  *) fail "unknown case '$case_': expected run, trap, summary, compare, profile or syntax" ;;
+  *) fail "unknown case '$case_': expected run, trap, summary, compare, mainjob, profile or syntax" ;;
 esac
 echo "ok $case_"

@@ -11,7 +11,8 @@ gate (regress.py); torch_model, torch_graph, torch_timing, torch_train and
 torch_results are the PyTorch reference (torch_reference.py); grad_scaler
 is GradScaler's loss scale as a pure function (the fp16 tests); validate
 checks dpscale predict (predict_validate.py); figures holds the GPU check's
-figure lines; netns emulates hosts for the tests. Standard library only,
+figure lines, sanitizer_log reads compute-sanitizer's log for it; netns
+emulates hosts for the tests. Standard library only,
 but for matplotlib (charts, report's chart), numpy (torch_*, grad_scaler) and
 PyTorch (torch_*).
 A script run as `python3 scripts/NAME.py` finds the package beside it;

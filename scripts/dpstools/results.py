@@ -263,8 +263,8 @@ SCHEMA = {
 COLUMNS = {name: [c for c, _ in cols] for name, cols in SCHEMA.items()}
 # Columns that only scripts/torch_reference.py writes, after all of COLUMNS'
 # (dpscale's folders never have them, and readers must not demand them).
-# python_overhead_ms: on GPUs, a phase's host time minus the time its device
-# was busy in it; empty on the CPU.
+# python_overhead_ms: on GPUs, a phase's event time minus the time its device
+# was busy in it (the device's wait for Python); empty on the CPU.
 OPTIONAL_SCHEMA = {"phases.csv": [("python_overhead_ms", NUMBER.or_empty())]}
 OPTIONAL_COLUMNS = {name: [c for c, _ in cols] for name, cols in OPTIONAL_SCHEMA.items()}
 KINDS = {name: dict(SCHEMA[name] + OPTIONAL_SCHEMA.get(name, [])) for name in SCHEMA}

@@ -127,7 +127,7 @@ def beside_torch(folder, torch_folder):
     """summary.md's lines for a PyTorch folder of the same configurations:
     per configuration in both (by config_id), the median step time, then
     per phase device 0's median time in each and PyTorch's Python overhead
-    (python_overhead_ms: host time minus busy device time, GPUs only)."""
+    (python_overhead_ms: event time minus busy device time, GPUs only)."""
     def phases(f):
         out = defaultdict(dict)
         drawn = {r["config_id"] for r in f.runs}
@@ -147,8 +147,9 @@ def beside_torch(folder, torch_folder):
         return lines + ["No configuration in common (config_id): nothing to set side by side.",
                         ""]
     pm, pt = phases(folder), phases(torch_folder)
-    lines += ["Median times on device 0 (ms). PyTorch's Python overhead: a phase's host time "
-              "minus the time its device was busy in it (measured on GPUs only). PyTorch's dp "
+    lines += ["Median times on device 0 (ms). PyTorch's Python overhead: how long its device "
+              "waited for Python in a phase, the phase's time less the time the device was busy "
+              "in it (measured on GPUs only). PyTorch's dp "
               "reduces the gradients inside backward, so its reduce is 0.", "",
               "| configuration | phase | dpscale | PyTorch | PyTorch / dpscale | "
               "PyTorch Python overhead |", "| --- | --- | --- | --- | --- | --- |"]

@@ -159,10 +159,9 @@ class Gathered:
                 nbytes = rep["load_bytes"] if p == "load" and self.loads(n, ci) else None
                 overhead = ""
                 if ci is not None and p != "allreduce":  # all-reduce: off the host's path
-                    host = median([rep["phases"][k][p] for k in steps])
                     busy = [b[ci][p] for b in rep["busy"] if ci in b and p in b[ci]]
-                    if busy and host > 0:
-                        overhead = fmt(host - median(busy), 4)
+                    if busy and m > 0:  # the phase's events less the device's busy time
+                        overhead = fmt(m - median(busy), 4)
                 share = m / self.median_step if self.median_step > 0 else None
                 out.append({"config_id": config_id(self.args), "device": n, "phase": p,
                             "median_ms": fmt(m, 4), "mean_ms": fmt(statistics.mean(xs), 4),

@@ -1,6 +1,6 @@
-"""The PyTorch reference's clocks: phases on the host and in CUDA events, DDP's all-reduce.
+"""The PyTorch reference's clocks: a step's phases on the host and in CUDA events, DDP's all-reduce.
 
-Clock times one process's phases a step at a time (and how long its devices
+Clock times one process's steps and their phases (and how long its devices
 are really busy, for python_overhead_ms); AllreduceTimer and timed_allreduce
 time each bucket's all-reduce as DDP's communication hook; timed_data_parallel
 is nn.DataParallel with its scatter, replicate, forward and gather timed.
@@ -10,18 +10,23 @@ import time
 
 from dpstools.results import PHASES
 
-class Clock:
-    """The phase times of one process, one step at a time. Host timers
-    always (perf_counter; on GPUs each phase ends by synchronizing its
-    devices, so a host time is the phase's wall time); on GPUs also a pair
-    of CUDA events on each device's current stream.
 
-    Events bracket a span, so a device that waits for Python between kernels
-    is counted as busy. To measure how long the device is really busy, a
-    held step (warm-up only) first queues torch.cuda._sleep on each stream,
-    long enough for Python to queue the whole phase behind it, so the events
-    see the kernels back to back; a phase whose queueing outlasted the hold
-    is dropped. python_overhead_ms = host time (timed steps) - busy time
+class Clock:
+    """The phase times of one process, one step at a time. On the CPU,
+    host timers (perf_counter) per phase. On GPUs, a pair of CUDA events
+    on each device's current stream per phase, and nothing synchronized
+    inside the step, as PyTorch trains: end_step's one synchronize of each
+    device ends the step, whose wall time is the host's from start_step;
+    a phase's host time is then how long Python took to queue it.
+
+    A phase is begin(name)...end(name), or the phase() context around a
+    block; its events bracket a span of the stream, so a device that waits
+    for Python between kernels counts as busy. To measure how long the
+    device is really busy, a held step (warm-up only) first queues
+    torch.cuda._sleep on each stream at a phase's begin, long enough for
+    Python to queue the whole phase behind it, so the events see the
+    kernels back to back; a phase whose queueing outlasted the hold is
+    dropped. python_overhead_ms = event time (timed steps) - busy time
     (held steps): the part of a phase in which the device waited."""
 
     def __init__(self, torch, devices):
@@ -43,15 +48,21 @@ class Clock:
             return 10_000_000 / max(a.elapsed_time(b), 1e-3)
 
     def start_step(self, held):
+        """A step begins now (the devices idle: the last step's end_step
+        synchronized them)."""
         self.held = held and bool(self.devices)
         self.host = dict.fromkeys(PHASES, 0.0)
         self.spans = []  # (phase, device, start event, end event)
         self.dropped = set()
-        self.marks = {}  # phase -> host time at its start
+        self.marks = {}  # phase -> host time at its last begin
+        self.open = {}  # phase -> (host start, hold ms, [(device, start event)])
+        self.t0 = time.perf_counter()
 
-    @contextlib.contextmanager
-    def phase(self, name, devices=None):
+    def begin(self, name, devices=None):
+        """Phase NAME begins on DEVICES (default: every device of the clock)."""
         torch = self.torch
+        if name in self.open:
+            raise RuntimeError(f"Clock: phase {name} begun twice without an end")
         devs = self.devices if devices is None else devices
         hold = self.hold_ms.get(name, 0.0) if self.held else 0.0
         t0 = time.perf_counter()
@@ -64,23 +75,45 @@ class Clock:
                 ev = torch.cuda.Event(enable_timing=True)
                 ev.record()
                 starts.append((d, ev))
-        yield
+        self.open[name] = (t0, hold, starts)
+
+    def end(self, name):
+        """Phase NAME ends; returns {device: (start event, end event)} of this span."""
+        torch = self.torch
+        if name not in self.open:
+            raise RuntimeError(f"Clock: phase {name} ended without a begin")
+        t0, hold, starts = self.open.pop(name)
+        out = {}
         for d, s in starts:
             with torch.cuda.device(d):
                 e = torch.cuda.Event(enable_timing=True)
                 e.record()
-                self.spans.append((name, d, s, e))
-        issued = (time.perf_counter() - t0) * 1e3
-        for d in devs:
-            torch.cuda.synchronize(d)
+            self.spans.append((name, d, s, e))
+            out[d] = (s, e)
+        took = (time.perf_counter() - t0) * 1e3
         # a phase the results' PHASES lack (unscale, before its column) is timed, not written
-        self.host[name] = self.host.get(name, 0.0) + (time.perf_counter() - t0) * 1e3
-        if hold and issued > 0.8 * hold:
+        self.host[name] = self.host.get(name, 0.0) + took
+        if hold and took > 0.8 * hold:
             self.dropped.add(name)
+        return out
+
+    @contextlib.contextmanager
+    def phase(self, name, devices=None):
+        self.begin(name, devices)
+        yield
+        self.end(name)
+
+    def end_step(self):
+        """The step's end: one synchronize of each device; returns its wall time in ms."""
+        if self.open:
+            raise RuntimeError(f"Clock: the step ended with phases {sorted(self.open)} open")
+        for d in self.devices:
+            self.torch.cuda.synchronize(d)
+        return (time.perf_counter() - self.t0) * 1e3
 
     def device_ms(self):
-        """{device: {phase: event time}} of this step (after its phases
-        synchronized), for the phases each device took part in."""
+        """{device: {phase: event time}} of this step (after end_step), for
+        the phases each device took part in."""
         out = {}
         for name, d, s, e in self.spans:
             if name not in self.dropped:

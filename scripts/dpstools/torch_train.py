@@ -7,7 +7,8 @@ device), run_ddp the ranks of DistributedDataParallel (spawned by
 torch.multiprocessing, or started by torchrun); rank 0 writes the results
 (torch_results). A step is --accum micro-steps, each its own load,
 forward, loss and backward (under ddp all but the last inside no_sync()
-unless --no-sync off), then one optimizer step (fp16: through GradScaler).
+unless --no-sync off), then one optimizer step (fp16: through GradScaler);
+on GPUs nothing is synchronized inside a step but its end (Clock.end_step).
 PyTorch is imported in the processes that train.
 """
 import contextlib
@@ -26,6 +27,39 @@ from dpstools.torch_timing import AllreduceTimer, Clock, timed_allreduce, timed_
 
 class RanksHung(Exception):
     """Rank processes that did not end: exit 1 with the message."""
+
+
+class Exposed:
+    """ddp's exposed all-reduce of a step, summed over its micro-steps: the
+    host's ms after the last bucket's hand-over in backward(), and on GPUs
+    the (hand-over event, backward's end event) pairs, read after the step."""
+
+    def __init__(self):
+        self.host_ms = 0.0
+        self.events = []
+
+
+class LossEnd:
+    """The end of the loss phase in backward(): a hook on the logits, which
+    runs once their gradient is computed (under DataParallel the gathered
+    logits on device 0), ends the loss phase and begins backward's, on the
+    host clock and in CUDA events. check() after backward(): it ran once."""
+
+    def __init__(self, clock, logits):
+        self.clock, self.fired = clock, 0
+        self.handle = logits.register_hook(self.on_grad)
+
+    def on_grad(self, grad):
+        self.fired += 1
+        self.clock.end("loss")
+        self.clock.begin("backward")
+
+    def check(self):
+        self.handle.remove()
+        if self.fired != 1:
+            raise RuntimeError(f"the logits' gradient hook ran {self.fired} times in one "
+                               f"micro-step's backward(), not once: the loss and backward "
+                               f"phases cannot be told apart")
 
 
 class Rank:
@@ -110,35 +144,34 @@ class Rank:
 
     def step(self, step, held):
         """One optimizer step of --accum micro-steps; returns its record
-        (host ms, phases, device phases, loss sum, scale used, skipped)."""
-        torch, clock = self.torch, self.clock
+        (wall ms, phases, device phases, loss sum, scale used, skipped)."""
+        clock = self.clock
         batches = [self.host_batch(step, s0, n) for s0, n in self.micro]
-        for d in self.devices:
-            torch.cuda.synchronize(d)
         scale = self.scaler.get_scale() if self.scaler else None  # the scale this step uses
         clock.start_step(held)
         if self.hook:
             self.hook.reset()
-        exposed = [0.0, 0.0]  # all-reduce after backward's own work: host, device 0
-        start = time.perf_counter()
+        exposed = Exposed()
         loss_sum = 0.0
         for m, (xs, ys) in enumerate(batches):
             with self.sync(m):
                 loss_sum = loss_sum + self.micro_step(xs, ys, exposed)
         self.optimizer_step()
-        host_ms = (time.perf_counter() - start) * 1e3
+        wall_ms = clock.end_step()  # the step's one synchronize
         phases = dict(clock.host)
         device = clock.device_ms()
         if self.hook:
             self.split_backward(phases, device, exposed)
         self.last_spans = list(self.hook.spans) if self.hook else []
         skipped = bool(self.scaler) and self.scaler.get_scale() < scale  # backed off: inf/NaN
-        return {"step_ms": host_ms, "phases": phases, "device": device,
+        return {"step_ms": wall_ms, "phases": phases, "device": device,
                 "loss_sum": float(loss_sum), "scale": scale, "skipped": skipped}
 
     def micro_step(self, xs, ys, exposed):
         """Load, forward, loss and backward of one micro-batch; returns its
-        rows' loss sum (a tensor, read after the step)."""
+        rows' loss sum (a tensor, read after the step). The loss phase is
+        dpscale's: the loss's forward and its backward up to the logits'
+        gradient (LossEnd), the casts under autocast included."""
         torch, clock = self.torch, self.clock
         dev0 = self.devices[:1]
         with clock.phase("load", dev0):
@@ -150,30 +183,31 @@ class Rank:
             else:
                 with clock.phase("forward", dev0):
                     logits = self.model(xb)
-        with clock.phase("loss", dev0):
-            per_row = self.ce(logits.float(), yb)
-            obj = self.objective(per_row)
-            loss_sum = per_row.detach().sum()
-        self.backward(obj, exposed)
+        loss_end = LossEnd(clock, logits)
+        clock.begin("loss", dev0)
+        per_row = self.ce(logits.float(), yb)
+        obj = self.objective(per_row)
+        loss_sum = per_row.detach().sum()
+        self.backward(obj, loss_end, exposed)
         return loss_sum
 
-    def backward(self, obj, exposed):
-        """backward() timed; under ddp, what followed the last bucket's
-        hand-over in it (the exposed all-reduce) added to exposed."""
+    def backward(self, obj, loss_end, exposed):
+        """backward(): the loss phase until the logits' gradient (loss_end),
+        then backward; under ddp, what followed the last bucket's hand-over
+        in it (the exposed all-reduce) kept in exposed."""
         clock, hook = self.clock, self.hook
-        before = clock.host["backward"]
         if hook:
             hook.last_ready = hook.last_event = None
-        with clock.phase("backward"):
-            obj.backward()
+        obj.backward()
+        loss_end.check()
+        before = clock.host["backward"]
+        spans = clock.end("backward")  # begun by LossEnd
         if not hook or hook.last_ready is None:  # no all-reduce in this micro-step
             return
         took = clock.host["backward"] - before
-        exposed[0] += took - (hook.last_ready - clock.marks["backward"]) * 1e3
-        span = [(s, e) for n, d, s, e in clock.spans if n == "backward"]
-        if self.cuda and span and hook.last_event is not None:
-            s, e = span[-1]  # this micro-step's
-            exposed[1] += s.elapsed_time(e) - s.elapsed_time(hook.last_event)
+        exposed.host_ms += took - (hook.last_ready - clock.marks["backward"]) * 1e3
+        if self.cuda and hook.last_event is not None:
+            exposed.events.append((hook.last_event, spans[self.devices[0]][1]))
 
     def optimizer_step(self):
         """The optimizer's step and the gradients cleared; fp16: GradScaler's
@@ -193,11 +227,12 @@ class Rank:
     def split_backward(self, phases, device, exposed):
         """ddp: backward's own work ends when the last bucket is handed over;
         the rest of backward() is the exposed all-reduce (summed over the
-        micro-steps that all-reduce)."""
+        micro-steps that all-reduce; on GPUs read from the events after the
+        step's synchronize)."""
         hook = self.hook
         if hook.last_ready is not None:  # the last micro-step always all-reduces
-            phases["backward"] -= exposed[0]
-            phases["allreduce_exposed"] = exposed[0]
+            phases["backward"] -= exposed.host_ms
+            phases["allreduce_exposed"] = exposed.host_ms
         phases["allreduce"] = sum(hook.host_ms)
         if not self.cuda:
             return
@@ -205,9 +240,10 @@ class Rank:
             self.clock.dropped |= {"allreduce", "allreduce_exposed"}
             return
         per = device.setdefault(self.devices[0], {})
-        if hook.last_event is not None:
-            per["backward"] = per.get("backward", 0.0) - exposed[1]
-            per["allreduce_exposed"] = exposed[1]
+        if exposed.events:
+            ms = sum(a.elapsed_time(b) for a, b in exposed.events)
+            per["backward"] = per.get("backward", 0.0) - ms
+            per["allreduce_exposed"] = ms
         per["allreduce"] = sum(a.elapsed_time(b) for a, b in hook.events)
 
     def train(self):
@@ -215,6 +251,8 @@ class Rank:
         args = self.args
         recs = []
         busy = []  # device phases of held warm-up steps
+        for d in self.devices:  # the model's set-up done: the first step starts on idle devices
+            self.torch.cuda.synchronize(d)
         for step in range(args.warmup + args.steps):
             held = self.cuda and 0 < step < args.warmup
             rec = self.step(step, held)
