@@ -28,6 +28,7 @@ typedef struct be_device_info {
     char name[128];
     char bus_id[32];
     size_t total_bytes; /* physical memory; host: the capacity, 0 = unlimited */
+    int cc_major;       /* compute capability's major (9: Hopper); 0 on the host or unknown */
 } be_device_info;
 
 /* A category of allocations (the `what` of be_buf_alloc: "gradients",
@@ -256,6 +257,19 @@ void be_mem_phase(backend *be, int dev, int phase);
  * "optimizer state", "activations", "inputs", "outputs", "loss buffers",
  * "communication", "workspace" or "other". */
 const char *be_mem_kind(const char *what);
+
+/* cuBLAS's workspace of one (handle, stream), as PyTorch sizes it
+ * (aten/src/ATen/cuda/CublasHandlePool.cpp, parseChosenWorkspaceSize):
+ * config, CUBLAS_WORKSPACE_CONFIG's value (NULL when unset), is read as
+ * its ":SIZE:COUNT" pairs, SIZE in KiB, summed; without one pair, or unset,
+ * 32 MiB on compute capability 9, 10 and 12 (Hopper, Blackwell) and
+ * 8 MiB + 128 KiB (":4096:2:16:8") on the others. */
+size_t be_cublas_workspace_bytes(int cc_major, const char *config);
+/* The GEMM library's workspace a stream that runs GEMMs holds on device dev:
+ * be_cublas_workspace_bytes of the device's compute capability and the
+ * environment on the cuda backend (cuBLAS and cuBLASLt share it, as
+ * PyTorch's do by default); 0 on the host backend, as PyTorch on the CPU. */
+size_t be_gemm_workspace_bytes(const backend *be, int dev);
 
 /* Accounted allocation: checks the capacity, records in-use and peak, and on
  * failure returns DPS_ERR_OOM with the device, the purpose and the sizes. */

@@ -21,12 +21,14 @@
 #include "backend/cuda_check.h"
 #include "core/util.h"
 
-/* A stream owns its cuBLAS handle and bf16 scratch: two host threads
- * issuing GEMMs on two streams of one device never share either. */
+/* A stream owns its cuBLAS handle, the handle's workspace and bf16
+ * scratch: two host threads issuing GEMMs on two streams of one device
+ * never share any. */
 struct be_stream {
     cudaStream_t s;
     int dev;
     cublasHandle_t blas;    /* made on the first GEMM */
+    dps_buf blas_ws;        /* its workspace, cuBLASLt's too (be_gemm_workspace_bytes) */
     dps_buf scratch[2];     /* bf16 copies of GEMM inputs */
     dps_buf col_sum_ws;     /* the bias gradients' partial sums (dps_col_sum_workspace) */
 };
@@ -116,6 +118,7 @@ static void cu_stream_destroy(backend *be, be_stream *s)
     if (ensure_device(be, s->dev) == DPS_OK) {
         cudaStreamSynchronize(s->s);
         if (s->blas) cublasDestroy(s->blas);
+        be_buf_free(be, &s->blas_ws);
         for (int k = 0; k < 2; k++) be_buf_free(be, &s->scratch[k]);
         be_buf_free(be, &s->col_sum_ws);
         cudaStreamDestroy(s->s);
@@ -292,14 +295,33 @@ static dps_status to_half(backend *be, be_stream *s, int slot, const float *x, s
     return DPS_OK;
 }
 
-/* The stream's cuBLAS handle, made on its first GEMM; dev current. */
+/* The stream's cuBLAS handle, made on its first GEMM with its workspace
+ * from the accounted allocator, as PyTorch's caching allocator holds one
+ * per (handle, stream) (CublasHandlePool.cpp, setWorkspaceForHandle); set
+ * after cublasSetStream, which would reset it to cuBLAS's own. dev current. */
 static dps_status blas_for(backend *be, be_stream *s)
 {
     DPS_TRY(ensure_device(be, s->dev));
-    if (!s->blas) {
-        CUBLAS_TRY(cublasCreate(&s->blas));
-        CUBLAS_TRY(cublasSetStream(s->blas, s->s));
+    if (s->blas) return DPS_OK;
+    if (!s->blas_ws.ptr)
+        DPS_TRY(be_buf_alloc(be, s->dev, be_gemm_workspace_bytes(be, s->dev), "cuBLAS workspace",
+                             &s->blas_ws));
+    cublasHandle_t h = NULL;
+    const char *call = "cublasCreate";
+    cublasStatus_t rc = cublasCreate(&h);
+    if (rc == CUBLAS_STATUS_SUCCESS) {
+        call = "cublasSetStream";
+        rc = cublasSetStream(h, s->s);
     }
+    if (rc == CUBLAS_STATUS_SUCCESS) {
+        call = "cublasSetWorkspace";
+        rc = cublasSetWorkspace(h, s->blas_ws.ptr, s->blas_ws.bytes);
+    }
+    if (rc != CUBLAS_STATUS_SUCCESS) {
+        if (h) cublasDestroy(h);
+        return cuda_check_cublas_fail(rc, __FILE__, __LINE__, call);
+    }
+    s->blas = h;
     return DPS_OK;
 }
 

@@ -1,8 +1,8 @@
 /* Unit tests of backend/ and kernels/elementwise.h: the shared element-wise
  * math; the host backend's GELU, softmax, bias sums, autocast ops and bucket
- * copy; memory accounting, versions, NVML (absent, its fields, through a
- * stub), --backend auto's choice, the fork rule of devices, the host GEMM
- * and signals during it. */
+ * copy; memory accounting, cuBLAS's workspace size, versions, NVML (absent,
+ * its fields, through a stub), --backend auto's choice, the fork rule of
+ * devices, the host GEMM and signals during it. */
 #include <dirent.h>
 #include <dlfcn.h>
 #include <math.h>
@@ -332,6 +332,34 @@ static void test_scale_copy(void)
     EXPECT(memcmp(one_pass, two_pass, sizeof g) == 0 && memcmp(in_place, two_pass, sizeof g) == 0);
     EXPECT(be->ops->scale_copy(be, NULL, 0, NULL, NULL, a) == DPS_OK);
     EXPECT(dps_scale_copy(3.0f, 0.5f) == 1.5f);
+    be_close(be);
+}
+
+/* cuBLAS's workspace as PyTorch sizes it (CublasHandlePool.cpp,
+ * parseChosenWorkspaceSize): by compute capability, or the pairs of
+ * CUBLAS_WORKSPACE_CONFIG; none on the host backend. */
+static void test_cublas_workspace(void)
+{
+    static const struct { int major; const char *config; size_t bytes; } cases[] = {
+        {7, NULL, 8519680}, {8, NULL, 8519680}, {9, NULL, 33554432}, {10, NULL, 33554432},
+        {11, NULL, 8519680}, {12, NULL, 33554432}, {0, NULL, 8519680},
+        {8, ":4096:8", 33554432}, {9, ":4096:2:16:8", 8519680}, {9, ":16:8", 131072},
+        {8, ":4096:1:4096:1", 8388608}, {9, ":0:0", 0},
+        {9, "", 33554432}, {8, "garbage", 8519680}, {9, ":4096", 33554432},
+        {8, "x:1:2y", 2048}, {8, ":1:2:3", 2048}, {8, "::1:2", 2048},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t got = be_cublas_workspace_bytes(cases[i].major, cases[i].config);
+        if (got != cases[i].bytes)
+            fprintf(stderr, "major %d, CUBLAS_WORKSPACE_CONFIG %s: %zu bytes, want %zu\n",
+                    cases[i].major, cases[i].config ? cases[i].config : "unset", got, cases[i].bytes);
+        EXPECT(got == cases[i].bytes);
+    }
+    EXPECT(be_cublas_workspace_bytes(9, ":99999999999999999999999:2") == SIZE_MAX);
+    be_options o = {.kind = BE_HOST, .host_devices = 1, .quiet = 1};
+    backend *be = NULL;
+    EXPECT(be_open(&o, &be) == DPS_OK);
+    if (be) EXPECT(be_gemm_workspace_bytes(be, 0) == 0);
     be_close(be);
 }
 
@@ -787,6 +815,7 @@ static void test_gemm_signals(void)
 
 EXPECT_GROUPS(GROUP(elementwise), GROUP(host_math), GROUP(col_sum), GROUP(autocast_ops),
               GROUP(f16), GROUP(unscale),
-              GROUP(scale_copy), GROUP(accounting), GROUP(versions), GROUP(nvml),
+              GROUP(scale_copy), GROUP(accounting), GROUP(cublas_workspace), GROUP(versions),
+              GROUP(nvml),
               GROUP(backend_auto), GROUP(nvml_fields), GROUP(nvml_stub), GROUP(context),
               GROUP(gemm), GROUP(gemm_signals));
