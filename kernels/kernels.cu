@@ -26,6 +26,23 @@ __global__ void bias_act_kernel(int rows, int cols, float *pre, const float *bia
     }
 }
 
+__global__ void gelu_kernel(int64_t n, const float *x, float *y)
+{
+    GRID_STRIDE(i, n) y[i] = dps_gelu(x[i]);
+}
+
+__global__ void gelu_half_kernel(int64_t n, const uint16_t *x, uint16_t *y, int f16)
+{
+    GRID_STRIDE(i, n) y[i] = dps_gelu_half(x[i], f16);
+}
+
+/* Every row of a rows x cols matrix (leading dimension ld) set to `row`. */
+template <typename T>
+__global__ void fill_rows_kernel(int64_t rows, int cols, const T *row, T *c, int64_t ld)
+{
+    GRID_STRIDE(i, rows * cols) c[(i / cols) * ld + i % cols] = row[i % cols];
+}
+
 __global__ void gelu_bwd_kernel(int64_t n, const float *dh, const float *pre, float *dpre)
 {
     GRID_STRIDE(i, n) dpre[i] = dh[i] * dps_gelu_grad(pre[i]);
@@ -169,13 +186,6 @@ __global__ void cast_half_kernel(int64_t n, const float *x, uint16_t *y, int f16
 __global__ void half_to_f32_kernel(int64_t n, const uint16_t *x, float *y, int f16)
 {
     GRID_STRIDE(i, n) y[i] = dps_from_half(x[i], f16);
-}
-
-__global__ void bias_act_half_kernel(int rows, int cols, const float *acc, const uint16_t *bias,
-                                     uint16_t *pre, uint16_t *out, int f16)
-{
-    int64_t n = (int64_t)rows * cols;
-    GRID_STRIDE(i, n) dps_bias_act_half(acc[i], bias[i % cols], &pre[i], out ? &out[i] : NULL, f16);
 }
 
 __global__ void gelu_bwd_half_kernel(int64_t n, const uint16_t *dh, const uint16_t *pre,
@@ -347,12 +357,31 @@ cudaError_t dps_k_half_to_f32(cudaStream_t s, int64_t n, const uint16_t *x, floa
     return cudaGetLastError();
 }
 
-cudaError_t dps_k_bias_act_half(cudaStream_t s, int rows, int cols, const float *acc,
-                                const uint16_t *bias, uint16_t *pre, uint16_t *out, int f16)
+cudaError_t dps_k_gelu(cudaStream_t s, int64_t n, const float *x, float *y)
+{
+    if (n <= 0) return cudaSuccess;
+    gelu_kernel<<<grid_for(n), kThreads, 0, s>>>(n, x, y);
+    return cudaGetLastError();
+}
+
+cudaError_t dps_k_gelu_half(cudaStream_t s, int64_t n, const uint16_t *x, uint16_t *y, int f16)
+{
+    if (n <= 0) return cudaSuccess;
+    gelu_half_kernel<<<grid_for(n), kThreads, 0, s>>>(n, x, y, f16);
+    return cudaGetLastError();
+}
+
+cudaError_t dps_k_fill_rows(cudaStream_t s, int rows, int cols, const void *row, void *c, int ld,
+                            int elem_bytes)
 {
     int64_t n = (int64_t)rows * cols;
     if (n <= 0) return cudaSuccess;
-    bias_act_half_kernel<<<grid_for(n), kThreads, 0, s>>>(rows, cols, acc, bias, pre, out, f16);
+    if (elem_bytes == 2)
+        fill_rows_kernel<<<grid_for(n), kThreads, 0, s>>>(rows, cols, (const uint16_t *)row,
+                                                          (uint16_t *)c, ld);
+    else
+        fill_rows_kernel<<<grid_for(n), kThreads, 0, s>>>(rows, cols, (const float *)row,
+                                                          (float *)c, ld);
     return cudaGetLastError();
 }
 

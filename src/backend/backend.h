@@ -126,6 +126,8 @@ typedef struct be_ops {
     /* pre[r,c] += bias[c]; out = gelu(pre) when out != NULL */
     dps_status (*bias_act)(backend *, be_stream *s, int rows, int cols, float *pre,
                            const float *bias, float *out);
+    /* y = gelu(x), n elements (torch.nn.GELU, the erf form); y may be x */
+    dps_status (*gelu)(backend *, be_stream *s, int64_t n, const float *x, float *y);
     dps_status (*gelu_bwd)(backend *, be_stream *s, int64_t n, const float *dh,
                            const float *pre, float *dpre);
     dps_status (*col_sum)(backend *, be_stream *s, int rows, int cols, const float *x,
@@ -177,11 +179,16 @@ typedef struct be_ops {
      * goes through fp32 */
     dps_status (*cast)(backend *, be_stream *s, int64_t n, const void *x, be_dtype xt, void *y,
                        be_dtype yt);
-    /* In half type ht: pre = half(acc + bias) from an fp32 GEMM output;
-     * out = half(gelu(pre)) when out != NULL (dps_bias_act_half) */
-    dps_status (*bias_act_half)(backend *, be_stream *s, be_dtype ht, int rows, int cols,
-                                const float *acc, const uint16_t *bias, uint16_t *pre,
-                                uint16_t *out);
+    /* A Linear as PyTorch's addmm runs it: row-major C[m,n] = op(A) op(B) +
+     * bias[col], the bias (n elements of C's type) added to the fp32 product
+     * before C's one rounding (CUDA: cuBLASLt's bias epilogue, as
+     * at::cuda::blas::gemm_and_bias); operands as gemm_ex's, alpha 1 */
+    dps_status (*gemm_bias)(backend *, be_stream *s, int trans_a, int trans_b, int m, int n,
+                            int k, const void *a, be_dtype at, int lda, const void *b, be_dtype bt,
+                            int ldb, const void *bias, void *c, be_dtype ct, int ldc);
+    /* y = half(gelu(x)) on tensors of half type ht (dps_gelu_half); y may be x */
+    dps_status (*gelu_half)(backend *, be_stream *s, be_dtype ht, int64_t n, const uint16_t *x,
+                            uint16_t *y);
     /* dpre = half(dh * gelu'(pre)), tensors of half type ht; dpre may be dh */
     dps_status (*gelu_bwd_half)(backend *, be_stream *s, be_dtype ht, int64_t n,
                                 const uint16_t *dh, const uint16_t *pre, uint16_t *dpre);

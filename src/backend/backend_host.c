@@ -285,6 +285,14 @@ static dps_status host_bias_act(backend *be, be_stream *s, int rows, int cols, f
 }
 
 HOST_VECTOR_CLONES
+static dps_status host_gelu(backend *be, be_stream *s, int64_t n, const float *x, float *y)
+{
+    (void)be; (void)s;
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] * host_phi(x[i]);
+    return DPS_OK;
+}
+
+HOST_VECTOR_CLONES
 static dps_status host_gelu_bwd(backend *be, be_stream *s, int64_t n, const float *dh,
                                 const float *pre, float *dpre)
 {
@@ -503,14 +511,45 @@ static dps_status host_cast(backend *be, be_stream *s, int64_t n, const void *x,
     return DPS_OK;
 }
 
-static dps_status host_bias_act_half(backend *be, be_stream *s, be_dtype ht, int rows, int cols,
-                                     const float *acc, const uint16_t *bias, uint16_t *pre,
-                                     uint16_t *out)
+/* addmm: the GEMM's fp32 product (in C itself when C is fp32, else in a
+ * temporary of this call's, which the GPU has no counterpart of: cuBLASLt
+ * adds the bias before it stores C), the bias added, one rounding. */
+static dps_status host_gemm_bias(backend *be, be_stream *s, int ta, int tb, int m, int n, int k,
+                                 const void *a, be_dtype at, int lda, const void *b, be_dtype bt,
+                                 int ldb, const void *bias, void *c, be_dtype ct, int ldc)
+{
+    if (dps_escalated()) return dps_fail_escalated("a GEMM"); /* the step is being cut short */
+    if (m <= 0 || n <= 0) return DPS_OK;
+    if (ct == BE_F32) {
+        DPS_TRY(host_gemm_ex(be, s, ta, tb, m, n, k, 1.0f, a, at, lda, b, bt, ldb, 0.0f, c, ct, ldc));
+        for (int r = 0; r < m; r++) {
+            float *row = (float *)c + (size_t)r * (size_t)ldc;
+            for (int j = 0; j < n; j++) row[j] += ((const float *)bias)[j];
+        }
+        return DPS_OK;
+    }
+    be_dtype ht;
+    DPS_TRY(gemm_half_type(at, bt, ct, &ht));
+    size_t nc = (size_t)m * (size_t)n;
+    float *acc = aligned_alloc(64, (nc * sizeof(float) + 63) & ~(size_t)63);
+    if (!acc) return dps_fail(DPS_ERR_RUNTIME, "out of host memory for a %d x %d GEMM's product", m, n);
+    dps_status rc = host_gemm_ex(be, s, ta, tb, m, n, k, 1.0f, a, at, lda, b, bt, ldb, 0.0f, acc,
+                                 BE_F32, n);
+    const uint16_t *b16 = bias;
+    for (int r = 0; !rc && r < m; r++) {
+        uint16_t *row = (uint16_t *)c + (size_t)r * (size_t)ldc;
+        for (int j = 0; j < n; j++)
+            row[j] = dps_add_bias_half(acc[(size_t)r * n + j], b16[j], ct == BE_F16);
+    }
+    free(acc);
+    return rc;
+}
+
+static dps_status host_gelu_half(backend *be, be_stream *s, be_dtype ht, int64_t n,
+                                 const uint16_t *x, uint16_t *y)
 {
     (void)be; (void)s;
-    for (size_t i = 0; i < (size_t)rows * (size_t)cols; i++)
-        dps_bias_act_half(acc[i], bias[i % (size_t)cols], &pre[i], out ? &out[i] : NULL,
-                          ht == BE_F16);
+    for (int64_t i = 0; i < n; i++) y[i] = dps_gelu_half(x[i], ht == BE_F16);
     return DPS_OK;
 }
 
@@ -653,6 +692,7 @@ static const be_ops host_ops = {
     .memset0 = host_memset0,
     .gemm = host_gemm,
     .bias_act = host_bias_act,
+    .gelu = host_gelu,
     .gelu_bwd = host_gelu_bwd,
     .col_sum = host_col_sum,
     .xent = host_xent,
@@ -666,7 +706,8 @@ static const be_ops host_ops = {
     .scale_copy = host_scale_copy,
     .gemm_ex = host_gemm_ex,
     .cast = host_cast,
-    .bias_act_half = host_bias_act_half,
+    .gemm_bias = host_gemm_bias,
+    .gelu_half = host_gelu_half,
     .gelu_bwd_half = host_gelu_bwd_half,
     .col_sum_half = host_col_sum_half,
     .unscale = host_unscale,

@@ -43,7 +43,6 @@ typedef struct graph_acts {
     const float *dlogits; /* its gradient: graph_backward's dlogits */
     dps_buf work;         /* [max_samples][largest op input or output], or an embedding table */
     dps_buf cols;         /* [widest norm or embedding]: column sums, an embedding's rows */
-    dps_buf zero;         /* 0.0f: the bias of an act's GELU pass, as wide as its rows */
     const net_window *window; /* a sharded strategy's: each op's parameters and gradients are
                                  its unit's (window->unit_of); NULL: the flat buffers */
 } graph_acts;

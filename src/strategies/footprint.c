@@ -19,8 +19,8 @@
 /* net_acts_alloc of `samples` samples. The MLP's (model_acts_alloc):
  * pre-activations and activations of every layer, two activation
  * gradients; under autocast those in the half type, and the cast parameters
- * and input, an fp32 GEMM output, the half logits and a layer's half
- * parameter gradients. A file's: graph_acts_bytes. */
+ * and input, the half logits and a layer's half parameter gradients. A
+ * file's: graph_acts_bytes. */
 static uint64_t acts_bytes(const dps_config *c, const net *n, uint64_t samples)
 {
     if (net_is_file(n)) return graph_acts_bytes(&n->file, samples);
@@ -28,7 +28,7 @@ static uint64_t acts_bytes(const dps_config *c, const net *n, uint64_t samples)
     uint64_t rows = samples * (uint64_t)s.tokens, layer = rows * (uint64_t)s.width;
     if (!dps_precision_is_half(c->precision)) return layer * F4 * (2 * (uint64_t)s.layers + 2);
     return layer * 2 * (2 * (uint64_t)s.layers + 3) + (uint64_t)model_param_count(s) * 2 +
-           layer * F4 + rows * (uint64_t)s.classes * 2 + (uint64_t)model_half_grad_elems(s) * 2;
+           rows * (uint64_t)s.classes * 2 + (uint64_t)model_half_grad_elems(s) * 2;
 }
 
 /* The GEMM library's workspace of the stream that runs device i's GEMMs

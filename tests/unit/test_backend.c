@@ -84,7 +84,12 @@ static void test_host_math(void)
     for (int i = 0; i < n - nsp; i++) x[i] = -12.0f + 24.0f * (float)i / (float)(n - nsp - 1);
     for (int i = 0; i < nsp; i++) x[n - nsp + i] = special[i];
     for (int i = 0; i < n; i++) dh[i] = 1.0f - (float)(i % 3);
-    EXPECT(be->ops->bias_act(be, NULL, 1, n, x, bias, y) == DPS_OK);
+    float *y2 = malloc((size_t)n * 4);
+    EXPECT(be->ops->gelu(be, NULL, n, x, y2) == DPS_OK);
+    EXPECT(be->ops->bias_act(be, NULL, 1, n, x, bias, y) == DPS_OK); /* x + 0: x, but -0 */
+    for (int i = 0; i < n; i++)
+        if (x[i] != 0.0f) EXPECT(memcmp(&y[i], &y2[i], 4) == 0 || (isnan(y[i]) && isnan(y2[i])));
+    free(y2);
     EXPECT(be->ops->gelu_bwd(be, NULL, n, dh, x, g) == DPS_OK);
     int bad = 0;
     for (int i = 0; i < n; i++) {
@@ -243,14 +248,40 @@ static void autocast_ops(be_dtype H)
                        H, N) == DPS_ERR_RUNTIME && strstr(dps_errmsg(), "cast A or B"));
     EXPECT(op->gemm_ex(be, NULL, 0, 0, M, N, K, 1.0f, a16, BE_BF16, K, b16, BE_F16, N, 0.0f, got,
                        BE_F32, N) == DPS_ERR_RUNTIME && strstr(dps_errmsg(), "two half types"));
-    /* Linear + GELU, GELU's backward, the bias gradient */
-    uint16_t bias[N], pre[M * N], post[M * N], dpre[M * N];
+    /* Linear (addmm: the product plus the bias, rounded once) + GELU, GELU's
+     * backward, the bias gradient */
+    enum { LD = N + 3 }; /* C's rows padded: the padding is left alone */
+    uint16_t bias[N], pre[M * LD], post[M * N], dpre[M * N], wide_pre[M * N];
+    float acc[M * N], biasf[N], out[M * LD];
     for (int c = 0; c < N; c++) bias[c] = dps_to_half(dps_uniform(11, 4, (uint64_t)c), f16);
-    EXPECT(op->bias_act_half(be, NULL, H, M, N, c0, bias, pre, post) == DPS_OK);
-    uint16_t p1, q1;
-    dps_bias_act_half(c0[N + 3], bias[3], &p1, &q1, f16);
-    EXPECT(pre[N + 3] == p1 && post[N + 3] == q1);
-    EXPECT(pre[7] == dps_to_half(c0[7] + dps_from_half(bias[7], f16), f16));
+    for (int c = 0; c < N; c++) biasf[c] = dps_uniform(11, 5, (uint64_t)c);
+    for (int i = 0; i < M * LD; i++) pre[i] = 0x7777;
+    for (int i = 0; i < M * LD; i++) out[i] = 7.0f;
+    EXPECT(op->gemm(be, NULL, 0, 0, M, N, K, 1.0f, ar, K, br, N, 0.0f, acc, N) == DPS_OK);
+    EXPECT(op->gemm_bias(be, NULL, 0, 0, M, N, K, a16, H, K, b16, H, N, bias, pre, H, LD) == DPS_OK);
+    EXPECT(op->gemm_bias(be, NULL, 0, 0, M, N, K, ar, BE_F32, K, br, BE_F32, N, biasf, out, BE_F32,
+                         LD) == DPS_OK);
+    int added = 1, padding = 1;
+    for (int r = 0; r < M; r++)
+        for (int c = 0; c < LD; c++) {
+            int i = r * LD + c;
+            if (c >= N) {
+                padding &= pre[i] == 0x7777 && out[i] == 7.0f;
+                continue;
+            }
+            added &= pre[i] == dps_add_bias_half(acc[r * N + c], bias[c], f16);
+            added &= out[i] == acc[r * N + c] + biasf[c];
+            wide_pre[r * N + c] = pre[i];
+        }
+    EXPECT(added && padding);
+    EXPECT(wide_pre[7] == dps_to_half(acc[7] + dps_from_half(bias[7], f16), f16));
+    EXPECT(op->gemm_bias(be, NULL, 0, 0, M, N, K, a, BE_F32, K, b, BE_F32, N, bias, pre, H,
+                         N) == DPS_ERR_RUNTIME && strstr(dps_errmsg(), "cast A or B"));
+    EXPECT(op->gelu_half(be, NULL, H, M * N, wide_pre, post) == DPS_OK);
+    int gelu_ok = 1;
+    for (int i = 0; i < M * N; i++) gelu_ok &= post[i] == dps_gelu_half(wide_pre[i], f16);
+    EXPECT(gelu_ok);
+    memcpy(pre, wide_pre, sizeof wide_pre);
     EXPECT(op->gelu_bwd_half(be, NULL, H, M * N, post, pre, dpre) == DPS_OK);
     EXPECT(dpre[9] == dps_gelu_bwd_half(post[9], pre[9], f16));
     float sums[N], sums_wide[N];
