@@ -28,6 +28,11 @@ cudaError_t dps_k_gelu_bwd(cudaStream_t s, int64_t n, const float *dh,
  * workspace: dps_col_sum_workspace(rows, cols) floats (NULL when 0) */
 cudaError_t dps_k_col_sum(cudaStream_t s, int rows, int cols, const float *x, float *out,
                           float *workspace);
+/* dpre = dh * gelu'(pre) (dps_k_gelu_bwd's) and out = its column sums
+ * (dps_k_col_sum's, bit for bit) in one pass; dpre may be dh; workspace as
+ * dps_k_col_sum's */
+cudaError_t dps_k_gelu_bwd_col_sum(cudaStream_t s, int rows, int cols, const float *dh,
+                                   const float *pre, float *dpre, float *out, float *workspace);
 /* row_loss[r] = cross-entropy of row r; dlogits = (softmax - onehot) * scale */
 cudaError_t dps_k_xent(cudaStream_t s, int rows, int classes, const float *logits,
                        const int32_t *labels, float scale, float *dlogits, float *row_loss);
@@ -56,6 +61,11 @@ cudaError_t dps_k_gelu_bwd_half(cudaStream_t s, int64_t n, const uint16_t *dh, c
 /* dps_k_col_sum of a half matrix (fp32 sums) */
 cudaError_t dps_k_col_sum_half(cudaStream_t s, int rows, int cols, const uint16_t *x, float *out,
                                float *workspace, int f16);
+/* dps_k_gelu_bwd_col_sum on half tensors: dps_k_gelu_bwd_half's dpre, its
+ * dps_k_col_sum_half */
+cudaError_t dps_k_gelu_bwd_col_sum_half(cudaStream_t s, int rows, int cols, const uint16_t *dh,
+                                        const uint16_t *pre, uint16_t *dpre, float *out,
+                                        float *workspace, int f16);
 /* GradScaler's unscale: g *= inv_scale; *found_inf = 1 where a g is not finite */
 cudaError_t dps_k_unscale(cudaStream_t s, int64_t n, float *g, float inv_scale, float *found_inf);
 cudaError_t dps_k_scale(cudaStream_t s, int64_t n, float *x, float a);

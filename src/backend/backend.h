@@ -132,6 +132,11 @@ typedef struct be_ops {
                            const float *pre, float *dpre);
     dps_status (*col_sum)(backend *, be_stream *s, int rows, int cols, const float *x,
                           float *out);
+    /* GELU's backward and the bias gradient of the Linear before it in one
+     * pass over rows x cols: dpre = gelu_bwd's, db = col_sum of dpre, bit for
+     * bit; dpre may be dh */
+    dps_status (*gelu_bwd_col_sum)(backend *, be_stream *s, int rows, int cols, const float *dh,
+                                   const float *pre, float *dpre, float *db);
     dps_status (*xent)(backend *, be_stream *s, int rows, int classes, const float *logits,
                        const int32_t *labels, float scale, float *dlogits, float *row_loss);
     /* nn.CrossEntropyLoss as PyTorch runs it, in three steps on materialised
@@ -195,6 +200,11 @@ typedef struct be_ops {
     /* col_sum of a matrix of half type ht into fp32, in col_sum's order */
     dps_status (*col_sum_half)(backend *, be_stream *s, be_dtype ht, int rows, int cols,
                                const uint16_t *x, float *out);
+    /* gelu_bwd_half then col_sum_half of its output, in one pass (as
+     * gelu_bwd_col_sum); dpre may be dh */
+    dps_status (*gelu_bwd_col_sum_half)(backend *, be_stream *s, be_dtype ht, int rows, int cols,
+                                        const uint16_t *dh, const uint16_t *pre, uint16_t *dpre,
+                                        float *db);
     /* GradScaler's unscale: g *= inv_scale, and *found_inf (device memory,
      * one float) set to 1 when any g is inf or NaN, left as it is otherwise */
     dps_status (*unscale)(backend *, be_stream *s, int64_t n, float *g, float inv_scale,

@@ -645,6 +645,13 @@ static dps_status cu_col_sum(backend *be, be_stream *s, int rows, int cols, cons
     KERNEL(s, dps_k_col_sum(s->s, rows, cols, x, out, s->col_sum_ws.ptr));
 }
 
+static dps_status cu_gelu_bwd_col_sum(backend *be, be_stream *s, int rows, int cols,
+                                      const float *dh, const float *pre, float *dpre, float *db)
+{
+    DPS_TRY(col_sum_workspace(be, s, rows, cols));
+    KERNEL(s, dps_k_gelu_bwd_col_sum(s->s, rows, cols, dh, pre, dpre, db, s->col_sum_ws.ptr));
+}
+
 static dps_status cu_xent(backend *be, be_stream *s, int rows, int classes, const float *logits,
                           const int32_t *labels, float scale, float *dlogits, float *row_loss)
 {
@@ -718,6 +725,15 @@ static dps_status cu_col_sum_half(backend *be, be_stream *s, be_dtype ht, int ro
 {
     DPS_TRY(col_sum_workspace(be, s, rows, cols));
     KERNEL(s, dps_k_col_sum_half(s->s, rows, cols, x, out, s->col_sum_ws.ptr, ht == BE_F16));
+}
+
+static dps_status cu_gelu_bwd_col_sum_half(backend *be, be_stream *s, be_dtype ht, int rows,
+                                           int cols, const uint16_t *dh, const uint16_t *pre,
+                                           uint16_t *dpre, float *db)
+{
+    DPS_TRY(col_sum_workspace(be, s, rows, cols));
+    KERNEL(s, dps_k_gelu_bwd_col_sum_half(s->s, rows, cols, dh, pre, dpre, db, s->col_sum_ws.ptr,
+                                          ht == BE_F16));
 }
 
 static dps_status cu_unscale(backend *be, be_stream *s, int64_t n, float *g, float inv_scale,
@@ -824,6 +840,7 @@ static const be_ops cuda_ops = {
     .gelu = cu_gelu,
     .gelu_bwd = cu_gelu_bwd,
     .col_sum = cu_col_sum,
+    .gelu_bwd_col_sum = cu_gelu_bwd_col_sum,
     .xent = cu_xent,
     .log_softmax = cu_log_softmax,
     .nll = cu_nll,
@@ -839,6 +856,7 @@ static const be_ops cuda_ops = {
     .gelu_half = cu_gelu_half,
     .gelu_bwd_half = cu_gelu_bwd_half,
     .col_sum_half = cu_col_sum_half,
+    .gelu_bwd_col_sum_half = cu_gelu_bwd_col_sum_half,
     .unscale = cu_unscale,
     .add = cu_add,
     .resample = cu_resample,

@@ -340,6 +340,13 @@ static dps_status host_col_sum(backend *be, be_stream *s, int rows, int cols, co
     return DPS_OK;
 }
 
+static dps_status host_gelu_bwd_col_sum(backend *be, be_stream *s, int rows, int cols,
+                                        const float *dh, const float *pre, float *dpre, float *db)
+{
+    DPS_TRY(host_gelu_bwd(be, s, (int64_t)rows * cols, dh, pre, dpre));
+    return host_col_sum(be, s, rows, cols, dpre, db);
+}
+
 HOST_VECTOR_CLONES
 static dps_status host_xent(backend *be, be_stream *s, int rows, int classes,
                             const float *logits, const int32_t *labels, float scale,
@@ -574,6 +581,14 @@ static dps_status host_col_sum_half(backend *be, be_stream *s, be_dtype ht, int 
     return rc;
 }
 
+static dps_status host_gelu_bwd_col_sum_half(backend *be, be_stream *s, be_dtype ht, int rows,
+                                             int cols, const uint16_t *dh, const uint16_t *pre,
+                                             uint16_t *dpre, float *db)
+{
+    DPS_TRY(host_gelu_bwd_half(be, s, ht, (int64_t)rows * cols, dh, pre, dpre));
+    return host_col_sum_half(be, s, ht, rows, cols, dpre, db);
+}
+
 static dps_status host_unscale(backend *be, be_stream *s, int64_t n, float *g, float inv_scale,
                                float *found_inf)
 {
@@ -695,6 +710,7 @@ static const be_ops host_ops = {
     .gelu = host_gelu,
     .gelu_bwd = host_gelu_bwd,
     .col_sum = host_col_sum,
+    .gelu_bwd_col_sum = host_gelu_bwd_col_sum,
     .xent = host_xent,
     .log_softmax = host_log_softmax,
     .nll = host_nll,
@@ -710,6 +726,7 @@ static const be_ops host_ops = {
     .gelu_half = host_gelu_half,
     .gelu_bwd_half = host_gelu_bwd_half,
     .col_sum_half = host_col_sum_half,
+    .gelu_bwd_col_sum_half = host_gelu_bwd_col_sum_half,
     .unscale = host_unscale,
     .add = host_add,
     .resample = host_resample,

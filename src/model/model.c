@@ -223,12 +223,13 @@ dps_status model_forward(backend *be, be_stream *st, model_shape s, const float 
 
 /* A Linear's parameter gradients under autocast, from its half input h
  * (rows x in) and output gradient dy (rows x out): the weight's GEMM and
- * the bias's column sums accumulate in fp32, are rounded once to the half
- * type (the gradient of the cast half parameter) and widened into dw and
- * db (its cast's backward, into the fp32 parameter's gradient). */
+ * the bias's column sums accumulate in fp32 (db holds the sums already
+ * when summed), are rounded once to the half type (the gradient of the
+ * cast half parameter) and widened into dw and db (its cast's backward,
+ * into the fp32 parameter's gradient). */
 static dps_status param_grads_half(backend *be, be_stream *st, model_acts *a, int rows, int in,
                                    int out, const uint16_t *h, const uint16_t *dy, float *dw,
-                                   float *db)
+                                   float *db, int summed)
 {
     const be_ops *o = be->ops;
     uint16_t *w16 = a->dparam16.ptr, *b16 = w16 + (size_t)in * (size_t)out;
@@ -236,22 +237,24 @@ static dps_status param_grads_half(backend *be, be_stream *st, model_acts *a, in
     DPS_TRY(o->gemm_ex(be, st, 1, 0, in, out, rows, 1.0f, h, a->half, in, dy, a->half, out, 0.0f,
                        w16, a->half, out));
     DPS_TRY(o->cast(be, st, nw, w16, a->half, dw, BE_F32));
-    DPS_TRY(o->col_sum_half(be, st, a->half, rows, out, dy, db));
+    if (!summed) DPS_TRY(o->col_sum_half(be, st, a->half, rows, out, dy, db));
     DPS_TRY(o->cast(be, st, out, db, BE_F32, b16, a->half));
     return o->cast(be, st, out, b16, a->half, db, BE_F32);
 }
 
 /* Hidden layer l's gradients under autocast: dh (bf16) becomes d pre in
- * place, then its weight's and bias's fp32 gradients. */
+ * place, its column sums (the bias's fp32 gradient) taken in the same
+ * pass, then the weight's gradient. */
 static dps_status layer_grads_bf16(backend *be, be_stream *st, model_shape s, model_acts *a,
                                    int rows, int l, uint16_t *dh, float *grads)
 {
     const be_ops *o = be->ops;
     int d = s.width;
     const uint16_t *h_in = l ? layer_ptr16(&a->post, s, a->max_rows, l - 1) : a->x16.ptr;
-    DPS_TRY(o->gelu_bwd_half(be, st, a->half, (int64_t)rows * d, dh, layer_ptr16(&a->pre, s, a->max_rows, l), dh));
-    return param_grads_half(be, st, a, rows, d, d, h_in, dh, grads + model_weight_offset(s, l),
-                            grads + model_bias_offset(s, l));
+    float *db = grads + model_bias_offset(s, l);
+    DPS_TRY(o->gelu_bwd_col_sum_half(be, st, a->half, rows, d, dh,
+                                     layer_ptr16(&a->pre, s, a->max_rows, l), dh, db));
+    return param_grads_half(be, st, a, rows, d, d, h_in, dh, grads + model_weight_offset(s, l), db, 1);
 }
 
 /* Backward as under autocast, from forward_bf16's casts: dlogits cast to
@@ -267,7 +270,7 @@ static dps_status backward_bf16(backend *be, be_stream *st, model_shape s, model
     uint16_t *dh = a->dh[0].ptr, *dh_next = a->dh[1].ptr;
     if (dlogits) DPS_TRY(o->cast(be, st, (int64_t)rows * c, dlogits, BE_F32, a->dlogits16.ptr, a->half));
     DPS_TRY(param_grads_half(be, st, a, rows, d, c, h_last, dl16, grads + model_weight_offset(s, L),
-                             grads + model_bias_offset(s, L)));
+                             grads + model_bias_offset(s, L), 0));
     if (hook) DPS_TRY(hook(hook_ctx, L));
     if (L == 0) return DPS_OK;
     DPS_TRY(o->gemm_ex(be, st, 0, 1, rows, d, c, 1.0f, dl16, a->half, c, p16 + model_weight_offset(s, L),
@@ -303,15 +306,15 @@ dps_status model_backward(backend *be, be_stream *st, model_shape s, const float
     if (L == 0) return DPS_OK;
     DPS_TRY(o->gemm(be, st, 0, 1, rows, d, c, 1.0f, dlogits, c,
                     params + model_weight_offset(s, L), c, 0.0f, dh, d));
-    /* hidden layers, last to first; dh becomes d pre in place */
+    /* hidden layers, last to first; dh becomes d pre in place, the bias's
+     * gradient (its column sums) taken in the same pass */
     for (int l = L - 1; l >= 0; l--) {
         const float *h_in = l ? layer_ptr(&a->post, s, a->max_rows, l - 1) : x;
         DPS_TRY(enter(a, l, 1, &params, &grads));
-        DPS_TRY(o->gelu_bwd(be, st, (int64_t)rows * d, dh,
-                            layer_ptr(&a->pre, s, a->max_rows, l), dh));
+        DPS_TRY(o->gelu_bwd_col_sum(be, st, rows, d, dh, layer_ptr(&a->pre, s, a->max_rows, l), dh,
+                                    grads + model_bias_offset(s, l)));
         DPS_TRY(o->gemm(be, st, 1, 0, d, d, rows, 1.0f, h_in, d, dh, d, 0.0f,
                         grads + model_weight_offset(s, l), d));
-        DPS_TRY(o->col_sum(be, st, rows, d, dh, grads + model_bias_offset(s, l)));
         if (hook) DPS_TRY(hook(hook_ctx, l));
         if (l > 0) {
             DPS_TRY(o->gemm(be, st, 0, 1, rows, d, d, 1.0f, dh, d,

@@ -163,7 +163,7 @@ static void col_sum_as_gpu(int rows, int cols, const float *x, float *out)
 
 /* The bias gradient's plan, and the host backend's col_sum: the sums
  * within float rounding of exact ones, bit for bit the GPU kernels' order,
- * the same on every call. */
+ * the same on every call; fused with GELU's backward, the same values. */
 static void test_col_sum(void)
 {
     dps_col_sum_plan g = dps_col_sum_plan_for(8192, 1536); /* gpt2's hidden layers */
@@ -190,6 +190,19 @@ static void test_col_sum(void)
         col_sum_as_gpu(rows, cols, x, gpu);
         EXPECT(memcmp(out, again, (size_t)cols * sizeof(float)) == 0);
         EXPECT(memcmp(out, gpu, (size_t)cols * sizeof(float)) == 0);
+        /* GELU's backward fused with the sums: gelu_bwd's values, col_sum's sums */
+        size_t n = (size_t)rows * cols;
+        float *pre = malloc((n + 1) * sizeof(float)), *want = malloc((n + 1) * sizeof(float));
+        float *dh = malloc((n + 1) * sizeof(float)), *fused_db = malloc((size_t)cols * sizeof(float));
+        float *want_db = malloc((size_t)cols * sizeof(float));
+        for (size_t k = 0; k < n; k++) pre[k] = dps_uniform(3, 10, k) * 4.0f;
+        memcpy(dh, x, n * sizeof(float));
+        EXPECT(be->ops->gelu_bwd(be, NULL, (int64_t)n, x, pre, want) == DPS_OK);
+        EXPECT(be->ops->col_sum(be, NULL, rows, cols, want, want_db) == DPS_OK);
+        EXPECT(be->ops->gelu_bwd_col_sum(be, NULL, rows, cols, dh, pre, dh, fused_db) == DPS_OK);
+        EXPECT(memcmp(dh, want, n * sizeof(float)) == 0);
+        EXPECT(memcmp(fused_db, want_db, (size_t)cols * sizeof(float)) == 0);
+        free(pre); free(want); free(dh); free(fused_db); free(want_db);
         for (int c = 0; c < cols; c++) {
             double exact = 0.0, mag = 0.0;
             for (int r = 0; r < rows; r++) {
@@ -284,11 +297,13 @@ static void autocast_ops(be_dtype H)
     memcpy(pre, wide_pre, sizeof wide_pre);
     EXPECT(op->gelu_bwd_half(be, NULL, H, M * N, post, pre, dpre) == DPS_OK);
     EXPECT(dpre[9] == dps_gelu_bwd_half(post[9], pre[9], f16));
-    float sums[N], sums_wide[N];
+    float sums[N], sums_wide[N], fused[N];
     EXPECT(op->cast(be, NULL, M * N, dpre, H, got, BE_F32) == DPS_OK);
     EXPECT(op->col_sum(be, NULL, M, N, got, sums_wide) == DPS_OK);
     EXPECT(op->col_sum_half(be, NULL, H, M, N, dpre, sums) == DPS_OK);
     EXPECT(memcmp(sums, sums_wide, sizeof sums) == 0);
+    EXPECT(op->gelu_bwd_col_sum_half(be, NULL, H, M, N, post, pre, post, fused) == DPS_OK);
+    EXPECT(memcmp(post, dpre, sizeof dpre) == 0 && memcmp(fused, sums, sizeof sums) == 0);
     be_close(be);
 }
 
