@@ -180,14 +180,19 @@ DPS_HD float dps_from_half(uint16_t h, int f16)
     return f16 ? dps_f16_to_f32(h) : dps_bf16_to_f32(h);
 }
 
-/* Linear then GELU under autocast, for one element: the bias (cast to the
+/* A Linear's output under autocast, one element: the bias (cast to the
  * half type, as autocast casts every input of a Linear) added to the fp32
- * product and rounded once, as addmm's half output; then GELU of that half
- * value, rounded to the half type. */
-DPS_HD void dps_bias_act_half(float acc, uint16_t bias, uint16_t *pre, uint16_t *out, int f16)
+ * product and rounded once, as addmm's half output (cuBLASLt's bias
+ * epilogue). */
+DPS_HD uint16_t dps_add_bias_half(float acc, uint16_t bias, int f16)
 {
-    *pre = dps_to_half(acc + dps_from_half(bias, f16), f16);
-    if (out) *out = dps_to_half(dps_gelu(dps_from_half(*pre, f16)), f16);
+    return dps_to_half(acc + dps_from_half(bias, f16), f16);
+}
+
+/* GELU of a half value, rounded to the half type (GELU's half output). */
+DPS_HD uint16_t dps_gelu_half(uint16_t x, int f16)
+{
+    return dps_to_half(dps_gelu(dps_from_half(x, f16)), f16);
 }
 
 /* GELU's backward on half tensors (gelu_backward's half output). */

@@ -26,6 +26,23 @@ __global__ void bias_act_kernel(int rows, int cols, float *pre, const float *bia
     }
 }
 
+__global__ void gelu_kernel(int64_t n, const float *x, float *y)
+{
+    GRID_STRIDE(i, n) y[i] = dps_gelu(x[i]);
+}
+
+__global__ void gelu_half_kernel(int64_t n, const uint16_t *x, uint16_t *y, int f16)
+{
+    GRID_STRIDE(i, n) y[i] = dps_gelu_half(x[i], f16);
+}
+
+/* Every row of a rows x cols matrix (leading dimension ld) set to `row`. */
+template <typename T>
+__global__ void fill_rows_kernel(int64_t rows, int cols, const T *row, T *c, int64_t ld)
+{
+    GRID_STRIDE(i, rows * cols) c[(i / cols) * ld + i % cols] = row[i % cols];
+}
+
 __global__ void gelu_bwd_kernel(int64_t n, const float *dh, const float *pre, float *dpre)
 {
     GRID_STRIDE(i, n) dpre[i] = dh[i] * dps_gelu_grad(pre[i]);
@@ -51,6 +68,45 @@ __global__ void col_sum_lanes_kernel(int rows, int cols, int chunk_rows, const T
     if (c < cols)
         for (int r = r0 + threadIdx.y; r < r1; r += DPS_COLSUM_LANES)
             acc += as_f32(x[(int64_t)r * cols + c]);
+    lane[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < cols)
+        partial[(int64_t)blockIdx.y * cols + c] = dps_col_sum_lanes(&lane[0][threadIdx.x], 32);
+}
+
+/* GELU's backward of one element in T's type: gelu_bwd_kernel's product in
+ * fp32, gelu_bwd_half_kernel's rounded value in a half type. */
+__device__ __forceinline__ float gelu_bwd_of(float dh, float pre) { return dh * dps_gelu_grad(pre); }
+__device__ __forceinline__ uint16_t gelu_bwd_of(uint16_t dh, uint16_t pre)
+{
+    return dps_gelu_bwd_half(dh, pre, 0);
+}
+__device__ __forceinline__ f16_bits gelu_bwd_of(f16_bits dh, f16_bits pre)
+{
+    f16_bits g = {dps_gelu_bwd_half(dh.v, pre.v, 1)};
+    return g;
+}
+
+/* GELU's backward fused with the bias gradient: thread (tx, ty) of block
+ * (x, y) takes the elements col_sum_lanes_kernel's would, in the same
+ * order, writes each one's dpre and sums what it wrote, so that the sums
+ * are col_sum's of dpre bit for bit. dpre may be dh (each element is read
+ * and written by one thread). */
+template <typename T>
+__global__ void gelu_bwd_col_sum_lanes_kernel(int rows, int cols, int chunk_rows, const T *dh,
+                                              const T *pre, T *dpre, float *partial)
+{
+    __shared__ float lane[DPS_COLSUM_LANES][32];
+    int c = blockIdx.x * 32 + threadIdx.x;
+    int r0 = blockIdx.y * chunk_rows, r1 = min(rows, r0 + chunk_rows);
+    float acc = 0.0f;
+    if (c < cols)
+        for (int r = r0 + threadIdx.y; r < r1; r += DPS_COLSUM_LANES) {
+            int64_t i = (int64_t)r * cols + c;
+            T g = gelu_bwd_of(dh[i], pre[i]);
+            dpre[i] = g;
+            acc += as_f32(g);
+        }
     lane[threadIdx.y][threadIdx.x] = acc;
     __syncthreads();
     if (threadIdx.y == 0 && c < cols)
@@ -148,13 +204,6 @@ __global__ void half8_to_f32_kernel(int64_t n8, const uint4 *x, float4 *y, int f
     }
 }
 
-__global__ void bias_act_half_kernel(int rows, int cols, const float *acc, const uint16_t *bias,
-                                     uint16_t *pre, uint16_t *out, int f16)
-{
-    int64_t n = (int64_t)rows * cols;
-    GRID_STRIDE(i, n) dps_bias_act_half(acc[i], bias[i % cols], &pre[i], out ? &out[i] : NULL, f16);
-}
-
 __global__ void gelu_bwd_half_kernel(int64_t n, const uint16_t *dh, const uint16_t *pre,
                                      uint16_t *dpre, int f16)
 {
@@ -228,6 +277,21 @@ static cudaError_t col_sum(cudaStream_t s, int rows, int cols, const T *x, float
     return cudaGetLastError();
 }
 
+template <typename T>
+static cudaError_t gelu_bwd_col_sum(cudaStream_t s, int rows, int cols, const T *dh, const T *pre,
+                                    T *dpre, float *out, float *workspace)
+{
+    if (cols <= 0) return cudaSuccess;
+    dps_col_sum_plan p = dps_col_sum_plan_for(rows, cols);
+    if (rows <= 0) return cudaMemsetAsync(out, 0, (size_t)cols * sizeof(float), s);
+    dim3 grid((unsigned)((cols + 31) / 32), (unsigned)p.chunks), block(32, DPS_COLSUM_LANES);
+    float *partial = p.chunks > 1 ? workspace : out;
+    gelu_bwd_col_sum_lanes_kernel<T><<<grid, block, 0, s>>>(rows, cols, p.chunk_rows, dh, pre, dpre,
+                                                            partial);
+    if (p.chunks > 1) col_sum_runs_kernel<<<grid_for(cols), kThreads, 0, s>>>(cols, p.chunks, partial, out);
+    return cudaGetLastError();
+}
+
 extern "C" {
 
 cudaError_t dps_k_bias_act(cudaStream_t s, int rows, int cols, float *pre,
@@ -255,6 +319,22 @@ cudaError_t dps_k_col_sum_half(cudaStream_t s, int rows, int cols, const uint16_
 {
     if (f16) return col_sum(s, rows, cols, (const f16_bits *)x, out, workspace);
     return col_sum(s, rows, cols, x, out, workspace);
+}
+
+cudaError_t dps_k_gelu_bwd_col_sum(cudaStream_t s, int rows, int cols, const float *dh,
+                                   const float *pre, float *dpre, float *out, float *workspace)
+{
+    return gelu_bwd_col_sum(s, rows, cols, dh, pre, dpre, out, workspace);
+}
+
+cudaError_t dps_k_gelu_bwd_col_sum_half(cudaStream_t s, int rows, int cols, const uint16_t *dh,
+                                        const uint16_t *pre, uint16_t *dpre, float *out,
+                                        float *workspace, int f16)
+{
+    if (f16)
+        return gelu_bwd_col_sum(s, rows, cols, (const f16_bits *)dh, (const f16_bits *)pre,
+                                (f16_bits *)dpre, out, workspace);
+    return gelu_bwd_col_sum(s, rows, cols, dh, pre, dpre, out, workspace);
 }
 
 cudaError_t dps_k_sum(cudaStream_t s, int64_t n, const float *x, float *out)
@@ -306,12 +386,31 @@ cudaError_t dps_k_half_to_f32(cudaStream_t s, int64_t n, const uint16_t *x, floa
     return cudaGetLastError();
 }
 
-cudaError_t dps_k_bias_act_half(cudaStream_t s, int rows, int cols, const float *acc,
-                                const uint16_t *bias, uint16_t *pre, uint16_t *out, int f16)
+cudaError_t dps_k_gelu(cudaStream_t s, int64_t n, const float *x, float *y)
+{
+    if (n <= 0) return cudaSuccess;
+    gelu_kernel<<<grid_for(n), kThreads, 0, s>>>(n, x, y);
+    return cudaGetLastError();
+}
+
+cudaError_t dps_k_gelu_half(cudaStream_t s, int64_t n, const uint16_t *x, uint16_t *y, int f16)
+{
+    if (n <= 0) return cudaSuccess;
+    gelu_half_kernel<<<grid_for(n), kThreads, 0, s>>>(n, x, y, f16);
+    return cudaGetLastError();
+}
+
+cudaError_t dps_k_fill_rows(cudaStream_t s, int rows, int cols, const void *row, void *c, int ld,
+                            int elem_bytes)
 {
     int64_t n = (int64_t)rows * cols;
     if (n <= 0) return cudaSuccess;
-    bias_act_half_kernel<<<grid_for(n), kThreads, 0, s>>>(rows, cols, acc, bias, pre, out, f16);
+    if (elem_bytes == 2)
+        fill_rows_kernel<<<grid_for(n), kThreads, 0, s>>>(rows, cols, (const uint16_t *)row,
+                                                          (uint16_t *)c, ld);
+    else
+        fill_rows_kernel<<<grid_for(n), kThreads, 0, s>>>(rows, cols, (const float *)row,
+                                                          (float *)c, ld);
     return cudaGetLastError();
 }
 

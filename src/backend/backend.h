@@ -28,6 +28,7 @@ typedef struct be_device_info {
     char name[128];
     char bus_id[32];
     size_t total_bytes; /* physical memory; host: the capacity, 0 = unlimited */
+    int cc_major;       /* compute capability's major (9: Hopper); 0 on the host or unknown */
 } be_device_info;
 
 /* A category of allocations (the `what` of be_buf_alloc: "gradients",
@@ -125,10 +126,17 @@ typedef struct be_ops {
     /* pre[r,c] += bias[c]; out = gelu(pre) when out != NULL */
     dps_status (*bias_act)(backend *, be_stream *s, int rows, int cols, float *pre,
                            const float *bias, float *out);
+    /* y = gelu(x), n elements (torch.nn.GELU, the erf form); y may be x */
+    dps_status (*gelu)(backend *, be_stream *s, int64_t n, const float *x, float *y);
     dps_status (*gelu_bwd)(backend *, be_stream *s, int64_t n, const float *dh,
                            const float *pre, float *dpre);
     dps_status (*col_sum)(backend *, be_stream *s, int rows, int cols, const float *x,
                           float *out);
+    /* GELU's backward and the bias gradient of the Linear before it in one
+     * pass over rows x cols: dpre = gelu_bwd's, db = col_sum of dpre, bit for
+     * bit; dpre may be dh */
+    dps_status (*gelu_bwd_col_sum)(backend *, be_stream *s, int rows, int cols, const float *dh,
+                                   const float *pre, float *dpre, float *db);
     dps_status (*xent)(backend *, be_stream *s, int rows, int classes, const float *logits,
                        const int32_t *labels, float scale, float *dlogits, float *row_loss);
     /* nn.CrossEntropyLoss as PyTorch runs it, in three steps on materialised
@@ -176,17 +184,27 @@ typedef struct be_ops {
      * goes through fp32 */
     dps_status (*cast)(backend *, be_stream *s, int64_t n, const void *x, be_dtype xt, void *y,
                        be_dtype yt);
-    /* In half type ht: pre = half(acc + bias) from an fp32 GEMM output;
-     * out = half(gelu(pre)) when out != NULL (dps_bias_act_half) */
-    dps_status (*bias_act_half)(backend *, be_stream *s, be_dtype ht, int rows, int cols,
-                                const float *acc, const uint16_t *bias, uint16_t *pre,
-                                uint16_t *out);
+    /* A Linear as PyTorch's addmm runs it: row-major C[m,n] = op(A) op(B) +
+     * bias[col], the bias (n elements of C's type) added to the fp32 product
+     * before C's one rounding (CUDA: cuBLASLt's bias epilogue, as
+     * at::cuda::blas::gemm_and_bias); operands as gemm_ex's, alpha 1 */
+    dps_status (*gemm_bias)(backend *, be_stream *s, int trans_a, int trans_b, int m, int n,
+                            int k, const void *a, be_dtype at, int lda, const void *b, be_dtype bt,
+                            int ldb, const void *bias, void *c, be_dtype ct, int ldc);
+    /* y = half(gelu(x)) on tensors of half type ht (dps_gelu_half); y may be x */
+    dps_status (*gelu_half)(backend *, be_stream *s, be_dtype ht, int64_t n, const uint16_t *x,
+                            uint16_t *y);
     /* dpre = half(dh * gelu'(pre)), tensors of half type ht; dpre may be dh */
     dps_status (*gelu_bwd_half)(backend *, be_stream *s, be_dtype ht, int64_t n,
                                 const uint16_t *dh, const uint16_t *pre, uint16_t *dpre);
     /* col_sum of a matrix of half type ht into fp32, in col_sum's order */
     dps_status (*col_sum_half)(backend *, be_stream *s, be_dtype ht, int rows, int cols,
                                const uint16_t *x, float *out);
+    /* gelu_bwd_half then col_sum_half of its output, in one pass (as
+     * gelu_bwd_col_sum); dpre may be dh */
+    dps_status (*gelu_bwd_col_sum_half)(backend *, be_stream *s, be_dtype ht, int rows, int cols,
+                                        const uint16_t *dh, const uint16_t *pre, uint16_t *dpre,
+                                        float *db);
     /* GradScaler's unscale: g *= inv_scale, and *found_inf (device memory,
      * one float) set to 1 when any g is inf or NaN, left as it is otherwise */
     dps_status (*unscale)(backend *, be_stream *s, int64_t n, float *g, float inv_scale,
@@ -256,6 +274,19 @@ void be_mem_phase(backend *be, int dev, int phase);
  * "optimizer state", "activations", "inputs", "outputs", "loss buffers",
  * "communication", "workspace" or "other". */
 const char *be_mem_kind(const char *what);
+
+/* cuBLAS's workspace of one (handle, stream), as PyTorch sizes it
+ * (aten/src/ATen/cuda/CublasHandlePool.cpp, parseChosenWorkspaceSize):
+ * config, CUBLAS_WORKSPACE_CONFIG's value (NULL when unset), is read as
+ * its ":SIZE:COUNT" pairs, SIZE in KiB, summed; without one pair, or unset,
+ * 32 MiB on compute capability 9, 10 and 12 (Hopper, Blackwell) and
+ * 8 MiB + 128 KiB (":4096:2:16:8") on the others. */
+size_t be_cublas_workspace_bytes(int cc_major, const char *config);
+/* The GEMM library's workspace a stream that runs GEMMs holds on device dev:
+ * be_cublas_workspace_bytes of the device's compute capability and the
+ * environment on the cuda backend (cuBLAS and cuBLASLt share it, as
+ * PyTorch's do by default); 0 on the host backend, as PyTorch on the CPU. */
+size_t be_gemm_workspace_bytes(const backend *be, int dev);
 
 /* Accounted allocation: checks the capacity, records in-use and peak, and on
  * failure returns DPS_ERR_OOM with the device, the purpose and the sizes. */

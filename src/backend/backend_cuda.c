@@ -11,6 +11,7 @@
 #include <cuda_runtime_api.h>
 #include <cuda_profiler_api.h>
 #include <cublas_v2.h>
+#include <cublasLt.h>
 
 #include "build_config.h"
 #include "backend/backend.h"
@@ -22,16 +23,51 @@
 #include "backend/cuda_check.h"
 #include "core/util.h"
 
-/* A stream owns its cuBLAS handle and bf16 scratch: two host threads
- * issuing GEMMs on two streams of one device never share either. */
+/* A cuBLASLt matmul with the bias in its epilogue (gemm_bias), as one
+ * stream ran it: its shape, types and operands' alignments (the key), its
+ * descriptors and the algorithm cuBLASLt's heuristic chose for them
+ * (usable 0: none, and the shape runs unfused), made on its first call. */
+typedef struct lt_key {
+    int ta, tb, m, n, k, lda, ldb, ldc;
+    int ht, ct;              /* be_dtype of A and B, of C and the bias */
+    uint32_t align[4];       /* bytes (lt_align): A, B, C, the bias */
+} lt_key;
+
+typedef struct lt_plan {
+    lt_key key;
+    int usable;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, lc; /* cuBLASLt's A (our B), B (our A), C and D */
+    cublasLtMatmulAlgo_t algo;
+} lt_plan;
+
+#define LT_PLANS 64 /* a stream's plans: a model's Linear shapes, by alignment */
+
+/* A stream owns its cuBLAS handle, the handle's workspace, its cuBLASLt
+ * plans and bf16 scratch: two host threads issuing GEMMs on two streams of
+ * one device never share any. */
 struct be_stream {
     cudaStream_t s;
     int dev;
-    cublasHandle_t blas;    /* made on the first GEMM */
+    cublasHandle_t blas;    /* made on the first GEMM; cuBLASLt's handle too (a cast) */
+    dps_buf blas_ws;        /* its workspace, cuBLASLt's too (be_gemm_workspace_bytes) */
+    lt_plan *lt;            /* [LT_PLANS], nlt made, the next to replace when full */
+    int nlt, lt_next;
+    int lt_off;             /* DPSCALE_UNFUSED_BIAS: every gemm_bias unfused */
+    long unfused;           /* gemm_bias calls that ran unfused (for a debugger) */
     dps_buf scratch[2];     /* bf16 copies of GEMM inputs */
     dps_buf col_sum_ws;     /* the bias gradients' partial sums (dps_col_sum_workspace) */
 };
 struct be_event { cudaEvent_t e; int dev; };
+
+static void lt_plan_free(lt_plan *p)
+{
+    if (p->desc) cublasLtMatmulDescDestroy(p->desc);
+    if (p->la) cublasLtMatrixLayoutDestroy(p->la);
+    if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
+    if (p->lc) cublasLtMatrixLayoutDestroy(p->lc);
+    memset(p, 0, sizeof *p);
+}
 
 typedef struct cuda_impl {
     pthread_mutex_t init_lock;
@@ -42,6 +78,20 @@ typedef struct cuda_impl {
     be_cuda_versions versions; /* read by the probe at open */
 } cuda_impl;
 
+
+/* Every operation on a stream refuses a NULL one with a message naming the
+ * operation, instead of crashing on it (the host backend refuses it alike). */
+#define CU_STREAM(s)                                                      \
+    do {                                                                  \
+        if (!(s)) return cu_no_stream(__func__);                          \
+    } while (0)
+
+static dps_status cu_no_stream(const char *fn)
+{
+    const char *op = strncmp(fn, "cu_", 3) == 0 ? fn + 3 : fn;
+    return dps_fail(DPS_ERR_RUNTIME, "cuda backend: %s called with no stream (NULL); issue it on "
+                    "a stream of its device (be_ops.stream_create)", op);
+}
 
 static cuda_impl *impl_of(backend *be) { return be->impl; }
 
@@ -116,7 +166,10 @@ static void cu_stream_destroy(backend *be, be_stream *s)
 {
     if (ensure_device(be, s->dev) == DPS_OK) {
         cudaStreamSynchronize(s->s);
+        for (int i = 0; i < s->nlt; i++) lt_plan_free(&s->lt[i]);
+        free(s->lt);
         if (s->blas) cublasDestroy(s->blas);
+        be_buf_free(be, &s->blas_ws);
         for (int k = 0; k < 2; k++) be_buf_free(be, &s->scratch[k]);
         be_buf_free(be, &s->col_sum_ws);
         cudaStreamDestroy(s->s);
@@ -126,6 +179,7 @@ static void cu_stream_destroy(backend *be, be_stream *s)
 
 static dps_status cu_stream_sync(backend *be, be_stream *s)
 {
+    CU_STREAM(s);
     (void)be;
     CUDA_TRY(cudaStreamSynchronize(s->s));
     return DPS_OK;
@@ -154,6 +208,7 @@ static void cu_event_destroy(backend *be, be_event *e)
 
 static dps_status cu_event_record(backend *be, be_event *e, be_stream *s)
 {
+    CU_STREAM(s);
     DPS_TRY(ensure_device(be, s->dev));
     CUDA_TRY(cudaEventRecord(e->e, s->s));
     return DPS_OK;
@@ -161,6 +216,7 @@ static dps_status cu_event_record(backend *be, be_event *e, be_stream *s)
 
 static dps_status cu_stream_wait(backend *be, be_stream *s, be_event *e)
 {
+    CU_STREAM(s);
     DPS_TRY(ensure_device(be, s->dev));
     CUDA_TRY(cudaStreamWaitEvent(s->s, e->e, 0));
     return DPS_OK;
@@ -253,6 +309,7 @@ static dps_status cu_event_ms(backend *be, be_event *a, be_event *b, float *ms)
 static dps_status cu_copy(backend *be, be_stream *s, void *dst, int dst_dev, const void *src,
                           int src_dev, size_t bytes)
 {
+    CU_STREAM(s);
     if (!bytes) return DPS_OK;
     DPS_TRY(ensure_device(be, s->dev));
     if (dst_dev >= 0 && src_dev >= 0 && dst_dev != src_dev) {
@@ -266,6 +323,7 @@ static dps_status cu_copy(backend *be, be_stream *s, void *dst, int dst_dev, con
 
 static dps_status cu_memset0(backend *be, be_stream *s, void *p, size_t bytes)
 {
+    CU_STREAM(s);
     DPS_TRY(ensure_device(be, s->dev));
     CUDA_TRY(cudaMemsetAsync(p, 0, bytes, s->s));
     return DPS_OK;
@@ -293,41 +351,55 @@ static dps_status to_half(backend *be, be_stream *s, int slot, const float *x, s
     return DPS_OK;
 }
 
-/* The stream's cuBLAS handle, made on its first GEMM; dev current. */
+/* The stream's cuBLAS handle, made on its first GEMM with its workspace
+ * from the accounted allocator, as PyTorch's caching allocator holds one
+ * per (handle, stream) (CublasHandlePool.cpp, setWorkspaceForHandle); set
+ * after cublasSetStream, which would reset it to cuBLAS's own. dev current. */
 static dps_status blas_for(backend *be, be_stream *s)
 {
     DPS_TRY(ensure_device(be, s->dev));
-    if (!s->blas) {
-        CUBLAS_TRY(cublasCreate(&s->blas));
-        CUBLAS_TRY(cublasSetStream(s->blas, s->s));
+    if (s->blas) return DPS_OK;
+    if (!s->blas_ws.ptr)
+        DPS_TRY(be_buf_alloc(be, s->dev, be_gemm_workspace_bytes(be, s->dev), "cuBLAS workspace",
+                             &s->blas_ws));
+    cublasHandle_t h = NULL;
+    const char *call = "cublasCreate";
+    cublasStatus_t rc = cublasCreate(&h);
+    if (rc == CUBLAS_STATUS_SUCCESS) {
+        call = "cublasSetStream";
+        rc = cublasSetStream(h, s->s);
     }
+    if (rc == CUBLAS_STATUS_SUCCESS) {
+        call = "cublasSetWorkspace";
+        rc = cublasSetWorkspace(h, s->blas_ws.ptr, s->blas_ws.bytes);
+    }
+    if (rc != CUBLAS_STATUS_SUCCESS) {
+        if (h) cublasDestroy(h);
+        return cuda_check_cublas_fail(rc, __FILE__, __LINE__, call);
+    }
+    s->blas = h;
+    const char *unfused = getenv("DPSCALE_UNFUSED_BIAS");
+    s->lt_off = unfused && *unfused && strcmp(unfused, "0") != 0;
     return DPS_OK;
-}
-
-/* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T. */
-static dps_status cu_gemm_f32(backend *be, be_stream *s, int ta, int tb, int m, int n, int k,
-                              float alpha, const float *a, int lda, const float *b, int ldb,
-                              float beta, float *c, int ldc)
-{
-    DPS_TRY(blas_for(be, s));
-    cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    CUBLAS_TRY(cublasSgemm(s->blas, ob, oa, n, m, k, &alpha, b, ldb, a, lda, &beta, c, ldc));
-    return DPS_OK;
-}
-
-/* fp32 operands, accumulation and C (a model under autocast calls gemm_ex:
- * the precision is the caller's, per call, not the backend's). */
-static dps_status cu_gemm(backend *be, be_stream *s, int ta, int tb, int m, int n, int k,
-                          float alpha, const float *a, int lda, const float *b, int ldb,
-                          float beta, float *c, int ldc)
-{
-    if (m <= 0 || n <= 0) return DPS_OK;
-    return cu_gemm_f32(be, s, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 static cudaDataType_t cuda_type(be_dtype t)
 {
     return t == BE_BF16 ? CUDA_R_16BF : t == BE_F16 ? CUDA_R_16F : CUDA_R_32F;
+}
+
+/* The half type of a GEMM's A and B (BE_F32: both fp32), or why the types
+ * are no autocast GEMM. */
+static dps_status gemm_types(be_dtype at, be_dtype bt, be_dtype ct, be_dtype *ht)
+{
+    *ht = at != BE_F32 ? at : bt;
+    if (*ht == BE_F32 && ct != BE_F32)
+        return dps_fail(DPS_ERR_RUNTIME, "%s:%d: gemm_ex: fp32 A and B with a half C is no "
+                        "autocast GEMM; cast A or B to the half type first", __FILE__, __LINE__);
+    if ((at != BE_F32 && bt != BE_F32 && at != bt) || (ct != BE_F32 && ct != *ht))
+        return dps_fail(DPS_ERR_RUNTIME, "%s:%d: gemm_ex: operands of two half types",
+                        __FILE__, __LINE__);
+    return DPS_OK;
 }
 
 /* An operand of gemm_ex in half type ht: itself, or its cast in scratch `slot`. */
@@ -341,29 +413,219 @@ static dps_status operand_half(backend *be, be_stream *s, int slot, const void *
     return to_half(be, s, slot, x, n, ht, out);
 }
 
+/* A and B of a GEMM in their half type ht (an fp32 one beside a half one
+ * cast first); fp32 A and B as they are. */
+static dps_status operands(backend *be, be_stream *s, int ta, int tb, int m, int n, int k,
+                           const void **a, be_dtype at, int lda, const void **b, be_dtype bt,
+                           int ldb, be_dtype ht)
+{
+    if (ht == BE_F32) return DPS_OK;
+    DPS_TRY(operand_half(be, s, 0, *a, at, ht, (size_t)(ta ? k : m) * (size_t)lda, a));
+    return operand_half(be, s, 1, *b, bt, ht, (size_t)(tb ? n : k) * (size_t)ldb, b);
+}
+
+/* cuBLAS's GEMM of A and B of type ht (fp32: cublasSgemm, TF32 off) into C
+ * of type ct, fp32 accumulation; the handle made. Row-major C = op(A) op(B)
+ * is column-major C^T = op(B)^T op(A)^T. */
+static dps_status blas_gemm(be_stream *s, int ta, int tb, int m, int n, int k, float alpha,
+                            const void *a, int lda, const void *b, int ldb, be_dtype ht,
+                            float beta, void *c, be_dtype ct, int ldc)
+{
+    cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (ht == BE_F32) {
+        CUBLAS_TRY(cublasSgemm(s->blas, ob, oa, n, m, k, &alpha, b, ldb, a, lda, &beta, c, ldc));
+        return DPS_OK;
+    }
+    CUBLAS_TRY(cublasGemmEx(s->blas, ob, oa, n, m, k, &alpha, b, cuda_type(ht), ldb, a,
+                            cuda_type(ht), lda, &beta, c, cuda_type(ct), ldc, CUBLAS_COMPUTE_32F,
+                            CUBLAS_GEMM_DEFAULT));
+    return DPS_OK;
+}
+
+/* fp32 operands, accumulation and C (a model under autocast calls gemm_ex:
+ * the precision is the caller's, per call, not the backend's). */
+static dps_status cu_gemm(backend *be, be_stream *s, int ta, int tb, int m, int n, int k,
+                          float alpha, const float *a, int lda, const float *b, int ldb,
+                          float beta, float *c, int ldc)
+{
+    CU_STREAM(s);
+    if (m <= 0 || n <= 0) return DPS_OK;
+    DPS_TRY(blas_for(be, s));
+    return blas_gemm(s, ta, tb, m, n, k, alpha, a, lda, b, ldb, BE_F32, beta, c, BE_F32, ldc);
+}
+
 static dps_status cu_gemm_ex(backend *be, be_stream *s, int ta, int tb, int m, int n, int k,
                              float alpha, const void *a, be_dtype at, int lda, const void *b,
                              be_dtype bt, int ldb, float beta, void *c, be_dtype ct, int ldc)
 {
+    CU_STREAM(s);
     if (m <= 0 || n <= 0) return DPS_OK;
-    be_dtype ht = at != BE_F32 ? at : bt;
-    if (ht == BE_F32) {
-        if (ct == BE_F32) return cu_gemm_f32(be, s, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-        return dps_fail(DPS_ERR_RUNTIME, "%s:%d: gemm_ex: fp32 A and B with a half C is no "
-                        "autocast GEMM; cast A or B to the half type first", __FILE__, __LINE__);
-    }
-    if ((at != BE_F32 && bt != BE_F32 && at != bt) || (ct != BE_F32 && ct != ht))
-        return dps_fail(DPS_ERR_RUNTIME, "%s:%d: gemm_ex: operands of two half types",
-                        __FILE__, __LINE__);
+    be_dtype ht;
+    DPS_TRY(gemm_types(at, bt, ct, &ht));
     DPS_TRY(blas_for(be, s));
-    const void *a16 = NULL, *b16 = NULL;
-    DPS_TRY(operand_half(be, s, 0, a, at, ht, (size_t)(ta ? k : m) * (size_t)lda, &a16));
-    DPS_TRY(operand_half(be, s, 1, b, bt, ht, (size_t)(tb ? n : k) * (size_t)ldb, &b16));
-    cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    CUBLAS_TRY(cublasGemmEx(s->blas, ob, oa, n, m, k, &alpha, b16, cuda_type(ht), ldb, a16,
-                            cuda_type(ht), lda, &beta, c, cuda_type(ct), ldc, CUBLAS_COMPUTE_32F,
-                            CUBLAS_GEMM_DEFAULT));
+    DPS_TRY(operands(be, s, ta, tb, m, n, k, &a, at, lda, &b, bt, ldb, ht));
+    return blas_gemm(s, ta, tb, m, n, k, alpha, a, lda, b, ldb, ht, beta, c, ct, ldc);
+}
+
+/* The largest power of two up to 256 that divides p: the alignment
+ * PyTorch tells cuBLASLt an operand has (CUDABlas.cpp, _getAlignment). */
+static uint32_t lt_align(const void *p)
+{
+    uint32_t a = 256;
+    while ((uintptr_t)p % a) a /= 2;
+    return a;
+}
+
+/* The matmul's descriptors for key, with cuBLAS's transposition: row-major
+ * C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, so cuBLASLt's A is
+ * our B and D = C^T is n x m; the epilogue's bias runs along D's rows
+ * ("bias vector length must match matrix D rows"): our C's columns. fp32
+ * accumulation and scale (CUBLAS_COMPUTE_32F: no TF32, as cublasSgemm in
+ * the default math mode). */
+static dps_status lt_describe(const lt_key *k, const void *bias, lt_plan *p)
+{
+    int32_t oa = k->tb ? CUBLAS_OP_T : CUBLAS_OP_N, ob = k->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    uint32_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    cudaDataType_t ab = cuda_type((be_dtype)k->ht), cd = cuda_type((be_dtype)k->ct);
+    CUBLAS_TRY(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &oa, sizeof oa));
+    CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &ob, sizeof ob));
+    CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                              sizeof epilogue));
+    CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                              sizeof bias));
+    CUBLAS_TRY(cublasLtMatrixLayoutCreate(&p->la, ab, (uint64_t)(k->tb ? k->k : k->n),
+                                          (uint64_t)(k->tb ? k->n : k->k), k->ldb));
+    CUBLAS_TRY(cublasLtMatrixLayoutCreate(&p->lb, ab, (uint64_t)(k->ta ? k->m : k->k),
+                                          (uint64_t)(k->ta ? k->k : k->m), k->lda));
+    CUBLAS_TRY(cublasLtMatrixLayoutCreate(&p->lc, cd, (uint64_t)k->n, (uint64_t)k->m, k->ldc));
     return DPS_OK;
+}
+
+/* The heuristic's first algorithm for p within the stream's workspace and
+ * the operands' alignments, as at::cuda::blas::gemm_and_bias asks for it
+ * (D's alignment: C's or the bias's, the smaller); p->usable 0 when it has
+ * none. */
+static dps_status lt_choose(be_stream *s, lt_plan *p)
+{
+    const lt_key *k = &p->key;
+    uint64_t ws = s->blas_ws.bytes;
+    uint32_t d_align = k->align[2] < k->align[3] ? k->align[2] : k->align[3];
+    const struct { cublasLtMatmulPreferenceAttributes_t attr; const void *v; size_t len; } set[] = {
+        {CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &k->align[1], sizeof k->align[1]},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &k->align[0], sizeof k->align[0]},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &k->align[2], sizeof k->align[2]},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &d_align, sizeof d_align},
+    };
+    cublasLtMatmulPreference_t pref = NULL;
+    CUBLAS_TRY(cublasLtMatmulPreferenceCreate(&pref));
+    cublasStatus_t rc = CUBLAS_STATUS_SUCCESS;
+    const char *call = "cublasLtMatmulPreferenceSetAttribute";
+    for (size_t i = 0; rc == CUBLAS_STATUS_SUCCESS && i < sizeof set / sizeof set[0]; i++)
+        rc = cublasLtMatmulPreferenceSetAttribute(pref, set[i].attr, set[i].v, set[i].len);
+    cublasLtMatmulHeuristicResult_t r;
+    memset(&r, 0, sizeof r);
+    int found = 0;
+    if (rc == CUBLAS_STATUS_SUCCESS) {
+        call = "cublasLtMatmulAlgoGetHeuristic";
+        rc = cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)s->blas, p->desc, p->la, p->lb,
+                                            p->lc, p->lc, pref, 1, &r, &found);
+    }
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (rc == CUBLAS_STATUS_NOT_SUPPORTED) found = 0; /* no heuristic for this case */
+    else if (rc != CUBLAS_STATUS_SUCCESS) return cuda_check_cublas_fail(rc, __FILE__, __LINE__, call);
+    p->usable = found > 0 && r.state == CUBLAS_STATUS_SUCCESS;
+    if (p->usable) p->algo = r.algo;
+    return DPS_OK;
+}
+
+/* The stream's plan for key: kept from an earlier call, or made now in a
+ * free slot (or the oldest's, round robin, once all LT_PLANS are taken). */
+static dps_status lt_plan_for(be_stream *s, const lt_key *key, const void *bias, lt_plan **out)
+{
+    for (int i = 0; i < s->nlt; i++)
+        if (memcmp(&s->lt[i].key, key, sizeof *key) == 0) {
+            *out = &s->lt[i];
+            return DPS_OK;
+        }
+    if (!s->lt && !(s->lt = calloc(LT_PLANS, sizeof *s->lt)))
+        return dps_fail(DPS_ERR_RUNTIME, "out of host memory for cuBLASLt's plans");
+    lt_plan *p = &s->lt[s->nlt < LT_PLANS ? s->nlt++ : s->lt_next++ % LT_PLANS];
+    lt_plan_free(p);
+    p->key = *key;
+    dps_status rc = lt_describe(key, bias, p);
+    if (!rc) rc = lt_choose(s, p);
+    if (rc) lt_plan_free(p); /* a zero key matches no call */
+    *out = p;
+    return rc;
+}
+
+/* C = op(A) op(B) + bias through cuBLASLt's bias epilogue on the stream's
+ * workspace, A and B of type ht; *done 0 when cuBLASLt has no algorithm
+ * for it (then PyTorch's addmm takes its unfused path, and so does the
+ * caller). */
+static dps_status lt_gemm_bias(be_stream *s, int ta, int tb, int m, int n, int k, const void *a,
+                               int lda, const void *b, int ldb, be_dtype ht, const void *bias,
+                               void *c, be_dtype ct, int ldc, int *done)
+{
+    lt_key key;
+    memset(&key, 0, sizeof key); /* compared whole, padding included */
+    key.ta = ta;
+    key.tb = tb;
+    key.m = m;
+    key.n = n;
+    key.k = k;
+    key.lda = lda;
+    key.ldb = ldb;
+    key.ldc = ldc;
+    key.ht = (int)ht;
+    key.ct = (int)ct;
+    key.align[0] = lt_align(a);
+    key.align[1] = lt_align(b);
+    key.align[2] = lt_align(c);
+    key.align[3] = lt_align(bias);
+    lt_plan *p = NULL;
+    *done = 0;
+    DPS_TRY(lt_plan_for(s, &key, bias, &p));
+    if (!p->usable) return DPS_OK;
+    const float one = 1.0f, zero = 0.0f;
+    CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                              sizeof bias));
+    cublasStatus_t rc = cublasLtMatmul((cublasLtHandle_t)s->blas, p->desc, &one, b, p->la, a,
+                                       p->lb, &zero, c, p->lc, c, p->lc, &p->algo, s->blas_ws.ptr,
+                                       s->blas_ws.bytes, s->s);
+    if (rc == CUBLAS_STATUS_NOT_SUPPORTED) {
+        p->usable = 0;
+        return DPS_OK;
+    }
+    if (rc != CUBLAS_STATUS_SUCCESS) return cuda_check_cublas_fail(rc, __FILE__, __LINE__, "cublasLtMatmul");
+    *done = 1;
+    return DPS_OK;
+}
+
+/* addmm as PyTorch runs it on CUDA: cuBLASLt with the bias in its epilogue
+ * (at::cuda::blas::gemm_and_bias), else (no algorithm, k = 0, or
+ * DPSCALE_UNFUSED_BIAS) its unfused path: the bias broadcast into C, then
+ * the GEMM added to it (beta 1); either way C = round(acc + bias) once. */
+static dps_status cu_gemm_bias(backend *be, be_stream *s, int ta, int tb, int m, int n, int k,
+                               const void *a, be_dtype at, int lda, const void *b, be_dtype bt,
+                               int ldb, const void *bias, void *c, be_dtype ct, int ldc)
+{
+    CU_STREAM(s);
+    if (m <= 0 || n <= 0) return DPS_OK;
+    be_dtype ht;
+    DPS_TRY(gemm_types(at, bt, ct, &ht));
+    DPS_TRY(blas_for(be, s));
+    DPS_TRY(operands(be, s, ta, tb, m, n, k, &a, at, lda, &b, bt, ldb, ht));
+    int done = 0;
+    if (k > 0 && !s->lt_off)
+        DPS_TRY(lt_gemm_bias(s, ta, tb, m, n, k, a, lda, b, ldb, ht, bias, c, ct, ldc, &done));
+    if (done) return DPS_OK;
+    s->unfused++;
+    CUDA_TRY(dps_k_fill_rows(s->s, m, n, bias, c, ldc, (int)be_dtype_bytes(ct)));
+    if (k <= 0) return DPS_OK;
+    return blas_gemm(s, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, ht, 1.0f, c, ct, ldc);
 }
 
 #define KERNEL(s, launch)                                                   \
@@ -376,12 +638,20 @@ static dps_status cu_gemm_ex(backend *be, be_stream *s, int ta, int tb, int m, i
 static dps_status cu_bias_act(backend *be, be_stream *s, int rows, int cols, float *pre,
                               const float *bias, float *out)
 {
+    CU_STREAM(s);
     KERNEL(s, dps_k_bias_act(s->s, rows, cols, pre, bias, out));
+}
+
+static dps_status cu_gelu(backend *be, be_stream *s, int64_t n, const float *x, float *y)
+{
+    CU_STREAM(s);
+    KERNEL(s, dps_k_gelu(s->s, n, x, y));
 }
 
 static dps_status cu_gelu_bwd(backend *be, be_stream *s, int64_t n, const float *dh,
                               const float *pre, float *dpre)
 {
+    CU_STREAM(s);
     KERNEL(s, dps_k_gelu_bwd(s->s, n, dh, pre, dpre));
 }
 
@@ -397,59 +667,77 @@ static dps_status col_sum_workspace(backend *be, be_stream *s, int rows, int col
 static dps_status cu_col_sum(backend *be, be_stream *s, int rows, int cols, const float *x,
                              float *out)
 {
+    CU_STREAM(s);
     DPS_TRY(col_sum_workspace(be, s, rows, cols));
     KERNEL(s, dps_k_col_sum(s->s, rows, cols, x, out, s->col_sum_ws.ptr));
+}
+
+static dps_status cu_gelu_bwd_col_sum(backend *be, be_stream *s, int rows, int cols,
+                                      const float *dh, const float *pre, float *dpre, float *db)
+{
+    CU_STREAM(s);
+    DPS_TRY(col_sum_workspace(be, s, rows, cols));
+    KERNEL(s, dps_k_gelu_bwd_col_sum(s->s, rows, cols, dh, pre, dpre, db, s->col_sum_ws.ptr));
 }
 
 static dps_status cu_xent(backend *be, be_stream *s, int rows, int classes, const float *logits,
                           const int32_t *labels, float scale, float *dlogits, float *row_loss)
 {
+    CU_STREAM(s);
     KERNEL(s, dps_k_xent(s->s, rows, classes, logits, labels, scale, dlogits, row_loss));
 }
 
 static dps_status cu_log_softmax(backend *be, be_stream *s, int rows, int classes,
                                  const float *logits, float *logp)
 {
+    CU_STREAM(s);
     KERNEL(s, dps_k_log_softmax(s->s, rows, classes, logits, logp));
 }
 
 static dps_status cu_nll(backend *be, be_stream *s, int rows, int classes, const float *logp,
                          const int32_t *labels, float scale, float *row_loss, float *dlogp)
 {
+    CU_STREAM(s);
     KERNEL(s, dps_k_nll(s->s, rows, classes, logp, labels, scale, row_loss, dlogp));
 }
 
 static dps_status cu_log_softmax_bwd(backend *be, be_stream *s, int rows, int classes,
                                      const float *logp, const float *dlogp, float *dlogits)
 {
+    CU_STREAM(s);
     KERNEL(s, dps_k_log_softmax_bwd(s->s, rows, classes, logp, dlogp, dlogits));
 }
 
 static dps_status cu_sum(backend *be, be_stream *s, int64_t n, const float *x, float *out)
 {
+    CU_STREAM(s);
     KERNEL(s, dps_k_sum(s->s, n, x, out));
 }
 
 static dps_status cu_sgd(backend *be, be_stream *s, int64_t n, float *p, const float *g,
                          float *buf, dps_opt_hparams h)
 {
+    CU_STREAM(s);
     KERNEL(s, dps_k_sgd(s->s, n, p, g, buf, h));
 }
 
 static dps_status cu_adamw(backend *be, be_stream *s, int64_t n, float *p, const float *g,
                            float *m, float *v, dps_opt_hparams h)
 {
+    CU_STREAM(s);
     KERNEL(s, dps_k_adamw(s->s, n, p, g, m, v, h));
 }
 
 static dps_status cu_scale(backend *be, be_stream *s, int64_t n, float *x, float a)
 {
+    CU_STREAM(s);
     KERNEL(s, dps_k_scale(s->s, n, x, a));
 }
 
 static dps_status cu_cast(backend *be, be_stream *s, int64_t n, const void *x, be_dtype xt, void *y,
                           be_dtype yt)
 {
+    CU_STREAM(s);
     if (xt == yt) return cu_copy(be, s, y, s->dev, x, s->dev, (size_t)n * be_dtype_bytes(xt));
     if (xt != BE_F32 && yt != BE_F32)
         return dps_fail(DPS_ERR_RUNTIME, "%s:%d: cast between two half types", __FILE__, __LINE__);
@@ -457,69 +745,89 @@ static dps_status cu_cast(backend *be, be_stream *s, int64_t n, const void *x, b
     KERNEL(s, dps_k_half_to_f32(s->s, n, x, y, xt == BE_F16));
 }
 
-static dps_status cu_bias_act_half(backend *be, be_stream *s, be_dtype ht, int rows, int cols,
-                                   const float *acc, const uint16_t *bias, uint16_t *pre,
-                                   uint16_t *out)
+static dps_status cu_gelu_half(backend *be, be_stream *s, be_dtype ht, int64_t n,
+                               const uint16_t *x, uint16_t *y)
 {
-    KERNEL(s, dps_k_bias_act_half(s->s, rows, cols, acc, bias, pre, out, ht == BE_F16));
+    CU_STREAM(s);
+    KERNEL(s, dps_k_gelu_half(s->s, n, x, y, ht == BE_F16));
 }
 
 static dps_status cu_gelu_bwd_half(backend *be, be_stream *s, be_dtype ht, int64_t n,
                                    const uint16_t *dh, const uint16_t *pre, uint16_t *dpre)
 {
+    CU_STREAM(s);
     KERNEL(s, dps_k_gelu_bwd_half(s->s, n, dh, pre, dpre, ht == BE_F16));
 }
 
 static dps_status cu_col_sum_half(backend *be, be_stream *s, be_dtype ht, int rows, int cols,
                                   const uint16_t *x, float *out)
 {
+    CU_STREAM(s);
     DPS_TRY(col_sum_workspace(be, s, rows, cols));
     KERNEL(s, dps_k_col_sum_half(s->s, rows, cols, x, out, s->col_sum_ws.ptr, ht == BE_F16));
+}
+
+static dps_status cu_gelu_bwd_col_sum_half(backend *be, be_stream *s, be_dtype ht, int rows,
+                                           int cols, const uint16_t *dh, const uint16_t *pre,
+                                           uint16_t *dpre, float *db)
+{
+    CU_STREAM(s);
+    DPS_TRY(col_sum_workspace(be, s, rows, cols));
+    KERNEL(s, dps_k_gelu_bwd_col_sum_half(s->s, rows, cols, dh, pre, dpre, db, s->col_sum_ws.ptr,
+                                          ht == BE_F16));
 }
 
 static dps_status cu_unscale(backend *be, be_stream *s, int64_t n, float *g, float inv_scale,
                              float *found_inf)
 {
+    CU_STREAM(s);
     KERNEL(s, dps_k_unscale(s->s, n, g, inv_scale, found_inf));
 }
 
 static dps_status cu_scale_copy(backend *be, be_stream *s, int64_t n, float *dst,
                                 const float *src, float a)
 {
+    CU_STREAM(s);
     KERNEL(s, dps_k_scale_copy(s->s, n, dst, src, a));
 }
 
 static dps_status cu_spin(backend *be, be_stream *s, double us)
 {
+    CU_STREAM(s);
     KERNEL(s, dps_k_spin(s->s, us));
 }
 
 static dps_status cu_add(backend *be, be_stream *s, int64_t n, float *dst, const float *src)
 {
+    CU_STREAM(s);
     KERNEL(s, dps_k_add(s->s, n, dst, src));
 }
 
 static dps_status cu_resample(backend *be, be_stream *s, int64_t samples, int64_t n_in,
                               int64_t n_out, const float *x, float *y)
 {
+    CU_STREAM(s);
     KERNEL(s, dps_k_resample(s->s, samples, n_in, n_out, x, y));
 }
 
 static dps_status cu_resample_bwd(backend *be, be_stream *s, int64_t samples, int64_t n_in,
                                   int64_t n_out, const float *dy, float *dx)
 {
+    CU_STREAM(s);
     KERNEL(s, dps_k_resample_bwd(s->s, samples, n_in, n_out, dy, dx));
 }
 
 static dps_status cu_col_scale(backend *be, be_stream *s, int64_t rows, int cols, const float *x,
                                const float *g, float *y)
 {
+    CU_STREAM(s);
     KERNEL(s, dps_k_col_scale(s->s, rows, cols, x, g, y));
 }
 
 static dps_status cu_mul(backend *be, be_stream *s, int64_t n, const float *a, const float *b,
                          float *y)
 {
+    CU_STREAM(s);
     KERNEL(s, dps_k_mul(s->s, n, a, b, y));
 }
 
@@ -578,8 +886,10 @@ static const be_ops cuda_ops = {
     .memset0 = cu_memset0,
     .gemm = cu_gemm,
     .bias_act = cu_bias_act,
+    .gelu = cu_gelu,
     .gelu_bwd = cu_gelu_bwd,
     .col_sum = cu_col_sum,
+    .gelu_bwd_col_sum = cu_gelu_bwd_col_sum,
     .xent = cu_xent,
     .log_softmax = cu_log_softmax,
     .nll = cu_nll,
@@ -591,9 +901,11 @@ static const be_ops cuda_ops = {
     .scale_copy = cu_scale_copy,
     .gemm_ex = cu_gemm_ex,
     .cast = cu_cast,
-    .bias_act_half = cu_bias_act_half,
+    .gemm_bias = cu_gemm_bias,
+    .gelu_half = cu_gelu_half,
     .gelu_bwd_half = cu_gelu_bwd_half,
     .col_sum_half = cu_col_sum_half,
+    .gelu_bwd_col_sum_half = cu_gelu_bwd_col_sum_half,
     .unscale = cu_unscale,
     .add = cu_add,
     .resample = cu_resample,

@@ -313,6 +313,15 @@ static dps_status host_bias_act(backend *be, be_stream *s, int rows, int cols, f
 }
 
 HOST_VECTOR_CLONES
+static dps_status host_gelu(backend *be, be_stream *s, int64_t n, const float *x, float *y)
+{
+    (void)be;
+    HOST_STREAM(s);
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] * host_phi(x[i]);
+    return DPS_OK;
+}
+
+HOST_VECTOR_CLONES
 static dps_status host_gelu_bwd(backend *be, be_stream *s, int64_t n, const float *dh,
                                 const float *pre, float *dpre)
 {
@@ -360,6 +369,14 @@ static dps_status host_col_sum(backend *be, be_stream *s, int rows, int cols, co
         }
     }
     return DPS_OK;
+}
+
+static dps_status host_gelu_bwd_col_sum(backend *be, be_stream *s, int rows, int cols,
+                                        const float *dh, const float *pre, float *dpre, float *db)
+{
+    HOST_STREAM(s);
+    DPS_TRY(host_gelu_bwd(be, s, (int64_t)rows * cols, dh, pre, dpre));
+    return host_col_sum(be, s, rows, cols, dpre, db);
 }
 
 HOST_VECTOR_CLONES
@@ -544,15 +561,47 @@ static dps_status host_cast(backend *be, be_stream *s, int64_t n, const void *x,
     return DPS_OK;
 }
 
-static dps_status host_bias_act_half(backend *be, be_stream *s, be_dtype ht, int rows, int cols,
-                                     const float *acc, const uint16_t *bias, uint16_t *pre,
-                                     uint16_t *out)
+/* addmm: the GEMM's fp32 product (in C itself when C is fp32, else in a
+ * temporary of this call's, which the GPU has no counterpart of: cuBLASLt
+ * adds the bias before it stores C), the bias added, one rounding. */
+static dps_status host_gemm_bias(backend *be, be_stream *s, int ta, int tb, int m, int n, int k,
+                                 const void *a, be_dtype at, int lda, const void *b, be_dtype bt,
+                                 int ldb, const void *bias, void *c, be_dtype ct, int ldc)
+{
+    HOST_STREAM(s);
+    if (dps_escalated()) return dps_fail_escalated("a GEMM"); /* the step is being cut short */
+    if (m <= 0 || n <= 0) return DPS_OK;
+    if (ct == BE_F32) {
+        DPS_TRY(host_gemm_ex(be, s, ta, tb, m, n, k, 1.0f, a, at, lda, b, bt, ldb, 0.0f, c, ct, ldc));
+        for (int r = 0; r < m; r++) {
+            float *row = (float *)c + (size_t)r * (size_t)ldc;
+            for (int j = 0; j < n; j++) row[j] += ((const float *)bias)[j];
+        }
+        return DPS_OK;
+    }
+    be_dtype ht;
+    DPS_TRY(gemm_half_type(at, bt, ct, &ht));
+    size_t nc = (size_t)m * (size_t)n;
+    float *acc = aligned_alloc(64, (nc * sizeof(float) + 63) & ~(size_t)63);
+    if (!acc) return dps_fail(DPS_ERR_RUNTIME, "out of host memory for a %d x %d GEMM's product", m, n);
+    dps_status rc = host_gemm_ex(be, s, ta, tb, m, n, k, 1.0f, a, at, lda, b, bt, ldb, 0.0f, acc,
+                                 BE_F32, n);
+    const uint16_t *b16 = bias;
+    for (int r = 0; !rc && r < m; r++) {
+        uint16_t *row = (uint16_t *)c + (size_t)r * (size_t)ldc;
+        for (int j = 0; j < n; j++)
+            row[j] = dps_add_bias_half(acc[(size_t)r * n + j], b16[j], ct == BE_F16);
+    }
+    free(acc);
+    return rc;
+}
+
+static dps_status host_gelu_half(backend *be, be_stream *s, be_dtype ht, int64_t n,
+                                 const uint16_t *x, uint16_t *y)
 {
     (void)be;
     HOST_STREAM(s);
-    for (size_t i = 0; i < (size_t)rows * (size_t)cols; i++)
-        dps_bias_act_half(acc[i], bias[i % (size_t)cols], &pre[i], out ? &out[i] : NULL,
-                          ht == BE_F16);
+    for (int64_t i = 0; i < n; i++) y[i] = dps_gelu_half(x[i], ht == BE_F16);
     return DPS_OK;
 }
 
@@ -577,6 +626,15 @@ static dps_status host_col_sum_half(backend *be, be_stream *s, be_dtype ht, int 
     dps_status rc = host_col_sum(be, s, rows, cols, fx, out);
     free(owned);
     return rc;
+}
+
+static dps_status host_gelu_bwd_col_sum_half(backend *be, be_stream *s, be_dtype ht, int rows,
+                                             int cols, const uint16_t *dh, const uint16_t *pre,
+                                             uint16_t *dpre, float *db)
+{
+    HOST_STREAM(s);
+    DPS_TRY(host_gelu_bwd_half(be, s, ht, (int64_t)rows * cols, dh, pre, dpre));
+    return host_col_sum_half(be, s, ht, rows, cols, dpre, db);
 }
 
 static dps_status host_unscale(backend *be, be_stream *s, int64_t n, float *g, float inv_scale,
@@ -704,8 +762,10 @@ static const be_ops host_ops = {
     .memset0 = host_memset0,
     .gemm = host_gemm,
     .bias_act = host_bias_act,
+    .gelu = host_gelu,
     .gelu_bwd = host_gelu_bwd,
     .col_sum = host_col_sum,
+    .gelu_bwd_col_sum = host_gelu_bwd_col_sum,
     .xent = host_xent,
     .log_softmax = host_log_softmax,
     .nll = host_nll,
@@ -717,9 +777,11 @@ static const be_ops host_ops = {
     .scale_copy = host_scale_copy,
     .gemm_ex = host_gemm_ex,
     .cast = host_cast,
-    .bias_act_half = host_bias_act_half,
+    .gemm_bias = host_gemm_bias,
+    .gelu_half = host_gelu_half,
     .gelu_bwd_half = host_gelu_bwd_half,
     .col_sum_half = host_col_sum_half,
+    .gelu_bwd_col_sum_half = host_gelu_bwd_col_sum_half,
     .unscale = host_unscale,
     .add = host_add,
     .resample = host_resample,

@@ -1,9 +1,13 @@
 /* The accounting shared by every backend: each allocation counts against
  * its device (in use, peak, capacity), so alloc_peak_bytes is exact and an
  * out-of-memory names the device and the sizes; the device's own used
- * memory is sampled into its peak and its baseline. */
+ * memory is sampled into its peak and its baseline; and the size of the
+ * GEMM library's workspace a stream holds, which the CUDA backend allocates
+ * and strategies/footprint.c predicts. */
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend.h"
@@ -53,6 +57,51 @@ const char *be_mem_kind(const char *what)
     for (size_t i = 0; what && i < sizeof kinds / sizeof kinds[0]; i++)
         if (strstr(what, kinds[i].part)) return kinds[i].kind;
     return "other";
+}
+
+/* A ":SIZE:COUNT" pair of decimal numbers at p: the byte after it, or NULL. */
+static const char *workspace_pair(const char *p, size_t *size, size_t *count)
+{
+    size_t v[2] = {0, 0};
+    for (int i = 0; i < 2; i++) {
+        if (*p++ != ':' || *p < '0' || *p > '9') return NULL;
+        for (; *p >= '0' && *p <= '9'; p++)
+            v[i] = v[i] > (SIZE_MAX - 9) / 10 ? SIZE_MAX : v[i] * 10 + (size_t)(*p - '0');
+    }
+    *size = v[0];
+    *count = v[1];
+    return p;
+}
+
+static size_t saturating_mul(size_t a, size_t b) { return a && b > SIZE_MAX / a ? SIZE_MAX : a * b; }
+
+/* PyTorch reads the pairs as the matches of the regex ":([0-9]+):([0-9]+)",
+ * each found after the last, and sums SIZE * 1024 * COUNT. */
+size_t be_cublas_workspace_bytes(int cc_major, const char *config)
+{
+    int big = cc_major == 9 || cc_major == 10 || cc_major == 12;
+    size_t fallback = big ? (size_t)4096 * 8 * 1024 : (size_t)4096 * 1024 * 2 + (size_t)16 * 1024 * 8;
+    size_t total = 0;
+    int pairs = 0;
+    for (const char *p = config; p && *p;) {
+        size_t size, count;
+        const char *next = workspace_pair(p, &size, &count);
+        if (!next) {
+            p++;
+            continue;
+        }
+        size_t bytes = saturating_mul(saturating_mul(size, 1024), count);
+        total = total > SIZE_MAX - bytes ? SIZE_MAX : total + bytes;
+        pairs++;
+        p = next;
+    }
+    return pairs ? total : fallback;
+}
+
+size_t be_gemm_workspace_bytes(const backend *be, int dev)
+{
+    if (be->kind != BE_CUDA || dev < 0 || dev >= be->ndev) return 0;
+    return be_cublas_workspace_bytes(be->info[dev].cc_major, getenv("CUBLAS_WORKSPACE_CONFIG"));
 }
 
 dps_status be_buf_alloc(backend *be, int dev, size_t bytes, const char *what, dps_buf *buf)

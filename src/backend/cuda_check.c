@@ -17,8 +17,8 @@ dps_status cuda_check_fail(cudaError_t rc, const char *file, int line, const cha
 
 dps_status cuda_check_cublas_fail(cublasStatus_t rc, const char *file, int line, const char *call)
 {
-    return dps_fail(DPS_ERR_RUNTIME, "%s:%d: %s failed: %s", file, line, call,
-                    cublasGetStatusString(rc));
+    return dps_fail(DPS_ERR_RUNTIME, "%s:%d: %s failed: %s (%s)", file, line, call,
+                    cublasGetStatusName(rc), cublasGetStatusString(rc));
 }
 
 #ifdef DPS_HAVE_NCCL

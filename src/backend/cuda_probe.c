@@ -67,7 +67,8 @@ static void no_device_reason(cudaError_t rc, char *why, size_t len)
         snprintf(why, len, "cudaGetDeviceCount: %s", cudaGetErrorString(rc));
 }
 
-/* In the child: the devices, their names, memory, bus ids and peer access. */
+/* In the child: the devices, their names, memory, compute capability, bus
+ * ids and peer access. */
 static void probe_devices(probe_reply *r)
 {
     cudaError_t rc = cudaGetDeviceCount(&r->count);
@@ -83,6 +84,7 @@ static void probe_devices(probe_reply *r)
         if (cudaGetDeviceProperties(&p, d) == cudaSuccess) {
             dps_strlcpy(r->info[d].name, p.name, sizeof r->info[d].name);
             r->info[d].total_bytes = p.totalGlobalMem;
+            r->info[d].cc_major = p.major;
         }
         cudaDeviceGetPCIBusId(r->info[d].bus_id, sizeof r->info[d].bus_id, d);
         for (int e = 0; e < r->count; e++) {

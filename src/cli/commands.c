@@ -271,7 +271,7 @@ static dps_status print_dry_run(const cli_args *a, const backend *be, const swee
         config_id(&items[i].cfg, id, sizeof id);
         if (results_ids_has(&done, id)) { held++; continue; }
         footprint fp;
-        footprint_of(&items[i].cfg, be->kind, &fp);
+        footprint_of(&items[i].cfg, be, &fp);
         dps_fmt_bytes(fp.total, mem, sizeof mem);
         dps_fmt_bytes(fp.devices, devs, sizeof devs);
         printf("%4d  %-44s  host %10s (devices %s)", ++k, id, mem, devs);

@@ -11,7 +11,6 @@
 /* The generator's streams of a model file's tensors, RNG_GRAPH_PARAMS + t:
  * above every step's input and label streams (2 and 3 + step << 8). */
 #define RNG_GRAPH_PARAMS ((uint64_t)1 << 40)
-#define GRAPH_ACT_COLS 4096         /* the longest row of an act's pass (its zeros' bias) */
 
 dps_status graph_layout_make(const model_file *mf, graph_layout *l)
 {
@@ -78,8 +77,7 @@ static size_t work_bytes(const model_file *mf, size_t max_samples, size_t *cols)
 
 uint64_t graph_acts_bytes(const model_file *mf, uint64_t max_samples)
 {
-    size_t cols, total = work_bytes(mf, (size_t)max_samples, &cols) + cols * sizeof(float) +
-                         GRAPH_ACT_COLS * sizeof(float);
+    size_t cols, total = work_bytes(mf, (size_t)max_samples, &cols) + cols * sizeof(float);
     graph_plan p;
     if (graph_plan_make(mf, &p) != DPS_OK) return UINT64_MAX;
     total += (p.out_elems + p.grad_elems) * (size_t)max_samples * sizeof(float);
@@ -87,8 +85,7 @@ uint64_t graph_acts_bytes(const model_file *mf, uint64_t max_samples)
     return total;
 }
 
-dps_status graph_acts_alloc(backend *be, be_stream *st, int dev, const model_file *mf, int max_samples,
-                            graph_acts *a)
+dps_status graph_acts_alloc(backend *be, int dev, const model_file *mf, int max_samples, graph_acts *a)
 {
     memset(a, 0, sizeof *a);
     a->max_samples = max_samples;
@@ -101,8 +98,6 @@ dps_status graph_acts_alloc(backend *be, be_stream *st, int dev, const model_fil
         rc = be_buf_alloc(be, dev, s * a->plan.grad_elems, "activation gradients", &a->grads);
     if (!rc) rc = be_buf_alloc(be, dev, work, "graph workspace", &a->work);
     if (!rc) rc = be_buf_alloc(be, dev, cols * sizeof(float), "graph workspace columns", &a->cols);
-    if (!rc) rc = be_buf_alloc(be, dev, GRAPH_ACT_COLS * sizeof(float), "graph workspace zeros", &a->zero);
-    if (!rc) rc = be->ops->memset0(be, st, a->zero.ptr, a->zero.bytes);
     if (rc) graph_acts_free(be, a);
     return rc;
 }
@@ -114,7 +109,6 @@ void graph_acts_free(backend *be, graph_acts *a)
     graph_plan_free(&a->plan);
     be_buf_free(be, &a->work);
     be_buf_free(be, &a->cols);
-    be_buf_free(be, &a->zero);
     memset(a, 0, sizeof *a);
 }
 
@@ -170,15 +164,19 @@ static const float *tensor_at(const fwd_ctx *c, int t)
     return t < 0 ? NULL : c->params + c->l->offset[t];
 }
 
+/* y = x·Wᵀ (+ b: addmm, the bias added before the product is stored), or
+ * without a weight the batched GEMM of x's two halves. */
 static dps_status gemm_fwd(const fwd_ctx *c, const mf_op *o, const float *in, float *y)
 {
     backend *be = c->be;
     int m = (int)o->m, k = (int)o->k, n = (int)o->n, rows = 0;
     if (o->weight >= 0) {
         DPS_TRY(rows_of(o, c->samples, (size_t)o->m, &rows));
-        DPS_TRY(be->ops->gemm(be, c->st, 0, 1, rows, n, k, 1.0f, in, k, tensor_at(c, o->weight), k,
-                              0.0f, y, n));
-        return o->bias < 0 ? DPS_OK : be->ops->bias_act(be, c->st, rows, n, y, tensor_at(c, o->bias), NULL);
+        const float *w = tensor_at(c, o->weight);
+        if (o->bias >= 0)
+            return be->ops->gemm_bias(be, c->st, 0, 1, rows, n, k, in, BE_F32, k, w, BE_F32, k,
+                                      tensor_at(c, o->bias), y, BE_F32, n);
+        return be->ops->gemm(be, c->st, 0, 1, rows, n, k, 1.0f, in, k, w, k, 0.0f, y, n);
     }
     size_t a_elems = (size_t)(m * (int64_t)k), b_elems = (size_t)(k * (int64_t)n);
     for (int s = 0; s < c->samples; s++)
@@ -215,16 +213,6 @@ static dps_status embedding_fwd(const fwd_ctx *c, const mf_op *o, const float *i
     return be->ops->bias_act(be, c->st, c->samples, cols, y, tiled, NULL);
 }
 
-/* The widest row, at most GRAPH_ACT_COLS, into which an act's n elements a
- * sample divide: a pass over rows that long runs at the element-wise
- * kernels' speed, where one element a row would not. */
-static int act_cols(size_t n)
-{
-    for (int d = GRAPH_ACT_COLS; d > 1; d--)
-        if (n % (size_t)d == 0) return d;
-    return 1;
-}
-
 /* Op i's unit entered through the sharded strategy's window, if it has one. */
 static dps_status enter(const graph_acts *a, int i, int backward, const float **params,
                         float **grads)
@@ -240,18 +228,14 @@ static dps_status op_fwd(const fwd_ctx *c, int i)
     backend *be = c->be;
     const float *in = input_of(c->a, o->in, c->x);
     float *y = out_of(c->a, i);
-    int dev = c->a->work.dev, rows = 0;
+    int dev = c->a->work.dev;
     size_t n = (size_t)c->samples * o->out_elems;
     switch (o->kind) {
     case MF_GEMM: return gemm_fwd(c, o, in, y);
     case MF_RESAMPLE:
         return be->ops->resample(be, c->st, c->samples, (int64_t)o->in_elems, (int64_t)o->out_elems, in, y);
     case MF_NORM: return norm_fwd(c, o, in, y, dev);
-    case MF_ACT: { /* GELU's pass: in + 0, then its GELU into y, rows of act_cols */
-        int cols = act_cols(o->out_elems);
-        DPS_TRY(rows_of(o, c->samples, o->out_elems / (size_t)cols, &rows));
-        return be->ops->bias_act(be, c->st, rows, cols, (float *)in, F(c->a->zero), y);
-    }
+    case MF_ACT: return be->ops->gelu(be, c->st, (int64_t)n, in, y);
     case MF_ADD:
         DPS_TRY(copy(be, c->st, dev, y, in, n));
         return be->ops->add(be, c->st, (int64_t)n, y, input_of(c->a, o->from, c->x));

@@ -43,15 +43,12 @@ typedef struct graph_acts {
     const float *dlogits; /* its gradient: graph_backward's dlogits */
     dps_buf work;         /* [max_samples][largest op input or output], or an embedding table */
     dps_buf cols;         /* [widest norm or embedding]: column sums, an embedding's rows */
-    dps_buf zero;         /* 0.0f: the bias of an act's GELU pass, as wide as its rows */
     const net_window *window; /* a sharded strategy's: each op's parameters and gradients are
                                  its unit's (window->unit_of); NULL: the flat buffers */
 } graph_acts;
 
-/* The buffers of max_samples samples on device dev; their set-up work
- * (zeroing) is issued on st, the stream that runs the model on dev. */
-dps_status graph_acts_alloc(backend *be, be_stream *st, int dev, const model_file *mf,
-                            int max_samples, graph_acts *a) DPS_MUST_USE;
+dps_status graph_acts_alloc(backend *be, int dev, const model_file *mf, int max_samples,
+                            graph_acts *a) DPS_MUST_USE;
 void graph_acts_free(backend *be, graph_acts *a);
 /* The device bytes graph_acts_alloc takes for max_samples samples. */
 uint64_t graph_acts_bytes(const model_file *mf, uint64_t max_samples);

@@ -106,8 +106,8 @@ size_t model_half_grad_elems(model_shape s)
 }
 
 /* The autocast buffers: activations and their gradients in the half type,
- * the cast parameters and input, the fp32 GEMM output of a hidden layer, a
- * layer's parameter gradients in the half type. */
+ * the cast parameters and input, the half logits, a layer's parameter
+ * gradients in the half type. */
 static dps_status acts_alloc_bf16(backend *be, int dev, model_shape s, int max_rows, model_acts *a)
 {
     size_t layer = (size_t)max_rows * (size_t)s.width * 2;
@@ -117,7 +117,6 @@ static dps_status acts_alloc_bf16(backend *be, int dev, model_shape s, int max_r
     if (!rc) rc = be_buf_alloc(be, dev, layer, "autocast activation gradients", &a->dh[1]);
     if (!rc) rc = be_buf_alloc(be, dev, model_param_count(s) * 2, "autocast parameters", &a->params16);
     if (!rc) rc = be_buf_alloc(be, dev, layer, "autocast inputs", &a->x16);
-    if (!rc) rc = be_buf_alloc(be, dev, layer * 2, "autocast GEMM output", &a->acc);
     if (!rc) rc = be_buf_alloc(be, dev, (size_t)max_rows * (size_t)s.classes * 2,
                                "autocast logits gradient", &a->dlogits16);
     if (!rc) rc = be_buf_alloc(be, dev, model_half_grad_elems(s) * 2,
@@ -147,7 +146,7 @@ dps_status model_acts_alloc(backend *be, int dev, model_shape s, int max_rows, d
 
 void model_acts_free(backend *be, model_acts *a)
 {
-    dps_buf *all[] = {&a->pre, &a->post, &a->dh[0], &a->dh[1], &a->params16, &a->x16, &a->acc,
+    dps_buf *all[] = {&a->pre, &a->post, &a->dh[0], &a->dh[1], &a->params16, &a->x16,
                       &a->dlogits16, &a->dparam16};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) be_buf_free(be, all[i]);
 }
@@ -163,33 +162,33 @@ static uint16_t *layer_ptr16(const dps_buf *b, model_shape s, int rows_cap, int 
 }
 
 /* Forward as under autocast: Linear's inputs (parameters, x) cast to bf16
- * once, each Linear's bf16 output rounded once from its fp32 product plus
- * bias, GELU on bf16; logits rounded to bf16, handed on as fp32
- * (logits.float()). The classifier's fp32 product is formed in logits. */
+ * once; each Linear is addmm, its bf16 output rounded once from its fp32
+ * product plus bias (gemm_bias: cuBLASLt's bias epilogue on a GPU), then
+ * GELU of that rounded output on bf16; the logits are the classifier's
+ * bf16 output, handed on as fp32 (logits.float()) unless the caller takes
+ * them in bf16 (logits16_out). */
 static dps_status forward_bf16(backend *be, be_stream *st, model_shape s, const float *params,
                                model_acts *a, int rows, const float *x, float *logits)
 {
     const be_ops *o = be->ops;
-    int d = s.width;
+    int d = s.width, c = s.classes;
+    be_dtype H = a->half;
     const uint16_t *p16 = a->params16.ptr;
-    DPS_TRY(o->cast(be, st, (int64_t)model_param_count(s), params, BE_F32, a->params16.ptr, a->half));
-    DPS_TRY(o->cast(be, st, (int64_t)rows * d, x, BE_F32, a->x16.ptr, a->half));
+    DPS_TRY(o->cast(be, st, (int64_t)model_param_count(s), params, BE_F32, a->params16.ptr, H));
+    DPS_TRY(o->cast(be, st, (int64_t)rows * d, x, BE_F32, a->x16.ptr, H));
     const uint16_t *h = a->x16.ptr;
     for (int l = 0; l < s.layers; l++) {
         uint16_t *pre = layer_ptr16(&a->pre, s, a->max_rows, l);
         uint16_t *post = layer_ptr16(&a->post, s, a->max_rows, l);
-        DPS_TRY(o->gemm_ex(be, st, 0, 0, rows, d, d, 1.0f, h, a->half, d, p16 + model_weight_offset(s, l),
-                           a->half, d, 0.0f, a->acc.ptr, BE_F32, d));
-        DPS_TRY(o->bias_act_half(be, st, a->half, rows, d, a->acc.ptr, p16 + model_bias_offset(s, l), pre, post));
+        DPS_TRY(o->gemm_bias(be, st, 0, 0, rows, d, d, h, H, d, p16 + model_weight_offset(s, l), H,
+                             d, p16 + model_bias_offset(s, l), pre, H, d));
+        DPS_TRY(o->gelu_half(be, st, H, (int64_t)rows * d, pre, post));
         h = post;
     }
-    DPS_TRY(o->gemm_ex(be, st, 0, 0, rows, s.classes, d, 1.0f, h, a->half, d,
-                       p16 + model_weight_offset(s, s.layers), a->half, s.classes, 0.0f, logits,
-                       BE_F32, s.classes));
-    DPS_TRY(o->bias_act_half(be, st, a->half, rows, s.classes, logits, p16 + model_bias_offset(s, s.layers),
-                             a->dlogits16.ptr, NULL));
+    DPS_TRY(o->gemm_bias(be, st, 0, 0, rows, c, d, h, H, d, p16 + model_weight_offset(s, s.layers),
+                         H, c, p16 + model_bias_offset(s, s.layers), a->dlogits16.ptr, H, c));
     if (a->logits16_out) return DPS_OK;
-    return o->cast(be, st, (int64_t)rows * s.classes, a->dlogits16.ptr, a->half, logits, BE_F32);
+    return o->cast(be, st, (int64_t)rows * c, a->dlogits16.ptr, H, logits, BE_F32);
 }
 
 /* Layer l's unit entered through the sharded strategy's window, if any. */
@@ -211,27 +210,26 @@ dps_status model_forward(backend *be, be_stream *st, model_shape s, const float 
         float *pre = layer_ptr(&a->pre, s, a->max_rows, l);
         float *post = layer_ptr(&a->post, s, a->max_rows, l);
         DPS_TRY(enter(a, l, 0, &params, NULL));
-        DPS_TRY(o->gemm(be, st, 0, 0, rows, d, d, 1.0f, h, d,
-                        params + model_weight_offset(s, l), d, 0.0f, pre, d));
-        DPS_TRY(o->bias_act(be, st, rows, d, pre, params + model_bias_offset(s, l), post));
+        const float *w = params + model_weight_offset(s, l), *b = params + model_bias_offset(s, l);
+        DPS_TRY(o->gemm_bias(be, st, 0, 0, rows, d, d, h, BE_F32, d, w, BE_F32, d, b, pre, BE_F32, d));
+        DPS_TRY(o->gelu(be, st, (int64_t)rows * d, pre, post));
         h = post;
     }
     DPS_TRY(enter(a, s.layers, 0, &params, NULL));
-    DPS_TRY(o->gemm(be, st, 0, 0, rows, s.classes, d, 1.0f, h, d,
-                    params + model_weight_offset(s, s.layers), s.classes, 0.0f, logits,
-                    s.classes));
-    return o->bias_act(be, st, rows, s.classes, logits,
-                       params + model_bias_offset(s, s.layers), NULL);
+    return o->gemm_bias(be, st, 0, 0, rows, s.classes, d, h, BE_F32, d,
+                        params + model_weight_offset(s, s.layers), BE_F32, s.classes,
+                        params + model_bias_offset(s, s.layers), logits, BE_F32, s.classes);
 }
 
 /* A Linear's parameter gradients under autocast, from its half input h
  * (rows x in) and output gradient dy (rows x out): the weight's GEMM and
- * the bias's column sums accumulate in fp32, are rounded once to the half
- * type (the gradient of the cast half parameter) and widened into dw and
- * db (its cast's backward, into the fp32 parameter's gradient). */
+ * the bias's column sums accumulate in fp32 (db holds the sums already
+ * when summed), are rounded once to the half type (the gradient of the
+ * cast half parameter) and widened into dw and db (its cast's backward,
+ * into the fp32 parameter's gradient). */
 static dps_status param_grads_half(backend *be, be_stream *st, model_acts *a, int rows, int in,
                                    int out, const uint16_t *h, const uint16_t *dy, float *dw,
-                                   float *db)
+                                   float *db, int summed)
 {
     const be_ops *o = be->ops;
     uint16_t *w16 = a->dparam16.ptr, *b16 = w16 + (size_t)in * (size_t)out;
@@ -239,22 +237,24 @@ static dps_status param_grads_half(backend *be, be_stream *st, model_acts *a, in
     DPS_TRY(o->gemm_ex(be, st, 1, 0, in, out, rows, 1.0f, h, a->half, in, dy, a->half, out, 0.0f,
                        w16, a->half, out));
     DPS_TRY(o->cast(be, st, nw, w16, a->half, dw, BE_F32));
-    DPS_TRY(o->col_sum_half(be, st, a->half, rows, out, dy, db));
+    if (!summed) DPS_TRY(o->col_sum_half(be, st, a->half, rows, out, dy, db));
     DPS_TRY(o->cast(be, st, out, db, BE_F32, b16, a->half));
     return o->cast(be, st, out, b16, a->half, db, BE_F32);
 }
 
 /* Hidden layer l's gradients under autocast: dh (bf16) becomes d pre in
- * place, then its weight's and bias's fp32 gradients. */
+ * place, its column sums (the bias's fp32 gradient) taken in the same
+ * pass, then the weight's gradient. */
 static dps_status layer_grads_bf16(backend *be, be_stream *st, model_shape s, model_acts *a,
                                    int rows, int l, uint16_t *dh, float *grads)
 {
     const be_ops *o = be->ops;
     int d = s.width;
     const uint16_t *h_in = l ? layer_ptr16(&a->post, s, a->max_rows, l - 1) : a->x16.ptr;
-    DPS_TRY(o->gelu_bwd_half(be, st, a->half, (int64_t)rows * d, dh, layer_ptr16(&a->pre, s, a->max_rows, l), dh));
-    return param_grads_half(be, st, a, rows, d, d, h_in, dh, grads + model_weight_offset(s, l),
-                            grads + model_bias_offset(s, l));
+    float *db = grads + model_bias_offset(s, l);
+    DPS_TRY(o->gelu_bwd_col_sum_half(be, st, a->half, rows, d, dh,
+                                     layer_ptr16(&a->pre, s, a->max_rows, l), dh, db));
+    return param_grads_half(be, st, a, rows, d, d, h_in, dh, grads + model_weight_offset(s, l), db, 1);
 }
 
 /* Backward as under autocast, from forward_bf16's casts: dlogits cast to
@@ -270,7 +270,7 @@ static dps_status backward_bf16(backend *be, be_stream *st, model_shape s, model
     uint16_t *dh = a->dh[0].ptr, *dh_next = a->dh[1].ptr;
     if (dlogits) DPS_TRY(o->cast(be, st, (int64_t)rows * c, dlogits, BE_F32, a->dlogits16.ptr, a->half));
     DPS_TRY(param_grads_half(be, st, a, rows, d, c, h_last, dl16, grads + model_weight_offset(s, L),
-                             grads + model_bias_offset(s, L)));
+                             grads + model_bias_offset(s, L), 0));
     if (hook) DPS_TRY(hook(hook_ctx, L));
     if (L == 0) return DPS_OK;
     DPS_TRY(o->gemm_ex(be, st, 0, 1, rows, d, c, 1.0f, dl16, a->half, c, p16 + model_weight_offset(s, L),
@@ -306,15 +306,15 @@ dps_status model_backward(backend *be, be_stream *st, model_shape s, const float
     if (L == 0) return DPS_OK;
     DPS_TRY(o->gemm(be, st, 0, 1, rows, d, c, 1.0f, dlogits, c,
                     params + model_weight_offset(s, L), c, 0.0f, dh, d));
-    /* hidden layers, last to first; dh becomes d pre in place */
+    /* hidden layers, last to first; dh becomes d pre in place, the bias's
+     * gradient (its column sums) taken in the same pass */
     for (int l = L - 1; l >= 0; l--) {
         const float *h_in = l ? layer_ptr(&a->post, s, a->max_rows, l - 1) : x;
         DPS_TRY(enter(a, l, 1, &params, &grads));
-        DPS_TRY(o->gelu_bwd(be, st, (int64_t)rows * d, dh,
-                            layer_ptr(&a->pre, s, a->max_rows, l), dh));
+        DPS_TRY(o->gelu_bwd_col_sum(be, st, rows, d, dh, layer_ptr(&a->pre, s, a->max_rows, l), dh,
+                                    grads + model_bias_offset(s, l)));
         DPS_TRY(o->gemm(be, st, 1, 0, d, d, rows, 1.0f, h_in, d, dh, d, 0.0f,
                         grads + model_weight_offset(s, l), d));
-        DPS_TRY(o->col_sum(be, st, rows, d, dh, grads + model_bias_offset(s, l)));
         if (hook) DPS_TRY(hook(hook_ctx, l));
         if (l > 0) {
             DPS_TRY(o->gemm(be, st, 0, 1, rows, d, d, 1.0f, dh, d,

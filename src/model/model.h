@@ -65,7 +65,6 @@ typedef struct model_acts {
     dps_buf pre, post;      /* [layers][max_rows][width]: pre-activation, gelu output */
     dps_buf dh[2];          /* [max_rows][width] gradient ping-pong */
     dps_buf params16, x16;  /* bf16: the parameters and the input, cast by model_forward */
-    dps_buf acc;            /* bf16: a hidden layer's fp32 GEMM output [max_rows][width] */
     dps_buf dlogits16;      /* bf16: [max_rows][classes], the logits in forward, their gradient in backward */
     dps_buf dparam16;       /* bf16: one layer's weight and bias gradients in the half type, as
                                autocast's backward makes them before they become fp32 */
@@ -80,9 +79,10 @@ dps_status model_acts_alloc(backend *be, int dev, model_shape s, int max_rows, d
                             model_acts *a) DPS_MUST_USE;
 void model_acts_free(backend *be, model_acts *a);
 
-/* logits[rows, classes] = model(x); in bf16 with a->logits16_out set,
- * logits is the classifier's fp32 product only and the logits are
- * a->dlogits16's bf16 values (what DataParallel gathers under autocast). */
+/* logits[rows, classes] = model(x), each Linear an addmm (gemm_bias) and
+ * GELU on its output; in bf16 with a->logits16_out set, the logits are
+ * a->dlogits16's bf16 values only (what DataParallel gathers under
+ * autocast) and logits is not written. */
 dps_status model_forward(backend *be, be_stream *st, model_shape s, const float *params,
                          model_acts *a, int rows, const float *x, float *logits) DPS_MUST_USE;
 /* Called when layer l's gradients (weight and bias) are complete, from the

@@ -243,8 +243,8 @@ void net_make_batch(const net *n, uint64_t seed, int step, int64_t sample0, int 
     model_make_batch(n->shape, seed, step, sample0 * n->rows, samples * n->rows, x, labels);
 }
 
-dps_status net_acts_alloc(backend *be, be_stream *st, int dev, const net *n, int max_samples,
-                          dps_precision prec, net_acts *a)
+dps_status net_acts_alloc(backend *be, int dev, const net *n, int max_samples, dps_precision prec,
+                          net_acts *a)
 {
     memset(a, 0, sizeof *a);
     if (!net_is_file(n)) return model_acts_alloc(be, dev, n->shape, max_samples * n->rows, prec, &a->mlp);
@@ -253,7 +253,7 @@ dps_status net_acts_alloc(backend *be, be_stream *st, int dev, const net *n, int
                         n->path);
     a->done = calloc((size_t)n->ntensors, 1);
     if (!a->done) return no_memory("the gradients' ready flags");
-    dps_status rc = graph_acts_alloc(be, st, dev, &n->file, max_samples, &a->graph);
+    dps_status rc = graph_acts_alloc(be, dev, &n->file, max_samples, &a->graph);
     if (rc) net_acts_free(be, n, a);
     return rc;
 }

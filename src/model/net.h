@@ -80,10 +80,9 @@ typedef struct net_acts {
 } net_acts;
 
 /* prec PREC_BF16 runs the MLP as under autocast (model_acts_alloc); a file
- * runs in fp32. Set-up work is issued on st, the stream that runs the
- * model on dev. */
-dps_status net_acts_alloc(backend *be, be_stream *st, int dev, const net *n, int max_samples,
-                          dps_precision prec, net_acts *a) DPS_MUST_USE;
+ * runs in fp32. */
+dps_status net_acts_alloc(backend *be, int dev, const net *n, int max_samples, dps_precision prec,
+                          net_acts *a) DPS_MUST_USE;
 void net_acts_free(backend *be, const net *n, net_acts *a);
 /* From now on forward and backward reach parameters and gradients through
  * w (window.h; its unit_of is set here); fp32 only. NULL: the flat buffers. */

@@ -318,7 +318,7 @@ static dps_status train(const dps_config *cfg, ddp_world *dw, backend *be, train
 static dps_status fits_host(const dps_config *cfg, const backend *be)
 {
     if (be->kind != BE_HOST || cfg->world.launcher != WORLD_NONE) return DPS_OK;
-    return footprint_check(cfg, be->kind, footprint_available());
+    return footprint_check(cfg, be, footprint_available());
 }
 
 dps_status run_untimed(const dps_config *cfg, backend *be)

@@ -19,8 +19,8 @@
 /* net_acts_alloc of `samples` samples. The MLP's (model_acts_alloc):
  * pre-activations and activations of every layer, two activation
  * gradients; under autocast those in the half type, and the cast parameters
- * and input, an fp32 GEMM output, the half logits and a layer's half
- * parameter gradients. A file's: graph_acts_bytes. */
+ * and input, the half logits and a layer's half parameter gradients. A
+ * file's: graph_acts_bytes. */
 static uint64_t acts_bytes(const dps_config *c, const net *n, uint64_t samples)
 {
     if (net_is_file(n)) return graph_acts_bytes(&n->file, samples);
@@ -28,7 +28,16 @@ static uint64_t acts_bytes(const dps_config *c, const net *n, uint64_t samples)
     uint64_t rows = samples * (uint64_t)s.tokens, layer = rows * (uint64_t)s.width;
     if (!dps_precision_is_half(c->precision)) return layer * F4 * (2 * (uint64_t)s.layers + 2);
     return layer * 2 * (2 * (uint64_t)s.layers + 3) + (uint64_t)model_param_count(s) * 2 +
-           layer * F4 + rows * (uint64_t)s.classes * 2 + (uint64_t)model_half_grad_elems(s) * 2;
+           rows * (uint64_t)s.classes * 2 + (uint64_t)model_half_grad_elems(s) * 2;
+}
+
+/* The GEMM library's workspace of the stream that runs device i's GEMMs
+ * (dp's slot i, ddp's rank i: its compute stream, the only one that runs
+ * GEMMs): made on its first GEMM, kept to the end (backend.h,
+ * be_gemm_workspace_bytes; the probe's compute capability of the device). */
+static uint64_t gemm_workspace(const dps_config *c, const backend *be, int i)
+{
+    return be ? (uint64_t)be_gemm_workspace_bytes(be, c->devices[i]) : 0;
 }
 
 static uint64_t optimizer_bytes(const dps_config *c, uint64_t pbytes)
@@ -45,7 +54,7 @@ static uint64_t loss_logits_bytes(const dps_config *c, int torch, uint64_t nc)
 
 /* dp_setup's buffers (alloc_slot, alloc_primary, alloc_torch), by slot;
  * returns the host's (input, labels, loss, the final parameters). */
-static uint64_t dp_devices(const dps_config *c, const net *m, uint64_t *dev)
+static uint64_t dp_devices(const dps_config *c, const backend *be, const net *m, uint64_t *dev)
 {
     int samples[DPS_MAX_DEVICES], micro = c->global_batch / c->accum;
     int nslots = dp_chunk_sizes(micro, c->ngpus, samples);
@@ -56,7 +65,7 @@ static uint64_t dp_devices(const dps_config *c, const net *m, uint64_t *dev)
     uint64_t group = (uint64_t)dp_largest_group_floats(m) * F4;
     for (int i = 0; i < nslots; i++) {
         uint64_t rows = (uint64_t)samples[i] * (uint64_t)m->rows;
-        dev[i] = 2 * pbytes + acts_bytes(c, m, (uint64_t)samples[i]);
+        dev[i] = 2 * pbytes + acts_bytes(c, m, (uint64_t)samples[i]) + gemm_workspace(c, be, i);
         if (i) dev[i] += (uint64_t)samples[i] * X + rows * C; /* slot 0's: device 0's batch and dlogits */
         if (coalesced) dev[i] += group;
     }
@@ -91,7 +100,7 @@ static uint64_t model_states(const dps_config *c, const net *m, int r)
 /* A rank's buffers (ddp.c's alloc_rank), by rank; returns the host's: every
  * rank's input, labels and initial parameters, the shared region, the
  * parent's copy of the final parameters. */
-static uint64_t ddp_devices(const dps_config *c, const net *m, uint64_t *dev)
+static uint64_t ddp_devices(const dps_config *c, const backend *be, const net *m, uint64_t *dev)
 {
     int shard[DPS_MAX_DEVICES];
     ddp_shard_sizes(c->global_batch / c->accum, c->ngpus, shard); /* one micro-batch's */
@@ -101,7 +110,8 @@ static uint64_t ddp_devices(const dps_config *c, const net *m, uint64_t *dev)
     for (int r = 0; r < c->ngpus; r++) {
         uint64_t rows = (uint64_t)shard[r] * (uint64_t)m->rows, x = (uint64_t)shard[r] * X;
         dev[r] = model_states(c, m, r) + x + loss_logits_bytes(c, torch, rows * C) +
-                 2 * rows * F4 + accum * F4 + acts_bytes(c, m, (uint64_t)shard[r]);
+                 2 * rows * F4 + accum * F4 + acts_bytes(c, m, (uint64_t)shard[r]) +
+                 gemm_workspace(c, be, r);
         if (torch) dev[r] += 2 * rows * C; /* log-probabilities, gradient */
         if (config_scaler(c)) dev[r] += F4;        /* GradScaler's inf flag */
         host += 2 * accum * (x + rows * F4) + accum * F4 + pbytes; /* two steps' shards (batches.h) */
@@ -112,20 +122,20 @@ static uint64_t ddp_devices(const dps_config *c, const net *m, uint64_t *dev)
 }
 
 /* One run's bytes: its devices, and its host's with the step records. */
-static void one_run(const dps_config *c, const net *m, be_kind kind, footprint *fp)
+static void one_run(const dps_config *c, const backend *be, const net *m, footprint *fp)
 {
     memset(fp, 0, sizeof *fp);
     uint64_t steps = (uint64_t)c->steps, ranks = (uint64_t)c->ngpus;
-    fp->host = dps_strategy_of(c->mode)->per_rank ? ddp_devices(c, m, fp->device)
-                                                  : dp_devices(c, m, fp->device);
+    fp->host = dps_strategy_of(c->mode)->per_rank ? ddp_devices(c, be, m, fp->device)
+                                                  : dp_devices(c, be, m, fp->device);
     fp->host += steps * (sizeof(double) + sizeof(step_scaler) +
                          ranks * (sizeof(double) + PH_COUNT * sizeof(float))) +
                 (steps + (uint64_t)c->warmup) * sizeof(float);
     for (int i = 0; i < c->ngpus; i++) fp->devices += fp->device[i];
-    fp->total = fp->host + (kind == BE_HOST ? fp->devices : 0);
+    fp->total = fp->host + (be && be->kind == BE_HOST ? fp->devices : 0);
 }
 
-void footprint_of(const dps_config *cfg, be_kind kind, footprint *fp)
+void footprint_of(const dps_config *cfg, const backend *be, footprint *fp)
 {
     net own;
     const net *m = NULL;
@@ -134,14 +144,14 @@ void footprint_of(const dps_config *cfg, be_kind kind, footprint *fp)
         fp->total = UINT64_MAX;
         return;
     }
-    one_run(cfg, m, kind, fp);
+    one_run(cfg, be, m, fp);
     if (cfg->check) {
         dps_config ref = *cfg; /* run_check: device 0 alone, after the run, beside its parameters */
         ref.mode = MODE_DP;
         ref.ngpus = 1;
         ref.check = 0;
         footprint r;
-        one_run(&ref, m, kind, &r);
+        one_run(&ref, be, m, &r);
         uint64_t kept = (uint64_t)m->params * F4;
         if (r.total + kept > fp->total) fp->total = r.total + kept;
     }
@@ -212,13 +222,13 @@ static int room_for(uint64_t total, uint64_t available)
 }
 
 /* The largest value of *knob in [1, *knob) with which cfg fits; 0: none. */
-static int fitting(dps_config *c, int *knob, be_kind kind, uint64_t available)
+static int fitting(dps_config *c, int *knob, const backend *be, uint64_t available)
 {
     int lo = 0, hi = *knob, keep = *knob;
     while (hi - lo > 1) { /* fits(lo) or lo = 0; !fits(hi) */
         *knob = lo + (hi - lo) / 2;
         footprint fp;
-        footprint_of(c, kind, &fp);
+        footprint_of(c, be, &fp);
         if (room_for(fp.total, available)) lo = *knob;
         else hi = *knob;
     }
@@ -235,39 +245,39 @@ static int whole_micro_batches(const dps_config *c, int batch)
 }
 
 /* " --tokens N fits" (else --batch, else --layers; a model file: --batch), or why none does. */
-static void suggest(const dps_config *cfg, be_kind kind, uint64_t available, char *buf, size_t len)
+static void suggest(const dps_config *cfg, const backend *be, uint64_t available, char *buf, size_t len)
 {
     dps_config c = *cfg;
     if (c.net_file) { /* a model file's shapes are its own: only the batch moves */
-        int b = c.global_batch > c.ngpus ? fitting(&c, &c.global_batch, kind, available) : 0;
+        int b = c.global_batch > c.ngpus ? fitting(&c, &c.global_batch, be, available) : 0;
         b = whole_micro_batches(&c, b);
         if (b >= c.ngpus) snprintf(buf, len, "--batch %d fits", b);
         else snprintf(buf, len, "even one sample a device does not fit; use fewer --gpus or a "
                       "smaller model");
         return;
     }
-    int v = fitting(&c, &c.shape.tokens, kind, available);
+    int v = fitting(&c, &c.shape.tokens, be, available);
     if (v) { snprintf(buf, len, "--tokens %d fits", v); return; }
     c.shape.tokens = 1;
-    v = c.global_batch > c.ngpus ? whole_micro_batches(&c, fitting(&c, &c.global_batch, kind, available)) : 0;
+    v = c.global_batch > c.ngpus ? whole_micro_batches(&c, fitting(&c, &c.global_batch, be, available)) : 0;
     if (v >= c.ngpus) { snprintf(buf, len, "--tokens 1 --batch %d fits", v); return; }
     c.global_batch = c.accum > 1 ? c.ngpus * c.accum : c.ngpus;
-    v = fitting(&c, &c.shape.layers, kind, available);
+    v = fitting(&c, &c.shape.layers, be, available);
     if (v) snprintf(buf, len, "--tokens 1 --batch %d --layers %d fits", c.global_batch, v);
     else snprintf(buf, len, "even one layer, token and sample a device does not fit; use fewer --gpus");
 }
 
-dps_status footprint_check(const dps_config *cfg, be_kind kind, uint64_t available)
+dps_status footprint_check(const dps_config *cfg, const backend *be, uint64_t available)
 {
     footprint fp;
-    footprint_of(cfg, kind, &fp);
+    footprint_of(cfg, be, &fp);
     if (!available || room_for(fp.total, available)) return DPS_OK;
     char need[24], devs[24], host[24], have[24], fix[160];
     dps_fmt_bytes(fp.total, need, sizeof need);
-    dps_fmt_bytes(kind == BE_HOST ? fp.devices : 0, devs, sizeof devs);
+    dps_fmt_bytes(be->kind == BE_HOST ? fp.devices : 0, devs, sizeof devs);
     dps_fmt_bytes(fp.host, host, sizeof host);
     dps_fmt_bytes(available, have, sizeof have);
-    suggest(cfg, kind, available, fix, sizeof fix);
+    suggest(cfg, be, available, fix, sizeof fix);
     return dps_fail(DPS_ERR_OOM, "host memory: this configuration needs about %s (emulated "
                     "devices %s, host buffers %s) and a tenth more for libraries and threads, "
                     "and %s is available; refused before allocating; %s", need, devs, host,

@@ -18,9 +18,11 @@ typedef struct footprint {
     uint64_t total;                   /* what the machine holds: devices (host backend) + host */
 } footprint;
 
-/* The bytes cfg allocates on be's kind of backend (the larger of the run
- * and its --check reference, which runs after it). */
-void footprint_of(const dps_config *cfg, be_kind kind, footprint *fp);
+/* The bytes cfg allocates on be (the larger of the run and its --check
+ * reference, which runs after it): its kind (the host backend's devices are
+ * host memory) and, on the cuda backend, each stream's GEMM workspace
+ * (be_gemm_workspace_bytes); be NULL: neither. */
+void footprint_of(const dps_config *cfg, const backend *be, footprint *fp);
 
 /* The host memory this process may still take: the least of the kernel's
  * MemAvailable, the cgroup's headroom and RLIMIT_DATA/RLIMIT_AS. 0 when
@@ -30,6 +32,6 @@ uint64_t footprint_available(void);
 /* DPS_ERR_OOM when cfg needs more than `available` (0: unknown, never
  * refused) with a tenth and 64 MiB to spare, with the estimate and a
  * --tokens (else --batch, else --layers) that fits in the message. */
-dps_status footprint_check(const dps_config *cfg, be_kind kind, uint64_t available) DPS_MUST_USE;
+dps_status footprint_check(const dps_config *cfg, const backend *be, uint64_t available) DPS_MUST_USE;
 
 #endif

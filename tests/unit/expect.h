@@ -32,6 +32,11 @@ extern int failures; /* the expectations that did not hold, so far */
         }                                                                   \
     } while (0)
 
+/* The running group cannot run on this machine (why: no GPU, ...): said on
+ * stderr; when every group that ran was skipped and no expectation failed,
+ * the exit status is 77 (meson's skip). */
+void expect_skip(const char *why);
+
 /* One group: the meson test `unit NAME` runs test_NAME(). */
 typedef struct expect_group {
     const char *name;

@@ -1,8 +1,10 @@
 /* Unit tests of backend/ and kernels/elementwise.h: the shared element-wise
  * math; the host backend's GELU, softmax, bias sums, autocast ops and bucket
- * copy; memory accounting, versions, NVML (absent, its fields, through a
- * stub), --backend auto's choice, the fork rule of devices, the host GEMM
- * and signals during it. */
+ * copy; memory accounting, cuBLAS's workspace size, versions, NVML (absent,
+ * its fields, through a stub), --backend auto's choice, the fork rule of
+ * devices, the host GEMM and signals during it; on a GPU the CUDA
+ * backend's GEMM with a bias, GELU and GELU's backward with the bias
+ * gradient, and cuBLAS's workspace. */
 #include <dirent.h>
 #include <dlfcn.h>
 #include <math.h>
@@ -85,7 +87,12 @@ static void test_host_math(void)
     for (int i = 0; i < n - nsp; i++) x[i] = -12.0f + 24.0f * (float)i / (float)(n - nsp - 1);
     for (int i = 0; i < nsp; i++) x[n - nsp + i] = special[i];
     for (int i = 0; i < n; i++) dh[i] = 1.0f - (float)(i % 3);
-    EXPECT(be->ops->bias_act(be, st, 1, n, x, bias, y) == DPS_OK);
+    float *y2 = malloc((size_t)n * 4);
+    EXPECT(be->ops->gelu(be, st, n, x, y2) == DPS_OK);
+    EXPECT(be->ops->bias_act(be, st, 1, n, x, bias, y) == DPS_OK); /* x + 0: x, but -0 */
+    for (int i = 0; i < n; i++)
+        if (x[i] != 0.0f) EXPECT(memcmp(&y[i], &y2[i], 4) == 0 || (isnan(y[i]) && isnan(y2[i])));
+    free(y2);
     EXPECT(be->ops->gelu_bwd(be, st, n, dh, x, g) == DPS_OK);
     int bad = 0;
     for (int i = 0; i < n; i++) {
@@ -160,7 +167,7 @@ static void col_sum_as_gpu(int rows, int cols, const float *x, float *out)
 
 /* The bias gradient's plan, and the host backend's col_sum: the sums
  * within float rounding of exact ones, bit for bit the GPU kernels' order,
- * the same on every call. */
+ * the same on every call; fused with GELU's backward, the same values. */
 static void test_col_sum(void)
 {
     dps_col_sum_plan g = dps_col_sum_plan_for(8192, 1536); /* gpt2's hidden layers */
@@ -188,6 +195,19 @@ static void test_col_sum(void)
         col_sum_as_gpu(rows, cols, x, gpu);
         EXPECT(memcmp(out, again, (size_t)cols * sizeof(float)) == 0);
         EXPECT(memcmp(out, gpu, (size_t)cols * sizeof(float)) == 0);
+        /* GELU's backward fused with the sums: gelu_bwd's values, col_sum's sums */
+        size_t n = (size_t)rows * cols;
+        float *pre = malloc((n + 1) * sizeof(float)), *want = malloc((n + 1) * sizeof(float));
+        float *dh = malloc((n + 1) * sizeof(float)), *fused_db = malloc((size_t)cols * sizeof(float));
+        float *want_db = malloc((size_t)cols * sizeof(float));
+        for (size_t k = 0; k < n; k++) pre[k] = dps_uniform(3, 10, k) * 4.0f;
+        memcpy(dh, x, n * sizeof(float));
+        EXPECT(be->ops->gelu_bwd(be, st, (int64_t)n, x, pre, want) == DPS_OK);
+        EXPECT(be->ops->col_sum(be, st, rows, cols, want, want_db) == DPS_OK);
+        EXPECT(be->ops->gelu_bwd_col_sum(be, st, rows, cols, dh, pre, dh, fused_db) == DPS_OK);
+        EXPECT(memcmp(dh, want, n * sizeof(float)) == 0);
+        EXPECT(memcmp(fused_db, want_db, (size_t)cols * sizeof(float)) == 0);
+        free(pre); free(want); free(dh); free(fused_db); free(want_db);
         for (int c = 0; c < cols; c++) {
             double exact = 0.0, mag = 0.0;
             for (int r = 0; r < rows; r++) {
@@ -248,21 +268,49 @@ static void autocast_ops(be_dtype H)
                        H, N) == DPS_ERR_RUNTIME && strstr(dps_errmsg(), "cast A or B"));
     EXPECT(op->gemm_ex(be, st, 0, 0, M, N, K, 1.0f, a16, BE_BF16, K, b16, BE_F16, N, 0.0f, got,
                        BE_F32, N) == DPS_ERR_RUNTIME && strstr(dps_errmsg(), "two half types"));
-    /* Linear + GELU, GELU's backward, the bias gradient */
-    uint16_t bias[N], pre[M * N], post[M * N], dpre[M * N];
+    /* Linear (addmm: the product plus the bias, rounded once) + GELU, GELU's
+     * backward, the bias gradient */
+    enum { LD = N + 3 }; /* C's rows padded: the padding is left alone */
+    uint16_t bias[N], pre[M * LD], post[M * N], dpre[M * N], wide_pre[M * N];
+    float acc[M * N], biasf[N], out[M * LD];
     for (int c = 0; c < N; c++) bias[c] = dps_to_half(dps_uniform(11, 4, (uint64_t)c), f16);
-    EXPECT(op->bias_act_half(be, st, H, M, N, c0, bias, pre, post) == DPS_OK);
-    uint16_t p1, q1;
-    dps_bias_act_half(c0[N + 3], bias[3], &p1, &q1, f16);
-    EXPECT(pre[N + 3] == p1 && post[N + 3] == q1);
-    EXPECT(pre[7] == dps_to_half(c0[7] + dps_from_half(bias[7], f16), f16));
+    for (int c = 0; c < N; c++) biasf[c] = dps_uniform(11, 5, (uint64_t)c);
+    for (int i = 0; i < M * LD; i++) pre[i] = 0x7777;
+    for (int i = 0; i < M * LD; i++) out[i] = 7.0f;
+    EXPECT(op->gemm(be, st, 0, 0, M, N, K, 1.0f, ar, K, br, N, 0.0f, acc, N) == DPS_OK);
+    EXPECT(op->gemm_bias(be, st, 0, 0, M, N, K, a16, H, K, b16, H, N, bias, pre, H, LD) == DPS_OK);
+    EXPECT(op->gemm_bias(be, st, 0, 0, M, N, K, ar, BE_F32, K, br, BE_F32, N, biasf, out, BE_F32,
+                         LD) == DPS_OK);
+    int added = 1, padding = 1;
+    for (int r = 0; r < M; r++)
+        for (int c = 0; c < LD; c++) {
+            int i = r * LD + c;
+            if (c >= N) {
+                padding &= pre[i] == 0x7777 && out[i] == 7.0f;
+                continue;
+            }
+            added &= pre[i] == dps_add_bias_half(acc[r * N + c], bias[c], f16);
+            added &= out[i] == acc[r * N + c] + biasf[c];
+            wide_pre[r * N + c] = pre[i];
+        }
+    EXPECT(added && padding);
+    EXPECT(wide_pre[7] == dps_to_half(acc[7] + dps_from_half(bias[7], f16), f16));
+    EXPECT(op->gemm_bias(be, st, 0, 0, M, N, K, a, BE_F32, K, b, BE_F32, N, bias, pre, H,
+                         N) == DPS_ERR_RUNTIME && strstr(dps_errmsg(), "cast A or B"));
+    EXPECT(op->gelu_half(be, st, H, M * N, wide_pre, post) == DPS_OK);
+    int gelu_ok = 1;
+    for (int i = 0; i < M * N; i++) gelu_ok &= post[i] == dps_gelu_half(wide_pre[i], f16);
+    EXPECT(gelu_ok);
+    memcpy(pre, wide_pre, sizeof wide_pre);
     EXPECT(op->gelu_bwd_half(be, st, H, M * N, post, pre, dpre) == DPS_OK);
     EXPECT(dpre[9] == dps_gelu_bwd_half(post[9], pre[9], f16));
-    float sums[N], sums_wide[N];
+    float sums[N], sums_wide[N], fused[N];
     EXPECT(op->cast(be, st, M * N, dpre, H, got, BE_F32) == DPS_OK);
     EXPECT(op->col_sum(be, st, M, N, got, sums_wide) == DPS_OK);
     EXPECT(op->col_sum_half(be, st, H, M, N, dpre, sums) == DPS_OK);
     EXPECT(memcmp(sums, sums_wide, sizeof sums) == 0);
+    EXPECT(op->gelu_bwd_col_sum_half(be, st, H, M, N, post, pre, post, fused) == DPS_OK);
+    EXPECT(memcmp(post, dpre, sizeof dpre) == 0 && memcmp(fused, sums, sizeof sums) == 0);
     expect_stream_free(be, st);
     be_close(be);
 }
@@ -371,6 +419,286 @@ static void test_scale_copy(void)
     EXPECT(dps_scale_copy(3.0f, 0.5f) == 1.5f);
     expect_stream_free(be, st);
     be_close(be);
+}
+
+/* cuBLAS's workspace as PyTorch sizes it (CublasHandlePool.cpp,
+ * parseChosenWorkspaceSize): by compute capability, or the pairs of
+ * CUBLAS_WORKSPACE_CONFIG; none on the host backend. */
+static void test_cublas_workspace(void)
+{
+    static const struct { int major; const char *config; size_t bytes; } cases[] = {
+        {7, NULL, 8519680}, {8, NULL, 8519680}, {9, NULL, 33554432}, {10, NULL, 33554432},
+        {11, NULL, 8519680}, {12, NULL, 33554432}, {0, NULL, 8519680},
+        {8, ":4096:8", 33554432}, {9, ":4096:2:16:8", 8519680}, {9, ":16:8", 131072},
+        {8, ":4096:1:4096:1", 8388608}, {9, ":0:0", 0},
+        {9, "", 33554432}, {8, "garbage", 8519680}, {9, ":4096", 33554432},
+        {8, "x:1:2y", 2048}, {8, ":1:2:3", 2048}, {8, "::1:2", 2048},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t got = be_cublas_workspace_bytes(cases[i].major, cases[i].config);
+        if (got != cases[i].bytes)
+            fprintf(stderr, "major %d, CUBLAS_WORKSPACE_CONFIG %s: %zu bytes, want %zu\n",
+                    cases[i].major, cases[i].config ? cases[i].config : "unset", got, cases[i].bytes);
+        EXPECT(got == cases[i].bytes);
+    }
+    EXPECT(be_cublas_workspace_bytes(9, ":99999999999999999999999:2") == SIZE_MAX);
+    be_options o = {.kind = BE_HOST, .host_devices = 1, .quiet = 1};
+    backend *be = NULL;
+    EXPECT(be_open(&o, &be) == DPS_OK);
+    if (be) EXPECT(be_gemm_workspace_bytes(be, 0) == 0);
+    be_close(be);
+}
+
+/* ---- On a GPU (the cuda_ops group; skipped without one) ---- */
+#ifdef DPS_HAVE_CUDA
+
+/* A device buffer of bytes on GPU 0 filled from host memory (src NULL: left as it is). */
+static void *gpu_put(backend *be, be_stream *st, dps_buf *b, const void *src, size_t bytes)
+{
+    EXPECT(be_buf_alloc(be, 0, bytes ? bytes : 1, "test operands", b) == DPS_OK);
+    if (src && b->ptr) EXPECT(be->ops->copy(be, st, b->ptr, 0, src, DPS_HOST, bytes) == DPS_OK);
+    return b->ptr;
+}
+
+static void gpu_get(backend *be, be_stream *st, void *dst, const dps_buf *b, size_t bytes)
+{
+    if (b->ptr) EXPECT(be->ops->copy(be, st, dst, DPS_HOST, b->ptr, 0, bytes) == DPS_OK);
+    EXPECT(be->ops->stream_sync(be, st) == DPS_OK);
+}
+
+/* An element of type t as fp32 (its bits at x[i]). */
+static float elem(const void *x, be_dtype t, size_t i)
+{
+    return t == BE_F32 ? ((const float *)x)[i] : dps_from_half(((const uint16_t *)x)[i], t == BE_F16);
+}
+
+static void put_elem(void *x, be_dtype t, size_t i, float v)
+{
+    if (t == BE_F32) ((float *)x)[i] = v;
+    else ((uint16_t *)x)[i] = dps_to_half(v, t == BE_F16);
+}
+
+/* One gemm_bias on the GPU against the exact sum in double: C within one
+ * rounding of C's type (and fp32 summation's error) of op(A) op(B) + bias
+ * along C's columns, the padding of C's rows left alone. shift: A, the
+ * bias and C one element past an aligned address (as a model's biases lie
+ * in its flat buffer). */
+static void gpu_gemm_bias_case(backend *be, be_stream *st, be_dtype t, int ta, int tb, int m,
+                               int n, int k, int shift)
+{
+    size_t es = be_dtype_bytes(t), off = shift ? es : 0;
+    int lda = ta ? m : k, ldb = tb ? k : n, ldc = n + 5;
+    size_t na = (size_t)m * k, nb = (size_t)k * n, nc = (size_t)m * ldc;
+    char *a = malloc(na * es + 1), *b = malloc(nb * es + 1), *bias = malloc((size_t)n * es);
+    char *c = malloc(nc * es), *want_pad = malloc(nc * es);
+    double *af = malloc((na + 1) * sizeof(double)), *bf = malloc((nb + 1) * sizeof(double));
+    for (size_t i = 0; i < na; i++) put_elem(a, t, i, dps_uniform(21, 1, i));
+    for (size_t i = 0; i < nb; i++) put_elem(b, t, i, dps_uniform(21, 2, i));
+    for (size_t i = 0; i < na; i++) af[i] = elem(a, t, i);
+    for (size_t i = 0; i < nb; i++) bf[i] = elem(b, t, i);
+    for (int j = 0; j < n; j++) put_elem(bias, t, (size_t)j, 2.0f * dps_uniform(21, 3, (uint64_t)j));
+    memset(want_pad, 0x5a, nc * es);
+    dps_buf da, db, dbias, dc;
+    gpu_put(be, st, &da, NULL, na * es + off);
+    gpu_put(be, st, &db, b, nb * es);
+    gpu_put(be, st, &dbias, NULL, (size_t)n * es + off);
+    gpu_put(be, st, &dc, NULL, nc * es + off);
+    char *pa = (char *)da.ptr + off, *pbias = (char *)dbias.ptr + off, *pc = (char *)dc.ptr + off;
+    if (da.ptr && dbias.ptr && dc.ptr) {
+        EXPECT(be->ops->copy(be, st, pa, 0, a, DPS_HOST, na * es) == DPS_OK);
+        EXPECT(be->ops->copy(be, st, pbias, 0, bias, DPS_HOST, (size_t)n * es) == DPS_OK);
+        EXPECT(be->ops->copy(be, st, pc, 0, want_pad, DPS_HOST, nc * es) == DPS_OK);
+        EXPECT(be->ops->gemm_bias(be, st, ta, tb, m, n, k, pa, t, lda, db.ptr, t, ldb, pbias, pc, t,
+                                  ldc) == DPS_OK);
+        EXPECT(be->ops->copy(be, st, c, DPS_HOST, pc, 0, nc * es) == DPS_OK);
+    }
+    EXPECT(be->ops->stream_sync(be, st) == DPS_OK);
+    double rel = t == BE_BF16 ? 1.0 / 128 : t == BE_F16 ? 1.0 / 1024 : 0.0;
+    int bad = 0;
+    for (int r = 0; r < m; r++)
+        for (int j = 0; j < ldc; j++) {
+            size_t i = (size_t)r * ldc + (size_t)j;
+            if (j >= n) {
+                bad += memcmp(c + i * es, want_pad + i * es, es) != 0;
+                continue;
+            }
+            double exact = elem(bias, t, (size_t)j), mag = fabs(exact);
+            for (int q = 0; q < k; q++) {
+                double p = af[ta ? (size_t)q * lda + r : (size_t)r * lda + q] *
+                           bf[tb ? (size_t)j * ldb + q : (size_t)q * ldb + j];
+                exact += p;
+                mag += fabs(p);
+            }
+            double got = elem(c, t, i);
+            if (fabs(got - exact) <= rel * fabs(exact) + 4e-6 * mag + 1e-6) continue;
+            if (bad++ < 3)
+                fprintf(stderr, "gemm_bias %s ta %d tb %d %dx%dx%d%s: C[%d,%d] = %.9g, exact %.9g\n",
+                        t == BE_F32 ? "fp32" : t == BE_BF16 ? "bf16" : "fp16", ta, tb, m, n, k,
+                        shift ? " shifted" : "", r, j, got, exact);
+        }
+    EXPECT(bad == 0);
+    dps_buf *all[] = {&da, &db, &dbias, &dc};
+    for (int i = 0; i < 4; i++) be_buf_free(be, all[i]);
+    free(a); free(b); free(bias); free(c); free(want_pad); free(af); free(bf);
+}
+
+/* gemm_bias in every type on odd shapes, the classifier's 50257 columns,
+ * every transposition and shifted pointers; through cuBLASLt (st) and
+ * unfused (st_unfused). */
+static void gpu_gemm_bias(backend *be, be_stream *st, be_stream *st_unfused)
+{
+    static const int shapes[][3] = {{37, 45, 29}, {7, 5, 3}, {129, 1537, 65}, {3, 8, 0},
+                                    {64, 50257, 40}};
+    const be_dtype types[] = {BE_F32, BE_BF16, BE_F16};
+    for (int u = 0; u < 2; u++)
+        for (int ti = 0; ti < 3; ti++)
+            for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+                for (int tr = 0; tr < 8; tr++) {
+                    int ta = (tr >> 1) & 1, tb = tr & 1, shift = tr >> 2;
+                    if (shapes[i][1] > 10000 && (ta || shift)) continue; /* the model's, unshifted */
+                    gpu_gemm_bias_case(be, u ? st_unfused : st, types[ti], ta, tb, shapes[i][0],
+                                       shapes[i][1], shapes[i][2], shift);
+                }
+}
+
+/* GELU on the GPU against dps_gelu here (erff of another library: 2 ulp). */
+static void gpu_gelu(backend *be, be_stream *st)
+{
+    enum { N = 100003 };
+    float *x = malloc(N * 4), *y = malloc(N * 4);
+    uint16_t *x16 = malloc(N * 2), *y16 = malloc(N * 2);
+    for (int i = 0; i < N; i++) x[i] = -10.0f + 20.0f * (float)i / N;
+    dps_buf dx, dy;
+    gpu_put(be, st, &dx, x, N * 4);
+    gpu_put(be, st, &dy, NULL, N * 4);
+    EXPECT(be->ops->gelu(be, st, N, dx.ptr, dy.ptr) == DPS_OK);
+    gpu_get(be, st, y, &dy, N * 4);
+    int bad = 0; /* erff's error times x / 2, and the product's rounding */
+    for (int i = 0; i < N; i++)
+        bad += !(fabsf(y[i] - dps_gelu(x[i])) <= 3e-7f * fabsf(y[i]) + 1.3e-7f * fabsf(x[i]));
+    for (int h = 0; h < 2; h++) {
+        for (int i = 0; i < N; i++) x16[i] = dps_to_half(x[i], h);
+        EXPECT(be->ops->copy(be, st, dx.ptr, 0, x16, DPS_HOST, N * 2) == DPS_OK);
+        EXPECT(be->ops->gelu_half(be, st, h ? BE_F16 : BE_BF16, N, dx.ptr, dy.ptr) == DPS_OK);
+        gpu_get(be, st, y16, &dy, N * 2);
+        for (int i = 0; i < N; i++) { /* the same half value, or a neighbour */
+            double g = dps_from_half(y16[i], h), w = dps_from_half(dps_gelu_half(x16[i], h), h);
+            bad += !(fabs(g - w) <= fmax(fabs(g), fabs(w)) / (h ? 1024 : 128) + 1e-6);
+        }
+    }
+    EXPECT(bad == 0);
+    be_buf_free(be, &dx);
+    be_buf_free(be, &dy);
+    free(x); free(y); free(x16); free(y16);
+}
+
+/* GELU's backward fused with the bias gradient on the GPU: the bits of
+ * gelu_bwd then col_sum there, and the sums the host's col_sum makes of
+ * the same values. */
+static void gpu_gelu_bwd_col_sum(backend *be, be_stream *st, backend *host)
+{
+    be_stream *hs = expect_stream(host);
+    static const int shapes[][2] = {{8192, 1536}, {4099, 513}, {65, 257}, {7, 33}, {1, 1}, {0, 3}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (int ti = 0; ti < 3; ti++) {
+            be_dtype t = ti == 0 ? BE_F32 : ti == 1 ? BE_BF16 : BE_F16;
+            int rows = shapes[si][0], cols = shapes[si][1];
+            size_t n = (size_t)rows * cols, es = be_dtype_bytes(t), cb = (size_t)cols * 4;
+            char *dh = malloc(n * es + 1), *pre = malloc(n * es + 1);
+            char *want = malloc(n * es + 1), *got = malloc(n * es + 1);
+            float *want_db = malloc(cb), *got_db = malloc(cb), *host_db = malloc(cb);
+            for (size_t i = 0; i < n; i++) put_elem(dh, t, i, dps_uniform(22, 1, i));
+            for (size_t i = 0; i < n; i++) put_elem(pre, t, i, 3.0f * dps_uniform(22, 2, i));
+            dps_buf ddh, dpre, dout, ddb;
+            gpu_put(be, st, &ddh, dh, n * es);
+            gpu_put(be, st, &dpre, pre, n * es);
+            gpu_put(be, st, &dout, NULL, n * es);
+            gpu_put(be, st, &ddb, NULL, cb);
+            const be_ops *o = be->ops;
+            if (t == BE_F32) {
+                EXPECT(o->gelu_bwd(be, st, (int64_t)n, ddh.ptr, dpre.ptr, dout.ptr) == DPS_OK);
+                EXPECT(o->col_sum(be, st, rows, cols, dout.ptr, ddb.ptr) == DPS_OK);
+            } else {
+                EXPECT(o->gelu_bwd_half(be, st, t, (int64_t)n, ddh.ptr, dpre.ptr, dout.ptr) == DPS_OK);
+                EXPECT(o->col_sum_half(be, st, t, rows, cols, dout.ptr, ddb.ptr) == DPS_OK);
+            }
+            gpu_get(be, st, want, &dout, n * es);
+            gpu_get(be, st, want_db, &ddb, cb);
+            if (t == BE_F32) /* in place, as the model runs it */
+                EXPECT(o->gelu_bwd_col_sum(be, st, rows, cols, ddh.ptr, dpre.ptr, ddh.ptr, ddb.ptr) == DPS_OK);
+            else
+                EXPECT(o->gelu_bwd_col_sum_half(be, st, t, rows, cols, ddh.ptr, dpre.ptr, ddh.ptr,
+                                                ddb.ptr) == DPS_OK);
+            gpu_get(be, st, got, &ddh, n * es);
+            gpu_get(be, st, got_db, &ddb, cb);
+            EXPECT(memcmp(got, want, n * es) == 0);
+            EXPECT(memcmp(got_db, want_db, cb) == 0);
+            if (t == BE_F32)
+                EXPECT(host->ops->col_sum(host, hs, rows, cols, (float *)got, host_db) == DPS_OK);
+            else
+                EXPECT(host->ops->col_sum_half(host, hs, t, rows, cols, (uint16_t *)got, host_db) ==
+                       DPS_OK);
+            EXPECT(memcmp(host_db, got_db, cb) == 0);
+            dps_buf *all[] = {&ddh, &dpre, &dout, &ddb};
+            for (int i = 0; i < 4; i++) be_buf_free(be, all[i]);
+            free(dh); free(pre); free(want); free(got); free(want_db); free(got_db); free(host_db);
+        }
+    expect_stream_free(host, hs);
+}
+
+/* What the category `what` of device 0 holds now. */
+static size_t in_use_as(const backend *be, const char *what)
+{
+    for (int i = 0; i < be->mem[0].ncat; i++)
+        if (strcmp(be->mem[0].cat[i].what, what) == 0) return be->mem[0].cat[i].in_use;
+    return 0;
+}
+
+#endif /* DPS_HAVE_CUDA */
+
+/* The CUDA backend's GEMMs and the kernels beside them, on GPU 0:
+ * gemm_bias (cuBLASLt's bias epilogue, and its unfused path) against exact
+ * sums, GELU, GELU's backward fused with the bias gradient against the two
+ * passes it replaces, and each stream's cuBLAS workspace in the accounting. */
+static void test_cuda_ops(void)
+{
+#ifdef DPS_HAVE_CUDA
+    be_options o = {.kind = BE_CUDA, .quiet = 1}, h = {.kind = BE_HOST, .host_devices = 1, .quiet = 1};
+    backend *be = NULL, *host = NULL;
+    if (be_open(&o, &be) != DPS_OK || !be) {
+        char why[DPS_ERRMSG_MAX + 32];
+        snprintf(why, sizeof why, "no CUDA device (%s)", dps_errmsg());
+        expect_skip(why);
+        return;
+    }
+    EXPECT(be_open(&h, &host) == DPS_OK);
+    be_stream *st = NULL, *st_unfused = NULL;
+    EXPECT(be->ops->stream_create(be, 0, &st) == DPS_OK);
+    EXPECT(be->ops->stream_create(be, 0, &st_unfused) == DPS_OK);
+    struct cudaDeviceProp p;
+    EXPECT(cudaGetDeviceProperties(&p, 0) == cudaSuccess);
+    size_t ws = be_cublas_workspace_bytes(p.major, getenv("CUBLAS_WORKSPACE_CONFIG"));
+    EXPECT(be_gemm_workspace_bytes(be, 0) == ws);
+    if (st && st_unfused && host) {
+        gpu_gelu(be, st);
+        gpu_gelu_bwd_col_sum(be, st, host);
+        EXPECT(in_use_as(be, "cuBLAS workspace") == 0); /* no GEMM yet */
+        gpu_gemm_bias_case(be, st, BE_BF16, 0, 0, 5, 3, 4, 0);
+        EXPECT(in_use_as(be, "cuBLAS workspace") == ws);
+        setenv("DPSCALE_UNFUSED_BIAS", "1", 1); /* read as the stream makes its handle */
+        gpu_gemm_bias_case(be, st_unfused, BE_F32, 0, 0, 5, 3, 4, 0);
+        unsetenv("DPSCALE_UNFUSED_BIAS");
+        EXPECT(in_use_as(be, "cuBLAS workspace") == 2 * ws);
+        gpu_gemm_bias(be, st, st_unfused);
+    }
+    if (st) be->ops->stream_destroy(be, st);
+    if (st_unfused) be->ops->stream_destroy(be, st_unfused);
+    EXPECT(in_use_as(be, "cuBLAS workspace") == 0 && be->mem[0].in_use == 0);
+    be_close(host);
+    be_close(be);
+#else
+    expect_skip("built without CUDA");
+#endif
 }
 
 /* An allocation the host itself refuses (more than the address space):
@@ -834,6 +1162,7 @@ static void test_gemm_signals(void)
 
 EXPECT_GROUPS(GROUP(elementwise), GROUP(host_math), GROUP(col_sum), GROUP(autocast_ops),
               GROUP(f16), GROUP(unscale),
-              GROUP(scale_copy), GROUP(accounting), GROUP(versions), GROUP(nvml),
+              GROUP(scale_copy), GROUP(accounting), GROUP(cublas_workspace), GROUP(versions),
+              GROUP(nvml),
               GROUP(backend_auto), GROUP(nvml_fields), GROUP(nvml_stub), GROUP(context),
-              GROUP(gemm), GROUP(gemm_signals), GROUP(null_stream));
+              GROUP(gemm), GROUP(gemm_signals), GROUP(null_stream), GROUP(cuda_ops));

@@ -1,5 +1,5 @@
 /* Unit tests of strategies/: dp's chunks, the slowdown injection, dp under
- * autocast. */
+ * autocast, the footprint's GEMM workspaces. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,7 +121,7 @@ static int dp_two_devices(dps_precision prec, int accum, train_result *r)
     if (!rc) rc = dp_train(&c, be, r);
     if (!rc) {
         footprint fp;
-        footprint_of(&c, BE_HOST, &fp);
+        footprint_of(&c, be, &fp);
         for (int i = 0; i < 2; i++) EXPECT(r->dev[i].alloc_peak == fp.device[i]);
         for (int i = 0; i < 2; i++) EXPECT(be->mem[i].in_use == 0);
     }
@@ -171,6 +171,53 @@ static void test_dp_accum(void)
     train_result_free(&f16);
 }
 
+/* On the cuda backend each stream that runs GEMMs holds cuBLAS's workspace,
+ * sized by its device's compute capability (a backend described, not
+ * opened: the footprint reads only its kind and the probe's devices): dp's
+ * replicas and ddp's ranks one each, the --check reference's on device 0;
+ * the host backend none. */
+static void test_footprint_workspace(void)
+{
+    static backend cuda; /* zeroed: no ops, never opened */
+    cuda.kind = BE_CUDA;
+    cuda.ndev = 3;
+    int major[3] = {9, 8, 12};
+    for (int d = 0; d < 3; d++) cuda.info[d].cc_major = major[d];
+    be_options o = {.kind = BE_HOST, .host_devices = 3, .quiet = 1};
+    backend *host = NULL;
+    EXPECT(be_open(&o, &host) == DPS_OK);
+    if (!host) return;
+    unsetenv("CUBLAS_WORKSPACE_CONFIG");
+    const uint64_t want[3] = {33554432, 8519680, 33554432};
+    for (int mode = 0; mode < 2; mode++) {
+        dps_config c;
+        config_defaults(&c);
+        c.mode = mode ? MODE_DDP : MODE_DP;
+        c.shape = (model_shape){2, 64, 4, 48};
+        c.ngpus = 3;
+        for (int d = 0; d < 3; d++) c.devices[d] = d;
+        c.global_batch = 6;
+        c.precision = PREC_BF16;
+        footprint on_gpu, on_host;
+        footprint_of(&c, &cuda, &on_gpu);
+        footprint_of(&c, host, &on_host);
+        for (int d = 0; d < 3; d++) EXPECT(on_gpu.device[d] - on_host.device[d] == want[d]);
+        EXPECT(on_gpu.total == on_gpu.host && on_host.total == on_host.host + on_host.devices);
+    }
+    setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8", 1);
+    dps_config c;
+    config_defaults(&c);
+    c.shape = (model_shape){2, 64, 4, 48};
+    c.ngpus = 1;
+    c.global_batch = 2;
+    footprint on_gpu, on_host;
+    footprint_of(&c, &cuda, &on_gpu);
+    footprint_of(&c, host, &on_host);
+    EXPECT(on_gpu.device[0] - on_host.device[0] == 131072);
+    unsetenv("CUBLAS_WORKSPACE_CONFIG");
+    be_close(host);
+}
+
 /* GradScaler's update rules (torch.cuda.amp.GradScaler, growth 2, backoff
  * 0.5): an overflow halves the scale and restarts the count; growth_interval
  * clean steps in a row double it. */
@@ -189,4 +236,5 @@ static void test_scaler(void)
     EXPECT(scaler_loss_factor(&off) == 1.0f && scaler_loss_factor(&g) == g.scale);
 }
 
-EXPECT_GROUPS(GROUP(chunk), GROUP(slowdown), GROUP(dp_bf16), GROUP(dp_accum), GROUP(scaler));
+EXPECT_GROUPS(GROUP(chunk), GROUP(slowdown), GROUP(dp_bf16), GROUP(dp_accum),
+              GROUP(footprint_workspace), GROUP(scaler));
