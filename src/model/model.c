@@ -118,10 +118,17 @@ static dps_status acts_alloc_bf16(backend *be, int dev, model_shape s, int max_r
     if (!rc) rc = be_buf_alloc(be, dev, model_param_count(s) * 2, "autocast parameters", &a->params16);
     if (!rc) rc = be_buf_alloc(be, dev, layer, "autocast inputs", &a->x16);
     if (!rc) rc = be_buf_alloc(be, dev, (size_t)max_rows * (size_t)s.classes * 2,
-                               "autocast logits gradient", &a->dlogits16);
+                               "autocast logits, then their gradient", &a->dlogits16);
     if (!rc) rc = be_buf_alloc(be, dev, model_half_grad_elems(s) * 2,
                                "autocast parameter gradients", &a->dparam16);
+    a->logits16_at = a->dlogits16.ptr;
     return rc;
+}
+
+void model_acts_logits16_in(backend *be, model_acts *a, void *rows)
+{
+    be_buf_free(be, &a->dlogits16);
+    a->logits16_at = rows;
 }
 
 dps_status model_acts_alloc(backend *be, int dev, model_shape s, int max_rows, dps_precision prec,
@@ -186,9 +193,9 @@ static dps_status forward_bf16(backend *be, be_stream *st, model_shape s, const 
         h = post;
     }
     DPS_TRY(o->gemm_bias(be, st, 0, 0, rows, c, d, h, H, d, p16 + model_weight_offset(s, s.layers),
-                         H, c, p16 + model_bias_offset(s, s.layers), a->dlogits16.ptr, H, c));
+                         H, c, p16 + model_bias_offset(s, s.layers), a->logits16_at, H, c));
     if (a->logits16_out) return DPS_OK;
-    return o->cast(be, st, (int64_t)rows * c, a->dlogits16.ptr, H, logits, BE_F32);
+    return o->cast(be, st, (int64_t)rows * c, a->logits16_at, H, logits, BE_F32);
 }
 
 /* Layer l's unit entered through the sharded strategy's window, if any. */
@@ -265,10 +272,10 @@ static dps_status backward_bf16(backend *be, be_stream *st, model_shape s, model
 {
     const be_ops *o = be->ops;
     int d = s.width, c = s.classes, L = s.layers;
-    const uint16_t *p16 = a->params16.ptr, *dl16 = a->dlogits16.ptr;
+    const uint16_t *p16 = a->params16.ptr, *dl16 = a->logits16_at;
     const uint16_t *h_last = L ? layer_ptr16(&a->post, s, a->max_rows, L - 1) : a->x16.ptr;
     uint16_t *dh = a->dh[0].ptr, *dh_next = a->dh[1].ptr;
-    if (dlogits) DPS_TRY(o->cast(be, st, (int64_t)rows * c, dlogits, BE_F32, a->dlogits16.ptr, a->half));
+    if (dlogits) DPS_TRY(o->cast(be, st, (int64_t)rows * c, dlogits, BE_F32, a->logits16_at, a->half));
     DPS_TRY(param_grads_half(be, st, a, rows, d, c, h_last, dl16, grads + model_weight_offset(s, L),
                              grads + model_bias_offset(s, L), 0));
     if (hook) DPS_TRY(hook(hook_ctx, L));

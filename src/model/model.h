@@ -69,6 +69,8 @@ typedef struct model_acts {
     dps_buf dparam16;       /* bf16: one layer's weight and bias gradients in the half type, as
                                autocast's backward makes them before they become fp32 */
     int logits16_out;       /* bf16: model_forward leaves the logits in dlogits16 only */
+    void *logits16_at;      /* bf16: where the logits, then their gradient, are: dlogits16's
+                               buffer, or the caller's (model_acts_logits16_in) */
     const net_window *window; /* a sharded strategy's (fp32 only): layer l's parameters and
                                  gradients are unit l's; NULL: the flat buffers */
 } model_acts;
@@ -78,6 +80,10 @@ size_t model_half_grad_elems(model_shape s);
 dps_status model_acts_alloc(backend *be, int dev, model_shape s, int max_rows, dps_precision prec,
                             model_acts *a) DPS_MUST_USE;
 void model_acts_free(backend *be, model_acts *a);
+/* Under autocast: the half logits, then their gradient, in the caller's
+ * rows (max_rows x classes, dp's gathered logits on device 0) instead of
+ * a buffer of a's own, which is freed. */
+void model_acts_logits16_in(backend *be, model_acts *a, void *rows);
 
 /* logits[rows, classes] = model(x), each Linear an addmm (gemm_bias) and
  * GELU on its output; in bf16 with a->logits16_out set, the logits are

@@ -359,7 +359,7 @@ static dps_status rank_loss(ddp_rank *R, int plant)
     const be_ops *o = R->be->ops;
     float scale = scaler_loss_factor(&R->scaler) * (float)R->nranks / (float)R->rows_total;
     int64_t nc = (int64_t)R->rows * R->net->classes;
-    void *half = R->acts.mlp.dlogits16.ptr;
+    void *half = R->acts.mlp.logits16_at;
     if (autocast(R)) DPS_TRY(o->cast(R->be, R->st, nc, half, R->acts.mlp.half, R->logitsv, BE_F32));
     DPS_TRY(fp32_loss(R, scale));
     if (plant) DPS_TRY(scaler_plant_inf(&R->scaler, R->be, R->st, R->dlogitsv, R->dev));

@@ -38,8 +38,9 @@ static dps_status alloc_slot(dp_state *st, int i, size_t pbytes)
     if (i) { /* slot 0's are device 0's batch and logits gradient (alloc_primary) */
         DPS_TRY(be_buf_alloc(be, s->dev, (size_t)s->samples * m->input * sizeof(float), "input chunk",
                              &s->x));
-        DPS_TRY(be_buf_alloc(be, s->dev, rows * (size_t)m->classes * sizeof(float),
-                             "replica logits, then their gradient", &s->logits));
+        if (!dp_autocast(st)) /* under autocast they are the model's half ones */
+            DPS_TRY(be_buf_alloc(be, s->dev, rows * (size_t)m->classes * sizeof(float),
+                                 "replica logits, then their gradient", &s->logits));
         s->xv = s->x.ptr;
         s->logitsv = s->dlogitsv = s->logits.ptr;
     }
@@ -100,11 +101,14 @@ static dps_status alloc_loss_logits(dp_state *st, size_t nc)
     st->logitsv = st->logits_full.ptr;
     st->dlogitsv = reuse ? st->logits_full.ptr : st->dlogits_full.ptr;
     if (!dp_autocast(st)) return DPS_OK;
-    st->logits16v = st->s[0].acts.mlp.dlogits16.ptr;
+    st->logits16v = st->s[0].acts.mlp.logits16_at;
     if (!dp_gathers(st)) return DPS_OK;
     DPS_TRY(be_buf_alloc(be, d0, nc * be_dtype_bytes(st->half), "gathered half logits, then their "
                          "gradient", &st->logits16_full));
     st->logits16v = st->logits16_full.ptr;
+    /* device 0's replica writes its rows there: its output freed by the
+     * gather and its gradient a view in PyTorch, neither a buffer of its own */
+    model_acts_logits16_in(be, &st->s[0].acts.mlp, st->logits16v);
     return DPS_OK;
 }
 
@@ -249,7 +253,7 @@ static void dlogits_rows(dp_state *st, int slot, const void **from, void **to)
     size_t first = (size_t)s->row0 * (size_t)st->net->classes;
     if (dp_autocast(st)) {
         *from = (const uint16_t *)st->logits16v + first;
-        *to = s->acts.mlp.dlogits16.ptr;
+        *to = s->acts.mlp.logits16_at;
     } else {
         *from = st->dlogitsv + first;
         *to = s->dlogitsv;
@@ -337,8 +341,10 @@ static dps_status phase_gather(dp_state *st)
         dp_slot *s = &st->s[i];
         DPS_TRY(st->be->ops->stream_wait(st->be, s0->st, st->timer->ev[i][PH_FORWARD][1]));
         if (i) DPS_TRY(ptimer_begin_on(st->timer, i, PH_GATHER, 0)); /* copies run on slot 0's stream */
-        DPS_TRY(dp_p2p(st, PH_GATHER, 0, into + (size_t)s->row0 * row, i,
-                       half ? s->acts.mlp.dlogits16.ptr : s->logitsv, (size_t)s->rows * row, s0->st));
+        char *to = into + (size_t)s->row0 * row;
+        const void *from = half ? s->acts.mlp.logits16_at : (const void *)s->logitsv;
+        if (from != to) /* device 0's half rows are written in place (alloc_loss_logits) */
+            DPS_TRY(dp_p2p(st, PH_GATHER, 0, to, i, from, (size_t)s->rows * row, s0->st));
         if (i) DPS_TRY(ptimer_end_on(st->timer, i, PH_GATHER, 0));
     }
     return ptimer_end(st->timer, 0, PH_GATHER);

@@ -63,18 +63,20 @@ static uint64_t dp_devices(const dps_config *c, const backend *be, const net *m,
     uint64_t xall = (uint64_t)micro * X, accum = (uint64_t)c->accum;
     int torch = c->dp_impl == DPIMPL_TORCH, coalesced = torch && nslots > 1;
     uint64_t group = (uint64_t)dp_largest_group_floats(m) * F4;
+    int half = dps_precision_is_half(c->precision);
     for (int i = 0; i < nslots; i++) {
         uint64_t rows = (uint64_t)samples[i] * (uint64_t)m->rows;
         dev[i] = 2 * pbytes + acts_bytes(c, m, (uint64_t)samples[i]) + gemm_workspace(c, be, i);
-        if (i) dev[i] += (uint64_t)samples[i] * X + rows * C; /* slot 0's: device 0's batch and dlogits */
+        /* slot 0's: device 0's batch and dlogits; under autocast the model's half logits */
+        if (i) dev[i] += (uint64_t)samples[i] * X + (half ? 0 : rows * C);
         if (coalesced) dev[i] += group;
     }
     dev[0] += optimizer_bytes(c, pbytes) + xall + loss_logits_bytes(c, torch, n * C) + n * F4 +
               n * F4 + accum * F4;
     if (nslots > 1) dev[0] += coalesced ? group : (pbytes < DP_COALESCE_BYTES ? pbytes : DP_COALESCE_BYTES);
     if (torch) dev[0] += 2 * n * C;
-    if (dps_precision_is_half(c->precision) && nslots > 1)
-        dev[0] += n * (uint64_t)m->classes * 2; /* gathered half logits */
+    if (half && nslots > 1) /* the gathered half logits, slot 0's own rows among them */
+        dev[0] += (n - (uint64_t)samples[0] * (uint64_t)m->rows) * (uint64_t)m->classes * 2;
     if (coalesced) dev[0] += pbytes;
     if (c->accum > 1) dev[0] += pbytes;           /* the accumulated gradients */
     if (config_scaler(c)) dev[0] += F4;           /* GradScaler's inf flag */
