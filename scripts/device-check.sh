@@ -20,7 +20,8 @@
 #     own process as `ninja -C build bench` runs them, 2 steps: every one
 #     ends ok: 4 a mode of ~3-5 s each (process, NCCL and cuBLAS start): ~50 s
 #   2 compute-sanitizer memcheck on tiny dp and ddp runs, dpscale's own
-#     errors counted (NCCL's probing of its kernels apart): 2 x ~30 s
+#     errors counted (NCCL's probing of its kernels apart): 2 x ~30 s; the
+#     build's GPU tests (suite gpu, unit cuda_ops): ~60 s
 #   3 losses against PyTorch (small, 20 steps, the host tests' learning
 #     rates; --check too): SGD and AdamW x fp32 (TF32 off) and bf16, dp on
 #     every GPU, and ddp on 2+ GPUs (on one its loss is dp's): 4 pairs of
@@ -228,7 +229,7 @@ for c in "${acc_cfgs[@]}"; do
   acc_figs+=("loss $m $p $w vs torch gpus=$ngpu" "check $m $p $w gpus=$ngpu")
 done
 fsdp_figs=("loss fsdp fp32 sgd vs torch fsdp gpus=1" "memory fsdp fp32 sgd vs torch fsdp gpus=1")
-dc_plan build "dpscale info" "${main_figs[@]}" "memcheck dp" "memcheck ddp" "${loss_figs[@]}" \
+dc_plan build "dpscale info" "${main_figs[@]}" "memcheck dp" "memcheck ddp" "gpu tests" "${loss_figs[@]}" \
   "${one_figs[@]}" "${file_figs[@]}" "${acc_figs[@]}" "${fsdp_figs[@]}" "${mem_figs[@]}" \
   "${gemm_figs[@]}" "${mg_figs[@]}" "sweep dp,ddp gpus=1" "params same bits" "nvml pcie in sweep" \
   "nvml bytes on links" "fault exit rank 1" "fault hang rank 1 --timeout" "no-nvtx cost" \
@@ -374,6 +375,18 @@ for m in dp ddp; do
   dc_was_skipped "$fig" "$rc" || dc_figures_from "$fig" "${summary[@]}" sanitizer "$fig" \
     "$res/memcheck-$m.log" "$rc" "$res/memcheck-$m"
 done
+
+# 2b. The build's GPU tests (tests/test_gpu.py: --check and the losses against the host backend's,
+# odd class counts and the fused loss included; the unit group cuda_ops: gemm_bias, GELU and
+# the fused backward against exact sums; NCCL's non-blocking set-up): ~60 s.
+if dc_step "the GPU tests (meson's suite gpu, unit cuda_ops)" 60 "gpu tests"; then
+  if [ "$host" = 1 ]; then
+    figure "gpu tests" "not a GPU figure: they skip without a GPU" "none fails" SKIP
+  else
+    dc_figures_from "gpu tests" "$py" scripts/device_check_backend.py gpu-tests "gpu tests" \
+      "$root/build-gpu" "$py" "$res/gpu-tests.log"
+  fi
+fi
 
 # dpscale's run of OPTS (with --check: figure CFIG) and PyTorch's, every step's loss compared
 # at PRECISION's tolerance (figure LFIG).

@@ -18,10 +18,18 @@ a line as NAME<TAB>VALUE<TAB>GOAL<TAB>RESULT.
                                  (FOLDER/links.csv, --steps STEPS) against the
                                  bytes its copies moved: RX >= the h2d bytes, TX >= the d2h bytes
                                  (each path's copies: bytes x steps, at least)
+  gpu-tests NAME BUILD PYTHON LOG
+                                 the build's GPU tests (meson suite gpu and the
+                                 unit group cuda_ops), each run as meson would
+                                 (its command from `meson introspect --tests`,
+                                 in BUILD) but with PYTHON for the Python ones:
+                                 none failed, one ran at least; their output in LOG
 """
 import csv
 import ctypes
+import json
 import os
+import subprocess
 import sys
 
 from dpstools.figures import figure_line
@@ -160,9 +168,56 @@ def nvml_pcie(name, folder, backend):
     return [(name, value, goal, "FAIL" if low else "PASS")]
 
 
+def gpu_test_commands(build, python):
+    """(name, argv, env) of BUILD's GPU tests, Python ones under PYTHON."""
+    listed = subprocess.run(["meson", "introspect", "--tests", build], capture_output=True,
+                            text=True, timeout=120)
+    if listed.returncode != 0:
+        raise RuntimeError(f"meson introspect --tests {build}: {listed.stderr.strip()}")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = []
+    for t in json.loads(listed.stdout):
+        if "dpscale:gpu" not in t["suite"] and t["name"] != "unit cuda_ops":
+            continue
+        cmd = list(t["cmd"])
+        if cmd and os.path.basename(cmd[0]).startswith("python"):
+            cmd[0] = python
+        env = dict(os.environ, **t.get("env", {}), DPSCALE_PYTHON=python,
+                   PYTHONPATH=os.path.join(root, "scripts"))
+        out.append((t["name"], cmd, env))
+    return out
+
+
+def gpu_tests(name, build, python, log):
+    goal = "none fails, one runs at least"
+    try:
+        tests = gpu_test_commands(build, python)
+    except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as e:
+        return [(name, f"no list of tests: {e}", goal, "FAIL")]
+    ran, skipped, failed = 0, 0, []
+    with open(log, "w") as f:
+        for test, cmd, env in tests:
+            try:
+                p = subprocess.run(cmd, cwd=build, env=env, capture_output=True, text=True,
+                                   timeout=300)
+                rc, text = p.returncode, p.stdout + p.stderr
+            except subprocess.TimeoutExpired as e:
+                rc, text = "timeout (300 s)", str(e)
+            f.write(f"== {test}: exit {rc}\n{text}\n")
+            if rc == 77:
+                skipped += 1
+            elif rc == 0:
+                ran += 1
+            else:
+                failed.append(f"{test} ({rc})")
+    value = f"{ran} passed, {skipped} skipped, {len(failed)} failed" + \
+        (f": {', '.join(failed)}" if failed else "")
+    return [(name, value, goal, "FAIL" if failed or not ran else "PASS")]
+
+
 def main(argv):
     kinds = {"same-bits": (same_bits, 3), "nvml-pcie": (nvml_pcie, 3), "nvml-read": (nvml_read, 1),
-             "nvml-links": (nvml_links, 5)}
+             "nvml-links": (nvml_links, 5), "gpu-tests": (gpu_tests, 4)}
     if len(argv) < 2 or argv[1] not in kinds or len(argv) != 2 + kinds[argv[1]][1]:
         sys.stderr.write(__doc__)
         return 2

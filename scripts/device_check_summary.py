@@ -254,7 +254,7 @@ def cmd_ncu(fig, capture_log, import_log, range_name):
 # The goals the check's figures serve, each with the figures (by name) that measure it.
 GOALS = [("every configuration of the main job ends ok", r"main job "),
          ("0 memcheck errors of dpscale's own", r"memcheck "),
-         ("every loss and check PASS", r"(loss|check) "),
+         ("every loss and check PASS", r"(loss|check|gpu tests)"),
          ("memory within 10 % of PyTorch's on medium and gpt2-mlp",
           r"memory (dp|ddp) (medium|gpt2-mlp) "),
          ("the loss phase no slower than PyTorch's (gpt2-mlp bf16)", r"phase loss "),

@@ -18,7 +18,9 @@ from dpstools.results import COLUMNS, OPTIONAL_COLUMNS
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPTS = os.path.join(HERE, "..", "scripts")
 FIXTURES = os.path.join(HERE, "fixtures")
-PYTHON = "/usr/bin/python3"  # the scripts' interpreter (numpy, matplotlib)
+# the scripts' interpreter (numpy, matplotlib): Debian's, or DPSCALE_PYTHON where they live
+# elsewhere (a GPU machine's venv)
+PYTHON = os.environ.get("DPSCALE_PYTHON", "/usr/bin/python3")
 
 
 class Failure(Exception):

@@ -12,7 +12,8 @@ TESTS = [test("gpu " + " ".join(c), DPSCALE, "gpu", *c, suite="gpu", timeout=600
                    ["dp", "fp32", "0,0"])] + \
         [test("gpu host " + " ".join(c), DPSCALE, "host", *c, suite="gpu", timeout=600)
          for c in (["dp", "fp32"], ["dp", "bf16"], ["ddp", "fp16"], ["dp", "bf16", "unfused"],
-                   ["dp", "fp32", "unfused"])]
+                   ["dp", "fp32", "unfused"], ["dp", "bf16", "odd"], ["ddp", "fp32", "odd", "lean"],
+                   ["dp", "bf16", "odd", "lean"])]
 if __name__ == "__main__":
     exit_if_listing(TESTS)  # --list: before the imports below
 
@@ -55,7 +56,9 @@ def case_host(binary, mode, precision, *how):
     host backend's for the same configuration (torch_model's LOSS_TOL*: the
     GPU's sums in other orders, as against PyTorch), each Linear an addmm
     through cuBLASLt's bias epilogue or, with `unfused`, as PyTorch's
-    unfused addmm (DPSCALE_UNFUSED_BIAS=1); the GPU's memory.csv holds one
+    unfused addmm (DPSCALE_UNFUSED_BIAS=1); with `odd`, 1001 classes (the
+    loss's rows off 16-byte boundaries: its kernels' scalar head and tail),
+    with `lean`, the fused loss (xent); the GPU's memory.csv holds one
     cuBLAS workspace of PyTorch's size and no fp32 GEMM output. Skipped (77)
     without a GPU or numpy."""
     if no_gpu(binary) or missing_modules(["numpy"]):
@@ -66,10 +69,12 @@ def case_host(binary, mode, precision, *how):
     if "unfused" in how:
         os.environ["DPSCALE_UNFUSED_BIAS"] = "1"
     curves = {}
+    extra = (["--classes", "1001"] if "odd" in how else []) + \
+        ([f"--{mode}-impl", "lean"] if "lean" in how else [])
     with tempfile.TemporaryDirectory() as out:
         for backend in ("cuda", "host"):
             dpscale(binary, "run", "--mode", mode, "--precision", precision, "--model", "small",
-                    "--steps", "6", out=out, name=backend, backend=backend, check_rc=0,
+                    "--steps", "6", *extra, out=out, name=backend, backend=backend, check_rc=0,
                     timeout=600)
             curves[backend] = losses(os.path.join(out, backend))[1]
         cats = next(iter(memory_at_peak(os.path.join(out, "cuda")).values()))
