@@ -219,11 +219,15 @@ def cmd_step(fig, dps, tor, ratio):
     dm, tm = num(d, "step_ms_median"), num(t, "step_ms_median")
     if not tm > 0:
         raise Missing(f"{tor}/runs.csv: step_ms_median {tm}")
-    r = dm / tm
-    line(fig, f"{r:.3f} ({d['config_id']}: dpscale {dm:.3f} ms, torch {tm:.3f} ms, "
-              f"{python_wait(tor)})", f"<= {ratio}", "PASS" if r <= float(ratio) else "FAIL",
-         f"phases.csv of both folders ({dps}, {tor}) show which phase is slower; "
-         f"scripts/profile.sh captures the kernels")
+    ratio_line(fig, dm / tm, ratio, f"{d['config_id']}: dpscale {dm:.3f} ms, torch {tm:.3f} ms, "
+               f"{python_wait(tor)}", f"phases.csv of both folders ({dps}, {tor}) show which "
+               f"phase is slower; scripts/profile.sh captures the kernels")
+
+
+def ratio_line(fig, r, ratio, what, hint):
+    """FIG: dpscale's time over PyTorch's, r, at most RATIO; what it compared, and on failure
+    the hint."""
+    line(fig, f"{r:.3f} ({what})", f"<= {ratio}", "PASS" if r <= float(ratio) else "FAIL", hint)
 
 
 def python_wait(tor):
@@ -253,11 +257,10 @@ def cmd_phase(fig, dps, tor, phase, ratio):
     mine, ref = phase_ms(dps, phase), phase_ms(tor, phase)
     if not ref > 0:
         raise Missing(f"{tor}/phases.csv: device 0's {phase} median is {ref}")
-    r = mine / ref
-    line(fig, f"{r:.3f} ({d['config_id']}: {phase} on device 0, dpscale {mine:.3f} ms, torch "
-              f"{ref:.3f} ms)", f"<= {ratio}", "PASS" if r <= float(ratio) else "FAIL",
-         f"dpscale's {phase} kernels are slower than PyTorch's: scripts/profile.sh captures "
-         f"them ({dps}/phases.csv, {tor}/phases.csv)")
+    ratio_line(fig, mine / ref, ratio, f"{d['config_id']}: {phase} on device 0, dpscale "
+               f"{mine:.3f} ms, torch {ref:.3f} ms", f"dpscale's {phase} kernels are slower "
+               f"than PyTorch's: scripts/profile.sh captures them ({dps}/phases.csv, "
+               f"{tor}/phases.csv)")
 
 
 def cmd_tflops(fig, folder, goal):

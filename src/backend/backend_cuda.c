@@ -454,6 +454,17 @@ static dps_status cu_gemm(backend *be, be_stream *s, int ta, int tb, int m, int 
     return blas_gemm(s, ta, tb, m, n, k, alpha, a, lda, b, ldb, BE_F32, beta, c, BE_F32, ldc);
 }
 
+/* A GEMM's set-up, gemm_ex's and gemm_bias's: its half type, the stream's
+ * cuBLAS handle, A and B in that type. */
+static dps_status gemm_prepare(backend *be, be_stream *s, int ta, int tb, int m, int n, int k,
+                               const void **a, be_dtype at, int lda, const void **b, be_dtype bt,
+                               int ldb, be_dtype ct, be_dtype *ht)
+{
+    DPS_TRY(gemm_types(at, bt, ct, ht));
+    DPS_TRY(blas_for(be, s));
+    return operands(be, s, ta, tb, m, n, k, a, at, lda, b, bt, ldb, *ht);
+}
+
 static dps_status cu_gemm_ex(backend *be, be_stream *s, int ta, int tb, int m, int n, int k,
                              float alpha, const void *a, be_dtype at, int lda, const void *b,
                              be_dtype bt, int ldb, float beta, void *c, be_dtype ct, int ldc)
@@ -461,9 +472,7 @@ static dps_status cu_gemm_ex(backend *be, be_stream *s, int ta, int tb, int m, i
     CU_STREAM(s);
     if (m <= 0 || n <= 0) return DPS_OK;
     be_dtype ht;
-    DPS_TRY(gemm_types(at, bt, ct, &ht));
-    DPS_TRY(blas_for(be, s));
-    DPS_TRY(operands(be, s, ta, tb, m, n, k, &a, at, lda, &b, bt, ldb, ht));
+    DPS_TRY(gemm_prepare(be, s, ta, tb, m, n, k, &a, at, lda, &b, bt, ldb, ct, &ht));
     return blas_gemm(s, ta, tb, m, n, k, alpha, a, lda, b, ldb, ht, beta, c, ct, ldc);
 }
 
@@ -615,9 +624,7 @@ static dps_status cu_gemm_bias(backend *be, be_stream *s, int ta, int tb, int m,
     CU_STREAM(s);
     if (m <= 0 || n <= 0) return DPS_OK;
     be_dtype ht;
-    DPS_TRY(gemm_types(at, bt, ct, &ht));
-    DPS_TRY(blas_for(be, s));
-    DPS_TRY(operands(be, s, ta, tb, m, n, k, &a, at, lda, &b, bt, ldb, ht));
+    DPS_TRY(gemm_prepare(be, s, ta, tb, m, n, k, &a, at, lda, &b, bt, ldb, ct, &ht));
     int done = 0;
     if (k > 0 && !s->lt_off)
         DPS_TRY(lt_gemm_bias(s, ta, tb, m, n, k, a, lda, b, ldb, ht, bias, c, ct, ldc, &done));
