@@ -49,8 +49,9 @@ void graph_init_params(const model_file *mf, const graph_layout *l, uint64_t see
     }
 }
 
-/* The largest per-sample input or output of any op, the widest norm or
- * embedding output (columns), and the largest embedding table. */
+/* The largest per-sample input or output of any op; the most columns any
+ * op sums in backward into the columns buffer (a GEMM's bias: its n; a
+ * norm's c; an embedding's output); the largest embedding table. */
 static void widest(const model_file *mf, size_t *elems, size_t *cols, size_t *table)
 {
     *elems = mf->input;
@@ -61,6 +62,7 @@ static void widest(const model_file *mf, size_t *elems, size_t *cols, size_t *ta
         if (o->out_elems > *elems) *elems = o->out_elems;
         if (o->in_elems > *elems) *elems = o->in_elems;
         if (o->kind == MF_NORM && (size_t)o->c > *cols) *cols = (size_t)o->c;
+        if (o->kind == MF_GEMM && o->bias >= 0 && (size_t)o->n > *cols) *cols = (size_t)o->n;
         if (o->kind != MF_EMBEDDING) continue;
         if (o->out_elems > *cols) *cols = o->out_elems;
         if (mf->tensors[o->weight].numel > *table) *table = mf->tensors[o->weight].numel;
