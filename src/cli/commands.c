@@ -21,6 +21,7 @@
 #include "launch/ranks.h"
 #include "microbench/links.h"
 #include "model/net.h"
+#include "results/model_copy.h"
 #include "results/results.h"
 #include "results/results_ids.h"
 #include "results/results_plan.h"
@@ -564,10 +565,23 @@ static dps_status check_all_headers(const results_dir *rd)
     return commbench_check_header(rd);
 }
 
+/* Each model file the configurations train, kept in the folder's models/
+ * (model_copy.h) before any of them runs. */
+static dps_status keep_model_files(const results_dir *rd, const sweep_item *items, int n)
+{
+    for (int i = 0; i < n; i++) {
+        const net *f = items[i].cfg.net_file;
+        int seen = 0;
+        for (int k = 0; k < i && !seen; k++) seen = items[k].cfg.net_file == f;
+        if (f && !seen) DPS_TRY(model_copy_keep(rd, items[i].cfg.model, f->path));
+    }
+    return DPS_OK;
+}
+
 /* Before anything is written: every file of the folder has this version's
  * header; rows cut short or stray are taken out, and with --resume what did
  * not finish, to run it again; without it, no configuration to run may be
- * in the folder already. */
+ * in the folder already. Then the model files are kept in it. */
 static dps_status prepare_folder(const cli_args *a, const results_dir *rd, const sweep_item *items,
                                  int n, results_ids *done)
 {
@@ -578,7 +592,7 @@ static dps_status prepare_folder(const cli_args *a, const results_dir *rd, const
         dps_log("--resume: %d configuration%s that did not finish (error, timeout, "
                 "interrupted) taken out of %s, to run again", rerun, rerun == 1 ? "" : "s",
                 rd->dir);
-    if (a->resume) return DPS_OK;
+    if (a->resume) return keep_model_files(rd, items, n);
     dps_status rc = DPS_OK;
     for (int i = 0; i < n && !rc; i++) {
         char id[192];
@@ -588,7 +602,7 @@ static dps_status prepare_folder(const cli_args *a, const results_dir *rd, const
                           "with --resume, or write to another with --name", rd->dir, id);
     }
     results_ids_free(done);
-    return rc;
+    return rc ? rc : keep_model_files(rd, items, n);
 }
 
 /* The sweep's configurations; returns how many failed. *nothing says that

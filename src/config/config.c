@@ -112,6 +112,15 @@ dps_status config_set_model(dps_config *c, const char *model, const char *dir, i
     return DPS_OK;
 }
 
+const char *config_model_copy_name(const char *model, char *buf, size_t len)
+{
+    int n = snprintf(buf, len, "%s.model", model);
+    if (n < 0 || (size_t)n >= len) return buf[0] = '\0', buf;
+    for (char *c = buf; *c; c++)
+        if (*c == '/') *c = '_';
+    return buf;
+}
+
 size_t config_params(const dps_config *c)
 {
     return c->net_file ? c->net_file->params : model_param_count(c->shape);

@@ -75,6 +75,13 @@ dps_status config_net(const dps_config *c, struct net *own, const struct net **o
  * FILE:LINE); *per_gpu: its default samples a device. */
 dps_status config_set_model(dps_config *c, const char *model, const char *dir,
                             int *per_gpu) DPS_MUST_USE;
+/* A results folder's copy of a model file its configurations trained
+ * (results/model_copy.h writes it, predict --from reads it):
+ * MODEL_COPY_DIR/NAME.model, NAME runs.csv's model (c->model: the file's
+ * `name`, or its preset's) with '/' written '_'. Writes "NAME.model" into
+ * buf and returns it; "" when it does not fit. */
+#define MODEL_COPY_DIR "models"
+const char *config_model_copy_name(const char *model, char *buf, size_t len);
 /* Parameters, and forward GEMM FLOPs of one sample, of c's model. */
 size_t config_params(const dps_config *c);
 /* Loss rows of one sample of c's model. */
