@@ -17,8 +17,9 @@ usage: test_model_run.py DPSCALE CASE
   refused   bf16, --layers, --gemm-ref, a bad line, a missing file, a suite
             naming a bad file, two files of one name: exit 2 with what and where
   predict   predict --from a folder of a model file that no preset names:
-            refused, naming the file's model; of a preset's file (DPSCALE_MODELS):
-            one device's memory within a quarter of the run's
+            read from the folder's copy of the file (models/NAME.model), and
+            without it refused, naming the file's model; of a preset's file
+            (DPSCALE_MODELS): one device's memory within a quarter of the run's
   host_memory  a model file's batch over the memory this process may take:
             refused before allocating, offering a --batch (no --tokens) that fits"""
 from listing import DPSCALE, FIXTURES, exit_if_listing, test
@@ -154,8 +155,12 @@ def case_predict(binary):
         p = dpscale(binary, *sweep, "--model", os.path.join(MODELS, "tiny-gpt.model"), out=out,
                     name="g")
         expect(p.returncode == 0, f"sweep exit {p.returncode}:\n{p.stderr}")
+        expect(os.listdir(os.path.join(out, "g", "models")) == ["tiny-gpt.model"],
+               "the folder keeps a copy of the model file it ran")
+        expect_exit(predict_from(binary, os.path.join(out, "g")), 0)
+        shutil.rmtree(os.path.join(out, "g", "models"))
         expect_exit(predict_from(binary, os.path.join(out, "g")), 2, "ran the model file 'tiny-gpt'",
-                    "model = FILE")
+                    "g/models/tiny-gpt.model, the copy of it a run keeps")
         # the same file as the gpt2 preset's (DPSCALE_MODELS): one device's memory predicted
         # within a quarter of what the run allocated (parameters, gradients, momentum, activations)
         models = os.path.join(out, "models")

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "predict/predict_from.h"
+#include "config/config.h"
 #include "core/csv_table.h"
 #include "core/strategy.h"
 #include "core/util.h"
@@ -194,39 +195,64 @@ static dps_status phase_medians(const csv_table *ph, const char *id, double step
                     "again)", ph->path, id);
 }
 
-/* A row that ran a model file: a preset's of the models folder with the
- * row's parameter count (predict_workload_from_model), else refused. */
-static dps_status file_tensors(const runs_view *v, int r, double params, predict_workload *w)
+/* Reads the model file at path into w when it holds `params` parameters;
+ * 1 when it did, 0 (and why) when it cannot be read or holds another model. */
+static int model_file_tensors(const char *path, double params, predict_workload *w,
+                              dps_status *rc, char *why, size_t len)
 {
-    char model[CELL], path[DPS_PATH_MAX], why[DPS_ERRMSG_MAX] = "not a preset's of the models folder";
-    const model_preset *p = model_find_preset(cell(v, r, R_MODEL, model));
     model_file mf;
-    if (p && p->file) {
-        if (model_file_read(model_preset_path(p, path, sizeof path), &mf) != DPS_OK) {
-            snprintf(why, sizeof why, "its preset's file cannot be read: %.600s", dps_errmsg());
-        } else {
-            size_t has = model_file_params(&mf);
-            dps_status rc = (double)has == params ? predict_workload_from_model(&mf, w) : DPS_OK;
-            model_file_free(&mf);
-            w->params = params;
-            if ((double)has == params) return rc;
-            snprintf(why, sizeof why, "%.400s holds another model (%zu parameters)", path, has);
-        }
+    if (model_file_read(path, &mf) != DPS_OK) {
+        snprintf(why, len, "%.600s", dps_errmsg());
+        return 0;
     }
-    return dps_fail(DPS_ERR_USAGE, "%s: configuration %s ran the model file '%s' (%.0f parameters), "
-                    "%s; predict it from a WORKLOAD naming the file (model = FILE, docs/predict.md)",
-                    v->t.path, w->source, model, params, why);
+    size_t has = model_file_params(&mf);
+    if ((double)has == params) *rc = predict_workload_from_model(&mf, w);
+    model_file_free(&mf);
+    if ((double)has == params) return w->params = params, 1;
+    snprintf(why, len, "%.400s holds another model (%zu parameters)", path, has);
+    return 0;
+}
+
+/* A row that ran a model file: the folder's copy of it (models/NAME.model,
+ * written by the run), else a preset's of the models folder with the row's
+ * parameter count (a folder from before the copies), else refused. */
+static dps_status file_tensors(const char *dir, const runs_view *v, int r, double params,
+                               predict_workload *w)
+{
+    char model[CELL], name[DPS_NAME_MAX + 8], path[DPS_PATH_MAX + DPS_NAME_MAX + 16];
+    char why[DPS_ERRMSG_MAX] = "";
+    dps_status rc = DPS_OK;
+    cell(v, r, R_MODEL, model);
+    snprintf(path, sizeof path, "%s/%s/%s", dir, MODEL_COPY_DIR,
+             config_model_copy_name(model, name, sizeof name));
+    if (dps_file_exists(path)) {
+        if (model_file_tensors(path, params, w, &rc, why, sizeof why)) return rc;
+        return dps_fail(DPS_ERR_USAGE, "%s: configuration %s ran the model file '%s' (%.0f "
+                        "parameters), but the folder's copy of it does not: %s", v->t.path,
+                        w->source, model, params, why);
+    }
+    const model_preset *p = model_find_preset(model);
+    if (p && p->file &&
+        model_file_tensors(model_preset_path(p, path, sizeof path), params, w, &rc, why, sizeof why))
+        return rc;
+    snprintf(path, sizeof path, "%s/%s/%s", dir, MODEL_COPY_DIR, name);
+    return dps_fail(DPS_ERR_USAGE, "%s: configuration %s ran the model file '%s' (%.0f parameters) "
+                    "and %s, the copy of it a run keeps in its folder, is not there (a folder "
+                    "written before dpscale kept them)%s%s: copy the file the run was given "
+                    "there (mkdir -p %s/%s && cp FILE %s), or run the configuration again",
+                    v->t.path, w->source, model, params, path, why[0] ? "; its preset's: " : "",
+                    why, dir, MODEL_COPY_DIR, path);
 }
 
 /* The model's tensors, as the run's DDP bucketed them (bucket_model_params),
  * or its model file's. */
-static dps_status model_tensors(const runs_view *v, int r, predict_workload *w)
+static dps_status model_tensors(const char *dir, const runs_view *v, int r, predict_workload *w)
 {
     model_shape s = {int_cell(v, r, R_LAYERS), int_cell(v, r, R_WIDTH), int_cell(v, r, R_TOKENS),
                      int_cell(v, r, R_CLASSES)};
     double params = 0;
     DPS_TRY(csv_table_num(&v->t, r, v->col[R_PARAMS], 0, 0, &params));
-    if ((double)model_param_count(s) != params) return file_tensors(v, r, params, w);
+    if ((double)model_param_count(s) != params) return file_tensors(dir, v, r, params, w);
     w->tensors = malloc((2 * BUCKET_MAX_LAYERS + 2) * sizeof *w->tensors);
     w->tensor_unit = malloc((2 * BUCKET_MAX_LAYERS + 2) * sizeof *w->tensor_unit);
     if (!w->tensors || !w->tensor_unit) return dps_fail(DPS_ERR_RUNTIME, "out of host memory");
@@ -384,7 +410,7 @@ static dps_status one_workload(const predict_folder *f, int r, predict_workload 
     char ddp_id[CELL];
     predict_workload_defaults(w);
     DPS_TRY(run_facts(v, r, w));
-    DPS_TRY(model_tensors(v, r, w));
+    DPS_TRY(model_tensors(f->dir, v, r, w));
     DPS_TRY(csv_table_num(&v->t, r, v->col[R_STEP], 0, 0, &step));
     DPS_TRY(phase_medians(&f->ph, w->source, step, w));
     int q = ddp_row(v, r);
