@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """dpscale predict: from machine and workload files, --from a results folder,
 --calibrate's constants fitted and read back, --measure's one command against
-the seven it stands for, refusals.
+the seven it stands for and on a model file, refusals.
 Usage: test_predict.py DPSCALE CASE [ARGS...] | --list; exit 0 pass, 1 fail,
 77 skip (meson's convention)."""
 from listing import DPSCALE, exit_if_listing, test
@@ -11,7 +11,8 @@ TESTS = [test("predict", DPSCALE, "predict"),
          test("predict calibrate", DPSCALE, "predict_calibrate", timeout=300),
          test("predict sharded", DPSCALE, "predict_sharded"),
          test("predict sharded from", DPSCALE, "predict_sharded_from", timeout=300),
-         test("predict measure", DPSCALE, "predict_measure", timeout=300)]
+         test("predict measure", DPSCALE, "predict_measure", timeout=300),
+         test("predict measure file", DPSCALE, "predict_measure_file", timeout=180)]
 if __name__ == "__main__":
     exit_if_listing(TESTS)  # --list: before the imports below
 
@@ -22,7 +23,8 @@ import sys
 import tempfile
 
 from dpstools import results as dpsresults
-from helpers import SCRIPTS, dpscale, expect, expect_exit, read_table, run_cases, set_cells, write
+from helpers import (FIXTURES, SCRIPTS, dpscale, expect, expect_exit, read_table, run_cases,
+                     set_cells, write)
 
 
 def case_predict(binary):
@@ -364,6 +366,46 @@ def case_predict_measure(binary):
                              (["--measure", "--model", "tiny"], "predict --measure needs --gpus LIST")]:
             expect_exit(subprocess.run([binary, "predict", *args], capture_output=True, text=True), 2,
                         needle)
+
+
+def case_predict_measure_file(binary):
+    """predict --measure --model FILE: a file it cannot read, or an option a
+    model file does not take, refused before anything is measured; a small
+    file measured and predicted on 1 to 8 devices of a machine file, from the
+    folder's copy of it; another file of the same name refused in that folder."""
+    binary = os.path.abspath(binary)  # run from the model's folder
+    machine = os.path.join(os.path.dirname(SCRIPTS), "bench", "predict", "dgx1-v100-ib.machine")
+    with tempfile.TemporaryDirectory() as out:
+        model = os.path.join(out, "enc.model")
+        with open(os.path.join(FIXTURES, "models", "small-resnet.model")) as f:
+            text = f.read()
+        write(model, text)
+        write(os.path.join(out, "bad.model"), text.replace("classes 10", "classes ten"))
+        base = [binary, "predict", "--measure", "--gpus", "1,2,4,8", "--steps", "2", "--warmup", "0",
+                "--machine", machine, "--out", out]
+        for extra, needle in ((["--model", "bad.model"], "bad.model:5: classes=ten"),
+                              (["--model", "enc.model", "--precision", "bf16"],
+                               "a model file runs in fp32")):
+            p = subprocess.run(base + extra + ["--name", "refused"], capture_output=True, text=True,
+                               timeout=60, cwd=out)
+            expect_exit(p, 2, "the model's runs (step 4/7) would fail, so nothing was measured", needle)
+            expect("# measure 1/7" not in p.stdout and
+                   os.listdir(os.path.join(out, "refused")) == ["measure.log"], f"{extra}: measured")
+        p = subprocess.run(base + ["--model", "enc.model", "--name", "m"], capture_output=True,
+                           text=True, timeout=150, cwd=out)
+        expect_exit(p, 0)
+        expect(sum(l.startswith("# measure ") for l in p.stdout.splitlines()) == 7, p.stdout)
+        rows = predict_rows(os.path.join(out, "m", "p", "predictions.csv"))
+        got = sorted((m, int(n)) for (_, m, n), r in rows.items() if r["status"] == "ok")
+        expect(got == [(m, n) for m in ("ddp", "dp") for n in (1, 2, 4, 8)] and
+               all(r["model"] == "small-resnet" for r in rows.values()), f"predicted {got}")
+        expect(os.listdir(os.path.join(out, "m", "mine", "models")) == ["small-resnet.model"],
+               "the model's folder keeps its file")
+        write(model, text.replace("dpscale-model 1", "dpscale-model 1\n# edited"))
+        p = dpscale(binary, "run", "--model", model, "--gpus", "2", "--steps", "1", "--warmup", "0",
+                    out=os.path.join(out, "m"), name="mine")
+        expect_exit(p, 2, "mine/models/small-resnet.model: the folder's configurations of "
+                    "small-resnet trained another file")
 
 
 if __name__ == "__main__":

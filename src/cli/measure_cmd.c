@@ -362,6 +362,25 @@ static dps_status plan(const cli_args *a, const measure_dir *d, step *s)
     return DPS_OK;
 }
 
+/* The model's sweep (step 4) with --dry-run, before anything is measured:
+ * a model file that cannot be read, or an option it does not take, is
+ * refused at once, not after the calibration's runs. Its output goes to the
+ * log, whose end is printed when it fails; its exit status. */
+static int check_model_step(const char *exe, const measure_dir *d, const step *s)
+{
+    step dry = *s; /* its words still in s's text, --dry-run in its own */
+    dry.shown = 0;
+    word(&dry.cmd, "--dry-run");
+    int rc = dry.cmd.overflow ? 2 : run_child(exe, &dry, d->log);
+    if (!rc || stopped_by) return rc;
+    fprintf(stderr, "dpscale: predict --measure: the model's runs (step 4/%d) would fail, so "
+            "nothing was measured: ", MEASURE_STEPS);
+    print_cmd(stderr, &dry.cmd);
+    fprintf(stderr, "\n  its output is in %s; the end of it:\n", d->log);
+    print_tail(d->log);
+    return rc;
+}
+
 int cmd_predict_measure(cli_args *a)
 {
     static step steps[MEASURE_STEPS];
@@ -378,7 +397,7 @@ int cmd_predict_measure(cli_args *a)
     printf("# dpscale predict --measure: the commands of docs/predict.md into %s (their output "
            "in %s)\n", d.dir, d.log);
     forward_signals();
-    int status = 0;
+    int status = check_model_step(exe, &d, &steps[3]);
     for (int k = 0; k < MEASURE_STEPS && !status && !stopped_by; k++)
         status = run_step(exe, &d, &steps[k], k);
     if (stopped_by && !status) status = 128 + stopped_by;
