@@ -3,23 +3,28 @@
 folder that ran ddp at two bucket caps, its table against runs.csv and
 predictions.csv, and summary.md's "Bucket size" section against both; a
 folder of one cap and no link figures (tests/fixtures/results-host)
-names its families in one line, with the commands that would advise.
+names its families in one line, with the commands that would advise; a
+model file's folder: every command its summary.md prints runs as printed,
+and the folder, moved away from the file it ran, is still advised on.
 Usage: test_buckets.py DPSCALE CASE | --list; exit 0 pass, 1 fail, 77 skip."""
 from listing import DPSCALE, NOSAN, exit_if_listing, test
 
 TESTS = [test("buckets advice", DPSCALE, "advice", suite=NOSAN, timeout=180),
-         test("buckets one size", DPSCALE, "one_size", suite=NOSAN, timeout=60)]
+         test("buckets one size", DPSCALE, "one_size", suite=NOSAN, timeout=60),
+         test("buckets model file", DPSCALE, "model_file", suite=NOSAN, timeout=180)]
 if __name__ == "__main__":
     exit_if_listing(TESTS)  # --list: before the imports below
 
 import os
 import re
+import shlex
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 
-from helpers import SCRIPTS, dpscale, expect, expect_exit, read_table, run_cases
+from helpers import FIXTURES, SCRIPTS, dpscale, expect, expect_exit, read_table, run_cases
 
 SIZES = (1.0, 5.0, 25.0)
 ROW = re.compile(r"^\s*([\d.]+)\s+([\d.]+)\s+(±[\d.]+ %|n/a)\s+([\d.]+|-)\s+(±[\d.]+ %|n/a)\s+"
@@ -122,13 +127,71 @@ def case_advice(binary):
 def case_one_size(binary):
     from dpstools import buckets_advice
     from dpstools.folder import Folder
-    from helpers import FIXTURES
     text = "\n".join(buckets_advice.bucket_lines(Folder(os.path.join(FIXTURES, "results-host")),
                                                 binary))
     expect("No prediction: " in text and "links.csv: missing" in text and "### " not in text,
            f"a folder without links.csv: {text}")
     expect("nothing to choose between: small fp32 sgd, ddp on 2 devices; small fp32 sgd, ddp on "
            "4 devices; tiny fp32 sgd, ddp on 2 devices; tiny fp32 sgd, ddp on 4 devices." in text and "--bucket-mb 1,5,25,100,250" in text, f"the families: {text}")
+
+
+def summary_commands(binary, cwd, folder):
+    """plot.py FOLDER from cwd: the dpscale commands summary.md prints (its
+    backticked spans that start with the binary), in order, and the text."""
+    env = dict(os.environ, DPSCALE=binary)
+    p = subprocess.run([sys.executable, os.path.join(SCRIPTS, "plot.py"), folder, "--out",
+                        "plots"], capture_output=True, text=True, env=env, cwd=cwd)
+    expect_exit(p, 0)
+    with open(os.path.join(cwd, "plots", "summary.md")) as f:
+        text = f.read()
+    spans = re.findall(r"`([^`]+)`", text)
+    return [c for c in spans if os.path.basename(shlex.split(c)[0]) == "dpscale"], text
+
+
+def paste(cmds, cwd):
+    """Each command as a user pastes it, in cwd: every one exits 0."""
+    for c in cmds:
+        p = subprocess.run(["bash", "-c", c], capture_output=True, text=True, cwd=cwd, timeout=120)
+        expect(p.returncode == 0, f"`{c}` pasted: exit {p.returncode}\n{p.stdout}\n{p.stderr}")
+
+
+def case_model_file(binary):
+    """A model file's ddp runs at one size, nothing measured beside them:
+    summary.md's commands (links, comm-bench, the prediction, a sweep of other
+    sizes from the folder's copy of the file) each exit 0 as printed; drawn
+    again, the family has a recommendation, whose command runs too; then the
+    file gone and the folder moved, predict --bucket-mb still reads it."""
+    binary = os.path.abspath(binary)  # the commands run in another folder
+    with tempfile.TemporaryDirectory() as tmp:
+        model = os.path.join(tmp, "enc.model")
+        shutil.copy(os.path.join(FIXTURES, "models", "small-resnet.model"), model)
+        dpscale(binary, "sweep", "--mode", "ddp", "--gpus", "1,2", "--model", model, "--steps",
+                "3", "--warmup", "1", "--no-links", "--no-nvtx", out=tmp, name="r", check_rc=0)
+        cmds, text = summary_commands(binary, tmp, "r")
+        said = " ".join(cmds)
+        expect(len(cmds) == 4 and all(w in said for w in (" links ", " comm-bench ",
+                                                          " predict --from r ", " sweep ")) and
+               "--model r/models/small-resnet.model" in said, f"the commands: {cmds}\n{text}")
+        paste(cmds, tmp)
+        cmds, text = summary_commands(binary, tmp, "r")
+        rows, section = summary_rows(os.path.join(tmp, "plots", "summary.md"))
+        expect({1.0, 25.0, 100.0} <= {s for s, (m, _, _) in rows.items() if m is not None} and
+               "Recommended: **" in section, f"sizes run from the summary's sweep: {section}")
+        expect(len(cmds) == 1 and " predict --from r " in cmds[0], f"the commands: {cmds}")
+        paste(cmds, tmp)
+        os.remove(model)
+        moved = os.path.join(tmp, "elsewhere", "r")
+        shutil.move(os.path.join(tmp, "r"), moved)
+        p = subprocess.run([binary, "predict", "--from", moved, "--bucket-mb", "1,5,25"],
+                           capture_output=True, text=True)
+        expect_exit(p, 0)
+        expect("# recommended bucket_mb = " in p.stdout, f"advice: {p.stdout}")
+        shutil.rmtree(os.path.join(moved, "models"))
+        p = subprocess.run([binary, "predict", "--from", moved, "--bucket-mb", "1,5,25"],
+                           capture_output=True, text=True)
+        expect_exit(p, 2, "ran the model file 'small-resnet'", "models/small-resnet.model, the "
+                    "copy of it a run keeps", "or run the configuration again")
+
 
 if __name__ == "__main__":
     sys.exit(run_cases(globals()))

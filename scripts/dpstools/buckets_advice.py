@@ -6,9 +6,14 @@ median at each size the folder ran and, from `dpscale predict --from FOLDER
 --bucket-mb 1,5,25,100,250` (the binary: $DPSCALE, else build/src/dpscale),
 the predicted step time at those sizes and the ones run, and the size
 recommended, as the command chooses it (docs/predict.md, "The bucket size").
-Standard library only.
+Every command it prints runs as printed from the folder plot.py ran in: the
+binary and the folder by their paths from there, the measurements a
+prediction lacks before the prediction, a family's other sizes with the
+options of its runs (a model file's from the folder's copy of it,
+models/NAME.model). Standard library only.
 """
 import os
+import shlex
 import subprocess
 import tempfile
 
@@ -16,6 +21,7 @@ from dpstools.results import BUCKETED, InputError, accum, integer, number, read_
 from dpstools.stats import median
 
 USUAL_MB = (1, 5, 25, 100, 250)  # the sizes predicted beside those run (PyTorch's default: 25)
+RUN_MB = (1, 25, 100)  # the sizes a family run at one size is offered to run
 TIE = 0.01  # sizes within 1 % of the fastest tie, and the smallest wins (BUCKET_TIE)
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -43,6 +49,23 @@ def measured_runs(folder):
     return out
 
 
+def shown(path):
+    """A path as a command pasted here takes it: relative to the current
+    folder when inside it, else absolute."""
+    rel = os.path.relpath(path)
+    return rel if not rel.startswith(os.pardir) else os.path.abspath(path)
+
+
+def command(binary, *words):
+    """A command line as summary.md prints it (a shell's quoting)."""
+    return " ".join(shlex.quote(w) for w in [shown(binary), *map(str, words)])
+
+
+def predict_words(folder_path):
+    return ["predict", "--from", shown(folder_path), "--bucket-mb",
+            ",".join(str(x) for x in USUAL_MB)]
+
+
 def predicted(folder_path, binary=None):
     """{family: {bucket_mb: step_ms}} from `dpscale predict --from --bucket-mb`,
     or raises InputError with the command's reason."""
@@ -51,17 +74,71 @@ def predicted(folder_path, binary=None):
         raise InputError(f"{binary}: no dpscale binary to predict with (build it, or set DPSCALE "
                          f"to its path)")
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [binary, "predict", "--from", folder_path, "--bucket-mb",
-               ",".join(str(x) for x in USUAL_MB), "--out", tmp, "--name", "p"]
+        cmd = [binary, *predict_words(folder_path), "--out", tmp, "--name", "p"]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
             why = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "no message"
-            raise InputError(f"`{' '.join(cmd[1:6])}` failed: {why}")
+            raise InputError(f"dpscale {' '.join(cmd[1:6])} failed: {why}")
         out = {}
         for p in read_predictions(os.path.join(tmp, "p", "predictions.csv")):
             if p["status"] == "ok" and p["bucket_mb"]:
                 out.setdefault(family_key(p), {})[number(p, "bucket_mb")] = number(p, "step_ms")
         return out
+
+
+def out_words(folder_path):
+    """--out PARENT --name NAME of the folder itself."""
+    path = os.path.normpath(shown(folder_path))
+    return ["--out", os.path.dirname(path) or ".", "--name", os.path.basename(path)]
+
+
+def measure_commands(folder, binary):
+    """The measurements `predict --from` takes the machine from that the
+    folder lacks (links.csv, allreduce.csv), as commands into it; none on
+    GPUs, whose all-reduce comm-bench does not measure (a --machine file
+    is needed there)."""
+    if not folder.emulated:
+        return []
+    have = lambda name: os.path.isfile(os.path.join(folder.path, name))  # noqa: E731
+    cmds = []
+    if not have("links.csv"):
+        cmds.append(command(binary, "links", "--backend", "host", "--gpus", 2,
+                            *out_words(folder.path)))
+    if not have("allreduce.csv"):
+        counts = sorted({r["_n"] for r in folder.runs if r["_n"] >= 2}) or [2]
+        cmds.append(command(binary, "comm-bench", "--gpus", ",".join(map(str, counts)),
+                            *out_words(folder.path)))
+    return cmds
+
+
+def model_words(folder, run):
+    """--model and its shape as the run was given them: a model file from
+    the folder's copy, a preset by name, an MLP preset reshaped (runs.csv's
+    model NAME:LxWxTxC) with its shape's options."""
+    name = run["model"]
+    copy = os.path.join(folder.path, "models", name.replace("/", "_") + ".model")
+    if os.path.isfile(copy):
+        return ["--model", shown(copy)]
+    if ":" not in name:
+        return ["--model", name]
+    return ["--model", name.split(":", 1)[0], "--layers", run["layers"], "--width", run["width"],
+            "--tokens", run["tokens"], "--classes", run["classes"]]
+
+
+def sweep_command(folder, run, binary):
+    """A sweep of a family's other sizes (RUN_MB) into the folder, with the
+    options of its run, the sizes it holds skipped (--resume)."""
+    words = ["sweep", "--backend", run["backend"], "--mode", run["mode"], "--gpus", run["_n"],
+             *model_words(folder, run), "--precision", run["precision"], "--optimizer",
+             run["optimizer"], "--batch-per-gpu", run["batch_per_gpu"]]
+    if run["_accum"] > 1:
+        words += ["--accum", run["_accum"]] + (["--no-sync", "off"]
+                                               if run.get("no_sync") == "off" else [])
+    if run.get("seed") and run["seed"] != "1234":
+        words += ["--seed", run["seed"]]
+    words += ["--bucket-mb", ",".join(map(str, RUN_MB)), "--steps", run["steps"], "--warmup",
+              run["warmup"], "--no-links", *out_words(folder.path), "--resume"]
+    return command(binary, *words)
 
 
 def advise(points):
@@ -113,26 +190,47 @@ def family_lines(key, runs, preds):
     return lines
 
 
+def unpredicted_lines(folder, binary, why):
+    """Why nothing was predicted and, where measuring into the folder would
+    let it, the commands that do, the prediction last."""
+    cmds = measure_commands(folder, binary)
+    # its message's commands are placeholders (--out ...): quoted, not set as commands
+    lines = [f"No prediction: {why.replace('`', chr(39))}.", ""]
+    if cmds:
+        lines += ["To predict, measure what it lacks into the folder, then ask again: " +
+                  ", then ".join(f"`{c}`" for c in cmds + [command(binary, *predict_words(
+                      folder.path))]) + ".", ""]
+    elif not folder.emulated:
+        lines += ["On GPUs `predict --from` takes the machine from a file (--machine FILE, "
+                  "intra_busbw_gbps from nccl-tests' all_reduce_perf: docs/predict.md).", ""]
+    return lines
+
+
 def bucket_lines(folder, binary=None):
     """summary.md's "Bucket size" section; none without a bucketed run on 2 or
     more devices."""
     runs = measured_runs(folder)
     if not runs:
         return []
-    lines = ["## Bucket size", "",
-             "The DDP bucket cap (bucket_mb) to use, per series, mode and device count: the "
-             "median step time measured at each size run (spread: (p90 - p10) / 2 of its steps) "
-             "and the step time `dpscale predict --from` predicts at "
-             f"{', '.join(str(x) for x in USUAL_MB)} MB and at the sizes run. expected_ms is the "
-             "measured median where run, else the prediction times the family's measured / "
-             "predicted ratio on the sizes run; the recommendation is the lowest expected_ms (a "
-             "smaller size within 1 % of it wins). The ± is the model's largest error on the "
-             "sizes run (docs/predict.md).", ""]
+    binary = binary or dpscale_binary()
+    lines = ["## Bucket size", ""]
     try:
-        preds = predicted(folder.path, binary)
+        preds, asked = predicted(folder.path, binary), None
     except InputError as e:
-        preds = {}
-        lines += [f"No prediction: {e}.", ""]
+        preds, asked = {}, str(e)
+    by = f"`{command(binary, *predict_words(folder.path))}`" if asked is None else \
+        "dpscale predict --from"
+    lines += ["The DDP bucket cap (bucket_mb) to use, per series, mode and device count: the "
+              "median step time measured at each size run (spread: (p90 - p10) / 2 of its steps) "
+              f"and the step time {by} predicts at "
+              f"{', '.join(str(x) for x in USUAL_MB)} MB and at the sizes run. expected_ms is the "
+              "measured median where run, else the prediction times the family's measured / "
+              "predicted ratio on the sizes run; the recommendation is the lowest expected_ms (a "
+              "smaller size within 1 % of it wins). The ± is the model's largest error on the "
+              "sizes run (docs/predict.md). Commands run as printed from the folder plot.py "
+              "ran in.", ""]
+    if asked is not None:
+        lines += unpredicted_lines(folder, binary, asked)
     alone = [k for k in sorted(runs) if len(runs[k]) == 1 and not preds.get(k)]
     for key in sorted(runs):
         if key not in alone:
@@ -141,9 +239,10 @@ def bucket_lines(folder, binary=None):
         names = "; ".join(f"{m} {prec} {opt}{f' accum {acc}' if acc > 1 else ''}"
                           f"{' no_sync off' if sync == 'off' else ''}, {mode} on {n} devices"
                           for m, prec, opt, _, acc, mode, n, sync in alone)
+        sweeps = ", ".join(f"`{sweep_command(folder, next(iter(runs[k].values())), binary)}`"
+                           for k in alone)
         lines += [f"One size run and nothing predicted, so nothing to choose between: {names}. "
-                  "For a recommendation, run sizes (`dpscale sweep --bucket-mb 1,25,100`), or "
-                  "measure the all-reduce into the folder (`dpscale comm-bench --gpus 2 --out "
-                  "OUT --name NAME`) and ask `dpscale predict --from DIR --bucket-mb "
-                  f"{','.join(str(x) for x in USUAL_MB)}`.", ""]
+                  f"For a recommendation, run other sizes into the folder ({sweeps})"
+                  + (", or predict them as above" if asked is not None and
+                     measure_commands(folder, binary) else "") + ", and draw it again.", ""]
     return lines
