@@ -19,39 +19,28 @@ became ready later (buckets.csv), and the phase that lost most.
 Exit status: 0 pass, warn or inconclusive, 1 regression, 2 bad input (the
 gate, regress.py, exits 3 for inconclusive). Standard library only;
 matplotlib for --plot, from /usr/bin/python3 (this script runs itself again
-under it when the Python running it has none).
+under it when the Python running it has none: dpstools.interpreter).
 """
 import argparse
-import importlib.util
 import json
 import math
 import os
-import subprocess
 import sys
 
-from dpstools import judge, report, tracediff
+from dpstools import interpreter, judge, report, tracediff
 from dpstools.results import InputError
 
-# Debian's Python, which has python3-matplotlib (scripts/setup.sh installs it).
-PLOT_PYTHON = "/usr/bin/python3"
-# Set when compare.py has run itself again under PLOT_PYTHON, so it does not loop.
-REEXEC_ENV = "DPSCALE_COMPARE_REEXEC"
+PLOT_PYTHON = interpreter.SYSTEM_PYTHON  # Debian's Python, which has python3-matplotlib
+REEXEC_ENV = interpreter.REEXEC_ENV  # set when compare.py runs itself again, so it does not loop
 
 
 def plot_python(argv):
     """--plot needs matplotlib. A Python without it (a python3 on PATH other
     than Debian's) runs the whole command again under PLOT_PYTHON when that
     one has it; else the command is refused before anything is written."""
-    if importlib.util.find_spec("matplotlib"):
+    if not interpreter.reexec(["matplotlib"], __file__, argv, "compare.py: --plot"):
         return
-    here = f"{sys.executable or 'this Python'} (Python {sys.version.split()[0]})"
-    if not os.environ.get(REEXEC_ENV) and os.access(PLOT_PYTHON, os.X_OK) and subprocess.run(
-            [PLOT_PYTHON, "-c", "import matplotlib"], capture_output=True).returncode == 0:
-        print(f"compare.py: --plot: {here} has no matplotlib; running under {PLOT_PYTHON}",
-              file=sys.stderr, flush=True)
-        os.execve(PLOT_PYTHON, [PLOT_PYTHON, os.path.realpath(__file__), *argv],
-                  {**os.environ, REEXEC_ENV: "1"})
-    raise InputError(f"--plot needs matplotlib: {here} has none, nor has "
+    raise InputError(f"--plot needs matplotlib: {interpreter.here()} has none, nor has "
                      f"{PLOT_PYTHON}; install it (apt-get install python3-matplotlib, or "
                      f"scripts/setup.sh) and run {PLOT_PYTHON} {os.path.realpath(__file__)} ..., "
                      f"or leave out --plot")

@@ -11,7 +11,14 @@ mode. Exit 0, or 2 with a line naming what could not be mapped.
 import argparse
 import sys
 
-from dpstools import model_export
+from dpstools import interpreter
+
+if __name__ == "__main__":  # before PyTorch is imported: Debian's Python has it
+    if interpreter.reexec(["torch"], __file__, sys.argv[1:]):
+        sys.exit(f"model_export.py: {interpreter.here()} has no PyTorch: "
+                 f"{interpreter.install_hint(['torch'], __file__)}")
+
+from dpstools import model_export  # noqa: E402 (PyTorch: after the interpreter is settled)
 
 
 def main(argv=None):

@@ -28,13 +28,14 @@ efficiency, summary.md).
 
 Reads columns by name through dpstools.results; a folder or predictions file it
 refuses, or an --out that cannot be written, is exit 2. Runs under Debian's
-/usr/bin/python3 with python3-matplotlib.
+/usr/bin/python3 with python3-matplotlib (run by another Python without
+matplotlib, it runs itself again under that one: dpstools.interpreter).
 """
 import argparse
 import os
 import sys
 
-from dpstools import charts, summary
+from dpstools import charts, interpreter, summary
 from dpstools.folder import Folder
 from dpstools.predicted import (Predicted, prediction_files, predictions_only,
                                 read_all_predictions)
@@ -121,4 +122,5 @@ def done(out, drawn):
 
 
 if __name__ == "__main__":
+    interpreter.reexec(["matplotlib"], __file__, sys.argv[1:])
     sys.exit(main(sys.argv[1:]))

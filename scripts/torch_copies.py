@@ -9,6 +9,7 @@ import argparse
 import csv
 import sys
 
+from dpstools import interpreter
 from dpstools.stats import median
 
 
@@ -71,4 +72,5 @@ def main():
 
 
 if __name__ == "__main__":
+    interpreter.reexec(["torch"], __file__, sys.argv[1:])
     sys.exit(main())

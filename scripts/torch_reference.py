@@ -67,11 +67,19 @@ import subprocess
 import sys
 import time
 
-from dpstools.grad_scaler import GROWTH_INTERVAL, INIT_SCALE
-from dpstools.torch_graph import ModelFileError, read as read_model_file
-from dpstools.torch_model import Preset, dpscale_info, file_presets, presets
-from dpstools.torch_results import Usage, check_folder, utc_now
-from dpstools.torch_train import Rank, RanksHung, run_ddp, run_single
+from dpstools import interpreter
+
+if __name__ == "__main__":  # before numpy is imported: Debian's Python has it and PyTorch
+    if "numpy" in interpreter.reexec(["numpy", "torch"], __file__, sys.argv[1:]):
+        sys.exit(f"torch_reference.py: {interpreter.here()} has no numpy: "
+                 f"{interpreter.install_hint(['numpy', 'torch'], __file__)}")
+
+# numpy (and PyTorch where they import it): after the interpreter is settled
+from dpstools.grad_scaler import GROWTH_INTERVAL, INIT_SCALE  # noqa: E402
+from dpstools.torch_graph import ModelFileError, read as read_model_file  # noqa: E402
+from dpstools.torch_model import Preset, dpscale_info, file_presets, presets  # noqa: E402
+from dpstools.torch_results import Usage, check_folder, utc_now  # noqa: E402
+from dpstools.torch_train import Rank, RanksHung, run_ddp, run_single  # noqa: E402
 
 FILE_BATCH_PER_DEVICE = 8  # a model file's default samples a device
 
