@@ -56,6 +56,19 @@ every row of the global batch. --batch defaults to 8 samples a device (a
 preset's: its own); --save-params writes dpscale's flat layout (the tensors
 in the reverse of ready order); the results carry the file's name record (a
 preset's: its name) as the model. Model files run in fp32, as dpscale's.
+
+--module SPEC: the user's own nn.Module instead, the MODULE:FUNCTION or
+MODULE.FUNCTION that scripts/model_export.py takes, run as PyTorch runs it
+(its own ops, under nn.DataParallel, DDP, or with --fsdp FSDP where it
+imports), with dpscale's samples, labels, loss, optimizer and batch
+(dpstools.torch_module). --input SHAPE and --tokens as the exporter's, by
+default from the first line of --model FILE, the file exported from it:
+with that file the run carries the file's name (the config_id of dpscale's
+run of the file, so plot.py --torch sets the two side by side: PyTorch
+itself against dpscale's model of it) and starts from dpscale's initial
+parameters; without it, the module's own initialisation under --seed. Its
+forward is not dpscale's maths, so its losses are its own: the step times,
+phases and memory are what compare.
 """
 import argparse
 import copy
@@ -78,6 +91,7 @@ if __name__ == "__main__":  # before numpy is imported: Debian's Python has it a
 from dpstools.grad_scaler import GROWTH_INTERVAL, INIT_SCALE  # noqa: E402
 from dpstools.torch_graph import ModelFileError, read as read_model_file  # noqa: E402
 from dpstools.torch_model import Preset, dpscale_info, file_presets, presets  # noqa: E402
+from dpstools.torch_module import Module, ModuleError, header_input, parse_shape  # noqa: E402
 from dpstools.torch_results import Usage, check_folder, utc_now  # noqa: E402
 from dpstools.torch_train import Rank, RanksHung, run_ddp, run_single  # noqa: E402
 
@@ -103,8 +117,17 @@ def parse(argv):
     shard.add_argument("--fsdp", action="store_true",
                        help="ddp's training with the model in FSDP FULL_SHARD, a unit per "
                             "Linear (PyTorch 2.x); trains as ddp")
-    ap.add_argument("--model", default="small",
-                    help="a preset (dpscale info) or a model file (docs/model-file.md)")
+    ap.add_argument("--model",
+                    help="a preset (dpscale info) or a model file (docs/model-file.md); "
+                         "default small; with --module, the file exported from the module")
+    ap.add_argument("--module", metavar="SPEC",
+                    help="the user's nn.Module as PyTorch runs it: MODULE:FUNCTION or "
+                         "MODULE.FUNCTION returning it, as scripts/model_export.py takes it")
+    ap.add_argument("--input", metavar="SHAPE",
+                    help="--module: one sample's input shape, e.g. 3x224x224 (model_export.py's; "
+                         "default: the --model file's first line)")
+    ap.add_argument("--tokens", action="store_true",
+                    help="--module: the input is token ids (model_export.py's --tokens)")
     ap.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32",
                     help="fp16: CUDA only, with a GradScaler")
     ap.add_argument("--accum", type=int, default=1,
@@ -152,8 +175,11 @@ def setup(args):
     shard_refusal(args)
     cpu_refusal(args)
     check_folder(os.path.join(args.out, args.name))
-    spec, per_gpu = model_spec(args)
-    args.model = spec.name  # the results' model and config_id
+    if args.module:
+        spec, per_gpu = module_args(args), FILE_BATCH_PER_DEVICE
+    else:
+        spec, per_gpu = model_spec(args)
+        args.model = spec.name  # the results' model and config_id
     args.batch = args.batch or per_gpu * args.gpus
     if args.batch < args.gpus:
         raise Usage(f"--batch {args.batch}: fewer samples than the {args.gpus} devices")
@@ -178,7 +204,49 @@ def setup(args):
                     f"use fewer --gpus, or --device cpu")
     if args.fsdp:
         fsdp_classes(torch)  # refused here, before any rank starts
+    if args.module:
+        spec = module_spec(torch, args, *spec)
     args.start_time = utc_now()
+    return spec
+
+
+def module_args(args):
+    """What --module's arguments decide before PyTorch is imported: the
+    model file exported from it (or None), the input shape and --tokens."""
+    if args.input is None and args.model is None:
+        raise Usage(f"--module {args.module}: give one sample's --input SHAPE (as "
+                    f"scripts/model_export.py takes it), or --model FILE, the file exported "
+                    f"from the module")
+    graph = None
+    if args.model is not None:
+        if not (args.model.endswith(".model") or "/" in args.model or
+                os.path.isfile(args.model)):
+            raise Usage(f"--module {args.module} --model {args.model}: give the model file "
+                        f"exported from the module (or leave --model out), not a preset")
+        graph = model_file(args.model)
+    args.model_file = args.model or ""
+    shape, tokens = header_input(args.model) if graph else (None, False)
+    try:
+        shape = parse_shape(args.input) if args.input else shape
+    except ModuleError as e:
+        raise Usage(str(e)) from None
+    if shape is None:
+        raise Usage(f"--module {args.module} --model {args.model}: the file's first line names "
+                    f"no input shape (scripts/model_export.py writes one); give --input SHAPE")
+    return graph, shape, tokens or args.tokens
+
+
+def module_spec(torch, args, graph, shape, tokens):
+    """The user's module (torch_module.Module), its name the results' model."""
+    if args.precision == "bf16" and args.device == "cpu":
+        raise Usage("--module --precision bf16 --device cpu: bf16 on the CPU here is dpscale's "
+                    "maths cast by hand, not the module's; use fp32 on the CPU, or bf16 on CUDA "
+                    "(torch.autocast)")
+    try:
+        spec = Module(torch, args.module, shape, tokens, graph)
+    except ModuleError as e:
+        raise Usage(str(e)) from None
+    args.model = spec.name
     return spec
 
 
@@ -186,6 +254,9 @@ def model_spec(args):
     """The model --model names, as dpscale takes it, and its default
     samples per device: a preset of `dpscale info` (an MLP, or a model file
     of bench/models/), else a model file at that path."""
+    if args.input or args.tokens:
+        raise Usage("--input, --tokens: shape the user's module; give --module SPEC")
+    args.model = args.model or "small"
     if args.model.endswith(".model") and os.path.isfile(args.model):
         return file_spec(args, args.model), FILE_BATCH_PER_DEVICE  # dpscale not needed
     try:

@@ -98,6 +98,10 @@ RULES = [
     (r"(python3 )?scripts/torch_reference\.py .*--model resnet50.*",
      skip("the resnet50 preset in PyTorch is for GPUs: on 4 CPU ranks, one step of one sample "
           "each takes 20 to 40 s here (--device cpu with the small preset runs)")),
+    (r"(python3 )?scripts/torch_reference\.py --module mypkg\.\S+ .*",
+     skip("a user's own package: test 'torch module' runs tests/model_examples.py's module so")),
+    (r"scripts/plot\.py results/mine --torch results/mine-torch",
+     skip("the folders of a user's own package (test 'torch module' draws such a pair)")),
     (r"(python3 )?scripts/torch_reference\.py .*", run(add=STEPS, needs="torch")),
     (r"/usr/bin/python3 scripts/model_export\.py torchvision\.models\.resnet\w+ .*",
      run(needs="torchvision", out="lines in")),

@@ -18,6 +18,11 @@ usage: test_torch_reference.py DPSCALE CASE [ARGS...]
                                 compare.py, and its refusals
   hung                          a rank that outlives another past the timeout is
                                 killed, and said
+  module                        --module: the user's nn.Module (tests/model_examples.py)
+                                with dpscale's initial parameters and samples, under dp
+                                and DDP (FSDP where it imports, else refused naming the
+                                version), beside dpscale's run of its model file in
+                                summary.md; its refusals
 Exit 77 (skip) without numpy, or without PyTorch for the cases that train
 (scripts/setup.sh --with-torch installs python3-torch)."""
 from listing import DPSCALE, FIXTURES, exit_if_listing, test
@@ -33,12 +38,14 @@ TESTS += [test("torch fidelity " + " ".join(c), DPSCALE, "fidelity", *c, suite="
                timeout=300, parallel=False) for c in FIDELITY]
 TESTS += [test("torch hung ranks", DPSCALE, "hung", suite="torch", timeout=300),
           test("torch results", DPSCALE, "results", FIXTURES + "/results-host", suite="torch",
-               timeout=300)]
+               timeout=300),
+          test("torch module", DPSCALE, "module", suite="torch", timeout=300)]
 if __name__ == "__main__":
     exit_if_listing(TESTS)  # --list: before the imports below
 
 import faulthandler
 import os
+import re
 import sys
 import tempfile
 import time
@@ -235,6 +242,78 @@ def case_results(binary, fixture):
     return 0
 
 
+def case_module(binary):
+    """torch_reference.py --module model_examples:small_resnet with its model
+    file: the module starts from dpscale's parameters of the file and eats
+    dpscale's samples (in-process, bit for bit); dp on one device and ddp on
+    two CPU ranks write the file's config_ids, meta.json names the module;
+    --fsdp runs, or is refused naming PyTorch's version where FSDP does not
+    import; plot.py sets PyTorch itself beside dpscale's run of the file;
+    without the file the module's own name and initialisation; refusals."""
+    skip = need_torch()
+    if skip:
+        return skip
+    import torch
+    from dpstools import torch_graph, torch_module
+    model = os.path.join(FIXTURES, "models", "small-resnet.model")
+    spec = "model_examples:small_resnet"
+    graph = torch_graph.read(model)
+    m = torch_module.Module(torch, spec, (3, 8, 8), False, graph)
+    expect((m.name, m.rows, m.classes, m.params) == ("small-resnet", 1, 10, graph.params),
+           f"the module as read: {m.columns()}")
+    expect(np.array_equal(m.flat(m.module(torch, m.init(7))), graph.init(7)),
+           "the module does not start from dpscale's parameters of its file")
+    (x, y), (gx, gy) = m.batch(7, 3, 5, 2), graph.batch(7, 3, 5, 2)
+    expect(x.shape == (5, 3, 8, 8) and np.array_equal(x.reshape(5, -1), gx) and
+           np.array_equal(y, gy), "the module's samples are not dpscale's")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.path.dirname(os.path.abspath(__file__)), os.environ.get("PYTHONPATH", "")]))
+    with tempfile.TemporaryDirectory(prefix="dpscale-torch-") as out:
+        def ref(*args, name="pt", rc=0):
+            p = script("torch_reference.py", "--device", "cpu", "--out", out, "--name", name,
+                       "--steps", "3", "--warmup", "1", "--timeout", "120", *args, env=env,
+                       timeout=240)
+            expect(rc is None or p.returncode == rc,
+                   f"torch_reference.py {' '.join(args)}: exit {p.returncode}\n{p.stderr}")
+            return p
+        ref("--module", spec, "--model", model)
+        ref("--module", spec, "--model", model, "--mode", "ddp", "--gpus", "2",
+            "--start-method", "forkserver")
+        runs, _, _, _, meta = read_folder(os.path.join(out, "pt"), torch=True)
+        expect([r["config_id"] for r in runs] == ["dp-small-resnet-fp32-sgd-g1-b8",
+                                                  "ddp-small-resnet-fp32-sgd-g2-b16-bk25"],
+               f"runs.csv: {[r['config_id'] for r in runs]}")
+        expect(meta["module"] == {"spec": spec, "model_file": model} and
+               f"the nn.Module {spec} itself" in meta["note"], f"meta.json: {meta}")
+        p = ref("--module", spec, "--model", model, "--mode", "ddp", "--gpus", "2", "--fsdp",
+                "--start-method", "forkserver", name="fsdp", rc=None)
+        expect(p.returncode == 0 or (p.returncode == 2 and
+                                     f"PyTorch {torch.__version__}'s FSDP does not import" in
+                                     p.stderr), f"--fsdp: exit {p.returncode}\n{p.stderr}")
+        dpscale(binary, "run", "--model", model, "--steps", "3", "--warmup", "1", out=out,
+                name="dps", check_rc=0)
+        p = script("plot.py", os.path.join(out, "dps"), "--torch", os.path.join(out, "pt"),
+                   "--out", os.path.join(out, "beside"))
+        expect_exit(p, 0)
+        with open(os.path.join(out, "beside", "summary.md")) as f:
+            md = f.read()
+        expect(re.search(r"- dp-small-resnet-fp32-sgd-g1-b8: PyTorch itself: [\d.]+ ms; "
+                         r"dpscale's model of it: [\d.]+ ms", md), f"summary.md:\n{md}")
+        ref("--module", spec, "--input", "3x8x8", name="own")
+        runs, _, _, _, meta = read_folder(os.path.join(out, "own"), torch=True)
+        expect(runs[0]["config_id"] == "dp-small_resnet-fp32-sgd-g1-b8" and
+               "torch.manual_seed(1234)" in meta["note"], f"without the file: {runs[0]}")
+        tagger = os.path.join(FIXTURES, "models", "tagger.model")
+        for args, needle in ((["--module", spec], "give one sample's --input SHAPE"),
+                             (["--module", spec, "--model", tagger], "not exported from this"),
+                             (["--module", spec, "--model", "tiny"], "not a preset"),
+                             (["--input", "3x8x8"], "give --module SPEC"),
+                             (["--module", "model_examples:nonesuch", "--input", "3"],
+                              "nonesuch")):
+            expect_exit(ref(*args, name="refused", rc=None), 2, needle)
+    return 0
+
+
 def sleeper(rank):
     """Rank 0 ends at once, rank 1 never does (until killed)."""
     if rank:
@@ -263,7 +342,7 @@ def case_hung(binary):
     return 0
 
 
-CASES = {"generator": case_generator, "fidelity": case_fidelity, "results": case_results,
+CASES = {"generator": case_generator, "fidelity": case_fidelity, "results": case_results, "module": case_module,
          "hung": case_hung}
 
 

@@ -7,10 +7,10 @@ slower step lost its time; folder, charts, summary,
 speedup, diagnose, predicted, culprit (where a step went: partition,
 waiting vs moving, stragglers) and buckets_advice (the bucket size to use)
 draw one (plot.py); gate is the regression
-gate (regress.py); torch_model, torch_graph, torch_timing, torch_train and
-torch_results are the PyTorch reference (torch_reference.py); interpreter
-runs a script again under /usr/bin/python3 when the Python running it lacks
-numpy, PyTorch or matplotlib; grad_scaler
+gate (regress.py); torch_model, torch_graph, torch_module, torch_timing,
+torch_train and torch_results are the PyTorch reference (torch_reference.py);
+interpreter runs a script again under /usr/bin/python3 when the Python
+running it lacks numpy, PyTorch or matplotlib; grad_scaler
 is GradScaler's loss scale as a pure function (the fp16 tests); validate
 checks dpscale predict (predict_validate.py); figures holds the GPU check's
 figure lines, sanitizer_log reads compute-sanitizer's log for it; netns

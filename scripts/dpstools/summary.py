@@ -147,6 +147,7 @@ def beside_torch(folder, torch_folder):
         return lines + ["No configuration in common (config_id): nothing to set side by side.",
                         ""]
     pm, pt = phases(folder), phases(torch_folder)
+    lines += module_lines(torch_folder, [(cid, mine[cid], theirs[cid]) for cid in common])
     lines += ["Median times on device 0 (ms). PyTorch's Python overhead: how long its device "
               "waited for Python in a phase, the phase's time less the time the device was busy "
               "in it (measured on GPUs only). PyTorch's dp "
@@ -164,6 +165,24 @@ def beside_torch(folder, torch_folder):
                 lines.append(f"| {cid} | {ph} | {x:.4f} | {y:.4f} | "
                              f"{f'{y / x:.2f}' if x else '-'} | "
                              f"{'-' if oh is None else f'{oh:.4f}'} |")
+    return lines + [""]
+
+
+def module_lines(torch_folder, pairs):
+    """With a folder of torch_reference.py --module (meta.json's "module"):
+    per configuration in both, the step of the user's nn.Module as PyTorch
+    runs it beside the step of dpscale's model of it (its model file)."""
+    module = torch_folder.meta.get("module")
+    if not isinstance(module, dict) or not pairs:
+        return []
+    lines = [f"The PyTorch folder ran the nn.Module {module.get('spec', '?')} itself, its own ops "
+             f"and Python, beside dpscale's model of it (the model file "
+             f"{module.get('model_file') or 'exported from it'}); median step times:", ""]
+    for cid, mine, theirs in pairs:
+        a, b = number(mine, "step_ms_median"), number(theirs, "step_ms_median")
+        ratio = f" (PyTorch / dpscale {b / a:.2f})" if a else ""
+        lines.append(f"- {cid}: PyTorch itself: {b:.4f} ms; dpscale's model of it: {a:.4f} ms"
+                     f"{ratio}.")
     return lines + [""]
 
 

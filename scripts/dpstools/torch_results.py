@@ -234,6 +234,7 @@ class Gathered:
 
     def run_row(self):
         args, cols = self.args, self.spec.columns()
+        flops = self.spec.fwd_flops()  # None: not known (a module without its model file)
         t, med = self.step_ms, self.median_step
         peaks = [dv["alloc_peak_bytes"] for _, _, dv, _ in self.rows]
         sps = args.batch / (med * 1e-3)
@@ -255,8 +256,8 @@ class Gathered:
                 "step_ms_mean": fmt(statistics.mean(t), 4),
                 "step_ms_stdev": fmt(statistics.stdev(t) if len(t) > 1 else 0.0, 4),
                 "samples_per_s": fmt(sps, 3), "tokens_per_s": fmt(sps * cols["tokens"], 1),
-                "model_tflops": fmt(3 * self.spec.fwd_flops() * args.batch / (med * 1e-3)
-                                    / 1e12, 6),
+                "model_tflops": fmt(3 * flops * args.batch / (med * 1e-3) / 1e12, 6)
+                if flops is not None else "",
                 "loss_first": fmt(self.loss[0], 6), "loss_last": fmt(self.loss[-1], 6),
                 "check": "off", "gpu0_alloc_peak_bytes": peaks[0],
                 "max_other_alloc_peak_bytes": max(peaks[1:]) if len(peaks) > 1 else "",
@@ -302,6 +303,23 @@ def precision_note(args, cuda):
     return note
 
 
+def module_note(args):
+    """meta.json's note on --module: the user's nn.Module, not dpscale's maths."""
+    if not getattr(args, "module", None):
+        return ""
+    init = f"dpscale's initial parameters of {args.model_file}" if args.model_file else \
+        f"its own initialisation (torch.manual_seed({args.seed}))"
+    return f"; the nn.Module {args.module} itself (its own ops), from {init}"
+
+
+def module_meta(args):
+    """meta.json's "module" with --module: its spec and the model file it
+    was exported to ("" without one), which summary.md reads."""
+    if not getattr(args, "module", None):
+        return {}
+    return {"module": {"spec": args.module, "model_file": args.model_file or ""}}
+
+
 def write_meta(folder, args):
     """meta.json with results.META_KEYS, as dpscale's: this invocation,
     and the machine's devices (every GPU PyTorch sees, or the CPU), so that
@@ -336,7 +354,7 @@ def write_meta(folder, args):
     else:
         how = "nn.DataParallel" if args.gpus > 1 else "one device"
     what = f"PyTorch {torch.__version__} on {'CUDA' if cuda else 'the CPU'}: {how}"
-    what += precision_note(args, cuda)
+    what += module_note(args) + precision_note(args, cuda)
     if cuda:
         memory = {"alloc_peak_bytes": "torch.cuda.max_memory_allocated over the whole run "
                                       "(reset before the model is built, as dpscale's peak)",
@@ -352,7 +370,7 @@ def write_meta(folder, args):
             "end_time": utc_now(), "host": socket.gethostname(),
             "os": f"{platform.system()} {platform.release()} {platform.machine()}",
             "backend": "torch", "emulated": False, "note": what, "memory": memory,
-            "devices": devices, "topology": "", "versions": {
+            "devices": devices, "topology": "", **module_meta(args), "versions": {
                 "driver": driver, "runtime": (torch.version.cuda or "") if cuda else "",
                 "cublas": "", "nccl": nccl, "nccl_build": "", "blas": blas.group(1) if blas else "",
                 "torch": torch.__version__, "python": platform.python_version()}}
