@@ -2,8 +2,10 @@
 read through torch.nn.functional (F.embedding, F.linear, F.layer_norm),
 nn.MultiheadAttention for self-attention, a residual; and a small residual
 convolution net (convolutions, batch norms, ReLU, a residual add, pooling,
-a Linear head); for the model file tests (tests/test_model_file.py,
-tests/test_torch_graph.py)."""
+a Linear head); a plain CNN with biased convolutions and max pooling, and
+an MLP on 3 x 32 x 32 images; for the model file tests
+(tests/test_model_file.py, tests/test_torch_graph.py,
+tests/test_model_matrix.py)."""
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -55,3 +57,16 @@ class SmallResNet(nn.Module):
 
 def small_resnet():
     return SmallResNet()
+
+
+def small_cnn():
+    """3 x 16 x 16 images: two biased convolutions, ReLU, max pooling, a
+    BatchNorm, global average pooling, a Linear head."""
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(8, 16, 3), nn.BatchNorm2d(16), nn.ReLU(),
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10))
+
+
+def mlp():
+    """3 x 32 x 32 images flattened, Linear(3072, 256), ReLU, Linear(256, 10)."""
+    return nn.Sequential(nn.Flatten(), nn.Linear(3072, 256), nn.ReLU(), nn.Linear(256, 10))
