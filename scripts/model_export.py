@@ -4,9 +4,12 @@
 
 MODULE names a callable that returns the nn.Module, as MODULE.FUNCTION
 (torchvision.models.resnet50) or MODULE:FUNCTION (mypkg.models:build);
---input is one sample's shape (3x224x224; with --tokens, the count of
-token ids, 1024). The module runs on the CPU, a batch of two, in training
-mode. Exit 0, or 2 with a line naming what could not be mapped.
+MODULE is imported as `python -m` imports, from the current directory
+first (a mymodel.py here: mymodel:build), then PYTHONPATH and the
+installed packages. --input is one sample's shape (3x224x224; with
+--tokens, the count of token ids, 1024). The module runs on the CPU, a
+batch of two, in training mode. Exit 0, or 2 with a line naming what could
+not be mapped: a module's qualified name and class, and what to do.
 """
 import argparse
 import sys
@@ -24,7 +27,8 @@ from dpstools import model_export  # noqa: E402 (PyTorch: after the interpreter 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("module", help="MODULE.FUNCTION or MODULE:FUNCTION returning the nn.Module")
+    ap.add_argument("module", help="MODULE.FUNCTION or MODULE:FUNCTION returning the nn.Module; "
+                    "MODULE is imported from the current directory first, as by python -m")
     ap.add_argument("--input", required=True, metavar="SHAPE",
                     help="one sample's input shape, e.g. 3x224x224, or token count with --tokens")
     ap.add_argument("--tokens", action="store_true", help="the input is token ids (an embedding reads it)")

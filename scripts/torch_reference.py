@@ -122,7 +122,8 @@ def parse(argv):
                          "default small; with --module, the file exported from the module")
     ap.add_argument("--module", metavar="SPEC",
                     help="the user's nn.Module as PyTorch runs it: MODULE:FUNCTION or "
-                         "MODULE.FUNCTION returning it, as scripts/model_export.py takes it")
+                         "MODULE.FUNCTION returning it, as scripts/model_export.py takes it "
+                         "(MODULE imported from the current directory first, as by python -m)")
     ap.add_argument("--input", metavar="SHAPE",
                     help="--module: one sample's input shape, e.g. 3x224x224 (model_export.py's; "
                          "default: the --model file's first line)")

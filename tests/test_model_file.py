@@ -18,7 +18,12 @@ usage: test_model_file.py DPSCALE CASE
                 every file there is read by dpscale predict
   refuses       a module, a function and a forward the exporter cannot map,
                 an --input its forward fails on, and a bad MODULE, each refused
-                with its name (exit 2)
+                with its name (exit 2); an nn.LSTM whose output is unpacked, a
+                GRU in a container and an LSTM as the whole model, refused
+                naming the module's qualified name, its class and what to do
+  cwd           MODULE:FUNCTION and MODULE.FUNCTION of a mymodel.py in the
+                directory the exporter runs in (not on PYTHONPATH), as
+                `python -m` imports; torch_reference.py --module's loader too
   buckets       dpscale info --model FILE's DDP buckets, byte for byte, against
                 PyTorch's DDP's rebuilt buckets (two gloo ranks on the CPU) for
                 resnet18, a GPT with tied weights and the custom module, each
@@ -28,7 +33,7 @@ Exit 77 (skip) without PyTorch or torchvision (scripts/setup.sh --with-torch).""
 from listing import DPSCALE, exit_if_listing, test
 
 TESTS = [test("model export " + c, DPSCALE, c, suite="torch", timeout=300)
-         for c in ("resnet", "transformer", "custom", "presets", "refuses")]
+         for c in ("resnet", "transformer", "custom", "presets", "refuses", "cwd")]
 TESTS += [test("model buckets torch", DPSCALE, "buckets", suite="torch", timeout=300,
                parallel=False)]
 if __name__ == "__main__":
@@ -211,6 +216,7 @@ def case_refuses(dpscale):
             expect(False, f"{type(model).__name__}: exported, expected a refusal")
         except model_export.ExportError as e:
             expect(needle in str(e), f"{type(model).__name__}: refused with {e!s}, expected {needle}")
+    refuses_unmapped()
     r = subprocess.run([PYTHON, EXPORT, "dpstools.reference_models:tiny_gpt", "--input", "32", "--tokens"],
                        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.path.dirname(EXPORT)})
     expect(r.returncode == 2 and "its forward fails on a batch of 32 token ids" in r.stderr and
@@ -219,6 +225,83 @@ def case_refuses(dpscale):
                        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.path.dirname(EXPORT)})
     expect(r.returncode == 2 and "nosuchpackage.build: No module named 'nosuchpackage'" in r.stderr,
            f"a module that does not exist: exit {r.returncode}, {r.stderr.strip()}")
+
+
+UNMAPPED = """from torch import nn
+
+
+class Tagger(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Linear(8, 16)
+        self.rnn = nn.LSTM(16, 16, batch_first=True)
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, x):
+        y, _ = self.rnn(self.embed(x))
+        return self.head(y)
+
+
+def tagger():
+    return Tagger()
+
+
+def nested():
+    return nn.Sequential(nn.Linear(8, 8), nn.Sequential(nn.ReLU(), nn.GRU(8, 8)))
+
+
+def bare():
+    return nn.LSTM(8, 8)
+"""
+
+
+def export_in(tmp, spec, *args):
+    """model_export.py SPEC ARGS run in the directory tmp, scripts/ alone on PYTHONPATH."""
+    return subprocess.run([PYTHON, EXPORT, spec, *args], capture_output=True, text=True, cwd=tmp,
+                          env={**os.environ, "PYTHONPATH": os.path.dirname(EXPORT)}, timeout=120)
+
+
+def refuses_unmapped():
+    """An unmapped module: exit 2 naming it, its class and what to do, no traceback."""
+    with tempfile.TemporaryDirectory() as tmp:
+        with open(os.path.join(tmp, "unmapped.py"), "w") as f:
+            f.write(UNMAPPED)
+        for fn, where, cls in (("tagger", "rnn", "LSTM"), ("nested", "1.1", "GRU"),
+                               ("bare", "the model itself", "LSTM")):
+            r = export_in(tmp, f"unmapped:{fn}", "--input", "5x8")
+            needles = (f"{where}: {cls} is not a module the exporter maps",
+                       f"torch.nn.modules.rnn.{cls}", "it maps Linear, Conv2d",
+                       f"Replace {where} with", "export a submodule without it")
+            expect(r.returncode == 2 and all(n in r.stderr for n in needles) and
+                   "Traceback" not in r.stderr,
+                   f"unmapped:{fn}: exit {r.returncode}, expected 2 with {needles}:\n{r.stderr}")
+
+
+def case_cwd(dpscale):
+    with tempfile.TemporaryDirectory() as tmp:
+        with open(os.path.join(tmp, "mymodel.py"), "w") as f:
+            f.write("from torch import nn\n\n\ndef build():\n"
+                    "    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))\n")
+        for spec in ("mymodel:build", "mymodel.build"):
+            out = os.path.join(tmp, "mine.model")
+            r = export_in(tmp, spec, "--input", "8", "--out", "mine.model")
+            expect(r.returncode == 0 and os.path.exists(out),
+                   f"{spec} from {tmp}: exit {r.returncode}, no {out}: {r.stderr}")
+            with open(out) as f:
+                lines = f.read().splitlines()
+            expect(lines[1:3] == ["dpscale-model 1", "name build"] and
+                   len(records(lines, "op")) == 3, f"{spec}: the file {lines}")
+            read_by_dpscale(dpscale, out, spec)
+            os.remove(out)
+        from dpstools import torch_module
+        here = os.getcwd()
+        os.chdir(tmp)
+        try:
+            built = torch_module.load("mymodel:build")
+        finally:
+            os.chdir(here)
+        expect(isinstance(built, nn.Sequential) and len(built) == 3,
+               f"torch_module.load('mymodel:build') in {tmp}: {built!r}")
 
 
 DDP_BUCKETS = r"""
@@ -300,7 +383,7 @@ def case_buckets(dpscale):
 
 CASES = {"resnet": case_resnet, "transformer": case_transformer, "custom": case_custom,
          "presets": case_presets,
-         "refuses": case_refuses, "buckets": case_buckets}
+         "refuses": case_refuses, "cwd": case_cwd, "buckets": case_buckets}
 
 if __name__ == "__main__":
     sys.exit(run_case(sys.argv[2], CASES[sys.argv[2]], sys.argv[1]))

@@ -18,6 +18,9 @@ import io
 import importlib
 import math
 import operator
+import os
+import sys
+import traceback
 
 import torch
 import torch.fx
@@ -50,14 +53,49 @@ class ExportError(Exception):
     """A module or function the exporter cannot map, named."""
 
 
+# the modules map_module maps, whole (a leaf of the trace); containers and the
+# user's own modules are traced through
+MAPPED = (nn.Linear, nn.Conv2d, nn.Embedding, *NORMS, *ACTS, *POOLS, nn.MultiheadAttention,
+          nn.TransformerEncoderLayer)
+
+
+def mapped(m):
+    """Whether map_module maps module m (an activation by its exact class)."""
+    return type(m) in ACTS or isinstance(m, tuple(c for c in MAPPED if c not in ACTS))
+
+
+def unmapped(name, m):
+    """The refusal of a module the exporter does not map: its qualified name,
+    its class, the modules it maps and what the user can do."""
+    cls = type(m)
+    where = name or "the model itself"
+    return ExportError(
+        f"{where}: {cls.__name__} is not a module the exporter maps ({cls.__module__}."
+        f"{cls.__qualname__}); it maps {', '.join(c.__name__ for c in MAPPED)}, the user's "
+        f"own modules built of them, and torch functions on their outputs. Replace {where} "
+        f"with modules of those kinds of the same sizes (what dpscale runs is their GEMMs and "
+        f"element-wise bytes), or export a submodule without it (a MODULE:FUNCTION returning "
+        f"the part before or after it)")
+
+
 def load(spec):
-    """The module a MODULE.FUNCTION or MODULE:FUNCTION spec builds."""
+    """The module a MODULE.FUNCTION or MODULE:FUNCTION spec builds. MODULE
+    is imported as `python -m` imports: the current directory first (a
+    mymodel.py where the command runs), then PYTHONPATH and the installed
+    packages (the one place a spec is resolved: model_export.py's and
+    torch_reference.py --module's)."""
     mod, _, fn = spec.rpartition(":") if ":" in spec else spec.rpartition(".")
     if not mod or not fn:
         raise ExportError(f"{spec}: give MODULE.FUNCTION or MODULE:FUNCTION, e.g. "
                           "torchvision.models.resnet50")
+    cwd = os.getcwd()
+    if sys.path[:1] != [cwd]:
+        sys.path.insert(0, cwd)
     try:
         built = getattr(importlib.import_module(mod), fn)()
+    except ModuleNotFoundError as e:
+        raise ExportError(f"{spec}: {e} (looked in the current directory {cwd}, PYTHONPATH and "
+                          "the installed packages)") from None
     except (ImportError, AttributeError) as e:
         raise ExportError(f"{spec}: {e}") from None
     if not isinstance(built, nn.Module):
@@ -156,8 +194,13 @@ def out_size(kind, keys, have, ops):
 def export(model, input_shape, integer_input=False):
     """The ops of model's forward on a batch of input_shape samples."""
     model.train()
+    tracer = Tracer()
+    if tracer.is_leaf_module(model, "") and not mapped(model):
+        raise unmapped("", model)
     try:
-        traced = Tracer().trace(model)
+        traced = tracer.trace(model)
+    except IndexError as e:
+        raise untraced(model, e) from None
     except (torch.fx.proxy.TraceError, TypeError) as e:
         raise ExportError(f"{type(model).__name__}: torch.fx cannot trace its forward ({e}); "
                           "a forward that branches on a tensor's values or unpacks a tensor "
@@ -183,6 +226,19 @@ def export(model, input_shape, integer_input=False):
     return ops, gm, example
 
 
+def untraced(model, e):
+    """The refusal of a forward whose trace raised IndexError: torch.fx's
+    Proxy.__iter__ (an unpacked output, `y, _ = ...`) reads the bytecode of
+    a newer Python than the PyTorch knows, or the forward's own error."""
+    where = traceback.extract_tb(e.__traceback__)[-1]
+    if where.filename.endswith(os.path.join("fx", "proxy.py")) and where.name == "__iter__":
+        return ExportError(f"{type(model).__name__}: torch.fx cannot trace its forward: it unpacks "
+                           "a module's or function's output (y, _ = ...), which this PyTorch's "
+                           "torch.fx cannot follow on this Python; index it instead (y = ...[0])")
+    return ExportError(f"{type(model).__name__}: its forward raised IndexError ({e}) at "
+                       f"{where.filename}:{where.lineno} while torch.fx traced it")
+
+
 class Tracer(torch.fx.Tracer):
     """torch.nn's modules are leaves, as fx's default, but not its containers;
     each node notes the module it was made in (meta "scope"), which names
@@ -193,7 +249,10 @@ class Tracer(torch.fx.Tracer):
         self.scope = []
 
     def call_module(self, m, forward, args, kwargs):
-        self.scope.append(self.path_of_module(m))
+        path = self.path_of_module(m)
+        if self.is_leaf_module(m, path) and not mapped(m):
+            raise unmapped(path, m)  # before its output is used: an LSTM's tuple cannot be traced
+        self.scope.append(path)
         try:
             return super().call_module(m, forward, args, kwargs)
         finally:
@@ -262,9 +321,7 @@ def map_module(ops, node, m):
     elif isinstance(m, nn.MultiheadAttention):
         map_mha(ops, node, m, name)
     else:
-        raise ExportError(f"{name}: {type(m).__name__} is not a module the exporter maps "
-                          "(it maps Linear, Conv2d, Embedding, norms, activations, pooling, "
-                          "MultiheadAttention, TransformerEncoderLayer)")
+        raise unmapped(name, m)
 
 
 def linear(ops, node, name, src, weight, bias, out):
