@@ -22,6 +22,14 @@ def sanitizer_report(stderr):
     return None
 
 
+def stderr_excerpt(stderr, lines=60):
+    """What a failed run's stderr says: a sanitizer's report from its first
+    line on, else stderr's last lines."""
+    all_lines = stderr.splitlines()
+    first = next((i for i, line in enumerate(all_lines) if SANITIZER.search(line)), None)
+    return "\n".join(all_lines[first:first + lines] if first is not None else all_lines[-lines:])
+
+
 class Model:
     """A model file being written: add ops with the methods below (each
     returns the op's name; src is the op it reads, default the last one),
@@ -93,9 +101,11 @@ class Model:
         src = self.fit(src, self.size[other])
         return self.op("add", {"from": other}, src)
 
-    def embedding(self, m, vocab, d, src=None):
+    def embedding(self, m, vocab, d, src=None, tied=None):
+        """y = x + the vocab x d table read at fixed positions; tied: an existing vocab x d tensor."""
         src = self.fit(src, m * d)
-        return self.op("embedding", {"m": m, "weight": self.tensor((vocab, d))}, src, out=m * d)
+        return self.op("embedding", {"m": m, "weight": tied or self.tensor((vocab, d))}, src,
+                       out=m * d)
 
     def rows_of_classes(self, rows=1):
         """The last op's output made rows of classes (a resample when it is not)."""

@@ -20,7 +20,7 @@ import sys
 import tempfile
 
 from helpers import dpscale, expect, read_folder, run_case
-from model_writer import FNS, KINDS, Model, sanitizer_report
+from model_writer import FNS, KINDS, Model, sanitizer_report, stderr_excerpt
 
 MODES = ("dp", "ddp", "zero1", "zero2", "fsdp")
 
@@ -30,17 +30,30 @@ def source(m, rng):
     return m.last if rng.random() < 0.7 else rng.choice(list(m.size))
 
 
-def shared(m, rng, shape):
-    """An existing tensor of shape, half of the times there is one (tied weights), else None."""
-    same = [t for t, s in m.tensors if s == shape]
-    return rng.choice(same) if same and rng.random() < 0.5 else None
+def shared(m, rng):
+    """An existing two-dimensional tensor (a gemm's weight, an embedding's
+    table) a third of the times there is one, for another op to name too (tied
+    weights: GPT-2's head reads its token embedding), else None."""
+    two = [(t, s) for t, s in m.tensors if len(s) == 2]
+    return rng.choice(two) if two and rng.random() < 0.35 else None
 
 
 def add_gemm(m, rng, src):
     if rng.random() < 0.25:
         return m.bmm(rng.randint(1, 3), rng.randint(1, 5), rng.randint(1, 5), rng.randint(1, 5), src)
     rows, k, n = rng.randint(1, 4), rng.randint(1, 12), rng.randint(1, 24)
-    return m.gemm(rows, k, n, bias=rng.random() < 0.5, src=src, tied=shared(m, rng, (n, k)))
+    tied = shared(m, rng)
+    if tied:
+        (n, k), tied = tied[1], tied[0]
+    return m.gemm(rows, k, n, bias=rng.random() < 0.5, src=src, tied=tied)
+
+
+def add_embedding(m, rng, src):
+    tied = shared(m, rng)
+    if tied:
+        (vocab, d), tied = tied[1], tied[0]
+        return m.embedding(rng.randint(1, 4), vocab, d, src, tied=tied)
+    return m.embedding(rng.randint(1, 4), rng.randint(1, 6), rng.randint(1, 8), src)
 
 
 def add_op(m, rng):
@@ -57,7 +70,7 @@ def add_op(m, rng):
         return m.act(rng.choice(FNS), src)
     if kind == "add":
         return m.add(rng.choice(list(m.size)), src)
-    return m.embedding(rng.randint(1, 4), rng.randint(1, 6), rng.randint(1, 8), src)
+    return add_embedding(m, rng, src)
 
 
 def random_model(rng, name):
@@ -92,7 +105,7 @@ def run_one(binary, rng, tmp, i):
                 "--check", "--no-nvml", out=tmp, name=name)
     report = sanitizer_report(p.stderr)
     expect(p.returncode == 0 and not report,
-           f"{label}: exit {p.returncode}{', ' + report if report else ''}\n{p.stderr[-4000:]}\n"
+           f"{label}: exit {p.returncode}{', ' + report if report else ''}\n{stderr_excerpt(p.stderr)}\n"
            f"the file:\n{text}")
     run = read_folder(os.path.join(tmp, name))[0][0]
     expect(run["status"] == "ok" and run["check"] == "pass",

@@ -29,7 +29,7 @@ import tempfile
 
 from helpers import HERE, PYTHON, SCRIPTS, Failure, dpscale, expect, missing_modules, read_folder, \
     run_cases
-from model_writer import FNS, Model, sanitizer_report
+from model_writer import FNS, Model, sanitizer_report, stderr_excerpt
 
 MODES = ("dp", "ddp", "fsdp")
 CLASSES = 4
@@ -55,7 +55,7 @@ def run_file(binary, path, tmp, mode, per_device):
                 "--check", "--no-nvml", out=tmp, name=f"{os.path.basename(path)}-{mode}-{per_device}")
     report = sanitizer_report(p.stderr)
     expect(p.returncode == 0 and not report,
-           f"{label}: exit {p.returncode}{', ' + report if report else ''}\n{p.stderr[-4000:]}")
+           f"{label}: exit {p.returncode}{', ' + report if report else ''}\n{stderr_excerpt(p.stderr)}")
     runs = read_folder(os.path.join(tmp, f"{os.path.basename(path)}-{mode}-{per_device}"))[0]
     expect(len(runs) == 1 and runs[0]["status"] == "ok" and runs[0]["check"] == "pass",
            f"{label}: status {runs[0]['status']}, check {runs[0]['check']}: {runs[0]['error']}")
