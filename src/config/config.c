@@ -266,15 +266,10 @@ static dps_status check_devices(const dps_config *c, const backend *be)
     return DPS_OK;
 }
 
-/* A model file's: fp32, and the batch's input and logits under 2^40 elements. */
+/* A model file's: the batch's input and logits under 2^40 elements. */
 static dps_status check_file(const dps_config *c)
 {
     const net *n = c->net_file;
-    if (c->precision != PREC_FP32)
-        return dps_fail(DPS_ERR_USAGE, "--precision %s --model %s: a model file runs in fp32 (half "
-                        "precision runs the MLP presets); use "
-                        "--precision fp32, or an MLP preset for %s", dps_precision_name(c->precision),
-                        n->path, dps_precision_name(c->precision));
     if (c->gemm_ref)
         return dps_fail(DPS_ERR_USAGE, "--gemm-ref times the MLP's GEMMs alone; %s is a model "
                         "file: leave --gemm-ref out", n->path);

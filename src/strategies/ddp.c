@@ -139,8 +139,9 @@ static void inject_fault(ddp_rank *R, int step)
     ranks_inject_fault(&f, R->rank, step);
 }
 
-/* Under autocast the model hands its half logits on (logits16_out) and the
- * loss casts them: as dp does, and as `logits.float()` runs in the loss. */
+/* Under autocast the MLP hands its half logits on (logits16_out) and the
+ * loss casts them: as dp does, and as `logits.float()` runs in the loss; a
+ * model file widens its own (graph.h). */
 static int autocast(const ddp_rank *R) { return R->acts.mlp.half != BE_F32 && !net_is_file(R->net); }
 
 /* The loss's fp32 logits and their gradient (bytes each), one buffer under

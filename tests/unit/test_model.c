@@ -352,7 +352,7 @@ static void test_graph_gradients(void)
     g.st = expect_stream(g.be);
     EXPECT(graph_layout_make(&g.mf, &g.l) == DPS_OK && g.l.total == 126);
     EXPECT(g.l.offset[0] == 0 && g.l.offset[5] == 102); /* the last ready (emb) first */
-    EXPECT(graph_acts_alloc(g.be, 0, &g.mf, g.samples, &g.a) == DPS_OK);
+    EXPECT(graph_acts_alloc(g.be, 0, &g.mf, g.samples, PREC_FP32, &g.a) == DPS_OK);
     float *p = malloc(g.l.total * sizeof *p), *grads = malloc(g.l.total * sizeof *grads);
     g.x = malloc(48 * sizeof *g.x);
     g.r = malloc(24 * sizeof *g.r);
