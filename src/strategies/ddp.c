@@ -428,14 +428,20 @@ static dps_status phase_exposed(ddp_rank *R)
 }
 
 /* GradScaler's unscale_ and inf check on the all-reduced gradients: the
- * same on every rank, so every rank decides the same; *skip when found. */
+ * same on every rank, so every rank decides the same (ZeRO-2 and FSDP: on
+ * this rank's gradient shard, what each found all-reduced); *skip when found. */
 static dps_status phase_unscale(ddp_rank *R, int *skip)
 {
     *skip = 0;
     if (!R->scaler.on) return DPS_OK;
     set_phase(R, PH_UNSCALE);
     DPS_TRY(ptimer_begin(R->timer, 0, PH_UNSCALE));
-    DPS_TRY(scaler_unscale(&R->scaler, R->be, R->st, R->grads.ptr, (int64_t)R->nparams, skip));
+    if (units_reduce(R))
+        DPS_TRY(scaler_unscale(&R->scaler, R->be, R->st, R->shard.grad_shard.ptr,
+                               (int64_t)R->shard.shard_n, R->comm, skip));
+    else
+        DPS_TRY(scaler_unscale(&R->scaler, R->be, R->st, R->grads.ptr, (int64_t)R->nparams, NULL,
+                               skip));
     return ptimer_end(R->timer, 0, PH_UNSCALE);
 }
 
