@@ -85,7 +85,8 @@ dps_status net_acts_alloc(backend *be, int dev, const net *n, int max_samples, d
                           net_acts *a) DPS_MUST_USE;
 void net_acts_free(backend *be, const net *n, net_acts *a);
 /* From now on forward and backward reach parameters and gradients through
- * w (window.h; its unit_of is set here); fp32 only. NULL: the flat buffers. */
+ * w (window.h; its unit_of is set here); the MLP in fp32 only, a file in
+ * any precision (its ops cast what the window gives). NULL: the flat buffers. */
 void net_acts_window(const net *n, net_acts *a, net_window *w);
 
 /* logits[samples * rows, classes] = model(x) (model_forward's autocast rules
