@@ -9,7 +9,8 @@ usage: test_model_half.py DPSCALE CASE [ARGS...]
                         PREC against torch_reference.py --device cpu, MODEL a
                         residual conv net or a BERT of nn.TransformerEncoderLayer
                         blocks exported here, or bench/models/resnet50.model:
-                        every step's loss within LOSS_TOL_BF16_HOST (the MLP's
+                        or EDGES (below), every step's loss within
+                        LOSS_TOL_BF16_HOST (the MLP's
                         host bf16 tolerance); for the small files also the
                         parameters after PARAMS_STEPS SGD steps within
                         PARAMS_TOL[PREC], while dpscale's fp32 run's are
@@ -26,7 +27,7 @@ from listing import DPSCALE, exit_if_listing, test
 PRECS = ("bf16", "fp16")
 TESTS = [test(f"model half fidelity {p} {m}", DPSCALE, "fidelity", p, m, suite="torch",
               timeout=300, parallel=False)
-         for p in PRECS for m in ("small_resnet", "tiny_bert", "resnet50")]
+         for p in PRECS for m in ("small_resnet", "tiny_bert", "resnet50", "edges")]
 TESTS += [test(f"model half check {m} {p}", DPSCALE, "check", m, p, timeout=120)
           for m in ("dp", "ddp", "fsdp") for p in PRECS]
 if __name__ == "__main__":
@@ -58,6 +59,26 @@ LOSS_TOL = torch_model.LOSS_TOL_BF16_HOST["sgd"]
 # and 3.4e-5 from its fp16 run, so the tolerances sit between the two.
 PARAMS_TOL = {"bf16": 5e-6, "fp16": 1.5e-5}
 PARAMS_STEPS, LOSS_STEPS = 3, 6
+# The type rules' edges: a norm and a resample reading a half act, a
+# batched gemm reading fp32 (cast first), an embedding, and a last op that
+# is a half add (its gradient rounded in a copy of the caller's).
+EDGES = """dpscale-model 1
+name edges
+input 12
+classes 3
+tensor emb 5x2 ready=3
+tensor w1 4x3 ready=1
+tensor b1 4 ready=2
+tensor g 4 ready=0
+op embedding e m=6 weight=emb
+op gemm g1 m=4 k=3 n=4 weight=w1 bias=b1
+op act a1 fn=gelu
+op norm n1 c=4 weight=g
+op resample r1 n=20
+op gemm mm m=2 k=2 n=3 b=2
+op resample r2 n=12 in=a1
+op add last from=mm
+"""
 
 
 def export(tmp, name):
@@ -126,7 +147,8 @@ def case_fidelity(binary, prec, model):
             path = os.path.join(REPO, "bench", "models", "resnet50.model")
             args = ["--batch", "1", "--steps", "2"]
         else:
-            path = export(tmp, model)
+            path = export(tmp, model) if model != "edges" else \
+                write(os.path.join(tmp, "edges.model"), EDGES)
             args = ["--batch", "4", "--steps", str(LOSS_STEPS), "--lr",
                     str(torch_model.FIDELITY_LR["sgd"])]
         common = ["--mode", "dp", "--gpus", "1", "--model", path, "--warmup", "0",

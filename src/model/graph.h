@@ -57,7 +57,8 @@ typedef struct graph_acts {
      * promotion); the last op's half output is widened into the logits.
      * Gradients are fp32 sums of contributions, each rounded to the type of
      * the tensor it is the gradient of, and an op's output gradient is
-     * rounded to its type once before its backward reads it; the
+     * rounded to its type once before its backward reads it (dlogits is
+     * left as it is: a copy is rounded); the
      * parameters' gradients of a gemm are rounded to the half type once and
      * added in fp32 (the backward of the parameters' casts). */
     be_dtype half;
@@ -67,6 +68,7 @@ typedef struct graph_acts {
     dps_buf g16;          /* [max_samples][widest]: an op's output gradient in the half type */
     dps_buf x16;          /* [max_samples][widest]: a batched gemm's fp32 input cast */
     dps_buf out16;        /* the last op's half output, before it is widened into the logits */
+    dps_buf dlast;        /* the last op's gradient rounded, where its backward reads it so */
 } graph_acts;
 
 /* prec PREC_BF16 or PREC_FP16 runs the file under autocast. */

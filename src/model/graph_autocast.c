@@ -53,33 +53,43 @@ static size_t widest_elems(const model_file *mf)
     return most;
 }
 
-/* w16, g16, x16 (when a batched gemm reads fp32) and out16 (when the last op is half). */
-static void autocast_sizes(const model_file *mf, const be_dtype *dt, uint64_t max_samples,
-                           uint64_t bytes[4])
+/* Whether op o's backward reads its output gradient rounded in fp32 (a
+ * gemm and an act cast it to the half type themselves). */
+static int reads_rounded(const mf_op *o)
 {
-    int fp32_batched;
+    return o->kind == MF_RESAMPLE || o->kind == MF_ADD;
+}
+
+/* w16, g16, x16 (when a batched gemm reads fp32), out16 (when the last op
+ * is half) and dlast (when its backward reads its gradient rounded). */
+static void autocast_sizes(const model_file *mf, const be_dtype *dt, uint64_t max_samples,
+                           uint64_t bytes[5])
+{
+    int fp32_batched, half_last = dt[mf->nops - 1] != BE_F32;
+    const mf_op *last = &mf->ops[mf->nops - 1];
     uint64_t wide = max_samples * (uint64_t)widest_elems(mf) * 2;
     bytes[0] = (uint64_t)largest_weight(mf, dt, &fp32_batched) * 2;
     bytes[1] = wide;
     bytes[2] = fp32_batched ? wide : 0;
-    bytes[3] = dt[mf->nops - 1] != BE_F32 ? max_samples * mf->ops[mf->nops - 1].out_elems * 2 : 0;
+    bytes[3] = half_last ? max_samples * last->out_elems * 2 : 0;
+    bytes[4] = half_last && reads_rounded(last) ? max_samples * last->out_elems * sizeof(float) : 0;
 }
 
 uint64_t graph_autocast_bytes(const model_file *mf, const be_dtype *dt, uint64_t max_samples)
 {
-    uint64_t b[4];
+    uint64_t b[5];
     autocast_sizes(mf, dt, max_samples, b);
-    return b[0] + b[1] + b[2] + b[3];
+    return b[0] + b[1] + b[2] + b[3] + b[4];
 }
 
 dps_status graph_autocast_alloc(backend *be, int dev, const model_file *mf, graph_acts *a)
 {
-    uint64_t b[4];
+    uint64_t b[5];
     autocast_sizes(mf, a->dt, (uint64_t)a->max_samples, b);
-    dps_buf *bufs[4] = {&a->w16, &a->g16, &a->x16, &a->out16};
-    const char *what[4] = {"autocast parameters", "autocast activation gradients",
-                           "autocast inputs", "autocast logits"};
-    for (int i = 0; i < 4; i++)
+    dps_buf *bufs[5] = {&a->w16, &a->g16, &a->x16, &a->out16, &a->dlast};
+    const char *what[5] = {"autocast parameters", "autocast activation gradients",
+                           "autocast inputs", "autocast logits", "autocast logits' gradient"};
+    for (int i = 0; i < 5; i++)
         if (b[i]) DPS_TRY(be_buf_alloc(be, dev, (size_t)b[i], what[i], bufs[i]));
     return DPS_OK;
 }
@@ -307,17 +317,35 @@ static dps_status act_bwd(const graph_bwd_ctx *c, const mf_op *o, const float *i
     return be->ops->gelu_bwd_half(be, c->f.st, t, n, g16, CU16(in), U16(din));
 }
 
+/* Op i's output gradient rounded to its half type (the gradient of a half
+ * tensor) where its backward reads it in fp32: in place, or the last op's
+ * (the caller's dlogits) in a copy, dlast. */
+static dps_status rounded_grad(const graph_bwd_ctx *c, int i, const float **g)
+{
+    backend *be = c->f.be;
+    graph_acts *a = c->f.a;
+    const mf_op *o = &c->f.mf->ops[i];
+    int64_t n = (int64_t)c->f.samples * (int64_t)o->out_elems;
+    float *r = graph_grad_of(a, i);
+    *g = r;
+    if (a->dt[i] == BE_F32 || !reads_rounded(o)) return DPS_OK;
+    if (i == a->last) {
+        r = a->dlast.ptr;
+        DPS_TRY(graph_copy(be, c->f.st, a->work.dev, r, *g, (size_t)n));
+        *g = r;
+    }
+    return be->ops->round_half(be, c->f.st, a->dt[i], n, r);
+}
+
 dps_status graph_bwd_half(const graph_bwd_ctx *c, int i, float *din, be_dtype *din_t)
 {
     const mf_op *o = &c->f.mf->ops[i];
     backend *be = c->f.be;
     graph_acts *a = c->f.a;
-    const float *in = graph_input_of(a, o->in, c->f.x);
-    float *g = graph_grad_of(a, i);
+    const float *in = graph_input_of(a, o->in, c->f.x), *g;
     be_dtype t = a->dt[i];
-    int64_t n = (int64_t)c->f.samples * (int64_t)o->out_elems;
     *din_t = BE_F32;
-    if (t != BE_F32) DPS_TRY(be->ops->round_half(be, c->f.st, t, n, g)); /* the grad of a half tensor */
+    DPS_TRY(rounded_grad(c, i, &g));
     switch (o->kind) {
     case MF_GEMM: return gemm_bwd(c, o, in, g, din, din_t);
     case MF_RESAMPLE: /* summed in fp32; graph.c rounds din to the input's type */

@@ -1,6 +1,7 @@
 /* What model/graph.c and model/graph_autocast.c share: the context of one
  * forward or backward pass, where each op's output and gradient lie, and
- * the fp32 ops that the autocast ones reuse. Private to model/graph*.c. */
+ * the fp32 ops that the autocast ones reuse (model/graph_ops.c). Private
+ * to model/graph*.c. */
 #ifndef DPS_GRAPH_OPS_H
 #define DPS_GRAPH_OPS_H
 
