@@ -189,6 +189,26 @@ DPS_HD uint16_t dps_add_bias_half(float acc, uint16_t bias, int f16)
     return dps_to_half(acc + dps_from_half(bias, f16), f16);
 }
 
+/* An element of a tensor of type t (0: fp32, 1: bf16, 2: fp16, as
+ * be_dtype) widened to fp32, and an fp32 value stored in type t: a model
+ * file's element-wise ops under autocast on operands of mixed types. */
+DPS_HD float dps_load_as(const void *p, int64_t i, int t)
+{
+    return t == 0 ? ((const float *)p)[i] : dps_from_half(((const uint16_t *)p)[i], t == 2);
+}
+
+DPS_HD void dps_store_as(void *p, int64_t i, int t, float v)
+{
+    if (t == 0) ((float *)p)[i] = v;
+    else ((uint16_t *)p)[i] = dps_to_half(v, t == 2);
+}
+
+/* x rounded to the nearest value of the half type, kept in fp32. */
+DPS_HD float dps_round_half(float x, int f16)
+{
+    return dps_from_half(dps_to_half(x, f16), f16);
+}
+
 /* GELU of a half value, rounded to the half type (GELU's half output). */
 DPS_HD uint16_t dps_gelu_half(uint16_t x, int f16)
 {

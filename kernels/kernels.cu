@@ -254,6 +254,27 @@ __global__ void resample_bwd_kernel(int64_t samples, int64_t n_in, int64_t n_out
     }
 }
 
+/* a model file's ops under autocast (backend.h: add_ex, round_half, resample_half) */
+__global__ void add_ex_kernel(int64_t n, const void *a, int at, const void *b, int bt, void *y,
+                              int yt)
+{
+    GRID_STRIDE(i, n) dps_store_as(y, i, yt, dps_load_as(a, i, at) + dps_load_as(b, i, bt));
+}
+
+__global__ void round_half_kernel(int64_t n, float *x, int f16)
+{
+    GRID_STRIDE(i, n) x[i] = dps_round_half(x[i], f16);
+}
+
+__global__ void resample_half_kernel(int64_t samples, int64_t n_in, int64_t n_out,
+                                     const uint16_t *x, uint16_t *y)
+{
+    GRID_STRIDE(t, samples * n_out) {
+        int64_t r = t / n_out, i = t % n_out;
+        y[t] = x[r * n_in + i % n_in];
+    }
+}
+
 __global__ void col_scale_kernel(int64_t rows, int cols, const float *x, const float *g, float *y)
 {
     GRID_STRIDE(t, rows * cols) y[t] = x[t] * g[t % cols];
@@ -461,6 +482,29 @@ cudaError_t dps_k_resample_bwd(cudaStream_t s, int64_t samples, int64_t n_in, in
 {
     if (samples * n_in <= 0) return cudaSuccess;
     resample_bwd_kernel<<<grid_for(samples * n_in), kThreads, 0, s>>>(samples, n_in, n_out, dy, dx);
+    return cudaGetLastError();
+}
+
+cudaError_t dps_k_add_ex(cudaStream_t s, int64_t n, const void *a, int at, const void *b, int bt,
+                         void *y, int yt)
+{
+    if (n <= 0) return cudaSuccess;
+    add_ex_kernel<<<grid_for(n), kThreads, 0, s>>>(n, a, at, b, bt, y, yt);
+    return cudaGetLastError();
+}
+
+cudaError_t dps_k_round_half(cudaStream_t s, int64_t n, float *x, int f16)
+{
+    if (n <= 0) return cudaSuccess;
+    round_half_kernel<<<grid_for(n), kThreads, 0, s>>>(n, x, f16);
+    return cudaGetLastError();
+}
+
+cudaError_t dps_k_resample_half(cudaStream_t s, int64_t samples, int64_t n_in, int64_t n_out,
+                                const uint16_t *x, uint16_t *y)
+{
+    if (samples * n_out <= 0) return cudaSuccess;
+    resample_half_kernel<<<grid_for(samples * n_out), kThreads, 0, s>>>(samples, n_in, n_out, x, y);
     return cudaGetLastError();
 }
 

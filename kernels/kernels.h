@@ -70,6 +70,15 @@ cudaError_t dps_k_col_scale(cudaStream_t s, int64_t rows, int cols, const float 
                             float *y);
 cudaError_t dps_k_mul(cudaStream_t s, int64_t n, const float *a, const float *b, float *y);
 
+/* a model file's ops under autocast: y = a + b, each of type 0 (fp32), 1
+ * (bf16) or 2 (fp16) as be_dtype, in fp32 and stored once in y's type (y
+ * may be a); x rounded in place to the half type; a resample of half elements */
+cudaError_t dps_k_add_ex(cudaStream_t s, int64_t n, const void *a, int at, const void *b, int bt,
+                         void *y, int yt);
+cudaError_t dps_k_round_half(cudaStream_t s, int64_t n, float *x, int f16);
+cudaError_t dps_k_resample_half(cudaStream_t s, int64_t samples, int64_t n_in, int64_t n_out,
+                                const uint16_t *x, uint16_t *y);
+
 /* One thread busy for us microseconds on stream s (a stretched phase). */
 cudaError_t dps_k_spin(cudaStream_t s, double us);
 

@@ -22,7 +22,11 @@ dpscale's autocast maths cast by hand (torch_model.autocast_bf16: CPU
 autocast rounds the parameters' gradients to bf16, dpscale does not).
 --precision fp16: CUDA only, torch.autocast(float16) and
 torch.cuda.amp.GradScaler (--init-scale, --growth-interval); PyTorch 1.13's
-CPU autocast has no float16 and GradScaler needs CUDA.
+CPU autocast has no float16 and GradScaler needs CUDA. A model file
+(--model FILE) in bf16 or fp16 casts by hand on either device, at the
+points where dpscale's autocast rules put them (torch_graph.half_casts),
+fp16 with GradScaler on CUDA and its rules transcribed on the CPU
+(torch_train.HostScaler).
 Rank processes are started with torch.multiprocessing (spawn, or
 forkserver with PyTorch preloaded), or by torchrun, e.g. `torchrun
 --nproc_per_node 2 -r 2 -t 2 torch_reference.py --mode ddp --gpus 2 ...`
@@ -89,7 +93,7 @@ if __name__ == "__main__":  # before numpy is imported: Debian's Python has it a
 
 # numpy (and PyTorch where they import it): after the interpreter is settled
 from dpstools.grad_scaler import GROWTH_INTERVAL, INIT_SCALE  # noqa: E402
-from dpstools.torch_graph import ModelFileError, read as read_model_file  # noqa: E402
+from dpstools.torch_graph import Graph, ModelFileError, read as read_model_file  # noqa: E402
 from dpstools.torch_model import Preset, dpscale_info, file_presets, presets  # noqa: E402
 from dpstools.torch_module import Module, ModuleError, header_input, parse_shape  # noqa: E402
 from dpstools.torch_results import Usage, check_folder, utc_now  # noqa: E402
@@ -181,6 +185,8 @@ def setup(args):
     else:
         spec, per_gpu = model_spec(args)
         args.model = spec.name  # the results' model and config_id
+    cpu_refusal(args, spec)
+    args.by_hand = isinstance(spec, Graph) and args.precision != "fp32"  # torch_train.Rank's
     args.batch = args.batch or per_gpu * args.gpus
     if args.batch < args.gpus:
         raise Usage(f"--batch {args.batch}: fewer samples than the {args.gpus} devices")
@@ -198,7 +204,7 @@ def setup(args):
                     f"--with-torch installs python3-torch") from None
     ncuda = torch.cuda.device_count() if torch.cuda.is_available() else 0
     args.device = args.device or ("cuda" if ncuda else "cpu")
-    cpu_refusal(args)
+    cpu_refusal(args, spec)
     if args.device == "cuda" and ncuda < args.gpus:
         raise Usage(f"--device cuda --gpus {args.gpus}: PyTorch sees {ncuda} CUDA device(s) "
                     f"(PyTorch {torch.__version__}, built with CUDA {torch.version.cuda}); "
@@ -279,9 +285,6 @@ def model_spec(args):
 
 def file_spec(args, path, name=None):
     """The model file at path (named as its preset, else by its name record)."""
-    if args.precision != "fp32":
-        raise Usage(f"--model {args.model} --precision {args.precision}: dpscale runs a model "
-                    f"file in fp32; use --precision fp32 (or an MLP preset)")
     graph = model_file(path)
     graph.name = name or graph.name
     return graph
@@ -316,16 +319,19 @@ def accum_refusal(args):
                     f"{args.growth_interval}: give a scale above 0 and an interval of at least 1")
 
 
-def cpu_refusal(args):
+def cpu_refusal(args, spec=None):
+    """What the CPU refuses; fp16 once the model is known (spec): a model
+    file's casts are by hand, the MLP's and a module's are autocast's."""
     if args.device != "cpu":
         return
     if args.mode == "dp" and args.gpus > 1:
         raise Usage(f"--mode dp --gpus {args.gpus} --device cpu: nn.DataParallel needs CUDA; "
                     f"on the CPU use --mode ddp (gloo, one process per rank) or --gpus 1")
-    if args.precision == "fp16":
+    if args.precision == "fp16" and spec is not None and not isinstance(spec, Graph):
         raise Usage("--precision fp16 --device cpu: PyTorch's CPU autocast (1.13) takes "
                     "bfloat16 only and torch.cuda.amp.GradScaler needs CUDA; use --precision "
-                    "bf16 or fp32 on the CPU, or fp16 with --device cuda")
+                    "bf16 or fp32 on the CPU, fp16 with --device cuda, or a model file (--model "
+                    "FILE: its casts are by hand)")
 
 
 def shard_refusal(args):

@@ -125,7 +125,6 @@ def case_refused(binary):
         with open(suite, "w") as f:
             f.write("models = small, bad.model\n")
         cases = [
-            (["run", "--model", small, "--precision", "bf16"], ["a model file runs in fp32"]),
             (["run", "--model", small, "--layers", "3"], ["--layers", "whose shapes are its own"]),
             (["run", "--model", small, "--gemm-ref"], ["--gemm-ref", "model file"]),
             (["run", "--model", bad], [f"{bad}:{line}:"]),

@@ -18,8 +18,9 @@ usage: test_sharded.py DPSCALE CASE
               and all-gathers every unit once a step, fsdp gathers every unit
               twice (forward and backward) and reduce-scatters it once, zero1
               all-reduces ddp's buckets and all-gathers every unit
-  refused     fsdp and zero2 in half precision or with a GradScaler, --no-sync and --bucket-mb without
-              a strategy that has buckets: exit 2 saying what to do"""
+  refused     fsdp and zero2 in half precision with an MLP preset, --no-sync and --bucket-mb
+              without a strategy that has buckets: exit 2 saying what to do; with a
+              GradScaler they run, a planted inf skipping the step on every rank"""
 from listing import DPSCALE, FIXTURES, exit_if_listing, test
 
 TESTS = [test("sharded " + c, DPSCALE, c, timeout=400)
@@ -156,9 +157,15 @@ def case_refused(binary):
             p = dpscale(binary, "run", "--mode", mode, "--precision", "bf16", "--gpus", "2",
                         out=tmp, check_rc=None)
             expect_exit(p, 2, "fp32", "--precision fp32")
-        p = dpscale(binary, "run", "--mode", "zero2", "--scaler", "on", "--gpus", "2", out=tmp,
-                    check_rc=None)
-        expect_exit(p, 2, "GradScaler", "--mode zero1")
+        for mode in ("zero2", "fsdp"):  # the sharded GradScaler: what each rank found all-reduced
+            dpscale(binary, "run", "--mode", mode, "--scaler", "on", "--gpus", "2", "--steps", "3",
+                    "--warmup", "1", "--inject-overflow", "2", "--check", out=tmp,
+                    name=mode + "-scaler", check_rc=0)
+            rows = list(read_table(os.path.join(tmp, mode + "-scaler", "steps.csv")))
+            skipped = sorted({(r["step"], r["rank"]) for r in rows if r["skipped"] == "1"})
+            expect(skipped == [("1", "0"), ("1", "1")],
+                   f"{mode} --scaler on --inject-overflow 2: steps.csv's skipped (step, rank) "
+                   f"are {skipped}, expected step 1 (the second measured) on both ranks")
         p = dpscale(binary, "run", "--mode", "fsdp", "--accum", "2", "--no-sync", "off",
                     "--gpus", "2", out=tmp, check_rc=None)
         expect_exit(p, 2, "--no-sync", "buckets", "--mode ddp")

@@ -118,3 +118,8 @@ def bert_large():
 def tiny_gpt():
     """A GPT of four small blocks, for tests that run it."""
     return Gpt2(vocab=512, tokens=16, d=64, layers=2, heads=4)
+
+
+def tiny_bert():
+    """A BERT of two small nn.TransformerEncoderLayer blocks, for tests that run it."""
+    return Bert(vocab=512, tokens=16, d=64, layers=2, heads=4, ff=128)

@@ -11,7 +11,15 @@ is x·Wᵀ + b on m rows of a sample (W viewed as n × k) or, without weight,
 b matmuls between the two halves of its input; a resample reads
 x[i mod n_in]; a norm scales and shifts c columns; every act is the exact
 erf GELU; an embedding adds its table's elements at fixed positions; an add
-is a residual. numpy only at import: PyTorch is passed in.
+is a residual. With a half type (bf16 or fp16) the module computes as
+dpscale runs a file under autocast (model/graph.h, docs/model-file.md's
+"Half precision"), the casts by hand on fp32 tensors that hold half values,
+as torch_model.autocast_bf16 does for the MLP: a gemm's input, weight and
+bias rounded to the half type (their gradients too), its output rounded; a
+resample and an act in their input's type, a norm and an embedding in
+fp32, an add in the half type when both operands are of it; every half
+output's gradient rounded once, and each gradient an op hands its input
+rounded to the input's type. numpy only at import: PyTorch is passed in.
 """
 import collections
 import math
@@ -104,9 +112,10 @@ class Graph:
         labels = np.floor((u + 1.0) * 0.5 * self.classes).astype(np.int64)
         return x, np.minimum(labels, self.classes - 1)
 
-    def module(self, torch, flat):
-        """The nn.Module of the ops with the parameters of the flat buffer."""
-        return make_module(torch, self, flat)
+    def module(self, torch, flat, half=None):
+        """The nn.Module of the ops with the parameters of the flat buffer;
+        half (torch.bfloat16 or torch.float16): as under dpscale's autocast."""
+        return make_module(torch, self, flat, half)
 
     @staticmethod
     def flat(module):
@@ -117,8 +126,9 @@ class Graph:
         return self.input * 4 + self.rows * 8
 
 
-def make_module(torch, graph, flat):
+def make_module(torch, graph, flat, half=None):
     nn = torch.nn
+    casts = half_casts(torch, half) if half is not None else None
 
     class GraphModule(nn.Module):
         """The file's ops on [samples, input] → logits [samples * rows, classes];
@@ -137,9 +147,14 @@ def make_module(torch, graph, flat):
             return [getattr(self, f"t{t}") for t in range(len(graph.tensors))]
 
         def forward(self, x):
-            w, outs = self.weights(), []
+            w, outs, halves = self.weights(), [], []
             for op in graph.ops:
-                outs.append(op_forward(torch, op, w, x, outs))
+                if casts:
+                    y, h = op_forward_half(torch, casts, op, w, x, outs, halves)
+                    outs.append(y)
+                    halves.append(h)
+                else:
+                    outs.append(op_forward(torch, op, w, x, outs))
             return outs[-1].reshape(-1, graph.classes)
 
     return GraphModule()
@@ -154,9 +169,10 @@ def source(x, outs, op_index):
     return x if op_index == INPUT else outs[op_index]
 
 
-def op_forward(torch, op, w, x, outs):
-    """One op on [samples, in_elems] → [samples, out_elems], as model/graph.c."""
-    a = source(x, outs, op.inp)
+def op_forward(torch, op, w, x, outs, a=None):
+    """One op on [samples, in_elems] → [samples, out_elems], as model/graph.c
+    (a: its input, when not outs' or x as it is)."""
+    a = source(x, outs, op.inp) if a is None else a
     if op.kind == "gemm":
         return gemm(torch, op, w, a)
     if op.kind == "resample":
@@ -171,6 +187,64 @@ def op_forward(torch, op, w, x, outs):
     if op.kind == "add":
         return a + source(x, outs, op.frm)
     return a + resample(torch, w[op.weight].reshape(1, -1), op.out_elems)  # embedding
+
+
+def half_casts(torch, half):
+    """(cast, grad_cast) to the half type on fp32 tensors: cast rounds the
+    values and their gradient (a tensor of the half type: a gemm's cast
+    operands, a half op's output), grad_cast only the gradient (a half
+    tensor an op reads: the gradient it hands back has the tensor's type)."""
+    def rounded(t):
+        return t.to(half).float()  # round to nearest even, as dps_to_half
+
+    class Cast(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, t):
+            return rounded(t)
+
+        @staticmethod
+        def backward(ctx, g):
+            return rounded(g)
+
+    class GradCast(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, t):
+            return t.view_as(t)
+
+        @staticmethod
+        def backward(ctx, g):
+            return rounded(g)
+
+    return Cast.apply, GradCast.apply
+
+
+def op_forward_half(torch, casts, op, w, x, outs, halves):
+    """One op as dpscale runs it under autocast (model/graph_autocast.c):
+    (its output, whether it is of the half type)."""
+    cast, grad_cast = casts
+
+    def read(index):  # an input, its gradient rounded to its type
+        a = source(x, outs, index)
+        return grad_cast(a) if index != INPUT and halves[index] else a
+
+    in_half = op.inp != INPUT and halves[op.inp]
+    if op.kind == "gemm":
+        a = cast(source(x, outs, op.inp))
+        if op.weight < 0:
+            return cast(gemm(torch, op, w, a)), True
+        casted = list(w)
+        casted[op.weight] = cast(w[op.weight])
+        if op.bias >= 0:
+            casted[op.bias] = cast(w[op.bias])
+        return cast(gemm(torch, op, casted, a)), True
+    if op.kind == "add":
+        out_half = in_half and op.frm != INPUT and halves[op.frm]
+        y = read(op.inp) + read(op.frm)
+        return (cast(y), True) if out_half else (y, False)
+    y = op_forward(torch, op, w, x, outs, read(op.inp))
+    if op.kind in ("resample", "act"):  # in the input's type
+        return (cast(y), True) if in_half else (y, False)
+    return y, False  # norm, embedding: fp32
 
 
 def gemm(torch, op, w, a):

@@ -294,6 +294,11 @@ def precision_note(args, cuda):
         sync = ", every micro-step all-reduced" if args.mode == "ddp" and args.no_sync == "off" \
             else ", all but the last under no_sync()" if args.mode == "ddp" else ""
         note += f"; {args.accum} micro-steps a step{sync}"
+    if args.precision != "fp32" and getattr(args, "by_hand", False):
+        scaler = "" if args.precision == "bf16" else \
+            f" and GradScaler(init_scale={args.init_scale:g}, growth_interval={args.growth_interval})"
+        return note + (f"; {args.precision}: dpscale's autocast rules for a model file cast by "
+                       f"hand (torch_graph.half_casts){scaler}")
     if args.precision == "bf16":
         note += "; bf16: torch.autocast" if cuda else \
             "; bf16: dpscale's autocast maths cast by hand (torch_model.autocast_bf16)"

@@ -20,6 +20,8 @@ import sys
 import tempfile
 import time
 
+from dpstools import grad_scaler
+from dpstools.torch_graph import Graph
 from dpstools.torch_model import BUCKET_MB, autocast_bf16, micro_batches, optimizer
 from dpstools.torch_results import Usage, cpu_name, write_results
 from dpstools.torch_timing import AllreduceTimer, Clock, timed_allreduce, timed_data_parallel
@@ -62,6 +64,41 @@ class LossEnd:
                                f"phases cannot be told apart")
 
 
+class HostScaler:
+    """torch.cuda.amp.GradScaler's interface and rules on the CPU, where
+    PyTorch 1.13's disables itself: the loss times the scale, unscale_ as
+    _amp_foreach_non_finite_check_and_unscale_ (each gradient times the
+    float32 reciprocal, inf or NaN found), step skipped on one, update as
+    grad_scaler.update (ATen's amp_update_scale_)."""
+
+    def __init__(self, torch, init_scale, growth_interval):
+        self.torch, self.growth_interval = torch, growth_interval
+        self.value, self.tracker, self.found = grad_scaler.f32(init_scale), 0, False
+
+    def get_scale(self):
+        return self.value
+
+    def scale(self, obj):
+        return obj * self.value
+
+    def unscale_(self, opt):
+        inv = grad_scaler.f32(1.0 / self.value)
+        for group in opt.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    p.grad.mul_(inv)
+                    self.found = self.found or not bool(self.torch.isfinite(p.grad).all())
+
+    def step(self, opt):
+        if not self.found:
+            opt.step()
+
+    def update(self):
+        self.value, self.tracker = grad_scaler.update(self.value, self.tracker, self.found,
+                                                      growth_interval=self.growth_interval)
+        self.found = False
+
+
 class Rank:
     """One training process: its rank, the devices it drives, its model
     (spec: a torch_model.Preset or a torch_graph.Graph)."""
@@ -77,8 +114,13 @@ class Rank:
         for d in cuda_devices:  # the peak of the whole run, as dpscale's (from before the model)
             torch.cuda.synchronize(d)
             torch.cuda.reset_peak_memory_stats(d)
-        self.net = spec.module(torch, spec.init(args.seed))
-        if args.precision == "bf16" and not self.cuda:  # dpscale's autocast maths, by hand
+        self.by_hand = isinstance(spec, Graph) and args.precision != "fp32"
+        if self.by_hand:  # a model file: dpscale's autocast rules, cast by hand on any device
+            half = torch.bfloat16 if args.precision == "bf16" else torch.float16
+            self.net = spec.module(torch, spec.init(args.seed), half)
+        else:
+            self.net = spec.module(torch, spec.init(args.seed))
+        if args.precision == "bf16" and not self.cuda and not self.by_hand:  # by hand too
             self.net = autocast_bf16(torch, self.net)
         self.net = self.net.to(self.device)
         self.hook = None
@@ -94,9 +136,11 @@ class Rank:
             self.model = self.net
         self.opt = optimizer(torch, args, self.net.parameters())
         self.scaler = None
-        if args.precision == "fp16":  # CUDA only (setup refuses fp16 on the CPU)
+        if args.precision == "fp16" and self.cuda:
             self.scaler = torch.cuda.amp.GradScaler(init_scale=args.init_scale,
                                                     growth_interval=args.growth_interval)
+        elif args.precision == "fp16":  # a model file on the CPU (setup refuses the others)
+            self.scaler = HostScaler(torch, args.init_scale, args.growth_interval)
         self.ce = torch.nn.CrossEntropyLoss(reduction="none")
         self.rows_total = args.batch * spec.rows
         self.micro = micro_batches(args.batch, world, args.accum, rank)
@@ -126,10 +170,11 @@ class Rank:
         return (xs.pin_memory(), ys.pin_memory()) if self.cuda else (xs, ys)
 
     def autocast(self):
-        """CUDA's autocast for bf16 and fp16; none for fp32 and on the CPU
-        (where bf16 is the module's own casts, torch_model.autocast_bf16)."""
+        """CUDA's autocast for bf16 and fp16; none for fp32, on the CPU
+        (where bf16 is the module's own casts, torch_model.autocast_bf16)
+        and for a model file (its casts by hand, torch_graph.half_casts)."""
         torch, prec = self.torch, self.args.precision
-        if not self.cuda or prec == "fp32":
+        if not self.cuda or prec == "fp32" or self.by_hand:
             return contextlib.nullcontext()
         return torch.autocast("cuda", dtype=torch.bfloat16 if prec == "bf16" else torch.float16)
 

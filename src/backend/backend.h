@@ -65,7 +65,8 @@ typedef struct dps_buf {
 #define DPS_HOST (-1) /* device index of host memory in copies */
 
 /* An operand's element type in the mixed-precision ops (autocast's bf16 or
- * fp16): fp32, or bfloat16 or IEEE binary16 bits (uint16_t) */
+ * fp16): fp32, or bfloat16 or IEEE binary16 bits (uint16_t); its value is
+ * the type code of kernels/elementwise.h's dps_load_as */
 typedef enum be_dtype { BE_F32, BE_BF16, BE_F16 } be_dtype;
 static inline size_t be_dtype_bytes(be_dtype t) { return t == BE_F32 ? 4 : 2; }
 
@@ -205,6 +206,17 @@ typedef struct be_ops {
     dps_status (*gelu_bwd_col_sum_half)(backend *, be_stream *s, be_dtype ht, int rows, int cols,
                                         const uint16_t *dh, const uint16_t *pre, uint16_t *dpre,
                                         float *db);
+    /* A model file's element-wise ops under autocast (model/graph_autocast.c).
+     * add_ex: y = a + b with each operand of its own type, added in fp32 and
+     * rounded once to y's (an add under type promotion); y may be a */
+    dps_status (*add_ex)(backend *, be_stream *s, int64_t n, const void *a, be_dtype at,
+                         const void *b, be_dtype bt, void *y, be_dtype yt);
+    /* x rounded in place to the nearest value of half type ht, kept in fp32
+     * (a gradient cast to its tensor's half type) */
+    dps_status (*round_half)(backend *, be_stream *s, be_dtype ht, int64_t n, float *x);
+    /* resample of a tensor of a half type (its 2-byte elements copied) */
+    dps_status (*resample_half)(backend *, be_stream *s, int64_t samples, int64_t n_in,
+                                int64_t n_out, const uint16_t *x, uint16_t *y);
     /* GradScaler's unscale: g *= inv_scale, and *found_inf (device memory,
      * one float) set to 1 when any g is inf or NaN, left as it is otherwise */
     dps_status (*unscale)(backend *, be_stream *s, int64_t n, float *g, float inv_scale,

@@ -824,6 +824,26 @@ static dps_status cu_resample_bwd(backend *be, be_stream *s, int64_t samples, in
     KERNEL(s, dps_k_resample_bwd(s->s, samples, n_in, n_out, dy, dx));
 }
 
+static dps_status cu_add_ex(backend *be, be_stream *s, int64_t n, const void *a, be_dtype at,
+                            const void *b, be_dtype bt, void *y, be_dtype yt)
+{
+    CU_STREAM(s);
+    KERNEL(s, dps_k_add_ex(s->s, n, a, (int)at, b, (int)bt, y, (int)yt));
+}
+
+static dps_status cu_round_half(backend *be, be_stream *s, be_dtype ht, int64_t n, float *x)
+{
+    CU_STREAM(s);
+    KERNEL(s, dps_k_round_half(s->s, n, x, ht == BE_F16));
+}
+
+static dps_status cu_resample_half(backend *be, be_stream *s, int64_t samples, int64_t n_in,
+                                   int64_t n_out, const uint16_t *x, uint16_t *y)
+{
+    CU_STREAM(s);
+    KERNEL(s, dps_k_resample_half(s->s, samples, n_in, n_out, x, y));
+}
+
 static dps_status cu_col_scale(backend *be, be_stream *s, int64_t rows, int cols, const float *x,
                                const float *g, float *y)
 {
@@ -909,6 +929,9 @@ static const be_ops cuda_ops = {
     .gemm_ex = cu_gemm_ex,
     .cast = cu_cast,
     .gemm_bias = cu_gemm_bias,
+    .add_ex = cu_add_ex,
+    .round_half = cu_round_half,
+    .resample_half = cu_resample_half,
     .gelu_half = cu_gelu_half,
     .gelu_bwd_half = cu_gelu_bwd_half,
     .col_sum_half = cu_col_sum_half,

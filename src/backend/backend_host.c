@@ -668,6 +668,37 @@ static dps_status host_add(backend *be, be_stream *s, int64_t n, float *dst, con
     return DPS_OK;
 }
 
+static dps_status host_add_ex(backend *be, be_stream *s, int64_t n, const void *a, be_dtype at,
+                              const void *b, be_dtype bt, void *y, be_dtype yt)
+{
+    (void)be;
+    HOST_STREAM(s);
+    for (int64_t i = 0; i < n; i++)
+        dps_store_as(y, i, (int)yt, dps_load_as(a, i, (int)at) + dps_load_as(b, i, (int)bt));
+    return DPS_OK;
+}
+
+static dps_status host_round_half(backend *be, be_stream *s, be_dtype ht, int64_t n, float *x)
+{
+    (void)be;
+    HOST_STREAM(s);
+    for (int64_t i = 0; i < n; i++) x[i] = dps_round_half(x[i], ht == BE_F16);
+    return DPS_OK;
+}
+
+static dps_status host_resample_half(backend *be, be_stream *s, int64_t samples, int64_t n_in,
+                                     int64_t n_out, const uint16_t *x, uint16_t *y)
+{
+    (void)be;
+    HOST_STREAM(s);
+    for (int64_t r = 0; r < samples; r++)
+        for (int64_t i = 0; i < n_out; i += n_in) {
+            int64_t len = n_out - i < n_in ? n_out - i : n_in;
+            memcpy(y + r * n_out + i, x + r * n_in, (size_t)len * sizeof *y);
+        }
+    return DPS_OK;
+}
+
 static dps_status host_resample(backend *be, be_stream *s, int64_t samples, int64_t n_in,
                                 int64_t n_out, const float *x, float *y)
 {
@@ -778,6 +809,9 @@ static const be_ops host_ops = {
     .gemm_ex = host_gemm_ex,
     .cast = host_cast,
     .gemm_bias = host_gemm_bias,
+    .add_ex = host_add_ex,
+    .round_half = host_round_half,
+    .resample_half = host_resample_half,
     .gelu_half = host_gelu_half,
     .gelu_bwd_half = host_gelu_bwd_half,
     .col_sum_half = host_col_sum_half,

@@ -266,15 +266,10 @@ static dps_status check_devices(const dps_config *c, const backend *be)
     return DPS_OK;
 }
 
-/* A model file's: fp32, and the batch's input and logits under 2^40 elements. */
+/* A model file's: the batch's input and logits under 2^40 elements. */
 static dps_status check_file(const dps_config *c)
 {
     const net *n = c->net_file;
-    if (c->precision != PREC_FP32)
-        return dps_fail(DPS_ERR_USAGE, "--precision %s --model %s: a model file runs in fp32 (half "
-                        "precision runs the MLP presets); use "
-                        "--precision fp32, or an MLP preset for %s", dps_precision_name(c->precision),
-                        n->path, dps_precision_name(c->precision));
     if (c->gemm_ref)
         return dps_fail(DPS_ERR_USAGE, "--gemm-ref times the MLP's GEMMs alone; %s is a model "
                         "file: leave --gemm-ref out", n->path);
@@ -326,13 +321,10 @@ static dps_status check_ddp(const dps_config *c)
         return dps_fail(DPS_ERR_USAGE, "--batch %d: %s gives every one of the %d ranks at least "
                         "one sample; use a batch of at least %d", c->global_batch, st->name,
                         c->ngpus, c->ngpus);
-    if (st->shard >= 2 && config_scaler(c))
-        return dps_fail(DPS_ERR_USAGE, "--mode %s --scaler on: %s's GradScaler would look at this "
-                        "rank's gradient shard alone (a sharded scaler all-reduces what it finds; "
-                        "not built yet); leave --scaler out, or use --mode zero1", st->name, st->name);
-    if (st->shard >= 2 && c->precision != PREC_FP32)
-        return dps_fail(DPS_ERR_USAGE, "--mode %s --precision %s: %s runs in fp32 for now (its "
-                        "units' half-precision casts are not built); use --precision fp32, or "
+    if (st->shard >= 2 && c->precision != PREC_FP32 && !c->net_file)
+        return dps_fail(DPS_ERR_USAGE, "--mode %s --precision %s: %s runs the MLP presets in fp32 "
+                        "for now (their units' half-precision casts are not built; a model "
+                        "file's ops cast their own); use --precision fp32, a model file, or "
                         "--mode zero1 for sharding under autocast", st->name,
                         dps_precision_name(c->precision), st->name);
     if (c->fault_rank >= c->ngpus)

@@ -106,7 +106,7 @@ const settings_entry settings_table[SET_COUNT] = {
         .flag = "precision", .key = "precisions", .type = SETTINGS_WORD,
         WORDS(dps_precision_names), .suite_max = PREC_COUNT, DEFAULT_INT(PREC_FP32),
         .help = "compute precision: fp32, or autocast's bf16 or fp16 (fp16 with a GradScaler), "
-                "on either backend; half precision runs the MLP presets"},
+                "on either backend, MLP presets and model files (each op as autocast runs it)"},
     [SET_SCALER] = {
         .cmds = TRAIN,
         .flag = "scaler", .type = SETTINGS_WORD, WORDS(scaler_words), DEFAULT_INT(0),

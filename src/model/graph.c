@@ -6,6 +6,7 @@
 
 #include "elementwise.h"
 #include "model/graph.h"
+#include "model/graph_ops.h"
 
 #define F(b) ((float *)(b).ptr)
 /* The generator's streams of a model file's tensors, RNG_GRAPH_PARAMS + t:
@@ -77,22 +78,50 @@ static size_t work_bytes(const model_file *mf, size_t max_samples, size_t *cols)
     return s * elems > table * sizeof(float) ? s * elems : table * sizeof(float);
 }
 
-uint64_t graph_acts_bytes(const model_file *mf, uint64_t max_samples)
+/* Under autocast in prec's half type: each op's output type (malloc'd
+ * into *dt); fp32: *dt NULL. */
+static dps_status autocast_types(const model_file *mf, dps_precision prec, be_dtype *half,
+                                 be_dtype **dt)
+{
+    *half = prec == PREC_BF16 ? BE_BF16 : prec == PREC_FP16 ? BE_F16 : BE_F32;
+    *dt = NULL;
+    if (*half == BE_F32) return DPS_OK;
+    *dt = malloc((size_t)mf->nops * sizeof **dt);
+    if (!*dt) return dps_fail(DPS_ERR_RUNTIME, "out of host memory for %s's op types", mf->name);
+    graph_autocast_types(mf, *half, *dt);
+    return DPS_OK;
+}
+
+uint64_t graph_acts_bytes(const model_file *mf, uint64_t max_samples, dps_precision prec)
 {
     size_t cols, total = work_bytes(mf, (size_t)max_samples, &cols) + cols * sizeof(float);
     graph_plan p;
-    if (graph_plan_make(mf, &p) != DPS_OK) return UINT64_MAX;
+    be_dtype half, *dt;
+    if (autocast_types(mf, prec, &half, &dt) != DPS_OK) return UINT64_MAX;
+    if (graph_plan_make(mf, &p) != DPS_OK) {
+        free(dt);
+        return UINT64_MAX;
+    }
     total += (p.out_elems + p.grad_elems) * (size_t)max_samples * sizeof(float);
+    if (dt) total += graph_autocast_bytes(mf, dt, max_samples);
     graph_plan_free(&p);
+    free(dt);
     return total;
 }
 
-dps_status graph_acts_alloc(backend *be, int dev, const model_file *mf, int max_samples, graph_acts *a)
+dps_status graph_acts_alloc(backend *be, int dev, const model_file *mf, int max_samples,
+                            dps_precision prec, graph_acts *a)
 {
     memset(a, 0, sizeof *a);
     a->max_samples = max_samples;
     a->last = mf->nops - 1;
-    DPS_TRY(graph_plan_make(mf, &a->plan));
+    DPS_TRY(autocast_types(mf, prec, &a->half, &a->dt));
+    dps_status rc0 = graph_plan_make(mf, &a->plan);
+    if (rc0) {
+        free(a->dt);
+        a->dt = NULL;
+        return rc0;
+    }
     size_t s = (size_t)max_samples * sizeof(float), cols, work = work_bytes(mf, (size_t)max_samples, &cols);
     dps_status rc = DPS_OK;
     if (a->plan.out_elems) rc = be_buf_alloc(be, dev, s * a->plan.out_elems, "activations", &a->outs);
@@ -100,6 +129,7 @@ dps_status graph_acts_alloc(backend *be, int dev, const model_file *mf, int max_
         rc = be_buf_alloc(be, dev, s * a->plan.grad_elems, "activation gradients", &a->grads);
     if (!rc) rc = be_buf_alloc(be, dev, work, "graph workspace", &a->work);
     if (!rc) rc = be_buf_alloc(be, dev, cols * sizeof(float), "graph workspace columns", &a->cols);
+    if (!rc && a->dt) rc = graph_autocast_alloc(be, dev, mf, a);
     if (rc) graph_acts_free(be, a);
     return rc;
 }
@@ -111,73 +141,24 @@ void graph_acts_free(backend *be, graph_acts *a)
     graph_plan_free(&a->plan);
     be_buf_free(be, &a->work);
     be_buf_free(be, &a->cols);
+    dps_buf *half[] = {&a->w16, &a->g16, &a->x16, &a->out16, &a->dlast};
+    for (size_t i = 0; i < sizeof half / sizeof half[0]; i++) be_buf_free(be, half[i]);
+    free(a->dt);
     memset(a, 0, sizeof *a);
-}
-
-/* The rows a pass over n elements a sample takes, as the int the backend's ops take. */
-static dps_status rows_of(const mf_op *o, int samples, size_t per_sample, int *rows)
-{
-    size_t r = (size_t)samples * per_sample;
-    if (r > INT_MAX)
-        return dps_fail(DPS_ERR_USAGE, "op %s: %zu rows at %d samples, more than one pass takes; "
-                        "use fewer samples a device", o->name, r, samples);
-    *rows = (int)r;
-    return DPS_OK;
-}
-
-/* Op i's output and its gradient, in their arenas; the caller's logits and
- * their gradient for the last op. */
-static float *out_of(const graph_acts *a, int i)
-{
-    if (i == a->last) return a->logits;
-    return F(a->outs) + a->plan.out_at[i] * (size_t)a->max_samples;
-}
-
-static float *grad_of(const graph_acts *a, int i)
-{
-    if (i == a->last) return (float *)a->dlogits;
-    return F(a->grads) + a->plan.grad_at[i] * (size_t)a->max_samples;
-}
-
-static const float *input_of(const graph_acts *a, int op_in, const float *x)
-{
-    return op_in == MF_INPUT ? x : out_of(a, op_in);
-}
-
-static dps_status copy(backend *be, be_stream *st, int dev, float *dst, const float *src, size_t n)
-{
-    return be->ops->copy(be, st, dst, dev, src, dev, n * sizeof(float));
-}
-
-/* One op of forward: op i's output from its input (x or an op's output). */
-typedef struct fwd_ctx {
-    backend *be;
-    be_stream *st;
-    const model_file *mf;
-    const graph_layout *l;
-    const float *params;
-    graph_acts *a;
-    int samples;
-    const float *x;
-} fwd_ctx;
-
-static const float *tensor_at(const fwd_ctx *c, int t)
-{
-    return t < 0 ? NULL : c->params + c->l->offset[t];
 }
 
 /* y = x·Wᵀ (+ b: addmm, the bias added before the product is stored), or
  * without a weight the batched GEMM of x's two halves. */
-static dps_status gemm_fwd(const fwd_ctx *c, const mf_op *o, const float *in, float *y)
+static dps_status gemm_fwd(const graph_fwd_ctx *c, const mf_op *o, const float *in, float *y)
 {
     backend *be = c->be;
     int m = (int)o->m, k = (int)o->k, n = (int)o->n, rows = 0;
     if (o->weight >= 0) {
-        DPS_TRY(rows_of(o, c->samples, (size_t)o->m, &rows));
-        const float *w = tensor_at(c, o->weight);
+        DPS_TRY(graph_rows_of(o, c->samples, (size_t)o->m, &rows));
+        const float *w = graph_tensor_at(c, o->weight);
         if (o->bias >= 0)
             return be->ops->gemm_bias(be, c->st, 0, 1, rows, n, k, in, BE_F32, k, w, BE_F32, k,
-                                      tensor_at(c, o->bias), y, BE_F32, n);
+                                      graph_tensor_at(c, o->bias), y, BE_F32, n);
         return be->ops->gemm(be, c->st, 0, 1, rows, n, k, 1.0f, in, k, w, k, 0.0f, y, n);
     }
     size_t a_elems = (size_t)(m * (int64_t)k), b_elems = (size_t)(k * (int64_t)n);
@@ -191,30 +172,6 @@ static dps_status gemm_fwd(const fwd_ctx *c, const mf_op *o, const float *in, fl
     return DPS_OK;
 }
 
-static dps_status norm_fwd(const fwd_ctx *c, const mf_op *o, const float *in, float *y, int dev)
-{
-    backend *be = c->be;
-    int cols = (int)o->c, rows = 0;
-    DPS_TRY(rows_of(o, c->samples, o->in_elems / (size_t)o->c, &rows));
-    if (o->weight >= 0) DPS_TRY(be->ops->col_scale(be, c->st, rows, cols, in, tensor_at(c, o->weight), y));
-    else DPS_TRY(copy(be, c->st, dev, y, in, (size_t)rows * (size_t)cols));
-    return o->bias < 0 ? DPS_OK : be->ops->bias_act(be, c->st, rows, cols, y, tensor_at(c, o->bias), NULL);
-}
-
-/* y = x + W's elements tiled along the sample (W read at fixed positions) */
-static dps_status embedding_fwd(const fwd_ctx *c, const mf_op *o, const float *in, float *y, int dev)
-{
-    backend *be = c->be;
-    const mf_tensor *w = &c->mf->tensors[o->weight];
-    float *tiled = F(c->a->cols);
-    int cols = 0;
-    DPS_TRY(rows_of(o, 1, o->out_elems, &cols));
-    DPS_TRY(be->ops->resample(be, c->st, 1, (int64_t)w->numel, (int64_t)o->out_elems,
-                              tensor_at(c, o->weight), tiled));
-    DPS_TRY(copy(be, c->st, dev, y, in, (size_t)c->samples * o->out_elems));
-    return be->ops->bias_act(be, c->st, c->samples, cols, y, tiled, NULL);
-}
-
 /* Op i's unit entered through the sharded strategy's window, if it has one. */
 static dps_status enter(const graph_acts *a, int i, int backward, const float **params,
                         float **grads)
@@ -224,24 +181,25 @@ static dps_status enter(const graph_acts *a, int i, int backward, const float **
     return w->enter(w->ctx, w->unit_of[i], backward, params, grads);
 }
 
-static dps_status op_fwd(const fwd_ctx *c, int i)
+static dps_status op_fwd(const graph_fwd_ctx *c, int i)
 {
+    if (c->a->dt) return graph_fwd_half(c, i);
     const mf_op *o = &c->mf->ops[i];
     backend *be = c->be;
-    const float *in = input_of(c->a, o->in, c->x);
-    float *y = out_of(c->a, i);
+    const float *in = graph_input_of(c->a, o->in, c->x);
+    float *y = graph_out_of(c->a, i);
     int dev = c->a->work.dev;
     size_t n = (size_t)c->samples * o->out_elems;
     switch (o->kind) {
     case MF_GEMM: return gemm_fwd(c, o, in, y);
     case MF_RESAMPLE:
         return be->ops->resample(be, c->st, c->samples, (int64_t)o->in_elems, (int64_t)o->out_elems, in, y);
-    case MF_NORM: return norm_fwd(c, o, in, y, dev);
+    case MF_NORM: return graph_norm_fwd(c, o, in, y, dev);
     case MF_ACT: return be->ops->gelu(be, c->st, (int64_t)n, in, y);
     case MF_ADD:
-        DPS_TRY(copy(be, c->st, dev, y, in, n));
-        return be->ops->add(be, c->st, (int64_t)n, y, input_of(c->a, o->from, c->x));
-    case MF_EMBEDDING: return embedding_fwd(c, o, in, y, dev);
+        DPS_TRY(graph_copy(be, c->st, dev, y, in, n));
+        return be->ops->add(be, c->st, (int64_t)n, y, graph_input_of(c->a, o->from, c->x));
+    case MF_EMBEDDING: return graph_embedding_fwd(c, o, in, y, dev);
     case MF_KIND_COUNT: break;
     }
     return dps_fail(DPS_ERR_RUNTIME, "op %s: kind %d has no forward", o->name, (int)o->kind);
@@ -255,46 +213,27 @@ dps_status graph_forward(backend *be, be_stream *st, const model_file *mf, const
         return dps_fail(DPS_ERR_RUNTIME, "graph_forward: %d samples, activations for %d", samples,
                         a->max_samples);
     a->logits = logits;
-    fwd_ctx c = {be, st, mf, l, params, a, samples, x};
+    graph_fwd_ctx c = {be, st, mf, l, params, a, samples, x};
     for (int i = 0; i < mf->nops; i++) {
         DPS_TRY(enter(a, i, 0, &c.params, NULL));
         DPS_TRY(op_fwd(&c, i));
     }
-    return DPS_OK;
+    if (graph_type_of(a, a->last) == BE_F32) return DPS_OK; /* logits.float() */
+    return be->ops->cast(be, st, (int64_t)samples * (int64_t)mf->ops[a->last].out_elems,
+                         a->out16.ptr, a->half, logits, BE_F32);
 }
 
-/* One op of backward: its parameters' gradients added into grads, its
- * input's gradient into work (then added to the input op's gradient). */
-typedef struct bwd_ctx {
-    fwd_ctx f;
-    float *grads;
-} bwd_ctx;
-
-static float *grad_at(const bwd_ctx *c, int t)
-{
-    return c->grads + c->f.l->offset[t];
-}
-
-/* grads of tensor t += the column sums of a rows x cols matrix */
-static dps_status add_col_sums(const bwd_ctx *c, int t, int rows, int cols, const float *g)
-{
-    backend *be = c->f.be;
-    float *sums = F(c->f.a->cols);
-    DPS_TRY(be->ops->col_sum(be, c->f.st, rows, cols, g, sums));
-    return be->ops->add(be, c->f.st, cols, grad_at(c, t), sums);
-}
-
-static dps_status gemm_bwd(const bwd_ctx *c, const mf_op *o, const float *in, const float *g, float *din)
+static dps_status gemm_bwd(const graph_bwd_ctx *c, const mf_op *o, const float *in, const float *g, float *din)
 {
     backend *be = c->f.be;
     be_stream *st = c->f.st;
     int m = (int)o->m, k = (int)o->k, n = (int)o->n, rows = 0;
     if (o->weight >= 0) {
-        DPS_TRY(rows_of(o, c->f.samples, (size_t)o->m, &rows));
-        DPS_TRY(be->ops->gemm(be, st, 1, 0, n, k, rows, 1.0f, g, n, in, k, 1.0f, grad_at(c, o->weight), k));
-        if (o->bias >= 0) DPS_TRY(add_col_sums(c, o->bias, rows, n, g));
+        DPS_TRY(graph_rows_of(o, c->f.samples, (size_t)o->m, &rows));
+        DPS_TRY(be->ops->gemm(be, st, 1, 0, n, k, rows, 1.0f, g, n, in, k, 1.0f, graph_grad_at(c, o->weight), k));
+        if (o->bias >= 0) DPS_TRY(graph_add_col_sums(c, o->bias, rows, n, g));
         if (!din) return DPS_OK;
-        return be->ops->gemm(be, st, 0, 0, rows, k, n, 1.0f, g, n, tensor_at(&c->f, o->weight), k, 0.0f,
+        return be->ops->gemm(be, st, 0, 0, rows, k, n, 1.0f, g, n, graph_tensor_at(&c->f, o->weight), k, 0.0f,
                              din, k);
     }
     if (!din) return DPS_OK;
@@ -310,83 +249,49 @@ static dps_status gemm_bwd(const bwd_ctx *c, const mf_op *o, const float *in, co
     return DPS_OK;
 }
 
-static dps_status norm_bwd(const bwd_ctx *c, const mf_op *o, const float *in, const float *g, float *din)
-{
-    backend *be = c->f.be;
-    be_stream *st = c->f.st;
-    int cols = (int)o->c, rows = 0, dev = c->f.a->work.dev;
-    DPS_TRY(rows_of(o, c->f.samples, o->in_elems / (size_t)o->c, &rows));
-    size_t n = (size_t)rows * (size_t)cols;
-    if (o->bias >= 0) DPS_TRY(add_col_sums(c, o->bias, rows, cols, g));
-    if (o->weight >= 0) { /* d gamma = column sums of g * x, through the workspace */
-        float *gx = F(c->f.a->work);
-        DPS_TRY(be->ops->mul(be, st, (int64_t)n, g, in, gx));
-        DPS_TRY(add_col_sums(c, o->weight, rows, cols, gx));
-    }
-    if (!din) return DPS_OK;
-    if (o->weight < 0) return copy(be, st, dev, din, g, n);
-    return be->ops->col_scale(be, st, rows, cols, g, tensor_at(&c->f, o->weight), din);
-}
-
-/* d W: the samples' column sums, each position summed back onto the element
- * it read (the workspace holds them before they are added); d x = g */
-static dps_status embedding_bwd(const bwd_ctx *c, const mf_op *o, const float *g, float *din)
-{
-    backend *be = c->f.be;
-    be_stream *st = c->f.st;
-    const mf_tensor *w = &c->f.mf->tensors[o->weight];
-    float *sums = F(c->f.a->cols), *back = F(c->f.a->work);
-    int cols = 0, dev = c->f.a->work.dev;
-    DPS_TRY(rows_of(o, 1, o->out_elems, &cols));
-    DPS_TRY(be->ops->col_sum(be, st, c->f.samples, cols, g, sums));
-    DPS_TRY(be->ops->resample_bwd(be, st, 1, (int64_t)w->numel, (int64_t)o->out_elems, sums, back));
-    DPS_TRY(be->ops->add(be, st, (int64_t)w->numel, grad_at(c, o->weight), back));
-    return din ? copy(be, st, dev, din, g, (size_t)c->f.samples * o->out_elems) : DPS_OK;
-}
-
 /* Op i's backward from its output's gradient; din (NULL: the input's is not
  * needed) receives its input's. */
-/* A recomputing gemm's input made again from its resample's input into
- * *in, as a convolution's backward makes its im2col: at its place in the
- * outputs' arena, alive for this backward alone. */
-static dps_status again(const bwd_ctx *c, const mf_op *o, const float **in)
-{
-    const graph_acts *a = c->f.a;
-    const mf_op *r = &c->f.mf->ops[o->in];
-    float *y = F(a->outs) + a->plan.again_at[o - c->f.mf->ops] * (size_t)a->max_samples;
-    *in = y;
-    return c->f.be->ops->resample(c->f.be, c->f.st, c->f.samples, (int64_t)r->in_elems,
-                                  (int64_t)r->out_elems, input_of(a, r->in, c->f.x), y);
-}
-
-static dps_status op_bwd(const bwd_ctx *c, int i, float *din)
+static dps_status op_bwd(const graph_bwd_ctx *c, int i, float *din)
 {
     const mf_op *o = &c->f.mf->ops[i];
     backend *be = c->f.be;
     be_stream *st = c->f.st;
-    const float *in = input_of(c->f.a, o->in, c->f.x), *g = grad_of(c->f.a, i);
+    const float *in = graph_input_of(c->f.a, o->in, c->f.x), *g = graph_grad_of(c->f.a, i);
     size_t n = (size_t)c->f.samples * o->out_elems;
     switch (o->kind) {
     case MF_GEMM:
-        if (c->f.a->plan.recompute[i]) DPS_TRY(again(c, o, &in));
+        if (c->f.a->plan.recompute[i]) DPS_TRY(graph_again(c, o, &in));
         return gemm_bwd(c, o, in, g, din);
     case MF_RESAMPLE:
         return din ? be->ops->resample_bwd(be, st, c->f.samples, (int64_t)o->in_elems,
                                            (int64_t)o->out_elems, g, din) : DPS_OK;
-    case MF_NORM: return norm_bwd(c, o, in, g, din);
+    case MF_NORM: return graph_norm_bwd(c, o, in, g, din);
     case MF_ACT: return din ? be->ops->gelu_bwd(be, st, (int64_t)n, g, in, din) : DPS_OK;
     case MF_ADD:
-        if (o->from != MF_INPUT) DPS_TRY(be->ops->add(be, st, (int64_t)n, grad_of(c->f.a, o->from), g));
-        return din ? copy(be, st, c->f.a->work.dev, din, g, n) : DPS_OK;
-    case MF_EMBEDDING: return embedding_bwd(c, o, g, din);
+        if (o->from != MF_INPUT) DPS_TRY(be->ops->add(be, st, (int64_t)n, graph_grad_of(c->f.a, o->from), g));
+        return din ? graph_copy(be, st, c->f.a->work.dev, din, g, n) : DPS_OK;
+    case MF_EMBEDDING: return graph_embedding_bwd(c, o, g, din);
     case MF_KIND_COUNT: break;
     }
     return dps_fail(DPS_ERR_RUNTIME, "op %s: kind %d has no backward", o->name, (int)o->kind);
 }
 
+/* din added to the gradient of o's input, rounded first to the input's
+ * type (a gradient has its tensor's type) unless it has it already. */
+static dps_status add_input_grad(const graph_bwd_ctx *c, const mf_op *o, float *din, be_dtype din_t)
+{
+    backend *be = c->f.be;
+    float *g = graph_grad_of(c->f.a, o->in);
+    int64_t n = (int64_t)((size_t)c->f.samples * o->in_elems);
+    be_dtype in_t = graph_type_of(c->f.a, o->in);
+    if (din_t != BE_F32) return be->ops->add_ex(be, c->f.st, n, g, BE_F32, din, din_t, g, BE_F32);
+    if (in_t != BE_F32) DPS_TRY(be->ops->round_half(be, c->f.st, in_t, n, din));
+    return be->ops->add(be, c->f.st, n, g, din);
+}
+
 /* Op i's backward: the gradients it begins zeroed first, then its own, its
  * input's added, and a hook for each tensor it completed, in ready order. */
-static dps_status backward_op(const bwd_ctx *c, int i, graph_grad_hook hook, void *ctx)
+static dps_status backward_op(const graph_bwd_ctx *c, int i, graph_grad_hook hook, void *ctx)
 {
     const mf_op *o = &c->f.mf->ops[i];
     backend *be = c->f.be;
@@ -394,13 +299,13 @@ static dps_status backward_op(const bwd_ctx *c, int i, graph_grad_hook hook, voi
     const graph_plan *p = &a->plan;
     float *din = o->in == MF_INPUT ? NULL : F(a->work);
     for (int b = p->begins_at[i]; b < p->begins_at[i + 1]; b++)
-        DPS_TRY(be->ops->memset0(be, c->f.st, grad_of(a, p->begins[b]),
+        DPS_TRY(be->ops->memset0(be, c->f.st, graph_grad_of(a, p->begins[b]),
                                  (size_t)c->f.samples * c->f.mf->ops[p->begins[b]].out_elems * sizeof(float)));
     /* a norm's and an embedding's backward use the workspace first */
-    DPS_TRY(op_bwd(c, i, din));
-    if (din)
-        DPS_TRY(be->ops->add(be, c->f.st, (int64_t)((size_t)c->f.samples * o->in_elems),
-                             grad_of(a, o->in), din));
+    be_dtype din_t = BE_F32;
+    if (a->dt) DPS_TRY(graph_bwd_half(c, i, din, &din_t));
+    else DPS_TRY(op_bwd(c, i, din));
+    if (din) DPS_TRY(add_input_grad(c, o, din, din_t));
     for (int t = p->completes_at[i]; hook && t < p->completes_at[i + 1]; t++)
         DPS_TRY(hook(ctx, p->completes[t]));
     return DPS_OK;
@@ -410,7 +315,7 @@ dps_status graph_backward(backend *be, be_stream *st, const model_file *mf, cons
                           const float *params, graph_acts *a, int samples, const float *x,
                           const float *dlogits, float *grads, graph_grad_hook hook, void *hook_ctx)
 {
-    bwd_ctx c = {{be, st, mf, l, params, a, samples, x}, grads};
+    graph_bwd_ctx c = {{be, st, mf, l, params, a, samples, x}, grads};
     a->dlogits = dlogits;
     if (!a->window) DPS_TRY(be->ops->memset0(be, st, grads, l->total * sizeof(float)));
     for (int i = mf->nops - 1; i >= 0; i--) {

@@ -1,4 +1,5 @@
-/* A model file's forward and backward as calls on a backend, in fp32: each
+/* A model file's forward and backward as calls on a backend, in fp32 or as
+ * under torch.autocast in bf16 or fp16 (below, graph_acts.half): each
  * op of the file on rows of `samples` samples, its parameters read from one
  * flat buffer in which the tensors lie in the reverse of the order backward
  * readies them (so that DDP's buckets, assigned by model/bucket.c over that
@@ -12,6 +13,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "core/names.h"
 #include "model/graph_plan.h"
 #include "model/model_file.h"
 #include "model/window.h"
@@ -45,13 +47,36 @@ typedef struct graph_acts {
     dps_buf cols;         /* [widest norm or embedding]: column sums, an embedding's rows */
     const net_window *window; /* a sharded strategy's: each op's parameters and gradients are
                                  its unit's (window->unit_of); NULL: the flat buffers */
+    /* Under autocast (half BE_BF16 or BE_F16; BE_F32: none), each op runs as
+     * PyTorch's autocast runs it (docs/model-file.md, "Half precision"): a
+     * gemm casts its input, weight and bias to the half type and writes its
+     * output in it (fp32 accumulation, one rounding); a resample and an act
+     * keep their input's type; a norm computes in fp32 from its input
+     * widened and writes fp32; an embedding writes fp32; an add writes the
+     * half type when both its operands are of it, else fp32 (type
+     * promotion); the last op's half output is widened into the logits.
+     * Gradients are fp32 sums of contributions, each rounded to the type of
+     * the tensor it is the gradient of, and an op's output gradient is
+     * rounded to its type once before its backward reads it (dlogits is
+     * left as it is: a copy is rounded); the
+     * parameters' gradients of a gemm are rounded to the half type once and
+     * added in fp32 (the backward of the parameters' casts). */
+    be_dtype half;
+    be_dtype *dt;         /* under autocast: each op's output type */
+    dps_buf w16;          /* a gemm's weight and bias cast, or its weight's and bias's
+                             gradients before they are widened */
+    dps_buf g16;          /* [max_samples][widest]: an op's output gradient in the half type */
+    dps_buf x16;          /* [max_samples][widest]: a batched gemm's fp32 input cast */
+    dps_buf out16;        /* the last op's half output, before it is widened into the logits */
+    dps_buf dlast;        /* the last op's gradient rounded, where its backward reads it so */
 } graph_acts;
 
+/* prec PREC_BF16 or PREC_FP16 runs the file under autocast. */
 dps_status graph_acts_alloc(backend *be, int dev, const model_file *mf, int max_samples,
-                            graph_acts *a) DPS_MUST_USE;
+                            dps_precision prec, graph_acts *a) DPS_MUST_USE;
 void graph_acts_free(backend *be, graph_acts *a);
 /* The device bytes graph_acts_alloc takes for max_samples samples. */
-uint64_t graph_acts_bytes(const model_file *mf, uint64_t max_samples);
+uint64_t graph_acts_bytes(const model_file *mf, uint64_t max_samples, dps_precision prec);
 
 /* logits = the last op's output, [samples][out_elems], as rows x classes
  * logits; the caller's buffer, read again by graph_backward. */

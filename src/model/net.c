@@ -248,12 +248,9 @@ dps_status net_acts_alloc(backend *be, int dev, const net *n, int max_samples, d
 {
     memset(a, 0, sizeof *a);
     if (!net_is_file(n)) return model_acts_alloc(be, dev, n->shape, max_samples * n->rows, prec, &a->mlp);
-    if (prec != PREC_FP32)
-        return dps_fail(DPS_ERR_USAGE, "%s: a model file runs in fp32; use --precision fp32",
-                        n->path);
     a->done = calloc((size_t)n->ntensors, 1);
     if (!a->done) return no_memory("the gradients' ready flags");
-    dps_status rc = graph_acts_alloc(be, dev, &n->file, max_samples, &a->graph);
+    dps_status rc = graph_acts_alloc(be, dev, &n->file, max_samples, prec, &a->graph);
     if (rc) net_acts_free(be, n, a);
     return rc;
 }

@@ -79,16 +79,18 @@ typedef struct net_acts {
     int done_upto;        /* every ready place below this is done */
 } net_acts;
 
-/* prec PREC_BF16 runs the MLP as under autocast (model_acts_alloc); a file
- * runs in fp32. */
+/* prec PREC_BF16 or PREC_FP16 runs the model as under autocast in that type
+ * (the MLP: model_acts_alloc; a file: graph_acts_alloc). */
 dps_status net_acts_alloc(backend *be, int dev, const net *n, int max_samples, dps_precision prec,
                           net_acts *a) DPS_MUST_USE;
 void net_acts_free(backend *be, const net *n, net_acts *a);
 /* From now on forward and backward reach parameters and gradients through
- * w (window.h; its unit_of is set here); fp32 only. NULL: the flat buffers. */
+ * w (window.h; its unit_of is set here); the MLP in fp32 only, a file in
+ * any precision (its ops cast what the window gives). NULL: the flat buffers. */
 void net_acts_window(const net *n, net_acts *a, net_window *w);
 
-/* logits[samples * rows, classes] = model(x) (model_forward's bf16 rules for the MLP). */
+/* logits[samples * rows, classes] = model(x) (model_forward's autocast rules
+ * for the MLP, graph.h's for a file: its logits are fp32 either way). */
 dps_status net_forward(backend *be, be_stream *st, const net *n, const float *params, net_acts *a,
                        int samples, const float *x, float *logits) DPS_MUST_USE;
 

@@ -139,8 +139,9 @@ static void inject_fault(ddp_rank *R, int step)
     ranks_inject_fault(&f, R->rank, step);
 }
 
-/* Under autocast the model hands its half logits on (logits16_out) and the
- * loss casts them: as dp does, and as `logits.float()` runs in the loss. */
+/* Under autocast the MLP hands its half logits on (logits16_out) and the
+ * loss casts them: as dp does, and as `logits.float()` runs in the loss; a
+ * model file widens its own (graph.h). */
 static int autocast(const ddp_rank *R) { return R->acts.mlp.half != BE_F32 && !net_is_file(R->net); }
 
 /* The loss's fp32 logits and their gradient (bytes each), one buffer under
@@ -427,14 +428,20 @@ static dps_status phase_exposed(ddp_rank *R)
 }
 
 /* GradScaler's unscale_ and inf check on the all-reduced gradients: the
- * same on every rank, so every rank decides the same; *skip when found. */
+ * same on every rank, so every rank decides the same (ZeRO-2 and FSDP: on
+ * this rank's gradient shard, what each found all-reduced); *skip when found. */
 static dps_status phase_unscale(ddp_rank *R, int *skip)
 {
     *skip = 0;
     if (!R->scaler.on) return DPS_OK;
     set_phase(R, PH_UNSCALE);
     DPS_TRY(ptimer_begin(R->timer, 0, PH_UNSCALE));
-    DPS_TRY(scaler_unscale(&R->scaler, R->be, R->st, R->grads.ptr, (int64_t)R->nparams, skip));
+    if (units_reduce(R))
+        DPS_TRY(scaler_unscale(&R->scaler, R->be, R->st, R->shard.grad_shard.ptr,
+                               (int64_t)R->shard.shard_n, R->comm, skip));
+    else
+        DPS_TRY(scaler_unscale(&R->scaler, R->be, R->st, R->grads.ptr, (int64_t)R->nparams, NULL,
+                               skip));
     return ptimer_end(R->timer, 0, PH_UNSCALE);
 }
 

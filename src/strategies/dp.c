@@ -399,7 +399,8 @@ static dps_status phase_unscale(dp_state *st, int *skip)
     *skip = 0;
     if (!st->scaler.on) return DPS_OK;
     DPS_TRY(ptimer_begin(st->timer, 0, PH_UNSCALE));
-    DPS_TRY(scaler_unscale(&st->scaler, st->be, s0->st, step_grads(st), (int64_t)st->nparams, skip));
+    DPS_TRY(scaler_unscale(&st->scaler, st->be, s0->st, step_grads(st), (int64_t)st->nparams, NULL,
+                           skip));
     return ptimer_end(st->timer, 0, PH_UNSCALE);
 }
 

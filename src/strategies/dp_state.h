@@ -79,8 +79,12 @@ typedef struct dp_state {
     dev_stats *traffic;    /* res->dev, indexed by slot */
 } dp_state;
 
-/* Whether the replicas run as under autocast (half-precision logits). */
-static inline int dp_autocast(const dp_state *st) { return st->half != BE_F32; }
+/* Whether the replicas hand on half-precision logits: the MLP under
+ * autocast (a model file widens its own, graph.h). */
+static inline int dp_autocast(const dp_state *st)
+{
+    return st->half != BE_F32 && !net_is_file(st->net);
+}
 
 /* Whether outputs are gathered to device 0 and their gradient scattered
  * back: DataParallel over one device calls the module directly. */

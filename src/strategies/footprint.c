@@ -20,10 +20,10 @@
  * pre-activations and activations of every layer, two activation
  * gradients; under autocast those in the half type, and the cast parameters
  * and input, the half logits and a layer's half parameter gradients. A
- * file's: graph_acts_bytes. */
+ * file's: graph_acts_bytes (its autocast buffers included). */
 static uint64_t acts_bytes(const dps_config *c, const net *n, uint64_t samples)
 {
-    if (net_is_file(n)) return graph_acts_bytes(&n->file, samples);
+    if (net_is_file(n)) return graph_acts_bytes(&n->file, samples, c->precision);
     model_shape s = c->shape;
     uint64_t rows = samples * (uint64_t)s.tokens, layer = rows * (uint64_t)s.width;
     if (!dps_precision_is_half(c->precision)) return layer * F4 * (2 * (uint64_t)s.layers + 2);

@@ -27,11 +27,15 @@ void scaler_free(grad_scaler *g, backend *be)
 float scaler_loss_factor(const grad_scaler *g) { return g->on ? g->scale : 1.0f; }
 
 dps_status scaler_unscale(grad_scaler *g, backend *be, be_stream *st, float *grads, int64_t n,
-                          int *found)
+                          comm *shards, int *found)
 {
     const be_ops *o = be->ops;
     DPS_TRY(o->memset0(be, st, g->found.ptr, sizeof(float)));
     DPS_TRY(o->unscale(be, st, n, grads, 1.0f / g->scale, g->found.ptr));
+    if (shards) { /* the flag complete before the communicator's stream reads it */
+        DPS_TRY(o->stream_sync(be, st));
+        DPS_TRY(comm_allreduce(shards, g->found.ptr, 1, COMM_F32));
+    }
     DPS_TRY(o->copy(be, st, g->found_host, DPS_HOST, g->found.ptr, g->found.dev, sizeof(float)));
     DPS_TRY(o->stream_sync(be, st));
     *found = *g->found_host != 0.0f;

@@ -352,7 +352,7 @@ static void test_graph_gradients(void)
     g.st = expect_stream(g.be);
     EXPECT(graph_layout_make(&g.mf, &g.l) == DPS_OK && g.l.total == 126);
     EXPECT(g.l.offset[0] == 0 && g.l.offset[5] == 102); /* the last ready (emb) first */
-    EXPECT(graph_acts_alloc(g.be, 0, &g.mf, g.samples, &g.a) == DPS_OK);
+    EXPECT(graph_acts_alloc(g.be, 0, &g.mf, g.samples, PREC_FP32, &g.a) == DPS_OK);
     float *p = malloc(g.l.total * sizeof *p), *grads = malloc(g.l.total * sizeof *grads);
     g.x = malloc(48 * sizeof *g.x);
     g.r = malloc(24 * sizeof *g.r);
@@ -439,7 +439,17 @@ static void test_net(void)
     EXPECT(r.n == 5 && r.lo[4] == 0);
     net_acts_free(be, &n, &a);
     EXPECT(be->mem[0].in_use == 0);
-    EXPECT(net_acts_alloc(be, 0, &n, 2, PREC_BF16, &a) == DPS_ERR_USAGE);
+    /* under autocast: logits within bf16's roundings of fp32's, the same ready order */
+    float logits16[24];
+    r.n = 0;
+    EXPECT(net_acts_alloc(be, 0, &n, 2, PREC_BF16, &a) == DPS_OK);
+    EXPECT(net_forward(be, st, &n, p, &a, 2, x6, logits16) == DPS_OK);
+    EXPECT(net_backward(be, st, &n, p, &a, 2, x6, dl, g, log_ready, &r) == DPS_OK);
+    for (int i = 0; i < 24; i++)
+        EXPECT(fabsf(logits16[i] - logits[i]) <= 0.02f * (fabsf(logits[i]) + 0.1f));
+    EXPECT(r.n == 5 && r.lo[4] == 0);
+    net_acts_free(be, &n, &a);
+    EXPECT(be->mem[0].in_use == 0);
     expect_stream_free(be, st);
     be_close(be);
     net_free(&n);

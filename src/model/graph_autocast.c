@@ -1,0 +1,362 @@
+/* A model file's ops as under torch.autocast in bf16 or fp16 (graph.h says
+ * the rules; docs/model-file.md, "Half precision", has them as a table):
+ * each op's output type, the buffers autocast adds, and each op's forward
+ * and backward, reusing graph.c's fp32 ops where an op runs in fp32. */
+#include <stdlib.h>
+
+#include "model/graph_ops.h"
+
+#define U16(p) ((uint16_t *)(p))
+#define CU16(p) ((const uint16_t *)(p))
+
+void graph_autocast_types(const model_file *mf, be_dtype half, be_dtype *dt)
+{
+    for (int i = 0; i < mf->nops; i++) {
+        const mf_op *o = &mf->ops[i];
+        be_dtype in = o->in == MF_INPUT ? BE_F32 : dt[o->in];
+        be_dtype from = o->kind != MF_ADD || o->from == MF_INPUT ? BE_F32 : dt[o->from];
+        switch (o->kind) {
+        case MF_GEMM: dt[i] = half; break;                  /* autocast's lower-precision list */
+        case MF_RESAMPLE: case MF_ACT: dt[i] = in; break;   /* in the input's type */
+        case MF_ADD: dt[i] = in == half && from == half ? half : BE_F32; break; /* promotion */
+        default: dt[i] = BE_F32;                            /* norm, embedding: fp32 */
+        }
+    }
+}
+
+/* The largest gemm weight and bias (halves); whether a batched gemm reads fp32. */
+static size_t largest_weight(const model_file *mf, const be_dtype *dt, int *fp32_batched)
+{
+    size_t most = 0;
+    *fp32_batched = 0;
+    for (int i = 0; i < mf->nops; i++) {
+        const mf_op *o = &mf->ops[i];
+        if (o->kind != MF_GEMM) continue;
+        if (o->weight < 0) {
+            *fp32_batched |= o->in == MF_INPUT || dt[o->in] == BE_F32;
+            continue;
+        }
+        size_t n = mf->tensors[o->weight].numel + (size_t)o->n;
+        if (n > most) most = n;
+    }
+    return most;
+}
+
+/* The largest per-sample input or output of any op. */
+static size_t widest_elems(const model_file *mf)
+{
+    size_t most = mf->input;
+    for (int i = 0; i < mf->nops; i++) {
+        if (mf->ops[i].in_elems > most) most = mf->ops[i].in_elems;
+        if (mf->ops[i].out_elems > most) most = mf->ops[i].out_elems;
+    }
+    return most;
+}
+
+/* Whether op o's backward reads its output gradient rounded in fp32 (a
+ * gemm and an act cast it to the half type themselves). */
+static int reads_rounded(const mf_op *o)
+{
+    return o->kind == MF_RESAMPLE || o->kind == MF_ADD;
+}
+
+/* w16, g16, x16 (when a batched gemm reads fp32), out16 (when the last op
+ * is half) and dlast (when its backward reads its gradient rounded). */
+static void autocast_sizes(const model_file *mf, const be_dtype *dt, uint64_t max_samples,
+                           uint64_t bytes[5])
+{
+    int fp32_batched, half_last = dt[mf->nops - 1] != BE_F32;
+    const mf_op *last = &mf->ops[mf->nops - 1];
+    uint64_t wide = max_samples * (uint64_t)widest_elems(mf) * 2;
+    bytes[0] = (uint64_t)largest_weight(mf, dt, &fp32_batched) * 2;
+    bytes[1] = wide;
+    bytes[2] = fp32_batched ? wide : 0;
+    bytes[3] = half_last ? max_samples * last->out_elems * 2 : 0;
+    bytes[4] = half_last && reads_rounded(last) ? max_samples * last->out_elems * sizeof(float) : 0;
+}
+
+uint64_t graph_autocast_bytes(const model_file *mf, const be_dtype *dt, uint64_t max_samples)
+{
+    uint64_t b[5];
+    autocast_sizes(mf, dt, max_samples, b);
+    return b[0] + b[1] + b[2] + b[3] + b[4];
+}
+
+dps_status graph_autocast_alloc(backend *be, int dev, const model_file *mf, graph_acts *a)
+{
+    uint64_t b[5];
+    autocast_sizes(mf, a->dt, (uint64_t)a->max_samples, b);
+    dps_buf *bufs[5] = {&a->w16, &a->g16, &a->x16, &a->out16, &a->dlast};
+    const char *what[5] = {"autocast parameters", "autocast activation gradients",
+                           "autocast inputs", "autocast logits", "autocast logits' gradient"};
+    for (int i = 0; i < 5; i++)
+        if (b[i]) DPS_TRY(be_buf_alloc(be, dev, (size_t)b[i], what[i], bufs[i]));
+    return DPS_OK;
+}
+
+/* A gemm's weight and bias cast to the half type into w16 (bias after the weight). */
+static dps_status cast_params(const graph_fwd_ctx *c, const mf_op *o)
+{
+    backend *be = c->be;
+    graph_acts *a = c->a;
+    int64_t nw = (int64_t)c->mf->tensors[o->weight].numel;
+    DPS_TRY(be->ops->cast(be, c->st, nw, graph_tensor_at(c, o->weight), BE_F32, a->w16.ptr, a->half));
+    if (o->bias < 0) return DPS_OK;
+    return be->ops->cast(be, c->st, o->n, graph_tensor_at(c, o->bias), BE_F32, U16(a->w16.ptr) + nw,
+                         a->half);
+}
+
+/* A batched gemm's input in the half type: itself, or cast into x16. */
+static dps_status batched_input(const graph_fwd_ctx *c, const mf_op *o, const float *in,
+                                const uint16_t **in16)
+{
+    graph_acts *a = c->a;
+    if (graph_type_of(a, o->in) != BE_F32) {
+        *in16 = CU16(in);
+        return DPS_OK;
+    }
+    *in16 = a->x16.ptr;
+    return c->be->ops->cast(c->be, c->st, (int64_t)c->samples * (int64_t)o->in_elems, in, BE_F32,
+                            a->x16.ptr, a->half);
+}
+
+/* y = half(x_h·W_hᵀ + b_h) (addmm under autocast), or the batched GEMM of
+ * x's two halves in the half type. */
+static dps_status gemm_fwd(const graph_fwd_ctx *c, const mf_op *o, const float *in, uint16_t *y)
+{
+    backend *be = c->be;
+    graph_acts *a = c->a;
+    be_dtype H = a->half, in_t = graph_type_of(a, o->in);
+    int m = (int)o->m, k = (int)o->k, n = (int)o->n, rows = 0;
+    if (o->weight >= 0) {
+        DPS_TRY(graph_rows_of(o, c->samples, (size_t)o->m, &rows));
+        DPS_TRY(cast_params(c, o));
+        const uint16_t *w = a->w16.ptr;
+        if (o->bias >= 0)
+            return be->ops->gemm_bias(be, c->st, 0, 1, rows, n, k, in, in_t, k, w, H, k,
+                                      w + c->mf->tensors[o->weight].numel, y, H, n);
+        return be->ops->gemm_ex(be, c->st, 0, 1, rows, n, k, 1.0f, in, in_t, k, w, H, k, 0.0f, y, H, n);
+    }
+    const uint16_t *x;
+    DPS_TRY(batched_input(c, o, in, &x));
+    size_t a_elems = (size_t)m * (size_t)k, b_elems = (size_t)k * (size_t)n;
+    for (int s = 0; s < c->samples; s++)
+        for (int j = 0; j < (int)o->b; j++) {
+            const uint16_t *A = x + (size_t)s * o->in_elems + (size_t)j * a_elems;
+            const uint16_t *B = x + (size_t)s * o->in_elems + (size_t)o->b * a_elems + (size_t)j * b_elems;
+            uint16_t *C = y + (size_t)s * o->out_elems + (size_t)j * m * (size_t)n;
+            DPS_TRY(be->ops->gemm_ex(be, c->st, 0, 0, m, n, k, 1.0f, A, H, k, B, H, n, 0.0f, C, H, n));
+        }
+    return DPS_OK;
+}
+
+/* A norm or an embedding in fp32: a half input widened into y first. */
+static dps_status widened_fwd(const graph_fwd_ctx *c, const mf_op *o, const float *in, float *y)
+{
+    be_dtype in_t = graph_type_of(c->a, o->in);
+    int dev = c->a->work.dev;
+    if (in_t != BE_F32) {
+        DPS_TRY(c->be->ops->cast(c->be, c->st, (int64_t)c->samples * (int64_t)o->in_elems, in,
+                                 in_t, y, BE_F32));
+        in = y;
+    }
+    if (o->kind == MF_NORM) return graph_norm_fwd(c, o, in, y, dev);
+    return graph_embedding_fwd(c, o, in, y, dev);
+}
+
+dps_status graph_fwd_half(const graph_fwd_ctx *c, int i)
+{
+    const mf_op *o = &c->mf->ops[i];
+    backend *be = c->be;
+    const graph_acts *a = c->a;
+    const float *in = graph_input_of(a, o->in, c->x);
+    float *y = graph_out_of(a, i);
+    be_dtype in_t = graph_type_of(a, o->in), t = a->dt[i];
+    int64_t n = (int64_t)c->samples * (int64_t)o->out_elems;
+    switch (o->kind) {
+    case MF_GEMM: return gemm_fwd(c, o, in, U16(y));
+    case MF_RESAMPLE:
+        if (t == BE_F32)
+            return be->ops->resample(be, c->st, c->samples, (int64_t)o->in_elems,
+                                     (int64_t)o->out_elems, in, y);
+        return be->ops->resample_half(be, c->st, c->samples, (int64_t)o->in_elems,
+                                      (int64_t)o->out_elems, CU16(in), U16(y));
+    case MF_ACT:
+        if (t == BE_F32) return be->ops->gelu(be, c->st, n, in, y);
+        return be->ops->gelu_half(be, c->st, t, n, CU16(in), U16(y));
+    case MF_ADD:
+        return be->ops->add_ex(be, c->st, n, in, in_t, graph_input_of(a, o->from, c->x),
+                               graph_type_of(a, o->from), y, t);
+    case MF_NORM: case MF_EMBEDDING: return widened_fwd(c, o, in, y);
+    case MF_KIND_COUNT: break;
+    }
+    return dps_fail(DPS_ERR_RUNTIME, "op %s: kind %d has no forward under autocast", o->name,
+                    (int)o->kind);
+}
+
+/* grads of tensor t += the nt half values at h, widened (a cast's backward). */
+static dps_status widen_into(const graph_bwd_ctx *c, int t, int64_t nt, const uint16_t *h)
+{
+    float *g = graph_grad_at(c, t);
+    return c->f.be->ops->add_ex(c->f.be, c->f.st, nt, g, BE_F32, h, c->f.a->half, g, BE_F32);
+}
+
+/* A weighted gemm's backward from g16 (its output gradient in the half
+ * type): din = g·W_h in the half type, then W's and b's gradients rounded
+ * to it once (w16 reused: the cast weight is read first) and widened. */
+static dps_status linear_bwd(const graph_bwd_ctx *c, const mf_op *o, const float *in,
+                             const uint16_t *g16, float *din)
+{
+    backend *be = c->f.be;
+    be_stream *st = c->f.st;
+    graph_acts *a = c->f.a;
+    be_dtype H = a->half, in_t = graph_type_of(a, o->in);
+    int k = (int)o->k, n = (int)o->n, rows = 0;
+    int64_t nw = (int64_t)c->f.mf->tensors[o->weight].numel;
+    uint16_t *w16 = a->w16.ptr;
+    DPS_TRY(graph_rows_of(o, c->f.samples, (size_t)o->m, &rows));
+    if (din) {
+        DPS_TRY(cast_params(&c->f, o));
+        DPS_TRY(be->ops->gemm_ex(be, st, 0, 0, rows, k, n, 1.0f, g16, H, n, w16, H, k, 0.0f, din, H, k));
+    }
+    DPS_TRY(be->ops->gemm_ex(be, st, 1, 0, n, k, rows, 1.0f, g16, H, n, in, in_t, k, 0.0f, w16, H, k));
+    DPS_TRY(widen_into(c, o->weight, nw, w16));
+    if (o->bias < 0) return DPS_OK;
+    float *sums = (float *)a->cols.ptr;
+    DPS_TRY(be->ops->col_sum_half(be, st, H, rows, n, g16, sums));
+    DPS_TRY(be->ops->cast(be, st, n, sums, BE_F32, w16 + nw, H));
+    return widen_into(c, o->bias, n, w16 + nw);
+}
+
+/* The batched gemm's backward: dA = G·Bᵀ and dB = Aᵀ·G, in the half type. */
+static dps_status batched_bwd(const graph_bwd_ctx *c, const mf_op *o, const float *in,
+                              const uint16_t *g16, uint16_t *din)
+{
+    backend *be = c->f.be;
+    be_stream *st = c->f.st;
+    be_dtype H = c->f.a->half;
+    int m = (int)o->m, k = (int)o->k, n = (int)o->n;
+    const uint16_t *x;
+    DPS_TRY(batched_input(&c->f, o, in, &x));
+    size_t a_elems = (size_t)m * (size_t)k, b_elems = (size_t)k * (size_t)n;
+    for (int s = 0; s < c->f.samples; s++)
+        for (int j = 0; j < (int)o->b; j++) {
+            size_t at_a = (size_t)s * o->in_elems + (size_t)j * a_elems;
+            size_t at_b = (size_t)s * o->in_elems + (size_t)o->b * a_elems + (size_t)j * b_elems;
+            const uint16_t *G = g16 + (size_t)s * o->out_elems + (size_t)j * m * (size_t)n;
+            DPS_TRY(be->ops->gemm_ex(be, st, 0, 1, m, k, n, 1.0f, G, H, n, x + at_b, H, n, 0.0f,
+                                     din + at_a, H, k));
+            DPS_TRY(be->ops->gemm_ex(be, st, 1, 0, k, n, m, 1.0f, x + at_a, H, k, G, H, n, 0.0f,
+                                     din + at_b, H, n));
+        }
+    return DPS_OK;
+}
+
+static dps_status gemm_bwd(const graph_bwd_ctx *c, const mf_op *o, const float *in, const float *g,
+                           float *din, be_dtype *din_t)
+{
+    graph_acts *a = c->f.a;
+    int64_t n = (int64_t)c->f.samples * (int64_t)o->out_elems;
+    uint16_t *g16 = a->g16.ptr;
+    if (a->plan.recompute[o - c->f.mf->ops]) DPS_TRY(graph_again(c, o, &in));
+    DPS_TRY(c->f.be->ops->cast(c->f.be, c->f.st, n, g, BE_F32, g16, a->half));
+    *din_t = a->half;
+    if (o->weight >= 0) return linear_bwd(c, o, in, g16, din);
+    return din ? batched_bwd(c, o, in, g16, U16(din)) : DPS_OK;
+}
+
+/* An add's backward: g to its `from` op, rounded to that op's type (through
+ * the workspace when g is not rounded to it already), and to din. */
+static dps_status add_bwd(const graph_bwd_ctx *c, const mf_op *o, const float *g, float *din)
+{
+    backend *be = c->f.be;
+    graph_acts *a = c->f.a;
+    int dev = a->work.dev;
+    size_t n = (size_t)c->f.samples * o->out_elems;
+    if (o->from != MF_INPUT) {
+        float *gf = graph_grad_of(a, o->from);
+        be_dtype from_t = graph_type_of(a, o->from);
+        if (from_t == a->dt[o - c->f.mf->ops]) {
+            DPS_TRY(be->ops->add(be, c->f.st, (int64_t)n, gf, g));
+        } else {
+            float *w = a->work.ptr;
+            DPS_TRY(graph_copy(be, c->f.st, dev, w, g, n));
+            DPS_TRY(be->ops->round_half(be, c->f.st, from_t, (int64_t)n, w));
+            DPS_TRY(be->ops->add(be, c->f.st, (int64_t)n, gf, w));
+        }
+    }
+    return din ? graph_copy(be, c->f.st, dev, din, g, n) : DPS_OK;
+}
+
+/* A norm's backward in fp32 from its input widened into the workspace
+ * (graph_norm_bwd reads it before it writes din there). */
+static dps_status norm_bwd(const graph_bwd_ctx *c, const mf_op *o, const float *in, const float *g,
+                           float *din)
+{
+    be_dtype in_t = graph_type_of(c->f.a, o->in);
+    if (in_t != BE_F32 && o->weight >= 0) {
+        float *w = c->f.a->work.ptr;
+        DPS_TRY(c->f.be->ops->cast(c->f.be, c->f.st, (int64_t)c->f.samples * (int64_t)o->in_elems,
+                                   in, in_t, w, BE_F32));
+        in = w;
+    }
+    return graph_norm_bwd(c, o, in, g, din);
+}
+
+/* An act's backward in its type: GELU's on half tensors from g16. */
+static dps_status act_bwd(const graph_bwd_ctx *c, const mf_op *o, const float *in, const float *g,
+                          float *din, be_dtype t, be_dtype *din_t)
+{
+    backend *be = c->f.be;
+    int64_t n = (int64_t)c->f.samples * (int64_t)o->out_elems;
+    *din_t = t;
+    if (!din) return DPS_OK;
+    if (t == BE_F32) return be->ops->gelu_bwd(be, c->f.st, n, g, in, din);
+    uint16_t *g16 = c->f.a->g16.ptr;
+    DPS_TRY(be->ops->cast(be, c->f.st, n, g, BE_F32, g16, t));
+    return be->ops->gelu_bwd_half(be, c->f.st, t, n, g16, CU16(in), U16(din));
+}
+
+/* Op i's output gradient rounded to its half type (the gradient of a half
+ * tensor) where its backward reads it in fp32: in place, or the last op's
+ * (the caller's dlogits) in a copy, dlast. */
+static dps_status rounded_grad(const graph_bwd_ctx *c, int i, const float **g)
+{
+    backend *be = c->f.be;
+    graph_acts *a = c->f.a;
+    const mf_op *o = &c->f.mf->ops[i];
+    int64_t n = (int64_t)c->f.samples * (int64_t)o->out_elems;
+    float *r = graph_grad_of(a, i);
+    *g = r;
+    if (a->dt[i] == BE_F32 || !reads_rounded(o)) return DPS_OK;
+    if (i == a->last) {
+        r = a->dlast.ptr;
+        DPS_TRY(graph_copy(be, c->f.st, a->work.dev, r, *g, (size_t)n));
+        *g = r;
+    }
+    return be->ops->round_half(be, c->f.st, a->dt[i], n, r);
+}
+
+dps_status graph_bwd_half(const graph_bwd_ctx *c, int i, float *din, be_dtype *din_t)
+{
+    const mf_op *o = &c->f.mf->ops[i];
+    backend *be = c->f.be;
+    graph_acts *a = c->f.a;
+    const float *in = graph_input_of(a, o->in, c->f.x), *g;
+    be_dtype t = a->dt[i];
+    *din_t = BE_F32;
+    DPS_TRY(rounded_grad(c, i, &g));
+    switch (o->kind) {
+    case MF_GEMM: return gemm_bwd(c, o, in, g, din, din_t);
+    case MF_RESAMPLE: /* summed in fp32; graph.c rounds din to the input's type */
+        return din ? be->ops->resample_bwd(be, c->f.st, c->f.samples, (int64_t)o->in_elems,
+                                           (int64_t)o->out_elems, g, din) : DPS_OK;
+    case MF_NORM: return norm_bwd(c, o, in, g, din);
+    case MF_ACT: return act_bwd(c, o, in, g, din, t, din_t);
+    case MF_ADD: return add_bwd(c, o, g, din);
+    case MF_EMBEDDING: return graph_embedding_bwd(c, o, g, din);
+    case MF_KIND_COUNT: break;
+    }
+    return dps_fail(DPS_ERR_RUNTIME, "op %s: kind %d has no backward under autocast", o->name,
+                    (int)o->kind);
+}
