@@ -85,6 +85,18 @@ def check_interrupted_row(folder, needle="SIGINT"):
     return runs[-1], steps
 
 
+def why_ended(folder, err=""):
+    """What a run that ended too soon or with the wrong status said: the
+    error of runs.csv's last row (where there is one) and its stderr's tail."""
+    path = os.path.join(folder, "runs.csv")
+    row = ""
+    if os.path.exists(path):
+        with open(path) as f:
+            lines = f.read().splitlines()
+        row = lines[-1] if len(lines) > 1 else ""
+    return f"\n  runs.csv's last row: {row or '(none)'}\n  stderr: {err[-2000:]}"
+
+
 def no_processes_left(out):
     time.sleep(0.3)
     left = processes_mentioning(out)
@@ -127,7 +139,9 @@ def start_long_sweep(binary, out):
         seen = p.stderr.readline()  # one plain line per configuration
     expect("[2/2]" in seen, f"the sweep never began its second configuration ({seen!r})")
     time.sleep(3.0)  # its set-up done, in its first step
-    expect(p.poll() is None, f"the sweep ended before the signals: exit {p.returncode}")
+    if p.poll() is not None:
+        raise Failure(f"the sweep ended before the signals: exit {p.returncode}"
+                      + why_ended(os.path.join(out, "s"), p.stderr.read()))
     return p
 
 
@@ -136,7 +150,8 @@ def end_long_sweep(p, out, after, within):
     medium configuration's row written, no process left."""
     _, err, took = finish(p, f"the sweep after {after}", 60)
     expect(took < within, f"ended {took:.1f} s after {after}, not within {within:g} s")
-    expect(p.returncode == 130, f"exit {p.returncode}, expected 130\n{err}")
+    expect(p.returncode == 130,
+           f"exit {p.returncode}, expected 130" + why_ended(os.path.join(out, "s"), err))
     row, _ = check_interrupted_row(os.path.join(out, "s"))
     expect(row["config_id"].startswith("dp-medium"),
            f"the last row is not the medium configuration's: {row}")
@@ -180,8 +195,10 @@ def case_ddp_twice(binary):
         twice([p], group=True)
         _, err, _ = finish(p, "ddp after the second SIGINT", 60)
         took = time.monotonic() - t0
-        expect(took < PROMPT_S + 1.0, f"ended {took:.1f} s after the first SIGINT")
-        expect(p.returncode == 130, f"exit {p.returncode}, expected 130\n{err}")
+        expect(took < PROMPT_S + 1.0, f"ended {took:.1f} s after the first SIGINT"
+               + why_ended(os.path.join(out, "t"), err))
+        expect(p.returncode == 130,
+               f"exit {p.returncode}, expected 130" + why_ended(os.path.join(out, "t"), err))
         check_interrupted_row(os.path.join(out, "t"))
         no_processes_left(out)
         print(f"ddp: ended {took:.2f} s after the first SIGINT")
