@@ -18,8 +18,11 @@ old=$1 new=$2
 rounds=${3:-6}
 suite=${4:-$root/bench/ci.suite}
 [ $# -gt 4 ] && shift 4 || shift $#
+# shellcheck source=python.sh
+. "$root/scripts/python.sh"
 rc=0
-/usr/bin/python3 "$root/scripts/regress.py" "$new" --base-binary "$old" --rounds "$rounds" \
+# shellcheck disable=SC2119 # no module: the first python3
+"$(dps_python)" "$root/scripts/regress.py" "$new" --base-binary "$old" --rounds "$rounds" \
   --suite "$suite" "$@" || rc=$?
 [ "$rc" -eq 3 ] && rc=0
 exit "$rc"

@@ -5,6 +5,8 @@
 #   scripts/bench.sh DPSCALE [SUITE] [dpscale sweep options...]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=python.sh
+. "$root/scripts/python.sh"
 dpscale=$1
 suite=${2:-$root/bench/default.suite}
 [ $# -ge 2 ] && shift 2 || shift 1
@@ -14,7 +16,9 @@ status=0
 DPSCALE_CHARTS="plots/$name" "$dpscale" sweep "$suite" --out "$root/results" --name "$name" "$@" \
   || status=$?
 if [ -s "$root/results/$name/runs.csv" ]; then
-  /usr/bin/python3 "$root/scripts/plot.py" "$root/results/$name" --out "$root/plots/$name" || status=$?
+  py=$(dps_python matplotlib) || echo "bench: no python3 on PATH nor /usr/bin/python3 has matplotlib (scripts/setup.sh installs python3-matplotlib)" >&2
+  echo "bench: drawing the charts with $py"
+  "$py" "$root/scripts/plot.py" "$root/results/$name" --out "$root/plots/$name" || status=$?
   ln -sfn "$name" "$root/plots/latest"
   echo "bench: results in results/$name, charts in plots/$name (summary: plots/$name/summary.md)"
 fi

@@ -74,15 +74,9 @@ rm -rf "$res"
 mkdir -p "$res"
 bin="$root/build-gpu/src/dpscale"
 # the first python3 with PyTorch (the scripts' own need only numpy)
-py=
-for c in python3 /usr/bin/python3; do
-  command -v "$c" >/dev/null || continue
-  [ -n "$py" ] || py=$c
-  if "$c" -c 'import importlib.util as u, sys; sys.exit(u.find_spec("torch") is None)' 2>/dev/null; then
-    py=$c
-    break
-  fi
-done
+# shellcheck source=python.sh
+. "$root/scripts/python.sh"
+py=$(dps_python torch) || true
 summary=("$py" "$root/scripts/device_check_summary.py")
 backend=${DC_BACKEND:-cuda}
 host=0

@@ -16,10 +16,11 @@ import re
 import shutil
 import socket
 import subprocess
+import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
-PYTHON = "/usr/bin/python3"
+PYTHON = sys.executable or "python3"  # compare.py runs itself again where this lacks a package
 INCONCLUSIVE = 3  # the exit status of a gate that stopped with configurations undecided
 
 
