@@ -18,7 +18,7 @@ old=$1 new=$2
 rounds=${3:-6}
 suite=${4:-$root/bench/ci.suite}
 [ $# -gt 4 ] && shift 4 || shift $#
-# shellcheck source=python.sh
+# shellcheck source-path=SCRIPTDIR source=python.sh
 . "$root/scripts/python.sh"
 rc=0
 # shellcheck disable=SC2119 # no module: the first python3

@@ -5,7 +5,7 @@
 #   scripts/bench.sh DPSCALE [SUITE] [dpscale sweep options...]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-# shellcheck source=python.sh
+# shellcheck source-path=SCRIPTDIR source=python.sh
 . "$root/scripts/python.sh"
 dpscale=$1
 suite=${2:-$root/bench/default.suite}

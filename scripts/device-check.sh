@@ -74,7 +74,7 @@ rm -rf "$res"
 mkdir -p "$res"
 bin="$root/build-gpu/src/dpscale"
 # the first python3 with PyTorch (the scripts' own need only numpy)
-# shellcheck source=python.sh
+# shellcheck source-path=SCRIPTDIR source=python.sh
 . "$root/scripts/python.sh"
 py=$(dps_python torch) || true
 summary=("$py" "$root/scripts/device_check_summary.py")
