@@ -27,11 +27,14 @@ from torch.fx.passes.shape_prop import ShapeProp
 FORMAT = 1
 BATCH = 2  # samples traced; per-sample figures are divided by it
 ACTS = {nn.ReLU: "relu", nn.GELU: "gelu", nn.Tanh: "tanh", nn.Sigmoid: "sigmoid",
-        nn.Softmax: "softmax"}
+        nn.Softmax: "softmax", nn.ReLU6: "relu6", nn.SiLU: "silu", nn.Hardswish: "hardswish",
+        nn.Hardsigmoid: "hardsigmoid", nn.Mish: "mish"}
 ACT_FUNCS = {torch.relu: "relu", nn.functional.relu: "relu", nn.functional.gelu: "gelu",
              torch.tanh: "tanh", torch.sigmoid: "sigmoid", torch.softmax: "softmax",
-             nn.functional.softmax: "softmax", "relu": "relu", "softmax": "softmax",
-             "tanh": "tanh", "sigmoid": "sigmoid"}
+             nn.functional.softmax: "softmax", nn.functional.relu6: "relu6",
+             nn.functional.silu: "silu", nn.functional.hardswish: "hardswish",
+             nn.functional.hardsigmoid: "hardsigmoid", nn.functional.mish: "mish",
+             "relu": "relu", "softmax": "softmax", "tanh": "tanh", "sigmoid": "sigmoid"}
 NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.LayerNorm, nn.GroupNorm)
 POOLS = (nn.MaxPool2d, nn.AvgPool2d, nn.AdaptiveAvgPool2d, nn.Flatten, nn.Dropout, nn.Identity)
 # functions and methods whose output is their first input's values, rearranged, kept
@@ -40,7 +43,9 @@ VIEWS = {torch.flatten, torch.reshape, torch.permute, torch.transpose, torch.squ
          torch.unsqueeze, nn.functional.dropout, operator.getitem, operator.mul,
          operator.truediv, torch.mul, "view", "reshape", "flatten", "permute", "transpose",
          "contiguous", "float", "squeeze", "unsqueeze", "split", "chunk", "masked_fill",
-         "mul", "div", "expand_as", "type_as", "to"}
+         "mul", "div", "expand_as", "type_as", "to", nn.functional.adaptive_avg_pool2d,
+         nn.functional.adaptive_max_pool2d, nn.functional.avg_pool2d, nn.functional.max_pool2d,
+         torch.mean, "mean"}
 ADDS = {operator.add, operator.iadd, torch.add, "add"}
 MATMULS = {operator.matmul, torch.matmul, torch.bmm, "matmul", "bmm"}
 ACT_OF_ENCODER = {nn.functional.relu: "relu", nn.functional.gelu: "gelu"}
@@ -286,12 +291,15 @@ def norm(ops, node, name, src, c, weight, bias):
 
 
 def map_conv(ops, node, m, name):
-    if m.groups != 1:
-        raise ExportError(f"{name}: a grouped convolution (groups={m.groups}) is not mapped")
+    """A convolution as its im2col GEMM; a grouped (or depthwise) one as a
+    gemm of g groups, each its k/g im2col columns by its n/g filters."""
     rows = math.prod(shape(node)[2:])
     k = m.in_channels * math.prod(m.kernel_size)
     src = ops.resample(f"{name}.im2col", src_of(ops, node, name), rows * k)
-    keys = {"m": rows, "k": k, "n": m.out_channels, "weight": ops.tensor(m.weight, name)}
+    keys = {"m": rows, "k": k, "n": m.out_channels}
+    if m.groups > 1:
+        keys["g"] = m.groups
+    keys["weight"] = ops.tensor(m.weight, name)
     if m.bias is not None:
         keys["bias"] = ops.tensor(m.bias, name)
     ops.add("gemm", name, keys, src, node)

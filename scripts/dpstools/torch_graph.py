@@ -7,7 +7,8 @@ Graph holds what the PyTorch reference trains: dpscale's initialisation
 (graph_init_params) in its flat parameter layout (the tensors in the reverse
 of ready order), its synthetic batches of samples, and the module, built on
 flat fp32 tensors [samples, elements] with model/graph.c's semantics: a gemm
-is x·Wᵀ + b on m rows of a sample (W viewed as n × k) or, without weight,
+is x·Wᵀ + b on m rows of a sample (W viewed as n × k; with g groups, group j's
+k/g columns of x by its n/g rows of W give its n/g columns) or, without weight,
 b matmuls between the two halves of its input; a resample reads
 x[i mod n_in]; a norm scales and shifts c columns; every act is the exact
 erf GELU; an embedding adds its table's elements at fixed positions; an add
@@ -24,19 +25,20 @@ INPUT = -1  # an op's `in` or `from`: the model's input
 RNG_GRAPH_PARAMS = 1 << 40  # dpscale's generator streams of a model file's tensors (+ t)
 RNG_INPUT, RNG_LABELS = 2, 3  # the streams of a step's inputs and labels (+ step << 8)
 KINDS = ("gemm", "resample", "norm", "act", "add", "embedding")
-FNS = ("relu", "gelu", "softmax", "tanh", "sigmoid")
-KIND_KEYS = {"gemm": {"m", "k", "n", "b", "weight", "bias"}, "resample": {"n"},
+FNS = ("relu", "gelu", "softmax", "tanh", "sigmoid", "relu6", "silu", "hardswish", "hardsigmoid",
+       "mish")
+KIND_KEYS = {"gemm": {"m", "k", "n", "b", "g", "weight", "bias"}, "resample": {"n"},
              "norm": {"c", "weight", "bias"}, "act": {"fn"}, "add": {"from"},
              "embedding": {"m", "weight"}}
 COMMON_KEYS = {"in", "saved", "moved"}
-NUMBER_KEYS = ("m", "k", "n", "b", "c")
+NUMBER_KEYS = ("m", "k", "n", "b", "c", "g")
 NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:/-[]")
 DIM_MAX = 1 << 31
 HOWTO = "(docs/model-file.md)"
 
 Tensor = collections.namedtuple("Tensor", "name dims numel ready line")
 Op = collections.namedtuple("Op", "kind name inp frm m k n b c fn weight bias "
-                                  "in_elems out_elems line")
+                                  "in_elems out_elems line g")
 
 
 class ModelFileError(ValueError):
@@ -65,7 +67,7 @@ class Graph:
 
     def fwd_flops(self):
         """Forward GEMM FLOPs of one sample (model_file_fwd_flops)."""
-        return sum(2 * o.b * o.m * o.k * o.n for o in self.ops if o.kind == "gemm")
+        return sum(2 * o.b * o.m * o.k * o.n // o.g for o in self.ops if o.kind == "gemm")
 
     def init(self, seed):
         """graph_init_params: tensor t is bound * U(seed, 2**40 + t, i), bound
@@ -175,6 +177,13 @@ def op_forward(torch, op, w, x, outs):
 
 def gemm(torch, op, w, a):
     samples = a.shape[0]
+    if op.weight >= 0 and op.g > 1:  # g GEMMs: k/g columns of a by n/g rows of W each
+        x = a.reshape(samples * op.m, op.g, op.k // op.g).transpose(0, 1)
+        W = w[op.weight].reshape(op.g, op.n // op.g, op.k // op.g)
+        y = torch.bmm(x, W.transpose(1, 2)).transpose(0, 1).reshape(samples * op.m, op.n)
+        if op.bias >= 0:
+            y = y + w[op.bias]
+        return y.reshape(samples, op.out_elems)
     if op.weight >= 0:
         y = a.reshape(samples * op.m, op.k) @ w[op.weight].reshape(op.n, op.k).t()
         if op.bias >= 0:
@@ -338,7 +347,7 @@ class Reader:
                             f"({where}) gives {have}: put a resample op between them {HOWTO}")
         return Op(kind, name, inp, keys.get("from", INPUT), k["m"], k["k"], k["n"],
                   k["b"] or 1, k["c"], keys.get("fn"), keys.get("weight", -1),
-                  keys.get("bias", -1), have, out, line)
+                  keys.get("bias", -1), have, out, line, k["g"] or 1)
 
     def needs(self, line, kind, k, letters):
         for key in letters:
@@ -381,12 +390,18 @@ class Reader:
         self.needs(line, "gemm", k, "mkn")
         b = k["b"] or 1
         if "weight" not in keys:
+            if k["g"] > 1:
+                self.fail(line, f"g= is for a gemm with weight {HOWTO}")
             if "bias" in keys:
                 self.fail(line, f"a gemm without weight takes no bias {HOWTO}")
             return b * (k["m"] * k["k"] + k["k"] * k["n"]), b * k["m"] * k["n"]
         if b > 1:
             self.fail(line, f"b= is for a gemm without weight {HOWTO}")
-        self.tensor_size(line, keys, "weight", k["n"] * k["k"])
+        g = k["g"] or 1
+        if k["k"] % g or k["n"] % g:
+            self.fail(line, f"gemm g={g}: k={k['k']} and n={k['n']} must both be multiples of g "
+                            f"{HOWTO}")
+        self.tensor_size(line, keys, "weight", k["n"] * k["k"] // g)
         self.tensor_size(line, keys, "bias", k["n"])
         return k["m"] * k["k"], k["m"] * k["n"]
 

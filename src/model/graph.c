@@ -166,12 +166,32 @@ static const float *tensor_at(const fwd_ctx *c, int t)
     return t < 0 ? NULL : c->params + c->l->offset[t];
 }
 
-/* y = x·Wᵀ (+ b: addmm, the bias added before the product is stored), or
- * without a weight the batched GEMM of x's two halves. */
+/* A grouped gemm (a grouped or depthwise convolution): group j's columns
+ * of y, n/g of them, are its k/g columns of x times its n/g rows of W, one
+ * GEMM a group on the rows' strides; then the bias. */
+static dps_status gemm_groups_fwd(const fwd_ctx *c, const mf_op *o, int rows, const float *in,
+                                  float *y)
+{
+    backend *be = c->be;
+    int k = (int)o->k, n = (int)o->n, kg = (int)(o->k / o->g), ng = (int)(o->n / o->g);
+    const float *w = tensor_at(c, o->weight);
+    for (int j = 0; j < (int)o->g; j++)
+        DPS_TRY(be->ops->gemm(be, c->st, 0, 1, rows, ng, kg, 1.0f, in + (size_t)j * kg, k,
+                              w + (size_t)j * ng * kg, kg, 0.0f, y + (size_t)j * ng, n));
+    return o->bias < 0 ? DPS_OK : be->ops->bias_act(be, c->st, rows, n, y, tensor_at(c, o->bias), NULL);
+}
+
+/* y = x·Wᵀ (+ b: addmm, the bias added before the product is stored), by
+ * groups when it has them, or without a weight the batched GEMM of x's two
+ * halves. */
 static dps_status gemm_fwd(const fwd_ctx *c, const mf_op *o, const float *in, float *y)
 {
     backend *be = c->be;
     int m = (int)o->m, k = (int)o->k, n = (int)o->n, rows = 0;
+    if (o->weight >= 0 && o->g > 1) {
+        DPS_TRY(rows_of(o, c->samples, (size_t)o->m, &rows));
+        return gemm_groups_fwd(c, o, rows, in, y);
+    }
     if (o->weight >= 0) {
         DPS_TRY(rows_of(o, c->samples, (size_t)o->m, &rows));
         const float *w = tensor_at(c, o->weight);
@@ -284,11 +304,37 @@ static dps_status add_col_sums(const bwd_ctx *c, int t, int rows, int cols, cons
     return be->ops->add(be, c->f.st, cols, grad_at(c, t), sums);
 }
 
+/* A grouped gemm's backward: group j's d W rows and its k/g columns of d x
+ * from its n/g columns of g, one GEMM each a group; the bias's column sums
+ * over all n. */
+static dps_status gemm_groups_bwd(const bwd_ctx *c, const mf_op *o, int rows, const float *in,
+                                  const float *g, float *din)
+{
+    backend *be = c->f.be;
+    be_stream *st = c->f.st;
+    int k = (int)o->k, n = (int)o->n, kg = (int)(o->k / o->g), ng = (int)(o->n / o->g);
+    const float *w = tensor_at(&c->f, o->weight);
+    float *dw = grad_at(c, o->weight);
+    for (int j = 0; j < (int)o->g; j++) {
+        size_t wj = (size_t)j * ng * kg;
+        DPS_TRY(be->ops->gemm(be, st, 1, 0, ng, kg, rows, 1.0f, g + (size_t)j * ng, n,
+                              in + (size_t)j * kg, k, 1.0f, dw + wj, kg));
+        if (din)
+            DPS_TRY(be->ops->gemm(be, st, 0, 0, rows, kg, ng, 1.0f, g + (size_t)j * ng, n, w + wj, kg,
+                                  0.0f, din + (size_t)j * kg, k));
+    }
+    return o->bias < 0 ? DPS_OK : add_col_sums(c, o->bias, rows, n, g);
+}
+
 static dps_status gemm_bwd(const bwd_ctx *c, const mf_op *o, const float *in, const float *g, float *din)
 {
     backend *be = c->f.be;
     be_stream *st = c->f.st;
     int m = (int)o->m, k = (int)o->k, n = (int)o->n, rows = 0;
+    if (o->weight >= 0 && o->g > 1) {
+        DPS_TRY(rows_of(o, c->f.samples, (size_t)o->m, &rows));
+        return gemm_groups_bwd(c, o, rows, in, g, din);
+    }
     if (o->weight >= 0) {
         DPS_TRY(rows_of(o, c->f.samples, (size_t)o->m, &rows));
         DPS_TRY(be->ops->gemm(be, st, 1, 0, n, k, rows, 1.0f, g, n, in, k, 1.0f, grad_at(c, o->weight), k));
