@@ -57,7 +57,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # than its output (12), a gemm with and without bias, an act whose fn is not
 # GELU, norms without bias and without weight, a resample that repeats (16 ->
 # 20) and one that cuts (12 -> 6), a gemm without weight over b = 2, a
-# residual from the input, a weight read by two ops (w1), a gemm of g = 2 groups.
+# residual from the input, a weight read by two ops (w1), a gemm of g = 2 groups,
+# a mul scaling runs of 3 by another op's 4 elements.
 HAND = """dpscale-model 1
 name hand
 input 12
@@ -81,6 +82,8 @@ op add ad from=input
 op resample r2 n=6
 op gemm tie m=2 k=3 n=4 weight=w1
 op gemm gg m=2 k=4 n=6 g=2 weight=wg bias=bg
+op resample s1 in=tie n=4
+op mul sc in=gg from=s1
 op resample r3 n=8
 op gemm out m=2 k=4 n=6 weight=w2
 """
@@ -101,6 +104,8 @@ BROKEN = [("a ready value twice", "tensor nb 4 ready=1", "tensor nb 4 ready=2"),
            "op gemm mm m=2 k=2 n=3 b=2 bias=b1"),
           ("groups that do not divide n", "op gemm gg m=2 k=4 n=6 g=2 weight=wg bias=bg",
            "op gemm gg m=2 k=4 n=6 g=4 weight=wg bias=bg"),
+          ("a mul whose scale does not divide its input", "op resample s1 in=tie n=4",
+           "op resample s1 in=tie n=5"),
           ("no format record", "dpscale-model 1", None),
           ("an unknown record", "name hand", "title hand")]
 # The presets' files and their parameters (docs/model-file.md)
@@ -187,7 +192,7 @@ def check_refusals(binary, tmp):
     """torch_reference.py refuses, before PyTorch, a model file it cannot use."""
     cases = [(["--model", os.path.join(tmp, "absent.model")], "cannot read the model file"),
              (["--model", hand_file(tmp, HAND.replace("classes 3", "classes 5"), "bad")],
-              "bad.model:25: the last op's output"),
+              "bad.model:27: the last op's output"),
              (["--model", hand_file(tmp), "--precision", "bf16", "--device", "cuda"],
               "a model file in fp32")]
     for args, needle in cases:
@@ -202,9 +207,9 @@ def case_reader(binary):
         expect(dpscale_info(binary, path).returncode == 0, "dpscale info refuses HAND")
         g = torch_graph.read(path)
         expect((g.params, g.rows, [o.out_elems for o in g.ops]) ==
-               (74, 4, [12, 16, 16, 16, 16, 20, 12, 12, 6, 8, 12, 8, 12]),
+               (74, 4, [12, 16, 16, 16, 16, 20, 12, 12, 6, 8, 12, 4, 12, 8, 12]),
                f"hand: {g.params} parameters, {g.rows} rows, {[o.out_elems for o in g.ops]}")
-        expect(g.columns() == {"model": "hand", "layers": 13, "width": 3, "tokens": 4,
+        expect(g.columns() == {"model": "hand", "layers": 15, "width": 3, "tokens": 4,
                                "classes": 3, "params": 74}, f"columns {g.columns()}")
         check_layout(g)
         check_broken(binary, tmp)
@@ -248,6 +253,9 @@ def reference_op(op, w, xs, outs):
         return np.array([0.5 * v * (1 + math.erf(v / math.sqrt(2))) for v in a])
     if op.kind == "add":
         return a + (xs if op.frm == torch_graph.INPUT else outs[op.frm])
+    if op.kind == "mul":
+        s = xs if op.frm == torch_graph.INPUT else outs[op.frm]
+        return np.array([a[i] * s[i // (len(a) // len(s))] for i in range(len(a))])
     table = w[op.weight].ravel()  # embedding
     return np.array([a[j] + table[j % len(table)] for j in range(len(a))])
 

@@ -47,6 +47,7 @@ VIEWS = {torch.flatten, torch.reshape, torch.permute, torch.transpose, torch.squ
          nn.functional.adaptive_max_pool2d, nn.functional.avg_pool2d, nn.functional.max_pool2d,
          torch.mean, "mean"}
 ADDS = {operator.add, operator.iadd, torch.add, "add"}
+MULS = {operator.mul, operator.imul, torch.mul, "mul"}
 MATMULS = {operator.matmul, torch.matmul, torch.bmm, "matmul", "bmm"}
 ACT_OF_ENCODER = {nn.functional.relu: "relu", nn.functional.gelu: "gelu"}
 
@@ -395,6 +396,11 @@ def map_function(ops, node):
         a = ops.source(ins[0], name)
         bsrc = ops.source(ins[1], f"{name}.other")
         ops.add("add", name, {"from": bsrc}, a, node)
+    elif fn in MULS and len(ins) == 2:
+        map_mul(ops, node, ins, name)
+    elif fn in MULS and scaling_param(ops, node) is not None:
+        p = scaling_param(ops, node)
+        norm(ops, node, name, ops.source(ins[0], name), p.numel(), p, None)
     elif fn in ADDS or fn in VIEWS:
         ops.value[node] = ops.value[ins[0]]
         if ins[0] in ops.unbatched:
@@ -408,6 +414,23 @@ def map_function(ops, node):
     else:
         raise ExportError(f"{name}: {getattr(fn, '__name__', fn)} is not a function the "
                           "exporter maps")
+
+
+def map_mul(ops, node, ins, name):
+    """A product of two activations (squeeze-and-excitation's x * s, s
+    broadcast over a channel's pixels): a mul of the larger by the smaller."""
+    x, s = sorted(ins, key=lambda a: -ops.numel(a))
+    if ops.numel(s) == 0 or ops.numel(x) % ops.numel(s):
+        raise ExportError(f"{name}: a product of {shape(x)} and {shape(s)} whose broadcast is not "
+                          "one factor's element over a run of the other's is not mapped")
+    ops.add("mul", name, {"from": ops.source(s, f"{name}.scale")}, ops.source(x, name), node)
+
+
+def scaling_param(ops, node):
+    """The model's parameter a product scales an activation by (ConvNeXt's
+    layer scale), or None."""
+    found = [ops.param_of[a] for a in node.args if isinstance(a, torch.fx.Node) and a in ops.param_of]
+    return found[0] if found else None
 
 
 def node_params(ops, node):

@@ -12,7 +12,8 @@ k/g columns of x by its n/g rows of W give its n/g columns) or, without weight,
 b matmuls between the two halves of its input; a resample reads
 x[i mod n_in]; a norm scales and shifts c columns; every act is the exact
 erf GELU; an embedding adds its table's elements at fixed positions; an add
-is a residual. numpy only at import: PyTorch is passed in.
+is a residual; a mul scales each run of n/n_s elements by one of its other
+operand's n_s. numpy only at import: PyTorch is passed in.
 """
 import collections
 import math
@@ -24,12 +25,12 @@ from dpstools.torch_model import uniform
 INPUT = -1  # an op's `in` or `from`: the model's input
 RNG_GRAPH_PARAMS = 1 << 40  # dpscale's generator streams of a model file's tensors (+ t)
 RNG_INPUT, RNG_LABELS = 2, 3  # the streams of a step's inputs and labels (+ step << 8)
-KINDS = ("gemm", "resample", "norm", "act", "add", "embedding")
+KINDS = ("gemm", "resample", "norm", "act", "add", "embedding", "mul")
 FNS = ("relu", "gelu", "softmax", "tanh", "sigmoid", "relu6", "silu", "hardswish", "hardsigmoid",
        "mish")
 KIND_KEYS = {"gemm": {"m", "k", "n", "b", "g", "weight", "bias"}, "resample": {"n"},
              "norm": {"c", "weight", "bias"}, "act": {"fn"}, "add": {"from"},
-             "embedding": {"m", "weight"}}
+             "embedding": {"m", "weight"}, "mul": {"from"}}
 COMMON_KEYS = {"in", "saved", "moved"}
 NUMBER_KEYS = ("m", "k", "n", "b", "c", "g")
 NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:/-[]")
@@ -172,6 +173,9 @@ def op_forward(torch, op, w, x, outs):
         return torch.nn.functional.gelu(a)
     if op.kind == "add":
         return a + source(x, outs, op.frm)
+    if op.kind == "mul":  # each of s's elements scales its run of a
+        s = source(x, outs, op.frm)
+        return a * s.repeat_interleave(op.out_elems // s.shape[1], dim=1)
     return a + resample(torch, w[op.weight].reshape(1, -1), op.out_elems)  # embedding
 
 
@@ -378,6 +382,15 @@ class Reader:
             if "from" not in keys:
                 self.fail(line, f"an add op needs from=OP {HOWTO}")
             return self.out_of(keys["from"]), have
+        if kind == "mul":
+            if "from" not in keys:
+                self.fail(line, f"a mul op needs from=OP {HOWTO}")
+            ns = self.out_of(keys["from"])
+            if have % ns:
+                where = "the input" if keys["from"] == INPUT else self.ops[keys["from"]].name
+                self.fail(line, f"mul: {where}'s {ns} elements per sample do not divide its "
+                                f"input's {have} {HOWTO}")
+            return have, have
         if kind == "embedding":
             self.needs(line, kind, k, "m")
             if "weight" not in keys or len(self.tensors[keys["weight"]].dims) != 2:

@@ -244,6 +244,14 @@ static dps_status enter(const graph_acts *a, int i, int backward, const float **
     return w->enter(w->ctx, w->unit_of[i], backward, params, grads);
 }
 
+/* y[i] = x[i] * s[i / (n / n_s)]: each of s's elements scales its run of x */
+static dps_status mul_fwd(const fwd_ctx *c, const mf_op *o, const float *in, float *y)
+{
+    size_t ns = o->from == MF_INPUT ? c->mf->input : c->mf->ops[o->from].out_elems;
+    return c->be->ops->row_scale(c->be, c->st, (int64_t)((size_t)c->samples * ns),
+                                 (int64_t)(o->out_elems / ns), in, input_of(c->a, o->from, c->x), y);
+}
+
 static dps_status op_fwd(const fwd_ctx *c, int i)
 {
     const mf_op *o = &c->mf->ops[i];
@@ -262,6 +270,7 @@ static dps_status op_fwd(const fwd_ctx *c, int i)
         DPS_TRY(copy(be, c->st, dev, y, in, n));
         return be->ops->add(be, c->st, (int64_t)n, y, input_of(c->a, o->from, c->x));
     case MF_EMBEDDING: return embedding_fwd(c, o, in, y, dev);
+    case MF_MUL: return mul_fwd(c, o, in, y);
     case MF_KIND_COUNT: break;
     }
     return dps_fail(DPS_ERR_RUNTIME, "op %s: kind %d has no forward", o->name, (int)o->kind);
@@ -390,6 +399,19 @@ static dps_status embedding_bwd(const bwd_ctx *c, const mf_op *o, const float *g
     return din ? copy(be, st, dev, din, g, (size_t)c->f.samples * o->out_elems) : DPS_OK;
 }
 
+/* A mul's backward: d s[j] += the sum of g·x over its run (into s's op's
+ * gradient, as an add's other operand), d x = g scaled as forward scaled x */
+static dps_status mul_bwd(const bwd_ctx *c, const mf_op *o, const float *in, const float *g, float *din)
+{
+    backend *be = c->f.be;
+    size_t ns = o->from == MF_INPUT ? c->f.mf->input : c->f.mf->ops[o->from].out_elems;
+    int64_t rows = (int64_t)((size_t)c->f.samples * ns), cols = (int64_t)(o->out_elems / ns);
+    if (o->from != MF_INPUT)
+        DPS_TRY(be->ops->row_dot_add(be, c->f.st, rows, cols, g, in, grad_of(c->f.a, o->from)));
+    return din ? be->ops->row_scale(be, c->f.st, rows, cols, g, input_of(c->f.a, o->from, c->f.x), din)
+               : DPS_OK;
+}
+
 /* Op i's backward from its output's gradient; din (NULL: the input's is not
  * needed) receives its input's. */
 /* A recomputing gemm's input made again from its resample's input into
@@ -425,6 +447,7 @@ static dps_status op_bwd(const bwd_ctx *c, int i, float *din)
         if (o->from != MF_INPUT) DPS_TRY(be->ops->add(be, st, (int64_t)n, grad_of(c->f.a, o->from), g));
         return din ? copy(be, st, c->f.a->work.dev, din, g, n) : DPS_OK;
     case MF_EMBEDDING: return embedding_bwd(c, o, g, din);
+    case MF_MUL: return mul_bwd(c, o, in, g, din);
     case MF_KIND_COUNT: break;
     }
     return dps_fail(DPS_ERR_RUNTIME, "op %s: kind %d has no backward", o->name, (int)o->kind);
