@@ -58,7 +58,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # GELU, norms without bias and without weight, a resample that repeats (16 ->
 # 20) and one that cuts (12 -> 6), a gemm without weight over b = 2, a
 # residual from the input, a weight read by two ops (w1), a gemm of g = 2 groups,
-# a mul scaling runs of 3 by another op's 4 elements.
+# a mul scaling runs of 3 by another op's 4 elements, a cat of an op's output and
+# one of a tensor.
 HAND = """dpscale-model 1
 name hand
 input 12
@@ -71,6 +72,7 @@ tensor nb 4 ready=1
 tensor w2 6x4 ready=0
 tensor wg 6x2 ready=6
 tensor bg 6 ready=7
+tensor ctw 2 ready=8
 op embedding e m=6 weight=emb
 op gemm g1 m=4 k=3 n=4 weight=w1 bias=b1
 op act a1 fn=tanh
@@ -84,6 +86,8 @@ op gemm tie m=2 k=3 n=4 weight=w1
 op gemm gg m=2 k=4 n=6 g=2 weight=wg bias=bg
 op resample s1 in=tie n=4
 op mul sc in=gg from=s1
+op cat ct from=s1
+op cat cw weight=ctw
 op resample r3 n=8
 op gemm out m=2 k=4 n=6 weight=w2
 """
@@ -96,7 +100,7 @@ BROKEN = [("a ready value twice", "tensor nb 4 ready=1", "tensor nb 4 ready=2"),
           ("an unknown fn", "op act a1 fn=tanh", "op act a1 fn=swish"),
           ("outputs not rows of classes", "classes 3", "classes 5"),
           ("a tensor no op names", "tensor w2 6x4 ready=0", "tensor w2 6x4 ready=0\n"
-                                                            "tensor spare 3 ready=8"),
+                                                            "tensor spare 3 ready=9"),
           ("an embedding table of one dimension", "tensor emb 5x2 ready=5",
            "tensor emb 10 ready=5"),
           ("an unknown op", "op add ad from=input", "op add ad from=nope"),
@@ -106,6 +110,7 @@ BROKEN = [("a ready value twice", "tensor nb 4 ready=1", "tensor nb 4 ready=2"),
            "op gemm gg m=2 k=4 n=6 g=4 weight=wg bias=bg"),
           ("a mul whose scale does not divide its input", "op resample s1 in=tie n=4",
            "op resample s1 in=tie n=5"),
+          ("a cat with both operands", "op cat cw weight=ctw", "op cat cw weight=ctw from=s1"),
           ("no format record", "dpscale-model 1", None),
           ("an unknown record", "name hand", "title hand")]
 # The presets' files and their parameters (docs/model-file.md)
@@ -192,7 +197,7 @@ def check_refusals(binary, tmp):
     """torch_reference.py refuses, before PyTorch, a model file it cannot use."""
     cases = [(["--model", os.path.join(tmp, "absent.model")], "cannot read the model file"),
              (["--model", hand_file(tmp, HAND.replace("classes 3", "classes 5"), "bad")],
-              "bad.model:27: the last op's output"),
+              "bad.model:30: the last op's output"),
              (["--model", hand_file(tmp), "--precision", "bf16", "--device", "cuda"],
               "a model file in fp32")]
     for args, needle in cases:
@@ -207,10 +212,10 @@ def case_reader(binary):
         expect(dpscale_info(binary, path).returncode == 0, "dpscale info refuses HAND")
         g = torch_graph.read(path)
         expect((g.params, g.rows, [o.out_elems for o in g.ops]) ==
-               (74, 4, [12, 16, 16, 16, 16, 20, 12, 12, 6, 8, 12, 4, 12, 8, 12]),
+               (76, 4, [12, 16, 16, 16, 16, 20, 12, 12, 6, 8, 12, 4, 12, 16, 18, 8, 12]),
                f"hand: {g.params} parameters, {g.rows} rows, {[o.out_elems for o in g.ops]}")
-        expect(g.columns() == {"model": "hand", "layers": 15, "width": 3, "tokens": 4,
-                               "classes": 3, "params": 74}, f"columns {g.columns()}")
+        expect(g.columns() == {"model": "hand", "layers": 17, "width": 3, "tokens": 4,
+                               "classes": 3, "params": 76}, f"columns {g.columns()}")
         check_layout(g)
         check_broken(binary, tmp)
         check_refusals(binary, tmp)
@@ -253,6 +258,10 @@ def reference_op(op, w, xs, outs):
         return np.array([0.5 * v * (1 + math.erf(v / math.sqrt(2))) for v in a])
     if op.kind == "add":
         return a + (xs if op.frm == torch_graph.INPUT else outs[op.frm])
+    if op.kind == "cat":
+        other = w[op.weight].ravel() if op.weight >= 0 else (
+            xs if op.frm == torch_graph.INPUT else outs[op.frm])
+        return np.concatenate([a, other])
     if op.kind == "mul":
         s = xs if op.frm == torch_graph.INPUT else outs[op.frm]
         return np.array([a[i] * s[i // (len(a) // len(s))] for i in range(len(a))])

@@ -14,6 +14,8 @@ where a consumer needs another size. One forward and backward on a batch of
 two records the bytes autograd saves per node and the order in which the
 parameters' gradients become ready."""
 import contextlib
+import dis
+import inspect
 import io
 import importlib
 import math
@@ -43,11 +45,17 @@ VIEWS = {torch.flatten, torch.reshape, torch.permute, torch.transpose, torch.squ
          torch.unsqueeze, nn.functional.dropout, operator.getitem, operator.mul,
          operator.truediv, torch.mul, "view", "reshape", "flatten", "permute", "transpose",
          "contiguous", "float", "squeeze", "unsqueeze", "split", "chunk", "masked_fill",
-         "mul", "div", "expand_as", "type_as", "to", nn.functional.adaptive_avg_pool2d,
+         "mul", "div", "expand", "expand_as", "type_as", "to", nn.functional.adaptive_avg_pool2d,
          nn.functional.adaptive_max_pool2d, nn.functional.avg_pool2d, nn.functional.max_pool2d,
          torch.mean, "mean"}
+try:  # torchvision's stochastic depth: the identity, its value in eval (every branch kept)
+    from torchvision.ops import stochastic_depth
+    VIEWS.add(stochastic_depth)
+except ImportError:
+    pass
 ADDS = {operator.add, operator.iadd, torch.add, "add"}
 MULS = {operator.mul, operator.imul, torch.mul, "mul"}
+CATS = {torch.cat, torch.concat}
 MATMULS = {operator.matmul, torch.matmul, torch.bmm, "matmul", "bmm"}
 ACT_OF_ENCODER = {nn.functional.relu: "relu", nn.functional.gelu: "gelu"}
 
@@ -145,10 +153,11 @@ class Ops:
         return self.resample(f"{name}.in", src, n) if n is not None else src
 
     def inputs(self, node):
-        """node's tensor inputs that come from the model's input."""
-        args = list(node.args) + list(node.kwargs.values())
-        return [a for a in args if isinstance(a, torch.fx.Node) and a in self.value
-                and a not in self.const]
+        """node's tensor inputs that come from the model's input, also those in
+        lists and tuples (torch.cat's)."""
+        args = []
+        torch.fx.node.map_arg((node.args, node.kwargs), args.append)
+        return [a for a in args if a in self.value and a not in self.const]
 
 
 def out_size(kind, keys, have, ops):
@@ -156,6 +165,9 @@ def out_size(kind, keys, have, ops):
         return keys.get("b", 1) * keys["m"] * keys["n"]
     if kind == "resample":
         return keys["n"]
+    if kind == "cat":
+        return have + (ops.size[keys["from"]] if "from" in keys else
+                       dict(ops.model.named_parameters())[keys["weight"]].numel())
     return have
 
 
@@ -174,13 +186,19 @@ def export(model, input_shape, integer_input=False):
     printed = io.StringIO()  # ShapeProp prints the failing node's traceback itself
     try:
         with contextlib.redirect_stderr(printed):
-            ShapeProp(gm).propagate(example)
+            result = ShapeProp(gm).propagate(example)
     except RuntimeError as e:
         last = [line for line in printed.getvalue().splitlines() if "Error" in line]
         cause = last[-1] if last else str(e).splitlines()[0]
         raise ExportError(f"{type(model).__name__}: its forward fails on a batch of "
                           f"{'x'.join(map(str, input_shape))} {'token ids' if integer_input else 'inputs'} "
                           f"({cause}); give --input the shape of one sample it takes") from None
+    if not isinstance(result, torch.Tensor):
+        raise ExportError(f"{type(model).__name__}: its forward returns a {type(result).__name__}, "
+                          "not one tensor of logits (a model's auxiliary outputs in training); "
+                          "export it built without them (googlenet and inception_v3: "
+                          "aux_logits=False, init_weights=True), or wrap it in a module that "
+                          "returns the logits alone")
     modules = dict(gm.named_modules())
     ops = Ops(model)
     ops.input_int = integer_input
@@ -199,7 +217,7 @@ class Tracer(torch.fx.Tracer):
         self.scope = []
 
     def call_module(self, m, forward, args, kwargs):
-        self.scope.append(self.path_of_module(m))
+        self.scope.append((self.path_of_module(m), type(m).__name__))
         try:
             return super().call_module(m, forward, args, kwargs)
         finally:
@@ -207,13 +225,32 @@ class Tracer(torch.fx.Tracer):
 
     def create_node(self, *args, **kwargs):
         node = super().create_node(*args, **kwargs)
-        node.meta["scope"] = self.scope[-1] if self.scope else ""
+        node.meta["scope"], node.meta["scope_class"] = self.scope[-1] if self.scope else ("", "")
         return node
+
+    def trace(self, root, concrete_args=None):
+        iterate = torch.fx.proxy.Proxy.__iter__
+        torch.fx.proxy.Proxy.__iter__ = unpack_proxy
+        try:
+            return super().trace(root, concrete_args)
+        finally:
+            torch.fx.proxy.Proxy.__iter__ = iterate
 
     def is_leaf_module(self, m, qualname):
         if isinstance(m, (nn.TransformerEncoder, nn.Sequential, nn.ModuleList)):
             return False
         return super().is_leaf_module(m, qualname)
+
+
+def unpack_proxy(proxy):
+    """`n, c, h, w = x.shape` on a proxy: its items, as fx's Proxy.__iter__
+    gives them, the unpacking instruction found by its offset (fx's own
+    lookup, by index, misses it in Python 3.11's bytecode, which holds caches)."""
+    frame = inspect.currentframe().f_back
+    for inst in dis.get_instructions(frame.f_code):
+        if inst.offset == frame.f_lasti and inst.opname == "UNPACK_SEQUENCE":
+            return (proxy[i] for i in range(inst.argval))
+    return proxy.tracer.iter(proxy)
 
 
 def attr_of(model, target):
@@ -270,7 +307,8 @@ def map_module(ops, node, m):
     else:
         raise ExportError(f"{name}: {type(m).__name__} is not a module the exporter maps "
                           "(it maps Linear, Conv2d, Embedding, norms, activations, pooling, "
-                          "MultiheadAttention, TransformerEncoderLayer)")
+                          "MultiheadAttention, TransformerEncoderLayer); replace it with those "
+                          "or export the model without it (docs/model-file.md#exporting-a-model)")
 
 
 def linear(ops, node, name, src, weight, bias, out):
@@ -346,6 +384,7 @@ def tokens_width(node, batch_first):
 def map_mha(ops, node, m, name):
     """nn.MultiheadAttention called on one tensor as query, key and value."""
     args = [a for a in node.args if isinstance(a, torch.fx.Node)]
+    args += [node.kwargs[k] for k in ("query", "key", "value") if k in node.kwargs]
     if len(args) < 3 or not (args[0] is args[1] is args[2]):
         raise ExportError(f"{name}: MultiheadAttention other than self-attention (one tensor as "
                           "query, key and value) is not mapped")
@@ -384,7 +423,11 @@ def map_function(ops, node):
     fn = node.target
     name = op_name(node)
     ins = ops.inputs(node)
-    if not ins:  # arange, zeros, a mask from a buffer: made from no input
+    first = node.args[0] if node.args else None
+    if fn in VIEWS and fn not in MULS and isinstance(first, torch.fx.Node) and first in ops.param_of:
+        ops.param_of[node] = ops.param_of[first]  # a view of a parameter (a class token expanded)
+        ins = []
+    if not ins:  # arange, zeros, a mask from a buffer, a view of a parameter: made from no input
         ops.value[node] = "input"
         ops.const.add(node)
         return
@@ -392,7 +435,13 @@ def map_function(ops, node):
     if out is None:  # size(), shape: no tensor
         ops.value[node] = ops.value[ins[0]]
         return
-    if fn in ADDS and len(ins) == 2:
+    ins = [a for a in ins if shape(a) is not None] or ins  # the tensors, not sizes
+    if fn in ADDS and len(ins) == 1 and scaling_param(ops, node) is not None:
+        p = scaling_param(ops, node)  # a learned position embedding
+        norm(ops, node, name, ops.source(ins[0], name), p.numel(), None, p)
+    elif fn in CATS:
+        map_cat(ops, node, ins, name)
+    elif fn in ADDS and len(ins) == 2:
         a = ops.source(ins[0], name)
         bsrc = ops.source(ins[1], f"{name}.other")
         ops.add("add", name, {"from": bsrc}, a, node)
@@ -412,8 +461,11 @@ def map_function(ops, node):
     elif fn in ACT_FUNCS:
         ops.add("act", name, {"fn": ACT_FUNCS[fn]}, ops.source(ins[0], name), node)
     else:
-        raise ExportError(f"{name}: {getattr(fn, '__name__', fn)} is not a function the "
-                          "exporter maps")
+        where = node.meta.get("scope_class")
+        raise ExportError(f"{name}: {getattr(fn, '__name__', fn)} is not a function the exporter "
+                          f"maps{f' (called by {where})' if where else ''}; replace what calls it "
+                          "with modules and functions the exporter maps, or export the model "
+                          "without it (docs/model-file.md#exporting-a-model)")
 
 
 def map_mul(ops, node, ins, name):
@@ -424,6 +476,31 @@ def map_mul(ops, node, ins, name):
         raise ExportError(f"{name}: a product of {shape(x)} and {shape(s)} whose broadcast is not "
                           "one factor's element over a run of the other's is not mapped")
     ops.add("mul", name, {"from": ops.source(s, f"{name}.scale")}, ops.source(x, name), node)
+
+
+def map_cat(ops, node, ins, name):
+    """torch.cat of activations and parameters (a class token) along a
+    dimension after the batch's: cat ops appending each to the first
+    activation's values, a sample's after its own."""
+    parts = node.args[0] if node.args else node.kwargs["tensors"]
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+    if dim == 0 or dim == -len(shape(node)):
+        raise ExportError(f"{name}: a cat along the batch dimension is not mapped")
+    first = next(a for a in parts if a in ins)
+    src = ops.source(first, f"{name}.in")
+    rest = [a for a in parts if a is not first]
+    for i, a in enumerate(rest):
+        last = i == len(rest) - 1
+        if a in ins:
+            keys = {"from": ops.source(a, f"{name}.{i}.in")}
+        elif a in ops.param_of:
+            keys = {"weight": ops.tensor(ops.param_of[a], name)}
+        else:
+            raise ExportError(f"{name}: a cat of a tensor made neither from the input nor from a "
+                              "parameter is not mapped")
+        src = ops.add("cat", name if last else f"{name}.{i}", keys, src, node if last else None)
+    if not rest:
+        ops.value[node] = src
 
 
 def scaling_param(ops, node):

@@ -12,7 +12,8 @@ k/g columns of x by its n/g rows of W give its n/g columns) or, without weight,
 b matmuls between the two halves of its input; a resample reads
 x[i mod n_in]; a norm scales and shifts c columns; every act is the exact
 erf GELU; an embedding adds its table's elements at fixed positions; an add
-is a residual; a mul scales each run of n/n_s elements by one of its other
+is a residual; a cat appends another op's output or a tensor to each
+sample; a mul scales each run of n/n_s elements by one of its other
 operand's n_s. numpy only at import: PyTorch is passed in.
 """
 import collections
@@ -25,12 +26,12 @@ from dpstools.torch_model import uniform
 INPUT = -1  # an op's `in` or `from`: the model's input
 RNG_GRAPH_PARAMS = 1 << 40  # dpscale's generator streams of a model file's tensors (+ t)
 RNG_INPUT, RNG_LABELS = 2, 3  # the streams of a step's inputs and labels (+ step << 8)
-KINDS = ("gemm", "resample", "norm", "act", "add", "embedding", "mul")
+KINDS = ("gemm", "resample", "norm", "act", "add", "embedding", "mul", "cat")
 FNS = ("relu", "gelu", "softmax", "tanh", "sigmoid", "relu6", "silu", "hardswish", "hardsigmoid",
        "mish")
 KIND_KEYS = {"gemm": {"m", "k", "n", "b", "g", "weight", "bias"}, "resample": {"n"},
              "norm": {"c", "weight", "bias"}, "act": {"fn"}, "add": {"from"},
-             "embedding": {"m", "weight"}, "mul": {"from"}}
+             "embedding": {"m", "weight"}, "mul": {"from"}, "cat": {"from", "weight"}}
 COMMON_KEYS = {"in", "saved", "moved"}
 NUMBER_KEYS = ("m", "k", "n", "b", "c", "g")
 NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:/-[]")
@@ -173,6 +174,10 @@ def op_forward(torch, op, w, x, outs):
         return torch.nn.functional.gelu(a)
     if op.kind == "add":
         return a + source(x, outs, op.frm)
+    if op.kind == "cat":  # each sample's a, then the other operand's (the tensor's) elements
+        other = (w[op.weight].reshape(1, -1).expand(a.shape[0], -1) if op.weight >= 0
+                 else source(x, outs, op.frm))
+        return torch.cat([a, other], dim=1)
     if op.kind == "mul":  # each of s's elements scales its run of a
         s = source(x, outs, op.frm)
         return a * s.repeat_interleave(op.out_elems // s.shape[1], dim=1)
@@ -382,6 +387,11 @@ class Reader:
             if "from" not in keys:
                 self.fail(line, f"an add op needs from=OP {HOWTO}")
             return self.out_of(keys["from"]), have
+        if kind == "cat":
+            if ("from" in keys) == ("weight" in keys):
+                self.fail(line, f"a cat op needs from=OP or weight=T, one of them {HOWTO}")
+            tail = self.numel(keys, "weight") or self.out_of(keys.get("from"))
+            return have, have + tail
         if kind == "mul":
             if "from" not in keys:
                 self.fail(line, f"a mul op needs from=OP {HOWTO}")

@@ -252,6 +252,21 @@ static dps_status mul_fwd(const fwd_ctx *c, const mf_op *o, const float *in, flo
                                  (int64_t)(o->out_elems / ns), in, input_of(c->a, o->from, c->x), y);
 }
 
+/* Each sample's y = its x, then its other operand's (an op's output, or a
+ * tensor's elements, the same for every sample) */
+static dps_status cat_fwd(const fwd_ctx *c, const mf_op *o, const float *in, float *y, int dev)
+{
+    size_t tail = o->out_elems - o->in_elems;
+    const float *other = o->weight >= 0 ? tensor_at(c, o->weight) : input_of(c->a, o->from, c->x);
+    for (int s = 0; s < c->samples; s++) {
+        float *ys = y + (size_t)s * o->out_elems;
+        DPS_TRY(copy(c->be, c->st, dev, ys, in + (size_t)s * o->in_elems, o->in_elems));
+        DPS_TRY(copy(c->be, c->st, dev, ys + o->in_elems, other + (o->weight >= 0 ? 0 : (size_t)s * tail),
+                     tail));
+    }
+    return DPS_OK;
+}
+
 static dps_status op_fwd(const fwd_ctx *c, int i)
 {
     const mf_op *o = &c->mf->ops[i];
@@ -271,6 +286,7 @@ static dps_status op_fwd(const fwd_ctx *c, int i)
         return be->ops->add(be, c->st, (int64_t)n, y, input_of(c->a, o->from, c->x));
     case MF_EMBEDDING: return embedding_fwd(c, o, in, y, dev);
     case MF_MUL: return mul_fwd(c, o, in, y);
+    case MF_CAT: return cat_fwd(c, o, in, y, dev);
     case MF_KIND_COUNT: break;
     }
     return dps_fail(DPS_ERR_RUNTIME, "op %s: kind %d has no forward", o->name, (int)o->kind);
@@ -412,6 +428,22 @@ static dps_status mul_bwd(const bwd_ctx *c, const mf_op *o, const float *in, con
                : DPS_OK;
 }
 
+/* A cat's backward: each sample's head of g is its input's gradient, its
+ * tail added to the other operand's (the tensor's: summed over the samples) */
+static dps_status cat_bwd(const bwd_ctx *c, const mf_op *o, const float *g, float *din)
+{
+    backend *be = c->f.be;
+    size_t tail = o->out_elems - o->in_elems;
+    for (int s = 0; s < c->f.samples; s++) {
+        const float *gs = g + (size_t)s * o->out_elems;
+        if (din) DPS_TRY(copy(be, c->f.st, c->f.a->work.dev, din + (size_t)s * o->in_elems, gs, o->in_elems));
+        float *dother = o->weight >= 0 ? grad_at(c, o->weight)
+                      : o->from == MF_INPUT ? NULL : grad_of(c->f.a, o->from) + (size_t)s * tail;
+        if (dother) DPS_TRY(be->ops->add(be, c->f.st, (int64_t)tail, dother, gs + o->in_elems));
+    }
+    return DPS_OK;
+}
+
 /* Op i's backward from its output's gradient; din (NULL: the input's is not
  * needed) receives its input's. */
 /* A recomputing gemm's input made again from its resample's input into
@@ -448,6 +480,7 @@ static dps_status op_bwd(const bwd_ctx *c, int i, float *din)
         return din ? copy(be, st, c->f.a->work.dev, din, g, n) : DPS_OK;
     case MF_EMBEDDING: return embedding_bwd(c, o, g, din);
     case MF_MUL: return mul_bwd(c, o, in, g, din);
+    case MF_CAT: return cat_bwd(c, o, g, din);
     case MF_KIND_COUNT: break;
     }
     return dps_fail(DPS_ERR_RUNTIME, "op %s: kind %d has no backward", o->name, (int)o->kind);

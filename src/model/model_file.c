@@ -8,7 +8,7 @@
 #include "model/model_file.h"
 
 const char *const mf_kind_names[MF_KIND_COUNT] = {"gemm", "resample", "norm", "act", "add",
-                                                  "embedding", "mul"};
+                                                  "embedding", "mul", "cat"};
 const char *const mf_fn_names[MF_FN_COUNT] = {"relu", "gelu", "softmax", "tanh", "sigmoid", "relu6",
                                               "silu", "hardswish", "hardsigmoid", "mish"};
 
@@ -23,7 +23,7 @@ const char *const mf_fn_names[MF_FN_COUNT] = {"relu", "gelu", "softmax", "tanh",
 static const char *const kind_keys[MF_KIND_COUNT] = {
     [MF_GEMM] = "m k n b g weight bias", [MF_RESAMPLE] = "n", [MF_NORM] = "c weight bias",
     [MF_ACT] = "fn", [MF_ADD] = "from", [MF_EMBEDDING] = "m weight",
-    [MF_MUL] = "from",
+    [MF_MUL] = "from", [MF_CAT] = "from weight",
 };
 
 typedef struct reader {
@@ -293,6 +293,11 @@ static dps_status op_sizes(const model_file *mf, mf_op *o, const char *path, siz
         if (!out_of(mf, o->from) || have % out_of(mf, o->from))
             return keyfile_fail(path, o->line, "mul: %s's %zu elements per sample do not divide its "
                                 "input's %zu %s", name_of(mf, o->from), out_of(mf, o->from), have, HOWTO);
+        return DPS_OK;
+    case MF_CAT:
+        if ((o->from == UNSET) == (o->weight < 0))
+            return keyfile_fail(path, o->line, "a cat op needs from=OP or weight=T, one of them %s", HOWTO);
+        o->out_elems = have + (o->weight >= 0 ? mf->tensors[o->weight].numel : out_of(mf, o->from));
         return DPS_OK;
     case MF_EMBEDDING:
         DPS_TRY(need_keys(o, path, "m"));

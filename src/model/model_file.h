@@ -16,7 +16,7 @@
 #define MF_INPUT (-1) /* an op's `in` or `from`: the model's input */
 
 typedef enum mf_kind { MF_GEMM, MF_RESAMPLE, MF_NORM, MF_ACT, MF_ADD, MF_EMBEDDING, MF_MUL,
-                      MF_KIND_COUNT } mf_kind;
+                      MF_CAT, MF_KIND_COUNT } mf_kind;
 typedef enum mf_fn {
     MF_RELU, MF_GELU, MF_SOFTMAX, MF_TANH, MF_SIGMOID, MF_RELU6, MF_SILU, MF_HARDSWISH,
     MF_HARDSIGMOID, MF_MISH, MF_FN_COUNT
@@ -38,7 +38,7 @@ typedef struct mf_tensor {
 typedef struct mf_op {
     mf_kind kind;
     char name[MF_NAME_MAX];
-    int in, from;            /* op indices, or MF_INPUT; from: add's and mul's other operand */
+    int in, from;            /* op indices, or MF_INPUT; from: add's, mul's and cat's other operand */
     int64_t m, k, n, b, c;   /* the keys its kind takes (0 when not given) */
     int64_t g;               /* a gemm's groups: g GEMMs of k/g by n/g (1 when not given) */
     mf_fn fn;
