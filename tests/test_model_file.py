@@ -84,7 +84,8 @@ def file_flops(lines):
     for r in records(lines, "op"):
         if r[1] == "gemm":
             keys = dict(w.split("=", 1) for w in r[3:])
-            f += 2 * int(keys.get("b", 1)) * int(keys["m"]) * int(keys["k"]) * int(keys["n"])
+            f += 2 * int(keys.get("b", 1)) * int(keys["m"]) * int(keys["k"]) * int(keys["n"]) // \
+                int(keys.get("g", 1))
     return f
 
 
