@@ -49,8 +49,9 @@ except ImportError as e:
 CNN = "3x32x32"
 VIT = "3x224x224"  # a ViT's image size is fixed by its builder
 RUNS = "runs"
-AUX = "refused: its forward returns a {}Outputs, not one tensor of logits"
-SWIN = "refused: shifted_window_attention is not a function the exporter maps (called by ShiftedWindowAttention)"
+AUX = "refused: its forward returns {}Outputs, not one tensor of logits"
+SWIN = ("refused: shifted_window_attention is not a function the exporter maps (called by "
+        "ShiftedWindowAttention)")
 SWIN2 = ("refused: _get_relative_position_bias is not a function the exporter maps (called by "
          "ShiftedWindowAttentionV2)")
 # builder: (input, expected outcome); docs/model-file.md's table says the same
@@ -160,7 +161,8 @@ class Acts(nn.Module):
     def __init__(self):
         super().__init__()
         self.fc = nn.Linear(8, 8)
-        self.mods = nn.Sequential(nn.ReLU6(), nn.SiLU(), nn.Hardswish(), nn.Hardsigmoid(), nn.Mish())
+        self.mods = nn.Sequential(nn.ReLU6(), nn.SiLU(), nn.Hardswish(), nn.Hardsigmoid(),
+                                  nn.Mish())
 
     def forward(self, x):
         f = nn.functional
@@ -199,7 +201,8 @@ def case_export(binary):
     r = subprocess.run([PYTHON, EXPORT, "torchvision.models.swin_t", "--input", CNN],
                        capture_output=True, text=True, env={**os.environ,
                        "PYTHONPATH": os.path.dirname(EXPORT)})
-    expect(r.returncode == 2 and SWIN[len("refused: "):] in r.stderr and "Traceback" not in r.stderr,
+    expect(r.returncode == 2 and SWIN[len("refused: "):] in r.stderr and
+           "Traceback" not in r.stderr,
            f"model_export.py swin_t: exit {r.returncode}, {r.stderr.strip()}")
     return 0
 

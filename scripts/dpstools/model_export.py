@@ -194,7 +194,7 @@ def export(model, input_shape, integer_input=False):
                           f"{'x'.join(map(str, input_shape))} {'token ids' if integer_input else 'inputs'} "
                           f"({cause}); give --input the shape of one sample it takes") from None
     if not isinstance(result, torch.Tensor):
-        raise ExportError(f"{type(model).__name__}: its forward returns a {type(result).__name__}, "
+        raise ExportError(f"{type(model).__name__}: its forward returns {type(result).__name__}, "
                           "not one tensor of logits (a model's auxiliary outputs in training); "
                           "export it built without them (googlenet and inception_v3: "
                           "aux_logits=False, init_weights=True), or wrap it in a module that "

@@ -261,8 +261,8 @@ static dps_status cat_fwd(const fwd_ctx *c, const mf_op *o, const float *in, flo
     for (int s = 0; s < c->samples; s++) {
         float *ys = y + (size_t)s * o->out_elems;
         DPS_TRY(copy(c->be, c->st, dev, ys, in + (size_t)s * o->in_elems, o->in_elems));
-        DPS_TRY(copy(c->be, c->st, dev, ys + o->in_elems, other + (o->weight >= 0 ? 0 : (size_t)s * tail),
-                     tail));
+        size_t at = o->weight >= 0 ? 0 : (size_t)s * tail;
+        DPS_TRY(copy(c->be, c->st, dev, ys + o->in_elems, other + at, tail));
     }
     return DPS_OK;
 }
@@ -436,7 +436,8 @@ static dps_status cat_bwd(const bwd_ctx *c, const mf_op *o, const float *g, floa
     size_t tail = o->out_elems - o->in_elems;
     for (int s = 0; s < c->f.samples; s++) {
         const float *gs = g + (size_t)s * o->out_elems;
-        if (din) DPS_TRY(copy(be, c->f.st, c->f.a->work.dev, din + (size_t)s * o->in_elems, gs, o->in_elems));
+        if (din)
+            DPS_TRY(copy(be, c->f.st, c->f.a->work.dev, din + (size_t)s * o->in_elems, gs, o->in_elems));
         float *dother = o->weight >= 0 ? grad_at(c, o->weight)
                       : o->from == MF_INPUT ? NULL : grad_of(c->f.a, o->from) + (size_t)s * tail;
         if (dother) DPS_TRY(be->ops->add(be, c->f.st, (int64_t)tail, dother, gs + o->in_elems));
