@@ -4,13 +4,17 @@ ready, and its forward as dpscale's ops, traced with torch.fx on the CPU.
 
 torch.fx traces the module (torch.nn's modules are leaves, their containers
 are not); each node maps to ops: Linear and Conv2d to gemm (a convolution
-after a resample to its im2col size), norms to norm, activations to act,
-Embedding to embedding, the same through torch.nn.functional on the
-model's own parameters (F.linear, F.layer_norm, F.embedding), residual
-additions to add, matmuls of two activations to gemm without weight,
+after a resample to its im2col size, a grouped one a gemm of g groups),
+norms to norm, activations to act, Embedding to embedding, the same through
+torch.nn.functional on the model's own parameters (F.linear, F.layer_norm,
+F.embedding), residual additions to add, a product of two activations
+(squeeze-and-excitation) to mul, a product with or a sum with a parameter
+(a layer scale, a position embedding) to norm, torch.cat to cat (a class
+token by its weight), matmuls of two activations to gemm without weight,
 nn.MultiheadAttention (self-attention) and nn.TransformerEncoderLayer to
-their GEMMs; views, pools and dropout are the values of their input, resampled
-where a consumer needs another size. One forward and backward on a batch of
+their GEMMs; views, pools, dropout and stochastic depth are the values of
+their input (the identity, as in eval), resampled where a consumer needs
+another size. One forward and backward on a batch of
 two records the bytes autograd saves per node and the order in which the
 parameters' gradients become ready."""
 import contextlib
