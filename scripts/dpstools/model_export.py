@@ -60,6 +60,9 @@ except ImportError:
 ADDS = {operator.add, operator.iadd, torch.add, "add"}
 MULS = {operator.mul, operator.imul, torch.mul, "mul"}
 CATS = {torch.cat, torch.concat}
+# fused attention (PyTorch 2.0 on): its scores and context GEMMs
+SDPA = ({nn.functional.scaled_dot_product_attention}
+        if hasattr(nn.functional, "scaled_dot_product_attention") else set())
 MATMULS = {operator.matmul, torch.matmul, torch.bmm, "matmul", "bmm"}
 ACT_OF_ENCODER = {nn.functional.relu: "relu", nn.functional.gelu: "gelu"}
 
@@ -462,6 +465,8 @@ def map_function(ops, node):
         FUNCTIONAL_LAYERS[fn](ops, node, name, ops.source(ins[0], name), node_params(ops, node))
     elif fn in MATMULS and len(ins) == 2:
         map_matmul(ops, node, ins, name)
+    elif fn in SDPA:
+        map_sdpa(ops, node, name)
     elif fn in ACT_FUNCS:
         ops.add("act", name, {"fn": ACT_FUNCS[fn]}, ops.source(ins[0], name), node)
     else:
@@ -558,6 +563,24 @@ def map_matmul(ops, node, ins, name):
     m, k, n = a[-2], a[-1], b[-1]
     src = ops.resample(f"{name}.in", ops.value[ins[0]], batches * (m * k + k * n))
     ops.add("gemm", name, {"m": m, "k": k, "n": n, "b": batches}, src, node)
+
+
+def map_sdpa(ops, node, name):
+    """F.scaled_dot_product_attention(q, k, v) without a mask: the scores
+    gemm q·kᵀ over the heads, softmax, the context gemm with v."""
+    args = dict(zip(("query", "key", "value", "attn_mask"), node.args))
+    args.update(node.kwargs)
+    if args.get("attn_mask") is not None:
+        raise ExportError(f"{name}: scaled_dot_product_attention with an attn_mask is not mapped; "
+                          "use is_causal or no mask")
+    q, k, v = (shape(args[a]) for a in ("query", "key", "value"))
+    batches = math.prod(q[:-2]) // BATCH
+    t, e, s, ev = q[-2], q[-1], k[-2], v[-1]
+    qk = ops.resample(f"{name}.qk", ops.source(args["query"], f"{name}.q"), batches * (t * e + e * s))
+    scores = ops.add("gemm", f"{name}.scores", {"m": t, "k": e, "n": s, "b": batches}, qk)
+    p = ops.add("act", f"{name}.softmax", {"fn": "softmax"}, scores)
+    pv = ops.resample(f"{name}.pv", p, batches * (t * s + s * ev))
+    ops.add("gemm", f"{name}.context", {"m": t, "k": s, "n": ev, "b": batches}, pv, node)
 
 
 def ready_order(model, gm, example):
