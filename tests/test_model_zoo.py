@@ -14,8 +14,10 @@ usage: test_model_zoo.py DPSCALE CASE
             --check on 2 host devices at batch 2, and googlenet built without
             its auxiliary outputs, as its refusal says to build it
   all       every builder exported, and every one that runs stepped as `run`
-            steps the subset: minutes to an hour; skipped (77) unless
-            DPSCALE_SLOW=1 (`DPSCALE_SLOW=1 meson test -C build 'model zoo all'`)
+            steps the subset, but for a mode dpscale refuses for want of host
+            memory (ViT-H/14 and RegNetY-128GF's ddp need about 30 GiB),
+            noted: minutes to an hour; skipped (77) unless DPSCALE_SLOW=1
+            (`DPSCALE_SLOW=1 meson test -C build 'model zoo all'`)
 Exit 77 (skip) without PyTorch or torchvision (scripts/setup.sh --with-torch)."""
 from listing import DPSCALE, exit_if_listing, test
 
@@ -27,6 +29,7 @@ if __name__ == "__main__":
 
 import inspect
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -142,13 +145,19 @@ def check_listed():
     expect(set(RUN) <= {n for n, (_, o) in ZOO.items() if o == RUNS}, "RUN names a refused model")
 
 
-def step(binary, path, tmp, what):
-    """One step of dp, ddp and fsdp with --check on 2 host devices at batch 2."""
+def step(binary, path, tmp, what, memory_bound=False):
+    """One step of dp, ddp and fsdp with --check on 2 host devices at batch 2;
+    memory_bound: a mode dpscale refuses for this machine's host memory
+    (before allocating) is noted, not failed."""
     for mode in MODES:
         t = time.time()
         r = dpscale(binary, "run", "--model", path, "--mode", mode, "--gpus", "2", "--batch", "2",
                     "--steps", "1", "--warmup", "0", "--check", out=tmp, name=f"{what}-{mode}",
                     timeout=1800)
+        refused = re.search(r"oom: (host memory: this configuration needs about [0-9.]+ GiB)", r.stdout)
+        if memory_bound and r.returncode != 0 and refused:
+            print(f"{what}: {mode} not stepped here: {refused.group(1)}", flush=True)
+            continue
         expect(r.returncode == 0 and " pass " in r.stdout,
                f"{what}: {mode} --check on 2 host devices: exit {r.returncode}\n{r.stdout}\n"
                f"{r.stderr}")
@@ -228,7 +237,7 @@ def case_all(binary):
         for name in sorted(ZOO):
             path = check_outcome(binary, name, tmp)
             if path:
-                step(binary, path, tmp, name)
+                step(binary, path, tmp, name, memory_bound=True)
                 os.remove(path)
     return 0
 
