@@ -285,6 +285,23 @@ __global__ void mul_kernel(int64_t n, const float *a, const float *b, float *y)
     GRID_STRIDE(i, n) y[i] = a[i] * b[i];
 }
 
+__global__ void row_scale_kernel(int64_t rows, int64_t cols, const float *x, const float *sc, float *y)
+{
+    GRID_STRIDE(t, rows * cols) y[t] = x[t] * sc[t / cols];
+}
+
+/* one thread a row, its columns in order: the host backend's sum, bit for bit */
+__global__ void row_dot_add_kernel(int64_t rows, int64_t cols, const float *a, const float *b,
+                                   float *out)
+{
+    GRID_STRIDE(r, rows) {
+        float acc = 0.0f;
+        for (int64_t c = 0; c < cols; c++)
+            acc = __fadd_rn(acc, __fmul_rn(a[r * cols + c], b[r * cols + c]));
+        out[r] += acc;
+    }
+}
+
 template <typename T>
 static cudaError_t col_sum(cudaStream_t s, int rows, int cols, const T *x, float *out, float *workspace)
 {
@@ -513,6 +530,22 @@ cudaError_t dps_k_col_scale(cudaStream_t s, int64_t rows, int cols, const float 
 {
     if (rows * cols <= 0) return cudaSuccess;
     col_scale_kernel<<<grid_for(rows * cols), kThreads, 0, s>>>(rows, cols, x, g, y);
+    return cudaGetLastError();
+}
+
+cudaError_t dps_k_row_scale(cudaStream_t s, int64_t rows, int64_t cols, const float *x,
+                            const float *sc, float *y)
+{
+    if (rows * cols <= 0) return cudaSuccess;
+    row_scale_kernel<<<grid_for(rows * cols), kThreads, 0, s>>>(rows, cols, x, sc, y);
+    return cudaGetLastError();
+}
+
+cudaError_t dps_k_row_dot_add(cudaStream_t s, int64_t rows, int64_t cols, const float *a,
+                              const float *b, float *out)
+{
+    if (rows <= 0) return cudaSuccess;
+    row_dot_add_kernel<<<grid_for(rows), kThreads, 0, s>>>(rows, cols, a, b, out);
     return cudaGetLastError();
 }
 

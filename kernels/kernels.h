@@ -69,6 +69,11 @@ cudaError_t dps_k_resample_bwd(cudaStream_t s, int64_t samples, int64_t n_in, in
 cudaError_t dps_k_col_scale(cudaStream_t s, int64_t rows, int cols, const float *x, const float *g,
                             float *y);
 cudaError_t dps_k_mul(cudaStream_t s, int64_t n, const float *a, const float *b, float *y);
+/* a model file's mul op and its scale's gradient (backend.h's row_scale, row_dot_add) */
+cudaError_t dps_k_row_scale(cudaStream_t s, int64_t rows, int64_t cols, const float *x,
+                            const float *sc, float *y);
+cudaError_t dps_k_row_dot_add(cudaStream_t s, int64_t rows, int64_t cols, const float *a,
+                              const float *b, float *out);
 
 /* a model file's ops under autocast: y = a + b, each of type 0 (fp32), 1
  * (bf16) or 2 (fp16) as be_dtype, in fp32 and stored once in y's type (y

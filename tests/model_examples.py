@@ -2,11 +2,13 @@
 read through torch.nn.functional (F.embedding, F.linear, F.layer_norm),
 nn.MultiheadAttention for self-attention, a residual; and a small residual
 convolution net (convolutions, batch norms, ReLU, a residual add, pooling,
-a Linear head); a plain CNN with biased convolutions and max pooling, and
-an MLP on 3 x 32 x 32 images; for the model file tests
+a Linear head); self-attention through one fused attention function (as
+F.scaled_dot_product_attention); a plain CNN with biased convolutions and
+max pooling, and an MLP on 3 x 32 x 32 images; for the model file tests
 (tests/test_model_file.py, tests/test_torch_graph.py,
 tests/test_model_matrix.py)."""
 import torch
+import torch.fx
 from torch import nn
 from torch.nn import functional as F
 
@@ -70,3 +72,32 @@ def small_cnn():
 def mlp():
     """3 x 32 x 32 images flattened, Linear(3072, 256), ReLU, Linear(256, 10)."""
     return nn.Sequential(nn.Flatten(), nn.Linear(3072, 256), nn.ReLU(), nn.Linear(256, 10))
+
+
+def attention(q, k, v):
+    """scaled_dot_product_attention's maths (PyTorch 2.0), for a PyTorch that lacks it."""
+    return torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, dim=-1) @ v
+
+
+torch.fx.wrap("attention")
+
+
+class FusedAttention(nn.Module):
+    """Self-attention through one fused attention function (`attention`,
+    standing for F.scaled_dot_product_attention), then a Linear head."""
+
+    def __init__(self, d=16, heads=2, classes=5):
+        super().__init__()
+        self.qkv = nn.Linear(d, 3 * d)
+        self.head = nn.Linear(d, classes)
+        self.heads = heads
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        y = attention(q, k, v).transpose(1, 2).reshape(b, t, d)
+        return self.head(y)
+
+
+def fused_attention():
+    return FusedAttention()

@@ -13,7 +13,8 @@ usage: test_model_file.py DPSCALE CASE
                 attention matmul a gemm without weight over the heads
   custom        a user's module (tests/model_examples.py): its own parameters
                 through F.embedding, F.linear and F.layer_norm, and
-                nn.MultiheadAttention
+                nn.MultiheadAttention; fused attention (mapped as
+                F.scaled_dot_product_attention is, where PyTorch has it)
   presets       bench/models/resnet50.model is what the exporter writes now;
                 every file there is read by dpscale predict
   refuses       a module, a function and a forward the exporter cannot map,
@@ -89,7 +90,8 @@ def file_flops(lines):
     for r in records(lines, "op"):
         if r[1] == "gemm":
             keys = dict(w.split("=", 1) for w in r[3:])
-            f += 2 * int(keys.get("b", 1)) * int(keys["m"]) * int(keys["k"]) * int(keys["n"])
+            f += 2 * int(keys.get("b", 1)) * int(keys["m"]) * int(keys["k"]) * int(keys["n"]) // \
+                int(keys.get("g", 1))
     return f
 
 
@@ -164,6 +166,20 @@ def case_custom(dpscale):
            f"tagger: ops {kinds}")
     with tempfile.TemporaryDirectory() as tmp:
         read_by_dpscale(dpscale, write_model(tmp, "tagger", lines), "tagger")
+    model_export.SDPA.add(model_examples.attention)  # F.scaled_dot_product_attention's mapping
+    try:
+        lines = model_export.model_file("fused", "model_examples:fused_attention",
+                                        model_examples.fused_attention(), (8, 16))
+    finally:
+        model_export.SDPA.discard(model_examples.attention)
+    ops = [(r[1], r[2], dict(w.split("=", 1) for w in r[3:])) for r in records(lines, "op")]
+    gemms = [(name, keys) for kind, name, keys in ops if kind == "gemm" and "weight" not in keys]
+    want = [("attention.scores", {"m": "8", "k": "8", "n": "8", "b": "2"}),
+            ("attention.context", {"m": "8", "k": "8", "n": "8", "b": "2"})]
+    expect([(n, {k: v for k, v in keys.items() if k in "mknb"}) for n, keys in gemms] == want,
+           f"fused attention: its gemms without weight are {gemms}, expected {want}")
+    with tempfile.TemporaryDirectory() as tmp:
+        read_by_dpscale(dpscale, write_model(tmp, "fused", lines), "fused attention")
 
 
 def case_presets(dpscale):

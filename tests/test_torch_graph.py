@@ -57,7 +57,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # than its output (12), a gemm with and without bias, an act whose fn is not
 # GELU, norms without bias and without weight, a resample that repeats (16 ->
 # 20) and one that cuts (12 -> 6), a gemm without weight over b = 2, a
-# residual from the input, a weight read by two ops (w1).
+# residual from the input, a weight read by two ops (w1), a gemm of g = 2 groups,
+# a mul scaling runs of 3 by another op's 4 elements, a cat of an op's output and
+# one of a tensor.
 HAND = """dpscale-model 1
 name hand
 input 12
@@ -68,6 +70,9 @@ tensor b1 4 ready=4
 tensor g 2 ready=2
 tensor nb 4 ready=1
 tensor w2 6x4 ready=0
+tensor wg 6x2 ready=6
+tensor bg 6 ready=7
+tensor ctw 2 ready=8
 op embedding e m=6 weight=emb
 op gemm g1 m=4 k=3 n=4 weight=w1 bias=b1
 op act a1 fn=tanh
@@ -78,6 +83,12 @@ op gemm mm m=2 k=2 n=3 b=2
 op add ad from=input
 op resample r2 n=6
 op gemm tie m=2 k=3 n=4 weight=w1
+op gemm gg m=2 k=4 n=6 g=2 weight=wg bias=bg
+op resample s1 in=tie n=4
+op mul sc in=gg from=s1
+op cat ct from=s1
+op cat cw weight=ctw
+op resample r3 n=8
 op gemm out m=2 k=4 n=6 weight=w2
 """
 # Broken copies of HAND: (what, line replaced, its replacement; None deletes it)
@@ -89,12 +100,17 @@ BROKEN = [("a ready value twice", "tensor nb 4 ready=1", "tensor nb 4 ready=2"),
           ("an unknown fn", "op act a1 fn=tanh", "op act a1 fn=swish"),
           ("outputs not rows of classes", "classes 3", "classes 5"),
           ("a tensor no op names", "tensor w2 6x4 ready=0", "tensor w2 6x4 ready=0\n"
-                                                            "tensor spare 3 ready=6"),
+                                                            "tensor spare 3 ready=9"),
           ("an embedding table of one dimension", "tensor emb 5x2 ready=5",
            "tensor emb 10 ready=5"),
           ("an unknown op", "op add ad from=input", "op add ad from=nope"),
           ("a gemm without weight with a bias", "op gemm mm m=2 k=2 n=3 b=2",
            "op gemm mm m=2 k=2 n=3 b=2 bias=b1"),
+          ("groups that do not divide n", "op gemm gg m=2 k=4 n=6 g=2 weight=wg bias=bg",
+           "op gemm gg m=2 k=4 n=6 g=4 weight=wg bias=bg"),
+          ("a mul whose scale does not divide its input", "op resample s1 in=tie n=4",
+           "op resample s1 in=tie n=5"),
+          ("a cat with both operands", "op cat cw weight=ctw", "op cat cw weight=ctw from=s1"),
           ("no format record", "dpscale-model 1", None),
           ("an unknown record", "name hand", "title hand")]
 # The presets' files and their parameters (docs/model-file.md)
@@ -181,7 +197,7 @@ def check_refusals(binary, tmp):
     """torch_reference.py refuses, before PyTorch, a model file it cannot use."""
     cases = [(["--model", os.path.join(tmp, "absent.model")], "cannot read the model file"),
              (["--model", hand_file(tmp, HAND.replace("classes 3", "classes 5"), "bad")],
-              "bad.model:21: the last op's output")]
+              "bad.model:30: the last op's output")]
     for args, needle in cases:
         p = torch_ref(binary, *args, out=tmp, name="refused", check_rc=None)
         expect_exit(p, 2, needle)
@@ -194,10 +210,10 @@ def case_reader(binary):
         expect(dpscale_info(binary, path).returncode == 0, "dpscale info refuses HAND")
         g = torch_graph.read(path)
         expect((g.params, g.rows, [o.out_elems for o in g.ops]) ==
-               (56, 4, [12, 16, 16, 16, 16, 20, 12, 12, 6, 8, 12]),
+               (76, 4, [12, 16, 16, 16, 16, 20, 12, 12, 6, 8, 12, 4, 12, 16, 18, 8, 12]),
                f"hand: {g.params} parameters, {g.rows} rows, {[o.out_elems for o in g.ops]}")
-        expect(g.columns() == {"model": "hand", "layers": 11, "width": 3, "tokens": 4,
-                               "classes": 3, "params": 56}, f"columns {g.columns()}")
+        expect(g.columns() == {"model": "hand", "layers": 17, "width": 3, "tokens": 4,
+                               "classes": 3, "params": 76}, f"columns {g.columns()}")
         check_layout(g)
         check_broken(binary, tmp)
         check_refusals(binary, tmp)
@@ -220,11 +236,12 @@ def reference_forward(g, w, x):
 
 def reference_op(op, w, xs, outs):
     a = xs if op.inp == torch_graph.INPUT else outs[op.inp]
-    if op.kind == "gemm" and op.weight >= 0:
-        W = w[op.weight].reshape(op.n, op.k)
+    if op.kind == "gemm" and op.weight >= 0:  # group c // (n/g) reads its k/g columns
+        kg, ng = op.k // op.g, op.n // op.g
+        W = w[op.weight].reshape(op.n, kg)
         bias = w[op.bias] if op.bias >= 0 else np.zeros(op.n)
-        return np.array([sum(a[r * op.k + i] * W[c, i] for i in range(op.k)) + bias[c]
-                         for r in range(op.m) for c in range(op.n)])
+        return np.array([sum(a[r * op.k + c // ng * kg + i] * W[c, i] for i in range(kg)) +
+                         bias[c] for r in range(op.m) for c in range(op.n)])
     if op.kind == "gemm":
         A = a[:op.b * op.m * op.k].reshape(op.b, op.m, op.k)
         B = a[op.b * op.m * op.k:].reshape(op.b, op.k, op.n)
@@ -239,6 +256,13 @@ def reference_op(op, w, xs, outs):
         return np.array([0.5 * v * (1 + math.erf(v / math.sqrt(2))) for v in a])
     if op.kind == "add":
         return a + (xs if op.frm == torch_graph.INPUT else outs[op.frm])
+    if op.kind == "cat":
+        other = w[op.weight].ravel() if op.weight >= 0 else (
+            xs if op.frm == torch_graph.INPUT else outs[op.frm])
+        return np.concatenate([a, other])
+    if op.kind == "mul":
+        s = xs if op.frm == torch_graph.INPUT else outs[op.frm]
+        return np.array([a[i] * s[i // (len(a) // len(s))] for i in range(len(a))])
     table = w[op.weight].ravel()  # embedding
     return np.array([a[j] + table[j % len(table)] for j in range(len(a))])
 

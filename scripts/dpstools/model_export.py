@@ -4,16 +4,22 @@ ready, and its forward as dpscale's ops, traced with torch.fx on the CPU.
 
 torch.fx traces the module (torch.nn's modules are leaves, their containers
 are not); each node maps to ops: Linear and Conv2d to gemm (a convolution
-after a resample to its im2col size), norms to norm, activations to act,
-Embedding to embedding, the same through torch.nn.functional on the
-model's own parameters (F.linear, F.layer_norm, F.embedding), residual
-additions to add, matmuls of two activations to gemm without weight,
+after a resample to its im2col size, a grouped one a gemm of g groups),
+norms to norm, activations to act, Embedding to embedding, the same through
+torch.nn.functional on the model's own parameters (F.linear, F.layer_norm,
+F.embedding), residual additions to add, a product of two activations
+(squeeze-and-excitation) to mul, a product with or a sum with a parameter
+(a layer scale, a position embedding) to norm, torch.cat to cat (a class
+token by its weight), matmuls of two activations to gemm without weight,
 nn.MultiheadAttention (self-attention) and nn.TransformerEncoderLayer to
-their GEMMs; views, pools and dropout are the values of their input, resampled
-where a consumer needs another size. One forward and backward on a batch of
+their GEMMs; views, pools, dropout and stochastic depth are the values of
+their input (the identity, as in eval), resampled where a consumer needs
+another size. One forward and backward on a batch of
 two records the bytes autograd saves per node and the order in which the
 parameters' gradients become ready."""
 import contextlib
+import dis
+import inspect
 import io
 import importlib
 import math
@@ -30,11 +36,14 @@ from torch.fx.passes.shape_prop import ShapeProp
 FORMAT = 1
 BATCH = 2  # samples traced; per-sample figures are divided by it
 ACTS = {nn.ReLU: "relu", nn.GELU: "gelu", nn.Tanh: "tanh", nn.Sigmoid: "sigmoid",
-        nn.Softmax: "softmax"}
+        nn.Softmax: "softmax", nn.ReLU6: "relu6", nn.SiLU: "silu", nn.Hardswish: "hardswish",
+        nn.Hardsigmoid: "hardsigmoid", nn.Mish: "mish"}
 ACT_FUNCS = {torch.relu: "relu", nn.functional.relu: "relu", nn.functional.gelu: "gelu",
              torch.tanh: "tanh", torch.sigmoid: "sigmoid", torch.softmax: "softmax",
-             nn.functional.softmax: "softmax", "relu": "relu", "softmax": "softmax",
-             "tanh": "tanh", "sigmoid": "sigmoid"}
+             nn.functional.softmax: "softmax", nn.functional.relu6: "relu6",
+             nn.functional.silu: "silu", nn.functional.hardswish: "hardswish",
+             nn.functional.hardsigmoid: "hardsigmoid", nn.functional.mish: "mish",
+             "relu": "relu", "softmax": "softmax", "tanh": "tanh", "sigmoid": "sigmoid"}
 NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.LayerNorm, nn.GroupNorm)
 POOLS = (nn.MaxPool2d, nn.AvgPool2d, nn.AdaptiveAvgPool2d, nn.Flatten, nn.Dropout, nn.Identity)
 # functions and methods whose output is their first input's values, rearranged, kept
@@ -43,8 +52,20 @@ VIEWS = {torch.flatten, torch.reshape, torch.permute, torch.transpose, torch.squ
          torch.unsqueeze, nn.functional.dropout, operator.getitem, operator.mul,
          operator.truediv, torch.mul, "view", "reshape", "flatten", "permute", "transpose",
          "contiguous", "float", "squeeze", "unsqueeze", "split", "chunk", "masked_fill",
-         "mul", "div", "expand_as", "type_as", "to"}
+         "mul", "div", "expand", "expand_as", "type_as", "to", nn.functional.adaptive_avg_pool2d,
+         nn.functional.adaptive_max_pool2d, nn.functional.avg_pool2d, nn.functional.max_pool2d,
+         torch.mean, "mean"}
+try:  # torchvision's stochastic depth: the identity, its value in eval (every branch kept)
+    from torchvision.ops import stochastic_depth
+    VIEWS.add(stochastic_depth)
+except ImportError:
+    pass
 ADDS = {operator.add, operator.iadd, torch.add, "add"}
+MULS = {operator.mul, operator.imul, torch.mul, "mul"}
+CATS = {torch.cat, torch.concat}
+# fused attention (PyTorch 2.0 on): its scores and context GEMMs
+SDPA = ({nn.functional.scaled_dot_product_attention}
+        if hasattr(nn.functional, "scaled_dot_product_attention") else set())
 MATMULS = {operator.matmul, torch.matmul, torch.bmm, "matmul", "bmm"}
 ACT_OF_ENCODER = {nn.functional.relu: "relu", nn.functional.gelu: "gelu"}
 
@@ -177,10 +198,11 @@ class Ops:
         return self.resample(f"{name}.in", src, n) if n is not None else src
 
     def inputs(self, node):
-        """node's tensor inputs that come from the model's input."""
-        args = list(node.args) + list(node.kwargs.values())
-        return [a for a in args if isinstance(a, torch.fx.Node) and a in self.value
-                and a not in self.const]
+        """node's tensor inputs that come from the model's input, also those in
+        lists and tuples (torch.cat's)."""
+        args = []
+        torch.fx.node.map_arg((node.args, node.kwargs), args.append)
+        return [a for a in args if a in self.value and a not in self.const]
 
 
 def out_size(kind, keys, have, ops):
@@ -188,6 +210,9 @@ def out_size(kind, keys, have, ops):
         return keys.get("b", 1) * keys["m"] * keys["n"]
     if kind == "resample":
         return keys["n"]
+    if kind == "cat":
+        return have + (ops.size[keys["from"]] if "from" in keys else
+                       dict(ops.model.named_parameters())[keys["weight"]].numel())
     return have
 
 
@@ -211,13 +236,19 @@ def export(model, input_shape, integer_input=False):
     printed = io.StringIO()  # ShapeProp prints the failing node's traceback itself
     try:
         with contextlib.redirect_stderr(printed):
-            ShapeProp(gm).propagate(example)
+            result = ShapeProp(gm).propagate(example)
     except RuntimeError as e:
         last = [line for line in printed.getvalue().splitlines() if "Error" in line]
         cause = last[-1] if last else str(e).splitlines()[0]
         raise ExportError(f"{type(model).__name__}: its forward fails on a batch of "
                           f"{'x'.join(map(str, input_shape))} {'token ids' if integer_input else 'inputs'} "
                           f"({cause}); give --input the shape of one sample it takes") from None
+    if not isinstance(result, torch.Tensor):
+        raise ExportError(f"{type(model).__name__}: its forward returns {type(result).__name__}, "
+                          "not one tensor of logits (a model's auxiliary outputs in training); "
+                          "export it built without them (googlenet and inception_v3: "
+                          "aux_logits=False, init_weights=True), or wrap it in a module that "
+                          "returns the logits alone")
     modules = dict(gm.named_modules())
     ops = Ops(model)
     ops.input_int = integer_input
@@ -252,7 +283,7 @@ class Tracer(torch.fx.Tracer):
         path = self.path_of_module(m)
         if self.is_leaf_module(m, path) and not mapped(m):
             raise unmapped(path, m)  # before its output is used: an LSTM's tuple cannot be traced
-        self.scope.append(path)
+        self.scope.append((path, type(m).__name__))
         try:
             return super().call_module(m, forward, args, kwargs)
         finally:
@@ -260,13 +291,32 @@ class Tracer(torch.fx.Tracer):
 
     def create_node(self, *args, **kwargs):
         node = super().create_node(*args, **kwargs)
-        node.meta["scope"] = self.scope[-1] if self.scope else ""
+        node.meta["scope"], node.meta["scope_class"] = self.scope[-1] if self.scope else ("", "")
         return node
+
+    def trace(self, root, concrete_args=None):
+        iterate = torch.fx.proxy.Proxy.__iter__
+        torch.fx.proxy.Proxy.__iter__ = unpack_proxy
+        try:
+            return super().trace(root, concrete_args)
+        finally:
+            torch.fx.proxy.Proxy.__iter__ = iterate
 
     def is_leaf_module(self, m, qualname):
         if isinstance(m, (nn.TransformerEncoder, nn.Sequential, nn.ModuleList)):
             return False
         return super().is_leaf_module(m, qualname)
+
+
+def unpack_proxy(proxy):
+    """`n, c, h, w = x.shape` on a proxy: its items, as fx's Proxy.__iter__
+    gives them, the unpacking instruction found by its offset (fx's own
+    lookup, by index, misses it in Python 3.11's bytecode, which holds caches)."""
+    frame = inspect.currentframe().f_back
+    for inst in dis.get_instructions(frame.f_code):
+        if inst.offset == frame.f_lasti and inst.opname == "UNPACK_SEQUENCE":
+            return (proxy[i] for i in range(inst.argval))
+    return proxy.tracer.iter(proxy)
 
 
 def attr_of(model, target):
@@ -343,12 +393,15 @@ def norm(ops, node, name, src, c, weight, bias):
 
 
 def map_conv(ops, node, m, name):
-    if m.groups != 1:
-        raise ExportError(f"{name}: a grouped convolution (groups={m.groups}) is not mapped")
+    """A convolution as its im2col GEMM; a grouped (or depthwise) one as a
+    gemm of g groups, each its k/g im2col columns by its n/g filters."""
     rows = math.prod(shape(node)[2:])
     k = m.in_channels * math.prod(m.kernel_size)
     src = ops.resample(f"{name}.im2col", src_of(ops, node, name), rows * k)
-    keys = {"m": rows, "k": k, "n": m.out_channels, "weight": ops.tensor(m.weight, name)}
+    keys = {"m": rows, "k": k, "n": m.out_channels}
+    if m.groups > 1:
+        keys["g"] = m.groups
+    keys["weight"] = ops.tensor(m.weight, name)
     if m.bias is not None:
         keys["bias"] = ops.tensor(m.bias, name)
     ops.add("gemm", name, keys, src, node)
@@ -394,6 +447,7 @@ def tokens_width(node, batch_first):
 def map_mha(ops, node, m, name):
     """nn.MultiheadAttention called on one tensor as query, key and value."""
     args = [a for a in node.args if isinstance(a, torch.fx.Node)]
+    args += [node.kwargs[k] for k in ("query", "key", "value") if k in node.kwargs]
     if len(args) < 3 or not (args[0] is args[1] is args[2]):
         raise ExportError(f"{name}: MultiheadAttention other than self-attention (one tensor as "
                           "query, key and value) is not mapped")
@@ -432,7 +486,11 @@ def map_function(ops, node):
     fn = node.target
     name = op_name(node)
     ins = ops.inputs(node)
-    if not ins:  # arange, zeros, a mask from a buffer: made from no input
+    first = node.args[0] if node.args else None
+    if fn in VIEWS and fn not in MULS and isinstance(first, torch.fx.Node) and first in ops.param_of:
+        ops.param_of[node] = ops.param_of[first]  # a view of a parameter (a class token expanded)
+        ins = []
+    if not ins:  # arange, zeros, a mask from a buffer, a view of a parameter: made from no input
         ops.value[node] = "input"
         ops.const.add(node)
         return
@@ -440,10 +498,21 @@ def map_function(ops, node):
     if out is None:  # size(), shape: no tensor
         ops.value[node] = ops.value[ins[0]]
         return
-    if fn in ADDS and len(ins) == 2:
+    ins = [a for a in ins if shape(a) is not None] or ins  # the tensors, not sizes
+    if fn in ADDS and len(ins) == 1 and scaling_param(ops, node) is not None:
+        p = scaling_param(ops, node)  # a learned position embedding
+        norm(ops, node, name, ops.source(ins[0], name), p.numel(), None, p)
+    elif fn in CATS:
+        map_cat(ops, node, ins, name)
+    elif fn in ADDS and len(ins) == 2:
         a = ops.source(ins[0], name)
         bsrc = ops.source(ins[1], f"{name}.other")
         ops.add("add", name, {"from": bsrc}, a, node)
+    elif fn in MULS and len(ins) == 2:
+        map_mul(ops, node, ins, name)
+    elif fn in MULS and scaling_param(ops, node) is not None:
+        p = scaling_param(ops, node)
+        norm(ops, node, name, ops.source(ins[0], name), p.numel(), p, None)
     elif fn in ADDS or fn in VIEWS:
         ops.value[node] = ops.value[ins[0]]
         if ins[0] in ops.unbatched:
@@ -452,11 +521,58 @@ def map_function(ops, node):
         FUNCTIONAL_LAYERS[fn](ops, node, name, ops.source(ins[0], name), node_params(ops, node))
     elif fn in MATMULS and len(ins) == 2:
         map_matmul(ops, node, ins, name)
+    elif fn in SDPA:
+        map_sdpa(ops, node, name)
     elif fn in ACT_FUNCS:
         ops.add("act", name, {"fn": ACT_FUNCS[fn]}, ops.source(ins[0], name), node)
     else:
-        raise ExportError(f"{name}: {getattr(fn, '__name__', fn)} is not a function the "
-                          "exporter maps")
+        where = node.meta.get("scope_class")
+        raise ExportError(f"{name}: {getattr(fn, '__name__', fn)} is not a function the exporter "
+                          f"maps{f' (called by {where})' if where else ''}; replace what calls it "
+                          "with modules and functions the exporter maps, or export the model "
+                          "without it (docs/model-file.md#exporting-a-model)")
+
+
+def map_mul(ops, node, ins, name):
+    """A product of two activations (squeeze-and-excitation's x * s, s
+    broadcast over a channel's pixels): a mul of the larger by the smaller."""
+    x, s = sorted(ins, key=lambda a: -ops.numel(a))
+    if ops.numel(s) == 0 or ops.numel(x) % ops.numel(s):
+        raise ExportError(f"{name}: a product of {shape(x)} and {shape(s)} whose broadcast is not "
+                          "one factor's element over a run of the other's is not mapped")
+    ops.add("mul", name, {"from": ops.source(s, f"{name}.scale")}, ops.source(x, name), node)
+
+
+def map_cat(ops, node, ins, name):
+    """torch.cat of activations and parameters (a class token) along a
+    dimension after the batch's: cat ops appending each to the first
+    activation's values, a sample's after its own."""
+    parts = node.args[0] if node.args else node.kwargs["tensors"]
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+    if dim == 0 or dim == -len(shape(node)):
+        raise ExportError(f"{name}: a cat along the batch dimension is not mapped")
+    first = next(a for a in parts if a in ins)
+    src = ops.source(first, f"{name}.in")
+    rest = [a for a in parts if a is not first]
+    for i, a in enumerate(rest):
+        last = i == len(rest) - 1
+        if a in ins:
+            keys = {"from": ops.source(a, f"{name}.{i}.in")}
+        elif a in ops.param_of:
+            keys = {"weight": ops.tensor(ops.param_of[a], name)}
+        else:
+            raise ExportError(f"{name}: a cat of a tensor made neither from the input nor from a "
+                              "parameter is not mapped")
+        src = ops.add("cat", name if last else f"{name}.{i}", keys, src, node if last else None)
+    if not rest:
+        ops.value[node] = src
+
+
+def scaling_param(ops, node):
+    """The model's parameter a product scales an activation by (ConvNeXt's
+    layer scale), or None."""
+    found = [ops.param_of[a] for a in node.args if isinstance(a, torch.fx.Node) and a in ops.param_of]
+    return found[0] if found else None
 
 
 def node_params(ops, node):
@@ -503,6 +619,24 @@ def map_matmul(ops, node, ins, name):
     m, k, n = a[-2], a[-1], b[-1]
     src = ops.resample(f"{name}.in", ops.value[ins[0]], batches * (m * k + k * n))
     ops.add("gemm", name, {"m": m, "k": k, "n": n, "b": batches}, src, node)
+
+
+def map_sdpa(ops, node, name):
+    """F.scaled_dot_product_attention(q, k, v) without a mask: the scores
+    gemm q·kᵀ over the heads, softmax, the context gemm with v."""
+    args = dict(zip(("query", "key", "value", "attn_mask"), node.args))
+    args.update(node.kwargs)
+    if args.get("attn_mask") is not None:
+        raise ExportError(f"{name}: scaled_dot_product_attention with an attn_mask is not mapped; "
+                          "use is_causal or no mask")
+    q, k, v = (shape(args[a]) for a in ("query", "key", "value"))
+    batches = math.prod(q[:-2]) // BATCH
+    t, e, s, ev = q[-2], q[-1], k[-2], v[-1]
+    qk = ops.resample(f"{name}.qk", ops.source(args["query"], f"{name}.q"), batches * (t * e + e * s))
+    scores = ops.add("gemm", f"{name}.scores", {"m": t, "k": e, "n": s, "b": batches}, qk)
+    p = ops.add("act", f"{name}.softmax", {"fn": "softmax"}, scores)
+    pv = ops.resample(f"{name}.pv", p, batches * (t * s + s * ev))
+    ops.add("gemm", f"{name}.context", {"m": t, "k": s, "n": ev, "b": batches}, pv, node)
 
 
 def ready_order(model, gm, example):

@@ -7,19 +7,24 @@ Graph holds what the PyTorch reference trains: dpscale's initialisation
 (graph_init_params) in its flat parameter layout (the tensors in the reverse
 of ready order), its synthetic batches of samples, and the module, built on
 flat fp32 tensors [samples, elements] with model/graph.c's semantics: a gemm
-is x·Wᵀ + b on m rows of a sample (W viewed as n × k) or, without weight,
+is x·Wᵀ + b on m rows of a sample (W viewed as n × k; with g groups, group j's
+k/g columns of x by its n/g rows of W give its n/g columns) or, without weight,
 b matmuls between the two halves of its input; a resample reads
 x[i mod n_in]; a norm scales and shifts c columns; every act is the exact
 erf GELU; an embedding adds its table's elements at fixed positions; an add
-is a residual. With a half type (bf16 or fp16) the module computes as
+is a residual; a cat appends another op's output or a tensor to each
+sample; a mul scales each run of n/n_s elements by one of its other
+operand's n_s. With a half type (bf16 or fp16) the module computes as
 dpscale runs a file under autocast (model/graph.h, docs/model-file.md's
 "Half precision"), the casts by hand on fp32 tensors that hold half values,
 as torch_model.autocast_bf16 does for the MLP: a gemm's input, weight and
 bias rounded to the half type (their gradients too), its output rounded; a
 resample and an act in their input's type, a norm and an embedding in
-fp32, an add in the half type when both operands are of it; every half
-output's gradient rounded once, and each gradient an op hands its input
-rounded to the input's type. numpy only at import: PyTorch is passed in.
+fp32, an add in the half type when both operands are of it (a mul, a cat
+and a grouped gemm: fp32 alone for now);
+every half output's gradient rounded once, and each gradient an op hands
+its input rounded to the input's type. numpy only at import: PyTorch is
+passed in.
 """
 import collections
 import math
@@ -31,20 +36,21 @@ from dpstools.torch_model import uniform
 INPUT = -1  # an op's `in` or `from`: the model's input
 RNG_GRAPH_PARAMS = 1 << 40  # dpscale's generator streams of a model file's tensors (+ t)
 RNG_INPUT, RNG_LABELS = 2, 3  # the streams of a step's inputs and labels (+ step << 8)
-KINDS = ("gemm", "resample", "norm", "act", "add", "embedding")
-FNS = ("relu", "gelu", "softmax", "tanh", "sigmoid")
-KIND_KEYS = {"gemm": {"m", "k", "n", "b", "weight", "bias"}, "resample": {"n"},
+KINDS = ("gemm", "resample", "norm", "act", "add", "embedding", "mul", "cat")
+FNS = ("relu", "gelu", "softmax", "tanh", "sigmoid", "relu6", "silu", "hardswish", "hardsigmoid",
+       "mish")
+KIND_KEYS = {"gemm": {"m", "k", "n", "b", "g", "weight", "bias"}, "resample": {"n"},
              "norm": {"c", "weight", "bias"}, "act": {"fn"}, "add": {"from"},
-             "embedding": {"m", "weight"}}
+             "embedding": {"m", "weight"}, "mul": {"from"}, "cat": {"from", "weight"}}
 COMMON_KEYS = {"in", "saved", "moved"}
-NUMBER_KEYS = ("m", "k", "n", "b", "c")
+NUMBER_KEYS = ("m", "k", "n", "b", "c", "g")
 NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:/-[]")
 DIM_MAX = 1 << 31
 HOWTO = "(docs/model-file.md)"
 
 Tensor = collections.namedtuple("Tensor", "name dims numel ready line")
 Op = collections.namedtuple("Op", "kind name inp frm m k n b c fn weight bias "
-                                  "in_elems out_elems line")
+                                  "in_elems out_elems line g")
 
 
 class ModelFileError(ValueError):
@@ -73,7 +79,7 @@ class Graph:
 
     def fwd_flops(self):
         """Forward GEMM FLOPs of one sample (model_file_fwd_flops)."""
-        return sum(2 * o.b * o.m * o.k * o.n for o in self.ops if o.kind == "gemm")
+        return sum(2 * o.b * o.m * o.k * o.n // o.g for o in self.ops if o.kind == "gemm")
 
     def init(self, seed):
         """graph_init_params: tensor t is bound * U(seed, 2**40 + t, i), bound
@@ -129,6 +135,11 @@ class Graph:
 def make_module(torch, graph, flat, half=None):
     nn = torch.nn
     casts = half_casts(torch, half) if half is not None else None
+    no_rule = [op.name for op in graph.ops if half is not None and
+               (op.kind in ("mul", "cat") or (op.kind == "gemm" and op.g > 1))]
+    if no_rule:
+        raise ModelFileError(f"{graph.path}: op {no_rule[0]} has no autocast rule yet (gemm, "
+                             f"resample, norm, act, add and embedding have); use fp32")
 
     class GraphModule(nn.Module):
         """The file's ops on [samples, input] → logits [samples * rows, classes];
@@ -186,6 +197,13 @@ def op_forward(torch, op, w, x, outs, a=None):
         return torch.nn.functional.gelu(a)
     if op.kind == "add":
         return a + source(x, outs, op.frm)
+    if op.kind == "cat":  # each sample's a, then the other operand's (the tensor's) elements
+        other = (w[op.weight].reshape(1, -1).expand(a.shape[0], -1) if op.weight >= 0
+                 else source(x, outs, op.frm))
+        return torch.cat([a, other], dim=1)
+    if op.kind == "mul":  # each of s's elements scales its run of a
+        s = source(x, outs, op.frm)
+        return a * s.repeat_interleave(op.out_elems // s.shape[1], dim=1)
     return a + resample(torch, w[op.weight].reshape(1, -1), op.out_elems)  # embedding
 
 
@@ -249,6 +267,13 @@ def op_forward_half(torch, casts, op, w, x, outs, halves):
 
 def gemm(torch, op, w, a):
     samples = a.shape[0]
+    if op.weight >= 0 and op.g > 1:  # g GEMMs: k/g columns of a by n/g rows of W each
+        x = a.reshape(samples * op.m, op.g, op.k // op.g).transpose(0, 1)
+        W = w[op.weight].reshape(op.g, op.n // op.g, op.k // op.g)
+        y = torch.bmm(x, W.transpose(1, 2)).transpose(0, 1).reshape(samples * op.m, op.n)
+        if op.bias >= 0:
+            y = y + w[op.bias]
+        return y.reshape(samples, op.out_elems)
     if op.weight >= 0:
         y = a.reshape(samples * op.m, op.k) @ w[op.weight].reshape(op.n, op.k).t()
         if op.bias >= 0:
@@ -412,7 +437,7 @@ class Reader:
                             f"({where}) gives {have}: put a resample op between them {HOWTO}")
         return Op(kind, name, inp, keys.get("from", INPUT), k["m"], k["k"], k["n"],
                   k["b"] or 1, k["c"], keys.get("fn"), keys.get("weight", -1),
-                  keys.get("bias", -1), have, out, line)
+                  keys.get("bias", -1), have, out, line, k["g"] or 1)
 
     def needs(self, line, kind, k, letters):
         for key in letters:
@@ -443,6 +468,20 @@ class Reader:
             if "from" not in keys:
                 self.fail(line, f"an add op needs from=OP {HOWTO}")
             return self.out_of(keys["from"]), have
+        if kind == "cat":
+            if ("from" in keys) == ("weight" in keys):
+                self.fail(line, f"a cat op needs from=OP or weight=T, one of them {HOWTO}")
+            tail = self.numel(keys, "weight") or self.out_of(keys.get("from"))
+            return have, have + tail
+        if kind == "mul":
+            if "from" not in keys:
+                self.fail(line, f"a mul op needs from=OP {HOWTO}")
+            ns = self.out_of(keys["from"])
+            if have % ns:
+                where = "the input" if keys["from"] == INPUT else self.ops[keys["from"]].name
+                self.fail(line, f"mul: {where}'s {ns} elements per sample do not divide its "
+                                f"input's {have} {HOWTO}")
+            return have, have
         if kind == "embedding":
             self.needs(line, kind, k, "m")
             if "weight" not in keys or len(self.tensors[keys["weight"]].dims) != 2:
@@ -455,12 +494,18 @@ class Reader:
         self.needs(line, "gemm", k, "mkn")
         b = k["b"] or 1
         if "weight" not in keys:
+            if k["g"] > 1:
+                self.fail(line, f"g= is for a gemm with weight {HOWTO}")
             if "bias" in keys:
                 self.fail(line, f"a gemm without weight takes no bias {HOWTO}")
             return b * (k["m"] * k["k"] + k["k"] * k["n"]), b * k["m"] * k["n"]
         if b > 1:
             self.fail(line, f"b= is for a gemm without weight {HOWTO}")
-        self.tensor_size(line, keys, "weight", k["n"] * k["k"])
+        g = k["g"] or 1
+        if k["k"] % g or k["n"] % g:
+            self.fail(line, f"gemm g={g}: k={k['k']} and n={k['n']} must both be multiples of g "
+                            f"{HOWTO}")
+        self.tensor_size(line, keys, "weight", k["n"] * k["k"] // g)
         self.tensor_size(line, keys, "bias", k["n"])
         return k["m"] * k["k"], k["m"] * k["n"]
 

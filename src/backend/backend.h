@@ -172,6 +172,13 @@ typedef struct be_ops {
                             const float *g, float *y);
     /* y = a * b element-wise; y may be a or b */
     dps_status (*mul)(backend *, be_stream *s, int64_t n, const float *a, const float *b, float *y);
+    /* A model file's mul op: y[r,c] = x[r,c] * sc[r] (squeeze-and-excitation's
+     * scale broadcast over a channel's pixels); y may be x */
+    dps_status (*row_scale)(backend *, be_stream *s, int64_t rows, int64_t cols, const float *x,
+                            const float *sc, float *y);
+    /* its scale's gradient: out[r] += the sum over c, in c's order, of a[r,c] * b[r,c] */
+    dps_status (*row_dot_add)(backend *, be_stream *s, int64_t rows, int64_t cols, const float *a,
+                              const float *b, float *out);
     /* The ops of a model under autocast (bf16 or fp16): every tensor cast once,
      * outputs in the half type where autocast writes them. gemm_ex is gemm with
      * each operand's type: half operands (A and B of one type) with fp32

@@ -851,6 +851,20 @@ static dps_status cu_col_scale(backend *be, be_stream *s, int64_t rows, int cols
     KERNEL(s, dps_k_col_scale(s->s, rows, cols, x, g, y));
 }
 
+static dps_status cu_row_scale(backend *be, be_stream *s, int64_t rows, int64_t cols,
+                               const float *x, const float *sc, float *y)
+{
+    CU_STREAM(s);
+    KERNEL(s, dps_k_row_scale(s->s, rows, cols, x, sc, y));
+}
+
+static dps_status cu_row_dot_add(backend *be, be_stream *s, int64_t rows, int64_t cols,
+                                 const float *a, const float *b, float *out)
+{
+    CU_STREAM(s);
+    KERNEL(s, dps_k_row_dot_add(s->s, rows, cols, a, b, out));
+}
+
 static dps_status cu_mul(backend *be, be_stream *s, int64_t n, const float *a, const float *b,
                          float *y)
 {
@@ -941,6 +955,8 @@ static const be_ops cuda_ops = {
     .resample = cu_resample,
     .resample_bwd = cu_resample_bwd,
     .col_scale = cu_col_scale,
+    .row_scale = cu_row_scale,
+    .row_dot_add = cu_row_dot_add,
     .mul = cu_mul,
     .spin = cu_spin,
     .profile = cu_profile,

@@ -748,6 +748,29 @@ static dps_status host_mul(backend *be, be_stream *s, int64_t n, const float *a,
     return DPS_OK;
 }
 
+static dps_status host_row_scale(backend *be, be_stream *s, int64_t rows, int64_t cols,
+                                 const float *x, const float *sc, float *y)
+{
+    (void)be;
+    HOST_STREAM(s);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) y[r * cols + c] = x[r * cols + c] * sc[r];
+    return DPS_OK;
+}
+
+static dps_status host_row_dot_add(backend *be, be_stream *s, int64_t rows, int64_t cols,
+                                   const float *a, const float *b, float *out)
+{
+    (void)be;
+    HOST_STREAM(s);
+    for (int64_t r = 0; r < rows; r++) {
+        float acc = 0.0f;
+        for (int64_t c = 0; c < cols; c++) acc += a[r * cols + c] * b[r * cols + c];
+        out[r] += acc;
+    }
+    return DPS_OK;
+}
+
 static dps_status host_mem_used(backend *be, int dev, size_t *used)
 {
     pthread_mutex_lock(&be->mem_lock);
@@ -822,6 +845,8 @@ static const be_ops host_ops = {
     .resample_bwd = host_resample_bwd,
     .col_scale = host_col_scale,
     .mul = host_mul,
+    .row_scale = host_row_scale,
+    .row_dot_add = host_row_dot_add,
     .spin = host_spin,
     .profile = host_profile,
     .mem_used = host_mem_used,

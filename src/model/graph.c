@@ -147,12 +147,32 @@ void graph_acts_free(backend *be, graph_acts *a)
     memset(a, 0, sizeof *a);
 }
 
-/* y = x·Wᵀ (+ b: addmm, the bias added before the product is stored), or
- * without a weight the batched GEMM of x's two halves. */
+/* A grouped gemm (a grouped or depthwise convolution): group j's columns
+ * of y, n/g of them, are its k/g columns of x times its n/g rows of W, one
+ * GEMM a group on the rows' strides; then the bias. */
+static dps_status gemm_groups_fwd(const graph_fwd_ctx *c, const mf_op *o, int rows, const float *in,
+                                  float *y)
+{
+    backend *be = c->be;
+    int k = (int)o->k, n = (int)o->n, kg = (int)(o->k / o->g), ng = (int)(o->n / o->g);
+    const float *w = graph_tensor_at(c, o->weight);
+    for (int j = 0; j < (int)o->g; j++)
+        DPS_TRY(be->ops->gemm(be, c->st, 0, 1, rows, ng, kg, 1.0f, in + (size_t)j * kg, k,
+                              w + (size_t)j * ng * kg, kg, 0.0f, y + (size_t)j * ng, n));
+    return o->bias < 0 ? DPS_OK : be->ops->bias_act(be, c->st, rows, n, y, graph_tensor_at(c, o->bias), NULL);
+}
+
+/* y = x·Wᵀ (+ b: addmm, the bias added before the product is stored), by
+ * groups when it has them, or without a weight the batched GEMM of x's two
+ * halves. */
 static dps_status gemm_fwd(const graph_fwd_ctx *c, const mf_op *o, const float *in, float *y)
 {
     backend *be = c->be;
     int m = (int)o->m, k = (int)o->k, n = (int)o->n, rows = 0;
+    if (o->weight >= 0 && o->g > 1) {
+        DPS_TRY(graph_rows_of(o, c->samples, (size_t)o->m, &rows));
+        return gemm_groups_fwd(c, o, rows, in, y);
+    }
     if (o->weight >= 0) {
         DPS_TRY(graph_rows_of(o, c->samples, (size_t)o->m, &rows));
         const float *w = graph_tensor_at(c, o->weight);
@@ -181,6 +201,29 @@ static dps_status enter(const graph_acts *a, int i, int backward, const float **
     return w->enter(w->ctx, w->unit_of[i], backward, params, grads);
 }
 
+/* y[i] = x[i] * s[i / (n / n_s)]: each of s's elements scales its run of x */
+static dps_status mul_fwd(const graph_fwd_ctx *c, const mf_op *o, const float *in, float *y)
+{
+    size_t ns = o->from == MF_INPUT ? c->mf->input : c->mf->ops[o->from].out_elems;
+    return c->be->ops->row_scale(c->be, c->st, (int64_t)((size_t)c->samples * ns),
+                                 (int64_t)(o->out_elems / ns), in, graph_input_of(c->a, o->from, c->x), y);
+}
+
+/* Each sample's y = its x, then its other operand's (an op's output, or a
+ * tensor's elements, the same for every sample) */
+static dps_status cat_fwd(const graph_fwd_ctx *c, const mf_op *o, const float *in, float *y, int dev)
+{
+    size_t tail = o->out_elems - o->in_elems;
+    const float *other = o->weight >= 0 ? graph_tensor_at(c, o->weight) : graph_input_of(c->a, o->from, c->x);
+    for (int s = 0; s < c->samples; s++) {
+        float *ys = y + (size_t)s * o->out_elems;
+        DPS_TRY(graph_copy(c->be, c->st, dev, ys, in + (size_t)s * o->in_elems, o->in_elems));
+        size_t at = o->weight >= 0 ? 0 : (size_t)s * tail;
+        DPS_TRY(graph_copy(c->be, c->st, dev, ys + o->in_elems, other + at, tail));
+    }
+    return DPS_OK;
+}
+
 static dps_status op_fwd(const graph_fwd_ctx *c, int i)
 {
     if (c->a->dt) return graph_fwd_half(c, i);
@@ -200,6 +243,8 @@ static dps_status op_fwd(const graph_fwd_ctx *c, int i)
         DPS_TRY(graph_copy(be, c->st, dev, y, in, n));
         return be->ops->add(be, c->st, (int64_t)n, y, graph_input_of(c->a, o->from, c->x));
     case MF_EMBEDDING: return graph_embedding_fwd(c, o, in, y, dev);
+    case MF_MUL: return mul_fwd(c, o, in, y);
+    case MF_CAT: return cat_fwd(c, o, in, y, dev);
     case MF_KIND_COUNT: break;
     }
     return dps_fail(DPS_ERR_RUNTIME, "op %s: kind %d has no forward", o->name, (int)o->kind);
@@ -223,11 +268,37 @@ dps_status graph_forward(backend *be, be_stream *st, const model_file *mf, const
                          a->out16.ptr, a->half, logits, BE_F32);
 }
 
+/* A grouped gemm's backward: group j's d W rows and its k/g columns of d x
+ * from its n/g columns of g, one GEMM each a group; the bias's column sums
+ * over all n. */
+static dps_status gemm_groups_bwd(const graph_bwd_ctx *c, const mf_op *o, int rows, const float *in,
+                                  const float *g, float *din)
+{
+    backend *be = c->f.be;
+    be_stream *st = c->f.st;
+    int k = (int)o->k, n = (int)o->n, kg = (int)(o->k / o->g), ng = (int)(o->n / o->g);
+    const float *w = graph_tensor_at(&c->f, o->weight);
+    float *dw = graph_grad_at(c, o->weight);
+    for (int j = 0; j < (int)o->g; j++) {
+        size_t wj = (size_t)j * ng * kg;
+        DPS_TRY(be->ops->gemm(be, st, 1, 0, ng, kg, rows, 1.0f, g + (size_t)j * ng, n,
+                              in + (size_t)j * kg, k, 1.0f, dw + wj, kg));
+        if (din)
+            DPS_TRY(be->ops->gemm(be, st, 0, 0, rows, kg, ng, 1.0f, g + (size_t)j * ng, n, w + wj, kg,
+                                  0.0f, din + (size_t)j * kg, k));
+    }
+    return o->bias < 0 ? DPS_OK : graph_add_col_sums(c, o->bias, rows, n, g);
+}
+
 static dps_status gemm_bwd(const graph_bwd_ctx *c, const mf_op *o, const float *in, const float *g, float *din)
 {
     backend *be = c->f.be;
     be_stream *st = c->f.st;
     int m = (int)o->m, k = (int)o->k, n = (int)o->n, rows = 0;
+    if (o->weight >= 0 && o->g > 1) {
+        DPS_TRY(graph_rows_of(o, c->f.samples, (size_t)o->m, &rows));
+        return gemm_groups_bwd(c, o, rows, in, g, din);
+    }
     if (o->weight >= 0) {
         DPS_TRY(graph_rows_of(o, c->f.samples, (size_t)o->m, &rows));
         DPS_TRY(be->ops->gemm(be, st, 1, 0, n, k, rows, 1.0f, g, n, in, k, 1.0f, graph_grad_at(c, o->weight), k));
@@ -246,6 +317,36 @@ static dps_status gemm_bwd(const graph_bwd_ctx *c, const mf_op *o, const float *
             DPS_TRY(be->ops->gemm(be, st, 0, 1, m, k, n, 1.0f, G, n, in + at_b, n, 0.0f, din + at_a, k));
             DPS_TRY(be->ops->gemm(be, st, 1, 0, k, n, m, 1.0f, in + at_a, k, G, n, 0.0f, din + at_b, n));
         }
+    return DPS_OK;
+}
+
+/* A mul's backward: d s[j] += the sum of g·x over its run (into s's op's
+ * gradient, as an add's other operand), d x = g scaled as forward scaled x */
+static dps_status mul_bwd(const graph_bwd_ctx *c, const mf_op *o, const float *in, const float *g, float *din)
+{
+    backend *be = c->f.be;
+    size_t ns = o->from == MF_INPUT ? c->f.mf->input : c->f.mf->ops[o->from].out_elems;
+    int64_t rows = (int64_t)((size_t)c->f.samples * ns), cols = (int64_t)(o->out_elems / ns);
+    if (o->from != MF_INPUT)
+        DPS_TRY(be->ops->row_dot_add(be, c->f.st, rows, cols, g, in, graph_grad_of(c->f.a, o->from)));
+    return din ? be->ops->row_scale(be, c->f.st, rows, cols, g, graph_input_of(c->f.a, o->from, c->f.x), din)
+               : DPS_OK;
+}
+
+/* A cat's backward: each sample's head of g is its input's gradient, its
+ * tail added to the other operand's (the tensor's: summed over the samples) */
+static dps_status cat_bwd(const graph_bwd_ctx *c, const mf_op *o, const float *g, float *din)
+{
+    backend *be = c->f.be;
+    size_t tail = o->out_elems - o->in_elems;
+    for (int s = 0; s < c->f.samples; s++) {
+        const float *gs = g + (size_t)s * o->out_elems;
+        if (din)
+            DPS_TRY(graph_copy(be, c->f.st, c->f.a->work.dev, din + (size_t)s * o->in_elems, gs, o->in_elems));
+        float *dother = o->weight >= 0 ? graph_grad_at(c, o->weight)
+                      : o->from == MF_INPUT ? NULL : graph_grad_of(c->f.a, o->from) + (size_t)s * tail;
+        if (dother) DPS_TRY(be->ops->add(be, c->f.st, (int64_t)tail, dother, gs + o->in_elems));
+    }
     return DPS_OK;
 }
 
@@ -271,6 +372,8 @@ static dps_status op_bwd(const graph_bwd_ctx *c, int i, float *din)
         if (o->from != MF_INPUT) DPS_TRY(be->ops->add(be, st, (int64_t)n, graph_grad_of(c->f.a, o->from), g));
         return din ? graph_copy(be, st, c->f.a->work.dev, din, g, n) : DPS_OK;
     case MF_EMBEDDING: return graph_embedding_bwd(c, o, g, din);
+    case MF_MUL: return mul_bwd(c, o, in, g, din);
+    case MF_CAT: return cat_bwd(c, o, g, din);
     case MF_KIND_COUNT: break;
     }
     return dps_fail(DPS_ERR_RUNTIME, "op %s: kind %d has no backward", o->name, (int)o->kind);

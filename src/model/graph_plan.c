@@ -58,7 +58,8 @@ static size_t place(const item *items, int n, size_t *at)
 /* Whether op j's backward reads its input again. */
 static int rereads_input(const mf_op *o)
 {
-    return o->kind == MF_GEMM || o->kind == MF_ACT || (o->kind == MF_NORM && o->weight >= 0);
+    return o->kind == MF_GEMM || o->kind == MF_ACT || o->kind == MF_MUL ||
+           (o->kind == MF_NORM && o->weight >= 0);
 }
 
 /* Whether op j, a gemm with weight, recomputes its input from a resample's input. */
@@ -79,6 +80,7 @@ static int outputs_alive(const model_file *mf, item *items, int *again_of)
         int back = 2 * n - 1 - j, srcs[2] = {o->in, o->from};
         for (int k = 0; k < 2; k++)
             if (srcs[k] >= 0 && j > items[srcs[k]].to) items[srcs[k]].to = j;
+        if (o->kind == MF_MUL && o->from >= 0 && back > items[o->from].to) items[o->from].to = back;
         if (o->in < 0 || !rereads_input(o)) continue;
         int keep = o->in;
         if (recomputes(mf, j)) { /* the resample's input kept instead, and room for its output */

@@ -28,8 +28,8 @@ typedef struct graph_plan {
 } graph_plan;
 
 /* An output lives from its op's forward to the last forward that reads it,
- * or to the last backward that reads it again (a gemm's, a scaled norm's
- * and an act's input; for a gemm that recomputes its input, the resample's
+ * or to the last backward that reads it again (a gemm's, a scaled norm's,
+ * an act's and a mul's input, a mul's scale; for a gemm that recomputes its input, the resample's
  * input, and the recomputed input during that backward alone); a gradient
  * from the backward of the last op that
  * reads its op's output (its first writer; its own op's when none does) to

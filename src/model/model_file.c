@@ -8,8 +8,9 @@
 #include "model/model_file.h"
 
 const char *const mf_kind_names[MF_KIND_COUNT] = {"gemm", "resample", "norm", "act", "add",
-                                                  "embedding"};
-const char *const mf_fn_names[MF_FN_COUNT] = {"relu", "gelu", "softmax", "tanh", "sigmoid"};
+                                                  "embedding", "mul", "cat"};
+const char *const mf_fn_names[MF_FN_COUNT] = {"relu", "gelu", "softmax", "tanh", "sigmoid", "relu6",
+                                              "silu", "hardswish", "hardsigmoid", "mish"};
 
 #define WORDS_MAX 32
 #define DIM_MAX ((int64_t)1 << 31)
@@ -20,8 +21,9 @@ const char *const mf_fn_names[MF_FN_COUNT] = {"relu", "gelu", "softmax", "tanh",
 
 /* What one op line may say: the keys of its kind, beside in, saved, moved. */
 static const char *const kind_keys[MF_KIND_COUNT] = {
-    [MF_GEMM] = "m k n b weight bias", [MF_RESAMPLE] = "n", [MF_NORM] = "c weight bias",
+    [MF_GEMM] = "m k n b g weight bias", [MF_RESAMPLE] = "n", [MF_NORM] = "c weight bias",
     [MF_ACT] = "fn", [MF_ADD] = "from", [MF_EMBEDDING] = "m weight",
+    [MF_MUL] = "from", [MF_CAT] = "from weight",
 };
 
 typedef struct reader {
@@ -160,7 +162,8 @@ static dps_status op_key(model_file *mf, mf_op *o, const char *path, int line, c
                             mf_kind_names[o->kind], key, kind_keys[o->kind], HOWTO);
     int64_t x;
     int64_t *num = !strcmp(key, "m") ? &o->m : !strcmp(key, "k") ? &o->k : !strcmp(key, "n") ? &o->n
-                 : !strcmp(key, "b") ? &o->b : !strcmp(key, "c") ? &o->c : NULL;
+                 : !strcmp(key, "b") ? &o->b : !strcmp(key, "c") ? &o->c
+                 : !strcmp(key, "g") ? &o->g : NULL;
     if (num) {
         if (*num) return keyfile_fail(path, line, "key %s given twice", key);
         return whole(path, line, key, v, 1, DIM_MAX, num);
@@ -173,7 +176,7 @@ static dps_status op_key(model_file *mf, mf_op *o, const char *path, int line, c
     if (!strcmp(key, "weight")) return tensor_key(mf, path, line, v, &o->weight);
     if (!strcmp(key, "bias")) return tensor_key(mf, path, line, v, &o->bias);
     if (!strcmp(key, "fn")) {
-        char expected[96];
+        char expected[160];
         int f = dps_match_word(v, mf_fn_names, MF_FN_COUNT, expected, sizeof expected);
         if (f < 0) return keyfile_fail(path, line, "fn=%s: expected one of %s", v, expected);
         o->fn = (mf_fn)f;
@@ -222,11 +225,29 @@ static dps_status tensor_size(const model_file *mf, const mf_op *o, const char *
                         what, mf->tensors[t].name, mf->tensors[t].numel, want, HOWTO);
 }
 
-/* A gemm: y = x·Wᵀ + b on m rows, or without a weight, the batched GEMM
- * between its input's two halves. Sets what it takes and gives. */
+/* A grouped gemm's g: 1 when not given; otherwise it divides k and n, and
+ * the gemm has a weight. */
+static dps_status gemm_groups(mf_op *o, const char *path)
+{
+    if (!o->g) {
+        o->g = 1;
+        return DPS_OK;
+    }
+    if (o->weight < 0 && o->g > 1)
+        return keyfile_fail(path, o->line, "g= is for a gemm with weight %s", HOWTO);
+    if (o->k % o->g || o->n % o->g)
+        return keyfile_fail(path, o->line, "gemm g=%lld: k=%lld and n=%lld must both be multiples "
+                            "of g %s", (long long)o->g, (long long)o->k, (long long)o->n, HOWTO);
+    return DPS_OK;
+}
+
+/* A gemm: y = x·Wᵀ + b on m rows (by groups: the g GEMMs of each k/g
+ * columns of x by its n/g rows of W), or without a weight, the batched
+ * GEMM between its input's two halves. Sets what it takes and gives. */
 static dps_status gemm_sizes(const model_file *mf, mf_op *o, const char *path, size_t *need)
 {
     DPS_TRY(need_keys(o, path, "mkn"));
+    DPS_TRY(gemm_groups(o, path));
     if (o->weight < 0) {
         if (o->bias >= 0) return keyfile_fail(path, o->line, "a gemm without weight takes no bias %s", HOWTO);
         if (!o->b) o->b = 1;
@@ -238,7 +259,7 @@ static dps_status gemm_sizes(const model_file *mf, mf_op *o, const char *path, s
     o->b = 1;
     *need = elems(o->m, o->k, 0, 0);
     o->out_elems = elems(o->m, o->n, 0, 0);
-    DPS_TRY(tensor_size(mf, o, path, o->weight, elems(o->n, o->k, 0, 0), "weight"));
+    DPS_TRY(tensor_size(mf, o, path, o->weight, elems(o->n, o->k / o->g, 0, 0), "weight"));
     return tensor_size(mf, o, path, o->bias, (size_t)o->n, "bias");
 }
 
@@ -266,6 +287,17 @@ static dps_status op_sizes(const model_file *mf, mf_op *o, const char *path, siz
     case MF_ADD:
         if (o->from == UNSET) return keyfile_fail(path, o->line, "an add op needs from=OP %s", HOWTO);
         *need = out_of(mf, o->from);
+        return DPS_OK;
+    case MF_MUL:
+        if (o->from == UNSET) return keyfile_fail(path, o->line, "a mul op needs from=OP %s", HOWTO);
+        if (!out_of(mf, o->from) || have % out_of(mf, o->from))
+            return keyfile_fail(path, o->line, "mul: %s's %zu elements per sample do not divide its "
+                                "input's %zu %s", name_of(mf, o->from), out_of(mf, o->from), have, HOWTO);
+        return DPS_OK;
+    case MF_CAT:
+        if ((o->from == UNSET) == (o->weight < 0))
+            return keyfile_fail(path, o->line, "a cat op needs from=OP or weight=T, one of them %s", HOWTO);
+        o->out_elems = have + (o->weight >= 0 ? mf->tensors[o->weight].numel : out_of(mf, o->from));
         return DPS_OK;
     case MF_EMBEDDING:
         DPS_TRY(need_keys(o, path, "m"));
@@ -412,13 +444,16 @@ size_t model_file_params(const model_file *mf)
     return n;
 }
 
+double mf_op_flops(const mf_op *o)
+{
+    if (o->kind != MF_GEMM) return 0;
+    return 2.0 * (double)o->b * (double)o->m * (double)o->k * (double)o->n / (double)o->g;
+}
+
 double model_file_fwd_flops(const model_file *mf)
 {
     double f = 0;
-    for (int i = 0; i < mf->nops; i++) {
-        const mf_op *o = &mf->ops[i];
-        if (o->kind == MF_GEMM) f += 2.0 * (double)o->b * (double)o->m * (double)o->k * (double)o->n;
-    }
+    for (int i = 0; i < mf->nops; i++) f += mf_op_flops(&mf->ops[i]);
     return f;
 }
 

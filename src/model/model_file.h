@@ -15,8 +15,12 @@
 #define MF_MAX_DIMS 8
 #define MF_INPUT (-1) /* an op's `in` or `from`: the model's input */
 
-typedef enum mf_kind { MF_GEMM, MF_RESAMPLE, MF_NORM, MF_ACT, MF_ADD, MF_EMBEDDING, MF_KIND_COUNT } mf_kind;
-typedef enum mf_fn { MF_RELU, MF_GELU, MF_SOFTMAX, MF_TANH, MF_SIGMOID, MF_FN_COUNT } mf_fn;
+typedef enum mf_kind { MF_GEMM, MF_RESAMPLE, MF_NORM, MF_ACT, MF_ADD, MF_EMBEDDING, MF_MUL,
+                      MF_CAT, MF_KIND_COUNT } mf_kind;
+typedef enum mf_fn {
+    MF_RELU, MF_GELU, MF_SOFTMAX, MF_TANH, MF_SIGMOID, MF_RELU6, MF_SILU, MF_HARDSWISH,
+    MF_HARDSIGMOID, MF_MISH, MF_FN_COUNT
+} mf_fn;
 
 extern const char *const mf_kind_names[MF_KIND_COUNT];
 extern const char *const mf_fn_names[MF_FN_COUNT];
@@ -34,8 +38,9 @@ typedef struct mf_tensor {
 typedef struct mf_op {
     mf_kind kind;
     char name[MF_NAME_MAX];
-    int in, from;            /* op indices, or MF_INPUT; from: add's other operand */
+    int in, from;            /* op indices, or MF_INPUT; from: add's, mul's and cat's other operand */
     int64_t m, k, n, b, c;   /* the keys its kind takes (0 when not given) */
+    int64_t g;               /* a gemm's groups: g GEMMs of k/g by n/g (1 when not given) */
     mf_fn fn;
     int weight, bias;        /* tensor indices, -1 when none */
     size_t in_elems, out_elems; /* per sample */
@@ -58,8 +63,10 @@ dps_status model_file_read(const char *path, model_file *mf) DPS_MUST_USE;
 void model_file_free(model_file *mf);
 
 size_t model_file_params(const model_file *mf);
-/* Forward GEMM FLOPs of one sample: 2·b·m·k·n summed over the gemm ops. */
+/* Forward GEMM FLOPs of one sample: mf_op_flops summed over the gemm ops. */
 double model_file_fwd_flops(const model_file *mf);
+/* A gemm op's forward FLOPs of one sample, 2·b·m·k·n/g; 0 for other kinds. */
+double mf_op_flops(const mf_op *o);
 /* Rows of the loss per sample: the last op's output over classes. */
 size_t model_file_rows(const model_file *mf);
 /* The tensors' indices in ready order (order[0] is ready first). */

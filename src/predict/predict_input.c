@@ -186,7 +186,7 @@ static void tensor_ready_at(const model_file *mf, double *ready)
     double total = 2.0 * model_file_fwd_flops(mf), done = 0;
     for (int i = mf->nops - 1; i >= 0; i--) {
         const mf_op *o = &mf->ops[i];
-        if (o->kind == MF_GEMM) done += 4.0 * (double)o->b * (double)o->m * (double)o->k * (double)o->n;
+        done += 2.0 * mf_op_flops(o);
         for (int t = 0; t < mf->ntensors; t++)
             if (mf->tensors[t].first_op == i) ready[t] = total > 0 ? done / total : 1.0;
     }
