@@ -37,14 +37,16 @@ int sweep_filter(sweep_item *items, int n, const char *filter)
  * apart: steps, warm-up, capacity, learning rate, devices). */
 static int same_run(const dps_config *a, const dps_config *b)
 {
+    if (a->strong == b->strong || a->ngpus != b->ngpus || a->global_batch != b->global_batch)
+        return 0; /* the ids need not be made */
     dps_config t = *b;
     t.strong = a->strong;
     char ia[192], ib[192];
     config_id(a, ia, sizeof ia);
     config_id(&t, ib, sizeof ib);
-    return a->strong != b->strong && strcmp(ia, ib) == 0 && a->steps == b->steps &&
-           a->warmup == b->warmup && a->be.device_mem == b->be.device_mem &&
-           a->net_file == b->net_file && a->seed == b->seed && a->fault_rank == b->fault_rank &&
+    return strcmp(ia, ib) == 0 && a->steps == b->steps && a->warmup == b->warmup &&
+           a->be.device_mem == b->be.device_mem && a->net_file == b->net_file &&
+           a->seed == b->seed && a->fault_rank == b->fault_rank &&
            memcmp(&a->hp, &b->hp, sizeof a->hp) == 0 &&
            memcmp(a->devices, b->devices, sizeof a->devices) == 0;
 }

@@ -1,6 +1,7 @@
 /* `dpscale sweep`: runs a list of configurations, each in its own child
  * process, so that an out-of-memory, a crash or a hang of one is recorded
- * and the sweep goes on; progress, --resume, --filter, --dry-run. */
+ * and the sweep goes on; two that are one run (twins) once; progress,
+ * --resume, --filter, --dry-run. */
 #ifndef DPS_SWEEP_H
 #define DPS_SWEEP_H
 
