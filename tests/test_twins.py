@@ -96,7 +96,8 @@ def case_run_once(binary):
         expect(p.stdout.count(" ok\n") == 8, f"the table's rows:\n{p.stdout}")
         folder = os.path.join(out, "t")
         runs = check_whole(folder)
-        expect(sorted(r["config_id"] for r in runs) == sorted(ALONE + [i for p in PAIRS for i in p]),
+        every = sorted(ALONE + [i for pair in PAIRS for i in pair])
+        expect(sorted(r["config_id"] for r in runs) == every,
                f"runs.csv: {[r['config_id'] for r in runs]}")
         expect(all(r["status"] == "ok" for r in runs), f"runs.csv: {runs}")
         check_traces(folder, runs)

@@ -784,7 +784,8 @@ int cmd_run(cli_args *a, int argc, char **argv)
     if (!rc) rc = distinct_ids(items, n);
     if (!rc && a->cmd == CMD_SWEEP && sweep_filter(items, n, a->filter[0] ? a->filter : NULL) == 0)
         rc = dps_fail(DPS_ERR_USAGE, "--filter %s: no configuration matches", a->filter);
-    if (!rc && a->cmd == CMD_SWEEP) sweep_pair(items, n, NULL); /* sweep_run: again, past --resume's */
+    if (!rc && a->cmd == CMD_SWEEP) /* for the outlook; sweep_run pairs again, past --resume's */
+        sweep_pair(items, n, NULL);
     if (!rc && notice[0]) sweep_outlook(a, be, items, n, outlook, sizeof outlook);
     if (notice[0]) dps_log("%s%s", notice, outlook);
     if (rc) status = rc == DPS_ERR_USAGE ? cmd_usage_error() : (dps_log("%s", dps_errmsg()), 1);

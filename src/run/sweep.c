@@ -254,7 +254,8 @@ static void warm_up(sweep_item *items, int n, backend *be, const sweep_opts *o,
         child_outcome c;
         if (!isatty(STDERR_FILENO)) dps_log("warm-up: %s, two steps untimed", id);
         run_view v = {0, 0, "warm-up", "", dps_now_ms(), -1};
-        if (run_child(&items[i].cfg, NULL, be, NULL, o, shared, &c, &v)) dps_log("%s", dps_errmsg());
+        if (run_child(&items[i].cfg, NULL, be, NULL, o, shared, &c, &v))
+            dps_log("%s", dps_errmsg());
         return;
     }
 }
@@ -338,7 +339,7 @@ void sweep_run(sweep_item *items, int n, backend *be, const results_dir *rd,
         sweep_item *it = &items[i];
         char id[192];
         config_id(&it->cfg, id, sizeof id);
-        if (strcmp(it->skip, "-") == 0 || it->same_as >= 0) continue; /* a twin: its earlier's run */
+        if (strcmp(it->skip, "-") == 0 || it->same_as >= 0) continue; /* a twin: the earlier's */
         k.idx++;
         if (o->done && results_ids_has(o->done, id)) {
             t->done_before++;
