@@ -256,33 +256,53 @@ static double compute_seconds(const dps_config *c, const backend *be, double gfl
     return flops / (gflops * 1e9 * lanes) * (c->warmup + c->steps);
 }
 
+/* A line of --dry-run: configuration k, id, its memory and, at gflops > 0,
+ * its compute time; a twin (sweep_pair) names the run it is written from. */
+static void dry_run_line(const backend *be, const sweep_item *items, int i, int k, double gflops)
+{
+    char id[192], mem[24], devs[24];
+    config_id(&items[i].cfg, id, sizeof id);
+    if (items[i].same_as >= 0) {
+        char first[192];
+        config_id(&items[items[i].same_as].cfg, first, sizeof first);
+        printf("%4d  %-44s  same run as %s (its rows, under this id)\n", k, id, first);
+        return;
+    }
+    footprint fp;
+    footprint_of(&items[i].cfg, be, &fp);
+    dps_fmt_bytes(fp.total, mem, sizeof mem);
+    dps_fmt_bytes(fp.devices, devs, sizeof devs);
+    printf("%4d  %-44s  host %10s (devices %s)", k, id, mem, devs);
+    double sec = compute_seconds(&items[i].cfg, be, gflops);
+    if (sec >= 60) printf("  compute %.1f min", sec / 60);
+    else if (sec > 0) printf("  compute %.2g s", sec);
+    if (items[i].skip[0]) printf("  [skipped: %s]", items[i].skip);
+    putchar('\n');
+}
+
 /* The configurations that would run (--resume: not those the folder holds),
- * each with the memory it needs and, on the host backend, its compute time. */
-static dps_status print_dry_run(const cli_args *a, const backend *be, const sweep_item *items, int n)
+ * each with the memory it needs and, on the host backend, its compute time;
+ * one that is another's run (sweep_pair) says so. */
+static dps_status print_dry_run(const cli_args *a, const backend *be, sweep_item *items, int n)
 {
     results_ids done = {0};
     char dir[DPS_PATH_MAX + DPS_NAME_MAX + 2];
     snprintf(dir, sizeof dir, "%s/%s", a->cfg.out_dir, a->cfg.name);
     if (a->resume) DPS_TRY(results_ids_finished(dir, &done));
+    sweep_pair(items, n, &done);
     double gflops = be->kind == BE_HOST ? host_gemm_gflops() : 0;
-    int k = 0, held = 0;
+    int k = 0, held = 0, twins = 0;
     for (int i = 0; i < n; i++) {
-        char id[192], mem[24], devs[24];
+        char id[192];
         if (strcmp(items[i].skip, "-") == 0) continue;
         config_id(&items[i].cfg, id, sizeof id);
         if (results_ids_has(&done, id)) { held++; continue; }
-        footprint fp;
-        footprint_of(&items[i].cfg, be, &fp);
-        dps_fmt_bytes(fp.total, mem, sizeof mem);
-        dps_fmt_bytes(fp.devices, devs, sizeof devs);
-        printf("%4d  %-44s  host %10s (devices %s)", ++k, id, mem, devs);
-        double sec = compute_seconds(&items[i].cfg, be, gflops);
-        if (sec >= 60) printf("  compute %.1f min", sec / 60);
-        else if (sec > 0) printf("  compute %.2g s", sec);
-        if (items[i].skip[0]) printf("  [skipped: %s]", items[i].skip);
-        putchar('\n');
+        twins += items[i].same_as >= 0;
+        dry_run_line(be, items, i, ++k, gflops);
     }
     printf("# %d configuration%s", k, k == 1 ? "" : "s");
+    if (twins) printf(" in %d run%s (%d the same run as another)", k - twins,
+                      k - twins == 1 ? "" : "s", twins);
     if (a->resume) printf(" to run; %d already in %s", held, dir);
     if (gflops > 0) printf("; compute at %.1f GFLOP/s a device (a GEMM measured now), copies "
                            "and set-up not counted", gflops);
@@ -361,8 +381,9 @@ static void sweep_outlook(const cli_args *a, const backend *be, const sweep_item
                       "%s, took that)", k, k == 1 ? "" : "s", took, name);
     } else {
         gflops = host_gemm_gflops();
-        for (int i = 0; i < n; i++)
-            if (!items[i].skip[0]) sec += compute_seconds(&items[i].cfg, be, gflops);
+        for (int i = 0; i < n; i++) /* a twin is its earlier's run (sweep_pair) */
+            if (!items[i].skip[0] && items[i].same_as < 0)
+                sec += compute_seconds(&items[i].cfg, be, gflops);
         fmt_duration(sec, took, sizeof took);
         if (sec > 0)
             at = snprintf(buf, len, "; this sweep: %d configuration%s, their GEMMs alone about %s "
@@ -633,12 +654,12 @@ static int run_sweep(cli_args *a, backend *be, const results_dir *rd, sweep_item
 static int run_one(const dps_config *cfg, ddp_world *dw, backend *be, const results_dir *rd)
 {
     int written = 0;
-    dps_status rc = run_config(cfg, dw, be, rd, &written);
+    dps_status rc = run_config(cfg, NULL, dw, be, rd, &written);
     if (!rc || written) return rc != DPS_OK;
     char why[DPS_ERRMSG_MAX];
     dps_strlcpy(why, dps_errmsg(), sizeof why);
     dps_log("%s", why);
-    if (run_record(cfg, be, rd, rc, why)) dps_log("%s", dps_errmsg());
+    if (run_record(cfg, NULL, be, rd, rc, why)) dps_log("%s", dps_errmsg());
     return 1;
 }
 
@@ -763,6 +784,8 @@ int cmd_run(cli_args *a, int argc, char **argv)
     if (!rc) rc = distinct_ids(items, n);
     if (!rc && a->cmd == CMD_SWEEP && sweep_filter(items, n, a->filter[0] ? a->filter : NULL) == 0)
         rc = dps_fail(DPS_ERR_USAGE, "--filter %s: no configuration matches", a->filter);
+    if (!rc && a->cmd == CMD_SWEEP) /* for the outlook; sweep_run pairs again, past --resume's */
+        sweep_pair(items, n, NULL);
     if (!rc && notice[0]) sweep_outlook(a, be, items, n, outlook, sizeof outlook);
     if (notice[0]) dps_log("%s%s", notice, outlook);
     if (rc) status = rc == DPS_ERR_USAGE ? cmd_usage_error() : (dps_log("%s", dps_errmsg()), 1);

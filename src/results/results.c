@@ -684,11 +684,10 @@ dps_status results_check_headers(const results_dir *r)
     return DPS_OK;
 }
 
-dps_status results_append(const results_dir *r, const dps_config *c, const backend *be,
-                          const train_result *res, const run_summary *s)
+/* One configuration's rows of every file into b[F_COUNT]. */
+static void append_rows_of(csv_buf *b, const dps_config *c, const backend *be,
+                           const train_result *res, const run_summary *s)
 {
-    csv_buf b[F_COUNT];
-    for (int i = 0; i < F_COUNT; i++) csv_init(&b[i]);
     steps_rows(&b[F_STEPS], c, res, s);
     devices_rows(&b[F_DEVICES], c, res, s);
     phases_rows(&b[F_PHASES], res, s);
@@ -696,16 +695,34 @@ dps_status results_append(const results_dir *r, const dps_config *c, const backe
     buckets_rows(&b[F_BUCKETS], c, res, s);
     partition_rows(&b[F_PARTITION], c, res, s);
     runs_row(&b[F_RUNS], c, be, res, s);
+}
+
+dps_status results_append(const results_dir *r, const dps_config *c, const dps_config *twin,
+                          const backend *be, const train_result *res, const run_summary *s)
+{
+    csv_buf b[F_COUNT];
+    for (int i = 0; i < F_COUNT; i++) csv_init(&b[i]);
+    run_summary as_twin = *s;
+    if (twin) config_id(twin, as_twin.config_id, sizeof as_twin.config_id);
+    append_rows_of(b, c, be, res, s);
+    if (twin) append_rows_of(b, twin, be, res, &as_twin);
     int n;
     const results_file *files = results_files(&n);
     results_part parts[F_COUNT];
     for (int i = 0; i < n; i++) parts[i] = (results_part){files[i].name, files[i].cols,
                                                           files[i].ncols, &b[i]};
-    char what[256], trace[224];
-    snprintf(what, sizeof what, "configuration %s", s->config_id);
-    snprintf(trace, sizeof trace, "%s.json", s->config_id);
-    if (res->status) results_drop_trace(r, trace); /* only an ok configuration has a timeline */
-    results_txn t = {what, "the configuration's", trace, parts, n};
+    char what[448], trace[2][224];
+    const char *traces[2] = {trace[0], trace[1]};
+    if (twin) snprintf(what, sizeof what, "configurations %s and %s (one run)", s->config_id,
+                       as_twin.config_id);
+    else snprintf(what, sizeof what, "configuration %s", s->config_id);
+    snprintf(trace[0], sizeof trace[0], "%s.json", s->config_id);
+    snprintf(trace[1], sizeof trace[1], "%s.json", as_twin.config_id);
+    int ntraces = twin ? 2 : 1;
+    for (int i = 0; res->status && i < ntraces; i++) /* only an ok configuration has a timeline */
+        results_drop_trace(r, trace[i]);
+    results_txn t = {what, twin ? "the configurations'" : "the configuration's", traces, ntraces,
+                     parts, n};
     dps_status rc = results_commit(r, &t);
     for (int i = 0; i < F_COUNT; i++) csv_free(&b[i]);
     return rc;

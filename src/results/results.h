@@ -68,8 +68,14 @@ typedef struct results_cmd {
 dps_status results_write_meta(const results_dir *r, const backend *be, const dps_config *cfg,
                               const world_nodes *nodes, int most_devices, const results_cmd *cmd,
                               const char *start_time, const char *end_time) DPS_MUST_USE;
-dps_status results_append(const results_dir *r, const dps_config *c, const backend *be,
-                          const train_result *res, const run_summary *s) DPS_MUST_USE;
+/* A configuration's rows, in every file, as one transaction (results_txn.h).
+ * twin: another configuration this run stands for too (a sweep's twin, see
+ * sweep.h: the same run under the other scaling label), whose rows are the
+ * same measurement under its own id and scaling, in the same transaction;
+ * NULL: none. */
+dps_status results_append(const results_dir *r, const dps_config *c, const dps_config *twin,
+                          const backend *be, const train_result *res, const run_summary *s)
+    DPS_MUST_USE;
 
 /* The table's head; most_devices: the largest configuration's device
  * count (an oversubscribed host says so). */

@@ -26,8 +26,8 @@ typedef struct txn_mark {
 /* What the journal holds. */
 typedef struct txn_state {
     long pid;
-    char what[256], trace[256];
-    int n;
+    char what[256], trace[RESULTS_TXN_MAX_TRACES][256];
+    int n, ntraces;
     txn_mark m[TXN_MAX_FILES];
 } txn_state;
 
@@ -110,7 +110,11 @@ static dps_status mark_files(const results_dir *r, const results_txn *x, txn_sta
     memset(t, 0, sizeof *t);
     t->pid = (long)getpid();
     copy_line(t->what, x->what, sizeof t->what);
-    copy_line(t->trace, x->trace, sizeof t->trace);
+    if (x->ntraces > RESULTS_TXN_MAX_TRACES)
+        return dps_fail(DPS_ERR_RUNTIME, "%s: %d trace files in one transaction, at most %d",
+                        x->what, x->ntraces, RESULTS_TXN_MAX_TRACES);
+    for (; t->ntraces < x->ntraces; t->ntraces++)
+        copy_line(t->trace[t->ntraces], x->traces[t->ntraces], sizeof t->trace[0]);
     if (x->nparts > TXN_MAX_FILES)
         return dps_fail(DPS_ERR_RUNTIME, "%s: %d files in one transaction, at most %d",
                         x->what, x->nparts, TXN_MAX_FILES);
@@ -138,8 +142,9 @@ static dps_status mark_files(const results_dir *r, const results_txn *x, txn_sta
 /* The journal's text into buf; its length, or -1 when it does not fit. */
 static int journal_format(const txn_state *t, char *buf, size_t len)
 {
-    int n = snprintf(buf, len, JOURNAL_MAGIC "\npid %ld\nwhat %s\ntrace %s\n", t->pid, t->what,
-                     t->trace);
+    int n = snprintf(buf, len, JOURNAL_MAGIC "\npid %ld\nwhat %s\n", t->pid, t->what);
+    for (int i = 0; i < t->ntraces && n > 0 && (size_t)n < len; i++)
+        n += snprintf(buf + n, len - (size_t)n, "trace %s\n", t->trace[i]);
     for (int i = 0; i < t->n && n > 0 && (size_t)n < len; i++)
         n += snprintf(buf + n, len - (size_t)n, "file %d %lld %s\n", t->m[i].existed,
                       t->m[i].size, t->m[i].name);
@@ -183,19 +188,28 @@ static void journal_remove(const results_dir *r, const char *what)
              "back out, and --resume runs it again", path, strerror(errno), what);
 }
 
+/* A "trace NAME" line's name into t (an empty one: none); *bad when it is
+ * not a plain name of trace/ or one too many. */
+static void trace_line(txn_state *t, const char *name, int *bad)
+{
+    if (!name[0]) return;
+    if (!plain_name(name) || t->ntraces == RESULTS_TXN_MAX_TRACES) *bad = 1;
+    else dps_strlcpy(t->trace[t->ntraces++], name, sizeof t->trace[0]);
+}
+
 /* The journal's lines into t; *complete when it ends with "end" (it was
  * all on disk before the first append). */
 static void journal_parse(char *text, txn_state *t, int *complete)
 {
     char *save = NULL;
-    int line = 0;
+    int line = 0, bad = 0;
     for (char *l = strtok_r(text, "\n", &save); l; l = strtok_r(NULL, "\n", &save), line++) {
         txn_mark *m = &t->m[t->n];
         int at = 0;
         if (line == 0 && strcmp(l, JOURNAL_MAGIC) != 0) return;
         if (!strncmp(l, "pid ", 4)) t->pid = strtol(l + 4, NULL, 10);
         else if (!strncmp(l, "what ", 5)) dps_strlcpy(t->what, l + 5, sizeof t->what);
-        else if (!strncmp(l, "trace ", 6)) dps_strlcpy(t->trace, l + 6, sizeof t->trace);
+        else if (!strncmp(l, "trace ", 6)) trace_line(t, l + 6, &bad);
         else if (!strcmp(l, "end")) *complete = 1;
         else if (t->n < TXN_MAX_FILES && sscanf(l, "file %d %lld %n", &m->existed, &m->size, &at) == 2 &&
                  at && plain_name(l + at)) {
@@ -203,7 +217,7 @@ static void journal_parse(char *text, txn_state *t, int *complete)
             t->n++;
         }
     }
-    if (t->trace[0] && !plain_name(t->trace)) *complete = 0; /* not a journal dpscale wrote */
+    if (bad) *complete = 0; /* not a journal dpscale wrote */
 }
 
 /* 1 with the journal in t, 0 when there is none, -1 (a message) when it
@@ -244,8 +258,8 @@ static int take_back_file(int dirfd, const txn_mark *m)
     return rc;
 }
 
-/* Every file of t cut back and its trace removed; how many files could not
- * be, each named in a warning. */
+/* Every file of t cut back and its traces removed; how many files could
+ * not be, each named in a warning. */
 static int roll_back(const results_dir *r, const txn_state *t)
 {
     int bad = 0;
@@ -256,7 +270,7 @@ static int roll_back(const results_dir *r, const txn_state *t)
                  "take back: once the folder can be written, any dpscale run on it does", r->dir,
                  t->m[i].name, t->what, dps_open_strerror(errno), RESULTS_JOURNAL_FILE);
     }
-    if (t->trace[0]) results_drop_trace(r, t->trace);
+    for (int i = 0; i < t->ntraces; i++) results_drop_trace(r, t->trace[i]);
     return bad;
 }
 
@@ -317,7 +331,7 @@ dps_status results_commit_table(const results_dir *r, const results_table *t, co
     size_t n = strlen(t->what);
     snprintf(rows_of, sizeof rows_of, "%s%s", t->what, n && t->what[n - 1] == 's' ? "'" : "'s");
     results_part part = {t->name, t->cols, t->ncols, rows};
-    results_txn x = {what, rows_of, NULL, &part, 1};
+    results_txn x = {what, rows_of, NULL, 0, &part, 1};
     return results_commit(r, &x);
 }
 

@@ -23,12 +23,15 @@ typedef struct results_part {
     const csv_buf *rows;
 } results_part;
 
-/* One transaction: whose rows (for messages), the files, and the file of
- * trace/ that goes with the rows when they are taken back (NULL: none). */
+#define RESULTS_TXN_MAX_TRACES 2 /* a configuration's, and its twin's (sweep.h) */
+
+/* One transaction: whose rows (for messages), the files, and the files of
+ * trace/ that go with the rows when they are taken back. */
 typedef struct results_txn {
     const char *what;           /* "configuration dp-tiny-fp32-sgd-g1-b8", "links.csv" */
     const char *rows_of;        /* "the configuration's", in "none of ... rows were kept" */
-    const char *trace;          /* "dp-tiny-fp32-sgd-g1-b8.json", or NULL */
+    const char *const *traces;  /* "dp-tiny-fp32-sgd-g1-b8.json", ...; NULL when ntraces is 0 */
+    int ntraces;
     const results_part *parts;
     int nparts;
 } results_txn;

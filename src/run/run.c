@@ -337,8 +337,19 @@ dps_status run_untimed(const dps_config *cfg, backend *be)
     return rc;
 }
 
-dps_status run_record(const dps_config *cfg, const backend *be, const results_dir *rd,
-                      dps_status status, const char *why)
+/* The table's line of cfg, and of its twin (NULL: none), once their rows are in. */
+static void table_rows(const dps_config *cfg, const dps_config *twin, const train_result *res,
+                       const run_summary *s)
+{
+    results_table_row(stdout, cfg, res, s);
+    if (!twin) return;
+    run_summary as_twin = *s;
+    config_id(twin, as_twin.config_id, sizeof as_twin.config_id);
+    results_table_row(stdout, twin, res, &as_twin);
+}
+
+dps_status run_record(const dps_config *cfg, const dps_config *twin, const backend *be,
+                      const results_dir *rd, dps_status status, const char *why)
 {
     run_summary sum;
     memset(&sum, 0, sizeof sum);
@@ -355,8 +366,8 @@ dps_status run_record(const dps_config *cfg, const backend *be, const results_di
             dps_strlcpy(res.dev[i].name, be->info[cfg->devices[i]].name, sizeof res.dev[i].name);
     }
     summarize(cfg, &res, &sum);
-    dps_status rc = results_append(rd, cfg, be, &res, &sum);
-    if (!rc) results_table_row(stdout, cfg, &res, &sum);
+    dps_status rc = results_append(rd, cfg, twin, be, &res, &sum);
+    if (!rc) table_rows(cfg, twin, &res, &sum);
     train_result_free(&res);
     return rc;
 }
@@ -381,8 +392,19 @@ dps_status run_save_params(const char *path, const float *params, size_t n)
     return DPS_OK;
 }
 
-dps_status run_config(const dps_config *cfg, ddp_world *dw, backend *be, const results_dir *rd,
-                      int *written)
+/* The timeline of cfg's run into trace/, under cfg's id and its twin's. */
+static dps_status write_traces(const results_dir *rd, const dps_config *cfg,
+                               const dps_config *twin, const train_result *res, const char *id)
+{
+    DPS_TRY(trace_json_write(rd, cfg, res, id));
+    if (!twin) return DPS_OK;
+    char twin_id[192];
+    config_id(twin, twin_id, sizeof twin_id);
+    return trace_json_write(rd, twin, res, twin_id);
+}
+
+dps_status run_config(const dps_config *cfg, const dps_config *twin, ddp_world *dw, backend *be,
+                      const results_dir *rd, int *written)
 {
     run_summary sum;
     memset(&sum, 0, sizeof sum);
@@ -415,19 +437,19 @@ dps_status run_config(const dps_config *cfg, ddp_world *dw, backend *be, const r
         if (res.status) dps_strlcpy(res.error, dps_errmsg(), sizeof res.error);
     }
     if (!res.status && res.tl.steps && res.steps_done == cfg->steps) {
-        res.status = trace_json_write(rd, cfg, &res, sum.config_id);
+        res.status = write_traces(rd, cfg, twin, &res, sum.config_id);
         if (res.status) dps_strlcpy(res.error, dps_errmsg(), sizeof res.error);
     }
     name_interrupt(&res);
     dps_utc_iso8601(sum.end_time, sizeof sum.end_time);
     summarize(cfg, &res, &sum);
-    dps_status rc = results_append(rd, cfg, be, &res, &sum);
+    dps_status rc = results_append(rd, cfg, twin, be, &res, &sum);
     *written = rc == DPS_OK;
     if (rc) { /* the message is the write's failure */
         train_result_free(&res);
         return rc;
     }
-    results_table_row(stdout, cfg, &res, &sum);
+    table_rows(cfg, twin, &res, &sum);
     rc = res.status;
     if (rc == DPS_OK && res.check == 0)
         rc = dps_fail(DPS_ERR_RUNTIME, "%s: --check failed: max relative difference %.3g "

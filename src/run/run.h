@@ -31,21 +31,24 @@ double run_check_tolerance(const dps_config *cfg);
 dps_status run_save_params(const char *path, const float *params, size_t n) DPS_MUST_USE;
 
 /* Returns the configuration's status (DPS_OK, DPS_ERR_OOM, ...) with its
- * message. dw: under a launcher the joined ranks, which ddp trains in (NULL:
- * dpscale forks them). *written says whether its rows reached the files
- * (and its line the table); when not, the caller records the failure with
- * run_record. */
-dps_status run_config(const dps_config *cfg, ddp_world *dw, backend *be, const results_dir *rd,
-                      int *written) DPS_MUST_USE;
+ * message. twin: a configuration the same run stands for (a sweep's, see
+ * sweep.h), whose rows, trace and line are written from this run under its
+ * own id in the same transaction; NULL: none. dw: under a launcher the
+ * joined ranks, which ddp trains in (NULL: dpscale forks them). *written
+ * says whether its rows reached the files (and its line the table); when
+ * not, the caller records the failure with run_record. */
+dps_status run_config(const dps_config *cfg, const dps_config *twin, ddp_world *dw, backend *be,
+                      const results_dir *rd, int *written) DPS_MUST_USE;
 
 /* cfg's training for one warm-up and one timed step, writing nothing: a
  * process warmed before the configurations it forks are timed. */
 dps_status run_untimed(const dps_config *cfg, backend *be) DPS_MUST_USE;
 /* Rows for a configuration that never ran or died without writing them:
- * status (skipped, error, timeout) and why; its line in the table once
- * they are written. */
-dps_status run_record(const dps_config *cfg, const backend *be, const results_dir *rd,
-                      dps_status status, const char *why) DPS_MUST_USE;
+ * status (skipped, error, timeout) and why, and the same for its twin
+ * (NULL: none) in the same transaction; their lines in the table once they
+ * are written. */
+dps_status run_record(const dps_config *cfg, const dps_config *twin, const backend *be,
+                      const results_dir *rd, dps_status status, const char *why) DPS_MUST_USE;
 
 /* max|a - b| / max|b| over n values (0 when b is all zeros and a == b). */
 double run_max_rel_diff(const float *a, const float *b, size_t n);

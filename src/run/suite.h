@@ -56,6 +56,8 @@ void suite_free(suite *s);
 typedef struct sweep_item {
     dps_config cfg;
     char skip[256];   /* non-empty: recorded as status skipped */
+    int twin;         /* sweep_pair: a later item this one's run stands for too; -1: none */
+    int same_as;      /* sweep_pair: the earlier item whose run stands for this one; -1: none */
 } sweep_item;
 
 /* Every configuration of the suite on top of `base` (the CLI's options), in

@@ -32,20 +32,69 @@ int sweep_filter(sweep_item *items, int n, const char *filter)
     return left;
 }
 
+/* Whether a and b are one run: the same configuration but for the scaling
+ * label, which no run reads (its id, that label aside, and what no id tells
+ * apart: steps, warm-up, capacity, learning rate, devices). */
+static int same_run(const dps_config *a, const dps_config *b)
+{
+    if (a->strong == b->strong || a->ngpus != b->ngpus || a->global_batch != b->global_batch)
+        return 0; /* the ids need not be made */
+    dps_config t = *b;
+    t.strong = a->strong;
+    char ia[192], ib[192];
+    config_id(a, ia, sizeof ia);
+    config_id(&t, ib, sizeof ib);
+    return strcmp(ia, ib) == 0 && a->steps == b->steps && a->warmup == b->warmup &&
+           a->be.device_mem == b->be.device_mem && a->net_file == b->net_file &&
+           a->seed == b->seed && a->fault_rank == b->fault_rank &&
+           memcmp(&a->hp, &b->hp, sizeof a->hp) == 0 &&
+           memcmp(a->devices, b->devices, sizeof a->devices) == 0;
+}
+
+/* Whether item it would run: --filter kept it, this machine can run it, and
+ * (done: --resume) the folder does not hold it. */
+static int would_run(const sweep_item *it, const results_ids *done)
+{
+    char id[192];
+    config_id(&it->cfg, id, sizeof id);
+    return !it->skip[0] && !(done && results_ids_has(done, id));
+}
+
+void sweep_pair(sweep_item *items, int n, const results_ids *done)
+{
+    for (int i = 0; i < n; i++) items[i].twin = items[i].same_as = -1;
+    for (int i = 0; i < n; i++) {
+        if (items[i].same_as >= 0 || !would_run(&items[i], done)) continue;
+        for (int j = i + 1; j < n && items[i].twin < 0; j++) {
+            if (items[j].same_as >= 0 || !same_run(&items[i].cfg, &items[j].cfg) ||
+                !would_run(&items[j], done))
+                continue;
+            items[i].twin = j;
+            items[j].same_as = i;
+        }
+    }
+}
+
 static void fmt_time(double s, char *buf, size_t len)
 {
     int t = s < 0 ? 0 : (int)(s + 0.5);
     snprintf(buf, len, "%d:%02d:%02d", t / 3600, t / 60 % 60, t % 60);
 }
 
-static void progress(int i, int total, const char *id, double elapsed_s, double eta_s, int tty)
+/* The progress line of run i of total: id, and its twin's when it has one
+ * ("" for none). */
+static void progress(int i, int total, const char *id, const char *twin, double elapsed_s,
+                     double eta_s, int tty)
 {
     char el[16], eta[16];
     fmt_time(elapsed_s, el, sizeof el);
     if (eta_s >= 0) fmt_time(eta_s, eta, sizeof eta);
     else dps_strlcpy(eta, "?", sizeof eta);
-    if (tty) fprintf(stderr, "\r\033[K[%d/%d] %s  elapsed %s  ETA %s", i, total, id, el, eta);
-    else fprintf(stderr, "dpscale: [%d/%d] %s (elapsed %s, ETA %s)\n", i, total, id, el, eta);
+    const char *also = twin[0] ? " = " : "";
+    if (tty) fprintf(stderr, "\r\033[K[%d/%d] %s%s%s  elapsed %s  ETA %s", i, total, id, also, twin,
+                     el, eta);
+    else fprintf(stderr, "dpscale: [%d/%d] %s%s%s (elapsed %s, ETA %s)\n", i, total, id, also,
+                 twin, el, eta);
     fflush(stderr);
 }
 
@@ -99,26 +148,33 @@ static int forward_interrupts(pid_t pid, forward_state *fw, double now)
     return 0;
 }
 
-/* Runs one configuration in a child process and waits for it, showing
- * progress; kills it past the deadline. rd NULL: its warm-up alone, which
- * writes nothing (see warm_up). */
-static dps_status run_child(const dps_config *cfg, backend *be, const results_dir *rd,
-                            const sweep_opts *o, child_report *shared, child_outcome *out,
-                            int idx, int total, const char *id, double t_start, double eta0)
+/* What the progress line of a run shows. */
+typedef struct run_view {
+    int idx, total;        /* run idx of total */
+    const char *id, *twin; /* its ids: the configuration's, its twin's ("": none) */
+    double t_start, eta0;  /* when the sweep began (ms); the ETA as it began (s, -1: none) */
+} run_view;
+
+/* Runs one configuration (and its twin, NULL: none) in a child process and
+ * waits for it, showing progress; kills it past the deadline. rd NULL: its
+ * warm-up alone, which writes nothing (see warm_up). */
+static dps_status run_child(const dps_config *cfg, const dps_config *twin, backend *be,
+                            const results_dir *rd, const sweep_opts *o, child_report *shared,
+                            child_outcome *out, const run_view *v)
 {
     memset(out, 0, sizeof *out);
     memset(shared, 0, sizeof *shared);
     fflush(NULL);
     pid_t parent = getpid();
     pid_t pid = fork();
-    if (pid < 0) return dps_fail(DPS_ERR_RUNTIME, "cannot fork for %s", id);
+    if (pid < 0) return dps_fail(DPS_ERR_RUNTIME, "cannot fork for %s", v->id);
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL); /* the configuration dies with the sweep */
         if (getppid() != parent) _exit(1);
         int w = 0;
         results_dir mine = rd ? *rd : (results_dir){.dir_fd = -1, .lock_fd = -1};
         mine.committed = &shared->written; /* set as its rows are all in (results_commit) */
-        dps_status rc = rd ? run_config(cfg, NULL, be, &mine, &w) : run_untimed(cfg, be);
+        dps_status rc = rd ? run_config(cfg, twin, NULL, be, &mine, &w) : run_untimed(cfg, be);
         if (rc) dps_strlcpy(shared->error, dps_errmsg(), sizeof shared->error);
         if (rc && !w && rd) dps_log("%s", shared->error); /* the table has no line for it yet */
         shared->written = w;
@@ -138,8 +194,9 @@ static dps_status run_child(const dps_config *cfg, backend *be, const results_di
             kill(pid, SIGKILL);
         }
         if (tty && now - last > 500.0) {
-            double eta = eta0 >= 0 ? eta0 - (now - begin) / 1e3 : -1;
-            progress(idx, total, id, (now - t_start) / 1e3, eta < 0 && eta0 >= 0 ? 0 : eta, 1);
+            double eta = v->eta0 >= 0 ? v->eta0 - (now - begin) / 1e3 : -1;
+            progress(v->idx, v->total, v->id, v->twin, (now - v->t_start) / 1e3,
+                     eta < 0 && v->eta0 >= 0 ? 0 : eta, 1);
             last = now;
         }
         struct timespec ts = {0, 20 * 1000 * 1000};
@@ -157,8 +214,8 @@ static dps_status run_child(const dps_config *cfg, backend *be, const results_di
 }
 
 /* What the parent records when the child left no row. */
-static void record_death(const dps_config *cfg, const backend *be, const results_dir *rd,
-                         const child_outcome *c, const sweep_opts *o)
+static void record_death(const dps_config *cfg, const dps_config *twin, const backend *be,
+                         const results_dir *rd, const child_outcome *c, const sweep_opts *o)
 {
     char why[DPS_ERRMSG_MAX];
     dps_status st = DPS_ERR_RUNTIME;
@@ -180,7 +237,7 @@ static void record_death(const dps_config *cfg, const backend *be, const results
         snprintf(why, sizeof why, "the configuration's process exited with status %d before "
                  "writing its results", WEXITSTATUS(c->ws));
     }
-    if (run_record(cfg, be, rd, st, why)) dps_log("%s", dps_errmsg());
+    if (run_record(cfg, twin, be, rd, st, why)) dps_log("%s", dps_errmsg());
 }
 
 /* The first configuration's process is slower than the next ones (the
@@ -196,10 +253,69 @@ static void warm_up(sweep_item *items, int n, backend *be, const sweep_opts *o,
         if (items[i].skip[0] || (o->done && results_ids_has(o->done, id))) continue;
         child_outcome c;
         if (!isatty(STDERR_FILENO)) dps_log("warm-up: %s, two steps untimed", id);
-        if (run_child(&items[i].cfg, be, NULL, o, shared, &c, 0, 0, "warm-up", dps_now_ms(), -1))
+        run_view v = {0, 0, "warm-up", "", dps_now_ms(), -1};
+        if (run_child(&items[i].cfg, NULL, be, NULL, o, shared, &c, &v))
             dps_log("%s", dps_errmsg());
         return;
     }
+}
+
+/* Where a sweep stands, for the progress line and the ETA. */
+typedef struct sweep_clock {
+    int idx, total;       /* entries reached, of those to reach (a twin is its earlier's) */
+    double t_start, spent; /* when the runs began (ms); what they took together (s) */
+} sweep_clock;
+
+/* Runs item i, and its twin with it, in a child and tallies them; 1 when
+ * the sweep stops. */
+static int run_item(sweep_item *items, int i, backend *be, const results_dir *rd,
+                    const sweep_opts *o, child_report *shared, sweep_clock *k, sweep_tally *t)
+{
+    const sweep_item *it = &items[i];
+    const dps_config *twin = it->twin >= 0 ? &items[it->twin].cfg : NULL;
+    char id[192], twin_id[192] = "";
+    config_id(&it->cfg, id, sizeof id);
+    if (twin) config_id(twin, twin_id, sizeof twin_id);
+    if (results_check_folder(rd)) { /* moved or deleted: stop, nothing more is written */
+        dps_log("%s", dps_errmsg());
+        t->failed++;
+        return 1;
+    }
+    double eta = t->ran ? k->spent / t->ran * (k->total - k->idx + 1) : -1.0;
+    if (!isatty(STDERR_FILENO))
+        progress(k->idx, k->total, id, twin_id, (dps_now_ms() - k->t_start) / 1e3, eta, 0);
+    double t0 = dps_now_ms();
+    child_outcome c;
+    run_view v = {k->idx, k->total, id, twin_id, k->t_start, eta};
+    if (run_child(&it->cfg, twin, be, rd, o, shared, &c, &v)) {
+        dps_log("%s", dps_errmsg());
+        t->failed++;
+        return 1;
+    }
+    k->spent += (dps_now_ms() - t0) / 1e3;
+    t->ran++;
+    t->twins += twin != NULL;
+    int ok = !c.timed_out && WIFEXITED(c.ws) && WEXITSTATUS(c.ws) == 0;
+    if (!ok) t->failed += twin ? 2 : 1;
+    if (c.unsettled) return 1; /* run_child said why */
+    if (!c.written && results_check_folder(rd)) {
+        dps_log("the sweep stops: %s", dps_errmsg());
+        return 1;
+    }
+    if (!c.written) record_death(&it->cfg, twin, be, rd, &c, o);
+    t->interrupted = dps_interrupted() != 0;
+    return t->interrupted;
+}
+
+/* What the sweep says at its end about the configurations it did not run. */
+static void sweep_notes(const sweep_tally *t, const results_dir *rd)
+{
+    if (t->twins) dps_log("%d strong-scaling configuration%s the same run as a weak-scaling "
+                          "one (the same global batch on as many devices): each pair ran once, "
+                          "its rows written under both ids", t->twins,
+                          t->twins == 1 ? " was" : "s were");
+    if (t->done_before) dps_log("--resume: %d configuration%s already in %s, not run again",
+                                t->done_before, t->done_before == 1 ? "" : "s", rd->dir);
 }
 
 void sweep_run(sweep_item *items, int n, backend *be, const results_dir *rd,
@@ -213,57 +329,31 @@ void sweep_run(sweep_item *items, int n, backend *be, const results_dir *rd,
         t->failed = 1;
         return;
     }
-    int total = 0, idx = 0;
-    for (int i = 0; i < n; i++) total += strcmp(items[i].skip, "-") != 0;
+    sweep_pair(items, n, o->done);
+    sweep_clock k = {0};
+    for (int i = 0; i < n; i++) k.total += strcmp(items[i].skip, "-") != 0 && items[i].same_as < 0;
     if (!o->dry_run && !dps_interrupted()) warm_up(items, n, be, o, shared);
     t->interrupted = dps_interrupted() != 0;
-    double t_start = dps_now_ms(), spent = 0.0;
+    k.t_start = dps_now_ms();
     for (int i = 0; i < n && !t->interrupted; i++) {
         sweep_item *it = &items[i];
         char id[192];
         config_id(&it->cfg, id, sizeof id);
-        if (strcmp(it->skip, "-") == 0) continue;
-        idx++;
+        if (strcmp(it->skip, "-") == 0 || it->same_as >= 0) continue; /* a twin: the earlier's */
+        k.idx++;
         if (o->done && results_ids_has(o->done, id)) {
             t->done_before++;
             continue;
         }
         if (it->skip[0]) {
-            if (run_record(&it->cfg, be, rd, DPS_SKIPPED, it->skip)) dps_log("%s", dps_errmsg());
+            if (run_record(&it->cfg, NULL, be, rd, DPS_SKIPPED, it->skip))
+                dps_log("%s", dps_errmsg());
             if (!t->skipped++) t->first_skipped = i;
             continue;
         }
-        if (results_check_folder(rd)) { /* moved or deleted: stop, nothing more is written */
-            dps_log("%s", dps_errmsg());
-            t->failed++;
-            break;
-        }
-        double eta = t->ran ? spent / t->ran * (total - idx + 1) : -1.0;
-        if (!isatty(STDERR_FILENO)) progress(idx, total, id, (dps_now_ms() - t_start) / 1e3, eta, 0);
-        double t0 = dps_now_ms();
-        child_outcome c;
-        if (run_child(&it->cfg, be, rd, o, shared, &c, idx, total, id, t_start, eta)) {
-            dps_log("%s", dps_errmsg());
-            t->failed++;
-            break;
-        }
-        spent += (dps_now_ms() - t0) / 1e3;
-        t->ran++;
-        int ok = !c.timed_out && WIFEXITED(c.ws) && WEXITSTATUS(c.ws) == 0;
-        if (!ok) t->failed++;
-        if (c.unsettled) break; /* run_child said why */
-        if (!c.written && results_check_folder(rd)) {
-            dps_log("the sweep stops: %s", dps_errmsg());
-            break;
-        }
-        if (!c.written) record_death(&it->cfg, be, rd, &c, o);
-        if (dps_interrupted()) {
-            t->interrupted = 1;
-            break;
-        }
+        if (run_item(items, i, be, rd, o, shared, &k, t)) break;
     }
-    if (t->done_before) dps_log("--resume: %d configuration%s already in %s, not run again",
-                                t->done_before, t->done_before == 1 ? "" : "s", rd->dir);
+    sweep_notes(t, rd);
     munmap(shared, sizeof *shared);
 }
 
