@@ -147,12 +147,22 @@ void graph_acts_free(backend *be, graph_acts *a)
     memset(a, 0, sizeof *a);
 }
 
+/* The stream's fp32 GEMMs set to TF32 or not for op o, as PyTorch's flags
+ * choose for a convolution or a Linear or matmul (--tf32). */
+static dps_status gemm_math(backend *be, be_stream *st, const model_file *mf, const graph_acts *a,
+                            const mf_op *o)
+{
+    int conv = model_file_is_conv(mf, (int)(o - mf->ops));
+    return be->ops->gemm_tf32(be, st, dps_tf32_for(a->tf32, conv));
+}
+
 /* y = x·Wᵀ (+ b: addmm, the bias added before the product is stored), or
  * without a weight the batched GEMM of x's two halves. */
 static dps_status gemm_fwd(const graph_fwd_ctx *c, const mf_op *o, const float *in, float *y)
 {
     backend *be = c->be;
     int m = (int)o->m, k = (int)o->k, n = (int)o->n, rows = 0;
+    DPS_TRY(gemm_math(be, c->st, c->mf, c->a, o));
     if (o->weight >= 0) {
         DPS_TRY(graph_rows_of(o, c->samples, (size_t)o->m, &rows));
         const float *w = graph_tensor_at(c, o->weight);
@@ -228,6 +238,7 @@ static dps_status gemm_bwd(const graph_bwd_ctx *c, const mf_op *o, const float *
     backend *be = c->f.be;
     be_stream *st = c->f.st;
     int m = (int)o->m, k = (int)o->k, n = (int)o->n, rows = 0;
+    DPS_TRY(gemm_math(be, st, c->f.mf, c->f.a, o));
     if (o->weight >= 0) {
         DPS_TRY(graph_rows_of(o, c->f.samples, (size_t)o->m, &rows));
         DPS_TRY(be->ops->gemm(be, st, 1, 0, n, k, rows, 1.0f, g, n, in, k, 1.0f, graph_grad_at(c, o->weight), k));
