@@ -128,6 +128,21 @@ DPS_HD float dps_bf16_to_f32(uint16_t b)
     return x.f;
 }
 
+/* x rounded to TF32 (fp32's 8-bit exponent, 10 of its 23 mantissa bits),
+ * kept in fp32: the 13 low bits rounded to nearest even, as CUTLASS's
+ * float-to-tfloat32 converter rounds (NVIDIA documents no rounding for
+ * cuBLAS's TF32 kernels; cvt.rna.tf32.f32 rounds ties away from zero and
+ * the tensor cores' mma ignores the low bits, so a GPU's product may differ
+ * from the host's in its last TF32 bits); inf and NaN kept. */
+DPS_HD float dps_round_tf32(float f)
+{
+    union { float f; uint32_t u; } x;
+    x.f = f;
+    if ((x.u & 0x7f800000u) == 0x7f800000u) return f;
+    x.u = (x.u + 0xfffu + ((x.u >> 13) & 1u)) & ~0x1fffu;
+    return x.f;
+}
+
 /* float -> IEEE binary16 bits, round to nearest even, as a cast to
  * torch.float16: beyond 65504 (from 65520 up) it is inf, below 2^-14 a
  * subnormal, NaN stays a quiet NaN. */

@@ -396,7 +396,8 @@ loss_pair() { # NAME LFIG CFIG PRECISION OPTS...
 }
 
 # 3. Losses against PyTorch: the same seed, shapes, optimizer and learning rate, every step's
-# loss within torch_reference.py's LOSS_TOL (fp32, TF32 off in both) or LOSS_TOL_BF16; dpscale's
+# loss within torch_reference.py's LOSS_TOL (fp32: --tf32 default leaves the MLP's Linears out of
+# TF32 in both) or LOSS_TOL_BF16; dpscale's
 # run with --check also trains on one device. dp, and ddp on 2+ GPUs (on one, ddp runs no
 # collective: its losses are dp's). dpscale ~3 s, PyTorch ~8 s (ddp ~12 s) a pair.
 for c in "${loss_cfgs[@]}"; do
@@ -440,11 +441,14 @@ fi
 
 # 5. A model file, the real resnet50 (the fixture tiny-gpt rehearsed on the host): its ops'
 # kernels (resample, col_scale, mul among them) against torch_reference.py running the same
-# ops, every step's loss within LOSS_TOL, and --check. ~5 s and ~10 s a pair.
+# ops, every step's loss within LOSS_TOL, and --check; --tf32 off in both, so that the
+# convolutions' GEMMs are fp32's (in TF32 the GPU's rounding of the operands, which NVIDIA
+# does not document, is not torch_graph's). ~5 s and ~10 s a pair.
 for m in dp ddp; do
   lfig="loss $m model file vs torch gpus=$ngpu" cfig="check $m model file gpus=$ngpu"
   dc_step "model file against PyTorch: $m on $ngpu device(s)" 16 "$lfig" "$cfig" || continue
-  opts=(--mode "$m" --gpus "$ngpu" --model "$mf_model" --batch $((2 * ngpu)) --steps 5 --warmup 1)
+  opts=(--mode "$m" --gpus "$ngpu" --model "$mf_model" --batch $((2 * ngpu)) --steps 5 --warmup 1
+    --tf32 off)
   dps "file-$m" "${opts[@]}" --check
   dps_figure "$cfig" $? check "$res/file-$m"
   tref "file-$m-torch" "${opts[@]}"

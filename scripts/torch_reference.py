@@ -61,6 +61,15 @@ preset's: its own); --save-params writes dpscale's flat layout (the tensors
 in the reverse of ready order); the results carry the file's name record (a
 preset's: its name) as the model. Model files run in fp32, as dpscale's.
 
+--tf32 default|on|off sets PyTorch's two TF32 flags as dpscale's option
+reads them (default: PyTorch 2's, convolutions in TF32 and matmuls not; on:
+both; off: neither). A model file's module emulates them on any device, as
+the host backend does: the operands of each gemm the flags put in TF32 (a
+convolution's im2col GEMM, or with on every gemm) rounded to TF32, to
+nearest even, and multiplied in fp32, forward and backward; a preset's MLP
+and --module on the CPU run fp32, which PyTorch's CPU kernels keep whatever
+the flags say.
+
 --module SPEC: the user's own nn.Module instead, the MODULE:FUNCTION or
 MODULE.FUNCTION that scripts/model_export.py takes, run as PyTorch runs it
 (its own ops, under nn.DataParallel, DDP, or with --fsdp FSDP where it
@@ -135,6 +144,12 @@ def parse(argv):
                     help="--module: the input is token ids (model_export.py's --tokens)")
     ap.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32",
                     help="fp16: CUDA only, with a GradScaler")
+    ap.add_argument("--tf32", choices=["default", "on", "off"], default="default",
+                    help="fp32 GEMMs in TF32, as dpscale's --tf32: sets "
+                         "torch.backends.cudnn.allow_tf32 (default, on) and "
+                         "torch.backends.cuda.matmul.allow_tf32 (on); a model file's module "
+                         "rounds those gemms' operands to TF32 itself (its convolutions are "
+                         "matmuls, and the CPU ignores the flags)")
     ap.add_argument("--accum", type=int, default=1,
                     help="micro-batches an optimizer step (gradient accumulation)")
     ap.add_argument("--no-sync", choices=["on", "off"], default="on",

@@ -314,9 +314,13 @@ REPEAT_FIX = {"predictions.csv": "remove the repeated rows, or predict into a fo
 META_TYPES = {"dpscale_version": str, "git_describe": str, "command_line": list,
               "start_time": str, "end_time": str, "host": str, "os": str, "backend": str,
               "emulated": bool, "note": str, "memory": dict, "devices": list,
-              "topology": (str, dict), "versions": dict}
+              "topology": (str, dict), "versions": dict, "tf32": dict}
 META_KEYS = ["dpscale_version", "git_describe", "command_line", "start_time", "end_time", "host",
              "os", "backend", "emulated", "note", "devices", "topology", "versions"]
+# meta.json's "tf32" (--tf32; absent from folders written before it, which ran
+# every fp32 GEMM in fp32): its mode, and PyTorch's two flags it stands for.
+TF32_TYPES = {"mode": str, "cudnn_allow_tf32": bool, "cuda_matmul_allow_tf32": bool}
+TF32_MODES = ["default", "on", "off"]
 # The fields of each of meta.json's devices.
 DEVICE_TYPES = {"index": int, "name": str, "bus_id": str, "memory_bytes": int}
 # The fields of meta.json's "versions", one per library (be_version_fields in
@@ -811,6 +815,14 @@ def check_meta(path, meta):
                 check_type(path, f"devices[{i}].{key}", dev[key], want)
     for key, value in meta.get("versions", {}).items():
         check_type(path, f"versions.{key}", value, str)
+    for key, want in TF32_TYPES.items():
+        if "tf32" in meta:
+            if key not in meta["tf32"]:
+                raise InputError(f"{path}: tf32 has no {key}; {FIX}")
+            check_type(path, f"tf32.{key}", meta["tf32"][key], want)
+    if "tf32" in meta and meta["tf32"]["mode"] not in TF32_MODES:
+        raise InputError(f"{path}: tf32.mode is {meta['tf32']['mode']!r}, not one of "
+                         f"{', '.join(TF32_MODES)}; {FIX}")
 
 
 def versions(meta):

@@ -21,10 +21,15 @@ as torch_model.autocast_bf16 does for the MLP: a gemm's input, weight and
 bias rounded to the half type (their gradients too), its output rounded; a
 resample and an act in their input's type, a norm and an embedding in
 fp32, an add in the half type when both operands are of it (a mul, a cat
-and a grouped gemm: fp32 alone for now);
-every half output's gradient rounded once, and each gradient an op hands
-its input rounded to the input's type. numpy only at import: PyTorch is
-passed in.
+and a grouped gemm: fp32 alone for now); every half
+output's gradient rounded once, and each gradient an op hands its input
+rounded to the input's type. In fp32, a gemm that --tf32 puts in TF32 (a
+convolution's, is_conv, under default or on; every one under on) runs as
+dpscale's host backend runs it on any device: its operands rounded to TF32
+(round_tf32, nearest even, dps_round_tf32) and multiplied in fp32, forward
+and backward (tf32_matmul), since PyTorch's CPU kernels ignore the
+allow_tf32 flags and this module's convolutions are matmuls, which cuDNN's
+flag does not reach. numpy only at import: PyTorch is passed in.
 """
 import collections
 import math
@@ -118,10 +123,21 @@ class Graph:
         labels = np.floor((u + 1.0) * 0.5 * self.classes).astype(np.int64)
         return x, np.minimum(labels, self.classes - 1)
 
-    def module(self, torch, flat, half=None):
+    def module(self, torch, flat, half=None, tf32="off"):
         """The nn.Module of the ops with the parameters of the flat buffer;
-        half (torch.bfloat16 or torch.float16): as under dpscale's autocast."""
-        return make_module(torch, self, flat, half)
+        half (torch.bfloat16 or torch.float16): as under dpscale's autocast;
+        tf32 (--tf32's word): in fp32, which gemms multiply in TF32."""
+        return make_module(torch, self, flat, half, tf32)
+
+    def is_conv(self, i):
+        """Whether op i is a convolution's im2col GEMM: a gemm with a weight
+        whose input is a resample named "<its name>.im2col"
+        (model_file_is_conv in src/model/model_file.c)."""
+        op = self.ops[i]
+        if op.kind != "gemm" or op.weight < 0 or op.inp == INPUT:
+            return False
+        src = self.ops[op.inp]
+        return src.kind == "resample" and src.name == op.name + ".im2col"
 
     @staticmethod
     def flat(module):
@@ -132,7 +148,42 @@ class Graph:
         return self.input * 4 + self.rows * 8
 
 
-def make_module(torch, graph, flat, half=None):
+def tf32_for(mode, conv):
+    """Whether --tf32 MODE multiplies a convolution's (conv) or a Linear's or
+    matmul's fp32 GEMM in TF32, as PyTorch's two flags (dps_tf32_for)."""
+    return mode == "on" or (mode == "default" and conv)
+
+
+def round_tf32(torch, t):
+    """t's fp32 values rounded to TF32 (10 mantissa bits), to nearest even,
+    inf and NaN kept: kernels/elementwise.h's dps_round_tf32."""
+    bits = t.contiguous().view(torch.int32)
+    rounded = ((bits + 0xfff + ((bits >> 13) & 1)) & -0x2000).view(torch.float32)
+    return torch.where(torch.isfinite(t), rounded, t)
+
+
+def tf32_matmul(torch):
+    """matmul(a, b) as a TF32 GEMM: a and b rounded to TF32, an fp32
+    product; backward's two GEMMs round their operands too (the output's
+    gradient and the saved, rounded operands), as dpscale's gemm_bwd runs
+    under gemm_tf32."""
+    class TF32Matmul(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a, b):
+            ra, rb = round_tf32(torch, a), round_tf32(torch, b)
+            ctx.save_for_backward(ra, rb)
+            return torch.matmul(ra, rb)
+
+        @staticmethod
+        def backward(ctx, g):
+            ra, rb = ctx.saved_tensors
+            rg = round_tf32(torch, g)
+            return torch.matmul(rg, rb.transpose(-1, -2)), torch.matmul(ra.transpose(-1, -2), rg)
+
+    return TF32Matmul.apply
+
+
+def make_module(torch, graph, flat, half=None, tf32="off"):
     nn = torch.nn
     casts = half_casts(torch, half) if half is not None else None
     no_rule = [op.name for op in graph.ops if half is not None and
@@ -140,6 +191,9 @@ def make_module(torch, graph, flat, half=None):
     if no_rule:
         raise ModelFileError(f"{graph.path}: op {no_rule[0]} has no autocast rule yet (gemm, "
                              f"resample, norm, act, add and embedding have); use fp32")
+    tf32_mm = tf32_matmul(torch)
+    mms = [tf32_mm if half is None and tf32_for(tf32, graph.is_conv(i)) else torch.matmul
+           for i in range(len(graph.ops))]
 
     class GraphModule(nn.Module):
         """The file's ops on [samples, input] → logits [samples * rows, classes];
@@ -159,13 +213,13 @@ def make_module(torch, graph, flat, half=None):
 
         def forward(self, x):
             w, outs, halves = self.weights(), [], []
-            for op in graph.ops:
+            for op, mm in zip(graph.ops, mms):
                 if casts:
                     y, h = op_forward_half(torch, casts, op, w, x, outs, halves)
                     outs.append(y)
                     halves.append(h)
                 else:
-                    outs.append(op_forward(torch, op, w, x, outs))
+                    outs.append(op_forward(torch, op, w, x, outs, mm=mm))
             return outs[-1].reshape(-1, graph.classes)
 
     return GraphModule()
@@ -180,12 +234,13 @@ def source(x, outs, op_index):
     return x if op_index == INPUT else outs[op_index]
 
 
-def op_forward(torch, op, w, x, outs, a=None):
+def op_forward(torch, op, w, x, outs, a=None, mm=None):
     """One op on [samples, in_elems] → [samples, out_elems], as model/graph.c
-    (a: its input, when not outs' or x as it is)."""
+    (a: its input, when not outs' or x as it is; mm: a gemm's matmul,
+    torch.matmul or tf32_matmul's)."""
     a = source(x, outs, op.inp) if a is None else a
     if op.kind == "gemm":
-        return gemm(torch, op, w, a)
+        return gemm(torch, op, w, a, mm or torch.matmul)
     if op.kind == "resample":
         return resample(torch, a, op.out_elems)
     if op.kind == "norm":
@@ -265,24 +320,25 @@ def op_forward_half(torch, casts, op, w, x, outs, halves):
     return y, False  # norm, embedding: fp32
 
 
-def gemm(torch, op, w, a):
+def gemm(torch, op, w, a, mm=None):
+    mm = mm or torch.matmul
     samples = a.shape[0]
     if op.weight >= 0 and op.g > 1:  # g GEMMs: k/g columns of a by n/g rows of W each
         x = a.reshape(samples * op.m, op.g, op.k // op.g).transpose(0, 1)
         W = w[op.weight].reshape(op.g, op.n // op.g, op.k // op.g)
-        y = torch.bmm(x, W.transpose(1, 2)).transpose(0, 1).reshape(samples * op.m, op.n)
+        y = mm(x, W.transpose(1, 2)).transpose(0, 1).reshape(samples * op.m, op.n)
         if op.bias >= 0:
             y = y + w[op.bias]
         return y.reshape(samples, op.out_elems)
     if op.weight >= 0:
-        y = a.reshape(samples * op.m, op.k) @ w[op.weight].reshape(op.n, op.k).t()
+        y = mm(a.reshape(samples * op.m, op.k), w[op.weight].reshape(op.n, op.k).t())
         if op.bias >= 0:
             y = y + w[op.bias]
         return y.reshape(samples, op.out_elems)
     half = op.b * op.m * op.k
     left = a[:, :half].reshape(samples, op.b, op.m, op.k)
     right = a[:, half:].reshape(samples, op.b, op.k, op.n)
-    return torch.matmul(left, right).reshape(samples, op.out_elems)
+    return mm(left, right).reshape(samples, op.out_elems)
 
 
 def resample(torch, a, n):

@@ -22,7 +22,8 @@ BUCKET_MB = 25  # DistributedDataParallel's bucket_cap_mb, as dpscale's --bucket
 # operations in other summation orders (GEMM algorithms, the bias sums, the
 # cross-entropy, the all-reduce), each about 1 ulp (6e-8); on the host
 # backend every step agreed to 6 decimals (relative <= 5.6e-7), so 1e-5
-# leaves a margin of 15 or more. On GPUs TF32 is off in both (configure()).
+# leaves a margin of 15 or more. On GPUs TF32 is as --tf32 says in both
+# (configure(): default leaves the MLP's Linears out of it).
 LOSS_TOL = 1e-5
 # bf16: the GEMMs' inputs rounded to 8 significant bits (2**-8 = 3.9e-3
 # relative), at other points in each (autocast casts each Linear's input and

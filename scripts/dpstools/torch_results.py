@@ -42,7 +42,8 @@ def cpu_name():
 def config_id(args):
     """dpscale's config_id for the same configuration, so compare.py and
     plot.py --torch match them: -accN after the batch when N > 1, then
-    -syncall for ddp's --no-sync off; stock
+    -syncall for ddp's --no-sync off, -tf32on or -tf32off last for fp32 with
+    --tf32 on or off; stock
     ddp loss scaling, which dpscale does not have, is marked -stockloss as
     dpscale marks its own variants."""
     cid = f"{args.mode}-{args.model}-{args.precision}-{args.optimizer}-g{args.gpus}-b{args.batch}"
@@ -50,6 +51,8 @@ def config_id(args):
         cid += f"-acc{args.accum}" + ("-syncall" if args.no_sync == "off" else "")
     if args.mode == "ddp":
         cid += f"-bk{BUCKET_MB}" + ("-stockloss" if args.ddp_loss == "stock" else "")
+    if args.precision == "fp32" and args.tf32 != "default":
+        cid += f"-tf32{args.tf32}"
     return cid
 
 
@@ -317,6 +320,19 @@ def module_note(args):
     return f"; the nn.Module {args.module} itself (its own ops), from {init}"
 
 
+def tf32_meta(args):
+    """meta.json's "tf32", as dpscale's (results.c, meta_tf32): --tf32 and
+    the two flags every rank set from it (torch_train.configure)."""
+    from dpstools.torch_train import tf32_flags
+    cudnn, matmul = tf32_flags(args.tf32)
+    where = "fp32 GEMMs; bf16 and fp16 ones are not affected"
+    if args.device == "cpu":
+        where += ("; on the CPU only a model file's module takes them, its gemms' operands "
+                  "rounded to TF32 (torch_graph)")
+    return {"tf32": {"mode": args.tf32, "cudnn_allow_tf32": cudnn,
+                     "cuda_matmul_allow_tf32": matmul, "applies_to": where}}
+
+
 def module_meta(args):
     """meta.json's "module" with --module: its spec and the model file it
     was exported to ("" without one), which summary.md reads."""
@@ -375,7 +391,8 @@ def write_meta(folder, args):
             "end_time": utc_now(), "host": socket.gethostname(),
             "os": f"{platform.system()} {platform.release()} {platform.machine()}",
             "backend": "torch", "emulated": False, "note": what, "memory": memory,
-            "devices": devices, "topology": "", **module_meta(args), "versions": {
+            "devices": devices, "topology": "", **tf32_meta(args), **module_meta(args),
+            "versions": {
                 "driver": driver, "runtime": (torch.version.cuda or "") if cuda else "",
                 "cublas": "", "nccl": nccl, "nccl_build": "", "blas": blas.group(1) if blas else "",
                 "torch": torch.__version__, "python": platform.python_version()}}

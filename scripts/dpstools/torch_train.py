@@ -118,6 +118,8 @@ class Rank:
         if self.by_hand:  # a model file: dpscale's autocast rules, cast by hand on any device
             half = torch.bfloat16 if args.precision == "bf16" else torch.float16
             self.net = spec.module(torch, spec.init(args.seed), half)
+        elif isinstance(spec, Graph):  # its gemms in TF32 where --tf32 says, on any device
+            self.net = spec.module(torch, spec.init(args.seed), tf32=args.tf32)
         else:
             self.net = spec.module(torch, spec.init(args.seed))
         if args.precision == "bf16" and not self.cuda and not self.by_hand:  # by hand too
@@ -370,14 +372,21 @@ def one_blas_thread():
                 getattr(lib, name)(1)
 
 
+def tf32_flags(mode):
+    """PyTorch's (cudnn.allow_tf32, cuda.matmul.allow_tf32) for --tf32 MODE:
+    default is PyTorch 2's defaults (True, False), on both True
+    (set_float32_matmul_precision("high") too), off both False."""
+    return mode != "off", mode == "on"
+
+
 def configure(torch, args):
     """Per process (spawned ranks inherit none of it)."""
     if args.device == "cpu":  # one BLAS thread per rank, as the host backend's devices
         torch.set_num_threads(1)
         one_blas_thread()
-    else:  # fp32 GEMMs as dpscale's: no TF32
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
+    # fp32 GEMMs in TF32 as dpscale's --tf32 (the CPU's kernels ignore the flags:
+    # a model file's module rounds its TF32 gemms' operands itself, torch_graph)
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = tf32_flags(args.tf32)
 
 
 def run_single(args, spec):

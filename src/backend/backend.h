@@ -124,6 +124,13 @@ typedef struct be_ops {
     dps_status (*gemm)(backend *, be_stream *s, int trans_a, int trans_b, int m, int n, int k,
                        float alpha, const float *a, int lda, const float *b, int ldb,
                        float beta, float *c, int ldc);
+    /* The fp32 GEMMs issued on s from now on (gemm, and gemm_ex and gemm_bias
+     * with fp32 A and B) multiply in TF32 when on, else in fp32, as
+     * cublasSetMathMode sets a handle's and PyTorch's allow_tf32 flags
+     * choose: CUDA with CUBLAS_COMPUTE_32F_FAST_TF32, the host with A and B
+     * rounded to TF32 first (dps_round_tf32) and an fp32 product; a stream
+     * starts with it off; half GEMMs are not affected */
+    dps_status (*gemm_tf32)(backend *, be_stream *s, int on);
     /* pre[r,c] += bias[c]; out = gelu(pre) when out != NULL */
     dps_status (*bias_act)(backend *, be_stream *s, int rows, int cols, float *pre,
                            const float *bias, float *out);

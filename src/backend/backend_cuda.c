@@ -30,6 +30,7 @@
 typedef struct lt_key {
     int ta, tb, m, n, k, lda, ldb, ldc;
     int ht, ct;              /* be_dtype of A and B, of C and the bias */
+    int tf32;                /* fp32 A and B multiplied in TF32 (gemm_tf32) */
     uint32_t align[4];       /* bytes (lt_align): A, B, C, the bias */
 } lt_key;
 
@@ -55,6 +56,7 @@ struct be_stream {
     int nlt, lt_next;
     int lt_off;             /* DPSCALE_UNFUSED_BIAS: every gemm_bias unfused */
     long unfused;           /* gemm_bias calls that ran unfused (for a debugger) */
+    int tf32;               /* gemm_tf32: fp32 GEMMs in CUBLAS_COMPUTE_32F_FAST_TF32 */
     dps_buf scratch[2];     /* bf16 copies of GEMM inputs */
     dps_buf col_sum_ws;     /* the bias gradients' partial sums (dps_col_sum_workspace) */
 };
@@ -424,21 +426,31 @@ static dps_status operands(backend *be, be_stream *s, int ta, int tb, int m, int
     return operand_half(be, s, 1, *b, bt, ht, (size_t)(tb ? n : k) * (size_t)ldb, b);
 }
 
-/* cuBLAS's GEMM of A and B of type ht (fp32: cublasSgemm, TF32 off) into C
- * of type ct, fp32 accumulation; the handle made. Row-major C = op(A) op(B)
- * is column-major C^T = op(B)^T op(A)^T. */
+/* The compute type of a GEMM of A and B of type ht on s: fp32 accumulation,
+ * and fp32 operands in TF32 when the stream's gemm_tf32 is on (PyTorch's
+ * allow_tf32: CUBLAS_COMPUTE_32F_FAST_TF32, as at::cuda::blas::gemm_and_bias
+ * takes it for float). */
+static cublasComputeType_t compute_type(const be_stream *s, be_dtype ht)
+{
+    return ht == BE_F32 && s->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+}
+
+/* cuBLAS's GEMM of A and B of type ht (fp32: cublasSgemm, TF32 off; with
+ * the stream's TF32 on, cublasGemmEx in CUBLAS_COMPUTE_32F_FAST_TF32) into
+ * C of type ct, fp32 accumulation; the handle made. Row-major C = op(A)
+ * op(B) is column-major C^T = op(B)^T op(A)^T. */
 static dps_status blas_gemm(be_stream *s, int ta, int tb, int m, int n, int k, float alpha,
                             const void *a, int lda, const void *b, int ldb, be_dtype ht,
                             float beta, void *c, be_dtype ct, int ldc)
 {
     cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    if (ht == BE_F32) {
+    if (ht == BE_F32 && !s->tf32) {
         CUBLAS_TRY(cublasSgemm(s->blas, ob, oa, n, m, k, &alpha, b, ldb, a, lda, &beta, c, ldc));
         return DPS_OK;
     }
     CUBLAS_TRY(cublasGemmEx(s->blas, ob, oa, n, m, k, &alpha, b, cuda_type(ht), ldb, a,
-                            cuda_type(ht), lda, &beta, c, cuda_type(ct), ldc, CUBLAS_COMPUTE_32F,
-                            CUBLAS_GEMM_DEFAULT));
+                            cuda_type(ht), lda, &beta, c, cuda_type(ct), ldc,
+                            compute_type(s, ht), CUBLAS_GEMM_DEFAULT));
     return DPS_OK;
 }
 
@@ -490,13 +502,16 @@ static uint32_t lt_align(const void *p)
  * our B and D = C^T is n x m; the epilogue's bias runs along D's rows
  * ("bias vector length must match matrix D rows"): our C's columns. fp32
  * accumulation and scale (CUBLAS_COMPUTE_32F: no TF32, as cublasSgemm in
- * the default math mode). */
+ * the default math mode; CUBLAS_COMPUTE_32F_FAST_TF32 for fp32 A and B
+ * under the stream's gemm_tf32). */
 static dps_status lt_describe(const lt_key *k, const void *bias, lt_plan *p)
 {
     int32_t oa = k->tb ? CUBLAS_OP_T : CUBLAS_OP_N, ob = k->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     uint32_t epilogue = CUBLASLT_EPILOGUE_BIAS;
     cudaDataType_t ab = cuda_type((be_dtype)k->ht), cd = cuda_type((be_dtype)k->ct);
-    CUBLAS_TRY(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasComputeType_t compute = k->tf32 && k->ht == BE_F32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                             : CUBLAS_COMPUTE_32F;
+    CUBLAS_TRY(cublasLtMatmulDescCreate(&p->desc, compute, CUDA_R_32F));
     CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &oa, sizeof oa));
     CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &ob, sizeof ob));
     CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
@@ -590,6 +605,7 @@ static dps_status lt_gemm_bias(be_stream *s, int ta, int tb, int m, int n, int k
     key.ldc = ldc;
     key.ht = (int)ht;
     key.ct = (int)ct;
+    key.tf32 = ht == BE_F32 && s->tf32;
     key.align[0] = lt_align(a);
     key.align[1] = lt_align(b);
     key.align[2] = lt_align(c);
@@ -633,6 +649,14 @@ static dps_status cu_gemm_bias(backend *be, be_stream *s, int ta, int tb, int m,
     CUDA_TRY(dps_k_fill_rows(s->s, m, n, bias, c, ldc, (int)be_dtype_bytes(ct)));
     if (k <= 0) return DPS_OK;
     return blas_gemm(s, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, ht, 1.0f, c, ct, ldc);
+}
+
+static dps_status cu_gemm_tf32(backend *be, be_stream *s, int on)
+{
+    (void)be;
+    CU_STREAM(s);
+    s->tf32 = on != 0;
+    return DPS_OK;
 }
 
 #define KERNEL(s, launch)                                                   \
@@ -926,6 +950,7 @@ static const be_ops cuda_ops = {
     .copy = cu_copy,
     .memset0 = cu_memset0,
     .gemm = cu_gemm,
+    .gemm_tf32 = cu_gemm_tf32,
     .bias_act = cu_bias_act,
     .gelu = cu_gelu,
     .gelu_bwd = cu_gelu_bwd,

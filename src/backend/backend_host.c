@@ -19,7 +19,10 @@
 #include "backend/host_gemm.h"
 #include "core/util.h"
 
-struct be_stream { int dev; };
+struct be_stream {
+    int dev;
+    int tf32; /* gemm_tf32: its fp32 GEMMs' inputs rounded to TF32 */
+};
 
 /* Every operation on a stream refuses a NULL one: the cuda backend reads
  * the stream's device and queue from it (a NULL there is a crash), so the
@@ -219,6 +222,32 @@ static dps_status host_memset0(backend *be, be_stream *s, void *p, size_t bytes)
     return DPS_OK;
 }
 
+/* An fp32 operand stored as rows x cols at leading dimension ld: x itself,
+ * or with tf32 a copy (*owned, the caller frees it) of its elements rounded
+ * to TF32, as the tensor cores take them; NULL when out of memory. */
+static const float *tf32_operand(const float *x, int rows, int cols, int ld, int tf32,
+                                 float **owned)
+{
+    *owned = NULL;
+    if (!tf32 || rows <= 0 || cols <= 0) return x;
+    size_t n = (size_t)(rows - 1) * (size_t)ld + (size_t)cols;
+    float *y = malloc(n * sizeof *y);
+    if (!y) return NULL;
+    for (size_t i = 0; i < n; i++) y[i] = dps_round_tf32(x[i]);
+    return *owned = y;
+}
+
+static dps_status host_gemm_tf32(backend *be, be_stream *s, int on)
+{
+    (void)be;
+    HOST_STREAM(s);
+    s->tf32 = on != 0;
+    return DPS_OK;
+}
+
+/* fp32, or with the stream's TF32 on (gemm_tf32) A and B rounded to TF32
+ * and multiplied in fp32: TF32's products are exact in fp32 and the
+ * tensor cores accumulate in fp32. */
 static dps_status host_gemm(backend *be, be_stream *s, int ta, int tb, int m, int n, int k,
                             float alpha, const float *a, int lda, const float *b, int ldb,
                             float beta, float *c, int ldc)
@@ -226,7 +255,15 @@ static dps_status host_gemm(backend *be, be_stream *s, int ta, int tb, int m, in
     (void)be;
     HOST_STREAM(s);
     if (dps_escalated()) return dps_fail_escalated("a GEMM"); /* the step is being cut short */
-    return host_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    float *oa, *ob;
+    const float *ra = tf32_operand(a, ta ? k : m, ta ? m : k, lda, s->tf32, &oa);
+    const float *rb = tf32_operand(b, tb ? n : k, tb ? k : n, ldb, s->tf32, &ob);
+    dps_status rc = ra && rb ? host_sgemm(ta, tb, m, n, k, alpha, ra, lda, rb, ldb, beta, c, ldc)
+                             : dps_fail(DPS_ERR_RUNTIME, "out of host memory rounding a %d x %d "
+                                        "x %d GEMM's operands to TF32", m, n, k);
+    free(oa);
+    free(ob);
+    return rc;
 }
 
 /* GELU, its derivative and the softmax's exp in arithmetic the compiler
@@ -531,6 +568,8 @@ static dps_status host_gemm_ex(backend *be, be_stream *s, int ta, int tb, int m,
     if (m <= 0 || n <= 0) return DPS_OK;
     be_dtype ht;
     DPS_TRY(gemm_half_type(at, bt, ct, &ht));
+    if (ht == BE_F32) /* fp32 A, B and C: gemm's, TF32 included */
+        return host_gemm(be, s, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     float *oa, *ob, *oc;
     size_t nc = (size_t)(m - 1) * (size_t)ldc + (size_t)n;
     float *fa = widened(a, at, ht, (size_t)(ta ? k : m) * (size_t)lda, &oa);
@@ -815,6 +854,7 @@ static const be_ops host_ops = {
     .copy = host_copy,
     .memset0 = host_memset0,
     .gemm = host_gemm,
+    .gemm_tf32 = host_gemm_tf32,
     .bias_act = host_bias_act,
     .gelu = host_gelu,
     .gelu_bwd = host_gelu_bwd,

@@ -151,6 +151,7 @@ static void store_value(cli_args *a, settings_id id, const settings_value *v)
     switch (id) {
     case SET_BACKEND: c->be.kind = (be_kind)i; break;
     case SET_PRECISION: c->precision = (dps_precision)i; break;
+    case SET_TF32: c->tf32 = (dps_tf32)i; break;
     case SET_ACCUM: case SET_NO_SYNC: case SET_SCALER: case SET_INIT_SCALE:
     case SET_GROWTH_INTERVAL: case SET_INJECT_OVERFLOW:
         store_loop_value(c, id, i, x);

@@ -398,7 +398,7 @@ static void sweep_outlook(const cli_args *a, const backend *be, const sweep_item
 /* The options that choose a sweep's configurations (their ids). */
 static const settings_id plan_options[] = {
     SET_MODE, SET_GPUS, SET_DEVICES, SET_MODEL, SET_LAYERS, SET_WIDTH, SET_TOKENS, SET_CLASSES,
-    SET_BATCH, SET_BATCH_PER_GPU, SET_PRECISION, SET_OPTIMIZER, SET_DP_IMPL, SET_DP_COMM,
+    SET_BATCH, SET_BATCH_PER_GPU, SET_PRECISION, SET_TF32, SET_OPTIMIZER, SET_DP_IMPL, SET_DP_COMM,
     SET_BUCKET_MB, SET_FIRST_BUCKET_MB, SET_NO_OVERLAP, SET_GRAD_VIEW, SET_DDP_IMPL, SET_ACCUM,
     SET_NO_SYNC,
 };

@@ -43,6 +43,7 @@ void config_defaults(dps_config *c)
     c->shape = p->shape;
     c->global_batch = 0; /* from the preset at validation */
     c->precision = (dps_precision)t[SET_PRECISION].def.i;
+    c->tf32 = (dps_tf32)t[SET_TF32].def.i;
     c->accum = (int)t[SET_ACCUM].def.i;
     c->no_sync = (int)t[SET_NO_SYNC].def.i;
     c->init_scale = t[SET_INIT_SCALE].def.x;
@@ -169,9 +170,11 @@ void config_id(const dps_config *c, char *buf, size_t len)
     if (c->accum > 1 && n > 0 && (size_t)n < len)
         n += snprintf(buf + n, len - (size_t)n, "-acc%d%s", c->accum, c->no_sync ? "" : "-syncall");
     if (dps_strategy_of(c->mode)->buckets && n > 0 && (size_t)n < len)
-        snprintf(buf + n, len - (size_t)n, "-bk%g%s%s%s", c->bucket_mb,
-                 c->first_bucket_mb != 1.0 ? "-fb" : "", c->overlap ? "" : "-nooverlap",
-                 c->grad_view ? "-view" : "");
+        n += snprintf(buf + n, len - (size_t)n, "-bk%g%s%s%s", c->bucket_mb,
+                      c->first_bucket_mb != 1.0 ? "-fb" : "", c->overlap ? "" : "-nooverlap",
+                      c->grad_view ? "-view" : "");
+    if (c->precision == PREC_FP32 && c->tf32 != TF32_DEFAULT && n > 0 && (size_t)n < len)
+        snprintf(buf + n, len - (size_t)n, "-tf32%s", dps_tf32_names[c->tf32]);
 }
 
 /* Records for steps timed steps after warmup ones on nranks ranks. */

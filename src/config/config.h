@@ -29,6 +29,7 @@ typedef struct dps_config {
     int accum;                /* micro-batches per optimizer step (1: none) */
     int no_sync;              /* ddp with accum > 1: micro-steps but the last under no_sync */
     dps_precision precision;
+    dps_tf32 tf32;            /* --tf32: which fp32 GEMMs multiply in TF32 */
     int scaler;               /* --scaler: 0 auto (on for fp16), 1 off, 2 on (config_scaler) */
     double init_scale;        /* its first scale */
     int growth_interval;      /* its clean steps before the scale doubles */
@@ -96,7 +97,8 @@ int config_shares_device(const dps_config *c);
 int config_scaler(const dps_config *c);
 /* Samples on the most loaded device: ceil(global / ngpus), torch.chunk's size. */
 int config_batch_per_gpu(const dps_config *c);
-/* Stable identity of a configuration, e.g. "dp-tiny-fp32-sgd-g4-b32". */
+/* Stable identity of a configuration, e.g. "dp-tiny-fp32-sgd-g4-b32"; an
+ * fp32 one with --tf32 on or off ends in -tf32on or -tf32off. */
 void config_id(const dps_config *c, char *buf, size_t len);
 /* Checks a configuration against the backend: device count and indices,
  * precision, then config_check_values. DPS_ERR_USAGE with a one-line message. */

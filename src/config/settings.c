@@ -121,6 +121,13 @@ const settings_entry settings_table[SET_COUNT] = {
         .flag = "growth-interval", .type = SETTINGS_INT, .lo = 1, .hi = 1000000000,
         DEFAULT_INT(2000), .metavar = "N",
         .help = "GradScaler: the scale doubles after N steps without inf or NaN"},
+    [SET_TF32] = {
+        .cmds = TRAIN,
+        .flag = "tf32", .type = SETTINGS_WORD, WORDS(dps_tf32_names), DEFAULT_INT(TF32_DEFAULT),
+        .help = "fp32 GEMMs in TF32 as PyTorch's flags choose: default, convolutions' "
+                "(cudnn.allow_tf32) but not Linears' and matmuls' (cuda.matmul.allow_tf32); on, "
+                "both; off, neither; the host backend rounds their inputs to TF32; no effect "
+                "on bf16 and fp16"},
     [SET_OPTIMIZER] = {
         .cmds = TRAIN | SETTINGS_PREDICT,
         .flag = "optimizer", .key = "optimizers", .type = SETTINGS_WORD,

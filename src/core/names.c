@@ -17,6 +17,7 @@ const char *const dps_optimizer_names[OPT_COUNT] = {"sgd", "adamw"};
 const char *const dps_fault_names[FAULT_COUNT] = {"exit", "hang"};
 const char *const dps_dp_comm_names[DPCOMM_COUNT] = {"auto", "nccl", "p2p"};
 const char *const dps_dp_impl_names[DPIMPL_COUNT] = {"torch", "lean"};
+const char *const dps_tf32_names[TF32_COUNT] = {"default", "on", "off"};
 const char *const dps_launch_names[LAUNCH_COUNT] = {"auto", "fork", "env"};
 const char *const dps_comm_names[DPS_COMM_COUNT] = {"auto", "shm", "gloo", "nccl"};
 

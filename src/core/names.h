@@ -44,6 +44,19 @@ extern const char *const dps_dp_comm_names[DPCOMM_COUNT];
 typedef enum dps_dp_impl { DPIMPL_TORCH, DPIMPL_LEAN, DPIMPL_COUNT } dps_dp_impl;
 extern const char *const dps_dp_impl_names[DPIMPL_COUNT];
 
+/* --tf32: which fp32 GEMMs multiply in TF32, as PyTorch's two flags choose:
+ * default, convolutions (torch.backends.cudnn.allow_tf32, True) but not
+ * matmuls (torch.backends.cuda.matmul.allow_tf32, False); on, both; off,
+ * neither */
+typedef enum dps_tf32 { TF32_DEFAULT, TF32_ON, TF32_OFF, TF32_COUNT } dps_tf32;
+extern const char *const dps_tf32_names[TF32_COUNT];
+/* Whether mode m multiplies a convolution's (conv 1) or a matmul's (conv 0)
+ * fp32 GEMM in TF32. */
+static inline int dps_tf32_for(dps_tf32 m, int conv)
+{
+    return m == TF32_ON || (m == TF32_DEFAULT && conv);
+}
+
 /* --launcher: who starts ddp's ranks (auto: a launcher when its variables are set) */
 typedef enum dps_launch { LAUNCH_AUTO, LAUNCH_FORK, LAUNCH_ENV, LAUNCH_COUNT } dps_launch;
 extern const char *const dps_launch_names[LAUNCH_COUNT];

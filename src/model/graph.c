@@ -162,6 +162,15 @@ static dps_status gemm_groups_fwd(const graph_fwd_ctx *c, const mf_op *o, int ro
     return o->bias < 0 ? DPS_OK : be->ops->bias_act(be, c->st, rows, n, y, graph_tensor_at(c, o->bias), NULL);
 }
 
+/* The stream's fp32 GEMMs set to TF32 or not for op o, as PyTorch's flags
+ * choose for a convolution or a Linear or matmul (--tf32). */
+static dps_status gemm_math(backend *be, be_stream *st, const model_file *mf, const graph_acts *a,
+                            const mf_op *o)
+{
+    int conv = model_file_is_conv(mf, (int)(o - mf->ops));
+    return be->ops->gemm_tf32(be, st, dps_tf32_for(a->tf32, conv));
+}
+
 /* y = x·Wᵀ (+ b: addmm, the bias added before the product is stored), by
  * groups when it has them, or without a weight the batched GEMM of x's two
  * halves. */
@@ -169,6 +178,7 @@ static dps_status gemm_fwd(const graph_fwd_ctx *c, const mf_op *o, const float *
 {
     backend *be = c->be;
     int m = (int)o->m, k = (int)o->k, n = (int)o->n, rows = 0;
+    DPS_TRY(gemm_math(be, c->st, c->mf, c->a, o));
     if (o->weight >= 0 && o->g > 1) {
         DPS_TRY(graph_rows_of(o, c->samples, (size_t)o->m, &rows));
         return gemm_groups_fwd(c, o, rows, in, y);
@@ -295,6 +305,7 @@ static dps_status gemm_bwd(const graph_bwd_ctx *c, const mf_op *o, const float *
     backend *be = c->f.be;
     be_stream *st = c->f.st;
     int m = (int)o->m, k = (int)o->k, n = (int)o->n, rows = 0;
+    DPS_TRY(gemm_math(be, st, c->f.mf, c->f.a, o));
     if (o->weight >= 0 && o->g > 1) {
         DPS_TRY(graph_rows_of(o, c->f.samples, (size_t)o->m, &rows));
         return gemm_groups_bwd(c, o, rows, in, g, din);

@@ -69,6 +69,9 @@ typedef struct graph_acts {
     dps_buf x16;          /* [max_samples][widest]: a batched gemm's fp32 input cast */
     dps_buf out16;        /* the last op's half output, before it is widened into the logits */
     dps_buf dlast;        /* the last op's gradient rounded, where its backward reads it so */
+    dps_tf32 tf32;        /* in fp32: which gemms multiply in TF32, a convolution's
+                             (model_file_is_conv) or a Linear's and matmul's; set by the
+                             caller after graph_acts_alloc (TF32_DEFAULT until then) */
 } graph_acts;
 
 /* prec PREC_BF16 or PREC_FP16 runs the file under autocast. */

@@ -457,6 +457,16 @@ double model_file_fwd_flops(const model_file *mf)
     return f;
 }
 
+int model_file_is_conv(const model_file *mf, int i)
+{
+    const mf_op *o = &mf->ops[i];
+    if (o->kind != MF_GEMM || o->weight < 0 || o->in < 0) return 0;
+    const mf_op *src = &mf->ops[o->in];
+    size_t len = strlen(o->name);
+    return src->kind == MF_RESAMPLE && strncmp(src->name, o->name, len) == 0 &&
+           strcmp(src->name + len, ".im2col") == 0;
+}
+
 size_t model_file_rows(const model_file *mf)
 {
     return mf->ops[mf->nops - 1].out_elems / (size_t)mf->classes;

@@ -67,6 +67,11 @@ size_t model_file_params(const model_file *mf);
 double model_file_fwd_flops(const model_file *mf);
 /* A gemm op's forward FLOPs of one sample, 2·b·m·k·n/g; 0 for other kinds. */
 double mf_op_flops(const mf_op *o);
+/* Whether op i is a convolution lowered to its im2col GEMM: a gemm with a
+ * weight whose input is a resample named "<its name>.im2col", as
+ * scripts/model_export.py writes a Conv2d (PyTorch runs it through cuDNN,
+ * whose TF32 flag is another than a Linear's). */
+int model_file_is_conv(const model_file *mf, int i);
 /* Rows of the loss per sample: the last op's output over classes. */
 size_t model_file_rows(const model_file *mf);
 /* The tensors' indices in ready order (order[0] is ready first). */

@@ -244,13 +244,15 @@ void net_make_batch(const net *n, uint64_t seed, int step, int64_t sample0, int 
 }
 
 dps_status net_acts_alloc(backend *be, int dev, const net *n, int max_samples, dps_precision prec,
-                          net_acts *a)
+                          dps_tf32 tf32, net_acts *a)
 {
     memset(a, 0, sizeof *a);
+    a->tf32 = tf32;
     if (!net_is_file(n)) return model_acts_alloc(be, dev, n->shape, max_samples * n->rows, prec, &a->mlp);
     a->done = calloc((size_t)n->ntensors, 1);
     if (!a->done) return no_memory("the gradients' ready flags");
     dps_status rc = graph_acts_alloc(be, dev, &n->file, max_samples, prec, &a->graph);
+    a->graph.tf32 = tf32;
     if (rc) net_acts_free(be, n, a);
     return rc;
 }
@@ -268,6 +270,7 @@ dps_status net_forward(backend *be, be_stream *st, const net *n, const float *pa
 {
     if (net_is_file(n))
         return graph_forward(be, st, &n->file, &n->layout, params, &a->graph, samples, x, logits);
+    DPS_TRY(be->ops->gemm_tf32(be, st, dps_tf32_for(a->tf32, 0))); /* the MLP's Linears */
     return model_forward(be, st, n->shape, params, &a->mlp, samples * n->rows, x, logits);
 }
 
@@ -305,9 +308,11 @@ dps_status net_backward(backend *be, be_stream *st, const net *n, const float *p
                         float *grads, net_ready_hook hook, void *hook_ctx)
 {
     ready_ctx r = {n, a, hook, hook_ctx};
-    if (!net_is_file(n))
+    if (!net_is_file(n)) {
+        DPS_TRY(be->ops->gemm_tf32(be, st, dps_tf32_for(a->tf32, 0)));
         return model_backward(be, st, n->shape, params, &a->mlp, samples * n->rows, x, dlogits,
                               grads, hook ? mlp_ready : NULL, &r);
+    }
     memset(a->done, 0, (size_t)n->ntensors);
     a->done_upto = 0;
     return graph_backward(be, st, &n->file, &n->layout, params, &a->graph, samples, x, dlogits,

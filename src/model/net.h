@@ -77,12 +77,15 @@ typedef struct net_acts {
     graph_acts graph;
     unsigned char *done;  /* a file's: per ready place, its tensor's gradient is final */
     int done_upto;        /* every ready place below this is done */
+    dps_tf32 tf32;        /* which fp32 GEMMs multiply in TF32: the MLP's are Linears */
 } net_acts;
 
 /* prec PREC_BF16 or PREC_FP16 runs the model as under autocast in that type
- * (the MLP: model_acts_alloc; a file: graph_acts_alloc). */
+ * (the MLP: model_acts_alloc; a file: graph_acts_alloc); in fp32, tf32
+ * chooses which GEMMs multiply in TF32 (--tf32: a file's convolutions,
+ * model_file_is_conv, by PyTorch's cuDNN flag, the rest by its matmul one). */
 dps_status net_acts_alloc(backend *be, int dev, const net *n, int max_samples, dps_precision prec,
-                          net_acts *a) DPS_MUST_USE;
+                          dps_tf32 tf32, net_acts *a) DPS_MUST_USE;
 void net_acts_free(backend *be, const net *n, net_acts *a);
 /* From now on forward and backward reach parameters and gradients through
  * w (window.h; its unit_of is set here); the MLP in fp32 only, a file in

@@ -262,6 +262,18 @@ static void json_args(FILE *f, const char *key, int argc, char **argv)
     fputs("]", f);
 }
 
+/* --tf32 and the two PyTorch flags it stands for (every configuration of
+ * the folder runs under them; an fp32 one's id ends in -tf32on or -tf32off
+ * when not default). */
+static void meta_tf32(FILE *f, dps_tf32 mode)
+{
+    fputs("  \"tf32\": {\"mode\": ", f);
+    dps_json_str(f, dps_tf32_names[mode]);
+    fprintf(f, ", \"cudnn_allow_tf32\": %s, \"cuda_matmul_allow_tf32\": %s, \"applies_to\": "
+            "\"fp32 GEMMs; bf16 and fp16 ones are not affected\"},\n",
+            dps_tf32_for(mode, 1) ? "true" : "false", dps_tf32_for(mode, 0) ? "true" : "false");
+}
+
 /* meta.json's writer's arguments, for dps_replace_file. */
 typedef struct meta_args {
     const backend *be;
@@ -311,6 +323,7 @@ static void meta_body(FILE *f, const meta_args *a)
           "\"the device's used memory once ready, before the run allocated\", "
           "\"device_peak_over_base_bytes\": \"device_peak_bytes - device_base_bytes\", "
           "\"regressions_judged_on\": \"alloc_peak_bytes\"},\n", f);
+    meta_tf32(f, a->cfg->tf32);
     meta_devices(f, be);
     meta_launch(f, a->cfg, a->nodes);
     fputs("  \"topology\": ", f);

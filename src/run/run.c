@@ -179,11 +179,12 @@ static dps_status gemm_rep(backend *be, be_stream *st, model_shape s, int rows, 
 }
 
 dps_status run_gemm_reference(backend *be, int dev, model_shape s, int rows, dps_precision prec,
-                              double *tflops)
+                              dps_tf32 tf32, double *tflops)
 {
     dps_buf b[GBUFS] = {{0}};
     be_stream *st = NULL;
     dps_status rc = be->ops->stream_create(be, dev, &st);
+    if (!rc) rc = be->ops->gemm_tf32(be, st, dps_tf32_for(tf32, 0)); /* the MLP's Linears */
     if (!rc) rc = gemm_buffers(be, st, dev, s, rows, prec, b);
     double times[6];
     for (int rep = 0; !rc && rep < 6; rep++) {
@@ -433,7 +434,7 @@ dps_status run_config(const dps_config *cfg, const dps_config *twin, ddp_world *
     if (!res.status && cfg->gemm_ref) { /* device 0's rows, as the strategy split the batch */
         res.status = run_gemm_reference(be, cfg->devices[0], cfg->shape,
                                         res.dev[0].samples * cfg->shape.tokens, cfg->precision,
-                                        &res.gemm_ref_tflops);
+                                        cfg->tf32, &res.gemm_ref_tflops);
         if (res.status) dps_strlcpy(res.error, dps_errmsg(), sizeof res.error);
     }
     if (!res.status && res.tl.steps && res.steps_done == cfg->steps) {

@@ -64,8 +64,9 @@ double run_max_rel_diff(const float *a, const float *b, size_t n);
 double run_allreduce_span_ms(const timeline *tl, int t, double bytes);
 
 /* Times the GEMMs of one step on `rows` rows of one device, as the model
- * runs them in precision prec: TFLOP/s. */
+ * runs them in precision prec (fp32's in TF32 where tf32 puts Linears):
+ * TFLOP/s. */
 dps_status run_gemm_reference(backend *be, int dev, model_shape s, int rows, dps_precision prec,
-                              double *tflops) DPS_MUST_USE;
+                              dps_tf32 tf32, double *tflops) DPS_MUST_USE;
 
 #endif

@@ -190,7 +190,7 @@ static dps_status alloc_buffers(ddp_rank *R)
     DPS_TRY(be_buf_alloc(be, d, rows * sizeof(float), "per-token loss", &R->row_loss));
     size_t accum = (size_t)R->cfg->accum;
     DPS_TRY(be_buf_alloc(be, d, accum * sizeof(float), "loss", &R->loss));
-    DPS_TRY(net_acts_alloc(be, d, m, R->samples, R->cfg->precision, &R->acts));
+    DPS_TRY(net_acts_alloc(be, d, m, R->samples, R->cfg->precision, R->cfg->tf32, &R->acts));
     R->acts.mlp.logits16_out = autocast(R); /* cast in the loss, as dp's */
     DPS_TRY(be->ops->host_alloc(be, accum * sizeof(float), (void **)&R->h_loss));
     R->micro_ms = calloc(accum * PH_COUNT, sizeof *R->micro_ms);

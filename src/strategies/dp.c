@@ -44,7 +44,7 @@ static dps_status alloc_slot(dp_state *st, int i, size_t pbytes)
         s->xv = s->x.ptr;
         s->logitsv = s->dlogitsv = s->logits.ptr;
     }
-    DPS_TRY(net_acts_alloc(be, s->dev, m, s->samples, st->cfg->precision, &s->acts));
+    DPS_TRY(net_acts_alloc(be, s->dev, m, s->samples, st->cfg->precision, st->cfg->tf32, &s->acts));
     s->acts.mlp.logits16_out = s->acts.mlp.half != BE_F32; /* gathered in bf16 */
     return DPS_OK;
 }

@@ -7,6 +7,7 @@
  * gradient, and cuBLAS's workspace. */
 #include <dirent.h>
 #include <dlfcn.h>
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -542,6 +543,47 @@ static void gpu_gemm_bias_case(backend *be, be_stream *st, be_dtype t, int ta, i
     free(a); free(b); free(bias); free(c); free(want_pad); free(af); free(bf);
 }
 
+/* gemm_tf32 on the GPU: A (every element 1 + 2^-11 + 2^-20, below TF32's
+ * precision) times the identity, N x N x N, as gemm and as gemm_bias (a
+ * zero bias: cuBLASLt's plan): fp32 gives A back, TF32 A rounded by the
+ * tensor cores, to 1 + 2^-10 or (truncated) 1, never A itself. */
+static void gpu_gemm_tf32(backend *be, be_stream *st)
+{
+    enum { N = 256 };
+    const float x = 1.0f + 0x1p-11f + 0x1p-20f;
+    float *a = malloc(N * N * sizeof *a), *id = calloc(N * N, sizeof *id), *c = malloc(N * N * sizeof *c);
+    float *zero = calloc(N, sizeof *zero);
+    for (int i = 0; i < N * N; i++) a[i] = x;
+    for (int i = 0; i < N; i++) id[i * N + i] = 1.0f;
+    dps_buf da, db, dc, dz;
+    gpu_put(be, st, &da, a, sizeof(float) * N * N);
+    gpu_put(be, st, &db, id, sizeof(float) * N * N);
+    gpu_put(be, st, &dc, NULL, sizeof(float) * N * N);
+    gpu_put(be, st, &dz, zero, sizeof(float) * N);
+    for (int on = 0; on < 2 && da.ptr && db.ptr && dc.ptr && dz.ptr; on++)
+        for (int bias = 0; bias < 2; bias++) {
+            EXPECT(be->ops->gemm_tf32(be, st, on) == DPS_OK);
+            if (bias)
+                EXPECT(be->ops->gemm_bias(be, st, 0, 0, N, N, N, da.ptr, BE_F32, N, db.ptr, BE_F32,
+                                          N, dz.ptr, dc.ptr, BE_F32, N) == DPS_OK);
+            else
+                EXPECT(be->ops->gemm(be, st, 0, 0, N, N, N, 1.0f, da.ptr, N, db.ptr, N, 0.0f,
+                                     dc.ptr, N) == DPS_OK);
+            gpu_get(be, st, c, &dc, sizeof(float) * N * N);
+            int bad = 0;
+            for (int i = 0; i < N * N; i++)
+                bad += on ? !(c[i] == 1.0f + 0x1p-10f || c[i] == 1.0f) : c[i] != x;
+            if (bad)
+                fprintf(stderr, "gemm%s with TF32 %s: %d of %d elements wrong, C[0] = %.9g\n",
+                        bias ? "_bias" : "", on ? "on" : "off", bad, N * N, c[0]);
+            EXPECT(bad == 0);
+        }
+    EXPECT(be->ops->gemm_tf32(be, st, 0) == DPS_OK);
+    dps_buf *all[] = {&da, &db, &dc, &dz};
+    for (int i = 0; i < 4; i++) be_buf_free(be, all[i]);
+    free(a); free(id); free(c); free(zero);
+}
+
 /* gemm_bias in every type on odd shapes, the classifier's 50257 columns,
  * every transposition and shifted pointers; through cuBLASLt (st) and
  * unfused (st_unfused). */
@@ -690,6 +732,7 @@ static void test_cuda_ops(void)
         unsetenv("DPSCALE_UNFUSED_BIAS");
         EXPECT(in_use_as(be, "cuBLAS workspace") == 2 * ws);
         gpu_gemm_bias(be, st, st_unfused);
+        gpu_gemm_tf32(be, st);
     }
     if (st) be->ops->stream_destroy(be, st);
     if (st_unfused) be->ops->stream_destroy(be, st_unfused);
@@ -1064,6 +1107,53 @@ static void gemm_edges(backend *be)
     expect_stream_free(be, st);
 }
 
+/* dps_round_tf32: the 13 low mantissa bits rounded to nearest even. */
+static void tf32_rounding(void)
+{
+    const float ulp = 0x1p-10f; /* TF32's at 1 */
+    EXPECT(dps_round_tf32(1.0f + 0x1p-11f) == 1.0f);             /* a tie: to even, down */
+    EXPECT(dps_round_tf32(1.0f + 3 * 0x1p-11f) == 1.0f + 2 * ulp); /* a tie: to even, up */
+    EXPECT(dps_round_tf32(1.0f + 0x1p-11f + 0x1p-20f) == 1.0f + ulp);
+    EXPECT(dps_round_tf32(-1.0f - 0x1p-11f - 0x1p-20f) == -1.0f - ulp);
+    EXPECT(dps_round_tf32(1.0f + ulp) == 1.0f + ulp);               /* a TF32 value kept */
+    /* subnormals: TF32's step there is 2^-136 */
+    EXPECT(dps_round_tf32(0x1p-140f * 3.0f) == 0.0f);
+    EXPECT(dps_round_tf32(0x1p-137f * 3.0f) == 0x1p-135f);          /* a tie: to even, up */
+    EXPECT(isinf(dps_round_tf32(FLT_MAX)));                        /* rounds past the largest */
+    EXPECT(isinf(dps_round_tf32(-INFINITY)) && dps_round_tf32(-INFINITY) < 0);
+    EXPECT(isnan(dps_round_tf32(NAN)));
+}
+
+/* gemm_tf32 on the host: a stream's fp32 GEMMs (gemm, gemm_ex, gemm_bias)
+ * take their operands rounded to TF32 while it is on, exact fp32 when off. */
+static void gemm_tf32_case(backend *be)
+{
+    be_stream *st = expect_stream(be);
+    /* x rounds up to 1 + 2^-10 (exact products and sums: a tie of no order) */
+    const float x = 1.0f + 0x1p-11f + 0x1p-20f, bias[1] = {0.5f};
+    float a[2] = {x, 3.0f}, b[2] = {3.0f, x}, c = 0, want_off = 6 * x;
+    float want_on = 6 * dps_round_tf32(x);
+    EXPECT(be->ops->gemm(be, st, 0, 0, 1, 1, 2, 1.0f, a, 2, b, 1, 0.0f, &c, 1) == DPS_OK);
+    EXPECT(c == want_off); /* a stream starts with TF32 off */
+    EXPECT(be->ops->gemm_tf32(be, st, 1) == DPS_OK);
+    EXPECT(be->ops->gemm(be, st, 0, 0, 1, 1, 2, 1.0f, a, 2, b, 1, 0.0f, &c, 1) == DPS_OK);
+    EXPECT(c == want_on && want_on != want_off);
+    EXPECT(be->ops->gemm(be, st, 1, 1, 1, 1, 2, 1.0f, a, 1, b, 2, 0.0f, &c, 1) == DPS_OK);
+    EXPECT(c == want_on);
+    EXPECT(be->ops->gemm_ex(be, st, 0, 0, 1, 1, 2, 1.0f, a, BE_F32, 2, b, BE_F32, 1, 0.0f, &c,
+                            BE_F32, 1) == DPS_OK);
+    EXPECT(c == want_on);
+    EXPECT(be->ops->gemm_bias(be, st, 0, 0, 1, 1, 2, a, BE_F32, 2, b, BE_F32, 1, bias, &c, BE_F32,
+                              1) == DPS_OK);
+    EXPECT(c == want_on + 0.5f);
+    EXPECT(a[0] == x && b[1] == x); /* the operands themselves untouched */
+    EXPECT(be->ops->gemm_tf32(be, st, 0) == DPS_OK);
+    EXPECT(be->ops->gemm(be, st, 0, 0, 1, 1, 2, 1.0f, a, 2, b, 1, 0.0f, &c, 1) == DPS_OK);
+    EXPECT(c == want_off);
+    EXPECT(be->ops->gemm_tf32(be, NULL, 1) == DPS_ERR_RUNTIME);
+    expect_stream_free(be, st);
+}
+
 static void test_gemm(void)
 {
     be_options o = {.kind = BE_HOST, .host_devices = 1, .quiet = 1};
@@ -1075,6 +1165,8 @@ static void test_gemm(void)
         for (int t = 0; t < 8; t++)
             gemm_case(be, t & 1, (t >> 1) & 1, dims[s][0], dims[s][1], dims[s][2], t >> 2);
     gemm_edges(be);
+    tf32_rounding();
+    gemm_tf32_case(be);
     /* two device threads one after the other, GEMMs big enough to be split */
     be_stream *st = expect_stream(be);
     for (int i = 0; i < 2; i++) {

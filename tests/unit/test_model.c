@@ -448,7 +448,7 @@ static void test_net(void)
     ready_log r = {{0}, 0};
     net_init_params(&n, 7, p);
     for (int i = 0; i < 24; i++) dl[i] = 0.01f * (float)i;
-    EXPECT(net_acts_alloc(be, 0, &n, 2, PREC_FP32, &a) == DPS_OK);
+    EXPECT(net_acts_alloc(be, 0, &n, 2, PREC_FP32, TF32_DEFAULT, &a) == DPS_OK);
     EXPECT(net_forward(be, st, &n, p, &a, 2, x6, logits) == DPS_OK);
     EXPECT(net_backward(be, st, &n, p, &a, 2, x6, dl, g, log_ready, &r) == DPS_OK);
     /* ready 0..2: ln.bias, fc2, ln.weight; the norm's backward readies 0, then 2 */
@@ -462,7 +462,7 @@ static void test_net(void)
     /* under autocast: logits within bf16's roundings of fp32's, the same ready order */
     float logits16[24];
     r.n = 0;
-    EXPECT(net_acts_alloc(be, 0, &n, 2, PREC_BF16, &a) == DPS_OK);
+    EXPECT(net_acts_alloc(be, 0, &n, 2, PREC_BF16, TF32_DEFAULT, &a) == DPS_OK);
     EXPECT(net_forward(be, st, &n, p, &a, 2, x6, logits16) == DPS_OK);
     EXPECT(net_backward(be, st, &n, p, &a, 2, x6, dl, g, log_ready, &r) == DPS_OK);
     for (int i = 0; i < 24; i++)

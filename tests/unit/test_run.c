@@ -26,7 +26,7 @@ static void test_gemm_reference(void)
     model_shape s = {2, 64, 4, 96};
     for (int bf16 = 0; bf16 < 2; bf16++) {
         double tflops = 0;
-        EXPECT(run_gemm_reference(be, 0, s, 32, bf16 ? PREC_BF16 : PREC_FP32, &tflops) == DPS_OK &&
+        EXPECT(run_gemm_reference(be, 0, s, 32, bf16 ? PREC_BF16 : PREC_FP32, TF32_DEFAULT, &tflops) == DPS_OK &&
                tflops > 0);
         EXPECT(be->mem[0].in_use == 0);
     }
