@@ -8,8 +8,8 @@ usage: test_model_half.py DPSCALE CASE [ARGS...]
   fidelity PREC MODEL   dpscale run --backend host --model FILE --precision
                         PREC against torch_reference.py --device cpu, MODEL a
                         residual conv net or a BERT of nn.TransformerEncoderLayer
-                        blocks exported here, or bench/models/resnet50.model:
-                        or EDGES (below), every step's loss within
+                        blocks exported here, or bench/models/resnet50.model,
+                        or EDGES or GROUPED (below): every step's loss within
                         LOSS_TOL_BF16_HOST (the MLP's
                         host bf16 tolerance); for the small files also the
                         parameters after PARAMS_STEPS SGD steps within
@@ -18,8 +18,8 @@ usage: test_model_half.py DPSCALE CASE [ARGS...]
                         half type)
   check MODE PREC       dpscale run --check, MODE dp, ddp or fsdp on 2 host
                         devices, PREC bf16 or fp16, for a transformer and a
-                        residual conv net of tests/fixtures/models: every run
-                        passes, in that precision
+                        residual conv net of tests/fixtures/models and
+                        GROUPED (below): every run passes, in that precision
 Exit 77 (skip) without numpy, or without PyTorch for fidelity
 (scripts/setup.sh --with-torch installs python3-torch)."""
 from listing import DPSCALE, exit_if_listing, test
@@ -202,8 +202,9 @@ def case_fidelity(binary, prec, model):
 
 def case_check(binary, mode, prec):
     with tempfile.TemporaryDirectory(prefix="dpscale-half-check-") as tmp:
-        for name in ("tiny-gpt", "small-resnet"):
-            path = os.path.join(FIXTURES, "models", name + ".model")
+        grouped = write(os.path.join(tmp, "grouped.model"), GROUPED)
+        for name in ("tiny-gpt", "small-resnet", "grouped"):
+            path = grouped if name == "grouped" else os.path.join(FIXTURES, "models", name + ".model")
             dpscale(binary, "run", "--mode", mode, "--gpus", "2", "--host-devices", "2",
                     "--model", path, "--precision", prec, "--batch", "4", "--steps", "3",
                     "--warmup", "1", "--check", out=tmp, name=name, check_rc=0)
