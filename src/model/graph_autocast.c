@@ -425,7 +425,9 @@ static dps_status cat_bwd(const graph_bwd_ctx *c, const mf_op *o, const float *g
     be_dtype other_t = o->weight >= 0 ? BE_F32 : graph_type_of(a, o->from);
     for (int s = 0; s < c->f.samples; s++) {
         const float *gs = g + (size_t)s * o->out_elems;
-        if (din) DPS_TRY(graph_copy(be, c->f.st, a->work.dev, din + (size_t)s * o->in_elems, gs, o->in_elems));
+        if (din)
+            DPS_TRY(graph_copy(be, c->f.st, a->work.dev, din + (size_t)s * o->in_elems, gs,
+                               o->in_elems));
         float *dother = o->weight >= 0 ? graph_grad_at(c, o->weight)
                       : o->from == MF_INPUT ? NULL : graph_grad_of(a, o->from) + (size_t)s * tail;
         if (!dother) continue;
