@@ -224,6 +224,13 @@ DPS_HD float dps_round_half(float x, int f16)
     return dps_from_half(dps_to_half(x, f16), f16);
 }
 
+/* x rounded to type t (0: fp32, as it is; 1: bf16; 2: fp16, as be_dtype),
+ * kept in fp32. */
+DPS_HD float dps_round_as(float x, int t)
+{
+    return t == 0 ? x : dps_round_half(x, t == 2);
+}
+
 /* GELU of a half value, rounded to the half type (GELU's half output). */
 DPS_HD uint16_t dps_gelu_half(uint16_t x, int f16)
 {

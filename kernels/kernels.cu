@@ -302,6 +302,26 @@ __global__ void row_dot_add_kernel(int64_t rows, int64_t cols, const float *a, c
     }
 }
 
+__global__ void row_scale_ex_kernel(int64_t rows, int64_t cols, const void *x, int xt,
+                                    const void *sc, int sct, void *y, int yt)
+{
+    GRID_STRIDE(t, rows * cols)
+        dps_store_as(y, t, yt, __fmul_rn(dps_load_as(x, t, xt), dps_load_as(sc, t / cols, sct)));
+}
+
+/* as row_dot_add_kernel: one thread a row, its columns in order */
+__global__ void row_dot_add_ex_kernel(int64_t rows, int64_t cols, const float *a, const void *b,
+                                      int bt, int pt, int rt, float *out)
+{
+    GRID_STRIDE(r, rows) {
+        float acc = 0.0f;
+        for (int64_t c = 0; c < cols; c++)
+            acc = __fadd_rn(acc, dps_round_as(__fmul_rn(a[r * cols + c],
+                                                        dps_load_as(b, r * cols + c, bt)), pt));
+        out[r] = __fadd_rn(out[r], dps_round_as(acc, rt));
+    }
+}
+
 template <typename T>
 static cudaError_t col_sum(cudaStream_t s, int rows, int cols, const T *x, float *out, float *workspace)
 {
@@ -546,6 +566,22 @@ cudaError_t dps_k_row_dot_add(cudaStream_t s, int64_t rows, int64_t cols, const 
 {
     if (rows <= 0) return cudaSuccess;
     row_dot_add_kernel<<<grid_for(rows), kThreads, 0, s>>>(rows, cols, a, b, out);
+    return cudaGetLastError();
+}
+
+cudaError_t dps_k_row_scale_ex(cudaStream_t s, int64_t rows, int64_t cols, const void *x, int xt,
+                               const void *sc, int sct, void *y, int yt)
+{
+    if (rows * cols <= 0) return cudaSuccess;
+    row_scale_ex_kernel<<<grid_for(rows * cols), kThreads, 0, s>>>(rows, cols, x, xt, sc, sct, y, yt);
+    return cudaGetLastError();
+}
+
+cudaError_t dps_k_row_dot_add_ex(cudaStream_t s, int64_t rows, int64_t cols, const float *a,
+                                 const void *b, int bt, int pt, int rt, float *out)
+{
+    if (rows <= 0) return cudaSuccess;
+    row_dot_add_ex_kernel<<<grid_for(rows), kThreads, 0, s>>>(rows, cols, a, b, bt, pt, rt, out);
     return cudaGetLastError();
 }
 

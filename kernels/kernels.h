@@ -74,6 +74,13 @@ cudaError_t dps_k_row_scale(cudaStream_t s, int64_t rows, int64_t cols, const fl
                             const float *sc, float *y);
 cudaError_t dps_k_row_dot_add(cudaStream_t s, int64_t rows, int64_t cols, const float *a,
                               const float *b, float *out);
+/* the same under autocast, each operand of type 0 (fp32), 1 (bf16) or 2
+ * (fp16): y = x * sc stored once in y's type; out[r] += the sum of a * b,
+ * each product rounded to type pt, the sum to type rt */
+cudaError_t dps_k_row_scale_ex(cudaStream_t s, int64_t rows, int64_t cols, const void *x, int xt,
+                               const void *sc, int sct, void *y, int yt);
+cudaError_t dps_k_row_dot_add_ex(cudaStream_t s, int64_t rows, int64_t cols, const float *a,
+                                 const void *b, int bt, int pt, int rt, float *out);
 
 /* a model file's ops under autocast: y = a + b, each of type 0 (fp32), 1
  * (bf16) or 2 (fp16) as be_dtype, in fp32 and stored once in y's type (y

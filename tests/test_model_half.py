@@ -8,8 +8,8 @@ usage: test_model_half.py DPSCALE CASE [ARGS...]
   fidelity PREC MODEL   dpscale run --backend host --model FILE --precision
                         PREC against torch_reference.py --device cpu, MODEL a
                         residual conv net or a BERT of nn.TransformerEncoderLayer
-                        blocks exported here, or bench/models/resnet50.model:
-                        or EDGES (below), every step's loss within
+                        blocks exported here, or bench/models/resnet50.model,
+                        or EDGES or GROUPED (below): every step's loss within
                         LOSS_TOL_BF16_HOST (the MLP's
                         host bf16 tolerance); for the small files also the
                         parameters after PARAMS_STEPS SGD steps within
@@ -18,8 +18,8 @@ usage: test_model_half.py DPSCALE CASE [ARGS...]
                         half type)
   check MODE PREC       dpscale run --check, MODE dp, ddp or fsdp on 2 host
                         devices, PREC bf16 or fp16, for a transformer and a
-                        residual conv net of tests/fixtures/models: every run
-                        passes, in that precision
+                        residual conv net of tests/fixtures/models and
+                        GROUPED (below): every run passes, in that precision
 Exit 77 (skip) without numpy, or without PyTorch for fidelity
 (scripts/setup.sh --with-torch installs python3-torch)."""
 from listing import DPSCALE, exit_if_listing, test
@@ -27,7 +27,7 @@ from listing import DPSCALE, exit_if_listing, test
 PRECS = ("bf16", "fp16")
 TESTS = [test(f"model half fidelity {p} {m}", DPSCALE, "fidelity", p, m, suite="torch",
               timeout=300, parallel=False)
-         for p in PRECS for m in ("small_resnet", "tiny_bert", "resnet50", "edges")]
+         for p in PRECS for m in ("small_resnet", "tiny_bert", "resnet50", "edges", "grouped")]
 TESTS += [test(f"model half check {m} {p}", DPSCALE, "check", m, p, timeout=120)
           for m in ("dp", "ddp", "fsdp") for p in PRECS]
 if __name__ == "__main__":
@@ -78,6 +78,45 @@ op resample r1 n=20
 op gemm mm m=2 k=2 n=3 b=2
 op resample r2 n=12 in=a1
 op add last from=mm
+"""
+# Grouped gemms, muls and cats at each pair of operand types: a grouped
+# gemm reading fp32 (cast first) with a bias, a depthwise one reading half;
+# squeeze-and-excitation's mul of two half operands, of fp32 by half and
+# of half by fp32; a cat of two half operands, of fp32 and half (the
+# tail's gradient rounded to half), of a half op and a tensor (fp32), and
+# of an fp32 op and the input.
+GROUPED = """dpscale-model 1
+name grouped
+input 48
+classes 4
+tensor wd0 6x1 ready=8
+tensor bd0 6 ready=9
+tensor wd1 6x1 ready=7
+tensor ws1 3x6 ready=5
+tensor bs1 3 ready=6
+tensor ws2 6x3 ready=4
+tensor gn 6 ready=3
+tensor tok 8 ready=2
+tensor wh 4x248 ready=0
+tensor bh 4 ready=1
+op gemm dw0 m=16 k=3 n=6 g=3 weight=wd0 bias=bd0
+op act a0 fn=relu
+op gemm dw1 m=16 k=6 n=6 g=6 weight=wd1
+op resample sq n=6
+op gemm se1 m=1 k=6 n=3 weight=ws1 bias=bs1
+op gemm se2 m=1 k=3 n=6 weight=ws2
+op act sig fn=sigmoid
+op mul se in=dw1 from=sig
+op norm n1 c=6 weight=gn
+op mul m2 in=n1 from=sig
+op mul m3 in=se from=m2
+op cat c1 in=se from=a0
+op cat c2 in=m3 from=c1
+op cat c3 in=c1 weight=tok
+op cat c4 in=c3 from=input
+op resample r in=c2 n=248
+op add s in=c4 from=r
+op gemm head m=1 k=248 n=4 weight=wh bias=bh
 """
 
 
@@ -147,8 +186,9 @@ def case_fidelity(binary, prec, model):
             path = os.path.join(REPO, "bench", "models", "resnet50.model")
             args = ["--batch", "1", "--steps", "2"]
         else:
-            path = export(tmp, model) if model != "edges" else \
-                write(os.path.join(tmp, "edges.model"), EDGES)
+            texts = {"edges": EDGES, "grouped": GROUPED}
+            path = write(os.path.join(tmp, model + ".model"), texts[model]) if model in texts \
+                else export(tmp, model)
             args = ["--batch", "4", "--steps", str(LOSS_STEPS), "--lr",
                     str(torch_model.FIDELITY_LR["sgd"])]
         common = ["--mode", "dp", "--gpus", "1", "--model", path, "--warmup", "0",
@@ -162,8 +202,9 @@ def case_fidelity(binary, prec, model):
 
 def case_check(binary, mode, prec):
     with tempfile.TemporaryDirectory(prefix="dpscale-half-check-") as tmp:
-        for name in ("tiny-gpt", "small-resnet"):
-            path = os.path.join(FIXTURES, "models", name + ".model")
+        grouped = write(os.path.join(tmp, "grouped.model"), GROUPED)
+        for name in ("tiny-gpt", "small-resnet", "grouped"):
+            path = grouped if name == "grouped" else os.path.join(FIXTURES, "models", name + ".model")
             dpscale(binary, "run", "--mode", mode, "--gpus", "2", "--host-devices", "2",
                     "--model", path, "--precision", prec, "--batch", "4", "--steps", "3",
                     "--warmup", "1", "--check", out=tmp, name=name, check_rc=0)

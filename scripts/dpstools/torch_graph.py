@@ -20,14 +20,15 @@ dpscale runs a file under autocast (model/graph.h, docs/model-file.md's
 as torch_model.autocast_bf16 does for the MLP: a gemm's input, weight and
 bias rounded to the half type (their gradients too), its output rounded; a
 resample and an act in their input's type, a norm and an embedding in
-fp32, an add in the half type when both operands are of it (a mul, a cat
-and a grouped gemm: fp32 alone for now); every half
-output's gradient rounded once, and each gradient an op hands its input
-rounded to the input's type. In fp32, a gemm that --tf32 puts in TF32 (a
-convolution's, is_conv, under default or on; every one under on) runs as
-dpscale's host backend runs it on any device: its operands rounded to TF32
-(round_tf32, nearest even, dps_round_tf32) and multiplied in fp32, forward
-and backward (tf32_matmul), since PyTorch's CPU kernels ignore the
+fp32, an add, a mul and a cat in the half type when both operands are of it
+(a cat's tensor is an fp32 parameter), else fp32, the products of a mul's
+scale gradient rounded to its type (grad * self) before they are summed;
+every half output's gradient rounded once, and each gradient an op hands
+its input rounded to the input's type. In fp32, a gemm that --tf32 puts in
+TF32 (a convolution's, is_conv, under default or on; every one under on)
+runs as dpscale's host backend runs it on any device: its operands rounded
+to TF32 (round_tf32, nearest even, dps_round_tf32) and multiplied in fp32,
+forward and backward (tf32_matmul), since PyTorch's CPU kernels ignore the
 allow_tf32 flags and this module's convolutions are matmuls, which cuDNN's
 flag does not reach. numpy only at import: PyTorch is passed in.
 """
@@ -186,11 +187,6 @@ def tf32_matmul(torch):
 def make_module(torch, graph, flat, half=None, tf32="off"):
     nn = torch.nn
     casts = half_casts(torch, half) if half is not None else None
-    no_rule = [op.name for op in graph.ops if half is not None and
-               (op.kind in ("mul", "cat") or (op.kind == "gemm" and op.g > 1))]
-    if no_rule:
-        raise ModelFileError(f"{graph.path}: op {no_rule[0]} has no autocast rule yet (gemm, "
-                             f"resample, norm, act, add and embedding have); use fp32")
     tf32_mm = tf32_matmul(torch)
     mms = [tf32_mm if half is None and tf32_for(tf32, graph.is_conv(i)) else torch.matmul
            for i in range(len(graph.ops))]
@@ -263,10 +259,12 @@ def op_forward(torch, op, w, x, outs, a=None, mm=None):
 
 
 def half_casts(torch, half):
-    """(cast, grad_cast) to the half type on fp32 tensors: cast rounds the
-    values and their gradient (a tensor of the half type: a gemm's cast
-    operands, a half op's output), grad_cast only the gradient (a half
-    tensor an op reads: the gradient it hands back has the tensor's type)."""
+    """(cast, grad_cast, mul_half) to the half type on fp32 tensors: cast
+    rounds the values and their gradient (a tensor of the half type: a
+    gemm's cast operands, a half op's output), grad_cast only the gradient
+    (a half tensor an op reads: the gradient it hands back has the tensor's
+    type); mul_half(a, s) is a * s whose gradient for s, g * a, is rounded
+    element by element (a product of half tensors)."""
     def rounded(t):
         return t.to(half).float()  # round to nearest even, as dps_to_half
 
@@ -288,13 +286,24 @@ def half_casts(torch, half):
         def backward(ctx, g):
             return rounded(g)
 
-    return Cast.apply, GradCast.apply
+    class MulHalf(torch.autograd.Function):  # a * s in half: grad * a in half, as autocast's
+        @staticmethod
+        def forward(ctx, a, s):
+            ctx.save_for_backward(a, s)
+            return a * s
+
+        @staticmethod
+        def backward(ctx, g):
+            a, s = ctx.saved_tensors
+            return g * s, rounded(g * a)
+
+    return Cast.apply, GradCast.apply, MulHalf.apply
 
 
 def op_forward_half(torch, casts, op, w, x, outs, halves):
     """One op as dpscale runs it under autocast (model/graph_autocast.c):
     (its output, whether it is of the half type)."""
-    cast, grad_cast = casts
+    cast, grad_cast, mul_half = casts
 
     def read(index):  # an input, its gradient rounded to its type
         a = source(x, outs, index)
@@ -310,9 +319,18 @@ def op_forward_half(torch, casts, op, w, x, outs, halves):
         if op.bias >= 0:
             casted[op.bias] = cast(w[op.bias])
         return cast(gemm(torch, op, casted, a)), True
-    if op.kind == "add":
-        out_half = in_half and op.frm != INPUT and halves[op.frm]
-        y = read(op.inp) + read(op.frm)
+    if op.kind in ("add", "mul", "cat"):  # type promotion (cat: autocast's promote list)
+        out_half = in_half and op.frm != INPUT and halves[op.frm] and op.weight < 0
+        a = read(op.inp)
+        if op.kind == "add":
+            y = a + read(op.frm)
+        elif op.kind == "cat":
+            y = op_forward(torch, op, w, x, outs, a) if op.weight >= 0 else \
+                torch.cat([a, read(op.frm)], dim=1)
+        else:
+            s = read(op.frm)
+            s = s.repeat_interleave(op.out_elems // s.shape[1], dim=1)
+            y = mul_half(a, s) if out_half else a * s
         return (cast(y), True) if out_half else (y, False)
     y = op_forward(torch, op, w, x, outs, read(op.inp))
     if op.kind in ("resample", "act"):  # in the input's type

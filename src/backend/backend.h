@@ -225,6 +225,16 @@ typedef struct be_ops {
      * rounded once to y's (an add under type promotion); y may be a */
     dps_status (*add_ex)(backend *, be_stream *s, int64_t n, const void *a, be_dtype at,
                          const void *b, be_dtype bt, void *y, be_dtype yt);
+    /* A mul under autocast: row_scale with each operand of its own type,
+     * multiplied in fp32 and stored once in y's type (y may be x when they
+     * are of one type); and its scale's gradient: out[r] += the sum over c,
+     * in c's order, of a[r,c] * b[r,c] (b of type bt) each rounded to type
+     * pt, the sum rounded to type rt (BE_F32: as it is) */
+    dps_status (*row_scale_ex)(backend *, be_stream *s, int64_t rows, int64_t cols, const void *x,
+                               be_dtype xt, const void *sc, be_dtype sct, void *y, be_dtype yt);
+    dps_status (*row_dot_add_ex)(backend *, be_stream *s, int64_t rows, int64_t cols,
+                                 const float *a, const void *b, be_dtype bt, be_dtype pt,
+                                 be_dtype rt, float *out);
     /* x rounded in place to the nearest value of half type ht, kept in fp32
      * (a gradient cast to its tensor's half type) */
     dps_status (*round_half)(backend *, be_stream *s, be_dtype ht, int64_t n, float *x);

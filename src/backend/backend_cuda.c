@@ -889,6 +889,22 @@ static dps_status cu_row_dot_add(backend *be, be_stream *s, int64_t rows, int64_
     KERNEL(s, dps_k_row_dot_add(s->s, rows, cols, a, b, out));
 }
 
+static dps_status cu_row_scale_ex(backend *be, be_stream *s, int64_t rows, int64_t cols,
+                                  const void *x, be_dtype xt, const void *sc, be_dtype sct, void *y,
+                                  be_dtype yt)
+{
+    CU_STREAM(s);
+    KERNEL(s, dps_k_row_scale_ex(s->s, rows, cols, x, (int)xt, sc, (int)sct, y, (int)yt));
+}
+
+static dps_status cu_row_dot_add_ex(backend *be, be_stream *s, int64_t rows, int64_t cols,
+                                    const float *a, const void *b, be_dtype bt, be_dtype pt,
+                                    be_dtype rt, float *out)
+{
+    CU_STREAM(s);
+    KERNEL(s, dps_k_row_dot_add_ex(s->s, rows, cols, a, b, (int)bt, (int)pt, (int)rt, out));
+}
+
 static dps_status cu_mul(backend *be, be_stream *s, int64_t n, const float *a, const float *b,
                          float *y)
 {
@@ -982,6 +998,8 @@ static const be_ops cuda_ops = {
     .col_scale = cu_col_scale,
     .row_scale = cu_row_scale,
     .row_dot_add = cu_row_dot_add,
+    .row_scale_ex = cu_row_scale_ex,
+    .row_dot_add_ex = cu_row_dot_add_ex,
     .mul = cu_mul,
     .spin = cu_spin,
     .profile = cu_profile,

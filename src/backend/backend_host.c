@@ -559,6 +559,13 @@ static dps_status gemm_half_type(be_dtype at, be_dtype bt, be_dtype ct, be_dtype
     return DPS_OK;
 }
 
+/* The elements a rows x cols matrix on a leading dimension ld spans (a
+ * group's columns of a wider matrix end before its last row's stride). */
+static size_t extent(int rows, int cols, int ld)
+{
+    return rows > 0 && cols > 0 ? (size_t)(rows - 1) * (size_t)ld + (size_t)cols : 0;
+}
+
 static dps_status host_gemm_ex(backend *be, be_stream *s, int ta, int tb, int m, int n, int k,
                                float alpha, const void *a, be_dtype at, int lda, const void *b,
                                be_dtype bt, int ldb, float beta, void *c, be_dtype ct, int ldc)
@@ -572,8 +579,8 @@ static dps_status host_gemm_ex(backend *be, be_stream *s, int ta, int tb, int m,
         return host_gemm(be, s, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     float *oa, *ob, *oc;
     size_t nc = (size_t)(m - 1) * (size_t)ldc + (size_t)n;
-    float *fa = widened(a, at, ht, (size_t)(ta ? k : m) * (size_t)lda, &oa);
-    float *fb = widened(b, bt, ht, (size_t)(tb ? n : k) * (size_t)ldb, &ob);
+    float *fa = widened(a, at, ht, extent(ta ? k : m, ta ? m : k, lda), &oa);
+    float *fb = widened(b, bt, ht, extent(tb ? n : k, tb ? k : n, ldb), &ob);
     float *fc = widened(c, ct, BE_F32, nc, &oc);
     dps_status rc = fa && fb && fc ? host_sgemm(ta, tb, m, n, k, alpha, fa, lda, fb, ldb, beta, fc, ldc)
                                    : dps_fail(DPS_ERR_RUNTIME, "out of host memory widening "
@@ -810,6 +817,35 @@ static dps_status host_row_dot_add(backend *be, be_stream *s, int64_t rows, int6
     return DPS_OK;
 }
 
+static dps_status host_row_scale_ex(backend *be, be_stream *s, int64_t rows, int64_t cols,
+                                    const void *x, be_dtype xt, const void *sc, be_dtype sct,
+                                    void *y, be_dtype yt)
+{
+    (void)be;
+    HOST_STREAM(s);
+    for (int64_t r = 0; r < rows; r++) {
+        float v = dps_load_as(sc, r, (int)sct);
+        for (int64_t c = 0; c < cols; c++)
+            dps_store_as(y, r * cols + c, (int)yt, dps_load_as(x, r * cols + c, (int)xt) * v);
+    }
+    return DPS_OK;
+}
+
+static dps_status host_row_dot_add_ex(backend *be, be_stream *s, int64_t rows, int64_t cols,
+                                      const float *a, const void *b, be_dtype bt, be_dtype pt,
+                                      be_dtype rt, float *out)
+{
+    (void)be;
+    HOST_STREAM(s);
+    for (int64_t r = 0; r < rows; r++) {
+        float acc = 0.0f;
+        for (int64_t c = 0; c < cols; c++)
+            acc += dps_round_as(a[r * cols + c] * dps_load_as(b, r * cols + c, (int)bt), (int)pt);
+        out[r] += dps_round_as(acc, (int)rt);
+    }
+    return DPS_OK;
+}
+
 static dps_status host_mem_used(backend *be, int dev, size_t *used)
 {
     pthread_mutex_lock(&be->mem_lock);
@@ -887,6 +923,8 @@ static const be_ops host_ops = {
     .mul = host_mul,
     .row_scale = host_row_scale,
     .row_dot_add = host_row_dot_add,
+    .row_scale_ex = host_row_scale_ex,
+    .row_dot_add_ex = host_row_dot_add_ex,
     .spin = host_spin,
     .profile = host_profile,
     .mem_used = host_mem_used,

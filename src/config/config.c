@@ -276,15 +276,6 @@ static dps_status check_file(const dps_config *c)
     if (c->gemm_ref)
         return dps_fail(DPS_ERR_USAGE, "--gemm-ref times the MLP's GEMMs alone; %s is a model "
                         "file: leave --gemm-ref out", n->path);
-    for (int i = 0; c->precision != PREC_FP32 && i < n->file.nops; i++) {
-        const mf_op *o = &n->file.ops[i];
-        if (o->kind == MF_MUL || o->kind == MF_CAT || (o->kind == MF_GEMM && o->g > 1))
-            return dps_fail(DPS_ERR_USAGE, "--precision %s --model %s: op %s (%s%s) has no "
-                            "autocast rule yet (gemm, resample, norm, act, add and embedding "
-                            "have); use --precision fp32 for this file",
-                            dps_precision_name(c->precision), n->path, o->name,
-                            mf_kind_names[o->kind], o->kind == MF_GEMM ? " of groups" : "");
-    }
     int64_t rows = (int64_t)c->global_batch * n->rows;
     if (rows > INT_MAX || (int64_t)c->global_batch * (int64_t)n->input > ((int64_t)1 << 40) ||
         rows * n->classes > ((int64_t)1 << 40))

@@ -52,9 +52,10 @@ typedef struct graph_acts {
      * gemm casts its input, weight and bias to the half type and writes its
      * output in it (fp32 accumulation, one rounding); a resample and an act
      * keep their input's type; a norm computes in fp32 from its input
-     * widened and writes fp32; an embedding writes fp32; an add writes the
-     * half type when both its operands are of it, else fp32 (type
-     * promotion); the last op's half output is widened into the logits.
+     * widened and writes fp32; an embedding writes fp32; an add, a mul
+     * and a cat write the half type when both their operands are of it
+     * (a cat's tensor is fp32), else fp32 (type promotion); the last op's
+     * half output is widened into the logits.
      * Gradients are fp32 sums of contributions, each rounded to the type of
      * the tensor it is the gradient of, and an op's output gradient is
      * rounded to its type once before its backward reads it (dlogits is
@@ -65,8 +66,9 @@ typedef struct graph_acts {
     be_dtype *dt;         /* under autocast: each op's output type */
     dps_buf w16;          /* a gemm's weight and bias cast, or its weight's and bias's
                              gradients before they are widened */
-    dps_buf g16;          /* [max_samples][widest]: an op's output gradient in the half type */
-    dps_buf x16;          /* [max_samples][widest]: a batched gemm's fp32 input cast */
+    dps_buf g16;          /* [max_samples][widest]: an op's output gradient in the half type,
+                             or a cat's slice of it rounded to its other operand's */
+    dps_buf x16;          /* [max_samples][widest]: a batched or grouped gemm's fp32 input cast */
     dps_buf out16;        /* the last op's half output, before it is widened into the logits */
     dps_buf dlast;        /* the last op's gradient rounded, where its backward reads it so */
     dps_tf32 tf32;        /* in fp32: which gemms multiply in TF32, a convolution's

@@ -14,17 +14,21 @@ void graph_autocast_types(const model_file *mf, be_dtype half, be_dtype *dt)
     for (int i = 0; i < mf->nops; i++) {
         const mf_op *o = &mf->ops[i];
         be_dtype in = o->in == MF_INPUT ? BE_F32 : dt[o->in];
-        be_dtype from = o->kind != MF_ADD || o->from == MF_INPUT ? BE_F32 : dt[o->from];
+        int two = o->kind == MF_ADD || o->kind == MF_MUL || (o->kind == MF_CAT && o->weight < 0);
+        be_dtype from = !two || o->from == MF_INPUT ? BE_F32 : dt[o->from]; /* cat weight=T: fp32 */
         switch (o->kind) {
         case MF_GEMM: dt[i] = half; break;                  /* autocast's lower-precision list */
         case MF_RESAMPLE: case MF_ACT: dt[i] = in; break;   /* in the input's type */
-        case MF_ADD: dt[i] = in == half && from == half ? half : BE_F32; break; /* promotion */
+        case MF_ADD: case MF_MUL: case MF_CAT:              /* promotion (cat: the promote list) */
+            dt[i] = in == half && from == half ? half : BE_F32;
+            break;
         default: dt[i] = BE_F32;                            /* norm, embedding: fp32 */
         }
     }
 }
 
-/* The largest gemm weight and bias (halves); whether a batched gemm reads fp32. */
+/* The largest gemm weight and bias (halves); whether a batched or grouped
+ * gemm reads fp32 (cast into x16 first). */
 static size_t largest_weight(const model_file *mf, const be_dtype *dt, int *fp32_batched)
 {
     size_t most = 0;
@@ -32,10 +36,9 @@ static size_t largest_weight(const model_file *mf, const be_dtype *dt, int *fp32
     for (int i = 0; i < mf->nops; i++) {
         const mf_op *o = &mf->ops[i];
         if (o->kind != MF_GEMM) continue;
-        if (o->weight < 0) {
+        if (o->weight < 0 || o->g > 1)
             *fp32_batched |= o->in == MF_INPUT || dt[o->in] == BE_F32;
-            continue;
-        }
+        if (o->weight < 0) continue;
         size_t n = mf->tensors[o->weight].numel + (size_t)o->n;
         if (n > most) most = n;
     }
@@ -57,10 +60,10 @@ static size_t widest_elems(const model_file *mf)
  * gemm and an act cast it to the half type themselves). */
 static int reads_rounded(const mf_op *o)
 {
-    return o->kind == MF_RESAMPLE || o->kind == MF_ADD;
+    return o->kind == MF_RESAMPLE || o->kind == MF_ADD || o->kind == MF_MUL || o->kind == MF_CAT;
 }
 
-/* w16, g16, x16 (when a batched gemm reads fp32), out16 (when the last op
+/* w16, g16, x16 (when a batched or grouped gemm reads fp32), out16 (when the last op
  * is half) and dlast (when its backward reads its gradient rounded). */
 static void autocast_sizes(const model_file *mf, const be_dtype *dt, uint64_t max_samples,
                            uint64_t bytes[5])
@@ -106,8 +109,8 @@ static dps_status cast_params(const graph_fwd_ctx *c, const mf_op *o)
                          a->half);
 }
 
-/* A batched gemm's input in the half type: itself, or cast into x16. */
-static dps_status batched_input(const graph_fwd_ctx *c, const mf_op *o, const float *in,
+/* A batched or grouped gemm's input in the half type: itself, or cast into x16. */
+static dps_status half_input(const graph_fwd_ctx *c, const mf_op *o, const float *in,
                                 const uint16_t **in16)
 {
     graph_acts *a = c->a;
@@ -120,14 +123,43 @@ static dps_status batched_input(const graph_fwd_ctx *c, const mf_op *o, const fl
                             a->x16.ptr, a->half);
 }
 
-/* y = half(x_h·W_hᵀ + b_h) (addmm under autocast), or the batched GEMM of
- * x's two halves in the half type. */
+/* A grouped gemm under autocast: group j's n/g columns of y are half(its
+ * k/g columns of x_h times its n/g rows of W_h, + its n/g of b_h), one
+ * GEMM a group (offsets in the half type's elements). */
+static dps_status groups_fwd(const graph_fwd_ctx *c, const mf_op *o, int rows, const float *in,
+                             uint16_t *y)
+{
+    backend *be = c->be;
+    be_dtype H = c->a->half;
+    int k = (int)o->k, n = (int)o->n, kg = (int)(o->k / o->g), ng = (int)(o->n / o->g);
+    const uint16_t *x, *w = c->a->w16.ptr, *b = w + c->mf->tensors[o->weight].numel;
+    DPS_TRY(half_input(c, o, in, &x));
+    DPS_TRY(cast_params(c, o));
+    for (int j = 0; j < (int)o->g; j++) {
+        const uint16_t *xj = x + (size_t)j * kg, *wj = w + (size_t)j * ng * kg;
+        uint16_t *yj = y + (size_t)j * ng;
+        if (o->bias >= 0)
+            DPS_TRY(be->ops->gemm_bias(be, c->st, 0, 1, rows, ng, kg, xj, H, k, wj, H, kg,
+                                       b + (size_t)j * ng, yj, H, n));
+        else
+            DPS_TRY(be->ops->gemm_ex(be, c->st, 0, 1, rows, ng, kg, 1.0f, xj, H, k, wj, H, kg, 0.0f,
+                                     yj, H, n));
+    }
+    return DPS_OK;
+}
+
+/* y = half(x_h·W_hᵀ + b_h) (addmm under autocast), by groups when it has
+ * them, or the batched GEMM of x's two halves in the half type. */
 static dps_status gemm_fwd(const graph_fwd_ctx *c, const mf_op *o, const float *in, uint16_t *y)
 {
     backend *be = c->be;
     graph_acts *a = c->a;
     be_dtype H = a->half, in_t = graph_type_of(a, o->in);
     int m = (int)o->m, k = (int)o->k, n = (int)o->n, rows = 0;
+    if (o->weight >= 0 && o->g > 1) {
+        DPS_TRY(graph_rows_of(o, c->samples, (size_t)o->m, &rows));
+        return groups_fwd(c, o, rows, in, y);
+    }
     if (o->weight >= 0) {
         DPS_TRY(graph_rows_of(o, c->samples, (size_t)o->m, &rows));
         DPS_TRY(cast_params(c, o));
@@ -138,7 +170,7 @@ static dps_status gemm_fwd(const graph_fwd_ctx *c, const mf_op *o, const float *
         return be->ops->gemm_ex(be, c->st, 0, 1, rows, n, k, 1.0f, in, in_t, k, w, H, k, 0.0f, y, H, n);
     }
     const uint16_t *x;
-    DPS_TRY(batched_input(c, o, in, &x));
+    DPS_TRY(half_input(c, o, in, &x));
     size_t a_elems = (size_t)m * (size_t)k, b_elems = (size_t)k * (size_t)n;
     for (int s = 0; s < c->samples; s++)
         for (int j = 0; j < (int)o->b; j++) {
@@ -162,6 +194,46 @@ static dps_status widened_fwd(const graph_fwd_ctx *c, const mf_op *o, const floa
     }
     if (o->kind == MF_NORM) return graph_norm_fwd(c, o, in, y, dev);
     return graph_embedding_fwd(c, o, in, y, dev);
+}
+
+/* The elements per sample of op o's other operand (its from). */
+static size_t from_elems(const model_file *mf, const mf_op *o)
+{
+    return o->from == MF_INPUT ? mf->input : mf->ops[o->from].out_elems;
+}
+
+/* y = x * s under type promotion: each of s's elements scales its run of
+ * x, in fp32, one rounding to y's type. */
+static dps_status mul_fwd(const graph_fwd_ctx *c, const mf_op *o, const float *in, float *y)
+{
+    const graph_acts *a = c->a;
+    size_t ns = from_elems(c->mf, o);
+    return c->be->ops->row_scale_ex(c->be, c->st, (int64_t)((size_t)c->samples * ns),
+                                    (int64_t)(o->out_elems / ns), in, graph_type_of(a, o->in),
+                                    graph_input_of(a, o->from, c->x), graph_type_of(a, o->from),
+                                    y, a->dt[o - c->mf->ops]);
+}
+
+/* torch.cat on autocast's promote list: each sample's x, then its other
+ * operand's elements (an op's, or a tensor's, fp32), each cast to y's type
+ * (offsets in elements of each buffer's type). */
+static dps_status cat_fwd(const graph_fwd_ctx *c, const mf_op *o, const float *in, float *y)
+{
+    backend *be = c->be;
+    const graph_acts *a = c->a;
+    be_dtype t = a->dt[o - c->mf->ops], in_t = graph_type_of(a, o->in);
+    be_dtype other_t = o->weight >= 0 ? BE_F32 : graph_type_of(a, o->from);
+    const char *other = o->weight >= 0 ? (const char *)graph_tensor_at(c, o->weight)
+                                       : (const char *)graph_input_of(a, o->from, c->x);
+    size_t tail = o->out_elems - o->in_elems, yb = be_dtype_bytes(t);
+    for (int s = 0; s < c->samples; s++) {
+        char *ys = (char *)y + (size_t)s * o->out_elems * yb;
+        const char *xs = (const char *)in + (size_t)s * o->in_elems * be_dtype_bytes(in_t);
+        DPS_TRY(be->ops->cast(be, c->st, (int64_t)o->in_elems, xs, in_t, ys, t));
+        size_t at = o->weight >= 0 ? 0 : (size_t)s * tail * be_dtype_bytes(other_t);
+        DPS_TRY(be->ops->cast(be, c->st, (int64_t)tail, other + at, other_t, ys + o->in_elems * yb, t));
+    }
+    return DPS_OK;
 }
 
 dps_status graph_fwd_half(const graph_fwd_ctx *c, int i)
@@ -188,7 +260,8 @@ dps_status graph_fwd_half(const graph_fwd_ctx *c, int i)
         return be->ops->add_ex(be, c->st, n, in, in_t, graph_input_of(a, o->from, c->x),
                                graph_type_of(a, o->from), y, t);
     case MF_NORM: case MF_EMBEDDING: return widened_fwd(c, o, in, y);
-    case MF_MUL: case MF_CAT: break; /* no rule yet: config.c refuses them in half precision */
+    case MF_MUL: return mul_fwd(c, o, in, y);
+    case MF_CAT: return cat_fwd(c, o, in, y);
     case MF_KIND_COUNT: break;
     }
     return dps_fail(DPS_ERR_RUNTIME, "op %s: kind %d has no forward under autocast", o->name,
@@ -238,7 +311,7 @@ static dps_status batched_bwd(const graph_bwd_ctx *c, const mf_op *o, const floa
     be_dtype H = c->f.a->half;
     int m = (int)o->m, k = (int)o->k, n = (int)o->n;
     const uint16_t *x;
-    DPS_TRY(batched_input(&c->f, o, in, &x));
+    DPS_TRY(half_input(&c->f, o, in, &x));
     size_t a_elems = (size_t)m * (size_t)k, b_elems = (size_t)k * (size_t)n;
     for (int s = 0; s < c->f.samples; s++)
         for (int j = 0; j < (int)o->b; j++) {
@@ -253,6 +326,37 @@ static dps_status batched_bwd(const graph_bwd_ctx *c, const mf_op *o, const floa
     return DPS_OK;
 }
 
+/* A grouped gemm's backward from g16, as linear_bwd's a group at a time:
+ * every group's din from the cast weight first, then the weight's
+ * gradient in its place in w16, rounded once and widened; the bias's. */
+static dps_status groups_bwd(const graph_bwd_ctx *c, const mf_op *o, const float *in,
+                             const uint16_t *g16, uint16_t *din)
+{
+    backend *be = c->f.be;
+    be_stream *st = c->f.st;
+    graph_acts *a = c->f.a;
+    be_dtype H = a->half;
+    int k = (int)o->k, n = (int)o->n, kg = (int)(o->k / o->g), ng = (int)(o->n / o->g), rows = 0;
+    int64_t nw = (int64_t)c->f.mf->tensors[o->weight].numel;
+    uint16_t *w16 = a->w16.ptr;
+    const uint16_t *x;
+    DPS_TRY(graph_rows_of(o, c->f.samples, (size_t)o->m, &rows));
+    if (din) DPS_TRY(cast_params(&c->f, o));
+    for (int j = 0; din && j < (int)o->g; j++)
+        DPS_TRY(be->ops->gemm_ex(be, st, 0, 0, rows, kg, ng, 1.0f, g16 + (size_t)j * ng, H, n,
+                                 w16 + (size_t)j * ng * kg, H, kg, 0.0f, din + (size_t)j * kg, H, k));
+    DPS_TRY(half_input(&c->f, o, in, &x));
+    for (int j = 0; j < (int)o->g; j++)
+        DPS_TRY(be->ops->gemm_ex(be, st, 1, 0, ng, kg, rows, 1.0f, g16 + (size_t)j * ng, H, n,
+                                 x + (size_t)j * kg, H, k, 0.0f, w16 + (size_t)j * ng * kg, H, kg));
+    DPS_TRY(widen_into(c, o->weight, nw, w16));
+    if (o->bias < 0) return DPS_OK;
+    float *sums = (float *)a->cols.ptr;
+    DPS_TRY(be->ops->col_sum_half(be, st, H, rows, n, g16, sums));
+    DPS_TRY(be->ops->cast(be, st, n, sums, BE_F32, w16 + nw, H));
+    return widen_into(c, o->bias, n, w16 + nw);
+}
+
 static dps_status gemm_bwd(const graph_bwd_ctx *c, const mf_op *o, const float *in, const float *g,
                            float *din, be_dtype *din_t)
 {
@@ -262,6 +366,7 @@ static dps_status gemm_bwd(const graph_bwd_ctx *c, const mf_op *o, const float *
     if (a->plan.recompute[o - c->f.mf->ops]) DPS_TRY(graph_again(c, o, &in));
     DPS_TRY(c->f.be->ops->cast(c->f.be, c->f.st, n, g, BE_F32, g16, a->half));
     *din_t = a->half;
+    if (o->weight >= 0 && o->g > 1) return groups_bwd(c, o, in, g16, U16(din));
     if (o->weight >= 0) return linear_bwd(c, o, in, g16, din);
     return din ? batched_bwd(c, o, in, g16, U16(din)) : DPS_OK;
 }
@@ -287,6 +392,54 @@ static dps_status add_bwd(const graph_bwd_ctx *c, const mf_op *o, const float *g
         }
     }
     return din ? graph_copy(be, c->f.st, dev, din, g, n) : DPS_OK;
+}
+
+/* A mul's backward from g (rounded to its type): s's gradient the sums of
+ * g·x, each product in the mul's type (autocast's grad * self) and the sum
+ * rounded to s's type, added to s's op's; din = g·s in fp32 (rounded to
+ * the input's type as it is handed back). */
+static dps_status mul_bwd(const graph_bwd_ctx *c, const mf_op *o, const float *in, const float *g,
+                          float *din)
+{
+    backend *be = c->f.be;
+    const graph_acts *a = c->f.a;
+    size_t ns = from_elems(c->f.mf, o);
+    int64_t rows = (int64_t)((size_t)c->f.samples * ns), cols = (int64_t)(o->out_elems / ns);
+    be_dtype t = a->dt[o - c->f.mf->ops], from_t = graph_type_of(a, o->from);
+    if (o->from != MF_INPUT)
+        DPS_TRY(be->ops->row_dot_add_ex(be, c->f.st, rows, cols, g, in, graph_type_of(a, o->in), t,
+                                        from_t, graph_grad_of(a, o->from)));
+    if (!din) return DPS_OK;
+    return be->ops->row_scale_ex(be, c->f.st, rows, cols, g, BE_F32,
+                                 graph_input_of(a, o->from, c->f.x), from_t, din, BE_F32);
+}
+
+/* A cat's backward from g (rounded to its type): each sample's head is
+ * din, its tail added to the other operand's gradient (a tensor's: summed
+ * over the samples, fp32), rounded to that operand's type through g16. */
+static dps_status cat_bwd(const graph_bwd_ctx *c, const mf_op *o, const float *g, float *din)
+{
+    backend *be = c->f.be;
+    const graph_acts *a = c->f.a;
+    size_t tail = o->out_elems - o->in_elems;
+    be_dtype other_t = o->weight >= 0 ? BE_F32 : graph_type_of(a, o->from);
+    for (int s = 0; s < c->f.samples; s++) {
+        const float *gs = g + (size_t)s * o->out_elems;
+        if (din)
+            DPS_TRY(graph_copy(be, c->f.st, a->work.dev, din + (size_t)s * o->in_elems, gs,
+                               o->in_elems));
+        float *dother = o->weight >= 0 ? graph_grad_at(c, o->weight)
+                      : o->from == MF_INPUT ? NULL : graph_grad_of(a, o->from) + (size_t)s * tail;
+        if (!dother) continue;
+        if (other_t == BE_F32) {
+            DPS_TRY(be->ops->add(be, c->f.st, (int64_t)tail, dother, gs + o->in_elems));
+            continue;
+        }
+        DPS_TRY(be->ops->cast(be, c->f.st, (int64_t)tail, gs + o->in_elems, BE_F32, a->g16.ptr, other_t));
+        DPS_TRY(be->ops->add_ex(be, c->f.st, (int64_t)tail, dother, BE_F32, a->g16.ptr, other_t,
+                                dother, BE_F32));
+    }
+    return DPS_OK;
 }
 
 /* A norm's backward in fp32 from its input widened into the workspace
@@ -356,7 +509,8 @@ dps_status graph_bwd_half(const graph_bwd_ctx *c, int i, float *din, be_dtype *d
     case MF_ACT: return act_bwd(c, o, in, g, din, t, din_t);
     case MF_ADD: return add_bwd(c, o, g, din);
     case MF_EMBEDDING: return graph_embedding_bwd(c, o, g, din);
-    case MF_MUL: case MF_CAT: break; /* no rule yet: config.c refuses them in half precision */
+    case MF_MUL: return mul_bwd(c, o, in, g, din);
+    case MF_CAT: return cat_bwd(c, o, g, din);
     case MF_KIND_COUNT: break;
     }
     return dps_fail(DPS_ERR_RUNTIME, "op %s: kind %d has no backward under autocast", o->name,
