@@ -1,7 +1,7 @@
 """A results folder as plot.py reads it, and what its charts and summary.md share.
 
 Folder holds the ok and the failed configurations of runs.csv, devices.csv,
-phases.csv, links.csv, memory.csv, buckets.csv, partition.csv, the step times and loss
+phases.csv, links.csv, memory.csv, buckets.csv, partition.csv, ops.csv, the step times and loss
 scales of steps.csv and meta.json, read through results; series, the
 allocation peaks and the link curves are read from it for the charts and the
 summary alike. A configuration's line is its strategy, ddp with --no-sync off
@@ -23,6 +23,7 @@ LINKS_COLS = ["src", "dst", "method", "bytes", "bw_gbps", "status"]
 MEMORY_COLS = ["config_id", "device", "category", "bytes_at_peak"]
 BUCKETS_COLS = ["config_id", "rank", "bucket", "micro_step"]
 PARTITION_COLS = ["config_id", "rank", "step_ms"]
+OPS_COLS = ["config_id", "kind", "direction", "calls", "ms", "tflops", "gbps", "step_ms"]
 STEPS_COLS = ["config_id", "step", "rank", "step_ms", "skipped", "loss_scale"]
 PHASE_ORDER = ["load", "replicate", "scatter", "forward", "gather", "loss", "backward",
                "reduce", "allreduce_exposed", "unscale", "optimizer"]
@@ -36,7 +37,7 @@ FAILED = "Failed configurations"  # summary.md's section of the configurations n
 
 class Folder:
     """A results folder to draw: runs (ok, each with _n and _sps), failed,
-    devices, phases, links, memory, buckets and partition (None where absent), step_ms (rank 0's
+    devices, phases, links, memory, buckets, partition and ops (None where absent), step_ms (rank 0's
     step times by config_id), meta and its device, backend and label."""
 
     def __init__(self, path):
@@ -44,9 +45,10 @@ class Folder:
         files = read_folder(path, {"runs.csv": RUNS_COLS, "devices.csv": DEVICES_COLS,
                                    "phases.csv": PHASES_COLS, "links.csv": LINKS_COLS,
                                    "memory.csv": MEMORY_COLS, "buckets.csv": BUCKETS_COLS,
-                                   "steps.csv": STEPS_COLS, "partition.csv": PARTITION_COLS},
+                                   "steps.csv": STEPS_COLS, "partition.csv": PARTITION_COLS,
+                                   "ops.csv": OPS_COLS},
                             optional=("links.csv", "memory.csv", "buckets.csv", "steps.csv",
-                                      "partition.csv"))
+                                      "partition.csv", "ops.csv"))
         self.runs_path = files["runs.csv"].path
         self.runs = [r for r in files["runs.csv"] if r["status"] == "ok"]
         self.failed = [r for r in files["runs.csv"] if r["status"] != "ok"]
@@ -62,6 +64,7 @@ class Folder:
         self.memory = files["memory.csv"]
         self.buckets = files["buckets.csv"]
         self.partition = files["partition.csv"]
+        self.ops = files["ops.csv"]
         self.step_ms = step_times(files["steps.csv"])
         self.loss_scale = step_values(files["steps.csv"], "loss_scale")
         self.meta = read_meta(path)

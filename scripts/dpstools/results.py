@@ -133,6 +133,8 @@ MODE = Kind(words=("dp", "ddp", "zero1", "zero2", "fsdp"))
 BUCKETED = ("ddp", "zero1")
 # ddp's --no-sync (empty for dp), and a step skipped by the GradScaler or not.
 NO_SYNC = Kind(words=("on", "off"), empty=True)
+# ops.csv's directions (op_dir_names in src/model/op_trace.c)
+OP_DIRECTION = Kind(words=("forward", "backward", "update"))
 SKIPPED = Kind(words=("0", "1"), empty=True)
 # comm-bench's collectives (comm_op_names in src/comm/comm.c).
 COLLECTIVE = Kind(words=("all-reduce", "reduce-scatter", "all-gather"))
@@ -223,6 +225,16 @@ SCHEMA = {
                       ("steps", COUNT_1), ("step_ms", AT_LEAST_0)]
     + [(p + "_ms", NUMBER) for p in ("compute", "overlap", "comm_exposed", "copies",
                                      "wait_peer", "idle_host")],
+    # The last timed step's ops (src/model/op_trace.h) on device 0 (dp) or rank 0, by
+    # kind (a model file's: gemm .. cat; the MLP's: linear, gelu, cast; loss, optimizer)
+    # and direction (the loss forward, the optimizer update): calls, their summed time
+    # by events around their kernels, GEMM FLOP (0 for other kinds) and bytes (each
+    # operand once), the rates (tflops empty without FLOP; both empty at 0 ms), the
+    # step traced and its step_ms. Folders before it have no ops.csv.
+    "ops.csv": [("config_id", NAME), ("kind", NAME), ("direction", OP_DIRECTION),
+                ("calls", COUNT_1), ("ms", AT_LEAST_0), ("flop", AT_LEAST_0),
+                ("bytes", AT_LEAST_0), ("tflops", AT_LEAST_0.or_empty()),
+                ("gbps", AT_LEAST_0.or_empty()), ("step", COUNT), ("step_ms", AT_LEAST_0)],
     "links.csv": [("src", NAME), ("dst", NAME), ("method", NAME), ("bytes", COUNT),
                   ("bw_gbps", ABOVE_0.or_empty()), ("latency_us", AT_LEAST_0.or_empty()),
                   ("status", TEXT), ("backend", TEXT), ("emulated", COUNT)],
@@ -303,6 +315,7 @@ KEYS = {"runs.csv": ["config_id"], "steps.csv": ["config_id", "step", "rank"],
         "devices.csv": ["config_id", "device"], "phases.csv": ["config_id", "device", "phase"],
         "buckets.csv": ["config_id", "rank", "micro_step", "bucket", "collective", "phase"],
         "partition.csv": ["config_id", "rank"],
+        "ops.csv": ["config_id", "kind", "direction"],
         "links.csv": ["src", "dst", "method", "bytes"],  # links: one row per path and copy size
         "predictions.csv": ["machine", "workload", "source", "mode", "ngpus", "accum", "no_sync",
                             "bucket_mb"]}

@@ -9,7 +9,7 @@ import os
 from collections import defaultdict
 
 from dpstools.buckets_advice import bucket_lines
-from dpstools import culprit
+from dpstools import culprit, op_table
 from dpstools.diagnose import diagnosis
 from dpstools.folder import (FAILED, LINES, PHASE_ORDER, any_accum, at_size, cannot_write,
                              fmt_bytes, gpu0_ratio, link_curves, peaks_by_config, run_label,
@@ -519,6 +519,7 @@ def write(folder, out, charts, torch_folder=None, preds=(), pred_paths=()):
     lines = summary_intro(folder) + failed_lines(folder) + glance_table(folder)
     lines += scaler_lines(folder) + model_state_lines(folder) + diagnosis(folder)
     lines += culprit.lines(folder)
+    lines += op_table.lines(folder)
     if pred_paths:
         lines += against_measured(folder, preds, pred_paths)
     lines += bucket_lines(folder)

@@ -7,6 +7,7 @@
 
 #include "backend/backend.h"
 #include "model/model.h"
+#include "model/op_trace.h"
 #include "core/names.h"
 #include "config/timeline.h"
 #include "config/world.h"
@@ -159,6 +160,8 @@ typedef struct train_result {
     double gemm_ref_tflops; /* 0 when not measured */
     double allreduce_bytes; /* per step and rank (ddp) */
     timeline tl;           /* the last timed steps' trace (tl.steps 0: none) */
+    op_rows ops;           /* the last timed step's ops on device 0 (dp) or rank 0, by kind
+                              and direction (ops.n 0: none) */
 } train_result;
 
 /* Device dev's memory figures from the backend's accounting into d: the

@@ -234,6 +234,40 @@ static dps_status cat_fwd(const graph_fwd_ctx *c, const mf_op *o, const float *i
     return DPS_OK;
 }
 
+/* The elements of op o's other operand (an add's, a mul's, a cat's), per sample. */
+static size_t other_elems(const model_file *mf, const mf_op *o)
+{
+    if (o->kind != MF_ADD && o->kind != MF_MUL && o->kind != MF_CAT) return 0;
+    if (o->kind == MF_CAT) return o->out_elems - o->in_elems;
+    return o->from == MF_INPUT ? mf->input : mf->ops[o->from].out_elems;
+}
+
+/* Op o's forward over samples for the trace: its GEMM FLOP, and bytes with
+ * each operand read and its output written once, 4 bytes an element. */
+static void op_cost(const model_file *mf, const mf_op *o, int samples, double *flop, double *bytes)
+{
+    double params = (o->weight >= 0 ? (double)mf->tensors[o->weight].numel : 0) +
+                    (o->bias >= 0 ? (double)mf->tensors[o->bias].numel : 0);
+    double per = (double)(o->in_elems + o->out_elems + other_elems(mf, o));
+    *flop = mf_op_flops(o) * samples;
+    *bytes = 4.0 * (per * samples + params);
+}
+
+/* Its backward's: a GEMM's two products (one without its input's gradient:
+ * the weight's alone, or none without a weight); twice the forward's bytes
+ * (the output's gradient and what forward read, in; their gradients, out). */
+static dps_status trace_begin(const graph_fwd_ctx *c, const mf_op *o, op_dir dir)
+{
+    double flop, bytes;
+    op_cost(c->mf, o, c->samples, &flop, &bytes);
+    if (dir == OP_BACKWARD) {
+        int din = o->in != MF_INPUT;
+        flop *= o->weight >= 0 ? 1 + din : 2 * din;
+        bytes *= 2;
+    }
+    return op_trace_begin(c->a->trace, mf_kind_names[o->kind], dir, flop, bytes);
+}
+
 static dps_status op_fwd(const graph_fwd_ctx *c, int i)
 {
     if (c->a->dt) return graph_fwd_half(c, i);
@@ -271,7 +305,9 @@ dps_status graph_forward(backend *be, be_stream *st, const model_file *mf, const
     graph_fwd_ctx c = {be, st, mf, l, params, a, samples, x};
     for (int i = 0; i < mf->nops; i++) {
         DPS_TRY(enter(a, i, 0, &c.params, NULL));
+        DPS_TRY(trace_begin(&c, &mf->ops[i], OP_FORWARD));
         DPS_TRY(op_fwd(&c, i));
+        DPS_TRY(op_trace_end(a->trace));
     }
     if (graph_type_of(a, a->last) == BE_F32) return DPS_OK; /* logits.float() */
     return be->ops->cast(be, st, (int64_t)samples * (int64_t)mf->ops[a->last].out_elems,
@@ -412,6 +448,7 @@ static dps_status backward_op(const graph_bwd_ctx *c, int i, graph_grad_hook hoo
     graph_acts *a = c->f.a;
     const graph_plan *p = &a->plan;
     float *din = o->in == MF_INPUT ? NULL : F(a->work);
+    DPS_TRY(trace_begin(&c->f, o, OP_BACKWARD));
     for (int b = p->begins_at[i]; b < p->begins_at[i + 1]; b++)
         DPS_TRY(be->ops->memset0(be, c->f.st, graph_grad_of(a, p->begins[b]),
                                  (size_t)c->f.samples * c->f.mf->ops[p->begins[b]].out_elems * sizeof(float)));
@@ -420,6 +457,7 @@ static dps_status backward_op(const graph_bwd_ctx *c, int i, graph_grad_hook hoo
     if (a->dt) DPS_TRY(graph_bwd_half(c, i, din, &din_t));
     else DPS_TRY(op_bwd(c, i, din));
     if (din) DPS_TRY(add_input_grad(c, o, din, din_t));
+    DPS_TRY(op_trace_end(a->trace));
     for (int t = p->completes_at[i]; hook && t < p->completes_at[i + 1]; t++)
         DPS_TRY(hook(ctx, p->completes[t]));
     return DPS_OK;

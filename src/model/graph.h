@@ -16,6 +16,7 @@
 #include "core/names.h"
 #include "model/graph_plan.h"
 #include "model/model_file.h"
+#include "model/op_trace.h"
 #include "model/window.h"
 
 /* Where each tensor lies in the flat buffer. */
@@ -74,6 +75,8 @@ typedef struct graph_acts {
     dps_tf32 tf32;        /* in fp32: which gemms multiply in TF32, a convolution's
                              (model_file_is_conv) or a Linear's and matmul's; set by the
                              caller after graph_acts_alloc (TF32_DEFAULT until then) */
+    op_trace *trace;      /* when set and started: each op's kernels timed, by kind and
+                             direction (op_trace.h); NULL: none */
 } graph_acts;
 
 /* prec PREC_BF16 or PREC_FP16 runs the file under autocast. */

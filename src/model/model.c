@@ -168,6 +168,29 @@ static uint16_t *layer_ptr16(const dps_buf *b, model_shape s, int rows_cap, int 
     return (uint16_t *)b->ptr + (size_t)l * (size_t)rows_cap * (size_t)s.width;
 }
 
+/* The trace's begin of one product of a Linear of rows x in -> out
+ * (forward's; backward's weight gradient, or its input's), elements of its
+ * type's bytes: each operand read and the result written once. */
+static dps_status trace_linear(const model_acts *a, op_dir dir, int rows, int in, int out)
+{
+    double esz = a->half == BE_F32 ? 4.0 : 2.0, mm = 2.0 * rows * (double)in * out;
+    double bytes = esz * ((double)rows * (in + out) + (double)in * out + out);
+    return op_trace_begin(a->trace, "linear", dir, mm, bytes);
+}
+
+/* GELU over n elements: its input read and output written (backward: two read). */
+static dps_status trace_gelu(const model_acts *a, op_dir dir, int64_t n)
+{
+    double esz = a->half == BE_F32 ? 4.0 : 2.0;
+    return op_trace_begin(a->trace, "gelu", dir, 0.0, esz * (double)n * (dir == OP_FORWARD ? 2 : 3));
+}
+
+/* A cast of n elements between fp32 and the half type. */
+static dps_status trace_cast(const model_acts *a, op_dir dir, int64_t n)
+{
+    return op_trace_begin(a->trace, "cast", dir, 0.0, 6.0 * (double)n);
+}
+
 /* Forward as under autocast: Linear's inputs (parameters, x) cast to bf16
  * once; each Linear is addmm, its bf16 output rounded once from its fp32
  * product plus bias (gemm_bias: cuBLASLt's bias epilogue on a GPU), then
@@ -181,21 +204,31 @@ static dps_status forward_bf16(backend *be, be_stream *st, model_shape s, const 
     int d = s.width, c = s.classes;
     be_dtype H = a->half;
     const uint16_t *p16 = a->params16.ptr;
+    DPS_TRY(trace_cast(a, OP_FORWARD, (int64_t)model_param_count(s) + (int64_t)rows * d));
     DPS_TRY(o->cast(be, st, (int64_t)model_param_count(s), params, BE_F32, a->params16.ptr, H));
     DPS_TRY(o->cast(be, st, (int64_t)rows * d, x, BE_F32, a->x16.ptr, H));
+    DPS_TRY(op_trace_end(a->trace));
     const uint16_t *h = a->x16.ptr;
     for (int l = 0; l < s.layers; l++) {
         uint16_t *pre = layer_ptr16(&a->pre, s, a->max_rows, l);
         uint16_t *post = layer_ptr16(&a->post, s, a->max_rows, l);
+        DPS_TRY(trace_linear(a, OP_FORWARD, rows, d, d));
         DPS_TRY(o->gemm_bias(be, st, 0, 0, rows, d, d, h, H, d, p16 + model_weight_offset(s, l), H,
                              d, p16 + model_bias_offset(s, l), pre, H, d));
+        DPS_TRY(op_trace_end(a->trace));
+        DPS_TRY(trace_gelu(a, OP_FORWARD, (int64_t)rows * d));
         DPS_TRY(o->gelu_half(be, st, H, (int64_t)rows * d, pre, post));
+        DPS_TRY(op_trace_end(a->trace));
         h = post;
     }
+    DPS_TRY(trace_linear(a, OP_FORWARD, rows, d, c));
     DPS_TRY(o->gemm_bias(be, st, 0, 0, rows, c, d, h, H, d, p16 + model_weight_offset(s, s.layers),
                          H, c, p16 + model_bias_offset(s, s.layers), a->logits16_at, H, c));
+    DPS_TRY(op_trace_end(a->trace));
     if (a->logits16_out) return DPS_OK;
-    return o->cast(be, st, (int64_t)rows * c, a->logits16_at, H, logits, BE_F32);
+    DPS_TRY(trace_cast(a, OP_FORWARD, (int64_t)rows * c));
+    DPS_TRY(o->cast(be, st, (int64_t)rows * c, a->logits16_at, H, logits, BE_F32));
+    return op_trace_end(a->trace);
 }
 
 /* Layer l's unit entered through the sharded strategy's window, if any. */
@@ -218,14 +251,20 @@ dps_status model_forward(backend *be, be_stream *st, model_shape s, const float 
         float *post = layer_ptr(&a->post, s, a->max_rows, l);
         DPS_TRY(enter(a, l, 0, &params, NULL));
         const float *w = params + model_weight_offset(s, l), *b = params + model_bias_offset(s, l);
+        DPS_TRY(trace_linear(a, OP_FORWARD, rows, d, d));
         DPS_TRY(o->gemm_bias(be, st, 0, 0, rows, d, d, h, BE_F32, d, w, BE_F32, d, b, pre, BE_F32, d));
+        DPS_TRY(op_trace_end(a->trace));
+        DPS_TRY(trace_gelu(a, OP_FORWARD, (int64_t)rows * d));
         DPS_TRY(o->gelu(be, st, (int64_t)rows * d, pre, post));
+        DPS_TRY(op_trace_end(a->trace));
         h = post;
     }
     DPS_TRY(enter(a, s.layers, 0, &params, NULL));
-    return o->gemm_bias(be, st, 0, 0, rows, s.classes, d, h, BE_F32, d,
-                        params + model_weight_offset(s, s.layers), BE_F32, s.classes,
-                        params + model_bias_offset(s, s.layers), logits, BE_F32, s.classes);
+    DPS_TRY(trace_linear(a, OP_FORWARD, rows, d, s.classes));
+    DPS_TRY(o->gemm_bias(be, st, 0, 0, rows, s.classes, d, h, BE_F32, d,
+                         params + model_weight_offset(s, s.layers), BE_F32, s.classes,
+                         params + model_bias_offset(s, s.layers), logits, BE_F32, s.classes));
+    return op_trace_end(a->trace);
 }
 
 /* A Linear's parameter gradients under autocast, from its half input h
@@ -259,9 +298,13 @@ static dps_status layer_grads_bf16(backend *be, be_stream *st, model_shape s, mo
     int d = s.width;
     const uint16_t *h_in = l ? layer_ptr16(&a->post, s, a->max_rows, l - 1) : a->x16.ptr;
     float *db = grads + model_bias_offset(s, l);
+    DPS_TRY(trace_gelu(a, OP_BACKWARD, (int64_t)rows * d));
     DPS_TRY(o->gelu_bwd_col_sum_half(be, st, a->half, rows, d, dh,
                                      layer_ptr16(&a->pre, s, a->max_rows, l), dh, db));
-    return param_grads_half(be, st, a, rows, d, d, h_in, dh, grads + model_weight_offset(s, l), db, 1);
+    DPS_TRY(op_trace_end(a->trace));
+    DPS_TRY(trace_linear(a, OP_BACKWARD, rows, d, d));
+    DPS_TRY(param_grads_half(be, st, a, rows, d, d, h_in, dh, grads + model_weight_offset(s, l), db, 1));
+    return op_trace_end(a->trace);
 }
 
 /* Backward as under autocast, from forward_bf16's casts: dlogits cast to
@@ -275,19 +318,29 @@ static dps_status backward_bf16(backend *be, be_stream *st, model_shape s, model
     const uint16_t *p16 = a->params16.ptr, *dl16 = a->logits16_at;
     const uint16_t *h_last = L ? layer_ptr16(&a->post, s, a->max_rows, L - 1) : a->x16.ptr;
     uint16_t *dh = a->dh[0].ptr, *dh_next = a->dh[1].ptr;
-    if (dlogits) DPS_TRY(o->cast(be, st, (int64_t)rows * c, dlogits, BE_F32, a->logits16_at, a->half));
+    if (dlogits) {
+        DPS_TRY(trace_cast(a, OP_BACKWARD, (int64_t)rows * c));
+        DPS_TRY(o->cast(be, st, (int64_t)rows * c, dlogits, BE_F32, a->logits16_at, a->half));
+        DPS_TRY(op_trace_end(a->trace));
+    }
+    DPS_TRY(trace_linear(a, OP_BACKWARD, rows, d, c));
     DPS_TRY(param_grads_half(be, st, a, rows, d, c, h_last, dl16, grads + model_weight_offset(s, L),
                              grads + model_bias_offset(s, L), 0));
+    DPS_TRY(op_trace_end(a->trace));
     if (hook) DPS_TRY(hook(hook_ctx, L));
     if (L == 0) return DPS_OK;
+    DPS_TRY(trace_linear(a, OP_BACKWARD, rows, d, c));
     DPS_TRY(o->gemm_ex(be, st, 0, 1, rows, d, c, 1.0f, dl16, a->half, c, p16 + model_weight_offset(s, L),
                        a->half, c, 0.0f, dh, a->half, d));
+    DPS_TRY(op_trace_end(a->trace));
     for (int l = L - 1; l >= 0; l--) {
         DPS_TRY(layer_grads_bf16(be, st, s, a, rows, l, dh, grads));
         if (hook) DPS_TRY(hook(hook_ctx, l));
         if (l == 0) break;
+        DPS_TRY(trace_linear(a, OP_BACKWARD, rows, d, d));
         DPS_TRY(o->gemm_ex(be, st, 0, 1, rows, d, d, 1.0f, dh, a->half, d,
                            p16 + model_weight_offset(s, l), a->half, d, 0.0f, dh_next, a->half, d));
+        DPS_TRY(op_trace_end(a->trace));
         uint16_t *t = dh;
         dh = dh_next;
         dh_next = t;
@@ -306,26 +359,36 @@ dps_status model_backward(backend *be, be_stream *st, model_shape s, const float
     float *dh = a->dh[0].ptr, *dh_next = a->dh[1].ptr;
     /* classifier */
     DPS_TRY(enter(a, L, 1, &params, &grads));
+    DPS_TRY(trace_linear(a, OP_BACKWARD, rows, d, c));
     DPS_TRY(o->gemm(be, st, 1, 0, d, c, rows, 1.0f, h_last, d, dlogits, c, 0.0f,
                     grads + model_weight_offset(s, L), c));
     DPS_TRY(o->col_sum(be, st, rows, c, dlogits, grads + model_bias_offset(s, L)));
+    DPS_TRY(op_trace_end(a->trace));
     if (hook) DPS_TRY(hook(hook_ctx, L));
     if (L == 0) return DPS_OK;
+    DPS_TRY(trace_linear(a, OP_BACKWARD, rows, d, c));
     DPS_TRY(o->gemm(be, st, 0, 1, rows, d, c, 1.0f, dlogits, c,
                     params + model_weight_offset(s, L), c, 0.0f, dh, d));
+    DPS_TRY(op_trace_end(a->trace));
     /* hidden layers, last to first; dh becomes d pre in place, the bias's
      * gradient (its column sums) taken in the same pass */
     for (int l = L - 1; l >= 0; l--) {
         const float *h_in = l ? layer_ptr(&a->post, s, a->max_rows, l - 1) : x;
         DPS_TRY(enter(a, l, 1, &params, &grads));
+        DPS_TRY(trace_gelu(a, OP_BACKWARD, (int64_t)rows * d));
         DPS_TRY(o->gelu_bwd_col_sum(be, st, rows, d, dh, layer_ptr(&a->pre, s, a->max_rows, l), dh,
                                     grads + model_bias_offset(s, l)));
+        DPS_TRY(op_trace_end(a->trace));
+        DPS_TRY(trace_linear(a, OP_BACKWARD, rows, d, d));
         DPS_TRY(o->gemm(be, st, 1, 0, d, d, rows, 1.0f, h_in, d, dh, d, 0.0f,
                         grads + model_weight_offset(s, l), d));
+        DPS_TRY(op_trace_end(a->trace));
         if (hook) DPS_TRY(hook(hook_ctx, l));
         if (l > 0) {
+            DPS_TRY(trace_linear(a, OP_BACKWARD, rows, d, d));
             DPS_TRY(o->gemm(be, st, 0, 1, rows, d, d, 1.0f, dh, d,
                             params + model_weight_offset(s, l), d, 0.0f, dh_next, d));
+            DPS_TRY(op_trace_end(a->trace));
             float *t = dh;
             dh = dh_next;
             dh_next = t;

@@ -11,6 +11,7 @@
 
 #include "backend/backend.h"
 #include "core/names.h"
+#include "model/op_trace.h"
 #include "model/window.h"
 
 typedef struct model_shape {
@@ -73,6 +74,8 @@ typedef struct model_acts {
                                buffer, or the caller's (model_acts_logits16_in) */
     const net_window *window; /* a sharded strategy's (fp32 only): layer l's parameters and
                                  gradients are unit l's; NULL: the flat buffers */
+    op_trace *trace;        /* when set and started: each Linear ("linear"), GELU ("gelu")
+                               and autocast cast ("cast") timed (op_trace.h); NULL: none */
 } model_acts;
 
 /* Elements of model_acts.dparam16: the largest layer's weight and bias. */

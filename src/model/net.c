@@ -265,6 +265,12 @@ void net_acts_free(backend *be, const net *n, net_acts *a)
     memset(a, 0, sizeof *a);
 }
 
+void net_acts_trace(const net *n, net_acts *a, op_trace *t)
+{
+    if (net_is_file(n)) a->graph.trace = t;
+    else a->mlp.trace = t;
+}
+
 dps_status net_forward(backend *be, be_stream *st, const net *n, const float *params, net_acts *a,
                        int samples, const float *x, float *logits)
 {

@@ -92,6 +92,10 @@ void net_acts_free(backend *be, const net *n, net_acts *a);
  * any precision (its ops cast what the window gives). NULL: the flat buffers. */
 void net_acts_window(const net *n, net_acts *a, net_window *w);
 
+/* From now on, while t is started (op_trace_start), forward and backward
+ * time each op's kernels into t; NULL: none. */
+void net_acts_trace(const net *n, net_acts *a, op_trace *t);
+
 /* logits[samples * rows, classes] = model(x) (model_forward's autocast rules
  * for the MLP, graph.h's for a file: its logits are fp32 either way). */
 dps_status net_forward(backend *be, be_stream *st, const net *n, const float *params, net_acts *a,

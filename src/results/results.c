@@ -645,9 +645,40 @@ static void partition_rows(csv_buf *b, const dps_config *c, const train_result *
     }
 }
 
+static const char *const ops_cols[] = {
+    "config_id", "kind", "direction", "calls", "ms", "flop", "bytes", "tflops", "gbps", "step",
+    "step_ms"};
+
+/* The last timed step's ops on device 0 (dp) or rank 0, by kind and
+ * direction (model/op_trace.h), with that step and its time: none when the
+ * configuration did not finish its timed steps. tflops is empty for a kind
+ * without GEMMs, both rates where the kind took no measurable time. */
+static void ops_rows(csv_buf *b, const dps_config *c, const train_result *res,
+                     const run_summary *s)
+{
+    if (res->steps_done < c->steps || res->steps_done < 1) return;
+    int k = res->steps_done - 1;
+    for (int i = 0; i < res->ops.n; i++) {
+        const op_row *o = &res->ops.row[i];
+        double secs = o->ms * 1e-3;
+        csv_str(b, s->config_id);
+        csv_str(b, o->kind);
+        csv_str(b, op_dir_names[o->dir]);
+        csv_int(b, o->calls);
+        csv_num(b, o->ms, 4);
+        csv_num(b, o->flop, 0);
+        csv_num(b, o->bytes, 0);
+        csv_num(b, o->flop > 0 && secs > 0 ? o->flop / secs / 1e12 : NAN, 4);
+        csv_num(b, secs > 0 ? o->bytes / secs / 1e9 : NAN, 4);
+        csv_int(b, k);
+        csv_num(b, res->step_ms[k], 4);
+        csv_end_row(b);
+    }
+}
+
 /* The files of a configuration's rows, in the order they are written:
  * runs.csv last, since a row there is what says the configuration is done. */
-enum { F_STEPS, F_DEVICES, F_PHASES, F_MEMORY, F_BUCKETS, F_PARTITION, F_RUNS, F_COUNT };
+enum { F_STEPS, F_DEVICES, F_PHASES, F_MEMORY, F_BUCKETS, F_PARTITION, F_OPS, F_RUNS, F_COUNT };
 
 enum { STEPS_FIXED = 10 }; /* steps.csv's columns before the phases' */
 
@@ -675,6 +706,7 @@ const results_file *results_files(int *n)
     files[F_MEMORY] = (results_file){"memory.csv", memory_cols, NCOLS(memory_cols), 4};
     files[F_BUCKETS] = (results_file){"buckets.csv", buckets_cols, NCOLS(buckets_cols), 3};
     files[F_PARTITION] = (results_file){"partition.csv", partition_cols, NCOLS(partition_cols), 2};
+    files[F_OPS] = (results_file){"ops.csv", ops_cols, NCOLS(ops_cols), 3};
     files[F_RUNS] = (results_file){"runs.csv", results_runs_cols, results_runs_ncols, 1};
     *n = F_COUNT;
     return files;
@@ -707,6 +739,7 @@ static void append_rows_of(csv_buf *b, const dps_config *c, const backend *be,
     memory_rows(&b[F_MEMORY], c, res, s);
     buckets_rows(&b[F_BUCKETS], c, res, s);
     partition_rows(&b[F_PARTITION], c, res, s);
+    ops_rows(&b[F_OPS], c, res, s);
     runs_row(&b[F_RUNS], c, be, res, s);
 }
 

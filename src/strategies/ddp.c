@@ -57,6 +57,7 @@ typedef struct ddp_rank {
     net_acts acts;
     phase_timer *timers;      /* [accum]: a micro-step's phases each */
     phase_timer *timer;       /* the running micro-step's */
+    op_trace optr;            /* the ops of the last timed step (ops.csv) */
     float *micro_ms;          /* [accum][PH_COUNT]: the last step's, for the trace */
     bucket bk[DPS_MAX_BUCKETS];
     be_event **bk_ev;           /* per all-reduce of a step (bucket, or micro-step and bucket
@@ -281,6 +282,8 @@ static dps_status rank_setup(ddp_rank *R)
     R->timer = &R->timers[0];
     DPS_TRY(make_buckets(R));
     DPS_TRY(alloc_buffers(R));
+    op_trace_init(&R->optr, R->be, R->dev, R->st);
+    net_acts_trace(R->net, &R->acts, &R->optr);
     comm_params cp = {ddp_shared_comm(R->sh), R->rank, R->be, R->dev, c->timeout_s * 1e3,
                       dps_comm_impl(c->comm), R->dw ? R->dw->store : NULL};
     if (R->dw) ddp_world_opening(R->dw, cp.sh); /* a lost peer ends the set-up */
@@ -303,6 +306,7 @@ static void rank_teardown(ddp_rank *R)
     free(R->bk_ev);
     free(R->micro_ms);
     ptimer_free_n(&R->timers, R->cfg->accum);
+    if (R->optr.be) op_trace_free(&R->optr);
     scaler_free(&R->scaler, be);
     if (R->net) net_acts_free(be, R->net, &R->acts);
     dps_buf *bufs[] = {&R->params, &R->grads, &R->bucket_buf, &R->opt_state[0], &R->opt_state[1],
@@ -379,11 +383,13 @@ static dps_status phase_forward_loss(ddp_rank *R, int step)
     DPS_TRY(ptimer_end(R->timer, 0, PH_FORWARD));
     set_phase(R, PH_LOSS);
     DPS_TRY(ptimer_begin(R->timer, 0, PH_LOSS));
+    DPS_TRY(op_trace_loss(&R->optr, R->rows, R->net->classes));
     DPS_TRY(rank_loss(R, R->rank == 0 && step == R->cfg->overflow_step &&
                              R->micro == R->cfg->accum - 1));
     float *loss = (float *)R->loss.ptr + R->micro;
     DPS_TRY(o->sum(R->be, R->st, R->rows, R->row_loss.ptr, loss));
     DPS_TRY(o->copy(R->be, R->st, R->h_loss + R->micro, DPS_HOST, loss, R->dev, sizeof(float)));
+    DPS_TRY(op_trace_end(&R->optr));
     return ptimer_end(R->timer, 0, PH_LOSS);
 }
 
@@ -452,6 +458,8 @@ static dps_status phase_optimizer(ddp_rank *R)
     hp.step = ++R->taken;
     set_phase(R, PH_OPTIMIZER);
     DPS_TRY(ptimer_begin(R->timer, 0, PH_OPTIMIZER));
+    DPS_TRY(op_trace_optimizer(&R->optr, R->cfg->optimizer != OPT_SGD,
+                               (int64_t)(R->shard.level ? R->shard.shard_n : R->nparams)));
     if (R->shard.level)
         DPS_TRY(shard_optimizer(&R->shard, R->params.ptr, R->grads.ptr, hp));
     else if (R->cfg->optimizer == OPT_SGD)
@@ -460,6 +468,7 @@ static dps_status phase_optimizer(ddp_rank *R)
     else
         DPS_TRY(o->adamw(R->be, R->st, (int64_t)R->nparams, R->params.ptr, R->grads.ptr,
                          R->opt_state[0].ptr, R->opt_state[1].ptr, hp));
+    DPS_TRY(op_trace_end(&R->optr));
     return ptimer_end(R->timer, 0, PH_OPTIMIZER);
 }
 
@@ -626,10 +635,12 @@ static dps_status rank_loop(ddp_rank *R)
         double ms = 0.0;
         DPS_TRY(config_profile_hook(c, R->be, step, 1));
         if (step >= c->warmup) DPS_TRY(trace_mark(R, step - c->warmup));
-        int skipped = 0;
+        int skipped = 0, traced = step == c->warmup + c->steps - 1;
         float scale = scaler_loss_factor(&R->scaler);
+        if (traced) op_trace_start(&R->optr); /* the last timed step: its ops into ops.csv */
         dps_status rc = rank_step(R, step, &ms, &skipped);
         if (rc) return dps_escalated() ? cut_short(R, step) : rc;
+        if (traced) DPS_TRY(op_trace_finish(&R->optr, &R->rep->ops));
         DPS_TRY(config_profile_hook(c, R->be, step, 0));
         double loss = 0.0;
         for (int m = 0; m < c->accum; m++) loss += R->h_loss[m];

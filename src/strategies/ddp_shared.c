@@ -140,6 +140,7 @@ void ddp_collect(const dps_config *c, ddp_shared *sh, train_result *res)
     res->steps_done = steps;
     res->losses_done = losses;
     res->allreduce_bytes = sh->rank[0].allreduce_bytes;
+    res->ops = sh->rank[0].ops;
     collect_trace(sh, res);
 }
 

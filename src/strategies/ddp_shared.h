@@ -24,6 +24,7 @@ typedef struct ddp_report {
     int pid;                   /* under a launcher: the rank's process */
     _Atomic int ended;         /* under a launcher: the rank got to its end */
     double trace_ref_wall_ms;  /* the trace's reference on the wall clock */
+    op_rows ops;               /* the last timed step's ops, by kind and direction */
 } ddp_report;
 
 typedef struct ddp_shared {

@@ -190,6 +190,8 @@ static dps_status dp_setup(dp_state *st)
     DPS_TRY(scaler_init(&st->scaler, c, be, st->s[0].dev));
     /* device 0 first: its extra memory is what runs out first */
     DPS_TRY(alloc_slot(st, 0, pbytes));
+    op_trace_init(&st->optr, be, st->s[0].dev, st->s[0].st);
+    net_acts_trace(st->net, &st->s[0].acts, &st->optr);
     DPS_TRY(alloc_primary(st, pbytes));
     for (int i = 1; i < st->nslots; i++) DPS_TRY(alloc_slot(st, i, pbytes));
     DPS_TRY(dp_comm_setup(st, devs));
@@ -209,6 +211,7 @@ static void dp_teardown(dp_state *st, dps_status run)
     batches_stop(&st->batches);
     comm_group_close(st->nccl, run);
     ptimer_free_n(&st->timers, st->cfg->accum);
+    if (st->optr.be) op_trace_free(&st->optr);
     scaler_free(&st->scaler, be);
     for (int i = 0; i < st->nslots; i++) {
         dp_slot *s = &st->s[i];
@@ -413,12 +416,14 @@ static dps_status phase_optimizer(dp_state *st, int taken)
     int64_t n = (int64_t)st->nparams;
     const float *grads = step_grads(st);
     DPS_TRY(ptimer_begin(st->timer, 0, PH_OPTIMIZER));
+    DPS_TRY(op_trace_optimizer(&st->optr, st->cfg->optimizer != OPT_SGD, n));
     if (st->cfg->optimizer == OPT_SGD)
         DPS_TRY(be->ops->sgd(be, s0->st, n, s0->params.ptr, grads,
                              st->opt_state[0].ptr, hp));
     else
         DPS_TRY(be->ops->adamw(be, s0->st, n, s0->params.ptr, grads,
                                st->opt_state[0].ptr, st->opt_state[1].ptr, hp));
+    DPS_TRY(op_trace_end(&st->optr));
     return ptimer_end(st->timer, 0, PH_OPTIMIZER);
 }
 
@@ -608,10 +613,12 @@ static dps_status dp_steps(dp_state *st, train_result *res, float *micro_ms)
         double ms = 0.0;
         DPS_TRY(config_profile_hook(c, st->be, step, 1));
         if (timed) DPS_TRY(trace_mark(st, res, step - c->warmup));
-        int skipped = 0;
+        int skipped = 0, traced = step == c->warmup + c->steps - 1;
         float scale = scaler_loss_factor(&st->scaler);
+        if (traced) op_trace_start(&st->optr); /* the last timed step: its ops into ops.csv */
         dps_status rc = dp_step(st, step, &ms, &skipped, &taken);
         if (rc) return dps_escalated() ? cut_short(res, step) : rc;
+        if (traced) DPS_TRY(op_trace_finish(&st->optr, &res->ops));
         DPS_TRY(config_profile_hook(c, st->be, step, 0));
         record_step(st, res, step, scale, skipped);
         for (int i = 0; i < st->nslots; i++) DPS_TRY(be_sample_mem(st->be, st->s[i].dev));

@@ -27,6 +27,7 @@ dps_status dp_loss(dp_state *st)
     /* the step's mean over its micro-steps (loss / accum), scaled by the GradScaler */
     float scale = scaler_loss_factor(&st->scaler) / (float)st->rows_step;
     DPS_TRY(ptimer_begin(st->timer, 0, PH_LOSS));
+    DPS_TRY(op_trace_loss(&st->optr, n, classes));
     int64_t nc = (int64_t)n * classes;
     if (dp_autocast(st)) /* logits.float(): autocast's cross_entropy runs in fp32 */
         DPS_TRY(be->ops->cast(be, s0->st, nc, st->logits16v, st->half, st->logitsv, BE_F32));
@@ -44,5 +45,6 @@ dps_status dp_loss(dp_state *st)
     DPS_TRY(be->ops->copy(be, s0->st, st->h_loss + st->micro, DPS_HOST, loss, s0->dev,
                           sizeof(float)));
     dp_count(st, 0, PH_LOSS, LINK_D2H, sizeof(float));
+    DPS_TRY(op_trace_end(&st->optr));
     return ptimer_end(st->timer, 0, PH_LOSS);
 }

@@ -73,6 +73,7 @@ typedef struct dp_state {
     float *h_loss;         /* [accum]: each micro-step's loss sum */
     phase_timer *timers;   /* [accum]: a micro-step's phases each */
     phase_timer *timer;    /* the running micro-step's */
+    op_trace optr;         /* device 0's ops in the last timed step (ops.csv) */
     worker_pool pool;
     int pool_up;
     comm_group *nccl;      /* replicate and reduce through NCCL; NULL: peer copies */
