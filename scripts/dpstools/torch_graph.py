@@ -37,7 +37,7 @@ import math
 
 import numpy as np
 
-from dpstools.torch_model import uniform
+from dpstools.torch_model import half_cast, uniform
 
 INPUT = -1  # an op's `in` or `from`: the model's input
 RNG_GRAPH_PARAMS = 1 << 40  # dpscale's generator streams of a model file's tensors (+ t)
@@ -268,15 +268,6 @@ def half_casts(torch, half):
     def rounded(t):
         return t.to(half).float()  # round to nearest even, as dps_to_half
 
-    class Cast(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, t):
-            return rounded(t)
-
-        @staticmethod
-        def backward(ctx, g):
-            return rounded(g)
-
     class GradCast(torch.autograd.Function):
         @staticmethod
         def forward(ctx, t):
@@ -297,7 +288,7 @@ def half_casts(torch, half):
             a, s = ctx.saved_tensors
             return g * s, rounded(g * a)
 
-    return Cast.apply, GradCast.apply, MulHalf.apply
+    return half_cast(torch, half), GradCast.apply, MulHalf.apply
 
 
 def op_forward_half(torch, casts, op, w, x, outs, halves):

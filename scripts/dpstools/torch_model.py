@@ -175,6 +175,25 @@ def build_model(torch, shape, flat):
 # --device cpu --precision bf16 casts by hand (below), and
 # tests/test_accum_reference.py measures how far CPU autocast itself trains
 # from it.
+def half_cast(torch, half):
+    """A cast of fp32 tensors to the half type `half` (torch.bfloat16 or
+    torch.float16) held in fp32: the values rounded to nearest even (as
+    dps_to_half), and their gradient rounded likewise in backward."""
+    def rounded(t):
+        return t.to(half).float()
+
+    class Cast(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, t):
+            return rounded(t)
+
+        @staticmethod
+        def backward(ctx, g):
+            return rounded(g)
+
+    return Cast.apply
+
+
 def autocast_bf16(torch, seq):
     """build_model's Sequential trained with dpscale's autocast maths (model/model.c
     forward_bf16, backward_bf16), cast by hand on the CPU (the note above says
@@ -184,18 +203,7 @@ def autocast_bf16(torch, seq):
     once, GELU of that rounded; in backward each activation gradient rounded
     where it is formed (dlogits, a GELU's output and input gradients)."""
     F = torch.nn.functional
-
-    def rounded(t):
-        return t.to(torch.bfloat16).float()  # round to nearest even, as dps_f32_to_bf16
-
-    class Half(torch.autograd.Function):  # a parameter or an activation: rounded both ways
-        @staticmethod
-        def forward(ctx, t):
-            return rounded(t)
-
-        @staticmethod
-        def backward(ctx, g):
-            return rounded(g)
+    half = half_cast(torch, torch.bfloat16)  # a parameter or an activation: rounded both ways
 
     class AutocastMLP(torch.nn.Module):
         def __init__(self):
@@ -204,12 +212,12 @@ def autocast_bf16(torch, seq):
 
         def forward(self, x):
             lins = [m for m in self.seq if isinstance(m, torch.nn.Linear)]
-            h = rounded(x)
+            h = x.to(torch.bfloat16).float()
             for i, lin in enumerate(lins):
-                acc = h @ Half.apply(lin.weight).t()  # bf16 operands: exact products, fp32 sum
-                h = Half.apply(acc + Half.apply(lin.bias))
+                acc = h @ half(lin.weight).t()  # bf16 operands: exact products, fp32 sum
+                h = half(acc + half(lin.bias))
                 if i < len(lins) - 1:
-                    h = Half.apply(F.gelu(h))
+                    h = half(F.gelu(h))
             return h
 
     return AutocastMLP()
