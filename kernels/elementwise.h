@@ -1,5 +1,5 @@
 /* Element-wise math shared by the CUDA kernels (kernels.cu) and the host
- * backend (src/backend/backend_host.c): GELU, optimizer updates, bf16 rounding and
+ * backend (src/backend/backend_host.c): the activations, optimizer updates, bf16 rounding and
  * the synthetic data generator. Written once so both backends compute the
  * same thing; compiles as C11 and as CUDA C++. The host backend evaluates
  * GELU and its derivative with its own vectorizable arithmetic, checked
@@ -30,6 +30,70 @@ DPS_HD float dps_gelu_grad(float x)
     float cdf = 0.5f * (1.0f + erff(x * 0.70710678118654752f));
     float pdf = expf(-0.5f * x * x) * 0.39894228040143268f;
     return cdf + x * pdf;
+}
+
+/* An activation's function (a model file's act fn=, in model_file.h's
+ * mf_fn order). Softmax is a row-wise function and the act op names no row
+ * length: it runs GELU's element-wise pass in its place, keeping its input. */
+#define DPS_ACT_RELU 0
+#define DPS_ACT_GELU 1
+#define DPS_ACT_SOFTMAX 2
+#define DPS_ACT_TANH 3
+#define DPS_ACT_SIGMOID 4
+#define DPS_ACT_RELU6 5
+#define DPS_ACT_SILU 6
+#define DPS_ACT_HARDSWISH 7
+#define DPS_ACT_HARDSIGMOID 8
+#define DPS_ACT_MISH 9
+#define DPS_ACT_COUNT 10
+
+/* Whether fn's backward reads its output (relu, tanh, sigmoid: what
+ * PyTorch's autograd saves for them) rather than its input. */
+DPS_HD int dps_act_keeps_output(int fn)
+{
+    return fn == DPS_ACT_RELU || fn == DPS_ACT_TANH || fn == DPS_ACT_SIGMOID;
+}
+
+DPS_HD float dps_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* fn(x) as PyTorch's CPU kernels compute it in fp32. */
+DPS_HD float dps_act(int fn, float x)
+{
+    switch (fn) {
+    case DPS_ACT_RELU: return x > 0.0f || x != x ? x : 0.0f;
+    case DPS_ACT_TANH: return tanhf(x);
+    case DPS_ACT_SIGMOID: return dps_sigmoid(x);
+    case DPS_ACT_RELU6: return x != x ? x : x < 0.0f ? 0.0f : x > 6.0f ? 6.0f : x;
+    case DPS_ACT_SILU: return x / (1.0f + expf(-x));
+    case DPS_ACT_HARDSWISH: return x <= -3.0f ? 0.0f : x >= 3.0f ? x : x * (x + 3.0f) / 6.0f;
+    case DPS_ACT_HARDSIGMOID: return x <= -3.0f ? 0.0f : x >= 3.0f ? 1.0f : x / 6.0f + 0.5f;
+    case DPS_ACT_MISH: return x * tanhf(log1pf(expf(x)));
+    default: return dps_gelu(x); /* gelu, and softmax in its place */
+    }
+}
+
+/* fn's backward of one element: g times fn's derivative, from v, its saved
+ * value (the output where dps_act_keeps_output, else the input), in the
+ * order of PyTorch's *_backward kernels. */
+DPS_HD float dps_act_bwd(int fn, float g, float v)
+{
+    switch (fn) {
+    case DPS_ACT_RELU: return v > 0.0f ? g : 0.0f;
+    case DPS_ACT_TANH: return g * (1.0f - v * v);
+    case DPS_ACT_SIGMOID: return g * (1.0f - v) * v;
+    case DPS_ACT_RELU6: return v <= 0.0f || v >= 6.0f ? 0.0f : g;
+    case DPS_ACT_SILU: {
+        float s = dps_sigmoid(v);
+        return g * s * (1.0f + v * (1.0f - s));
+    }
+    case DPS_ACT_HARDSWISH: return v < -3.0f ? 0.0f : v <= 3.0f ? g * (v / 3.0f + 0.5f) : g;
+    case DPS_ACT_HARDSIGMOID: return v > -3.0f && v < 3.0f ? g / 6.0f : 0.0f;
+    case DPS_ACT_MISH: {
+        float s = dps_sigmoid(v), t = tanhf(log1pf(expf(v)));
+        return g * (t + v * s * (1.0f - t * t));
+    }
+    default: return g * dps_gelu_grad(v);
+    }
 }
 
 /* The bias gradient: column sums of a rows x cols row-major matrix, in an
@@ -241,6 +305,19 @@ DPS_HD uint16_t dps_gelu_half(uint16_t x, int f16)
 DPS_HD uint16_t dps_gelu_bwd_half(uint16_t dh, uint16_t pre, int f16)
 {
     return dps_to_half(dps_from_half(dh, f16) * dps_gelu_grad(dps_from_half(pre, f16)), f16);
+}
+
+/* fn of a half value, rounded to the half type (PyTorch's half kernels
+ * compute in fp32). */
+DPS_HD uint16_t dps_act_half(int fn, uint16_t x, int f16)
+{
+    return dps_to_half(dps_act(fn, dps_from_half(x, f16)), f16);
+}
+
+/* dps_act_bwd on half tensors, rounded to the half type. */
+DPS_HD uint16_t dps_act_bwd_half(int fn, uint16_t g, uint16_t v, int f16)
+{
+    return dps_to_half(dps_act_bwd(fn, dps_from_half(g, f16), dps_from_half(v, f16)), f16);
 }
 
 /* GradScaler's unscale of one gradient: g / scale, as its

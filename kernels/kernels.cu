@@ -26,14 +26,14 @@ __global__ void bias_act_kernel(int rows, int cols, float *pre, const float *bia
     }
 }
 
-__global__ void gelu_kernel(int64_t n, const float *x, float *y)
+__global__ void act_kernel(int fn, int64_t n, const float *x, float *y)
 {
-    GRID_STRIDE(i, n) y[i] = dps_gelu(x[i]);
+    GRID_STRIDE(i, n) y[i] = dps_act(fn, x[i]);
 }
 
-__global__ void gelu_half_kernel(int64_t n, const uint16_t *x, uint16_t *y, int f16)
+__global__ void act_half_kernel(int fn, int64_t n, const uint16_t *x, uint16_t *y, int f16)
 {
-    GRID_STRIDE(i, n) y[i] = dps_gelu_half(x[i], f16);
+    GRID_STRIDE(i, n) y[i] = dps_act_half(fn, x[i], f16);
 }
 
 /* Every row of a rows x cols matrix (leading dimension ld) set to `row`. */
@@ -43,9 +43,9 @@ __global__ void fill_rows_kernel(int64_t rows, int cols, const T *row, T *c, int
     GRID_STRIDE(i, rows * cols) c[(i / cols) * ld + i % cols] = row[i % cols];
 }
 
-__global__ void gelu_bwd_kernel(int64_t n, const float *dh, const float *pre, float *dpre)
+__global__ void act_bwd_kernel(int fn, int64_t n, const float *g, const float *v, float *dx)
 {
-    GRID_STRIDE(i, n) dpre[i] = dh[i] * dps_gelu_grad(pre[i]);
+    GRID_STRIDE(i, n) dx[i] = dps_act_bwd(fn, g[i], v[i]);
 }
 
 /* Column sums in the order of dps_col_sum_plan_for (elementwise.h): block
@@ -74,8 +74,8 @@ __global__ void col_sum_lanes_kernel(int rows, int cols, int chunk_rows, const T
         partial[(int64_t)blockIdx.y * cols + c] = dps_col_sum_lanes(&lane[0][threadIdx.x], 32);
 }
 
-/* GELU's backward of one element in T's type: gelu_bwd_kernel's product in
- * fp32, gelu_bwd_half_kernel's rounded value in a half type. */
+/* GELU's backward of one element in T's type: act_bwd_kernel's product in
+ * fp32, act_bwd_half_kernel's rounded value in a half type. */
 __device__ __forceinline__ float gelu_bwd_of(float dh, float pre) { return dh * dps_gelu_grad(pre); }
 __device__ __forceinline__ uint16_t gelu_bwd_of(uint16_t dh, uint16_t pre)
 {
@@ -204,10 +204,10 @@ __global__ void half8_to_f32_kernel(int64_t n8, const uint4 *x, float4 *y, int f
     }
 }
 
-__global__ void gelu_bwd_half_kernel(int64_t n, const uint16_t *dh, const uint16_t *pre,
-                                     uint16_t *dpre, int f16)
+__global__ void act_bwd_half_kernel(int fn, int64_t n, const uint16_t *g, const uint16_t *v,
+                                    uint16_t *dx, int f16)
 {
-    GRID_STRIDE(i, n) dpre[i] = dps_gelu_bwd_half(dh[i], pre[i], f16);
+    GRID_STRIDE(i, n) dx[i] = dps_act_bwd_half(fn, g[i], v[i], f16);
 }
 
 /* Every thread that meets a non-finite gradient writes the same 1. */
@@ -359,10 +359,11 @@ cudaError_t dps_k_bias_act(cudaStream_t s, int rows, int cols, float *pre,
     return cudaGetLastError();
 }
 
-cudaError_t dps_k_gelu_bwd(cudaStream_t s, int64_t n, const float *dh, const float *pre,
-                           float *dpre)
+cudaError_t dps_k_act_bwd(cudaStream_t s, int fn, int64_t n, const float *g, const float *v,
+                          float *dx)
 {
-    gelu_bwd_kernel<<<grid_for(n), kThreads, 0, s>>>(n, dh, pre, dpre);
+    if (n <= 0) return cudaSuccess;
+    act_bwd_kernel<<<grid_for(n), kThreads, 0, s>>>(fn, n, g, v, dx);
     return cudaGetLastError();
 }
 
@@ -444,17 +445,18 @@ cudaError_t dps_k_half_to_f32(cudaStream_t s, int64_t n, const uint16_t *x, floa
     return cudaGetLastError();
 }
 
-cudaError_t dps_k_gelu(cudaStream_t s, int64_t n, const float *x, float *y)
+cudaError_t dps_k_act(cudaStream_t s, int fn, int64_t n, const float *x, float *y)
 {
     if (n <= 0) return cudaSuccess;
-    gelu_kernel<<<grid_for(n), kThreads, 0, s>>>(n, x, y);
+    act_kernel<<<grid_for(n), kThreads, 0, s>>>(fn, n, x, y);
     return cudaGetLastError();
 }
 
-cudaError_t dps_k_gelu_half(cudaStream_t s, int64_t n, const uint16_t *x, uint16_t *y, int f16)
+cudaError_t dps_k_act_half(cudaStream_t s, int fn, int64_t n, const uint16_t *x, uint16_t *y,
+                           int f16)
 {
     if (n <= 0) return cudaSuccess;
-    gelu_half_kernel<<<grid_for(n), kThreads, 0, s>>>(n, x, y, f16);
+    act_half_kernel<<<grid_for(n), kThreads, 0, s>>>(fn, n, x, y, f16);
     return cudaGetLastError();
 }
 
@@ -472,11 +474,11 @@ cudaError_t dps_k_fill_rows(cudaStream_t s, int rows, int cols, const void *row,
     return cudaGetLastError();
 }
 
-cudaError_t dps_k_gelu_bwd_half(cudaStream_t s, int64_t n, const uint16_t *dh, const uint16_t *pre,
-                                uint16_t *dpre, int f16)
+cudaError_t dps_k_act_bwd_half(cudaStream_t s, int fn, int64_t n, const uint16_t *g,
+                               const uint16_t *v, uint16_t *dx, int f16)
 {
     if (n <= 0) return cudaSuccess;
-    gelu_bwd_half_kernel<<<grid_for(n), kThreads, 0, s>>>(n, dh, pre, dpre, f16);
+    act_bwd_half_kernel<<<grid_for(n), kThreads, 0, s>>>(fn, n, g, v, dx, f16);
     return cudaGetLastError();
 }
 

@@ -15,20 +15,21 @@ extern "C" {
 /* pre[r, c] += bias[c]; out = gelu(pre) when out is non-NULL */
 cudaError_t dps_k_bias_act(cudaStream_t s, int rows, int cols, float *pre,
                            const float *bias, float *out);
-/* y = gelu(x), n elements; y may be x */
-cudaError_t dps_k_gelu(cudaStream_t s, int64_t n, const float *x, float *y);
+/* y = fn(x) (dps_act; fn a DPS_ACT_*), n elements; y may be x */
+cudaError_t dps_k_act(cudaStream_t s, int fn, int64_t n, const float *x, float *y);
 /* Every row of a rows x cols matrix c (leading dimension ld, elements of
  * elem_bytes: 2 or 4) set to `row`: the bias addmm adds through C */
 cudaError_t dps_k_fill_rows(cudaStream_t s, int rows, int cols, const void *row, void *c, int ld,
                             int elem_bytes);
-/* dpre = dh * gelu'(pre), n elements */
-cudaError_t dps_k_gelu_bwd(cudaStream_t s, int64_t n, const float *dh,
-                           const float *pre, float *dpre);
+/* dx = dps_act_bwd(fn, g, v), n elements: v is fn's saved input or output
+ * (dps_act_keeps_output); dx may be g */
+cudaError_t dps_k_act_bwd(cudaStream_t s, int fn, int64_t n, const float *g, const float *v,
+                          float *dx);
 /* out[c] = sum over rows of x[r, c], in dps_col_sum_plan_for's order;
  * workspace: dps_col_sum_workspace(rows, cols) floats (NULL when 0) */
 cudaError_t dps_k_col_sum(cudaStream_t s, int rows, int cols, const float *x, float *out,
                           float *workspace);
-/* dpre = dh * gelu'(pre) (dps_k_gelu_bwd's) and out = its column sums
+/* dpre = dh * gelu'(pre) (dps_k_act_bwd's for GELU) and out = its column sums
  * (dps_k_col_sum's, bit for bit) in one pass; dpre may be dh; workspace as
  * dps_k_col_sum's */
 cudaError_t dps_k_gelu_bwd_col_sum(cudaStream_t s, int rows, int cols, const float *dh,
@@ -42,14 +43,15 @@ cudaError_t dps_k_adamw(cudaStream_t s, int64_t n, float *p, const float *g, flo
 /* fp32 -> half and back; f16: IEEE binary16, else bfloat16 (elementwise.h) */
 cudaError_t dps_k_cast_half(cudaStream_t s, int64_t n, const float *x, uint16_t *y, int f16);
 cudaError_t dps_k_half_to_f32(cudaStream_t s, int64_t n, const uint16_t *x, float *y, int f16);
-/* GELU and its backward on half tensors (elementwise.h) */
-cudaError_t dps_k_gelu_half(cudaStream_t s, int64_t n, const uint16_t *x, uint16_t *y, int f16);
-cudaError_t dps_k_gelu_bwd_half(cudaStream_t s, int64_t n, const uint16_t *dh, const uint16_t *pre,
-                                uint16_t *dpre, int f16);
+/* dps_k_act and dps_k_act_bwd on half tensors (dps_act_half, dps_act_bwd_half) */
+cudaError_t dps_k_act_half(cudaStream_t s, int fn, int64_t n, const uint16_t *x, uint16_t *y,
+                           int f16);
+cudaError_t dps_k_act_bwd_half(cudaStream_t s, int fn, int64_t n, const uint16_t *g,
+                               const uint16_t *v, uint16_t *dx, int f16);
 /* dps_k_col_sum of a half matrix (fp32 sums) */
 cudaError_t dps_k_col_sum_half(cudaStream_t s, int rows, int cols, const uint16_t *x, float *out,
                                float *workspace, int f16);
-/* dps_k_gelu_bwd_col_sum on half tensors: dps_k_gelu_bwd_half's dpre, its
+/* dps_k_gelu_bwd_col_sum on half tensors: dps_k_act_bwd_half's GELU dpre, its
  * dps_k_col_sum_half */
 cudaError_t dps_k_gelu_bwd_col_sum_half(cudaStream_t s, int rows, int cols, const uint16_t *dh,
                                         const uint16_t *pre, uint16_t *dpre, float *out,

@@ -134,14 +134,17 @@ typedef struct be_ops {
     /* pre[r,c] += bias[c]; out = gelu(pre) when out != NULL */
     dps_status (*bias_act)(backend *, be_stream *s, int rows, int cols, float *pre,
                            const float *bias, float *out);
-    /* y = gelu(x), n elements (torch.nn.GELU, the erf form); y may be x */
-    dps_status (*gelu)(backend *, be_stream *s, int64_t n, const float *x, float *y);
-    dps_status (*gelu_bwd)(backend *, be_stream *s, int64_t n, const float *dh,
-                           const float *pre, float *dpre);
+    /* y = fn(x), n elements, fn a DPS_ACT_* (kernels/elementwise.h's
+     * dps_act: torch's relu, gelu (the erf form), tanh, ...); y may be x */
+    dps_status (*act)(backend *, be_stream *s, int fn, int64_t n, const float *x, float *y);
+    /* dx = g * fn'(.) from v, what fn's backward reads: its output where
+     * dps_act_keeps_output(fn), else its input (dps_act_bwd); dx may be g */
+    dps_status (*act_bwd)(backend *, be_stream *s, int fn, int64_t n, const float *g,
+                          const float *v, float *dx);
     dps_status (*col_sum)(backend *, be_stream *s, int rows, int cols, const float *x,
                           float *out);
     /* GELU's backward and the bias gradient of the Linear before it in one
-     * pass over rows x cols: dpre = gelu_bwd's, db = col_sum of dpre, bit for
+     * pass over rows x cols: dpre = act_bwd's for GELU, db = col_sum of dpre, bit for
      * bit; dpre may be dh */
     dps_status (*gelu_bwd_col_sum)(backend *, be_stream *s, int rows, int cols, const float *dh,
                                    const float *pre, float *dpre, float *db);
@@ -206,16 +209,16 @@ typedef struct be_ops {
     dps_status (*gemm_bias)(backend *, be_stream *s, int trans_a, int trans_b, int m, int n,
                             int k, const void *a, be_dtype at, int lda, const void *b, be_dtype bt,
                             int ldb, const void *bias, void *c, be_dtype ct, int ldc);
-    /* y = half(gelu(x)) on tensors of half type ht (dps_gelu_half); y may be x */
-    dps_status (*gelu_half)(backend *, be_stream *s, be_dtype ht, int64_t n, const uint16_t *x,
-                            uint16_t *y);
-    /* dpre = half(dh * gelu'(pre)), tensors of half type ht; dpre may be dh */
-    dps_status (*gelu_bwd_half)(backend *, be_stream *s, be_dtype ht, int64_t n,
-                                const uint16_t *dh, const uint16_t *pre, uint16_t *dpre);
+    /* act and act_bwd on tensors of half type ht, computed in fp32 and
+     * rounded (dps_act_half, dps_act_bwd_half); y may be x, dx may be g */
+    dps_status (*act_half)(backend *, be_stream *s, int fn, be_dtype ht, int64_t n,
+                           const uint16_t *x, uint16_t *y);
+    dps_status (*act_bwd_half)(backend *, be_stream *s, int fn, be_dtype ht, int64_t n,
+                               const uint16_t *g, const uint16_t *v, uint16_t *dx);
     /* col_sum of a matrix of half type ht into fp32, in col_sum's order */
     dps_status (*col_sum_half)(backend *, be_stream *s, be_dtype ht, int rows, int cols,
                                const uint16_t *x, float *out);
-    /* gelu_bwd_half then col_sum_half of its output, in one pass (as
+    /* act_bwd_half's GELU then col_sum_half of its output, in one pass (as
      * gelu_bwd_col_sum); dpre may be dh */
     dps_status (*gelu_bwd_col_sum_half)(backend *, be_stream *s, be_dtype ht, int rows, int cols,
                                         const uint16_t *dh, const uint16_t *pre, uint16_t *dpre,

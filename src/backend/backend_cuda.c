@@ -673,17 +673,17 @@ static dps_status cu_bias_act(backend *be, be_stream *s, int rows, int cols, flo
     KERNEL(s, dps_k_bias_act(s->s, rows, cols, pre, bias, out));
 }
 
-static dps_status cu_gelu(backend *be, be_stream *s, int64_t n, const float *x, float *y)
+static dps_status cu_act(backend *be, be_stream *s, int fn, int64_t n, const float *x, float *y)
 {
     CU_STREAM(s);
-    KERNEL(s, dps_k_gelu(s->s, n, x, y));
+    KERNEL(s, dps_k_act(s->s, fn, n, x, y));
 }
 
-static dps_status cu_gelu_bwd(backend *be, be_stream *s, int64_t n, const float *dh,
-                              const float *pre, float *dpre)
+static dps_status cu_act_bwd(backend *be, be_stream *s, int fn, int64_t n, const float *g,
+                             const float *v, float *dx)
 {
     CU_STREAM(s);
-    KERNEL(s, dps_k_gelu_bwd(s->s, n, dh, pre, dpre));
+    KERNEL(s, dps_k_act_bwd(s->s, fn, n, g, v, dx));
 }
 
 /* The stream's bias-gradient workspace, grown to the partial sums of a
@@ -776,18 +776,18 @@ static dps_status cu_cast(backend *be, be_stream *s, int64_t n, const void *x, b
     KERNEL(s, dps_k_half_to_f32(s->s, n, x, y, xt == BE_F16));
 }
 
-static dps_status cu_gelu_half(backend *be, be_stream *s, be_dtype ht, int64_t n,
-                               const uint16_t *x, uint16_t *y)
+static dps_status cu_act_half(backend *be, be_stream *s, int fn, be_dtype ht, int64_t n,
+                              const uint16_t *x, uint16_t *y)
 {
     CU_STREAM(s);
-    KERNEL(s, dps_k_gelu_half(s->s, n, x, y, ht == BE_F16));
+    KERNEL(s, dps_k_act_half(s->s, fn, n, x, y, ht == BE_F16));
 }
 
-static dps_status cu_gelu_bwd_half(backend *be, be_stream *s, be_dtype ht, int64_t n,
-                                   const uint16_t *dh, const uint16_t *pre, uint16_t *dpre)
+static dps_status cu_act_bwd_half(backend *be, be_stream *s, int fn, be_dtype ht, int64_t n,
+                                  const uint16_t *g, const uint16_t *v, uint16_t *dx)
 {
     CU_STREAM(s);
-    KERNEL(s, dps_k_gelu_bwd_half(s->s, n, dh, pre, dpre, ht == BE_F16));
+    KERNEL(s, dps_k_act_bwd_half(s->s, fn, n, g, v, dx, ht == BE_F16));
 }
 
 static dps_status cu_col_sum_half(backend *be, be_stream *s, be_dtype ht, int rows, int cols,
@@ -968,8 +968,8 @@ static const be_ops cuda_ops = {
     .gemm = cu_gemm,
     .gemm_tf32 = cu_gemm_tf32,
     .bias_act = cu_bias_act,
-    .gelu = cu_gelu,
-    .gelu_bwd = cu_gelu_bwd,
+    .act = cu_act,
+    .act_bwd = cu_act_bwd,
     .col_sum = cu_col_sum,
     .gelu_bwd_col_sum = cu_gelu_bwd_col_sum,
     .xent = cu_xent,
@@ -987,8 +987,8 @@ static const be_ops cuda_ops = {
     .add_ex = cu_add_ex,
     .round_half = cu_round_half,
     .resample_half = cu_resample_half,
-    .gelu_half = cu_gelu_half,
-    .gelu_bwd_half = cu_gelu_bwd_half,
+    .act_half = cu_act_half,
+    .act_bwd_half = cu_act_bwd_half,
     .col_sum_half = cu_col_sum_half,
     .gelu_bwd_col_sum_half = cu_gelu_bwd_col_sum_half,
     .unscale = cu_unscale,

@@ -350,24 +350,40 @@ static dps_status host_bias_act(backend *be, be_stream *s, int rows, int cols, f
 }
 
 HOST_VECTOR_CLONES
-static dps_status host_gelu(backend *be, be_stream *s, int64_t n, const float *x, float *y)
+static void host_gelu(int64_t n, const float *x, float *y)
 {
-    (void)be;
-    HOST_STREAM(s);
     for (int64_t i = 0; i < n; i++) y[i] = x[i] * host_phi(x[i]);
-    return DPS_OK;
 }
 
 HOST_VECTOR_CLONES
-static dps_status host_gelu_bwd(backend *be, be_stream *s, int64_t n, const float *dh,
-                                const float *pre, float *dpre)
+static void host_gelu_bwd(int64_t n, const float *dh, const float *pre, float *dpre)
 {
-    (void)be;
-    HOST_STREAM(s);
     for (int64_t i = 0; i < n; i++) {
         float x = pre[i];
         dpre[i] = dh[i] * (host_phi(x) + x * 0.39894228040143268f * host_exp(-0.5f * x * x));
     }
+}
+
+/* GELU (and softmax in its place) by the vectorized arithmetic above, the
+ * others by dps_act itself. */
+static dps_status host_act(backend *be, be_stream *s, int fn, int64_t n, const float *x, float *y)
+{
+    (void)be;
+    HOST_STREAM(s);
+    if (fn == DPS_ACT_GELU || fn == DPS_ACT_SOFTMAX) host_gelu(n, x, y);
+    else
+        for (int64_t i = 0; i < n; i++) y[i] = dps_act(fn, x[i]);
+    return DPS_OK;
+}
+
+static dps_status host_act_bwd(backend *be, be_stream *s, int fn, int64_t n, const float *g,
+                               const float *v, float *dx)
+{
+    (void)be;
+    HOST_STREAM(s);
+    if (fn == DPS_ACT_GELU || fn == DPS_ACT_SOFTMAX) host_gelu_bwd(n, g, v, dx);
+    else
+        for (int64_t i = 0; i < n; i++) dx[i] = dps_act_bwd(fn, g[i], v[i]);
     return DPS_OK;
 }
 
@@ -412,7 +428,7 @@ static dps_status host_gelu_bwd_col_sum(backend *be, be_stream *s, int rows, int
                                         const float *dh, const float *pre, float *dpre, float *db)
 {
     HOST_STREAM(s);
-    DPS_TRY(host_gelu_bwd(be, s, (int64_t)rows * cols, dh, pre, dpre));
+    host_gelu_bwd((int64_t)rows * cols, dh, pre, dpre);
     return host_col_sum(be, s, rows, cols, dpre, db);
 }
 
@@ -642,21 +658,21 @@ static dps_status host_gemm_bias(backend *be, be_stream *s, int ta, int tb, int 
     return rc;
 }
 
-static dps_status host_gelu_half(backend *be, be_stream *s, be_dtype ht, int64_t n,
-                                 const uint16_t *x, uint16_t *y)
+static dps_status host_act_half(backend *be, be_stream *s, int fn, be_dtype ht, int64_t n,
+                                const uint16_t *x, uint16_t *y)
 {
     (void)be;
     HOST_STREAM(s);
-    for (int64_t i = 0; i < n; i++) y[i] = dps_gelu_half(x[i], ht == BE_F16);
+    for (int64_t i = 0; i < n; i++) y[i] = dps_act_half(fn, x[i], ht == BE_F16);
     return DPS_OK;
 }
 
-static dps_status host_gelu_bwd_half(backend *be, be_stream *s, be_dtype ht, int64_t n,
-                                     const uint16_t *dh, const uint16_t *pre, uint16_t *dpre)
+static dps_status host_act_bwd_half(backend *be, be_stream *s, int fn, be_dtype ht, int64_t n,
+                                    const uint16_t *g, const uint16_t *v, uint16_t *dx)
 {
     (void)be;
     HOST_STREAM(s);
-    for (int64_t i = 0; i < n; i++) dpre[i] = dps_gelu_bwd_half(dh[i], pre[i], ht == BE_F16);
+    for (int64_t i = 0; i < n; i++) dx[i] = dps_act_bwd_half(fn, g[i], v[i], ht == BE_F16);
     return DPS_OK;
 }
 
@@ -679,7 +695,7 @@ static dps_status host_gelu_bwd_col_sum_half(backend *be, be_stream *s, be_dtype
                                              uint16_t *dpre, float *db)
 {
     HOST_STREAM(s);
-    DPS_TRY(host_gelu_bwd_half(be, s, ht, (int64_t)rows * cols, dh, pre, dpre));
+    DPS_TRY(host_act_bwd_half(be, s, DPS_ACT_GELU, ht, (int64_t)rows * cols, dh, pre, dpre));
     return host_col_sum_half(be, s, ht, rows, cols, dpre, db);
 }
 
@@ -892,8 +908,8 @@ static const be_ops host_ops = {
     .gemm = host_gemm,
     .gemm_tf32 = host_gemm_tf32,
     .bias_act = host_bias_act,
-    .gelu = host_gelu,
-    .gelu_bwd = host_gelu_bwd,
+    .act = host_act,
+    .act_bwd = host_act_bwd,
     .col_sum = host_col_sum,
     .gelu_bwd_col_sum = host_gelu_bwd_col_sum,
     .xent = host_xent,
@@ -911,8 +927,8 @@ static const be_ops host_ops = {
     .add_ex = host_add_ex,
     .round_half = host_round_half,
     .resample_half = host_resample_half,
-    .gelu_half = host_gelu_half,
-    .gelu_bwd_half = host_gelu_bwd_half,
+    .act_half = host_act_half,
+    .act_bwd_half = host_act_bwd_half,
     .col_sum_half = host_col_sum_half,
     .gelu_bwd_col_sum_half = host_gelu_bwd_col_sum_half,
     .unscale = host_unscale,

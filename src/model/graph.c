@@ -282,7 +282,7 @@ static dps_status op_fwd(const graph_fwd_ctx *c, int i)
     case MF_RESAMPLE:
         return be->ops->resample(be, c->st, c->samples, (int64_t)o->in_elems, (int64_t)o->out_elems, in, y);
     case MF_NORM: return graph_norm_fwd(c, o, in, y, dev);
-    case MF_ACT: return be->ops->gelu(be, c->st, (int64_t)n, in, y);
+    case MF_ACT: return be->ops->act(be, c->st, (int)o->fn, (int64_t)n, in, y);
     case MF_ADD:
         DPS_TRY(graph_copy(be, c->st, dev, y, in, n));
         return be->ops->add(be, c->st, (int64_t)n, y, graph_input_of(c->a, o->from, c->x));
@@ -414,7 +414,9 @@ static dps_status op_bwd(const graph_bwd_ctx *c, int i, float *din)
         return din ? be->ops->resample_bwd(be, st, c->f.samples, (int64_t)o->in_elems,
                                            (int64_t)o->out_elems, g, din) : DPS_OK;
     case MF_NORM: return graph_norm_bwd(c, o, in, g, din);
-    case MF_ACT: return din ? be->ops->gelu_bwd(be, st, (int64_t)n, g, in, din) : DPS_OK;
+    case MF_ACT:
+        return din ? be->ops->act_bwd(be, st, (int)o->fn, (int64_t)n, g,
+                                      graph_act_saved(c->f.a, o, i, in), din) : DPS_OK;
     case MF_ADD:
         if (o->from != MF_INPUT) DPS_TRY(be->ops->add(be, st, (int64_t)n, graph_grad_of(c->f.a, o->from), g));
         return din ? graph_copy(be, st, c->f.a->work.dev, din, g, n) : DPS_OK;

@@ -254,8 +254,8 @@ dps_status graph_fwd_half(const graph_fwd_ctx *c, int i)
         return be->ops->resample_half(be, c->st, c->samples, (int64_t)o->in_elems,
                                       (int64_t)o->out_elems, CU16(in), U16(y));
     case MF_ACT:
-        if (t == BE_F32) return be->ops->gelu(be, c->st, n, in, y);
-        return be->ops->gelu_half(be, c->st, t, n, CU16(in), U16(y));
+        if (t == BE_F32) return be->ops->act(be, c->st, (int)o->fn, n, in, y);
+        return be->ops->act_half(be, c->st, (int)o->fn, t, n, CU16(in), U16(y));
     case MF_ADD:
         return be->ops->add_ex(be, c->st, n, in, in_t, graph_input_of(a, o->from, c->x),
                                graph_type_of(a, o->from), y, t);
@@ -457,18 +457,21 @@ static dps_status norm_bwd(const graph_bwd_ctx *c, const mf_op *o, const float *
     return graph_norm_bwd(c, o, in, g, din);
 }
 
-/* An act's backward in its type: GELU's on half tensors from g16. */
-static dps_status act_bwd(const graph_bwd_ctx *c, const mf_op *o, const float *in, const float *g,
+/* Act op i's backward in its type, from what it keeps (graph_act_saved);
+ * on half tensors from g16. */
+static dps_status act_bwd(const graph_bwd_ctx *c, int i, const float *in, const float *g,
                           float *din, be_dtype t, be_dtype *din_t)
 {
     backend *be = c->f.be;
+    const mf_op *o = &c->f.mf->ops[i];
     int64_t n = (int64_t)c->f.samples * (int64_t)o->out_elems;
+    const float *v = graph_act_saved(c->f.a, o, i, in);
     *din_t = t;
     if (!din) return DPS_OK;
-    if (t == BE_F32) return be->ops->gelu_bwd(be, c->f.st, n, g, in, din);
+    if (t == BE_F32) return be->ops->act_bwd(be, c->f.st, (int)o->fn, n, g, v, din);
     uint16_t *g16 = c->f.a->g16.ptr;
     DPS_TRY(be->ops->cast(be, c->f.st, n, g, BE_F32, g16, t));
-    return be->ops->gelu_bwd_half(be, c->f.st, t, n, g16, CU16(in), U16(din));
+    return be->ops->act_bwd_half(be, c->f.st, (int)o->fn, t, n, g16, CU16(v), U16(din));
 }
 
 /* Op i's output gradient rounded to its half type (the gradient of a half
@@ -506,7 +509,7 @@ dps_status graph_bwd_half(const graph_bwd_ctx *c, int i, float *din, be_dtype *d
         return din ? be->ops->resample_bwd(be, c->f.st, c->f.samples, (int64_t)o->in_elems,
                                            (int64_t)o->out_elems, g, din) : DPS_OK;
     case MF_NORM: return norm_bwd(c, o, in, g, din);
-    case MF_ACT: return act_bwd(c, o, in, g, din, t, din_t);
+    case MF_ACT: return act_bwd(c, i, in, g, din, t, din_t);
     case MF_ADD: return add_bwd(c, o, g, din);
     case MF_EMBEDDING: return graph_embedding_bwd(c, o, g, din);
     case MF_MUL: return mul_bwd(c, o, in, g, din);

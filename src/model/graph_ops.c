@@ -3,7 +3,15 @@
  * gradient lie, and the fp32 ops that the autocast ones reuse. */
 #include <limits.h>
 
+#include "elementwise.h"
 #include "model/graph_ops.h"
+
+_Static_assert(MF_RELU == DPS_ACT_RELU && MF_GELU == DPS_ACT_GELU && MF_SOFTMAX == DPS_ACT_SOFTMAX &&
+               MF_TANH == DPS_ACT_TANH && MF_SIGMOID == DPS_ACT_SIGMOID &&
+               MF_RELU6 == DPS_ACT_RELU6 && MF_SILU == DPS_ACT_SILU &&
+               MF_HARDSWISH == DPS_ACT_HARDSWISH && MF_HARDSIGMOID == DPS_ACT_HARDSIGMOID &&
+               MF_MISH == DPS_ACT_MISH && MF_FN_COUNT == DPS_ACT_COUNT,
+               "model_file.h's mf_fn and elementwise.h's DPS_ACT_* number the functions alike");
 
 #define F(b) ((float *)(b).ptr)
 
@@ -32,6 +40,11 @@ float *graph_grad_of(const graph_acts *a, int i)
 const float *graph_input_of(const graph_acts *a, int op_in, const float *x)
 {
     return op_in == MF_INPUT ? x : graph_out_of(a, op_in);
+}
+
+const float *graph_act_saved(const graph_acts *a, const mf_op *o, int i, const float *in)
+{
+    return dps_act_keeps_output((int)o->fn) ? graph_out_of(a, i) : in;
 }
 
 be_dtype graph_type_of(const graph_acts *a, int op_in)

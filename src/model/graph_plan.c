@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "elementwise.h"
 #include "model/graph_plan.h"
 
 typedef struct range { size_t lo, hi; } range;
@@ -55,10 +56,17 @@ static size_t place(const item *items, int n, size_t *at)
     return arena;
 }
 
+/* Whether op j's backward reads its output (an act whose function's
+ * backward does, as autograd saves relu's, tanh's and sigmoid's result). */
+static int rereads_output(const mf_op *o)
+{
+    return o->kind == MF_ACT && dps_act_keeps_output((int)o->fn);
+}
+
 /* Whether op j's backward reads its input again. */
 static int rereads_input(const mf_op *o)
 {
-    return o->kind == MF_GEMM || o->kind == MF_ACT || o->kind == MF_MUL ||
+    return o->kind == MF_GEMM || (o->kind == MF_ACT && !rereads_output(o)) || o->kind == MF_MUL ||
            (o->kind == MF_NORM && o->weight >= 0);
 }
 
@@ -81,6 +89,7 @@ static int outputs_alive(const model_file *mf, item *items, int *again_of)
         for (int k = 0; k < 2; k++)
             if (srcs[k] >= 0 && j > items[srcs[k]].to) items[srcs[k]].to = j;
         if (o->kind == MF_MUL && o->from >= 0 && back > items[o->from].to) items[o->from].to = back;
+        if (j < last && rereads_output(o) && back > items[j].to) items[j].to = back;
         if (o->in < 0 || !rereads_input(o)) continue;
         int keep = o->in;
         if (recomputes(mf, j)) { /* the resample's input kept instead, and room for its output */

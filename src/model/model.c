@@ -217,7 +217,7 @@ static dps_status forward_bf16(backend *be, be_stream *st, model_shape s, const 
                              d, p16 + model_bias_offset(s, l), pre, H, d));
         DPS_TRY(op_trace_end(a->trace));
         DPS_TRY(trace_gelu(a, OP_FORWARD, (int64_t)rows * d));
-        DPS_TRY(o->gelu_half(be, st, H, (int64_t)rows * d, pre, post));
+        DPS_TRY(o->act_half(be, st, DPS_ACT_GELU, H, (int64_t)rows * d, pre, post));
         DPS_TRY(op_trace_end(a->trace));
         h = post;
     }
@@ -255,7 +255,7 @@ dps_status model_forward(backend *be, be_stream *st, model_shape s, const float 
         DPS_TRY(o->gemm_bias(be, st, 0, 0, rows, d, d, h, BE_F32, d, w, BE_F32, d, b, pre, BE_F32, d));
         DPS_TRY(op_trace_end(a->trace));
         DPS_TRY(trace_gelu(a, OP_FORWARD, (int64_t)rows * d));
-        DPS_TRY(o->gelu(be, st, (int64_t)rows * d, pre, post));
+        DPS_TRY(o->act(be, st, DPS_ACT_GELU, (int64_t)rows * d, pre, post));
         DPS_TRY(op_trace_end(a->trace));
         h = post;
     }

@@ -29,6 +29,40 @@
 #include <cuda_runtime_api.h>
 #endif
 
+/* Each activation's value and gradient at 1.7 and -0.6, as PyTorch 1.13
+ * computes them (torch.nn.functional's fn, y.sum().backward()), and its
+ * backward against central differences of its forward, away from kinks;
+ * relu, tanh and sigmoid's backward read the output, the others the input. */
+static void test_activations(void)
+{
+    static const struct { int fn; float y[2], dx[2]; } want[] = {
+        {DPS_ACT_RELU, {1.70000005f, 0.0f}, {1.0f, 0.0f}},
+        {DPS_ACT_GELU, {1.62423885f, -0.164551824f}, {1.11531794f, 0.0743183047f}},
+        {DPS_ACT_TANH, {0.935409069f, -0.537049592f}, {0.125009879f, 0.711577713f}},
+        {DPS_ACT_SIGMOID, {0.845534801f, 0.354343712f}, {0.130605698f, 0.228784248f}},
+        {DPS_ACT_RELU6, {1.70000005f, 0.0f}, {1.0f, 0.0f}},
+        {DPS_ACT_SILU, {1.43740916f, -0.212606221f}, {1.06756449f, 0.217073157f}},
+        {DPS_ACT_HARDSWISH, {1.33166659f, -0.24000001f}, {1.0666666f, 0.300000012f}},
+        {DPS_ACT_HARDSIGMOID, {0.783333302f, 0.400000006f}, {0.166666672f, 0.166666672f}},
+        {DPS_ACT_MISH, {1.62076807f, -0.246936038f}, {1.08425736f, 0.234965429f}},
+    };
+    static const float xs[2] = {1.7f, -0.6f};
+    for (size_t f = 0; f < sizeof want / sizeof want[0]; f++) {
+        int fn = want[f].fn, out = dps_act_keeps_output(fn);
+        EXPECT(out == (fn == DPS_ACT_RELU || fn == DPS_ACT_TANH || fn == DPS_ACT_SIGMOID));
+        for (int k = 0; k < 2; k++) {
+            float y = dps_act(fn, xs[k]);
+            EXPECT_NEAR(y, want[f].y[k], 2e-7 + 2e-7 * fabsf(want[f].y[k]));
+            EXPECT_NEAR(dps_act_bwd(fn, 1.0f, out ? y : xs[k]), want[f].dx[k], 3e-7);
+        }
+        for (float x = -5.1f; x <= 7.0f; x += 0.37f) {
+            double h = 1e-3, num = (dps_act(fn, x + (float)h) - dps_act(fn, x - (float)h)) / (2 * h);
+            if (fabsf(x) < 0.01f || fabsf(fabsf(x) - 3.0f) < 0.01f || fabsf(x - 6.0f) < 0.01f) continue;
+            EXPECT_NEAR(dps_act_bwd(fn, 2.0f, out ? dps_act(fn, x) : x), 2.0 * num, 4e-3);
+        }
+    }
+}
+
 static void test_elementwise(void)
 {
     for (float x = -4.0f; x <= 4.0f; x += 0.37f) {
@@ -89,12 +123,12 @@ static void test_host_math(void)
     for (int i = 0; i < nsp; i++) x[n - nsp + i] = special[i];
     for (int i = 0; i < n; i++) dh[i] = 1.0f - (float)(i % 3);
     float *y2 = malloc((size_t)n * 4);
-    EXPECT(be->ops->gelu(be, st, n, x, y2) == DPS_OK);
+    EXPECT(be->ops->act(be, st, DPS_ACT_GELU, n, x, y2) == DPS_OK);
     EXPECT(be->ops->bias_act(be, st, 1, n, x, bias, y) == DPS_OK); /* x + 0: x, but -0 */
     for (int i = 0; i < n; i++)
         if (x[i] != 0.0f) EXPECT(memcmp(&y[i], &y2[i], 4) == 0 || (isnan(y[i]) && isnan(y2[i])));
     free(y2);
-    EXPECT(be->ops->gelu_bwd(be, st, n, dh, x, g) == DPS_OK);
+    EXPECT(be->ops->act_bwd(be, st, DPS_ACT_GELU, n, dh, x, g) == DPS_OK);
     int bad = 0;
     for (int i = 0; i < n; i++) {
         double want = dps_gelu(x[i]), want_g = dh[i] * dps_gelu_grad(x[i]);
@@ -203,7 +237,7 @@ static void test_col_sum(void)
         float *want_db = malloc((size_t)cols * sizeof(float));
         for (size_t k = 0; k < n; k++) pre[k] = dps_uniform(3, 10, k) * 4.0f;
         memcpy(dh, x, n * sizeof(float));
-        EXPECT(be->ops->gelu_bwd(be, st, (int64_t)n, x, pre, want) == DPS_OK);
+        EXPECT(be->ops->act_bwd(be, st, DPS_ACT_GELU, (int64_t)n, x, pre, want) == DPS_OK);
         EXPECT(be->ops->col_sum(be, st, rows, cols, want, want_db) == DPS_OK);
         EXPECT(be->ops->gelu_bwd_col_sum(be, st, rows, cols, dh, pre, dh, fused_db) == DPS_OK);
         EXPECT(memcmp(dh, want, n * sizeof(float)) == 0);
@@ -298,12 +332,12 @@ static void autocast_ops(be_dtype H)
     EXPECT(wide_pre[7] == dps_to_half(acc[7] + dps_from_half(bias[7], f16), f16));
     EXPECT(op->gemm_bias(be, st, 0, 0, M, N, K, a, BE_F32, K, b, BE_F32, N, bias, pre, H,
                          N) == DPS_ERR_RUNTIME && strstr(dps_errmsg(), "cast A or B"));
-    EXPECT(op->gelu_half(be, st, H, M * N, wide_pre, post) == DPS_OK);
+    EXPECT(op->act_half(be, st, DPS_ACT_GELU, H, M * N, wide_pre, post) == DPS_OK);
     int gelu_ok = 1;
     for (int i = 0; i < M * N; i++) gelu_ok &= post[i] == dps_gelu_half(wide_pre[i], f16);
     EXPECT(gelu_ok);
     memcpy(pre, wide_pre, sizeof wide_pre);
-    EXPECT(op->gelu_bwd_half(be, st, H, M * N, post, pre, dpre) == DPS_OK);
+    EXPECT(op->act_bwd_half(be, st, DPS_ACT_GELU, H, M * N, post, pre, dpre) == DPS_OK);
     EXPECT(dpre[9] == dps_gelu_bwd_half(post[9], pre[9], f16));
     float sums[N], sums_wide[N], fused[N];
     EXPECT(op->cast(be, st, M * N, dpre, H, got, BE_F32) == DPS_OK);
@@ -613,7 +647,7 @@ static void gpu_gelu(backend *be, be_stream *st)
     dps_buf dx, dy;
     gpu_put(be, st, &dx, x, N * 4);
     gpu_put(be, st, &dy, NULL, N * 4);
-    EXPECT(be->ops->gelu(be, st, N, dx.ptr, dy.ptr) == DPS_OK);
+    EXPECT(be->ops->act(be, st, DPS_ACT_GELU, N, dx.ptr, dy.ptr) == DPS_OK);
     gpu_get(be, st, y, &dy, N * 4);
     int bad = 0; /* erff's error times x / 2, and the product's rounding */
     for (int i = 0; i < N; i++)
@@ -621,7 +655,7 @@ static void gpu_gelu(backend *be, be_stream *st)
     for (int h = 0; h < 2; h++) {
         for (int i = 0; i < N; i++) x16[i] = dps_to_half(x[i], h);
         EXPECT(be->ops->copy(be, st, dx.ptr, 0, x16, DPS_HOST, N * 2) == DPS_OK);
-        EXPECT(be->ops->gelu_half(be, st, h ? BE_F16 : BE_BF16, N, dx.ptr, dy.ptr) == DPS_OK);
+        EXPECT(be->ops->act_half(be, st, DPS_ACT_GELU, h ? BE_F16 : BE_BF16, N, dx.ptr, dy.ptr) == DPS_OK);
         gpu_get(be, st, y16, &dy, N * 2);
         for (int i = 0; i < N; i++) { /* the same half value, or a neighbour */
             double g = dps_from_half(y16[i], h), w = dps_from_half(dps_gelu_half(x16[i], h), h);
@@ -658,10 +692,10 @@ static void gpu_gelu_bwd_col_sum(backend *be, be_stream *st, backend *host)
             gpu_put(be, st, &ddb, NULL, cb);
             const be_ops *o = be->ops;
             if (t == BE_F32) {
-                EXPECT(o->gelu_bwd(be, st, (int64_t)n, ddh.ptr, dpre.ptr, dout.ptr) == DPS_OK);
+                EXPECT(o->act_bwd(be, st, DPS_ACT_GELU, (int64_t)n, ddh.ptr, dpre.ptr, dout.ptr) == DPS_OK);
                 EXPECT(o->col_sum(be, st, rows, cols, dout.ptr, ddb.ptr) == DPS_OK);
             } else {
-                EXPECT(o->gelu_bwd_half(be, st, t, (int64_t)n, ddh.ptr, dpre.ptr, dout.ptr) == DPS_OK);
+                EXPECT(o->act_bwd_half(be, st, DPS_ACT_GELU, t, (int64_t)n, ddh.ptr, dpre.ptr, dout.ptr) == DPS_OK);
                 EXPECT(o->col_sum_half(be, st, t, rows, cols, dout.ptr, ddb.ptr) == DPS_OK);
             }
             gpu_get(be, st, want, &dout, n * es);
@@ -1252,7 +1286,7 @@ static void test_gemm_signals(void)
     be_close(be);
 }
 
-EXPECT_GROUPS(GROUP(elementwise), GROUP(host_math), GROUP(col_sum), GROUP(autocast_ops),
+EXPECT_GROUPS(GROUP(elementwise), GROUP(activations), GROUP(host_math), GROUP(col_sum), GROUP(autocast_ops),
               GROUP(f16), GROUP(unscale),
               GROUP(scale_copy), GROUP(accounting), GROUP(cublas_workspace), GROUP(versions),
               GROUP(nvml),
