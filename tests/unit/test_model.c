@@ -402,10 +402,25 @@ static const char zoo_file[] =
     "op resample sq n=4\nop mul se in=dw from=sq\nop cat ct from=sq\nop cat cls weight=tok\n"
     "op resample r n=20\nop gemm fc m=4 k=5 n=3 weight=fc.weight\n";
 
+/* The activation functions but softmax (GELU's pass, in kinds.model),
+ * between GEMMs; relu, tanh and sigmoid's backward from their output. */
+static const char acts_file[] =
+    "dpscale-model 1\nname acts\ninput 24\nclasses 3\n"
+    "tensor fc1.weight 6x6 ready=6\ntensor fc1.bias 6 ready=5\ntensor fc2.weight 6x6 ready=4\n"
+    "tensor fc2.bias 6 ready=3\ntensor fc3.weight 6x6 ready=2\ntensor fc3.bias 6 ready=1\n"
+    "tensor fc4.weight 3x6 ready=0\n"
+    "op gemm fc1 m=4 k=6 n=6 weight=fc1.weight bias=fc1.bias\nop act a1 fn=relu\n"
+    "op gemm fc2 m=4 k=6 n=6 weight=fc2.weight bias=fc2.bias\nop act a2 fn=tanh\n"
+    "op act a3 fn=silu\nop act a4 fn=mish\nop act a5 fn=hardswish\n"
+    "op gemm fc3 m=4 k=6 n=6 weight=fc3.weight bias=fc3.bias\nop act a6 fn=sigmoid\n"
+    "op act a7 fn=relu6\nop act a8 fn=hardsigmoid\nop act a9 fn=gelu\n"
+    "op gemm fc4 m=4 k=6 n=3 weight=fc4.weight\n";
+
 static void test_graph_gradients(void)
 {
     check_graph_gradients("kinds.model", graph_file, sizeof graph_file - 1, 126);
     check_graph_gradients("zoo.model", zoo_file, sizeof zoo_file - 1, 33);
+    check_graph_gradients("acts.model", acts_file, sizeof acts_file - 1, 144);
 }
 
 /* net.c over a model file: a sample's data the same whatever the shard,
