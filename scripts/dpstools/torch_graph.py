@@ -10,8 +10,12 @@ flat fp32 tensors [samples, elements] with model/graph.c's semantics: a gemm
 is x·Wᵀ + b on m rows of a sample (W viewed as n × k; with g groups, group j's
 k/g columns of x by its n/g rows of W give its n/g columns) or, without weight,
 b matmuls between the two halves of its input; a resample reads
-x[i mod n_in]; a norm scales and shifts c columns; every act is the exact
-erf GELU; an embedding adds its table's elements at fixed positions; an add
+x[i mod n_in]; a norm scales and shifts c columns; an act is its fn's
+torch function (F.relu, F.gelu's exact erf form, torch.tanh, torch.sigmoid,
+F.relu6, F.silu, F.hardswish, F.hardsigmoid, F.mish), whose autograd saves
+what dpscale keeps (relu's, tanh's and sigmoid's output, the others' input),
+but softmax, which runs GELU as dpscale runs it (the op names no row
+length); an embedding adds its table's elements at fixed positions; an add
 is a residual; a cat appends another op's output or a tensor to each
 sample; a mul scales each run of n/n_s elements by one of its other
 operand's n_s. With a half type (bf16 or fp16) the module computes as
@@ -244,8 +248,8 @@ def op_forward(torch, op, w, x, outs, a=None, mm=None):
         v = v * w[op.weight] if op.weight >= 0 else v
         v = v + w[op.bias] if op.bias >= 0 else v
         return v.reshape(a.shape[0], op.out_elems)
-    if op.kind == "act":  # GELU's pass for every fn
-        return torch.nn.functional.gelu(a)
+    if op.kind == "act":
+        return act_function(torch, op.fn)(a)
     if op.kind == "add":
         return a + source(x, outs, op.frm)
     if op.kind == "cat":  # each sample's a, then the other operand's (the tensor's) elements
@@ -327,6 +331,14 @@ def op_forward_half(torch, casts, op, w, x, outs, halves):
     if op.kind in ("resample", "act"):  # in the input's type
         return (cast(y), True) if in_half else (y, False)
     return y, False  # norm, embedding: fp32
+
+
+def act_function(torch, fn):
+    """fn's torch function; softmax: GELU, as model/graph.c runs it."""
+    F = torch.nn.functional
+    return {"relu": F.relu, "gelu": F.gelu, "softmax": F.gelu, "tanh": torch.tanh,
+            "sigmoid": torch.sigmoid, "relu6": F.relu6, "silu": F.silu, "hardswish": F.hardswish,
+            "hardsigmoid": F.hardsigmoid, "mish": F.mish}[fn]
 
 
 def gemm(torch, op, w, a, mm=None):

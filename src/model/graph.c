@@ -414,9 +414,12 @@ static dps_status op_bwd(const graph_bwd_ctx *c, int i, float *din)
         return din ? be->ops->resample_bwd(be, st, c->f.samples, (int64_t)o->in_elems,
                                            (int64_t)o->out_elems, g, din) : DPS_OK;
     case MF_NORM: return graph_norm_bwd(c, o, in, g, din);
-    case MF_ACT:
-        return din ? be->ops->act_bwd(be, st, (int)o->fn, (int64_t)n, g,
-                                      graph_act_saved(c->f.a, o, i, in), din) : DPS_OK;
+    case MF_ACT: {
+        const float *v;
+        if (!din) return DPS_OK;
+        DPS_TRY(graph_act_saved(c, i, in, din, &v));
+        return be->ops->act_bwd(be, st, (int)o->fn, (int64_t)n, g, v, din);
+    }
     case MF_ADD:
         if (o->from != MF_INPUT) DPS_TRY(be->ops->add(be, st, (int64_t)n, graph_grad_of(c->f.a, o->from), g));
         return din ? graph_copy(be, st, c->f.a->work.dev, din, g, n) : DPS_OK;

@@ -457,17 +457,18 @@ static dps_status norm_bwd(const graph_bwd_ctx *c, const mf_op *o, const float *
     return graph_norm_bwd(c, o, in, g, din);
 }
 
-/* Act op i's backward in its type, from what it keeps (graph_act_saved);
- * on half tensors from g16. */
+/* Act op i's backward in its type, from what it keeps (graph_act_saved,
+ * in din: read and written element by element); on half tensors from g16. */
 static dps_status act_bwd(const graph_bwd_ctx *c, int i, const float *in, const float *g,
                           float *din, be_dtype t, be_dtype *din_t)
 {
     backend *be = c->f.be;
     const mf_op *o = &c->f.mf->ops[i];
     int64_t n = (int64_t)c->f.samples * (int64_t)o->out_elems;
-    const float *v = graph_act_saved(c->f.a, o, i, in);
+    const float *v;
     *din_t = t;
     if (!din) return DPS_OK;
+    DPS_TRY(graph_act_saved(c, i, in, din, &v));
     if (t == BE_F32) return be->ops->act_bwd(be, c->f.st, (int)o->fn, n, g, v, din);
     uint16_t *g16 = c->f.a->g16.ptr;
     DPS_TRY(be->ops->cast(be, c->f.st, n, g, BE_F32, g16, t));

@@ -42,9 +42,20 @@ const float *graph_input_of(const graph_acts *a, int op_in, const float *x)
     return op_in == MF_INPUT ? x : graph_out_of(a, op_in);
 }
 
-const float *graph_act_saved(const graph_acts *a, const mf_op *o, int i, const float *in)
+dps_status graph_act_saved(const graph_bwd_ctx *c, int i, const float *in, float *din,
+                           const float **v)
 {
-    return dps_act_keeps_output((int)o->fn) ? graph_out_of(a, i) : in;
+    const mf_op *o = &c->f.mf->ops[i];
+    const graph_acts *a = c->f.a;
+    backend *be = c->f.be;
+    int64_t n = (int64_t)c->f.samples * (int64_t)o->out_elems;
+    be_dtype t = graph_type_of(a, i);
+    *v = in;
+    if (!dps_act_keeps_output((int)o->fn)) return DPS_OK;
+    *v = i == a->last ? din : graph_out_of(a, i);
+    if (i != a->last) return DPS_OK;
+    if (t == BE_F32) return be->ops->act(be, c->f.st, (int)o->fn, n, in, din);
+    return be->ops->act_half(be, c->f.st, (int)o->fn, t, n, (const uint16_t *)in, (uint16_t *)din);
 }
 
 be_dtype graph_type_of(const graph_acts *a, int op_in)

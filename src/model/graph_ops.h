@@ -34,9 +34,12 @@ dps_status graph_rows_of(const mf_op *o, int samples, size_t per_sample, int *ro
 float *graph_out_of(const graph_acts *a, int i);
 float *graph_grad_of(const graph_acts *a, int i);
 const float *graph_input_of(const graph_acts *a, int op_in, const float *x);
-/* What act op i's backward reads: its output where its function's backward
- * does (dps_act_keeps_output: relu, tanh, sigmoid), else in, its input. */
-const float *graph_act_saved(const graph_acts *a, const mf_op *o, int i, const float *in);
+/* *v: what act op i's backward reads: its output where its function's
+ * backward does (dps_act_keeps_output: relu, tanh, sigmoid), else in, its
+ * input. The last op's output is the caller's logits, not kept: made again
+ * from in into din (in op i's type), which the backward may overwrite. */
+dps_status graph_act_saved(const graph_bwd_ctx *c, int i, const float *in, float *din,
+                           const float **v) DPS_MUST_USE;
 /* The type of op_in's output: fp32 for the model's input, and without autocast. */
 be_dtype graph_type_of(const graph_acts *a, int op_in);
 /* n floats from src to dst on the device; nothing when they are one buffer. */

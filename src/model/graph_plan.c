@@ -63,11 +63,13 @@ static int rereads_output(const mf_op *o)
     return o->kind == MF_ACT && dps_act_keeps_output((int)o->fn);
 }
 
-/* Whether op j's backward reads its input again. */
-static int rereads_input(const mf_op *o)
+/* Whether op j's backward reads its input again; the last op's output is
+ * the caller's, so an act there that reads its output makes it again from
+ * its input (graph_act_saved). */
+static int rereads_input(const mf_op *o, int last)
 {
-    return o->kind == MF_GEMM || (o->kind == MF_ACT && !rereads_output(o)) || o->kind == MF_MUL ||
-           (o->kind == MF_NORM && o->weight >= 0);
+    return o->kind == MF_GEMM || (o->kind == MF_ACT && (last || !rereads_output(o))) ||
+           o->kind == MF_MUL || (o->kind == MF_NORM && o->weight >= 0);
 }
 
 /* Whether op j, a gemm with weight, recomputes its input from a resample's input. */
@@ -90,7 +92,7 @@ static int outputs_alive(const model_file *mf, item *items, int *again_of)
             if (srcs[k] >= 0 && j > items[srcs[k]].to) items[srcs[k]].to = j;
         if (o->kind == MF_MUL && o->from >= 0 && back > items[o->from].to) items[o->from].to = back;
         if (j < last && rereads_output(o) && back > items[j].to) items[j].to = back;
-        if (o->in < 0 || !rereads_input(o)) continue;
+        if (o->in < 0 || !rereads_input(o, j == last)) continue;
         int keep = o->in;
         if (recomputes(mf, j)) { /* the resample's input kept instead, and room for its output */
             keep = mf->ops[o->in].in;
