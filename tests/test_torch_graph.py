@@ -52,6 +52,22 @@ except ImportError as e:
     print(f"skipped: {e} (install python3-numpy)")
     sys.exit(77)
 
+
+def gelu(v):
+    return 0.5 * v * (1 + math.erf(v / math.sqrt(2)))
+
+
+def sigmoid(v):
+    return 1 / (1 + math.exp(-v))
+
+
+# Each act fn by its definition (softmax: GELU, as model/graph.c runs it).
+ACT = {"relu": lambda v: max(v, 0.0), "gelu": gelu, "softmax": gelu, "tanh": math.tanh,
+       "sigmoid": sigmoid, "relu6": lambda v: min(max(v, 0.0), 6.0),
+       "silu": lambda v: v * sigmoid(v), "hardswish": lambda v: v * min(max(v + 3, 0.0), 6.0) / 6,
+       "hardsigmoid": lambda v: min(max(v + 3, 0.0), 6.0) / 6,
+       "mish": lambda v: v * math.tanh(math.log1p(math.exp(v)))}
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Every kind of op and key: an embedding whose table (10 elements) is shorter
 # than its output (12), a gemm with and without bias, an act whose fn is not
@@ -253,7 +269,7 @@ def reference_op(op, w, xs, outs):
         beta = w[op.bias] if op.bias >= 0 else np.zeros(op.c)
         return np.array([a[i] * gamma[i % op.c] + beta[i % op.c] for i in range(len(a))])
     if op.kind == "act":
-        return np.array([0.5 * v * (1 + math.erf(v / math.sqrt(2))) for v in a])
+        return np.array([ACT[op.fn](float(v)) for v in a])
     if op.kind == "add":
         return a + (xs if op.frm == torch_graph.INPUT else outs[op.frm])
     if op.kind == "cat":
