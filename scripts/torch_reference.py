@@ -53,8 +53,9 @@ that file.
 --model FILE` trains it, built by dpstools.torch_graph with PyTorch's
 autograd: each op with dpscale's maths
 (model/graph.c: a gemm as x·Wᵀ + b or a matmul of its input's halves, a
-resample reading x[i mod n], a norm's scale and shift, GELU for every act, an
-embedding adding its table at fixed positions, a residual add), dpscale's
+resample reading x[i mod n], a norm's scale and shift, each act its fn's
+torch function (softmax: GELU), an embedding adding its table at fixed
+positions, a residual add), dpscale's
 initialisation and synthetic samples, the loss the mean cross-entropy of
 every row of the global batch. --batch defaults to 8 samples a device (a
 preset's: its own); --save-params writes dpscale's flat layout (the tensors

@@ -402,7 +402,7 @@ static const char zoo_file[] =
     "op resample sq n=4\nop mul se in=dw from=sq\nop cat ct from=sq\nop cat cls weight=tok\n"
     "op resample r n=20\nop gemm fc m=4 k=5 n=3 weight=fc.weight\n";
 
-/* The activation functions but softmax (GELU's pass, in kinds.model),
+/* The activation functions but softmax (which runs GELU's pass, as kinds.model's a1),
  * between GEMMs; relu, tanh and sigmoid's backward from their output. */
 static const char acts_file[] =
     "dpscale-model 1\nname acts\ninput 24\nclasses 3\n"
