@@ -282,6 +282,21 @@ DPS_HD void dps_store_as(void *p, int64_t i, int t, float v)
     else ((uint16_t *)p)[i] = dps_to_half(v, t == 2);
 }
 
+/* A norm's output element, y = x·γ + β as PyTorch's two element-wise
+ * kernels leave it: the fp32 product rounded, then the fp32 sum rounded
+ * (never one fused multiply-add); g == NULL: no scale, b == NULL: no shift. */
+DPS_HD float dps_norm_affine(float x, const float *g, const float *b, int c)
+{
+#ifdef __CUDA_ARCH__
+    if (g) x = __fmul_rn(x, g[c]);
+    if (b) x = __fadd_rn(x, b[c]);
+#else
+    if (g) x = x * g[c];
+    if (b) x = x + b[c];
+#endif
+    return x;
+}
+
 /* x rounded to the nearest value of the half type, kept in fp32. */
 DPS_HD float dps_round_half(float x, int f16)
 {

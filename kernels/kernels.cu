@@ -280,6 +280,15 @@ __global__ void col_scale_kernel(int64_t rows, int cols, const float *x, const f
     GRID_STRIDE(t, rows * cols) y[t] = x[t] * g[t % cols];
 }
 
+/* one thread an element: widened, scaled and shifted in fp32 (dps_norm_affine's
+ * __fmul_rn and __fadd_rn, never contracted into an fma), stored once */
+__global__ void norm_fwd_kernel(int xt, int yt, int rows, int cols, const void *x,
+                                const float *gamma, const float *beta, void *y)
+{
+    GRID_STRIDE(t, (int64_t)rows * cols)
+        dps_store_as(y, t, yt, dps_norm_affine(dps_load_as(x, t, xt), gamma, beta, (int)(t % cols)));
+}
+
 __global__ void mul_kernel(int64_t n, const float *a, const float *b, float *y)
 {
     GRID_STRIDE(i, n) y[i] = a[i] * b[i];
@@ -320,6 +329,88 @@ __global__ void row_dot_add_ex_kernel(int64_t rows, int64_t cols, const float *a
                                                         dps_load_as(b, r * cols + c, bt)), pt));
         out[r] = __fadd_rn(out[r], dps_round_as(acc, rt));
     }
+}
+
+__global__ void pixel_scale_ex_kernel(int64_t rows, int64_t pixels, int64_t cols, const void *x,
+                                      int xt, const void *sc, int sct, void *y, int yt)
+{
+    GRID_STRIDE(t, rows * pixels * cols)
+        dps_store_as(y, t, yt, __fmul_rn(dps_load_as(x, t, xt),
+                                         dps_load_as(sc, t / (pixels * cols) * cols + t % cols, sct)));
+}
+
+/* one thread a (row, col), its pixels in order: the host backend's sum */
+__global__ void pixel_dot_add_ex_kernel(int64_t rows, int64_t pixels, int64_t cols, const float *a,
+                                        const void *b, int bt, int pt, int rt, float *out)
+{
+    GRID_STRIDE(rc, rows * cols) {
+        int64_t r = rc / cols, c = rc % cols;
+        float acc = 0.0f;
+        for (int64_t p = 0; p < pixels; p++) {
+            int64_t t = (r * pixels + p) * cols + c;
+            acc = __fadd_rn(acc, dps_round_as(__fmul_rn(a[t], dps_load_as(b, t, bt)), pt));
+        }
+        out[rc] = __fadd_rn(out[rc], dps_round_as(acc, rt));
+    }
+}
+
+__global__ void cat_cols_kernel(int64_t rows, int64_t ca, const void *a, int at, int64_t cb,
+                                const void *b, int bt, void *y, int yt)
+{
+    GRID_STRIDE(t, rows * (ca + cb)) {
+        int64_t r = t / (ca + cb), c = t % (ca + cb);
+        dps_store_as(y, t, yt, c < ca ? dps_load_as(a, r * ca + c, at)
+                                      : dps_load_as(b, r * cb + c - ca, bt));
+    }
+}
+
+__global__ void cat_cols_bwd_kernel(int64_t rows, int64_t ca, int64_t cb, const float *g, float *da,
+                                    int dat, float *db, int dbt)
+{
+    GRID_STRIDE(t, rows * (ca + cb)) {
+        int64_t r = t / (ca + cb), c = t % (ca + cb);
+        if (c < ca) {
+            if (da) da[r * ca + c] = __fadd_rn(da[r * ca + c], dps_round_as(g[t], dat));
+        } else if (db) {
+            db[r * cb + c - ca] = __fadd_rn(db[r * cb + c - ca], dps_round_as(g[t], dbt));
+        }
+    }
+}
+
+cudaError_t dps_k_pixel_scale_ex(cudaStream_t s, int64_t rows, int64_t pixels, int64_t cols,
+                                 const void *x, int xt, const void *sc, int sct, void *y, int yt)
+{
+    int64_t n = rows * pixels * cols;
+    if (n <= 0) return cudaSuccess;
+    pixel_scale_ex_kernel<<<grid_for(n), kThreads, 0, s>>>(rows, pixels, cols, x, xt, sc, sct, y, yt);
+    return cudaGetLastError();
+}
+
+cudaError_t dps_k_pixel_dot_add_ex(cudaStream_t s, int64_t rows, int64_t pixels, int64_t cols,
+                                   const float *a, const void *b, int bt, int pt, int rt, float *out)
+{
+    if (rows * cols <= 0) return cudaSuccess;
+    pixel_dot_add_ex_kernel<<<grid_for(rows * cols), kThreads, 0, s>>>(rows, pixels, cols, a, b, bt,
+                                                                        pt, rt, out);
+    return cudaGetLastError();
+}
+
+cudaError_t dps_k_cat_cols(cudaStream_t s, int64_t rows, int64_t ca, const void *a, int at,
+                           int64_t cb, const void *b, int bt, void *y, int yt)
+{
+    int64_t n = rows * (ca + cb);
+    if (n <= 0) return cudaSuccess;
+    cat_cols_kernel<<<grid_for(n), kThreads, 0, s>>>(rows, ca, a, at, cb, b, bt, y, yt);
+    return cudaGetLastError();
+}
+
+cudaError_t dps_k_cat_cols_bwd(cudaStream_t s, int64_t rows, int64_t ca, int64_t cb, const float *g,
+                               float *da, int dat, float *db, int dbt)
+{
+    int64_t n = rows * (ca + cb);
+    if (n <= 0) return cudaSuccess;
+    cat_cols_bwd_kernel<<<grid_for(n), kThreads, 0, s>>>(rows, ca, cb, g, da, dat, db, dbt);
+    return cudaGetLastError();
 }
 
 template <typename T>
@@ -584,6 +675,15 @@ cudaError_t dps_k_row_dot_add_ex(cudaStream_t s, int64_t rows, int64_t cols, con
 {
     if (rows <= 0) return cudaSuccess;
     row_dot_add_ex_kernel<<<grid_for(rows), kThreads, 0, s>>>(rows, cols, a, b, bt, pt, rt, out);
+    return cudaGetLastError();
+}
+
+cudaError_t dps_k_norm_fwd(cudaStream_t s, int xt, int yt, int rows, int cols, const void *x,
+                           const float *gamma, const float *beta, void *y)
+{
+    int64_t n = (int64_t)rows * cols;
+    if (n <= 0) return cudaSuccess;
+    norm_fwd_kernel<<<grid_for(n), kThreads, 0, s>>>(xt, yt, rows, cols, x, gamma, beta, y);
     return cudaGetLastError();
 }
 

@@ -70,6 +70,10 @@ cudaError_t dps_k_resample_bwd(cudaStream_t s, int64_t samples, int64_t n_in, in
                                const float *dy, float *dx);
 cudaError_t dps_k_col_scale(cudaStream_t s, int64_t rows, int cols, const float *x, const float *g,
                             float *y);
+/* a norm's forward in one pass (backend.h's norm_fwd): x of type xt (0:
+ * fp32, 1: bf16, 2: fp16), gamma and beta fp32 or NULL, y of type yt */
+cudaError_t dps_k_norm_fwd(cudaStream_t s, int xt, int yt, int rows, int cols, const void *x,
+                           const float *gamma, const float *beta, void *y);
 cudaError_t dps_k_mul(cudaStream_t s, int64_t n, const float *a, const float *b, float *y);
 /* a model file's mul op and its scale's gradient (backend.h's row_scale, row_dot_add) */
 cudaError_t dps_k_row_scale(cudaStream_t s, int64_t rows, int64_t cols, const float *x,
@@ -83,6 +87,16 @@ cudaError_t dps_k_row_scale_ex(cudaStream_t s, int64_t rows, int64_t cols, const
                                const void *sc, int sct, void *y, int yt);
 cudaError_t dps_k_row_dot_add_ex(cudaStream_t s, int64_t rows, int64_t cols, const float *a,
                                  const void *b, int bt, int pt, int rt, float *out);
+/* a mul and a cat over pixels: backend.h's pixel_scale_ex, pixel_dot_add_ex
+ * (one thread a (row, col), its pixels in order), cat_cols, cat_cols_bwd */
+cudaError_t dps_k_pixel_scale_ex(cudaStream_t s, int64_t rows, int64_t pixels, int64_t cols,
+                                 const void *x, int xt, const void *sc, int sct, void *y, int yt);
+cudaError_t dps_k_pixel_dot_add_ex(cudaStream_t s, int64_t rows, int64_t pixels, int64_t cols,
+                                   const float *a, const void *b, int bt, int pt, int rt, float *out);
+cudaError_t dps_k_cat_cols(cudaStream_t s, int64_t rows, int64_t ca, const void *a, int at,
+                           int64_t cb, const void *b, int bt, void *y, int yt);
+cudaError_t dps_k_cat_cols_bwd(cudaStream_t s, int64_t rows, int64_t ca, int64_t cb, const float *g,
+                               float *da, int dat, float *db, int dbt);
 
 /* a model file's ops under autocast: y = a + b, each of type 0 (fp32), 1
  * (bf16) or 2 (fp16) as be_dtype, in fp32 and stored once in y's type (y

@@ -15,6 +15,9 @@
 #
 # Steps, crash detectors first, and their estimated time on one H200 (16 cores):
 #   machine 5 s, build 45 s, info 3 s
+#   0 strict mode on the host backend (--strict): dp and ddp on 2 emulated
+#     devices, a model file, 3 steps, --check: the row "strict mode on the
+#     host", so the stream contracts are known to hold on the CPU first: ~3 s
 #   1 the main job: bench/default.suite's dp and ddp configurations on every
 #     GPU here (resnet50, gpt2, bert-large, gpt2-mlp in fp32), each in its
 #     own process as `ninja -C build bench` runs them, 2 steps: every one
@@ -39,6 +42,10 @@
 #     x PyTorch's, PyTorch timed with one synchronize a step; gpt2-mlp's
 #     loss phase <= 1.0 x PyTorch's): ~50 s; gpt2-mlp --gemm-ref (TFLOP/s >=
 #     0.85 x the GEMMs alone; the GEMM-free phases' share of the step): ~8 s
+#   6b against PyTorch's real modules, one GPU, fp32 and bf16, 3 steps: torchvision's
+#     resnet50, transformers' GPT2LMHeadModel and BertForMaskedLM (or torch_reference.py
+#     on the model files without transformers): step <= 1.05 x theirs, device 0's peak
+#     within 10 %: 6 pairs, ~140 s
 #   7 on 2+ GPUs: ddp medium (3 buckets, overlap asserted), dp medium (4
 #     coalescing groups), ddp AdamW, --grad-as-bucket-view, --no-overlap,
 #     --dp-impl lean, each --check: ~30 s (skipped on one GPU)
@@ -47,9 +54,10 @@
 #   9 failure paths: --inject-fault exit and hang (--timeout 10): ~25 s
 #   10 what --no-nvtx and --no-nvml save 20 s, links against PyTorch's
 #     copies 12 s, ncu ~60 s
-# about 510 s in all on one GPU, 590 s on 2+, against 480 s less a reserve
-# of 20: the last of 10 (ncu first) is what the deadline leaves out.
-# Environment: DC_BUDGET (seconds, default 480) and the other settings of
+# about 650 s in all on one GPU by these estimates (324 s measured on one H200 before 6b, so
+# ~465 s with it), against 470 s less a reserve of 20: the last of 10 (ncu first) is what the
+# deadline leaves out.
+# Environment: DC_BUDGET (seconds, default 470) and the other settings of
 # scripts/device-check-lib.sh. DC_BACKEND=host rehearses every step on a
 # machine without a GPU (dpscale's emulated devices, PyTorch on the CPU, fp32
 # and smaller presets where the GPU's need bf16, the suite's [host] presets
@@ -199,6 +207,16 @@ sp=bf16 m1=medium m2=gpt2-mlp
 mem_figs=("memory dp medium bf16 vs torch" "step dp medium bf16 vs torch" "memory ddp medium bf16 vs torch"
   "memory dp gpt2-mlp bf16 vs torch" "step dp gpt2-mlp bf16 vs torch" "phase loss dp gpt2-mlp bf16 vs torch")
 gemm_figs=("TFLOP/s gpt2-mlp bf16 vs GEMMs" "non-GEMM share gpt2-mlp bf16")
+# dpscale against PyTorch's real modules (6b): torchvision's resnet50, transformers' GPT-2 and
+# BERT (where transformers is not installed, torch_reference.py on the model files instead)
+tf_vs=torch_reference
+timeout 120 "$py" -c 'import transformers' >/dev/null 2>&1 && tf_vs=transformers
+real_figs=()
+for p in fp32 bf16; do for m in resnet50 gpt2 bert-large; do
+  v=$tf_vs
+  [ "$m" = resnet50 ] && v=torchvision
+  real_figs+=("step real $m $p vs $v" "memory real $m $p vs $v")
+done; done
 one_figs=("check dp fp32 devices=0,0" "check dp bf16 devices=0,0" "check ddp 2 ranks nccl-net")
 mg=2
 mg_figs=("check ddp medium gpus=$mg" "overlap ddp medium gpus=$mg" "check dp medium gpus=$mg"
@@ -223,9 +241,9 @@ for c in "${acc_cfgs[@]}"; do
   acc_figs+=("loss $m $p $w vs torch gpus=$ngpu" "check $m $p $w gpus=$ngpu")
 done
 fsdp_figs=("loss fsdp fp32 sgd vs torch fsdp gpus=1" "memory fsdp fp32 sgd vs torch fsdp gpus=1")
-dc_plan build "dpscale info" "${main_figs[@]}" "memcheck dp" "memcheck ddp" "gpu tests" "${loss_figs[@]}" \
+dc_plan build "dpscale info" "strict mode on the host" "${main_figs[@]}" "memcheck dp" "memcheck ddp" "gpu tests" "${loss_figs[@]}" \
   "${one_figs[@]}" "${file_figs[@]}" "${acc_figs[@]}" "${fsdp_figs[@]}" "${mem_figs[@]}" \
-  "${gemm_figs[@]}" "${mg_figs[@]}" "sweep dp,ddp gpus=1" "params same bits" "nvml pcie in sweep" \
+  "${gemm_figs[@]}" "${real_figs[@]}" "${mg_figs[@]}" "sweep dp,ddp gpus=1" "params same bits" "nvml pcie in sweep" \
   "nvml bytes on links" "fault exit rank 1" "fault hang rank 1 --timeout" "no-nvtx cost" \
   "no-nvml cost" "${links_figs[@]}" "ncu step kernels" "ncu step report"
 # ~3 s
@@ -317,6 +335,25 @@ if dc_step "info" 5 "dpscale info"; then
   if ! dc_was_skipped "dpscale info" "$rc"; then
     figure "dpscale info" "exit $rc" "exit 0 (the $backend backend opens)" \
       "$([ "$rc" -eq 0 ] && echo PASS || echo FAIL)"
+  fi
+fi
+
+# 0. Strict mode on the host backend before the first GPU step: dp and ddp on 2 emulated devices,
+# a model file (tiny-gpt, its norms, attention and loss), 3 steps, --check, --strict (stream,
+# pointer and size checks as CUDA's, the race detector, device memory the host cannot touch;
+# docs/DESIGN.md "Strict mode"): a contract broken here fails on the GPUs too, named on the CPU
+# first. ~1 s a run here, ~3 s on 2 cores.
+strict_fig="strict mode on the host"
+if dc_step "strict mode on the host: dp and ddp, 2 devices, a model file, --check" 15 "$strict_fig"; then
+  strict_runs=()
+  for m in dp ddp; do
+    run -t 20 -o "$res/strict-$m.log" "$bin" run --backend host --strict --mode "$m" --gpus 2 \
+      --model tests/fixtures/models/tiny-gpt.model --steps 3 --warmup 1 --check \
+      --out "$res" --name "strict-$m"
+    strict_runs+=("$res/strict-$m" $? "$res/strict-$m.log")
+  done
+  if ! dc_was_skipped "$strict_fig" "${strict_runs[4]}"; then
+    dc_figures_from "$strict_fig" "${summary[@]}" strict "$strict_fig" "${strict_runs[@]}"
   fi
 fi
 
@@ -578,6 +615,88 @@ if dc_step "TFLOP/s against the GEMMs alone: gpt2-mlp $sp" 10 "${gemm_figs[@]}";
   fi
 fi
 
+# 6b. dpscale against the modules its model files stand for, as PyTorch runs them: one GPU, fp32
+# and bf16, 3 timed steps after 2 of warm-up, the presets' batches. torchvision's resnet50
+# (torch.backends.cudnn.benchmark on; PyTorch's default TF32 flags, convolutions in TF32 and
+# matmuls not, as dpscale's --tf32 default) from the parameters of bench/models/resnet50.model,
+# against dpscale's run of that file; transformers' GPT2LMHeadModel (1024 tokens) and
+# BertForMaskedLM (24 x 1024, 512 tokens), dropout 0 (dpstools.real_modules), against gpt2 and
+# bert-large; without transformers, torch_reference.py runs those model files (dpscale's maths
+# and attention, the same precision and TF32 flags). Each pair: dpscale's median step at most
+# 1.05 x PyTorch's, device 0's peak within 10 % of max_memory_allocated; a missed goal is a FAIL
+# line and the check goes on. Rehearsed on the host in fp32 (no bf16 there) at tiny shapes:
+# resnet50 at 3x32x32 (its file exported here), tiny-gpt and tiny-bert, batch 2.
+# A precision on one H200: resnet50 ~6 s + ~12 s, gpt2 ~8 s + ~15 s, bert-large ~10 s + ~20 s.
+# MODEL's pair: real_common (both runs' batch and steps), real_dps (dpscale's model) and
+# real_torch (PyTorch's: the real module, or the model file without transformers); 1 when a
+# rehearsal's file could not be exported.
+real_args() {
+  local m=$1 file spec shape
+  if [ "$host" = 0 ]; then
+    real_common=(--batch 8 --steps 3 --warmup 2) real_dps=(--model "$m") file=bench/models/$m.model
+    [ "$m" = resnet50 ] && real_common[1]=32
+    case $m in
+      gpt2) spec=dpstools.real_modules:gpt2_lm shape=(--input 1024 --tokens) ;;
+      bert-large) spec=dpstools.real_modules:bert_mlm shape=(--input 512 --tokens) ;;
+    esac
+  else
+    real_common=(--batch 2 --steps 2 --warmup 1)
+    case $m in
+      resnet50) file=$res/resnet50-32.model ;;
+      gpt2) file=tests/fixtures/models/tiny-gpt.model spec=dpstools.real_modules:tiny_gpt2_lm
+        shape=(--input 16 --tokens) ;;
+      bert-large) file=$res/tiny-bert.model spec=dpstools.real_modules:tiny_bert_mlm
+        shape=(--input 16 --tokens) ;;
+    esac
+    real_dps=(--model "$file")
+    if [ ! -f "$file" ] && [ "$m" = resnet50 ]; then
+      run -t 60 "$py" scripts/model_export.py torchvision.models:resnet50 --input 3x32x32 \
+        --out "$file" || return 1
+    elif [ ! -f "$file" ]; then
+      run -t 60 "$py" scripts/model_export.py dpstools.reference_models:tiny_bert --input 16 \
+        --tokens --out "$file" || return 1
+    fi
+  fi
+  if [ "$m" = resnet50 ]; then
+    real_torch=(--module torchvision.models:resnet50 --model "$file" --cudnn-benchmark)
+  elif [ "$tf_vs" = transformers ]; then
+    real_torch=(--module "$spec" "${shape[@]}")
+  else
+    real_torch=("${real_dps[@]}")
+  fi
+}
+for p in fp32 bf16; do for m in resnet50 gpt2 bert-large; do
+  v=$tf_vs
+  [ "$m" = resnet50 ] && v=torchvision
+  sfig="step real $m $p vs $v" mfig="memory real $m $p vs $v"
+  need=25
+  [ "$m" = bert-large ] && need=35
+  dc_step "dpscale against PyTorch's real module: $m $p (against $v)" "$need" "$sfig" "$mfig" \
+    || continue
+  if [ "$host" = 1 ] && [ "$p" = bf16 ]; then
+    skip_all "not a GPU figure: the host backend has no bf16" "$sfig" "$mfig"
+    continue
+  fi
+  if ! real_args "$m"; then
+    for f in "$sfig" "$mfig"; do figure "$f" "no figure: model_export.py failed (see device-check.log)" "-" FAIL; done
+    continue
+  fi
+  name="real-$m-$p"
+  dps "$name" --mode dp --gpus 1 --precision "$p" "${real_dps[@]}" "${real_common[@]}"
+  rc=$?
+  if [ "$rc" -eq "$DC_SKIP_RC" ]; then
+    skip_all "skipped (deadline)" "$sfig" "$mfig"
+    continue
+  fi
+  tref "$name-torch" --mode dp --gpus 1 --precision "$p" "${real_torch[@]}" "${real_common[@]}"
+  rc=$?
+  if dc_was_skipped "$sfig" "$rc"; then
+    figure "$mfig" "skipped (deadline)" "-" SKIP
+    continue
+  fi
+  dc_figures_from "$sfig" "${gcmp[@]}" real_step "$sfig" "$res/$name" "$res/$name-torch" 1.05
+  dc_figures_from "$mfig" "${gcmp[@]}" real_memory "$mfig" "$res/$name" "$res/$name-torch" 0.10
+done; done
 # 7. On 2+ GPUs (on the host backend, 2 emulated devices): NCCL's dp and ddp on medium (9.4 M
 # parameters: ddp's 3 buckets of a 1 MiB first and 25 MiB others, dp's 4 coalescing groups of
 # 10 MiB), the all-reduce overlapped with backward, the variants, each --check: ~5 s each.

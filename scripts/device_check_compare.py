@@ -25,6 +25,14 @@ usage: device_check_compare.py [--rehearsal REASON] COMMAND FIG ARGS...
         dpscale's median step time at most MAX_RATIO x PyTorch's (one
         synchronize a step), PyTorch's wait for Python beside it (the sum of
         device 0's python_overhead_ms in its phases.csv)
+  real_step FIG DPSCALE TORCH MAX_RATIO
+        step, against PyTorch running a real module (torch_reference.py
+        --module: torchvision's, transformers') or its model file: the runs
+        matched by their columns (devices, batch, precision, optimizer,
+        steps), as the module's name is its own
+  real_memory FIG DPSCALE TORCH MAX_FRACTION
+        device 0's alloc_peak_bytes within MAX_FRACTION of the real module's
+        torch.cuda.max_memory_allocated, the runs matched as real_step's
   phase FIG DPSCALE TORCH PHASE MAX_RATIO
         dpscale's median time of PHASE on device 0 (phases.csv) at most
         MAX_RATIO x PyTorch's (its loss phase as dpscale's: the loss's
@@ -224,6 +232,59 @@ def cmd_step(fig, dps, tor, ratio):
                f"phase is slower; scripts/profile.sh captures the kernels")
 
 
+# The columns a real module's run shares with dpscale's run of its model file (its model,
+# so its config_id, is the module's own name without the file).
+REAL_RUN = ("ngpus", "global_batch", "precision", "optimizer", "steps", "warmup")
+
+
+def real_pair(dps, tor):
+    """dpscale's and PyTorch's runs.csv rows of a real-module pair, both ok and
+    run with the same options, and what PyTorch ran (meta.json's module)."""
+    d, t = ok_run(dps), ok_run(tor)
+    differ = [c for c in REAL_RUN if d.get(c) != t.get(c)]
+    if differ:
+        raise Missing(f"dpscale ran {d.get('config_id')} ({dps}), PyTorch {t.get('config_id')} "
+                      f"({tor}): {', '.join(f'{c} {d.get(c)} and {t.get(c)}' for c in differ)} "
+                      f"differ; give both the same options")
+    try:
+        module = results.read_meta(tor).get("module")
+    except results.InputError as e:
+        raise Missing(str(e)) from None
+    what = module.get("spec") if isinstance(module, dict) else f"its model file ({t['model']})"
+    return d, t, f"dpscale {d['model']} against PyTorch's {what}"
+
+
+def cmd_real_step(fig, dps, tor, ratio):
+    """dpscale's median step at most RATIO x that of PyTorch running the real module."""
+    d, t, what = real_pair(dps, tor)
+    dm, tm = num(d, "step_ms_median"), num(t, "step_ms_median")
+    if not tm > 0:
+        raise Missing(f"{tor}/runs.csv: step_ms_median {tm}")
+    ratio_line(fig, dm / tm, ratio, f"{what}: dpscale {dm:.3f} ms, torch {tm:.3f} ms, "
+               f"{python_wait(tor)}", f"a finding, not a crash: summary.md of plot.py {dps} "
+               f"--torch {tor} sets the two steps side by side, op kind by op kind (ops.csv, "
+               f"torch_ops.csv)")
+
+
+def cmd_real_memory(fig, dps, tor, frac):
+    """Device 0's allocation peak within FRAC of the real module's max_memory_allocated."""
+    _, _, what = real_pair(dps, tor)
+    cols = ["device", "alloc_peak_bytes"]
+    mine = [num(r, "alloc_peak_bytes") for r in table(dps, "devices.csv", cols)
+            if r["device"] == "0"]
+    ref = [num(r, "alloc_peak_bytes") for r in table(tor, "devices.csv", cols)
+           if r["device"] == "0"]
+    if not mine or not ref or not ref[0] > 0:
+        raise Missing(f"device 0's alloc_peak_bytes: {mine or 'none'} in {dps}/devices.csv, "
+                      f"{ref or 'none'} in {tor}/devices.csv")
+    diff = (mine[0] - ref[0]) / ref[0]
+    line(fig, f"device 0 {diff * 100:+.1f} % (dpscale {mine[0] / 2**20:.1f} MiB, torch "
+              f"{ref[0] / 2**20:.1f} MiB; {what})", f"within {float(frac) * 100:g} %",
+         "PASS" if abs(diff) <= float(frac) else "FAIL",
+         f"a finding, not a crash: the categories at dpscale's peak are in memory.csv ({dps}); "
+         f"PyTorch's peak is max_memory_allocated over the whole run, its workspaces included")
+
+
 def ratio_line(fig, r, ratio, what, hint):
     """FIG: dpscale's time over PyTorch's, r, at most RATIO; what it compared, and on failure
     the hint."""
@@ -342,7 +403,8 @@ def cmd_fault(fig, folder, status, want_rc, rc, seconds, max_seconds):
 
 COMMANDS = {"losses": (cmd_losses, 4), "sharded_losses": (cmd_sharded_losses, 4),
             "sharded_memory": (cmd_sharded_memory, 3), "memory": (cmd_memory, 4),
-            "step": (cmd_step, 4), "phase": (cmd_phase, 5),
+            "step": (cmd_step, 4), "phase": (cmd_phase, 5), "real_step": (cmd_real_step, 4),
+            "real_memory": (cmd_real_memory, 4),
             "tflops": (cmd_tflops, 3), "nongemm": (cmd_nongemm, 3), "overlap": (cmd_overlap, 3),
             "fault": (cmd_fault, 7)}
 

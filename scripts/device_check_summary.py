@@ -6,6 +6,7 @@ device-check-lib.sh's dc_figures_from records; a missing or unreadable
 file is a FAIL line naming the file, never a crash.
 
 usage: device_check_summary.py check FIG FOLDER
+       device_check_summary.py strict FIG FOLDER EXIT_STATUS LOG [FOLDER EXIT_STATUS LOG...]
        device_check_summary.py sweep FIG FOLDER EXPECTED
        device_check_summary.py suite FIG PLAN FOLDER EXIT_STATUS
        device_check_summary.py gemm FIG FOLDER MIN_RATIO
@@ -18,6 +19,7 @@ usage: device_check_summary.py check FIG FOLDER
        device_check_summary.py goals SUMMARY_TSV      (prints the goals block of summary.txt)
 """
 import csv
+import json
 import os
 import re
 import statistics
@@ -73,6 +75,42 @@ def cmd_check(fig, folder):
     err = f" ({r['error']})" if r.get("error") else ""
     line(fig, f"status={r['status']}{err} check={r['check']} max_rel_diff={diff}",
          "status ok, check pass", verdict(ok))
+
+
+def strict_run(folder, rc, log):
+    """One --strict run on the host backend: '' when it ended ok with --check
+    passing and meta.json saying strict, else what went wrong."""
+    name = os.path.basename(folder.rstrip("/"))
+    meta = os.path.join(folder, "meta.json")
+    try:
+        with open(meta) as f:
+            strict = json.load(f).get("strict") is True
+    except (OSError, ValueError) as e:
+        return f"{name}: exit {rc}, no readable {meta} ({e})"
+    if not strict:
+        return f"{name}: {meta} does not record \"strict\": true (was --strict given?)"
+    path = os.path.join(folder, "runs.csv")
+    r = rows(path)[-1] if os.path.exists(path) else None
+    if rc == "0" and r and r["status"] == "ok" and r["check"] == "pass":
+        return ""
+    said = ""
+    if os.path.exists(log):
+        with open(log, errors="replace") as f:
+            said = next((ln.strip() for ln in f if ln.startswith("dpscale")), "")
+    got = f"status {r['status']}, check {r['check']}" if r else "no runs.csv row"
+    return f"{name}: exit {rc}, {got}" + (f": {said}" if said else f" (see {log})")
+
+
+def cmd_strict(fig, *triples):
+    """Runs under --strict on the host backend, each FOLDER EXIT_STATUS LOG:
+    every one exits 0, ends ok with --check passing, and meta.json says strict."""
+    if not triples or len(triples) % 3:
+        raise Missing(f"strict takes FOLDER EXIT_STATUS LOG triples, got {len(triples)} argument(s)")
+    runs = [triples[i:i + 3] for i in range(0, len(triples), 3)]
+    bad = [b for b in (strict_run(*t) for t in runs) if b]
+    names = ", ".join(os.path.basename(t[0].rstrip("/")) for t in runs)
+    value = "; ".join(bad) if bad else f"{len(runs)}/{len(runs)} ok, check pass, strict: {names}"
+    line(fig, value, "every run exits 0, status ok, check pass, strict", verdict(not bad))
 
 
 def cmd_sweep(fig, folder, expected):
@@ -252,13 +290,19 @@ def cmd_ncu(fig, capture_log, import_log, range_name):
 
 
 # The goals the check's figures serve, each with the figures (by name) that measure it.
-GOALS = [("every configuration of the main job ends ok", r"main job "),
+GOALS = [("the stream and memory contracts hold on the CPU (host backend, --strict)",
+          r"strict mode "),
+         ("every configuration of the main job ends ok", r"main job "),
          ("0 memcheck errors of dpscale's own", r"memcheck "),
          ("every loss and check PASS", r"(loss|check|gpu tests)"),
          ("memory within 10 % of PyTorch's on medium and gpt2-mlp",
           r"memory (dp|ddp) (medium|gpt2-mlp) "),
          ("the loss phase no slower than PyTorch's (gpt2-mlp bf16)", r"phase loss "),
-         ("model TFLOP/s at least 0.85 x the GEMMs alone (gpt2-mlp bf16)", r"TFLOP/s ")]
+         ("model TFLOP/s at least 0.85 x the GEMMs alone (gpt2-mlp bf16)", r"TFLOP/s "),
+         ("the step at most 1.05 x PyTorch's real modules' (resnet50, gpt2, bert-large)",
+          r"step real "),
+         ("device 0's peak within 10 % of the real modules' max_memory_allocated",
+          r"memory real ")]
 
 
 def goal_state(results):
@@ -292,7 +336,7 @@ def cmd_field(folder, col):
     print(last_run(folder).get(col, ""))
 
 
-COMMANDS = {"check": (cmd_check, 2, 2), "sweep": (cmd_sweep, 3, 3), "suite": (cmd_suite, 4, 4),
+COMMANDS = {"check": (cmd_check, 2, 2), "strict": (cmd_strict, 4, None), "sweep": (cmd_sweep, 3, 3), "suite": (cmd_suite, 4, 4),
             "gemm": (cmd_gemm, 3, 3), "torch": (cmd_torch, 4, 4), "cost": (cmd_cost, 5, None),
             "links": (cmd_links, 5, None), "sanitizer": (cmd_sanitizer, 4, 4),
             "ncu": (cmd_ncu, 4, 4), "field": (cmd_field, 2, 2), "goals": (cmd_goals, 1, 1)}

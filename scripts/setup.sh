@@ -41,6 +41,8 @@ pkg-config --exists openblas 2>/dev/null || missing+=(libopenblas-dev)
 command -v c++ >/dev/null 2>&1 || missing+=(g++)
 # ip and tc: the tests' emulated hosts (network namespaces; they are skipped without root)
 command -v ip >/dev/null 2>&1 && command -v tc >/dev/null 2>&1 || missing+=(iproute2)
+# strace: the folder tests stop a process at a system call (they are skipped without it)
+command -v strace >/dev/null 2>&1 || missing+=(strace)
 if [ "$with_torch" = 1 ]; then
   /usr/bin/python3 -c 'import numpy' >/dev/null 2>&1 || missing+=(python3-numpy)
   /usr/bin/python3 -c 'import torch' >/dev/null 2>&1 || missing+=(python3-torch)
@@ -91,6 +93,12 @@ if [ ${#missing[@]} -gt 0 ]; then
     apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
+# the tests that skip here, said once, before the line naming the next command
+needs=$(/usr/bin/python3 tests/torch_needs.py 2>/dev/null || true)
+if [ -n "$needs" ]; then
+  echo "setup: the tests against PyTorch and the launcher tests will skip (missing $needs;" \
+    "scripts/setup.sh --with-torch installs them)"
+fi
 shown=${builddir%/}/
 if [ -f "$builddir/build.ninja" ]; then
   if [ $# -gt 0 ]; then

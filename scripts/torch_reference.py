@@ -151,6 +151,10 @@ def parse(argv):
                          "torch.backends.cuda.matmul.allow_tf32 (on); a model file's module "
                          "rounds those gemms' operands to TF32 itself (its convolutions are "
                          "matmuls, and the CPU ignores the flags)")
+    ap.add_argument("--cudnn-benchmark", action="store_true",
+                    help="torch.backends.cudnn.benchmark = True: cuDNN times its convolution "
+                         "algorithms on the first step of each shape and keeps the fastest, as "
+                         "people train convolutional networks (CUDA only)")
     ap.add_argument("--accum", type=int, default=1,
                     help="micro-batches an optimizer step (gradient accumulation)")
     ap.add_argument("--no-sync", choices=["on", "off"], default="on",

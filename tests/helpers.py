@@ -38,12 +38,13 @@ def expect_exit(p, rc, *needles):
            f"exit {p.returncode}, expected {rc} with {list(needles)} in stderr:\n{p.stderr}")
 
 
-def dpscale(binary, *args, out, name="t", backend="host", check_rc=None, timeout=300):
+def dpscale(binary, *args, out, name="t", backend="host", check_rc=None, timeout=300, env=None):
     """Runs `binary ARGS --backend BACKEND --out OUT --name NAME` (backend
-    and name left out when None); with check_rc, another exit status fails."""
+    and name left out when None) in ENV (the caller's when None); with
+    check_rc, another exit status fails."""
     cmd = [binary, *args] + (["--backend", backend] if backend else []) + ["--out", out] + \
         (["--name", name] if name else [])
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     if check_rc is not None and p.returncode != check_rc:
         raise Failure(f"{' '.join(cmd)}: exit {p.returncode}, expected {check_rc}\n"
                       f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}")
@@ -88,10 +89,10 @@ def write(path, text):
 def read_table(path, torch=False):
     """A CSV file dpscale wrote: every column of dpscale's list, in its order
     (torch: one scripts/torch_reference.py wrote, with the optional columns
-    after them)."""
-    name = os.path.basename(path)
+    after them; torch_ops.csv: ops.csv's, results.SCHEMA_OF)."""
+    name = dpsresults.SCHEMA_OF.get(os.path.basename(path), os.path.basename(path))
     want = COLUMNS[name] + (OPTIONAL_COLUMNS.get(name, []) if torch else [])
-    table = dpsresults.read_csv(path, want)
+    table = dpsresults.read_csv(path, want, name)
     unlisted = [c for c in table.columns if c not in want]
     expect(not unlisted, f"{path}: column(s) {', '.join(unlisted)} missing from "
            f"dpstools.results.COLUMNS[{name!r}] (scripts/dpstools/results.py)")
@@ -211,12 +212,13 @@ def run_case(label, fn, *args):
 
 
 def run_cases(namespace):
-    """The exit status of `FILE FIRST CASE ARGS...`: namespace's
+    """Exits with the status of `FILE FIRST CASE ARGS...`: namespace's
     case_CASE(FIRST, *ARGS) through run_case (FIRST: the dpscale binary, or
-    the folder the case reads)."""
+    the folder the case reads). It exits itself, so that a caller cannot
+    drop the status and pass every case."""
     cases = {k[5:]: v for k, v in namespace.items() if k.startswith("case_")}
     first, case, args = sys.argv[1], sys.argv[2], sys.argv[3:]
-    return run_case(" ".join([case, *args]), cases[case], first, *args)
+    sys.exit(run_case(" ".join([case, *args]), cases[case], first, *args))
 
 
 def missing_modules(names):
@@ -289,7 +291,7 @@ def has_collectives(binary, name):
     """Whether the build has ddp's collectives `name` (dpscale info says);
     when not, says so and the caller skips (77)."""
     p = subprocess.run([binary, "info", "--backend", "host"], capture_output=True, text=True,
-                       timeout=60)
+                       timeout=300)
     line = next((l for l in p.stdout.splitlines() if "ddp collectives:" in l), "")
     found = name in line.split("ddp collectives:")[-1].replace(",", " ").split()
     if not found:
@@ -311,6 +313,33 @@ def processes_mentioning(text):
         except OSError:
             pass
     return found
+
+
+def children(pid):
+    """The pids whose parent is pid, from /proc, the latest started last
+    (by start time: pids wrap around, so the largest is not the newest)."""
+    out = []
+    for d in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            ppid, state, started = int(fields[1]), fields[0], int(fields[19])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == pid and state != "Z":
+            out.append((started, int(d)))
+    return [p for _, p in sorted(out)]
+
+
+def communicate(p, what, hang_s=300):
+    """p's (stdout, stderr) once it ended; fails as hung past hang_s (a hang
+    guard, far above any run of the tests on a busy machine under ASan)."""
+    try:
+        return p.communicate(timeout=hang_s)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.communicate()
+        raise Failure(f"{what}: hung, still running after {hang_s} s") from None
 
 
 def set_cells(path, match, values):

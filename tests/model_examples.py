@@ -61,6 +61,57 @@ def small_resnet():
     return SmallResNet()
 
 
+class SmallSE(nn.Module):
+    """Squeeze-and-excitation on 3 x 6 x 6 images, every op one dpscale
+    computes as PyTorch does (no BatchNorm; 1x1 and depthwise convolutions,
+    whose filters read alike as OIHW and KRSC): a 1x1 conv, ReLU, a 3x3
+    depthwise conv, the SE block's channel scales (pool, 1x1 convs, ReLU,
+    sigmoid, x * s), global average pooling, a Linear head."""
+
+    def __init__(self, channels=8, classes=5):
+        super().__init__()
+        self.conv = nn.Conv2d(3, channels, 1)
+        self.dw = nn.Conv2d(channels, channels, 3, padding=1, groups=channels)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc1 = nn.Conv2d(channels, 4, 1)
+        self.fc2 = nn.Conv2d(4, channels, 1)
+        self.fc = nn.Linear(channels, classes)
+
+    def forward(self, x):
+        y = self.dw(torch.relu(self.conv(x)))
+        s = torch.sigmoid(self.fc2(torch.relu(self.fc1(self.pool(y)))))
+        return self.fc(torch.flatten(self.pool(y * s), 1))
+
+
+def small_se():
+    return SmallSE()
+
+
+class SmallDense(nn.Module):
+    """A DenseNet-style block on 3 x 6 x 6 images, every op one dpscale
+    computes as PyTorch does: each layer's 1x1 conv and ReLU reads the
+    channel concatenation of the features before it (torch.cat(..., 1)),
+    then global average pooling and a Linear head."""
+
+    def __init__(self, growth=4, classes=5):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 6, 1)
+        self.l1 = nn.Conv2d(6, growth, 1)
+        self.l2 = nn.Conv2d(6 + growth, growth, 1)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(6 + 2 * growth, classes)
+
+    def forward(self, x):
+        f = [torch.relu(self.stem(x))]
+        f.append(torch.relu(self.l1(torch.cat(f, 1))))
+        f.append(torch.relu(self.l2(torch.cat(f, 1))))
+        return self.fc(torch.flatten(self.pool(torch.cat(f, 1)), 1))
+
+
+def small_dense():
+    return SmallDense()
+
+
 def small_cnn():
     """3 x 16 x 16 images: two biased convolutions, ReLU, max pooling, a
     BatchNorm, global average pooling, a Linear head."""
@@ -101,3 +152,25 @@ class FusedAttention(nn.Module):
 
 def fused_attention():
     return FusedAttention()
+
+
+class SplitAttention(nn.Module):
+    """FusedAttention with q, k and v from three Linears: not the heads of
+    one op's rows, so its attention is its scores and context GEMMs."""
+
+    def __init__(self, d=16, heads=2, classes=5):
+        super().__init__()
+        self.q, self.k, self.v = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
+        self.head = nn.Linear(d, classes)
+        self.heads = heads
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = (f(x).view(b, t, self.heads, d // self.heads).transpose(1, 2)
+                   for f in (self.q, self.k, self.v))
+        y = attention(q, k, v).transpose(1, 2).reshape(b, t, d)
+        return self.head(y)
+
+
+def split_attention():
+    return SplitAttention()

@@ -18,6 +18,8 @@
 #include "core/util.h"
 
 #define N_FLOATS 4096
+/* The bound on a wait that only a hang reaches, far above a loaded machine's times */
+#define HANG_GUARD_MS 300000.0
 #define LAUNCHES 200
 
 static int failures;
@@ -57,7 +59,7 @@ static void setup_times_out(void)
     CHECK(strstr(dps_errmsg(), "rank 0 (device 0): NCCL's set-up (ncclCommInitRankConfig) did "
                                "not complete: not done ") == dps_errmsg());
     CHECK(strstr(dps_errmsg(), "beyond --timeout (2000 ms)") != NULL);
-    CHECK(ms >= 2000.0 && ms < 15000.0); /* the abort returned */
+    CHECK(ms >= 2000.0); /* not before the timeout; the abort ended the endless set-up */
 }
 
 static void *raise_later(void *flag)
@@ -75,16 +77,16 @@ static void setup_aborted(void)
     pthread_t t;
     ncclResult_t rc = begin_alone(&comm);
     CHECK(rc == ncclInProgress || rc == ncclSuccess);
+    double t0 = dps_now_ms(); /* before the flag's 300 ms begin */
     CHECK(pthread_create(&t, NULL, raise_later, &flag) == 0);
-    double t0 = dps_now_ms();
-    dps_status st = nccl_wait_setup(&comm, 1, &flag, 60000.0, "rank 0 (device 0)",
+    dps_status st = nccl_wait_setup(&comm, 1, &flag, HANG_GUARD_MS, "rank 0 (device 0)",
                                     "ncclCommInitRankConfig");
     double ms = dps_now_ms() - t0;
     pthread_join(t, NULL);
     printf("set-up, the group aborted: %s after %.0f ms\n", dps_status_name(st), ms);
     CHECK(st == DPS_ERR_RUNTIME && comm == NULL);
     CHECK(strstr(dps_errmsg(), "the group was aborted while this process waited") != NULL);
-    CHECK(ms >= 300.0 && ms < 15000.0);
+    CHECK(ms >= 300.0); /* at the flag, not before; the endless set-up ended by it */
 }
 
 typedef struct check_bufs {
@@ -115,7 +117,7 @@ static double all_reduces(ncclComm_t comm, nccl_watch *w, check_bufs *b, int *in
         launch_ms += dps_now_ms() - t0;
         CHECK(cudaMemcpyAsync(b->host, b->recv, bytes, cudaMemcpyDeviceToHost, b->s) == cudaSuccess);
         void *streams[1] = {b->s};
-        if (w) CHECK(nccl_watch_sync(w, streams, 1, 60000.0, "the check's all-reduce") == DPS_OK);
+        if (w) CHECK(nccl_watch_sync(w, streams, 1, HANG_GUARD_MS, "the check's all-reduce") == DPS_OK);
         else CHECK(cudaStreamSynchronize(b->s) == cudaSuccess);
         if (b->host[0] != (float)k || b->host[N_FLOATS - 1] != (float)k) {
             fprintf(stderr, "all-reduce %d: read %g, %g after it (the copy ran before it?)\n", k,
@@ -144,10 +146,10 @@ static void launches(void)
     CHECK(ncclGetUniqueId(&id) == ncclSuccess);
     ncclResult_t rc = ncclCommInitRankConfig(&nb, 1, id, 0, &cfg);
     CHECK(rc == ncclSuccess || rc == ncclInProgress);
-    CHECK(nccl_wait_setup(&nb, 1, NULL, 60000.0, "rank 0 (device 0)", "ncclCommInitRankConfig")
+    CHECK(nccl_wait_setup(&nb, 1, NULL, HANG_GUARD_MS, "rank 0 (device 0)", "ncclCommInitRankConfig")
           == DPS_OK);
     nccl_watch *w = NULL;
-    CHECK(nccl_watch_open(&w, &nb, 1, NULL, 60000.0, "rank 0 (device 0)") == DPS_OK);
+    CHECK(nccl_watch_open(&w, &nb, 1, NULL, HANG_GUARD_MS, "rank 0 (device 0)") == DPS_OK);
     if (!w) return;
     int in_progress = 0;
     double nb_ms = all_reduces(nb, w, &b, &in_progress);
@@ -173,7 +175,7 @@ static void group(void)
     comm_group *g = NULL;
     float *buf = NULL, *root = NULL;
     cudaStream_t s = NULL;
-    CHECK(comm_group_open(&g, devs, 1, 60000.0) == DPS_OK);
+    CHECK(comm_group_open(&g, devs, 1, HANG_GUARD_MS) == DPS_OK);
     if (!g) return;
     CHECK(cudaSetDevice(0) == cudaSuccess && cudaStreamCreate(&s) == cudaSuccess);
     CHECK(cudaMalloc((void **)&buf, N_FLOATS * sizeof(float)) == cudaSuccess);
@@ -181,7 +183,7 @@ static void group(void)
     void *bufs[1] = {buf}, *streams[1] = {s};
     CHECK(comm_group_broadcast(g, bufs, N_FLOATS, streams) == DPS_OK);
     CHECK(comm_group_reduce(g, bufs, root, N_FLOATS, streams) == DPS_OK);
-    CHECK(comm_group_sync(g, streams, 60000.0) == DPS_OK);
+    CHECK(comm_group_sync(g, streams, HANG_GUARD_MS) == DPS_OK);
     comm_group_close(g, DPS_OK);
     printf("dp's group on device 0: set up, launched, synced, closed\n");
     cudaFree(buf);

@@ -38,16 +38,16 @@ from listing import DPSCALE, NOSAN, exit_if_listing, test
 ACCUM = [["ddp", "2", "sgd", "16"], ["ddp", "2", "adamw", "16"],
          ["ddp", "2", "sgd", "16", "syncall"], ["ddp", "2", "adamw", "16", "syncall"],
          ["dp", "1", "sgd", "16"]]
-TESTS = [test("accum grad_scaler model", DPSCALE, "scaler", suite=NOSAN),
-         test("accum torch_reference refusals", DPSCALE, "refusals", suite=NOSAN),
-         test("accum bf16 emulation", DPSCALE, "bf16_emulation", suite="torch", timeout=120)]
+TESTS = [test("accum grad_scaler model", DPSCALE, "scaler", suite=NOSAN, timeout=300),
+         test("accum torch_reference refusals", DPSCALE, "refusals", suite=NOSAN, timeout=300),
+         test("accum bf16 emulation", DPSCALE, "bf16_emulation", suite="torch", timeout=300)]
 TESTS += [test("accum torch " + " ".join(c), DPSCALE, "torch_accum", *c, suite="torch",
-               timeout=300, parallel=False) for c in ACCUM]
+               timeout=300) for c in ACCUM]
 TESTS += [test("accum fidelity " + " ".join(c), DPSCALE, "accum", *c, suite="torch",
-               timeout=300, parallel=False) for c in ACCUM]
+               timeout=300) for c in ACCUM]
 TESTS += [test("bf16 fidelity " + o, DPSCALE, "bf16", o, suite="torch", timeout=300)
           for o in ("sgd", "adamw")]
-TESTS += [test("fp16 overflow " + m, DPSCALE, "overflow", m, timeout=120) for m in ("dp", "ddp")]
+TESTS += [test("fp16 overflow " + m, DPSCALE, "overflow", m, timeout=300) for m in ("dp", "ddp")]
 if __name__ == "__main__":
     exit_if_listing(TESTS)  # --list: before the imports below
 

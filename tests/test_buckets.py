@@ -9,9 +9,9 @@ and the folder, moved away from the file it ran, is still advised on.
 Usage: test_buckets.py DPSCALE CASE | --list; exit 0 pass, 1 fail, 77 skip."""
 from listing import DPSCALE, NOSAN, exit_if_listing, test
 
-TESTS = [test("buckets advice", DPSCALE, "advice", suite=NOSAN, timeout=180),
-         test("buckets one size", DPSCALE, "one_size", suite=NOSAN, timeout=60),
-         test("buckets model file", DPSCALE, "model_file", suite=NOSAN, timeout=180)]
+TESTS = [test("buckets advice", DPSCALE, "advice", suite=NOSAN, timeout=600),
+         test("buckets one size", DPSCALE, "one_size", suite=NOSAN, timeout=300),
+         test("buckets model file", DPSCALE, "model_file", suite=NOSAN, timeout=600)]
 if __name__ == "__main__":
     exit_if_listing(TESTS)  # --list: before the imports below
 
@@ -43,13 +43,31 @@ def table(stdout):
     return rows, float(rec[1])
 
 
+PRED_ROUND = 5e-5  # predictions.csv's 4 decimals: dpscale judged the unrounded predictions
+
+
 def advised(points):
-    """The size the rule picks: the lowest expected (measured where run, else
-    predicted x the median measured / predicted), the smallest within 1 %."""
-    scale = statistics.median(m / p for _, p, m in points if m is not None)
+    """The sizes the rule may pick on the numbers, and the scale and the
+    uncertainty of each expected time (its predictions known to PRED_ROUND).
+    The rule: the lowest expected (measured where run, else predicted x the
+    median measured / predicted), the smallest within 1 %. A size is a
+    possible pick when its expected time may be within 1 % of the lowest and
+    no smaller size's surely is; numbers clear of the 1 % (nearly always)
+    leave one size."""
+    ran = [(p, m) for _, p, m in points if m is not None]
+    scale = statistics.median(m / p for p, m in ran)
+    scale_unc = max(m * PRED_ROUND / p ** 2 for p, m in ran)  # of a ratio m / p, so of their median
     expected = [(s, m if m is not None else p * scale) for s, p, m in points]
+    unc = {s: 0.0 if m is not None else scale * PRED_ROUND + p * scale_unc for s, p, m in points}
     least = min(e for _, e in expected)
-    return next(s for s, e in expected if e <= least * 1.01), scale
+    slack = 1.01 * max(unc.values()) + 1e-9  # the lowest's own uncertainty
+    possible = []
+    for s, e in expected:
+        if e - least * 1.01 <= unc[s] + slack:
+            possible.append(s)
+        if e - least * 1.01 < -(unc[s] + slack):
+            break  # surely within 1 %: no larger size is picked
+    return possible, scale, unc
 
 
 def measured(folder):
@@ -72,11 +90,17 @@ def check_command(binary, out, folder, runs):
         want = runs.get(s)
         expect((meas is None) == (want is None) and (want is None or abs(meas - want) < 1e-3),
                f"{s} MB: measured {meas} in the table, {want} in runs.csv")
-    pick, scale = advised([(s, rows[s][0], runs.get(s)) for s in SIZES])
-    expect(rec == pick, f"recommended {rec}, the rule on the numbers picks {pick}")
-    expect(abs(rows[5.0][2] - rows[5.0][0] * scale) < 2e-3, f"5 MB expected {rows[5.0]}, scale {scale}")
+    picks, scale, unc = advised([(s, preds[s], runs.get(s)) for s in SIZES])
+    expect(rec in picks, f"recommended {rec}, the rule on the numbers picks {picks}")
+    # the table's 3 decimals, and what the predictions' rounding leaves open
+    expect(abs(rows[5.0][2] - preds[5.0] * scale) <= 5e-4 + unc[5.0] + 1e-9,
+           f"5 MB expected {rows[5.0][2]}, predicted {preds[5.0]} x scale {scale:.6f}")
     err = max(100 * abs(preds[s] / runs[s] - 1) for s in runs)
-    expect(f"±{err:.1f} %" in p.stdout, f"uncertainty {err:.1f} % not in {p.stdout}")
+    err_unc = max(100 * PRED_ROUND / runs[s] for s in runs)
+    said = re.search(r"^# recommended bucket_mb = .* ±([\d.]+) %$", p.stdout, re.M)
+    expect(said and abs(float(said[1]) - err) <= 0.05 + err_unc + 1e-9,
+           f"uncertainty {said and said[1]} % in the recommendation, the numbers give {err:.4f} %:\n"
+           f"{p.stdout}")
     return preds, rec
 
 
@@ -151,7 +175,7 @@ def summary_commands(binary, cwd, folder):
 def paste(cmds, cwd):
     """Each command as a user pastes it, in cwd: every one exits 0."""
     for c in cmds:
-        p = subprocess.run(["bash", "-c", c], capture_output=True, text=True, cwd=cwd, timeout=120)
+        p = subprocess.run(["bash", "-c", c], capture_output=True, text=True, cwd=cwd, timeout=300)
         expect(p.returncode == 0, f"`{c}` pasted: exit {p.returncode}\n{p.stdout}\n{p.stderr}")
 
 
@@ -194,4 +218,4 @@ def case_model_file(binary):
 
 
 if __name__ == "__main__":
-    sys.exit(run_cases(globals()))
+    run_cases(globals())

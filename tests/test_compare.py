@@ -6,11 +6,11 @@ run with four buckets that dpscale records, and planted changes of it.
 Usage: test_compare.py CASE [DPSCALE]; exit 0 pass, 1 fail."""
 from listing import DPSCALE, NOSAN, exit_if_listing, test
 
-TESTS = [test("compare " + c, c, suite=NOSAN)
+TESTS = [test("compare " + c, c, suite=NOSAN, timeout=300)
          for c in ("identical", "slowdown_20", "slowdown_3", "noisy", "memory", "refuse",
                    "bad_input", "drift", "utest", "versions", "recorded_by", "plot_python",
                    "breakdown_select")]
-TESTS += [test("compare " + c, c, DPSCALE, suite=NOSAN, timeout=90)
+TESTS += [test("compare " + c, c, DPSCALE, suite=NOSAN, timeout=300)
           for c in ("breakdown_known", "breakdown_identical", "breakdown_ranks")]
 if __name__ == "__main__":
     exit_if_listing(TESTS)  # --list: before the imports below
@@ -217,10 +217,11 @@ def case_drift():
 
 def case_versions():
     """A folder with meta.json's version fields compares with one that has only
-    the older one-line forms (the fixture's); a different driver refuses."""
+    the older one-line forms (the fixture's); no driver recorded as '' is
+    the fixture's 'none'; a different driver refuses."""
     old = dpsresults.read_meta(FIXTURE)["versions"]
     want = {"driver": "none", "runtime": "13.0", "cublas": "13.1.0", "nccl": "2.28.9",
-            "nccl_build": "22809", "blas": old["backend"]}
+            "nccl_build": "22809", "blas": old["backend"], "conv": ""}
     expect(dpsresults.versions({"versions": old}) == want, f"older fields read as "
            f"{dpsresults.versions({'versions': old})}")
     on_cuda = {"backend": old["cuda"], "nccl_build": "22809"}
@@ -235,6 +236,9 @@ def case_versions():
         p, st = report(FIXTURE, cur, tmp)
         expect_exit(p, 0)
         expect(st and all(s == "SAME" for s in st.values()), f"statuses {st}")
+        meta["versions"]["driver"] = ""  # a build without CUDA: no driver, as 'none'
+        json.dump(meta, open(path, "w"))
+        expect_exit(report(FIXTURE, cur, tmp)[0], 0)
         meta["versions"]["driver"] = "580.65"
         json.dump(meta, open(path, "w"))
         expect_exit(run(FIXTURE, cur), 2, "driver differs: 'none' in the baseline, '580.65' now")

@@ -11,11 +11,13 @@ test_folder.py DPSCALE CASE; exit 0 pass, 1 fail (meson's convention)."""
 from listing import DPSCALE, exit_if_listing, test
 
 # the results folder: transaction, lock, headers, resume, a row for every failure; stdout's
-# reader gone, a writer killed mid-commit (strace slows fsync; 77 without it), the folder
-# deleted, moved or read-only under a sweep (mount namespace; 77 without), the trace of a
-# roll-back, links planted in it, stdout or stderr closed, an odd hostname (UTS namespace;
-# 77 without), a configuration an earlier dpscale wrote twice
-TESTS = [test("folder " + c.replace("_", " "), DPSCALE, c, timeout=300)
+# reader gone, a writer killed mid-commit, the folder deleted, moved or read-only under a
+# sweep (each at a system call strace stops the process at; 77 without strace, read-only
+# without a mount namespace too), the trace of a roll-back, links planted in it, stdout or
+# stderr closed, an odd hostname (UTS namespace; 77 without), a configuration an earlier
+# dpscale wrote twice
+# (meson's timeout above the cases' 300 s hang guards, so that a hang is reported as one)
+TESTS = [test("folder " + c.replace("_", " "), DPSCALE, c, timeout=420)
          for c in ("full_disk", "lock", "headers", "resume", "row_always", "closed_pipe",
                    "kill_commit", "deleted", "moved", "read_only", "rollback_trace", "symlinks",
                    "closed_stdio", "hostname", "repeated_rows")]
@@ -32,7 +34,7 @@ import sys
 import tempfile
 import time
 
-from helpers import dpscale, dpsresults, expect, expect_exit, read_folder, run_case, write
+from helpers import children, dpscale, dpsresults, expect, expect_exit, read_folder, run_case, write
 
 SUITE = "modes = dp, ddp\ngpus = 1, 2\nmodels = tiny\nsteps = 30\nwarmup = 0\n"
 ROW_FILES = ("runs.csv", "steps.csv", "devices.csv", "phases.csv", "memory.csv", "buckets.csv",
@@ -76,6 +78,12 @@ def check_whole(folder, ended=True):
     return dpsresults.read_folder(folder, {n: [] for n in present})["runs.csv"]
 
 
+# A run whose files cannot grow, outside strict mode: strict device memory is
+# a sparse memory file of 64 GiB a device, which the file-size limit these
+# tests set refuses (docs/DESIGN.md, "The host backend's strict device memory")
+NOT_STRICT = dict(os.environ, DPSCALE_STRICT="0")
+
+
 def limit_file_size(limit):
     """preexec_fn: files may grow to `limit` bytes, a write past it fails
     (EFBIG) as on a full disk."""
@@ -93,7 +101,7 @@ def case_full_disk(binary):
         cmd = [binary, "sweep", suite, "--no-links", "--backend", "host", "--out", out,
                "--name", "t"]
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
-                           preexec_fn=limit_file_size(12000))
+                           preexec_fn=limit_file_size(12000), env=NOT_STRICT)
         folder = os.path.join(out, "t")
         runs = check_whole(folder)
         expect_exit(p, 1, "File too large", "none of the configuration's rows were kept")
@@ -114,13 +122,10 @@ def case_lock(binary):
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             lock = os.path.join(out, "t", ".dpscale.lock")
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and not (
-                    os.path.exists(lock) and open(lock).read().strip() == str(first.pid)
-                    and os.path.exists(os.path.join(out, "t", "meta.json"))):
-                time.sleep(0.05)
-            expect(first.poll() is None, f"the first writer ended: exit {first.returncode}")
             meta = os.path.join(out, "t", "meta.json")
+            wait_for(lambda: os.path.exists(lock) and open(lock).read().strip() == str(first.pid)
+                     and os.path.exists(meta), "the first writer's lock and meta.json", first)
+            expect(first.poll() is None, f"the first writer ended: exit {first.returncode}")
             before = open(meta).read()
             for cmd in (["run", "--model", "tiny", "--gpus", "2", "--steps", "2"],
                         ["sweep", "--model", "tiny", "--steps", "2"], ["links"]):
@@ -211,7 +216,7 @@ def case_row_always(binary):
                                 "64", "--mode", "dp", "--model", "tiny", "--steps", "10000000",
                                 *(["--no-links"] if cmd == "sweep" else []), "--out", out,
                                 "--name", cmd],
-                               capture_output=True, text=True, timeout=120, env=env,
+                               capture_output=True, text=True, timeout=300, env=env,
                                preexec_fn=pre)
             expect_exit(p, 1, "out of host memory for the step records")
             runs = check_whole(os.path.join(out, cmd))
@@ -232,31 +237,16 @@ LONG_SWEEP = ["sweep", "--mode", "dp", "--gpus", "1,2", "--model", "small", "--s
               "--warmup", "0", "--no-links", "--backend", "host"]
 
 
-def wait_for(cond, what, proc=None, timeout=120):
-    """Polls cond() every 10 ms until it holds; fails past the timeout, or
-    when proc ends first."""
+def wait_for(cond, what, proc=None, timeout=300):
+    """Polls cond() every 10 ms until it holds; fails when proc ends first,
+    or as hung past the timeout (a hang guard, far above what a busy machine
+    takes)."""
     deadline = time.monotonic() + timeout
     while not cond():
-        expect(time.monotonic() < deadline, f"{what}: not within {timeout} s")
+        expect(time.monotonic() < deadline, f"{what}: hung (not there after {timeout} s)")
         expect(proc is None or proc.poll() is None, f"{what}: the process ended first "
                f"(exit {proc and proc.returncode})")
         time.sleep(0.01)
-
-
-def children(pid):
-    """The pids whose parent is pid, from /proc, the latest started last
-    (by start time: pids wrap around, so the largest is not the newest)."""
-    out = []
-    for d in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            ppid, state, started = int(fields[1]), fields[0], int(fields[19])
-        except (OSError, ValueError, IndexError):
-            continue
-        if ppid == pid and state != "Z":
-            out.append((started, int(d)))
-    return [p for _, p in sorted(out)]
 
 
 def case_closed_pipe(binary):
@@ -277,43 +267,115 @@ def case_closed_pipe(binary):
         expect(len(runs) == 4 and all(r["status"] == "ok" for r in runs), f"runs.csv: {runs}")
 
 
-def slow_fsync(delay_ms):
-    """A command prefix under which every fsync(2) takes delay_ms longer
-    (strace's fault injection), so that a commit can be hit midway; None
-    where strace is missing or may not trace."""
-    if not shutil.which("strace"):
-        return None
-    prefix = ["strace", "-f", "-o", "/dev/null", "-e", "trace=fsync", "-e",
-              f"inject=fsync:delay_enter={delay_ms * 1000}"]
-    ok = subprocess.run(prefix + ["true"], capture_output=True, timeout=60).returncode == 0
-    return prefix if ok else None
+def can_strace():
+    """Whether strace is here and may trace (ptrace permitted); says why not."""
+    ok = bool(shutil.which("strace")) and subprocess.run(
+        ["strace", "-o", "/dev/null", "true"], capture_output=True, timeout=300).returncode == 0
+    if not ok:
+        print("SKIP: strace cannot stop a process at a system call here (missing, or ptrace "
+              "not permitted)")
+    return ok
 
 
-def sweep_hit_mid_commit(binary, prefix, out, sig, whom, *extra):
-    """A sweep (dp on 1 and 2 devices) run under prefix and sent sig while
-    its first configuration's rows are being written, once a row file
-    appears: whom "child" signals the configuration's process, "sweep" the
-    sweep itself. Returns the sweep's exit status and stderr."""
-    folder = os.path.join(out, "t")
-    cmd = prefix + [binary, "sweep", "--mode", "dp", "--gpus", "1,2", "--model", "tiny",
-                    "--steps", "3", "--warmup", "0", "--no-links", "--backend", "host",
-                    "--out", out, "--name", "t", *extra]
+def stop_at(syscalls, path, log):
+    """A command prefix under which every process stops (SIGSTOP, strace's
+    fault injection) on its first call of each of syscalls on path (a file
+    or folder, named or through a descriptor), strace's events in log: the
+    point a test hits is a system call, not a moment."""
+    return ["strace", "-f", "-o", log, "-P", path, "-e", f"trace={syscalls}",
+            "-e", f"inject={syscalls}:signal=STOP:when=1"]
+
+
+def traced_env():
+    """The environment of a dpscale run under strace."""
     env = dict(os.environ)
     if "ASAN_OPTIONS" in env:  # LeakSanitizer cannot run under ptrace
         env["ASAN_OPTIONS"] += ":detect_leaks=0"
+    return env
+
+
+# strace -f pads a pid to 5 columns: "123   --- stopped ...", "12345 --- stopped ..."
+STRACE_EVENT = re.compile(r"^(\d+) +(?:(--- stopped by SIGSTOP ---)|\+\+\+ (?:exited|killed))",
+                          re.M)
+
+
+def strace_events(log, offset):
+    """The events in log's whole lines from byte offset: [(pid, True: it
+    stopped, False: it ended)], and the offset after them."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except FileNotFoundError:
+        return [], offset
+    data = data[:data.rfind(b"\n") + 1]
+    events = [(int(m[1]), bool(m[2])) for m in STRACE_EVENT.finditer(data.decode(errors="replace"))]
+    return events, offset + len(data)
+
+
+def is_thread(pid):
+    """Whether pid is a thread other than its process's first (strace -f
+    reports each thread's stop: strict mode's stream workers stop with their
+    process), so that follow_stops counts processes."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            tgid = next(int(line.split()[1]) for line in f if line.startswith("Tgid:"))
+    except (OSError, StopIteration, ValueError):
+        return False
+    return tgid != pid
+
+
+def let_go(pid):
+    try:
+        os.kill(pid, signal.SIGCONT)
+    except ProcessLookupError:
+        pass
+
+
+def follow_stops(p, log, act, nth=1, timeout=300):
+    """Until p (a command run under stop_at) ends: act(pid, sweep) when the
+    nth process other than the sweep (p's child) stops the first time, and
+    every stopped process let go on (SIGCONT), the one act was given too
+    unless act returns False. Fails when p ends before the nth such process
+    stopped, and as hung past the timeout (a hang guard, far above what a
+    busy machine takes). Returns p's exit status."""
+    deadline, offset = time.monotonic() + timeout, 0
+    stopped_before, seen, sweep = set(), 0, None
+    what = f"the sweep under strace ({log})"
+    while True:
+        ended = p.poll() is not None
+        events, offset = strace_events(log, offset)
+        for pid, stopped in events:
+            if not stopped:  # it ended: a later process may have its pid
+                stopped_before.discard(pid)
+                continue
+            if sweep is None:
+                found = children(p.pid)
+                expect(len(found) == 1, f"the sweep's process under strace: {found}")
+                sweep = found[0]
+            if is_thread(pid):  # its process's own stop comes too: SIGCONT to it wakes all
+                continue
+            first = pid != sweep and pid not in stopped_before
+            stopped_before.add(pid)
+            seen += first
+            if not (first and seen == nth and act(pid, sweep) is False):
+                let_go(pid)
+        if ended:
+            expect(seen >= nth, f"{what}: exit {p.returncode} before a process other than the "
+                                f"sweep stopped, {seen} of the {nth} to reach")
+            return p.returncode
+        expect(time.monotonic() < deadline, f"{what}: hung, still running after {timeout} s")
+        time.sleep(0.01)
+
+
+def run_traced(cmd, out, act, nth=1, **popen):
+    """cmd (prefixed by stop_at, its log out/strace.log) run with stderr to
+    out/err, through follow_stops; its exit status and stderr."""
     with open(os.path.join(out, "err"), "w") as err:
-        # SIGHUP's default action, though the tests run under nohup (which dpscale honours)
-        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env,
-                             preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=traced_env(),
+                             **popen)
         try:
-            wait_for(lambda: os.path.exists(os.path.join(folder, "devices.csv")), "devices.csv", p)
-            sweep = children(p.pid)
-            expect(len(sweep) == 1, f"the sweep's process under strace: {sweep}")
-            config = children(sweep[0])
-            target = sweep[0] if whom == "sweep" else config[-1] if config else None
-            expect(target, "no configuration process")
-            os.kill(target, sig)
-            rc = p.wait(timeout=120)
+            rc = follow_stops(p, os.path.join(out, "strace.log"), act, nth)
         finally:
             if p.poll() is None:
                 p.kill()
@@ -321,18 +383,36 @@ def sweep_hit_mid_commit(binary, prefix, out, sig, whom, *extra):
     return rc, open(os.path.join(out, "err")).read()
 
 
+def sweep_hit_mid_commit(binary, out, sig, whom):
+    """A sweep (dp on 1 and 2 devices) whose first configuration's process is
+    stopped as it writes its rows (at its first write to devices.csv: the
+    journal on disk, steps.csv's rows appended, the other files' not yet)
+    and sent sig: whom "child" signals that process (then let go on),
+    "sweep" the sweep itself (the configuration's process, still stopped,
+    dies with it). Returns the sweep's exit status and stderr."""
+    folder = os.path.join(os.path.realpath(out), "t")
+    cmd = stop_at("write", os.path.join(folder, "devices.csv"), os.path.join(out, "strace.log"))
+    cmd += [binary, "sweep", "--mode", "dp", "--gpus", "1,2", "--model", "tiny", "--steps", "3",
+            "--warmup", "0", "--no-links", "--backend", "host", "--out", out, "--name", "t"]
+
+    def hit(pid, sweep):
+        os.kill(sweep if whom == "sweep" else pid, sig)
+        return whom != "sweep"
+    # SIGHUP's default action, though the tests run under nohup (which dpscale honours)
+    return run_traced(cmd, out, hit, preexec_fn=lambda: signal.signal(signal.SIGHUP,
+                                                                      signal.SIG_DFL))
+
+
 def case_kill_commit(binary):
     """A configuration's process killed (SIGKILL) or hung up on (SIGHUP)
     while it writes its rows, and a sweep killed while its configuration
     writes them: the folder holds each configuration once, whole, and reads;
     the next writer takes back what the killed sweep left half-written."""
-    prefix = slow_fsync(400)
-    if not prefix:
-        print("SKIP: strace cannot delay fsync here (missing, or ptrace not permitted)")
+    if not can_strace():
         return 77
     for sig in (signal.SIGKILL, signal.SIGHUP):
         with tempfile.TemporaryDirectory() as out:
-            rc, err = sweep_hit_mid_commit(binary, prefix, out, sig, "child")
+            rc, err = sweep_hit_mid_commit(binary, out, sig, "child")
             expect(rc == 1, f"{sig.name}: exit {rc}, expected 1:\n{err}")
             runs = check_whole(os.path.join(out, "t"))
             check_traces(os.path.join(out, "t"), runs)
@@ -344,7 +424,7 @@ def case_kill_commit(binary):
             else:  # held until its rows were all in
                 expect(first["status"] == "ok", f"runs.csv: {first}")
     with tempfile.TemporaryDirectory() as out:
-        rc, err = sweep_hit_mid_commit(binary, prefix, out, signal.SIGKILL, "sweep")
+        rc, err = sweep_hit_mid_commit(binary, out, signal.SIGKILL, "sweep")
         expect(rc != 0, f"the killed sweep: exit {rc}:\n{err}")
         p = dpscale(binary, "sweep", "--mode", "dp", "--gpus", "1,2", "--model", "tiny",
                     "--steps", "3", "--warmup", "0", "--no-links", "--resume", out=out, check_rc=0)
@@ -353,31 +433,28 @@ def case_kill_commit(binary):
         expect(sorted(r["status"] for r in runs) == ["ok", "ok"], f"after --resume: {runs}")
 
 
+# the stat calls (stat, fstat, fstatat, statx): a configuration's process first looks at the
+# folder once it has trained, before it opens anything in it
+STAT_CALLS = "%%stat"
+
+
 def stopped_after_first(binary, out, change):
-    """A long sweep stopped (SIGSTOP) once its first configuration is in
-    runs.csv, change() done meanwhile, then let go: its exit status and
-    stderr."""
-    folder = os.path.join(out, "t")
-    p = subprocess.Popen([binary, *LONG_SWEEP, "--out", out, "--name", "t"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                         start_new_session=True)
-    try:
-        wait_for(lambda: os.path.exists(os.path.join(folder, "runs.csv")), "runs.csv", p)
-        os.killpg(p.pid, signal.SIGSTOP)
-        change()
-        os.killpg(p.pid, signal.SIGCONT)
-        err = p.communicate(timeout=300)[1]
-    finally:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
-    return p.returncode, err
+    """A long sweep whose second configuration's process is stopped as it
+    first looks at the folder (the first configuration in runs.csv, the
+    second's rows not yet written), change() done meanwhile, then let go:
+    its exit status and stderr."""
+    folder = os.path.join(os.path.realpath(out), "t")
+    cmd = stop_at(STAT_CALLS, folder, os.path.join(out, "strace.log"))
+    cmd += [binary, *LONG_SWEEP, "--out", out, "--name", "t"]
+    return run_traced(cmd, out, lambda pid, sweep: change(), nth=2)
 
 
 def case_folder_deleted(binary):
     """The folder deleted under a sweep and made again by a second one: the
     first writes nothing more (its lock was on the folder that went) and
     says why; the new folder holds the second sweep's rows alone."""
+    if not can_strace():
+        return 77
     with tempfile.TemporaryDirectory() as out:
         folder = os.path.join(out, "t")
         second = []
@@ -399,6 +476,8 @@ def case_folder_moved(binary):
     """The folder renamed under a sweep: nothing is written at the old path
     again (no folder made there); the moved folder holds whole
     configurations and reads."""
+    if not can_strace():
+        return 77
     with tempfile.TemporaryDirectory() as out:
         folder, moved = os.path.join(out, "t"), os.path.join(out, "t-moved")
         rc, err = stopped_after_first(binary, out, lambda: os.rename(folder, moved))
@@ -410,34 +489,46 @@ def case_folder_moved(binary):
 
 
 READ_ONLY_SH = r'''
-D=$1; OUT=$2; NEW=$3; shift 3
+OUT=$1; NEW=$2; shift 2
 mkdir -p "$OUT/t"
-[ "$NEW" = 1 ] || mount --bind "$OUT/t" "$OUT/t" || exit 77
-"$D" "$@" --out "$OUT" --name t > "$OUT/out" 2> "$OUT/err" &
-pid=$!
-for i in $(seq 3000); do grep -q '\[1/2\]' "$OUT/err" && break; sleep 0.01; done
-if [ "$NEW" = 1 ]; then mount --bind "$OUT/t" "$OUT/t" || exit 77; fi
-made=0
-for i in $(seq 200); do mount -o remount,bind,ro "$OUT/t" 2>/dev/null && { made=1; break; }; sleep 0.01; done
-wait $pid
-echo "$? $made"
+[ "$NEW" = 1 ] || mount --bind "$OUT/t" "$OUT/t" || exit
+exec "$@" > "$OUT/out"
 '''
+
+
+def remount_read_only(pid, folder, new_mount):
+    """In pid's mount namespace, folder's mount (new_mount: a mount made over
+    it now) remounted read-only; None when done, else mount's message."""
+    cmds = [["mount", "--bind", folder, folder]] if new_mount else []
+    for cmd in cmds + [["mount", "-o", "remount,bind,ro", folder]]:
+        p = subprocess.run(["nsenter", "-t", str(pid), "-m", *cmd], capture_output=True,
+                           text=True, timeout=300)
+        if p.returncode:
+            return f"{' '.join(cmd)}: exit {p.returncode}: {p.stderr.strip()}"
+    return None
 
 
 def read_only_sweep(binary, out, new_mount):
     """A long sweep whose folder turns read-only as its first configuration
     runs: in a mount namespace of its own, the folder's mount (new_mount: a
-    read-only mount made over it then) remounted read-only. (exit status,
-    whether it could be made read-only, stderr), or None where namespaces
-    or mounts are not permitted."""
-    p = subprocess.run(["unshare", "-m", "--propagation", "private", "bash", "-c", READ_ONLY_SH,
-                        "ro", binary, out, str(int(new_mount)), *LONG_SWEEP],
-                       capture_output=True, text=True, timeout=300)
-    if p.returncode == 77 or p.returncode != 0 and "unshare" in p.stderr:
+    read-only mount made over it then) remounted read-only while the
+    configuration's process is stopped as it first looks at the folder
+    (trained, nothing of it written). (exit status, why the folder could not
+    be made read-only or None, stderr), or None where namespaces or mounts
+    are not permitted."""
+    folder = os.path.join(os.path.realpath(out), "t")
+    why = []
+
+    def make_read_only(pid, sweep):
+        why.append(remount_read_only(sweep, folder, new_mount))
+    cmd = ["unshare", "-m", "--propagation", "private", "bash", "-c", READ_ONLY_SH, "ro", out,
+           str(int(new_mount)), *stop_at(STAT_CALLS, folder, os.path.join(out, "strace.log")),
+           binary, *LONG_SWEEP, "--out", out, "--name", "t"]
+    if subprocess.run(["unshare", "-m", "--propagation", "private", "mount", "--bind", out, out],
+                      capture_output=True, timeout=300).returncode != 0:
         return None
-    expect(p.returncode == 0, f"the namespace's script: exit {p.returncode}:\n{p.stderr}")
-    rc, made = map(int, p.stdout.split())
-    return rc, made, open(os.path.join(out, "err")).read()
+    rc, err = run_traced(cmd, out, make_read_only)
+    return rc, why[0], err
 
 
 def no_false_take_back(err):
@@ -451,24 +542,26 @@ def case_read_only(binary):
     why, and a warning names only files that are there; nothing partial is
     left. A read-only mount made over the folder meanwhile changes nothing:
     the folder is written through what was opened and locked."""
-    if not shutil.which("unshare") or subprocess.run(
-            ["unshare", "-m", "true"], capture_output=True).returncode != 0:
+    if not shutil.which("unshare") or not shutil.which("nsenter") or subprocess.run(
+            ["unshare", "-m", "true"], capture_output=True, timeout=300).returncode != 0:
         print("SKIP: no mount namespace here (unshare -m needs CAP_SYS_ADMIN)")
+        return 77
+    if not can_strace():
         return 77
     with tempfile.TemporaryDirectory() as out:
         got = read_only_sweep(binary, out, new_mount=False)
         if got is None:
             print("SKIP: mounts not permitted here")
             return 77
-        rc, made, err = got
-        expect(made, "the folder could not be made read-only while dpscale ran (a file of it "
-                     f"stays open for writing):\n{err}")
+        rc, why, err = got
+        expect(not why, f"the folder could not be made read-only while dpscale ran ({why}; a "
+                        f"file of it stays open for writing?):\n{err}")
         expect(rc == 1 and "Read-only file system" in err, f"exit {rc}:\n{err}")
         no_false_take_back(err)
         expect(check_whole(os.path.join(out, "t")) == [], "rows written to a read-only folder")
     with tempfile.TemporaryDirectory() as out:
-        rc, made, err = read_only_sweep(binary, out, new_mount=True)
-        expect(made, f"no read-only mount over the folder:\n{err}")
+        rc, why, err = read_only_sweep(binary, out, new_mount=True)
+        expect(not why, f"no read-only mount over the folder ({why}):\n{err}")
         no_false_take_back(err)
         expect(rc == 0, f"exit {rc} with a read-only mount over the folder:\n{err}")
         runs = check_whole(os.path.join(out, "t"))
@@ -482,7 +575,7 @@ def case_rollback_trace(binary):
         suite = write(os.path.join(out, "s.suite"), SUITE)
         p = subprocess.run([binary, "sweep", suite, "--no-links", "--backend", "host", "--out", out,
                             "--name", "t"], capture_output=True, text=True, timeout=300,
-                           preexec_fn=limit_file_size(12000))
+                           preexec_fn=limit_file_size(12000), env=NOT_STRICT)
         expect_exit(p, 1, "none of the configuration's rows were kept")
         folder = os.path.join(out, "t")
         runs = check_whole(folder)
@@ -523,7 +616,7 @@ def case_closed_stdio(binary):
         with tempfile.TemporaryDirectory() as out:
             p = subprocess.run([binary, "sweep", "--mode", "dp", "--gpus", "1", "--model", "tiny",
                                 "--steps", "2", "--no-links", "--backend", "host", "--out", out,
-                                "--name", "t"], capture_output=True, text=True, timeout=120,
+                                "--name", "t"], capture_output=True, text=True, timeout=300,
                                preexec_fn=lambda fd=fd: os.close(fd))
             lock = open(os.path.join(out, "t", ".dpscale.lock")).read()
             expect(lock.strip().isdigit(), f"fd {fd} closed: the lock file holds {lock!r}")

@@ -11,7 +11,10 @@ and no traceback. plot.py renders its PNGs for every RENDER_EVERY-th
 mutation and closes its figures unrendered otherwise, and is not run where
 it would read the intact files (rendering is most of the time).
 Usage: test_fuzz_results.py SEED [COUNT [N]]: COUNT mutations (300), or only
-mutation N; a failure prints the seed and mutation that reproduce it.
+mutation N; a failure prints the seed and mutation that reproduce it. The
+mutations are the seed's alone, and so is the order in which the scripts
+meet them: the test runs with string hashing fixed (PYTHONHASHSEED=0), so
+that no set or dict the scripts go through is ordered by chance.
 Exit 0 pass, 1 fail."""
 import contextlib
 import filecmp
@@ -25,10 +28,15 @@ import tempfile
 import time
 import traceback
 
-from helpers import FIXTURES, copy_fixture
-import compare  # scripts/compare.py and plot.py (scripts/ is on PYTHONPATH)
-import plot
-from dpstools import charts
+if __name__ == "__main__" and os.environ.get("PYTHONHASHSEED") != "0":
+    # this process again with string hashing fixed, before the scripts are imported
+    os.execve(sys.executable, [sys.executable, *sys.argv], dict(os.environ, PYTHONHASHSEED="0"))
+
+from helpers import FIXTURES, copy_fixture  # noqa: E402
+# scripts/compare.py and plot.py (scripts/ is on PYTHONPATH)
+import compare  # noqa: E402
+import plot  # noqa: E402
+from dpstools import charts  # noqa: E402
 
 FOLDERS = ["ci-host", "results-host", "mixed-host", "accum-host"]
 RENDER_EVERY = 10  # plot.py renders the charts of every tenth mutation (rendering is slow)

@@ -5,14 +5,18 @@ Open MPI's variables (or a torchrun agent a host), meeting over Gloo. Usage: tes
 exit 0 pass, 1 fail, 77 skip (no namespaces here, or no Gloo in the build)."""
 from listing import DPSCALE, exit_if_listing, test
 
-# network namespaces, shaped veth links; root only, else skipped
-TESTS = [test("hosts " + c.replace("_", " "), DPSCALE, c, timeout=300, parallel=c != "shaping")
-         for c in ("gloo", "loopback_master", "shaping", "rank_killed", "rank_hangs",
-                   "sharded_torchrun")]
+HANG_S = 300  # a hang guard: far above any run here on a busy machine under ASan
+# network namespaces, shaped veth links; root only, else skipped. None bounds a time, so
+# each may run beside other tests; meson's timeouts guard a hang only: a case's runs
+RUNS = {"gloo": 2, "loopback_master": 1, "shaping": 2, "rank_killed": 1, "rank_hangs": 1,
+        "sharded_torchrun": 3}
+TESTS = [test("hosts " + c.replace("_", " "), DPSCALE, c, timeout=n * HANG_S + 60)
+         for c, n in RUNS.items()]
 if __name__ == "__main__":
     exit_if_listing(TESTS)  # --list: before the imports below
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -20,8 +24,10 @@ import sys
 import tempfile
 import time
 
-from helpers import expect, has_collectives, read_folder, run_case
+from helpers import communicate, expect, has_collectives, read_folder, run_case
 from dpstools import netns
+
+NEVER_S = str(2 * HANG_S)  # a --timeout no rank may reach: the hang guard fires first
 
 PLOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "plot.py")
 BASE = ["run", "--mode", "ddp", "--backend", "host", "--warmup", "1"]
@@ -44,9 +50,9 @@ def start(hosts, binary, out, name, *extra, port=29700, env_extra=None):
     return procs
 
 
-def finish(procs, timeout=300):
+def finish(procs):
     """(returncode, output) of each, in rank order."""
-    return [(p.communicate(timeout=timeout)[0], p.returncode)[::-1] for p in procs]
+    return [(communicate(p, f"rank {r}")[0], p.returncode)[::-1] for r, p in enumerate(procs)]
 
 
 def run_ranks(hosts, binary, out, name, *extra, env_extra=None):
@@ -90,7 +96,7 @@ def case_gloo(binary):
         folder = os.path.join(tmp, "three")
         charts = os.path.join(tmp, "charts")
         p = subprocess.run(["/usr/bin/python3", PLOT, folder, "--out", charts],
-                           capture_output=True, text=True, timeout=300)
+                           capture_output=True, text=True, timeout=HANG_S)
         expect(p.returncode == 0, f"plot.py: exit {p.returncode}: {p.stderr[-2000:]}")
         with open(os.path.join(charts, "summary.md")) as f:
             text = f.read()
@@ -110,7 +116,7 @@ def torchrun_agents(hosts, torchrun, binary, out, name, port, *extra):
                "run", "--backend", "host", "--warmup", "1", *extra, "--out", out, "--name", name]
         agents.append(hosts.popen(i, cmd, env=dict(os.environ), stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True))
-    return [(a.communicate(timeout=240), a.returncode) for a in agents]
+    return [(communicate(a, f"torchrun agent {i}"), a.returncode) for i, a in enumerate(agents)]
 
 
 def case_sharded_torchrun(binary):
@@ -140,72 +146,96 @@ def case_sharded_torchrun(binary):
                    f"{name}: meta.json launch {folder[4]['launch']}")
 
 
-def allreduce_ms(phases):
-    """Rank 0's median all-reduce time and the bytes it moved a step."""
-    row = next(p for p in phases if p["device"] == "0" and p["phase"] == "allreduce")
-    return float(row["median_ms"]), int(row["bytes_per_step"])
+def slowest_allreduce(phases):
+    """The slower of the two ranks' median all-reduce times (ms) and the bytes
+    of the buffer all-reduced a step: in 2 of 3 steps one rank entered the
+    collective first, and so waited for every byte its peer sent it."""
+    rows = [p for p in phases if p["phase"] == "allreduce"]
+    expect(sorted(p["device"] for p in rows) == ["0", "1"], f"allreduce rows: {rows}")
+    return max(float(p["median_ms"]) for p in rows), int(rows[0]["bytes_per_step"])
+
+
+def link_rate(hosts):
+    """The rate (bits/s) tc shows on every host's eth0, one for all."""
+    rates = set()
+    for ns in hosts.hosts:
+        shown = subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "show", "dev", "eth0"],
+                               capture_output=True, text=True, timeout=HANG_S).stdout
+        rate = re.search(r"\btbf\b.*\brate (\S+)", shown)
+        expect(rate, f"{ns}: eth0 has no tbf with a rate: {shown!r}")
+        rates.add(netns.rate_bits(rate[1]))
+    expect(len(rates) == 1, f"the hosts' eth0 rates differ: {sorted(rates)}")
+    return rates.pop()
+
+
+def expect_held_to_link(hosts, rate, ms, nbytes):
+    """tc shows rate on every host's eth0, and the all-reduce took at least
+    what the link needs for what a rank's peer sends it (2 ranks: the
+    buffer's bytes), less tbf's bucket: a rate no slowness can break."""
+    bits = netns.rate_bits(rate)
+    shown = link_rate(hosts)
+    expect(shown == bits, f"tc shows {shown / 1e9:g} Gbit/s on eth0 after shaping to {rate}")
+    least = (nbytes - netns.burst_bytes(rate)) / (bits / 8) * 1e3
+    print(f"64 MiB all-reduce, 2 hosts at {rate}: {ms:.1f} ms, busbw "
+          f"{nbytes / (ms / 1e3) / 1e6:.1f} MB/s (the link: {bits / 8 / 1e6:.1f} MB/s)")
+    expect(ms >= least, f"{rate}: the all-reduce of {nbytes} bytes took {ms:.1f} ms, less than "
+           f"the {least:.1f} ms the shaped link needs for them: the shaping does not hold")
 
 
 def case_shaping(binary):
-    """The 64 MiB all-reduce between two hosts takes longer on a 1 Gbit/s
-    link than on a 10 Gbit/s one, and at 1 Gbit/s its bus bandwidth is
-    within 20 % of the link's rate."""
-    if "ASAN_OPTIONS" in os.environ:
-        print("SKIP: timings of the sanitizer build (ASAN_OPTIONS is set) say nothing")
-        return 77
+    """shape() holds every host's egress to the rate it is given: tc shows
+    it on each eth0, and the 64 MiB all-reduce between two hosts takes no
+    less than the link needs for its bytes, at 10 Gbit/s and after
+    shape("1gbit") at 1 Gbit/s. Its bus bandwidth against the link's rate
+    is printed: a benchmark's figure, not a verdict, as a loaded machine
+    lowers it."""
     if not usable(binary):
         return 77
     with tempfile.TemporaryDirectory() as tmp, netns.EmulatedHosts(2, "10gbit") as hosts:
-        fast, _ = allreduce_ms(run_ranks(hosts, binary, tmp, "fast", *BIG, "--batch", "2")[3])
+        ms, nbytes = slowest_allreduce(run_ranks(hosts, binary, tmp, "fast", *BIG,
+                                                 "--batch", "2")[3])
+        expect_held_to_link(hosts, "10gbit", ms, nbytes)
         hosts.shape("1gbit")
-        slow, nbytes = allreduce_ms(run_ranks(hosts, binary, tmp, "slow", *BIG,
-                                              "--batch", "2")[3])
-    busbw = nbytes / (slow / 1e3)  # 2 ranks: bus bandwidth = algorithm bandwidth
-    link = 1e9 / 8
-    print(f"64 MiB all-reduce, 2 hosts: {fast:.1f} ms at 10 Gbit/s, {slow:.1f} ms at 1 Gbit/s "
-          f"(busbw {busbw / 1e6:.1f} MB/s, link {link / 1e6:.1f} MB/s)")
-    expect(slow > 1.3 * fast, f"1 Gbit/s: {slow:.1f} ms, not slower than 10 Gbit/s: {fast:.1f} ms")
-    expect(abs(busbw - link) <= 0.2 * link,
-           f"1 Gbit/s: busbw {busbw / 1e6:.1f} MB/s, not within 20 % of {link / 1e6:.1f} MB/s")
+        ms, nbytes = slowest_allreduce(run_ranks(hosts, binary, tmp, "slow", *BIG,
+                                                 "--batch", "2")[3])
+        expect_held_to_link(hosts, "1gbit", ms, nbytes)
 
 
 def gloo_peers(hosts, i, pid, port):
     """How many TCP connections process pid on host i holds other than to
     the store's port: Gloo's, once its mesh is made."""
     out = subprocess.run(["ip", "netns", "exec", hosts.hosts[i], "ss", "-tnpH", "state",
-                          "established"], capture_output=True, text=True, timeout=30).stdout
+                          "established"], capture_output=True, text=True, timeout=HANG_S).stdout
     return sum(1 for line in out.splitlines()
                if f"pid={pid}," in line and f":{port} " not in line + " ")
 
 
-def wait_meshed(hosts, procs, port, timeout=120):
+def wait_meshed(hosts, procs, port):
     """Waits until every rank is connected to every other through Gloo (the
-    ranks train), however slowly a loaded machine started them."""
-    end = time.monotonic() + timeout
+    ranks train), however slowly a loaded machine started them; fails as
+    hung past HANG_S."""
+    end = time.monotonic() + HANG_S
     while time.monotonic() < end:
         expect(all(p.poll() is None for p in procs), "a rank ended before the others joined")
         if all(gloo_peers(hosts, i, p.pid, port) >= hosts.n - 1 for i, p in enumerate(procs)):
             return
         time.sleep(0.2)
-    expect(False, f"the ranks did not connect within {timeout} s")
+    expect(False, f"the ranks' Gloo mesh: hung, not made after {HANG_S} s")
 
 
 def case_rank_killed(binary):
-    """Rank 1, on the second host, killed by its pid mid-run: rank 0 ends
-    well within --timeout, names rank 1 and its host, records the failure;
-    no rank is left running."""
+    """Rank 1, on the second host, killed by its pid mid-run: rank 0 sees
+    it gone (no --timeout in reach: the hang guard comes first), names rank
+    1 and its host, records the failure (an error, not a timeout); no rank
+    is left running."""
     if not usable(binary):
         return 77
     with tempfile.TemporaryDirectory() as tmp, netns.EmulatedHosts(3, "10gbit") as hosts:
         procs = start(hosts, binary, tmp, "killed", "--model", "tiny", "--steps", "200000",
-                      "--timeout", "30")
+                      "--timeout", NEVER_S)
         wait_meshed(hosts, procs, 29700)
-        time.sleep(0.5)
-        t0 = time.monotonic()
         os.kill(procs[1].pid, signal.SIGKILL)
-        got = finish(procs, timeout=60)
-        took = time.monotonic() - t0
-        expect(took < 15, f"the group took {took:.0f} s to end after rank 1 was killed")
+        got = finish(procs)
         rc0, text0 = got[0]
         expect(rc0 == 1 and f"rank 1 (pid {procs[1].pid} on host {hosts.hostname(1)})" in text0,
                f"rank 0: exit {rc0}: {text0[-2000:]}")
@@ -216,18 +246,16 @@ def case_rank_killed(binary):
 
 
 def case_rank_hangs(binary):
-    """Rank 1, on the second host, hangs at step 3: the group ends within
-    --timeout and a few seconds, rank 0's message says which rank was not
-    in a collective and on which host, and the hung rank is ended too."""
+    """Rank 1, on the second host, hangs at step 3: --timeout (20 s, far
+    above a step or the set-up of these ranks) ends the group at step 3,
+    rank 0's message says which rank was not in a collective and on which
+    host, the status is timeout, and the hung rank is ended too."""
     if not usable(binary):
         return 77
     with tempfile.TemporaryDirectory() as tmp, netns.EmulatedHosts(2, "10gbit") as hosts:
-        t0 = time.monotonic()
         procs = start(hosts, binary, tmp, "hangs", "--model", "tiny", "--steps", "50",
-                      "--timeout", "5", "--inject-fault", "1:3:hang")
-        got = finish(procs, timeout=60)
-        took = time.monotonic() - t0
-        expect(took < 20, f"the group took {took:.0f} s to end (--timeout 5)")
+                      "--timeout", "20", "--inject-fault", "1:3:hang")
+        got = finish(procs)
         rc0, text0 = got[0]
         expect(rc0 == 1 and f"rank 1 step 3, not in a collective (host {hosts.hostname(1)}"
                in text0, f"rank 0: exit {rc0}: {text0[-2000:]}")

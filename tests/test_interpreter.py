@@ -99,4 +99,4 @@ def case_run(fixture):
 
 
 if __name__ == "__main__":
-    sys.exit(run_cases(globals()))
+    run_cases(globals())

@@ -40,7 +40,8 @@ MAY_INCLUDE = {
 }
 LAYERS = list(MAY_INCLUDE)
 # Headers that are not in a layer: generated ones and kernels/.
-OUTSIDE = {"build_config.h", "version.h", "kernels.h", "loss.h", "elementwise.h"}
+OUTSIDE = {"build_config.h", "version.h", "kernels.h", "loss.h", "elementwise.h", "windowed.h",
+           "windowed_k.h", "grad_sums.h", "attention.h"}
 
 
 def may_include(layer):

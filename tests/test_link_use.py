@@ -8,9 +8,9 @@ from listing import DPSCALE, NOSAN, exit_if_listing, test
 
 # plot.py's link figures: the compact Link use table and its flags on a known fixture,
 # links.png; and a real `dpscale links` run's several sizes a path, drawn
-TESTS = [test("link use table", "table", suite=NOSAN),
-         test("link use chart", "chart", suite=NOSAN),
-         test("link use real", "real", DPSCALE, timeout=120)]
+TESTS = [test("link use table", "table", suite=NOSAN, timeout=300),
+         test("link use chart", "chart", suite=NOSAN, timeout=300),
+         test("link use real", "real", DPSCALE, timeout=600)]
 if __name__ == "__main__":
     exit_if_listing(TESTS)  # --list: before the imports below
 

@@ -141,20 +141,29 @@ def case_resnet(dpscale):
 
 
 def case_transformer(dpscale):
-    model = reference_models.tiny_gpt()
-    lines = model_export.model_file("tiny_gpt", "tiny_gpt", model, (16,), integer_input=True)
-    expect_tensors("tiny_gpt", lines, model)
-    tensors = [t[1] for t in records(lines, "tensor")]
-    expect("lm_head.weight" not in tensors, "tiny_gpt: the tied head is a tensor of its own")
-    ops = records(lines, "op")
-    head = [r for r in ops if r[2] == "lm_head"]
-    expect(head and "weight=wte.weight" in head[0], f"tiny_gpt: lm_head does not read wte: {head}")
-    matmuls = [dict(w.split("=", 1) for w in r[3:]) for r in ops if r[1] == "gemm" and
-               not any(w.startswith("weight=") for w in r[3:])]
-    expect(len(matmuls) == 4 and all(m.get("b") == "4" for m in matmuls),
-           f"tiny_gpt: attention's matmuls are not 4 gemms over 4 heads: {matmuls}")
-    with tempfile.TemporaryDirectory() as tmp:
-        read_by_dpscale(dpscale, write_model(tmp, "tiny_gpt", lines), "tiny_gpt")
+    for attn in ("sdpa", "eager"):
+        name = f"tiny_gpt {attn}"
+        model = reference_models.tiny_gpt(attn)
+        lines = model_export.model_file("tiny_gpt", "tiny_gpt", model, (16,), integer_input=True)
+        expect_tensors(name, lines, model)
+        tensors = [t[1] for t in records(lines, "tensor")]
+        expect("lm_head.weight" not in tensors, f"{name}: the tied head is a tensor of its own")
+        ops = records(lines, "op")
+        head = [r for r in ops if r[2] == "lm_head"]
+        expect(head and "weight=wte.weight" in head[0], f"{name}: lm_head does not read wte: {head}")
+        matmuls = [dict(w.split("=", 1) for w in r[3:]) for r in ops if r[1] == "gemm" and
+                   not any(w.startswith("weight=") for w in r[3:])]
+        attns = [dict(w.split("=", 1) for w in r[3:]) for r in ops if r[1] == "attn"]
+        if attn == "eager":
+            expect(len(matmuls) == 4 and all(m.get("b") == "4" for m in matmuls) and not attns,
+                   f"{name}: attention's matmuls are not 4 gemms over 4 heads: {matmuls}")
+        else:
+            expect(not matmuls and len(attns) == 2 and
+                   all((a.get("heads"), a.get("t"), a.get("d"), a.get("causal")) == ("4", "16", "16", "1")
+                       for a in attns),
+                   f"{name}: attention is not 2 causal attn ops of 4 heads over 16 tokens: {attns}")
+        with tempfile.TemporaryDirectory() as tmp:
+            read_by_dpscale(dpscale, write_model(tmp, "tiny_gpt", lines), "tiny_gpt")
 
 
 def case_custom(dpscale):
@@ -168,18 +177,23 @@ def case_custom(dpscale):
         read_by_dpscale(dpscale, write_model(tmp, "tagger", lines), "tagger")
     model_export.SDPA.add(model_examples.attention)  # F.scaled_dot_product_attention's mapping
     try:
-        lines = model_export.model_file("fused", "model_examples:fused_attention",
+        fused = model_export.model_file("fused", "model_examples:fused_attention",
                                         model_examples.fused_attention(), (8, 16))
+        split = model_export.model_file("split", "model_examples:split_attention",
+                                        model_examples.split_attention(), (8, 16))
     finally:
         model_export.SDPA.discard(model_examples.attention)
-    ops = [(r[1], r[2], dict(w.split("=", 1) for w in r[3:])) for r in records(lines, "op")]
-    gemms = [(name, keys) for kind, name, keys in ops if kind == "gemm" and "weight" not in keys]
-    want = [("attention.scores", {"m": "8", "k": "8", "n": "8", "b": "2"}),
-            ("attention.context", {"m": "8", "k": "8", "n": "8", "b": "2"})]
-    expect([(n, {k: v for k, v in keys.items() if k in "mknb"}) for n, keys in gemms] == want,
-           f"fused attention: its gemms without weight are {gemms}, expected {want}")
-    with tempfile.TemporaryDirectory() as tmp:
-        read_by_dpscale(dpscale, write_model(tmp, "fused", lines), "fused attention")
+    for name, lines, want in (
+            ("fused attention", fused, [("attn", "attention",
+                                         {"heads": "2", "t": "8", "d": "8", "causal": "0"})]),
+            ("split attention", split, [("gemm", "attention.scores", {"m": "8", "k": "8", "n": "8", "b": "2"}),
+                                        ("gemm", "attention.context", {"m": "8", "k": "8", "n": "8", "b": "2"})])):
+        ops = [(r[1], r[2], dict(w.split("=", 1) for w in r[3:])) for r in records(lines, "op")]
+        got = [(kind, op, {k: v for k, v in keys.items() if k in want[0][2]}) for kind, op, keys in ops
+               if kind == "attn" or (kind == "gemm" and "weight" not in keys)]
+        expect(got == want, f"{name}: its attention is {got}, expected {want}")
+        with tempfile.TemporaryDirectory() as tmp:
+            read_by_dpscale(dpscale, write_model(tmp, name.split()[0], lines), name)
 
 
 def case_presets(dpscale):

@@ -21,11 +21,15 @@ usage: test_model_run.py DPSCALE CASE
             without it refused, naming the file's model; of a preset's file
             (DPSCALE_MODELS): one device's memory within a quarter of the run's
   host_memory  a model file's batch over the memory this process may take:
-            refused before allocating, offering a --batch (no --tokens) that fits"""
+            refused before allocating, offering a --batch (no --tokens) that fits
+  loss_memory  tiny-gpt under dp on one device in fp32 and bf16: no gathered
+            logits (DataParallel calls the module directly), the loss's
+            buffers those of docs/method.md's table (under autocast the fp32
+            logits and their gradient one buffer), and of the MLP preset's"""
 from listing import DPSCALE, FIXTURES, exit_if_listing, test
 
 TESTS = [test("model run " + c, DPSCALE, c, timeout=600)
-         for c in ("check", "buckets", "refused", "predict", "host_memory")]
+         for c in ("check", "buckets", "refused", "predict", "host_memory", "loss_memory")]
 if __name__ == "__main__":
     exit_if_listing(TESTS)  # --list: before the imports below
 
@@ -202,5 +206,49 @@ def case_host_memory(binary):
         expect(p.returncode == 0, f"the --batch offered: exit {p.returncode}\n{p.stderr}")
 
 
+def logit_shape(binary, path):
+    """(rows, classes) of a sample's logits, as `dpscale info --model` says."""
+    out = subprocess.run([binary, "info", "--model", path], capture_output=True, text=True,
+                         check=True).stdout
+    return tuple(int(v) for v in re.search(r"(\d+) x (\d+) logits a sample", out).groups())
+
+
+def loss_buffers(binary, out, model, prec, batch):
+    """Device 0's memory.csv rows of a dp run on one device: {category: bytes}."""
+    name = f"{os.path.basename(model).split('.')[0]}-{prec}"
+    dpscale(binary, "run", "--model", model, "--mode", "dp", "--gpus", "1", "--batch", str(batch),
+            "--precision", prec, "--steps", "1", "--warmup", "0", out=out, name=name, check_rc=0)
+    with open(os.path.join(out, name, "memory.csv")) as f:
+        rows = [r for r in csv.DictReader(f) if r["device_index"] == "0"]
+    return {r["category"]: int(r["bytes_at_peak"]) for r in rows}, \
+        {r["category"] for r in rows if r["kind"] == "loss buffers"}
+
+
+def case_loss_memory(binary):
+    model = os.path.join(MODELS, "tiny-gpt.model")
+    rows, classes = logit_shape(binary, model)
+    batch = 4
+    n = batch * rows
+    nc = n * classes * 4
+    for prec in ("fp32", "bf16"):
+        with tempfile.TemporaryDirectory() as out:
+            held, loss = loss_buffers(binary, out, model, prec, batch)
+            _, preset_loss = loss_buffers(binary, out, "tiny", prec, 2)
+        gathered = [c for c in held if "gathered" in c]
+        expect(not gathered, f"{prec}: dp on one device holds {gathered}: DataParallel calls the "
+               "module directly, nothing is gathered (strategies/dp.c, alloc_loss_logits)")
+        want = {"log-probabilities": nc, "log-probabilities gradient": nc, "per-token loss": 4 * n}
+        if prec == "fp32":
+            want.update({"logits": nc, "logits gradient": nc})
+        else:  # logits.float() freed once read: its gradient takes its buffer
+            want.update({"autocast logits": nc // 2, "loss's fp32 logits, then their gradient": nc})
+        got = {c: held.get(c) for c in want}
+        expect(got == want, f"{prec}: the loss's buffers {got}, docs/method.md's table says {want}")
+        for extra in ("logits gradient", "loss's fp32 logits") if prec != "fp32" else ():
+            expect(extra not in held, f"{prec}: a separate `{extra}` beside the fp32 logits' one buffer")
+        expect(loss == preset_loss, f"{prec}: the file's loss buffers {sorted(loss)}, the MLP "
+               f"preset's {sorted(preset_loss)}")
+
+
 if __name__ == "__main__":
-    sys.exit(run_cases(globals()))
+    run_cases(globals())

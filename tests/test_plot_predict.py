@@ -10,7 +10,7 @@ from listing import DPSCALE, exit_if_listing, test
 
 # plot.py with dpscale predict's predictions.csv: the file against dpsresults' schema, the
 # fixture's errors in summary.md, a folder of predictions alone, broken predictions refused
-TESTS = [test("plot predict " + c, c, DPSCALE, suite="scripts", timeout=120)
+TESTS = [test("plot predict " + c, c, DPSCALE, suite="scripts", timeout=600)
          for c in ("schema", "errors", "alone", "refuse")]
 if __name__ == "__main__":
     exit_if_listing(TESTS)  # --list: before the imports below
@@ -42,7 +42,7 @@ def predict(binary, tmp, workload=WORKLOAD, name="pred"):
     files = [write(os.path.join(tmp, f), text) for f, text in
              (("box.machine", MACHINE), (name + ".workload", workload))]
     dpscale(binary, "predict", "--machine", files[0], "--workload", files[1], "--gpus", GPUS,
-            out=tmp, name=name, backend=None, check_rc=0, timeout=60)
+            out=tmp, name=name, backend=None, check_rc=0, timeout=300)
     folder = os.path.join(tmp, name)
     edit(os.path.join(folder, "predictions.csv"),
          lambda rows: [dict(r, status="oom") if (r["mode"], r["ngpus"]) == OOM else r

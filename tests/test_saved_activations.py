@@ -4,8 +4,12 @@ autograd saves for the same module and batch (docs/model-file.md, What
 backward keeps).
 
 usage: test_saved_activations.py DPSCALE compare MODEL
-  compare MODEL   MODEL (mobilenet_v2 at 3x64x64, or scripts/dpstools/
-                  reference_models.py's tiny_gpt) run forward once in
+  compare MODEL   MODEL (mobilenet_v2 or resnet18, whose max pool keeps
+                  its int64 indices, at 3x64x64, or scripts/dpstools/
+                  reference_models.py's tiny_gpt and small_gpt, whose
+                  attention is scaled_dot_product_attention, an attn op that
+                  keeps no t x t scores, or tiny_gpt_eager, matmuls and a
+                  softmax) run forward once in
                   training mode on the CPU at batch BATCH under
                   torch.autograd.graph.saved_tensors_hooks, summing the
                   bytes of each distinct storage it saves that is not a
@@ -17,9 +21,9 @@ usage: test_saved_activations.py DPSCALE compare MODEL
 Exit 77 (skip) without PyTorch and torchvision."""
 from listing import DPSCALE, exit_if_listing, test
 
-MODELS = ("mobilenet_v2", "tiny_gpt")
+MODELS = ("mobilenet_v2", "resnet18", "tiny_gpt", "small_gpt", "tiny_gpt_eager")
 TESTS = [test(f"model saved activations {m}", DPSCALE, "compare", m, suite="torch",
-              timeout=120, parallel=False) for m in MODELS]
+              timeout=600) for m in MODELS]
 if __name__ == "__main__":
     exit_if_listing(TESTS)  # --list: before the imports below
 
@@ -33,7 +37,10 @@ BATCH = 2
 TOLERANCE = 0.05
 # (export spec, --input, token ids?)
 SPECS = {"mobilenet_v2": ("torchvision.models.mobilenet_v2", "3x64x64", False),
-         "tiny_gpt": ("dpstools.reference_models:tiny_gpt", "16", True)}
+         "resnet18": ("torchvision.models.resnet18", "3x64x64", False),
+         "tiny_gpt": ("dpstools.reference_models:tiny_gpt", "16", True),
+         "small_gpt": ("dpstools.reference_models:small_gpt", "128", True),
+         "tiny_gpt_eager": ("dpstools.reference_models:tiny_gpt_eager", "16", True)}
 
 
 def torch_saved_bytes(spec, shape, tokens):
@@ -95,4 +102,4 @@ def case_compare(binary, model):
 
 
 if __name__ == "__main__":
-    sys.exit(run_cases(globals()))
+    run_cases(globals())

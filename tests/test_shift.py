@@ -6,7 +6,7 @@ interval's coverage, the gate's power against a 5 % shift and its false
 alarms on none, over many seeded draws. Usage: test_shift.py CASE [SEED]."""
 from listing import NOSAN, exit_if_listing, test
 
-TESTS = [test("shift " + c, c, suite=NOSAN)
+TESTS = [test("shift " + c, c, suite=NOSAN, timeout=300)
          for c in ("signed_rank", "coverage", "power", "false_alarm", "rounds", "format",
                    "two_sample")]
 if __name__ == "__main__":

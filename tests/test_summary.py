@@ -8,7 +8,7 @@ Usage: test_summary.py failed|left_out|lean|one_device|noise; exit 0 pass, 1 fai
 from listing import NOSAN, exit_if_listing, test
 
 # summary.md and the charts: failed configurations named, dp's variants apart, noise not a result
-TESTS = [test("summary " + c.replace("_", " "), c, suite=NOSAN, timeout=120)
+TESTS = [test("summary " + c.replace("_", " "), c, suite=NOSAN, timeout=300)
          for c in ("failed", "left_out", "lean", "one_device", "noise")]
 if __name__ == "__main__":
     exit_if_listing(TESTS)  # --list: before the imports below

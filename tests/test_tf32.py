@@ -22,12 +22,10 @@ usage: test_tf32.py DPSCALE CASE [ARGS...]
 Exit 77 (skip) without PyTorch for torch (scripts/setup.sh --with-torch)."""
 from listing import DPSCALE, FIXTURES, exit_if_listing, test
 
-TESTS = [test("tf32 options", DPSCALE, "options", timeout=120),
-         test("tf32 host", DPSCALE, "host", timeout=120),
-         test("tf32 torch dp", DPSCALE, "torch", "dp", "1", suite="torch", timeout=300,
-              parallel=False),
-         test("tf32 torch ddp", DPSCALE, "torch", "ddp", "2", suite="torch", timeout=300,
-              parallel=False)]
+TESTS = [test("tf32 options", DPSCALE, "options", timeout=600),
+         test("tf32 host", DPSCALE, "host", timeout=600),
+         test("tf32 torch dp", DPSCALE, "torch", "dp", "1", suite="torch", timeout=300),
+         test("tf32 torch ddp", DPSCALE, "torch", "ddp", "2", suite="torch", timeout=300)]
 if __name__ == "__main__":
     exit_if_listing(TESTS)  # --list: before the imports below
 
@@ -53,13 +51,16 @@ SAME_TOL = 5e-7
 COMMON = ["--batch", "6", "--steps", "3", "--warmup", "1", "--lr", "0.1"]
 
 
-def variant(tmp, name, renames):
-    """small-resnet.model with op names replaced (old -> new, whole words)."""
+def variant(tmp, name, renames, before=None):
+    """small-resnet.model with op names replaced (old -> new, whole words),
+    and before[NAME]'s line put before op NAME."""
     with open(SMALL_RESNET) as f:
         lines = f.read().splitlines()
     out = []
     for line in lines:
         words = line.split()
+        if before and len(words) > 2 and words[0] == "op" and words[2] in before:
+            out.append(before[words[2]])
         for old, new in renames.items():
             words = [new if w == old else
                      w.split("=")[0] + "=" + new if "=" in w and w.split("=", 1)[1] == old else w
@@ -68,7 +69,11 @@ def variant(tmp, name, renames):
     return write(os.path.join(tmp, name + ".model"), "\n".join(out) + "\n")
 
 
-ALL_CONV = {"fc.in": "fc.im2col"}  # the Linear's input named as a convolution's
+# the Linear fc made a 1x1 convolution: its input, the pooling's 8 channels of
+# one pixel, through an im2col of a 1x1 window (the pooling is exported with
+# its window, so fc reads it directly)
+ALL_CONV = {"fc": "op resample fc.im2col n=8 window=8x1x1 kernel=1x1 stride=1x1 pad=0x0 "
+                  "dilation=1x1"}
 NO_CONV = {"conv1.im2col": "conv1.cols", "conv2.im2col": "conv2.cols"}
 
 
@@ -131,7 +136,7 @@ def case_host(binary):
         expect(len(set(p.values())) == 3, "small-resnet: --tf32 default, on and off do not give "
                "three different parameter sets: the host backend's TF32 rounding is not applied "
                "as the mode says")
-        conv = {m: final_params(binary, tmp, variant(tmp, "all-conv", ALL_CONV), m) for m in MODES}
+        conv = {m: final_params(binary, tmp, variant(tmp, "all-conv", {}, ALL_CONV), m) for m in MODES}
         expect(conv["default"] == conv["on"] != conv["off"],
                "every gemm a convolution: --tf32 default is not on (the Linear fc, its input "
                "named fc.im2col, is not taken for a convolution)")
@@ -155,7 +160,7 @@ def case_torch(binary, mode, gpus):
     with tempfile.TemporaryDirectory(prefix="dpscale-tf32-") as tmp:
         common = ["--mode", mode, "--gpus", gpus, *COMMON]
         runs = [(SMALL_RESNET, m) for m in MODES] + \
-            [(variant(tmp, "all-conv", ALL_CONV), "default")]
+            [(variant(tmp, "all-conv", {}, ALL_CONV), "default")]
         mine, ref = {}, {}
         for path, m in runs:
             key = (os.path.basename(path), m)
@@ -197,4 +202,4 @@ def case_torch(binary, mode, gpus):
 
 
 if __name__ == "__main__":
-    sys.exit(run_cases(globals()))
+    run_cases(globals())

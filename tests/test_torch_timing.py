@@ -9,15 +9,17 @@ usage: test_torch_timing.py DPSCALE CASE [ARGS...]
                         one of each device at end_step, each phase's events on
                         its devices, a held step's sleeps; on the CPU no CUDA
                         call (needs nothing but the package)
-  loss_phase MODE       a Rank on the CPU whose loss's backward takes SLOW_S:
-                        the loss phase holds it, backward does not (dp on one
-                        device; ddp: one gloo rank, --accum 2 under no_sync,
-                        the hook once a micro-step); needs PyTorch
+  loss_phase MODE       a Rank on the CPU whose loss's backward moves the
+                        clock's time SKIP_S (an hour) ahead: the loss phase
+                        holds that hour, backward does not (dp on one device;
+                        ddp: one gloo rank, --accum 2 under no_sync, the hook
+                        once a micro-step); no real time is bounded, so a busy
+                        machine cannot fail it; needs PyTorch
 Exit 77 (skip) without PyTorch for loss_phase (scripts/setup.sh --with-torch)."""
 from listing import DPSCALE, NOSAN, exit_if_listing, test
 
 TESTS = [test("torch clock one sync", DPSCALE, "clock", suite=NOSAN)]
-TESTS += [test("torch loss phase " + m, DPSCALE, "loss_phase", m, suite="torch", timeout=120)
+TESTS += [test("torch loss phase " + m, DPSCALE, "loss_phase", m, suite="torch", timeout=300)
           for m in ("dp", "ddp")]
 if __name__ == "__main__":
     exit_if_listing(TESTS)  # --list: before the imports below
@@ -28,6 +30,7 @@ import sys
 import tempfile
 import time
 
+from dpstools import torch_timing
 from dpstools.torch_timing import Clock
 from helpers import Failure, expect, need_torch, run_case
 
@@ -149,12 +152,30 @@ def case_clock(binary):
     return 0
 
 
-SLOW_S = 0.2  # the loss's backward, slept between the loss and the logits' gradient
+SKIP_S = 3600.0  # the clock's time skipped in the loss's backward, far above any real phase
 
 
-def rank_on_cpu(binary, mode, out):
+class SkippingTime:
+    """The time module as dpstools.torch_timing reads it, whose clocks skip():
+    perf_counter and time are the real ones plus every second skipped."""
+
+    def __init__(self):
+        self.ahead = 0.0
+
+    def skip(self, seconds):
+        self.ahead += seconds
+
+    def perf_counter(self):
+        return time.perf_counter() + self.ahead
+
+    def time(self):
+        return time.time() + self.ahead
+
+
+def rank_on_cpu(binary, mode, out, clock):
     """A Rank of the tiny preset on the CPU as torch_reference.py builds it
-    (ddp: one gloo rank, --accum 2), its loss's backward slowed by SLOW_S."""
+    (ddp: one gloo rank, --accum 2), its loss's backward skipping the clock
+    SKIP_S ahead."""
     import torch
     import torch_reference
     from dpstools import torch_train
@@ -176,7 +197,7 @@ def rank_on_cpu(binary, mode, out):
 
         @staticmethod
         def backward(ctx, g):
-            time.sleep(SLOW_S)
+            clock.skip(SKIP_S)
             return g
 
     ce = r.ce
@@ -189,20 +210,26 @@ def case_loss_phase(binary, mode):
     skip = need_torch()
     if skip:
         return skip
-    with tempfile.TemporaryDirectory(prefix="dpscale-clock-") as out:
-        r, a = rank_on_cpu(binary, mode, out)
-        r.step(0, False)
-        ph = r.step(1, False)["phases"]
-        micro = a.accum
-        expect(ph["loss"] >= micro * SLOW_S * 1e3,
-               f"the loss phase {ph['loss']:.1f} ms lacks the loss's backward ({micro} x "
-               f"{SLOW_S * 1e3:g} ms slept in it): {ph}")
-        expect(ph["backward"] < SLOW_S * 1e3,
-               f"backward {ph['backward']:.1f} ms holds the loss's backward: {ph}")
-        if mode == "ddp":
-            expect(ph["allreduce"] > 0 and "allreduce_exposed" in ph, f"ddp's all-reduce: {ph}")
-        print(f"{mode}, {micro} micro-step(s): loss {ph['loss']:.1f} ms, backward "
-              f"{ph['backward']:.2f} ms")
+    clock, real = SkippingTime(), torch_timing.time
+    torch_timing.time = clock
+    try:
+        with tempfile.TemporaryDirectory(prefix="dpscale-clock-") as out:
+            r, a = rank_on_cpu(binary, mode, out, clock)
+            r.step(0, False)
+            ph = r.step(1, False)["phases"]
+    finally:
+        torch_timing.time = real
+    micro = a.accum
+    expect(ph["loss"] >= micro * SKIP_S * 1e3,
+           f"the loss phase {ph['loss']:.1f} ms lacks the loss's backward ({micro} x "
+           f"{SKIP_S * 1e3:g} ms skipped in it): {ph}")
+    expect(ph["backward"] < SKIP_S * 1e3,
+           f"backward {ph['backward']:.1f} ms holds the loss's backward ({SKIP_S * 1e3:g} ms "
+           f"skipped in it): {ph}")
+    if mode == "ddp":
+        expect(ph["allreduce"] > 0 and "allreduce_exposed" in ph, f"ddp's all-reduce: {ph}")
+    print(f"{mode}, {micro} micro-step(s): loss {ph['loss']:.1f} ms, backward "
+          f"{ph['backward']:.2f} ms")
     return 0
 
 

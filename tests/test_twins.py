@@ -9,7 +9,7 @@ Usage: test_twins.py DPSCALE CASE; exit 0 pass, 1 fail, 77 skip (meson's
 convention)."""
 from listing import DPSCALE, NOSAN, exit_if_listing, test
 
-TESTS = [test("twins " + c.replace("_", " "), DPSCALE, c, timeout=300)
+TESTS = [test("twins " + c.replace("_", " "), DPSCALE, c, timeout=420)
          for c in ("run_once", "filter_resume", "failures", "kill_commit")]
 TESTS += [test("twins plot", DPSCALE, "plot", suite=NOSAN, timeout=300)]
 if __name__ == "__main__":
@@ -19,12 +19,10 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
 import tempfile
 
 from helpers import dpscale, expect, expect_exit, read_table, run_cases, script, write
-from test_folder import ROW_FILES, check_traces, check_whole, children, slow_fsync, wait_for
+from test_folder import ROW_FILES, can_strace, check_traces, check_whole, run_traced, stop_at
 
 # dp and ddp on 1 and 2 devices, weak and strong; global_batch 8 is tiny's batch a device, so
 # at 1 device the strong configuration is the weak one: 8 configurations, 6 runs
@@ -172,35 +170,21 @@ def case_failures(binary):
 
 
 def case_kill_commit(binary):
-    """A pair's process killed while it writes both ids' rows: neither id
-    keeps a row of it; the sweep records both as killed, once each."""
-    prefix = slow_fsync(400)
-    if not prefix:
-        print("SKIP: strace cannot delay fsync here (missing, or ptrace not permitted)")
+    """A pair's process killed (SIGKILL) as it writes both ids' rows (stopped
+    at its first write to devices.csv: the journal on disk, steps.csv's rows
+    of both ids appended): neither id keeps a row of it; the sweep records
+    both as killed, once each."""
+    if not can_strace():
         return 77
     with tempfile.TemporaryDirectory() as out:
         suite = write(os.path.join(out, "s.suite"), SUITE.replace("modes = dp, ddp", "modes = dp"))
         folder = os.path.join(out, "t")
-        env = dict(os.environ)
-        if "ASAN_OPTIONS" in env:  # LeakSanitizer cannot run under ptrace
-            env["ASAN_OPTIONS"] += ":detect_leaks=0"
-        cmd = prefix + [binary, "sweep", suite, "--trace-steps", "2", "--no-links", "--backend",
-                        "host", "--out", out, "--name", "t"]
-        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                             env=env)
-        try:
-            wait_for(lambda: os.path.exists(os.path.join(folder, "devices.csv")), "devices.csv", p)
-            sweep = children(p.pid)
-            expect(len(sweep) == 1, f"the sweep's process under strace: {sweep}")
-            config = children(sweep[0])
-            expect(config, "no configuration process")
-            os.kill(config[-1], signal.SIGKILL)
-            err = p.communicate(timeout=120)[1]
-        finally:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        expect(p.returncode == 1, f"exit {p.returncode}, expected 1:\n{err}")
+        cmd = stop_at("write", os.path.join(os.path.realpath(folder), "devices.csv"),
+                      os.path.join(out, "strace.log"))
+        cmd += [binary, "sweep", suite, "--trace-steps", "2", "--no-links", "--backend", "host",
+                "--out", out, "--name", "t"]
+        rc, err = run_traced(cmd, out, lambda pid, sweep: os.kill(pid, signal.SIGKILL))
+        expect(rc == 1, f"exit {rc}, expected 1:\n{err}")
         runs = check_whole(folder)
         check_traces(folder, runs)
         status = {r["config_id"]: (r["status"], r["error"]) for r in runs}
@@ -225,4 +209,4 @@ def case_plot(binary):
 
 
 if __name__ == "__main__":
-    sys.exit(run_cases(globals()))
+    run_cases(globals())

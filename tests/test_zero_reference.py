@@ -22,7 +22,7 @@ from listing import DPSCALE, NOSAN, exit_if_listing, test
 # preset's 6 tensors unevenly; spawn: ranks started by torch_reference.py, not torchrun
 ZERO = [["2", "sgd", "8"], ["2", "adamw", "8"], ["3", "sgd", "7"], ["3", "adamw", "7"],
         ["2", "adamw", "6", "spawn"]]
-TESTS = [test("zero1 torch_reference refusals", DPSCALE, "refusals", suite=NOSAN, timeout=60)]
+TESTS = [test("zero1 torch_reference refusals", DPSCALE, "refusals", suite=NOSAN, timeout=300)]
 TESTS += [test("zero1 fidelity " + " ".join(c), DPSCALE, "zero1", *c, suite="torch",
                timeout=300, parallel=False) for c in ZERO]
 if __name__ == "__main__":
@@ -59,7 +59,7 @@ def dpscale_takes(binary, mode):
     """Whether dpscale run takes --mode MODE (its dry run, which refuses an unknown mode)."""
     p = subprocess.run([binary, "run", "--backend", "host", "--mode", mode, "--gpus", "2",
                         "--model", "tiny", "--dry-run"], capture_output=True, text=True,
-                       timeout=60)
+                       timeout=300)
     return p.returncode == 0
 
 

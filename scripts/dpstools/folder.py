@@ -1,7 +1,8 @@
 """A results folder as plot.py reads it, and what its charts and summary.md share.
 
 Folder holds the ok and the failed configurations of runs.csv, devices.csv,
-phases.csv, links.csv, memory.csv, buckets.csv, partition.csv, ops.csv, the step times and loss
+phases.csv, links.csv, memory.csv, buckets.csv, partition.csv, ops.csv,
+torch_ops.csv (a torch_reference.py folder's), the step times and loss
 scales of steps.csv and meta.json, read through results; series, the
 allocation peaks and the link curves are read from it for the charts and the
 summary alike. A configuration's line is its strategy, ddp with --no-sync off
@@ -37,8 +38,8 @@ FAILED = "Failed configurations"  # summary.md's section of the configurations n
 
 class Folder:
     """A results folder to draw: runs (ok, each with _n and _sps), failed,
-    devices, phases, links, memory, buckets, partition and ops (None where absent), step_ms (rank 0's
-    step times by config_id), meta and its device, backend and label."""
+    devices, phases, links, memory, buckets, partition, ops and torch_ops
+    (None where absent), step_ms (rank 0's step times by config_id), meta and its device, backend and label."""
 
     def __init__(self, path):
         self.path = path
@@ -46,9 +47,9 @@ class Folder:
                                    "phases.csv": PHASES_COLS, "links.csv": LINKS_COLS,
                                    "memory.csv": MEMORY_COLS, "buckets.csv": BUCKETS_COLS,
                                    "steps.csv": STEPS_COLS, "partition.csv": PARTITION_COLS,
-                                   "ops.csv": OPS_COLS},
+                                   "ops.csv": OPS_COLS, "torch_ops.csv": OPS_COLS},
                             optional=("links.csv", "memory.csv", "buckets.csv", "steps.csv",
-                                      "partition.csv", "ops.csv"))
+                                      "partition.csv", "ops.csv", "torch_ops.csv"))
         self.runs_path = files["runs.csv"].path
         self.runs = [r for r in files["runs.csv"] if r["status"] == "ok"]
         self.failed = [r for r in files["runs.csv"] if r["status"] != "ok"]
@@ -65,6 +66,7 @@ class Folder:
         self.buckets = files["buckets.csv"]
         self.partition = files["partition.csv"]
         self.ops = files["ops.csv"]
+        self.torch_ops = files["torch_ops.csv"]  # a torch_reference.py folder's
         self.step_ms = step_times(files["steps.csv"])
         self.loss_scale = step_values(files["steps.csv"], "loss_scale")
         self.meta = read_meta(path)

@@ -52,7 +52,7 @@ class RunFolder:
         first = next(iter(self.runs.values()))
         return {"backend": self.meta.get("backend", first["backend"]),
                 "device": devs[0].get("name", "") if devs else "",
-                "device count": len(devs), "driver": versions(self.meta)["driver"]}
+                "device count": len(devs), "driver": driver_of(self.meta)}
 
     def samples(self, cid, metric):
         """Per-step samples of a metric (one per step: the slowest rank's),
@@ -79,6 +79,13 @@ class RunFolder:
     def memory(self, cid, col):
         return {integer(d, "device"): number(d, col)
                 for d in self.devices.get(cid, [])}
+
+
+def driver_of(meta):
+    """A meta.json's CUDA driver, 'none' where there is none however it was
+    recorded: a build without CUDA writes '', one with CUDA on a machine
+    without a driver 'none'."""
+    return versions(meta)["driver"] or "none"
 
 
 def slowest_ranks(rows):

@@ -33,6 +33,8 @@ import torch.fx
 from torch import nn
 from torch.fx.passes.shape_prop import ShapeProp
 
+from dpstools import sdpa
+
 FORMAT = 1
 BATCH = 2  # samples traced; per-sample figures are divided by it
 ACTS = {nn.ReLU: "relu", nn.GELU: "gelu", nn.Tanh: "tanh", nn.Sigmoid: "sigmoid",
@@ -46,6 +48,7 @@ ACT_FUNCS = {torch.relu: "relu", nn.functional.relu: "relu", nn.functional.gelu:
              "relu": "relu", "softmax": "softmax", "tanh": "tanh", "sigmoid": "sigmoid"}
 NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.LayerNorm, nn.GroupNorm)
 POOLS = (nn.MaxPool2d, nn.AvgPool2d, nn.AdaptiveAvgPool2d, nn.Flatten, nn.Dropout, nn.Identity)
+WINDOWS = (nn.MaxPool2d, nn.AvgPool2d, nn.AdaptiveAvgPool2d)  # a windowed resample each
 # functions and methods whose output is their first input's values, rearranged, kept
 # or scaled: views of it, made a resample only where a consumer needs another size
 VIEWS = {torch.flatten, torch.reshape, torch.permute, torch.transpose, torch.squeeze,
@@ -63,9 +66,9 @@ except ImportError:
 ADDS = {operator.add, operator.iadd, torch.add, "add"}
 MULS = {operator.mul, operator.imul, torch.mul, "mul"}
 CATS = {torch.cat, torch.concat}
-# fused attention (PyTorch 2.0 on): its scores and context GEMMs
-SDPA = ({nn.functional.scaled_dot_product_attention}
-        if hasattr(nn.functional, "scaled_dot_product_attention") else set())
+# fused attention: PyTorch's (2.0 on), and dpstools.sdpa's stand-in for it, as attn ops
+TORCH_SDPA = getattr(nn.functional, "scaled_dot_product_attention", None)
+SDPA = {sdpa.scaled_dot_product_attention} | ({TORCH_SDPA} if TORCH_SDPA else set())
 MATMULS = {operator.matmul, torch.matmul, torch.bmm, "matmul", "bmm"}
 ACT_OF_ENCODER = {nn.functional.relu: "relu", nn.functional.gelu: "gelu"}
 
@@ -210,6 +213,8 @@ def out_size(kind, keys, have, ops):
         return keys.get("b", 1) * keys["m"] * keys["n"]
     if kind == "resample":
         return keys["n"]
+    if kind == "attn":
+        return keys["t"] * keys["heads"] * keys["d"]
     if kind == "cat":
         return have + (ops.size[keys["from"]] if "from" in keys else
                        dict(ops.model.named_parameters())[keys["weight"]].numel())
@@ -363,6 +368,8 @@ def map_module(ops, node, m):
         ops.add("act", name, {"fn": ACTS[type(m)]}, src_of(ops, node, name), node)
     elif isinstance(m, nn.Embedding):
         map_embedding(ops, node, m, name)
+    elif isinstance(m, WINDOWS) and ops.inputs(node):
+        map_pool(ops, node, m, name)
     elif isinstance(m, POOLS):
         ins = ops.inputs(node)
         ops.value[node] = ops.value[ins[0]] if ins else "input"
@@ -392,12 +399,42 @@ def norm(ops, node, name, src, c, weight, bias):
     return ops.add("norm", name, keys, src, node)
 
 
+def pair(v):
+    return tuple(v) if isinstance(v, (tuple, list)) else (v, v)
+
+
+def window(ops, name, src_node, kernel, stride, pad, dilation, pool=None):
+    """A resample's window keys over src_node's values, read as h x w pixels
+    of c channels (docs/model-file.md), with its output's size n."""
+    s = shape(src_node)
+    if s is None or len(s) != 4:
+        raise ExportError(f"{name}: its input is not a batch of c x h x w images; "
+                          "export the model with a 2-d input of --input CxHxW")
+    c, h, w = s[1:]
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = map(pair, (kernel, stride, pad, dilation))
+    oh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    ow = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    keys = {"n": oh * ow * (c if pool else kh * kw * c), "window": f"{c}x{h}x{w}",
+            "kernel": f"{kh}x{kw}", "stride": f"{sh}x{sw}", "pad": f"{ph}x{pw}",
+            "dilation": f"{dh}x{dw}"}
+    if pool:
+        keys["pool"] = pool
+    return keys
+
+
 def map_conv(ops, node, m, name):
-    """A convolution as its im2col GEMM; a grouped (or depthwise) one as a
-    gemm of g groups, each its k/g im2col columns by its n/g filters."""
+    """A convolution as its im2col (a windowed resample, 1x1 ones too) and
+    GEMM; a grouped (or depthwise) one as a gemm of g groups, each its k/g
+    im2col columns by its n/g filters."""
+    if isinstance(m.padding, str) or m.padding_mode != "zeros":
+        raise ExportError(f"{name}: Conv2d with padding={m.padding!r}, padding_mode="
+                          f"{m.padding_mode!r}: dpscale's im2col pads with zeros by a number of "
+                          "pixels; build it with padding=(ph, pw) and padding_mode='zeros'")
     rows = math.prod(shape(node)[2:])
     k = m.in_channels * math.prod(m.kernel_size)
-    src = ops.resample(f"{name}.im2col", src_of(ops, node, name), rows * k)
+    x = ops.inputs(node)[0]
+    keys = window(ops, name, x, m.kernel_size, m.stride, m.padding, m.dilation)
+    src = ops.add("resample", f"{name}.im2col", keys, ops.source(x, name))
     keys = {"m": rows, "k": k, "n": m.out_channels}
     if m.groups > 1:
         keys["g"] = m.groups
@@ -405,6 +442,43 @@ def map_conv(ops, node, m, name):
     if m.bias is not None:
         keys["bias"] = ops.tensor(m.bias, name)
     ops.add("gemm", name, keys, src, node)
+
+
+def stand_in_pool(ops, node, name, x, why):
+    """A pooling no window= describes, as a resample without a window (its
+    output's size, y[i] = x[i mod n_in]: the cost of a reshaping, not the
+    pooling's values), said on stderr."""
+    print(f"model_export: {name}: {why}; written as a resample without a window, which has "
+          "the pooling's sizes but not its values (docs/model-file.md)", file=sys.stderr)
+    ops.add("resample", name, {"n": ops.numel(node)}, ops.source(x, name), node)
+
+
+def map_pool(ops, node, m, name):
+    """MaxPool2d, AvgPool2d (count_include_pad, floor) and AdaptiveAvgPool2d
+    (a whole-input window for 1x1, else one that divides the input) as a
+    windowed resample."""
+    x = ops.inputs(node)[0]
+    if isinstance(m, nn.AdaptiveAvgPool2d):
+        h, w = shape(x)[2:]
+        oh, ow = (v if v is not None else d for v, d in zip(pair(m.output_size), (h, w)))
+        if h % oh or w % ow:
+            return stand_in_pool(ops, node, name, x, f"AdaptiveAvgPool2d to {oh}x{ow} from {h}x{w}: "
+                                 "its windows overlap unevenly, which no window= gives")
+        kernel = stride = (h // oh, w // ow)
+        keys = window(ops, name, x, kernel, stride, 0, 1, "avg")
+    else:
+        if m.ceil_mode or (isinstance(m, nn.AvgPool2d) and (not m.count_include_pad or
+                                                            m.divisor_override)):
+            return stand_in_pool(ops, node, name, x, f"{type(m).__name__} with ceil_mode=True, "
+                                 "count_include_pad=False or a divisor_override: dpscale's "
+                                 "windows pool as PyTorch's defaults do")
+        if isinstance(m, nn.MaxPool2d) and m.return_indices:
+            raise ExportError(f"{name}: MaxPool2d with return_indices=True: its indices are no "
+                              "activation a model file carries; build it without")
+        dil = m.dilation if isinstance(m, nn.MaxPool2d) else 1
+        keys = window(ops, name, x, m.kernel_size, m.stride or m.kernel_size, m.padding, dil,
+                      "max" if isinstance(m, nn.MaxPool2d) else "avg")
+    ops.add("resample", name, keys, ops.source(x, name), node)
 
 
 def map_embedding(ops, node, m, name):
@@ -422,19 +496,33 @@ def map_embedding(ops, node, m, name):
             src, node)
 
 
-def attention(ops, node, a, name, x, t, d):
+def uses_sdpa(a, need_weights):
+    """Whether nn.MultiheadAttention a runs scaled_dot_product_attention:
+    its own attn_implementation when it says one (reference_models'
+    SdpaSelfAttention), else as PyTorch 2's does when no weights are asked
+    for (nn.TransformerEncoderLayer's call); PyTorch 1's never does."""
+    if hasattr(a, "attn_implementation"):
+        return a.attn_implementation == "sdpa"
+    return TORCH_SDPA is not None and not need_weights
+
+
+def attention(ops, node, a, name, x, t, d, need_weights=False):
     """nn.MultiheadAttention's self-attention on x (t tokens of d): in_proj,
-    the scores and context matmuls over the heads, out_proj; its last op."""
+    the attention (an attn op where it runs scaled_dot_product_attention,
+    else the scores and context matmuls over the heads), out_proj; its last op."""
     if not a._qkv_same_embed_dim or a.in_proj_weight is None:
         raise ExportError(f"{name}: a MultiheadAttention with kdim or vdim of its own is not mapped")
     h = a.num_heads
     hd = d // h
     qkv = linear(ops, node, f"{name}.in_proj", x, a.in_proj_weight, a.in_proj_bias, t * 3 * d)
-    qk = ops.resample(f"{name}.qk", qkv, h * 2 * t * hd)
-    s = ops.add("gemm", f"{name}.scores", {"m": t, "k": hd, "n": t, "b": h}, qk)
-    p = ops.add("act", f"{name}.softmax", {"fn": "softmax"}, s)
-    pv = ops.resample(f"{name}.pv", p, h * (t * t + t * hd))
-    y = ops.add("gemm", f"{name}.context", {"m": t, "k": t, "n": hd, "b": h}, pv)
+    if uses_sdpa(a, need_weights):
+        y = ops.add("attn", f"{name}.attn", {"heads": h, "t": t, "d": hd, "causal": 0}, qkv)
+    else:
+        qk = ops.resample(f"{name}.qk", qkv, h * 2 * t * hd)
+        s = ops.add("gemm", f"{name}.scores", {"m": t, "k": hd, "n": t, "b": h}, qk)
+        p = ops.add("act", f"{name}.softmax", {"fn": "softmax"}, s)
+        pv = ops.resample(f"{name}.pv", p, h * (t * t + t * hd))
+        y = ops.add("gemm", f"{name}.context", {"m": t, "k": t, "n": hd, "b": h}, pv)
     return linear(ops, None, f"{name}.out_proj", y, a.out_proj.weight, a.out_proj.bias, t * d)
 
 
@@ -452,7 +540,8 @@ def map_mha(ops, node, m, name):
         raise ExportError(f"{name}: MultiheadAttention other than self-attention (one tensor as "
                           "query, key and value) is not mapped")
     t, d = tokens_width(args[0], m.batch_first)
-    out = attention(ops, node, m, name, src_of(ops, node, name), t, d)
+    need_weights = node.kwargs.get("need_weights", node.args[4] if len(node.args) > 4 else True)
+    out = attention(ops, node, m, name, src_of(ops, node, name), t, d, need_weights)
     ops.value[node] = out
 
 
@@ -540,7 +629,25 @@ def map_mul(ops, node, ins, name):
     if ops.numel(s) == 0 or ops.numel(x) % ops.numel(s):
         raise ExportError(f"{name}: a product of {shape(x)} and {shape(s)} whose broadcast is not "
                           "one factor's element over a run of the other's is not mapped")
-    ops.add("mul", name, {"from": ops.source(s, f"{name}.scale")}, ops.source(x, name), node)
+    keys = {"from": ops.source(s, f"{name}.scale")}
+    pixels = mul_pixels(name, shape(x), shape(s))
+    if pixels > 1:
+        keys["pixels"] = pixels
+    ops.add("mul", name, keys, ops.source(x, name), node)
+
+
+def mul_pixels(name, xs, ss):
+    """A mul's pixels=: an image's channel scales (x N x C x H x W, s N x C x 1 x
+    1), which dpscale holds pixel by pixel, scale each pixel's channels:
+    H·W; 1 (each scale over its run) for the others."""
+    if xs is None or ss is None or len(xs) != 4 or math.prod(ss) == math.prod(xs):
+        return 1
+    if len(ss) == 4 and ss[1] == xs[1] and ss[2:] == (1, 1):
+        return xs[2] * xs[3]
+    if len(ss) == 4 and ss[1] == 1 and ss[2:] == xs[2:]:
+        return 1  # a scale a pixel: each over its pixel's channels
+    raise ExportError(f"{name}: a product of an image {xs} and {ss}: only a channel's scale "
+                      "(N x C x 1 x 1) or a pixel's (N x 1 x H x W) is mapped")
 
 
 def map_cat(ops, node, ins, name):
@@ -551,6 +658,7 @@ def map_cat(ops, node, ins, name):
     dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
     if dim == 0 or dim == -len(shape(node)):
         raise ExportError(f"{name}: a cat along the batch dimension is not mapped")
+    pixels = cat_pixels(name, shape(node), dim)
     first = next(a for a in parts if a in ins)
     src = ops.source(first, f"{name}.in")
     rest = [a for a in parts if a is not first]
@@ -558,6 +666,8 @@ def map_cat(ops, node, ins, name):
         last = i == len(rest) - 1
         if a in ins:
             keys = {"from": ops.source(a, f"{name}.{i}.in")}
+            if pixels > 1:
+                keys["pixels"] = pixels
         elif a in ops.param_of:
             keys = {"weight": ops.tensor(ops.param_of[a], name)}
         else:
@@ -566,6 +676,19 @@ def map_cat(ops, node, ins, name):
         src = ops.add("cat", name if last else f"{name}.{i}", keys, src, node if last else None)
     if not rest:
         ops.value[node] = src
+
+
+def cat_pixels(name, out, dim):
+    """A cat's pixels=: images (N x C x H x W, held pixel by pixel) joined
+    along their channels join each pixel's: H·W; along their rows (dim 2) a
+    sample's after another's (1); along their columns is not mapped."""
+    if out is None or len(out) != 4:
+        return 1
+    dim %= 4
+    if dim == 3:
+        raise ExportError(f"{name}: a cat of images along their columns (dim 3) is not mapped: "
+                          "dpscale holds an image pixel by pixel; join along the channels")
+    return out[2] * out[3] if dim == 1 else 1
 
 
 def scaling_param(ops, node):
@@ -622,9 +745,12 @@ def map_matmul(ops, node, ins, name):
 
 
 def map_sdpa(ops, node, name):
-    """F.scaled_dot_product_attention(q, k, v) without a mask: the scores
-    gemm q·kᵀ over the heads, softmax, the context gemm with v."""
-    args = dict(zip(("query", "key", "value", "attn_mask"), node.args))
+    """scaled_dot_product_attention(q, k, v) without a mask: an attn op
+    when q, k and v are the heads of one op's rows of [q | k | v] (a
+    split of GPT-2's c_attn or of an in_proj on its last dimension), else
+    (keys of another length or sources of their own) the scores gemm
+    q·kᵀ over the heads, softmax and the context gemm with v."""
+    args = dict(zip(("query", "key", "value", "attn_mask", "dropout_p", "is_causal"), node.args))
     args.update(node.kwargs)
     if args.get("attn_mask") is not None:
         raise ExportError(f"{name}: scaled_dot_product_attention with an attn_mask is not mapped; "
@@ -632,6 +758,14 @@ def map_sdpa(ops, node, name):
     q, k, v = (shape(args[a]) for a in ("query", "key", "value"))
     batches = math.prod(q[:-2]) // BATCH
     t, e, s, ev = q[-2], q[-1], k[-2], v[-1]
+    src = {ops.value.get(args[a]) for a in ("query", "key", "value")}
+    if q == k == v and len(src) == 1 and ops.size.get(next(iter(src))) == 3 * batches * t * e:
+        keys = {"heads": batches, "t": t, "d": e, "causal": int(bool(args.get("is_causal")))}
+        ops.add("attn", name, keys, next(iter(src)), node)
+        return
+    if args.get("is_causal"):
+        raise ExportError(f"{name}: a causal scaled_dot_product_attention whose q, k and v are "
+                          "not the heads of one projection's [q | k | v] rows is not mapped")
     qk = ops.resample(f"{name}.qk", ops.source(args["query"], f"{name}.q"), batches * (t * e + e * s))
     scores = ops.add("gemm", f"{name}.scores", {"m": t, "k": e, "n": s, "b": batches}, qk)
     p = ops.add("act", f"{name}.softmax", {"fn": "softmax"}, scores)

@@ -323,13 +323,19 @@ KEYS = {"runs.csv": ["config_id"], "steps.csv": ["config_id", "step", "rank"],
 REPEAT_FIX = {"predictions.csv": "remove the repeated rows, or predict into a folder of its own "
                                  "(dpscale predict --name)"}
 
+# Files that take another's columns, kinds and key: torch_reference.py's
+# torch_ops.csv (its profiled step by op kind, dpstools.torch_ops) is ops.csv's.
+SCHEMA_OF = {"torch_ops.csv": "ops.csv"}
+
 # The keys of meta.json (src/results/results.c) and the JSON type of each.
 META_TYPES = {"dpscale_version": str, "git_describe": str, "command_line": list,
               "start_time": str, "end_time": str, "host": str, "os": str, "backend": str,
-              "emulated": bool, "note": str, "memory": dict, "devices": list,
+              "emulated": bool, "strict": bool, "note": str, "memory": dict, "devices": list,
               "topology": (str, dict), "versions": dict, "tf32": dict}
 META_KEYS = ["dpscale_version", "git_describe", "command_line", "start_time", "end_time", "host",
              "os", "backend", "emulated", "note", "devices", "topology", "versions"]
+# meta.json's "strict" (--strict, DPSCALE_STRICT=1: the host backend's strict
+# mode, timings not representative) is absent from folders written before it.
 # meta.json's "tf32" (--tf32; absent from folders written before it, which ran
 # every fp32 GEMM in fp32): its mode, and PyTorch's two flags it stands for.
 TF32_TYPES = {"mode": str, "cudnn_allow_tf32": bool, "cuda_matmul_allow_tf32": bool}
@@ -338,7 +344,7 @@ TF32_MODES = ["default", "on", "off"]
 DEVICE_TYPES = {"index": int, "name": str, "bus_id": str, "memory_bytes": int}
 # The fields of meta.json's "versions", one per library (be_version_fields in
 # src/backend/backend.c); "" where one does not apply. Every value is a string.
-VERSIONS = ["driver", "runtime", "cublas", "nccl", "nccl_build", "blas"]
+VERSIONS = ["driver", "runtime", "cublas", "nccl", "nccl_build", "blas", "conv"]
 # The one line that held the CUDA versions before those fields existed.
 OLD_CUDA_LINE = re.compile(r"CUDA driver ([^,]*), runtime ([^,]*), cuBLAS ([^,]*), NCCL (.*)$")
 # What to do about a file that is not as dpscale writes it.
@@ -647,8 +653,12 @@ def read_folder(folder, columns, optional=()):
     for name, required in columns.items():
         path = os.path.join(folder, name)
         absent = name in optional and not os.path.lexists(path)
-        read = read_steps if name == "steps.csv" else read_csv
-        tables[name] = None if absent else read(path, required)
+        if absent:
+            tables[name] = None
+        elif name == "steps.csv":
+            tables[name] = read_steps(path, required)
+        else:
+            tables[name] = read_csv(path, required, SCHEMA_OF.get(name))
     if tables.get("runs.csv") is not None:
         check_runs(tables)
     return tables

@@ -393,6 +393,8 @@ OPT_BYTES = {"sgd": 4, "adamw": 8}
 # flight (their reason), and the kind ddp's buckets are counted in instead.
 IN_FLIGHT = {"gathered unit parameters": "two units gathered: the current and the prefetched",
              "unit gradients": "two units' gradients before their reduce-scatter"}
+# The model-state kind of each unit in flight: beyond_text counts it against that kind alone.
+IN_FLIGHT_KIND = {"gathered unit parameters": "parameters", "unit gradients": "gradients"}
 # Other buffers of a model-state kind that no formula counts: their kind and what they hold.
 OTHER_STATES = {
     "autocast parameters": ("parameters", "the half-precision copy autocast casts each forward"),
@@ -443,8 +445,7 @@ def beyond_text(kinds, cats, formula, n):
     parts = []
     for kind in STATE_KINDS:
         extra = kinds.get(kind, 0) - formula[kind][0]
-        flight = [c for c in IN_FLIGHT if cats.get(c) and (c == "unit gradients") ==
-                  (kind == "gradients")]
+        flight = [c for c in IN_FLIGHT if cats.get(c) and IN_FLIGHT_KIND[c] == kind]
         flight += [c for c, (k, _) in OTHER_STATES.items() if cats.get(c) and k == kind]
         why = [f"{c} {cats[c]:,} ({IN_FLIGHT[c] if c in IN_FLIGHT else OTHER_STATES[c][1]})"
                for c in flight]
@@ -519,7 +520,7 @@ def write(folder, out, charts, torch_folder=None, preds=(), pred_paths=()):
     lines = summary_intro(folder) + failed_lines(folder) + glance_table(folder)
     lines += scaler_lines(folder) + model_state_lines(folder) + diagnosis(folder)
     lines += culprit.lines(folder)
-    lines += op_table.lines(folder)
+    lines += op_table.lines(folder, torch_folder)
     if pred_paths:
         lines += against_measured(folder, preds, pred_paths)
     lines += bucket_lines(folder)

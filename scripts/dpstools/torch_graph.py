@@ -46,21 +46,29 @@ from dpstools.torch_model import half_cast, uniform
 INPUT = -1  # an op's `in` or `from`: the model's input
 RNG_GRAPH_PARAMS = 1 << 40  # dpscale's generator streams of a model file's tensors (+ t)
 RNG_INPUT, RNG_LABELS = 2, 3  # the streams of a step's inputs and labels (+ step << 8)
-KINDS = ("gemm", "resample", "norm", "act", "add", "embedding", "mul", "cat")
+KINDS = ("gemm", "resample", "norm", "act", "add", "embedding", "mul", "cat", "attn")
 FNS = ("relu", "gelu", "softmax", "tanh", "sigmoid", "relu6", "silu", "hardswish", "hardsigmoid",
        "mish")
-KIND_KEYS = {"gemm": {"m", "k", "n", "b", "g", "weight", "bias"}, "resample": {"n"},
+WINDOW_KEYS = {"window", "kernel", "stride", "pad", "dilation", "pool"}
+KIND_KEYS = {"gemm": {"m", "k", "n", "b", "g", "weight", "bias"}, "resample": {"n"} | WINDOW_KEYS,
              "norm": {"c", "weight", "bias"}, "act": {"fn"}, "add": {"from"},
-             "embedding": {"m", "weight"}, "mul": {"from"}, "cat": {"from", "weight"}}
+             "embedding": {"m", "weight"}, "mul": {"from", "pixels"},
+             "cat": {"from", "weight", "pixels"}, "attn": {"heads", "t", "d", "causal"}}
 COMMON_KEYS = {"in", "saved", "moved"}
-NUMBER_KEYS = ("m", "k", "n", "b", "c", "g")
+NUMBER_KEYS = ("m", "k", "n", "b", "c", "g", "pixels", "heads", "t", "d")
 NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:/-[]")
 DIM_MAX = 1 << 31
 HOWTO = "(docs/model-file.md)"
 
 Tensor = collections.namedtuple("Tensor", "name dims numel ready line")
 Op = collections.namedtuple("Op", "kind name inp frm m k n b c fn weight bias "
-                                  "in_elems out_elems line g")
+                                  "in_elems out_elems line g win pixels heads t d causal",
+                            defaults=(None, 1, 0, 0, 0, 0))
+# A resample's window (model_file.h's mf_window): the input h x w pixels of
+# c channels held pixel by pixel; pool None (an im2col), "max" or "avg";
+# groups: an im2col's, the g of the convolution's gemm that reads it.
+Window = collections.namedtuple("Window", "c h w kh kw sh sw ph pw dh dw pool groups",
+                                defaults=(1,))
 
 
 class ModelFileError(ValueError):
@@ -88,8 +96,10 @@ class Graph:
                 "classes": self.classes, "params": self.params}
 
     def fwd_flops(self):
-        """Forward GEMM FLOPs of one sample (model_file_fwd_flops)."""
-        return sum(2 * o.b * o.m * o.k * o.n // o.g for o in self.ops if o.kind == "gemm")
+        """Forward FLOPs of one sample (model_file_fwd_flops): the gemms', and
+        an attn's two products, 4·heads·t·t·d, causal or not."""
+        return (sum(2 * o.b * o.m * o.k * o.n // o.g for o in self.ops if o.kind == "gemm") +
+                sum(4 * o.heads * o.t * o.t * o.d for o in self.ops if o.kind == "attn"))
 
     def init(self, seed):
         """graph_init_params: tensor t is bound * U(seed, 2**40 + t, i), bound
@@ -192,6 +202,7 @@ def make_module(torch, graph, flat, half=None, tf32="off"):
     nn = torch.nn
     casts = half_casts(torch, half) if half is not None else None
     tf32_mm = tf32_matmul(torch)
+    mark = torch.autograd.profiler.record_function
     mms = [tf32_mm if half is None and tf32_for(tf32, graph.is_conv(i)) else torch.matmul
            for i in range(len(graph.ops))]
 
@@ -214,12 +225,13 @@ def make_module(torch, graph, flat, half=None, tf32="off"):
         def forward(self, x):
             w, outs, halves = self.weights(), [], []
             for op, mm in zip(graph.ops, mms):
-                if casts:
-                    y, h = op_forward_half(torch, casts, op, w, x, outs, halves)
-                    outs.append(y)
-                    halves.append(h)
-                else:
-                    outs.append(op_forward(torch, op, w, x, outs, mm=mm))
+                with mark("dpscale::" + op.kind):  # the op's kind under torch.profiler (torch_ops)
+                    if casts:
+                        y, h = op_forward_half(torch, casts, op, w, x, outs, halves)
+                        outs.append(y)
+                        halves.append(h)
+                    else:
+                        outs.append(op_forward(torch, op, w, x, outs, mm=mm))
             return outs[-1].reshape(-1, graph.classes)
 
     return GraphModule()
@@ -242,7 +254,7 @@ def op_forward(torch, op, w, x, outs, a=None, mm=None):
     if op.kind == "gemm":
         return gemm(torch, op, w, a, mm or torch.matmul)
     if op.kind == "resample":
-        return resample(torch, a, op.out_elems)
+        return windowed(torch, a, op.win) if op.win else resample(torch, a, op.out_elems)
     if op.kind == "norm":
         v = a.reshape(-1, op.c)
         v = v * w[op.weight] if op.weight >= 0 else v
@@ -255,11 +267,90 @@ def op_forward(torch, op, w, x, outs, a=None, mm=None):
     if op.kind == "cat":  # each sample's a, then the other operand's (the tensor's) elements
         other = (w[op.weight].reshape(1, -1).expand(a.shape[0], -1) if op.weight >= 0
                  else source(x, outs, op.frm))
-        return torch.cat([a, other], dim=1)
-    if op.kind == "mul":  # each of s's elements scales its run of a
-        s = source(x, outs, op.frm)
-        return a * s.repeat_interleave(op.out_elems // s.shape[1], dim=1)
+        return cat(torch, op, a, other)
+    if op.kind == "mul":  # each of s's elements scales its run of a (pixels: its channel)
+        return a * spread(op, source(x, outs, op.frm))
+    if op.kind == "attn":
+        return attention(torch, op, a)
     return a + resample(torch, w[op.weight].reshape(1, -1), op.out_elems)  # embedding
+
+
+def cat(torch, op, a, other):
+    """a then other in each sample; over pixels, in each pixel."""
+    if op.pixels == 1:
+        return torch.cat([a, other], dim=1)
+    p = op.pixels
+    return torch.cat([a.reshape(a.shape[0], p, -1), other.reshape(a.shape[0], p, -1)],
+                     dim=2).reshape(a.shape[0], -1)
+
+
+def spread(op, s):
+    """A mul's scales s [samples, n_s] as its input's size: each element over
+    its run, or over pixels (pixels=P) s's channels at every pixel."""
+    if op.pixels > 1:
+        return s.repeat(1, op.pixels)
+    return s.repeat_interleave(op.out_elems // s.shape[1], dim=1)
+
+
+def attention(torch, op, a):
+    """An attn op as PyTorch's math scaled_dot_product_attention computes
+    it: each sample's t rows of [q | k | v] of its heads split into heads,
+    softmax(q·kᵀ·(1/√d), keys after a row masked when causal)·v, the heads'
+    rows joined again (t rows of heads·d)."""
+    s, h, t, d = a.shape[0], op.heads, op.t, op.d
+    x = a.reshape(s, t, 3, h, d)
+    q, k, v = (x[:, :, i].transpose(1, 2) for i in range(3))
+    scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d))
+    if op.causal:
+        mask = torch.ones(t, t, dtype=torch.bool, device=a.device).triu(1)
+        scores = scores.masked_fill(mask, float("-inf"))
+    y = torch.softmax(scores, dim=-1) @ v
+    return y.transpose(1, 2).reshape(s, t * h * d)
+
+
+def attention_half(torch, op, a, cast):
+    """An attn op on half q, k, v (a: cast already): the math attention's
+    output rounded once; its backward as FlashAttention's (and dpscale's),
+    D = rowsum(dO ∘ O) from the rounded output O it keeps, where autograd
+    through the math would use the unrounded one (2^-9 apart in bf16)."""
+    class Flash(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, qkv):
+            with torch.enable_grad():
+                x = qkv.detach().requires_grad_(True)
+                y = attention(torch, op, x)
+            out = cast(y.detach())
+            ctx.save_for_backward(qkv, out)
+            return out
+
+        @staticmethod
+        def backward(ctx, g):
+            qkv, out = ctx.saved_tensors
+            g = cast(g.detach())  # the gradient of a half output: rounded first
+            with torch.enable_grad():
+                x = qkv.detach().requires_grad_(True)
+                y = attention(torch, op, x)
+                # the math's gradient, its softmax term moved from y to the kept output
+                shift = (g * (out - y.detach())).reshape(g.shape[0], op.t, op.heads, op.d)
+                gx, = torch.autograd.grad(y, x, g)
+            return gx + softmax_shift(torch, op, x.detach(), shift.sum(-1))
+
+    return Flash.apply(a)
+
+
+def softmax_shift(torch, op, x, dd):
+    """The gradient of the attention's input from dS = -P·dd (dd: [samples,
+    t, heads], a change of D): dq = dS·k/√d, dk = dSᵀ·q/√d, dv = 0."""
+    s, h, t, d = x.shape[0], op.heads, op.t, op.d
+    q, k, v = (x.reshape(s, t, 3, h, d)[:, :, i].transpose(1, 2) for i in range(3))
+    scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d))
+    if op.causal:
+        scores = scores.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+    ds = -torch.softmax(scores, dim=-1) * dd.transpose(1, 2).unsqueeze(-1)
+    dq = (ds @ k) / math.sqrt(d)
+    dk = (ds.transpose(-2, -1) @ q) / math.sqrt(d)
+    parts = [p.transpose(1, 2).reshape(s, t, h * d) for p in (dq, dk, torch.zeros_like(dq))]
+    return torch.stack([p.reshape(s, t, h, d) for p in parts], dim=2).reshape(s, -1)
 
 
 def half_casts(torch, half):
@@ -314,6 +405,8 @@ def op_forward_half(torch, casts, op, w, x, outs, halves):
         if op.bias >= 0:
             casted[op.bias] = cast(w[op.bias])
         return cast(gemm(torch, op, casted, a)), True
+    if op.kind == "attn":  # autocast's lower-precision list: q, k, v cast, fp32 sums, one rounding
+        return attention_half(torch, op, cast(source(x, outs, op.inp)), cast), True
     if op.kind in ("add", "mul", "cat"):  # type promotion (cat: autocast's promote list)
         out_half = in_half and op.frm != INPUT and halves[op.frm] and op.weight < 0
         a = read(op.inp)
@@ -321,10 +414,9 @@ def op_forward_half(torch, casts, op, w, x, outs, halves):
             y = a + read(op.frm)
         elif op.kind == "cat":
             y = op_forward(torch, op, w, x, outs, a) if op.weight >= 0 else \
-                torch.cat([a, read(op.frm)], dim=1)
+                cat(torch, op, a, read(op.frm))
         else:
-            s = read(op.frm)
-            s = s.repeat_interleave(op.out_elems // s.shape[1], dim=1)
+            s = spread(op, read(op.frm))
             y = mul_half(a, s) if out_half else a * s
         return (cast(y), True) if out_half else (y, False)
     y = op_forward(torch, op, w, x, outs, read(op.inp))
@@ -369,6 +461,35 @@ def resample(torch, a, n):
         return a[:, :n]
     idx = torch.arange(n, device=a.device) % n_in
     return a.index_select(1, idx)
+
+
+def window_out(win):
+    """(oh, ow, columns of an output pixel) of a window, as PyTorch sizes them."""
+    oh = (win.h + 2 * win.ph - win.dh * (win.kh - 1) - 1) // win.sh + 1
+    ow = (win.w + 2 * win.pw - win.dw * (win.kw - 1) - 1) // win.sw + 1
+    return oh, ow, win.c if win.pool else win.kh * win.kw * win.c
+
+
+def windowed(torch, a, win):
+    """A windowed resample on [samples, h w c] (pixel by pixel, a pixel's
+    channels together): F.unfold's columns as rows of output pixels in
+    (g, kh, kw, c/g) order (g: the window's groups), or F.max_pool2d / F.avg_pool2d (count_include_pad,
+    floor) as rows of output pixels of c channels."""
+    F = torch.nn.functional
+    samples = a.shape[0]
+    x = a.reshape(samples, win.h, win.w, win.c).permute(0, 3, 1, 2)
+    k, st, pad, dil = (win.kh, win.kw), (win.sh, win.sw), (win.ph, win.pw), (win.dh, win.dw)
+    if win.pool is None:
+        oh, ow, _ = window_out(win)
+        cols = F.unfold(x, k, dilation=dil, padding=pad, stride=st)  # [s, c kh kw, L]
+        g = win.groups
+        cols = cols.reshape(samples, g, win.c // g, win.kh, win.kw, oh * ow)
+        return cols.permute(0, 5, 1, 3, 4, 2).reshape(samples, -1)
+    if win.pool == "max":
+        y = F.max_pool2d(x, k, st, pad, dil)
+    else:
+        y = F.avg_pool2d(x, k, st, pad)
+    return y.permute(0, 2, 3, 1).reshape(samples, -1)
 
 
 # ---- the reader ----
@@ -484,8 +605,22 @@ class Reader:
     def key_value(self, line, key, v):
         if key in NUMBER_KEYS:
             return self.whole_number(line, key, v, 1, DIM_MAX)
+        if key == "pool":
+            if v not in ("max", "avg"):
+                self.fail(line, f"pool={v}: expected max or avg (none: an im2col) {HOWTO}")
+            return v
+        if key in WINDOW_KEYS:
+            parts = v.split("x")
+            if len(parts) != (3 if key == "window" else 2):
+                self.fail(line, f"{key}={v}: expected "
+                                f"{'CxHxW, as 64x56x56' if key == 'window' else 'two sizes, as 3x3'} "
+                                f"{HOWTO}")
+            return tuple(self.whole_number(line, key, d, 0 if key == "pad" else 1, DIM_MAX)
+                         for d in parts)
         if key in ("saved", "moved"):
             return self.whole_number(line, key, v, 0, 1 << 50)
+        if key == "causal":
+            return self.whole_number(line, key, v, 0, 1)
         if key in ("weight", "bias"):
             if v not in self.tensor_at:
                 self.fail(line, f"tensor {v} is not given above this op {HOWTO}")
@@ -512,9 +647,88 @@ class Reader:
             where = "the input" if inp == INPUT else self.ops[inp].name
             self.fail(line, f"op {name} takes {need} elements per sample, but its input "
                             f"({where}) gives {have}: put a resample op between them {HOWTO}")
-        return Op(kind, name, inp, keys.get("from", INPUT), k["m"], k["k"], k["n"],
-                  k["b"] or 1, k["c"], keys.get("fn"), keys.get("weight", -1),
-                  keys.get("bias", -1), have, out, line, k["g"] or 1)
+        op = Op(kind, name, inp, keys.get("from", INPUT), k["m"], k["k"], k["n"],
+                k["b"] or 1, k["c"], keys.get("fn"), keys.get("weight", -1),
+                keys.get("bias", -1), have, out, line, k["g"] or 1,
+                self.window(line, keys, have, out) if kind == "resample" else None,
+                k["pixels"] or 1, k["heads"], k["t"], k["d"], keys.get("causal", 0))
+        self.conv_sizes(line, op)
+        return op
+
+    def window(self, line, keys, have, n):
+        """A resample's Window (None without window=), checked as dpscale checks it."""
+        if "window" not in keys:
+            if WINDOW_KEYS & set(keys):
+                self.fail(line, f"kernel=, stride=, pad=, dilation= and pool= describe a window: "
+                                f"give window=CxHxW too {HOWTO}")
+            return None
+        if "kernel" not in keys:
+            self.fail(line, f"window= needs kernel=KHxKW {HOWTO}")
+        pool = keys.get("pool")
+        win = Window(*keys["window"], *keys["kernel"], *keys.get("stride", (1, 1)),
+                     *keys.get("pad", (0, 0)), *keys.get("dilation", (1, 1)), pool)
+        if pool and (2 * win.ph > win.kh or 2 * win.pw > win.kw):
+            self.fail(line, f"pad={win.ph}x{win.pw}: a pooling's padding is at most half its "
+                            f"kernel {win.kh}x{win.kw}, as PyTorch's {HOWTO}")
+        if pool == "avg" and (win.dh > 1 or win.dw > 1):
+            self.fail(line, f"pool=avg takes no dilation (avg_pool2d has none) {HOWTO}")
+        if (win.h + 2 * win.ph < win.dh * (win.kh - 1) + 1 or
+                win.w + 2 * win.pw < win.dw * (win.kw - 1) + 1):
+            self.fail(line, f"the kernel {win.kh}x{win.kw} (dilated) is larger than the padded "
+                            f"input {win.h + 2 * win.ph}x{win.w + 2 * win.pw} {HOWTO}")
+        if win.c * win.h * win.w != have:
+            self.fail(line, f"window={win.c}x{win.h}x{win.w} holds {win.c * win.h * win.w} "
+                            f"elements, but its input gives {have} a sample {HOWTO}")
+        oh, ow, cols = window_out(win)
+        if oh * ow * cols != n:
+            self.fail(line, f"n={n}, but the window gives {oh}x{ow} output pixels of {cols} "
+                            f"columns, {oh * ow * cols} elements {HOWTO}")
+        if pool == "max":
+            self.max_pool_windows(line, win, oh, ow)
+        return win
+
+    def max_pool_windows(self, line, win, oh, ow):
+        """A max pool whose every window holds an input element (max_pool2d
+        gives -inf for one wholly in the padding), checked as dpscale checks it."""
+        def all_padding(n_in, k, s, p, d, n_out):
+            return next((o for o in range(n_out)
+                         if all(not 0 <= o * s - p + j * d < n_in for j in range(k))), -1)
+        oy = all_padding(win.h, win.kh, win.sh, win.ph, win.dh, oh)
+        ox = all_padding(win.w, win.kw, win.sw, win.pw, win.dw, ow)
+        if oy >= 0 or ox >= 0:
+            self.fail(line, f"pool=max: the window of output {'row' if oy >= 0 else 'column'} "
+                            f"{oy if oy >= 0 else ox} lies wholly in the padding (kernel "
+                            f"{win.kh}x{win.kw}, stride {win.sh}x{win.sw}, pad {win.ph}x{win.pw}, "
+                            f"dilation {win.dh}x{win.dw} on {win.h}x{win.w} pixels), where "
+                            f"max_pool2d has no element to take: give a smaller pad= or "
+                            f"dilation= {HOWTO}")
+
+    def conv_sizes(self, line, op):
+        """A convolution whose im2col has a window: m its output pixels, k its
+        columns, its g the im2col's groups (dividing the window's channels)."""
+        if op.kind != "gemm" or op.weight < 0 or op.inp == INPUT:
+            return
+        src = self.ops[op.inp]
+        if src.kind != "resample" or src.win is None:
+            return
+        if src.name != op.name + ".im2col":
+            if op.g > 1 and not src.win.pool:
+                self.fail(line, f"gemm {op.name} g={op.g} reads the im2col {src.name}: a grouped "
+                                f"convolution's im2col is named after its gemm, {op.name}.im2col, "
+                                f"so that it orders its columns group by group {HOWTO}")
+            return
+        if src.win.pool:
+            self.fail(line, f"gemm {op.name} reads {src.name}, a pooling: a convolution's im2col "
+                            f"has no pool= {HOWTO}")
+        if src.win.c % op.g:
+            self.fail(line, f"gemm {op.name} g={op.g}: its im2col {src.name} has c={src.win.c} "
+                            f"channels, which g groups do not split evenly; give g a divisor of c "
+                            f"{HOWTO}")
+        self.ops[op.inp] = src._replace(win=src.win._replace(groups=op.g))
+        oh, ow, cols = window_out(src.win)
+        if op.m != oh * ow or op.k != cols:
+            self.fail(line, f"gemm {op.name}: m={op.m} k={op.k}, but its im2col gives {oh * ow} "
+                            f"output pixels (m) of {cols} columns (k = kh kw c) {HOWTO}")
 
     def needs(self, line, kind, k, letters):
         for key in letters:
@@ -549,6 +763,14 @@ class Reader:
             if ("from" in keys) == ("weight" in keys):
                 self.fail(line, f"a cat op needs from=OP or weight=T, one of them {HOWTO}")
             tail = self.numel(keys, "weight") or self.out_of(keys.get("from"))
+            p = k["pixels"] or 1
+            if p > 1 and "weight" in keys:
+                self.fail(line, f"cat pixels= is for a cat with from=OP, not weight=T {HOWTO}")
+            if have % p or tail % p:
+                where = "the input" if keys["from"] == INPUT else self.ops[keys["from"]].name
+                self.fail(line, f"cat pixels={p}: its input's {have} elements and {where}'s "
+                                f"{tail} are not both whole pixels; give pixels= their pixels "
+                                f"(H·W) {HOWTO}")
             return have, have + tail
         if kind == "mul":
             if "from" not in keys:
@@ -558,7 +780,17 @@ class Reader:
                 where = "the input" if keys["from"] == INPUT else self.ops[keys["from"]].name
                 self.fail(line, f"mul: {where}'s {ns} elements per sample do not divide its "
                                 f"input's {have} {HOWTO}")
+            p = k["pixels"] or 1
+            if p > 1 and p * ns != have:
+                where = "the input" if keys["from"] == INPUT else self.ops[keys["from"]].name
+                self.fail(line, f"mul pixels={p}: its input's {have} elements are not {p} pixels "
+                                f"of the {ns} channels {where} scales; give pixels= the input's "
+                                f"pixels (H·W) {HOWTO}")
             return have, have
+        if kind == "attn":
+            for key in ("heads", "t", "d"):
+                self.needs(line, kind, k, [key])
+            return 3 * k["t"] * k["heads"] * k["d"], k["t"] * k["heads"] * k["d"]
         if kind == "embedding":
             self.needs(line, kind, k, "m")
             if "weight" not in keys or len(self.tensors[keys["weight"]].dims) != 2:

@@ -170,7 +170,9 @@ class Module:
     def batch(self, seed, step, samples, sample0=0, classes=None, rows=None):
         """Samples [sample0, sample0 + samples) of step's batch: x [samples,
         *shape] (float32, or int64 token ids) and a label a loss row, from
-        dpscale's streams (torch_graph.Graph.batch's)."""
+        dpscale's streams (torch_graph.Graph.batch's); a c x h x w image's
+        elements in the order dpscale reads them, h x w pixels of c channels
+        (docs/model-file.md)."""
         classes, rows = classes or self.classes, rows or self.rows
         stream = step << 8
         lo = sample0 * self.input
@@ -182,6 +184,9 @@ class Module:
         r = np.arange(sample0 * rows, (sample0 + samples) * rows, dtype=np.uint64)
         u = uniform(seed, RNG_LABELS + stream, r).astype(np.float64)
         labels = np.minimum(np.floor((u + 1.0) * 0.5 * classes).astype(np.int64), classes - 1)
+        if len(self.shape) == 3 and not self.tokens:  # c x h x w images: dpscale reads a
+            c, h, w = self.shape                      # sample as h x w pixels of c channels
+            return np.ascontiguousarray(x.reshape(samples, h, w, c).transpose(0, 3, 1, 2)), labels
         return x.reshape(samples, *self.shape), labels
 
     def sample_bytes(self):

@@ -19,12 +19,23 @@ import subprocess
 
 import numpy as np
 
+from dpstools import torch_ops
 from dpstools.results import COLUMNS, OPTIONAL_COLUMNS, PHASES
 from dpstools.stats import median, quantile
 from dpstools.torch_model import BUCKET_MB
 
 class Usage(Exception):
     """Bad arguments or an unusable output folder: exit 2 with the message."""
+
+
+def conv_path(torch, cuda):
+    """How PyTorch runs this run's convolutions, in meta.json's versions.conv
+    words: cuDNN and its version on CUDA, else the CPU's own kernels."""
+    if cuda and torch.backends.cudnn.is_available():
+        v = torch.backends.cudnn.version()  # 9.1.0: 90100; 8.9.2: 8902
+        major = 10000 if v >= 90000 else 1000
+        return f"cudnn {v // major}.{v % major // 100}.{v % 100}"
+    return "PyTorch's CPU convolutions"
 
 
 def cpu_name():
@@ -269,8 +280,9 @@ class Gathered:
 
 
 def write_results(args, spec, reports, params):
-    """steps.csv, devices.csv, phases.csv, runs.csv (last, as dpscale) and
-    meta.json; the final parameters where asked."""
+    """steps.csv, devices.csv, phases.csv, runs.csv (last, as dpscale),
+    meta.json and torch_ops.csv (rank 0's profiled step by op kind); the
+    final parameters where asked."""
     folder = os.path.join(args.out, args.name)
     g = Gathered(args, spec, reports)
     os.makedirs(folder, exist_ok=True)
@@ -280,6 +292,9 @@ def write_results(args, spec, reports, params):
     run = g.run_row()
     write_rows(folder, "runs.csv", [run])
     write_meta(folder, args)
+    ops = g.reports[0].get("ops")
+    if ops:  # rank 0's profiled step (dpscale's ops.csv traces rank 0's, or device 0's)
+        torch_ops.write(folder, ops)
     if params is not None:
         np.save(args.save_params, params)
     print(f"{run['config_id']}: step {g.median_step:.3f} ms, {run['samples_per_s']} samples/s, "
@@ -376,6 +391,8 @@ def write_meta(folder, args):
         how = "nn.DataParallel" if args.gpus > 1 else "one device"
     what = f"PyTorch {torch.__version__} on {'CUDA' if cuda else 'the CPU'}: {how}"
     what += module_note(args) + precision_note(args, cuda)
+    if getattr(args, "cudnn_benchmark", False):
+        what += "; torch.backends.cudnn.benchmark on"
     if cuda:
         memory = {"alloc_peak_bytes": "torch.cuda.max_memory_allocated over the whole run "
                                       "(reset before the model is built, as dpscale's peak)",
@@ -395,7 +412,7 @@ def write_meta(folder, args):
             "versions": {
                 "driver": driver, "runtime": (torch.version.cuda or "") if cuda else "",
                 "cublas": "", "nccl": nccl, "nccl_build": "", "blas": blas.group(1) if blas else "",
-                "torch": torch.__version__, "python": platform.python_version()}}
+                "conv": conv_path(torch, cuda), "torch": torch.__version__, "python": platform.python_version()}}
     with open(os.path.join(folder, "meta.json"), "w") as f:
         json.dump(meta, f, indent=2)
         f.write("\n")

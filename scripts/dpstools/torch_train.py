@@ -20,10 +20,10 @@ import sys
 import tempfile
 import time
 
-from dpstools import grad_scaler
+from dpstools import grad_scaler, torch_ops
 from dpstools.torch_graph import Graph
 from dpstools.torch_model import BUCKET_MB, autocast_bf16, micro_batches, optimizer
-from dpstools.torch_results import Usage, cpu_name, write_results
+from dpstools.torch_results import Usage, config_id, cpu_name, write_results
 from dpstools.torch_timing import AllreduceTimer, Clock, timed_allreduce, timed_data_parallel
 
 
@@ -221,7 +221,8 @@ class Rank:
         gradient (LossEnd), the casts under autocast included."""
         torch, clock = self.torch, self.clock
         dev0 = self.devices[:1]
-        with clock.phase("load", dev0):
+        mark = torch.autograd.profiler.record_function  # torch_ops's kinds, when profiled
+        with clock.phase("load", dev0), mark(torch_ops.MARK + "load"):
             xb = xs.to(self.device, non_blocking=True)
             yb = ys.to(self.device, non_blocking=True)
         with self.autocast():
@@ -232,9 +233,10 @@ class Rank:
                     logits = self.model(xb)
         loss_end = LossEnd(clock, logits)
         clock.begin("loss", dev0)
-        per_row = self.ce(logits.float(), yb)
-        obj = self.objective(per_row)
-        loss_sum = per_row.detach().sum()
+        with mark(torch_ops.MARK + "loss"):
+            per_row = self.ce(logits.float(), yb)
+            obj = self.objective(per_row)
+            loss_sum = per_row.detach().sum()
         self.backward(obj, loss_end, exposed)
         return loss_sum
 
@@ -312,6 +314,16 @@ class Rank:
             recs.append(rec)
         return recs, busy
 
+    def profiled_step(self, config_id):
+        """One more step, after the timed ones and the report, under
+        torch.profiler: its ops by kind (torch_ops.op_rows, ops.csv's rows).
+        Every rank takes it (its collectives need them all)."""
+        step = self.args.warmup + self.args.steps
+        with torch_ops.profile(self.torch, self.cuda) as prof:
+            rec = self.step(step, held=False)
+        return torch_ops.op_rows(torch_ops.host_events(prof), self.cuda, rec["step_ms"], step,
+                                 config_id)
+
     def final_params(self):
         """The trained parameters in dpscale's flat layout (every rank calls it)."""
         return self.spec.flat(self.net)
@@ -387,6 +399,7 @@ def configure(torch, args):
     # fp32 GEMMs in TF32 as dpscale's --tf32 (the CPU's kernels ignore the flags:
     # a model file's module rounds its TF32 gemms' operands itself, torch_graph)
     torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = tf32_flags(args.tf32)
+    torch.backends.cudnn.benchmark = bool(getattr(args, "cudnn_benchmark", False))
 
 
 def run_single(args, spec):
@@ -397,7 +410,9 @@ def run_single(args, spec):
     r = Rank(torch, args, spec, 0, 1, devices)
     recs, busy = r.train()
     params = spec.flat(r.net) if args.save_params else None
-    write_results(args, spec, [r.report(recs, busy)], params)
+    report = r.report(recs, busy)
+    report["ops"] = r.profiled_step(config_id(args))  # after all that was measured
+    write_results(args, spec, [report], params)
 
 
 def rank_main(rank, args, spec, init_method, local_rank=None, rank_cls=None):
@@ -418,8 +433,10 @@ def rank_main(rank, args, spec, init_method, local_rank=None, rank_cls=None):
         r = (rank_cls or Rank)(torch, args, spec, rank, args.gpus, [gpu] if cuda else [])
         recs, busy = r.train()
         reports = [None] * args.gpus
-        dist.all_gather_object(reports, r.report(recs, busy))
+        report = r.report(recs, busy)
         params = r.final_params() if args.save_params else None  # every rank: may be collective
+        report["ops"] = r.profiled_step(config_id(args))  # after all that was measured
+        dist.all_gather_object(reports, report)
         if rank == 0:
             write_results(args, spec, reports, params)
         dist.barrier()

@@ -111,6 +111,22 @@ void be_versions(const backend *be, be_version_info *v)
 #ifdef DPS_HAVE_CUDA
     if (be->kind != BE_CUDA) cuda_probe_versions(&v->cuda);
 #endif
+    if (v->conv[0]) return; /* the backend's convolutions (cuDNN's) said what they run on */
+    if (be->kind != BE_CUDA)
+        dps_strlcpy(v->conv, "im2col-gemm (the host backend)", sizeof v->conv);
+    else
+        snprintf(v->conv, sizeof v->conv, "im2col-gemm (cuDNN not found at build: %s)",
+                 DPS_CUDNN_WHY);
+}
+
+int be_conv_out_h(const be_conv *cv)
+{
+    return (cv->h + 2 * cv->pad_h - cv->dil_h * (cv->r - 1) - 1) / cv->str_h + 1;
+}
+
+int be_conv_out_w(const be_conv *cv)
+{
+    return (cv->w + 2 * cv->pad_w - cv->dil_w * (cv->s - 1) - 1) / cv->str_w + 1;
 }
 
 void be_version_fields(const be_version_info *v, be_version_field out[BE_VERSION_NFIELDS])
@@ -122,6 +138,7 @@ void be_version_fields(const be_version_info *v, be_version_field out[BE_VERSION
         {"nccl", "NCCL", v->cuda.nccl},
         {"nccl_build", "NCCL headers", v->nccl_build},
         {"blas", "host BLAS", v->blas},
+        {"conv", "convolutions", v->conv},
     };
     memcpy(out, f, sizeof f);
 }

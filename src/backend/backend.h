@@ -14,6 +14,7 @@
 
 #include "backend/opt_hparams.h"
 #include "core/err.h"
+#include "windowed.h"
 
 #define DPS_MAX_DEVICES 64
 
@@ -84,6 +85,7 @@ typedef struct be_version_info {
     be_cuda_versions cuda; /* every backend of a CUDA build reports the machine's */
     char nccl_build[32];   /* NCCL_VERSION_CODE of the headers built with, or "not built" */
     char blas[256];        /* the host backend's GEMM library; "" for the cuda backend */
+    char conv[160];        /* how convolutions run: "cudnn 9.x.y" or "im2col-gemm (why)" */
 } be_version_info;
 
 /* One field of be_version_info: meta.json's key, a label for people, the text. */
@@ -91,7 +93,42 @@ typedef struct be_version_field {
     const char *key, *label, *value;
 } be_version_field;
 
-#define BE_VERSION_NFIELDS 6
+#define BE_VERSION_NFIELDS 7
+
+/* A 2-D convolution as PyTorch runs a Conv2d on GPUs through cuDNN: x holds
+ * n samples of h x w pixels of c channels (NHWC), the filter k output
+ * channels of r x s x c/groups (KRSC: a conv gemm's weight), y the n x oh
+ * x ow pixels of k channels (NHWC: the gemm's output); x, w, y and the
+ * bias of type t, accumulated in fp32; fp32 in TF32 when tf32 is set. */
+typedef struct be_conv {
+    int n, c, h, w;
+    int k, r, s;
+    int pad_h, pad_w, str_h, str_w, dil_h, dil_w;
+    int groups;
+    be_dtype t;
+    int tf32;
+} be_conv;
+/* Its output's rows and columns of pixels (oh, ow), as cuDNN's. */
+int be_conv_out_h(const be_conv *cv);
+int be_conv_out_w(const be_conv *cv);
+
+/* A model file's attn op (scaled dot-product attention as PyTorch's flash
+ * and memory-efficient kernels run it, docs/model-file.md): `samples`
+ * samples of t rows; row r of a sample's qkv holds its heads' queries,
+ * then keys, then values, d columns a head ([q_0 .. q_{h-1} | k_0 .. |
+ * v_0 ..], GPT-2's c_attn and nn.MultiheadAttention's in_proj output), its
+ * row of out head h's context at columns h·d; softmax(q·kᵀ/√d, keys j > r
+ * masked when causal)·v. qkv, out, their gradients and dout are of type dt
+ * (fp32, or a half type: fp32 accumulation, one rounding of each output);
+ * lse, [samples][heads][t] fp32, the log-sum-exp of each row's scaled
+ * scores, forward's beside out and all that backward reads beside qkv, out
+ * and dout: no t x t matrix is kept or made whole. */
+typedef struct be_attn {
+    int64_t samples;
+    int heads, t, d;
+    int causal;
+    be_dtype dt;
+} be_attn;
 
 typedef struct be_ops {
     const char *name;
@@ -180,6 +217,13 @@ typedef struct be_ops {
     /* y[r,c] = x[r,c] * g[c] (a norm's scale); y may be x */
     dps_status (*col_scale)(backend *, be_stream *s, int64_t rows, int cols, const float *x,
                             const float *g, float *y);
+    /* A norm's forward (y = x·γ + β per column) in one pass over rows x
+     * cols: x of type xt widened, γ and β fp32 (either may be NULL), the
+     * product and the sum each in fp32 as col_scale then bias_act make them
+     * (elementwise.h's dps_norm_affine), y stored once in type yt; y may be
+     * x when xt is yt */
+    dps_status (*norm_fwd)(backend *, be_stream *s, be_dtype xt, be_dtype yt, int rows, int cols,
+                           const void *x, const float *gamma, const float *beta, void *y);
     /* y = a * b element-wise; y may be a or b */
     dps_status (*mul)(backend *, be_stream *s, int64_t n, const float *a, const float *b, float *y);
     /* A model file's mul op: y[r,c] = x[r,c] * sc[r] (squeeze-and-excitation's
@@ -238,16 +282,85 @@ typedef struct be_ops {
     dps_status (*row_dot_add_ex)(backend *, be_stream *s, int64_t rows, int64_t cols,
                                  const float *a, const void *b, be_dtype bt, be_dtype pt,
                                  be_dtype rt, float *out);
+    /* A mul and a cat over pixels (model_file.h's pixels=: each sample's
+     * pixels of channels held pixel by pixel, a pixel's channels together),
+     * each operand of its own type (BE_F32: fp32's ops). pixel_scale_ex:
+     * y[r,p,c] = x[r,p,c] * sc[r,c] for rows r (samples) of pixels p of cols
+     * c, multiplied in fp32 and stored once in y's type (y may be x of one
+     * type); pixel_dot_add_ex, its scale's gradient: out[r,c] += the sum over
+     * p, in p's order, of a[r,p,c] * b[r,p,c] each rounded to type pt, the
+     * sum rounded to type rt. cat_cols: y[r, 0:ca] = a[r,:], y[r, ca:ca+cb] =
+     * b[r,:], each cast to y's type; cat_cols_bwd: da[r,:] += g[r, 0:ca] rounded to type dat and
+     * db[r,:] += g[r, ca:ca+cb] rounded to type dbt (da or db NULL: not
+     * wanted) */
+    dps_status (*pixel_scale_ex)(backend *, be_stream *s, int64_t rows, int64_t pixels,
+                                 int64_t cols, const void *x, be_dtype xt, const void *sc,
+                                 be_dtype sct, void *y, be_dtype yt);
+    dps_status (*pixel_dot_add_ex)(backend *, be_stream *s, int64_t rows, int64_t pixels,
+                                   int64_t cols, const float *a, const void *b, be_dtype bt,
+                                   be_dtype pt, be_dtype rt, float *out);
+    dps_status (*cat_cols)(backend *, be_stream *s, int64_t rows, int64_t ca, const void *a,
+                           be_dtype at, int64_t cb, const void *b, be_dtype bt, void *y,
+                           be_dtype yt);
+    dps_status (*cat_cols_bwd)(backend *, be_stream *s, int64_t rows, int64_t ca, int64_t cb,
+                               const float *g, float *da, be_dtype dat, float *db, be_dtype dbt);
     /* x rounded in place to the nearest value of half type ht, kept in fp32
      * (a gradient cast to its tensor's half type) */
     dps_status (*round_half)(backend *, be_stream *s, be_dtype ht, int64_t n, float *x);
     /* resample of a tensor of a half type (its 2-byte elements copied) */
     dps_status (*resample_half)(backend *, be_stream *s, int64_t samples, int64_t n_in,
                                 int64_t n_out, const uint16_t *x, uint16_t *y);
+    /* A model file's windowed resample (kernels/windowed.h's dps_window: a
+     * convolution's im2col or a max or average pooling over each sample's
+     * h x w pixels of c channels), `samples` samples of dps_window_in_elems
+     * elements in, dps_window_out_elems out. window: x and y of type t
+     * (BE_F32 or a half type: im2col and max copy values, avg sums in fp32
+     * and rounds once); a max pool writes each output's index in its input
+     * plane (iy w + ix, int64, as max_pool2d_with_indices) into idx, which is
+     * NULL for the others. window_bwd: dx, fp32, the sum of what each input
+     * element fed (col2im; avg's dy / kh kw; max's dy through idx) */
+    dps_status (*window)(backend *, be_stream *s, const dps_window *w, int64_t samples, be_dtype t,
+                         const void *x, void *y, int64_t *idx);
+    dps_status (*window_bwd)(backend *, be_stream *s, const dps_window *w, int64_t samples,
+                             const float *dy, const int64_t *idx, float *dx);
+    /* A model file's sums into gradients (model/graph*.c), each in
+     * col_sum's order (dps_col_sum_plan_for) and added in fp32:
+     * col_sum_add: out[c] += the sum over rows of x[r * ld + c] (x of type
+     * xt), rounded to type rt first (BE_F32: as it is; a bias's gradient,
+     * an embedding's); norm_bwd: a norm's backward (y = x·γ + β per
+     * column) in one pass over rows x cols, dgamma[c] += the sum of g·x
+     * (each product in fp32, x of type xt), dbeta[c] += the sum of g, dx
+     * += (γ ? g·γ[c] : g) rounded to type rt (γ, dx, dgamma, dbeta may be
+     * NULL, x too without dgamma); add_round: dst += src rounded to type rt.
+     * CUDA keeps the runs' partial sums in the stream's bias-gradient workspace */
+    dps_status (*col_sum_add)(backend *, be_stream *s, be_dtype xt, be_dtype rt, int rows,
+                              int cols, int64_t ld, const void *x, float *out);
+    dps_status (*norm_bwd)(backend *, be_stream *s, be_dtype xt, be_dtype rt, int rows, int cols,
+                           const float *g, const void *x, const float *gamma, float *dx,
+                           float *dgamma, float *dbeta);
+    dps_status (*add_round)(backend *, be_stream *s, be_dtype rt, int64_t n, float *dst,
+                            const float *src);
+    /* attn: out and lse from qkv (be_attn); attn_bwd: dqkv from dout, qkv,
+     * out and lse, every element of dqkv written */
+    dps_status (*attn)(backend *, be_stream *s, const be_attn *a, const void *qkv, void *out,
+                       float *lse);
+    dps_status (*attn_bwd)(backend *, be_stream *s, const be_attn *a, const void *qkv,
+                           const void *out, const float *lse, const void *dout, void *dqkv);
     /* GradScaler's unscale: g *= inv_scale, and *found_inf (device memory,
      * one float) set to 1 when any g is inf or NaN, left as it is otherwise */
     dps_status (*unscale)(backend *, be_stream *s, int64_t n, float *g, float inv_scale,
                           float *found_inf);
+    /* Convolutions (be_conv), NULL where the backend has none (the host:
+     * a model file's convolution stays its im2col GEMM). conv_fwd: y =
+     * conv(x, w) + bias (NULL: none, else k elements added per pixel);
+     * conv_bwd_data: dx = the input's gradient from dy; conv_bwd_filter: dw
+     * = the filter's gradient from x and dy, added to dw when accumulate */
+    dps_status (*conv_fwd)(backend *, be_stream *s, const be_conv *cv, const void *x,
+                           const void *w, const void *bias, void *y);
+    dps_status (*conv_bwd_data)(backend *, be_stream *s, const be_conv *cv, const void *dy,
+                                const void *w, void *dx);
+    dps_status (*conv_bwd_filter)(backend *, be_stream *s, const be_conv *cv, const void *x,
+                                  const void *dy, int accumulate, void *dw);
     /* start (on = 1) or stop the profiler's capture range (cudaProfilerStart/Stop) */
     /* the stream stays busy for us microseconds (--inject-slowdown) */
     dps_status (*spin)(backend *, be_stream *s, double us);
@@ -271,6 +384,7 @@ struct backend {
     be_mem mem[DPS_MAX_DEVICES];
     pthread_mutex_t mem_lock;
     void *impl;
+    struct strict_state *strict; /* strict mode's registries (strict.c); NULL when off */
 };
 
 typedef struct be_options {
@@ -329,6 +443,10 @@ size_t be_gemm_workspace_bytes(const backend *be, int dev);
 
 /* Accounted allocation: checks the capacity, records in-use and peak, and on
  * failure returns DPS_ERR_OOM with the device, the purpose and the sizes. */
+/* gemm_ex's operand types, checked as cuBLAS checks them when the call is
+ * made: *ht the half type of A and B (BE_F32: none); A and B of two half
+ * types, fp32 A and B with a half C, or C of another half type, refused. */
+dps_status be_gemm_half_type(be_dtype at, be_dtype bt, be_dtype ct, be_dtype *ht) DPS_MUST_USE;
 dps_status be_buf_alloc(backend *be, int dev, size_t bytes, const char *what, dps_buf *buf) DPS_MUST_USE;
 void be_buf_free(backend *be, dps_buf *buf);
 /* Samples the device's used memory into mem[dev].device_base: call once a
@@ -345,6 +463,34 @@ void be_versions(const backend *be, be_version_info *v);
 void be_version_fields(const be_version_info *v, be_version_field out[BE_VERSION_NFIELDS]);
 
 dps_status be_host_open(const be_options *opt, backend **out) DPS_MUST_USE;
+
+/* Strict mode (DPSCALE_STRICT=1, host backend; strict.c): every op's
+ * stream, pointers and sizes checked as CUDA checks them, and the accesses
+ * of streams that nothing orders caught as compute-sanitizer's racecheck
+ * and synccheck catch them. An op's operand: bytes at p, read or written,
+ * on device dev (BE_ON_STREAM: the stream's; DPS_HOST: pinned or pageable
+ * host memory, as a copy allows). */
+#define BE_ON_STREAM (-2)
+typedef struct be_access {
+    const void *p;
+    int64_t bytes;   /* negative: the op was given a negative size */
+    int dev;
+    int write;
+} be_access;
+/* Whether DPSCALE_STRICT=1 asks for strict mode (the environment is read here only). */
+int be_strict_wanted(void);
+/* Whether be runs in strict mode. */
+int be_strict_on(const backend *be);
+/* Work that is not a be_ops entry (a collective issued on stream s) declared
+ * as an op named op: its operands checked and its accesses ordered as an op
+ * of s. DPS_OK at once when be is not strict. */
+dps_status be_strict_op(backend *be, be_stream *s, const char *op, const be_access *acc, int n)
+    DPS_MUST_USE;
+/* The label be_buf_alloc gives its allocation at p (`what`, a string literal). */
+void be_strict_label(backend *be, const void *p, const char *what);
+/* The first misuse seen where no status could carry it (a free, a destroy),
+ * as a failure; DPS_OK when none. */
+dps_status be_strict_status(backend *be) DPS_MUST_USE;
 /* Whether ndev emulated devices outnumber the cores that run them; then
  * note says so ("oversubscribed: 4 devices on 2 cores: scaling beyond 2
  * reflects the CPU"). 0 on GPUs. */

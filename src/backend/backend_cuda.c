@@ -15,13 +15,19 @@
 
 #include "build_config.h"
 #include "backend/backend.h"
+#include "attention.h"
 #include "kernels.h"
+#include "grad_sums.h"
 #include "loss.h"
+#include "windowed_k.h"
 #ifdef DPS_HAVE_NVTX
 #include <nvtx3/nvToolsExtCudaRt.h>
 #endif
 #include "backend/cuda_check.h"
 #include "core/util.h"
+#ifdef DPS_HAVE_CUDNN
+#include "backend/conv_cudnn.h" /* convolutions through cuDNN */
+#endif
 
 /* A cuBLASLt matmul with the bias in its epilogue (gemm_bias), as one
  * stream ran it: its shape, types and operands' alignments (the key), its
@@ -59,6 +65,9 @@ struct be_stream {
     int tf32;               /* gemm_tf32: fp32 GEMMs in CUBLAS_COMPUTE_32F_FAST_TF32 */
     dps_buf scratch[2];     /* bf16 copies of GEMM inputs */
     dps_buf col_sum_ws;     /* the bias gradients' partial sums (dps_col_sum_workspace) */
+#ifdef DPS_HAVE_CUDNN
+    conv_cudnn *dnn;        /* cuDNN's handle, algorithms and workspace: on the first convolution */
+#endif
 };
 struct be_event { cudaEvent_t e; int dev; };
 
@@ -174,6 +183,9 @@ static void cu_stream_destroy(backend *be, be_stream *s)
         be_buf_free(be, &s->blas_ws);
         for (int k = 0; k < 2; k++) be_buf_free(be, &s->scratch[k]);
         be_buf_free(be, &s->col_sum_ws);
+#ifdef DPS_HAVE_CUDNN
+        conv_cudnn_free(be, s->dnn);
+#endif
         cudaStreamDestroy(s->s);
     }
     free(s);
@@ -848,6 +860,20 @@ static dps_status cu_resample_bwd(backend *be, be_stream *s, int64_t samples, in
     KERNEL(s, dps_k_resample_bwd(s->s, samples, n_in, n_out, dy, dx));
 }
 
+static dps_status cu_window(backend *be, be_stream *s, const dps_window *w, int64_t samples,
+                            be_dtype t, const void *x, void *y, int64_t *idx)
+{
+    CU_STREAM(s);
+    KERNEL(s, dps_k_window(s->s, w, samples, (int)t, x, y, idx));
+}
+
+static dps_status cu_window_bwd(backend *be, be_stream *s, const dps_window *w, int64_t samples,
+                                const float *dy, const int64_t *idx, float *dx)
+{
+    CU_STREAM(s);
+    KERNEL(s, dps_k_window_bwd(s->s, w, samples, dy, idx, dx));
+}
+
 static dps_status cu_add_ex(backend *be, be_stream *s, int64_t n, const void *a, be_dtype at,
                             const void *b, be_dtype bt, void *y, be_dtype yt)
 {
@@ -859,6 +885,68 @@ static dps_status cu_round_half(backend *be, be_stream *s, be_dtype ht, int64_t 
 {
     CU_STREAM(s);
     KERNEL(s, dps_k_round_half(s->s, n, x, ht == BE_F16));
+}
+
+/* The stream's bias-gradient workspace grown to a grad_sums call's partial sums. */
+static dps_status grad_sums_workspace(backend *be, be_stream *s, int rows, int cols, int norm)
+{
+    DPS_TRY(ensure_device(be, s->dev));
+    size_t ws = (size_t)dps_k_grad_sums_workspace(rows, cols, norm) * sizeof(float);
+    return stream_scratch(be, s, &s->col_sum_ws, ws, "bias-gradient workspace");
+}
+
+static dps_status cu_col_sum_add(backend *be, be_stream *s, be_dtype xt, be_dtype rt, int rows,
+                                 int cols, int64_t ld, const void *x, float *out)
+{
+    CU_STREAM(s);
+    DPS_TRY(grad_sums_workspace(be, s, rows, cols, 0));
+    KERNEL(s, dps_k_col_sum_add(s->s, (int)xt, (int)rt, rows, cols, ld, x, out, s->col_sum_ws.ptr));
+}
+
+static dps_status cu_norm_bwd(backend *be, be_stream *s, be_dtype xt, be_dtype rt, int rows,
+                              int cols, const float *g, const void *x, const float *gamma,
+                              float *dx, float *dgamma, float *dbeta)
+{
+    CU_STREAM(s);
+    DPS_TRY(grad_sums_workspace(be, s, rows, cols, 1));
+    KERNEL(s, dps_k_norm_bwd(s->s, (int)xt, (int)rt, rows, cols, g, x, gamma, dx, dgamma, dbeta,
+                             s->col_sum_ws.ptr));
+}
+
+static dps_status cu_add_round(backend *be, be_stream *s, be_dtype rt, int64_t n, float *dst,
+                               const float *src)
+{
+    CU_STREAM(s);
+    KERNEL(s, dps_k_add_round(s->s, n, dst, src, (int)rt));
+}
+
+/* The kernels' limits as a refusal that names the op's shape (a launch
+ * would only say "invalid argument"). */
+static dps_status attn_fits(const be_attn *a)
+{
+    if (a->d <= DPS_ATTN_MAX_D && a->samples <= 65535 && a->heads <= 65535) return DPS_OK;
+    return dps_fail(DPS_ERR_USAGE, "%s:%d: attention of %lld samples, %d heads of d=%d: the CUDA "
+                    "kernels (kernels/attention.cu) take d up to %d and up to 65535 samples and "
+                    "heads; run fewer samples a device, or a model of smaller heads",
+                    __FILE__, __LINE__, (long long)a->samples, a->heads, a->d, DPS_ATTN_MAX_D);
+}
+
+static dps_status cu_attn(backend *be, be_stream *s, const be_attn *a, const void *qkv, void *out,
+                          float *lse)
+{
+    CU_STREAM(s);
+    DPS_TRY(attn_fits(a));
+    KERNEL(s, dps_k_attn_fwd(s->s, a->samples, a->heads, a->t, a->d, a->causal, (int)a->dt, qkv,
+                             out, lse));
+}
+
+static dps_status cu_attn_bwd(backend *be, be_stream *s, const be_attn *a, const void *qkv,
+                              const void *out, const float *lse, const void *dout, void *dqkv)
+{
+    CU_STREAM(s);
+    DPS_TRY(attn_fits(a));
+    KERNEL(s, dps_k_attn_bwd(s->s, a->samples, a->heads, a->t, a->d, a->causal, (int)a->dt, qkv,
+                             out, lse, dout, dqkv));
 }
 
 static dps_status cu_resample_half(backend *be, be_stream *s, int64_t samples, int64_t n_in,
@@ -873,6 +961,14 @@ static dps_status cu_col_scale(backend *be, be_stream *s, int64_t rows, int cols
 {
     CU_STREAM(s);
     KERNEL(s, dps_k_col_scale(s->s, rows, cols, x, g, y));
+}
+
+static dps_status cu_norm_fwd(backend *be, be_stream *s, be_dtype xt, be_dtype yt, int rows,
+                              int cols, const void *x, const float *gamma, const float *beta,
+                              void *y)
+{
+    CU_STREAM(s);
+    KERNEL(s, dps_k_norm_fwd(s->s, (int)xt, (int)yt, rows, cols, x, gamma, beta, y));
 }
 
 static dps_status cu_row_scale(backend *be, be_stream *s, int64_t rows, int64_t cols,
@@ -897,6 +993,36 @@ static dps_status cu_row_scale_ex(backend *be, be_stream *s, int64_t rows, int64
     KERNEL(s, dps_k_row_scale_ex(s->s, rows, cols, x, (int)xt, sc, (int)sct, y, (int)yt));
 }
 
+static dps_status cu_pixel_scale_ex(backend *be, be_stream *s, int64_t rows, int64_t pixels,
+                                    int64_t cols, const void *x, be_dtype xt, const void *sc,
+                                    be_dtype sct, void *y, be_dtype yt)
+{
+    CU_STREAM(s);
+    KERNEL(s, dps_k_pixel_scale_ex(s->s, rows, pixels, cols, x, (int)xt, sc, (int)sct, y, (int)yt));
+}
+
+static dps_status cu_pixel_dot_add_ex(backend *be, be_stream *s, int64_t rows, int64_t pixels,
+                                      int64_t cols, const float *a, const void *b, be_dtype bt,
+                                      be_dtype pt, be_dtype rt, float *out)
+{
+    CU_STREAM(s);
+    KERNEL(s, dps_k_pixel_dot_add_ex(s->s, rows, pixels, cols, a, b, (int)bt, (int)pt, (int)rt, out));
+}
+
+static dps_status cu_cat_cols(backend *be, be_stream *s, int64_t rows, int64_t ca, const void *a,
+                              be_dtype at, int64_t cb, const void *b, be_dtype bt, void *y, be_dtype yt)
+{
+    CU_STREAM(s);
+    KERNEL(s, dps_k_cat_cols(s->s, rows, ca, a, (int)at, cb, b, (int)bt, y, (int)yt));
+}
+
+static dps_status cu_cat_cols_bwd(backend *be, be_stream *s, int64_t rows, int64_t ca, int64_t cb,
+                                  const float *g, float *da, be_dtype dat, float *db, be_dtype dbt)
+{
+    CU_STREAM(s);
+    KERNEL(s, dps_k_cat_cols_bwd(s->s, rows, ca, cb, g, da, (int)dat, db, (int)dbt));
+}
+
 static dps_status cu_row_dot_add_ex(backend *be, be_stream *s, int64_t rows, int64_t cols,
                                     const float *a, const void *b, be_dtype bt, be_dtype pt,
                                     be_dtype rt, float *out)
@@ -911,6 +1037,47 @@ static dps_status cu_mul(backend *be, be_stream *s, int64_t n, const float *a, c
     CU_STREAM(s);
     KERNEL(s, dps_k_mul(s->s, n, a, b, y));
 }
+
+#ifdef DPS_HAVE_CUDNN
+/* The stream's cuDNN state, made on its first convolution. dev current. */
+static dps_status dnn_for(backend *be, be_stream *s)
+{
+    DPS_TRY(ensure_device(be, s->dev));
+    if (s->dnn) return DPS_OK;
+    conv_cudnn *d = NULL;
+    dps_status rc = conv_cudnn_make(s->dev, s->s, &d);
+    if (rc) {
+        conv_cudnn_free(be, d);
+        return rc;
+    }
+    s->dnn = d;
+    return DPS_OK;
+}
+
+static dps_status cu_conv_fwd(backend *be, be_stream *s, const be_conv *cv, const void *x,
+                              const void *w, const void *bias, void *y)
+{
+    CU_STREAM(s);
+    DPS_TRY(dnn_for(be, s));
+    return conv_cudnn_fwd(be, s->dnn, cv, x, w, bias, y);
+}
+
+static dps_status cu_conv_bwd_data(backend *be, be_stream *s, const be_conv *cv, const void *dy,
+                                   const void *w, void *dx)
+{
+    CU_STREAM(s);
+    DPS_TRY(dnn_for(be, s));
+    return conv_cudnn_bwd_data(be, s->dnn, cv, dy, w, dx);
+}
+
+static dps_status cu_conv_bwd_filter(backend *be, be_stream *s, const be_conv *cv, const void *x,
+                                     const void *dy, int accumulate, void *dw)
+{
+    CU_STREAM(s);
+    DPS_TRY(dnn_for(be, s));
+    return conv_cudnn_bwd_filter(be, s->dnn, cv, x, dy, accumulate, dw);
+}
+#endif
 
 /* The device's used memory: CUDA context, cuBLAS workspace and NCCL buffers included. */
 static dps_status cu_mem_used(backend *be, int dev, size_t *used)
@@ -942,6 +1109,9 @@ static void cu_destroy(backend *be)
 static void cu_versions(const backend *be, be_version_info *v)
 {
     v->cuda = ((const cuda_impl *)be->impl)->versions;
+#ifdef DPS_HAVE_CUDNN
+    conv_cudnn_version(v->conv, sizeof v->conv);
+#endif
 }
 
 static const be_ops cuda_ops = {
@@ -987,6 +1157,8 @@ static const be_ops cuda_ops = {
     .add_ex = cu_add_ex,
     .round_half = cu_round_half,
     .resample_half = cu_resample_half,
+    .attn = cu_attn,
+    .attn_bwd = cu_attn_bwd,
     .act_half = cu_act_half,
     .act_bwd_half = cu_act_bwd_half,
     .col_sum_half = cu_col_sum_half,
@@ -995,15 +1167,30 @@ static const be_ops cuda_ops = {
     .add = cu_add,
     .resample = cu_resample,
     .resample_bwd = cu_resample_bwd,
+    .window = cu_window,
+    .window_bwd = cu_window_bwd,
     .col_scale = cu_col_scale,
+    .norm_fwd = cu_norm_fwd,
     .row_scale = cu_row_scale,
     .row_dot_add = cu_row_dot_add,
     .row_scale_ex = cu_row_scale_ex,
     .row_dot_add_ex = cu_row_dot_add_ex,
+    .col_sum_add = cu_col_sum_add,
+    .norm_bwd = cu_norm_bwd,
+    .add_round = cu_add_round,
+    .pixel_scale_ex = cu_pixel_scale_ex,
+    .pixel_dot_add_ex = cu_pixel_dot_add_ex,
+    .cat_cols = cu_cat_cols,
+    .cat_cols_bwd = cu_cat_cols_bwd,
     .mul = cu_mul,
     .spin = cu_spin,
     .profile = cu_profile,
     .mem_used = cu_mem_used,
+#ifdef DPS_HAVE_CUDNN
+    .conv_fwd = cu_conv_fwd,
+    .conv_bwd_data = cu_conv_bwd_data,
+    .conv_bwd_filter = cu_conv_bwd_filter,
+#endif
     .versions = cu_versions,
     .destroy = cu_destroy,
 };

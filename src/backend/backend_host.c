@@ -16,7 +16,12 @@
 #include "build_config.h"
 #include "elementwise.h"
 #include "backend/backend.h"
+#include "backend/host_attn.h"
+#include "backend/host_devmem.h"
 #include "backend/host_gemm.h"
+#include "backend/host_grad_sums.h"
+#include "backend/strict.h"
+#include "backend/host_strict.h"
 #include "core/util.h"
 
 struct be_stream {
@@ -40,6 +45,29 @@ static dps_status host_no_stream(const char *fn)
                     "requires", op);
 }
 struct be_event { int dev; double t_ms; int recorded; };
+
+/* Operand p of an operation on stream s made the address the host reads
+ * and writes: strict mode's device memory through its alias (host_devmem.h),
+ * other memory as it is. Strict mode refuses another device's memory, which
+ * a kernel reaches only through peer access (the cuda backend switches it on
+ * for copies alone). */
+#define HOST_RW(s, p)                                                     \
+    do {                                                                  \
+        if (host_dev_of(p) >= 0 && host_dev_of(p) != (s)->dev)            \
+            return host_other_device(__func__, (s)->dev, (p));            \
+        (p) = host_dev_rw(p);                                             \
+    } while (0)
+
+static dps_status host_other_device(const char *fn, int dev, const void *p)
+{
+    char what[256];
+    host_devmem_describe(p, what, sizeof what);
+    return dps_fail(DPS_ERR_RUNTIME, "host backend (strict): %s on a stream of device %d was "
+                    "given %s; a GPU's kernel reaches another device's memory only through "
+                    "peer access, which the cuda backend enables for copies alone: copy the "
+                    "operand to device %d first (be_ops.copy)",
+                    strncmp(fn, "host_", 5) == 0 ? fn + 5 : fn, dev, what, dev);
+}
 
 /* The process whose first device call made the emulated context. As with
  * CUDA, a child forked after its parent made one cannot use the devices
@@ -106,6 +134,7 @@ static dps_status host_raw_alloc(backend *be, int dev, size_t bytes, void **p)
 {
     (void)be;
     DPS_TRY(host_context(dev));
+    if (dev != DPS_HOST && host_strict()) return host_devmem_alloc(dev, bytes, p);
     size_t rounded = (bytes + 63) & ~(size_t)63;
     *p = aligned_alloc(64, rounded);
     char size[32], where[32];
@@ -115,7 +144,11 @@ static dps_status host_raw_alloc(backend *be, int dev, size_t bytes, void **p)
     return DPS_OK;
 }
 
-static void host_raw_free(backend *be, int dev, void *p) { (void)be; (void)dev; free(p); }
+static void host_raw_free(backend *be, int dev, void *p)
+{
+    (void)be; (void)dev;
+    if (!host_devmem_free(p)) free(p);
+}
 
 static dps_status host_host_alloc(backend *be, size_t bytes, void **p)
 {
@@ -203,14 +236,30 @@ static dps_status host_event_ms(backend *be, be_event *a, be_event *b, float *ms
     return DPS_OK;
 }
 
+/* Strict mode: a copy's operand p is the memory its device index names,
+ * host memory for DPS_HOST, else that device's own. A copy between two
+ * devices needs no peer access (CUDA stages it through the host without). */
+static dps_status copy_operand(const char *role, const void *p, int dev)
+{
+    int on = host_dev_of(p);
+    if (on == dev || (dev == DPS_HOST && on < 0) || !host_strict()) return DPS_OK;
+    char what[256], where[32];
+    host_devmem_describe(p, what, sizeof what);
+    return dps_fail(DPS_ERR_RUNTIME, "host backend (strict): a copy's %s is named %s but is %s; "
+                    "name the device whose allocation it is (DPS_HOST for host memory)", role,
+                    dev == DPS_HOST ? "host memory" : place(dev, where, sizeof where), what);
+}
+
 static dps_status host_copy(backend *be, be_stream *s, void *dst, int dst_dev,
                             const void *src, int src_dev, size_t bytes)
 {
-    (void)be; (void)dst_dev; (void)src_dev;
+    (void)be;
     HOST_STREAM(s);
     HOST_STREAM(s);
     if (dps_escalated()) return dps_fail_escalated("a copy"); /* the step is being cut short */
-    if (bytes) memmove(dst, src, bytes);
+    DPS_TRY(copy_operand("destination", dst, dst_dev));
+    DPS_TRY(copy_operand("source", src, src_dev));
+    if (bytes) memmove(host_dev_rw(dst), host_dev_rw(src), bytes);
     return DPS_OK;
 }
 
@@ -218,6 +267,7 @@ static dps_status host_memset0(backend *be, be_stream *s, void *p, size_t bytes)
 {
     (void)be;
     HOST_STREAM(s);
+    HOST_RW(s, p);
     if (bytes) memset(p, 0, bytes);
     return DPS_OK;
 }
@@ -254,6 +304,7 @@ static dps_status host_gemm(backend *be, be_stream *s, int ta, int tb, int m, in
 {
     (void)be;
     HOST_STREAM(s);
+    HOST_RW(s, a); HOST_RW(s, b); HOST_RW(s, c);
     if (dps_escalated()) return dps_fail_escalated("a GEMM"); /* the step is being cut short */
     float *oa, *ob;
     const float *ra = tf32_operand(a, ta ? k : m, ta ? m : k, lda, s->tf32, &oa);
@@ -338,6 +389,7 @@ static dps_status host_bias_act(backend *be, be_stream *s, int rows, int cols, f
 {
     (void)be;
     HOST_STREAM(s);
+    HOST_RW(s, pre); HOST_RW(s, bias); HOST_RW(s, out);
     for (int r = 0; r < rows; r++) {
         float *x = pre + (size_t)r * cols;
         for (int c = 0; c < cols; c++) x[c] += bias[c];
@@ -370,6 +422,7 @@ static dps_status host_act(backend *be, be_stream *s, int fn, int64_t n, const f
 {
     (void)be;
     HOST_STREAM(s);
+    HOST_RW(s, x); HOST_RW(s, y);
     if (fn == DPS_ACT_GELU || fn == DPS_ACT_SOFTMAX) host_gelu(n, x, y);
     else
         for (int64_t i = 0; i < n; i++) y[i] = dps_act(fn, x[i]);
@@ -381,6 +434,7 @@ static dps_status host_act_bwd(backend *be, be_stream *s, int fn, int64_t n, con
 {
     (void)be;
     HOST_STREAM(s);
+    HOST_RW(s, g); HOST_RW(s, v); HOST_RW(s, dx);
     if (fn == DPS_ACT_GELU || fn == DPS_ACT_SOFTMAX) host_gelu_bwd(n, g, v, dx);
     else
         for (int64_t i = 0; i < n; i++) dx[i] = dps_act_bwd(fn, g[i], v[i]);
@@ -410,6 +464,7 @@ static dps_status host_col_sum(backend *be, be_stream *s, int rows, int cols, co
 {
     (void)be;
     HOST_STREAM(s);
+    HOST_RW(s, x); HOST_RW(s, out);
     dps_col_sum_plan p = dps_col_sum_plan_for(rows, cols);
     float part[HOST_COLSUM_BLOCK];
     for (int c0 = 0; c0 < cols; c0 += HOST_COLSUM_BLOCK) {
@@ -428,6 +483,7 @@ static dps_status host_gelu_bwd_col_sum(backend *be, be_stream *s, int rows, int
                                         const float *dh, const float *pre, float *dpre, float *db)
 {
     HOST_STREAM(s);
+    HOST_RW(s, dh); HOST_RW(s, pre); HOST_RW(s, dpre); HOST_RW(s, db);
     host_gelu_bwd((int64_t)rows * cols, dh, pre, dpre);
     return host_col_sum(be, s, rows, cols, dpre, db);
 }
@@ -439,6 +495,7 @@ static dps_status host_xent(backend *be, be_stream *s, int rows, int classes,
 {
     (void)be;
     HOST_STREAM(s);
+    HOST_RW(s, logits); HOST_RW(s, labels); HOST_RW(s, dlogits); HOST_RW(s, row_loss);
     for (int r = 0; r < rows; r++) {
         const float *x = logits + (size_t)r * classes;
         float *dx = dlogits + (size_t)r * classes;
@@ -460,6 +517,7 @@ static dps_status host_log_softmax(backend *be, be_stream *s, int rows, int clas
 {
     (void)be;
     HOST_STREAM(s);
+    HOST_RW(s, logits); HOST_RW(s, logp);
     for (int r = 0; r < rows; r++) {
         const float *x = logits + (size_t)r * classes;
         float *y = logp + (size_t)r * classes;
@@ -477,6 +535,7 @@ static dps_status host_nll(backend *be, be_stream *s, int rows, int classes, con
 {
     (void)be;
     HOST_STREAM(s);
+    HOST_RW(s, logp); HOST_RW(s, labels); HOST_RW(s, row_loss); HOST_RW(s, dlogp);
     memset(dlogp, 0, (size_t)rows * (size_t)classes * sizeof(float));
     for (int r = 0; r < rows; r++) {
         row_loss[r] = -logp[(size_t)r * classes + labels[r]];
@@ -490,6 +549,7 @@ static dps_status host_log_softmax_bwd(backend *be, be_stream *s, int rows, int 
 {
     (void)be;
     HOST_STREAM(s);
+    HOST_RW(s, logp); HOST_RW(s, dlogp); HOST_RW(s, dlogits);
     for (int r = 0; r < rows; r++) {
         const float *y = logp + (size_t)r * classes, *dy = dlogp + (size_t)r * classes;
         float *dx = dlogits + (size_t)r * classes, sum = 0.0f;
@@ -503,6 +563,7 @@ static dps_status host_sum(backend *be, be_stream *s, int64_t n, const float *x,
 {
     (void)be;
     HOST_STREAM(s);
+    HOST_RW(s, x); HOST_RW(s, out);
     double acc = 0.0;
     for (int64_t i = 0; i < n; i++) acc += x[i];
     *out = (float)acc;
@@ -514,6 +575,7 @@ static dps_status host_sgd(backend *be, be_stream *s, int64_t n, float *p, const
 {
     (void)be;
     HOST_STREAM(s);
+    HOST_RW(s, p); HOST_RW(s, g); HOST_RW(s, buf);
     for (int64_t i = 0; i < n; i++) dps_sgd_update(&p[i], g[i], &buf[i], h);
     return DPS_OK;
 }
@@ -523,6 +585,7 @@ static dps_status host_adamw(backend *be, be_stream *s, int64_t n, float *p, con
 {
     (void)be;
     HOST_STREAM(s);
+    HOST_RW(s, p); HOST_RW(s, g); HOST_RW(s, m); HOST_RW(s, v);
     for (int64_t i = 0; i < n; i++) dps_adamw_update(&p[i], g[i], &m[i], &v[i], h);
     return DPS_OK;
 }
@@ -531,6 +594,7 @@ static dps_status host_scale(backend *be, be_stream *s, int64_t n, float *x, flo
 {
     (void)be;
     HOST_STREAM(s);
+    HOST_RW(s, x);
     for (int64_t i = 0; i < n; i++) x[i] *= a;
     return DPS_OK;
 }
@@ -540,6 +604,7 @@ static dps_status host_scale_copy(backend *be, be_stream *s, int64_t n, float *d
 {
     (void)be;
     HOST_STREAM(s);
+    HOST_RW(s, dst); HOST_RW(s, src);
     for (int64_t i = 0; i < n; i++) dst[i] = dps_scale_copy(src[i], a);
     return DPS_OK;
 }
@@ -560,21 +625,6 @@ static float *widened(const void *x, be_dtype t, be_dtype round_to, size_t n, fl
     return *owned = y;
 }
 
-/* The half type of a GEMM's operands (BE_F32: none); A and B of two half types are refused. */
-static dps_status gemm_half_type(be_dtype at, be_dtype bt, be_dtype ct, be_dtype *ht)
-{
-    *ht = at != BE_F32 ? at : bt;
-    if (at != BE_F32 && bt != BE_F32 && at != bt)
-        return dps_fail(DPS_ERR_RUNTIME, "%s:%d: gemm_ex: A and B of two half types", __FILE__, __LINE__);
-    if (*ht == BE_F32 && ct != BE_F32)
-        return dps_fail(DPS_ERR_RUNTIME, "%s:%d: gemm_ex: fp32 A and B with a half C is no "
-                        "autocast GEMM; cast A or B to the half type first", __FILE__, __LINE__);
-    if (ct != BE_F32 && ct != *ht)
-        return dps_fail(DPS_ERR_RUNTIME, "%s:%d: gemm_ex: C of another half type than A and B",
-                        __FILE__, __LINE__);
-    return DPS_OK;
-}
-
 /* The elements a rows x cols matrix on a leading dimension ld spans (a
  * group's columns of a wider matrix end before its last row's stride). */
 static size_t extent(int rows, int cols, int ld)
@@ -588,9 +638,10 @@ static dps_status host_gemm_ex(backend *be, be_stream *s, int ta, int tb, int m,
 {
     (void)be;
     HOST_STREAM(s);
+    HOST_RW(s, a); HOST_RW(s, b); HOST_RW(s, c);
     if (m <= 0 || n <= 0) return DPS_OK;
     be_dtype ht;
-    DPS_TRY(gemm_half_type(at, bt, ct, &ht));
+    DPS_TRY(be_gemm_half_type(at, bt, ct, &ht));
     if (ht == BE_F32) /* fp32 A, B and C: gemm's, TF32 included */
         return host_gemm(be, s, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     float *oa, *ob, *oc;
@@ -614,6 +665,7 @@ static dps_status host_cast(backend *be, be_stream *s, int64_t n, const void *x,
 {
     (void)be;
     HOST_STREAM(s);
+    HOST_RW(s, x); HOST_RW(s, y);
     for (int64_t i = 0; i < n; i++) {
         float v = xt == BE_F32 ? ((const float *)x)[i]
                                : dps_from_half(((const uint16_t *)x)[i], xt == BE_F16);
@@ -631,6 +683,7 @@ static dps_status host_gemm_bias(backend *be, be_stream *s, int ta, int tb, int 
                                  int ldb, const void *bias, void *c, be_dtype ct, int ldc)
 {
     HOST_STREAM(s);
+    HOST_RW(s, a); HOST_RW(s, b); HOST_RW(s, bias); HOST_RW(s, c);
     if (dps_escalated()) return dps_fail_escalated("a GEMM"); /* the step is being cut short */
     if (m <= 0 || n <= 0) return DPS_OK;
     if (ct == BE_F32) {
@@ -642,7 +695,7 @@ static dps_status host_gemm_bias(backend *be, be_stream *s, int ta, int tb, int 
         return DPS_OK;
     }
     be_dtype ht;
-    DPS_TRY(gemm_half_type(at, bt, ct, &ht));
+    DPS_TRY(be_gemm_half_type(at, bt, ct, &ht));
     size_t nc = (size_t)m * (size_t)n;
     float *acc = aligned_alloc(64, (nc * sizeof(float) + 63) & ~(size_t)63);
     if (!acc) return dps_fail(DPS_ERR_RUNTIME, "out of host memory for a %d x %d GEMM's product", m, n);
@@ -663,6 +716,7 @@ static dps_status host_act_half(backend *be, be_stream *s, int fn, be_dtype ht, 
 {
     (void)be;
     HOST_STREAM(s);
+    HOST_RW(s, x); HOST_RW(s, y);
     for (int64_t i = 0; i < n; i++) y[i] = dps_act_half(fn, x[i], ht == BE_F16);
     return DPS_OK;
 }
@@ -672,6 +726,7 @@ static dps_status host_act_bwd_half(backend *be, be_stream *s, int fn, be_dtype 
 {
     (void)be;
     HOST_STREAM(s);
+    HOST_RW(s, g); HOST_RW(s, v); HOST_RW(s, dx);
     for (int64_t i = 0; i < n; i++) dx[i] = dps_act_bwd_half(fn, g[i], v[i], ht == BE_F16);
     return DPS_OK;
 }
@@ -680,6 +735,7 @@ static dps_status host_col_sum_half(backend *be, be_stream *s, be_dtype ht, int 
                                     const uint16_t *x, float *out)
 {
     HOST_STREAM(s);
+    HOST_RW(s, x); HOST_RW(s, out);
     float *owned;
     size_t n = (size_t)rows * (size_t)cols;
     const float *fx = widened(x, ht, BE_F32, n, &owned);
@@ -690,11 +746,44 @@ static dps_status host_col_sum_half(backend *be, be_stream *s, be_dtype ht, int 
     return rc;
 }
 
+static dps_status host_col_sum_add(backend *be, be_stream *s, be_dtype xt, be_dtype rt, int rows,
+                                   int cols, int64_t ld, const void *x, float *out)
+{
+    (void)be;
+    HOST_STREAM(s);
+    HOST_RW(s, x); HOST_RW(s, out);
+    host_col_sum_add_run(xt, rt, rows, cols, ld, x, out);
+    return DPS_OK;
+}
+
+static dps_status host_norm_bwd(backend *be, be_stream *s, be_dtype xt, be_dtype rt, int rows,
+                                int cols, const float *g, const void *x, const float *gamma,
+                                float *dx, float *dgamma, float *dbeta)
+{
+    (void)be;
+    HOST_STREAM(s);
+    HOST_RW(s, g); HOST_RW(s, x); HOST_RW(s, gamma); HOST_RW(s, dx); HOST_RW(s, dgamma);
+    HOST_RW(s, dbeta);
+    host_norm_bwd_run(xt, rt, rows, cols, g, x, gamma, dx, dgamma, dbeta);
+    return DPS_OK;
+}
+
+static dps_status host_add_round(backend *be, be_stream *s, be_dtype rt, int64_t n, float *dst,
+                                 const float *src)
+{
+    (void)be;
+    HOST_STREAM(s);
+    HOST_RW(s, dst); HOST_RW(s, src);
+    host_add_round_run(rt, n, dst, src);
+    return DPS_OK;
+}
+
 static dps_status host_gelu_bwd_col_sum_half(backend *be, be_stream *s, be_dtype ht, int rows,
                                              int cols, const uint16_t *dh, const uint16_t *pre,
                                              uint16_t *dpre, float *db)
 {
     HOST_STREAM(s);
+    HOST_RW(s, dh); HOST_RW(s, pre); HOST_RW(s, dpre); HOST_RW(s, db);
     DPS_TRY(host_act_bwd_half(be, s, DPS_ACT_GELU, ht, (int64_t)rows * cols, dh, pre, dpre));
     return host_col_sum_half(be, s, ht, rows, cols, dpre, db);
 }
@@ -704,6 +793,7 @@ static dps_status host_unscale(backend *be, be_stream *s, int64_t n, float *g, f
 {
     (void)be;
     HOST_STREAM(s);
+    HOST_RW(s, g); HOST_RW(s, found_inf);
     int found = 0;
     for (int64_t i = 0; i < n; i++) g[i] = dps_unscale(g[i], inv_scale, &found);
     if (found) *found_inf = 1.0f;
@@ -712,6 +802,24 @@ static dps_status host_unscale(backend *be, be_stream *s, int64_t n, float *g, f
 
 /* The stream is the calling thread: it is kept busy (a sleep would give
  * the core away and stretch by the scheduler's whim). */
+static dps_status host_attn(backend *be, be_stream *s, const be_attn *a, const void *qkv,
+                            void *out, float *lse)
+{
+    (void)be;
+    HOST_STREAM(s);
+    HOST_RW(s, qkv); HOST_RW(s, out); HOST_RW(s, lse);
+    return host_attn_fwd(a, qkv, out, lse);
+}
+
+static dps_status host_attn_bwd_op(backend *be, be_stream *s, const be_attn *a, const void *qkv,
+                                   const void *out, const float *lse, const void *dout, void *dqkv)
+{
+    (void)be;
+    HOST_STREAM(s);
+    HOST_RW(s, qkv); HOST_RW(s, out); HOST_RW(s, lse); HOST_RW(s, dout); HOST_RW(s, dqkv);
+    return host_attn_bwd(a, qkv, out, lse, dout, dqkv);
+}
+
 static dps_status host_spin(backend *be, be_stream *s, double us)
 {
     (void)be;
@@ -726,6 +834,7 @@ static dps_status host_add(backend *be, be_stream *s, int64_t n, float *dst, con
 {
     (void)be;
     HOST_STREAM(s);
+    HOST_RW(s, dst); HOST_RW(s, src);
     for (int64_t i = 0; i < n; i++) dst[i] += src[i];
     return DPS_OK;
 }
@@ -735,6 +844,7 @@ static dps_status host_add_ex(backend *be, be_stream *s, int64_t n, const void *
 {
     (void)be;
     HOST_STREAM(s);
+    HOST_RW(s, a); HOST_RW(s, b); HOST_RW(s, y);
     for (int64_t i = 0; i < n; i++)
         dps_store_as(y, i, (int)yt, dps_load_as(a, i, (int)at) + dps_load_as(b, i, (int)bt));
     return DPS_OK;
@@ -744,6 +854,7 @@ static dps_status host_round_half(backend *be, be_stream *s, be_dtype ht, int64_
 {
     (void)be;
     HOST_STREAM(s);
+    HOST_RW(s, x);
     for (int64_t i = 0; i < n; i++) x[i] = dps_round_half(x[i], ht == BE_F16);
     return DPS_OK;
 }
@@ -753,6 +864,7 @@ static dps_status host_resample_half(backend *be, be_stream *s, int64_t samples,
 {
     (void)be;
     HOST_STREAM(s);
+    HOST_RW(s, x); HOST_RW(s, y);
     for (int64_t r = 0; r < samples; r++)
         for (int64_t i = 0; i < n_out; i += n_in) {
             int64_t len = n_out - i < n_in ? n_out - i : n_in;
@@ -766,6 +878,7 @@ static dps_status host_resample(backend *be, be_stream *s, int64_t samples, int6
 {
     (void)be;
     HOST_STREAM(s);
+    HOST_RW(s, x); HOST_RW(s, y);
     for (int64_t r = 0; r < samples; r++) /* n_in elements at a time: y[i] = x[i mod n_in] */
         for (int64_t i = 0; i < n_out; i += n_in) {
             int64_t len = n_out - i < n_in ? n_out - i : n_in;
@@ -779,6 +892,7 @@ static dps_status host_resample_bwd(backend *be, be_stream *s, int64_t samples, 
 {
     (void)be;
     HOST_STREAM(s);
+    HOST_RW(s, dy); HOST_RW(s, dx);
     for (int64_t r = 0; r < samples; r++) { /* dx[j] = the sum of dy[j + c n_in], c in order */
         float *out = dx + r * n_in;
         const float *in = dy + r * n_out;
@@ -791,13 +905,86 @@ static dps_status host_resample_bwd(backend *be, be_stream *s, int64_t samples, 
     return DPS_OK;
 }
 
+/* A windowed resample (backend.h's window): each output element from
+ * windowed.h, a max pool's index beside it. */
+static dps_status host_window(backend *be, be_stream *s, const dps_window *w, int64_t samples,
+                              be_dtype t, const void *x, void *y, int64_t *idx)
+{
+    (void)be;
+    HOST_STREAM(s);
+    HOST_RW(s, x); HOST_RW(s, y); HOST_RW(s, idx);
+    int64_t n_in = dps_window_in_elems(w), n_out = dps_window_out_elems(w), arg = 0;
+    size_t eb = be_dtype_bytes(t);
+    for (int64_t r = 0; r < samples; r++) {
+        const char *xs = (const char *)x + (size_t)(r * n_in) * eb;
+        void *ys = (char *)y + (size_t)(r * n_out) * eb;
+        for (int64_t i = 0; i < n_out; i++) {
+            dps_store_as(ys, i, (int)t, dps_window_at(w, xs, (int)t, i, &arg));
+            if (idx) idx[r * n_out + i] = arg;
+        }
+    }
+    return DPS_OK;
+}
+
+/* Its gradient: a max pool's scattered through its indices in the outputs'
+ * order, as max_pool2d's backward; the others gathered (windowed.h). */
+static dps_status host_window_bwd(backend *be, be_stream *s, const dps_window *w, int64_t samples,
+                                  const float *dy, const int64_t *idx, float *dx)
+{
+    (void)be;
+    HOST_STREAM(s);
+    HOST_RW(s, dy); HOST_RW(s, idx); HOST_RW(s, dx);
+    int64_t n_in = dps_window_in_elems(w), n_out = dps_window_out_elems(w);
+    for (int64_t r = 0; r < samples; r++) {
+        const float *g = dy + r * n_out;
+        float *d = dx + r * n_in;
+        if (w->pool != DPS_POOL_MAX) {
+            for (int64_t j = 0; j < n_in; j++) d[j] = dps_window_grad_at(w, g, NULL, j);
+            continue;
+        }
+        memset(d, 0, (size_t)n_in * sizeof *d);
+        for (int64_t i = 0; i < n_out; i++) d[idx[r * n_out + i] * w->c + i % w->c] += g[i];
+    }
+    return DPS_OK;
+}
+
 static dps_status host_col_scale(backend *be, be_stream *s, int64_t rows, int cols, const float *x,
                                  const float *g, float *y)
 {
     (void)be;
     HOST_STREAM(s);
+    HOST_RW(s, x); HOST_RW(s, g); HOST_RW(s, y);
     for (int64_t r = 0; r < rows; r++)
         for (int c = 0; c < cols; c++) y[r * cols + c] = x[r * cols + c] * g[c];
+    return DPS_OK;
+}
+
+/* dps_norm_affine on fp32 rows, a loop the compiler vectorizes */
+HOST_VECTOR_CLONES
+static void host_norm_fwd_f32(int rows, int cols, const float *x, const float *gamma,
+                              const float *beta, float *y)
+{
+    for (int64_t r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++)
+            y[r * cols + c] = dps_norm_affine(x[r * cols + c], gamma, beta, c);
+}
+
+static dps_status host_norm_fwd(backend *be, be_stream *s, be_dtype xt, be_dtype yt, int rows,
+                                int cols, const void *x, const float *gamma, const float *beta,
+                                void *y)
+{
+    (void)be;
+    HOST_STREAM(s);
+    HOST_RW(s, x); HOST_RW(s, gamma); HOST_RW(s, beta); HOST_RW(s, y);
+    if (xt == BE_F32 && yt == BE_F32) {
+        host_norm_fwd_f32(rows, cols, x, gamma, beta, y);
+        return DPS_OK;
+    }
+    for (int64_t r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) {
+            int64_t i = r * cols + c;
+            dps_store_as(y, i, (int)yt, dps_norm_affine(dps_load_as(x, i, (int)xt), gamma, beta, c));
+        }
     return DPS_OK;
 }
 
@@ -806,6 +993,7 @@ static dps_status host_mul(backend *be, be_stream *s, int64_t n, const float *a,
 {
     (void)be;
     HOST_STREAM(s);
+    HOST_RW(s, a); HOST_RW(s, b); HOST_RW(s, y);
     for (int64_t i = 0; i < n; i++) y[i] = a[i] * b[i];
     return DPS_OK;
 }
@@ -815,6 +1003,7 @@ static dps_status host_row_scale(backend *be, be_stream *s, int64_t rows, int64_
 {
     (void)be;
     HOST_STREAM(s);
+    HOST_RW(s, x); HOST_RW(s, sc); HOST_RW(s, y);
     for (int64_t r = 0; r < rows; r++)
         for (int64_t c = 0; c < cols; c++) y[r * cols + c] = x[r * cols + c] * sc[r];
     return DPS_OK;
@@ -825,6 +1014,7 @@ static dps_status host_row_dot_add(backend *be, be_stream *s, int64_t rows, int6
 {
     (void)be;
     HOST_STREAM(s);
+    HOST_RW(s, a); HOST_RW(s, b); HOST_RW(s, out);
     for (int64_t r = 0; r < rows; r++) {
         float acc = 0.0f;
         for (int64_t c = 0; c < cols; c++) acc += a[r * cols + c] * b[r * cols + c];
@@ -839,10 +1029,74 @@ static dps_status host_row_scale_ex(backend *be, be_stream *s, int64_t rows, int
 {
     (void)be;
     HOST_STREAM(s);
+    HOST_RW(s, x); HOST_RW(s, sc); HOST_RW(s, y);
     for (int64_t r = 0; r < rows; r++) {
         float v = dps_load_as(sc, r, (int)sct);
         for (int64_t c = 0; c < cols; c++)
             dps_store_as(y, r * cols + c, (int)yt, dps_load_as(x, r * cols + c, (int)xt) * v);
+    }
+    return DPS_OK;
+}
+
+static dps_status host_pixel_scale_ex(backend *be, be_stream *s, int64_t rows, int64_t pixels,
+                                      int64_t cols, const void *x, be_dtype xt, const void *sc,
+                                      be_dtype sct, void *y, be_dtype yt)
+{
+    (void)be;
+    HOST_STREAM(s);
+    HOST_RW(s, x); HOST_RW(s, sc); HOST_RW(s, y);
+    for (int64_t t = 0; t < rows * pixels * cols; t++)
+        dps_store_as(y, t, (int)yt, dps_load_as(x, t, (int)xt) *
+                                    dps_load_as(sc, t / (pixels * cols) * cols + t % cols, (int)sct));
+    return DPS_OK;
+}
+
+static dps_status host_pixel_dot_add_ex(backend *be, be_stream *s, int64_t rows, int64_t pixels,
+                                        int64_t cols, const float *a, const void *b, be_dtype bt,
+                                        be_dtype pt, be_dtype rt, float *out)
+{
+    (void)be;
+    HOST_STREAM(s);
+    HOST_RW(s, a); HOST_RW(s, b); HOST_RW(s, out);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) {
+            float acc = 0.0f;
+            for (int64_t p = 0; p < pixels; p++) {
+                int64_t t = (r * pixels + p) * cols + c;
+                acc += dps_round_as(a[t] * dps_load_as(b, t, (int)bt), (int)pt);
+            }
+            out[r * cols + c] += dps_round_as(acc, (int)rt);
+        }
+    return DPS_OK;
+}
+
+static dps_status host_cat_cols(backend *be, be_stream *s, int64_t rows, int64_t ca, const void *a,
+                                be_dtype at, int64_t cb, const void *b, be_dtype bt, void *y,
+                                be_dtype yt)
+{
+    (void)be;
+    HOST_STREAM(s);
+    HOST_RW(s, a); HOST_RW(s, b); HOST_RW(s, y);
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t c = 0; c < ca; c++)
+            dps_store_as(y, r * (ca + cb) + c, (int)yt, dps_load_as(a, r * ca + c, (int)at));
+        for (int64_t c = 0; c < cb; c++)
+            dps_store_as(y, r * (ca + cb) + ca + c, (int)yt, dps_load_as(b, r * cb + c, (int)bt));
+    }
+    return DPS_OK;
+}
+
+static dps_status host_cat_cols_bwd(backend *be, be_stream *s, int64_t rows, int64_t ca, int64_t cb,
+                                    const float *g, float *da, be_dtype dat, float *db, be_dtype dbt)
+{
+    (void)be;
+    HOST_STREAM(s);
+    HOST_RW(s, g); HOST_RW(s, da); HOST_RW(s, db);
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t c = 0; da && c < ca; c++)
+            da[r * ca + c] += dps_round_as(g[r * (ca + cb) + c], (int)dat);
+        for (int64_t c = 0; db && c < cb; c++)
+            db[r * cb + c] += dps_round_as(g[r * (ca + cb) + ca + c], (int)dbt);
     }
     return DPS_OK;
 }
@@ -853,6 +1107,7 @@ static dps_status host_row_dot_add_ex(backend *be, be_stream *s, int64_t rows, i
 {
     (void)be;
     HOST_STREAM(s);
+    HOST_RW(s, a); HOST_RW(s, b); HOST_RW(s, out);
     for (int64_t r = 0; r < rows; r++) {
         float acc = 0.0f;
         for (int64_t c = 0; c < cols; c++)
@@ -932,15 +1187,27 @@ static const be_ops host_ops = {
     .col_sum_half = host_col_sum_half,
     .gelu_bwd_col_sum_half = host_gelu_bwd_col_sum_half,
     .unscale = host_unscale,
+    .attn = host_attn,
+    .attn_bwd = host_attn_bwd_op,
     .add = host_add,
     .resample = host_resample,
     .resample_bwd = host_resample_bwd,
+    .window = host_window,
+    .window_bwd = host_window_bwd,
     .col_scale = host_col_scale,
+    .norm_fwd = host_norm_fwd,
     .mul = host_mul,
     .row_scale = host_row_scale,
     .row_dot_add = host_row_dot_add,
     .row_scale_ex = host_row_scale_ex,
     .row_dot_add_ex = host_row_dot_add_ex,
+    .col_sum_add = host_col_sum_add,
+    .norm_bwd = host_norm_bwd,
+    .add_round = host_add_round,
+    .pixel_scale_ex = host_pixel_scale_ex,
+    .pixel_dot_add_ex = host_pixel_dot_add_ex,
+    .cat_cols = host_cat_cols,
+    .cat_cols_bwd = host_cat_cols_bwd,
     .spin = host_spin,
     .profile = host_profile,
     .mem_used = host_mem_used,
@@ -987,6 +1254,13 @@ dps_status be_host_open(const be_options *opt, backend **out)
         snprintf(be->info[d].bus_id, sizeof be->info[d].bus_id, "host:%d", d);
         be->info[d].total_bytes = opt->device_mem;
         be->mem[d].capacity = opt->device_mem;
+    }
+    if (be_strict_wanted()) {
+        dps_status rc = strict_wrap(be);
+        if (rc) {
+            host_destroy(be);
+            return rc;
+        }
     }
     *out = be;
     return DPS_OK;

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/host_devmem.h"
 #include "core/util.h"
 
 /* The category of `what` on m, added if new; the last slot takes the rest. */
@@ -134,6 +135,8 @@ dps_status be_buf_alloc(backend *be, int dev, size_t bytes, const char *what, dp
                         "(%s allocated by dpscale): %s", dev, need, what, used, why);
     }
     buf->bytes = bytes;
+    be_strict_label(be, buf->ptr, what);
+    host_devmem_name(buf->ptr, what); /* strict device memory's fault names it */
     pthread_mutex_lock(&be->mem_lock);
     buf->cat = category(m, what);
     m->cat[buf->cat].in_use += bytes;

@@ -3,6 +3,7 @@
  * and stored where the command reads it. */
 #include <getopt.h>
 #include <inttypes.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -95,6 +96,7 @@ static void store_flag(cli_args *a, settings_id id)
     case SET_CHECK: a->cfg.check = 1; break;
     case SET_GEMM_REF: a->cfg.gemm_ref = 1; break;
     case SET_NO_NVML: a->cfg.no_nvml = 1; break;
+    case SET_STRICT: setenv("DPSCALE_STRICT", "1", 1); break; /* read by the host backend's open */
     case SET_NO_NVTX: nvtx_set_enabled(0); break;
     case SET_RESUME: a->resume = 1; break;
     case SET_DRY_RUN: a->dry_run = 1; break;

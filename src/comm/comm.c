@@ -1,12 +1,16 @@
 /* The collectives' entry points (see comm.h): the chooser of an
  * implementation, and the calls every strategy makes, which dispatch to
  * the table and keep the first failure, so that every later collective
- * returns it instead of running on a broken group. */
+ * returns it instead of running on a broken group. The host collectives
+ * read and write the host backend's device buffers as NCCL reads a GPU's:
+ * each buffer goes through host_dev_rw, strict mode's alias. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "build_config.h"
+#include "backend/host_devmem.h"
 #include "comm/comm_impl.h"
+#include "comm/comm_strict.h"
 #include "core/util.h"
 
 /* In order of preference; a new implementation is one more line. */
@@ -60,6 +64,7 @@ dps_status comm_open(const comm_params *p, comm **out)
                 .nranks = p->sh->nranks, .timeout_ms = p->timeout_ms, .store = p->store};
     *out = c;
     dps_status rc = impl->open(c);
+    if (!rc) rc = comm_strict_open(c);
     return rc ? comm_fail(c, rc) : DPS_OK;
 }
 
@@ -67,6 +72,7 @@ void comm_close(comm *c)
 {
     if (!c) return;
     comm_async_stop(c);
+    comm_strict_close(c);
     if (c->ops) c->ops->destroy(c);
     free(c);
 }
@@ -100,13 +106,15 @@ static dps_status failed(comm *c) { return dps_fail_copy(c->failed, c->failed_ms
 dps_status comm_allreduce(comm *c, void *buf, size_t n, comm_dtype dt)
 {
     if (c->nranks == 1 || n == 0) return c->failed ? failed(c) : DPS_OK;
-    COMM_CALL(c, c->ops->allreduce(c, buf, n, dt));
+    DPS_TRY(comm_strict_blocking(c, "all-reduce", buf, n * comm_dtype_bytes(dt)));
+    COMM_CALL(c, c->ops->allreduce(c, host_dev_rw(buf), n, dt));
 }
 
 dps_status comm_broadcast(comm *c, void *buf, size_t bytes, int root)
 {
     if (c->nranks == 1 || bytes == 0) return c->failed ? failed(c) : DPS_OK;
-    COMM_CALL(c, c->ops->broadcast(c, buf, bytes, root));
+    DPS_TRY(comm_strict_blocking(c, "broadcast", buf, bytes));
+    COMM_CALL(c, c->ops->broadcast(c, host_dev_rw(buf), bytes, root));
 }
 
 dps_status comm_barrier(comm *c)
@@ -130,7 +138,8 @@ static dps_status sharded(comm *c, comm_op op, void *buf, size_t n, comm_dtype d
 {
     if (c->nranks == 1 || n == 0) return c->failed ? failed(c) : DPS_OK;
     DPS_TRY(implemented(c, op));
-    COMM_CALL(c, comm_blocking(c, op)(c, buf, n, dt));
+    DPS_TRY(comm_strict_blocking(c, comm_op_names[op], buf, n * comm_dtype_bytes(dt)));
+    COMM_CALL(c, comm_blocking(c, op)(c, host_dev_rw(buf), n, dt));
 }
 
 dps_status comm_reduce_scatter(comm *c, void *buf, size_t n, comm_dtype dt)
@@ -150,6 +159,8 @@ dps_status comm_collective_async(comm *c, comm_op op, void *buf, size_t n, comm_
     if (c->nranks == 1 || n == 0) return c->failed ? failed(c) : DPS_OK;
     if (c->failed) return failed(c);
     DPS_TRY(implemented(c, op));
+    DPS_TRY(comm_strict_async(c, comm_op_names[op], buf, n * comm_dtype_bytes(dt), after, c->issued));
+    buf = host_dev_rw(buf);
     dps_status rc = c->ops->collective_async ? c->ops->collective_async(c, op, buf, n, dt, after)
                                              : comm_async_push(c, op, buf, n, dt, after);
     if (rc) return comm_fail(c, rc);
@@ -166,6 +177,7 @@ dps_status comm_allreduce_async(comm *c, void *buf, size_t n, comm_dtype dt, be_
 dps_status comm_wait_ticket(comm *c, be_stream *s, int ticket)
 {
     if (ticket < 0) return c->failed ? failed(c) : DPS_OK;
+    DPS_TRY(comm_strict_wait(c, s, ticket));
     if (c->ops->wait_ticket) COMM_CALL(c, c->ops->wait_ticket(c, s, ticket));
     COMM_CALL(c, comm_async_wait_ticket(c, ticket));
 }
@@ -176,6 +188,7 @@ dps_status comm_wait_async(comm *c, be_stream *s)
         if (c->trace) c->trace->n = 0;
         c->waited_ms = 0.0;
     }
+    DPS_TRY(comm_strict_wait(c, s, c->issued - 1));
     if (c->ops->wait_async) COMM_CALL(c, c->ops->wait_async(c, s));
     COMM_CALL(c, comm_async_wait(c, &c->waited_ms));
 }
@@ -186,6 +199,7 @@ dps_status comm_sync(comm *c, be_stream *s, double *busy_ms)
     c->waits = 0;
     c->issued = 0;
     comm_async_step_end(c);
+    DPS_TRY(comm_strict_sync(c));
     dps_status rc = c->ops->sync ? c->ops->sync(c, s, busy_ms) : c->be->ops->stream_sync(c->be, s);
     if (rc) return comm_fail(c, rc);
     *busy_ms += c->waited_ms; /* the host waited for comm_async.c's thread: times known then */

@@ -103,6 +103,9 @@ struct comm {
     comm_async *async;          /* the thread of implementations without allreduce_async */
     struct dps_store *store;    /* the ranks' rendezvous across hosts (store.h); NULL: none */
     comm_spans *trace;          /* comm_trace's, the caller's; NULL: not traced */
+    be_stream *strict_st;       /* strict mode: the collectives' stream (comm_strict.c); NULL: off */
+    be_event **strict_ev;       /* ... the end event of each of a step's async collectives */
+    int strict_nev;
 };
 
 /* What comm_open needs: the group's region (made before the ranks started)

@@ -36,7 +36,10 @@ struct comm_async {
     char err[DPS_ERRMSG_MAX];
 };
 
-/* Item index's begin event (made on first use) recorded now, when traced. */
+/* Item index's begin event (made on first use) recorded now, when traced,
+ * and waited for: the stream holds nothing else, so it completes at once on
+ * a GPU, and the wait that reads it may then take its time (event_ms of an
+ * event not yet reached fails, cudaErrorNotReady). */
 static dps_status mark_begin(comm_async *a, int index)
 {
     comm *c = a->c;
@@ -51,7 +54,8 @@ static dps_status mark_begin(comm_async *a, int index)
         for (; a->nev < n; a->nev++) a->ev[a->nev] = NULL;
     }
     if (!a->ev[index]) DPS_TRY(o->event_create(c->be, c->dev, &a->ev[index]));
-    return o->event_record(c->be, a->ev[index], a->stream);
+    DPS_TRY(o->event_record(c->be, a->ev[index], a->stream));
+    return o->event_sync(c->be, a->ev[index]);
 }
 
 static dps_status run_item(comm_async *a, const async_item *it, int index)

@@ -53,6 +53,12 @@ typedef struct store_member {
  * own; ranks that have not all arrived within timeout_ms fail the group. */
 dps_status store_server_start(int port, int nranks, double timeout_ms, store_server **out)
     DPS_MUST_USE;
+/* store_server_start in two halves, for a process that forks after the
+ * port is known: listen (no thread yet, so a fork copies no thread that
+ * may hold a lock), then serve; store_server_stop takes either. */
+dps_status store_server_listen(int port, int nranks, double timeout_ms, store_server **out)
+    DPS_MUST_USE;
+dps_status store_server_serve(store_server *s) DPS_MUST_USE;
 int store_server_port(const store_server *s);
 /* The group's first failure as the server saw it (a rank gone without a
  * word, ranks that never arrived, or, *asked set, an abort a rank asked

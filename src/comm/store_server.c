@@ -55,6 +55,7 @@ struct store_server {
     int listen_fd, wake[2], nranks, narrived, port, max_conns, refusals;
     double arrive_by, timeout_s, limit_ms; /* limit_ms: --timeout, or none */
     pthread_t thread;
+    int serving;         /* the thread runs (store_server_serve) */
     pthread_mutex_t mu;  /* failure, why, members and what begin sets, for the caller's thread */
     dps_status failure;
     int failure_asked;   /* a rank asked for the abort (the others: the server saw it) */
@@ -807,7 +808,7 @@ static void server_free(store_server *s)
     free(s);
 }
 
-dps_status store_server_start(int port, int nranks, double timeout_ms, store_server **out)
+dps_status store_server_listen(int port, int nranks, double timeout_ms, store_server **out)
 {
     if (nranks < 1 || nranks > DPS_MAX_DEVICES)
         return dps_fail(DPS_ERR_USAGE, "rank 0: a store for %d ranks: 1 to %d", nranks,
@@ -828,13 +829,37 @@ dps_status store_server_start(int port, int nranks, double timeout_ms, store_ser
     if (getsockname(s->listen_fd, (struct sockaddr *)&sa, &sl) == 0)
         s->port = ntohs(sa.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&sa)->sin6_port
                                                  : ((struct sockaddr_in *)&sa)->sin_port);
-    if (pipe(s->wake) != 0 || pthread_create(&s->thread, NULL, serve, s) != 0) {
-        close(s->listen_fd);
-        server_free(s);
-        return dps_fail(DPS_ERR_RUNTIME, "rank 0: cannot start the store's thread");
-    }
+    s->wake[0] = s->wake[1] = -1;
     *out = s;
     return DPS_OK;
+}
+
+dps_status store_server_serve(store_server *s)
+{
+    if (pipe(s->wake) != 0) {
+        s->wake[0] = s->wake[1] = -1;
+        return dps_fail(DPS_ERR_RUNTIME, "rank 0: cannot make the store's wake-up pipe: %s",
+                        strerror(errno));
+    }
+    if (pthread_create(&s->thread, NULL, serve, s) != 0) {
+        close(s->wake[0]);
+        close(s->wake[1]);
+        s->wake[0] = s->wake[1] = -1;
+        return dps_fail(DPS_ERR_RUNTIME, "rank 0: cannot start the store's thread");
+    }
+    s->serving = 1;
+    return DPS_OK;
+}
+
+dps_status store_server_start(int port, int nranks, double timeout_ms, store_server **out)
+{
+    DPS_TRY(store_server_listen(port, nranks, timeout_ms, out));
+    dps_status rc = store_server_serve(*out);
+    if (rc) {
+        store_server_stop(*out);
+        *out = NULL;
+    }
+    return rc;
 }
 
 int store_server_port(const store_server *s) { return s->port; }
@@ -893,15 +918,17 @@ void store_server_wait_ended(store_server *s, double timeout_ms)
 void store_server_stop(store_server *s)
 {
     if (!s) return;
-    (void)!write(s->wake[1], "x", 1);
-    pthread_join(s->thread, NULL);
+    if (s->serving) {
+        (void)!write(s->wake[1], "x", 1);
+        pthread_join(s->thread, NULL);
+    }
     for (int i = 0; i < s->nconns; i++) {
         close(s->conns[i].fd);
         store_reader_free(&s->conns[i].in);
         free(s->conns[i].out);
     }
     close(s->listen_fd);
-    close(s->wake[0]);
-    close(s->wake[1]);
+    if (s->wake[0] >= 0) close(s->wake[0]);
+    if (s->wake[1] >= 0) close(s->wake[1]);
     server_free(s);
 }

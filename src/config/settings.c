@@ -304,6 +304,13 @@ const settings_entry settings_table[SET_COUNT] = {
         .cmds = TRAIN,
         .flag = "no-nvml", .type = SETTINGS_FLAG,
         .help = "no NVML sampler thread (to measure what it costs)"},
+    [SET_STRICT] = {
+        .cmds = TRAIN,
+        .flag = "strict", .type = SETTINGS_FLAG,
+        .help = "host backend: strict mode (DPSCALE_STRICT=1 for the run and its children): every "
+                "op's stream, pointers and sizes checked as CUDA checks them, and accesses of "
+                "streams that nothing orders reported as races, as compute-sanitizer's racecheck "
+                "and synccheck; timings are not representative"},
     [SET_PROFILE_STEPS] = {
         .cmds = TRAIN,
         .flag = "profile-steps", .type = SETTINGS_STEP_RANGE, .lo = 0, .hi = 100000000,

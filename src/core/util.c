@@ -358,3 +358,9 @@ const char *dps_path_base(const char *path)
     const char *slash = strrchr(path, '/');
     return slash && slash[1] ? slash + 1 : path;
 }
+
+int dps_test_plant(const char *name)
+{
+    const char *v = getenv("DPSCALE_TEST_PLANT");
+    return v && strcmp(v, name) == 0;
+}

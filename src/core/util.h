@@ -23,6 +23,10 @@ const char *dps_fmt_bytes(uint64_t bytes, char *buf, size_t len);
  * divides the count ("16G", "1536K", "4"). */
 const char *dps_fmt_bytes_suffix(uint64_t bytes, char *buf, size_t len);
 
+/* Test-only: whether DPSCALE_TEST_PLANT names the defect `name`, planted
+ * where this is asked so that strict mode's tests see it caught (the one
+ * place the variable is read; never set outside tests/test_strict.py). */
+int dps_test_plant(const char *name);
 double dps_now_ms(void);          /* monotonic clock, ms */
 int64_t dps_now_us(void);         /* monotonic clock, us */
 double dps_wall_ms(void);         /* wall clock (CLOCK_REALTIME), ms: the same on every host NTP keeps */

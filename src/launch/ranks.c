@@ -187,6 +187,13 @@ static void start_ranks(group *g)
         g->pid[r] = pid;
         g->alive++;
     }
+    dps_status rc = g->spec->started ? g->spec->started(g->spec->ctx) : DPS_OK;
+    if (rc) {
+        char msg[DPS_ERRMSG_MAX];
+        dps_strlcpy(msg, dps_errmsg(), sizeof msg);
+        fail(g, rc, msg);
+        kill_all(g);
+    }
 }
 
 dps_status ranks_run(const ranks_spec *spec)

@@ -45,6 +45,9 @@ typedef struct ranks_spec {
     void *ctx;
     double timeout_s;         /* a step or set-up longer than this ends the group; 0: none */
     /* In the parent (each may be NULL): */
+    /* once every rank is forked, before the group is watched: where the
+     * parent starts its threads, which no rank may inherit mid-lock */
+    dps_status (*started)(void *ctx);
     void (*abort)(void *ctx); /* wakes ranks blocked in collectives before they are killed */
     /* more about a timeout, appended to its message after "; " */
     void (*explain_timeout)(void *ctx, char *buf, size_t len);

@@ -29,6 +29,7 @@ typedef struct bench_report {
 typedef struct bench_shared {
     int nranks, nsizes, iters, warmup, nops;
     int store_port;            /* Gloo: where the ranks meet; 0: shm */
+    store_server *server;      /* the parent's store, serving once the ranks are forked */
     double timeout_s;
     comm_op ops[COMMBENCH_MAX_OPS];
     int check_failed[COMMBENCH_MAX_OPS * COMMBENCH_MAX_SIZES];
@@ -63,18 +64,28 @@ static dps_status collective(comm *c, comm_op op, float *buf, size_t n)
     return comm_allreduce(c, buf, n, COMM_F32);
 }
 
+/* A rank's buffers: the collectives' operands in its device's memory, as
+ * NCCL's are (strict mode refuses host memory there), and the host copy
+ * the check fills and reads, moved through a stream of the device. */
+typedef struct bench_bufs {
+    backend *be;
+    be_stream *st;
+    dps_buf dev, sync;  /* the collective's buffer; the float that starts the ranks together */
+    float *host;
+} bench_bufs;
+
 /* Timed collectives of run k (op k / nsizes) over n floats, each started
  * together with the others. */
-static dps_status time_run(bench_shared *b, comm *c, int k, float *buf, size_t n, rank_beat *beat)
+static dps_status time_run(bench_shared *b, comm *c, int k, bench_bufs *m, size_t n,
+                           rank_beat *beat)
 {
-    float sync = 0.0f;
     for (int it = -b->warmup; it < b->iters; it++) {
         int step = k * (b->warmup + b->iters) + it + b->warmup;
         ranks_beat_step(beat, step);
         ranks_inject_fault(&b->fault, c->rank, step);
-        DPS_TRY(comm_allreduce(c, &sync, 1, COMM_F32)); /* start together */
+        DPS_TRY(comm_allreduce(c, m->sync.ptr, 1, COMM_F32)); /* start together */
         double t0 = dps_now_ms();
-        DPS_TRY(collective(c, b->ops[k / b->nsizes], buf, n));
+        DPS_TRY(collective(c, b->ops[k / b->nsizes], m->dev.ptr, n));
         if (it >= 0) times(b, k, it)[c->rank] = (dps_now_ms() - t0) * 1e3;
     }
     return DPS_OK;
@@ -104,38 +115,72 @@ static int result_ok(const bench_shared *b, const comm *c, comm_op op, const flo
     return 1;
 }
 
+/* bytes between the host copy and the device buffer (to_dev: to the device),
+ * the host waiting for the copy. */
+static dps_status move(bench_bufs *m, int to_dev, size_t bytes)
+{
+    const be_ops *o = m->be->ops;
+    if (to_dev) DPS_TRY(o->copy(m->be, m->st, m->dev.ptr, m->dev.dev, m->host, DPS_HOST, bytes));
+    else DPS_TRY(o->copy(m->be, m->st, m->host, DPS_HOST, m->dev.ptr, m->dev.dev, bytes));
+    return o->stream_sync(m->be, m->st);
+}
+
 /* One collective of run k on data whose result is known exactly: every
  * rank's values (all-gather: its own chunk's, -1 elsewhere). */
-static dps_status check_run(bench_shared *b, comm *c, int k, float *buf, size_t n)
+static dps_status check_run(bench_shared *b, comm *c, int k, bench_bufs *m, size_t n)
 {
     comm_op op = b->ops[k / b->nsizes];
     size_t lo, hi;
     comm_chunk_range(n, c->nranks, c->rank, &lo, &hi);
     for (size_t i = 0; i < n; i++)
-        buf[i] = op == COMM_ALL_GATHER && (i < lo || i >= hi) ? -1.0f : value(c->rank, i);
-    DPS_TRY(collective(c, op, buf, n));
-    if (!result_ok(b, c, op, buf, n)) b->check_failed[k] = 1;
-    memset(buf, 0, n * sizeof(float));
-    return DPS_OK;
+        m->host[i] = op == COMM_ALL_GATHER && (i < lo || i >= hi) ? -1.0f : value(c->rank, i);
+    DPS_TRY(move(m, 1, n * sizeof(float)));
+    DPS_TRY(collective(c, op, m->dev.ptr, n));
+    DPS_TRY(move(m, 0, n * sizeof(float)));
+    if (!result_ok(b, c, op, m->host, n)) b->check_failed[k] = 1;
+    DPS_TRY(m->be->ops->memset0(m->be, m->st, m->dev.ptr, n * sizeof(float)));
+    return m->be->ops->stream_sync(m->be, m->st);
 }
 
-static dps_status bench_sizes(bench_shared *b, comm *c, rank_beat *beat)
+/* m's buffers on the rank's device for runs of up to most bytes. */
+static dps_status bufs_open(bench_bufs *m, backend *be, const comm *c, uint64_t most)
+{
+    char size[32];
+    size_t bytes = (size_t)(most / sizeof(float) + 1) * sizeof(float);
+    m->be = be;
+    m->host = calloc(bytes / sizeof(float), sizeof(float));
+    if (!m->host)
+        return dps_fail(DPS_ERR_RUNTIME, "rank %d: out of host memory for its buffer of --sizes %s",
+                        c->rank, dps_fmt_bytes_suffix(most, size, sizeof size));
+    DPS_TRY(be->ops->stream_create(be, c->dev, &m->st));
+    DPS_TRY(be_buf_alloc(be, c->dev, bytes, "communication", &m->dev));
+    DPS_TRY(be_buf_alloc(be, c->dev, sizeof(float), "communication", &m->sync));
+    DPS_TRY(be->ops->memset0(be, m->st, m->dev.ptr, bytes));
+    DPS_TRY(be->ops->memset0(be, m->st, m->sync.ptr, sizeof(float)));
+    return be->ops->stream_sync(be, m->st);
+}
+
+static void bufs_close(bench_bufs *m)
+{
+    if (m->sync.ptr) be_buf_free(m->be, &m->sync);
+    if (m->dev.ptr) be_buf_free(m->be, &m->dev);
+    if (m->st) m->be->ops->stream_destroy(m->be, m->st);
+    free(m->host);
+}
+
+static dps_status bench_sizes(bench_shared *b, backend *be, comm *c, rank_beat *beat)
 {
     uint64_t most = 0;
     for (int s = 0; s < b->nsizes; s++)
         if (b->sizes[s] > most) most = b->sizes[s];
-    float *buf = calloc(most / sizeof(float) + 1, sizeof(float));
-    char size[32];
-    if (!buf)
-        return dps_fail(DPS_ERR_RUNTIME, "rank %d: out of host memory for its buffer of --sizes %s",
-                        c->rank, dps_fmt_bytes_suffix(most, size, sizeof size));
-    dps_status rc = DPS_OK;
+    bench_bufs m = {0};
+    dps_status rc = bufs_open(&m, be, c, most);
     for (int k = 0; !rc && k < b->nops * b->nsizes; k++) {
         size_t n = b->sizes[k % b->nsizes] / sizeof(float);
-        rc = time_run(b, c, k, buf, n, beat);
-        if (!rc) rc = check_run(b, c, k, buf, n);
+        rc = time_run(b, c, k, &m, n, beat);
+        if (!rc) rc = check_run(b, c, k, &m, n);
     }
-    free(buf);
+    bufs_close(&m);
     return rc;
 }
 
@@ -175,7 +220,7 @@ static int bench_rank(void *ctx, int rank, rank_beat *beat)
     dps_store *st = NULL;
     dps_status rc = be_open(&bo, &be);
     if (!rc) rc = open_comm(b, rank, be, &st, &c);
-    if (!rc) rc = bench_sizes(b, c, beat);
+    if (!rc) rc = bench_sizes(b, be, c, beat);
     if (rc) report_failure(b, rank, c, rc);
     comm_close(c);
     if (st && !rc) store_finish(st);
@@ -257,7 +302,8 @@ static bench_shared *bench_map(const commbench_spec *spec, size_t *total)
 }
 
 /* Gloo's ranks meet through a store this process serves, on a port the
- * kernel picks (*srv NULL for shm). */
+ * kernel picks (*srv NULL for shm): it listens now, and its thread starts
+ * once the ranks are forked (bench_started), as a fork must copy no thread. */
 static dps_status bench_store(const commbench_spec *spec, bench_shared *b, store_server **srv)
 {
     *srv = NULL;
@@ -265,10 +311,17 @@ static dps_status bench_store(const commbench_spec *spec, bench_shared *b, store
     if (!comm_have("gloo"))
         return dps_fail(DPS_ERR_USAGE, "comm-bench --comm gloo: this build has no Gloo (rebuild "
                         "with libgloo-dev: `scripts/setup.sh` installs it)");
-    DPS_TRY(store_server_start(0, spec->nranks, spec->timeout_s > 0 ? spec->timeout_s * 1e3 : 60e3,
-                               srv));
+    DPS_TRY(store_server_listen(0, spec->nranks, spec->timeout_s > 0 ? spec->timeout_s * 1e3 : 60e3,
+                                srv));
     b->store_port = store_server_port(*srv);
+    b->server = *srv;
     return DPS_OK;
+}
+
+static dps_status bench_started(void *ctx)
+{
+    bench_shared *b = ctx;
+    return store_server_serve(b->server);
 }
 
 dps_status commbench_run(const commbench_spec *spec, commbench_row *rows)
@@ -280,6 +333,7 @@ dps_status commbench_run(const commbench_spec *spec, commbench_row *rows)
     dps_status rc = bench_store(spec, b, &srv);
     ranks_spec rs = {.nranks = spec->nranks, .rank_main = bench_rank, .ctx = b,
                      .timeout_s = spec->timeout_s, .abort = bench_abort,
+                     .started = srv ? bench_started : NULL,
                      .explain_timeout = explain_timeout, .reported = reported,
                      .fault = spec->fault};
     if (!rc) rc = ranks_run(&rs);

@@ -6,6 +6,8 @@
 
 #include "elementwise.h"
 #include "model/graph.h"
+#include "core/util.h"
+#include "model/graph_conv.h"
 #include "model/graph_ops.h"
 
 #define F(b) ((float *)(b).ptr)
@@ -50,32 +52,19 @@ void graph_init_params(const model_file *mf, const graph_layout *l, uint64_t see
     }
 }
 
-/* The largest per-sample input or output of any op; the most columns any
- * op sums in backward into the columns buffer (a GEMM's bias: its n; a
- * norm's c; an embedding's output); the largest embedding table. */
-static void widest(const model_file *mf, size_t *elems, size_t *cols, size_t *table)
+/* The elements a sample of the largest gradient contribution that op
+ * backward cannot write in place: its input's gradient (a direct
+ * convolution's: its resample's input's) begun by a later op, from a kind
+ * that writes rather than adds (graph_writes_din). */
+static size_t contrib_elems(const model_file *mf, const graph_plan *p, const be_dtype *dt)
 {
-    *elems = mf->input;
-    *cols = 1;
-    *table = 0;
+    size_t most = 0;
     for (int i = 0; i < mf->nops; i++) {
-        const mf_op *o = &mf->ops[i];
-        if (o->out_elems > *elems) *elems = o->out_elems;
-        if (o->in_elems > *elems) *elems = o->in_elems;
-        if (o->kind == MF_NORM && (size_t)o->c > *cols) *cols = (size_t)o->c;
-        if (o->kind == MF_GEMM && o->bias >= 0 && (size_t)o->n > *cols) *cols = (size_t)o->n;
-        if (o->kind != MF_EMBEDDING) continue;
-        if (o->out_elems > *cols) *cols = o->out_elems;
-        if (mf->tensors[o->weight].numel > *table) *table = mf->tensors[o->weight].numel;
+        size_t din = graph_din_elems(mf, p, i);
+        if (graph_writes_din(mf, p, dt, i) && !graph_din_in_place(mf, p, dt, i) && din > most)
+            most = din;
     }
-}
-
-/* The workspace's bytes for max_samples samples (graph_acts_alloc's). */
-static size_t work_bytes(const model_file *mf, size_t max_samples, size_t *cols)
-{
-    size_t s = max_samples * sizeof(float), elems, table;
-    widest(mf, &elems, cols, &table);
-    return s * elems > table * sizeof(float) ? s * elems : table * sizeof(float);
+    return most;
 }
 
 /* Under autocast in prec's half type: each op's output type (malloc'd
@@ -92,18 +81,24 @@ static dps_status autocast_types(const model_file *mf, dps_precision prec, be_dt
     return DPS_OK;
 }
 
-uint64_t graph_acts_bytes(const model_file *mf, uint64_t max_samples, dps_precision prec)
+int graph_direct_convs(const backend *be)
 {
-    size_t cols, total = work_bytes(mf, (size_t)max_samples, &cols) + cols * sizeof(float);
+    return be && be->ops->conv_fwd != NULL;
+}
+
+uint64_t graph_acts_bytes(const model_file *mf, uint64_t max_samples, dps_precision prec,
+                          int direct_convs)
+{
+    size_t total;
     graph_plan p;
     be_dtype half, *dt;
     if (autocast_types(mf, prec, &half, &dt) != DPS_OK) return UINT64_MAX;
-    if (graph_plan_make(mf, &p) != DPS_OK) {
+    if (graph_plan_make(mf, direct_convs, &p) != DPS_OK) {
         free(dt);
         return UINT64_MAX;
     }
-    total += (p.out_elems + p.grad_elems) * (size_t)max_samples * sizeof(float);
-    if (dt) total += graph_autocast_bytes(mf, dt, max_samples);
+    total = (p.out_elems + p.grad_elems + contrib_elems(mf, &p, dt)) * (size_t)max_samples * sizeof(float);
+    if (dt) total += graph_autocast_bytes(mf, &p, dt, max_samples);
     graph_plan_free(&p);
     free(dt);
     return total;
@@ -114,22 +109,25 @@ dps_status graph_acts_alloc(backend *be, int dev, const model_file *mf, int max_
 {
     memset(a, 0, sizeof *a);
     a->max_samples = max_samples;
+    a->dev = dev;
     a->last = mf->nops - 1;
     DPS_TRY(autocast_types(mf, prec, &a->half, &a->dt));
-    dps_status rc0 = graph_plan_make(mf, &a->plan);
+    /* a backend with convolutions runs a model file's as they are, without im2col */
+    dps_status rc0 = graph_plan_make(mf, graph_direct_convs(be), &a->plan);
     if (rc0) {
         free(a->dt);
         a->dt = NULL;
         return rc0;
     }
-    size_t s = (size_t)max_samples * sizeof(float), cols, work = work_bytes(mf, (size_t)max_samples, &cols);
+    size_t s = (size_t)max_samples * sizeof(float), contrib = contrib_elems(mf, &a->plan, a->dt);
     dps_status rc = DPS_OK;
     if (a->plan.out_elems) rc = be_buf_alloc(be, dev, s * a->plan.out_elems, "activations", &a->outs);
     if (!rc && a->plan.grad_elems)
         rc = be_buf_alloc(be, dev, s * a->plan.grad_elems, "activation gradients", &a->grads);
-    if (!rc) rc = be_buf_alloc(be, dev, work, "graph workspace", &a->work);
-    if (!rc) rc = be_buf_alloc(be, dev, cols * sizeof(float), "graph workspace columns", &a->cols);
+    if (!rc && contrib) rc = be_buf_alloc(be, dev, s * contrib, "activation gradient contributions", &a->contrib);
     if (!rc && a->dt) rc = graph_autocast_alloc(be, dev, mf, a);
+    if (!rc && dps_test_plant("graph_null_stream") && a->outs.ptr) /* the workspace zeroed on no stream */
+        rc = be->ops->memset0(be, NULL, a->outs.ptr, a->outs.bytes);
     if (rc) graph_acts_free(be, a);
     return rc;
 }
@@ -139,8 +137,7 @@ void graph_acts_free(backend *be, graph_acts *a)
     be_buf_free(be, &a->outs);
     be_buf_free(be, &a->grads);
     graph_plan_free(&a->plan);
-    be_buf_free(be, &a->work);
-    be_buf_free(be, &a->cols);
+    be_buf_free(be, &a->contrib);
     dps_buf *half[] = {&a->w16, &a->g16, &a->x16, &a->out16, &a->dlast};
     for (size_t i = 0; i < sizeof half / sizeof half[0]; i++) be_buf_free(be, half[i]);
     free(a->dt);
@@ -211,20 +208,29 @@ static dps_status enter(const graph_acts *a, int i, int backward, const float **
     return w->enter(w->ctx, w->unit_of[i], backward, params, grads);
 }
 
-/* y[i] = x[i] * s[i / (n / n_s)]: each of s's elements scales its run of x */
+/* y[i] = x[i] * s[i / (n / n_s)]: each of s's elements scales its run of
+ * x; over pixels (pixels=P), y[p,c] = x[p,c] * s[c] in each sample */
 static dps_status mul_fwd(const graph_fwd_ctx *c, const mf_op *o, const float *in, float *y)
 {
     size_t ns = o->from == MF_INPUT ? c->mf->input : c->mf->ops[o->from].out_elems;
+    if (o->pixels > 1)
+        return c->be->ops->pixel_scale_ex(c->be, c->st, c->samples, o->pixels, (int64_t)ns, in, BE_F32,
+                                          graph_input_of(c->a, o->from, c->x), BE_F32, y, BE_F32);
     return c->be->ops->row_scale(c->be, c->st, (int64_t)((size_t)c->samples * ns),
                                  (int64_t)(o->out_elems / ns), in, graph_input_of(c->a, o->from, c->x), y);
 }
 
 /* Each sample's y = its x, then its other operand's (an op's output, or a
- * tensor's elements, the same for every sample) */
+ * tensor's elements, the same for every sample); over pixels (pixels=P),
+ * each pixel's channels of x, then its channels of the other operand */
 static dps_status cat_fwd(const graph_fwd_ctx *c, const mf_op *o, const float *in, float *y, int dev)
 {
     size_t tail = o->out_elems - o->in_elems;
     const float *other = o->weight >= 0 ? graph_tensor_at(c, o->weight) : graph_input_of(c->a, o->from, c->x);
+    if (o->pixels > 1)
+        return c->be->ops->cat_cols(c->be, c->st, (int64_t)c->samples * o->pixels,
+                                    (int64_t)o->in_elems / o->pixels, in, BE_F32,
+                                    (int64_t)tail / o->pixels, other, BE_F32, y, BE_F32);
     for (int s = 0; s < c->samples; s++) {
         float *ys = y + (size_t)s * o->out_elems;
         DPS_TRY(graph_copy(c->be, c->st, dev, ys, in + (size_t)s * o->in_elems, o->in_elems));
@@ -254,7 +260,9 @@ static void op_cost(const model_file *mf, const mf_op *o, int samples, double *f
 }
 
 /* Its backward's: a GEMM's two products (one without its input's gradient:
- * the weight's alone, or none without a weight); twice the forward's bytes
+ * the weight's alone, or none without a weight), an attn's 2.5 times its
+ * forward's (FlashAttention-2's count: five products of t x t by d for
+ * forward's two), none without its input's gradient; twice the forward's bytes
  * (the output's gradient and what forward read, in; their gradients, out). */
 static dps_status trace_begin(const graph_fwd_ctx *c, const mf_op *o, op_dir dir)
 {
@@ -262,7 +270,7 @@ static dps_status trace_begin(const graph_fwd_ctx *c, const mf_op *o, op_dir dir
     op_cost(c->mf, o, c->samples, &flop, &bytes);
     if (dir == OP_BACKWARD) {
         int din = o->in != MF_INPUT;
-        flop *= o->weight >= 0 ? 1 + din : 2 * din;
+        flop *= o->kind == MF_ATTN ? 2.5 * din : o->weight >= 0 ? 1 + din : 2 * din;
         bytes *= 2;
     }
     return op_trace_begin(c->a->trace, mf_kind_names[o->kind], dir, flop, bytes);
@@ -270,18 +278,18 @@ static dps_status trace_begin(const graph_fwd_ctx *c, const mf_op *o, op_dir dir
 
 static dps_status op_fwd(const graph_fwd_ctx *c, int i)
 {
+    if (c->a->plan.direct[i]) return graph_conv_fwd(c, i);
     if (c->a->dt) return graph_fwd_half(c, i);
     const mf_op *o = &c->mf->ops[i];
     backend *be = c->be;
     const float *in = graph_input_of(c->a, o->in, c->x);
     float *y = graph_out_of(c->a, i);
-    int dev = c->a->work.dev;
+    int dev = c->a->dev;
     size_t n = (size_t)c->samples * o->out_elems;
     switch (o->kind) {
     case MF_GEMM: return gemm_fwd(c, o, in, y);
-    case MF_RESAMPLE:
-        return be->ops->resample(be, c->st, c->samples, (int64_t)o->in_elems, (int64_t)o->out_elems, in, y);
-    case MF_NORM: return graph_norm_fwd(c, o, in, y, dev);
+    case MF_RESAMPLE: return graph_resample_fwd(c, i, in, y, BE_F32);
+    case MF_NORM: return graph_norm_fwd(c, o, in, y);
     case MF_ACT: return be->ops->act(be, c->st, (int)o->fn, (int64_t)n, in, y);
     case MF_ADD:
         DPS_TRY(graph_copy(be, c->st, dev, y, in, n));
@@ -289,6 +297,7 @@ static dps_status op_fwd(const graph_fwd_ctx *c, int i)
     case MF_EMBEDDING: return graph_embedding_fwd(c, o, in, y, dev);
     case MF_MUL: return mul_fwd(c, o, in, y);
     case MF_CAT: return cat_fwd(c, o, in, y, dev);
+    case MF_ATTN: return graph_attn_fwd(c, i, in, BE_F32, y);
     case MF_KIND_COUNT: break;
     }
     return dps_fail(DPS_ERR_RUNTIME, "op %s: kind %d has no forward", o->name, (int)o->kind);
@@ -304,6 +313,7 @@ dps_status graph_forward(backend *be, be_stream *st, const model_file *mf, const
     a->logits = logits;
     graph_fwd_ctx c = {be, st, mf, l, params, a, samples, x};
     for (int i = 0; i < mf->nops; i++) {
+        if (a->plan.skip[i]) continue; /* a direct convolution's im2col: not made */
         DPS_TRY(enter(a, i, 0, &c.params, NULL));
         DPS_TRY(trace_begin(&c, &mf->ops[i], OP_FORWARD));
         DPS_TRY(op_fwd(&c, i));
@@ -374,22 +384,34 @@ static dps_status mul_bwd(const graph_bwd_ctx *c, const mf_op *o, const float *i
     backend *be = c->f.be;
     size_t ns = o->from == MF_INPUT ? c->f.mf->input : c->f.mf->ops[o->from].out_elems;
     int64_t rows = (int64_t)((size_t)c->f.samples * ns), cols = (int64_t)(o->out_elems / ns);
+    const float *s = graph_input_of(c->f.a, o->from, c->f.x);
+    if (o->pixels > 1) { /* over pixels: d s[c] the sum of g·x over the pixels */
+        if (o->from != MF_INPUT)
+            DPS_TRY(be->ops->pixel_dot_add_ex(be, c->f.st, c->f.samples, o->pixels, (int64_t)ns, g, in,
+                                              BE_F32, BE_F32, BE_F32, graph_grad_of(c->f.a, o->from)));
+        return din ? be->ops->pixel_scale_ex(be, c->f.st, c->f.samples, o->pixels, (int64_t)ns, g, BE_F32,
+                                             s, BE_F32, din, BE_F32) : DPS_OK;
+    }
     if (o->from != MF_INPUT)
         DPS_TRY(be->ops->row_dot_add(be, c->f.st, rows, cols, g, in, graph_grad_of(c->f.a, o->from)));
     return din ? be->ops->row_scale(be, c->f.st, rows, cols, g, graph_input_of(c->f.a, o->from, c->f.x), din)
                : DPS_OK;
 }
 
-/* A cat's backward: each sample's head of g is its input's gradient, its
- * tail added to the other operand's (the tensor's: summed over the samples) */
-static dps_status cat_bwd(const graph_bwd_ctx *c, const mf_op *o, const float *g, float *din)
+/* A cat's backward: each sample's head of g added to its input's gradient,
+ * its tail to the other operand's (the tensor's: summed over the samples) */
+static dps_status cat_bwd(const graph_bwd_ctx *c, const mf_op *o, const float *g)
 {
     backend *be = c->f.be;
     size_t tail = o->out_elems - o->in_elems;
+    float *din = graph_din_grad(c, o);
+    if (o->pixels > 1) /* over pixels: each pixel's head and tail */
+        return be->ops->cat_cols_bwd(be, c->f.st, (int64_t)c->f.samples * o->pixels,
+                                     (int64_t)o->in_elems / o->pixels, (int64_t)tail / o->pixels, g, din, BE_F32,
+                                     o->from == MF_INPUT ? NULL : graph_grad_of(c->f.a, o->from), BE_F32);
     for (int s = 0; s < c->f.samples; s++) {
         const float *gs = g + (size_t)s * o->out_elems;
-        if (din)
-            DPS_TRY(graph_copy(be, c->f.st, c->f.a->work.dev, din + (size_t)s * o->in_elems, gs, o->in_elems));
+        if (din) DPS_TRY(be->ops->add(be, c->f.st, (int64_t)o->in_elems, din + (size_t)s * o->in_elems, gs));
         float *dother = o->weight >= 0 ? graph_grad_at(c, o->weight)
                       : o->from == MF_INPUT ? NULL : graph_grad_of(c->f.a, o->from) + (size_t)s * tail;
         if (dother) DPS_TRY(be->ops->add(be, c->f.st, (int64_t)tail, dother, gs + o->in_elems));
@@ -398,7 +420,7 @@ static dps_status cat_bwd(const graph_bwd_ctx *c, const mf_op *o, const float *g
 }
 
 /* Op i's backward from its output's gradient; din (NULL: the input's is not
- * needed) receives its input's. */
+ * needed, or the op adds it itself: graph_writes_din) receives its input's. */
 static dps_status op_bwd(const graph_bwd_ctx *c, int i, float *din)
 {
     const mf_op *o = &c->f.mf->ops[i];
@@ -410,10 +432,8 @@ static dps_status op_bwd(const graph_bwd_ctx *c, int i, float *din)
     case MF_GEMM:
         if (c->f.a->plan.recompute[i]) DPS_TRY(graph_again(c, o, &in));
         return gemm_bwd(c, o, in, g, din);
-    case MF_RESAMPLE:
-        return din ? be->ops->resample_bwd(be, st, c->f.samples, (int64_t)o->in_elems,
-                                           (int64_t)o->out_elems, g, din) : DPS_OK;
-    case MF_NORM: return graph_norm_bwd(c, o, in, g, din);
+    case MF_RESAMPLE: return graph_resample_bwd(c, i, g, din);
+    case MF_NORM: return graph_norm_bwd(c, o, in, g);
     case MF_ACT: {
         const float *v;
         if (!din) return DPS_OK;
@@ -422,26 +442,47 @@ static dps_status op_bwd(const graph_bwd_ctx *c, int i, float *din)
     }
     case MF_ADD:
         if (o->from != MF_INPUT) DPS_TRY(be->ops->add(be, st, (int64_t)n, graph_grad_of(c->f.a, o->from), g));
-        return din ? graph_copy(be, st, c->f.a->work.dev, din, g, n) : DPS_OK;
-    case MF_EMBEDDING: return graph_embedding_bwd(c, o, g, din);
+        return o->in != MF_INPUT ? be->ops->add(be, st, (int64_t)n, graph_grad_of(c->f.a, o->in), g) : DPS_OK;
+    case MF_EMBEDDING: return graph_embedding_bwd(c, o, g);
     case MF_MUL: return mul_bwd(c, o, in, g, din);
-    case MF_CAT: return cat_bwd(c, o, g, din);
+    case MF_CAT: return cat_bwd(c, o, g);
+    case MF_ATTN: return graph_attn_bwd(c, i, in, BE_F32, g, din);
     case MF_KIND_COUNT: break;
     }
     return dps_fail(DPS_ERR_RUNTIME, "op %s: kind %d has no backward", o->name, (int)o->kind);
 }
 
-/* din added to the gradient of o's input, rounded first to the input's
- * type (a gradient has its tensor's type) unless it has it already. */
-static dps_status add_input_grad(const graph_bwd_ctx *c, const mf_op *o, float *din, be_dtype din_t)
+/* din made op i's input's gradient (a direct convolution's: its
+ * resample's input's), rounded first to that input's type (a gradient has
+ * its tensor's type) unless it has it already: in place where it is that
+ * gradient (op i's backward began it), else added to it. */
+static dps_status add_input_grad(const graph_bwd_ctx *c, int i, float *din, be_dtype din_t)
 {
     backend *be = c->f.be;
-    float *g = graph_grad_of(c->f.a, o->in);
-    int64_t n = (int64_t)((size_t)c->f.samples * o->in_elems);
-    be_dtype in_t = graph_type_of(c->f.a, o->in);
+    const graph_acts *a = c->f.a;
+    const model_file *mf = c->f.mf;
+    int in = graph_grad_input_of(mf, &a->plan, i);
+    float *g = graph_grad_of(a, in);
+    int64_t n = (int64_t)((size_t)c->f.samples * graph_din_elems(mf, &a->plan, i));
+    be_dtype in_t = graph_type_of(a, in);
+    if (din == g && din_t != BE_F32)
+        return dps_fail(DPS_ERR_RUNTIME, "op %s: a half gradient written over the fp32 one of its "
+                        "input; its backward must write fp32 there (model/graph*.c)", mf->ops[i].name);
     if (din_t != BE_F32) return be->ops->add_ex(be, c->f.st, n, g, BE_F32, din, din_t, g, BE_F32);
     if (in_t != BE_F32) DPS_TRY(be->ops->round_half(be, c->f.st, in_t, n, din));
-    return be->ops->add(be, c->f.st, n, g, din);
+    return din == g ? DPS_OK : be->ops->add(be, c->f.st, n, g, din);
+}
+
+/* Where op i's backward writes its input's gradient: nowhere where it has
+ * none or adds it itself; the gradient itself where op i begins it; else
+ * the contributions buffer, from which it is added. */
+static float *din_of(const graph_bwd_ctx *c, int i)
+{
+    const graph_acts *a = c->f.a;
+    if (!graph_writes_din(c->f.mf, &a->plan, a->dt, i)) return NULL;
+    if (graph_din_in_place(c->f.mf, &a->plan, a->dt, i))
+        return graph_grad_of(a, graph_grad_input_of(c->f.mf, &a->plan, i));
+    return F(a->contrib);
 }
 
 /* Op i's backward: the gradients it begins zeroed first, then its own, its
@@ -452,16 +493,20 @@ static dps_status backward_op(const graph_bwd_ctx *c, int i, graph_grad_hook hoo
     backend *be = c->f.be;
     graph_acts *a = c->f.a;
     const graph_plan *p = &a->plan;
-    float *din = o->in == MF_INPUT ? NULL : F(a->work);
+    if (p->skip[i]) return DPS_OK; /* a direct convolution's im2col: nothing to do */
+    float *din = din_of(c, i);
     DPS_TRY(trace_begin(&c->f, o, OP_BACKWARD));
-    for (int b = p->begins_at[i]; b < p->begins_at[i + 1]; b++)
-        DPS_TRY(be->ops->memset0(be, c->f.st, graph_grad_of(a, p->begins[b]),
+    for (int b = p->begins_at[i]; b < p->begins_at[i + 1]; b++) {
+        float *begun = graph_grad_of(a, p->begins[b]);
+        if (begun == din) continue; /* written whole by this backward */
+        DPS_TRY(be->ops->memset0(be, c->f.st, begun,
                                  (size_t)c->f.samples * c->f.mf->ops[p->begins[b]].out_elems * sizeof(float)));
-    /* a norm's and an embedding's backward use the workspace first */
+    }
     be_dtype din_t = BE_F32;
-    if (a->dt) DPS_TRY(graph_bwd_half(c, i, din, &din_t));
+    if (p->direct[i]) DPS_TRY(graph_conv_bwd(c, i, din));
+    else if (a->dt) DPS_TRY(graph_bwd_half(c, i, din, &din_t));
     else DPS_TRY(op_bwd(c, i, din));
-    if (din) DPS_TRY(add_input_grad(c, o, din, din_t));
+    if (din) DPS_TRY(add_input_grad(c, i, din, din_t));
     DPS_TRY(op_trace_end(a->trace));
     for (int t = p->completes_at[i]; hook && t < p->completes_at[i + 1]; t++)
         DPS_TRY(hook(ctx, p->completes[t]));

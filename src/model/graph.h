@@ -34,8 +34,9 @@ void graph_init_params(const model_file *mf, const graph_layout *l, uint64_t see
 
 /* The buffers of one replica for up to max_samples samples on one device:
  * the ops' outputs and their gradients, each in an arena where it holds its
- * place only while it is alive (graph_plan.h), and the workspace of norms
- * and embeddings. */
+ * place only while it is alive (graph_plan.h), and the contributions of
+ * ops to a gradient a later op began (a tensor read by several ops) before
+ * they are added to it. */
 typedef struct graph_acts {
     int max_samples;
     int last;             /* the last op: its output and gradient are the caller's */
@@ -44,8 +45,10 @@ typedef struct graph_acts {
                              plan's offsets times max_samples */
     float *logits;        /* the last op's output: graph_forward's logits */
     const float *dlogits; /* its gradient: graph_backward's dlogits */
-    dps_buf work;         /* [max_samples][largest op input or output], or an embedding table */
-    dps_buf cols;         /* [widest norm or embedding]: column sums, an embedding's rows */
+    int dev;              /* the device the buffers lie on */
+    dps_buf contrib;      /* [max_samples][largest such contribution]: an op's input gradient
+                             where a later op began that gradient (as autograd's second
+                             gradient of a tensor before it is summed); none when no op needs it */
     const net_window *window; /* a sharded strategy's: each op's parameters and gradients are
                                  its unit's (window->unit_of); NULL: the flat buffers */
     /* Under autocast (half BE_BF16 or BE_F16; BE_F32: none), each op runs as
@@ -69,7 +72,8 @@ typedef struct graph_acts {
                              gradients before they are widened */
     dps_buf g16;          /* [max_samples][widest]: an op's output gradient in the half type,
                              or a cat's slice of it rounded to its other operand's */
-    dps_buf x16;          /* [max_samples][widest]: a batched or grouped gemm's fp32 input cast */
+    dps_buf x16;          /* [max_samples][widest]: a batched or grouped gemm's fp32 input cast;
+                             a direct convolution's, then its input's half gradient */
     dps_buf out16;        /* the last op's half output, before it is widened into the logits */
     dps_buf dlast;        /* the last op's gradient rounded, where its backward reads it so */
     dps_tf32 tf32;        /* in fp32: which gemms multiply in TF32, a convolution's
@@ -83,8 +87,14 @@ typedef struct graph_acts {
 dps_status graph_acts_alloc(backend *be, int dev, const model_file *mf, int max_samples,
                             dps_precision prec, graph_acts *a) DPS_MUST_USE;
 void graph_acts_free(backend *be, graph_acts *a);
-/* The device bytes graph_acts_alloc takes for max_samples samples. */
-uint64_t graph_acts_bytes(const model_file *mf, uint64_t max_samples, dps_precision prec);
+/* Whether graph_acts_alloc on be runs a model file's windowed convolutions
+ * as they are (be has conv ops: cuDNN's), without im2col, else as their
+ * im2col GEMMs (the host's); be NULL: not. */
+int graph_direct_convs(const backend *be);
+/* The device bytes graph_acts_alloc takes for max_samples samples on a
+ * backend with convolutions (direct_convs: graph_direct_convs) or without. */
+uint64_t graph_acts_bytes(const model_file *mf, uint64_t max_samples, dps_precision prec,
+                          int direct_convs);
 
 /* logits = the last op's output, [samples][out_elems], as rows x classes
  * logits; the caller's buffer, read again by graph_backward. */

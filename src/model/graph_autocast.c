@@ -4,6 +4,7 @@
  * and backward, reusing graph.c's fp32 ops where an op runs in fp32. */
 #include <stdlib.h>
 
+#include "elementwise.h"
 #include "model/graph_ops.h"
 
 #define U16(p) ((uint16_t *)(p))
@@ -17,7 +18,7 @@ void graph_autocast_types(const model_file *mf, be_dtype half, be_dtype *dt)
         int two = o->kind == MF_ADD || o->kind == MF_MUL || (o->kind == MF_CAT && o->weight < 0);
         be_dtype from = !two || o->from == MF_INPUT ? BE_F32 : dt[o->from]; /* cat weight=T: fp32 */
         switch (o->kind) {
-        case MF_GEMM: dt[i] = half; break;                  /* autocast's lower-precision list */
+        case MF_GEMM: case MF_ATTN: dt[i] = half; break;    /* autocast's lower-precision list */
         case MF_RESAMPLE: case MF_ACT: dt[i] = in; break;   /* in the input's type */
         case MF_ADD: case MF_MUL: case MF_CAT:              /* promotion (cat: the promote list) */
             dt[i] = in == half && from == half ? half : BE_F32;
@@ -28,13 +29,14 @@ void graph_autocast_types(const model_file *mf, be_dtype half, be_dtype *dt)
 }
 
 /* The largest gemm weight and bias (halves); whether a batched or grouped
- * gemm reads fp32 (cast into x16 first). */
+ * gemm or an attn reads fp32 (cast into x16 first). */
 static size_t largest_weight(const model_file *mf, const be_dtype *dt, int *fp32_batched)
 {
     size_t most = 0;
     *fp32_batched = 0;
     for (int i = 0; i < mf->nops; i++) {
         const mf_op *o = &mf->ops[i];
+        if (o->kind == MF_ATTN) *fp32_batched |= o->in == MF_INPUT || dt[o->in] == BE_F32;
         if (o->kind != MF_GEMM) continue;
         if (o->weight < 0 || o->g > 1)
             *fp32_batched |= o->in == MF_INPUT || dt[o->in] == BE_F32;
@@ -45,15 +47,25 @@ static size_t largest_weight(const model_file *mf, const be_dtype *dt, int *fp32
     return most;
 }
 
-/* The largest per-sample input or output of any op. */
-static size_t widest_elems(const model_file *mf)
+/* The largest per-sample input or output of any op (but the im2col of a
+ * direct convolution of plan p's, neither made nor read). */
+static size_t widest_elems(const model_file *mf, const graph_plan *p)
 {
     size_t most = mf->input;
     for (int i = 0; i < mf->nops; i++) {
-        if (mf->ops[i].in_elems > most) most = mf->ops[i].in_elems;
-        if (mf->ops[i].out_elems > most) most = mf->ops[i].out_elems;
+        if (mf->ops[i].in_elems > most && !p->direct[i]) most = mf->ops[i].in_elems;
+        if (mf->ops[i].out_elems > most && !p->skip[i]) most = mf->ops[i].out_elems;
     }
     return most;
+}
+
+/* Whether plan p runs any convolution directly (graph_conv.c: its input
+ * cast and its input's gradient in the half type in x16). */
+static int any_direct(const model_file *mf, const graph_plan *p)
+{
+    for (int i = 0; i < mf->nops; i++)
+        if (p->direct[i]) return 1;
+    return 0;
 }
 
 /* Whether op o's backward reads its output gradient rounded in fp32 (a
@@ -63,32 +75,34 @@ static int reads_rounded(const mf_op *o)
     return o->kind == MF_RESAMPLE || o->kind == MF_ADD || o->kind == MF_MUL || o->kind == MF_CAT;
 }
 
-/* w16, g16, x16 (when a batched or grouped gemm reads fp32), out16 (when the last op
- * is half) and dlast (when its backward reads its gradient rounded). */
-static void autocast_sizes(const model_file *mf, const be_dtype *dt, uint64_t max_samples,
-                           uint64_t bytes[5])
+/* w16, g16, x16 (when a batched or grouped gemm reads fp32, or a
+ * convolution runs directly), out16 (when the last op is half) and dlast
+ * (when its backward reads its gradient rounded), under plan p. */
+static void autocast_sizes(const model_file *mf, const graph_plan *p, const be_dtype *dt,
+                           uint64_t max_samples, uint64_t bytes[5])
 {
     int fp32_batched, half_last = dt[mf->nops - 1] != BE_F32;
     const mf_op *last = &mf->ops[mf->nops - 1];
-    uint64_t wide = max_samples * (uint64_t)widest_elems(mf) * 2;
+    uint64_t wide = max_samples * (uint64_t)widest_elems(mf, p) * 2;
     bytes[0] = (uint64_t)largest_weight(mf, dt, &fp32_batched) * 2;
     bytes[1] = wide;
-    bytes[2] = fp32_batched ? wide : 0;
+    bytes[2] = fp32_batched || any_direct(mf, p) ? wide : 0;
     bytes[3] = half_last ? max_samples * last->out_elems * 2 : 0;
     bytes[4] = half_last && reads_rounded(last) ? max_samples * last->out_elems * sizeof(float) : 0;
 }
 
-uint64_t graph_autocast_bytes(const model_file *mf, const be_dtype *dt, uint64_t max_samples)
+uint64_t graph_autocast_bytes(const model_file *mf, const graph_plan *p, const be_dtype *dt,
+                              uint64_t max_samples)
 {
     uint64_t b[5];
-    autocast_sizes(mf, dt, max_samples, b);
+    autocast_sizes(mf, p, dt, max_samples, b);
     return b[0] + b[1] + b[2] + b[3] + b[4];
 }
 
 dps_status graph_autocast_alloc(backend *be, int dev, const model_file *mf, graph_acts *a)
 {
     uint64_t b[5];
-    autocast_sizes(mf, a->dt, (uint64_t)a->max_samples, b);
+    autocast_sizes(mf, &a->plan, a->dt, (uint64_t)a->max_samples, b);
     dps_buf *bufs[5] = {&a->w16, &a->g16, &a->x16, &a->out16, &a->dlast};
     const char *what[5] = {"autocast parameters", "autocast activation gradients",
                            "autocast inputs", "autocast logits", "autocast logits' gradient"};
@@ -109,7 +123,8 @@ static dps_status cast_params(const graph_fwd_ctx *c, const mf_op *o)
                          a->half);
 }
 
-/* A batched or grouped gemm's input in the half type: itself, or cast into x16. */
+/* A batched or grouped gemm's or an attn's input in the half type: itself,
+ * or cast into x16. */
 static dps_status half_input(const graph_fwd_ctx *c, const mf_op *o, const float *in,
                                 const uint16_t **in16)
 {
@@ -182,18 +197,16 @@ static dps_status gemm_fwd(const graph_fwd_ctx *c, const mf_op *o, const float *
     return DPS_OK;
 }
 
-/* A norm or an embedding in fp32: a half input widened into y first. */
+/* An embedding in fp32: a half input widened into y first. */
 static dps_status widened_fwd(const graph_fwd_ctx *c, const mf_op *o, const float *in, float *y)
 {
     be_dtype in_t = graph_type_of(c->a, o->in);
-    int dev = c->a->work.dev;
     if (in_t != BE_F32) {
         DPS_TRY(c->be->ops->cast(c->be, c->st, (int64_t)c->samples * (int64_t)o->in_elems, in,
                                  in_t, y, BE_F32));
         in = y;
     }
-    if (o->kind == MF_NORM) return graph_norm_fwd(c, o, in, y, dev);
-    return graph_embedding_fwd(c, o, in, y, dev);
+    return graph_embedding_fwd(c, o, in, y, c->a->dev);
 }
 
 /* The elements per sample of op o's other operand (its from). */
@@ -208,6 +221,10 @@ static dps_status mul_fwd(const graph_fwd_ctx *c, const mf_op *o, const float *i
 {
     const graph_acts *a = c->a;
     size_t ns = from_elems(c->mf, o);
+    if (o->pixels > 1) /* over pixels: s[c] scales channel c of each pixel */
+        return c->be->ops->pixel_scale_ex(c->be, c->st, c->samples, o->pixels, (int64_t)ns, in,
+                                          graph_type_of(a, o->in), graph_input_of(a, o->from, c->x),
+                                          graph_type_of(a, o->from), y, a->dt[o - c->mf->ops]);
     return c->be->ops->row_scale_ex(c->be, c->st, (int64_t)((size_t)c->samples * ns),
                                     (int64_t)(o->out_elems / ns), in, graph_type_of(a, o->in),
                                     graph_input_of(a, o->from, c->x), graph_type_of(a, o->from),
@@ -226,6 +243,10 @@ static dps_status cat_fwd(const graph_fwd_ctx *c, const mf_op *o, const float *i
     const char *other = o->weight >= 0 ? (const char *)graph_tensor_at(c, o->weight)
                                        : (const char *)graph_input_of(a, o->from, c->x);
     size_t tail = o->out_elems - o->in_elems, yb = be_dtype_bytes(t);
+    if (o->pixels > 1) /* over pixels: each pixel's channels of x, then of the other */
+        return be->ops->cat_cols(be, c->st, (int64_t)c->samples * o->pixels,
+                                 (int64_t)o->in_elems / o->pixels, in, in_t, (int64_t)tail / o->pixels,
+                                 other, other_t, y, t);
     for (int s = 0; s < c->samples; s++) {
         char *ys = (char *)y + (size_t)s * o->out_elems * yb;
         const char *xs = (const char *)in + (size_t)s * o->in_elems * be_dtype_bytes(in_t);
@@ -247,21 +268,22 @@ dps_status graph_fwd_half(const graph_fwd_ctx *c, int i)
     int64_t n = (int64_t)c->samples * (int64_t)o->out_elems;
     switch (o->kind) {
     case MF_GEMM: return gemm_fwd(c, o, in, U16(y));
-    case MF_RESAMPLE:
-        if (t == BE_F32)
-            return be->ops->resample(be, c->st, c->samples, (int64_t)o->in_elems,
-                                     (int64_t)o->out_elems, in, y);
-        return be->ops->resample_half(be, c->st, c->samples, (int64_t)o->in_elems,
-                                      (int64_t)o->out_elems, CU16(in), U16(y));
+    case MF_RESAMPLE: return graph_resample_fwd(c, i, in, y, t);
     case MF_ACT:
         if (t == BE_F32) return be->ops->act(be, c->st, (int)o->fn, n, in, y);
         return be->ops->act_half(be, c->st, (int)o->fn, t, n, CU16(in), U16(y));
     case MF_ADD:
         return be->ops->add_ex(be, c->st, n, in, in_t, graph_input_of(a, o->from, c->x),
                                graph_type_of(a, o->from), y, t);
-    case MF_NORM: case MF_EMBEDDING: return widened_fwd(c, o, in, y);
+    case MF_NORM: return graph_norm_fwd(c, o, in, y); /* x widened in the pass */
+    case MF_EMBEDDING: return widened_fwd(c, o, in, y);
     case MF_MUL: return mul_fwd(c, o, in, y);
     case MF_CAT: return cat_fwd(c, o, in, y);
+    case MF_ATTN: { /* scaled_dot_product_attention: autocast's lower-precision list */
+        const uint16_t *x;
+        DPS_TRY(half_input(c, o, in, &x));
+        return graph_attn_fwd(c, i, x, t, y);
+    }
     case MF_KIND_COUNT: break;
     }
     return dps_fail(DPS_ERR_RUNTIME, "op %s: kind %d has no forward under autocast", o->name,
@@ -276,8 +298,10 @@ static dps_status widen_into(const graph_bwd_ctx *c, int t, int64_t nt, const ui
 }
 
 /* A weighted gemm's backward from g16 (its output gradient in the half
- * type): din = g·W_h in the half type, then W's and b's gradients rounded
- * to it once (w16 reused: the cast weight is read first) and widened. */
+ * type): din = g·W_h rounded to the half type (written in fp32:
+ * graph.c's din may be the input's fp32 gradient), then W's and b's
+ * gradients rounded to it once (w16 reused: the cast weight is read
+ * first) and widened. */
 static dps_status linear_bwd(const graph_bwd_ctx *c, const mf_op *o, const float *in,
                              const uint16_t *g16, float *din)
 {
@@ -291,20 +315,20 @@ static dps_status linear_bwd(const graph_bwd_ctx *c, const mf_op *o, const float
     DPS_TRY(graph_rows_of(o, c->f.samples, (size_t)o->m, &rows));
     if (din) {
         DPS_TRY(cast_params(&c->f, o));
-        DPS_TRY(be->ops->gemm_ex(be, st, 0, 0, rows, k, n, 1.0f, g16, H, n, w16, H, k, 0.0f, din, H, k));
+        DPS_TRY(be->ops->gemm_ex(be, st, 0, 0, rows, k, n, 1.0f, g16, H, n, w16, H, k, 0.0f, din,
+                                 BE_F32, k));
+        DPS_TRY(be->ops->round_half(be, st, H, (int64_t)rows * k, din));
     }
     DPS_TRY(be->ops->gemm_ex(be, st, 1, 0, n, k, rows, 1.0f, g16, H, n, in, in_t, k, 0.0f, w16, H, k));
     DPS_TRY(widen_into(c, o->weight, nw, w16));
     if (o->bias < 0) return DPS_OK;
-    float *sums = (float *)a->cols.ptr;
-    DPS_TRY(be->ops->col_sum_half(be, st, H, rows, n, g16, sums));
-    DPS_TRY(be->ops->cast(be, st, n, sums, BE_F32, w16 + nw, H));
-    return widen_into(c, o->bias, n, w16 + nw);
+    return be->ops->col_sum_add(be, st, H, H, rows, n, n, g16, graph_grad_at(c, o->bias));
 }
 
-/* The batched gemm's backward: dA = G·Bᵀ and dB = Aᵀ·G, in the half type. */
+/* The batched gemm's backward: dA = G·Bᵀ and dB = Aᵀ·G, rounded to the
+ * half type (in fp32, as linear_bwd's din). */
 static dps_status batched_bwd(const graph_bwd_ctx *c, const mf_op *o, const float *in,
-                              const uint16_t *g16, uint16_t *din)
+                              const uint16_t *g16, float *din)
 {
     backend *be = c->f.be;
     be_stream *st = c->f.st;
@@ -319,18 +343,18 @@ static dps_status batched_bwd(const graph_bwd_ctx *c, const mf_op *o, const floa
             size_t at_b = (size_t)s * o->in_elems + (size_t)o->b * a_elems + (size_t)j * b_elems;
             const uint16_t *G = g16 + (size_t)s * o->out_elems + (size_t)j * m * (size_t)n;
             DPS_TRY(be->ops->gemm_ex(be, st, 0, 1, m, k, n, 1.0f, G, H, n, x + at_b, H, n, 0.0f,
-                                     din + at_a, H, k));
+                                     din + at_a, BE_F32, k));
             DPS_TRY(be->ops->gemm_ex(be, st, 1, 0, k, n, m, 1.0f, x + at_a, H, k, G, H, n, 0.0f,
-                                     din + at_b, H, n));
+                                     din + at_b, BE_F32, n));
         }
-    return DPS_OK;
+    return be->ops->round_half(be, st, H, (int64_t)c->f.samples * (int64_t)o->in_elems, din);
 }
 
 /* A grouped gemm's backward from g16, as linear_bwd's a group at a time:
  * every group's din from the cast weight first, then the weight's
  * gradient in its place in w16, rounded once and widened; the bias's. */
 static dps_status groups_bwd(const graph_bwd_ctx *c, const mf_op *o, const float *in,
-                             const uint16_t *g16, uint16_t *din)
+                             const uint16_t *g16, float *din)
 {
     backend *be = c->f.be;
     be_stream *st = c->f.st;
@@ -344,54 +368,41 @@ static dps_status groups_bwd(const graph_bwd_ctx *c, const mf_op *o, const float
     if (din) DPS_TRY(cast_params(&c->f, o));
     for (int j = 0; din && j < (int)o->g; j++)
         DPS_TRY(be->ops->gemm_ex(be, st, 0, 0, rows, kg, ng, 1.0f, g16 + (size_t)j * ng, H, n,
-                                 w16 + (size_t)j * ng * kg, H, kg, 0.0f, din + (size_t)j * kg, H, k));
+                                 w16 + (size_t)j * ng * kg, H, kg, 0.0f, din + (size_t)j * kg, BE_F32, k));
+    if (din) DPS_TRY(be->ops->round_half(be, st, H, (int64_t)rows * k, din));
     DPS_TRY(half_input(&c->f, o, in, &x));
     for (int j = 0; j < (int)o->g; j++)
         DPS_TRY(be->ops->gemm_ex(be, st, 1, 0, ng, kg, rows, 1.0f, g16 + (size_t)j * ng, H, n,
                                  x + (size_t)j * kg, H, k, 0.0f, w16 + (size_t)j * ng * kg, H, kg));
     DPS_TRY(widen_into(c, o->weight, nw, w16));
     if (o->bias < 0) return DPS_OK;
-    float *sums = (float *)a->cols.ptr;
-    DPS_TRY(be->ops->col_sum_half(be, st, H, rows, n, g16, sums));
-    DPS_TRY(be->ops->cast(be, st, n, sums, BE_F32, w16 + nw, H));
-    return widen_into(c, o->bias, n, w16 + nw);
+    return be->ops->col_sum_add(be, st, H, H, rows, n, n, g16, graph_grad_at(c, o->bias));
 }
 
 static dps_status gemm_bwd(const graph_bwd_ctx *c, const mf_op *o, const float *in, const float *g,
-                           float *din, be_dtype *din_t)
+                           float *din)
 {
     graph_acts *a = c->f.a;
     int64_t n = (int64_t)c->f.samples * (int64_t)o->out_elems;
     uint16_t *g16 = a->g16.ptr;
     if (a->plan.recompute[o - c->f.mf->ops]) DPS_TRY(graph_again(c, o, &in));
     DPS_TRY(c->f.be->ops->cast(c->f.be, c->f.st, n, g, BE_F32, g16, a->half));
-    *din_t = a->half;
-    if (o->weight >= 0 && o->g > 1) return groups_bwd(c, o, in, g16, U16(din));
+    if (o->weight >= 0 && o->g > 1) return groups_bwd(c, o, in, g16, din);
     if (o->weight >= 0) return linear_bwd(c, o, in, g16, din);
-    return din ? batched_bwd(c, o, in, g16, U16(din)) : DPS_OK;
+    return din ? batched_bwd(c, o, in, g16, din) : DPS_OK;
 }
 
-/* An add's backward: g to its `from` op, rounded to that op's type (through
- * the workspace when g is not rounded to it already), and to din. */
-static dps_status add_bwd(const graph_bwd_ctx *c, const mf_op *o, const float *g, float *din)
+/* An add's backward: g to its `from` op and to its input, each rounded to
+ * that op's type as it is added. */
+static dps_status add_bwd(const graph_bwd_ctx *c, const mf_op *o, const float *g)
 {
     backend *be = c->f.be;
     graph_acts *a = c->f.a;
-    int dev = a->work.dev;
-    size_t n = (size_t)c->f.samples * o->out_elems;
-    if (o->from != MF_INPUT) {
-        float *gf = graph_grad_of(a, o->from);
-        be_dtype from_t = graph_type_of(a, o->from);
-        if (from_t == a->dt[o - c->f.mf->ops]) {
-            DPS_TRY(be->ops->add(be, c->f.st, (int64_t)n, gf, g));
-        } else {
-            float *w = a->work.ptr;
-            DPS_TRY(graph_copy(be, c->f.st, dev, w, g, n));
-            DPS_TRY(be->ops->round_half(be, c->f.st, from_t, (int64_t)n, w));
-            DPS_TRY(be->ops->add(be, c->f.st, (int64_t)n, gf, w));
-        }
-    }
-    return din ? graph_copy(be, c->f.st, dev, din, g, n) : DPS_OK;
+    int64_t n = (int64_t)c->f.samples * (int64_t)o->out_elems;
+    if (o->from != MF_INPUT)
+        DPS_TRY(be->ops->add_round(be, c->f.st, graph_type_of(a, o->from), n, graph_grad_of(a, o->from), g));
+    if (o->in == MF_INPUT) return DPS_OK;
+    return be->ops->add_round(be, c->f.st, graph_type_of(a, o->in), n, graph_grad_of(a, o->in), g);
 }
 
 /* A mul's backward from g (rounded to its type): s's gradient the sums of
@@ -406,6 +417,15 @@ static dps_status mul_bwd(const graph_bwd_ctx *c, const mf_op *o, const float *i
     size_t ns = from_elems(c->f.mf, o);
     int64_t rows = (int64_t)((size_t)c->f.samples * ns), cols = (int64_t)(o->out_elems / ns);
     be_dtype t = a->dt[o - c->f.mf->ops], from_t = graph_type_of(a, o->from);
+    const void *s = graph_input_of(a, o->from, c->f.x);
+    if (o->pixels > 1) { /* over pixels: d s[c] the sum of g·x over the pixels */
+        if (o->from != MF_INPUT)
+            DPS_TRY(be->ops->pixel_dot_add_ex(be, c->f.st, c->f.samples, o->pixels, (int64_t)ns, g, in,
+                                              graph_type_of(a, o->in), t, from_t,
+                                              graph_grad_of(a, o->from)));
+        return din ? be->ops->pixel_scale_ex(be, c->f.st, c->f.samples, o->pixels, (int64_t)ns, g,
+                                             BE_F32, s, from_t, din, BE_F32) : DPS_OK;
+    }
     if (o->from != MF_INPUT)
         DPS_TRY(be->ops->row_dot_add_ex(be, c->f.st, rows, cols, g, in, graph_type_of(a, o->in), t,
                                         from_t, graph_grad_of(a, o->from)));
@@ -414,65 +434,74 @@ static dps_status mul_bwd(const graph_bwd_ctx *c, const mf_op *o, const float *i
                                  graph_input_of(a, o->from, c->f.x), from_t, din, BE_F32);
 }
 
-/* A cat's backward from g (rounded to its type): each sample's head is
- * din, its tail added to the other operand's gradient (a tensor's: summed
- * over the samples, fp32), rounded to that operand's type through g16. */
-static dps_status cat_bwd(const graph_bwd_ctx *c, const mf_op *o, const float *g, float *din)
+/* A cat's backward from g (rounded to its type): each sample's head added
+ * to its input's gradient, its tail to the other operand's (a tensor's:
+ * summed over the samples, fp32), each rounded to that operand's type. */
+static dps_status cat_bwd(const graph_bwd_ctx *c, const mf_op *o, const float *g)
 {
     backend *be = c->f.be;
     const graph_acts *a = c->f.a;
     size_t tail = o->out_elems - o->in_elems;
-    be_dtype other_t = o->weight >= 0 ? BE_F32 : graph_type_of(a, o->from);
+    be_dtype other_t = o->weight >= 0 ? BE_F32 : graph_type_of(a, o->from), in_t = graph_type_of(a, o->in);
+    float *din = graph_din_grad(c, o);
+    if (o->pixels > 1) /* over pixels: each pixel's head and tail */
+        return be->ops->cat_cols_bwd(be, c->f.st, (int64_t)c->f.samples * o->pixels,
+                                     (int64_t)o->in_elems / o->pixels, (int64_t)tail / o->pixels, g, din, in_t,
+                                     o->from == MF_INPUT ? NULL : graph_grad_of(a, o->from), other_t);
     for (int s = 0; s < c->f.samples; s++) {
         const float *gs = g + (size_t)s * o->out_elems;
         if (din)
-            DPS_TRY(graph_copy(be, c->f.st, a->work.dev, din + (size_t)s * o->in_elems, gs,
-                               o->in_elems));
+            DPS_TRY(be->ops->add_round(be, c->f.st, in_t, (int64_t)o->in_elems,
+                                       din + (size_t)s * o->in_elems, gs));
         float *dother = o->weight >= 0 ? graph_grad_at(c, o->weight)
                       : o->from == MF_INPUT ? NULL : graph_grad_of(a, o->from) + (size_t)s * tail;
-        if (!dother) continue;
-        if (other_t == BE_F32) {
-            DPS_TRY(be->ops->add(be, c->f.st, (int64_t)tail, dother, gs + o->in_elems));
-            continue;
-        }
-        DPS_TRY(be->ops->cast(be, c->f.st, (int64_t)tail, gs + o->in_elems, BE_F32, a->g16.ptr, other_t));
-        DPS_TRY(be->ops->add_ex(be, c->f.st, (int64_t)tail, dother, BE_F32, a->g16.ptr, other_t,
-                                dother, BE_F32));
+        if (dother)
+            DPS_TRY(be->ops->add_round(be, c->f.st, other_t, (int64_t)tail, dother, gs + o->in_elems));
     }
     return DPS_OK;
 }
 
-/* A norm's backward in fp32 from its input widened into the workspace
- * (graph_norm_bwd reads it before it writes din there). */
-static dps_status norm_bwd(const graph_bwd_ctx *c, const mf_op *o, const float *in, const float *g,
-                           float *din)
-{
-    be_dtype in_t = graph_type_of(c->f.a, o->in);
-    if (in_t != BE_F32 && o->weight >= 0) {
-        float *w = c->f.a->work.ptr;
-        DPS_TRY(c->f.be->ops->cast(c->f.be, c->f.st, (int64_t)c->f.samples * (int64_t)o->in_elems,
-                                   in, in_t, w, BE_F32));
-        in = w;
-    }
-    return graph_norm_bwd(c, o, in, g, din);
-}
-
-/* Act op i's backward in its type, from what it keeps (graph_act_saved,
- * in din: read and written element by element); on half tensors from g16. */
+/* Act op i's backward in its type: in fp32 from what it keeps
+ * (graph_act_saved, in din: read and written element by element); on half
+ * tensors from g16, in place, added to its input's gradient (widened: act
+ * keeps its input's type), v its kept half output (the last op's: out16)
+ * or input. */
 static dps_status act_bwd(const graph_bwd_ctx *c, int i, const float *in, const float *g,
-                          float *din, be_dtype t, be_dtype *din_t)
+                          float *din, be_dtype t)
 {
     backend *be = c->f.be;
     const mf_op *o = &c->f.mf->ops[i];
     int64_t n = (int64_t)c->f.samples * (int64_t)o->out_elems;
     const float *v;
-    *din_t = t;
-    if (!din) return DPS_OK;
-    DPS_TRY(graph_act_saved(c, i, in, din, &v));
-    if (t == BE_F32) return be->ops->act_bwd(be, c->f.st, (int)o->fn, n, g, v, din);
+    if (t == BE_F32) {
+        if (!din) return DPS_OK;
+        DPS_TRY(graph_act_saved(c, i, in, din, &v));
+        return be->ops->act_bwd(be, c->f.st, (int)o->fn, n, g, v, din);
+    }
+    float *dx = graph_din_grad(c, o);
+    if (!dx) return DPS_OK;
     uint16_t *g16 = c->f.a->g16.ptr;
+    v = dps_act_keeps_output((int)o->fn) ? graph_out_of(c->f.a, i) : in;
     DPS_TRY(be->ops->cast(be, c->f.st, n, g, BE_F32, g16, t));
-    return be->ops->act_bwd_half(be, c->f.st, (int)o->fn, t, n, g16, CU16(v), U16(din));
+    DPS_TRY(be->ops->act_bwd_half(be, c->f.st, (int)o->fn, t, n, g16, CU16(v), g16));
+    return be->ops->add_ex(be, c->f.st, n, dx, BE_F32, g16, t, dx, BE_F32);
+}
+
+/* An attn's backward in the half type: its output gradient cast into g16,
+ * its input's (half, widened by graph.c when the input was fp32) from
+ * q, k, v cast as forward cast them. */
+static dps_status attn_bwd(const graph_bwd_ctx *c, int i, const float *in, const float *g,
+                           float *din, be_dtype *din_t)
+{
+    graph_acts *a = c->f.a;
+    const mf_op *o = &c->f.mf->ops[i];
+    const uint16_t *x;
+    *din_t = a->half;
+    if (!din) return DPS_OK;
+    DPS_TRY(c->f.be->ops->cast(c->f.be, c->f.st, (int64_t)c->f.samples * (int64_t)o->out_elems, g,
+                               BE_F32, a->g16.ptr, a->half));
+    DPS_TRY(half_input(&c->f, o, in, &x));
+    return graph_attn_bwd(c, i, x, a->half, a->g16.ptr, din);
 }
 
 /* Op i's output gradient rounded to its half type (the gradient of a half
@@ -489,7 +518,7 @@ static dps_status rounded_grad(const graph_bwd_ctx *c, int i, const float **g)
     if (a->dt[i] == BE_F32 || !reads_rounded(o)) return DPS_OK;
     if (i == a->last) {
         r = a->dlast.ptr;
-        DPS_TRY(graph_copy(be, c->f.st, a->work.dev, r, *g, (size_t)n));
+        DPS_TRY(graph_copy(be, c->f.st, a->dev, r, *g, (size_t)n));
         *g = r;
     }
     return be->ops->round_half(be, c->f.st, a->dt[i], n, r);
@@ -498,23 +527,22 @@ static dps_status rounded_grad(const graph_bwd_ctx *c, int i, const float **g)
 dps_status graph_bwd_half(const graph_bwd_ctx *c, int i, float *din, be_dtype *din_t)
 {
     const mf_op *o = &c->f.mf->ops[i];
-    backend *be = c->f.be;
     graph_acts *a = c->f.a;
     const float *in = graph_input_of(a, o->in, c->f.x), *g;
     be_dtype t = a->dt[i];
     *din_t = BE_F32;
     DPS_TRY(rounded_grad(c, i, &g));
     switch (o->kind) {
-    case MF_GEMM: return gemm_bwd(c, o, in, g, din, din_t);
+    case MF_GEMM: return gemm_bwd(c, o, in, g, din);
     case MF_RESAMPLE: /* summed in fp32; graph.c rounds din to the input's type */
-        return din ? be->ops->resample_bwd(be, c->f.st, c->f.samples, (int64_t)o->in_elems,
-                                           (int64_t)o->out_elems, g, din) : DPS_OK;
-    case MF_NORM: return norm_bwd(c, o, in, g, din);
-    case MF_ACT: return act_bwd(c, i, in, g, din, t, din_t);
-    case MF_ADD: return add_bwd(c, o, g, din);
-    case MF_EMBEDDING: return graph_embedding_bwd(c, o, g, din);
+        return graph_resample_bwd(c, i, g, din);
+    case MF_NORM: return graph_norm_bwd(c, o, in, g);
+    case MF_ACT: return act_bwd(c, i, in, g, din, t);
+    case MF_ADD: return add_bwd(c, o, g);
+    case MF_EMBEDDING: return graph_embedding_bwd(c, o, g);
     case MF_MUL: return mul_bwd(c, o, in, g, din);
-    case MF_CAT: return cat_bwd(c, o, g, din);
+    case MF_CAT: return cat_bwd(c, o, g);
+    case MF_ATTN: return attn_bwd(c, i, in, g, din, din_t);
     case MF_KIND_COUNT: break;
     }
     return dps_fail(DPS_ERR_RUNTIME, "op %s: kind %d has no backward under autocast", o->name,

@@ -6,9 +6,10 @@
 #include "core/keyfile.h"
 #include "core/util.h"
 #include "model/model_file.h"
+#include "model/window_geom.h"
 
 const char *const mf_kind_names[MF_KIND_COUNT] = {"gemm", "resample", "norm", "act", "add",
-                                                  "embedding", "mul", "cat"};
+                                                  "embedding", "mul", "cat", "attn"};
 const char *const mf_fn_names[MF_FN_COUNT] = {"relu", "gelu", "softmax", "tanh", "sigmoid", "relu6",
                                               "silu", "hardswish", "hardsigmoid", "mish"};
 
@@ -21,9 +22,9 @@ const char *const mf_fn_names[MF_FN_COUNT] = {"relu", "gelu", "softmax", "tanh",
 
 /* What one op line may say: the keys of its kind, beside in, saved, moved. */
 static const char *const kind_keys[MF_KIND_COUNT] = {
-    [MF_GEMM] = "m k n b g weight bias", [MF_RESAMPLE] = "n", [MF_NORM] = "c weight bias",
+    [MF_GEMM] = "m k n b g weight bias", [MF_RESAMPLE] = "n window kernel stride pad dilation pool", [MF_NORM] = "c weight bias",
     [MF_ACT] = "fn", [MF_ADD] = "from", [MF_EMBEDDING] = "m weight",
-    [MF_MUL] = "from", [MF_CAT] = "from weight",
+    [MF_MUL] = "from pixels", [MF_CAT] = "from weight pixels", [MF_ATTN] = "heads t d causal",
 };
 
 typedef struct reader {
@@ -150,6 +151,48 @@ static dps_status tensor_key(model_file *mf, const char *path, int line, const c
     return DPS_OK;
 }
 
+/* "AxB" (parts 2) or "AxBxC" (parts 3): whole numbers of at least lo into out[]. */
+static dps_status dims_key(const char *path, int line, const char *key, const char *v, int parts,
+                           int64_t lo, int64_t *out)
+{
+    char copy[64];
+    int n = 0;
+    if (strlen(v) >= sizeof copy) n = -1;
+    dps_strlcpy(copy, v, sizeof copy);
+    for (char *d = copy, *x; n >= 0 && n < parts; d = x + 1, n++) {
+        x = strchr(d, 'x');
+        if (x) *x = '\0';
+        if ((x != NULL) != (n < parts - 1)) n = -2; /* too few or too many parts */
+        else DPS_TRY(whole(path, line, key, d, lo, DIM_MAX, &out[n]));
+        if (!x) break;
+    }
+    if (n == parts - 1) return DPS_OK;
+    return keyfile_fail(path, line, "%s=%s: expected %s %s", key, v,
+                        parts == 3 ? "CxHxW, as 64x56x56" : "two sizes, as 3x3", HOWTO);
+}
+
+/* A resample's window keys: window=CxHxW kernel=KHxKW stride=SHxSW
+ * pad=PHxPW dilation=DHxDW pool=max|avg (each once: op_record). */
+static dps_status window_key(mf_window *w, const char *path, int line, const char *key, const char *v)
+{
+    int64_t d[3];
+    if (!strcmp(key, "pool")) {
+        if (strcmp(v, "max") && strcmp(v, "avg"))
+            return keyfile_fail(path, line, "pool=%s: expected max or avg (none: an im2col) %s", v, HOWTO);
+        w->pool = v[0] == 'm' ? MF_POOL_MAX : MF_POOL_AVG;
+        return DPS_OK;
+    }
+    int cwh = !strcmp(key, "window"), pad = !strcmp(key, "pad");
+    DPS_TRY(dims_key(path, line, key, v, cwh ? 3 : 2, pad ? 0 : 1, d));
+    int64_t *a = cwh ? &w->c : !strcmp(key, "kernel") ? &w->kh : !strcmp(key, "stride") ? &w->sh
+               : pad ? &w->ph : &w->dh;
+    int64_t *b = cwh ? &w->h : a == &w->kh ? &w->kw : a == &w->sh ? &w->sw : pad ? &w->pw : &w->dw;
+    *a = d[0];
+    *b = d[1];
+    if (cwh) w->w = d[2];
+    return DPS_OK;
+}
+
 static dps_status op_key(model_file *mf, mf_op *o, const char *path, int line, char *kv)
 {
     char *eq = strchr(kv, '=');
@@ -163,16 +206,27 @@ static dps_status op_key(model_file *mf, mf_op *o, const char *path, int line, c
     int64_t x;
     int64_t *num = !strcmp(key, "m") ? &o->m : !strcmp(key, "k") ? &o->k : !strcmp(key, "n") ? &o->n
                  : !strcmp(key, "b") ? &o->b : !strcmp(key, "c") ? &o->c
-                 : !strcmp(key, "g") ? &o->g : NULL;
+                 : !strcmp(key, "g") ? &o->g : !strcmp(key, "pixels") ? &o->pixels
+                 : !strcmp(key, "heads") ? &o->heads : !strcmp(key, "t") ? &o->t
+                 : !strcmp(key, "d") ? &o->d : NULL;
     if (num) {
         if (*num) return keyfile_fail(path, line, "key %s given twice", key);
         return whole(path, line, key, v, 1, DIM_MAX, num);
+    }
+    if (!strcmp(key, "causal")) {
+        if (o->causal >= 0) return keyfile_fail(path, line, "key causal given twice");
+        DPS_TRY(whole(path, line, key, v, 0, 1, &x));
+        o->causal = (int)x;
+        return DPS_OK;
     }
     if (!strcmp(key, "saved") || !strcmp(key, "moved")) {
         DPS_TRY(whole(path, line, key, v, 0, (int64_t)1 << 50, &x));
         *(key[0] == 's' ? &o->saved : &o->moved) = (uint64_t)x;
         return DPS_OK;
     }
+    if (o->kind == MF_RESAMPLE && strcmp(key, "n") && allowed(MF_RESAMPLE, key) &&
+        strcmp(key, "in") && strcmp(key, "saved") && strcmp(key, "moved"))
+        return window_key(&o->win, path, line, key, v);
     if (!strcmp(key, "weight")) return tensor_key(mf, path, line, v, &o->weight);
     if (!strcmp(key, "bias")) return tensor_key(mf, path, line, v, &o->bias);
     if (!strcmp(key, "fn")) {
@@ -210,7 +264,10 @@ static size_t elems(int64_t a, int64_t b, int64_t c, int64_t d)
 static dps_status need_keys(const mf_op *o, const char *path, const char *keys)
 {
     for (const char *k = keys; *k; k++) {
-        int64_t v = *k == 'm' ? o->m : *k == 'k' ? o->k : *k == 'n' ? o->n : o->c;
+        int64_t v = *k == 'm' ? o->m : *k == 'k' ? o->k : *k == 'n' ? o->n : *k == 'c' ? o->c
+                  : *k == 'h' ? o->heads : *k == 't' ? o->t : o->d;
+        if (*k == 'h' && !v)
+            return keyfile_fail(path, o->line, "a %s op needs heads= %s", mf_kind_names[o->kind], HOWTO);
         if (!v)
             return keyfile_fail(path, o->line, "a %s op needs %c= %s", mf_kind_names[o->kind], *k, HOWTO);
     }
@@ -263,6 +320,155 @@ static dps_status gemm_sizes(const model_file *mf, mf_op *o, const char *path, s
     return tensor_size(mf, o, path, o->bias, (size_t)o->n, "bias");
 }
 
+/* The first output position along one axis (n_in input positions, kernel
+ * k, stride s, pad p, dilation d, n_out outputs) whose window lies wholly
+ * in the padding, or -1: there a max pool has no element to take. */
+static int64_t axis_all_padding(int64_t n_in, int64_t k, int64_t s, int64_t p, int64_t d,
+                                int64_t n_out)
+{
+    for (int64_t o = 0; o < n_out; o++) {
+        int64_t j = 0;
+        while (j < k && (o * s - p + j * d < 0 || o * s - p + j * d >= n_in)) j++;
+        if (j == k) return o;
+    }
+    return -1;
+}
+
+/* A max pool whose every window holds an input element: one wholly in the
+ * padding is -inf in PyTorch's max_pool2d, and its backward scatters to an
+ * index outside the input. */
+static dps_status max_pool_windows(const mf_op *o, const char *path, const dps_window *g)
+{
+    const mf_window *w = &o->win;
+    int64_t oy = axis_all_padding(w->h, w->kh, w->sh, w->ph, w->dh, dps_window_oh(g));
+    int64_t ox = axis_all_padding(w->w, w->kw, w->sw, w->pw, w->dw, dps_window_ow(g));
+    if (w->pool != MF_POOL_MAX || (oy < 0 && ox < 0)) return DPS_OK;
+    return keyfile_fail(path, o->line, "pool=max: the window of output %s %lld lies wholly in the "
+                        "padding (kernel %lldx%lld, stride %lldx%lld, pad %lldx%lld, dilation "
+                        "%lldx%lld on %lldx%lld pixels), where max_pool2d has no element to take: "
+                        "give a smaller pad= or dilation= %s", oy >= 0 ? "row" : "column",
+                        (long long)(oy >= 0 ? oy : ox), (long long)w->kh, (long long)w->kw,
+                        (long long)w->sh, (long long)w->sw, (long long)w->ph, (long long)w->pw,
+                        (long long)w->dh, (long long)w->dw, (long long)w->h, (long long)w->w, HOWTO);
+}
+
+/* A resample's window, when it has one: window= and kernel= together
+ * (stride and dilation 1 and pad 0 when not given), a pooling's padding at
+ * most half its kernel and an average pooling undilated (as PyTorch's),
+ * its input the window's c h w, its n the geometry's output, and a max
+ * pool's every window over an input element. */
+static dps_status window_sizes(mf_op *o, const char *path, size_t have)
+{
+    mf_window *w = &o->win;
+    if (!w->c) {
+        if (w->kh || w->sh || w->dh || w->ph || w->pw || w->pool != MF_POOL_NONE)
+            return keyfile_fail(path, o->line, "kernel=, stride=, pad=, dilation= and pool= describe "
+                                "a window: give window=CxHxW too %s", HOWTO);
+        return DPS_OK;
+    }
+    if (!w->kh) return keyfile_fail(path, o->line, "window= needs kernel=KHxKW %s", HOWTO);
+    w->groups = 1; /* a convolution's gemm sets its g (conv_sizes) */
+    if (!w->sh) w->sh = w->sw = 1;
+    if (!w->dh) w->dh = w->dw = 1;
+    if (w->pool != MF_POOL_NONE && (2 * w->ph > w->kh || 2 * w->pw > w->kw))
+        return keyfile_fail(path, o->line, "pad=%lldx%lld: a pooling's padding is at most half its "
+                            "kernel %lldx%lld, as PyTorch's %s", (long long)w->ph, (long long)w->pw,
+                            (long long)w->kh, (long long)w->kw, HOWTO);
+    if (w->pool == MF_POOL_AVG && (w->dh > 1 || w->dw > 1))
+        return keyfile_fail(path, o->line, "pool=avg takes no dilation (avg_pool2d has none) %s", HOWTO);
+    if (w->h + 2 * w->ph < w->dh * (w->kh - 1) + 1 || w->w + 2 * w->pw < w->dw * (w->kw - 1) + 1)
+        return keyfile_fail(path, o->line, "the kernel %lldx%lld (dilated) is larger than the padded "
+                            "input %lldx%lld %s", (long long)w->kh, (long long)w->kw,
+                            (long long)(w->h + 2 * w->ph), (long long)(w->w + 2 * w->pw), HOWTO);
+    dps_window g = mf_window_geom(w);
+    if ((uint64_t)dps_window_in_elems(&g) != have)
+        return keyfile_fail(path, o->line, "window=%lldx%lldx%lld holds %lld elements, but its input "
+                            "gives %zu a sample %s", (long long)w->c, (long long)w->h, (long long)w->w,
+                            (long long)dps_window_in_elems(&g), have, HOWTO);
+    if (dps_window_out_elems(&g) != o->n)
+        return keyfile_fail(path, o->line, "n=%lld, but the window gives %lldx%lld output pixels of "
+                            "%lld columns, %lld elements %s", (long long)o->n, (long long)dps_window_oh(&g),
+                            (long long)dps_window_ow(&g), (long long)dps_window_cols(&g),
+                            (long long)dps_window_out_elems(&g), HOWTO);
+    return max_pool_windows(o, path, &g);
+}
+
+/* A grouped gemm reading an im2col (a resample with a window, no pool=)
+ * is that im2col's convolution: it is named NAME and the im2col NAME.im2col. */
+static dps_status grouped_im2col(const model_file *mf, const mf_op *o, const char *path)
+{
+    const mf_op *src = &mf->ops[o->in];
+    if (o->g < 2 || src->kind != MF_RESAMPLE || !src->win.c || src->win.pool != MF_POOL_NONE)
+        return DPS_OK;
+    return keyfile_fail(path, o->line, "gemm %s g=%lld reads the im2col %s: a grouped convolution's "
+                        "im2col is named after its gemm, %s.im2col, so that it orders its columns "
+                        "group by group %s", o->name, (long long)o->g, src->name, o->name, HOWTO);
+}
+
+/* A convolution (a gemm reading its NAME.im2col) whose im2col has a window:
+ * m its output pixels, k its columns, its g the im2col's groups (dividing
+ * the window's channels). */
+static dps_status conv_sizes(model_file *mf, const mf_op *o, const char *path)
+{
+    if (o->kind != MF_GEMM || o->in < 0) return DPS_OK;
+    if (!model_file_is_conv(mf, mf->nops)) return grouped_im2col(mf, o, path);
+    mf_window *w = &mf->ops[o->in].win;
+    if (!w->c) return DPS_OK;
+    if (w->pool != MF_POOL_NONE)
+        return keyfile_fail(path, o->line, "gemm %s reads %s, a pooling: a convolution's im2col has no "
+                            "pool= %s", o->name, mf->ops[o->in].name, HOWTO);
+    if (w->c % o->g)
+        return keyfile_fail(path, o->line, "gemm %s g=%lld: its im2col %s has c=%lld channels, which g "
+                            "groups do not split evenly; give g a divisor of c %s", o->name,
+                            (long long)o->g, mf->ops[o->in].name, (long long)w->c, HOWTO);
+    w->groups = o->g;
+    dps_window g = mf_window_geom(w);
+    if (o->m != dps_window_oh(&g) * dps_window_ow(&g) || o->k != dps_window_cols(&g))
+        return keyfile_fail(path, o->line, "gemm %s: m=%lld k=%lld, but its im2col gives %lld output "
+                            "pixels (m) of %lld columns (k = kh kw c) %s", o->name, (long long)o->m,
+                            (long long)o->k, (long long)(dps_window_oh(&g) * dps_window_ow(&g)),
+                            (long long)dps_window_cols(&g), HOWTO);
+    return DPS_OK;
+}
+
+/* An attn: t rows of q, k and v of its heads (3·heads·d columns) in, t
+ * rows of heads·d out; causal 0 unless given. */
+static dps_status attn_sizes(mf_op *o, const char *path, size_t *need)
+{
+    DPS_TRY(need_keys(o, path, "htd"));
+    if (o->causal < 0) o->causal = 0;
+    *need = elems(o->t, elems(3, elems(o->heads, o->d, 0, 0), 0, 0), 0, 0);
+    o->out_elems = elems(o->t, elems(o->heads, o->d, 0, 0), 0, 0);
+    return DPS_OK;
+}
+
+/* A mul's pixels=P (1 when not given): its input P pixels of the channels
+ * its scale gives, one scale a channel of every pixel. */
+static dps_status mul_pixels(const model_file *mf, mf_op *o, const char *path, size_t have)
+{
+    if (!o->pixels) o->pixels = 1;
+    if (o->pixels == 1 || (size_t)o->pixels * out_of(mf, o->from) == have) return DPS_OK;
+    return keyfile_fail(path, o->line, "mul pixels=%lld: its input's %zu elements are not %lld pixels "
+                        "of the %zu channels %s scales; give pixels= the input's pixels (H·W) %s",
+                        (long long)o->pixels, have, (long long)o->pixels, out_of(mf, o->from),
+                        name_of(mf, o->from), HOWTO);
+}
+
+/* A cat's pixels=P (1 when not given): both operands P pixels, from=OP's. */
+static dps_status cat_pixels(const model_file *mf, mf_op *o, const char *path, size_t have)
+{
+    if (!o->pixels) o->pixels = 1;
+    if (o->pixels == 1) return DPS_OK;
+    if (o->weight >= 0)
+        return keyfile_fail(path, o->line, "cat pixels= is for a cat with from=OP, not weight=T %s", HOWTO);
+    size_t p = (size_t)o->pixels;
+    if (have % p || out_of(mf, o->from) % p)
+        return keyfile_fail(path, o->line, "cat pixels=%lld: its input's %zu elements and %s's %zu are "
+                            "not both whole pixels; give pixels= their pixels (H·W) %s",
+                            (long long)o->pixels, have, name_of(mf, o->from), out_of(mf, o->from), HOWTO);
+    return DPS_OK;
+}
+
 /* What o takes and gives per sample, from its kind and keys; need 0: any. */
 static dps_status op_sizes(const model_file *mf, mf_op *o, const char *path, size_t have, size_t *need)
 {
@@ -273,7 +479,7 @@ static dps_status op_sizes(const model_file *mf, mf_op *o, const char *path, siz
     case MF_RESAMPLE:
         DPS_TRY(need_keys(o, path, "n"));
         o->out_elems = (size_t)o->n;
-        return DPS_OK;
+        return window_sizes(o, path, have);
     case MF_NORM:
         DPS_TRY(need_keys(o, path, "c"));
         if (have % (size_t)o->c)
@@ -293,20 +499,33 @@ static dps_status op_sizes(const model_file *mf, mf_op *o, const char *path, siz
         if (!out_of(mf, o->from) || have % out_of(mf, o->from))
             return keyfile_fail(path, o->line, "mul: %s's %zu elements per sample do not divide its "
                                 "input's %zu %s", name_of(mf, o->from), out_of(mf, o->from), have, HOWTO);
-        return DPS_OK;
+        return mul_pixels(mf, o, path, have);
     case MF_CAT:
         if ((o->from == UNSET) == (o->weight < 0))
             return keyfile_fail(path, o->line, "a cat op needs from=OP or weight=T, one of them %s", HOWTO);
         o->out_elems = have + (o->weight >= 0 ? mf->tensors[o->weight].numel : out_of(mf, o->from));
-        return DPS_OK;
+        return cat_pixels(mf, o, path, have);
     case MF_EMBEDDING:
         DPS_TRY(need_keys(o, path, "m"));
         if (o->weight < 0 || mf->tensors[o->weight].ndims != 2)
             return keyfile_fail(path, o->line, "an embedding op needs weight=T of two dimensions %s", HOWTO);
         *need = o->out_elems = elems(o->m, mf->tensors[o->weight].dims[1], 0, 0);
         return DPS_OK;
+    case MF_ATTN: return attn_sizes(o, path, need);
     case MF_KIND_COUNT: break;
     }
+    return DPS_OK;
+}
+
+/* Each key of an op line once. */
+static dps_status keys_once(const char *path, int line, char **kv, int n)
+{
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < i; j++) {
+            size_t a = strcspn(kv[i], "="), b = strcspn(kv[j], "=");
+            if (a == b && strncmp(kv[i], kv[j], a) == 0)
+                return keyfile_fail(path, line, "key %.*s given twice", (int)a, kv[i]);
+        }
     return DPS_OK;
 }
 
@@ -326,13 +545,15 @@ static dps_status op_record(reader *r, const char *path, int line, char **w, int
     DPS_TRY(grow((void **)&mf->ops, &r->ocap, mf->nops, sizeof *mf->ops));
     mf_op *o = &mf->ops[mf->nops];
     *o = (mf_op){.kind = (mf_kind)kind, .in = UNSET, .from = UNSET, .weight = -1, .bias = -1,
-                  .fn = MF_FN_COUNT, .line = line};
+                  .fn = MF_FN_COUNT, .causal = -1, .line = line};
     dps_strlcpy(o->name, w[2], sizeof o->name);
+    DPS_TRY(keys_once(path, line, w + 3, n - 3));
     for (int i = 3; i < n; i++) DPS_TRY(op_key(mf, o, path, line, w[i]));
     if (o->in == UNSET) o->in = mf->nops ? mf->nops - 1 : MF_INPUT;
     size_t have = out_of(mf, o->in), need = 0;
     o->in_elems = have;
     DPS_TRY(op_sizes(mf, o, path, have, &need));
+    DPS_TRY(conv_sizes(mf, o, path));
     if (!o->out_elems || !need)
         return keyfile_fail(path, line, "op %s: more than 2^40 elements per sample", o->name);
     if (need != have)
@@ -446,6 +667,7 @@ size_t model_file_params(const model_file *mf)
 
 double mf_op_flops(const mf_op *o)
 {
+    if (o->kind == MF_ATTN) return 4.0 * (double)o->heads * (double)o->t * (double)o->t * (double)o->d;
     if (o->kind != MF_GEMM) return 0;
     return 2.0 * (double)o->b * (double)o->m * (double)o->k * (double)o->n / (double)o->g;
 }

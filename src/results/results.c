@@ -307,6 +307,7 @@ static void meta_body(FILE *f, const meta_args *a)
     fprintf(f, ",\n  \"os\": \"%s %s %s\",\n  \"backend\": ", u.sysname, u.release, u.machine);
     dps_json_str(f, be->ops->name);
     fprintf(f, ",\n  \"emulated\": %s,\n", be->emulated ? "true" : "false");
+    fprintf(f, "  \"strict\": %s,\n", be_strict_on(be) ? "true" : "false");
     if (be->emulated) {
         char note[160];
         fprintf(f, "  \"host_cores\": %d,\n  \"oversubscribed\": ", be->host_cores);
@@ -781,6 +782,9 @@ void results_table_header(FILE *f, const backend *be, int most_devices)
             be->ops->name,
             be->emulated ? ": emulated devices, timings describe the CPU, not a GPU" : "");
     if (be_oversubscribed(be, most_devices, note, sizeof note)) fprintf(f, "# %s\n", note);
+    if (be_strict_on(be))
+        fputs("# strict mode (--strict, DPSCALE_STRICT=1): every op checked and ordered by the "
+              "race detector; timings are not representative\n", f);
     fputs("#\n", f);
     fprintf(f, "# %-4s %4s %-10s %-4s %-5s %6s %10s %10s %10s %11s %9s %10s %10s %9s %-5s %s\n",
             "mode", "gpus", "model", "prec", "opt", "batch", "step_ms", "p10_ms", "p90_ms",

@@ -79,7 +79,8 @@ static dps_status gemm_fill(backend *be, be_stream *st, dps_buf *b, float bound,
         size_t len = n - off < CHUNK ? n - off : CHUNK;
         for (size_t i = 0; i < len; i++) h[i] = bound * dps_uniform(1, stream, off + i);
         rc = be->ops->copy(be, st, (float *)b->ptr + off, b->dev, h, DPS_HOST, len * sizeof(float));
-        if (!rc) rc = be->ops->stream_sync(be, st); /* before the chunk is filled again */
+        if (!rc && !dps_test_plant("free_while_read"))
+            rc = be->ops->stream_sync(be, st); /* before the chunk is filled again */
     }
     be->ops->host_free(be, h);
     return rc;

@@ -426,7 +426,7 @@ static dps_status phase_exposed(ddp_rank *R)
     }
     R->ready_lo = 0;
     DPS_TRY(launch_ready(R));
-    DPS_TRY(comm_wait_async(R->comm, R->st));
+    if (!dps_test_plant("ddp_no_bucket_wait")) DPS_TRY(comm_wait_async(R->comm, R->st));
     if (!R->cfg->grad_view)
         DPS_TRY(R->be->ops->copy(R->be, R->st, R->grads.ptr, R->dev, R->bucket_buf.ptr, R->dev,
                                  R->nparams * sizeof(float)));

@@ -88,14 +88,22 @@ static dps_status alloc_torch(dp_state *st, size_t pbytes)
 }
 
 /* The loss's logits on device 0, n x C each (dp_state.h): fp32 ones and
- * their gradient, one buffer under torch's autocast; the gathered half
- * ones when there is a gather. */
+ * their gradient, one buffer under torch's autocast (logits.float(), freed
+ * once log_softmax has read it: the MLP's cast in the loss, a model file's
+ * its own, as ddp's); the gathered half ones when the MLP gathers. */
+static const char *loss_logits_name(const dp_state *st, int reuse)
+{
+    if (st->half == BE_F32) return dp_gathers(st) ? "gathered logits" : "logits";
+    if (!reuse) return "loss's fp32 logits";
+    return dp_gathers(st) && !dp_autocast(st) ? "gathered fp32 logits, then their gradient"
+                                             : "loss's fp32 logits, then their gradient";
+}
+
 static dps_status alloc_loss_logits(dp_state *st, size_t nc)
 {
     backend *be = st->be;
-    int d0 = st->s[0].dev, reuse = dp_autocast(st) && st->cfg->dp_impl == DPIMPL_TORCH;
-    const char *what = !dp_autocast(st) ? (dp_gathers(st) ? "gathered logits" : "logits")
-                       : reuse ? "loss's fp32 logits, then their gradient" : "loss's fp32 logits";
+    int d0 = st->s[0].dev, reuse = st->half != BE_F32 && st->cfg->dp_impl == DPIMPL_TORCH;
+    const char *what = loss_logits_name(st, reuse);
     DPS_TRY(be_buf_alloc(be, d0, nc * sizeof(float), what, &st->logits_full));
     if (!reuse) DPS_TRY(be_buf_alloc(be, d0, nc * sizeof(float), "logits gradient", &st->dlogits_full));
     st->logitsv = st->logits_full.ptr;
@@ -244,7 +252,8 @@ static dps_status worker_forward(dp_state *st, int slot)
     if (slot && coalesced(st))
         DPS_TRY(be->ops->stream_wait(be, s->st, st->timer->ev[0][PH_REPLICATE][1]));
     DPS_TRY(ptimer_begin(st->timer, slot, PH_FORWARD));
-    DPS_TRY(net_forward(be, s->st, st->net, s->params.ptr, &s->acts, s->samples, s->xv, s->logitsv));
+    float *params = slot && dps_test_plant("dp_foreign_params") ? st->s[0].params.ptr : s->params.ptr;
+    DPS_TRY(net_forward(be, s->st, st->net, params, &s->acts, s->samples, s->xv, s->logitsv));
     return ptimer_end(st->timer, slot, PH_FORWARD);
 }
 
@@ -342,7 +351,8 @@ static dps_status phase_gather(dp_state *st)
     DPS_TRY(ptimer_begin(st->timer, 0, PH_GATHER));
     for (int i = 0; dp_gathers(st) && i < st->nslots; i++) {
         dp_slot *s = &st->s[i];
-        DPS_TRY(st->be->ops->stream_wait(st->be, s0->st, st->timer->ev[i][PH_FORWARD][1]));
+        if (!dps_test_plant("dp_gather_unwaited"))
+            DPS_TRY(st->be->ops->stream_wait(st->be, s0->st, st->timer->ev[i][PH_FORWARD][1]));
         if (i) DPS_TRY(ptimer_begin_on(st->timer, i, PH_GATHER, 0)); /* copies run on slot 0's stream */
         char *to = into + (size_t)s->row0 * row;
         const void *from = half ? s->acts.mlp.logits16_at : (const void *)s->logitsv;

@@ -6,6 +6,9 @@
  * logits' fp32 cast first (freed once read, so the gradient takes its
  * buffer) and the gradient's cast back last (docs/method.md, "The loss's
  * tensors"). Lean: one fused pass writing only the logits' gradient. */
+#include <stdlib.h>
+#include <string.h>
+
 #include "strategies/dp_state.h"
 
 static dps_status loss_torch(dp_state *st, int n, int classes, float scale)
@@ -17,6 +20,18 @@ static dps_status loss_torch(dp_state *st, int n, int classes, float scale)
                          st->row_loss.ptr, st->dlogp.ptr));
     return be->ops->log_softmax_bwd(be, s0, n, classes, st->logp.ptr, st->dlogp.ptr,
                                     st->dlogitsv);
+}
+
+/* Test-only, read here alone: DPSCALE_TEST_PLANT=host_read makes dp memcpy
+ * the loss from device memory on the host instead of having the backend
+ * copy it, the mistake the host backend's strict device memory must catch
+ * (tests/test_strict_devmem.py); without strict mode the host backend's
+ * devices are host memory and the read goes unnoticed. Never set it
+ * outside that test. */
+static int plant_host_read(void)
+{
+    const char *v = getenv("DPSCALE_TEST_PLANT");
+    return v && strcmp(v, "host_read") == 0;
 }
 
 dps_status dp_loss(dp_state *st)
@@ -42,8 +57,13 @@ dps_status dp_loss(dp_state *st)
         DPS_TRY(be->ops->cast(be, s0->st, nc, st->dlogitsv, BE_F32, st->logits16v, st->half));
     float *loss = (float *)st->loss.ptr + st->micro;
     DPS_TRY(be->ops->sum(be, s0->st, n, st->row_loss.ptr, loss));
-    DPS_TRY(be->ops->copy(be, s0->st, st->h_loss + st->micro, DPS_HOST, loss, s0->dev,
-                          sizeof(float)));
+    if (plant_host_read()) { /* test-only: a host memcpy from the device's loss */
+        DPS_TRY(be->ops->stream_sync(be, s0->st));
+        memcpy(st->h_loss + st->micro, loss, sizeof(float));
+    } else {
+        DPS_TRY(be->ops->copy(be, s0->st, st->h_loss + st->micro, DPS_HOST, loss, s0->dev,
+                              sizeof(float)));
+    }
     dp_count(st, 0, PH_LOSS, LINK_D2H, sizeof(float));
     DPS_TRY(op_trace_end(&st->optr));
     return ptimer_end(st->timer, 0, PH_LOSS);

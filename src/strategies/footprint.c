@@ -20,10 +20,11 @@
  * pre-activations and activations of every layer, two activation
  * gradients; under autocast those in the half type, and the cast parameters
  * and input, the half logits and a layer's half parameter gradients. A
- * file's: graph_acts_bytes (its autocast buffers included). */
-static uint64_t acts_bytes(const dps_config *c, const net *n, uint64_t samples)
+ * file's: graph_acts_bytes (its autocast buffers included; its convolutions
+ * direct where be has conv ops). */
+static uint64_t acts_bytes(const dps_config *c, const backend *be, const net *n, uint64_t samples)
 {
-    if (net_is_file(n)) return graph_acts_bytes(&n->file, samples, c->precision);
+    if (net_is_file(n)) return graph_acts_bytes(&n->file, samples, c->precision, graph_direct_convs(be));
     model_shape s = c->shape;
     uint64_t rows = samples * (uint64_t)s.tokens, layer = rows * (uint64_t)s.width;
     if (!dps_precision_is_half(c->precision)) return layer * F4 * (2 * (uint64_t)s.layers + 2);
@@ -66,7 +67,7 @@ static uint64_t dp_devices(const dps_config *c, const backend *be, const net *m,
     int half = dps_precision_is_half(c->precision);
     for (int i = 0; i < nslots; i++) {
         uint64_t rows = (uint64_t)samples[i] * (uint64_t)m->rows;
-        dev[i] = 2 * pbytes + acts_bytes(c, m, (uint64_t)samples[i]) + gemm_workspace(c, be, i);
+        dev[i] = 2 * pbytes + acts_bytes(c, be, m, (uint64_t)samples[i]) + gemm_workspace(c, be, i);
         /* slot 0's: device 0's batch and dlogits; under autocast the model's half logits */
         if (i) dev[i] += (uint64_t)samples[i] * X + (half ? 0 : rows * C);
         if (coalesced) dev[i] += group;
@@ -112,7 +113,7 @@ static uint64_t ddp_devices(const dps_config *c, const backend *be, const net *m
     for (int r = 0; r < c->ngpus; r++) {
         uint64_t rows = (uint64_t)shard[r] * (uint64_t)m->rows, x = (uint64_t)shard[r] * X;
         dev[r] = model_states(c, m, r) + x + loss_logits_bytes(c, torch, rows * C) +
-                 2 * rows * F4 + accum * F4 + acts_bytes(c, m, (uint64_t)shard[r]) +
+                 2 * rows * F4 + accum * F4 + acts_bytes(c, be, m, (uint64_t)shard[r]) +
                  gemm_workspace(c, be, r);
         if (torch) dev[r] += 2 * rows * C; /* log-probabilities, gradient */
         if (config_scaler(c)) dev[r] += F4;        /* GradScaler's inf flag */

@@ -13,10 +13,12 @@
 #include "model/bucket.h"
 #include "model/model.h"
 #include "model/graph.h"
+#include "model/graph_conv.h"
 #include "model/model_file.h"
 #include "model/net.h"
 #include "strategies/ddp.h"
 
+#include "dev_buf.h"
 #include "expect.h"
 
 static void test_presets(void)
@@ -91,16 +93,19 @@ static void test_batches(void)
     be_close(be);
 }
 
-/* Loss of the model on the host backend, in double for finite differences. */
-static double host_loss(backend *be, model_shape s, float *params, model_acts *a, int rows,
-                        const float *x, const int32_t *labels, float *logits, float *dl, float *rl)
+/* Loss of the model on the host backend (device operands, on d's stream;
+ * rl: host memory for the rows' losses), in double for finite differences. */
+static double host_loss(dev_bufs *d, model_shape s, float *params, model_acts *a, int rows,
+                        const float *x, const int32_t *labels, float *logits, float *dl,
+                        float *rl_dev, float *rl)
 {
-    be_stream *st = expect_stream(be);
-    EXPECT(model_forward(be, st, s, params, a, rows, x, logits) == DPS_OK);
-    EXPECT(be->ops->xent(be, st, rows, s.classes, logits, labels, 1.0f / rows, dl, rl) == DPS_OK);
+    backend *be = d->be;
+    EXPECT(model_forward(be, d->st, s, params, a, rows, x, logits) == DPS_OK);
+    EXPECT(be->ops->xent(be, d->st, rows, s.classes, logits, labels, 1.0f / rows, dl, rl_dev) ==
+           DPS_OK);
+    dev_get(d, rl, rl_dev, (size_t)rows * 4);
     double sum = 0;
     for (int r = 0; r < rows; r++) sum += rl[r];
-    expect_stream_free(be, st);
     return sum / rows;
 }
 
@@ -122,23 +127,34 @@ static void test_gradients(void)
     model_make_batch(s, 3, 0, 0, rows, x, labels);
     model_acts a;
     EXPECT(model_acts_alloc(be, 0, s, rows, PREC_FP32, &a) == DPS_OK);
-    host_loss(be, s, p, &a, rows, x, labels, logits, dl, rl);
-    EXPECT(model_backward(be, st, s, p, &a, rows, x, dl, g, NULL, NULL) == DPS_OK);
+    size_t nl = (size_t)rows * s.classes * 4;
+    dev_bufs d = dev_bufs_on(be, st, 0);
+    float *p_ = dev_put(&d, p, n * 4), *g_ = dev_zeros(&d, n * 4);
+    float *x_ = dev_put(&d, x, (size_t)rows * s.width * 4), *logits_ = dev_zeros(&d, nl);
+    float *dl_ = dev_zeros(&d, nl), *rl_ = dev_zeros(&d, (size_t)rows * 4);
+    int32_t *labels_ = dev_put(&d, labels, (size_t)rows * 4);
+    host_loss(&d, s, p_, &a, rows, x_, labels_, logits_, dl_, rl_, rl);
+    EXPECT(model_backward(be, st, s, p_, &a, rows, x_, dl_, g_, NULL, NULL) == DPS_OK);
+    dev_get(&d, g, g_, n * 4);
     double worst = 0;
     for (size_t i = 0; i < n; i += 3) {
         float keep = p[i];
         double h = 1e-2;
         p[i] = keep + (float)h;
-        double up = host_loss(be, s, p, &a, rows, x, labels, logits, dl, rl);
+        dev_set(&d, p_ + i, &p[i], 4);
+        double up = host_loss(&d, s, p_, &a, rows, x_, labels_, logits_, dl_, rl_, rl);
         p[i] = keep - (float)h;
-        double down = host_loss(be, s, p, &a, rows, x, labels, logits, dl, rl);
+        dev_set(&d, p_ + i, &p[i], 4);
+        double down = host_loss(&d, s, p_, &a, rows, x_, labels_, logits_, dl_, rl_, rl);
         p[i] = keep;
+        dev_set(&d, p_ + i, &p[i], 4);
         double num = (up - down) / (2 * h);
         double err = fabs(num - g[i]) / (fabs(num) + fabs(g[i]) + 1e-3);
         if (err > worst) worst = err;
     }
     EXPECT(worst < 2e-2);
     if (worst >= 2e-2) fprintf(stderr, "worst relative gradient error %.3g\n", worst);
+    dev_bufs_free(&d);
     model_acts_free(be, &a);
     EXPECT(be->mem[0].in_use == 0);
     expect_stream_free(be, st);
@@ -177,8 +193,16 @@ static void test_model_bf16(void)
     model_acts a32, a16;
     EXPECT(model_acts_alloc(be, 0, s, rows, PREC_FP32, &a32) == DPS_OK && a32.half == BE_F32);
     EXPECT(model_acts_alloc(be, 0, s, rows, PREC_BF16, &a16) == DPS_OK && a16.half == BE_BF16);
-    EXPECT(model_forward(be, st, s, p, &a32, rows, x, l32) == DPS_OK);
-    EXPECT(model_forward(be, st, s, p, &a16, rows, x, l16) == DPS_OK);
+    dev_bufs d = dev_bufs_on(be, st, 0);
+    float *p_ = dev_put(&d, p, n * 4), *g32_ = dev_zeros(&d, n * 4), *g16_ = dev_zeros(&d, n * 4);
+    float *x_ = dev_put(&d, x, (size_t)rows * s.width * 4);
+    float *l32_ = dev_zeros(&d, nl * 4), *l16_ = dev_zeros(&d, nl * 4), *dl_ = dev_zeros(&d, nl * 4);
+    float *rl_ = dev_zeros(&d, (size_t)rows * 4);
+    int32_t *labels_ = dev_put(&d, labels, (size_t)rows * 4);
+    EXPECT(model_forward(be, st, s, p_, &a32, rows, x_, l32_) == DPS_OK);
+    EXPECT(model_forward(be, st, s, p_, &a16, rows, x_, l16_) == DPS_OK);
+    dev_get(&d, l32, l32_, nl * 4);
+    dev_get(&d, l16, l16_, nl * 4);
     double worst = 0, top = 0;
     int representable = 1;
     for (size_t i = 0; i < nl; i++) {
@@ -187,9 +211,12 @@ static void test_model_bf16(void)
         top = fmax(top, fabs(l32[i]));
     }
     EXPECT(representable && worst <= 0.03 * top + 1e-3);
-    EXPECT(be->ops->xent(be, st, rows, s.classes, l32, labels, 1.0f / rows, dl, rl) == DPS_OK);
-    EXPECT(model_backward(be, st, s, p, &a32, rows, x, dl, g32, NULL, NULL) == DPS_OK);
-    EXPECT(model_backward(be, st, s, p, &a16, rows, x, dl, g16, bf16_hook, NULL) == DPS_OK);
+    EXPECT(be->ops->xent(be, st, rows, s.classes, l32_, labels_, 1.0f / rows, dl_, rl_) == DPS_OK);
+    EXPECT(model_backward(be, st, s, p_, &a32, rows, x_, dl_, g32_, NULL, NULL) == DPS_OK);
+    EXPECT(model_backward(be, st, s, p_, &a16, rows, x_, dl_, g16_, bf16_hook, NULL) == DPS_OK);
+    dev_get(&d, g32, g32_, n * 4);
+    dev_get(&d, g16, g16_, n * 4);
+    dev_bufs_free(&d);
     worst = top = 0;
     for (size_t i = 0; i < n; i++) {
         worst = fmax(worst, fabs(g16[i] - g32[i]));
@@ -298,6 +325,25 @@ static void test_model_file(void)
         {MF_HEAD "tensor a 4x6 ready=0\nop gemm g m=2 k=6 n=4 weight=a\nop resample r n=7\n", ":7: the last op's output (7 elements per sample) is not rows of classes 3"},
         {MF_HEAD MF_TENSORS "op act a\n", ":9: an act op needs fn="},
         {"dpscale-model 1\nname x\nop act a fn=relu\n", ":3: an op before the 'input N' record"},
+        {MF_HEAD MF_TENSORS "op resample w n=12 kernel=1x1\n", ":9: kernel=, stride=, pad=, dilation= and pool= describe a window"},
+        {MF_HEAD MF_TENSORS "op resample w n=12 window=3x2x2\n", ":9: window= needs kernel=KHxKW"},
+        {MF_HEAD MF_TENSORS "op resample w n=12 window=3x2\n", ":9: window=3x2: expected CxHxW"},
+        {MF_HEAD MF_TENSORS "op resample w n=12 window=3x2x2 kernel=1x1x1\n", ":9: kernel=1x1x1: expected two sizes"},
+        {MF_HEAD MF_TENSORS "op resample w n=12 window=3x2x2 window=3x2x2\n", ":9: key window given twice"},
+        {MF_HEAD MF_TENSORS "op resample w n=12 window=3x2x2 kernel=1x1 pool=min\n", ":9: pool=min: expected max or avg"},
+        {MF_HEAD MF_TENSORS "op resample w n=18 window=3x2x3 kernel=1x1\n", ":9: window=3x2x3 holds 18 elements, but its input gives 12"},
+        {MF_HEAD MF_TENSORS "op resample w n=13 window=3x2x2 kernel=1x1\n", ":9: n=13, but the window gives 2x2 output pixels of 3 columns, 12 elements"},
+        {MF_HEAD MF_TENSORS "op resample w n=12 window=3x2x2 kernel=2x2 pad=2x2 pool=max\n", ":9: pad=2x2: a pooling's padding is at most half"},
+        {MF_HEAD MF_TENSORS "op resample w n=3 window=3x2x2 kernel=2x2 dilation=2x2 pool=avg\n", ":9: pool=avg takes no dilation"},
+        {MF_HEAD MF_TENSORS "op resample w n=3 window=3x2x2 kernel=3x3\n", ":9: the kernel 3x3 (dilated) is larger than the padded input 2x2"},
+        {MF_HEAD "tensor cw 4x6 ready=0\nop resample c.im2col n=12 window=3x2x2 kernel=1x1\nop gemm c m=2 k=6 n=4 weight=cw\n",
+         ":7: gemm c: m=2 k=6, but its im2col gives 4 output pixels (m) of 3 columns"},
+        {MF_HEAD "tensor cw 4x3 ready=0\nop resample c.im2col n=12 window=3x2x2 kernel=1x1 pool=avg\nop gemm c m=4 k=3 n=4 weight=cw\n",
+         ":7: gemm c reads c.im2col, a pooling"},
+        {MF_HEAD "tensor cw 4x6 ready=0\nop resample c.im2col n=12 window=3x2x2 kernel=2x2\nop gemm c m=1 k=12 n=4 g=2 weight=cw\n",
+         ":7: gemm c g=2: its im2col c.im2col has c=3 channels, which g groups do not split evenly"},
+        {MF_HEAD "tensor cw 3x1 ready=0\nop resample cols n=12 window=3x2x2 kernel=1x1\nop gemm c m=4 k=3 n=3 g=3 weight=cw\n",
+         ":7: gemm c g=3 reads the im2col cols: a grouped convolution's im2col is named after its gemm"},
         {MF_HEAD "op act a fn=relu\n", ":5: a model file needs name, input, classes, tensors and ops"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) expect_file_refused(load_model_file, bad[i].text, bad[i].needle);
@@ -320,17 +366,57 @@ typedef struct graph_case {
     model_file mf;
     graph_layout l;
     graph_acts a;
-    float *x, *r, *y;
+    float *x, *r, *y;     /* device memory: the input, dloss/dlogits, the logits */
+    float rh[24], yh[24]; /* r and y in host memory */
+    dev_bufs d;
     int samples, hooks[8], nhooks;
 } graph_case;
 
-/* sum(logits * r), in double */
+/* sum(logits * r), in double (p: the parameters in device memory) */
 static double graph_loss(graph_case *g, const float *p)
 {
     EXPECT(graph_forward(g->be, g->st, &g->mf, &g->l, p, &g->a, g->samples, g->x, g->y) == DPS_OK);
+    dev_get(&g->d, g->yh, g->y, sizeof g->yh);
     double loss = 0;
-    for (int i = 0; i < g->samples * 12; i++) loss += (double)g->y[i] * g->r[i];
+    for (int i = 0; i < g->samples * 12; i++) loss += (double)g->yh[i] * g->rh[i];
     return loss;
+}
+
+/* g's input (xn floats), r and y in device memory, from seed's values; p
+ * (host) copied there too: the device copy returned. */
+static float *graph_case_operands(graph_case *g, int xn, uint64_t seed, const float *p)
+{
+    float x[64];
+    g->d = dev_bufs_on(g->be, g->st, 0);
+    for (int i = 0; i < xn; i++) x[i] = dps_uniform(seed, 1, (uint64_t)i);
+    for (int i = 0; i < 24; i++) g->rh[i] = dps_uniform(seed, 2, (uint64_t)i);
+    g->x = dev_put(&g->d, x, (size_t)xn * sizeof *x);
+    g->r = dev_put(&g->d, g->rh, sizeof g->rh);
+    g->y = dev_zeros(&g->d, sizeof g->yh);
+    return dev_put(&g->d, p, g->l.total * sizeof *p);
+}
+
+/* Central differences of the loss against grads (device memory), p_ the
+ * device copy of host p: the worst relative error. */
+static double graph_worst_error(graph_case *g, float *p, float *p_, const float *grads_)
+{
+    size_t n = g->l.total;
+    const float *grads = dev_read(&g->d, grads_, n * sizeof *grads);
+    double worst = 0, h = 1e-2;
+    for (size_t i = 0; i < n; i++) {
+        float keep = p[i];
+        p[i] = keep + (float)h;
+        dev_set(&g->d, p_ + i, &p[i], sizeof *p);
+        double up = graph_loss(g, p_);
+        p[i] = keep - (float)h;
+        dev_set(&g->d, p_ + i, &p[i], sizeof *p);
+        double down = graph_loss(g, p_);
+        p[i] = keep;
+        dev_set(&g->d, p_ + i, &p[i], sizeof *p);
+        double num = (up - down) / (2 * h), err = fabs(num - grads[i]) / (1.0 + fabs(num));
+        if (err > worst) worst = err;
+    }
+    return worst;
 }
 
 static dps_status graph_hook(void *ctx, int t)
@@ -339,6 +425,23 @@ static dps_status graph_hook(void *ctx, int t)
     if (g->nhooks < 8) g->hooks[g->nhooks] = t;
     g->nhooks++;
     return DPS_OK;
+}
+
+/* graph_acts_alloc takes graph_acts_bytes exactly (its convolutions direct
+ * where be has conv ops), in fp32 and bf16, and no buffer of it is a
+ * workspace. */
+static void check_acts_bytes(backend *be, const model_file *mf, int samples)
+{
+    static const dps_precision precs[] = {PREC_FP32, PREC_BF16};
+    for (size_t k = 0; k < 2; k++) {
+        graph_acts a;
+        EXPECT(graph_acts_alloc(be, 0, mf, samples, precs[k], &a) == DPS_OK);
+        EXPECT(be->mem[0].in_use ==
+               graph_acts_bytes(mf, (uint64_t)samples, precs[k], graph_direct_convs(be)));
+        for (int c = 0; c < be->mem[0].ncat; c++)
+            if (be->mem[0].cat[c].in_use) EXPECT(!strstr(be->mem[0].cat[c].what, "workspace"));
+        graph_acts_free(be, &a);
+    }
 }
 
 /* Backward's gradients of text's tensors against central differences, the
@@ -354,41 +457,30 @@ static void check_graph_gradients(const char *name, const char *text, size_t len
     g.st = expect_stream(g.be);
     EXPECT(graph_layout_make(&g.mf, &g.l) == DPS_OK && g.l.total == total);
     EXPECT(g.l.offset[0] == 0 || g.mf.tensors[0].ready != g.mf.ntensors - 1); /* the last ready first */
+    check_acts_bytes(g.be, &g.mf, g.samples);
     EXPECT(graph_acts_alloc(g.be, 0, &g.mf, g.samples, PREC_FP32, &g.a) == DPS_OK);
-    float *p = malloc(g.l.total * sizeof *p), *grads = malloc(g.l.total * sizeof *grads);
-    g.x = malloc(48 * sizeof *g.x);
-    g.r = malloc(24 * sizeof *g.r);
-    g.y = malloc(24 * sizeof *g.y);
+    float *p = malloc(g.l.total * sizeof *p);
     graph_init_params(&g.mf, &g.l, 7, p);
-    for (int i = 0; i < 48; i++) g.x[i] = dps_uniform(8, 1, (uint64_t)i);
-    for (int i = 0; i < 24; i++) g.r[i] = dps_uniform(8, 2, (uint64_t)i);
     for (size_t i = 0; i < g.l.total; i++) p[i] *= 3.0f; /* visible GELU curvature */
-    graph_loss(&g, p);
-    EXPECT(graph_backward(g.be, g.st, &g.mf, &g.l, p, &g.a, g.samples, g.x, g.r, grads, graph_hook,
+    float *p_ = graph_case_operands(&g, 48, 8, p);
+    float *grads_ = dev_zeros(&g.d, g.l.total * sizeof *grads_);
+    graph_loss(&g, p_);
+    EXPECT(graph_backward(g.be, g.st, &g.mf, &g.l, p_, &g.a, g.samples, g.x, g.r, grads_, graph_hook,
                           &g) == DPS_OK);
     EXPECT(g.nhooks == g.mf.ntensors);
     for (int i = 0; i < g.mf.ntensors && i < g.nhooks && i < 8; i++)
         EXPECT(g.mf.tensors[g.hooks[i]].ready == i);
-    double worst = 0, h = 1e-2;
-    for (size_t i = 0; i < g.l.total; i++) {
-        float keep = p[i];
-        p[i] = keep + (float)h;
-        double up = graph_loss(&g, p);
-        p[i] = keep - (float)h;
-        double down = graph_loss(&g, p);
-        p[i] = keep;
-        double num = (up - down) / (2 * h), err = fabs(num - grads[i]) / (1.0 + fabs(num));
-        if (err > worst) worst = err;
-    }
+    double worst = graph_worst_error(&g, p, p_, grads_);
     EXPECT(worst < 1e-2);
     if (worst >= 1e-2) fprintf(stderr, "%s: graph gradients: worst relative error %g\n", name, worst);
+    dev_bufs_free(&g.d);
     graph_acts_free(g.be, &g.a);
     EXPECT(g.be->mem[0].in_use == 0);
     graph_layout_free(&g.l);
     model_file_free(&g.mf);
     expect_stream_free(g.be, g.st);
     be_close(g.be);
-    free(p); free(grads); free(g.x); free(g.r); free(g.y);
+    free(p);
 }
 
 /* The kinds torchvision's classifiers add: a depthwise gemm (g = 4 groups),
@@ -463,23 +555,36 @@ static void test_net(void)
     ready_log r = {{0}, 0};
     net_init_params(&n, 7, p);
     for (int i = 0; i < 24; i++) dl[i] = 0.01f * (float)i;
+    dev_bufs d = dev_bufs_on(be, st, 0);
+    float *p_ = dev_put(&d, p, n.params * sizeof *p), *g_ = dev_zeros(&d, n.params * sizeof *g);
+    float *x6_ = dev_put(&d, x6, sizeof x6), *dl_ = dev_put(&d, dl, sizeof dl);
+    float *logits_ = dev_zeros(&d, sizeof logits);
     EXPECT(net_acts_alloc(be, 0, &n, 2, PREC_FP32, TF32_DEFAULT, &a) == DPS_OK);
-    EXPECT(net_forward(be, st, &n, p, &a, 2, x6, logits) == DPS_OK);
-    EXPECT(net_backward(be, st, &n, p, &a, 2, x6, dl, g, log_ready, &r) == DPS_OK);
+    EXPECT(net_forward(be, st, &n, p_, &a, 2, x6_, logits_) == DPS_OK);
+    EXPECT(net_backward(be, st, &n, p_, &a, 2, x6_, dl_, g_, log_ready, &r) == DPS_OK);
+    dev_get(&d, logits, logits_, sizeof logits);
     /* ready 0..2: ln.bias, fc2, ln.weight; the norm's backward readies 0, then 2 */
     int ln_weight = 3, fc2 = 5;
     EXPECT(n.ready[1] == fc2 && n.ready[2] == ln_weight && r.n == 5);
     EXPECT(r.lo[0] == n.layout.offset[fc2] && r.lo[1] == n.layout.offset[ln_weight]);
     for (int i = 1; i < r.n && i < 8; i++) EXPECT(r.lo[i] < r.lo[i - 1]);
     EXPECT(r.n == 5 && r.lo[4] == 0);
+    dev_bufs_free(&d);
     net_acts_free(be, &n, &a);
     EXPECT(be->mem[0].in_use == 0);
     /* under autocast: logits within bf16's roundings of fp32's, the same ready order */
     float logits16[24];
     r.n = 0;
     EXPECT(net_acts_alloc(be, 0, &n, 2, PREC_BF16, TF32_DEFAULT, &a) == DPS_OK);
-    EXPECT(net_forward(be, st, &n, p, &a, 2, x6, logits16) == DPS_OK);
-    EXPECT(net_backward(be, st, &n, p, &a, 2, x6, dl, g, log_ready, &r) == DPS_OK);
+    p_ = dev_put(&d, p, n.params * sizeof *p);
+    g_ = dev_zeros(&d, n.params * sizeof *g);
+    x6_ = dev_put(&d, x6, sizeof x6);
+    dl_ = dev_put(&d, dl, sizeof dl);
+    logits_ = dev_zeros(&d, sizeof logits16);
+    EXPECT(net_forward(be, st, &n, p_, &a, 2, x6_, logits_) == DPS_OK);
+    EXPECT(net_backward(be, st, &n, p_, &a, 2, x6_, dl_, g_, log_ready, &r) == DPS_OK);
+    dev_get(&d, logits16, logits_, sizeof logits16);
+    dev_bufs_free(&d);
     for (int i = 0; i < 24; i++)
         EXPECT(fabsf(logits16[i] - logits[i]) <= 0.02f * (fabsf(logits[i]) + 0.1f));
     EXPECT(r.n == 5 && r.lo[4] == 0);
@@ -492,5 +597,216 @@ static void test_net(void)
     free(g);
 }
 
+/* The reference convolution's operands (on device 0, as the tests' are)
+ * in host memory: n floats of dev copied to a new host array (NULL when dev
+ * is NULL, or zeroed when copy is 0), and back. */
+static float *ref_fetch(backend *be, be_stream *st, const void *dev, size_t n, int copy)
+{
+    float *h = dev ? calloc(n ? n : 1, sizeof *h) : NULL;
+    if (h && copy && be->ops->copy(be, st, h, DPS_HOST, dev, 0, n * sizeof *h) != DPS_OK) {
+        free(h);
+        return NULL;
+    }
+    return h;
+}
+
+static dps_status ref_store(backend *be, be_stream *st, void *dev, float *h, size_t n)
+{
+    dps_status rc = dev && h ? be->ops->copy(be, st, dev, 0, h, DPS_HOST, n * sizeof *h) : DPS_OK;
+    if (rc == DPS_OK && dev) rc = be->ops->stream_sync(be, st);
+    free(h);
+    return rc;
+}
+
+/* A convolution run directly (model/graph_conv.c) on the host backend with
+ * a reference convolution in its ops table: NHWC input, KRSC filter,
+ * groups, fp32, each output pixel's sum over its window in (r, s, c) order;
+ * its operands copied to host memory and the result back, as a program
+ * reads a GPU's memory. */
+static dps_status ref_conv_fwd(backend *be, be_stream *st, const be_conv *cv, const void *xv,
+                               const void *wv, const void *bv, void *yv)
+{
+    int oh = be_conv_out_h(cv), ow = be_conv_out_w(cv), cg = cv->c / cv->groups;
+    int kg = cv->k / cv->groups;
+    if (cv->t != BE_F32) return dps_fail(DPS_ERR_RUNTIME, "reference convolution: fp32 only");
+    DPS_TRY(be->ops->stream_sync(be, st));
+    size_t nx = (size_t)cv->n * cv->h * cv->w * cv->c, nw = (size_t)cv->k * cv->r * cv->s * cg;
+    size_t ny = (size_t)cv->n * oh * ow * cv->k;
+    float *x = ref_fetch(be, st, xv, nx, 1), *w = ref_fetch(be, st, wv, nw, 1);
+    float *b = ref_fetch(be, st, bv, (size_t)cv->k, 1), *y = ref_fetch(be, st, yv, ny, 0);
+    if (!x || !w || !y || (bv && !b)) {
+        free(x); free(w); free(b); free(y);
+        return dps_fail(DPS_ERR_RUNTIME, "reference convolution: its operands not read");
+    }
+    for (int n = 0; n < cv->n; n++)
+        for (int p = 0; p < oh * ow; p++)
+            for (int k = 0; k < cv->k; k++) {
+                float sum = b ? b[k] : 0.0f;
+                for (int r = 0; r < cv->r; r++)
+                    for (int s = 0; s < cv->s; s++) {
+                        int ih = p / ow * cv->str_h - cv->pad_h + r * cv->dil_h;
+                        int iw = p % ow * cv->str_w - cv->pad_w + s * cv->dil_w;
+                        if (ih < 0 || ih >= cv->h || iw < 0 || iw >= cv->w) continue;
+                        for (int c = 0; c < cg; c++)
+                            sum += x[((size_t)(n * cv->h + ih) * cv->w + iw) * cv->c + k / kg * cg + c] *
+                                   w[((size_t)(k * cv->r + r) * cv->s + s) * cg + c];
+                    }
+                y[((size_t)n * oh * ow + p) * cv->k + k] = sum;
+            }
+    free(x); free(w); free(b);
+    return ref_store(be, st, yv, y, ny);
+}
+
+/* Its backward: dx (overwritten) or dw (added to when accumulate), each
+ * product of the forward's sum sent back where it came from. */
+static dps_status ref_conv_bwd(backend *be, be_stream *st, const be_conv *cv, const float *xv,
+                               const float *wv, const float *dyv, float *dxv, float *dwv,
+                               int accumulate)
+{
+    int oh = be_conv_out_h(cv), ow = be_conv_out_w(cv), cg = cv->c / cv->groups;
+    int kg = cv->k / cv->groups;
+    if (cv->t != BE_F32) return dps_fail(DPS_ERR_RUNTIME, "reference convolution: fp32 only");
+    DPS_TRY(be->ops->stream_sync(be, st));
+    size_t nx = (size_t)cv->n * cv->h * cv->w * cv->c, nw = (size_t)cv->k * cv->r * cv->s * cg;
+    float *x = ref_fetch(be, st, xv, nx, 1), *w = ref_fetch(be, st, wv, nw, 1);
+    float *dy = ref_fetch(be, st, dyv, (size_t)cv->n * oh * ow * cv->k, 1);
+    float *dx = ref_fetch(be, st, dxv, nx, 0), *dw = ref_fetch(be, st, dwv, nw, accumulate);
+    if (!dy || (xv && !x) || (wv && !w) || (dxv && !dx) || (dwv && !dw)) {
+        free(x); free(w); free(dy); free(dx); free(dw);
+        return dps_fail(DPS_ERR_RUNTIME, "reference convolution: its operands not read");
+    }
+    for (int n = 0; n < cv->n; n++)
+        for (int p = 0; p < oh * ow; p++)
+            for (int k = 0; k < cv->k; k++) {
+                float g = dy[((size_t)n * oh * ow + p) * cv->k + k];
+                for (int r = 0; r < cv->r; r++)
+                    for (int s = 0; s < cv->s; s++) {
+                        int ih = p / ow * cv->str_h - cv->pad_h + r * cv->dil_h;
+                        int iw = p % ow * cv->str_w - cv->pad_w + s * cv->dil_w;
+                        if (ih < 0 || ih >= cv->h || iw < 0 || iw >= cv->w) continue;
+                        for (int c = 0; c < cg; c++) {
+                            size_t xi = ((size_t)(n * cv->h + ih) * cv->w + iw) * cv->c + k / kg * cg + c;
+                            size_t wi = ((size_t)(k * cv->r + r) * cv->s + s) * cg + c;
+                            if (dx) dx[xi] += g * w[wi];
+                            if (dw) dw[wi] += g * x[xi];
+                        }
+                    }
+            }
+    free(x); free(w); free(dy);
+    dps_status rc = ref_store(be, st, dxv, dx, nx);
+    dps_status rw = ref_store(be, st, dwv, dw, nw);
+    return rc != DPS_OK ? rc : rw;
+}
+
+static dps_status ref_conv_bwd_data(backend *be, be_stream *st, const be_conv *cv, const void *dy,
+                                    const void *w, void *dx)
+{
+    return ref_conv_bwd(be, st, cv, NULL, w, dy, dx, NULL, 0);
+}
+
+static dps_status ref_conv_bwd_filter(backend *be, be_stream *st, const be_conv *cv, const void *x,
+                                      const void *dy, int accumulate, void *dw)
+{
+    return ref_conv_bwd(be, st, cv, x, NULL, dy, NULL, dw, accumulate);
+}
+
+/* A per-pixel Linear, then a 3x3 convolution (padding 1) of its 4x4 pixels
+ * of 2 channels into 4, as scripts/model_export.py lowers one (g: groups),
+ * then GELU and a classifier over 4 rows of 12. */
+#define CONV_FILE(g, wk) \
+    "dpscale-model 1\nname conv\ninput 32\nclasses 3\n" \
+    "tensor fc0.weight 2x2 ready=3\ntensor c1.weight 4x" wk " ready=2\ntensor c1.bias 4 ready=1\n" \
+    "tensor fc.weight 3x16 ready=0\n" \
+    "op gemm fc0 m=16 k=2 n=2 weight=fc0.weight\nop resample c1.im2col n=288\n" \
+    "op gemm c1 m=16 k=18 n=4 g=" g " weight=c1.weight bias=c1.bias\nop act a fn=gelu\n" \
+    "op gemm fc m=4 k=16 n=3 weight=fc.weight\n"
+/* The same convolution into 2 channels with the Linear's output added
+ * after the GELU (a residual): the add begins the gradient of the
+ * convolution's input, which the convolution's backward then adds. */
+#define RESIDUAL_CONV_FILE \
+    "dpscale-model 1\nname conv\ninput 32\nclasses 3\n" \
+    "tensor fc0.weight 2x2 ready=3\ntensor c1.weight 2x18 ready=2\ntensor c1.bias 2 ready=1\n" \
+    "tensor fc.weight 3x8 ready=0\n" \
+    "op gemm fc0 m=16 k=2 n=2 weight=fc0.weight\nop resample c1.im2col n=288\n" \
+    "op gemm c1 m=16 k=18 n=2 weight=c1.weight bias=c1.bias\nop act a fn=gelu\n" \
+    "op add r from=fc0\nop gemm fc m=4 k=8 n=3 weight=fc.weight\n"
+
+/* The loss and parameters' gradients through the direct convolution
+ * against central differences; the host's plan and memory for the file
+ * with its window the same as without (its GEMM lowering kept), the direct
+ * plan without any im2col-sized buffer and its memory graph_acts_bytes's;
+ * its input's gradient written in place, or into the contributions buffer
+ * where a later op (residual) begins it. */
+static void check_conv_direct(const char *text, int groups, int residual)
+{
+    graph_case g = {.samples = 2};
+    be_options o = {.kind = BE_HOST, .host_devices = 1, .quiet = 1};
+    const char *path = write_tmp("conv.model", text, strlen(text));
+    EXPECT(model_file_read(path, &g.mf) == DPS_OK && be_open(&o, &g.be) == DPS_OK);
+    unlink(path);
+    if (!g.be || !g.mf.nops) return;
+    uint64_t host_bytes = graph_acts_bytes(&g.mf, 2, PREC_FP32, 0);
+    EXPECT(!graph_conv_direct(&g.mf, 2)); /* no window yet */
+    g.mf.ops[1].win = (mf_window){.c = 2, .h = 4, .w = 4, .kh = 3, .kw = 3, .sh = 1, .sw = 1,
+                                  .ph = 1, .pw = 1, .dh = 1, .dw = 1};
+    EXPECT(graph_conv_direct(&g.mf, 2) && !graph_conv_direct(&g.mf, 4));
+    EXPECT(graph_acts_bytes(&g.mf, 2, PREC_FP32, 0) == host_bytes);
+    EXPECT(graph_acts_bytes(&g.mf, 2, PREC_FP32, 1) < host_bytes);
+    EXPECT(graph_acts_bytes(&g.mf, 2, PREC_BF16, 1) < graph_acts_bytes(&g.mf, 2, PREC_BF16, 0));
+    g.st = expect_stream(g.be);
+    EXPECT(graph_layout_make(&g.mf, &g.l) == DPS_OK);
+    /* the host backend has no conv ops: its plan is the GEMM lowering's */
+    EXPECT(g.be->ops->conv_fwd == NULL);
+    EXPECT(graph_acts_alloc(g.be, 0, &g.mf, 2, PREC_FP32, &g.a) == DPS_OK);
+    EXPECT(g.a.plan.recompute[2] && !g.a.plan.direct[2] && !g.a.plan.skip[1]);
+    EXPECT(g.be->mem[0].in_use == host_bytes && g.a.plan.out_elems >= 288);
+    graph_acts_free(g.be, &g.a);
+    be_ops with_conv = *g.be->ops;
+    const be_ops *host_ops = g.be->ops;
+    with_conv.conv_fwd = ref_conv_fwd;
+    with_conv.conv_bwd_data = ref_conv_bwd_data;
+    with_conv.conv_bwd_filter = ref_conv_bwd_filter;
+    g.be->ops = &with_conv;
+    EXPECT(graph_acts_alloc(g.be, 0, &g.mf, 2, PREC_FP32, &g.a) == DPS_OK);
+    EXPECT(g.a.plan.direct[2] && g.a.plan.skip[1] && !g.a.plan.recompute[2]);
+    EXPECT(g.a.plan.out_elems < 288 && g.a.plan.grad_elems < 288);
+    EXPECT(g.be->mem[0].in_use < host_bytes);
+    EXPECT(g.be->mem[0].in_use == graph_acts_bytes(&g.mf, 2, PREC_FP32, 1));
+    EXPECT(graph_din_in_place(&g.mf, &g.a.plan, NULL, 2) == !residual);
+    EXPECT(residual ? g.a.contrib.bytes == 2 * 32 * sizeof(float) : g.a.contrib.ptr == NULL);
+    for (int b = 0; b < g.a.plan.begins_at[g.mf.nops]; b++) EXPECT(g.a.plan.begins[b] != 1);
+    float *p = malloc(g.l.total * sizeof *p);
+    graph_init_params(&g.mf, &g.l, 11, p);
+    for (size_t i = 0; i < g.l.total; i++) p[i] *= 3.0f;
+    float *p_ = graph_case_operands(&g, 64, 12, p);
+    float *grads_ = dev_zeros(&g.d, g.l.total * sizeof *grads_);
+    graph_loss(&g, p_);
+    EXPECT(graph_backward(g.be, g.st, &g.mf, &g.l, p_, &g.a, g.samples, g.x, g.r, grads_, graph_hook,
+                          &g) == DPS_OK);
+    EXPECT(g.nhooks == g.mf.ntensors);
+    double worst = graph_worst_error(&g, p, p_, grads_);
+    dev_bufs_free(&g.d);
+    EXPECT(worst < 1e-2);
+    if (worst >= 1e-2)
+        fprintf(stderr, "conv (%d groups%s): worst relative error %g\n", groups,
+                residual ? ", residual" : "", worst);
+    graph_acts_free(g.be, &g.a);
+    EXPECT(g.be->mem[0].in_use == 0);
+    check_acts_bytes(g.be, &g.mf, 2); /* direct: fp32 and bf16 */
+    g.be->ops = host_ops;
+    graph_layout_free(&g.l);
+    model_file_free(&g.mf);
+    expect_stream_free(g.be, g.st);
+    be_close(g.be);
+    free(p);
+}
+
+static void test_conv_direct(void)
+{
+    check_conv_direct(CONV_FILE("1", "18"), 1, 0);
+    check_conv_direct(CONV_FILE("2", "9"), 2, 0);
+    check_conv_direct(RESIDUAL_CONV_FILE, 1, 1);
+}
+
 EXPECT_GROUPS(GROUP(presets), GROUP(batches), GROUP(gradients), GROUP(model_bf16), GROUP(buckets),
-              GROUP(model_file), GROUP(graph_gradients), GROUP(net));
+              GROUP(model_file), GROUP(graph_gradients), GROUP(net), GROUP(conv_direct));
