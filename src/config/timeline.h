@@ -13,11 +13,15 @@
 #include "core/err.h"
 #include "core/names.h"
 
-/* A phase of one step on one device: where it began and on whose stream. */
+/* A phase of one step on one device: where it began and on whose stream;
+ * a phase run in two spans (dp's scatter to a replica: its input chunk, then
+ * its rows of the logits' gradient) has its second span's begin and length. */
 typedef struct tl_phase {
     float begin_ms;  /* after the reference of the device whose stream ran it */
     int on;          /* the slot (dp) whose stream ran it; -1: not run this step */
     float ms;        /* its length in this micro-step (the step's phase_ms summed over them) */
+    float more_begin_ms; /* the second span's begin, on the same clock as begin_ms */
+    float more_ms;   /* the second span's length, part of ms; 0: one span */
 } tl_phase;
 
 /* One bucket's all-reduce (ddp): its begin and how long the collective ran

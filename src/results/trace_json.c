@@ -78,6 +78,17 @@ static void instant(writer *w, int rank, int bucket, double ts_ms)
             bucket, ts_ms * 1e3);
 }
 
+/* One slice of phase p in micro-step m of timed step k; a phase run in two
+ * spans has a slice each, numbered 1 and 2 (part 0: the phase's only one). */
+static void phase_slice(writer *w, int rank, int tid, int p, int k, int m, double at, double ms,
+                        int part)
+{
+    slice(w, rank, tid, dps_phase_names[p], "phase", at, ms);
+    fprintf(w->f, "\"step\":%d,\"micro_step\":%d,\"ms\":%.4f", k, m, ms);
+    if (part) fprintf(w->f, ",\"part\":%d", part);
+    fputs("}}", w->f);
+}
+
 /* Micro-step m of timed step k of rank: a slice per phase it ran (lengths:
  * the step's records without --accum, the micro-step's own with it);
  * widens [*lo, *hi) to its own stream's slices. */
@@ -91,12 +102,18 @@ static void micro_phases(writer *w, int t, int k, int m, int rank, double offset
     for (int p = 0; p < PH_COUNT; p++) {
         if (tp[p].on < 0) continue;
         double at = offset_ms + tp[p].begin_ms, ms = res->tl.micro > 1 ? tp[p].ms : step_ms[p];
-        int own = tp[p].on == self;
-        slice(w, rank, own ? TID_COMPUTE : TID_COMM, dps_phase_names[p], "phase", at, ms);
-        fprintf(w->f, "\"step\":%d,\"micro_step\":%d,\"ms\":%.4f}}", k, m, ms);
+        double more = tp[p].more_ms > 0.0f && tp[p].more_ms <= ms ? tp[p].more_ms : 0.0;
+        int own = tp[p].on == self, tid = own ? TID_COMPUTE : TID_COMM;
+        double end = at + ms - more;
+        phase_slice(w, rank, tid, p, k, m, at, ms - more, more > 0.0 ? 1 : 0);
+        if (more > 0.0) { /* its second span, on the same stream */
+            double at2 = offset_ms + tp[p].more_begin_ms;
+            phase_slice(w, rank, tid, p, k, m, at2, more, 2);
+            if (at2 + more > end) end = at2 + more;
+        }
         if (!own) continue;
         if (!*any || at < *lo) *lo = at;
-        if (!*any || at + ms > *hi) *hi = at + ms;
+        if (!*any || end > *hi) *hi = end;
         *any = 1;
     }
 }

@@ -157,13 +157,19 @@ dps_status ptimer_mark(phase_timer *t)
 dps_status ptimer_begins(phase_timer *t, int slot, tl_phase *out)
 {
     for (int p = 0; p < PH_COUNT; p++) {
-        out[p] = (tl_phase){0.0f, -1, 0.0f};
+        out[p] = (tl_phase){0.0f, -1, 0.0f, 0.0f, 0.0f};
         int w = t->where[slot][p];
         if (!t->used[slot][p] || !t->ref[w]) continue;
+        float host_ms = (float)(t->ref_host_ms[w] - t->ref_host_ms[0]);
         be_event *begin = t->on_other[slot][p] ? t->ev_on[slot][p][0] : t->ev[slot][p][0];
         DPS_TRY(t->be->ops->event_ms(t->be, t->ref[w], begin, &out[p].begin_ms));
-        out[p].begin_ms += (float)(t->ref_host_ms[w] - t->ref_host_ms[0]);
+        out[p].begin_ms += host_ms;
         out[p].on = w;
+        if (!t->more[slot][p] || !t->ref[slot]) continue;
+        be_event *const *more = t->ev_more[slot][p]; /* on the slot's own stream */
+        DPS_TRY(t->be->ops->event_ms(t->be, t->ref[slot], more[0], &out[p].more_begin_ms));
+        out[p].more_begin_ms += (float)(t->ref_host_ms[slot] - t->ref_host_ms[0]);
+        DPS_TRY(t->be->ops->event_ms(t->be, more[0], more[1], &out[p].more_ms));
     }
     return DPS_OK;
 }
