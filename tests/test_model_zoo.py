@@ -11,8 +11,9 @@ usage: test_model_zoo.py DPSCALE CASE
             each act fn in modules and functions; grouped and depthwise
             convolutions' GEMM FLOPs within 1 % of a count on the modules
   run       a representative subset (RUN): one step of dp, ddp and fsdp with
-            --check on 2 host devices at batch 2, and googlenet built without
-            its auxiliary outputs, as its refusal says to build it
+            --check on 2 host devices at batch 2, googlenet built without
+            its auxiliary outputs, as its refusal says to build it, and a
+            small VisionTransformer (ViT-B/32's modules, 2 layers of width 64)
   all       every builder exported, and every one that runs stepped as `run`
             steps the subset, but for a mode dpscale refuses for want of host
             memory (ViT-H/14 and RegNetY-128GF's ddp need about 30 GiB),
@@ -27,6 +28,7 @@ TESTS = [test("model zoo export", DPSCALE, "export", suite="torch", timeout=900)
 if __name__ == "__main__":
     exit_if_listing(TESTS)  # --list: before the imports below
 
+import contextlib
 import inspect
 import os
 import re
@@ -91,7 +93,11 @@ SLOW = {"regnet_y_128gf", "regnet_y_32gf", "regnet_x_32gf", "regnet_y_16gf", "re
 # stepped by `run`: every kind of op and act the zoo needs, each builder small
 RUN = ["resnet18", "mobilenet_v2", "mobilenet_v3_small", "mnasnet0_5", "efficientnet_b0",
        "regnet_y_400mf", "resnext50_32x4d", "convnext_tiny", "densenet121",
-       "shufflenet_v2_x0_5", "squeezenet1_1", "vit_b_32"]
+       "shufflenet_v2_x0_5", "squeezenet1_1"]
+# and ViT-B/32's modules (torchvision's VisionTransformer) at a small width and depth: its
+# 88 M parameters would take `run` a minute; `export` exports the builder itself
+VIT_SMALL = dict(image_size=32, patch_size=16, num_layers=2, num_heads=2, hidden_dim=64,
+                 mlp_dim=128)
 MODES = ("dp", "ddp", "fsdp")
 GROUPED = ("mobilenet_v3_small", "resnext50_32x4d", "regnet_y_400mf")  # FLOPs checked
 
@@ -107,10 +113,41 @@ def shape_of(text):
     return tuple(int(d) for d in text.split("x"))
 
 
+# torch.nn.init's fills, which the builders call through the module (nn.init.X)
+INITS = ("uniform_", "normal_", "trunc_normal_", "kaiming_uniform_", "kaiming_normal_",
+         "xavier_uniform_", "xavier_normal_", "constant_", "ones_", "zeros_", "orthogonal_")
+
+
+@contextlib.contextmanager
+def zero_fills():
+    """Every torch.nn.init fill made a zero fill while a model is built: a
+    model file holds its parameters' shapes, not their values (dpscale draws
+    its own), and the random fills are half of exporting a large builder.
+    The exporter's trace and backward (for the ready order) read no value;
+    zeros keep them finite."""
+    saved = {n: getattr(nn.init, n) for n in INITS}
+
+    def zero(tensor, *args, **kwargs):
+        with torch.no_grad():
+            return tensor.zero_()
+    try:
+        for n in INITS:
+            setattr(nn.init, n, zero)
+        yield
+    finally:
+        for n, f in saved.items():
+            setattr(nn.init, n, f)
+
+
+def build(name, **kwargs):
+    torch.manual_seed(0)
+    with zero_fills():
+        return getattr(torchvision.models, name)(**kwargs)
+
+
 def export(name, tmp, **kwargs):
     """(outcome, path): "runs" and the file, or "refused: MESSAGE" and None."""
-    torch.manual_seed(0)
-    model = getattr(torchvision.models, name)(**kwargs)
+    model = build(name, **kwargs)
     try:
         lines = model_export.model_file(name, f"torchvision.models.{name}", model,
                                         shape_of(ZOO[name][0]))
@@ -189,8 +226,7 @@ def check_acts():
 
 def check_grouped_flops():
     for name in GROUPED:
-        torch.manual_seed(0)
-        model = getattr(torchvision.models, name)()
+        model = build(name)
         shape = shape_of(ZOO[name][0])
         lines = model_export.model_file(name, name, model, shape)
         flops, hooked = file_flops(lines), hooked_flops(model, shape)
@@ -216,6 +252,19 @@ def case_export(binary):
     return 0
 
 
+def vit_small(tmp):
+    """torchvision's VisionTransformer as VIT_SMALL says, exported; its file's path."""
+    torch.manual_seed(0)
+    with zero_fills():
+        model = torchvision.models.VisionTransformer(**VIT_SMALL)
+    lines = model_export.model_file("vit-small", "torchvision.models.VisionTransformer", model,
+                                    (3, VIT_SMALL["image_size"], VIT_SMALL["image_size"]))
+    path = os.path.join(tmp, "vit-small.model")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return path
+
+
 def case_run(binary):
     check_listed()
     with tempfile.TemporaryDirectory(prefix="dpscale-zoo-") as tmp:
@@ -224,6 +273,7 @@ def case_run(binary):
         got, path = export("googlenet", tmp, aux_logits=False, init_weights=True)
         expect(got == RUNS, f"googlenet(aux_logits=False): {got}")
         step(binary, path, tmp, "googlenet-noaux")
+        step(binary, vit_small(tmp), tmp, "vit-small")
     return 0
 
 
