@@ -174,13 +174,15 @@ def interrupt_once(binary, top, delay):
     expect(p.returncode == 130, f"exit {p.returncode}, expected 130\n{stderr}")
     runs, _, steps, _, _ = read_folder(os.path.join(out, "t"))
     expect(not processes_mentioning(out), "processes left behind")
-    at = re.fullmatch(r"interrupted by SIGINT during step (-1|\d+)", runs[0]["error"])
+    at = re.fullmatch(r"interrupted by SIGINT (during step (\d+)|in set-up, before step 0)",
+                      runs[0]["error"])
     expect(runs[0]["status"] == "error" and at, f"runs: {runs}")
     done, cid = int(runs[0]["steps_done"]), runs[0]["config_id"]
+    most = int(at[2]) + 1 if at[2] is not None else 0  # in set-up: no step done
     kept = sorted((int(s["step"]), int(s["rank"])) for s in steps if s["config_id"] == cid)
     # rank 0 in step N has done N steps (N + 1 if it ended N as the signal came), the
     # slowest rank (which counts) no more
-    expect(kept == [(k, r) for k in range(done) for r in range(3)] and done <= int(at[1]) + 1,
+    expect(kept == [(k, r) for k in range(done) for r in range(3)] and done <= most,
            f"{runs[0]['error']!r}, {done} steps done, steps.csv's (step, rank) {kept}: the "
            f"steps done by every rank, none after the step the signal came in")
     return True if done > 0 else f"before a step ended: {runs[0]['error']!r}"

@@ -60,6 +60,10 @@ int dps_escalated_by_grace(void); /* it was the grace, no second signal */
 const char *dps_escalation_cause(void);
 /* DPS_ERR_RUNTIME: `what` was not done, as the second signal ended the step. */
 dps_status dps_fail_escalated(const char *what) DPS_MUST_USE;
+/* DPS_ERR_RUNTIME for a run the escalation ended in its set-up, before
+ * its first step: "[PREFIX]interrupted by SIGINT in set-up, before step
+ * 0, which a second signal cut short" (prefix: "" or "rank R: "). */
+dps_status dps_fail_cut_in_setup(const char *prefix) DPS_MUST_USE;
 const char *dps_signal_name(int sig); /* "SIGINT", "SIGTERM", ... */
 
 /* Logging to stderr, prefixed "dpscale: ". */

@@ -109,3 +109,9 @@ dps_status dps_fail_escalated(const char *what)
                     "(the steps before it are kept)", what, dps_escalation_cause(),
                     dps_signal_name(dps_interrupted()));
 }
+
+dps_status dps_fail_cut_in_setup(const char *prefix)
+{
+    return dps_fail(DPS_ERR_RUNTIME, "%sinterrupted by %s in set-up, before step 0, which %s cut "
+                    "short", prefix, dps_signal_name(dps_interrupted()), dps_escalation_cause());
+}

@@ -153,9 +153,11 @@ static void watch(group *g)
         reap(g, first_exit, sizeof first_exit);
         if (g->alive == 0) break;
         if (!g->status && dps_interrupted()) {
-            char msg[96];
-            snprintf(msg, sizeof msg, "interrupted by %s during step %d",
-                     dps_signal_name(dps_interrupted()), atomic_load(&g->beat[0].step));
+            char msg[96], where[32] = "in set-up, before step 0";
+            int step = atomic_load(&g->beat[0].step);
+            if (step >= 0) snprintf(where, sizeof where, "during step %d", step);
+            snprintf(msg, sizeof msg, "interrupted by %s %s", dps_signal_name(dps_interrupted()),
+                     where);
             fail(g, DPS_ERR_RUNTIME, msg);
         }
         if (!g->status) check_timeout(g);

@@ -622,6 +622,14 @@ static dps_status cut_short(const ddp_rank *R, int step)
                     kept == 1 ? "" : "s");
 }
 
+/* Escalation in the rank's set-up, before its first step. */
+static dps_status cut_in_setup(const ddp_rank *R)
+{
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "rank %d: ", R->rank);
+    return dps_fail_cut_in_setup(prefix);
+}
+
 static dps_status rank_loop(ddp_rank *R)
 {
     DPS_TRY(be_sample_mem(R->be, R->dev));
@@ -730,6 +738,7 @@ dps_status ddp_rank_main(const dps_config *cfg, ddp_shared *sh, int rank, rank_b
     dps_status rc = be_open(&bo, &R->be);
     if (!rc && dw) rc = local_device(R);
     if (!rc) rc = rank_setup(R);
+    if (rc && dps_escalated()) rc = cut_in_setup(R);
     if (!rc) rc = rank_loop(R);
     if (R->be) {
         dps_status sampled = be_sample_mem(R->be, R->dev); /* the peak of a failed run too */

@@ -157,7 +157,7 @@ dps_status ptimer_mark(phase_timer *t)
 dps_status ptimer_begins(phase_timer *t, int slot, tl_phase *out)
 {
     for (int p = 0; p < PH_COUNT; p++) {
-        out[p] = (tl_phase){0.0f, -1, 0.0f, 0.0f, 0.0f};
+        out[p] = (tl_phase){.on = -1};
         int w = t->where[slot][p];
         if (!t->used[slot][p] || !t->ref[w]) continue;
         float host_ms = (float)(t->ref_host_ms[w] - t->ref_host_ms[0]);

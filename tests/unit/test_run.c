@@ -221,7 +221,7 @@ static void test_span_parts(void)
     EXPECT(timeline_alloc(&tl, 1, 3, 2, 1) == DPS_OK);
     const double begin[3] = {0.0, 1.0, 0.0}, ready[3] = {1.0, 2.0, 4.0}, ms[3] = {4.5, 4.0, 1.5};
     for (int r = 0; r < 3; r++) {
-        timeline_micro(&tl, 0, r, 0)[PH_LOAD] = (tl_phase){(float)begin[r], 0, 0.1f};
+        timeline_micro(&tl, 0, r, 0)[PH_LOAD] = (tl_phase){.begin_ms = (float)begin[r], .on = 0, .ms = 0.1f};
         put_span(&tl, 0, r, 0, ready[r], ms[r], 1000);
         timeline_spans(&tl, 0, r)[0].ready_ms = ready[r];
     }
