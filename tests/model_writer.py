@@ -1,12 +1,13 @@
 """Valid model files (docs/model-file.md) written from op lists, for the
 tests that run every op kind the format allows (tests/test_model_matrix.py,
-tests/test_model_fuzz.py): each op's size is followed from its input, a
-resample is put in where a kind needs another size, tensors are declared
-before the ops that name them, and the ready order is a permutation of the
-tensors. Also a sanitizer report (AddressSanitizer, LeakSanitizer,
-UndefinedBehaviorSanitizer) told in a process's stderr. Standard library
-only."""
+tests/test_model_fuzz.py) and the per-op tables' small mix of kinds: each
+op's size is followed from its input, a resample is put in where a kind
+needs another size, tensors are declared before the ops that name them, and
+the ready order is a permutation of the tensors. Also a sanitizer report
+(AddressSanitizer, LeakSanitizer, UndefinedBehaviorSanitizer) told in a
+process's stderr. Standard library only."""
 import math
+import os
 import re
 
 # The grammar of src/model/model_file.c: its mf_kind_names, the keys each
@@ -276,3 +277,22 @@ class Model:
         lines += [f"op {kind} {name} " + " ".join(f"{k}={v}" for k, v in keys.items())
                   for kind, name, keys in self.ops]
         return "\n".join(lines) + "\n"
+
+
+def ops_mix_file(folder):
+    """A small file of six op kinds (embedding, norm, gemm, act, add,
+    rows_of_classes) written as FOLDER/opsmix.model, for the per-op tables'
+    tests (tests/test_ops.py, tests/test_torch_ops.py); (its path, its kinds)."""
+    m = Model("opsmix", 256, 16)
+    m.embedding(4, 64, 64, src="input")
+    m.norm(64)
+    m.gemm(4, 64, 256)
+    m.act("gelu")
+    m.gemm(4, 256, 64)
+    m.add("emb0")
+    m.gemm(4, 64, 16)
+    m.rows_of_classes(4)
+    path = os.path.join(folder, "opsmix.model")
+    with open(path, "w") as f:
+        f.write(m.text())
+    return path, {kind for kind, _, _ in m.ops}

@@ -15,31 +15,14 @@ if __name__ == "__main__":
 
 import os
 import subprocess
-import sys
 import tempfile
 
 from dpstools import results as dpsresults
 from dpstools.op_table import TITLE
-from helpers import PYTHON, SCRIPTS, dpscale, expect, read_folder, read_table, run_cases, write
-from model_writer import Model
+from helpers import PYTHON, SCRIPTS, dpscale, expect, read_folder, read_table, run_cases
+from model_writer import ops_mix_file
 
 COMMON = ["--steps", "3", "--warmup", "1", "--batch", "64"]
-
-
-def model_file(tmp):
-    """A small file with six of the kinds; returns (path, its kinds)."""
-    m = Model("opsmix", 256, 16)
-    m.embedding(4, 64, 64, src="input")
-    m.norm(64)
-    m.gemm(4, 64, 256)
-    m.act("gelu")
-    m.gemm(4, 256, 64)
-    m.add("emb0")
-    m.gemm(4, 64, 16)
-    m.rows_of_classes(4)
-    path = os.path.join(tmp, "opsmix.model")
-    write(path, m.text())
-    return path, {kind for kind, _, _ in m.ops}
 
 
 def check_config(rows, run, kinds):
@@ -86,7 +69,7 @@ def check_folder(folder, file_kinds):
 
 def case_run(binary):
     with tempfile.TemporaryDirectory() as tmp:
-        path, file_kinds = model_file(tmp)
+        path, file_kinds = ops_mix_file(tmp)
         runs = [("dp", "1", "small"), ("ddp", "2", "small"), ("ddp", "1", path),
                 ("dp", "2", path)]
         for i, (mode, gpus, model) in enumerate(runs):

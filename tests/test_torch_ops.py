@@ -38,7 +38,6 @@ if __name__ == "__main__":
 import math
 import os
 import subprocess
-import sys
 import tempfile
 from types import SimpleNamespace
 
@@ -47,7 +46,7 @@ from dpstools import torch_ops
 from dpstools.op_table import TITLE
 from helpers import (PYTHON, SCRIPTS, dpscale, expect, need_torch, read_table, run_cases,
                      torch_ref, write)
-from model_writer import Model
+from model_writer import ops_mix_file
 
 COMMON = ["--steps", "3", "--warmup", "1", "--batch", "64"]
 PROFILED_STEP = 4  # torch_train.Rank.profiled_step: the one after warm-up and timed steps
@@ -121,22 +120,6 @@ def case_negative_self(_binary):
     return 0
 
 
-def model_file(tmp):
-    """A small file with six of the kinds; returns (path, its kinds)."""
-    m = Model("opsmix", 256, 16)
-    m.embedding(4, 64, 64, src="input")
-    m.norm(64)
-    m.gemm(4, 64, 256)
-    m.act("gelu")
-    m.gemm(4, 256, 64)
-    m.add("emb0")
-    m.gemm(4, 64, 16)
-    m.rows_of_classes(4)
-    path = os.path.join(tmp, "opsmix.model")
-    write(path, m.text())
-    return path, {kind for kind, _, _ in m.ops}
-
-
 def check_rows(rows, kinds, step):
     """One configuration's torch_ops.csv rows: its kinds, each row's time 0 or
     more and some time in all, the profiled step (STEP, after the timed ones) and
@@ -184,7 +167,7 @@ def case_run(binary, mode, gpus):
     if skip:
         return skip
     with tempfile.TemporaryDirectory() as tmp:
-        path, file_kinds = model_file(tmp)
+        path, file_kinds = ops_mix_file(tmp)
         for i, (model, kinds) in enumerate([(path, file_kinds), ("small", {"gemm", "act"})]):
             args = ["--mode", mode, "--gpus", gpus, "--model", model, *COMMON]
             dpscale(binary, "run", *args, out=tmp, name=f"d{i}", check_rc=0)
