@@ -5,8 +5,7 @@
  * thread (tx, ty) column tx's lane ty. */
 #include "grad_sums.h"
 #include "elementwise.h"
-
-static const int kThreads = 256;
+#include "grid.cuh"
 
 struct f16_bits { uint16_t v; }; /* an IEEE binary16 element, told apart from bf16's */
 __device__ __forceinline__ float load_f32(float x) { return x; }
@@ -149,16 +148,13 @@ cudaError_t dps_k_norm_bwd(cudaStream_t s, int xt, int rt, int rows, int cols, c
 
 __global__ void add_round_kernel(int64_t n, float *dst, const float *src, int rt)
 {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x)
-        dst[i] = __fadd_rn(dst[i], dps_round_as(src[i], rt));
+    GRID_STRIDE(i, n) dst[i] = __fadd_rn(dst[i], dps_round_as(src[i], rt));
 }
 
 cudaError_t dps_k_add_round(cudaStream_t s, int64_t n, float *dst, const float *src, int rt)
 {
     if (n <= 0) return cudaSuccess;
-    int64_t b = (n + kThreads - 1) / kThreads;
-    add_round_kernel<<<(unsigned)(b > 65535 * 8 ? 65535 * 8 : b), kThreads, 0, s>>>(n, dst, src, rt);
+    add_round_kernel<<<grid_for(n), kThreads, 0, s>>>(n, dst, src, rt);
     return cudaGetLastError();
 }
 

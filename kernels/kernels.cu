@@ -2,19 +2,7 @@
  * The math is in elementwise.h (shared with the host backend); this file
  * only maps it onto threads. Launchers follow kernels.h. */
 #include "kernels.h"
-
-static const int kThreads = 256;
-
-static unsigned grid_for(int64_t n)
-{
-    int64_t blocks = (n + kThreads - 1) / kThreads;
-    if (blocks > 65535 * 8) blocks = 65535 * 8; /* grid-stride loops cover the rest */
-    return (unsigned)(blocks > 0 ? blocks : 1);
-}
-
-#define GRID_STRIDE(i, n) \
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); \
-         i += (int64_t)gridDim.x * blockDim.x)
+#include "grid.cuh"
 
 __global__ void bias_act_kernel(int rows, int cols, float *pre, const float *bias, float *out)
 {

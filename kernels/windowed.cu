@@ -3,19 +3,7 @@
  * each input element summing the outputs it fed in the host's order (a max
  * pool's through its indices), so no two threads write one element. */
 #include "windowed_k.h"
-
-static const int kThreads = 256;
-
-static unsigned grid_for(int64_t n)
-{
-    int64_t blocks = (n + kThreads - 1) / kThreads;
-    if (blocks > 65535 * 8) blocks = 65535 * 8; /* grid-stride loops cover the rest */
-    return (unsigned)(blocks > 0 ? blocks : 1);
-}
-
-#define GRID_STRIDE(i, n) \
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); \
-         i += (int64_t)gridDim.x * blockDim.x)
+#include "grid.cuh"
 
 __global__ void window_kernel(dps_window w, int64_t samples, int t, const void *x, void *y,
                               int64_t *idx)
