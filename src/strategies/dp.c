@@ -646,8 +646,6 @@ static dps_status dp_steps(dp_state *st, train_result *res, float *micro_ms)
 static dps_status dp_loop(dp_state *st, train_result *res)
 {
     const dps_config *c = st->cfg;
-    dps_status up = dp_upload_params(st);
-    if (up) return dps_escalated() ? dps_fail_cut_in_setup("") : up;
     float *micro_ms = calloc((size_t)st->nslots * c->accum * PH_COUNT, sizeof *micro_ms);
     if (!micro_ms) return dps_fail(DPS_ERR_RUNTIME, "out of host memory for the phase timers");
     dps_status rc = dp_steps(st, res, micro_ms);
@@ -667,6 +665,7 @@ dps_status dp_train(const dps_config *cfg, backend *be, train_result *res)
     dps_status rc = timeline_alloc(&res->tl, timeline_steps(cfg->trace_steps, cfg->steps),
                                    res->nranks, 0, cfg->accum);
     if (!rc) rc = dp_setup(st);
+    if (!rc) rc = dp_upload_params(st);
     if (rc && dps_escalated()) rc = dps_fail_cut_in_setup(""); /* not a copy's own failure */
     if (!rc) rc = dp_loop(st, res);
     for (int i = 0; i < cfg->ngpus; i++) {
