@@ -30,17 +30,24 @@ static void fmt_cuda(char *buf, size_t len, int v)
     else snprintf(buf, len, "%d.%d", v / 1000, (v % 1000) / 10);
 }
 
-/* In the child: driver, runtime, cuBLAS and NCCL; none opens a device. */
+/* In the child: driver, runtime, cuBLAS and NCCL; none opens a device.
+ * cuBLAS is asked only where a driver is installed: asking opens the
+ * library (src/backend/cublas_lazy.c), half a second of CPU; without a
+ * driver, where no CUDA can run, its version is the one the build was
+ * compiled against. */
 static void probe_versions(be_cuda_versions *v)
 {
-    int drv = 0, rt = 0, major = 0, minor = 0, patch = 0;
+    int drv = 0, rt = 0, major = CUBLAS_VER_MAJOR, minor = CUBLAS_VER_MINOR,
+        patch = CUBLAS_VER_PATCH;
     cudaDriverGetVersion(&drv);
     cudaRuntimeGetVersion(&rt);
     fmt_cuda(v->driver, sizeof v->driver, drv);
     fmt_cuda(v->runtime, sizeof v->runtime, rt);
-    cublasGetProperty(MAJOR_VERSION, &major);
-    cublasGetProperty(MINOR_VERSION, &minor);
-    cublasGetProperty(PATCH_LEVEL, &patch);
+    if (drv > 0) {
+        cublasGetProperty(MAJOR_VERSION, &major);
+        cublasGetProperty(MINOR_VERSION, &minor);
+        cublasGetProperty(PATCH_LEVEL, &patch);
+    }
     snprintf(v->cublas, sizeof v->cublas, "%d.%d.%d", major, minor, patch);
     snprintf(v->nccl, sizeof v->nccl, "not built");
 #ifdef DPS_HAVE_NCCL
