@@ -35,8 +35,7 @@ from listing import DPSCALE, exit_if_listing, test
 
 TESTS = [test("model export " + c, DPSCALE, c, suite="torch", timeout=300)
          for c in ("resnet", "transformer", "custom", "presets", "refuses", "cwd")]
-TESTS += [test("model buckets torch", DPSCALE, "buckets", suite="torch", timeout=300,
-               parallel=False)]
+TESTS += [test("model buckets torch", DPSCALE, "buckets", suite="torch", timeout=300)]
 if __name__ == "__main__":
     exit_if_listing(TESTS)  # --list: before the imports below
 

@@ -7,13 +7,15 @@ naming the module, its class and what to do; a builder ZOO does not list,
 or one it lists that torchvision lacks, fails.
 
 usage: test_model_zoo.py DPSCALE CASE
-  export    every builder but the slowest to export (SLOW): its outcome;
+  export    every builder but the slowest to export (SLOW: the largest of
+            each family, whose smallest shows its modules): its outcome;
             each act fn in modules and functions; grouped and depthwise
             convolutions' GEMM FLOPs within 1 % of a count on the modules
   run       a representative subset (RUN): one step of dp, ddp and fsdp with
             --check on 2 host devices at batch 2, googlenet built without
-            its auxiliary outputs, as its refusal says to build it, and a
-            small VisionTransformer (ViT-B/32's modules, 2 layers of width 64)
+            its auxiliary outputs, as its refusal says to build it, and
+            torchvision's VisionTransformer and ConvNeXt at a small width and
+            depth (ViT-B/32's and ConvNeXt-T's modules)
   all       every builder exported, and every one that runs stepped as `run`
             steps the subset, but for a mode dpscale refuses for want of host
             memory (ViT-H/14 and RegNetY-128GF's ddp need about 30 GiB),
@@ -87,17 +89,24 @@ ZOO = {
     **{f"vit_{s}": (VIT, RUNS) for s in ("b_16", "b_32", "l_16", "l_32", "h_14")},
     "wide_resnet50_2": (CNN, RUNS), "wide_resnet101_2": (CNN, RUNS),
 }
-# the slowest to build and export (each over 100 M parameters, or a ViT-L/H at 224): `all` alone
+# the slowest to build and export, `all` alone: each over 100 M parameters, a ViT-L/H at 224,
+# or a family's larger members (VGG's classifier alone is 120 M), whose modules its smallest
+# member, which `export` exports, has
 SLOW = {"regnet_y_128gf", "regnet_y_32gf", "regnet_x_32gf", "regnet_y_16gf", "regnet_x_16gf",
-        "vit_l_16", "vit_l_32", "vit_h_14", "convnext_large", "efficientnet_v2_l"}
+        "vit_l_16", "vit_l_32", "vit_h_14", "convnext_large", "efficientnet_v2_l",
+        *(f"vgg{d}{bn}" for d in (13, 16, 19) for bn in ("", "_bn")), "vit_b_16",
+        "wide_resnet101_2", "resnext101_32x8d", "resnext101_64x4d", "resnet152", "convnext_base",
+        "efficientnet_b6", "efficientnet_b7"}
 # stepped by `run`: every kind of op and act the zoo needs, each builder small
+# (grouped convolutions: regnet_y_400mf's, as resnext50_32x4d's)
 RUN = ["resnet18", "mobilenet_v2", "mobilenet_v3_small", "mnasnet0_5", "efficientnet_b0",
-       "regnet_y_400mf", "resnext50_32x4d", "convnext_tiny", "densenet121",
-       "shufflenet_v2_x0_5", "squeezenet1_1"]
-# and ViT-B/32's modules (torchvision's VisionTransformer) at a small width and depth: its
-# 88 M parameters would take `run` a minute; `export` exports the builder itself
+       "regnet_y_400mf", "densenet121", "shufflenet_v2_x0_5", "squeezenet1_1"]
+# and ViT-B/32's and ConvNeXt-T's modules (torchvision's VisionTransformer and ConvNeXt) at a
+# small width and depth: their 88 M and 28 M parameters would take `run` a minute and 30 s;
+# `export` exports the builders themselves
 VIT_SMALL = dict(image_size=32, patch_size=16, num_layers=2, num_heads=2, hidden_dim=64,
                  mlp_dim=128)
+CONVNEXT_SMALL = ((24, 48, 1), (48, None, 1))  # ConvNeXt-T's: (96, 192, 3) ... (768, None, 3)
 MODES = ("dp", "ddp", "fsdp")
 GROUPED = ("mobilenet_v3_small", "resnext50_32x4d", "regnet_y_400mf")  # FLOPs checked
 
@@ -252,17 +261,27 @@ def case_export(binary):
     return 0
 
 
-def vit_small(tmp):
-    """torchvision's VisionTransformer as VIT_SMALL says, exported; its file's path."""
-    torch.manual_seed(0)
-    with zero_fills():
-        model = torchvision.models.VisionTransformer(**VIT_SMALL)
-    lines = model_export.model_file("vit-small", "torchvision.models.VisionTransformer", model,
-                                    (3, VIT_SMALL["image_size"], VIT_SMALL["image_size"]))
-    path = os.path.join(tmp, "vit-small.model")
+def small_module(name, model, tmp, shape):
+    """MODEL, built under zero_fills, exported as NAME on an input of SHAPE; its file's path."""
+    lines = model_export.model_file(name, f"torchvision.models.{type(model).__name__}", model,
+                                    shape)
+    path = os.path.join(tmp, name + ".model")
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
     return path
+
+
+def small_modules(tmp):
+    """torchvision's VisionTransformer as VIT_SMALL says and its ConvNeXt as
+    CONVNEXT_SMALL says, exported: [(name, path)]."""
+    from torchvision.models.convnext import CNBlockConfig, ConvNeXt
+    torch.manual_seed(0)
+    with zero_fills():
+        vit = torchvision.models.VisionTransformer(**VIT_SMALL)
+        convnext = ConvNeXt([CNBlockConfig(*c) for c in CONVNEXT_SMALL])
+    side = VIT_SMALL["image_size"]
+    return [("vit-small", small_module("vit-small", vit, tmp, (3, side, side))),
+            ("convnext-small", small_module("convnext-small", convnext, tmp, shape_of(CNN)))]
 
 
 def case_run(binary):
@@ -273,7 +292,8 @@ def case_run(binary):
         got, path = export("googlenet", tmp, aux_logits=False, init_weights=True)
         expect(got == RUNS, f"googlenet(aux_logits=False): {got}")
         step(binary, path, tmp, "googlenet-noaux")
-        step(binary, vit_small(tmp), tmp, "vit-small")
+        for name, path in small_modules(tmp):
+            step(binary, path, tmp, name)
     return 0
 
 

@@ -24,7 +24,7 @@ ZERO = [["2", "sgd", "8"], ["2", "adamw", "8"], ["3", "sgd", "7"], ["3", "adamw"
         ["2", "adamw", "6", "spawn"]]
 TESTS = [test("zero1 torch_reference refusals", DPSCALE, "refusals", suite=NOSAN, timeout=300)]
 TESTS += [test("zero1 fidelity " + " ".join(c), DPSCALE, "zero1", *c, suite="torch",
-               timeout=300, parallel=False) for c in ZERO]
+               timeout=300) for c in ZERO]
 if __name__ == "__main__":
     exit_if_listing(TESTS)  # --list: before the imports below
 
