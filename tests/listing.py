@@ -5,7 +5,9 @@ listing runs none of scripts/.
 
 A line holds tab-separated fields: the test's name, its suites (comma-
 separated), its timeout in seconds, true or false (whether it may run beside
-other tests), then the arguments after FILE, in which meson replaces DPSCALE
+other tests), its priority (meson starts higher ones first: a test of a
+minute or more starts early, so that it does not run on alone at the end of
+a parallel run), then the arguments after FILE, in which meson replaces DPSCALE
 with the dpscale binary and NVTX_RECORD with tests/nvtx_record.c's library."""
 import os
 import sys
@@ -17,15 +19,20 @@ NOSAN = "scripts,nosan"
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
 
 
-def test(name, *args, suite="integration", timeout=30, parallel=True):
+# the priority of a test that takes a minute or more on 2 cores
+LONG = 10
+
+
+def test(name, *args, suite="integration", timeout=30, parallel=True, priority=0):
     """One meson test: `python3 FILE ARGS...`."""
-    return (name, suite, timeout, parallel, args)
+    return (name, suite, timeout, parallel, priority, args)
 
 
 def line(t):
     """A test's line of --list; fails on a field meson would misread."""
-    name, suite, timeout, parallel, args = t
-    fields = [name, suite, str(timeout), "true" if parallel else "false", *map(str, args)]
+    name, suite, timeout, parallel, priority, args = t
+    fields = [name, suite, str(timeout), "true" if parallel else "false", str(priority),
+              *map(str, args)]
     bad = [f for f in fields if not f or "\t" in f or "\n" in f]
     if bad:
         raise ValueError(f"test {name!r}: empty or with a tab or newline: {bad}")

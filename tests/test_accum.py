@@ -18,11 +18,12 @@ usage: test_accum.py DPSCALE CASE
               hold, --inject-overflow without a scaler or past the run, half
               precision with a model file, an added sweep repeating a run with
               other steps: exit 2 saying what and what to do"""
-from listing import DPSCALE, FIXTURES, exit_if_listing, test
+from listing import DPSCALE, FIXTURES, LONG, exit_if_listing, test
 
 # hang guards: check's sweep of 96 configurations takes a minute on a loaded machine, and
 # 3-5 times that in CI's sanitizer build
-TESTS = [test("accum " + c, DPSCALE, c, timeout=1200 if c == "check" else 300)
+TESTS = [test("accum " + c, DPSCALE, c, timeout=1200 if c == "check" else 300,
+              priority=LONG if c == "check" else 0)
          for c in ("check", "allreduces", "records", "refused")]
 if __name__ == "__main__":
     exit_if_listing(TESTS)  # --list: before the imports below

@@ -13,7 +13,7 @@ set -u
 cases="disabled enabled"
 # --list: this file's meson tests, for tests/meson.build (the format of tests/listing.py)
 if [ "${1:-}" = --list ]; then
-  for c in $cases; do printf 'cudnn build %s\tbuild,nosan\t1800\tfalse\t%s\t@dpscale@\n' "$c" "$c"; done
+  for c in $cases; do printf 'cudnn build %s\tbuild,nosan\t1800\ttrue\t10\t%s\t@dpscale@\n' "$c" "$c"; done
   exit 0
 fi
 case_=${1:?usage: test_cudnn_build.sh disabled|enabled [DPSCALE]}

@@ -14,7 +14,7 @@ if [ "${1:-}" = --list ]; then
   # hang guards: summary and compare run dpscale a dozen times (CI: under the sanitizers)
   for c in $cases; do
     case $c in summary|compare) t=600 ;; *) t=300 ;; esac
-    printf 'device-check %s\tscripts\t%s\ttrue\t%s\t@dpscale@\n' "$c" "$t" "$c"
+    printf 'device-check %s\tscripts\t%s\ttrue\t0\t%s\t@dpscale@\n' "$c" "$t" "$c"
   done
   exit 0
 fi

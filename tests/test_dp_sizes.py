@@ -3,12 +3,13 @@
 10 MiB coalescing unit is a group alone, and every buffer a group passes
 through must hold it. Usage: test_dp_sizes.py DPSCALE CASE; exit 0 pass,
 1 fail (meson's convention)."""
-from listing import DPSCALE, exit_if_listing, test
+from listing import DPSCALE, LONG, exit_if_listing, test
 
 # dp with real models' tensor sizes: a weight over the 10 MiB coalescing unit, every preset
 # (a minute on a loaded machine, 3-5 times that in CI's sanitizer build: its hang guard 1200 s)
 TESTS = [test("dp sizes " + c.replace("_", " "), DPSCALE, c,
-              timeout=1200 if c == "presets" else 300)
+              timeout=1200 if c == "presets" else 300,
+              priority=LONG if c == "presets" else 0)
          for c in ("large_tensor", "check_around", "presets")]
 if __name__ == "__main__":
     exit_if_listing(TESTS)  # --list: before the imports below

@@ -340,10 +340,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from dpstools import reference_models
 GPT = (4096, 16, 128, 4, 4)  # vocab, tokens, width, layers, heads
 
-def rank(r, spec, cap, first, port, out):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+def buckets(spec, cap, first):
     dist._DEFAULT_FIRST_BUCKET_BYTES = int(first * 1048576)  # DDP's first bucket cap
-    dist.init_process_group("gloo", rank=r, world_size=2)
     torch.manual_seed(0)
     if spec == "gpt":
         model, x = reference_models.Gpt2(*GPT), torch.randint(0, GPT[0], (2, GPT[1]))
@@ -355,19 +353,26 @@ def rank(r, spec, cap, first, port, out):
     ddp = DDP(model, bucket_cap_mb=cap)
     for _ in range(3):
         ddp(x).float().sum().backward()
+    return ddp._get_ddp_logging_data()["rebuilt_bucket_sizes"]
+
+def rank(r, cases, port, out):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=r, world_size=2)
+    got = [buckets(*case) for case in cases]
     if r == 0:
         with open(out, "w") as f:
-            json.dump(ddp._get_ddp_logging_data()["rebuilt_bucket_sizes"], f)
+            json.dump(got, f)
     dist.destroy_process_group()
 
 if __name__ == "__main__":
-    spec, cap, first, port, out = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
-    mp.spawn(rank, args=(spec, cap, first, port, out), nprocs=2)
+    cases, port, out = json.loads(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    mp.spawn(rank, args=(cases, port, out), nprocs=2)
 """
 
 
-def torch_buckets(spec, cap, first, tmp):
-    """PyTorch DDP's rebuilt bucket sizes in bytes, from two gloo ranks on the CPU."""
+def torch_buckets(cases, tmp):
+    """PyTorch DDP's rebuilt bucket sizes in bytes of each (model, --bucket-mb,
+    --first-bucket-mb) of CASES, from two gloo ranks on the CPU, one DDP a case."""
     import json
     import socket
     with socket.socket() as s:
@@ -377,12 +382,13 @@ def torch_buckets(spec, cap, first, tmp):
     with open(script, "w") as f:  # a file: mp.spawn's children import their __main__ again
         f.write(DDP_BUCKETS)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(REPO, "scripts"), HERE]))
-    r = subprocess.run([PYTHON, script, spec, str(cap), str(first), str(port), out], env=env,
+    r = subprocess.run([PYTHON, script, json.dumps(cases), str(port), out], env=env,
                        capture_output=True, text=True, timeout=240)
-    expect(r.returncode == 0, f"PyTorch DDP on {spec}: exit {r.returncode}: {r.stderr[-2000:]}")
+    expect(r.returncode == 0, f"PyTorch DDP on {cases}: exit {r.returncode}: {r.stderr[-2000:]}")
     with open(out) as f:
-        sizes = json.load(f)
-    return [int(x) for x in (sizes.split(", ") if isinstance(sizes, str) else sizes)]
+        every = json.load(f)
+    return [[int(x) for x in (sizes.split(", ") if isinstance(sizes, str) else sizes)]
+            for sizes in every]
 
 
 def dpscale_buckets(dpscale, path, cap, first):
@@ -394,20 +400,22 @@ def dpscale_buckets(dpscale, path, cap, first):
 
 
 def case_buckets(dpscale):
-    # each model, its input, and (--bucket-mb, --first-bucket-mb) pairs
-    models = {"resnet18": (torchvision.models.resnet18(), (3, 224, 224), False, ((25, 1), (5, 1))),
+    # each model, its input, and (--bucket-mb, --first-bucket-mb) pairs; PyTorch's side
+    # steps resnet18 at 64x64 (its buckets are its parameters', whatever the input)
+    models = {"resnet18": (torchvision.models.resnet18(), (3, 64, 64), False, ((25, 1), (5, 1))),
               "gpt": (reference_models.Gpt2(4096, 16, 128, 4, 4), (16,), True, ((25, 1), (1, 1))),
               "tagger": (model_examples.tagger(), (16,), True, ((25, 1), (0.05, 0.01)))}
+    cases = [(name, cap, first) for name, (_, _, _, caps) in models.items() for cap, first in caps]
     with tempfile.TemporaryDirectory() as tmp:
-        for name, (model, shape, tokens, caps) in models.items():
-            path = write_model(tmp, name, model_export.model_file(name, name, model, shape, tokens))
-            for cap, first in caps:
-                want = torch_buckets(name, cap, first, tmp)
-                got = dpscale_buckets(dpscale, path, cap, first)
-                expect(got == want, f"{name}, --bucket-mb {cap} --first-bucket-mb {first}: "
-                       f"dpscale's buckets {got}, PyTorch DDP's rebuilt {want}")
-                print(f"{name} --bucket-mb {cap} --first-bucket-mb {first}: {len(got)} buckets, "
-                      f"as DDP's: {got}")
+        wants = torch_buckets(cases, tmp)
+        paths = {name: write_model(tmp, name, model_export.model_file(name, name, m, shape, tokens))
+                 for name, (m, shape, tokens, _) in models.items()}
+        for (name, cap, first), want in zip(cases, wants):
+            got = dpscale_buckets(dpscale, paths[name], cap, first)
+            expect(got == want, f"{name}, --bucket-mb {cap} --first-bucket-mb {first}: "
+                   f"dpscale's buckets {got}, PyTorch DDP's rebuilt {want}")
+            print(f"{name} --bucket-mb {cap} --first-bucket-mb {first}: {len(got)} buckets, "
+                  f"as DDP's: {got}")
 
 
 CASES = {"resnet": case_resnet, "transformer": case_transformer, "custom": case_custom,

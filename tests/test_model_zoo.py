@@ -22,10 +22,11 @@ usage: test_model_zoo.py DPSCALE CASE
             noted: minutes to an hour; skipped (77) unless DPSCALE_SLOW=1
             (`DPSCALE_SLOW=1 meson test -C build 'model zoo all'`)
 Exit 77 (skip) without PyTorch or torchvision (scripts/setup.sh --with-torch)."""
-from listing import DPSCALE, exit_if_listing, test
+from listing import DPSCALE, LONG, exit_if_listing, test
 
-TESTS = [test("model zoo export", DPSCALE, "export", suite="torch", timeout=900),
-         test("model zoo run", DPSCALE, "run", suite="torch", timeout=900),
+TESTS = [test("model zoo export", DPSCALE, "export", suite="torch", timeout=900,
+              priority=LONG),
+         test("model zoo run", DPSCALE, "run", suite="torch", timeout=900, priority=LONG),
          test("model zoo all", DPSCALE, "all", suite="slow", timeout=7200, parallel=False)]
 if __name__ == "__main__":
     exit_if_listing(TESTS)  # --list: before the imports below

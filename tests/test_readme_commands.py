@@ -4,10 +4,29 @@ user pastes it, on the host backend, reduced to a few steps, in a temporary
 folder holding build/src/dpscale (the binary under test), bench/ and
 scripts/. RULES says how each command runs or why it cannot run here (it is
 then listed as skipped); a command no rule covers fails, which keeps the
-pages and the table in step.
-Usage: test_readme_commands.py DPSCALE SOURCE_ROOT; exit 0 pass, 1 fail."""
+pages and the table in step. One test a page (`readme commands PAGE`), so
+that the pages run beside each other; a command an earlier page holds runs
+there only.
+Usage: test_readme_commands.py DPSCALE PAGE; exit 0 pass, 1 fail."""
 import glob
 import os
+
+from listing import DPSCALE, LONG, NOSAN, exit_if_listing, test
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def pages(root=ROOT):
+    """README.md and docs/*.md with a ```sh block, in the order their commands are first run."""
+    every = [os.path.join(root, "README.md")] + sorted(glob.glob(os.path.join(root, "docs", "*.md")))
+    return [p for p in every if "```sh\n" in open(p, encoding="utf-8").read()]
+
+
+TESTS = [test(f"readme commands {os.path.basename(p)}", DPSCALE, os.path.basename(p),
+              suite=NOSAN, timeout=600, priority=LONG) for p in pages()]
+if __name__ == "__main__":
+    exit_if_listing(TESTS)  # --list: before the imports below
+
 import re
 import shutil
 import socket
@@ -235,25 +254,29 @@ def check(cmd, where, tmp):
     return ("failed", problem) if problem else ("ran", "")
 
 
-def pages(root):
-    return [os.path.join(root, "README.md")] + sorted(glob.glob(os.path.join(root, "docs", "*.md")))
-
-
-def main(dpscale, root):
-    seen, results = set(), []
+def main(dpscale, name):
+    """The commands of the page NAME (README.md or a file of docs/) that no
+    page before it holds."""
+    paths = pages()
+    names = [os.path.basename(p) for p in paths]
+    if name not in names:
+        print(f"test_readme_commands.py: no page {name}; the pages are {', '.join(names)} "
+              f"(reconfigure the build when a page is added or removed)")
+        return 1
+    page = paths[names.index(name)]
+    seen = {c for p in paths[:names.index(name)] for c in page_commands(p)}
+    results = []
     with tempfile.TemporaryDirectory() as tmp:
-        workdir(tmp, dpscale, root)
-        for page in pages(root):
-            where = os.path.basename(page)
-            for cmd in page_commands(page):
-                if cmd in seen:
-                    continue
-                seen.add(cmd)
-                print(f"{where}: {cmd}")
-                status, detail = check(cmd, where, tmp)
-                if status != "ran":
-                    print(f"  {status.upper()}: {detail}")
-                results.append((status, cmd, detail))
+        workdir(tmp, dpscale, ROOT)
+        for cmd in page_commands(page):
+            if cmd in seen:
+                continue
+            seen.add(cmd)
+            print(f"{name}: {cmd}")
+            status, detail = check(cmd, name, tmp)
+            if status != "ran":
+                print(f"  {status.upper()}: {detail}")
+            results.append((status, cmd, detail))
     return report(results)
 
 
@@ -265,7 +288,7 @@ def report(results):
             print(f"  {cmd}\n    {detail.splitlines()[0]}")
     ran = sum(1 for r in results if r[0] == "ran")
     print(f"\n{ran} ran")
-    return 1 if any(r[0] == "failed" for r in results) or not ran else 0
+    return 1 if any(r[0] == "failed" for r in results) else 0
 
 
 if __name__ == "__main__":

@@ -5,13 +5,14 @@ with a commit of its own), a planted slowdown caught on recorded rounds
 while identical ones pass, a gate that stops undecided
 (INCONCLUSIVE, exit 3), and the stored baseline against what this build
 allocates. Usage: test_regress.py DPSCALE CASE; exit 0 pass, 1 fail, 77 skip."""
-from listing import DPSCALE, NOSAN, exit_if_listing, test
+from listing import DPSCALE, LONG, NOSAN, exit_if_listing, test
 
 # the base built in a worktree (once: the second time from its cache); a planted slowdown
 # caught and a gate that stops undecided INCONCLUSIVE, exit 3 (both on the recorded rounds of
 # a stand-in for dpscale, never stopped by the clock); the stored baseline holds what this
 # build allocates and the version that recorded it
-TESTS = [test("regress worktree", DPSCALE, "worktree", suite=NOSAN, timeout=900),
+TESTS = [test("regress worktree", DPSCALE, "worktree", suite=NOSAN, timeout=900,
+              priority=LONG),
          test("regress planted", DPSCALE, "planted", suite="scripts", timeout=300),
          test("regress inconclusive", DPSCALE, "inconclusive", suite="scripts", timeout=300),
          test("regress baseline", DPSCALE, "baseline", suite="scripts", timeout=300)]

@@ -11,7 +11,7 @@ set -u
 cases="install_fails configure_fails succeeds"
 # --list: this file's meson tests, for tests/meson.build (the format of tests/listing.py)
 if [ "${1:-}" = --list ]; then
-  for c in $cases; do printf 'setup %s\tscripts,nosan\t60\ttrue\t%s\n' "${c//_/ }" "$c"; done
+  for c in $cases; do printf 'setup %s\tscripts,nosan\t60\ttrue\t0\t%s\n' "${c//_/ }" "$c"; done
   exit 0
 fi
 case_=${1:?usage: test_setup.sh install_fails|configure_fails|succeeds}
