@@ -39,10 +39,11 @@ static size_t id_hash(const char *id)
 
 /* The slot holding id, or the empty one where it would go (open addressing,
  * linear probing; the index is never more than half full). */
-static const char **id_slot(const results_ids *s, const char *id)
+static const char **id_slot(results_ids *s, const char *id)
 {
     size_t mask = (size_t)s->nslots - 1, i = id_hash(id) & mask;
-    while (s->slots[i] && strcmp(s->slots[i], id) != 0) i = (i + 1) & mask;
+    for (s->probes++; s->slots[i] && strcmp(s->slots[i], id) != 0; s->probes++)
+        i = (i + 1) & mask;
     return &s->slots[i];
 }
 

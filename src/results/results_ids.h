@@ -15,6 +15,7 @@ typedef struct results_ids {
      * they are sorted: slots of ids, NULL where empty, the first `indexed` in */
     const char **slots;
     int nslots, indexed;
+    long probes; /* slots the index compared, building and searching it: O(n) for n ids */
 } results_ids;
 
 int results_ids_has(const results_ids *ids, const char *id);

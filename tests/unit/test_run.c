@@ -11,6 +11,7 @@
 #include "config/timeline.h"
 #include "run/run.h"
 #include "run/suite.h"
+#include "results/results_ids.h"
 #include "results/step_parts.h"
 
 #include "expect.h"
@@ -239,5 +240,34 @@ static void test_span_parts(void)
     timeline_free(&tl);
 }
 
+/* --resume reads a runs.csv of n rows in O(n): 100 000 finished
+ * configurations (and one twice, kept once) found with fewer than 10 slot
+ * comparisons a row (the index built, rebuilt as it doubles, and searched:
+ * about 5 here), where comparing each with those before it would take 5e9.
+ * A count, not a time: the same on any machine. */
+static void test_resume_rows(void)
+{
+    enum { ROWS = 100000 };
+    char dir[] = "/tmp/dpscale-resume-XXXXXX", path[64];
+    EXPECT(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/runs.csv", dir);
+    FILE *f = fopen(path, "w");
+    EXPECT(f != NULL);
+    if (!f) return;
+    fprintf(f, "config_id,status\n");
+    for (int i = 0; i < ROWS; i++) fprintf(f, "c%06d,ok\n", i);
+    fprintf(f, "c000007,ok\n");
+    fclose(f);
+    results_ids done = {0};
+    EXPECT(results_ids_finished(dir, &done) == DPS_OK);
+    EXPECT(done.n == ROWS);
+    EXPECT(done.probes > 0 && done.probes < 10L * ROWS);
+    if (done.probes >= 10L * ROWS) fprintf(stderr, "%ld probes for %d rows\n", done.probes, ROWS);
+    EXPECT(results_ids_has(&done, "c099999") && results_ids_has(&done, "c000007"));
+    results_ids_free(&done);
+    unlink(path);
+    rmdir(dir);
+}
+
 EXPECT_GROUPS(GROUP(gemm_reference), GROUP(rel_diff), GROUP(suite), GROUP(busbw),
-              GROUP(partition), GROUP(span_parts));
+              GROUP(partition), GROUP(span_parts), GROUP(resume_rows));
